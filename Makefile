@@ -1,0 +1,50 @@
+# lynxgen — build, test and regenerate the committed outputs.
+#   make            bin/lynxgen
+#   make test       the whole test suite (what CI runs)
+#   make fuzz       a longer fuzzing run of the front end
+#   make format     clang-format every C source in place
+
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+LLVM_DIR ?= /usr/lib/llvm-16
+BUILD ?= build
+
+CFLAGS ?= -O2 -g
+WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
+override CFLAGS += -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include
+LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib
+
+GEN_SRCS := gen/diag.c gen/frontend.c gen/analyze.c ir/ir.c ir/ir_json.c
+GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o
+
+.PHONY: all test test-gpu fuzz format clean check-clang
+all: bin/lynxgen
+
+bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c $(wildcard ir/*.h gen/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# The prelude travels inside lynxgen, so a model file needs nothing installed.
+$(BUILD)/prelude.c: ir/lynx.h scripts/embed.sh
+	@mkdir -p $(@D)
+	scripts/embed.sh lx_prelude < $< > $@
+
+$(BUILD)/prelude.o: $(BUILD)/prelude.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# Both compilers must accept the sources with every warning an error.
+check-clang:
+	clang -fsyntax-only -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include $(GEN_SRCS) gen/main.c
+
+include tests/tests.mk
+
+format:
+	clang-format -i $(GEN_SRCS) gen/main.c gen/*.h ir/*.h tests/*.c tests/fuzz/*.c
+
+clean:
+	rm -rf $(BUILD) bin

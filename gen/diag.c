@@ -1,0 +1,42 @@
+#include "diag.h"
+
+#include <stdarg.h>
+
+static FILE *diag_sink;
+static int errors, located_errors;
+
+void lx_diag_set_sink(FILE *sink) { diag_sink = sink; }
+
+void lx_diag_reset(void) { errors = located_errors = 0; }
+
+int lx_error_count(void) { return errors; }
+
+int lx_located_error_count(void) { return located_errors; }
+
+static void report(lx_srcloc at, const char *severity, const char *fmt, va_list args) {
+  FILE *out = diag_sink ? diag_sink : stderr;
+  if (at.file && at.line > 0)
+    fprintf(out, "%s:%d:%d: %s: ", at.file, at.line, at.col, severity);
+  else if (at.file)
+    fprintf(out, "%s: %s: ", at.file, severity);
+  else
+    fprintf(out, "lynxgen: %s: ", severity);
+  vfprintf(out, fmt, args);
+  fputc('\n', out);
+}
+
+void lx_error(lx_srcloc at, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  report(at, "error", fmt, args);
+  va_end(args);
+  errors++;
+  if (at.file && at.line > 0) located_errors++;
+}
+
+void lx_note(lx_srcloc at, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  report(at, "note", fmt, args);
+  va_end(args);
+}

@@ -1,0 +1,19 @@
+/* diag.h — located diagnostics: "file:line:col: error: message". */
+#ifndef LX_DIAG_H
+#define LX_DIAG_H
+
+#include <stdio.h>
+
+#include "ir.h"
+
+/* Where diagnostics go (stderr unless set; the fuzzer captures them). */
+void lx_diag_set_sink(FILE *sink);
+void lx_diag_reset(void);
+int lx_error_count(void);
+/* Counts of errors that carried a location and that did not. */
+int lx_located_error_count(void);
+
+__attribute__((format(printf, 2, 3))) void lx_error(lx_srcloc at, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) void lx_note(lx_srcloc at, const char *fmt, ...);
+
+#endif

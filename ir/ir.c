@@ -1,0 +1,121 @@
+/* ir.c — construction, names and the structural validator of the IR. */
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void lx_ir_init(lx_ir *ir) {
+  memset(ir, 0, sizeof *ir);
+  ir->prologue.name = "prologue";
+  ir->block.name = "block";
+  ir->epilogue.name = "epilogue";
+  ir->prologue.output = ir->block.output = ir->epilogue.output = -1;
+}
+
+void lx_ir_free(lx_ir *ir) {
+  free(ir->model_path);
+  free(ir->training.train_data);
+  free(ir->training.val_data);
+  free(ir->prologue.ops);
+  free(ir->block.ops);
+  free(ir->epilogue.ops);
+  memset(ir, 0, sizeof *ir);
+}
+
+lx_op *lx_graph_add(lx_graph *g, lx_op_kind kind) {
+  if (g->n_ops == g->cap_ops) {
+    g->cap_ops = g->cap_ops ? 2 * g->cap_ops : 16;
+    g->ops = realloc(g->ops, sizeof *g->ops * (size_t)g->cap_ops);
+  }
+  lx_op *op = &g->ops[g->n_ops++];
+  memset(op, 0, sizeof *op);
+  op->kind = kind;
+  int ordinal = 0;
+  for (int i = 0; i < g->n_ops - 1; i++) ordinal += g->ops[i].kind == kind;
+  snprintf(op->name, sizeof op->name, "%s_%d", lx_op_kind_name(kind), ordinal);
+  return op;
+}
+
+#define NAME_OF(table, value) \
+  ((size_t)(value) < sizeof(table) / sizeof(table)[0] && (table)[value] ? (table)[value] : "?")
+
+const char *lx_op_kind_name(lx_op_kind kind) {
+  static const char *names[] = {"input", "embedding", "position_embedding", "layernorm", "rmsnorm",
+                                "linear", "attention", "rope", "gelu", "swiglu", "dropout", "add",
+                                "lm_head", "cross_entropy"};
+  _Static_assert(sizeof names / sizeof names[0] == LX_OP_KIND_COUNT, "one name per op kind");
+  return NAME_OF(names, kind);
+}
+
+const char *lx_gpu_name(lx_gpu gpu) {
+  static const char *names[] = {NULL, "V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB",
+                                "H100-SXM5-80GB", "H200-SXM-141GB"};
+  return NAME_OF(names, gpu);
+}
+
+const char *lx_link_name(lx_link link) {
+  static const char *names[] = {NULL, "nvlink2", "nvlink3", "nvlink4", "pcie4", "pcie5", "ib-hdr", "ib-ndr"};
+  return NAME_OF(names, link);
+}
+
+const char *lx_schedule_name(lx_schedule schedule) {
+  static const char *names[] = {"open", "gpipe", "1f1b", "2bw", "interleaved"};
+  return NAME_OF(names, schedule);
+}
+
+const char *lx_dtype_name(lx_dtype dtype) {
+  static const char *names[] = {NULL, "bf16", "fp16", "fp32", "int32"};
+  return NAME_OF(names, dtype);
+}
+
+const char *lx_lr_schedule_name(lx_lr_schedule s) {
+  static const char *names[] = {NULL, "constant", "cosine", "linear"};
+  return NAME_OF(names, s);
+}
+
+const char *lx_tp_role_name(lx_tp_role role) {
+  static const char *names[] = {"replicated", "column", "row", "split"};
+  return NAME_OF(names, role);
+}
+
+int lx_dtype_bytes(lx_dtype dtype) {
+  switch (dtype) {
+  case LX_DTYPE_BF16:
+  case LX_DTYPE_FP16: return 2;
+  case LX_DTYPE_FP32:
+  case LX_DTYPE_INT32: return 4;
+  default: return 0;
+  }
+}
+
+static int validate_graph(const lx_graph *g) {
+  int problems = 0;
+  int64_t saved = 0, params = 0;
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    for (int k = 0; k < op->n_inputs; k++)
+      if (op->inputs[k] < 0 || op->inputs[k] >= i) {
+        fprintf(stderr, "lynxgen: IR bug: %s.%s input %d is op %d\n", g->name, op->name, k, op->inputs[k]);
+        problems++;
+      }
+    if (op->out.dtype == LX_DTYPE_NONE || (!op->out.scalar && op->out.width <= 0)) {
+      fprintf(stderr, "lynxgen: IR bug: %s.%s has no shape\n", g->name, op->name);
+      problems++;
+    }
+    saved += op->saved_bytes;
+    params += op->params;
+  }
+  if (g->output < 0 || g->output >= g->n_ops) {
+    fprintf(stderr, "lynxgen: IR bug: %s has no output\n", g->name);
+    problems++;
+  }
+  if (saved != g->activation_bytes || params != g->params) {
+    fprintf(stderr, "lynxgen: IR bug: %s totals do not add up\n", g->name);
+    problems++;
+  }
+  return problems;
+}
+
+int lx_ir_validate(const lx_ir *ir) {
+  return validate_graph(&ir->prologue) + validate_graph(&ir->block) + validate_graph(&ir->epilogue);
+}

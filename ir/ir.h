@@ -1,0 +1,201 @@
+/* ir.h — the intermediate representation every lynxgen pass shares.
+ *
+ * Read this first. The front end (gen/frontend.c) fills the configs and the
+ * three op graphs from a model file; the analysis pass (gen/analyze.c) infers
+ * shapes and annotates every op with its FLOPs, bytes and parameters for the
+ * plan's micro-batch, sequence length, tensor-parallel degree and dtype.
+ * Later passes add their own annotations; none of them edits the graphs. */
+#ifndef LX_IR_H
+#define LX_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Where a thing came from in the model file, for diagnostics and for the
+ * comments of emitted code. */
+typedef struct {
+  const char *file; /* as the user named it; owned by lx_ir */
+  int line, col;    /* 1-based; line 0 means "no location" */
+} lx_srcloc;
+
+/* Values mirror enum lx_gpu, lx_link, ... of the prelude ir/lynx.h. */
+typedef enum { LX_GPU_NONE, LX_GPU_V100_32GB, LX_GPU_A100_40GB, LX_GPU_A100_80GB, LX_GPU_H100_80GB, LX_GPU_H200_141GB } lx_gpu;
+typedef enum { LX_LINK_NONE, LX_LINK_NVLINK2, LX_LINK_NVLINK3, LX_LINK_NVLINK4, LX_LINK_PCIE4, LX_LINK_PCIE5, LX_LINK_IB_HDR, LX_LINK_IB_NDR } lx_link;
+typedef enum { LX_SCHEDULE_OPEN, LX_SCHEDULE_GPIPE, LX_SCHEDULE_1F1B, LX_SCHEDULE_2BW, LX_SCHEDULE_INTERLEAVED } lx_schedule;
+typedef enum { LX_DTYPE_NONE, LX_DTYPE_BF16, LX_DTYPE_FP16, LX_DTYPE_FP32, LX_DTYPE_INT32 } lx_dtype;
+typedef enum { LX_LR_NONE, LX_LR_CONSTANT, LX_LR_COSINE, LX_LR_LINEAR } lx_lr_schedule;
+
+typedef struct {
+  int vocab, seq_len, layers, hidden, heads, kv_heads, ffn_hidden;
+  double dropout;
+  bool tied_embeddings;
+} lx_model_config;
+
+typedef struct {
+  lx_gpu gpu;
+  int nodes, gpus_per_node;
+  lx_link intra_node_link, inter_node_link;
+} lx_cluster;
+
+/* LX_OPEN in an integer field: left for the planner. */
+enum { LX_OPEN = 0 };
+
+typedef struct {
+  int tp, pp, dp, micro_batch, global_batch;
+  lx_schedule schedule;
+  bool sequence_parallel;
+} lx_plan;
+
+typedef struct {
+  int steps, warmup_steps, seed, val_interval, checkpoint_interval;
+  double lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
+  lx_lr_schedule lr_schedule;
+  lx_dtype dtype;
+  char *train_data, *val_data; /* NULL when not given */
+} lx_training;
+
+typedef enum {
+  LX_OP_INPUT, /* a graph parameter: tokens, targets, or the block's x */
+  LX_OP_EMBEDDING,
+  LX_OP_POSITION_EMBEDDING,
+  LX_OP_LAYERNORM,
+  LX_OP_RMSNORM,
+  LX_OP_LINEAR,
+  LX_OP_ATTENTION,
+  LX_OP_ROPE,
+  LX_OP_GELU,
+  LX_OP_SWIGLU,
+  LX_OP_DROPOUT,
+  LX_OP_ADD,
+  LX_OP_LM_HEAD,
+  LX_OP_CROSS_ENTROPY,
+  LX_OP_KIND_COUNT
+} lx_op_kind;
+
+/* Attention has two implementations with different saved memory; the model
+ * file picks one by calling attention() or flash_attention(). */
+typedef enum { LX_ATTN_MATERIALIZED, LX_ATTN_FLASH } lx_attention_impl;
+
+/* How tensor parallelism splits an op (Megatron-LM): a linear whose input is
+ * replicated is column-parallel (its output is split over tp ranks); one whose
+ * input is split is row-parallel (its output needs an all-reduce). */
+typedef enum { LX_TP_REPLICATED, LX_TP_COLUMN, LX_TP_ROW, LX_TP_SPLIT_ELEMENTWISE } lx_tp_role;
+
+/* A tensor's shape is (micro_batch, seq_len, width); only width varies. */
+typedef struct {
+  int width;     /* full width, before any tensor-parallel split */
+  bool split;    /* width is divided over the tp ranks */
+  bool scalar;   /* the loss: one number */
+  lx_dtype dtype;
+} lx_shape;
+
+/* What an op keeps alive from its forward to its backward. An op may save
+ * one of its inputs, its output, or buffers of its own (dropout masks,
+ * softmax probabilities, log-sum-exp). A tensor saved by several ops is held
+ * once; it is charged to the first op that saves it. */
+typedef enum { LX_SAVE_INPUT, LX_SAVE_OUTPUT, LX_SAVE_INTERNAL } lx_save_kind;
+
+typedef struct {
+  lx_save_kind kind;
+  int input;           /* LX_SAVE_INPUT: argument index */
+  const char *what;    /* "input", "output", "dropout_mask", "softmax", "lse" */
+  int64_t bytes;       /* per tp rank */
+} lx_saved;
+
+enum { LX_MAX_OP_INPUTS = 2, LX_MAX_SAVED = 4 };
+
+typedef struct {
+  lx_op_kind kind;
+  char name[32];    /* unique in its graph: kind and ordinal, e.g. "linear_2" */
+  char var[32];     /* the model-file variable it was assigned to, or "" */
+  lx_srcloc src;    /* the call in the model file */
+  int inputs[LX_MAX_OP_INPUTS]; /* indices of producing ops in the same graph */
+  int n_inputs;
+  int param;        /* LX_OP_INPUT: which parameter of the function */
+  /* integer arguments as written (after constant folding) */
+  int out_width;    /* linear: out features; embedding: width; lm_head: vocab */
+  int table_rows;   /* embedding: vocab */
+  int heads, kv_heads; /* attention, rope */
+  lx_attention_impl attention_impl;
+  bool has_bias;
+  /* --- filled by the analysis pass, per tp rank, for one micro-batch --- */
+  lx_shape out;
+  lx_tp_role tp_role;
+  double flops_fwd, flops_bwd; /* floating-point operations */
+  bool is_matmul;   /* counted by the model-FLOPs formula (Narayanan et al.) */
+  double model_flops_fwd; /* matmul FLOPs of the whole op (all ranks, unpadded) */
+  int64_t out_bytes;
+  lx_saved saved[LX_MAX_SAVED];
+  int n_saved;
+  int64_t saved_bytes;         /* bytes charged to this op (see lx_saved) */
+  int64_t params;              /* whole model, all ranks */
+  int64_t params_per_rank;
+  bool needs_tp_allreduce;     /* row-parallel output: all-reduce over tp */
+} lx_op;
+
+typedef struct {
+  const char *name; /* "prologue", "block", "epilogue" */
+  lx_srcloc src;    /* the function definition */
+  lx_op *ops;       /* in program order; inputs first */
+  int n_ops, cap_ops;
+  int output;       /* index of the returned op */
+  /* filled by the analysis pass */
+  int64_t activation_bytes; /* sum of saved bytes, one micro-batch, per tp rank */
+  int64_t params, params_per_rank;
+  double flops_fwd, flops_bwd, model_flops_fwd;
+} lx_graph;
+
+/* Configuration fields, for locating diagnostics (lx_config_locs.field). */
+typedef enum {
+  LX_F_VOCAB, LX_F_SEQ_LEN, LX_F_LAYERS, LX_F_HIDDEN, LX_F_HEADS, LX_F_KV_HEADS, LX_F_FFN_HIDDEN,
+  LX_F_DROPOUT, LX_F_TIED,
+  LX_F_GPU, LX_F_NODES, LX_F_GPUS_PER_NODE, LX_F_INTRA_LINK, LX_F_INTER_LINK,
+  LX_F_TP, LX_F_PP, LX_F_DP, LX_F_MICRO_BATCH, LX_F_GLOBAL_BATCH, LX_F_SCHEDULE, LX_F_SEQ_PARALLEL,
+  LX_F_STEPS, LX_F_LR, LX_F_MIN_LR, LX_F_WARMUP, LX_F_LR_SCHEDULE, LX_F_BETA1, LX_F_BETA2, LX_F_EPS,
+  LX_F_WEIGHT_DECAY, LX_F_GRAD_CLIP, LX_F_SEED, LX_F_DTYPE, LX_F_TRAIN_DATA, LX_F_VAL_DATA,
+  LX_F_VAL_INTERVAL, LX_F_CHECKPOINT_INTERVAL,
+  LX_F_COUNT
+} lx_field;
+
+/* Where each config field was written, for diagnostics about its value. */
+typedef struct {
+  lx_srcloc model, cluster, plan, training; /* the initializers */
+  lx_srcloc field[LX_F_COUNT];              /* 0-line where not written */
+} lx_config_locs;
+
+typedef struct {
+  char *model_path;
+  lx_model_config model;
+  lx_cluster cluster;
+  lx_plan plan;
+  lx_training training;
+  lx_graph prologue, block, epilogue;
+  lx_config_locs locs;
+  /* filled by the analysis pass */
+  int64_t params_total;         /* whole model */
+  int padded_vocab;             /* vocab rounded up to 128 * tp (Megatron-LM) */
+  double model_flops_per_sequence; /* forward + backward matmul FLOPs, no recompute */
+} lx_ir;
+
+/* ---- ir.c ---------------------------------------------------------------- */
+void lx_ir_init(lx_ir *ir);
+void lx_ir_free(lx_ir *ir);
+lx_op *lx_graph_add(lx_graph *g, lx_op_kind kind);
+const char *lx_op_kind_name(lx_op_kind kind);
+const char *lx_gpu_name(lx_gpu gpu);
+const char *lx_link_name(lx_link link);
+const char *lx_schedule_name(lx_schedule schedule);
+const char *lx_dtype_name(lx_dtype dtype);
+const char *lx_lr_schedule_name(lx_lr_schedule s);
+const char *lx_tp_role_name(lx_tp_role role);
+int lx_dtype_bytes(lx_dtype dtype);
+/* Structural checks of an analysed IR (a generator bug if any fails):
+ * inputs precede their users, shapes are set, totals add up. Returns the
+ * number of problems, each printed to stderr. */
+int lx_ir_validate(const lx_ir *ir);
+
+/* ---- ir_json.c ----------------------------------------------------------- */
+void lx_ir_print_json(const lx_ir *ir, FILE *out);
+
+#endif

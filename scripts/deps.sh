@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lynxgen needs, skipping those already present.
+# Idempotent: a second run installs nothing and touches nothing.
+set -euo pipefail
+
+packages=(
+  build-essential clang libclang-16-dev
+  openmpi-bin libopenmpi-dev
+  libglpk-dev libopenblas-dev
+  python3 fortunes-min
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "deps: all Debian packages present"
+fi
+
+cuda_home=${CUDA_HOME:-}
+if [ -z "$cuda_home" ]; then
+  if [ -x /usr/local/cuda/bin/nvcc ]; then cuda_home=/usr/local/cuda
+  elif command -v nvcc >/dev/null; then cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
+  fi
+fi
+if [ -n "$cuda_home" ]; then
+  echo "deps: CUDA at $cuda_home"
+else
+  echo "deps: no CUDA toolkit found (CPU target only; CUDA compile tests will be skipped)"
+fi
