@@ -1,0 +1,71 @@
+/* cost.h — predicted time of every op and transfer on a given cluster.
+ *
+ * A roofline per op kind (FLOPs at an efficiency of the GPU's peak, or bytes
+ * at HBM bandwidth, whichever is slower, plus a launch overhead), ring
+ * formulas for collectives, and a measured profile that overrides the model
+ * wherever it has an entry. Figures and their sources: gen/hardware.c and
+ * docs/cost-model.md. All times are in seconds. */
+#ifndef LX_COST_H
+#define LX_COST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir.h"
+
+typedef struct {
+  const char *name;       /* "A100-SXM4-80GB" */
+  double memory_bytes;
+  double tensor_flops;    /* bf16/fp16 dense peak, FLOP/s */
+  double fp32_flops;
+  double hbm_bytes_per_s;
+  lx_link nvlink;         /* the NVLink generation of its SXM nodes */
+  const char *source;
+} lx_gpu_spec;
+
+typedef struct {
+  const char *name;            /* "nvlink3" */
+  double bytes_per_s;          /* per direction, effective */
+  double latency_s;            /* alpha, per message / ring step */
+  const char *source;
+} lx_link_spec;
+
+/* A measured time from a profile file (docs/cost-model.md). */
+typedef struct {
+  lx_op_kind kind;
+  int64_t tokens, in_width, out_width; /* the shape the entry was measured at */
+  lx_dtype dtype;
+  double fwd_s, bwd_s;
+} lx_profile_entry;
+
+typedef struct {
+  lx_gpu_spec gpu;
+  lx_link_spec intra, inter;
+  double matmul_efficiency;      /* fraction of tensor peak large GEMMs reach */
+  double attention_efficiency;   /* fraction of tensor peak of the attention core */
+  double memory_efficiency;      /* fraction of HBM bandwidth element-wise kernels reach */
+  double launch_s;               /* per kernel launch */
+  double interference;           /* compute slowdown factor (>= 1) while NCCL runs */
+  lx_profile_entry *profile;
+  int n_profile;
+} lx_cost_model;
+
+const lx_gpu_spec *lx_gpu_spec_of(lx_gpu gpu);
+const lx_link_spec *lx_link_spec_of(lx_link link);
+
+/* Fills the model for the IR's cluster. A profile path of NULL means none.
+ * Returns false (after a located diagnostic) when the profile is malformed. */
+bool lx_cost_model_init(lx_cost_model *cm, const lx_ir *ir, const char *profile_path);
+void lx_cost_model_free(lx_cost_model *cm);
+
+/* One op of graph g for one micro-batch on one tp rank; recompute = fwd. */
+double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
+double lx_cost_op_bwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
+
+/* Communication; `cross_node` picks the inter-node link. */
+double lx_cost_p2p(const lx_cost_model *cm, int64_t bytes, bool cross_node);
+double lx_cost_allreduce(const lx_cost_model *cm, int64_t bytes, int ranks, bool cross_node);
+double lx_cost_reduce_scatter(const lx_cost_model *cm, int64_t bytes, int ranks, bool cross_node);
+double lx_cost_all_gather(const lx_cost_model *cm, int64_t bytes, int ranks, bool cross_node);
+
+#endif
