@@ -8,7 +8,7 @@ ifeq ($(origin CC),default)
 CC := gcc
 endif
 LLVM_DIR ?= /usr/lib/llvm-16
-BUILD ?= build
+BUILD ?= .build
 
 CFLAGS ?= -O2 -g
 WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes

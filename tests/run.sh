@@ -6,7 +6,7 @@ set -u
 passed=0
 failed=0
 failed_names=()
-log_dir=${TEST_LOG_DIR:-build/test-logs}
+log_dir=${TEST_LOG_DIR:-.build/test-logs}
 mkdir -p "$log_dir"
 for test in "$@"; do
   name=$(basename "$test")
