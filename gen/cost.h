@@ -30,12 +30,18 @@ typedef struct {
   const char *source;
 } lx_link_spec;
 
-/* A measured time from a profile file (docs/cost-model.md). */
+/* A measured time from a profile file (docs/cost-model.md). The shape is
+ * what the kernel sees on one tp rank: tokens = rows it processes (the GEMM's
+ * M for linear and lm_head), widths per rank. seq_len, heads and
+ * attention_impl narrow the match where set (0 / -1: any). */
 typedef struct {
   lx_op_kind kind;
   int64_t tokens, in_width, out_width; /* the shape the entry was measured at */
   lx_dtype dtype;
   double fwd_s, bwd_s;
+  int64_t seq_len;     /* 0: any */
+  int64_t heads;       /* per rank; 0: any */
+  int attention_impl;  /* an lx_attention_impl, or -1: any */
 } lx_profile_entry;
 
 typedef struct {
@@ -44,10 +50,13 @@ typedef struct {
   double matmul_efficiency;      /* fraction of tensor peak large GEMMs reach */
   double attention_efficiency;   /* fraction of tensor peak of the attention core */
   double memory_efficiency;      /* fraction of HBM bandwidth element-wise kernels reach */
+  double flash_attention_efficiency; /* fraction of tensor peak of a fused flash kernel */
+  double vector_efficiency;      /* fraction of fp32 (CUDA-core) peak of non-matmul FLOPs */
+  double skinny_gemm_knee;       /* a GEMM dimension below this loses efficiency */
   double launch_s;               /* per kernel launch */
   double interference;           /* compute slowdown factor (>= 1) while NCCL runs */
   lx_profile_entry *profile;
-  int n_profile;
+  int n_profile, cap_profile;
 } lx_cost_model;
 
 const lx_gpu_spec *lx_gpu_spec_of(lx_gpu gpu);
@@ -57,6 +66,16 @@ const lx_link_spec *lx_link_spec_of(lx_link link);
  * Returns false (after a located diagnostic) when the profile is malformed. */
 bool lx_cost_model_init(lx_cost_model *cm, const lx_ir *ir, const char *profile_path);
 void lx_cost_model_free(lx_cost_model *cm);
+
+/* Reads a profile (docs/cost-model.md) into cm, after init: its entries
+ * override the model from then on. `contents` of NULL reads `path`; `path`
+ * names the file in diagnostics either way. Returns false after located
+ * errors; entries of a malformed profile are not kept. */
+bool lx_cost_load_profile(lx_cost_model *cm, const char *path, const char *contents);
+
+/* Fraction of the matmul peak a GEMM of m x k times k x n reaches: the
+ * large-GEMM efficiency, lower when a dimension is below the knee. */
+double lx_cost_gemm_efficiency(const lx_cost_model *cm, double m, double n, double k);
 
 /* One op of graph g for one micro-batch on one tp rank; recompute = fwd. */
 double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);

@@ -79,6 +79,32 @@ static CXCursor strip_wrappers(CXCursor c) {
   }
 }
 
+/* The type an expression had before its implicit conversion to the type of
+ * the parameter or field it initializes: clang converts 64.0 to int silently,
+ * so the folded value alone cannot tell a float from an integer. */
+static CXType written_type(CXCursor expr) { return clang_getCanonicalType(clang_getCursorType(strip_wrappers(expr))); }
+
+static bool is_integer_type(CXType t) {
+  return t.kind == CXType_Enum || (t.kind >= CXType_Bool && t.kind <= CXType_Int128);
+}
+
+/* An expression is located where it starts: the cursor location of `3 * W`
+ * is its operator and that of `model.hidden` its member name. */
+static lx_srcloc expr_start_loc(parse_ctx *ctx, CXCursor expr) {
+  return location_at(ctx, clang_getRangeStart(clang_getCursorExtent(expr)));
+}
+
+/* Reports a value that is not an integer where one is needed; true if it is. */
+static bool expect_integer(parse_ctx *ctx, CXCursor expr, const char *what) {
+  CXType type = written_type(expr);
+  if (is_integer_type(type)) return true;
+  CXString spelling = clang_getTypeSpelling(type);
+  lx_error(expr_start_loc(ctx, expr), "%s must be an integer, not a value of type '%s'", what,
+           clang_getCString(spelling));
+  clang_disposeString(spelling);
+  return false;
+}
+
 /* ---- configs ------------------------------------------------------------- */
 
 typedef enum { FIELD_INT, FIELD_ENUM, FIELD_DOUBLE, FIELD_BOOL, FIELD_STRING } field_type;
@@ -142,37 +168,77 @@ static const field_desc *find_field(const char *config, const char *name) {
   return NULL;
 }
 
-static void store_field(parse_ctx *ctx, const field_desc *f, CXCursor value) {
-  char *slot = (char *)ctx->ir + f->offset;
-  lx_srcloc at = cursor_loc(ctx, value);
-  CXEvalResult r = clang_Cursor_Evaluate(value);
-  CXEvalResultKind kind = r ? clang_EvalResult_getKind(r) : CXEval_UnExposed;
-  if (f->type == FIELD_STRING) {
-    if (kind == CXEval_StrLiteral) {
-      char *copy = strdup(clang_EvalResult_getAsStr(r));
-      memcpy(slot, &copy, sizeof copy);
-    } else {
-      lx_error(at, "field '%s' must be a string literal", f->name);
-    }
-  } else if (f->type == FIELD_DOUBLE && (kind == CXEval_Float || kind == CXEval_Int)) {
-    double v = kind == CXEval_Float ? clang_EvalResult_getAsDouble(r)
-                                    : (double)clang_EvalResult_getAsLongLong(r);
-    memcpy(slot, &v, sizeof v);
-  } else if (f->type != FIELD_DOUBLE && kind == CXEval_Int) {
-    long long v = clang_EvalResult_getAsLongLong(r);
-    if (f->type == FIELD_BOOL) {
-      bool b = v != 0;
-      memcpy(slot, &b, sizeof b);
-    } else if (v < -2147483647LL || v > 2147483647LL) {
-      lx_error(at, "field '%s' = %lld does not fit in an int", f->name, v);
-    } else {
-      int i = (int)v;
-      memcpy(slot, &i, sizeof i);
-    }
-  } else {
-    lx_error(at, "field '%s' must be a constant %s expression", f->name,
-             f->type == FIELD_DOUBLE ? "numeric" : "integer");
+/* The enum an enumeration constant belongs to (in C the constant itself has
+ * type int), or an invalid type when `expr` is not one. */
+static CXType enum_of_constant(CXCursor expr) {
+  CXCursor ref = clang_getCursorReferenced(strip_wrappers(expr));
+  if (clang_getCursorKind(ref) != CXCursor_EnumConstantDecl) return (CXType){.kind = CXType_Invalid};
+  return clang_getCanonicalType(clang_getCursorType(clang_getCursorSemanticParent(ref)));
+}
+
+/* `.gpu = LINK_NVLINK3` would silently mean a GPU: an enum field takes the
+ * constants of its own enum (or a plain integer, range-checked later). */
+static bool expect_own_enum(parse_ctx *ctx, CXCursor member, CXCursor value, const char *name) {
+  CXType given = enum_of_constant(value);
+  CXType wanted = clang_getCanonicalType(clang_getCursorType(clang_getCursorReferenced(member)));
+  if (given.kind == CXType_Invalid || clang_equalTypes(given, wanted)) return true;
+  CXString g = clang_getTypeSpelling(given), w = clang_getTypeSpelling(wanted);
+  lx_error(expr_start_loc(ctx, value), "field '%s' takes a constant of '%s', not of '%s'", name, clang_getCString(w),
+           clang_getCString(g));
+  clang_disposeString(g);
+  clang_disposeString(w);
+  return false;
+}
+
+static void store_string(lx_srcloc at, const field_desc *f, CXEvalResult r, char *slot) {
+  if (!r || clang_EvalResult_getKind(r) != CXEval_StrLiteral) {
+    lx_error(at, "field '%s' must be a string literal", f->name);
+    return;
   }
+  char *copy = strdup(clang_EvalResult_getAsStr(r));
+  memcpy(slot, &copy, sizeof copy);
+}
+
+static void store_double(lx_srcloc at, const field_desc *f, CXEvalResult r, char *slot) {
+  CXEvalResultKind kind = r ? clang_EvalResult_getKind(r) : CXEval_UnExposed;
+  if (kind != CXEval_Float && kind != CXEval_Int) {
+    lx_error(at, "field '%s' must be a constant numeric expression", f->name);
+    return;
+  }
+  double v = kind == CXEval_Float ? clang_EvalResult_getAsDouble(r) : (double)clang_EvalResult_getAsLongLong(r);
+  memcpy(slot, &v, sizeof v);
+}
+
+/* int, enum and bool fields */
+static void store_integer(lx_srcloc at, const field_desc *f, CXEvalResult r, char *slot) {
+  if (!r || clang_EvalResult_getKind(r) != CXEval_Int) {
+    lx_error(at, "field '%s' must be a constant integer expression", f->name);
+    return;
+  }
+  long long v = clang_EvalResult_getAsLongLong(r);
+  if (f->type == FIELD_BOOL) {
+    bool b = v != 0;
+    memcpy(slot, &b, sizeof b);
+  } else if (v < -2147483647LL || v > 2147483647LL) {
+    lx_error(at, "field '%s' = %lld does not fit in an int", f->name, v);
+  } else {
+    int i = (int)v;
+    memcpy(slot, &i, sizeof i);
+  }
+}
+
+static void store_field(parse_ctx *ctx, const field_desc *f, CXCursor member, CXCursor value) {
+  char *slot = (char *)ctx->ir + f->offset;
+  bool integral = f->type == FIELD_INT || f->type == FIELD_ENUM || f->type == FIELD_BOOL;
+  char what[80];
+  snprintf(what, sizeof what, "field '%s'", f->name);
+  if (integral && !expect_integer(ctx, value, what)) return;
+  if (f->type == FIELD_ENUM && !expect_own_enum(ctx, member, value, f->name)) return;
+  lx_srcloc at = expr_start_loc(ctx, value);
+  CXEvalResult r = clang_Cursor_Evaluate(value);
+  if (f->type == FIELD_STRING) store_string(at, f, r, slot);
+  else if (f->type == FIELD_DOUBLE) store_double(at, f, r, slot);
+  else store_integer(at, f, r, slot);
   if (r) clang_EvalResult_dispose(r);
 }
 
@@ -212,7 +278,7 @@ static void parse_config(parse_ctx *ctx, CXCursor var, const char *config, lx_sr
       continue;
     }
     *field_loc = cursor_loc(ctx, parts.items[0]);
-    store_field(ctx, f, parts.items[1]);
+    store_field(ctx, f, parts.items[0], parts.items[1]);
   }
 }
 
@@ -260,13 +326,17 @@ static const operator_desc *find_operator(const char *name) {
 
 enum { MAX_VARS = 256 };
 
+/* A variable whose defining expression had an error is not "undefined": its
+ * uses must stay quiet, or one mistake would be reported at every later use. */
+enum { VAR_UNDEFINED = -1, VAR_FAILED = -2 };
+
 /* The tensor variables of one function: name -> op holding its value. */
 typedef struct {
   parse_ctx *ctx;
   lx_graph *graph;
   struct {
     char name[32];
-    int op; /* -1: declared, not yet assigned */
+    int op; /* VAR_UNDEFINED, VAR_FAILED, or the op holding its value */
   } vars[MAX_VARS];
   int n_vars;
   bool returned;
@@ -287,7 +357,7 @@ static int declare_var(function_ctx *fn, CXCursor decl) {
   }
   int v = fn->n_vars++;
   snprintf(fn->vars[v].name, sizeof fn->vars[v].name, "%s", name);
-  fn->vars[v].op = -1;
+  fn->vars[v].op = VAR_UNDEFINED;
   return v;
 }
 
@@ -300,9 +370,14 @@ static bool is_tensor_type(CXType t) {
 
 static int eval_tensor(function_ctx *fn, CXCursor expr);
 
+/* The type an argument had before the implicit conversion to the parameter's
+ * type: clang converts 64.0 to int silently, so the value alone cannot tell. */
 static bool eval_int_arg(function_ctx *fn, CXCursor arg, const operator_desc *od, int i, int *value) {
-  lx_srcloc at = cursor_loc(fn->ctx, arg);
+  lx_srcloc at = expr_start_loc(fn->ctx, arg);
   const char *arg_name = od->int_names[i];
+  char what[96];
+  snprintf(what, sizeof what, "argument '%s' of %s()", arg_name, od->name);
+  if (!expect_integer(fn->ctx, arg, what)) return false;
   CXEvalResult r = clang_Cursor_Evaluate(arg);
   bool ok = r && clang_EvalResult_getKind(r) == CXEval_Int;
   long long v = ok ? clang_EvalResult_getAsLongLong(r) : 0;
@@ -378,9 +453,9 @@ static int eval_tensor(function_ctx *fn, CXCursor expr) {
       lx_error(cursor_loc(fn->ctx, e), "'%s' is not a tensor of this function", name);
       return -1;
     }
-    if (fn->vars[v].op < 0)
+    if (fn->vars[v].op == VAR_UNDEFINED)
       lx_error(cursor_loc(fn->ctx, e), "tensor '%s' is used before it is defined", name);
-    return fn->vars[v].op;
+    return fn->vars[v].op < 0 ? -1 : fn->vars[v].op;
   }
   default:
     lx_error(cursor_loc(fn->ctx, e), "expected a tensor (a variable or an operator call) here");
@@ -389,7 +464,7 @@ static int eval_tensor(function_ctx *fn, CXCursor expr) {
 }
 
 static void assign(function_ctx *fn, int var, int op) {
-  fn->vars[var].op = op;
+  fn->vars[var].op = op < 0 ? VAR_FAILED : op;
   if (op < 0) return;
   lx_op *o = &fn->graph->ops[op];
   if (!o->var[0]) snprintf(o->var, sizeof o->var, "%s", fn->vars[var].name);
@@ -564,22 +639,59 @@ static enum CXChildVisitResult visit_top_level(CXCursor c, CXCursor parent, CXCl
   return CXChildVisit_Continue;
 }
 
-/* clang's own errors (syntax, types, undeclared names), located. */
+/* The first token of a source range, e.g. the operator named by a call. */
+static void first_token_of(parse_ctx *ctx, CXSourceRange range, char *dst, size_t size) {
+  CXToken *tokens;
+  unsigned n;
+  clang_tokenize(ctx->tu, range, &tokens, &n);
+  dst[0] = '\0';
+  if (n > 0) copy_spelling(dst, size, clang_getTokenSpelling(ctx->tu, tokens[0]));
+  clang_disposeTokens(ctx->tu, tokens, n);
+}
+
+/* clang says "too few arguments to function call, expected 2, have 1" at the
+ * closing parenthesis; the user wants to know which operator, so the error
+ * names it and points at it (the diagnostic's first range is the callee). */
+static bool report_argument_count(parse_ctx *ctx, CXDiagnostic d, const char *text) {
+  int expected = 0, have = 0;
+  bool counted = sscanf(text, "too %*s arguments to function call, expected %d, have %d", &expected, &have) == 2;
+  bool single = !counted && strstr(text, "too few arguments to function call, single argument") == text;
+  if ((!counted && !single) || clang_getDiagnosticNumRanges(d) == 0) return false;
+  if (single) expected = 1, have = 0;
+  CXSourceRange callee = clang_getDiagnosticRange(d, 0);
+  char name[64];
+  first_token_of(ctx, callee, name, sizeof name);
+  if (!name[0]) return false;
+  lx_error(location_at(ctx, clang_getRangeStart(callee)), "%s() takes %d argument%s, got %d", name, expected,
+           expected == 1 ? "" : "s", have);
+  return true;
+}
+
+/* clang's own errors (syntax, types, undeclared names), located. An unknown
+ * operator is implicitly declared to return int, which clang then reports
+ * again as an int passed for a tensor at the same place: that echo is dropped. */
 static int report_clang_errors(parse_ctx *ctx) {
   int errors = 0;
+  lx_srcloc unknown_operator_at = {NULL, 0, 0};
   unsigned n = clang_getNumDiagnostics(ctx->tu);
   for (unsigned i = 0; i < n; i++) {
     CXDiagnostic d = clang_getDiagnostic(ctx->tu, i);
-    enum CXDiagnosticSeverity sev = clang_getDiagnosticSeverity(d);
-    if (sev >= CXDiagnostic_Error) {
+    if (clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error) {
       CXString msg = clang_getDiagnosticSpelling(d);
       const char *text = clang_getCString(msg);
       lx_srcloc at = location_at(ctx, clang_getDiagnosticLocation(d));
+      if (at.line == 0) at = file_start(ctx); /* e.g. "too many errors emitted" */
+      bool echo = at.line == unknown_operator_at.line && at.col == unknown_operator_at.col &&
+                  strstr(text, "incompatible integer to pointer conversion") == text;
       char name[64];
-      if (sscanf(text, "call to undeclared function '%63[^']'", name) == 1)
+      if (echo) {
+        /* already reported as the unknown operator */
+      } else if (sscanf(text, "call to undeclared function '%63[^']'", name) == 1) {
         lx_error(at, "unknown operator '%s' (the operators are declared in lynx.h)", name);
-      else
+        unknown_operator_at = at;
+      } else if (!report_argument_count(ctx, d, text)) {
         lx_error(at, "%s", text);
+      }
       clang_disposeString(msg);
       errors++;
     }

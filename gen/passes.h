@@ -1,0 +1,31 @@
+/* passes.h — the entry points of the passes after analysis, in pipeline
+ * order. Each pass lives in its own file and reads only the IR and the
+ * schedule IR (ir/ir.h, ir/schedule.h). */
+#ifndef LX_PASSES_H
+#define LX_PASSES_H
+
+#include "schedule.h"
+
+/* partition.c — Megatron-LM's even split of the layers over `pp` stages
+ * (the first layers % pp stages take one more). first_layer has pp + 1
+ * entries; stage s holds [first_layer[s], first_layer[s + 1]). */
+void lx_partition_uniform(int layers, int pp, int *first_layer);
+
+/* recompute.c — the decisions of a fixed policy for one block, then the
+ * closure: an op whose dropped tensors must be regenerated runs again, and
+ * so does every producer of an input that is no longer held. */
+void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decision *decisions);
+void lx_recompute_closure(const lx_graph *block, lx_op_decision *decisions);
+/* Bytes of one layer's activations kept from forward to backward, per
+ * micro-batch and tp rank, under these decisions. */
+int64_t lx_kept_bytes(const lx_graph *block, const lx_op_decision *decisions);
+
+/* schedule.c — the per-stage instruction lists of a pipeline schedule
+ * (GPipe or 1F1B) for the plan in ir->plan, with recompute on demand just
+ * before each layer's backward. Returns false after a diagnostic when the
+ * plan asks for something not built yet. */
+bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out);
+/* The plan's micro-batches per iteration and per replica. */
+int lx_micro_batches(const lx_ir *ir);
+
+#endif

@@ -1,0 +1,78 @@
+/* schedule.c — names and containers of the schedule IR. */
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_OF(table, value) \
+  ((size_t)(value) < sizeof(table) / sizeof(table)[0] && (table)[value] ? (table)[value] : "?")
+
+const char *lx_stream_name(lx_stream s) {
+  static const char *names[] = {"compute", "recompute", "send", "recv", "tp", "dp"};
+  _Static_assert(sizeof names / sizeof names[0] == LX_STREAM_COUNT, "one name per stream");
+  return NAME_OF(names, s);
+}
+
+const char *lx_instr_kind_name(lx_instr_kind k) {
+  static const char *names[] = {"FWD",          "BWD",          "RECOMPUTE",    "SEND_ACT",
+                                "RECV_ACT",     "SEND_GRAD",    "RECV_GRAD",    "ALLREDUCE_TP",
+                                "ALLREDUCE_DP", "OPTIMIZER_STEP", "RECORD",     "WAIT"};
+  _Static_assert(sizeof names / sizeof names[0] == LX_I_KIND_COUNT, "one name per instruction");
+  return NAME_OF(names, k);
+}
+
+const char *lx_recompute_policy_name(lx_recompute_policy p) {
+  static const char *names[] = {"none", "full", "selective"};
+  _Static_assert(sizeof names / sizeof names[0] == LX_RECOMPUTE_POLICY_COUNT, "one name per policy");
+  return NAME_OF(names, p);
+}
+
+lx_instr *lx_instr_append(lx_instr_list *list, lx_instr instr) {
+  if (list->count == list->cap) {
+    list->cap = list->cap ? 2 * list->cap : 64;
+    list->items = realloc(list->items, sizeof *list->items * (size_t)list->cap);
+  }
+  list->items[list->count] = instr;
+  return &list->items[list->count++];
+}
+
+void lx_pipeline_free(lx_pipeline *p) {
+  for (int s = 0; p->stages && s < p->pp; s++) {
+    for (int k = 0; k < LX_STREAM_COUNT; k++) free(p->stages[s].streams[k].items);
+    free(p->stages[s].decisions);
+  }
+  free(p->stages);
+  memset(p, 0, sizeof *p);
+}
+
+const lx_graph *lx_graph_of(const lx_ir *ir, lx_graph_id id) {
+  return id == LX_GRAPH_PROLOGUE ? &ir->prologue : id == LX_GRAPH_BLOCK ? &ir->block : &ir->epilogue;
+}
+
+void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t size) {
+  const char *kind = lx_instr_kind_name(in->kind);
+  switch (in->kind) {
+  case LX_I_FWD:
+  case LX_I_BWD:
+  case LX_I_RECOMPUTE:
+  case LX_I_ALLREDUCE_TP: {
+    const lx_graph *g = lx_graph_of(ir, in->graph);
+    if (in->layer >= 0)
+      snprintf(buf, size, "%s%s %s.%s L%d mb%d", kind, in->backward ? "(bwd)" : "", g->name,
+               g->ops[in->op].name, in->layer, in->mb);
+    else
+      snprintf(buf, size, "%s%s %s.%s mb%d", kind, in->backward ? "(bwd)" : "", g->name, g->ops[in->op].name,
+               in->mb);
+    break;
+  }
+  case LX_I_SEND_ACT:
+  case LX_I_RECV_ACT:
+  case LX_I_SEND_GRAD:
+  case LX_I_RECV_GRAD: snprintf(buf, size, "%s mb%d %s stage %d", kind, in->mb,
+                                in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD ? "to" : "from", in->peer);
+    break;
+  case LX_I_RECORD:
+  case LX_I_WAIT: snprintf(buf, size, "%s e%d", kind, in->event); break;
+  default: snprintf(buf, size, "%s", kind); break;
+  }
+}

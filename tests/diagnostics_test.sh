@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The diagnostics of bin/lynxgen, end to end.
+#
+# Every tests/diag/*.model holds one mistake and states, in its first line,
+#   // expect: LINE:COL: error: TEXT
+# the position of the mistake (counted by hand) and a part of the message.
+# For each, lynxgen must exit 1, report FILE:LINE:COL: error: ...TEXT...,
+# locate every error it prints, print nothing on stdout and leave no output
+# directory behind. Then: usage errors exit 2, command-line overrides are
+# checked like the model file's values, and -o replaces only directories
+# that lynxgen wrote. Prints one "ok - " or "not ok - " line per check.
+set -u
+cd "$(dirname "$0")/.."
+LYNXGEN=bin/lynxgen
+EXAMPLE=examples/gpt13b.model
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+pass() { echo "ok - $1"; }
+fail() {
+  echo "not ok - $1"
+  shift
+  for detail in "$@"; do echo "     got $detail"; done
+  failures=$((failures + 1))
+}
+
+# Runs lynxgen with the given arguments; sets $status, $out (stdout), $err.
+run_lynxgen() {
+  "$LYNXGEN" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+  status=$?
+  out=$(cat "$tmp/stdout")
+  err=$(cat "$tmp/stderr")
+}
+
+# Nothing of a run that failed may be left: neither DIR nor its staging copy.
+no_output_left() { [ ! -e "$1" ] && [ ! -e "$1.lynxgen-tmp" ]; }
+
+# Every "error:" line either carries FILE:LINE:COL or is the closing count.
+all_errors_located() {
+  local file=$1 line
+  while IFS= read -r line; do
+    case "$line" in
+      "$file":[0-9]*:[0-9]*": error: "* | "lynxgen: "[0-9]*" error"*) ;;
+      *"error:"*) return 1 ;;
+    esac
+  done <<<"$err"
+}
+
+# ---- one model file per diagnostic ------------------------------------------
+
+check_diag_file() {
+  local file=$1 name expect loc text
+  name=$(basename "$file" .model)
+  expect=$(sed -n '1s|^// expect: ||p' "$file")
+  loc=${expect%%: error: *}
+  text=${expect#*: error: }
+  if [ -z "$expect" ] || [ "$loc" = "$expect" ] || ! [[ $loc =~ ^[0-9]+:[0-9]+$ ]]; then
+    fail "$name: first line is '// expect: LINE:COL: error: TEXT'" "$(head -1 "$file")"
+    return
+  fi
+  rm -rf "$tmp/out"
+  run_lynxgen "$file" -o "$tmp/out"
+  local at_loc
+  at_loc=$(grep -F -- "$file:$loc: error: " <<<"$err" | grep -F -- "$text")
+  if [ "$status" -ne 1 ]; then
+    fail "$name: exit status 1" "exit $status" "$err"
+  elif [ -z "$at_loc" ]; then
+    fail "$name: error at $loc naming '$text'" "$err"
+  elif ! all_errors_located "$file"; then
+    fail "$name: every error is located" "$err"
+  elif [ -n "$out" ]; then
+    fail "$name: nothing on stdout" "$out"
+  elif ! no_output_left "$tmp/out"; then
+    fail "$name: no output directory left behind" "$(ls -a "$tmp")"
+  else
+    pass "$name: exit 1, $file:$loc: error: ...$text..."
+  fi
+}
+
+diag_files=(tests/diag/*.model)
+if [ ${#diag_files[@]} -lt 30 ] || [ ! -e "${diag_files[0]}" ]; then
+  fail "tests/diag holds the diagnostic cases" "${#diag_files[@]} files"
+fi
+for file in "${diag_files[@]}"; do
+  [ -e "$file" ] && check_diag_file "$file"
+done
+
+# ---- usage errors: exit 2, nothing written ----------------------------------
+
+check_usage() {
+  local what=$1 want=$2
+  shift 2
+  rm -rf "$tmp/out"
+  run_lynxgen "$@"
+  if [ "$status" -ne 2 ]; then
+    fail "usage error ($what): exit 2" "exit $status" "$err"
+  elif ! grep -qF -- "$want" <<<"$err"; then
+    fail "usage error ($what): message names '$want'" "$err"
+  elif ! no_output_left "$tmp/out"; then
+    fail "usage error ($what): no output directory" "$(ls -a "$tmp")"
+  else
+    pass "usage error ($what): exit 2, '$want'"
+  fi
+}
+
+check_usage "no model file" "no model file" -o "$tmp/out"
+check_usage "unknown option" "unknown option '--bogus'" "$EXAMPLE" --bogus -o "$tmp/out"
+check_usage "--tp abc" "--tp needs a positive integer, got 'abc'" "$EXAMPLE" --tp abc -o "$tmp/out"
+check_usage "--tp 0" "--tp needs a positive integer, got '0'" "$EXAMPLE" --tp 0 -o "$tmp/out"
+check_usage "--schedule bogus" "unknown schedule 'bogus'" "$EXAMPLE" --schedule bogus -o "$tmp/out"
+check_usage "-o without a value" "needs a value" "$EXAMPLE" -o
+check_usage "two model files" "more than one model file" "$EXAMPLE" "$EXAMPLE" -o "$tmp/out"
+check_usage "nothing to do" "nothing to do" "$EXAMPLE"
+
+# ---- command-line overrides are diagnosed like the model file's values ------
+
+check_override() {
+  local what=$1 want1=$2 want2=$3
+  shift 3
+  rm -rf "$tmp/out"
+  run_lynxgen "$EXAMPLE" "$@" -o "$tmp/out"
+  if [ "$status" -ne 1 ]; then
+    fail "override $what: exit 1" "exit $status" "$err"
+  elif ! grep -F -- "$want1" <<<"$err" | grep -qF -- "$want2"; then
+    fail "override $what: message names '$want1' and '$want2'" "$err"
+  elif ! grep -qF -- "command line $1" <<<"$err"; then
+    fail "override $what: the error points at the command line" "$err"
+  elif ! no_output_left "$tmp/out"; then
+    fail "override $what: no output directory" "$(ls -a "$tmp")"
+  else
+    pass "override $what: exit 1, '$want1 ... $want2'"
+  fi
+}
+
+check_override "--tp 3 on 16 heads" "tp (3)" "heads (16)" --tp 3
+check_override "--pp 48 on 24 layers" "layers (24)" "pp = 48" --pp 48
+check_override "--global-batch 100" "global_batch (100)" "micro_batch x dp" --global-batch 100
+
+# ---- the output directory ---------------------------------------------------
+
+# A directory lynxgen did not write is never replaced.
+mkdir -p "$tmp/mine"
+echo "precious" >"$tmp/mine/notes.txt"
+run_lynxgen "$EXAMPLE" -o "$tmp/mine"
+if [ "$status" -eq 2 ] && [ "$(cat "$tmp/mine/notes.txt")" = "precious" ] && [ ! -e "$tmp/mine/ir.json" ] &&
+  [ ! -e "$tmp/mine.lynxgen-tmp" ] && grep -qF "not written by lynxgen" <<<"$err"; then
+  pass "-o into a directory lynxgen did not write: exit 2, left intact"
+else
+  fail "-o into a directory lynxgen did not write: exit 2, left intact" "exit $status" "$err" "$(ls -a "$tmp/mine")"
+fi
+
+# A directory lynxgen wrote is regenerated in place.
+rm -rf "$tmp/gen"
+run_lynxgen "$EXAMPLE" -o "$tmp/gen"
+first=$status
+touch "$tmp/gen/stale"
+run_lynxgen "$EXAMPLE" -o "$tmp/gen/"
+if [ "$first" -eq 0 ] && [ "$status" -eq 0 ] && [ -s "$tmp/gen/ir.json" ] && [ ! -e "$tmp/gen/stale" ] &&
+  [ ! -e "$tmp/gen.lynxgen-tmp" ]; then
+  pass "-o into a directory lynxgen wrote: regenerated whole"
+else
+  fail "-o into a directory lynxgen wrote: regenerated whole" "exit $first then $status" "$err" "$(ls -a "$tmp/gen")"
+fi
+
+# A rejected model leaves the previous output as it was.
+cp "$tmp/gen/ir.json" "$tmp/ir.json.before"
+run_lynxgen tests/diag/syntax_error.model -o "$tmp/gen"
+if [ "$status" -eq 1 ] && cmp -s "$tmp/gen/ir.json" "$tmp/ir.json.before" && [ ! -e "$tmp/gen.lynxgen-tmp" ]; then
+  pass "a rejected model leaves the previous output directory untouched"
+else
+  fail "a rejected model leaves the previous output directory untouched" "exit $status" "$(ls -a "$tmp/gen")"
+fi
+
+# An empty directory holds nothing to lose.
+mkdir -p "$tmp/empty"
+run_lynxgen "$EXAMPLE" -o "$tmp/empty"
+if [ "$status" -eq 0 ] && [ -s "$tmp/empty/ir.json" ]; then
+  pass "-o into an empty directory: written"
+else
+  fail "-o into an empty directory: written" "exit $status" "$err"
+fi
+
+# A model file that cannot be read is reported by name.
+run_lynxgen "$tmp/no-such.model" -o "$tmp/out"
+if [ "$status" -ne 0 ] && grep -qF "$tmp/no-such.model" <<<"$err" && no_output_left "$tmp/out"; then
+  pass "a missing model file is reported by name, nothing written"
+else
+  fail "a missing model file is reported by name, nothing written" "exit $status" "$err"
+fi
+
+[ "$failures" -eq 0 ]

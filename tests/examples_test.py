@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""The example model files: each one builds, and its numbers are the ones it claims.
+
+- every examples/*.model: lynxgen --dump-ir exits 0 and prints JSON that parses;
+  clang accepts it with examples/compile_flags.txt (what clangd sees), if clang is here
+- the GPT examples: params_total equals 12*L*h^2 + 13*L*h + V*h + s*h + 2*h, computed
+  here from the example's own config, and is within 3% of the nominal size in
+  shared/reference/models.md
+- llama.model: params_total equals the Llama closed form derived below; its block
+  has rmsnorm, rope and swiglu, grouped-query attention (kv_heads < heads, visible
+  in the attention op's input and output widths) and linears without biases
+- -o DIR run from two different working directories writes byte-identical ir.json,
+  the same bytes --dump-ir prints
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
+EXAMPLES = os.path.join(ROOT, "examples")
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    print(("ok - " if cond else "not ok - ") + what)
+    failures += not cond
+    return cond
+
+
+def run(args, cwd=None):
+    return subprocess.run([LYNXGEN, *args], capture_output=True, cwd=cwd)
+
+
+# Nominal sizes from shared/reference/models.md (gpt-7b is GPT-3 6.7B).
+NOMINAL = {
+    "gpt2-124m": 124e6,
+    "gpt13b": 1.3e9,
+    "gpt-2.7b": 2.7e9,
+    "gpt-7b": 6.7e9,
+    "gpt-13b": 13e9,
+    "gpt-20b": 20e9,
+    "gpt-23b": 23e9,
+}
+GPT_SHAPED = set(NOMINAL) | {"tiny"}  # GPT blocks with biases and a tied head
+
+
+def gpt_params(m):
+    L, h, V, s = m["layers"], m["hidden"], m["vocab"], m["seq_len"]
+    return 12 * L * h * h + 13 * L * h + V * h + s * h + 2 * h
+
+
+def llama_params(m):
+    """Llama: per layer two RMSNorm scales (h each), fused q/k/v projection
+    (h + 2*kv_heads*head_dim) x h, output projection h x h, fused gate/up
+    2*ffn x h, down projection ffn x h, no biases; token embedding V x h, an
+    untied output head V x h and the final RMSNorm scale h."""
+    L, h, V = m["layers"], m["hidden"], m["vocab"]
+    kv, ffn = m["kv_heads"], m["ffn_hidden"]
+    d = h // m["heads"]
+    layer = 2 * h + (h + 2 * kv * d) * h + h * h + 2 * ffn * h + ffn * h
+    return L * layer + V * h + V * h + h
+
+
+models = sorted(glob.glob(os.path.join(EXAMPLES, "*.model")))
+names = {os.path.basename(p)[: -len(".model")] for p in models}
+for name in sorted(NOMINAL) + ["tiny", "llama"]:
+    check(name in names, f"examples/{name}.model exists")
+
+flags_path = os.path.join(EXAMPLES, "compile_flags.txt")
+flags = open(flags_path).read().split() if os.path.exists(flags_path) else None
+check(flags is not None and "-I../ir" in flags and "-xc" in flags and "-std=c11" in flags,
+      "examples/compile_flags.txt gives clangd -xc -std=c11 -I../ir")
+clang = shutil.which("clang")
+
+irs = {}
+for path in models:
+    name = os.path.basename(path)[: -len(".model")]
+    out = run([path, "--dump-ir"])
+    if not check(out.returncode == 0, f"{name}: lynxgen --dump-ir exits 0 (got {out.returncode})"):
+        sys.stdout.write(out.stderr.decode(errors="replace"))
+        continue
+    try:
+        irs[name] = json.loads(out.stdout)
+        check(True, f"{name}: --dump-ir prints JSON that parses")
+    except ValueError as e:
+        check(False, f"{name}: --dump-ir prints JSON that parses ({e})")
+    if clang and flags:
+        cc = subprocess.run([clang, *flags, "-fsyntax-only", os.path.basename(path)], cwd=EXAMPLES,
+                            capture_output=True, text=True)
+        if not check(cc.returncode == 0, f"{name}: clang accepts it with examples/compile_flags.txt"):
+            sys.stdout.write(cc.stderr)
+
+for name in sorted(GPT_SHAPED & set(irs)):
+    ir = irs[name]
+    want = gpt_params(ir["model"])
+    got = ir["params_total"]
+    check(got == want, f"{name}: params_total = 12Lh^2 + 13Lh + Vh + sh + 2h = {want} (got {got})")
+    if name in NOMINAL:
+        nominal = NOMINAL[name]
+        check(abs(got - nominal) <= 0.03 * nominal,
+              f"{name}: params_total {got / 1e9:.4f} B is within 3% of the nominal {nominal / 1e9:g} B")
+
+ir = irs.get("llama")
+if ir:
+    m = ir["model"]
+    want = llama_params(m)
+    check(ir["params_total"] == want,
+          f"llama: params_total = L*(2h + (h + 2*kv*d)*h + h^2 + 3*ffn*h) + 2*V*h + h = {want} "
+          f"(got {ir['params_total']})")
+    all_ops = [op for g in ir["graphs"].values() for op in g["ops"]]
+    block = ir["graphs"]["block"]["ops"]
+    kinds = {op["kind"] for op in block}
+    for kind in ["rmsnorm", "rope", "swiglu", "attention"]:
+        check(kind in kinds, f"llama: the block has a {kind} op")
+    check(not {"layernorm", "position_embedding", "dropout", "gelu"} & {op["kind"] for op in all_ops},
+          "llama: no layernorm, position_embedding, dropout or gelu anywhere")
+    check(m["kv_heads"] < m["heads"] and m["heads"] % m["kv_heads"] == 0,
+          f"llama: grouped-query attention, kv_heads {m['kv_heads']} < heads {m['heads']}")
+    d = m["hidden"] // m["heads"]
+    by_name = {op["name"]: op for op in block}
+    for op in block:
+        if op["kind"] != "attention":
+            continue
+        qkv = by_name[op["inputs"][0]]["shape"]["width"]
+        want_qkv = (m["heads"] + 2 * m["kv_heads"]) * d
+        check(qkv == want_qkv and op["shape"]["width"] == m["heads"] * d,
+              f"llama: {op['name']} reads q,k,v of width (heads + 2*kv_heads)*head_dim = {want_qkv} "
+              f"and writes heads*head_dim = {m['heads'] * d} (got {qkv} -> {op['shape']['width']})")
+    for g in ir["graphs"].values():
+        names_in_g = {op["name"]: op for op in g["ops"]}
+        for op in g["ops"]:
+            if op["kind"] == "linear":
+                k = names_in_g[op["inputs"][0]]["shape"]["width"]
+                n = op["shape"]["width"]
+                check(op["params"] == k * n, f"llama: {op['name']} has no bias ({k} x {n} = {k * n} "
+                                             f"parameters, got {op['params']})")
+    heads = [op for op in ir["graphs"]["epilogue"]["ops"] if op["kind"] == "lm_head"]
+    check(not m["tied_embeddings"] and len(heads) == 1 and heads[0]["params"] == m["vocab"] * m["hidden"],
+          "llama: the lm_head is untied and holds V*h parameters")
+
+# Reproducibility: the same model, from two working directories, into two
+# differently named output directories.
+with tempfile.TemporaryDirectory() as tmp:
+    cwd_a, cwd_b = os.path.join(tmp, "a"), os.path.join(tmp, "b", "deeper")
+    os.makedirs(cwd_a)
+    os.makedirs(cwd_b)
+    os.makedirs(os.path.join(tmp, "b", "elsewhere"))  # lynxgen creates DIR, not its parents
+    for path in models:
+        name = os.path.basename(path)[: -len(".model")]
+        ra = run([path, "-o", "out"], cwd=cwd_a)
+        rb = run([path, "-o", os.path.join("..", "elsewhere", name)], cwd=cwd_b)
+        if not check(ra.returncode == 0 and rb.returncode == 0, f"{name}: -o DIR exits 0 from two directories"):
+            sys.stdout.write((ra.stderr + rb.stderr).decode(errors="replace"))
+            continue
+        a = open(os.path.join(cwd_a, "out", "ir.json"), "rb").read()
+        b = open(os.path.join(tmp, "b", "elsewhere", name, "ir.json"), "rb").read()
+        check(a == b, f"{name}: ir.json is byte-identical when written from two working directories")
+        dump = run([path, "--dump-ir"], cwd=cwd_b).stdout
+        check(a == dump, f"{name}: ir.json holds exactly what --dump-ir prints")
+        shutil.rmtree(os.path.join(cwd_a, "out"))
+
+sys.exit(1 if failures else 0)

@@ -1,0 +1,160 @@
+/* The schedule, memory plan and simulator against closed forms:
+ * GPipe and 1F1B with uniform stages and no communication take exactly
+ * (m + p - 1) * (tf + tb) (../shared/reference/formulas.md), the bubble is
+ * (p - 1) / (m + p - 1) of the iteration, a point-to-point latency alpha
+ * adds 2 (p - 1) alpha under GPipe, stage i of 1F1B stashes min(p - i, m)
+ * micro-batches, and the recompute policies keep the bytes Korthikanti et
+ * al. give (full: 2sbh, selective: sbh(10 + 24/t)). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+#include "check.h"
+#include "diag.h"
+#include "frontend.h"
+#include "memplan.h"
+#include "passes.h"
+#include "simulate.h"
+
+static const char *model_text =
+    "#include <lynx.h>\n"
+    "#define H 64\n"
+    "static const struct lx_model model = {.vocab = 128, .seq_len = 32, .layers = 8, .hidden = H, .heads = 4,\n"
+    "  .dropout = 0.1};\n"
+    "static const struct lx_cluster cluster = {.gpu = GPU_A100_80GB, .gpus_per_node = 8};\n"
+    "static const struct lx_parallel parallel = {.micro_batch = 2};\n"
+    "tensor prologue(tensor t) { return add(embedding(t, 128, H), position_embedding(t, H)); }\n"
+    "tensor block(tensor x) {\n"
+    "  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);\n"
+    "  x = add(x, dropout(linear(a, H)));\n"
+    "  return add(x, dropout(linear(gelu(linear(layernorm(x), 4 * H)), H)));\n"
+    "}\n"
+    "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 128), y); }\n";
+
+static bool load(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int tp) {
+  lx_ir_init(ir);
+  if (lx_parse_model("pipeline.model", model_text, strlen(model_text), ir)) return false;
+  ir->plan.pp = pp;
+  ir->plan.tp = tp;
+  ir->plan.global_batch = micro_batches * 2;
+  ir->plan.schedule = schedule;
+  return lx_analyze(ir) == 0;
+}
+
+/* Uniform stages: the whole forward (tf) on the stage's first block op, the
+ * whole backward (tb) on it too; everything else free, transfers take alpha. */
+typedef struct {
+  double tf, tb, alpha;
+} uniform_timing;
+
+static double uniform(void *ctx, const lx_pipeline *p, int stage, const lx_instr *in) {
+  const uniform_timing *u = ctx;
+  bool first_op = in->graph == LX_GRAPH_BLOCK && in->op == 1 && in->layer == p->stages[stage].first_layer;
+  switch (in->kind) {
+  case LX_I_FWD: return first_op ? u->tf : 0;
+  case LX_I_BWD: return first_op ? u->tb : 0;
+  case LX_I_SEND_ACT:
+  case LX_I_SEND_GRAD: return u->alpha;
+  default: return 0;
+  }
+}
+
+static void check_closed_forms(lx_schedule schedule, int p, int m) {
+  lx_ir ir;
+  CHECK(load(&ir, p, m, schedule, 1), "model loads (p=%d m=%d)", p, m);
+  lx_pipeline pipe;
+  CHECK(lx_build_pipeline(&ir, LX_RECOMPUTE_NONE, &pipe), "pipeline builds");
+  const char *name = lx_schedule_name(schedule);
+  uniform_timing u = {1.0, 2.0, 0};
+  lx_simulation sim;
+  CHECK(lx_simulate(&pipe, NULL, uniform, &u, NULL, &sim), "%s p=%d m=%d simulates without deadlock", name, p, m);
+  double want = (m + p - 1) * (u.tf + u.tb);
+  CHECK_CLOSE(sim.iteration_time, want, 1e-12, "%s p=%d m=%d: iteration = (m+p-1)(tf+tb) = %g", name, p, m, want);
+  double bubble = (double)(p - 1) / (m + p - 1);
+  CHECK_CLOSE(sim.bubble_fraction, bubble, 1e-12, "%s p=%d m=%d: bubble = (p-1)/(m+p-1) = %.4f", name, p, m, bubble);
+  lx_simulation_free(&sim);
+  if (schedule == LX_SCHEDULE_GPIPE) {
+    u.alpha = 0.25;
+    CHECK(lx_simulate(&pipe, NULL, uniform, &u, NULL, &sim), "simulates with latency");
+    double shifted = want + 2 * (p - 1) * u.alpha;
+    CHECK_CLOSE(sim.iteration_time, shifted, 1e-12, "gpipe p=%d m=%d: latency alpha adds 2(p-1)alpha -> %g", p, m,
+                shifted);
+    lx_simulation_free(&sim);
+  }
+  lx_pipeline_free(&pipe);
+  lx_ir_free(&ir);
+}
+
+static void check_memory(lx_schedule schedule, int p, int m, lx_recompute_policy policy) {
+  lx_ir ir;
+  load(&ir, p, m, schedule, 1);
+  lx_pipeline pipe;
+  lx_build_pipeline(&ir, policy, &pipe);
+  lx_stage_memory *mem = calloc((size_t)p, sizeof *mem);
+  lx_plan_memory(&pipe, mem);
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  lx_simulation sim;
+  lx_simulate(&pipe, &cm, NULL, NULL, mem, &sim);
+  const char *name = lx_schedule_name(schedule), *pol = lx_recompute_policy_name(policy);
+  for (int s = 0; s < p; s++) {
+    int want = schedule == LX_SCHEDULE_GPIPE ? m : (p - s < m ? p - s : m);
+    CHECK(mem[s].stashed_micro_batches == want && sim.stages[s].max_in_flight == want,
+          "%s/%s p=%d m=%d stage %d stashes %d micro-batches (plan %d, simulated %d)", name, pol, p, m, s, want,
+          mem[s].stashed_micro_batches, sim.stages[s].max_in_flight);
+    CHECK(sim.stages[s].peak_bytes == mem[s].peak, "%s/%s stage %d: simulated peak %lld = planned peak %lld", name,
+          pol, s, (long long)sim.stages[s].peak_bytes, (long long)mem[s].peak);
+  }
+  lx_simulation_free(&sim);
+  for (int s = 0; s < p; s++) lx_stage_memory_free(&mem[s]);
+  free(mem);
+  lx_cost_model_free(&cm);
+  lx_pipeline_free(&pipe);
+  lx_ir_free(&ir);
+}
+
+/* What each policy keeps per layer, against Korthikanti et al.'s forms. */
+static void check_policies(int tp) {
+  lx_ir ir;
+  load(&ir, 1, 1, LX_SCHEDULE_1F1B, tp);
+  const lx_graph *g = &ir.block;
+  lx_op_decision *d = calloc((size_t)g->n_ops, sizeof *d);
+  double s = ir.model.seq_len, b = 2, h = ir.model.hidden;
+  lx_recompute_fixed(&ir, LX_RECOMPUTE_NONE, d);
+  CHECK(lx_kept_bytes(g, d) == g->activation_bytes, "tp=%d none keeps every saved byte (%lld)", tp,
+        (long long)g->activation_bytes);
+  lx_recompute_fixed(&ir, LX_RECOMPUTE_FULL, d);
+  CHECK(lx_kept_bytes(g, d) == (int64_t)(2 * s * b * h), "tp=%d full keeps 2sbh = %.0f (got %lld)", tp,
+        2 * s * b * h, (long long)lx_kept_bytes(g, d));
+  /* the layer's output is the next layer's kept input: no need to rerun it */
+  int recomputed = 0;
+  for (int i = 0; i < g->n_ops; i++) recomputed += d[i].recompute;
+  CHECK(recomputed == g->n_ops - 2 && !d[g->output].recompute,
+        "tp=%d full recomputes every op of the layer but the one making its output (%d of %d)", tp, recomputed,
+        g->n_ops - 2);
+  lx_recompute_fixed(&ir, LX_RECOMPUTE_SELECTIVE, d);
+  double want = s * b * h * (10 + 24.0 / tp);
+  CHECK(lx_kept_bytes(g, d) == (int64_t)want, "tp=%d selective keeps sbh(10 + 24/t) = %.0f (got %lld)", tp, want,
+        (long long)lx_kept_bytes(g, d));
+  recomputed = 0;
+  for (int i = 0; i < g->n_ops; i++) recomputed += d[i].recompute && g->ops[i].kind == LX_OP_ATTENTION;
+  CHECK(recomputed == 1, "tp=%d selective recomputes the attention core", tp);
+  free(d);
+  lx_ir_free(&ir);
+}
+
+int main(void) {
+  check_closed_forms(LX_SCHEDULE_GPIPE, 4, 8);
+  check_closed_forms(LX_SCHEDULE_1F1B, 4, 8);
+  check_closed_forms(LX_SCHEDULE_1F1B, 2, 2);
+  check_closed_forms(LX_SCHEDULE_1F1B, 8, 16);
+  check_closed_forms(LX_SCHEDULE_GPIPE, 1, 3);
+  for (lx_recompute_policy pol = 0; pol < LX_RECOMPUTE_POLICY_COUNT; pol++) {
+    check_memory(LX_SCHEDULE_1F1B, 4, 8, pol);
+    check_memory(LX_SCHEDULE_GPIPE, 2, 4, pol);
+  }
+  check_memory(LX_SCHEDULE_1F1B, 4, 4, LX_RECOMPUTE_NONE);
+  check_policies(1);
+  check_policies(2);
+  return check_exit_status();
+}
