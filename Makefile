@@ -13,10 +13,10 @@ BUILD ?= .build
 CFLAGS ?= -O2 -g
 WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 override CFLAGS += -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include
-LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib
+LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm
 
-GEN_SRCS := gen/diag.c gen/frontend.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/ir_json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/memplan.c gen/simulate.c
-GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o
+GEN_SRCS := gen/diag.c gen/frontend.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/ir_json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/memplan.c gen/simulate.c gen/trace.c gen/report.c gen/layout.c gen/tokenize.c gen/emit.c gen/emit_cpu.c gen/manifest.c gen/verify.c gen/access.c
+GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
 .PHONY: all test test-gpu fuzz format clean check-clang
 all: bin/lynxgen
@@ -35,6 +35,15 @@ $(BUILD)/prelude.c: ir/lynx.h scripts/embed.sh
 	scripts/embed.sh lx_prelude < $< > $@
 
 $(BUILD)/prelude.o: $(BUILD)/prelude.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# The templates travel inside lynxgen too: emitted directories get copies.
+CPU_TEMPLATES := $(sort $(wildcard templates/cpu/*.h))
+$(BUILD)/templates.c: $(CPU_TEMPLATES) scripts/embed_templates.sh scripts/embed.sh
+	@mkdir -p $(@D)
+	sh scripts/embed_templates.sh lx_cpu_templates $(CPU_TEMPLATES) > $@
+
+$(BUILD)/templates.o: $(BUILD)/templates.c gen/emit.h
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # Both compilers must accept the sources with every warning an error.

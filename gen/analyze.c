@@ -85,7 +85,7 @@ static void check_ranges(lx_ir *ir) {
       {LX_F_VOCAB, "vocab", &l->model, &ir->model.vocab, 1, big, true},
       {LX_F_SEQ_LEN, "seq_len", &l->model, &ir->model.seq_len, 1, 1 << 20, true},
       {LX_F_LAYERS, "layers", &l->model, &ir->model.layers, 1, 100000, true},
-      {LX_F_HIDDEN, "hidden", &l->model, &ir->model.hidden, 1, big, true},
+      {LX_F_HIDDEN, "hidden", &l->model, &ir->model.hidden, 1, big / 4, true}, /* 4 x hidden: default MLP */
       {LX_F_HEADS, "heads", &l->model, &ir->model.heads, 1, big, true},
       {LX_F_KV_HEADS, "kv_heads", &l->model, &ir->model.kv_heads, 1, big, false},
       {LX_F_FFN_HIDDEN, "ffn_hidden", &l->model, &ir->model.ffn_hidden, 1, big, false},
@@ -440,7 +440,28 @@ static void shape_cross_entropy(shape_ctx *c, lx_op *op) {
   op->flops_bwd = 2 * logits;
 }
 
+static double larger(double a, double b) { return a > b ? a : b; }
+
+/* Byte, element and parameter counts are int64_t products of widths up to
+ * 2^30, micro-batches and sequence lengths up to 2^20: an op no machine could
+ * hold is rejected before they are multiplied, so that they cannot overflow. */
+static bool sizes_fit(const shape_ctx *c, const lx_op *op) {
+  const double limit = 0x1p52;
+  double width = larger(op->out_width, op->table_rows);
+  for (int k = 0; k < op->n_inputs; k++) width = larger(width, c->g->ops[op->inputs[k]].out.width);
+  if (op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_LM_HEAD || op->kind == LX_OP_CROSS_ENTROPY)
+    width = larger(width, c->ir->padded_vocab);
+  double per_token = larger(width, ((double)op->heads + op->kv_heads) * (double)c->s); /* attention scores */
+  double activation_bytes = (double)c->b * (double)c->s * per_token * 8;
+  double params = width * width;
+  if (activation_bytes <= limit && params <= limit) return true;
+  lx_error(op->src, "%s() is too large: about %.3g bytes of activations per micro-batch and %.3g parameters",
+           lx_op_kind_name(op->kind), activation_bytes, params);
+  return false;
+}
+
 static void shape_op(shape_ctx *c, lx_op *op) {
+  if (!sizes_fit(c, op)) return;
   switch (op->kind) {
   case LX_OP_INPUT: shape_input(c, op); break;
   case LX_OP_EMBEDDING: shape_embedding(c, op); break;
@@ -532,8 +553,9 @@ static void analyze_graph(lx_ir *ir, lx_graph *g) {
 
 int lx_analyze(lx_ir *ir) {
   int errors_before = lx_error_count();
+  check_ranges(ir); /* first: defaults are computed from the values it bounds */
+  if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   apply_defaults(ir);
-  check_ranges(ir);
   check_training(ir);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   check_relations(ir);
@@ -546,6 +568,12 @@ int lx_analyze(lx_ir *ir) {
   analyze_graph(ir, &ir->epilogue);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   int64_t layers = ir->model.layers;
+  double params = (double)ir->prologue.params + (double)layers * (double)ir->block.params + (double)ir->epilogue.params;
+  if (params > 0x1p62) { /* each graph fits (sizes_fit); the repeated block need not */
+    lx_error(field_or(ir, LX_F_LAYERS, ir->locs.model), "the model would have %.3g parameters, too many to count",
+             params);
+    return lx_error_count() - errors_before;
+  }
   ir->params_total = ir->prologue.params + layers * ir->block.params + ir->epilogue.params;
   double fwd_per_micro_batch =
       ir->prologue.model_flops_fwd + (double)layers * ir->block.model_flops_fwd + ir->epilogue.model_flops_fwd;

@@ -330,32 +330,38 @@ enum { MAX_VARS = 256 };
  * uses must stay quiet, or one mistake would be reported at every later use. */
 enum { VAR_UNDEFINED = -1, VAR_FAILED = -2 };
 
-/* The tensor variables of one function: name -> op holding its value. */
+/* The tensor variables of one function: declaration -> op holding its value.
+ * Variables are told apart by their declarations, not their names, which
+ * may be longer than any buffer (and are kept only for messages). */
 typedef struct {
   parse_ctx *ctx;
   lx_graph *graph;
   struct {
-    char name[32];
+    CXCursor decl;
+    char name[64];
     int op; /* VAR_UNDEFINED, VAR_FAILED, or the op holding its value */
   } vars[MAX_VARS];
   int n_vars;
   bool returned;
 } function_ctx;
 
-static int find_var(function_ctx *fn, const char *name) {
+/* The variable a DeclRefExpr names, or -1. */
+static int find_var(function_ctx *fn, CXCursor ref) {
+  CXCursor decl = clang_getCursorReferenced(ref);
   for (int i = fn->n_vars - 1; i >= 0; i--)
-    if (!strcmp(fn->vars[i].name, name)) return i;
+    if (clang_equalCursors(fn->vars[i].decl, decl)) return i;
   return -1;
 }
 
 static int declare_var(function_ctx *fn, CXCursor decl) {
-  char name[32];
+  char name[64];
   copy_spelling(name, sizeof name, clang_getCursorSpelling(decl));
   if (fn->n_vars == MAX_VARS) {
     lx_error(cursor_loc(fn->ctx, decl), "more than %d tensor variables in one function", MAX_VARS);
     return -1;
   }
   int v = fn->n_vars++;
+  fn->vars[v].decl = decl;
   snprintf(fn->vars[v].name, sizeof fn->vars[v].name, "%s", name);
   fn->vars[v].op = VAR_UNDEFINED;
   return v;
@@ -446,9 +452,9 @@ static int eval_tensor(function_ctx *fn, CXCursor expr) {
   switch (clang_getCursorKind(e)) {
   case CXCursor_CallExpr: return eval_call(fn, e);
   case CXCursor_DeclRefExpr: {
-    char name[32];
+    char name[64];
     copy_spelling(name, sizeof name, clang_getCursorSpelling(e));
-    int v = find_var(fn, name);
+    int v = find_var(fn, e);
     if (v < 0) {
       lx_error(cursor_loc(fn->ctx, e), "'%s' is not a tensor of this function", name);
       return -1;
@@ -517,9 +523,9 @@ static void parse_assignment(function_ctx *fn, CXCursor stmt) {
     lx_error(cursor_loc(fn->ctx, stmt), "expected an assignment 'tensor_name = operator(...)'");
     return;
   }
-  char name[32];
+  char name[64];
   copy_spelling(name, sizeof name, clang_getCursorSpelling(lhs));
-  int v = find_var(fn, name);
+  int v = find_var(fn, lhs);
   if (v < 0) {
     lx_error(cursor_loc(fn->ctx, lhs), "'%s' is not a tensor of this function", name);
     return;

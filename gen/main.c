@@ -13,8 +13,17 @@
 
 #include "analyze.h"
 #include "diag.h"
+#include "emit.h"
 #include "frontend.h"
+#include "layout.h"
+#include "manifest.h"
 #include "ir.h"
+#include "memplan.h"
+#include "passes.h"
+#include "report.h"
+#include "simulate.h"
+#include "trace.h"
+#include "verify.h"
 
 enum { EXIT_USER_ERROR = 1, EXIT_USAGE = 2 };
 
@@ -24,13 +33,26 @@ static const char usage_text[] =
     "usage: lynxgen MODEL [options]\n"
     "\n"
     "Reads a model description (a C subset, see docs/model-language.md), checks it,\n"
-    "and builds the IR that the scheduling and emission passes work on.\n"
+    "schedules the pipeline and its recomputation, and predicts time and memory.\n"
     "\n"
     "Output:\n"
-    "  -o, --output DIR       write the artifacts into DIR: ir.json (the IR, as\n"
-    "                         --dump-ir prints it). DIR is written whole or not at\n"
-    "                         all; an existing DIR is replaced only if lynxgen wrote it.\n"
+    "  -o, --output DIR       write the artifacts into DIR: plan.txt (per stage: layers,\n"
+    "                         what is kept or recomputed, time, memory), trace.json\n"
+    "                         (Perfetto / chrome://tracing), schedule.svg (the timeline),\n"
+    "                         memory.svg (memory per stage), ir.json (the IR).\n"
+    "                         DIR is written whole or not at all; an existing DIR is\n"
+    "                         replaced only if lynxgen wrote it.\n"
+    "      --plan             print the plan (as plan.txt) on stdout; nothing is written\n"
+    "      --json             with --plan: the plan as JSON\n"
     "      --dump-ir          print the IR as JSON on stdout (schema: docs/ir.md)\n"
+    "      --target T         cpu: with -o, also write a runnable training program per\n"
+    "                         stage (C11, OpenMP, OpenBLAS, MPI), its Makefile, run.sh\n"
+    "                         and manifest.txt; cuda (the default) is not printed yet\n"
+    "\n"
+    "Scheduling:\n"
+    "      --policy P         recomputation: none | full | selective (default none)\n"
+    "      --profile FILE     measured op and link times that override the cost model\n"
+    "                         (format: docs/cost-model.md)\n"
     "\n"
     "Parallel plan (override the model file's struct lx_parallel):\n"
     "      --tp N             tensor-parallel degree (inside a node)\n"
@@ -54,7 +76,11 @@ static const char usage_text[] =
 typedef struct {
   const char *model_path;
   const char *output_dir;
-  bool dump_ir;
+  bool dump_ir, plan, json;
+  lx_target target;
+  bool target_given;
+  lx_recompute_policy policy;
+  const char *profile;
   struct {
     lx_field field;
     const char *text; /* "--tp 2", for diagnostics */
@@ -89,6 +115,12 @@ static int parse_schedule(const char *arg) {
   usage_error("unknown schedule '%s' (gpipe, 1f1b, 2bw or interleaved)", arg);
 }
 
+static lx_recompute_policy parse_policy(const char *arg) {
+  for (int p = 0; p < LX_RECOMPUTE_POLICY_COUNT; p++)
+    if (!strcmp(arg, lx_recompute_policy_name((lx_recompute_policy)p))) return (lx_recompute_policy)p;
+  usage_error("unknown recompute policy '%s' (none, full or selective)", arg);
+}
+
 static void add_override(options *o, lx_field field, const char *option, int value) {
   int i = o->n_overrides++;
   snprintf(o->override_text[i], sizeof o->override_text[i], "command line %s", option);
@@ -98,9 +130,11 @@ static void add_override(options *o, lx_field field, const char *option, int val
 }
 
 static options parse_options(int argc, char **argv) {
-  enum { OPT_DUMP_IR = 256, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION };
+  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION };
   static const struct option longopts[] = {
       {"output", required_argument, 0, 'o'},      {"dump-ir", no_argument, 0, OPT_DUMP_IR},
+      {"target", required_argument, 0, OPT_TARGET}, {"plan", no_argument, 0, OPT_PLAN},         {"json", no_argument, 0, OPT_JSON},
+      {"policy", required_argument, 0, OPT_POLICY}, {"profile", required_argument, 0, OPT_PROFILE},
       {"tp", required_argument, 0, OPT_TP},       {"pp", required_argument, 0, OPT_PP},
       {"dp", required_argument, 0, OPT_DP},       {"micro-batch", required_argument, 0, OPT_MICRO},
       {"global-batch", required_argument, 0, OPT_GLOBAL},
@@ -108,13 +142,23 @@ static options parse_options(int argc, char **argv) {
       {"sequence-parallel", no_argument, 0, OPT_SP},
       {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
       {0, 0, 0, 0}};
-  options o = {0};
+  options o = {.target = LX_TARGET_CUDA};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
     switch (c) {
     case 'o': o.output_dir = optarg; break;
     case OPT_DUMP_IR: o.dump_ir = true; break;
+    case OPT_PLAN: o.plan = true; break;
+    case OPT_TARGET:
+      if (!strcmp(optarg, "cpu")) o.target = LX_TARGET_CPU;
+      else if (!strcmp(optarg, "cuda")) o.target = LX_TARGET_CUDA;
+      else usage_error("unknown target '%s' (cuda or cpu)", optarg);
+      o.target_given = true;
+      break;
+    case OPT_JSON: o.json = true; break;
+    case OPT_POLICY: o.policy = parse_policy(optarg); break;
+    case OPT_PROFILE: o.profile = optarg; break;
     case OPT_TP: add_override(&o, LX_F_TP, "--tp", parse_count("--tp", optarg)); break;
     case OPT_PP: add_override(&o, LX_F_PP, "--pp", parse_count("--pp", optarg)); break;
     case OPT_DP: add_override(&o, LX_F_DP, "--dp", parse_count("--dp", optarg)); break;
@@ -133,7 +177,8 @@ static options parse_options(int argc, char **argv) {
   if (optind == argc) usage_error("%s", "no model file given");
   if (optind + 1 < argc) usage_error("more than one model file given ('%s')", argv[optind + 1]);
   o.model_path = argv[optind];
-  if (!o.dump_ir && !o.output_dir) usage_error("%s", "nothing to do: give -o DIR or --dump-ir");
+  if (!o.dump_ir && !o.output_dir && !o.plan) usage_error("%s", "nothing to do: give -o DIR, --plan or --dump-ir");
+  if (o.json && !o.plan) usage_error("%s", "--json goes with --plan");
   return o;
 }
 
@@ -169,23 +214,101 @@ static bool is_replaceable(const char *dir) {
   return access(marker, F_OK) == 0 || rmdir(dir) == 0; /* ours, or empty */
 }
 
-static bool write_file(const char *dir, const char *name, void (*fill)(const lx_ir *, FILE *), const lx_ir *ir) {
-  char path[PATH_MAX];
+/* Everything the passes produce, for the writers. */
+typedef struct {
+  lx_ir ir;
+  lx_pipeline pipe;
+  lx_stage_memory *memory;
+  lx_stage_layout *layouts; /* one per stage, for the target */
+  lx_target target;
+  lx_cost_model cost;
+  lx_simulation sim;
+  lx_report report;
+} products;
+
+typedef void (*writer)(const products *, FILE *);
+
+static bool write_file(const char *dir, const char *name, writer fill, const products *out) {
+  char path[PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   FILE *f = fopen(path, "w");
   if (!f) return false;
-  fill(ir, f);
+  fill(out, f);
   return fclose(f) == 0;
 }
 
-static void fill_marker(const lx_ir *ir, FILE *f) {
-  (void)ir;
+static void write_marker(const products *out, FILE *f) {
+  (void)out;
   fputs("This directory was written by lynxgen; lynxgen may replace it.\n", f);
 }
+static void write_ir(const products *out, FILE *f) { lx_ir_print_json(&out->ir, f); }
+static void write_plan(const products *out, FILE *f) { lx_print_plan_text(&out->report, f); }
+static void write_trace(const products *out, FILE *f) { lx_write_trace_json(&out->sim, f); }
+static void write_schedule(const products *out, FILE *f) { lx_write_schedule_svg(&out->sim, f); }
+static void write_memory(const products *out, FILE *f) {
+  lx_write_memory_svg(&out->sim, out->memory, out->report.capacity_bytes, f);
+}
 
-/* Writes everything into DIR.tmp, then renames: readers never see a partial
- * directory, and a failure leaves the previous one untouched. */
-static int write_output(const char *dir, const lx_ir *ir) {
+static const struct {
+  const char *name;
+  writer fill;
+} output_files[] = {
+    {OUTPUT_MARKER, write_marker}, {"plan.txt", write_plan},         {"trace.json", write_trace},
+    {"schedule.svg", write_schedule}, {"memory.svg", write_memory}, {"ir.json", write_ir},
+};
+
+static bool write_text(const char *dir, const char *name, const char *text, unsigned long length) {
+  char path[PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fwrite(text, 1, length, f);
+  return fclose(f) == 0;
+}
+
+static int program_stage; /* which stage write_stage prints; writers take only the products */
+
+static void write_stage(const products *out, FILE *f) {
+  lx_program prog = {&out->pipe, out->layouts, out->target};
+  lx_emit_stage_cpu(&prog, program_stage, f);
+}
+
+static void write_makefile(const products *out, FILE *f) {
+  lx_program prog = {&out->pipe, out->layouts, out->target};
+  lx_emit_makefile(&prog, f);
+}
+
+static void write_run_script(const products *out, FILE *f) {
+  lx_program prog = {&out->pipe, out->layouts, out->target};
+  lx_emit_run_script(&prog, f);
+}
+
+/* The CPU target's runnable program: sources, templates, Makefile, run.sh. */
+static bool write_program(const char *dir, const products *out) {
+  for (int s = 0; s < out->pipe.pp; s++) {
+    char name[32];
+    snprintf(name, sizeof name, "stage%d.c", s);
+    program_stage = s;
+    if (!write_file(dir, name, write_stage, out)) return false;
+  }
+  for (int t = 0; t < lx_cpu_template_count; t++)
+    if (!write_text(dir, lx_cpu_templates[t].name, lx_cpu_templates[t].text, lx_cpu_templates[t].length)) return false;
+  char run[PATH_MAX + 64];
+  snprintf(run, sizeof run, "%s/run.sh", dir);
+  return write_file(dir, "Makefile", write_makefile, out) && write_file(dir, "run.sh", write_run_script, out) &&
+         chmod(run, 0755) == 0;
+}
+
+static bool write_all(const char *dir, const products *out) {
+  for (size_t i = 0; i < sizeof output_files / sizeof output_files[0]; i++)
+    if (!write_file(dir, output_files[i].name, output_files[i].fill, out)) return false;
+  if (out->target == LX_TARGET_CPU && !write_program(dir, out)) return false;
+  return lx_write_manifest(dir, out->ir.model_path);
+}
+
+/* Writes everything into DIR.lynxgen-tmp, then renames: readers never see a
+ * partial directory, and a failure leaves the previous one untouched. */
+static int write_output(const char *dir, const products *out) {
   char target[PATH_MAX], tmp[PATH_MAX + 16];
   snprintf(target, sizeof target, "%s", dir);
   for (size_t n = strlen(target); n > 1 && target[n - 1] == '/'; n--) target[n - 1] = '\0';
@@ -196,7 +319,7 @@ static int write_output(const char *dir, const lx_ir *ir) {
     fprintf(stderr, "lynxgen: cannot create %s: %s\n", tmp, strerror(errno));
     return EXIT_USER_ERROR;
   }
-  bool ok = write_file(tmp, OUTPUT_MARKER, fill_marker, ir) && write_file(tmp, "ir.json", lx_ir_print_json, ir);
+  bool ok = write_all(tmp, out);
   if (ok && access(dir, F_OK) == 0) {
     if (!is_replaceable(dir)) {
       fprintf(stderr, "lynxgen: %s exists and was not written by lynxgen; not replacing it\n", dir);
@@ -210,43 +333,80 @@ static int write_output(const char *dir, const lx_ir *ir) {
     remove_tree(tmp);
     return EXIT_USER_ERROR;
   }
+  printf("wrote %s: plan.txt trace.json schedule.svg memory.svg ir.json manifest.txt%s\n", dir,
+         out->target == LX_TARGET_CPU ? ", the stage programs, Makefile and run.sh" : "");
+  if (out->target == LX_TARGET_CUDA)
+    printf("note: the CUDA printer is not written yet; --target cpu writes a runnable program\n");
   return 0;
 }
 
-static void print_summary(const lx_ir *ir, const char *dir) {
-  const lx_model_config *m = &ir->model;
-  printf("%s: %d layers, hidden %d, %d heads, seq %d, vocab %d\n", ir->model_path, m->layers, m->hidden, m->heads,
-         m->seq_len, m->vocab);
-  printf("  parameters        %.3f B (%.1f M per layer)\n", (double)ir->params_total / 1e9,
-         (double)ir->block.params / 1e6);
-  printf("  activations/layer %.1f MiB (micro-batch %d, tp %d, %s)\n", (double)ir->block.activation_bytes / 1048576.0,
-         ir->plan.micro_batch ? ir->plan.micro_batch : 1, ir->plan.tp ? ir->plan.tp : 1,
-         lx_dtype_name(ir->training.dtype));
-  printf("  model FLOPs       %.3f TFLOP per sequence (forward + backward)\n", ir->model_flops_per_sequence / 1e12);
-  printf("wrote %s/ir.json\n", dir);
+static void print_summary(const products *out) {
+  const lx_ir *ir = &out->ir;
+  const lx_simulation *sim = &out->sim;
+  printf("%s: %.3f B parameters, %d stages, %d micro-batches, recompute %s\n", ir->model_path,
+         (double)ir->params_total / 1e9, out->pipe.pp, out->pipe.micro_batches,
+         lx_recompute_policy_name(out->pipe.policy));
+  printf("  predicted iteration %.1f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%\n", sim->iteration_time * 1e3,
+         100 * sim->bubble_fraction, sim->tokens_per_s, 100 * sim->mfu);
+  for (int s = 0; s < out->pipe.pp; s++)
+    printf("  stage %d peak memory %.2f GiB of %.2f GiB\n", s, (double)out->memory[s].peak / (1 << 30),
+           out->report.capacity_bytes / (1 << 30));
 }
 
-int main(int argc, char **argv) {
-  options opts = parse_options(argc, argv);
-  lx_ir ir;
-  lx_ir_init(&ir);
-  int status = 0;
-  if (lx_parse_model(opts.model_path, NULL, 0, &ir) == 0) {
-    apply_overrides(&opts, &ir);
-    lx_analyze(&ir);
+/* Front end and analysis; then, unless only the IR is wanted, the schedule,
+ * its memory and its simulation. Returns the exit status. */
+static int run_passes(const options *opts, products *out) {
+  lx_ir *ir = &out->ir;
+  lx_ir_init(ir);
+  if (lx_parse_model(opts->model_path, NULL, 0, ir) == 0) {
+    apply_overrides(opts, ir);
+    lx_analyze(ir);
+  }
+  if (lx_error_count() == 0 && lx_ir_validate(ir) != 0) return 3; /* a generator bug, already printed */
+  bool schedule = lx_error_count() == 0 && (opts->plan || opts->output_dir);
+  if (schedule && lx_build_pipeline(ir, opts->policy, &out->pipe) &&
+      lx_cost_model_init(&out->cost, ir, opts->profile)) {
+    out->memory = calloc((size_t)out->pipe.pp, sizeof *out->memory);
+    lx_plan_memory(&out->pipe, out->memory);
+    if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
+    out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes};
+    out->target = opts->target;
+    out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
+    for (int s = 0; s < out->pipe.pp; s++)
+      lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),
+                      lx_target_master_copy(&out->pipe, opts->target), &out->layouts[s]);
+    if (lx_verify(&out->pipe, out->layouts) != 0) return 3; /* a generator bug, already printed */
   }
   if (lx_error_count() > 0) {
     fprintf(stderr, "lynxgen: %d error%s\n", lx_error_count(), lx_error_count() == 1 ? "" : "s");
-    status = EXIT_USER_ERROR;
-  } else if (lx_ir_validate(&ir) != 0) {
-    status = 3; /* a generator bug, already printed */
-  } else {
-    if (opts.dump_ir) lx_ir_print_json(&ir, stdout);
-    if (opts.output_dir) {
-      status = write_output(opts.output_dir, &ir);
-      if (status == 0) print_summary(&ir, opts.output_dir);
-    }
+    return EXIT_USER_ERROR;
   }
-  lx_ir_free(&ir);
+  return 0;
+}
+
+static void free_products(products *out) {
+  lx_simulation_free(&out->sim);
+  for (int s = 0; out->layouts && s < out->pipe.pp; s++) lx_layout_free(&out->layouts[s]);
+  free(out->layouts);
+  for (int s = 0; out->memory && s < out->pipe.pp; s++) lx_stage_memory_free(&out->memory[s]);
+  free(out->memory);
+  lx_cost_model_free(&out->cost);
+  lx_pipeline_free(&out->pipe);
+  lx_ir_free(&out->ir);
+}
+
+int lx_tokenize_main(int argc, char **argv); /* gen/tokenize.c */
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "tokenize")) return lx_tokenize_main(argc - 1, argv + 1);
+  options opts = parse_options(argc, argv);
+  products out = {0};
+  int status = run_passes(&opts, &out);
+  if (status == 0) {
+    if (opts.dump_ir) lx_ir_print_json(&out.ir, stdout);
+    if (opts.plan) (opts.json ? lx_print_plan_json : lx_print_plan_text)(&out.report, stdout);
+    if (opts.output_dir && (status = write_output(opts.output_dir, &out)) == 0) print_summary(&out);
+  }
+  free_products(&out);
   return status;
 }

@@ -18,19 +18,6 @@ static int first_computing_op(const lx_graph *g) {
   return 0;
 }
 
-/* The op whose backward is the last to need tensor `producer`: the earliest
- * saver in forward order. -1 when nobody saves it. */
-static int last_needing_op(const lx_graph *g, int producer) {
-  for (int c = 0; c < g->n_ops; c++)
-    for (int k = 0; k < g->ops[c].n_saved; k++) {
-      const lx_saved *sv = &g->ops[c].saved[k];
-      if ((sv->kind == LX_SAVE_INPUT && g->ops[c].inputs[sv->input] == producer) ||
-          (sv->kind == LX_SAVE_OUTPUT && c == producer))
-        return c;
-    }
-  return -1;
-}
-
 static int64_t saved_tensor_bytes(const lx_graph *g, int producer, int saver) {
   const lx_op *op = &g->ops[saver];
   for (int k = 0; k < op->n_saved; k++) {
@@ -60,7 +47,7 @@ static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d) 
     if (d && d[i].drop_internals) gm.alloc_recompute[i] += internals;
     else gm.alloc_fwd[i] += internals;
     gm.free_bwd[i] += internals;
-    int saver = last_needing_op(g, i);
+    int saver = lx_last_saver(g, i);
     if (saver < 0) continue;
     int64_t bytes = saved_tensor_bytes(g, i, saver);
     int producer_instr = op->kind == LX_OP_INPUT ? start : i; /* inputs arrive as the graph starts */
@@ -79,7 +66,7 @@ static void free_graph_memory(lx_graph_memory *gm) {
 
 int64_t lx_static_bytes(const lx_stage_memory *m) { return m->weights + m->grads + m->optimizer; }
 
-static bool output_is_item(const lx_graph *g, int i) { return last_needing_op(g, i) >= 0; }
+static bool output_is_item(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
 
 static int64_t backward_working_set(const lx_graph *g, const lx_op *op) {
   int64_t bytes = op->out_bytes; /* gradient of the output */
@@ -113,17 +100,17 @@ lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const
 }
 
 /* Micro-batch mb is in flight from its first forward to its last backward. */
-static int count_backwards(const lx_instr_list *list, int mb) {
-  int n = 0;
-  for (int i = 0; i < list->count; i++) n += list->items[i].kind == LX_I_BWD && list->items[i].mb == mb;
+static int *count_backwards(const lx_instr_list *list, int micro_batches) {
+  int *n = calloc((size_t)micro_batches, sizeof *n);
+  for (int i = 0; i < list->count; i++)
+    if (list->items[i].kind == LX_I_BWD) n[list->items[i].mb]++;
   return n;
 }
 
 static void walk_program_order(const lx_pipeline *p, const lx_stage *st, lx_stage_memory *m) {
   const lx_instr_list *list = &st->streams[LX_STREAM_COMPUTE];
-  int *backwards_left = calloc((size_t)p->micro_batches, sizeof *backwards_left);
+  int *backwards_left = count_backwards(list, p->micro_batches);
   bool *started = calloc((size_t)p->micro_batches, sizeof *started);
-  for (int mb = 0; mb < p->micro_batches; mb++) backwards_left[mb] = count_backwards(list, mb);
   int64_t live = 0;
   int in_flight = 0;
   for (int i = 0; i < list->count; i++) {

@@ -8,16 +8,7 @@
 
 #include "passes.h"
 
-/* Is the output of op i held by some op for its backward? */
-static bool output_is_saved(const lx_graph *g, int i) {
-  for (int j = 0; j < g->n_ops; j++)
-    for (int k = 0; k < g->ops[j].n_saved; k++) {
-      const lx_saved *sv = &g->ops[j].saved[k];
-      if ((sv->kind == LX_SAVE_INPUT && g->ops[j].inputs[sv->input] == i) || (sv->kind == LX_SAVE_OUTPUT && j == i))
-        return true;
-    }
-  return false;
-}
+static bool output_is_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
 
 static bool has_internals(const lx_op *op) {
   for (int k = 0; k < op->n_saved; k++)

@@ -16,15 +16,31 @@ typedef struct {
   lx_pipeline *pipe;
   lx_stage *st;
   int tp;
+  /* per micro-batch: events recorded when its stash slot is free again and
+   * when its outgoing buffers have been sent; -1 until recorded */
+  int *slot_free, *act_sent, *grad_sent;
 } builder;
 
 static void emit(builder *b, lx_stream s, lx_instr in) { lx_instr_append(&b->st->streams[s], in); }
 
-/* `to` waits until everything issued so far on `from` is done. */
-static void sync_streams(builder *b, lx_stream from, lx_stream to) {
+static int record(builder *b, lx_stream on) {
   int e = b->st->n_events++;
-  emit(b, from, (lx_instr){.kind = LX_I_RECORD, .event = e, .layer = -1, .mb = -1});
-  emit(b, to, (lx_instr){.kind = LX_I_WAIT, .event = e, .layer = -1, .mb = -1});
+  emit(b, on, (lx_instr){.kind = LX_I_RECORD, .event = e, .layer = -1, .mb = -1});
+  return e;
+}
+
+static void wait_for(builder *b, lx_stream on, int event) {
+  emit(b, on, (lx_instr){.kind = LX_I_WAIT, .event = event, .layer = -1, .mb = -1});
+}
+
+/* `to` waits until everything issued so far on `from` is done. */
+static void sync_streams(builder *b, lx_stream from, lx_stream to) { wait_for(b, to, record(b, from)); }
+
+/* Buffers of micro-batch mb reuse those of mb - slots: wait until that one
+ * is done with them (`done` holds its events, -1 if there was none). */
+static void wait_for_reuse(builder *b, lx_stream on, const int *done, int mb) {
+  int previous = mb - b->st->stashed_micro_batches;
+  if (previous >= 0 && done[previous] >= 0) wait_for(b, on, done[previous]);
 }
 
 static bool forward_allreduce(const builder *b, const lx_op *op) {
@@ -41,8 +57,13 @@ static int64_t input_bytes(const lx_graph *g, const lx_op *op) { return g->ops[o
 static void tp_allreduce(builder *b, lx_instr at, int64_t bytes, bool backward) {
   sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_TP);
   emit(b, LX_STREAM_TP,
-       (lx_instr){.kind = LX_I_ALLREDUCE_TP, .graph = at.graph, .layer = at.layer, .op = at.op, .mb = at.mb,
-                  .bytes = bytes, .backward = backward});
+       (lx_instr){.kind = LX_I_ALLREDUCE_TP,
+                  .graph = at.graph,
+                  .layer = at.layer,
+                  .op = at.op,
+                  .mb = at.mb,
+                  .bytes = bytes,
+                  .backward = backward});
   sync_streams(b, LX_STREAM_TP, LX_STREAM_COMPUTE);
 }
 
@@ -82,31 +103,62 @@ static void recompute_layer(builder *b, int layer, int mb) {
     if (b->st->decisions[i].recompute) run_forward_op(b, LX_I_RECOMPUTE, LX_GRAPH_BLOCK, layer, i, mb);
 }
 
+/* The epilogue's second parameter: the targets. */
+static int targets_input(const lx_ir *ir) {
+  for (int i = 0; i < ir->epilogue.n_ops; i++)
+    if (ir->epilogue.ops[i].kind == LX_OP_INPUT && ir->epilogue.ops[i].param == 1) return i;
+  return 0;
+}
+
 static int64_t boundary_bytes(const builder *b) { return b->ir->block.ops[0].out_bytes; }
 
 static void forward_micro_batch(builder *b, int mb) {
   lx_stage *st = b->st;
+  if (!st->has_epilogue) wait_for_reuse(b, LX_STREAM_COMPUTE, b->act_sent, mb);
   if (st->index > 0) {
-    emit(b, LX_STREAM_RECV,
-         (lx_instr){.kind = LX_I_RECV_ACT, .mb = mb, .peer = st->index - 1, .bytes = boundary_bytes(b), .layer = -1});
+    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
+    emit(
+        b, LX_STREAM_RECV,
+        (lx_instr){
+            .kind = LX_I_RECV_ACT, .mb = mb, .peer = st->index - 1, .bytes = boundary_bytes(b), .layer = -1});
     sync_streams(b, LX_STREAM_RECV, LX_STREAM_COMPUTE);
   }
+  if (st->has_prologue)
+    emit(b, LX_STREAM_COMPUTE,
+         (lx_instr){.kind = LX_I_LOAD, .graph = LX_GRAPH_PROLOGUE, .op = 0, .mb = mb, .layer = -1});
+  if (st->has_epilogue)
+    emit(b, LX_STREAM_COMPUTE,
+         (lx_instr){.kind = LX_I_LOAD,
+                    .graph = LX_GRAPH_EPILOGUE,
+                    .op = targets_input(b->ir),
+                    .mb = mb,
+                    .layer = -1});
   if (st->has_prologue) forward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
-  for (int l = st->first_layer; l < st->first_layer + st->n_layers; l++) forward_graph(b, LX_GRAPH_BLOCK, l, mb);
+  for (int l = st->first_layer; l < st->first_layer + st->n_layers; l++)
+    forward_graph(b, LX_GRAPH_BLOCK, l, mb);
   if (st->has_epilogue) {
     forward_graph(b, LX_GRAPH_EPILOGUE, -1, mb);
   } else {
     sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_SEND);
-    emit(b, LX_STREAM_SEND,
-         (lx_instr){.kind = LX_I_SEND_ACT, .mb = mb, .peer = st->index + 1, .bytes = boundary_bytes(b), .layer = -1});
+    emit(
+        b, LX_STREAM_SEND,
+        (lx_instr){
+            .kind = LX_I_SEND_ACT, .mb = mb, .peer = st->index + 1, .bytes = boundary_bytes(b), .layer = -1});
+    b->act_sent[mb] = record(b, LX_STREAM_SEND);
   }
 }
 
 static void backward_micro_batch(builder *b, int mb) {
   lx_stage *st = b->st;
+  if (st->index > 0) wait_for_reuse(b, LX_STREAM_COMPUTE, b->grad_sent, mb);
   if (!st->has_epilogue) {
+    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
     emit(b, LX_STREAM_RECV,
-         (lx_instr){.kind = LX_I_RECV_GRAD, .mb = mb, .peer = st->index + 1, .bytes = boundary_bytes(b), .layer = -1});
+         (lx_instr){.kind = LX_I_RECV_GRAD,
+                    .mb = mb,
+                    .peer = st->index + 1,
+                    .bytes = boundary_bytes(b),
+                    .layer = -1});
     sync_streams(b, LX_STREAM_RECV, LX_STREAM_COMPUTE);
   } else {
     backward_graph(b, LX_GRAPH_EPILOGUE, -1, mb);
@@ -119,8 +171,14 @@ static void backward_micro_batch(builder *b, int mb) {
   if (st->index > 0) {
     sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_SEND);
     emit(b, LX_STREAM_SEND,
-         (lx_instr){.kind = LX_I_SEND_GRAD, .mb = mb, .peer = st->index - 1, .bytes = boundary_bytes(b), .layer = -1});
+         (lx_instr){.kind = LX_I_SEND_GRAD,
+                    .mb = mb,
+                    .peer = st->index - 1,
+                    .bytes = boundary_bytes(b),
+                    .layer = -1});
+    b->grad_sent[mb] = record(b, LX_STREAM_SEND);
   }
+  b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
 }
 
 static void finish_step(builder *b) {
@@ -137,13 +195,14 @@ static void finish_step(builder *b) {
 static void schedule_stage(builder *b) {
   int m = b->pipe->micro_batches, p = b->pipe->pp, s = b->st->index;
   int warmup = b->pipe->kind == LX_SCHEDULE_GPIPE ? m : (p - s - 1 < m ? p - s - 1 : m);
-  b->st->stashed_micro_batches = b->pipe->kind == LX_SCHEDULE_GPIPE ? m : (p - s < m ? p - s : m);
-  for (int mb = 0; mb < warmup; mb++) forward_micro_batch(b, mb);
+  for (int mb = 0; mb < warmup; mb++)
+    forward_micro_batch(b, mb);
   for (int i = 0; i < m - warmup; i++) {
     forward_micro_batch(b, warmup + i);
     backward_micro_batch(b, i);
   }
-  for (int mb = m - warmup; mb < m; mb++) backward_micro_batch(b, mb);
+  for (int mb = m - warmup; mb < m; mb++)
+    backward_micro_batch(b, mb);
   finish_step(b);
 }
 
@@ -168,7 +227,8 @@ bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline 
     return false;
   }
   int pp = plan->pp ? plan->pp : 1;
-  *out = (lx_pipeline){.ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = policy};
+  *out = (lx_pipeline){
+      .ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = policy};
   if (out->micro_batches < pp) {
     lx_error(ir->locs.plan, "%d micro-batches per iteration are fewer than the %d pipeline stages",
              out->micro_batches, pp);
@@ -179,13 +239,26 @@ bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline 
   out->stages = calloc((size_t)pp, sizeof *out->stages);
   for (int s = 0; s < pp; s++) {
     lx_stage *st = &out->stages[s];
-    *st = (lx_stage){.index = s, .first_layer = first[s], .n_layers = first[s + 1] - first[s],
-                     .has_prologue = s == 0, .has_epilogue = s == pp - 1};
+    *st = (lx_stage){.index = s,
+                     .first_layer = first[s],
+                     .n_layers = first[s + 1] - first[s],
+                     .has_prologue = s == 0,
+                     .has_epilogue = s == pp - 1};
     st->params_per_rank = stage_params(ir, st);
+    st->stashed_micro_batches = kind == LX_SCHEDULE_GPIPE
+                                    ? out->micro_batches
+                                    : (pp - s < out->micro_batches ? pp - s : out->micro_batches);
     st->decisions = calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
     lx_recompute_fixed(ir, policy, st->decisions);
     builder b = {.ir = ir, .pipe = out, .st = st, .tp = plan->tp ? plan->tp : 1};
+    int *events = malloc(sizeof(int) * 3 * (size_t)out->micro_batches);
+    for (int i = 0; i < 3 * out->micro_batches; i++)
+      events[i] = -1;
+    b.slot_free = events;
+    b.act_sent = events + out->micro_batches;
+    b.grad_sent = events + 2 * out->micro_batches;
     schedule_stage(&b);
+    free(events);
   }
   free(first);
   return true;

@@ -116,10 +116,13 @@ static int by_time(const void *a, const void *b) {
   return x->order - y->order;
 }
 
-static int last_backward_index(const lx_instr_list *list, int mb) {
-  for (int i = list->count - 1; i >= 0; i--)
-    if (list->items[i].kind == LX_I_BWD && list->items[i].mb == mb) return i;
-  return -1;
+/* Index, per micro-batch, of its last backward on a stream (-1 if none): one pass. */
+static int *last_backwards(const lx_instr_list *list, int micro_batches) {
+  int *last = malloc(sizeof(int) * (size_t)(micro_batches ? micro_batches : 1));
+  for (int mb = 0; mb < micro_batches; mb++) last[mb] = -1;
+  for (int i = 0; i < list->count; i++)
+    if (list->items[i].kind == LX_I_BWD) last[list->items[i].mb] = i;
+  return last;
 }
 
 /* Replays the stage's allocations in simulated time. */
@@ -130,16 +133,19 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
   memory_event *ev = malloc(sizeof *ev * (size_t)(n ? n : 1));
   bool *started = calloc((size_t)p->micro_batches, sizeof *started);
   n = 0;
-  for (int k = 0; k < LX_STREAM_COUNT; k++)
+  for (int k = 0; k < LX_STREAM_COUNT; k++) {
+    int *last = last_backwards(&st->streams[k], p->micro_batches);
     for (int i = 0; i < st->streams[k].count; i++) {
       const lx_instr *in = &st->streams[k].items[i];
       lx_memory_delta d = m ? lx_instr_memory(p->ir, m, in) : (lx_memory_delta){0, 0, 0};
       int starts_mb = in->kind == LX_I_FWD && !started[in->mb];
       if (starts_mb) started[in->mb] = true;
-      int ends_mb = in->kind == LX_I_BWD && last_backward_index(&st->streams[k], in->mb) == i;
+      int ends_mb = in->kind == LX_I_BWD && last[in->mb] == i;
       ev[n++] = (memory_event){tl->times[k][i].start, 1, d.alloc, d.transient, starts_mb};
       ev[n++] = (memory_event){tl->times[k][i].end, 0, -d.release, 0, -ends_mb};
     }
+    free(last);
+  }
   qsort(ev, (size_t)n, sizeof *ev, by_time);
   int64_t live = 0, peak = 0;
   int in_flight = 0;

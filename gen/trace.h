@@ -23,6 +23,7 @@
 void lx_write_trace_json(const lx_simulation *sim, FILE *out);
 void lx_write_schedule_svg(const lx_simulation *sim, FILE *out);
 /* `memory` has one entry per stage; capacity_bytes <= 0 draws no capacity line. */
-void lx_write_memory_svg(const lx_simulation *sim, const lx_stage_memory *memory, double capacity_bytes, FILE *out);
+void lx_write_memory_svg(const lx_simulation *sim, const lx_stage_memory *memory, double capacity_bytes,
+                         FILE *out);
 
 #endif

@@ -88,6 +88,17 @@ int lx_dtype_bytes(lx_dtype dtype) {
   }
 }
 
+int lx_last_saver(const lx_graph *g, int producer) {
+  for (int c = 0; c < g->n_ops; c++)
+    for (int k = 0; k < g->ops[c].n_saved; k++) {
+      const lx_saved *sv = &g->ops[c].saved[k];
+      if ((sv->kind == LX_SAVE_INPUT && g->ops[c].inputs[sv->input] == producer) ||
+          (sv->kind == LX_SAVE_OUTPUT && c == producer))
+        return c;
+    }
+  return -1;
+}
+
 static int validate_graph(const lx_graph *g) {
   int problems = 0;
   int64_t saved = 0, params = 0;

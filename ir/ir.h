@@ -190,6 +190,9 @@ const char *lx_dtype_name(lx_dtype dtype);
 const char *lx_lr_schedule_name(lx_lr_schedule s);
 const char *lx_tp_role_name(lx_tp_role role);
 int lx_dtype_bytes(lx_dtype dtype);
+/* The op whose backward is the last to need the output of op `producer`
+ * (the earliest op in forward order that saves it), or -1 if none saves it. */
+int lx_last_saver(const lx_graph *g, int producer);
 /* Structural checks of an analysed IR (a generator bug if any fails):
  * inputs precede their users, shapes are set, totals add up. Returns the
  * number of problems, each printed to stderr. */
@@ -197,5 +200,7 @@ int lx_ir_validate(const lx_ir *ir);
 
 /* ---- ir_json.c ----------------------------------------------------------- */
 void lx_ir_print_json(const lx_ir *ir, FILE *out);
+/* `s` as a JSON string literal, quotes and escapes included. */
+void lx_json_string(FILE *out, const char *s);
 
 #endif

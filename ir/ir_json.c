@@ -32,7 +32,7 @@ static void close_container(json_writer *w, char bracket) {
   fputc(bracket, w->out);
 }
 
-static void put_string_value(FILE *out, const char *s) {
+void lx_json_string(FILE *out, const char *s) {
   fputc('"', out);
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
@@ -45,7 +45,7 @@ static void put_string_value(FILE *out, const char *s) {
 
 static void put_str(json_writer *w, const char *key, const char *value) {
   member_prefix(w, key);
-  if (value) put_string_value(w->out, value);
+  if (value) lx_json_string(w->out, value);
   else fputs("null", w->out);
 }
 

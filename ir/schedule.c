@@ -16,7 +16,8 @@ const char *lx_stream_name(lx_stream s) {
 const char *lx_instr_kind_name(lx_instr_kind k) {
   static const char *names[] = {"FWD",          "BWD",          "RECOMPUTE",    "SEND_ACT",
                                 "RECV_ACT",     "SEND_GRAD",    "RECV_GRAD",    "ALLREDUCE_TP",
-                                "ALLREDUCE_DP", "OPTIMIZER_STEP", "RECORD",     "WAIT"};
+                                "ALLREDUCE_DP", "OPTIMIZER_STEP", "LOAD",       "RECORD",
+                                "WAIT"};
   _Static_assert(sizeof names / sizeof names[0] == LX_I_KIND_COUNT, "one name per instruction");
   return NAME_OF(names, k);
 }
@@ -73,6 +74,8 @@ void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t si
     break;
   case LX_I_RECORD:
   case LX_I_WAIT: snprintf(buf, size, "%s e%d", kind, in->event); break;
+  case LX_I_LOAD: snprintf(buf, size, "LOAD %s mb%d", in->graph == LX_GRAPH_PROLOGUE ? "tokens" : "targets", in->mb);
+    break;
   default: snprintf(buf, size, "%s", kind); break;
   }
 }

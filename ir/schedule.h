@@ -35,6 +35,7 @@ typedef enum {
   LX_I_ALLREDUCE_TP, /* after FWD/RECOMPUTE of a row-parallel op, or BWD of a column-parallel one */
   LX_I_ALLREDUCE_DP, /* the stage's parameter gradients across replicas */
   LX_I_OPTIMIZER_STEP,
+  LX_I_LOAD,         /* micro-batch `mb`'s data into input op `op` of graph `graph` (tokens, targets) */
   LX_I_RECORD,       /* record event `event` on this stream */
   LX_I_WAIT,         /* this stream waits for event `event` */
   LX_I_KIND_COUNT

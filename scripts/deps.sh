@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential clang libclang-16-dev
+  build-essential clang libclang-16-dev libclang-rt-14-dev
   openmpi-bin libopenmpi-dev
   libglpk-dev libopenblas-dev
   python3 fortunes-min

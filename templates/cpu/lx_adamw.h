@@ -47,11 +47,13 @@ static inline double lx_grad_norm_squared(const real *grads, // (N)
   for (int c = 0; c < LX_NORM_CHUNKS; c++) {
     size_t lo = (size_t)c * chunk, hi = lo + chunk < N ? lo + chunk : N;
     double s = 0;
-    for (size_t i = lo; i < hi; i++) s += (double)grads[i] * grads[i];
+    for (size_t i = lo; i < hi; i++)
+      s += (double)grads[i] * grads[i];
     partial[c] = s;
   }
   double total = 0;
-  for (int c = 0; c < LX_NORM_CHUNKS; c++) total += partial[c];
+  for (int c = 0; c < LX_NORM_CHUNKS; c++)
+    total += partial[c];
   return total;
 }
 
@@ -67,12 +69,17 @@ static inline void lx_scale(real *x, // (N)
   if (factor == 1.0) return;
   real f = (real)factor;
 #pragma omp parallel for
-  for (size_t i = 0; i < N; i++) x[i] *= f;
+  for (size_t i = 0; i < N; i++)
+    x[i] *= f;
 }
 
 /* ---- learning-rate schedule ------------------------------------------------ */
 
-typedef enum { LX_SCHED_CONSTANT = 1, LX_SCHED_COSINE, LX_SCHED_LINEAR } lx_lr_kind; /* = enum lx_lr_schedule */
+typedef enum {
+  LX_SCHED_CONSTANT = 1,
+  LX_SCHED_COSINE,
+  LX_SCHED_LINEAR
+} lx_lr_kind; /* = enum lx_lr_schedule */
 
 /* Linear warm-up from lr / warmup to lr over the first `warmup` steps, then a
  * constant, cosine or linear decay to min_lr at the last step. step counts

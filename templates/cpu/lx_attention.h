@@ -32,9 +32,15 @@ static inline lx_attn_dims lx_attn_dims_checked(int B, int T, int H, int KVH, in
 
 static inline size_t lx_qkv_width(lx_attn_dims a) { return (size_t)(a.H + 2 * a.KVH) * a.D; }
 
-static inline size_t lx_qkv_row(lx_attn_dims a, int b, int t) { return ((size_t)b * a.T + t) * lx_qkv_width(a); }
-static inline size_t lx_q_at(lx_attn_dims a, int b, int t, int h) { return lx_qkv_row(a, b, t) + (size_t)h * a.D; }
-static inline size_t lx_k_at(lx_attn_dims a, int b, int t, int g) { return lx_qkv_row(a, b, t) + (size_t)(a.H + g) * a.D; }
+static inline size_t lx_qkv_row(lx_attn_dims a, int b, int t) {
+  return ((size_t)b * a.T + t) * lx_qkv_width(a);
+}
+static inline size_t lx_q_at(lx_attn_dims a, int b, int t, int h) {
+  return lx_qkv_row(a, b, t) + (size_t)h * a.D;
+}
+static inline size_t lx_k_at(lx_attn_dims a, int b, int t, int g) {
+  return lx_qkv_row(a, b, t) + (size_t)(a.H + g) * a.D;
+}
 static inline size_t lx_v_at(lx_attn_dims a, int b, int t, int g) {
   return lx_qkv_row(a, b, t) + (size_t)(a.H + a.KVH + g) * a.D;
 }
@@ -66,8 +72,10 @@ static inline void lx_attention_probs_row(real *prow,      // (T)
     prow[j] = lx_exp(prow[j] - max);
     sum += prow[j];
   }
-  for (int j = 0; j <= i; j++) prow[j] = (real)(prow[j] / sum);
-  for (int j = i + 1; j < a.T; j++) prow[j] = 0;
+  for (int j = 0; j <= i; j++)
+    prow[j] = (real)(prow[j] / sum);
+  for (int j = i + 1; j < a.T; j++)
+    prow[j] = 0;
 }
 
 /* out = (B, T, H * D); with p > 0, dropped and mask must be given. */
@@ -76,8 +84,8 @@ static inline void lx_attention_forward(real *out,       // (B, T, H * D)
                                         real *dropped,   // (B, H, T, T), or NULL when p == 0
                                         uint8_t *mask,   // (B, H, T, T), or NULL when p == 0
                                         const real *qkv, // (B, T, (H + 2*KVH) * D)
-                                        int B, int T, int H, int KVH, int D,
-                                        double p, uint64_t seed, uint64_t stream) {
+                                        int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                        uint64_t stream) {
   lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
   LX_CHECK(p == 0 || (dropped && mask));
   uint32_t threshold = lx_dropout_threshold(p);
@@ -100,7 +108,8 @@ static inline void lx_attention_forward(real *out,       // (B, T, H * D)
         }
         real *o = out + lx_out_at(a, b, i, h);
         memset(o, 0, (size_t)D * sizeof(real));
-        for (int j = 0; j <= i; j++) lx_axpy(o, weights[j], qkv + lx_v_at(a, b, j, g), D);
+        for (int j = 0; j <= i; j++)
+          lx_axpy(o, weights[j], qkv + lx_v_at(a, b, j, g), D);
       }
     }
 }
@@ -110,11 +119,11 @@ static inline void lx_attention_forward(real *out,       // (B, T, H * D)
  * Di = sum_j weight_ij (dO_i . v_j) = dO_i . O_i:
  *   dv_j += weight dO_i;  dP = keep * dscale * (dO_i . v_j);
  *   dS = P (dP - Di);     dq_i += scale dS k_j;  dk_j += scale dS q_i. */
-static inline void lx_attention_pair_backward(real *dqkv,       // (B, T, (H + 2*KVH) * D)
-                                              const real *qkv,  // (B, T, (H + 2*KVH) * D)
+static inline void lx_attention_pair_backward(real *dqkv,         // (B, T, (H + 2*KVH) * D)
+                                              const real *qkv,    // (B, T, (H + 2*KVH) * D)
                                               const real *dout_i, // (D)
-                                              lx_attn_dims a, int b, int h, int i, int j,
-                                              real prob, real weight, int keep, real dscale, real Di) {
+                                              lx_attn_dims a, int b, int h, int i, int j, real prob,
+                                              real weight, int keep, real dscale, real Di) {
   int g = lx_kv_head(a, h);
   const real *q = qkv + lx_q_at(a, b, i, h), *k = qkv + lx_k_at(a, b, j, g), *v = qkv + lx_v_at(a, b, j, g);
   lx_axpy(dqkv + lx_v_at(a, b, j, g), weight, dout_i, a.D);
@@ -126,12 +135,12 @@ static inline void lx_attention_pair_backward(real *dqkv,       // (B, T, (H + 2
 
 /* Parallel over (batch, kv head): every query head of a group adds into the
  * group's dk and dv, so a group is one task and the sums keep a fixed order. */
-static inline void lx_attention_backward(real *dqkv,           // (B, T, (H + 2*KVH) * D)
-                                         const real *dout,     // (B, T, H * D)
-                                         const real *qkv,      // (B, T, (H + 2*KVH) * D)
-                                         const real *probs,    // (B, H, T, T)
-                                         const real *dropped,  // (B, H, T, T), or NULL when p == 0
-                                         const uint8_t *mask,  // (B, H, T, T), or NULL when p == 0
+static inline void lx_attention_backward(real *dqkv,          // (B, T, (H + 2*KVH) * D)
+                                         const real *dout,    // (B, T, H * D)
+                                         const real *qkv,     // (B, T, (H + 2*KVH) * D)
+                                         const real *probs,   // (B, H, T, T)
+                                         const real *dropped, // (B, H, T, T), or NULL when p == 0
+                                         const uint8_t *mask, // (B, H, T, T), or NULL when p == 0
                                          int B, int T, int H, int KVH, int D, double p) {
   lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
   LX_CHECK(p == 0 || (dropped && mask));
@@ -146,7 +155,8 @@ static inline void lx_attention_backward(real *dqkv,           // (B, T, (H + 2*
           const real *prow = probs + row, *weights = p > 0 ? dropped + row : prow;
           const real *dout_i = dout + lx_out_at(a, b, i, h);
           lx_acc Di = 0;
-          for (int j = 0; j <= i; j++) Di += weights[j] * lx_dot(dout_i, qkv + lx_v_at(a, b, j, g), D);
+          for (int j = 0; j <= i; j++)
+            Di += weights[j] * lx_dot(dout_i, qkv + lx_v_at(a, b, j, g), D);
           for (int j = 0; j <= i; j++)
             lx_attention_pair_backward(dqkv, qkv, dout_i, a, b, h, i, j, prow[j], weights[j],
                                        p > 0 ? mask[row + j] : 1, dscale, (real)Di);
@@ -158,11 +168,11 @@ static inline void lx_attention_backward(real *dqkv,           // (B, T, (H + 2*
 /* One query row by the online softmax (Milakov & Gimelshein 2018): a running
  * max m, a running sum l of exp(s - m), and the output accumulated unscaled,
  * rescaled whenever the max grows. No T-long row is ever stored. */
-static inline void lx_flash_attention_row(real *o,          // (D)
-                                          real *lse,        // (1)
-                                          const real *qkv,  // (B, T, (H + 2*KVH) * D)
-                                          lx_attn_dims a, int b, int h, int i,
-                                          uint32_t threshold, real dscale, uint64_t seed, uint64_t stream) {
+static inline void lx_flash_attention_row(real *o,         // (D)
+                                          real *lse,       // (1)
+                                          const real *qkv, // (B, T, (H + 2*KVH) * D)
+                                          lx_attn_dims a, int b, int h, int i, uint32_t threshold,
+                                          real dscale, uint64_t seed, uint64_t stream) {
   const real *q = qkv + lx_q_at(a, b, i, h);
   int g = lx_kv_head(a, h);
   size_t row = lx_score_row(a, b, h, i);
@@ -174,22 +184,25 @@ static inline void lx_flash_attention_row(real *o,          // (D)
     if (s > m) {
       real shrink = lx_exp(m - s); /* 0 on the first step, m = -inf */
       l *= shrink;
-      for (int d = 0; d < a.D; d++) o[d] *= shrink;
+      for (int d = 0; d < a.D; d++)
+        o[d] *= shrink;
       m = s;
     }
     real w = lx_exp(s - m);
     l += w;
-    if (lx_dropout_keep(seed, stream, row + j, threshold)) lx_axpy(o, w * dscale, qkv + lx_v_at(a, b, j, g), a.D);
+    if (lx_dropout_keep(seed, stream, row + j, threshold))
+      lx_axpy(o, w * dscale, qkv + lx_v_at(a, b, j, g), a.D);
   }
-  for (int d = 0; d < a.D; d++) o[d] = (real)(o[d] / l);
+  for (int d = 0; d < a.D; d++)
+    o[d] = (real)(o[d] / l);
   *lse = (real)(m + log(l));
 }
 
 static inline void lx_flash_attention_forward(real *out,       // (B, T, H * D)
                                               real *lse,       // (B, H, T)
                                               const real *qkv, // (B, T, (H + 2*KVH) * D)
-                                              int B, int T, int H, int KVH, int D,
-                                              double p, uint64_t seed, uint64_t stream) {
+                                              int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                              uint64_t stream) {
   lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p));
@@ -197,8 +210,8 @@ static inline void lx_flash_attention_forward(real *out,       // (B, T, H * D)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++)
       for (int i = 0; i < T; i++)
-        lx_flash_attention_row(out + lx_out_at(a, b, i, h), lse + ((size_t)b * H + h) * T + i, qkv, a, b, h, i,
-                               threshold, dscale, seed, stream);
+        lx_flash_attention_row(out + lx_out_at(a, b, i, h), lse + ((size_t)b * H + h) * T + i, qkv, a, b, h,
+                               i, threshold, dscale, seed, stream);
 }
 
 /* Recomputes P_ij = exp(scale q_i . k_j - lse_i) and the dropout decision;
@@ -208,8 +221,8 @@ static inline void lx_flash_attention_backward(real *dqkv,       // (B, T, (H + 
                                                const real *qkv,  // (B, T, (H + 2*KVH) * D)
                                                const real *out,  // (B, T, H * D)
                                                const real *lse,  // (B, H, T)
-                                               int B, int T, int H, int KVH, int D,
-                                               double p, uint64_t seed, uint64_t stream) {
+                                               int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                               uint64_t stream) {
   lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p)), scale = lx_attn_scale(a);
@@ -257,7 +270,8 @@ static inline void lx_rope_rotate(real *out,       // (B, T, (H + 2*KVH) * D)
           y[head + 2 * m + 1] = accumulate ? y[head + 2 * m + 1] + y1 : y1;
         }
       }
-      for (size_t e = rotated; e < W; e++) y[e] = accumulate ? y[e] + x[e] : x[e];
+      for (size_t e = rotated; e < W; e++)
+        y[e] = accumulate ? y[e] + x[e] : x[e];
     }
 }
 

@@ -13,9 +13,13 @@
  *     tensor used twice (a residual stream) and parameters shared by
  *     micro-batches accumulate naturally: the caller zeroes gradients once;
  *   - outputs never alias inputs unless a function says so;
- *   - results do not depend on the number of OpenMP or OpenBLAS threads:
- *     where several rows add into one parameter gradient, they do so in a
- *     fixed order, so a recomputed step reproduces the first bit for bit. */
+ *   - results do not depend on the number of OpenMP threads: where several
+ *     rows add into one parameter gradient, they do so in a fixed order, so
+ *     a recomputed step reproduces the first bit for bit (the OpenBLAS
+ *     products are deterministic for a fixed OPENBLAS_NUM_THREADS; keep it
+ *     fixed across a run);
+ *   - random numbers (dropout, init) come from lx_rng.h, a pure function of
+ *     (seed, stream, index), never from hidden state. */
 #ifndef LX_COMMON_H
 #define LX_COMMON_H
 
@@ -57,9 +61,9 @@ static inline void lx_fatal_at(const char *file, int line, const char *what) {
 #define LX_FATAL(what) lx_fatal_at(__FILE__, __LINE__, (what))
 
 /* A broken shape or argument is a bug of the emitted program: stop at once. */
-#define LX_CHECK(cond)                                                  \
-  do {                                                                  \
-    if (!(cond)) lx_fatal_at(__FILE__, __LINE__, "check failed: " #cond); \
+#define LX_CHECK(cond)                                                                                       \
+  do {                                                                                                       \
+    if (!(cond)) lx_fatal_at(__FILE__, __LINE__, "check failed: " #cond);                                    \
   } while (0)
 
 static inline void *lx_malloc_at(size_t bytes, const char *file, int line) {
@@ -87,7 +91,8 @@ static inline void lx_fread_at(void *dst, size_t size, size_t count, FILE *f, co
   if (fread(dst, size, count, f) != count) lx_fatal_at(file, line, "short read (truncated file?)");
 }
 
-static inline void lx_fwrite_at(const void *src, size_t size, size_t count, FILE *f, const char *file, int line) {
+static inline void lx_fwrite_at(const void *src, size_t size, size_t count, FILE *f, const char *file,
+                                int line) {
   if (fwrite(src, size, count, f) != count) lx_fatal_at(file, line, "short write (disk full?)");
 }
 
@@ -103,16 +108,18 @@ static inline real lx_dot(const real *a, // (n)
                           const real *b, // (n)
                           int n) {
   real s = 0;
-  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  for (int i = 0; i < n; i++)
+    s += a[i] * b[i];
   return s;
 }
 
 /* y += alpha * x */
-static inline void lx_axpy(real *y,       // (n)
+static inline void lx_axpy(real *y, // (n)
                            real alpha,
                            const real *x, // (n)
                            int n) {
-  for (int i = 0; i < n; i++) y[i] += alpha * x[i];
+  for (int i = 0; i < n; i++)
+    y[i] += alpha * x[i];
 }
 
 static inline void lx_zero(real *x, // (n)

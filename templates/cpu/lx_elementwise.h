@@ -48,7 +48,8 @@ static inline void lx_swiglu_forward(real *out,       // (BT, F)
   for (int r = 0; r < BT; r++) {
     const real *gate = inp + (size_t)r * 2 * F, *up = gate + F;
     real *y = out + (size_t)r * F;
-    for (int i = 0; i < F; i++) y[i] = gate[i] * lx_sigmoid(gate[i]) * up[i];
+    for (int i = 0; i < F; i++)
+      y[i] = gate[i] * lx_sigmoid(gate[i]) * up[i];
   }
 }
 
@@ -77,7 +78,8 @@ static inline void lx_add_forward(real *out,     // (N)
                                   const real *b, // (N)
                                   size_t N) {
 #pragma omp parallel for
-  for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
+  for (size_t i = 0; i < N; i++)
+    out[i] = a[i] + b[i];
 }
 
 /* da and db may be the same buffer (add(x, x)); each gets dout once. */

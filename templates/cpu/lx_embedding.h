@@ -12,9 +12,9 @@
 /* Channels per parallel task of the scatter-adds below. */
 #define LX_EMBED_CHANNEL_BLOCK 64
 
-static inline void lx_embedding_forward(real *out,       // (B, T, C)
+static inline void lx_embedding_forward(real *out,         // (B, T, C)
                                         const int *tokens, // (B, T)
-                                        const real *wte, // (V, C)
+                                        const real *wte,   // (V, C)
                                         int B, int T, int C, int V) {
 #pragma omp parallel for
   for (int r = 0; r < B * T; r++) {
@@ -39,7 +39,8 @@ static inline void lx_embedding_backward(real *dwte,        // (V, C)
       LX_CHECK(tok >= 0 && tok < V);
       real *dw = dwte + (size_t)tok * C;
       const real *dy = dout + (size_t)r * C;
-      for (int c = c0; c < c1; c++) dw[c] += dy[c];
+      for (int c = c0; c < c1; c++)
+        dw[c] += dy[c];
     }
   }
 }
@@ -49,7 +50,8 @@ static inline void lx_position_embedding_forward(real *out,       // (B, T, C)
                                                  const real *wpe, // (T, C)
                                                  int B, int T, int C) {
 #pragma omp parallel for
-  for (int r = 0; r < B * T; r++) memcpy(out + (size_t)r * C, wpe + (size_t)(r % T) * C, (size_t)C * sizeof(real));
+  for (int r = 0; r < B * T; r++)
+    memcpy(out + (size_t)r * C, wpe + (size_t)(r % T) * C, (size_t)C * sizeof(real));
 }
 
 /* dwpe[t] += sum over b of dout[b, t], b in order. */
@@ -58,7 +60,8 @@ static inline void lx_position_embedding_backward(real *dwpe,       // (T, C)
                                                   int B, int T, int C) {
 #pragma omp parallel for
   for (int t = 0; t < T; t++)
-    for (int b = 0; b < B; b++) lx_axpy(dwpe + (size_t)t * C, 1, dout + ((size_t)b * T + t) * C, C);
+    for (int b = 0; b < B; b++)
+      lx_axpy(dwpe + (size_t)t * C, 1, dout + ((size_t)b * T + t) * C, C);
 }
 
 #endif

@@ -22,13 +22,15 @@ static inline double lx_gpt2_init_std(int is_residual_projection, int layers) {
 static inline void lx_init_normal(real *w, // (N)
                                   size_t N, double std, uint64_t seed, uint64_t stream) {
 #pragma omp parallel for
-  for (size_t i = 0; i < N; i++) w[i] = (real)(std * lx_rng_normal(seed, stream, i));
+  for (size_t i = 0; i < N; i++)
+    w[i] = (real)(std * lx_rng_normal(seed, stream, i));
 }
 
 static inline void lx_init_constant(real *w, // (N)
                                     size_t N, real value) {
 #pragma omp parallel for
-  for (size_t i = 0; i < N; i++) w[i] = value;
+  for (size_t i = 0; i < N; i++)
+    w[i] = value;
 }
 
 #endif

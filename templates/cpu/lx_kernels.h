@@ -3,15 +3,15 @@
 #ifndef LX_KERNELS_H
 #define LX_KERNELS_H
 
-#include "lx_common.h"
-#include "lx_rng.h"
-#include "lx_embedding.h"
-#include "lx_norm.h"
-#include "lx_matmul.h"
-#include "lx_attention.h"
-#include "lx_elementwise.h"
-#include "lx_loss.h"
 #include "lx_adamw.h"
+#include "lx_attention.h"
+#include "lx_common.h"
+#include "lx_elementwise.h"
+#include "lx_embedding.h"
 #include "lx_init.h"
+#include "lx_loss.h"
+#include "lx_matmul.h"
+#include "lx_norm.h"
+#include "lx_rng.h"
 
 #endif

@@ -16,7 +16,8 @@ static inline real lx_logsumexp_row(const real *x, // (V)
   for (int v = 0; v < V; v++)
     if (x[v] > max) max = x[v];
   lx_acc sum = 0;
-  for (int v = 0; v < V; v++) sum += lx_exp(x[v] - max);
+  for (int v = 0; v < V; v++)
+    sum += lx_exp(x[v] - max);
   return (real)(max + log(sum));
 }
 
@@ -27,7 +28,8 @@ static inline real lx_cross_entropy_forward(real *lse,          // (BT)
                                             int BT, int V, int Vp) {
   LX_CHECK(V > 0 && V <= Vp);
 #pragma omp parallel for
-  for (int r = 0; r < BT; r++) lse[r] = lx_logsumexp_row(logits + (size_t)r * Vp, V);
+  for (int r = 0; r < BT; r++)
+    lse[r] = lx_logsumexp_row(logits + (size_t)r * Vp, V);
   lx_acc total = 0; /* in row order: the loss is the same for any thread count */
   for (int r = 0; r < BT; r++) {
     LX_CHECK(targets[r] >= 0 && targets[r] < V);
@@ -49,7 +51,8 @@ static inline void lx_cross_entropy_backward(real *dlogits,      // (BT, Vp)
   for (int r = 0; r < BT; r++) {
     const real *x = logits + (size_t)r * Vp;
     real *dx = dlogits + (size_t)r * Vp;
-    for (int v = 0; v < V; v++) dx[v] += scale * (lx_exp(x[v] - lse[r]) - (v == targets[r] ? 1 : 0));
+    for (int v = 0; v < V; v++)
+      dx[v] += scale * (lx_exp(x[v] - lse[r]) - (v == targets[r] ? 1 : 0));
   }
 }
 

@@ -16,7 +16,7 @@ static inline void lx_gemm(int trans_a, int trans_b, int m, int n, int k, real a
                            const real *a, // (m, k), or (k, m) when trans_a
                            const real *b, // (k, n), or (n, k) when trans_b
                            real beta,
-                           real *c) {     // (m, n)
+                           real *c) { // (m, n)
   enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   int lda = trans_a ? m : k, ldb = trans_b ? k : n;
@@ -36,7 +36,8 @@ static inline void lx_linear_forward(real *out,          // (BT, OC)
   /* seeding out with the bias lets the product add onto it (beta = 1) */
   if (bias) {
 #pragma omp parallel for
-    for (int r = 0; r < BT; r++) memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(real));
+    for (int r = 0; r < BT; r++)
+      memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(real));
   }
   lx_gemm(0, 1, BT, OC, C, 1, inp, weight, bias ? 1 : 0, out);
 }
@@ -49,7 +50,8 @@ static inline void lx_bias_backward(real *dbias,      // (OC)
 #pragma omp parallel for
   for (int o = 0; o < OC; o++) {
     lx_acc s = 0;
-    for (int r = 0; r < BT; r++) s += dout[(size_t)r * OC + o];
+    for (int r = 0; r < BT; r++)
+      s += dout[(size_t)r * OC + o];
     dbias[o] += (real)s;
   }
 }

@@ -17,10 +17,12 @@ typedef struct {
 static inline lx_row_stats lx_layernorm_stats(const real *x, // (C)
                                               int C) {
   lx_acc mean = 0, var = 0;
-  for (int i = 0; i < C; i++) mean += x[i];
+  for (int i = 0; i < C; i++)
+    mean += x[i];
   mean /= C;
   /* two passes: the one-pass E[x^2] - E[x]^2 cancels badly in float */
-  for (int i = 0; i < C; i++) var += (x[i] - mean) * (x[i] - mean);
+  for (int i = 0; i < C; i++)
+    var += (x[i] - mean) * (x[i] - mean);
   var /= C;
   return (lx_row_stats){(real)mean, (real)(1.0 / sqrt(var + LX_NORM_EPS))};
 }
@@ -28,7 +30,8 @@ static inline lx_row_stats lx_layernorm_stats(const real *x, // (C)
 static inline lx_row_stats lx_rmsnorm_stats(const real *x, // (C)
                                             int C) {
   lx_acc ms = 0;
-  for (int i = 0; i < C; i++) ms += (lx_acc)x[i] * x[i];
+  for (int i = 0; i < C; i++)
+    ms += (lx_acc)x[i] * x[i];
   ms /= C;
   return (lx_row_stats){0, (real)(1.0 / sqrt(ms + LX_NORM_EPS))};
 }
@@ -45,14 +48,15 @@ static inline void lx_layernorm_forward(real *out,          // (BT, C)
     const real *x = inp + (size_t)r * C;
     real *y = out + (size_t)r * C;
     lx_row_stats s = lx_layernorm_stats(x, C);
-    for (int i = 0; i < C; i++) y[i] = (x[i] - s.mean) * s.rstd * weight[i] + bias[i];
+    for (int i = 0; i < C; i++)
+      y[i] = (x[i] - s.mean) * s.rstd * weight[i] + bias[i];
   }
 }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = w * dout. */
-static inline void lx_layernorm_backward_row(real *dx,         // (C)
-                                             const real *dy,   // (C)
-                                             const real *x,    // (C)
+static inline void lx_layernorm_backward_row(real *dx,           // (C)
+                                             const real *dy,     // (C)
+                                             const real *x,      // (C)
                                              const real *weight, // (C)
                                              int C) {
   lx_row_stats s = lx_layernorm_stats(x, C);
@@ -104,7 +108,8 @@ static inline void lx_rmsnorm_forward(real *out,          // (BT, C)
     const real *x = inp + (size_t)r * C;
     real *y = out + (size_t)r * C;
     lx_row_stats s = lx_rmsnorm_stats(x, C);
-    for (int i = 0; i < C; i++) y[i] = x[i] * s.rstd * weight[i];
+    for (int i = 0; i < C; i++)
+      y[i] = x[i] * s.rstd * weight[i];
   }
 }
 
@@ -116,9 +121,11 @@ static inline void lx_rmsnorm_backward_row(real *dx,           // (C)
                                            int C) {
   lx_row_stats s = lx_rmsnorm_stats(x, C);
   lx_acc mean_gx = 0;
-  for (int i = 0; i < C; i++) mean_gx += weight[i] * dy[i] * x[i] * s.rstd;
+  for (int i = 0; i < C; i++)
+    mean_gx += weight[i] * dy[i] * x[i] * s.rstd;
   mean_gx /= C;
-  for (int i = 0; i < C; i++) dx[i] += s.rstd * (weight[i] * dy[i] - x[i] * s.rstd * (real)mean_gx);
+  for (int i = 0; i < C; i++)
+    dx[i] += s.rstd * (weight[i] * dy[i] - x[i] * s.rstd * (real)mean_gx);
 }
 
 static inline void lx_rmsnorm_backward(real *dinp,         // (BT, C)
@@ -133,7 +140,8 @@ static inline void lx_rmsnorm_backward(real *dinp,         // (BT, C)
   for (int r = 0; r < BT; r++) { /* row order on one thread, as for layernorm */
     const real *x = inp + (size_t)r * C, *dy = dout + (size_t)r * C;
     lx_row_stats s = lx_rmsnorm_stats(x, C);
-    for (int i = 0; i < C; i++) dweight[i] += dy[i] * x[i] * s.rstd;
+    for (int i = 0; i < C; i++)
+      dweight[i] += dy[i] * x[i] * s.rstd;
   }
 }
 

@@ -6,7 +6,11 @@
  * Each op test takes a scalar loss L = sum(out * W) with a fixed random W:
  * dL/dout = W, so the backward run with dout = W must give dL/d(every input
  * and every parameter), which central differences of L measure directly. */
-#include "cpu_test_util.h"
+#include "tiny_gpt.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ---- the finite-difference harness ------------------------------------------ */
 
@@ -35,8 +39,8 @@ static double fd_max_rel_error(loss_fn loss, void *ctx, real *x, const real *gra
   return worst;
 }
 
-static void check_gradient(const char *op, const char *wrt, loss_fn loss, void *ctx, real *x, const real *grad,
-                           size_t n) {
+static void check_gradient(const char *op, const char *wrt, loss_fn loss, void *ctx, real *x,
+                           const real *grad, size_t n) {
   double err = fd_max_rel_error(loss, ctx, x, grad, n);
   worst_fd_error = fmax(worst_fd_error, err);
   CHECK(err < FD_TOL, "%s: d/d(%s) matches central differences (max rel err %.1e)", op, wrt, err);
@@ -100,11 +104,18 @@ static double rmsnorm_loss(void *p) {
 
 static norm_case make_norm_case(int BT, int C) {
   size_t n = (size_t)BT * C;
-  return (norm_case){BT, C, random_tensor(n, 2), random_tensor((size_t)C, 1.5), random_tensor((size_t)C, 1),
-                     zero_tensor(n), random_tensor(n, 1)};
+  return (norm_case){BT,
+                     C,
+                     random_tensor(n, 2),
+                     random_tensor((size_t)C, 1.5),
+                     random_tensor((size_t)C, 1),
+                     zero_tensor(n),
+                     random_tensor(n, 1)};
 }
 
-static void free_norm_case(norm_case *c) { free(c->inp), free(c->weight), free(c->bias), free(c->out), free(c->w); }
+static void free_norm_case(norm_case *c) {
+  free(c->inp), free(c->weight), free(c->bias), free(c->out), free(c->w);
+}
 
 static void test_layernorm(void) {
   norm_case c = make_norm_case(6, 7);
@@ -127,12 +138,14 @@ static void test_layernorm(void) {
   lx_init_constant(c.bias, (size_t)c.C, 0);
   lx_layernorm_forward(c.out, c.inp, c.weight, c.bias, c.BT, c.C);
   double mean = 0, var = 0;
-  for (int i = 0; i < c.C; i++) mean += c.out[i];
+  for (int i = 0; i < c.C; i++)
+    mean += c.out[i];
   mean /= c.C;
-  for (int i = 0; i < c.C; i++) var += (c.out[i] - mean) * (c.out[i] - mean);
+  for (int i = 0; i < c.C; i++)
+    var += (c.out[i] - mean) * (c.out[i] - mean);
   var /= c.C;
-  CHECK(fabs(mean) < 1e-12 && fabs(var - 1) < 1e-3, "layernorm row has mean 0 (%.1e) and variance 1 (%.6f)", mean,
-        var);
+  CHECK(fabs(mean) < 1e-12 && fabs(var - 1) < 1e-3, "layernorm row has mean 0 (%.1e) and variance 1 (%.6f)",
+        mean, var);
   free_norm_case(&c), free(dinp), free(dweight), free(dbias), free(again), free(dweight2), free(dbias2);
 }
 
@@ -165,10 +178,12 @@ static void test_linear_forward_against_loops(linear_case *c) {
   for (int r = 0; r < c->BT; r++)
     for (int o = 0; o < c->OC; o++) {
       double s = c->bias ? c->bias[o] : 0;
-      for (int i = 0; i < c->C; i++) s += c->inp[r * c->C + i] * c->weight[o * c->C + i];
+      for (int i = 0; i < c->C; i++)
+        s += c->inp[r * c->C + i] * c->weight[o * c->C + i];
       worst = fmax(worst, fabs(s - c->out[r * c->OC + o]));
     }
-  CHECK(worst < 1e-12, "linear%s forward equals x W^T + b by loops (max err %.1e)", c->bias ? "" : "_nobias", worst);
+  CHECK(worst < 1e-12, "linear%s forward equals x W^T + b by loops (max err %.1e)", c->bias ? "" : "_nobias",
+        worst);
 }
 
 static void test_linear(int with_bias) {
@@ -221,21 +236,22 @@ static void free_attn_case(attn_case *c) {
 
 static void attn_forward(attn_case *c) {
   if (c->flash)
-    lx_flash_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed, c->stream);
+    lx_flash_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed,
+                               c->stream);
   else
-    lx_attention_forward(c->out, c->probs, c->p > 0 ? c->dropped : NULL, c->p > 0 ? c->mask : NULL, c->qkv, c->B,
-                         c->T, c->H, c->KVH, c->D, c->p, c->seed, c->stream);
+    lx_attention_forward(c->out, c->probs, c->p > 0 ? c->dropped : NULL, c->p > 0 ? c->mask : NULL, c->qkv,
+                         c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed, c->stream);
 }
 
 /* forward then backward with dout = w, from the current qkv */
 static void attn_backward(attn_case *c, real *dqkv) {
   attn_forward(c);
   if (c->flash)
-    lx_flash_attention_backward(dqkv, c->w, c->qkv, c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed,
-                                c->stream);
+    lx_flash_attention_backward(dqkv, c->w, c->qkv, c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D, c->p,
+                                c->seed, c->stream);
   else
-    lx_attention_backward(dqkv, c->w, c->qkv, c->probs, c->p > 0 ? c->dropped : NULL, c->p > 0 ? c->mask : NULL,
-                          c->B, c->T, c->H, c->KVH, c->D, c->p);
+    lx_attention_backward(dqkv, c->w, c->qkv, c->probs, c->p > 0 ? c->dropped : NULL,
+                          c->p > 0 ? c->mask : NULL, c->B, c->T, c->H, c->KVH, c->D, c->p);
 }
 
 static double attention_loss(void *p) {
@@ -264,10 +280,11 @@ static void test_attention_forms_agree(int H, int KVH, double p) {
   attn_backward(&f, df);
   double out_err = max_abs_diff(m.out, f.out, attn_out_size(&m)) / max_abs(m.out, attn_out_size(&m));
   double grad_err = max_abs_diff(dm, df, attn_qkv_size(&m)) / max_abs(dm, attn_qkv_size(&m));
-  CHECK(out_err < 1e-13, "attention and flash_attention outputs agree (H %d, KVH %d, p %.1f; rel err %.1e)", H, KVH,
-        p, out_err);
-  CHECK(grad_err < 1e-13, "attention and flash_attention gradients agree (H %d, KVH %d, p %.1f; rel err %.1e)", H,
-        KVH, p, grad_err);
+  CHECK(out_err < 1e-13, "attention and flash_attention outputs agree (H %d, KVH %d, p %.1f; rel err %.1e)",
+        H, KVH, p, out_err);
+  CHECK(grad_err < 1e-13,
+        "attention and flash_attention gradients agree (H %d, KVH %d, p %.1f; rel err %.1e)", H, KVH, p,
+        grad_err);
   /* the log-sum-exp the flash form keeps reproduces the materialized probabilities */
   double lse_err = 0;
   real scale = (real)(1.0 / sqrt((double)m.D));
@@ -275,13 +292,14 @@ static void test_attention_forms_agree(int H, int KVH, double p) {
     for (int h = 0; h < m.H; h++)
       for (int i = 0; i < m.T; i++) {
         const real *q = m.qkv + ((size_t)b * m.T + i) * (m.H + 2 * m.KVH) * m.D + (size_t)h * m.D;
-        const real *k0 = m.qkv + (size_t)b * m.T * (m.H + 2 * m.KVH) * m.D + (size_t)(m.H + h / (H / KVH)) * m.D;
+        const real *k0 =
+            m.qkv + (size_t)b * m.T * (m.H + 2 * m.KVH) * m.D + (size_t)(m.H + h / (H / KVH)) * m.D;
         double s0 = scale * lx_dot(q, k0, m.D);
         double p0 = exp(s0 - f.lse[((size_t)b * m.H + h) * m.T + i]);
         lse_err = fmax(lse_err, fabs(p0 - m.probs[(((size_t)b * m.H + h) * m.T + i) * m.T]));
       }
-  CHECK(lse_err < 1e-14, "flash log-sum-exp reproduces the softmax probabilities (H %d, KVH %d; err %.1e)", H, KVH,
-        lse_err);
+  CHECK(lse_err < 1e-14, "flash log-sum-exp reproduces the softmax probabilities (H %d, KVH %d; err %.1e)", H,
+        KVH, lse_err);
   free_attn_case(&m), free_attn_case(&f), free(dm), free(df);
 }
 
@@ -293,10 +311,12 @@ static void test_attention_causal(int flash) {
   size_t row = (size_t)(c.H + 2 * c.KVH) * c.D, out_row = (size_t)c.H * c.D;
   for (int b = 0; b < c.B; b++)
     for (int t = 1; t < c.T; t++)
-      for (size_t e = 0; e < row; e++) c.qkv[((size_t)b * c.T + t) * row + e] += 10;
+      for (size_t e = 0; e < row; e++)
+        c.qkv[((size_t)b * c.T + t) * row + e] += 10;
   attn_forward(&c);
   int same = 1;
-  for (int b = 0; b < c.B; b++) same &= !memcmp(before + b * c.T * out_row, c.out + b * c.T * out_row, out_row * sizeof(real));
+  for (int b = 0; b < c.B; b++)
+    same &= !memcmp(before + b * c.T * out_row, c.out + b * c.T * out_row, out_row * sizeof(real));
   CHECK(same, "%s at position 0 ignores later tokens (bitwise)", flash ? "flash_attention" : "attention");
 
   /* with p = 0, position 0 attends only to itself: its output is its kv head's v */
@@ -307,7 +327,8 @@ static void test_attention_causal(int flash) {
     for (int h = 0; h < z.H; h++) {
       const real *v = z.qkv + (size_t)b * z.T * row + (size_t)(z.H + z.KVH + h / 2) * z.D;
       const real *o = z.out + (size_t)b * z.T * out_row + (size_t)h * z.D;
-      for (int d = 0; d < z.D; d++) is_v &= fabs(o[d] - v[d]) < 1e-15;
+      for (int d = 0; d < z.D; d++)
+        is_v &= fabs(o[d] - v[d]) < 1e-15;
     }
   CHECK(is_v, "%s at position 0 outputs v of kv head h / (H / KVH)", flash ? "flash_attention" : "attention");
   free(before), free_attn_case(&c), free_attn_case(&z);
@@ -364,7 +385,8 @@ static void test_rope(void) {
   CHECK(pair_err < 1e-14, "rope rotates pairs: their lengths are kept (err %.1e)", pair_err);
   real *back = zero_tensor(n);
   lx_rope_backward(back, c.out, c.B, c.T, c.H, c.KVH, c.D, ROPE_BASE);
-  CHECK(max_abs_diff(back, c.inp, n) < 1e-14, "rope backward is the inverse rotation: it maps the output back");
+  CHECK(max_abs_diff(back, c.inp, n) < 1e-14,
+        "rope backward is the inverse rotation: it maps the output back");
   /* position 1, pair 0 turns by exactly 1 radian */
   double x0 = c.inp[row], x1 = c.inp[row + 1];
   CHECK(fabs(c.out[row] - (x0 * cos(1.0) - x1 * sin(1.0))) < 1e-15 &&
@@ -408,8 +430,12 @@ static double dropout_loss(void *p) {
 }
 
 static elementwise_case make_elementwise_case(size_t n) {
-  return (elementwise_case){.n = n, .a = random_tensor(n, 3), .b = random_tensor(n, 1), .out = zero_tensor(n),
-                            .w = random_tensor(n, 1), .mask = LX_CALLOC(n, 1)};
+  return (elementwise_case){.n = n,
+                            .a = random_tensor(n, 3),
+                            .b = random_tensor(n, 1),
+                            .out = zero_tensor(n),
+                            .w = random_tensor(n, 1),
+                            .mask = LX_CALLOC(n, 1)};
 }
 
 static void free_elementwise_case(elementwise_case *c) {
@@ -469,33 +495,45 @@ static void test_dropout_mask(void) {
   CHECK(!memcmp(m1, m2, n) && !memcmp(y1, y2, n * sizeof(real)),
         "dropout recomputed with the same (seed, stream) regenerates mask and output bit for bit");
   size_t kept = 0;
-  for (size_t i = 0; i < n; i++) kept += m1[i];
+  for (size_t i = 0; i < n; i++)
+    kept += m1[i];
   double rate = (double)kept / n, sigma = sqrt(p * (1 - p) / n);
-  CHECK(fabs(rate - (1 - p)) < 5 * sigma, "dropout keep rate %.5f is 1 - p = %.2f within 5 sigma (%.1e)", rate, 1 - p,
-        5 * sigma);
+  CHECK(fabs(rate - (1 - p)) < 5 * sigma, "dropout keep rate %.5f is 1 - p = %.2f within 5 sigma (%.1e)",
+        rate, 1 - p, 5 * sigma);
   int scaled = 1;
-  for (size_t i = 0; i < n; i++) scaled &= m1[i] ? y1[i] == x[i] * (real)(1 / (1 - p)) : y1[i] == 0;
+  for (size_t i = 0; i < n; i++)
+    scaled &= m1[i] ? y1[i] == x[i] * (real)(1 / (1 - p)) : y1[i] == 0;
   CHECK(scaled, "dropout zeroes dropped elements and scales kept ones by 1 / (1 - p)");
+
+  size_t both = 0; /* neighbours must be independent: P(keep i and i+1) = (1-p)^2 */
+  for (size_t i = 0; i + 1 < n; i += 2)
+    both += m1[i] & m1[i + 1];
+  double pair_rate = (double)both / (n / 2), pair_sigma = sqrt(0.81 * 0.19 / (n / 2));
+  CHECK(fabs(pair_rate - 0.81) < 5 * pair_sigma,
+        "neighbouring elements are kept independently (%.4f, want 0.81)", pair_rate);
 
   lx_dropout_forward(y2, m2, x, n, p, 42, 4);
   size_t same = 0;
-  for (size_t i = 0; i < n; i++) same += m1[i] == m2[i];
+  for (size_t i = 0; i < n; i++)
+    same += m1[i] == m2[i];
   /* independent masks agree with probability p^2 + (1-p)^2 = 0.82 */
-  CHECK(fabs((double)same / n - 0.82) < 0.005, "another stream draws an independent mask (agreement %.4f, want 0.82)",
-        (double)same / n);
+  CHECK(fabs((double)same / n - 0.82) < 0.005,
+        "another stream draws an independent mask (agreement %.4f, want 0.82)", (double)same / n);
   lx_dropout_forward(y2, m2, x, n, p, 43, 3);
   same = 0;
-  for (size_t i = 0; i < n; i++) same += m1[i] == m2[i];
-  CHECK(fabs((double)same / n - 0.82) < 0.005, "another seed draws an independent mask (agreement %.4f, want 0.82)",
-        (double)same / n);
+  for (size_t i = 0; i < n; i++)
+    same += m1[i] == m2[i];
+  CHECK(fabs((double)same / n - 0.82) < 0.005,
+        "another seed draws an independent mask (agreement %.4f, want 0.82)", (double)same / n);
   lx_dropout_forward(y2, NULL, x, n, 0, 42, 3);
   CHECK(!memcmp(y2, x, n * sizeof(real)), "dropout with p = 0 is the identity");
 
   /* Golden value shared with the float build (and any twin of the RNG): the
    * mask is integer arithmetic only, the same in every build. */
   size_t golden = 0;
-  for (uint64_t i = 0; i < 4096; i++) golden += lx_dropout_keep(1, 2, i, lx_dropout_threshold(0.5));
-  CHECK(golden == 2041, "dropout mask golden count (seed 1, stream 2, p 0.5): %zu of 4096 kept", golden);
+  for (uint64_t i = 0; i < 4096; i++)
+    golden += lx_dropout_keep(1, 2, i, lx_dropout_threshold(0.5));
+  CHECK(golden == 2114, "dropout mask golden count (seed 1, stream 2, p 0.5): %zu of 4096 kept", golden);
   free(x), free(y1), free(y2), free(m1), free(m2);
 }
 
@@ -525,15 +563,18 @@ static void test_cross_entropy(void) {
   check_gradient("cross_entropy", "logits", cross_entropy_loss, &c, c.logits, dlogits, n);
   int padding_untouched = 1;
   for (int r = 0; r < c.BT; r++)
-    for (int v = c.V; v < c.Vp; v++) padding_untouched &= dlogits[(size_t)r * c.Vp + v] == 0;
+    for (int v = c.V; v < c.Vp; v++)
+      padding_untouched &= dlogits[(size_t)r * c.Vp + v] == 0;
   CHECK(padding_untouched, "cross_entropy gives padded vocabulary columns no gradient");
 
   /* uniform logits: every token has probability 1/V, the loss is log V;
    * the padding holds large values that must not count */
   for (int r = 0; r < c.BT; r++)
-    for (int v = 0; v < c.Vp; v++) c.logits[(size_t)r * c.Vp + v] = v < c.V ? (real)0.3 : 100;
+    for (int v = 0; v < c.Vp; v++)
+      c.logits[(size_t)r * c.Vp + v] = v < c.V ? (real)0.3 : 100;
   real loss = lx_cross_entropy_forward(c.lse, c.logits, c.targets, c.BT, c.V, c.Vp);
-  CHECK_CLOSE(loss, log((double)c.V), 1e-14, "cross_entropy of uniform logits is log(V) = %.6f", log((double)c.V));
+  CHECK_CLOSE(loss, log((double)c.V), 1e-14, "cross_entropy of uniform logits is log(V) = %.6f",
+              log((double)c.V));
   free(c.targets), free(c.logits), free(c.lse), free(dlogits);
 }
 
@@ -580,10 +621,12 @@ static void test_grad_clip(void) {
 }
 
 static void test_learning_rate(void) {
-  CHECK_CLOSE(lx_learning_rate(1, 10, 110, 1e-3, 1e-4, LX_SCHED_COSINE), 1e-4, 1e-15, "warm-up step 1 is lr / warmup");
+  CHECK_CLOSE(lx_learning_rate(1, 10, 110, 1e-3, 1e-4, LX_SCHED_COSINE), 1e-4, 1e-15,
+              "warm-up step 1 is lr / warmup");
   CHECK_CLOSE(lx_learning_rate(60, 10, 110, 1e-3, 1e-4, LX_SCHED_COSINE), 5.5e-4, 1e-15,
               "cosine halfway is (lr + min_lr) / 2");
-  CHECK_CLOSE(lx_learning_rate(110, 10, 110, 1e-3, 1e-4, LX_SCHED_COSINE), 1e-4, 1e-15, "cosine ends at min_lr");
+  CHECK_CLOSE(lx_learning_rate(110, 10, 110, 1e-3, 1e-4, LX_SCHED_COSINE), 1e-4, 1e-15,
+              "cosine ends at min_lr");
   CHECK_CLOSE(lx_learning_rate(35, 10, 110, 1e-3, 1e-4, LX_SCHED_LINEAR), 1e-3 - 0.25 * 9e-4, 1e-15,
               "linear decay a quarter of the way");
 }
@@ -598,25 +641,119 @@ static void test_gpt2_init(void) {
   lx_init_normal(again, n, std, 1234, 17);
   CHECK(!memcmp(w, again, n * sizeof(real)), "GPT-2 init is a pure function of (seed, tensor stream)");
   double mean = 0, var = 0;
-  for (size_t i = 0; i < n; i++) mean += w[i];
+  for (size_t i = 0; i < n; i++)
+    mean += w[i];
   mean /= n;
-  for (size_t i = 0; i < n; i++) var += (w[i] - mean) * (w[i] - mean);
+  for (size_t i = 0; i < n; i++)
+    var += (w[i] - mean) * (w[i] - mean);
   double sd = sqrt(var / n);
   CHECK(fabs(mean) < 5 * 0.02 / sqrt((double)n) && fabs(sd - 0.02) < 0.02 * 5 / sqrt(2.0 * n),
         "GPT-2 init is normal(0, 0.02): mean %.1e, std %.6f", mean, sd);
   double kurt = 0;
-  for (size_t i = 0; i < n; i++) kurt += pow((w[i] - mean) / sd, 4);
+  for (size_t i = 0; i < n; i++)
+    kurt += pow((w[i] - mean) / sd, 4);
   CHECK(fabs(kurt / n - 3) < 0.1, "GPT-2 init has a normal kurtosis (%.3f, want 3)", kurt / n);
   CHECK_CLOSE(lx_gpt2_init_std(1, 12), 0.02 / sqrt(24.0), 1e-15, "residual projections use 0.02 / sqrt(2 L)");
   lx_init_normal(again, n, std, 1234, 18);
   double corr = 0;
-  for (size_t i = 0; i < n; i++) corr += w[i] * again[i];
+  for (size_t i = 0; i < n; i++)
+    corr += w[i] * again[i];
   corr /= n * 0.02 * 0.02;
   CHECK(fabs(corr) < 5 / sqrt((double)n), "tensors with different streams are uncorrelated (%.1e)", corr);
   free(w), free(again);
 }
 
+/* ---- the kernels composed: a one-block GPT (tests/cpu/tiny_gpt.h) ----------- */
+
+typedef struct {
+  acts a;
+  params p;
+  const int *tokens, *targets;
+} tiny_case;
+
+static double tiny_gpt_loss(void *ctx) {
+  tiny_case *c = ctx;
+  return model_forward(&c->a, &c->p, c->tokens, c->targets, 1);
+}
+
+static size_t tiny_param_count(void) {
+  size_t n = 0;
+  for (int i = 0; i < N_PARAMS; i++)
+    n += param_sizes[i];
+  return n;
+}
+
+/* One forward + backward; returns the parameter gradient (caller frees). */
+static real *tiny_gpt_gradient(tiny_case *c) {
+  size_t n = tiny_param_count();
+  real *dflat = zero_tensor(n);
+  params dp;
+  params_view(&dp, dflat);
+  acts g = acts_alloc();
+  model_forward(&c->a, &c->p, c->tokens, c->targets, 1);
+  model_backward(&g, &dp, &c->a, &c->p, c->tokens, c->targets, 1);
+  acts_free(&g);
+  return dflat;
+}
+
+/* The whole chain of backwards, every parameter of every op at once, with
+ * attention and residual dropout on: the composition an emitted stage runs. */
+static void test_tiny_gpt_gradient(void) {
+  size_t n = tiny_param_count();
+  real *flat = zero_tensor(n);
+  tiny_case c = {.a = acts_alloc()};
+  params_view(&c.p, flat);
+  init_params(&c.p);
+  /* larger weights than GPT-2's 0.02, so that every path carries gradient */
+  for (size_t i = 0; i < n; i++)
+    flat[i] += (real)(0.3 * lx_rng_normal(5, 6, i));
+  int *tokens = random_tokens(TG_BT, TG_V), *targets = random_tokens(TG_BT, TG_V);
+  c.tokens = tokens, c.targets = targets;
+  real *dflat = tiny_gpt_gradient(&c);
+  for (int i = 0; i < N_PARAMS; i++) {
+    static const char *names[N_PARAMS] = {"wte (embedding + tied lm_head)",
+                                          "wpe",
+                                          "ln1.weight",
+                                          "ln1.bias",
+                                          "qkv.weight",
+                                          "qkv.bias",
+                                          "proj.weight",
+                                          "proj.bias",
+                                          "rms.weight",
+                                          "up.weight",
+                                          "down.weight",
+                                          "down.bias",
+                                          "lnf.weight",
+                                          "lnf.bias"};
+    check_gradient("tiny GPT block", names[i], tiny_gpt_loss, &c, c.p.t[i], dflat + (c.p.t[i] - flat),
+                   param_sizes[i]);
+  }
+
+  /* Parameter sums run in a fixed order: any thread count, the same bits. */
+#ifdef _OPENMP
+  int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  real *two = tiny_gpt_gradient(&c);
+  omp_set_num_threads(3);
+  real *three = tiny_gpt_gradient(&c);
+  omp_set_num_threads(threads);
+  CHECK(!memcmp(two, three, n * sizeof(real)) && !memcmp(two, dflat, n * sizeof(real)),
+        "tiny GPT gradient is bit-identical with %d, 2 and 3 OpenMP threads", threads);
+  free(two), free(three);
+#endif
+  double l1 = tiny_gpt_loss(&c), l2 = tiny_gpt_loss(&c);
+  CHECK(l1 == l2, "tiny GPT forward recomputed gives the same loss bit for bit (dropout on)");
+  free(flat), free(dflat), free(tokens), free(targets), acts_free(&c.a);
+}
+
 int main(void) {
+#ifdef _OPENMP
+  /* Finite differences run thousands of tiny forwards, where starting a
+   * thread team costs more than the work, and a busy machine makes spinning
+   * teams far worse. Results do not depend on the thread count, which
+   * test_tiny_gpt_gradient checks with 1, 2 and 3 threads. */
+  omp_set_num_threads(1);
+#endif
   test_embeddings();
   test_layernorm();
   test_rmsnorm();
@@ -644,6 +781,7 @@ int main(void) {
   test_grad_clip();
   test_learning_rate();
   test_gpt2_init();
+  test_tiny_gpt_gradient();
   printf("# worst finite-difference relative error over all backwards: %.2e\n", worst_fd_error);
   return check_exit_status();
 }

@@ -1,0 +1,119 @@
+/* layout.h — the static memory plan: where every tensor of a stage lives.
+ *
+ * One arena per stage, laid out in regions:
+ *   params, grads, adam_m, adam_v (and master when weights are 16-bit):
+ *       the stage's parameters, same element layout in each region;
+ *   stash: `slots` copies of everything one micro-batch keeps from its
+ *       forward to its backward (micro-batch mb uses slot mb % slots; the
+ *       schedule never has more in flight than there are slots);
+ *   work: what lives only inside one F(mb) or B(mb) — op outputs nobody
+ *       keeps, recomputed tensors, activation gradients. Forward outputs and
+ *       backward buffers never live at once, so they share the region;
+ *   boundary: the gradients that cross layer boundaries (two, used
+ *       alternately), and per slot the pipeline's outgoing activations,
+ *       outgoing input gradients and incoming output gradients.
+ * The emitted programs take every offset from here; the verifier proves that
+ * no region is reused while a reader may still need it. */
+#ifndef LX_LAYOUT_H
+#define LX_LAYOUT_H
+
+#include "schedule.h"
+
+typedef enum {
+  LX_REGION_PARAMS,
+  LX_REGION_MASTER, /* fp32 master weights; empty when weights are fp32 */
+  LX_REGION_GRADS,
+  LX_REGION_ADAM_M,
+  LX_REGION_ADAM_V,
+  LX_REGION_STASH,
+  LX_REGION_WORK,
+  LX_REGION_BOUNDARY,
+  LX_REGION_COUNT
+} lx_region;
+
+/* What a tensor is, for locating it. */
+typedef enum {
+  LX_T_OUTPUT,   /* the op's output activation */
+  LX_T_INTERNAL, /* the op's saved buffer number `index` (mask, softmax, lse) */
+  LX_T_GRAD,     /* the gradient of the op's output */
+  LX_T_PARAM,    /* parameter tensor `index` of the op (0 weight, 1 bias or beta) */
+  LX_T_SEND_ACT, /* the stage's outgoing activation of a micro-batch */
+  LX_T_SEND_GRAD, /* the stage's outgoing input gradient of a micro-batch */
+  LX_T_RECV_GRAD, /* the incoming gradient of the stage's output */
+  LX_T_RECOMPUTED /* where a RECOMPUTE writes the op's output: a scratch copy when the output is kept */
+} lx_tensor_role;
+
+typedef struct {
+  lx_graph_id graph;
+  int layer; /* block layer, -1 for prologue/epilogue */
+  int op;
+  int mb;
+  lx_tensor_role role;
+  int index;
+} lx_tensor_ref;
+
+typedef struct {
+  lx_region region;
+  int64_t offset; /* bytes from the arena's start */
+  int64_t bytes;
+} lx_span;
+
+/* Where op `op` of a graph puts its output and internals within one slot or
+ * the work region, and its parameters within one layer's parameter block. */
+typedef struct {
+  int64_t item_offset;        /* output kept in the stash slot; -1 if not kept */
+  int64_t internal_offset[LX_MAX_SAVED]; /* in the slot, or in work when dropped */
+  bool internals_in_work;     /* dropped: regenerated into work by recompute */
+  int64_t output_work_offset; /* output in work (transient or recomputed); -1 if none */
+  bool output_recomputed;     /* that offset is in the recompute part of work */
+  int64_t scratch_offset;     /* recompute part of work: a recomputed op's output that is also kept; -1 if none */
+  int64_t grad_offset;        /* gradient of the output in work; -1 for inputs and int tensors */
+  int64_t param_offset[2];    /* element offset of weight, bias in the layer's block; -1 if none */
+  int64_t param_elements[2];
+} lx_op_place;
+
+typedef struct {
+  int64_t activation_elt, param_elt; /* bytes per element */
+  int64_t region_offset[LX_REGION_COUNT], region_bytes[LX_REGION_COUNT];
+  int64_t total;
+  int slots;
+  int64_t slot_bytes;
+  int64_t graph_slot_offset[LX_GRAPH_COUNT]; /* within a slot; the block's layer 0 */
+  int64_t layer_slot_bytes;                  /* slot bytes of one block layer */
+  int64_t graph_param_offset[LX_GRAPH_COUNT]; /* elements; the block's layer 0 */
+  int64_t layer_param_elements;
+  int64_t param_elements;                     /* all of the stage */
+  lx_op_place *places[LX_GRAPH_COUNT];        /* per op of each graph */
+  int64_t forward_work_bytes, backward_work_bytes;
+  int64_t recompute_work_bytes; /* work starts with the recomputed tensors, then forward outputs or gradients */
+  int64_t boundary_grad_offset[2];            /* in the boundary region */
+  int64_t send_offset;                        /* in the boundary region: the per-slot buffers */
+  int64_t boundary_bytes;                     /* one boundary tensor */
+} lx_stage_layout;
+
+/* Lays out stage `s` of the pipeline; `param_elt` is the bytes of a weight
+ * element on the target; `master_copy` adds fp32 master weights (16-bit
+ * training on a GPU). */
+void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_copy, lx_stage_layout *out);
+void lx_layout_free(lx_stage_layout *l);
+lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t);
+
+/* A location as an affine expression of the instruction's micro-batch and
+ * layer (see layout.c), for the printers: the emitted code computes every
+ * offset with the same arithmetic lx_locate does. */
+typedef struct {
+  lx_region region;
+  int64_t constant, per_slot, per_layer, parity_stride;
+  int parity_add;
+  int64_t bytes;
+} lx_place_expr;
+
+lx_place_expr lx_place_of(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t);
+/* C text of the byte offset, in terms of `mb`, `layer`, SLOTS and FIRST_LAYER. */
+void lx_place_expr_print(const lx_place_expr *e, char *buf, size_t size);
+const char *lx_region_name(lx_region r);
+/* How many bytes of each region the stage's tensors reach (the end of the
+ * last buffer, without alignment padding): what a run must write, no more. */
+void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l, int64_t extents[LX_REGION_COUNT]);
+
+#endif

@@ -1,0 +1,114 @@
+/* report.c — the plan, for people (plan.txt, --plan) and programs (--json).
+ *
+ * Per stage: the layers it holds, what every op of its layers keeps or
+ * recomputes and where, predicted compute / recompute / exposed
+ * communication, and the memory at its peak against the GPU's capacity;
+ * then the iteration: time, bubble, throughput, MFU and HFU. */
+#include "report.h"
+
+#include <inttypes.h>
+
+static double gib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
+static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+static double ms(double seconds) { return seconds * 1e3; }
+
+static const char *decision_text(const lx_op_decision *d) {
+  if (!d->recompute) return "keep";
+  if (d->drop_internals && !d->drop_output) return "recompute internals on demand, before the layer's backward";
+  return "recompute on demand, before the layer's backward";
+}
+
+static void stage_layers(const lx_stage *st, char *buf, size_t size) {
+  snprintf(buf, size, "%s%s%d-%d%s", st->has_prologue ? "prologue + " : "", st->n_layers ? "layers " : "",
+           st->first_layer, st->first_layer + st->n_layers - 1, st->has_epilogue ? " + epilogue" : "");
+}
+
+static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out) {
+  fprintf(out, "  every layer of the stage, per micro-batch:\n");
+  fprintf(out, "    %-22s %-18s %12s  %s\n", "op", "kind", "saves", "decision");
+  for (int i = 0; i < ir->block.n_ops; i++) {
+    const lx_op *op = &ir->block.ops[i];
+    if (op->kind == LX_OP_INPUT) continue;
+    fprintf(out, "    %-22s %-18s %9.2f MiB  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
+            mib(op->saved_bytes), decision_text(&st->decisions[i]), op->src.file, op->src.line);
+  }
+}
+
+static void print_stage_text(const lx_report *r, int s, FILE *out) {
+  const lx_ir *ir = r->pipe->ir;
+  const lx_stage *st = &r->pipe->stages[s];
+  const lx_stage_memory *m = &r->memory[s];
+  const lx_stage_timeline *tl = &r->sim->stages[s];
+  char layers[96];
+  stage_layers(st, layers, sizeof layers);
+  fprintf(out, "\nstage %d: %s, %.1f M parameters per rank\n", s, layers, (double)st->params_per_rank / 1e6);
+  fprintf(out, "  time       compute %.2f ms, recompute %.2f ms, exposed communication %.2f ms, compute busy %.1f%%\n",
+          ms(tl->compute_time), ms(tl->recompute_time), ms(tl->exposed_comm_time),
+          100 * tl->busy[LX_STREAM_COMPUTE] / r->sim->iteration_time);
+  fprintf(out, "  memory     peak %.2f GiB of %.2f GiB%s\n", gib(m->peak), r->capacity_bytes / (1 << 30) * 1.0,
+          (double)m->peak > r->capacity_bytes ? "  -- DOES NOT FIT" : "");
+  fprintf(out, "             weights %.2f, grads %.2f, optimizer %.2f, activations %.2f (%d micro-batches x %.1f MiB "
+               "kept), transient %.2f GiB\n",
+          gib(m->weights), gib(m->grads), gib(m->optimizer), gib(m->activations_peak), m->stashed_micro_batches,
+          mib(m->kept_per_micro_batch), gib(m->transient_peak));
+  print_layer_decisions(ir, st, out);
+}
+
+void lx_print_plan_text(const lx_report *r, FILE *out) {
+  const lx_pipeline *p = r->pipe;
+  const lx_ir *ir = p->ir;
+  const lx_plan *plan = &ir->plan;
+  fprintf(out, "lynxgen plan for %s\n", ir->model_path);
+  fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %.3f B parameters\n", ir->model.layers,
+          ir->model.hidden, ir->model.heads, ir->model.seq_len, ir->model.vocab, (double)ir->params_total / 1e9);
+  fprintf(out, "cluster    %d node(s) x %d %s (%s inside a node, %s across)\n", ir->cluster.nodes,
+          ir->cluster.gpus_per_node, lx_gpu_name(ir->cluster.gpu), lx_link_name(ir->cluster.intra_node_link),
+          lx_link_name(ir->cluster.inter_node_link));
+  fprintf(out, "plan       tp %d x pp %d x dp %d, micro-batch %d, %d micro-batches per iteration, %s, recompute %s, %s\n",
+          plan->tp ? plan->tp : 1, p->pp, plan->dp ? plan->dp : 1, plan->micro_batch ? plan->micro_batch : 1,
+          p->micro_batches, lx_schedule_name(p->kind), lx_recompute_policy_name(p->policy),
+          lx_dtype_name(ir->training.dtype));
+  for (int s = 0; s < p->pp; s++) print_stage_text(r, s, out);
+  fprintf(out, "\niteration  %.2f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%, HFU %.1f%%\n",
+          ms(r->sim->iteration_time), 100 * r->sim->bubble_fraction, r->sim->tokens_per_s, 100 * r->sim->mfu,
+          100 * r->sim->hfu);
+}
+
+void lx_print_plan_json(const lx_report *r, FILE *out) {
+  const lx_pipeline *p = r->pipe;
+  const lx_ir *ir = p->ir;
+  fputs("{\n  \"model_file\": ", out);
+  lx_json_string(out, ir->model_path);
+  fputs(",\n", out);
+  fprintf(out, "  \"plan\": {\"tp\": %d, \"pp\": %d, \"dp\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "
+               "\"schedule\": \"%s\", \"recompute\": \"%s\"},\n",
+          ir->plan.tp ? ir->plan.tp : 1, p->pp, ir->plan.dp ? ir->plan.dp : 1,
+          ir->plan.micro_batch ? ir->plan.micro_batch : 1, p->micro_batches, lx_schedule_name(p->kind),
+          lx_recompute_policy_name(p->policy));
+  fprintf(out, "  \"capacity_bytes\": %.0f,\n  \"stages\": [", r->capacity_bytes);
+  for (int s = 0; s < p->pp; s++) {
+    const lx_stage *st = &p->stages[s];
+    const lx_stage_memory *m = &r->memory[s];
+    const lx_stage_timeline *tl = &r->sim->stages[s];
+    fprintf(out, "%s\n    {\"stage\": %d, \"first_layer\": %d, \"layers\": %d, \"prologue\": %s, \"epilogue\": %s, ",
+            s ? "," : "", s, st->first_layer, st->n_layers, st->has_prologue ? "true" : "false",
+            st->has_epilogue ? "true" : "false");
+    fprintf(out, "\"compute_s\": %.9g, \"recompute_s\": %.9g, \"exposed_comm_s\": %.9g, ", tl->compute_time,
+            tl->recompute_time, tl->exposed_comm_time);
+    fprintf(out, "\"peak_bytes\": %" PRId64 ", \"weights_bytes\": %" PRId64 ", \"grads_bytes\": %" PRId64
+                 ", \"optimizer_bytes\": %" PRId64 ", \"activations_bytes\": %" PRId64 ", \"transient_bytes\": %" PRId64
+                 ", \"stashed_micro_batches\": %d, \"fits\": %s, \"recomputed_ops\": [",
+            m->peak, m->weights, m->grads, m->optimizer, m->activations_peak, m->transient_peak,
+            m->stashed_micro_batches, (double)m->peak <= r->capacity_bytes ? "true" : "false");
+    bool first = true;
+    for (int i = 0; i < ir->block.n_ops; i++)
+      if (st->decisions[i].recompute) {
+        fprintf(out, "%s\"%s\"", first ? "" : ", ", ir->block.ops[i].name);
+        first = false;
+      }
+    fprintf(out, "]}");
+  }
+  fprintf(out, "\n  ],\n  \"iteration_s\": %.9g,\n  \"bubble_fraction\": %.6f,\n  \"tokens_per_s\": %.6g,\n"
+               "  \"mfu\": %.6f,\n  \"hfu\": %.6f\n}\n",
+          r->sim->iteration_time, r->sim->bubble_fraction, r->sim->tokens_per_s, r->sim->mfu, r->sim->hfu);
+}

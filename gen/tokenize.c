@@ -1,0 +1,230 @@
+/* tokenize.c — `lynxgen tokenize`: turns a text file into the token shards
+ * the emitted training programs read (llm.c's format, see
+ * templates/cpu/lx_data.h), so that a CPU run needs no Python.
+ *
+ * Byte-level: token = byte value, vocabulary 256. Crude, but exact and
+ * dependency-free, and enough to watch a small model learn. The last
+ * --val-fraction of the bytes become the validation shards: the split is
+ * contiguous so that no validation text also appears in training. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <glob.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../templates/cpu/lx_data.h" /* the shard header */
+
+enum { TOKENIZE_ERROR = 1, TOKENIZE_USAGE = 2 };
+
+#define TOKENIZE_VOCAB 256
+#define DEFAULT_SHARD_TOKENS 100000000L /* as llm.c's shards; the header count is an int32 */
+
+static const char tokenize_usage[] =
+    "usage: lynxgen tokenize TEXTFILE -o DIR [--val-fraction F] [--shard-tokens N]\n"
+    "\n"
+    "Byte-level tokenization (token = byte value, vocabulary 256) into llm.c token\n"
+    "shards: DIR/train_000000.bin, ... and DIR/val_000000.bin, ... Existing shards of\n"
+    "those names in DIR are replaced. Train with --data 'DIR/train_*.bin'\n"
+    "--val-data 'DIR/val_*.bin' and a model whose vocab is 256.\n"
+    "\n"
+    "  -o, --output DIR      where the shards go (created if missing)\n"
+    "  --val-fraction F      the last F of the bytes are validation data, 0 <= F < 1\n"
+    "                        (default 0.1; 0 writes no validation shard)\n"
+    "  --shard-tokens N      at most N tokens per shard (default 100000000)\n"
+    "  -h, --help            this text\n";
+
+typedef struct {
+  const char *text_path, *out_dir;
+  double val_fraction;
+  long shard_tokens;
+} tokenize_options;
+
+static int usage_error(const char *message, const char *arg) {
+  fprintf(stderr, "lynxgen tokenize: %s%s\n\n%s", message, arg ? arg : "", tokenize_usage);
+  return TOKENIZE_USAGE;
+}
+
+/* The value of a flag that takes one, or NULL when it is missing. */
+static const char *flag_value(int argc, char **argv, int *i) { return *i + 1 < argc ? argv[++*i] : NULL; }
+
+/* Returns -1 when parsed, otherwise the exit status (0 for --help). */
+static int parse_tokenize_options(int argc, char **argv, tokenize_options *o) {
+  *o = (tokenize_options){.val_fraction = 0.1, .shard_tokens = DEFAULT_SHARD_TOKENS};
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *value;
+    char *end;
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+      fputs(tokenize_usage, stdout);
+      return 0;
+    } else if (!strcmp(arg, "-o") || !strcmp(arg, "--output")) {
+      if (!(o->out_dir = flag_value(argc, argv, &i))) return usage_error("-o needs a directory", NULL);
+    } else if (!strcmp(arg, "--val-fraction")) {
+      if (!(value = flag_value(argc, argv, &i))) return usage_error("--val-fraction needs a value", NULL);
+      o->val_fraction = strtod(value, &end);
+      if (!*value || *end || !(o->val_fraction >= 0 && o->val_fraction < 1))
+        return usage_error("--val-fraction wants a number in [0, 1), not ", value);
+    } else if (!strcmp(arg, "--shard-tokens")) {
+      if (!(value = flag_value(argc, argv, &i))) return usage_error("--shard-tokens needs a value", NULL);
+      errno = 0;
+      o->shard_tokens = strtol(value, &end, 10);
+      if (!*value || *end || errno || o->shard_tokens < 1 || o->shard_tokens > INT32_MAX)
+        return usage_error("--shard-tokens wants a positive integer below 2^31, not ", value);
+    } else if (arg[0] == '-' && arg[1]) {
+      return usage_error("unknown option ", arg);
+    } else if (o->text_path) {
+      return usage_error("more than one input file: ", arg);
+    } else {
+      o->text_path = arg;
+    }
+  }
+  if (!o->text_path) return usage_error("no input file", NULL);
+  if (!o->out_dir) return usage_error("no output directory (-o DIR)", NULL);
+  return -1;
+}
+
+/* The whole file, or NULL with a message. */
+static unsigned char *read_text(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "lynxgen tokenize: cannot read %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, n = 0, got;
+  unsigned char *data = malloc(cap);
+  while (data && (got = fread(data + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) {
+      unsigned char *bigger = realloc(data, cap *= 2);
+      if (!bigger) free(data);
+      data = bigger;
+    }
+  }
+  int failed = !data || ferror(f);
+  fclose(f);
+  if (failed) {
+    fprintf(stderr, "lynxgen tokenize: cannot read %s: %s\n", path, data ? strerror(errno) : "out of memory");
+    free(data);
+    return NULL;
+  }
+  *size = n;
+  return data;
+}
+
+/* mkdir -p: every missing directory on the way. */
+static int make_dirs(const char *dir) {
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+    fprintf(stderr, "lynxgen tokenize: output path too long: %s\n", dir);
+    return -1;
+  }
+  for (char *p = path + 1;; p++) {
+    int last = *p == '\0';
+    if (*p == '/' || last) {
+      *p = '\0';
+      if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "lynxgen tokenize: cannot create directory %s: %s\n", path, strerror(errno));
+        return -1;
+      }
+      if (last) break;
+      *p = '/';
+    }
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "lynxgen tokenize: %s is not a directory\n", dir);
+    return -1;
+  }
+  return 0;
+}
+
+/* Shards of an earlier, longer run would otherwise be picked up by the
+ * training program's glob. */
+static void remove_old_shards(const char *dir, const char *split) {
+  char pattern[4200];
+  snprintf(pattern, sizeof pattern, "%s/%s_[0-9][0-9][0-9][0-9][0-9][0-9].bin", dir, split);
+  glob_t found;
+  if (glob(pattern, 0, NULL, &found) != 0) return;
+  for (size_t i = 0; i < found.gl_pathc; i++)
+    remove(found.gl_pathv[i]);
+  globfree(&found);
+}
+
+static int write_shard(const char *path, const unsigned char *bytes, // (count)
+                       size_t count) {
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    fprintf(stderr, "lynxgen tokenize: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  int32_t header[LX_SHARD_HEADER_INTS];
+  lx_shard_header(header, (int64_t)count);
+  int ok = fwrite(header, sizeof header, 1, f) == 1;
+  uint16_t tokens[4096];
+  for (size_t done = 0; ok && done < count; done += 4096) {
+    size_t n = count - done < 4096 ? count - done : 4096;
+    for (size_t i = 0; i < n; i++)
+      tokens[i] = bytes[done + i];
+    ok = fwrite(tokens, sizeof tokens[0], n, f) == n;
+  }
+  if (fclose(f) != 0) ok = 0;
+  if (!ok) {
+    fprintf(stderr, "lynxgen tokenize: cannot write %s: %s\n", path, strerror(errno));
+    remove(path);
+    return -1;
+  }
+  return 0;
+}
+
+/* DIR/SPLIT_000000.bin, ... of at most shard_tokens tokens each. */
+static int write_split(const tokenize_options *o, const char *split, const unsigned char *bytes, // (count)
+                       size_t count) {
+  remove_old_shards(o->out_dir, split);
+  for (size_t first = 0, shard = 0; first < count; first += (size_t)o->shard_tokens, shard++) {
+    size_t n = count - first < (size_t)o->shard_tokens ? count - first : (size_t)o->shard_tokens;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s_%06zu.bin", o->out_dir, split, shard);
+    if (write_shard(path, bytes + first, n) != 0) return -1;
+    printf("wrote %s (%zu tokens)\n", path, n);
+  }
+  return 0;
+}
+
+/* Train shards from the first `train` bytes, validation shards (if any) from
+ * the rest. */
+static int write_shards(const tokenize_options *o, const unsigned char *text, // (train + val)
+                        size_t train, size_t val) {
+  if (make_dirs(o->out_dir) != 0 || write_split(o, "train", text, train) != 0) return -1;
+  if (val == 0) {
+    remove_old_shards(o->out_dir, "val");
+    return 0;
+  }
+  return write_split(o, "val", text + train, val);
+}
+
+int lx_tokenize_main(int argc, char **argv);
+
+int lx_tokenize_main(int argc, char **argv) {
+  tokenize_options o;
+  int status = parse_tokenize_options(argc, argv, &o);
+  if (status >= 0) return status;
+  size_t size = 0;
+  unsigned char *text = read_text(o.text_path, &size);
+  if (!text) return TOKENIZE_ERROR;
+  size_t val = (size_t)(size * o.val_fraction), train = size - val;
+  status = TOKENIZE_ERROR;
+  if (size == 0)
+    fprintf(stderr, "lynxgen tokenize: %s is empty: nothing to tokenize\n", o.text_path);
+  else if (o.val_fraction > 0 && val == 0)
+    fprintf(stderr,
+            "lynxgen tokenize: %s has %zu bytes, too few to set %g of them aside (try --val-fraction 0)\n",
+            o.text_path, size, o.val_fraction);
+  else if (write_shards(&o, text, train, val) == 0) {
+    printf("vocab %d (byte-level): train %zu tokens, val %zu tokens\n", TOKENIZE_VOCAB, train, val);
+    status = 0;
+  }
+  free(text);
+  return status;
+}

@@ -1,0 +1,18 @@
+#!/bin/sh
+# Embeds template headers into lynxgen: TABLE_NAME then the files. Emits C
+# with one string per file and a table {name, text, length}, in the order given.
+table=$1
+shift
+i=0
+for f in "$@"; do
+  sh "$(dirname "$0")/embed.sh" "lx_template_$i" < "$f"
+  i=$((i + 1))
+done
+echo "#include \"emit.h\""
+printf 'const lx_template %s[] = {\n' "$table"
+i=0
+for f in "$@"; do
+  printf '  {"%s", lx_template_%d_text, sizeof lx_template_%d_text - 1},\n' "$(basename "$f")" "$i" "$i"
+  i=$((i + 1))
+done
+printf '};\nconst int %s_count = %d;\n' "$(echo "$table" | sed 's/s$//')" "$i"

@@ -1,0 +1,601 @@
+/* runtime_test.c — the runtime of the emitted CPU programs
+ * (templates/cpu/lx_runtime.h): token loader, GPT-2 checkpoints, command line,
+ * metrics, MPI helpers.
+ *
+ * Without arguments it runs the single-process checks; the error paths, which
+ * exit, run in a child process (this same program with a mode argument) whose
+ * status and message are checked. tests/runtime/runtime_mpi_test.sh runs the
+ * modes that need several ranks under mpirun. */
+#include "lx_runtime.h" /* first: it sets _POSIX_C_SOURCE */
+
+#include <math.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+
+#include "check.h"
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static char self_path[2048]; /* this program, for child processes */
+static char scratch[256];    /* a fresh temporary directory */
+
+static const char *in_scratch(const char *name) {
+  static char paths[8][512];
+  static int next;
+  char *p = paths[next++ % 8];
+  snprintf(p, sizeof paths[0], "%s/%s", scratch, name);
+  return p;
+}
+
+/* Runs this program with `args` (a shell word list); returns its exit status
+ * and its stdout+stderr in out. */
+static int run_self(char *out, size_t cap, const char *fmt, ...) {
+  char args[2048], command[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(command, sizeof command, "'%s' %s 2>&1", self_path, args);
+  FILE *p = popen(command, "r");
+  if (!p) return -1;
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = '\0';
+  int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A shard with an arbitrary header (to build broken ones) and n tokens. */
+static void write_shard(const char *path, int32_t magic, int32_t version, int32_t header_count,
+                        const uint16_t *tokens, // (n)
+                        int64_t n) {
+  int32_t header[LX_SHARD_HEADER_INTS] = {magic, version, header_count};
+  FILE *f = LX_FOPEN(path, "wb");
+  LX_FWRITE(header, sizeof header, 1, f);
+  LX_FWRITE(tokens, sizeof(uint16_t), (size_t)n, f);
+  fclose(f);
+}
+
+/* Token i of shard s names its own position, so a window tells where it came from. */
+static uint16_t token_at(int shard, int64_t i) { return (uint16_t)(shard * 1000 + i); }
+
+static void write_numbered_shard(const char *path, int shard, int64_t n) {
+  uint16_t *tokens = LX_MALLOC((size_t)n * sizeof(uint16_t));
+  for (int64_t i = 0; i < n; i++)
+    tokens[i] = token_at(shard, i);
+  write_shard(path, LX_SHARD_MAGIC, LX_SHARD_VERSION, (int32_t)n, tokens, n);
+  free(tokens);
+}
+
+static int read_file(const char *path, char **data, long *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  *size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  *data = LX_MALLOC((size_t)*size);
+  size_t got = fread(*data, 1, (size_t)*size, f);
+  fclose(f);
+  return got == (size_t)*size ? 0 : -1;
+}
+
+static int files_identical(const char *a, const char *b) {
+  char *da = NULL, *db = NULL;
+  long na = 0, nb = 0;
+  int same =
+      read_file(a, &da, &na) == 0 && read_file(b, &db, &nb) == 0 && na == nb && !memcmp(da, db, (size_t)na);
+  free(da);
+  free(db);
+  return same;
+}
+
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* ---- the loader ------------------------------------------------------------------- */
+
+enum { B = 2, T = 8, BT = B * T, VOCAB = 4096 };
+/* Shard 0: 100 tokens = 6 windows (tokens 0..96); shard 1: 50 tokens = 3 windows. */
+static const int shard_windows[2] = {6, 3};
+#define WINDOWS 9
+
+/* The global index of the window whose inputs are `inputs`, or -1 when the
+ * batch is not a correct window (or its targets are not inputs shifted by one). */
+static int window_index(const int *inputs, // (B, T)
+                        const int *targets // (B, T)
+) {
+  int shard = inputs[0] / 1000, first = inputs[0] % 1000;
+  if (first % BT) return -1;
+  for (int i = 0; i < BT; i++)
+    if (inputs[i] != token_at(shard, first + i) || targets[i] != token_at(shard, first + i + 1)) return -1;
+  return (shard ? shard_windows[0] : 0) + first / BT;
+}
+
+static void make_numbered_shards(void) {
+  write_numbered_shard(in_scratch("tok_000000.bin"), 0, 100);
+  write_numbered_shard(in_scratch("tok_000001.bin"), 1, 50);
+}
+
+static void test_loader_windows(void) {
+  lx_loader *l = lx_loader_open(in_scratch("tok_*.bin"), B, T, VOCAB, 0, 1, "test data");
+  int inputs[BT], targets[BT], in_order = 1;
+  CHECK(l->num_shards == 2 && l->windows == WINDOWS, "loader finds 2 shards with %d windows of B*T+1 tokens",
+        WINDOWS);
+  for (int step = 0; step < WINDOWS + 2; step++) {
+    lx_loader_next(l, inputs, targets);
+    if (window_index(inputs, targets) != step % WINDOWS) in_order = 0;
+  }
+  CHECK(in_order,
+        "one replica reads every window in shard order, targets = inputs shifted by one, then wraps");
+  lx_loader_reset(l);
+  lx_loader_next(l, inputs, targets);
+  CHECK(window_index(inputs, targets) == 0, "reset returns to the first window");
+  lx_loader_close(l);
+}
+
+/* Every replica's windows over one pass; checks they are disjoint, cover all
+ * windows, follow r, r+R, ... and wrap to r. */
+static void test_loader_replicas(int replicas) {
+  int owner[WINDOWS], ok = 1;
+  for (int w = 0; w < WINDOWS; w++)
+    owner[w] = -1;
+  for (int r = 0; r < replicas; r++) {
+    lx_loader *l = lx_loader_open(in_scratch("tok_*.bin"), B, T, VOCAB, r, replicas, "test data");
+    int inputs[BT], targets[BT], mine = (WINDOWS - r + replicas - 1) / replicas;
+    for (int k = 0; k < mine; k++) {
+      lx_loader_next(l, inputs, targets);
+      int w = window_index(inputs, targets);
+      if (w != r + k * replicas || owner[w] != -1)
+        ok = 0;
+      else
+        owner[w] = r;
+    }
+    lx_loader_next(l, inputs, targets);
+    if (window_index(inputs, targets) != r) ok = 0;
+    lx_loader_close(l);
+  }
+  for (int w = 0; w < WINDOWS; w++)
+    if (owner[w] < 0) ok = 0;
+  CHECK(ok, "%d replicas take disjoint windows r, r+%d, ... covering all %d, and wrap to r", replicas,
+        replicas, WINDOWS);
+}
+
+static void test_loader_deterministic(void) {
+  int a[3][BT], b[3][BT], targets[BT];
+  for (int pass = 0; pass < 2; pass++) {
+    lx_loader *l = lx_loader_open(in_scratch("tok_*.bin"), B, T, VOCAB, 1, 2, "test data");
+    for (int k = 0; k < 3; k++)
+      lx_loader_next(l, pass ? b[k] : a[k], targets);
+    lx_loader_close(l);
+  }
+  CHECK(!memcmp(a, b, sizeof a), "two loaders over the same files give the same batches");
+}
+
+/* One broken data set: the child must exit 1 with a message containing `expect`. */
+static void expect_loader_error(const char *pattern, int vocab, int replicas, const char *expect,
+                                const char *what) {
+  char out[4096];
+  int status = run_self(out, sizeof out, "loader-open '%s' %d %d", pattern, vocab, replicas);
+  CHECK(status == 1 && strstr(out, expect), "%s: exit 1 and \"%s\"", what, expect);
+  if (status != 1 || !strstr(out, expect)) printf("     exit %d, output: %s\n", status, out);
+}
+
+static void test_loader_errors(void) {
+  uint16_t tokens[200];
+  for (int i = 0; i < 200; i++)
+    tokens[i] = (uint16_t)(i % 50);
+  expect_loader_error(in_scratch("nothing_*.bin"), VOCAB, 1, "no file matches", "no shard matches the glob");
+  write_shard(in_scratch("magic.bin"), 12345, 1, 200, tokens, 200);
+  expect_loader_error(in_scratch("magic.bin"), VOCAB, 1, "is not a token shard (magic 12345",
+                      "a shard with a bad magic");
+  write_shard(in_scratch("version.bin"), LX_SHARD_MAGIC, 7, 200, tokens, 200);
+  expect_loader_error(in_scratch("version.bin"), VOCAB, 1, "shard version 7", "a shard with a bad version");
+  write_shard(in_scratch("truncated.bin"), LX_SHARD_MAGIC, 1, 200, tokens, 150);
+  expect_loader_error(in_scratch("truncated.bin"), VOCAB, 1, "truncated", "a truncated shard");
+  write_shard(in_scratch("short.bin"), LX_SHARD_MAGIC, 1, 16, tokens, 16);
+  expect_loader_error(in_scratch("short.bin"), VOCAB, 1, "fewer than one batch of B*T+1 = 17",
+                      "a shard smaller than one batch");
+  write_shard(in_scratch("stub.bin"), LX_SHARD_MAGIC, 1, 0, tokens, 0);
+  FILE *f = LX_FOPEN(in_scratch("stub.bin"), "r+b");
+  CHECK(ftruncate(fileno(f), 100) == 0, "cut a shard inside its header");
+  fclose(f);
+  expect_loader_error(in_scratch("stub.bin"), VOCAB, 1, "too short for a token shard header",
+                      "a file shorter than the header");
+  tokens[12] = 77;
+  write_shard(in_scratch("vocab.bin"), LX_SHARD_MAGIC, 1, 200, tokens, 200);
+  expect_loader_error(in_scratch("vocab.bin"), 64, 1,
+                      "vocab.bin: token 77 at position 12 is outside the vocabulary",
+                      "a token outside the vocabulary, with file and position");
+  expect_loader_error(in_scratch("tok_*.bin"), VOCAB, 10, "fewer than the 10 data-parallel replicas",
+                      "more replicas than windows");
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+static const lx_gpt2_header small_model = {
+    .max_seq_len = 8, .vocab = 16, .layers = 2, .heads = 2, .channels = 8, .padded_vocab = 16};
+
+static float synthetic_param(int64_t i) { return (float)sin(0.37 * (double)i) * (float)(1 + i % 7); }
+
+/* Written independently of lx_checkpoint.h, with llm.c's layout. */
+static void write_synthetic_checkpoint(const char *path, const lx_gpt2_header *h, int32_t version,
+                                       int64_t drop_floats) {
+  int32_t header[256] = {LX_GPT2_MAGIC, version,  h->max_seq_len, h->vocab,
+                         h->layers,     h->heads, h->channels,    h->padded_vocab};
+  int64_t n = lx_gpt2_param_count(h) - drop_floats;
+  float *params = LX_MALLOC((size_t)n * sizeof(float));
+  for (int64_t i = 0; i < n; i++)
+    params[i] = synthetic_param(i);
+  FILE *f = LX_FOPEN(path, "wb");
+  LX_FWRITE(header, sizeof header, 1, f);
+  LX_FWRITE(params, sizeof(float), (size_t)n, f);
+  fclose(f);
+  free(params);
+}
+
+static int is_per_layer(int tensor) {
+  return tensor != LX_GPT2_WTE && tensor != LX_GPT2_WPE && tensor != LX_GPT2_LNFW && tensor != LX_GPT2_LNFB;
+}
+
+/* The slices of pipeline stage `stage` of `stages`, as the code printer would
+ * lay them out: wte and wpe on the first stage, each stage's layers of every
+ * per-layer tensor, lnf on the last; packed in the stage's region. Returns
+ * the count; *params gets the region's size. */
+static int stage_slices(const lx_gpt2_header *h, int stage, int stages,
+                        lx_ckpt_slice *out, // (LX_GPT2_NUM_TENSORS)
+                        int64_t *params) {
+  int n = 0, L = h->layers, first = stage * L / stages, last = (stage + 1) * L / stages;
+  *params = 0;
+  for (int t = 0; t < LX_GPT2_NUM_TENSORS; t++) {
+    int64_t offset = lx_gpt2_tensor_offset(h, t), size = lx_gpt2_tensor_size(h, t);
+    if (is_per_layer(t)) {
+      int64_t per_layer = size / L;
+      out[n] = (lx_ckpt_slice){lx_gpt2_tensor_name(t), offset + first * per_layer, *params,
+                               (last - first) * per_layer};
+    } else if ((t <= LX_GPT2_WPE && stage == 0) || (t >= LX_GPT2_LNFW && stage == stages - 1)) {
+      out[n] = (lx_ckpt_slice){lx_gpt2_tensor_name(t), offset, *params, size};
+    } else {
+      continue;
+    }
+    *params += out[n++].elements;
+  }
+  return n;
+}
+
+static void test_checkpoint_layout(void) {
+  const lx_gpt2_header *h = &small_model;
+  int64_t C = h->channels, L = h->layers;
+  int64_t want = h->padded_vocab * C + h->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+  CHECK(lx_gpt2_param_count(h) == want, "GPT-2 parameter count %lld = Vp*C + maxT*C + L*(12C^2 + 13C) + 2C",
+        (long long)want);
+  CHECK(lx_gpt2_tensor_offset(h, LX_GPT2_QKVW) == (h->padded_vocab + h->max_seq_len + 2 * L) * C &&
+            lx_gpt2_tensor_offset(h, LX_GPT2_LNFB) == want - C,
+        "tensor offsets follow llm.c's order");
+}
+
+static void test_checkpoint_load(void) {
+  const lx_gpt2_header *h = &small_model;
+  int64_t n = lx_gpt2_param_count(h);
+  write_synthetic_checkpoint(in_scratch("model.bin"), h, 3, 0);
+  float *params = LX_MALLOC((size_t)n * sizeof(float));
+  lx_ckpt_slice all = {"all", 0, 0, n};
+  lx_checkpoint_load(in_scratch("model.bin"), h, &all, 1, params);
+  int same = 1;
+  for (int64_t i = 0; i < n; i++)
+    if (params[i] != synthetic_param(i)) same = 0;
+  CHECK(same, "loading the whole checkpoint as one slice gives the file's parameters");
+  free(params);
+}
+
+/* Load per stage, save per stage (sequentially, as ranks would between the
+ * barriers), commit: the same bytes. */
+static void test_checkpoint_round_trip(void) {
+  const lx_gpt2_header *h = &small_model;
+  lx_ckpt_slice slices[2][LX_GPT2_NUM_TENSORS];
+  int64_t sizes[2];
+  int counts[2];
+  float *regions[2];
+  for (int s = 0; s < 2; s++) {
+    counts[s] = stage_slices(h, s, 2, slices[s], &sizes[s]);
+    regions[s] = LX_MALLOC((size_t)sizes[s] * sizeof(float));
+    lx_checkpoint_load(in_scratch("model.bin"), h, slices[s], counts[s], regions[s]);
+  }
+  CHECK(sizes[0] + sizes[1] == lx_gpt2_param_count(h), "two stages' slices cover the model once");
+  lx_checkpoint_create(in_scratch("copy.bin"), h);
+  for (int s = 0; s < 2; s++)
+    lx_checkpoint_save(in_scratch("copy.bin"), h, slices[s], counts[s], regions[s], s == 0);
+  CHECK(!file_exists(in_scratch("copy.bin")) && file_exists(in_scratch("copy.bin.tmp")),
+        "before commit only PATH.tmp exists");
+  lx_checkpoint_commit(in_scratch("copy.bin"));
+  CHECK(files_identical(in_scratch("model.bin"), in_scratch("copy.bin")) &&
+            !file_exists(in_scratch("copy.bin.tmp")),
+        "load -> save over 2 stages gives a byte-identical checkpoint");
+  for (int s = 0; s < 2; s++)
+    free(regions[s]);
+}
+
+static void expect_checkpoint_error(const char *file, const char *flags, const char *expect,
+                                    const char *what) {
+  char out[4096];
+  int status = run_self(out, sizeof out, "checkpoint-load '%s' %s", in_scratch(file), flags);
+  CHECK(status == 1 && strstr(out, expect), "%s: exit 1 and \"%s\"", what, expect);
+  if (status != 1 || !strstr(out, expect)) printf("     exit %d, output: %s\n", status, out);
+}
+
+static void test_checkpoint_errors(void) {
+  const lx_gpt2_header *h = &small_model;
+  expect_checkpoint_error("model.bin", "3 8", "layers is 2 in the file, expected 3",
+                          "a header of another depth");
+  expect_checkpoint_error("model.bin", "2 16", "channels is 8 in the file, expected 16",
+                          "a header of another width");
+  write_synthetic_checkpoint(in_scratch("short.ckpt"), h, 3, 10);
+  expect_checkpoint_error("short.ckpt", "2 8", "truncated", "a truncated checkpoint");
+  write_synthetic_checkpoint(in_scratch("bf16.ckpt"), h, 5, 0);
+  expect_checkpoint_error("bf16.ckpt", "2 8", "version 5", "a checkpoint of another version");
+  expect_checkpoint_error("tok_000000.bin", "2 8", "is not a GPT-2 checkpoint",
+                          "a file that is no checkpoint");
+  expect_checkpoint_error("missing.ckpt", "2 8", "cannot open checkpoint", "a missing checkpoint");
+}
+
+/* ---- options ---------------------------------------------------------------------- */
+
+static lx_run_options caller_defaults(void) {
+  lx_run_options o = lx_run_options_default();
+  o.steps = 42;
+  o.train_data = "data/train_*.bin";
+  return o;
+}
+
+static void test_options_all_flags(void) {
+  char *argv[] = {"train",
+                  "--steps",
+                  "7",
+                  "--data",
+                  "d/*.bin",
+                  "--val-data=v/*.bin",
+                  "--init",
+                  "in.bin",
+                  "--save",
+                  "out.bin",
+                  "--eval-interval",
+                  "5",
+                  "--val-batches",
+                  "3",
+                  "--seed",
+                  "18446744073709551615",
+                  "--metrics",
+                  "m.jsonl",
+                  "--gradcheck",
+                  "--print-every=4"};
+  lx_run_options o = caller_defaults();
+  lx_parse_run_options((int)(sizeof argv / sizeof argv[0]), argv, &o);
+  CHECK(o.steps == 7 && !strcmp(o.train_data, "d/*.bin") && !strcmp(o.val_data, "v/*.bin") &&
+            !strcmp(o.init_checkpoint, "in.bin") && !strcmp(o.save_checkpoint, "out.bin") &&
+            o.val_interval == 5 && o.val_batches == 3 && o.seed == UINT64_MAX &&
+            !strcmp(o.metrics_path, "m.jsonl") && o.gradcheck == 1 && o.print_every == 4,
+        "every flag, as --flag value and --flag=value, sets its field");
+  char *none[] = {"train"};
+  lx_run_options d = caller_defaults();
+  lx_parse_run_options(1, none, &d);
+  CHECK(d.steps == 42 && !strcmp(d.metrics_path, "metrics.jsonl") && !d.val_data && !d.gradcheck,
+        "no flags keep the caller's defaults (metrics.jsonl)");
+}
+
+static void expect_options_exit(const char *args, int want_status, const char *expect, const char *what) {
+  char out[8192];
+  int status = run_self(out, sizeof out, "options %s", args);
+  CHECK(status == want_status && strstr(out, expect), "%s: exit %d and \"%s\"", what, want_status, expect);
+  if (status != want_status || !strstr(out, expect)) printf("     exit %d, output: %s\n", status, out);
+}
+
+static void test_options_errors(void) {
+  expect_options_exit("--bogus 3", 2, "unknown option '--bogus'", "an unknown flag");
+  expect_options_exit("--steps abc", 2, "--steps wants an integer >= 1, not 'abc'", "a non-numeric value");
+  expect_options_exit("--steps 0", 2, "--steps wants an integer >= 1, not '0'", "a value out of range");
+  expect_options_exit("--steps 99999999999", 2, "--steps wants an integer", "a value that overflows int");
+  expect_options_exit("--seed -1", 2, "--seed wants a non-negative integer", "a negative seed");
+  expect_options_exit("--data", 2, "--data needs a value", "a flag missing its value");
+  expect_options_exit("--eval-interval --steps 3", 2, "--eval-interval needs a value",
+                      "a flag followed by another flag");
+  expect_options_exit("stray", 2, "unexpected argument 'stray'", "a positional argument");
+  expect_options_exit("--gradcheck=1", 2, "--gradcheck takes no value", "a value for --gradcheck");
+  const char *help_lines[] = {
+      "--steps N",       "[42]",        "--data GLOB",       "[data/train_*.bin]", "--val-data GLOB",
+      "--init CKPT",     "--save CKPT", "--eval-interval N", "--val-batches N",    "[8]",
+      "--seed N",        "[1337]",      "--metrics FILE",    "[metrics.jsonl]",    "--gradcheck",
+      "--print-every N", "--help"};
+  char out[8192];
+  int status = run_self(out, sizeof out, "options --help");
+  CHECK(status == 0, "--help exits 0");
+  for (size_t i = 0; i < sizeof help_lines / sizeof help_lines[0]; i++)
+    CHECK(strstr(out, help_lines[i]) != NULL, "--help shows \"%s\"", help_lines[i]);
+  expect_options_exit("--steps 9 --help", 0, "[9]", "--help shows the defaults after earlier flags");
+}
+
+/* ---- metrics ---------------------------------------------------------------------- */
+
+static void test_metrics(void) {
+  char out[4096], command[1024];
+  const char *path = in_scratch("metrics.jsonl");
+  int status = run_self(out, sizeof out, "metrics '%s'", path);
+  CHECK(status == 0 && strstr(out, "step     1/3 | loss 5.500000 | lr 1.000e-03 | norm 2.0000") &&
+            strstr(out, "| val 5.250000") && strstr(out, "tok/s | eta "),
+        "metrics print one line per step with loss, val, lr, norm, ms, tokens/s and ETA");
+  if (status != 0) printf("     %s\n", out);
+  snprintf(command, sizeof command,
+           "python3 -c 'import json, sys\n"
+           "rows = [json.loads(line) for line in open(sys.argv[1])]\n"
+           "keys = {\"step\", \"loss\", \"lr\", \"grad_norm\", \"ms\", \"tokens_per_s\"}\n"
+           "assert len(rows) == 3, rows\n"
+           "assert all(keys <= set(r) for r in rows), rows\n"
+           "assert [\"val_loss\" in r for r in rows] == [False, True, False], rows\n"
+           "assert rows[1][\"val_loss\"] == 5.25 and rows[0][\"loss\"] == 5.5 and rows[2][\"loss\"] is None, "
+           "rows\n"
+           "assert rows[0][\"tokens_per_s\"] == 16384 and rows[2][\"step\"] == 3, rows\n"
+           "' '%s'",
+           path);
+  CHECK(system(command) == 0, "metrics JSON lines parse with python3's json, val_loss only when computed, "
+                              "a NaN loss as null");
+}
+
+static int metrics_mode(const char *path) {
+  lx_metrics_open(path);
+  lx_metrics_step(1, 3, 5.5, NAN, 1e-3, 2.0, 125.0, 16384.0);
+  lx_metrics_step(2, 3, 5.375, 5.25, 1e-3, 1.5, 120.0, 17000.0);
+  lx_metrics_step(3, 3, NAN, NAN, 5e-4, 1.25, 118.0, 17300.0);
+  lx_metrics_close();
+  return 0;
+}
+
+/* ---- MPI (several ranks: run by runtime_mpi_test.sh) ------------------------------ */
+
+/* Each rank loads its stage's slices of SRC and all save DST together. */
+static void mpi_checkpoint_round_trip(int rank, const char *src, const char *dst) {
+  lx_ckpt_slice slices[LX_GPT2_NUM_TENSORS];
+  int64_t size = 0;
+  int n = stage_slices(&small_model, rank, 2, slices, &size);
+  float *params = LX_MALLOC((size_t)size * sizeof(float));
+  lx_checkpoint_load(src, &small_model, slices, n, params);
+  lx_checkpoint_save_all(dst, &small_model, slices, n, params, MPI_COMM_WORLD);
+  if (rank == 0) {
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+    CHECK(files_identical(src, dst) && !file_exists(tmp),
+          "2 ranks: load -> lx_checkpoint_save_all gives a byte-identical checkpoint");
+  }
+  free(params);
+}
+
+/* Micro-batches posted out of order still match by tag. */
+static void mpi_point_to_point(int rank) {
+  real a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, got_a[4] = {0}, got_b[4] = {0};
+  MPI_Request reqs[2];
+  if (rank == 0) {
+    lx_isend(a, 4, 1, LX_TAG_ACTIVATION, 0, &reqs[0]);
+    lx_isend(b, 4, 1, LX_TAG_ACTIVATION, 1, &reqs[1]);
+    lx_waitall(2, reqs);
+  } else {
+    lx_irecv(got_b, 4, 0, LX_TAG_ACTIVATION, 1, &reqs[0]);
+    lx_irecv(got_a, 4, 0, LX_TAG_ACTIVATION, 0, &reqs[1]);
+    lx_wait(&reqs[0]);
+    lx_wait(&reqs[1]);
+    CHECK(!memcmp(got_a, a, sizeof a) && !memcmp(got_b, b, sizeof b),
+          "lx_irecv matches lx_isend by (kind, micro-batch) tag, whatever the posting order");
+  }
+  double sum = lx_allreduce_sum_double(rank + 1.5, MPI_COMM_WORLD);
+  real v[2] = {(real)rank, 1};
+  lx_allreduce_sum(v, 2, MPI_COMM_WORLD);
+  if (rank == 0) CHECK(sum == 4.0 && v[0] == 1 && v[1] == 2, "all-reduce sums over the ranks");
+}
+
+static int mpi_mode(int argc, char **argv) {
+  int rank = 0;
+  lx_mpi_start(&argc, &argv, 2, &rank);
+  if (argc < 4) lx_die("usage: runtime_test mpi SRC DST");
+  mpi_checkpoint_round_trip(rank, argv[2], argv[3]);
+  mpi_point_to_point(rank);
+  int failures = (int)lx_allreduce_sum_double(check_failures, MPI_COMM_WORLD);
+  lx_mpi_finish();
+  return failures ? 1 : 0;
+}
+
+/* A failing MPI call must stop the job with a message, not hang it. */
+static int mpi_fail_mode(int argc, char **argv) {
+  int rank = 0;
+  lx_mpi_start(&argc, &argv, 1, &rank);
+  real x = 0;
+  LX_MPI_CHECK(MPI_Send(&x, 1, LX_MPI_REAL, 99, 0, MPI_COMM_WORLD));
+  return 0;
+}
+
+/* ---- child modes and main --------------------------------------------------------- */
+
+static int loader_open_mode(char **argv) {
+  lx_loader *l = lx_loader_open(argv[2], B, T, atoi(argv[3]), 0, atoi(argv[4]), "test data");
+  int inputs[BT], targets[BT];
+  lx_loader_next(l, inputs, targets);
+  lx_loader_close(l);
+  return 0;
+}
+
+static int checkpoint_load_mode(char **argv) {
+  lx_gpt2_header h = small_model;
+  h.layers = atoi(argv[3]);
+  h.channels = atoi(argv[4]);
+  float *params = LX_MALLOC((size_t)lx_gpt2_param_count(&h) * sizeof(float));
+  lx_ckpt_slice all = {"all", 0, 0, lx_gpt2_param_count(&h)};
+  lx_checkpoint_load(argv[2], &h, &all, 1, params);
+  free(params);
+  return 0;
+}
+
+static int options_mode(int argc, char **argv) {
+  lx_run_options o = caller_defaults();
+  argv[1] = argv[0]; /* the options start after the mode word */
+  lx_parse_run_options(argc - 1, argv + 1, &o);
+  printf("parsed steps=%d\n", o.steps);
+  return 0;
+}
+
+static int child_mode(int argc, char **argv) {
+  const char *mode = argv[1];
+  if (!strcmp(mode, "loader-open") && argc == 5) return loader_open_mode(argv);
+  if (!strcmp(mode, "checkpoint-load") && argc == 5) return checkpoint_load_mode(argv);
+  if (!strcmp(mode, "options")) return options_mode(argc, argv);
+  if (!strcmp(mode, "mpi-options")) { /* as an emitted program: parse after lx_mpi_start */
+    int rank;
+    lx_mpi_start(&argc, &argv, 2, &rank);
+    return options_mode(argc, argv);
+  }
+  if (!strcmp(mode, "metrics") && argc == 3) return metrics_mode(argv[2]);
+  if (!strcmp(mode, "mpi")) return mpi_mode(argc, argv);
+  if (!strcmp(mode, "mpi-start")) {
+    int rank;
+    lx_mpi_start(&argc, &argv, atoi(argv[2]), &rank);
+    lx_mpi_finish();
+    return 0;
+  }
+  if (!strcmp(mode, "mpi-fail")) return mpi_fail_mode(argc, argv);
+  if (!strcmp(mode, "make-checkpoint") && argc == 3) {
+    write_synthetic_checkpoint(argv[2], &small_model, 3, 0);
+    return 0;
+  }
+  if (!strcmp(mode, "check-shard") && argc == 5) { /* check-shard GLOB B T: open and read every window */
+    lx_loader *l = lx_loader_open(argv[2], atoi(argv[3]), atoi(argv[4]), 256, 0, 1, "tokenized data");
+    int64_t n = (int64_t)l->B * l->T;
+    int *inputs = LX_MALLOC((size_t)n * sizeof(int)), *targets = LX_MALLOC((size_t)n * sizeof(int));
+    for (int64_t w = 0; w < l->windows; w++)
+      lx_loader_next(l, inputs, targets);
+    printf("windows %lld\n", (long long)l->windows);
+    lx_loader_close(l);
+    return 0;
+  }
+  fprintf(stderr, "runtime_test: unknown mode %s\n", mode);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) return child_mode(argc, argv);
+  ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+  if (n <= 0) LX_FATAL("cannot find this program's path");
+  self_path[n] = '\0';
+  snprintf(scratch, sizeof scratch, "/tmp/lx_runtime_test_XXXXXX");
+  if (!mkdtemp(scratch)) LX_FATAL("cannot create a temporary directory");
+
+  make_numbered_shards();
+  test_loader_windows();
+  for (int replicas = 2; replicas <= 4; replicas++)
+    test_loader_replicas(replicas);
+  test_loader_deterministic();
+  test_loader_errors();
+  test_checkpoint_layout();
+  test_checkpoint_load();
+  test_checkpoint_round_trip();
+  test_checkpoint_errors();
+  test_options_all_flags();
+  test_options_errors();
+  test_metrics();
+
+  char command[512];
+  snprintf(command, sizeof command, "rm -rf '%s'", scratch);
+  if (system(command) != 0) printf("warning: could not remove %s\n", scratch);
+  return check_exit_status();
+}

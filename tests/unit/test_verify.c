@@ -1,0 +1,198 @@
+/* The verifier (gen/verify.c) against the schedules the generator builds
+ * and against planted bugs: every example model under GPipe and 1F1B,
+ * pp 1, 2 and 4, every recompute policy, verifies clean; a dropped WAIT, two
+ * swapped sends, a stash slot shared by micro-batches that are alive
+ * together, two boundary buffers laid over each other, and a dropped
+ * receive are each reported. Layers and micro-batches are cut down so that
+ * the whole run takes about a second. */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "access.h"
+#include "analyze.h"
+#include "check.h"
+#include "diag.h"
+#include "frontend.h"
+#include "passes.h"
+#include "verify.h"
+
+typedef struct {
+  lx_ir ir;
+  lx_pipeline pipe;
+  lx_stage_layout *layouts;
+} built;
+
+/* The model at `path` with its widths, on `layers` layers, pp stages and
+ * `micro_batches` micro-batches. */
+static bool build(const char *path, int layers, int pp, int micro_batches, lx_schedule schedule,
+                  lx_recompute_policy policy, built *b) {
+  memset(b, 0, sizeof *b);
+  lx_ir_init(&b->ir);
+  if (lx_parse_model(path, NULL, 0, &b->ir)) return false;
+  lx_plan *plan = &b->ir.plan;
+  b->ir.model.layers = layers;
+  b->ir.model.seq_len = 16;
+  plan->pp = pp;
+  plan->schedule = schedule;
+  plan->micro_batch = 1;
+  plan->global_batch = micro_batches * (plan->dp ? plan->dp : 1);
+  b->ir.cluster.nodes = 64; /* room for any tp x pp x dp */
+  if (lx_analyze(&b->ir) || !lx_build_pipeline(&b->ir, policy, &b->pipe)) return false;
+  b->layouts = calloc((size_t)pp, sizeof *b->layouts);
+  for (int s = 0; s < pp; s++) lx_layout_stage(&b->pipe, s, 4, false, &b->layouts[s]);
+  return true;
+}
+
+static void release(built *b) {
+  for (int s = 0; b->layouts && s < b->pipe.pp; s++) lx_layout_free(&b->layouts[s]);
+  free(b->layouts);
+  lx_pipeline_free(&b->pipe);
+  lx_ir_free(&b->ir);
+}
+
+/* The planted bugs are reported at length: silenced. */
+static int verify_quietly(const built *b) {
+  fflush(stderr);
+  int saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY);
+  dup2(null, STDERR_FILENO);
+  int n = lx_verify(&b->pipe, b->layouts);
+  fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(null);
+  close(saved);
+  return n;
+}
+
+static void check_examples(void) {
+  glob_t models;
+  CHECK(glob("examples/*.model", 0, NULL, &models) == 0 && models.gl_pathc > 0, "examples/*.model found");
+  static const int pps[] = {1, 2, 4};
+  for (size_t i = 0; i < models.gl_pathc; i++)
+    for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
+      for (int policy = 0; policy < LX_RECOMPUTE_POLICY_COUNT; policy++)
+        for (size_t k = 0; k < sizeof pps / sizeof pps[0]; k++) {
+          int pp = pps[k], m = 2 * pp + 1; /* an odd count: slots wrap around unevenly */
+          built b;
+          bool ok = build(models.gl_pathv[i], 2 * pp, pp, m, (lx_schedule)sched, (lx_recompute_policy)policy, &b);
+          int violations = ok ? lx_verify(&b.pipe, b.layouts) : -1;
+          CHECK(violations == 0, "%s %s recompute %s pp=%d m=%d verifies clean (%d violations)",
+                models.gl_pathv[i], lx_schedule_name((lx_schedule)sched),
+                lx_recompute_policy_name((lx_recompute_policy)policy), pp, m, violations);
+          release(&b);
+        }
+  globfree(&models);
+}
+
+/* ---- planted bugs ---------------------------------------------------------- */
+
+static void remove_instr(lx_instr_list *list, int i) {
+  memmove(&list->items[i], &list->items[i + 1], sizeof *list->items * (size_t)(list->count - i - 1));
+  list->count--;
+}
+
+static int find_kind(const lx_instr_list *list, lx_instr_kind kind, int nth) {
+  for (int i = 0; i < list->count; i++)
+    if (list->items[i].kind == kind && nth-- == 0) return i;
+  return -1;
+}
+
+typedef void (*plant_fn)(built *b);
+
+/* The compute stream of stage 1 stops waiting for its first receive. */
+static void drop_wait(built *b) {
+  lx_instr_list *compute = &b->pipe.stages[1].streams[LX_STREAM_COMPUTE];
+  remove_instr(compute, find_kind(compute, LX_I_WAIT, 0));
+}
+
+/* Stage 0 sends its second activation before its first. */
+static void swap_sends(built *b) {
+  lx_instr_list *send = &b->pipe.stages[0].streams[LX_STREAM_SEND];
+  int x = find_kind(send, LX_I_SEND_ACT, 0), y = find_kind(send, LX_I_SEND_ACT, 1);
+  lx_instr t = send->items[x];
+  send->items[x] = send->items[y];
+  send->items[y] = t;
+}
+
+/* Stage 0 holds several micro-batches at once, but in one stash slot. */
+static void share_stash_slot(built *b) { b->layouts[0].slots = 1; }
+
+/* The two boundary gradients, used by alternate layers, in one place. */
+static void overlay_boundary_grads(built *b) { b->layouts[0].boundary_grad_offset[1] = 0; }
+
+/* Stage 1 never receives its last gradient. */
+static void drop_recv(built *b) {
+  lx_instr_list *recv = &b->pipe.stages[1].streams[LX_STREAM_RECV];
+  int last = -1;
+  for (int i = 0; i < recv->count; i++)
+    if (recv->items[i].kind == LX_I_RECV_GRAD) last = i;
+  remove_instr(recv, last);
+}
+
+/* Each wait of a stage is needed: the slot-reuse waits above all. With
+ * its RECORD -> WAIT edge gone, the buffer it protects is reported. */
+static void drop_slot_reuse_wait(built *b) {
+  lx_instr_list *recv = &b->pipe.stages[1].streams[LX_STREAM_RECV];
+  remove_instr(recv, find_kind(recv, LX_I_WAIT, 0));
+}
+
+static void check_planted(const char *name, plant_fn plant, lx_schedule schedule, lx_recompute_policy policy) {
+  built b;
+  bool ok = build("examples/tiny.model", 4, 3, 7, schedule, policy, &b);
+  CHECK(ok && lx_verify(&b.pipe, b.layouts) == 0, "%s: the pipeline verifies clean before planting", name);
+  plant(&b);
+  int violations = verify_quietly(&b);
+  CHECK(violations > 0, "%s (%s, recompute %s) is reported (%d violations)", name, lx_schedule_name(schedule),
+        lx_recompute_policy_name(policy), violations);
+  release(&b);
+}
+
+/* The access lists the printers will use: a forward reads its inputs and
+ * writes its output; a backward accumulates into its inputs' gradients. */
+static void check_accesses(void) {
+  built b;
+  CHECK(build("examples/tiny.model", 2, 1, 1, LX_SCHEDULE_1F1B, LX_RECOMPUTE_NONE, &b), "tiny builds");
+  const lx_graph *g = &b.ir.block;
+  int linear = -1;
+  for (int i = 0; i < g->n_ops && linear < 0; i++)
+    if (g->ops[i].kind == LX_OP_LINEAR) linear = i;
+  lx_instr fwd = {.kind = LX_I_FWD, .graph = LX_GRAPH_BLOCK, .layer = 0, .op = linear, .mb = 0};
+  lx_access a[LX_MAX_ACCESSES];
+  int n = lx_instr_access(&b.pipe, 0, &b.layouts[0], &fwd, a, LX_MAX_ACCESSES);
+  CHECK(n == 4 && a[0].mode == LX_ACCESS_READ && a[0].tensor.op == g->ops[linear].inputs[0] &&
+            a[1].tensor.role == LX_T_PARAM && a[2].tensor.role == LX_T_PARAM && a[3].mode == LX_ACCESS_WRITE &&
+            a[3].tensor.op == linear,
+        "FWD linear: reads its input, weight and bias, writes its output (%d accesses)", n);
+  lx_instr bwd = fwd;
+  bwd.kind = LX_I_BWD;
+  n = lx_instr_access(&b.pipe, 0, &b.layouts[0], &bwd, a, LX_MAX_ACCESSES);
+  int grads = 0;
+  for (int i = 0; i < n; i++) grads += a[i].mode == LX_ACCESS_ACCUMULATE;
+  CHECK(grads == 3, "BWD linear: accumulates its input's gradient and two parameter gradients (%d)", grads);
+  lx_span w = lx_locate(&b.pipe, 0, &b.layouts[0], a[1].tensor.role == LX_T_PARAM ? a[1].tensor : a[2].tensor);
+  lx_span gw = lx_param_grad_span(&b.pipe, 0, &b.layouts[0], a[1].tensor.role == LX_T_PARAM ? a[1].tensor : a[2].tensor);
+  CHECK(gw.region == LX_REGION_GRADS && gw.bytes == w.bytes &&
+            gw.offset - b.layouts[0].region_offset[LX_REGION_GRADS] ==
+                w.offset - b.layouts[0].region_offset[LX_REGION_PARAMS],
+        "a parameter's gradient sits at the parameter's offset in the grads region");
+  release(&b);
+}
+
+int main(void) {
+  check_accesses();
+  check_examples();
+  for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++) {
+    lx_schedule s = (lx_schedule)sched;
+    check_planted("a dropped WAIT", drop_wait, s, LX_RECOMPUTE_NONE);
+    check_planted("two swapped sends", swap_sends, s, LX_RECOMPUTE_NONE);
+    check_planted("a shared stash slot", share_stash_slot, s, LX_RECOMPUTE_NONE);
+    check_planted("a shared stash slot", share_stash_slot, s, LX_RECOMPUTE_FULL);
+    check_planted("overlaid boundary gradients", overlay_boundary_grads, s, LX_RECOMPUTE_SELECTIVE);
+    check_planted("a dropped receive", drop_recv, s, LX_RECOMPUTE_NONE);
+  }
+  check_planted("a dropped slot-reuse wait", drop_slot_reuse_wait, LX_SCHEDULE_1F1B, LX_RECOMPUTE_NONE);
+  return check_exit_status();
+}
