@@ -13,12 +13,12 @@ BUILD ?= .build
 CFLAGS ?= -O2 -g
 WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 override CFLAGS += -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include
-LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm
+LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm -lglpk
 
-GEN_SRCS := gen/diag.c gen/frontend.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/ir_json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/memplan.c gen/simulate.c gen/trace.c gen/report.c gen/layout.c gen/tokenize.c gen/emit.c gen/emit_cpu.c gen/manifest.c gen/verify.c gen/access.c
+GEN_SRCS := gen/diag.c gen/frontend.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/ir_json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/memplan.c gen/simulate.c gen/trace.c gen/report.c gen/layout.c gen/tokenize.c gen/emit.c gen/emit_cpu.c gen/manifest.c gen/verify.c gen/access.c gen/windows.c gen/policy.c
 GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
-.PHONY: all test test-gpu fuzz format clean check-clang
+.PHONY: all test test-gpu fuzz format clean check-clang out
 all: bin/lynxgen
 
 bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
@@ -49,6 +49,11 @@ $(BUILD)/templates.o: $(BUILD)/templates.c gen/emit.h
 # Both compilers must accept the sources with every warning an error.
 check-clang:
 	clang -fsyntax-only -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include $(GEN_SRCS) gen/main.c
+
+# out/: the committed emitted programs of the examples, so that every change
+# to generated code shows in review; tests/out_test.sh fails when it is stale.
+out: bin/lynxgen
+	bin/lynxgen examples/tiny.model --target cpu -o out/tiny-cpu > /dev/null
 
 include tests/tests.mk
 

@@ -65,7 +65,7 @@ static void place_params(const lx_pipeline *p, int s, lx_graph_id gid, lx_op_pla
 }
 
 typedef struct {
-  int64_t slot, recompute, forward, grads;
+  int64_t slot, recompute, forward, grads, window;
 } cursors;
 
 /* Block decisions apply to the block; prologue and epilogue keep everything. */
@@ -78,15 +78,17 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
     pl->item_offset = pl->output_work_offset = pl->grad_offset = -1;
     bool saved = lx_last_saver(g, i) >= 0 || op->kind == LX_OP_INPUT; /* inputs are where callers write */
     bool dropped = d && d[i].drop_output && op->kind != LX_OP_INPUT;
+    pl->in_window = d && d[i].in_window;
+    int64_t *regenerated = pl->in_window ? &c->window : &c->recompute;
     if (saved && !dropped) pl->item_offset = take(&c->slot, op->out_bytes);
-    else if (saved) pl->output_work_offset = take(&c->recompute, op->out_bytes);
+    else if (saved) pl->output_work_offset = take(regenerated, op->out_bytes);
     else if (i != g->output && !op->out.scalar) pl->output_work_offset = take(&c->forward, op->out_bytes);
     pl->output_recomputed = saved && dropped;
-    pl->scratch_offset = d && d[i].recompute && pl->item_offset >= 0 ? take(&c->recompute, op->out_bytes) : -1;
+    pl->scratch_offset = d && d[i].recompute && pl->item_offset >= 0 ? take(regenerated, op->out_bytes) : -1;
     pl->internals_in_work = d && d[i].drop_internals;
     for (int k = 0; k < op->n_saved; k++)
       if (op->saved[k].kind == LX_SAVE_INTERNAL)
-        pl->internal_offset[k] = take(pl->internals_in_work ? &c->recompute : &c->slot, op->saved[k].bytes);
+        pl->internal_offset[k] = take(pl->internals_in_work ? regenerated : &c->slot, op->saved[k].bytes);
     bool has_grad = op->kind != LX_OP_INPUT && i != g->output && op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
     if (has_grad) pl->grad_offset = take(&c->grads, op->out_bytes);
   }
@@ -100,13 +102,13 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   static const lx_graph_id order[] = {LX_GRAPH_PROLOGUE, LX_GRAPH_BLOCK, LX_GRAPH_EPILOGUE};
   bool present[LX_GRAPH_COUNT] = {st->has_prologue, st->n_layers > 0, st->has_epilogue};
   int64_t param_cursor = 0;
-  cursors c = {0, 0, 0, 0};
+  cursors c = {0, 0, 0, 0, 0};
   for (int k = 0; k < LX_GRAPH_COUNT; k++) {
     lx_graph_id gid = order[k];
     const lx_graph *g = lx_graph_of(ir, gid);
     out->places[gid] = calloc((size_t)g->n_ops, sizeof(lx_op_place));
     int64_t params_before = param_cursor, slot_before = c.slot;
-    cursors graph_work = {0, 0, 0, 0}; /* offsets within the graph's part of a slot */
+    cursors graph_work = {0, 0, 0, 0, 0}; /* offsets within the graph's part of a slot */
     place_params(p, s, gid, out->places[gid], &param_cursor);
     place_activations(p, s, gid, out->places[gid], &graph_work);
     out->graph_param_offset[gid] = params_before;
@@ -124,6 +126,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       if (graph_work.recompute > c.recompute) c.recompute = graph_work.recompute;
       if (graph_work.forward > c.forward) c.forward = graph_work.forward;
       if (graph_work.grads > c.grads) c.grads = graph_work.grads;
+      if (graph_work.window > c.window) c.window = graph_work.window;
     }
   }
   out->param_elements = param_cursor;
@@ -131,6 +134,8 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   out->forward_work_bytes = c.forward;
   out->backward_work_bytes = c.recompute + c.grads;
   out->recompute_work_bytes = c.recompute;
+  out->window_work_offset = c.recompute + (c.forward > c.grads ? c.forward : c.grads);
+  out->window_buffer_bytes = aligned(c.window);
   out->boundary_bytes = ir->block.ops[0].out_bytes;
   int per_slot_buffers = (s + 1 < p->pp ? 2 : 0) + (s > 0 ? 1 : 0); /* send act + recv grad, send grad */
   out->boundary_grad_offset[0] = 0;
@@ -145,7 +150,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       [LX_REGION_ADAM_M] = fp32_params,
       [LX_REGION_ADAM_V] = fp32_params,
       [LX_REGION_STASH] = out->slots * out->slot_bytes,
-      [LX_REGION_WORK] = c.recompute + (c.forward > c.grads ? c.forward : c.grads),
+      [LX_REGION_WORK] = out->window_work_offset + 2 * out->window_buffer_bytes,
       [LX_REGION_BOUNDARY] = out->send_offset + (int64_t)per_slot_buffers * out->slots * aligned(out->boundary_bytes),
   };
   int64_t cursor = 0;
@@ -259,6 +264,16 @@ static lx_place_expr place_grad(const lx_pipeline *p, int s, const lx_stage_layo
                op->out_bytes);
 }
 
+/* A regenerated tensor of an op: in the recompute part of work, or in the
+ * window buffer of the layer's parity. */
+static lx_place_expr regenerated(const lx_stage_layout *l, const lx_op_place *pl, int64_t offset, int64_t bytes) {
+  int64_t work = l->region_offset[LX_REGION_WORK];
+  if (!pl->in_window) return fixed(LX_REGION_WORK, work + offset, bytes);
+  lx_place_expr e = fixed(LX_REGION_WORK, work + l->window_work_offset + offset, bytes);
+  e.parity_stride = l->window_buffer_bytes;
+  return e;
+}
+
 static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
   const lx_op *op = &lx_graph_of(p->ir, t.graph)->ops[t.op];
   const lx_op_place *pl = &l->places[t.graph][t.op];
@@ -272,20 +287,21 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
     return e;
   }
   case LX_T_INTERNAL:
-    if (pl->internals_in_work) return fixed(LX_REGION_WORK, work + pl->internal_offset[t.index], op->saved[t.index].bytes);
+    if (pl->internals_in_work) return regenerated(l, pl, pl->internal_offset[t.index], op->saved[t.index].bytes);
     return in_slot(l, t, pl->internal_offset[t.index], LX_REGION_STASH, op->saved[t.index].bytes);
   case LX_T_GRAD: return place_grad(p, s, l, t);
   case LX_T_SEND_ACT:
   case LX_T_SEND_GRAD:
   case LX_T_RECV_GRAD: return slot_buffer(p, s, l, t.role);
   case LX_T_RECOMPUTED:
-    if (pl->scratch_offset >= 0) return fixed(LX_REGION_WORK, work + pl->scratch_offset, op->out_bytes);
+    if (pl->scratch_offset >= 0) return regenerated(l, pl, pl->scratch_offset, op->out_bytes);
     return place(p, s, l, (lx_tensor_ref){t.graph, t.layer, t.op, t.mb, LX_T_OUTPUT, 0});
   case LX_T_OUTPUT:
     if (pl->item_offset >= 0) return in_slot(l, t, pl->item_offset, LX_REGION_STASH, op->out_bytes);
+    if (pl->output_work_offset >= 0 && pl->output_recomputed)
+      return regenerated(l, pl, pl->output_work_offset, op->out_bytes);
     if (pl->output_work_offset >= 0)
-      return fixed(LX_REGION_WORK, work + (pl->output_recomputed ? 0 : l->recompute_work_bytes) + pl->output_work_offset,
-                   op->out_bytes);
+      return fixed(LX_REGION_WORK, work + l->recompute_work_bytes + pl->output_work_offset, op->out_bytes);
     return rebased(p, s, l, t, next_graph_input(p, s, t));
   }
   return fixed(LX_REGION_COUNT, -1, 0);

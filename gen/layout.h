@@ -8,7 +8,11 @@
  *       schedule never has more in flight than there are slots);
  *   work: what lives only inside one F(mb) or B(mb) — op outputs nobody
  *       keeps, recomputed tensors, activation gradients. Forward outputs and
- *       backward buffers never live at once, so they share the region;
+ *       backward buffers never live at once, so they share the region.
+ *       At its end, two window buffers (by layer parity) for what in-window
+ *       recompute regenerates: it lives from its window to the layer's
+ *       backward, across other instructions (windows.c says which windows
+ *       may use a buffer without overwriting what another layer still needs);
  *   boundary: the gradients that cross layer boundaries (two, used
  *       alternately), and per slot the pipeline's outgoing activations,
  *       outgoing input gradients and incoming output gradients.
@@ -67,6 +71,8 @@ typedef struct {
   int64_t output_work_offset; /* output in work (transient or recomputed); -1 if none */
   bool output_recomputed;     /* that offset is in the recompute part of work */
   int64_t scratch_offset;     /* recompute part of work: a recomputed op's output that is also kept; -1 if none */
+  bool in_window;             /* the op's work-placed tensors (dropped output and internals, scratch) are in
+                                 the window buffer of the layer's parity, not the recompute part */
   int64_t grad_offset;        /* gradient of the output in work; -1 for inputs and int tensors */
   int64_t param_offset[2];    /* element offset of weight, bias in the layer's block; -1 if none */
   int64_t param_elements[2];
@@ -86,6 +92,8 @@ typedef struct {
   lx_op_place *places[LX_GRAPH_COUNT];        /* per op of each graph */
   int64_t forward_work_bytes, backward_work_bytes;
   int64_t recompute_work_bytes; /* work starts with the recomputed tensors, then forward outputs or gradients */
+  int64_t window_work_offset;   /* then the window buffers: layer l's at this + (l % 2) * window_buffer_bytes */
+  int64_t window_buffer_bytes;
   int64_t boundary_grad_offset[2];            /* in the boundary region */
   int64_t send_offset;                        /* in the boundary region: the per-slot buffers */
   int64_t boundary_bytes;                     /* one boundary tensor */

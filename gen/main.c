@@ -16,6 +16,7 @@
 #include "emit.h"
 #include "frontend.h"
 #include "layout.h"
+#include "overlap.h"
 #include "manifest.h"
 #include "ir.h"
 #include "memplan.h"
@@ -50,7 +51,12 @@ static const char usage_text[] =
     "                         and manifest.txt; cuda (the default) is not printed yet\n"
     "\n"
     "Scheduling:\n"
-    "      --policy P         recomputation: none | full | selective (default none)\n"
+    "      --policy P         recomputation: none | full | selective | checkmate | lynx-heu |\n"
+    "                         lynx-opt (default none; docs/architecture.md)\n"
+    "      --partition P      layers per stage: uniform (Megatron's even split, the\n"
+    "                         default) | dp (recompute-aware, balances stage times)\n"
+    "      --explain          with an open plan (tp, pp, dp or micro-batch left 0): print\n"
+    "                         the best candidates of the plan search and why others lost\n"
     "      --profile FILE     measured op and link times that override the cost model\n"
     "                         (format: docs/cost-model.md)\n"
     "\n"
@@ -80,6 +86,8 @@ typedef struct {
   lx_target target;
   bool target_given;
   lx_recompute_policy policy;
+  lx_partition_kind partition;
+  bool explain;
   const char *profile;
   struct {
     lx_field field;
@@ -118,7 +126,7 @@ static int parse_schedule(const char *arg) {
 static lx_recompute_policy parse_policy(const char *arg) {
   for (int p = 0; p < LX_RECOMPUTE_POLICY_COUNT; p++)
     if (!strcmp(arg, lx_recompute_policy_name((lx_recompute_policy)p))) return (lx_recompute_policy)p;
-  usage_error("unknown recompute policy '%s' (none, full or selective)", arg);
+  usage_error("unknown recompute policy '%s' (none, full, selective, checkmate, lynx-heu or lynx-opt)", arg);
 }
 
 static void add_override(options *o, lx_field field, const char *option, int value) {
@@ -130,7 +138,7 @@ static void add_override(options *o, lx_field field, const char *option, int val
 }
 
 static options parse_options(int argc, char **argv) {
-  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION };
+  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION, OPT_PARTITION, OPT_EXPLAIN };
   static const struct option longopts[] = {
       {"output", required_argument, 0, 'o'},      {"dump-ir", no_argument, 0, OPT_DUMP_IR},
       {"target", required_argument, 0, OPT_TARGET}, {"plan", no_argument, 0, OPT_PLAN},         {"json", no_argument, 0, OPT_JSON},
@@ -140,6 +148,7 @@ static options parse_options(int argc, char **argv) {
       {"global-batch", required_argument, 0, OPT_GLOBAL},
       {"schedule", required_argument, 0, OPT_SCHEDULE},
       {"sequence-parallel", no_argument, 0, OPT_SP},
+      {"partition", required_argument, 0, OPT_PARTITION}, {"explain", no_argument, 0, OPT_EXPLAIN},
       {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
       {0, 0, 0, 0}};
   options o = {.target = LX_TARGET_CUDA};
@@ -159,6 +168,12 @@ static options parse_options(int argc, char **argv) {
     case OPT_JSON: o.json = true; break;
     case OPT_POLICY: o.policy = parse_policy(optarg); break;
     case OPT_PROFILE: o.profile = optarg; break;
+    case OPT_PARTITION:
+      if (!strcmp(optarg, "dp")) o.partition = LX_PARTITION_DP;
+      else if (!strcmp(optarg, "uniform")) o.partition = LX_PARTITION_UNIFORM;
+      else usage_error("unknown partition '%s' (uniform or dp)", optarg);
+      break;
+    case OPT_EXPLAIN: o.explain = true; break;
     case OPT_TP: add_override(&o, LX_F_TP, "--tp", parse_count("--tp", optarg)); break;
     case OPT_PP: add_override(&o, LX_F_PP, "--pp", parse_count("--pp", optarg)); break;
     case OPT_DP: add_override(&o, LX_F_DP, "--dp", parse_count("--dp", optarg)); break;
@@ -364,8 +379,8 @@ static int run_passes(const options *opts, products *out) {
   }
   if (lx_error_count() == 0 && lx_ir_validate(ir) != 0) return 3; /* a generator bug, already printed */
   bool schedule = lx_error_count() == 0 && (opts->plan || opts->output_dir);
-  if (schedule && lx_build_pipeline(ir, opts->policy, &out->pipe) &&
-      lx_cost_model_init(&out->cost, ir, opts->profile)) {
+  lx_plan_options plan = {.policy = opts->policy, .partition = opts->partition, .cm = &out->cost};
+  if (schedule && lx_cost_model_init(&out->cost, ir, opts->profile) && lx_plan_pipeline(ir, &plan, &out->pipe)) {
     out->memory = calloc((size_t)out->pipe.pp, sizeof *out->memory);
     lx_plan_memory(&out->pipe, out->memory);
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;

@@ -36,21 +36,29 @@ static int64_t internal_bytes(const lx_op *op) {
   return bytes;
 }
 
-/* decisions == NULL keeps everything (prologue and epilogue are not recomputed). */
-static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d) {
+/* decisions == NULL keeps everything (prologue and epilogue are not recomputed).
+ * What an in-window op regenerates lives in the window buffers, which are
+ * static (layout.h): it is counted once, in *window, not per instruction. */
+static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d, int64_t *window) {
   size_t n = (size_t)g->n_ops;
   lx_graph_memory gm = {calloc(n, sizeof(int64_t)), calloc(n, sizeof(int64_t)), calloc(n, sizeof(int64_t))};
   int start = first_computing_op(g);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
+    bool windowed = d && d[i].in_window;
     int64_t internals = internal_bytes(op);
-    if (d && d[i].drop_internals) gm.alloc_recompute[i] += internals;
-    else gm.alloc_fwd[i] += internals;
-    gm.free_bwd[i] += internals;
+    if (windowed && d[i].drop_internals) *window += internals;
+    else if (d && d[i].drop_internals) gm.alloc_recompute[i] += internals, gm.free_bwd[i] += internals;
+    else gm.alloc_fwd[i] += internals, gm.free_bwd[i] += internals;
     int saver = lx_last_saver(g, i);
     if (saver < 0) continue;
     int64_t bytes = saved_tensor_bytes(g, i, saver);
     int producer_instr = op->kind == LX_OP_INPUT ? start : i; /* inputs arrive as the graph starts */
+    if (windowed && !d[i].drop_output && d[i].recompute) *window += op->out_bytes; /* the scratch copy */
+    if (windowed && d[i].drop_output) {
+      *window += op->out_bytes;
+      continue;
+    }
     if (d && d[i].drop_output) gm.alloc_recompute[i] += bytes;
     else gm.alloc_fwd[producer_instr] += bytes;
     gm.free_bwd[saver] += bytes;
@@ -64,7 +72,7 @@ static void free_graph_memory(lx_graph_memory *gm) {
   free(gm->free_bwd);
 }
 
-int64_t lx_static_bytes(const lx_stage_memory *m) { return m->weights + m->grads + m->optimizer; }
+int64_t lx_static_bytes(const lx_stage_memory *m) { return m->weights + m->grads + m->optimizer + m->window_buffers; }
 
 static bool output_is_item(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
 
@@ -146,9 +154,11 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
     lx_stage_memory *m = &out[s];
     *m = (lx_stage_memory){0};
     static_bytes(ir, st->params_per_rank, m);
-    m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(&ir->prologue, NULL);
-    m->graphs[LX_GRAPH_BLOCK] = graph_memory(&ir->block, st->decisions);
-    m->graphs[LX_GRAPH_EPILOGUE] = graph_memory(&ir->epilogue, NULL);
+    int64_t window = 0;
+    m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(&ir->prologue, NULL, &window);
+    m->graphs[LX_GRAPH_BLOCK] = graph_memory(&ir->block, st->decisions, &window);
+    m->graphs[LX_GRAPH_EPILOGUE] = graph_memory(&ir->epilogue, NULL, &window);
+    m->window_buffers = st->n_layers > 0 ? 2 * window : 0;
     m->kept_per_micro_batch = st->n_layers * sum(m->graphs[LX_GRAPH_BLOCK].alloc_fwd, ir->block.n_ops);
     if (st->has_prologue) m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_PROLOGUE].alloc_fwd, ir->prologue.n_ops);
     if (st->has_epilogue) m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_EPILOGUE].alloc_fwd, ir->epilogue.n_ops);

@@ -6,9 +6,12 @@
  * remaining B). Receives, sends and collectives sit on their own streams,
  * tied to the compute stream by RECORD/WAIT event pairs, so that the compute
  * stream's idle intervals are explicit: the windows recomputation can use. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "diag.h"
+#include "overlap.h"
+#include "memplan.h"
 #include "passes.h"
 
 typedef struct {
@@ -19,6 +22,11 @@ typedef struct {
   /* per micro-batch: events recorded when its stash slot is free again and
    * when its outgoing buffers have been sent; -1 until recorded */
   int *slot_free, *act_sent, *grad_sent;
+  /* window placement: FWD/BWD emitted so far (minus one), the next window
+   * to open, per window the layer instances it recomputes (CSR, in the
+   * order they are due), and per instance the event its recompute records */
+  int ordinal, next_window;
+  int *window_start, *window_items, *recomputed;
 } builder;
 
 static void emit(builder *b, lx_stream s, lx_instr in) { lx_instr_append(&b->st->streams[s], in); }
@@ -67,11 +75,42 @@ static void tp_allreduce(builder *b, lx_instr at, int64_t bytes, bool backward) 
   sync_streams(b, LX_STREAM_TP, LX_STREAM_COMPUTE);
 }
 
+static int instance_of(const builder *b, int layer, int mb) {
+  return (layer - b->st->first_layer) * b->pipe->micro_batches + mb;
+}
+
+/* In-window recompute of a layer instance: the ops the policy put in
+ * windows, on the recompute stream (they need no all-reduce: lynx.h). */
+static void recompute_in_window(builder *b, int inst) {
+  const lx_graph *g = &b->ir->block;
+  int layer = b->st->first_layer + inst / b->pipe->micro_batches, mb = inst % b->pipe->micro_batches;
+  for (int i = 0; i < g->n_ops; i++)
+    if (b->st->decisions[i].recompute && b->st->decisions[i].in_window)
+      emit(b, LX_STREAM_RECOMPUTE,
+           (lx_instr){.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb});
+  b->recomputed[inst] = record(b, LX_STREAM_RECOMPUTE);
+}
+
+/* A FWD or BWD is on the compute stream: if a window opens after it, the
+ * recompute stream starts there (an event recorded now, before the
+ * compute stream goes on to wait for its communication). */
+static void pass_emitted(builder *b) {
+  b->ordinal++;
+  const lx_stage *st = b->st;
+  if (!st->window_of) return;
+  while (b->next_window < st->n_windows && st->windows[b->next_window].after < b->ordinal) b->next_window++;
+  int w = b->next_window;
+  if (w == st->n_windows || st->windows[w].after != b->ordinal || b->window_start[w] == b->window_start[w + 1]) return;
+  sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_RECOMPUTE);
+  for (int k = b->window_start[w]; k < b->window_start[w + 1]; k++) recompute_in_window(b, b->window_items[k]);
+}
+
 static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int layer, int i, int mb) {
   const lx_graph *g = lx_graph_of(b->ir, gid);
   const lx_op *op = &g->ops[i];
   lx_instr in = {.kind = kind, .graph = gid, .layer = layer, .op = i, .mb = mb};
   emit(b, LX_STREAM_COMPUTE, in);
+  if (kind == LX_I_FWD) pass_emitted(b);
   if (forward_allreduce(b, op)) tp_allreduce(b, in, op->out_bytes, false);
 }
 
@@ -80,6 +119,7 @@ static void run_backward_op(builder *b, lx_graph_id gid, int layer, int i, int m
   const lx_op *op = &g->ops[i];
   lx_instr in = {.kind = LX_I_BWD, .graph = gid, .layer = layer, .op = i, .mb = mb};
   emit(b, LX_STREAM_COMPUTE, in);
+  pass_emitted(b);
   if (backward_allreduce(b, op)) tp_allreduce(b, in, input_bytes(g, op), true);
 }
 
@@ -96,11 +136,17 @@ static void backward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
 }
 
 /* On demand: the dropped tensors of layer `layer` come back just before its
- * backward, on the critical path (Megatron's full and selective recompute). */
+ * backward, on the critical path (Megatron's full and selective recompute).
+ * What a window recomputed is waited for instead; in-window ops of an
+ * instance that got no window run here too. */
 static void recompute_layer(builder *b, int layer, int mb) {
   const lx_graph *g = &b->ir->block;
+  int inst = instance_of(b, layer, mb);
+  bool windowed = b->st->window_of && b->st->window_of[inst] >= 0;
+  if (windowed) wait_for(b, LX_STREAM_COMPUTE, b->recomputed[inst]);
   for (int i = 0; i < g->n_ops; i++)
-    if (b->st->decisions[i].recompute) run_forward_op(b, LX_I_RECOMPUTE, LX_GRAPH_BLOCK, layer, i, mb);
+    if (b->st->decisions[i].recompute && !(windowed && b->st->decisions[i].in_window))
+      run_forward_op(b, LX_I_RECOMPUTE, LX_GRAPH_BLOCK, layer, i, mb);
 }
 
 /* The epilogue's second parameter: the targets. */
@@ -218,24 +264,63 @@ static int64_t stage_params(const lx_ir *ir, const lx_stage *st) {
          (st->has_epilogue ? ir->epilogue.params_per_rank : 0);
 }
 
-bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out) {
-  const lx_plan *plan = &ir->plan;
-  lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
+/* Per window, the instances it recomputes, in the order they are due. */
+static void index_window_items(builder *b) {
+  const lx_stage *st = b->st;
+  int n = st->n_layers * b->pipe->micro_batches;
+  b->window_start = calloc((size_t)st->n_windows + 2, sizeof(int));
+  b->window_items = malloc(sizeof(int) * (size_t)(n + 1));
+  b->recomputed = malloc(sizeof(int) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    b->recomputed[i] = -1;
+    if (st->window_of && st->window_of[i] >= 0) b->window_start[st->window_of[i] + 1]++;
+  }
+  for (int w = 0; w < st->n_windows; w++) b->window_start[w + 1] += b->window_start[w];
+  int *fill = calloc((size_t)st->n_windows + 1, sizeof(int));
+  /* backward order (both schedules): by micro-batch, then from the top layer down */
+  for (int mb = 0; mb < b->pipe->micro_batches; mb++)
+    for (int l = st->n_layers - 1; l >= 0; l--) {
+      int inst = l * b->pipe->micro_batches + mb, w = st->window_of ? st->window_of[inst] : -1;
+      if (w >= 0) b->window_items[b->window_start[w] + fill[w]++] = inst;
+    }
+  free(fill);
+}
+
+/* (Re)builds the instruction lists of stage s from its decisions and windows. */
+static void schedule_one(const lx_ir *ir, lx_pipeline *p, int s) {
+  lx_stage *st = &p->stages[s];
+  for (int k = 0; k < LX_STREAM_COUNT; k++) st->streams[k].count = 0;
+  st->n_events = 0;
+  builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp ? ir->plan.tp : 1, .ordinal = -1};
+  int *events = malloc(sizeof(int) * 3 * (size_t)p->micro_batches);
+  for (int i = 0; i < 3 * p->micro_batches; i++) events[i] = -1;
+  b.slot_free = events;
+  b.act_sent = events + p->micro_batches;
+  b.grad_sent = events + 2 * p->micro_batches;
+  index_window_items(&b);
+  schedule_stage(&b);
+  free(events);
+  free(b.window_start);
+  free(b.window_items);
+  free(b.recomputed);
+}
+
+static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batches) {
   if (kind != LX_SCHEDULE_GPIPE && kind != LX_SCHEDULE_1F1B) {
     lx_error(ir->locs.field[LX_F_SCHEDULE], "schedule '%s' is not implemented yet (gpipe and 1f1b are)",
              lx_schedule_name(kind));
     return false;
   }
-  int pp = plan->pp ? plan->pp : 1;
-  *out = (lx_pipeline){
-      .ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = policy};
-  if (out->micro_batches < pp) {
-    lx_error(ir->locs.plan, "%d micro-batches per iteration are fewer than the %d pipeline stages",
-             out->micro_batches, pp);
+  if (micro_batches < pp) {
+    lx_error(ir->locs.plan, "%d micro-batches per iteration are fewer than the %d pipeline stages", micro_batches, pp);
     return false;
   }
-  int *first = malloc(sizeof *first * (size_t)(pp + 1));
-  lx_partition_uniform(ir->model.layers, pp, first);
+  return true;
+}
+
+/* Stages over the layer split `first`, each with the decisions of a fixed policy. */
+static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *first, lx_pipeline *out) {
+  int pp = out->pp;
   out->stages = calloc((size_t)pp, sizeof *out->stages);
   for (int s = 0; s < pp; s++) {
     lx_stage *st = &out->stages[s];
@@ -245,21 +330,148 @@ bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline 
                      .has_prologue = s == 0,
                      .has_epilogue = s == pp - 1};
     st->params_per_rank = stage_params(ir, st);
-    st->stashed_micro_batches = kind == LX_SCHEDULE_GPIPE
+    st->stashed_micro_batches = out->kind == LX_SCHEDULE_GPIPE
                                     ? out->micro_batches
                                     : (pp - s < out->micro_batches ? pp - s : out->micro_batches);
     st->decisions = calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
-    lx_recompute_fixed(ir, policy, st->decisions);
-    builder b = {.ir = ir, .pipe = out, .st = st, .tp = plan->tp ? plan->tp : 1};
-    int *events = malloc(sizeof(int) * 3 * (size_t)out->micro_batches);
-    for (int i = 0; i < 3 * out->micro_batches; i++)
-      events[i] = -1;
-    b.slot_free = events;
-    b.act_sent = events + out->micro_batches;
-    b.grad_sent = events + 2 * out->micro_batches;
-    schedule_stage(&b);
-    free(events);
+    lx_recompute_fixed(ir, fixed, st->decisions);
+    st->stats.status = "fixed";
   }
+}
+
+static bool fixed_policy(lx_recompute_policy p) { return p <= LX_RECOMPUTE_SELECTIVE; }
+
+/* ---- planned policies ------------------------------------------------------- */
+
+int64_t lx_stage_activation_budget(const lx_ir *ir, const lx_cost_model *cm, const lx_pipeline *keep_all,
+                                   const lx_stage_memory *m, int s) {
+  const lx_stage *st = &keep_all->stages[s];
+  lx_op_decision *none = calloc((size_t)ir->block.n_ops, sizeof *none);
+  int64_t block = (int64_t)st->stashed_micro_batches * st->n_layers * lx_kept_bytes(&ir->block, none);
+  free(none);
+  /* besides the block's stash: static bytes, the prologue / epilogue stash,
+   * the transient working set, and one layer regenerated on demand */
+  int64_t other = m->peak - block + ir->block.activation_bytes;
+  return (int64_t)cm->gpu.memory_bytes - other;
+}
+
+typedef struct {
+  const lx_ir *ir;
+  const lx_cost_model *cm;
+  lx_pipeline *pipe;
+  lx_recompute_policy policy;
+  double time_limit_s;
+  int64_t *budget;
+} planner;
+
+static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool with_windows) {
+  lx_stage *st = &pl->pipe->stages[s];
+  lx_stage_problem pr;
+  lx_stage_problem_init(&pr, pl->ir, pl->cm, st->n_layers, st->stashed_micro_batches, pl->pipe->micro_batches,
+                        pl->budget[s]);
+  pr.time_limit_s = pl->time_limit_s;
+  if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
+  free(st->window_of);
+  st->window_of = with_windows ? calloc((size_t)(pr.n_instances > 0 ? pr.n_instances : 0) + 1, sizeof(int)) : NULL;
+  lx_policy_solve(pl->ir, policy, &pr, st->decisions, st->window_of, &st->stats);
+  lx_stage_problem_free(&pr);
+  schedule_one(pl->ir, pl->pipe, s);
+}
+
+/* Budgets from the keep-everything plan of the same split. */
+static void compute_budgets(planner *pl) {
+  lx_stage_memory *mem = calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
+  lx_plan_memory(pl->pipe, mem);
+  for (int s = 0; s < pl->pipe->pp; s++) {
+    pl->budget[s] = lx_stage_activation_budget(pl->ir, pl->cm, pl->pipe, &mem[s], s);
+    lx_stage_memory_free(&mem[s]);
+  }
+  free(mem);
+}
+
+/* Windows come from the schedule with checkmate's on-demand recompute. */
+static void measure_windows(planner *pl) {
+  lx_simulation sim;
+  lx_simulate(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
+  for (int s = 0; s < pl->pipe->pp; s++) lx_find_windows(pl->pipe, s, &sim, pl->cm->interference);
+  lx_simulation_free(&sim);
+}
+
+/* The model's reserve is an estimate: where the plan still overflows, the
+ * stage's budget shrinks by the excess and the policy runs again. */
+static void repair(planner *pl) {
+  for (int round = 0; round < 3; round++) {
+    lx_stage_memory *mem = calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
+    lx_plan_memory(pl->pipe, mem);
+    bool again = false;
+    for (int s = 0; s < pl->pipe->pp; s++) {
+      int64_t excess = mem[s].peak - (int64_t)pl->cm->gpu.memory_bytes;
+      if (excess > 0 && pl->budget[s] > 0) {
+        pl->budget[s] -= excess + (1 << 20);
+        solve_stage(pl, s, pl->policy, pl->policy != LX_RECOMPUTE_CHECKMATE);
+        again = true;
+      }
+      lx_stage_memory_free(&mem[s]);
+    }
+    free(mem);
+    if (!again) return;
+  }
+}
+
+static void plan_policy(planner *pl) {
+  int pp = pl->pipe->pp;
+  for (int s = 0; s < pp; s++) schedule_one(pl->ir, pl->pipe, s);
+  compute_budgets(pl);
+  for (int s = 0; s < pp; s++) solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
+  if (pl->policy != LX_RECOMPUTE_CHECKMATE) {
+    measure_windows(pl);
+    for (int s = 0; s < pp; s++) solve_stage(pl, s, pl->policy, true);
+  }
+  repair(pl);
+}
+
+static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm, int pp, int *first) {
+  lx_partition_uniform(ir->model.layers, pp, first);
+  if (o->partition != LX_PARTITION_DP || pp < 2) return;
+  lx_partition_model m;
+  lx_partition_model_init(&m, ir, cm, o->policy);
+  int *dp = malloc(sizeof(int) * (size_t)(pp + 1));
+  if (lx_partition_dp(ir->model.layers, pp, lx_partition_stage_cost, &m, dp) >= 0)
+    for (int s = 0; s <= pp; s++) first[s] = dp[s];
+  free(dp);
+  lx_partition_model_free(&m);
+}
+
+bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out) {
+  const lx_plan *plan = &ir->plan;
+  lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
+  int pp = plan->pp ? plan->pp : 1;
+  *out = (lx_pipeline){.ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = o->policy};
+  if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
+  lx_cost_model own;
+  const lx_cost_model *cm = o->cm;
+  bool needs_costs = !fixed_policy(o->policy) || o->partition == LX_PARTITION_DP;
+  if (!cm && needs_costs) {
+    if (!lx_cost_model_init(&own, ir, NULL)) return false;
+    cm = &own;
+  }
+  int *first = malloc(sizeof *first * (size_t)(pp + 1));
+  if (needs_costs) choose_partition(ir, o, cm, pp, first);
+  else lx_partition_uniform(ir->model.layers, pp, first);
+  init_stages(ir, fixed_policy(o->policy) ? o->policy : LX_RECOMPUTE_NONE, first, out);
   free(first);
+  if (fixed_policy(o->policy)) {
+    for (int s = 0; s < pp; s++) schedule_one(ir, out, s);
+  } else {
+    planner pl = {ir, cm, out, o->policy, o->opt_time_limit_s, calloc((size_t)pp, sizeof(int64_t))};
+    plan_policy(&pl);
+    free(pl.budget);
+  }
+  if (cm == &own) lx_cost_model_free(&own);
   return true;
+}
+
+bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out) {
+  lx_plan_options o = {.policy = policy, .partition = LX_PARTITION_UNIFORM};
+  return lx_plan_pipeline(ir, &o, out);
 }

@@ -101,7 +101,7 @@ static void put_xml_text(FILE *out, const char *s) {
 
 /* "tiny" for "examples/tiny.model". */
 static void model_name(const lx_ir *ir, char *buf, size_t size) {
-  const char *path = ir->model_path ? ir->model_path : "model";
+  const char *path = ir->model_path ? lx_file_name(ir->model_path) : "model";
   const char *base = strrchr(path, '/');
   snprintf(buf, size, "%s", base ? base + 1 : path);
   char *dot = strrchr(buf, '.');

@@ -78,6 +78,12 @@ const char *lx_tp_role_name(lx_tp_role role) {
   return NAME_OF(names, role);
 }
 
+const char *lx_file_name(const char *path) {
+  if (!path) return "";
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
 int lx_dtype_bytes(lx_dtype dtype) {
   switch (dtype) {
   case LX_DTYPE_BF16:

@@ -190,6 +190,9 @@ const char *lx_dtype_name(lx_dtype dtype);
 const char *lx_lr_schedule_name(lx_lr_schedule s);
 const char *lx_tp_role_name(lx_tp_role role);
 int lx_dtype_bytes(lx_dtype dtype);
+/* The file name of a path: what generated files cite, so that they are the
+ * same from any working directory. */
+const char *lx_file_name(const char *path);
 /* The op whose backward is the last to need the output of op `producer`
  * (the earliest op in forward order that saves it), or -1 if none saves it. */
 int lx_last_saver(const lx_graph *g, int producer);

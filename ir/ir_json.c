@@ -73,7 +73,7 @@ static void put_bool(json_writer *w, const char *key, bool value) {
 
 static void put_src(json_writer *w, const char *key, lx_srcloc at) {
   char buf[512];
-  snprintf(buf, sizeof buf, "%s:%d:%d", at.file ? at.file : "", at.line, at.col);
+  snprintf(buf, sizeof buf, "%s:%d:%d", lx_file_name(at.file), at.line, at.col);
   put_str(w, key, buf);
 }
 
@@ -194,7 +194,7 @@ void lx_ir_print_json(const lx_ir *ir, FILE *out) {
   json_writer w = {.out = out};
   open_container(&w, NULL, '{');
   put_int(&w, "ir_version", 1);
-  put_str(&w, "model_file", ir->model_path);
+  put_str(&w, "model_file", lx_file_name(ir->model_path));
   print_configs(&w, ir);
   open_container(&w, "numbers_for", '{');
   put_int(&w, "micro_batch", ir->plan.micro_batch ? ir->plan.micro_batch : 1);

@@ -23,9 +23,15 @@ const char *lx_instr_kind_name(lx_instr_kind k) {
 }
 
 const char *lx_recompute_policy_name(lx_recompute_policy p) {
-  static const char *names[] = {"none", "full", "selective"};
+  static const char *names[] = {"none", "full", "selective", "checkmate", "lynx-heu", "lynx-opt"};
   _Static_assert(sizeof names / sizeof names[0] == LX_RECOMPUTE_POLICY_COUNT, "one name per policy");
   return NAME_OF(names, p);
+}
+
+const char *lx_window_kind_name(lx_window_kind k) {
+  static const char *names[] = {"tp-forward", "tp-backward", "activation", "gradient", "warm-up", "cool-down", "other"};
+  _Static_assert(sizeof names / sizeof names[0] == LX_WINDOW_KIND_COUNT, "one name per window kind");
+  return NAME_OF(names, k);
 }
 
 lx_instr *lx_instr_append(lx_instr_list *list, lx_instr instr) {
@@ -41,6 +47,8 @@ void lx_pipeline_free(lx_pipeline *p) {
   for (int s = 0; p->stages && s < p->pp; s++) {
     for (int k = 0; k < LX_STREAM_COUNT; k++) free(p->stages[s].streams[k].items);
     free(p->stages[s].decisions);
+    free(p->stages[s].windows);
+    free(p->stages[s].window_of);
   }
   free(p->stages);
   memset(p, 0, sizeof *p);

@@ -63,6 +63,9 @@ typedef enum {
   LX_RECOMPUTE_NONE,      /* keep everything */
   LX_RECOMPUTE_FULL,      /* keep each layer's input, recompute the layer (Megatron full) */
   LX_RECOMPUTE_SELECTIVE, /* recompute the attention core's internals (Megatron selective) */
+  LX_RECOMPUTE_CHECKMATE, /* the cheapest ops to recompute on demand under the stage's budget (exact, ILP) */
+  LX_RECOMPUTE_LYNX_HEU,  /* Lynx heuristic: one layer's keep / on-demand / window choice, applied to all */
+  LX_RECOMPUTE_LYNX_OPT,  /* Lynx MILP: keep / on-demand / window minimising the stage's exposed recompute */
   LX_RECOMPUTE_POLICY_COUNT
 } lx_recompute_policy;
 
@@ -72,14 +75,53 @@ typedef struct {
   bool drop_output;    /* its output, where some op saves it */
   bool drop_internals; /* its own saved buffers (masks, softmax, lse) */
   bool recompute;      /* derived: re-run before the backward (closure over inputs) */
+  bool in_window;      /* its recompute runs on the recompute stream in a window before the backward
+                          (when the layer instance got one, else on demand), into the window buffers */
 } lx_op_decision;
 
+/* A statically known idle interval of a stage's compute stream, measured by
+ * simulating the schedule with on-demand recompute (gen/windows.c). */
+typedef enum {
+  LX_WINDOW_TP_FORWARD,  /* a tensor-parallel all-reduce of a forward */
+  LX_WINDOW_TP_BACKWARD, /* ... of a backward */
+  LX_WINDOW_ACTIVATION,  /* waiting for the previous stage's activation */
+  LX_WINDOW_GRADIENT,    /* waiting for the next stage's gradient (1F1B steady state) */
+  LX_WINDOW_WARMUP,      /* pipeline fill, before the stage's first backward */
+  LX_WINDOW_COOLDOWN,    /* pipeline drain, after the stage's last forward */
+  LX_WINDOW_OTHER,       /* a send buffer, the data-parallel all-reduce */
+  LX_WINDOW_KIND_COUNT
+} lx_window_kind;
+
+typedef struct {
+  lx_window_kind kind;
+  int after;        /* the window opens when the compute stream's FWD/BWD number `after` (0-based,
+                       counting only FWD and BWD) is done */
+  double start;     /* seconds from the iteration's start, in the measured schedule */
+  double length;    /* seconds the compute stream idles there */
+  double capacity;  /* seconds of recompute (as timed alone) that fit: length / interference */
+} lx_window;
+
+/* What a policy pass reports about its search, per stage. */
+typedef struct {
+  double search_s;        /* wall-clock seconds the policy took */
+  double exposed_s;       /* predicted recompute on the critical path per iteration */
+  double window_s;        /* predicted recompute hidden in windows per iteration */
+  int64_t budget_bytes;   /* bytes for the block's activations (kept x stashed x layers + window buffers) */
+  int64_t used_bytes;     /* what the decisions take of it */
+  const char *status;     /* solver status: "optimal", "feasible (time limit)", "heuristic", ... */
+  double gap;             /* relative MIP gap; 0 when proven optimal or not a MIP */
+} lx_policy_stats;
 typedef struct {
   int index;
   int first_layer, n_layers; /* block layers [first_layer, first_layer + n_layers) */
   bool has_prologue, has_epilogue;
   int64_t params_per_rank;
   lx_op_decision *decisions; /* one per block op, the same for all of the stage's layers */
+  lx_window *windows;        /* the compute stream's windows, by `after`; NULL for fixed policies */
+  int n_windows;
+  int *window_of;            /* per layer instance ((layer - first_layer) * micro_batches + mb): the window
+                                its in-window recompute runs in, or -1 (on demand); NULL: all on demand */
+  lx_policy_stats stats;
   int stashed_micro_batches; /* activations of this many micro-batches alive at once */
   lx_instr_list streams[LX_STREAM_COUNT];
   int n_events;
@@ -96,6 +138,7 @@ typedef struct {
 const char *lx_stream_name(lx_stream s);
 const char *lx_instr_kind_name(lx_instr_kind k);
 const char *lx_recompute_policy_name(lx_recompute_policy p);
+const char *lx_window_kind_name(lx_window_kind k);
 lx_instr *lx_instr_append(lx_instr_list *list, lx_instr instr);
 void lx_pipeline_free(lx_pipeline *p);
 const lx_graph *lx_graph_of(const lx_ir *ir, lx_graph_id id);

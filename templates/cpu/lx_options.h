@@ -77,7 +77,7 @@ static inline void lx_print_run_options_help(const char *program, const lx_run_o
   printf("usage: %s [options]   (normally started by run.sh, one rank per stage)\n"
          "\n"
          "Trains the model it was generated for. Options [with their defaults]:\n"
-         "  --steps N          optimizer steps                              [%d]\n"
+         "  --steps N          optimizer steps (0: load, evaluate, save)    [%d]\n"
          "  --data GLOB        training token shards (`lynxgen tokenize`)   [%s]\n"
          "  --val-data GLOB    validation token shards                      [%s]\n"
          "  --eval-interval N  validate every N steps, 0 = never            [%d]\n"
@@ -116,7 +116,7 @@ static inline uint64_t lx_parse_u64_option(const char *flag, const char *value) 
  * unknown flag. */
 static inline int lx_apply_run_option(lx_run_options *o, const char *flag, const char *value) {
   if (!strcmp(flag, "--steps"))
-    o->steps = lx_parse_int_option(flag, value, 1);
+    o->steps = lx_parse_int_option(flag, value, 0);
   else if (!strcmp(flag, "--data"))
     o->train_data = value;
   else if (!strcmp(flag, "--val-data"))

@@ -388,8 +388,8 @@ static void expect_options_exit(const char *args, int want_status, const char *e
 
 static void test_options_errors(void) {
   expect_options_exit("--bogus 3", 2, "unknown option '--bogus'", "an unknown flag");
-  expect_options_exit("--steps abc", 2, "--steps wants an integer >= 1, not 'abc'", "a non-numeric value");
-  expect_options_exit("--steps 0", 2, "--steps wants an integer >= 1, not '0'", "a value out of range");
+  expect_options_exit("--steps abc", 2, "--steps wants an integer >= 0, not 'abc'", "a non-numeric value");
+  expect_options_exit("--steps -1", 2, "--steps wants an integer >= 0, not '-1'", "a value out of range");
   expect_options_exit("--steps 99999999999", 2, "--steps wants an integer", "a value that overflows int");
   expect_options_exit("--seed -1", 2, "--seed wants a non-negative integer", "a negative seed");
   expect_options_exit("--data", 2, "--data needs a value", "a flag missing its value");

@@ -1,0 +1,97 @@
+/* lx_adamw.h — the optimizer step: learning-rate schedule, global gradient
+ * norm and clipping, AdamW (Loshchilov & Hutter 2019). */
+#ifndef LX_ADAMW_H
+#define LX_ADAMW_H
+
+#include "lx_common.h"
+
+typedef struct {
+  double beta1, beta2, eps;
+  double weight_decay; /* pass 0 for tensors that take no decay (biases, norms) */
+} lx_adamw_hparams;
+
+/* Decoupled weight decay: the decay shrinks the parameter directly and is not
+ * folded into the gradient, so Adam's normalisation does not rescale it.
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ *   p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p)
+ * step t counts from 1. */
+static inline void lx_adamw_update(real *params,      // (N)
+                                   const real *grads, // (N)
+                                   real *m,           // (N) first moment, zero before step 1
+                                   real *v,           // (N) second moment, zero before step 1
+                                   size_t N, double lr, lx_adamw_hparams hp, int step) {
+  LX_CHECK(step >= 1);
+  real b1 = (real)hp.beta1, b2 = (real)hp.beta2;
+  real correction1 = (real)(1.0 - pow(hp.beta1, step)), correction2 = (real)(1.0 - pow(hp.beta2, step));
+  real lr_r = (real)lr, eps = (real)hp.eps, wd = (real)hp.weight_decay;
+#pragma omp parallel for
+  for (size_t i = 0; i < N; i++) {
+    real g = grads[i];
+    m[i] = b1 * m[i] + (1 - b1) * g;
+    v[i] = b2 * v[i] + (1 - b2) * g * g;
+    real m_hat = m[i] / correction1, v_hat = v[i] / correction2;
+    params[i] -= lr_r * (m_hat / (lx_sqrt(v_hat) + eps) + wd * params[i]);
+  }
+}
+
+/* Fixed chunks, summed in chunk order: the norm does not depend on the
+ * thread count. Squared, so that the caller can add the sums of several
+ * tensors (and all-reduce them over pipeline stages) before the sqrt. */
+#define LX_NORM_CHUNKS 64
+
+static inline double lx_grad_norm_squared(const real *grads, // (N)
+                                          size_t N) {
+  double partial[LX_NORM_CHUNKS];
+  size_t chunk = (N + LX_NORM_CHUNKS - 1) / LX_NORM_CHUNKS;
+#pragma omp parallel for
+  for (int c = 0; c < LX_NORM_CHUNKS; c++) {
+    size_t lo = (size_t)c * chunk, hi = lo + chunk < N ? lo + chunk : N;
+    double s = 0;
+    for (size_t i = lo; i < hi; i++)
+      s += (double)grads[i] * grads[i];
+    partial[c] = s;
+  }
+  double total = 0;
+  for (int c = 0; c < LX_NORM_CHUNKS; c++)
+    total += partial[c];
+  return total;
+}
+
+/* The factor that brings the global norm down to max_norm; 1 when it is
+ * already below, or when max_norm is 0 (clipping disabled). */
+static inline double lx_grad_clip_factor(double global_norm, double max_norm) {
+  if (max_norm <= 0 || global_norm <= max_norm) return 1.0;
+  return max_norm / (global_norm + 1e-6);
+}
+
+static inline void lx_scale(real *x, // (N)
+                            size_t N, double factor) {
+  if (factor == 1.0) return;
+  real f = (real)factor;
+#pragma omp parallel for
+  for (size_t i = 0; i < N; i++)
+    x[i] *= f;
+}
+
+/* ---- learning-rate schedule ------------------------------------------------ */
+
+typedef enum {
+  LX_SCHED_CONSTANT = 1,
+  LX_SCHED_COSINE,
+  LX_SCHED_LINEAR
+} lx_lr_kind; /* = enum lx_lr_schedule */
+
+/* Linear warm-up from lr / warmup to lr over the first `warmup` steps, then a
+ * constant, cosine or linear decay to min_lr at the last step. step counts
+ * from 1. */
+static inline double lx_learning_rate(int step, int warmup, int total_steps, double lr, double min_lr,
+                                      lx_lr_kind kind) {
+  if (step <= warmup) return lr * step / warmup;
+  if (kind == LX_SCHED_CONSTANT || total_steps <= warmup) return lr;
+  double progress = (double)(step - warmup) / (total_steps - warmup);
+  if (progress > 1) progress = 1;
+  double decay = kind == LX_SCHED_COSINE ? 0.5 * (1 + cos(3.14159265358979323846 * progress)) : 1 - progress;
+  return min_lr + (lr - min_lr) * decay;
+}
+
+#endif

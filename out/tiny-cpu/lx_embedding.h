@@ -1,0 +1,67 @@
+/* lx_embedding.h — token and learned position embeddings.
+ *
+ * The prologue adds them with add(): each is its own op with its own output,
+ * as the model file writes it. The token embedding saves its token ids for
+ * the scatter-add of its weight gradient; the position embedding saves
+ * nothing (its gradient only sums dout over the batch). */
+#ifndef LX_EMBEDDING_H
+#define LX_EMBEDDING_H
+
+#include "lx_common.h"
+
+/* Channels per parallel task of the scatter-adds below. */
+#define LX_EMBED_CHANNEL_BLOCK 64
+
+static inline void lx_embedding_forward(real *out,         // (B, T, C)
+                                        const int *tokens, // (B, T)
+                                        const real *wte,   // (V, C)
+                                        int B, int T, int C, int V) {
+#pragma omp parallel for
+  for (int r = 0; r < B * T; r++) {
+    int tok = tokens[r];
+    LX_CHECK(tok >= 0 && tok < V);
+    memcpy(out + (size_t)r * C, wte + (size_t)tok * C, (size_t)C * sizeof(real));
+  }
+}
+
+/* dwte[tokens[r]] += dout[r]. Two positions may hold the same token, so rows
+ * cannot be split over threads; channels can: each task owns a block of
+ * channels and adds the rows in order, the same order for any thread count. */
+static inline void lx_embedding_backward(real *dwte,        // (V, C)
+                                         const real *dout,  // (B, T, C)
+                                         const int *tokens, // (B, T)
+                                         int B, int T, int C, int V) {
+#pragma omp parallel for
+  for (int c0 = 0; c0 < C; c0 += LX_EMBED_CHANNEL_BLOCK) {
+    int c1 = c0 + LX_EMBED_CHANNEL_BLOCK < C ? c0 + LX_EMBED_CHANNEL_BLOCK : C;
+    for (int r = 0; r < B * T; r++) {
+      int tok = tokens[r];
+      LX_CHECK(tok >= 0 && tok < V);
+      real *dw = dwte + (size_t)tok * C;
+      const real *dy = dout + (size_t)r * C;
+      for (int c = c0; c < c1; c++)
+        dw[c] += dy[c];
+    }
+  }
+}
+
+/* out[b, t] = wpe[t]: positions count from 0 in every sequence. */
+static inline void lx_position_embedding_forward(real *out,       // (B, T, C)
+                                                 const real *wpe, // (T, C)
+                                                 int B, int T, int C) {
+#pragma omp parallel for
+  for (int r = 0; r < B * T; r++)
+    memcpy(out + (size_t)r * C, wpe + (size_t)(r % T) * C, (size_t)C * sizeof(real));
+}
+
+/* dwpe[t] += sum over b of dout[b, t], b in order. */
+static inline void lx_position_embedding_backward(real *dwpe,       // (T, C)
+                                                  const real *dout, // (B, T, C)
+                                                  int B, int T, int C) {
+#pragma omp parallel for
+  for (int t = 0; t < T; t++)
+    for (int b = 0; b < B; b++)
+      lx_axpy(dwpe + (size_t)t * C, 1, dout + ((size_t)b * T + t) * C, C);
+}
+
+#endif

@@ -1,0 +1,332 @@
+/* lx_main.h — the training loop of an emitted stage program, included last:
+ * the stage file has defined its shapes (enums), its arena layout (REGION_*),
+ * its graph functions, run_schedule, run_forward, load_micro_batch and the
+ * table param_tensors before this point. One rank per pipeline stage. */
+#ifndef LX_MAIN_H
+#define LX_MAIN_H
+
+#include <string.h>
+
+#define PARAMS ((real *)AT(REGION_params))
+#define GRADS ((real *)AT(REGION_grads))
+#define ADAM_M ((real *)AT(REGION_adam_m))
+#define ADAM_V ((real *)AT(REGION_adam_v))
+
+/* The tied embedding lives on the first stage and, as a copy, on the last:
+ * their gradients are summed so both copies take the same steps. */
+static MPI_Comm tied_comm = MPI_COMM_NULL;
+
+/* ---- the arena ----------------------------------------------------------------- */
+
+/* Poison: every byte 0xFF, a NaN as float or double and -1 as int, so that
+ * a read of memory the plan says is dead poisons the loss. */
+#define LX_POISON_BYTE 0xFF
+
+static void allocate_arena(void) {
+  size_t bytes = (size_t)ARENA_BYTES * REAL_SCALE;
+  arena = (char *)aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  if (!arena) lx_die("cannot allocate the %zu-byte arena of stage %d", bytes, STAGE);
+  memset(arena, LX_POISON_BYTE, bytes);
+}
+
+#ifdef LX_CHECK_MEMORY
+#define LX_POISON(offset, bytes) memset(AT(offset), LX_POISON_BYTE, (size_t)(bytes) * REAL_SCALE)
+#else
+#define LX_POISON(offset, bytes) ((void)0)
+#endif
+
+/* ---- parameters ---------------------------------------------------------------- */
+
+static void initialize_parameters(uint64_t seed) {
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    if (t->init_std > 0) lx_init_normal(PARAMS + t->element, (size_t)t->elements, t->init_std, seed, (uint64_t)t->stream);
+    else lx_init_constant(PARAMS + t->element, (size_t)t->elements, (real)t->init_value);
+  }
+  memset(ADAM_M, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
+  memset(ADAM_V, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
+}
+
+/* The checkpoint slices this stage reads and writes. */
+static int checkpoint_slices(lx_ckpt_slice *out, int writing) {
+  int n = 0;
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    if (t->file_element < 0 || (writing && !t->writes_file)) continue;
+    out[n++] = (lx_ckpt_slice){t->name, t->file_element, t->element, t->elements};
+  }
+  return n;
+}
+
+static void require_gpt2_checkpoint(const char *what) {
+  if (!GPT2_CHECKPOINT || sizeof(real) != sizeof(float))
+    lx_die("%s: this model is not llm.c's GPT-2 (or this is a double build); checkpoints are llm.c's format", what);
+}
+
+static void load_checkpoint(const char *path) {
+  require_gpt2_checkpoint(path);
+  lx_ckpt_slice slices[PARAM_TENSORS];
+  int n = checkpoint_slices(slices, 0);
+  lx_checkpoint_load(path, &gpt2_header, slices, n, (float *)PARAMS);
+}
+
+static void save_checkpoint(const char *path) {
+  require_gpt2_checkpoint(path);
+  lx_ckpt_slice slices[PARAM_TENSORS];
+  int n = checkpoint_slices(slices, 1);
+  lx_checkpoint_save_all(path, &gpt2_header, slices, n, (const float *)PARAMS, MPI_COMM_WORLD);
+}
+
+/* ---- one optimizer step ----------------------------------------------------------- */
+
+static void sum_tied_gradients(void) {
+  if (tied_comm == MPI_COMM_NULL) return;
+  for (int i = 0; i < PARAM_TENSORS; i++)
+    if (param_tensors[i].tied) lx_allreduce_sum(GRADS + param_tensors[i].element, param_tensors[i].elements, tied_comm);
+}
+
+/* The global gradient norm, summed tensor by tensor in the model's order
+ * (init streams name tensors in that order), so that it is the same number
+ * whatever the pipeline depth; the tied copy is counted once. */
+static double global_grad_norm(void) {
+  double local[PARAM_TENSORS][2];
+  int n = 0;
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    if (t->tied && !t->writes_file) continue;
+    local[n][0] = (double)t->stream;
+    local[n][1] = lx_grad_norm_squared(GRADS + t->element, (size_t)t->elements);
+    n++;
+  }
+  int stages = STAGES, counts[STAGES], displs[STAGES], total = 0;
+  int mine = 2 * n;
+  LX_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD));
+  for (int s = 0; s < stages; s++) displs[s] = total, total += counts[s];
+  double *all = (double *)LX_MALLOC(sizeof(double) * (size_t)(total + 2));
+  LX_MPI_CHECK(MPI_Allgatherv(local, mine, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, MPI_COMM_WORLD));
+  double sum = 0;
+  for (int pass = 0; pass < total / 2; pass++) { /* the smallest stream not yet added, each time */
+    int best = -1;
+    for (int k = 0; k < total / 2; k++)
+      if (all[2 * k] >= 0 && (best < 0 || all[2 * k] < all[2 * best])) best = k;
+    sum += all[2 * best + 1];
+    all[2 * best] = -1;
+  }
+  free(all);
+  return sqrt(sum);
+}
+
+static double optimizer_step(int step, int steps, double *grad_norm) {
+  sum_tied_gradients();
+  *grad_norm = global_grad_norm();
+  if (TRAINING_GRAD_CLIP > 0) {
+    double factor = lx_grad_clip_factor(*grad_norm, TRAINING_GRAD_CLIP);
+    if (factor < 1) lx_scale(GRADS, (size_t)PARAM_ELEMENTS, factor);
+  }
+  double lr = lx_learning_rate(step, TRAINING_WARMUP, steps, TRAINING_LR, TRAINING_MIN_LR, TRAINING_LR_SCHEDULE);
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    lx_adamw_hparams hp = {TRAINING_BETA1, TRAINING_BETA2, TRAINING_EPS, t->decay ? TRAINING_WEIGHT_DECAY : 0};
+    lx_adamw_update(PARAMS + t->element, GRADS + t->element, ADAM_M + t->element, ADAM_V + t->element,
+                    (size_t)t->elements, lr, hp, step);
+  }
+  return lr;
+}
+
+/* The mean loss of the step's micro-batches, known on the last stage, for all. */
+static double step_loss(void) {
+  double loss = STAGE == STAGES - 1 ? loss_sum / MICRO_BATCHES : 0;
+  LX_MPI_CHECK(MPI_Bcast(&loss, 1, MPI_DOUBLE, STAGES - 1, MPI_COMM_WORLD));
+  return loss;
+}
+
+static double train_step(int step, int steps, double *lr, double *grad_norm) {
+  memset(GRADS, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
+  loss_sum = 0;
+  run_schedule(step);
+  double loss = step_loss();
+  *lr = optimizer_step(step, steps, grad_norm);
+  return loss;
+}
+
+static double validation_loss(lx_loader *val, int batches, int step) {
+  lx_loader *train = loader;
+  loader = val;
+  lx_loader_reset(val);
+  double sum = 0;
+  for (int b = 0; b < batches; b++) {
+    loss_sum = 0;
+    run_forward(step);
+    sum += step_loss();
+  }
+  loader = train;
+  return sum / batches;
+}
+
+/* ---- gradient check: central differences of the step's loss ---------------------- */
+
+static double forward_loss(void) {
+  lx_loader_reset(loader);
+  loss_sum = 0;
+  run_forward(1);
+  return step_loss();
+}
+
+static void nudge(real *p, real value) {
+  if (p) *p = value;
+}
+
+/* The last stage's copy of the tied embedding table. */
+static real *tied_copy(void) {
+  for (int j = 0; j < PARAM_TENSORS; j++)
+    if (param_tensors[j].tied && !param_tensors[j].writes_file) return PARAMS + param_tensors[j].element;
+  lx_die("stage %d has no copy of the tied embedding", STAGE);
+}
+
+/* Every stage takes part in every forward; the owner of a tensor perturbs it
+ * (and the last stage its tied copy along with the embedding). */
+static int gradient_check(void) {
+  lx_loader_reset(loader);
+  memset(GRADS, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
+  loss_sum = 0;
+  run_schedule(1);
+  sum_tied_gradients();
+  /* central differences in double: truncation ~eps^2, rounding ~1e-16 * loss / eps */
+  const double eps = 1e-5, tolerance = 1e-5, absolute = 1e-8;
+  double worst = 0;
+  int checked = 0;
+  for (int owner = 0; owner < STAGES; owner++) {
+    int tensors = PARAM_TENSORS;
+    LX_MPI_CHECK(MPI_Bcast(&tensors, 1, MPI_INT, owner, MPI_COMM_WORLD));
+    for (int i = 0; i < tensors; i++) {
+      long long info[2] = {0, 0}; /* elements, tied */
+      /* the last stage's tied copy is the embedding table: checked with it, by mirroring */
+      if (STAGE == owner && !(param_tensors[i].tied && !param_tensors[i].writes_file))
+        info[0] = param_tensors[i].elements, info[1] = param_tensors[i].tied;
+      LX_MPI_CHECK(MPI_Bcast(info, 2, MPI_LONG_LONG, owner, MPI_COMM_WORLD));
+      if (STAGE != owner && owner != 0) info[1] = 0;
+      const int samples = 8;
+      for (int k = 0; k < samples && k < info[0]; k++) {
+        long long e = info[0] <= samples ? k : (k * 7919LL) % info[0];
+        real *mine = STAGE == owner ? PARAMS + param_tensors[i].element + e : NULL;
+        real *copy = info[1] && STAGES > 1 && STAGE == STAGES - 1 ? tied_copy() + e : NULL;
+        real mine_saved = mine ? *mine : 0, copy_saved = copy ? *copy : 0;
+        nudge(mine, mine_saved + (real)eps), nudge(copy, copy_saved + (real)eps);
+        double plus = forward_loss();
+        nudge(mine, mine_saved - (real)eps), nudge(copy, copy_saved - (real)eps);
+        double minus = forward_loss();
+        nudge(mine, mine_saved), nudge(copy, copy_saved);
+        if (STAGE == owner) {
+          double numeric = (plus - minus) / (2 * eps), analytic = GRADS[param_tensors[i].element + e];
+          double error = fabs(numeric - analytic) / fmax(1e-8, fmax(fabs(numeric), fabs(analytic)));
+          if (fabs(numeric - analytic) < absolute) error = 0;
+          if (error > worst) worst = error;
+          if (error > tolerance)
+            printf("gradcheck: %s[%lld]: analytic %.10g numeric %.10g (relative error %.2e)\n", param_tensors[i].name,
+                   e, analytic, numeric, error);
+          checked++;
+        }
+      }
+    }
+  }
+  double all_worst = worst;
+  LX_MPI_CHECK(MPI_Allreduce(&worst, &all_worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  printf("gradcheck: stage %d checked %d elements; worst relative error over all stages %.3e (tolerance %.0e)\n",
+         STAGE, checked, all_worst, tolerance);
+  return all_worst <= tolerance ? 0 : 1;
+}
+
+/* ---- the plan's promise about memory ------------------------------------------------- */
+#ifdef LX_CHECK_MEMORY
+
+/* Each region must be written exactly up to the extent the plan gives it:
+ * past it would overwrite a neighbour, short of it means the plan is wrong. */
+static int check_memory_extents(void) {
+  static const long long starts[] = {REGION_params, REGION_master, REGION_grads, REGION_adam_m,
+                                     REGION_adam_v, REGION_stash,  REGION_work,  REGION_boundary};
+  static const long long planned[] = {EXTENT_params, EXTENT_master, EXTENT_grads, EXTENT_adam_m,
+                                      EXTENT_adam_v, EXTENT_stash,  EXTENT_work,  EXTENT_boundary};
+  static const char *names[] = {"params", "master", "grads", "adam_m", "adam_v", "stash", "work", "boundary"};
+  int bad = 0;
+  long long used_total = 0;
+  for (int r = 0; r < 8; r++) {
+    long long end = r + 1 < 8 ? starts[r + 1] : ARENA_BYTES;
+    long long last = -1;
+    for (long long b = (end - starts[r]) * (long long)REAL_SCALE - 1; b >= 0; b--)
+      if ((unsigned char)arena[starts[r] * REAL_SCALE + b] != LX_POISON_BYTE) {
+        last = b;
+        break;
+      }
+    long long measured = (last + 1 + (long long)REAL_SCALE - 1) / (long long)REAL_SCALE;
+    used_total += measured;
+    if (measured != planned[r]) {
+      printf("memory: stage %d region %s: written up to %lld bytes, planned %lld\n", STAGE, names[r], measured,
+             planned[r]);
+      bad = 1;
+    }
+  }
+  printf("memory: stage %d arena %lld bytes planned, %lld used by its regions, extents %s\n", STAGE,
+         (long long)ARENA_BYTES, used_total, bad ? "DIFFER from the plan" : "as planned");
+  return bad;
+}
+#endif
+
+/* Is it time for something done every `interval` steps (0: never)? */
+static int every(int step, int interval) { return interval > 0 && step % interval == 0; }
+
+/* ---- main ------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+  int rank;
+  lx_mpi_start(&argc, &argv, STAGES, &rank);
+  lx_run_options o = lx_run_options_default();
+  o.steps = TRAINING_STEPS;
+  o.train_data = TRAINING_TRAIN_DATA;
+  o.val_data = TRAINING_VAL_DATA;
+  o.val_interval = TRAINING_VAL_INTERVAL;
+  o.seed = TRAINING_SEED;
+  lx_parse_run_options(argc, argv, &o);
+  int color = STAGE == 0 || STAGE == STAGES - 1 ? 0 : MPI_UNDEFINED;
+  if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, STAGE, &tied_comm));
+  allocate_arena();
+  seed = o.seed;
+  if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
+  else initialize_parameters(o.seed);
+  if (o.init_checkpoint) {
+    memset(ADAM_M, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
+    memset(ADAM_V, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
+  }
+  loader = lx_loader_open(o.train_data, B, T, V, replica, DATA_PARALLEL, "training data");
+  lx_loader *val = o.val_data && o.val_interval > 0 ? lx_loader_open(o.val_data, B, T, V, replica, DATA_PARALLEL, "validation data") : NULL;
+  if (o.gradcheck) {
+    int status = gradient_check();
+    lx_mpi_finish();
+    return status;
+  }
+  int last = STAGE == STAGES - 1;
+  if (last) lx_metrics_open(o.metrics_path);
+  for (int step = 1; step <= o.steps; step++) {
+    double start = lx_now_ms(), lr, grad_norm;
+    double loss = train_step(step, o.steps, &lr, &grad_norm);
+    double ms = lx_now_ms() - start;
+    double val_loss = val && every(step, o.val_interval) ? validation_loss(val, o.val_batches, step) : NAN;
+    if (last)
+      lx_metrics_step(step, o.steps, loss, val_loss, lr, grad_norm, ms,
+                      (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3));
+    if (!isfinite(loss)) lx_die("stage %d: the loss is %g at step %d", STAGE, loss, step);
+    if (o.save_checkpoint && every(step, TRAINING_CHECKPOINT_INTERVAL))
+      save_checkpoint(o.save_checkpoint);
+  }
+  if (o.save_checkpoint) save_checkpoint(o.save_checkpoint);
+  int status = 0;
+#ifdef LX_CHECK_MEMORY
+  status = check_memory_extents();
+#endif
+  if (last) lx_metrics_close();
+  lx_loader_close(loader);
+  lx_loader_close(val);
+  lx_mpi_finish();
+  return status;
+}
+
+#endif

@@ -1,0 +1,149 @@
+/* lx_mpi.h — MPI for the emitted CPU programs: start-up that refuses a wrong
+ * number of ranks, error checks that abort the job instead of hanging it, and
+ * thin non-blocking point-to-point helpers for the pipeline's sends and
+ * receives.
+ *
+ * Ranks are MPI_COMM_WORLD ranks; the code printer knows at generation time
+ * which world rank holds which (tp, pp, dp) coordinate, so peers are literal
+ * numbers in the emitted code.
+ *
+ * Tags: tag = kind * LX_TAG_STRIDE + micro_batch, so that a stage can have
+ * the activations of several micro-batches in flight to the same peer and
+ * each receive matches exactly one send, whatever order MPI completes them
+ * in. */
+#ifndef LX_MPI_H
+#define LX_MPI_H
+
+#include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
+
+#include "lx_common.h"
+
+#include <limits.h>
+#include <mpi.h>
+
+#ifdef LX_DOUBLE
+#define LX_MPI_REAL MPI_DOUBLE
+#else
+#define LX_MPI_REAL MPI_FLOAT
+#endif
+
+/* Shown when the world size is wrong; the emitted program may define it
+ * before including this header, e.g. "tp 1 x pp 4 x dp 2". */
+#ifndef LX_RANK_LAYOUT
+#define LX_RANK_LAYOUT "tp x pp x dp"
+#endif
+
+#define LX_TAG_STRIDE 1000000
+enum {
+  LX_TAG_ACTIVATION = 1, /* forward: stage s -> s+1 */
+  LX_TAG_GRADIENT = 2,   /* backward: stage s+1 -> s */
+  LX_TAG_USER = 3        /* first kind free for other messages */
+};
+#define LX_TAG_MAX_KIND 2000 /* the MPI standard only promises tags up to 32767: checked at start */
+
+/* Prints the failed call, where it was made and MPI's explanation, then
+ * takes the whole job down: one rank stopping silently would leave its peers
+ * blocked in a receive forever. */
+static inline LX_NORETURN void lx_mpi_fail(const char *call, const char *file, int line, int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0, rank = -1;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error code %d", code);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "lynx: MPI error on rank %d at %s:%d: %s: %s\n", rank, file, line, call, text);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(LX_EXIT_ERROR); /* not reached */
+}
+
+#define LX_MPI_CHECK(call)                                                                                   \
+  do {                                                                                                       \
+    int lx_mpi_rc_ = (call);                                                                                 \
+    if (lx_mpi_rc_ != MPI_SUCCESS) lx_mpi_fail(#call, __FILE__, __LINE__, lx_mpi_rc_);                       \
+  } while (0)
+
+/* Exits with `code`; inside MPI, finalises first so that mpirun reports the
+ * status rather than an abnormal termination. Every rank must call it (as all
+ * ranks do when they reach the same decision from the same arguments). */
+static inline LX_NORETURN void lx_mpi_exit(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  fflush(stdout);
+  if (initialized && !finalized) MPI_Finalize();
+  exit(code);
+}
+
+static inline void lx_mpi_check_tags(void) {
+  int *tag_ub = NULL, found = 0;
+  LX_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
+  if (found && *tag_ub / LX_TAG_STRIDE < LX_TAG_MAX_KIND)
+    lx_die("this MPI allows tags up to %d only; lynx needs %d", *tag_ub, LX_TAG_MAX_KIND * LX_TAG_STRIDE);
+}
+
+/* MPI_Init, errors returned to LX_MPI_CHECK, and the world size checked
+ * against the plan the program was generated for. */
+static inline void lx_mpi_start(int *argc, char ***argv, int expected_ranks, int *rank) {
+  int provided = 0, size = 0;
+  /* Funneled: OpenMP threads compute, only the main thread calls MPI. */
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  LX_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  LX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+  LX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  if (size != expected_ranks) {
+    if (*rank == 0)
+      fprintf(stderr,
+              "lynx: error: this program was generated for %d ranks (" LX_RANK_LAYOUT
+              ") but runs with %d; use run.sh\n",
+              expected_ranks, size);
+    lx_mpi_exit(LX_EXIT_ERROR);
+  }
+  lx_mpi_check_tags();
+}
+
+static inline void lx_mpi_finish(void) { LX_MPI_CHECK(MPI_Finalize()); }
+
+static inline int lx_tag(int kind, int micro_batch) {
+  LX_CHECK(kind > 0 && kind < LX_TAG_MAX_KIND && micro_batch >= 0 && micro_batch < LX_TAG_STRIDE);
+  return kind * LX_TAG_STRIDE + micro_batch;
+}
+
+/* Starts sending n reals to world rank `peer`; buf must stay untouched until
+ * lx_wait(req). */
+static inline void lx_isend(const real *buf, // (n)
+                            int64_t n, int peer, int kind, int micro_batch, MPI_Request *req) {
+  LX_CHECK(n >= 0 && n <= INT_MAX);
+  LX_MPI_CHECK(MPI_Isend(buf, (int)n, LX_MPI_REAL, peer, lx_tag(kind, micro_batch), MPI_COMM_WORLD, req));
+}
+
+/* Starts receiving exactly n reals from world rank `peer`. */
+static inline void lx_irecv(real *buf, // (n)
+                            int64_t n, int peer, int kind, int micro_batch, MPI_Request *req) {
+  LX_CHECK(n >= 0 && n <= INT_MAX);
+  LX_MPI_CHECK(MPI_Irecv(buf, (int)n, LX_MPI_REAL, peer, lx_tag(kind, micro_batch), MPI_COMM_WORLD, req));
+}
+
+static inline void lx_wait(MPI_Request *req) { LX_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE)); }
+
+static inline void lx_waitall(int n,
+                              MPI_Request *reqs // (n)
+) {
+  LX_MPI_CHECK(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
+}
+
+/* In place: buf = the sum of every rank's buf in comm (data-parallel
+ * gradients, tensor-parallel partial sums). */
+static inline void lx_allreduce_sum(real *buf, // (n)
+                                    int64_t n, MPI_Comm comm) {
+  LX_CHECK(n >= 0 && n <= INT_MAX);
+  LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm));
+}
+
+/* The sum of x over comm (squared gradient norms of the stages, losses). */
+static inline double lx_allreduce_sum_double(double x, MPI_Comm comm) {
+  double sum = 0;
+  LX_MPI_CHECK(MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm));
+  return sum;
+}
+
+#endif

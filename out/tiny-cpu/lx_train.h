@@ -1,0 +1,36 @@
+/* lx_train.h — what every emitted stage program declares before its tables:
+ * the parameter-table row. The training loop itself is lx_main.h, included
+ * at the end of the stage file once its functions and tables exist. */
+#ifndef LX_TRAIN_H
+#define LX_TRAIN_H
+
+typedef struct {
+  const char *name;
+  long long element;  /* first element in the params region */
+  long long elements;
+  double init_std;    /* > 0: normal(0, std); 0: the constant below */
+  double init_value;
+  int decay;          /* AdamW weight decay applies (weights, not biases or norms) */
+  long long stream;   /* init random stream: names the parameter, whatever the stage */
+  long long file_element; /* offset in llm.c's GPT-2 checkpoint, -1 if none */
+  int writes_file;    /* this stage writes it when saving (a tied copy does not) */
+  int tied;           /* the embedding table or the last stage's copy of it */
+} lx_param_tensor;
+
+/* Blocking point-to-point, for the forward-only passes (validation, gradient
+ * checks) that have no schedule to overlap with. */
+static inline void lx_send(const real *buf, // (n)
+                           int64_t n, int peer, int kind, int micro_batch) {
+  MPI_Request request;
+  lx_isend(buf, n, peer, kind, micro_batch, &request);
+  lx_wait(&request);
+}
+
+static inline void lx_recv(real *buf, // (n)
+                           int64_t n, int peer, int kind, int micro_batch) {
+  MPI_Request request;
+  lx_irecv(buf, n, peer, kind, micro_batch, &request);
+  lx_wait(&request);
+}
+
+#endif

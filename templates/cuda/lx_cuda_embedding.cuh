@@ -1,0 +1,142 @@
+/* lx_cuda_embedding.cuh — token and learned position embeddings, the GPU
+ * twins of templates/cpu/lx_embedding.h.
+ *
+ * The token embedding's weight gradient is a scatter-add: two positions may
+ * hold the same token. Atomics would make the sum's order (and so its bits)
+ * vary from run to run; sorting the tokens would need scratch and a sort.
+ * Instead each block owns a range of vocabulary rows, scans the token ids in
+ * position order, and adds the matching dout rows in that order: every
+ * dwte element is written by one thread, in the order the CPU uses. */
+#ifndef LX_CUDA_EMBEDDING_CUH
+#define LX_CUDA_EMBEDDING_CUH
+
+#include "lx_cuda_common.cuh"
+
+#define LX_CUDA_EMBED_THREADS 256
+/* Vocabulary rows per block of the backward: the token ids are read once per
+ * block, so V / 64 times in all (a few MB of L2 traffic for GPT-2). */
+#define LX_CUDA_EMBED_ROWS_PER_BLOCK 64
+
+/* out[r] = wte[tokens[r]]: one block per position. */
+__global__ void lx_cuda_embedding_forward_kernel(lx_bf16 *out,       // (B, T, C)
+                                                 const int *tokens,  // (B, T)
+                                                 const lx_bf16 *wte, // (V, C)
+                                                 int C) {
+  size_t r = blockIdx.x;
+  const lx_bf16 *src = wte + (size_t)tokens[r] * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    out[r * C + c] = src[c];
+}
+
+/* Checks the ids on the device once, so the copy kernels need no branch: a
+ * token out of range is a data error; flag it for the host to report. */
+__global__ void lx_cuda_check_tokens_kernel(int *bad,          // (1) set to 1 on an id outside [0, V)
+                                            const int *tokens, // (BT)
+                                            int BT, int V) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < BT; r += gridDim.x * blockDim.x)
+    if (tokens[r] < 0 || tokens[r] >= V) *bad = 1; /* an integer flag: any writer's 1 is the same */
+}
+
+/* Leaves *bad at 1 if any id is outside [0, V); the caller zeroes it first and
+ * reads it when it next synchronises (the data loader's check, on device). */
+inline void lx_cuda_check_tokens(int *bad,          // (1)
+                                        const int *tokens, // (BT)
+                                        int BT, int V, cudaStream_t stream) {
+  lx_cuda_check_tokens_kernel<<<lx_ceil_div((size_t)BT, 256), 256, 0, stream>>>(bad, tokens, BT, V);
+  LX_CUDA_LAUNCHED();
+}
+
+inline void lx_cuda_embedding_forward(lx_bf16 *out,       // (B, T, C)
+                                             const int *tokens,  // (B, T)
+                                             const lx_bf16 *wte, // (V, C)
+                                             int B, int T, int C, int V, cudaStream_t stream) {
+  LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0);
+  lx_cuda_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, tokens, wte, C);
+  LX_CUDA_LAUNCHED();
+}
+
+/* dwte[v] += dout[r] for every r with tokens[r] == v, r in increasing order.
+ * Block b owns rows [b * 64, b * 64 + 64); its threads scan the ids 256 at a
+ * time, compact the matching positions in order (warp ballots plus a prefix
+ * over the warps), then add each matching dout row across the channels. */
+__global__ void __launch_bounds__(LX_CUDA_EMBED_THREADS)
+    lx_cuda_embedding_backward_kernel(float *dwte,         // (V, C)
+                                      const lx_bf16 *dout, // (B, T, C)
+                                      const int *tokens,   // (B, T)
+                                      int BT, int C, int V) {
+  __shared__ int matches[LX_CUDA_EMBED_THREADS];
+  __shared__ int warp_counts[LX_CUDA_EMBED_THREADS / LX_WARP];
+  int v0 = blockIdx.x * LX_CUDA_EMBED_ROWS_PER_BLOCK, v1 = min(V, v0 + LX_CUDA_EMBED_ROWS_PER_BLOCK);
+  int lane = threadIdx.x % LX_WARP, warp = threadIdx.x / LX_WARP;
+  for (int base = 0; base < BT; base += LX_CUDA_EMBED_THREADS) {
+    int r = base + threadIdx.x;
+    bool mine = r < BT && tokens[r] >= v0 && tokens[r] < v1;
+    unsigned ballot = __ballot_sync(LX_FULL_MASK, mine);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < LX_CUDA_EMBED_THREADS / LX_WARP; w++) {
+      if (w < warp) before += warp_counts[w];
+      total += warp_counts[w];
+    }
+    if (mine) matches[before + __popc(ballot & ((1u << lane) - 1u))] = r;
+    __syncthreads();
+    for (int m = 0; m < total; m++) {
+      int row = matches[m];
+      float *dw = dwte + (size_t)tokens[row] * C;
+      const lx_bf16 *dy = dout + (size_t)row * C;
+      for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dw[c] += lx_to_float(dy[c]);
+    }
+    __syncthreads(); /* matches and warp_counts are rewritten next round */
+  }
+}
+
+inline void lx_cuda_embedding_backward(float *dwte,         // (V, C)
+                                              const lx_bf16 *dout, // (B, T, C)
+                                              const int *tokens,   // (B, T)
+                                              int B, int T, int C, int V, cudaStream_t stream) {
+  LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0);
+  lx_cuda_embedding_backward_kernel<<<lx_ceil_div((size_t)V, LX_CUDA_EMBED_ROWS_PER_BLOCK), LX_CUDA_EMBED_THREADS,
+                                      0, stream>>>(dwte, dout, tokens, B * T, C, V);
+  LX_CUDA_LAUNCHED();
+}
+
+/* out[b, t] = wpe[t]: positions count from 0 in every sequence. */
+__global__ void lx_cuda_position_embedding_forward_kernel(lx_bf16 *out,       // (B, T, C)
+                                                          const lx_bf16 *wpe, // (T, C)
+                                                          int T, int C) {
+  size_t r = blockIdx.x;
+  const lx_bf16 *src = wpe + (r % T) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    out[r * C + c] = src[c];
+}
+
+/* dwpe[t][c] += sum over b of dout[b, t, c], b in order; a thread per (t, c). */
+__global__ void lx_cuda_position_embedding_backward_kernel(float *dwpe,         // (T, C)
+                                                           const lx_bf16 *dout, // (B, T, C)
+                                                           int B, int T, int C) {
+  size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x, TC = (size_t)T * C;
+  if (e >= TC) return;
+  float sum = 0.0f;
+  for (int b = 0; b < B; b++)
+    sum += lx_to_float(dout[b * TC + e]);
+  dwpe[e] += sum;
+}
+
+inline void lx_cuda_position_embedding_forward(lx_bf16 *out,       // (B, T, C)
+                                                      const lx_bf16 *wpe, // (T, C)
+                                                      int B, int T, int C, cudaStream_t stream) {
+  lx_cuda_position_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, wpe, T, C);
+  LX_CUDA_LAUNCHED();
+}
+
+inline void lx_cuda_position_embedding_backward(float *dwpe,         // (T, C)
+                                                       const lx_bf16 *dout, // (B, T, C)
+                                                       int B, int T, int C, cudaStream_t stream) {
+  lx_cuda_position_embedding_backward_kernel<<<lx_ceil_div((size_t)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T,
+                                                                                                 C);
+  LX_CUDA_LAUNCHED();
+}
+
+#endif

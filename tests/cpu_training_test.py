@@ -1,0 +1,216 @@
+"""The emitted CPU programs, trained end to end (issue: emitted per-stage programs).
+
+Each check builds a small GPT with lynxgen --target cpu, runs it through its
+run.sh (mpirun, one rank per stage) on byte-level shards of Debian's fortunes,
+and compares against references derived here, independently of lynxgen:
+
+- the loss falls well below the unigram entropy of the training bytes;
+- every parameter tensor's gradient matches central finite differences of the
+  loss (double-precision build, --gradcheck), for pp = 1 and pp = 2;
+- the per-step losses are bitwise equal for every recompute policy (recomputing
+  runs the same kernels on the same inputs, dropout masks are a pure function
+  of seed, step, micro-batch, layer and op), and equal across pp = 1, 2, 4 up
+  to the bound CROSS_PP_BOUND (see there for why not bitwise);
+- the arena of every stage is written exactly to the extents of the static
+  memory plan, with memory the plan calls dead poisoned (make check);
+- an llm.c GPT-2 checkpoint written here loads and saves back byte-identical.
+"""
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
+FORTUNES = "/usr/share/games/fortunes/fortunes"
+failures = 0
+
+# pp = 1 accumulates the tied embedding's gradient from the LM head and the
+# embedding micro-batch by micro-batch into one buffer; pp > 1 sums each on its
+# own stage and adds the two sums. Float addition is not associative, so the
+# step-1 gradients differ in the last bits (~1e-7 relative) and the difference
+# grows slowly with training; over the few steps run here it stays far below
+# this bound, while any real error (a wrong buffer, a missed micro-batch)
+# changes the loss by 1e-2 or more.
+CROSS_PP_BOUND = 1e-5
+
+
+def check(cond, what):
+    global failures
+    print(("ok - " if cond else "not ok - ") + what, flush=True)
+    failures += not cond
+
+
+MODEL = """#include <lynx.h>
+#define V 256
+#define H 64
+static const struct lx_model model = {{ .vocab = V, .seq_len = 32, .layers = 4, .hidden = H, .heads = 4,
+  .dropout = {dropout}, .tied_embeddings = 1 }};
+static const struct lx_cluster cluster = {{ .gpu = GPU_A100_80GB, .gpus_per_node = 4 }};
+static const struct lx_parallel parallel = {{ .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 8,
+  .schedule = SCHEDULE_1F1B }};
+static const struct lx_training training = {{ .steps = 10, .lr = {lr}, .min_lr = {lr} / 10, .warmup_steps = 5,
+  .lr_schedule = LR_COSINE, .weight_decay = 0.0, .grad_clip = 1.0, .seed = 7, .dtype = DTYPE_FP32 }};
+tensor prologue(tensor tokens) {{
+  return dropout(add(embedding(tokens, V, H), position_embedding(tokens, H)));
+}}
+tensor block(tensor x) {{
+  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);
+  x = add(x, dropout(linear(a, H)));
+  tensor m = linear(gelu(linear(layernorm(x), 4 * H)), H);
+  return add(x, dropout(m));
+}}
+tensor epilogue(tensor x, tensor targets) {{
+  return cross_entropy(lm_head(layernorm(x), V), targets);
+}}
+"""
+
+
+def run(cmd, cwd, env=None):
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=full_env)
+
+
+def generate(work, name, model_file, *args, target="all"):
+    out = os.path.join(work, name)
+    r = run([LYNXGEN, model_file, "-o", out, "--target", "cpu", *args], work)
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        return None
+    r = run(["make", "-s", "-C", out, target], work)
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        return None
+    return out
+
+
+def train(program, work, *args, variant=""):
+    metrics = os.path.join(program, "metrics.jsonl")
+    r = run([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--metrics", metrics,
+             *args], work, {"LX_VARIANT": variant})
+    return r, metrics
+
+
+def losses(metrics):
+    with open(metrics) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def unigram_entropy(shard):
+    with open(shard, "rb") as f:
+        header = struct.unpack("<256i", f.read(1024))
+        tokens = struct.unpack("<%dH" % header[2], f.read(2 * header[2]))
+    counts = Counter(tokens)
+    n = len(tokens)
+    return -sum(c / n * math.log(c / n) for c in counts.values())
+
+
+def write_gpt2_checkpoint(path, seq, vocab, layers, heads, channels, padded):
+    """llm.c's format: 256 int32 header, then fp32 parameters in its order."""
+    C, L = channels, layers
+    count = padded * C + seq * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C
+    header = [20240326, 3, seq, vocab, layers, heads, channels, padded] + [0] * 248
+    values = [((i * 2654435761) % 1000003) / 1000003.0 - 0.5 for i in range(count)]
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack("<%df" % count, *values))
+
+
+def main():
+    if not os.path.exists(FORTUNES):
+        check(False, "fortunes corpus installed (scripts/deps.sh installs fortunes-min)")
+        return
+    work = tempfile.mkdtemp(prefix="lynx-train-")
+    r = run([LYNXGEN, "tokenize", FORTUNES, "-o", os.path.join(work, "data")], work)
+    check(r.returncode == 0, "lynxgen tokenize makes byte-level shards of fortunes")
+    model = os.path.join(work, "train.model")
+    with open(model, "w") as f:
+        f.write(MODEL.format(dropout="0.1", lr="3e-3"))
+
+    # Losses: every policy bitwise, every depth within the bound.
+    by_pp = {}
+    for pp in (1, 2, 4):
+        runs = {}
+        for policy in ("none", "full", "selective"):
+            program = generate(work, "pp%d-%s" % (pp, policy), model, "--pp", str(pp), "--policy", policy)
+            if program is None:
+                check(False, "pp=%d %s generates and builds" % (pp, policy))
+                continue
+            r, metrics = train(program, work, "--steps", "6")
+            ok = r.returncode == 0
+            check(ok, "pp=%d %s trains 6 steps" % (pp, policy))
+            if ok:
+                runs[policy] = losses(metrics)
+            else:
+                print(r.stdout[-2000:] + r.stderr[-2000:])
+        if "none" in runs:
+            by_pp[pp] = runs["none"]
+            for policy in ("full", "selective"):
+                if policy in runs:
+                    check(runs[policy] == runs["none"],
+                          "pp=%d: %s recompute gives bitwise the losses of none %s" % (pp, policy, runs["none"]))
+    for pp in (2, 4):
+        if 1 in by_pp and pp in by_pp:
+            worst = max(abs(a - b) / abs(b) for a, b in zip(by_pp[pp], by_pp[1]))
+            check(worst <= CROSS_PP_BOUND,
+                  "pp=%d losses equal pp=1's within %.0e (worst relative difference %.2e)" % (pp, CROSS_PP_BOUND, worst))
+
+    # Gradients against central finite differences, double precision.
+    for pp in (1, 2):
+        program = generate(work, "grad-pp%d" % pp, model, "--pp", str(pp), target="gradcheck")
+        r, _ = train(program, work, "--gradcheck", variant="-gradcheck") if program else (None, None)
+        ok = r is not None and r.returncode == 0
+        lines = [l for l in (r.stdout if r else "").splitlines() if "worst relative error" in l]
+        check(ok and lines, "pp=%d: every parameter tensor's gradient matches finite differences (%s)" % (
+            pp, lines[0].split(";")[-1].strip() if lines else "no result"))
+        if not ok and r is not None:
+            print(r.stdout[-3000:] + r.stderr[-2000:])
+
+    # The memory plan, measured: poisoned dead memory, extents as planned.
+    for policy in ("none", "full", "selective"):
+        program = generate(work, "mem-%s" % policy, model, "--pp", "2", "--policy", policy, target="check")
+        r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
+        out = r.stdout if r else ""
+        stages = [l for l in out.splitlines() if l.startswith("memory: stage")]
+        ok = r is not None and r.returncode == 0 and len(stages) == 2 and all("as planned" in l for l in stages)
+        check(ok, "pp=2 %s: each stage's arena is used exactly to the planned extents, poison never read" % policy)
+        if not ok:
+            print(out[-3000:] + (r.stderr[-2000:] if r else ""))
+
+    # Training: well below the unigram entropy of the data.
+    entropy = unigram_entropy(os.path.join(work, "data", "train_000000.bin"))
+    program = generate(work, "converge", model, "--pp", "2")
+    r, metrics = train(program, work, "--steps", "150") if program else (None, None)
+    if r is not None and r.returncode == 0:
+        tail = losses(metrics)[-10:]
+        final = sum(tail) / len(tail)
+        check(final < entropy - 0.5,
+              "after 150 steps the loss %.3f is well below the unigram entropy %.3f nats of the data" % (final, entropy))
+    else:
+        check(False, "the convergence run completes")
+
+    # llm.c checkpoint: load and save back, byte-identical (pp = 2: each stage its slice).
+    with open(model, "w") as f:
+        f.write(MODEL.format(dropout="0.0", lr="3e-3"))
+    program = generate(work, "ckpt", model, "--pp", "2")
+    source, saved = os.path.join(work, "in.bin"), os.path.join(work, "out.bin")
+    write_gpt2_checkpoint(source, 32, 256, 4, 4, 64, 256)
+    r, _ = train(program, work, "--init", source, "--save", saved, "--steps", "0") if program else (None, None)
+    same = r is not None and r.returncode == 0 and open(source, "rb").read() == open(saved, "rb").read()
+    check(same, "an llm.c GPT-2 checkpoint loads and saves back byte-identical")
+    if not same and r is not None:
+        print(r.stdout[-2000:] + r.stderr[-2000:])
+    with open(source, "r+b") as f:  # a header that does not match the model
+        f.seek(4 * 4)
+        f.write(struct.pack("<i", 5))
+    r, _ = train(program, work, "--init", source, "--steps", "0")
+    check(r.returncode != 0 and "layers" in r.stdout + r.stderr,
+          "a checkpoint whose header does not match the model is refused, naming the field")
+
+
+main()
+sys.exit(1 if failures else 0)

@@ -1,0 +1,93 @@
+/* cpu_twins.c — exports the CPU kernels (static inline in templates/cpu) for
+ * kernel_twins.cu; each twin_* is the lx_* function of the same name. */
+#include "cpu_twins.h"
+
+#include "lx_kernels.h"
+
+void twin_linear_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC) {
+  lx_linear_forward(out, inp, weight, bias, BT, C, OC);
+}
+void twin_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int BT, int C, int OC) {
+  lx_linear_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC);
+}
+void twin_layernorm_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C) {
+  lx_layernorm_forward(out, inp, weight, bias, BT, C);
+}
+void twin_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, int BT, int C) {
+  lx_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, BT, C);
+}
+void twin_rmsnorm_forward(float *out, const float *inp, const float *weight, int BT, int C) {
+  lx_rmsnorm_forward(out, inp, weight, BT, C);
+}
+void twin_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                           int BT, int C) {
+  lx_rmsnorm_backward(dinp, dweight, dout, inp, weight, BT, C);
+}
+void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B, int T,
+                            int H, int KVH, int D, double p, uint64_t seed, uint64_t stream) {
+  lx_attention_forward(out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream);
+}
+void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
+                             const float *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D, double p) {
+  lx_attention_backward(dqkv, dout, qkv, probs, dropped, mask, B, T, H, KVH, D, p);
+}
+void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH, int D,
+                                  double p, uint64_t seed, uint64_t stream) {
+  lx_flash_attention_forward(out, lse, qkv, B, T, H, KVH, D, p, seed, stream);
+}
+void twin_flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                   uint64_t stream) {
+  lx_flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream);
+}
+void twin_rope_forward(float *out, const float *inp, int B, int T, int H, int KVH, int D, double base) {
+  lx_rope_forward(out, inp, B, T, H, KVH, D, base);
+}
+void twin_rope_backward(float *dinp, const float *dout, int B, int T, int H, int KVH, int D, double base) {
+  lx_rope_backward(dinp, dout, B, T, H, KVH, D, base);
+}
+void twin_gelu_forward(float *out, const float *inp, size_t N) { lx_gelu_forward(out, inp, N); }
+void twin_gelu_backward(float *dinp, const float *dout, const float *inp, size_t N) {
+  lx_gelu_backward(dinp, dout, inp, N);
+}
+void twin_swiglu_forward(float *out, const float *inp, int BT, int F) { lx_swiglu_forward(out, inp, BT, F); }
+void twin_swiglu_backward(float *dinp, const float *dout, const float *inp, int BT, int F) {
+  lx_swiglu_backward(dinp, dout, inp, BT, F);
+}
+void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
+                          uint64_t stream) {
+  lx_dropout_forward(out, mask, inp, N, p, seed, stream);
+}
+void twin_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t N, double p) {
+  lx_dropout_backward(dinp, dout, mask, N, p);
+}
+void twin_embedding_forward(float *out, const int *tokens, const float *wte, int B, int T, int C, int V) {
+  lx_embedding_forward(out, tokens, wte, B, T, C, V);
+}
+void twin_embedding_backward(float *dwte, const float *dout, const int *tokens, int B, int T, int C, int V) {
+  lx_embedding_backward(dwte, dout, tokens, B, T, C, V);
+}
+void twin_position_embedding_forward(float *out, const float *wpe, int B, int T, int C) {
+  lx_position_embedding_forward(out, wpe, B, T, C);
+}
+void twin_position_embedding_backward(float *dwpe, const float *dout, int B, int T, int C) {
+  lx_position_embedding_backward(dwpe, dout, B, T, C);
+}
+float twin_cross_entropy_forward(float *lse, const float *logits, const int *targets, int BT, int V, int Vp) {
+  return lx_cross_entropy_forward(lse, logits, targets, BT, V, Vp);
+}
+void twin_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                 float dloss, int BT, int V, int Vp) {
+  lx_cross_entropy_backward(dlogits, logits, lse, targets, dloss, BT, V, Vp);
+}
+void twin_adamw_update(float *params, const float *grads, float *m, float *v, size_t N, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, int step) {
+  lx_adamw_hparams hp = {beta1, beta2, eps, weight_decay};
+  lx_adamw_update(params, grads, m, v, N, lr, hp, step);
+}
+double twin_grad_norm_squared(const float *grads, size_t N) { return lx_grad_norm_squared(grads, N); }
+double twin_grad_clip_factor(double global_norm, double max_norm) {
+  return lx_grad_clip_factor(global_norm, max_norm);
+}

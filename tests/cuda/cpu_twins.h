@@ -1,0 +1,57 @@
+/* cpu_twins.h — the CPU kernels of templates/cpu, exported from cpu_twins.c
+ * (a C11 file compiled by gcc) so that kernel_twins.cu (C++ under nvcc) can
+ * call them: the CPU headers are static inline C, not C++. float build. */
+#ifndef LX_CPU_TWINS_H
+#define LX_CPU_TWINS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void twin_linear_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC);
+void twin_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int BT, int C, int OC);
+void twin_layernorm_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C);
+void twin_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, int BT, int C);
+void twin_rmsnorm_forward(float *out, const float *inp, const float *weight, int BT, int C);
+void twin_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                           int BT, int C);
+void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B, int T,
+                            int H, int KVH, int D, double p, uint64_t seed, uint64_t stream);
+void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
+                             const float *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D, double p);
+void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH, int D,
+                                  double p, uint64_t seed, uint64_t stream);
+void twin_flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                   const float *lse, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                   uint64_t stream);
+void twin_rope_forward(float *out, const float *inp, int B, int T, int H, int KVH, int D, double base);
+void twin_rope_backward(float *dinp, const float *dout, int B, int T, int H, int KVH, int D, double base);
+void twin_gelu_forward(float *out, const float *inp, size_t N);
+void twin_gelu_backward(float *dinp, const float *dout, const float *inp, size_t N);
+void twin_swiglu_forward(float *out, const float *inp, int BT, int F);
+void twin_swiglu_backward(float *dinp, const float *dout, const float *inp, int BT, int F);
+void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
+                          uint64_t stream);
+void twin_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t N, double p);
+void twin_embedding_forward(float *out, const int *tokens, const float *wte, int B, int T, int C, int V);
+void twin_embedding_backward(float *dwte, const float *dout, const int *tokens, int B, int T, int C, int V);
+void twin_position_embedding_forward(float *out, const float *wpe, int B, int T, int C);
+void twin_position_embedding_backward(float *dwpe, const float *dout, int B, int T, int C);
+float twin_cross_entropy_forward(float *lse, const float *logits, const int *targets, int BT, int V, int Vp);
+void twin_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                 float dloss, int BT, int V, int Vp);
+void twin_adamw_update(float *params, const float *grads, float *m, float *v, size_t N, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, int step);
+double twin_grad_norm_squared(const float *grads, size_t N);
+double twin_grad_clip_factor(double global_norm, double max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

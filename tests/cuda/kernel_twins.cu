@@ -1,0 +1,491 @@
+/* kernel_twins.cu — every CUDA kernel of templates/cuda against its CPU twin
+ * (templates/cpu, via cpu_twins.c) on random inputs. Inputs are rounded to
+ * bf16 first and the CPU gets the rounded values, so the comparison measures
+ * the kernels, not the input rounding. Prints "ok - ..." / "not ok - ..."
+ * with the max relative error (max |gpu - cpu| / max |cpu|) per output, and
+ * exits non-zero on any failure. Without a GPU it prints "skipped: no GPU"
+ * and exits 0, so that `make test-gpu` can run anywhere.
+ *
+ * Also checked: dropout masks equal the CPU's bit for bit (the shared
+ * counter-based generator), and the backward kernels give the same bits on
+ * a second run (no atomics). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "lx_cuda_adamw.cuh"
+#include "lx_cuda_attention.cuh"
+#include "lx_cuda_elementwise.cuh"
+#include "lx_cuda_embedding.cuh"
+#include "lx_cuda_loss.cuh"
+#include "lx_cuda_matmul.cuh"
+#include "lx_cuda_norm.cuh"
+
+#include "cpu_twins.h"
+
+typedef std::vector<float> floats;
+
+static int failures = 0;
+static uint64_t lcg_state = 0x1234567887654321ull;
+
+static float uniform_pm1(void) { /* in (-1, 1) */
+  lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(lcg_state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+/* Random values already rounded to bf16, so both sides see the same inputs. */
+static floats random_bf16(size_t n, float amplitude) {
+  floats x(n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = lx_to_float(lx_to_bf16(amplitude * uniform_pm1()));
+  return x;
+}
+
+static lx_bf16 *to_device_bf16(const floats &x) {
+  std::vector<lx_bf16> h(x.size());
+  for (size_t i = 0; i < x.size(); i++)
+    h[i] = lx_to_bf16(x[i]);
+  lx_bf16 *d;
+  CUDA_CHECK(cudaMalloc(&d, x.size() * sizeof(lx_bf16) + 16));
+  CUDA_CHECK(cudaMemcpy(d, h.data(), x.size() * sizeof(lx_bf16), cudaMemcpyHostToDevice));
+  return d;
+}
+
+static float *to_device_f32(const floats &x) {
+  float *d;
+  CUDA_CHECK(cudaMalloc(&d, x.size() * sizeof(float) + 16));
+  CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <typename T> static T *to_device_raw(const std::vector<T> &x) {
+  T *d;
+  CUDA_CHECK(cudaMalloc(&d, x.size() * sizeof(T) + 16));
+  CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+static floats from_device_bf16(const lx_bf16 *d, size_t n) {
+  std::vector<lx_bf16> h(n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(lx_bf16), cudaMemcpyDeviceToHost));
+  floats x(n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = lx_to_float(h[i]);
+  return x;
+}
+
+static floats from_device_f32(const float *d, size_t n) {
+  floats x(n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(x.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return x;
+}
+
+template <typename T> static std::vector<T> from_device_raw(const T *d, size_t n) {
+  std::vector<T> x(n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(x.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return x;
+}
+
+static float *device_zeros_f32(size_t n) {
+  float *d;
+  CUDA_CHECK(cudaMalloc(&d, n * sizeof(float) + 16));
+  CUDA_CHECK(cudaMemset(d, 0, n * sizeof(float) + 16));
+  return d;
+}
+
+/* bf16 tolerances: outputs rounded once are within 2^-8 relative; sums and
+ * chains of a few roundings stay within a few of those. */
+#define TOL_BF16 2e-2
+#define TOL_F32 2e-3
+
+static void compare(const char *kernel, const char *output, const floats &gpu, const floats &cpu, double tolerance) {
+  double max_ref = 0, max_diff = 0;
+  size_t worst = 0;
+  bool finite = true;
+  for (size_t i = 0; i < cpu.size(); i++) {
+    if (!isfinite(gpu[i])) finite = false;
+    max_ref = fmax(max_ref, fabs((double)cpu[i]));
+    double diff = fabs((double)gpu[i] - cpu[i]);
+    if (diff > max_diff) max_diff = diff, worst = i;
+  }
+  double rel = max_diff / (max_ref > 1e-12 ? max_ref : 1e-12);
+  bool ok = finite && rel <= tolerance;
+  if (!ok) failures++;
+  printf("%s - %-34s %-10s max rel err %.3e (tol %.0e)", ok ? "ok" : "not ok", kernel, output, rel, tolerance);
+  if (!ok) printf("  worst [%zu] gpu %g cpu %g%s", worst, gpu[worst], cpu[worst], finite ? "" : " NON-FINITE");
+  printf("\n");
+}
+
+static void expect_true(const char *what, bool ok) {
+  if (!ok) failures++;
+  printf("%s - %s\n", ok ? "ok" : "not ok", what);
+}
+
+static cudaStream_t stream;
+
+/* ---- linear ---------------------------------------------------------------------- */
+
+static void test_linear(lx_cuda_matmul_context *ctx) {
+  const int BT = 96, C = 64, OC = 136;
+  floats inp = random_bf16((size_t)BT * C, 1), w = random_bf16((size_t)OC * C, 0.2f), bias = random_bf16(OC, 0.5f);
+  floats dout = random_bf16((size_t)BT * OC, 1), dinp0 = random_bf16((size_t)BT * C, 0.1f);
+  floats dw0 = random_bf16((size_t)OC * C, 0.1f), db0 = random_bf16(OC, 0.1f);
+  lx_bf16 *d_inp = to_device_bf16(inp), *d_w = to_device_bf16(w), *d_bias = to_device_bf16(bias);
+  lx_bf16 *d_out = to_device_bf16(floats((size_t)BT * OC)), *d_dout = to_device_bf16(dout);
+  lx_bf16 *d_dinp = to_device_bf16(dinp0);
+  float *d_dw = to_device_f32(dw0), *d_db = to_device_f32(db0);
+  float *scratch = device_zeros_f32(lx_cuda_bias_backward_scratch_floats(BT, OC));
+
+  floats out((size_t)BT * OC), dinp = dinp0, dw = dw0, db = db0;
+  twin_linear_forward(out.data(), inp.data(), w.data(), bias.data(), BT, C, OC);
+  lx_cuda_linear_forward(ctx, d_out, d_inp, d_w, d_bias, BT, C, OC, stream);
+  compare("linear_forward", "out", from_device_bf16(d_out, out.size()), out, TOL_BF16);
+
+  twin_linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), BT, C, OC);
+  lx_cuda_linear_backward(ctx, d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, BT, C, OC, stream);
+  compare("linear_backward", "dinp", from_device_bf16(d_dinp, dinp.size()), dinp, TOL_BF16);
+  compare("linear_backward", "dweight", from_device_f32(d_dw, dw.size()), dw, TOL_F32);
+  compare("linear_backward", "dbias", from_device_f32(d_db, db.size()), db, TOL_F32);
+
+  /* linear + gelu epilogue against linear then gelu */
+  floats gelu_out(out.size());
+  twin_gelu_forward(gelu_out.data(), out.data(), out.size());
+  lx_bf16 *d_pre = to_device_bf16(floats(out.size()));
+  lx_cuda_linear_gelu_forward(ctx, d_out, d_pre, d_inp, d_w, d_bias, BT, C, OC, stream);
+  compare("linear_gelu_forward", "out", from_device_bf16(d_out, out.size()), gelu_out, TOL_BF16);
+  compare("linear_gelu_forward", "pre_gelu", from_device_bf16(d_pre, out.size()), out, TOL_BF16);
+
+  /* dgelu epilogue: (dout2 W2) * gelu'(pre) with W2 (OC2, OC) */
+  const int OC2 = 72;
+  floats w2 = random_bf16((size_t)OC2 * OC, 0.2f), dout2 = random_bf16((size_t)BT * OC2, 1);
+  floats pre = from_device_bf16(d_pre, out.size()), dpre_mm((size_t)BT * OC, 0.0f), dpre((size_t)BT * OC, 0.0f);
+  floats unused_dw((size_t)OC2 * OC, 0.0f);
+  twin_linear_backward(dpre_mm.data(), unused_dw.data(), NULL, dout2.data(), pre.data(), w2.data(), BT, OC, OC2);
+  twin_gelu_backward(dpre.data(), dpre_mm.data(), pre.data(), dpre.size());
+  lx_bf16 *d_w2 = to_device_bf16(w2), *d_dout2 = to_device_bf16(dout2), *d_dpre = to_device_bf16(floats(dpre.size()));
+  lx_cuda_linear_dgelu_backward(ctx, d_dpre, d_dout2, d_w2, d_pre, BT, OC, OC2, stream);
+  compare("linear_dgelu_backward", "dpre_gelu", from_device_bf16(d_dpre, dpre.size()), dpre, TOL_BF16);
+}
+
+/* ---- norms ----------------------------------------------------------------------- */
+
+static void test_norms(void) {
+  const int BT = 37, C = 200;
+  size_t N = (size_t)BT * C;
+  floats x = random_bf16(N, 2), branch = random_bf16(N, 1), w = random_bf16(C, 1), b = random_bf16(C, 0.5f);
+  floats dout = random_bf16(N, 1), dinp0 = random_bf16(N, 0.1f), dw0 = random_bf16(C, 0.1f), db0 = random_bf16(C, 0.1f);
+  lx_bf16 *d_x = to_device_bf16(x), *d_branch = to_device_bf16(branch), *d_w = to_device_bf16(w);
+  lx_bf16 *d_b = to_device_bf16(b), *d_out = to_device_bf16(floats(N)), *d_res = to_device_bf16(floats(N));
+  lx_bf16 *d_dout = to_device_bf16(dout);
+  float *scratch = device_zeros_f32(lx_cuda_norm_backward_scratch_floats(BT, C));
+
+  floats out(N);
+  twin_layernorm_forward(out.data(), x.data(), w.data(), b.data(), BT, C);
+  lx_cuda_layernorm_forward(d_out, d_x, d_w, d_b, BT, C, stream);
+  compare("layernorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+
+  floats sum(N);
+  for (size_t i = 0; i < N; i++)
+    sum[i] = lx_to_float(lx_to_bf16(x[i] + branch[i]));
+  twin_layernorm_forward(out.data(), sum.data(), w.data(), b.data(), BT, C);
+  lx_cuda_residual_layernorm_forward(d_res, d_out, d_x, d_branch, d_w, d_b, BT, C, stream);
+  compare("residual_layernorm_forward", "residual", from_device_bf16(d_res, N), sum, TOL_BF16);
+  compare("residual_layernorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+
+  floats dinp = dinp0, dw = dw0, db = db0;
+  lx_bf16 *d_dinp = to_device_bf16(dinp0);
+  float *d_dw = to_device_f32(dw0), *d_db = to_device_f32(db0);
+  twin_layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), BT, C);
+  lx_cuda_layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_x, d_w, BT, C, stream);
+  compare("layernorm_backward", "dinp", from_device_bf16(d_dinp, N), dinp, TOL_BF16);
+  compare("layernorm_backward", "dweight", from_device_f32(d_dw, C), dw, TOL_F32);
+  compare("layernorm_backward", "dbias", from_device_f32(d_db, C), db, TOL_F32);
+
+  twin_rmsnorm_forward(out.data(), x.data(), w.data(), BT, C);
+  lx_cuda_rmsnorm_forward(d_out, d_x, d_w, BT, C, stream);
+  compare("rmsnorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+  twin_rmsnorm_forward(out.data(), sum.data(), w.data(), BT, C);
+  lx_cuda_residual_rmsnorm_forward(d_res, d_out, d_x, d_branch, d_w, BT, C, stream);
+  compare("residual_rmsnorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+
+  dinp = dinp0, dw = dw0;
+  lx_bf16 *d_dinp2 = to_device_bf16(dinp0);
+  float *d_dw2 = to_device_f32(dw0);
+  twin_rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), BT, C);
+  lx_cuda_rmsnorm_backward(d_dinp2, d_dw2, scratch, d_dout, d_x, d_w, BT, C, stream);
+  compare("rmsnorm_backward", "dinp", from_device_bf16(d_dinp2, N), dinp, TOL_BF16);
+  compare("rmsnorm_backward", "dweight", from_device_f32(d_dw2, C), dw, TOL_F32);
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+static void test_attention(int B, int T, int H, int KVH, int D, double p) {
+  char name[96];
+  const uint64_t seed = 1234, stream_id = 77;
+  size_t W = (size_t)(H + 2 * KVH) * D, qkv_n = (size_t)B * T * W, out_n = (size_t)B * T * H * D;
+  size_t rows = (size_t)B * H * T, scores = rows * T;
+  floats qkv = random_bf16(qkv_n, 1.5f), dout = random_bf16(out_n, 1), dqkv0 = random_bf16(qkv_n, 0.05f);
+  lx_bf16 *d_qkv = to_device_bf16(qkv), *d_dout = to_device_bf16(dout), *d_out = to_device_bf16(floats(out_n));
+  float *d_lse = device_zeros_f32(rows), *scratch = device_zeros_f32(lx_cuda_attention_scratch_floats(B, T, H));
+
+  /* flash */
+  floats out(out_n), lse(rows), dqkv = dqkv0;
+  twin_flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KVH, D, p, seed, stream_id);
+  lx_cuda_flash_attention_forward(d_out, d_lse, d_qkv, B, T, H, KVH, D, p, seed, stream_id, stream);
+  snprintf(name, sizeof name, "flash_attention_forward D=%d p=%.1f", D, p);
+  compare(name, "out", from_device_bf16(d_out, out_n), out, TOL_BF16);
+  compare(name, "lse", from_device_f32(d_lse, rows), lse, TOL_F32);
+
+  /* the backward reads the GPU's own saved out and lse, the CPU its own */
+  twin_flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KVH, D, p,
+                                seed, stream_id);
+  lx_bf16 *d_dqkv = to_device_bf16(dqkv0);
+  lx_cuda_flash_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed, stream_id,
+                                   stream);
+  floats first = from_device_bf16(d_dqkv, qkv_n);
+  snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f", D, p);
+  compare(name, "dqkv", first, dqkv, TOL_BF16);
+  CUDA_CHECK(cudaMemcpy(d_dqkv, to_device_bf16(dqkv0), qkv_n * sizeof(lx_bf16), cudaMemcpyDeviceToDevice));
+  lx_cuda_flash_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed, stream_id,
+                                   stream);
+  floats second = from_device_bf16(d_dqkv, qkv_n);
+  snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f is bitwise reproducible", D, p);
+  expect_true(name, memcmp(first.data(), second.data(), qkv_n * sizeof(float)) == 0);
+
+  /* materialized */
+  floats probs(scores), dropped(scores);
+  std::vector<uint8_t> mask(scores);
+  twin_attention_forward(out.data(), probs.data(), p > 0 ? dropped.data() : NULL, p > 0 ? mask.data() : NULL,
+                         qkv.data(), B, T, H, KVH, D, p, seed, stream_id);
+  lx_bf16 *d_probs = to_device_bf16(floats(scores)), *d_dropped = to_device_bf16(floats(scores));
+  uint8_t *d_mask = to_device_raw(std::vector<uint8_t>(scores));
+  lx_cuda_attention_forward(d_out, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL, scratch, d_qkv, B, T, H,
+                            KVH, D, p, seed, stream_id, stream);
+  snprintf(name, sizeof name, "attention_forward D=%d p=%.1f", D, p);
+  compare(name, "out", from_device_bf16(d_out, out_n), out, TOL_BF16);
+  compare(name, "probs", from_device_bf16(d_probs, scores), probs, TOL_BF16);
+  if (p > 0) {
+    std::vector<uint8_t> gpu_mask = from_device_raw(d_mask, scores);
+    snprintf(name, sizeof name, "attention_forward D=%d p=%.1f dropout mask equals the CPU's", D, p);
+    expect_true(name, memcmp(gpu_mask.data(), mask.data(), scores) == 0);
+  }
+  dqkv = dqkv0;
+  twin_attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), p > 0 ? dropped.data() : NULL,
+                          p > 0 ? mask.data() : NULL, B, T, H, KVH, D, p);
+  CUDA_CHECK(cudaMemcpy(d_dqkv, to_device_bf16(dqkv0), qkv_n * sizeof(lx_bf16), cudaMemcpyDeviceToDevice));
+  lx_cuda_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL,
+                             B, T, H, KVH, D, p, stream);
+  snprintf(name, sizeof name, "attention_backward D=%d p=%.1f", D, p);
+  compare(name, "dqkv", from_device_bf16(d_dqkv, qkv_n), dqkv, TOL_BF16);
+}
+
+static void test_rope(void) {
+  const int B = 2, T = 50, H = 4, KVH = 2, D = 32;
+  size_t N = (size_t)B * T * (H + 2 * KVH) * D;
+  floats x = random_bf16(N, 1), dout = random_bf16(N, 1), dinp0 = random_bf16(N, 0.1f), out(N), dinp = dinp0;
+  lx_bf16 *d_x = to_device_bf16(x), *d_out = to_device_bf16(floats(N)), *d_dout = to_device_bf16(dout);
+  lx_bf16 *d_dinp = to_device_bf16(dinp0);
+  twin_rope_forward(out.data(), x.data(), B, T, H, KVH, D, 10000.0);
+  lx_cuda_rope_forward(d_out, d_x, B, T, H, KVH, D, 10000.0, stream);
+  compare("rope_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+  twin_rope_backward(dinp.data(), dout.data(), B, T, H, KVH, D, 10000.0);
+  lx_cuda_rope_backward(d_dinp, d_dout, B, T, H, KVH, D, 10000.0, stream);
+  compare("rope_backward", "dinp", from_device_bf16(d_dinp, N), dinp, TOL_BF16);
+}
+
+/* ---- elementwise ------------------------------------------------------------------- */
+
+static void test_elementwise(void) {
+  const int BT = 33, F = 160;
+  size_t N = (size_t)BT * F;
+  floats x = random_bf16(2 * N, 3), dout = random_bf16(2 * N, 1), dinp0 = random_bf16(2 * N, 0.1f);
+  lx_bf16 *d_x = to_device_bf16(x), *d_out = to_device_bf16(floats(2 * N)), *d_dout = to_device_bf16(dout);
+
+  floats out(2 * N), dinp = dinp0;
+  twin_gelu_forward(out.data(), x.data(), 2 * N);
+  lx_cuda_gelu_forward(d_out, d_x, 2 * N, stream);
+  compare("gelu_forward", "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
+  lx_bf16 *d_dinp = to_device_bf16(dinp0);
+  twin_gelu_backward(dinp.data(), dout.data(), x.data(), 2 * N);
+  lx_cuda_gelu_backward(d_dinp, d_dout, d_x, 2 * N, stream);
+  compare("gelu_backward", "dinp", from_device_bf16(d_dinp, 2 * N), dinp, TOL_BF16);
+
+  floats swi(N);
+  twin_swiglu_forward(swi.data(), x.data(), BT, F);
+  lx_cuda_swiglu_forward(d_out, d_x, BT, F, stream);
+  compare("swiglu_forward", "out", from_device_bf16(d_out, N), swi, TOL_BF16);
+  dinp = dinp0;
+  lx_bf16 *d_dinp2 = to_device_bf16(dinp0);
+  twin_swiglu_backward(dinp.data(), dout.data(), x.data(), BT, F);
+  lx_cuda_swiglu_backward(d_dinp2, d_dout, d_x, BT, F, stream);
+  compare("swiglu_backward", "dinp", from_device_bf16(d_dinp2, 2 * N), dinp, TOL_BF16);
+
+  const double p = 0.3;
+  std::vector<uint8_t> mask(2 * N);
+  twin_dropout_forward(out.data(), mask.data(), x.data(), 2 * N, p, 99, 5);
+  uint8_t *d_mask = to_device_raw(std::vector<uint8_t>(2 * N));
+  lx_cuda_dropout_forward(d_out, d_mask, d_x, 2 * N, p, 99, 5, stream);
+  compare("dropout_forward", "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
+  expect_true("dropout_forward mask equals the CPU's bit for bit",
+              memcmp(from_device_raw(d_mask, 2 * N).data(), mask.data(), 2 * N) == 0);
+  dinp = dinp0;
+  lx_bf16 *d_dinp3 = to_device_bf16(dinp0);
+  twin_dropout_backward(dinp.data(), dout.data(), mask.data(), 2 * N, p);
+  lx_cuda_dropout_backward(d_dinp3, d_dout, d_mask, 2 * N, p, stream);
+  compare("dropout_backward", "dinp", from_device_bf16(d_dinp3, 2 * N), dinp, TOL_BF16);
+
+  /* residual add: the backward into one buffer twice (add(x, x)) */
+  floats sum(2 * N), da = dinp0;
+  for (size_t i = 0; i < 2 * N; i++)
+    sum[i] = x[i] + dout[i], da[i] += 2 * dout[i];
+  lx_cuda_add_forward(d_out, d_x, d_dout, 2 * N, stream);
+  compare("add_forward", "out", from_device_bf16(d_out, 2 * N), sum, TOL_BF16);
+  lx_bf16 *d_da = to_device_bf16(dinp0);
+  lx_cuda_add_backward(d_da, d_da, d_dout, 2 * N, stream);
+  compare("add_backward (aliased)", "da", from_device_bf16(d_da, 2 * N), da, TOL_BF16);
+}
+
+/* ---- embeddings and loss -------------------------------------------------------------- */
+
+static void test_embedding(void) {
+  const int B = 3, T = 40, C = 96, V = 150;
+  floats wte = random_bf16((size_t)V * C, 1), wpe = random_bf16((size_t)T * C, 1);
+  floats dout = random_bf16((size_t)B * T * C, 1), dwte0 = random_bf16((size_t)V * C, 0.1f);
+  floats dwpe0 = random_bf16((size_t)T * C, 0.1f);
+  std::vector<int> tokens(B * T);
+  for (int r = 0; r < B * T; r++) /* a small id range, so that ids repeat */
+    tokens[r] = (int)((uniform_pm1() + 1) * 10) % 20 + (r % 2) * 100;
+  lx_bf16 *d_wte = to_device_bf16(wte), *d_wpe = to_device_bf16(wpe), *d_dout = to_device_bf16(dout);
+  lx_bf16 *d_out = to_device_bf16(floats((size_t)B * T * C));
+  int *d_tokens = to_device_raw(tokens);
+  float *d_dwte = to_device_f32(dwte0), *d_dwpe = to_device_f32(dwpe0);
+
+  floats out((size_t)B * T * C), dwte = dwte0, dwpe = dwpe0;
+  twin_embedding_forward(out.data(), tokens.data(), wte.data(), B, T, C, V);
+  lx_cuda_embedding_forward(d_out, d_tokens, d_wte, B, T, C, V, stream);
+  compare("embedding_forward", "out", from_device_bf16(d_out, out.size()), out, 0);
+  twin_embedding_backward(dwte.data(), dout.data(), tokens.data(), B, T, C, V);
+  lx_cuda_embedding_backward(d_dwte, d_dout, d_tokens, B, T, C, V, stream);
+  compare("embedding_backward", "dwte", from_device_f32(d_dwte, dwte.size()), dwte, TOL_F32);
+
+  twin_position_embedding_forward(out.data(), wpe.data(), B, T, C);
+  lx_cuda_position_embedding_forward(d_out, d_wpe, B, T, C, stream);
+  compare("position_embedding_forward", "out", from_device_bf16(d_out, out.size()), out, 0);
+  twin_position_embedding_backward(dwpe.data(), dout.data(), B, T, C);
+  lx_cuda_position_embedding_backward(d_dwpe, d_dout, B, T, C, stream);
+  compare("position_embedding_backward", "dwpe", from_device_f32(d_dwpe, dwpe.size()), dwpe, TOL_F32);
+
+  int *d_bad = to_device_raw(std::vector<int>(1, 0));
+  lx_cuda_check_tokens(d_bad, d_tokens, B * T, V, stream);
+  expect_true("check_tokens accepts ids in range", from_device_raw(d_bad, 1)[0] == 0);
+  lx_cuda_check_tokens(d_bad, d_tokens, B * T, 50, stream);
+  expect_true("check_tokens flags an id out of range", from_device_raw(d_bad, 1)[0] == 1);
+}
+
+static void test_loss(void) {
+  const int BT = 21, V = 300, Vp = 320;
+  floats logits = random_bf16((size_t)BT * Vp, 4), dlogits0 = random_bf16((size_t)BT * Vp, 0.01f);
+  std::vector<int> targets(BT);
+  for (int r = 0; r < BT; r++)
+    targets[r] = (r * 37) % V;
+  lx_bf16 *d_logits = to_device_bf16(logits), *d_dlogits = to_device_bf16(dlogits0);
+  int *d_targets = to_device_raw(targets);
+  float *d_loss = device_zeros_f32(1), *d_lse = device_zeros_f32(BT), *d_losses = device_zeros_f32(BT);
+
+  floats lse(BT), dlogits = dlogits0;
+  floats loss(1, twin_cross_entropy_forward(lse.data(), logits.data(), targets.data(), BT, V, Vp));
+  lx_cuda_cross_entropy_forward(d_loss, d_lse, d_losses, d_logits, d_targets, BT, V, Vp, stream);
+  compare("cross_entropy_forward", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
+  compare("cross_entropy_forward", "lse", from_device_f32(d_lse, BT), lse, TOL_F32);
+  twin_cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), 0.5f, BT, V, Vp);
+  lx_cuda_cross_entropy_backward(d_dlogits, d_logits, d_lse, d_targets, 0.5f, BT, V, Vp, stream);
+  compare("cross_entropy_backward", "dlogits", from_device_bf16(d_dlogits, dlogits.size()), dlogits, TOL_BF16);
+  lx_bf16 *d_dlogits2 = to_device_bf16(dlogits0);
+  lx_cuda_cross_entropy_forward_backward(d_loss, d_lse, d_losses, d_dlogits2, d_logits, d_targets, 0.5f, BT, V, Vp,
+                                         stream);
+  compare("cross_entropy_forward_backward", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
+  compare("cross_entropy_forward_backward", "dlogits", from_device_bf16(d_dlogits2, dlogits.size()), dlogits,
+          TOL_BF16);
+}
+
+/* ---- optimizer ---------------------------------------------------------------------------- */
+
+static void test_adamw(void) {
+  const size_t N = 100003;
+  floats params = random_bf16(N, 1), grads = random_bf16(N, 0.1f), m = random_bf16(N, 0.01f), v(N);
+  for (size_t i = 0; i < N; i++)
+    v[i] = fabsf(random_bf16(1, 0.001f)[0]);
+  lx_bf16 *d_params = to_device_bf16(params);
+  float *d_master = to_device_f32(params), *d_grads = to_device_f32(grads), *d_m = to_device_f32(m);
+  float *d_v = to_device_f32(v), *d_norm = device_zeros_f32(1), *d_factor = device_zeros_f32(1);
+  float *scratch = device_zeros_f32(lx_cuda_grad_norm_scratch_floats());
+
+  floats norm(1, (float)twin_grad_norm_squared(grads.data(), N));
+  lx_cuda_grad_norm_squared(d_norm, scratch, d_grads, N, 0, stream);
+  floats gpu_norm = from_device_f32(d_norm, 1);
+  compare("grad_norm_squared", "sum", gpu_norm, norm, TOL_F32);
+  lx_cuda_grad_norm_squared(d_norm, scratch, d_grads, N, 0, stream);
+  expect_true("grad_norm_squared is bitwise reproducible", from_device_f32(d_norm, 1)[0] == gpu_norm[0]);
+
+  /* clip to half the norm: factor, then AdamW with the factor folded in */
+  double max_norm = 0.5 * sqrt((double)norm[0]);
+  floats factor(1, (float)twin_grad_clip_factor(sqrt((double)norm[0]), max_norm));
+  lx_cuda_grad_clip_factor(d_factor, d_norm, max_norm, stream);
+  compare("grad_clip_factor", "factor", from_device_f32(d_factor, 1), factor, TOL_F32);
+  floats scaled = grads;
+  for (size_t i = 0; i < N; i++)
+    scaled[i] *= factor[0];
+  float *d_scaled = to_device_f32(grads);
+  lx_cuda_scale(d_scaled, d_factor, N, stream);
+  compare("scale", "x", from_device_f32(d_scaled, N), scaled, 1e-6);
+
+  lx_cuda_adamw_hparams hp = {0.9, 0.95, 1e-8, 0.1};
+  twin_adamw_update(params.data(), scaled.data(), m.data(), v.data(), N, 3e-4, hp.beta1, hp.beta2, hp.eps,
+                    hp.weight_decay, 3);
+  lx_cuda_adamw_update(d_params, d_master, d_grads, d_m, d_v, d_factor, N, 3e-4, hp, 3, stream);
+  compare("adamw_update", "master", from_device_f32(d_master, N), params, 1e-5);
+  compare("adamw_update", "params", from_device_bf16(d_params, N), params, TOL_BF16);
+  compare("adamw_update", "m", from_device_f32(d_m, N), m, 1e-5);
+  compare("adamw_update", "v", from_device_f32(d_v, N), v, 1e-5);
+}
+
+int main(void) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    printf("skipped: no GPU\n");
+    return 0;
+  }
+  int nccl_version = 0;
+  NCCL_CHECK(ncclGetVersion(&nccl_version));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  printf("# %s (sm_%d%d), NCCL %d\n", prop.name, prop.major, prop.minor, nccl_version);
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  void *workspace;
+  CUDA_CHECK(cudaMalloc(&workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES));
+  static lx_cuda_matmul_context ctx;
+  lx_cuda_matmul_init(&ctx, workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES);
+
+  test_linear(&ctx);
+  test_norms();
+  test_attention(2, 67, 4, 2, 64, 0.0);
+  test_attention(2, 67, 4, 2, 64, 0.2);
+  test_attention(1, 45, 6, 3, 40, 0.1);  /* head size not a multiple of 32 */
+  test_attention(1, 33, 2, 1, 128, 0.0); /* the D <= 128 kernels */
+  test_attention(1, 20, 2, 2, 256, 0.1); /* the D <= 256 kernels (opt-in shared memory) */
+  test_rope();
+  test_elementwise();
+  test_embedding();
+  test_loss();
+  test_adamw();
+
+  lx_cuda_matmul_destroy(&ctx);
+  printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
+  return failures ? 1 : 0;
+}

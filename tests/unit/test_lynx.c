@@ -1,0 +1,436 @@
+/* Overlapped recomputation (gen/windows.c, gen/policy.c, gen/partition.c and
+ * the window placement of gen/schedule.c), on small cases checked by brute
+ * force or by hand:
+ *   - with unlimited memory every planned policy keeps everything;
+ *   - checkmate is the cheapest on-demand choice that fits (brute force);
+ *   - lynx-heu's decisions fit every budget it says they fit, and are
+ *     close to the brute-force optimum; lynx-opt is feasible and never
+ *     worse than lynx-heu; with windows of zero length it equals checkmate;
+ *   - the window assignment serves as many instances as any assignment;
+ *   - the partition DP finds the bottleneck exhaustive search finds;
+ *   - squeezed pipelines with recompute placed in windows verify clean,
+ *     simulate without deadlock, agree with the memory plan and fit, and a
+ *     dropped recompute-stream event is caught. */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analyze.h"
+#include "check.h"
+#include "diag.h"
+#include "frontend.h"
+#include "layout.h"
+#include "overlap.h"
+#include "passes.h"
+#include "verify.h"
+
+static const char *model_text =
+    "#include <lynx.h>\n"
+    "#define H 128\n"
+    "static const struct lx_model model = {.vocab = 256, .seq_len = 64, .layers = 8, .hidden = H, .heads = 4,\n"
+    "  .dropout = 0.1};\n"
+    "static const struct lx_cluster cluster = {.gpu = GPU_A100_80GB, .nodes = 4, .gpus_per_node = 8};\n"
+    "static const struct lx_parallel parallel = {.micro_batch = 2};\n"
+    "tensor prologue(tensor t) { return add(embedding(t, 256, H), position_embedding(t, H)); }\n"
+    "tensor block(tensor x) {\n"
+    "  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);\n"
+    "  x = add(x, dropout(linear(a, H)));\n"
+    "  return add(x, dropout(linear(gelu(linear(layernorm(x), 4 * H)), H)));\n"
+    "}\n"
+    "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 256), y); }\n";
+
+static bool load(lx_ir *ir, int layers, int pp, int tp, int micro_batches, lx_schedule schedule) {
+  lx_ir_init(ir);
+  if (lx_parse_model("lynx.model", model_text, strlen(model_text), ir)) return false;
+  ir->model.layers = layers;
+  ir->plan.pp = pp;
+  ir->plan.tp = tp;
+  ir->plan.global_batch = micro_batches * 2;
+  ir->plan.schedule = schedule;
+  return lx_analyze(ir) == 0;
+}
+
+/* ---- a stage problem with hand-made windows -------------------------------------- */
+
+/* Two layers, three micro-batches; instance (l, m) may use windows in
+ * [lo, due). Window capacities in multiples of one layer's recompute time. */
+static void hand_windows(lx_stage_problem *pr, lx_window *w, int n_windows, double scale) {
+  static int lo[6], due[6];
+  for (int i = 0; i < 6; i++) {
+    lo[i] = 2 * (i % 3) + (i / 3);
+    due[i] = lo[i] + 3;
+  }
+  for (int k = 0; k < n_windows; k++)
+    w[k] = (lx_window){.kind = LX_WINDOW_TP_BACKWARD, .after = k, .length = scale * (k % 3 + 1),
+                       .capacity = scale * (k % 3 + 1)};
+  pr->windows = w;
+  pr->n_windows = n_windows;
+  pr->n_instances = 6;
+  pr->lo = malloc(sizeof lo), pr->due = malloc(sizeof due);
+  memcpy(pr->lo, lo, sizeof lo), memcpy(pr->due, due, sizeof due);
+}
+
+static double layer_recompute_s(const lx_stage_problem *pr) {
+  double t = 0;
+  for (int i = 0; i < pr->n_ops; i++) t += pr->recompute_s[i];
+  return t;
+}
+
+/* The best realised choice over every keep / on-demand / window assignment
+ * of the droppable ops that is valid and fits; with `windows` false, only
+ * keep / on demand. Returns the least exposed time, or -1 if nothing fits. */
+static double brute_force(const lx_stage_problem *pr, bool windows) {
+  int ops[64], n = 0;
+  for (int i = 0; i < pr->n_ops; i++)
+    if (pr->drop_bytes[i] > 0) ops[n++] = i;
+  int choices = windows ? 3 : 2;
+  long total = 1;
+  for (int k = 0; k < n; k++) total *= choices;
+  lx_op_decision *d = calloc((size_t)pr->n_ops, sizeof *d);
+  int *window_of = malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  double best = -1;
+  for (long code = 0; code < total; code++) {
+    memset(d, 0, sizeof *d * (size_t)pr->n_ops);
+    long c = code;
+    for (int k = 0; k < n; k++, c /= choices) {
+      int v = (int)(c % choices);
+      d[ops[k]].drop_output = d[ops[k]].drop_internals = v > 0;
+      d[ops[k]].in_window = v == 2;
+    }
+    lx_recompute_closure(pr->block, d);
+    bool valid = true;
+    double window_s = 0;
+    for (int i = 0; i < pr->n_ops && valid; i++) {
+      if (!d[i].in_window) continue;
+      valid = pr->windowable[i] && d[i].recompute;
+      window_s += pr->recompute_s[i];
+      for (int k = 0; valid && k < pr->block->ops[i].n_inputs; k++) {
+        int j = pr->block->ops[i].inputs[k];
+        if (d[j].recompute && !d[j].in_window) valid = false;
+      }
+    }
+    if (!valid || lx_policy_bytes(pr, d) > pr->avail_bytes) continue;
+    lx_assign_windows(pr, window_s, window_of);
+    double t = lx_policy_exposed(pr, d, window_of);
+    if (best < 0 || t < best) best = t;
+  }
+  free(d);
+  free(window_of);
+  return best;
+}
+
+static double solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr, lx_op_decision *d,
+                    bool *ok, lx_policy_stats *stats) {
+  int *window_of = malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  *ok = lx_policy_solve(ir, policy, pr, d, window_of, stats);
+  double t = lx_policy_exposed(pr, d, window_of);
+  free(window_of);
+  return t;
+}
+
+static int recomputed_ops(const lx_stage_problem *pr, const lx_op_decision *d) {
+  int n = 0;
+  for (int i = 0; i < pr->n_ops; i++) n += d[i].recompute;
+  return n;
+}
+
+static void check_policies(int tp) {
+  lx_ir ir;
+  CHECK(load(&ir, 2, 1, tp, 3, LX_SCHEDULE_1F1B), "tp=%d: the model loads", tp);
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  lx_stage_problem pr;
+  lx_stage_problem_init(&pr, &ir, &cm, 2, 3, 3, INT64_MAX);
+  lx_window w[8];
+  hand_windows(&pr, w, 8, layer_recompute_s(&pr) * 0.3);
+  lx_op_decision *d = calloc((size_t)pr.n_ops, sizeof *d);
+  lx_policy_stats stats;
+  bool ok;
+  static const lx_recompute_policy planned[] = {LX_RECOMPUTE_CHECKMATE, LX_RECOMPUTE_LYNX_HEU, LX_RECOMPUTE_LYNX_OPT};
+  for (int k = 0; k < 3; k++) {
+    double t = solve(&ir, planned[k], &pr, d, &ok, &stats);
+    CHECK(ok && t == 0 && recomputed_ops(&pr, d) == 0, "tp=%d unlimited memory: %s keeps everything", tp,
+          lx_recompute_policy_name(planned[k]));
+  }
+  /* budgets from everything-dropped to nearly everything kept */
+  lx_op_decision *all = calloc((size_t)pr.n_ops, sizeof *all);
+  lx_recompute_fixed(&ir, LX_RECOMPUTE_FULL, all);
+  int64_t least = lx_policy_bytes(&pr, all), most = (int64_t)pr.stashed * pr.n_layers * pr.kept_all;
+  for (int step = 0; step <= 6; step++) {
+    pr.avail_bytes = least + (most - least) * step / 7;
+    double cm_t = solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);
+    double cm_want = brute_force(&pr, false);
+    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: checkmate fits", tp, step);
+    CHECK_CLOSE(cm_t, cm_want, 1e-9, "tp=%d budget %d/7: checkmate is the brute-force optimum on demand", tp, step);
+    double heu = solve(&ir, LX_RECOMPUTE_LYNX_HEU, &pr, d, &ok, &stats);
+    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: lynx-heu respects the budget", tp,
+          step);
+    double opt = solve(&ir, LX_RECOMPUTE_LYNX_OPT, &pr, d, &ok, &stats);
+    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: lynx-opt is feasible (%s, gap %g)",
+          tp, step, stats.status, stats.gap);
+    CHECK(opt <= heu * (1 + 1e-9) + 1e-15, "tp=%d budget %d/7: lynx-opt %.3g s no worse than lynx-heu %.3g s", tp,
+          step, opt, heu);
+    CHECK(heu <= cm_t * (1 + 1e-9) + 1e-15, "tp=%d budget %d/7: lynx-heu %.3g s no worse than checkmate %.3g s", tp,
+          step, heu, cm_t);
+    double best = brute_force(&pr, true);
+    CHECK(best >= 0 && opt <= best * 1.03 + 1e-12 && opt >= best * (1 - 1e-9) - 1e-15,
+          "tp=%d budget %d/7: lynx-opt %.4g s within 3%% of the brute-force optimum %.4g s", tp, step, opt, best);
+  }
+  /* windows of zero length: lynx-opt is checkmate */
+  for (int k = 0; k < 8; k++) w[k].length = w[k].capacity = 0;
+  for (int step = 0; step <= 6; step += 2) {
+    pr.avail_bytes = least + (most - least) * step / 7;
+    double cm_t = solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);
+    double opt = solve(&ir, LX_RECOMPUTE_LYNX_OPT, &pr, d, &ok, &stats);
+    CHECK_CLOSE(opt, cm_t, 1e-9, "tp=%d budget %d/7, zero-length windows: lynx-opt equals checkmate", tp, step);
+  }
+  free(all);
+  free(d);
+  lx_stage_problem_free(&pr);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+/* The matching serves as many instances as the best assignment: checked
+ * against exhaustive assignment on a small case. */
+static int best_assignment(const lx_stage_problem *pr, double r, int inst, double *left) {
+  if (inst == pr->n_instances) return 0;
+  int best = best_assignment(pr, r, inst + 1, left); /* on demand */
+  for (int w = 0; w < pr->n_windows; w++) {
+    int at = pr->windows[w].after;
+    if (at < pr->lo[inst] || at >= pr->due[inst] || left[w] < r - 1e-12) continue;
+    left[w] -= r;
+    int n = 1 + best_assignment(pr, r, inst + 1, left);
+    left[w] += r;
+    if (n > best) best = n;
+  }
+  return best;
+}
+
+static void check_assignment(void) {
+  lx_ir ir;
+  load(&ir, 2, 1, 2, 3, LX_SCHEDULE_1F1B);
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  lx_stage_problem pr;
+  lx_stage_problem_init(&pr, &ir, &cm, 2, 3, 3, INT64_MAX);
+  lx_window w[8];
+  hand_windows(&pr, w, 8, 1);
+  int window_of[6];
+  for (double r = 0.5; r <= 3.5; r += 0.5) {
+    double left[8];
+    for (int k = 0; k < 8; k++) left[k] = w[k].capacity;
+    int want = best_assignment(&pr, r, 0, left), got = lx_assign_windows(&pr, r, window_of);
+    bool valid = true; /* each admissible, no window over its capacity */
+    for (int i = 0; i < 6; i++) {
+      int k = window_of[i];
+      if (k < 0) continue;
+      valid &= w[k].after >= pr.lo[i] && w[k].after < pr.due[i];
+      left[k] -= r;
+    }
+    for (int k = 0; k < 8; k++) valid &= left[k] >= -1e-9;
+    CHECK(got == want && valid, "window assignment of %.1f s jobs serves %d instances, as many as exhaustive (%d)", r,
+          got, want);
+  }
+  lx_stage_problem_free(&pr);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+/* ---- the partition DP ---------------------------------------------------------------- */
+
+typedef struct {
+  double table[8][16][17]; /* [stage][first][count]; < 0: does not fit */
+} cost_table;
+
+static double table_cost(void *ctx, int stage, int first, int count) {
+  return ((cost_table *)ctx)->table[stage][first][count];
+}
+
+/* The least bottleneck over every split of [first, layers) into stages [stage, pp). */
+static double exhaustive(lx_stage_cost_fn cost, void *ctx, int layers, int pp, int stage, int first) {
+  if (stage == pp) return first == layers ? 0 : -1;
+  double best = -1;
+  for (int count = 1; first + count <= layers - (pp - stage - 1); count++) {
+    double c = cost(ctx, stage, first, count);
+    double rest = c < 0 ? -1 : exhaustive(cost, ctx, layers, pp, stage + 1, first + count);
+    if (rest < 0) continue;
+    double b = c > rest ? c : rest;
+    if (best < 0 || b < best) best = b;
+  }
+  return best;
+}
+
+static void check_partition(void) {
+  cost_table *t = malloc(sizeof *t);
+  srand(7);
+  for (int trial = 0; trial < 20; trial++) {
+    int layers = 6 + trial % 9, pp = 2 + trial % 5;
+    for (int s = 0; s < 8; s++)
+      for (int f = 0; f < 16; f++)
+        for (int c = 0; c < 17; c++)
+          t->table[s][f][c] = rand() % 10 == 0 ? -1 : c * (1 + s % 3) + (rand() % 100) / 37.0;
+    int first[9];
+    double dp = lx_partition_dp(layers, pp, table_cost, t, first);
+    double want = exhaustive(table_cost, t, layers, pp, 0, 0);
+    double achieved = 0;
+    for (int s = 0; dp >= 0 && s < pp; s++) {
+      double c = table_cost(t, s, first[s], first[s + 1] - first[s]);
+      if (c > achieved) achieved = c;
+    }
+    CHECK(dp == want && (dp < 0 || (achieved == dp && first[0] == 0 && first[pp] == layers)),
+          "random costs, %d layers on %d stages: DP bottleneck %g = exhaustive %g", layers, pp, dp, want);
+  }
+  free(t);
+  /* the recompute-aware cost of a real model, squeezed so that stages differ */
+  lx_ir ir;
+  load(&ir, 10, 4, 2, 8, LX_SCHEDULE_1F1B);
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  for (int k = 0; k < 3; k++) {
+    lx_recompute_policy pol = k == 0 ? LX_RECOMPUTE_CHECKMATE : LX_RECOMPUTE_LYNX_HEU;
+    lx_partition_model m;
+    lx_partition_model_init(&m, &ir, &cm, pol);
+    int64_t per_layer = m.static_per_layer + 4 * ir.block.activation_bytes;
+    m.capacity = m.reserve_middle + m.static_prologue + m.static_epilogue + (k + 3) * per_layer;
+    int first[5];
+    double dp = lx_partition_dp(10, 4, lx_partition_stage_cost, &m, first);
+    double want = exhaustive(lx_partition_stage_cost, &m, 10, 4, 0, 0);
+    CHECK(dp == want, "%s, capacity %d layers' worth: DP bottleneck %.6g s = exhaustive %.6g s (split %d %d %d %d)",
+          lx_recompute_policy_name(pol), k + 3, dp, want, first[1] - first[0], first[2] - first[1],
+          first[3] - first[2], first[4] - first[3]);
+    lx_partition_model_free(&m);
+  }
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+/* ---- schedules with recompute in windows -------------------------------------------- */
+
+static int64_t worst_peak(const lx_pipeline *p) {
+  lx_stage_memory *mem = calloc((size_t)p->pp, sizeof *mem);
+  lx_plan_memory(p, mem);
+  int64_t most = 0;
+  for (int s = 0; s < p->pp; s++) {
+    if (mem[s].peak > most) most = mem[s].peak;
+    lx_stage_memory_free(&mem[s]);
+  }
+  free(mem);
+  return most;
+}
+
+static int count_window_recomputes(const lx_pipeline *p) {
+  int n = 0;
+  for (int s = 0; s < p->pp; s++)
+    for (int i = 0; i < p->stages[s].streams[LX_STREAM_RECOMPUTE].count; i++)
+      n += p->stages[s].streams[LX_STREAM_RECOMPUTE].items[i].kind == LX_I_RECOMPUTE;
+  return n;
+}
+
+static int verify_pipeline(const lx_pipeline *p, bool quiet) {
+  lx_stage_layout *layouts = calloc((size_t)p->pp, sizeof *layouts);
+  for (int s = 0; s < p->pp; s++) lx_layout_stage(p, s, 4, false, &layouts[s]);
+  int saved = -1, null = -1;
+  if (quiet) {
+    fflush(stderr);
+    saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY);
+    dup2(null, STDERR_FILENO);
+  }
+  int n = lx_verify(p, layouts);
+  if (quiet) {
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(null);
+    close(saved);
+  }
+  for (int s = 0; s < p->pp; s++) lx_layout_free(&layouts[s]);
+  free(layouts);
+  return n;
+}
+
+/* The compute stream's wait for the first in-window recompute, removed. */
+static bool drop_window_wait(lx_pipeline *p) {
+  for (int s = 0; s < p->pp; s++) {
+    lx_stage *st = &p->stages[s];
+    lx_instr_list *rs = &st->streams[LX_STREAM_RECOMPUTE];
+    int done = -1;
+    for (int i = 0; i < rs->count && done < 0; i++)
+      if (rs->items[i].kind == LX_I_RECORD) done = rs->items[i].event;
+    lx_instr_list *cs = &st->streams[LX_STREAM_COMPUTE];
+    for (int i = 0; done >= 0 && i < cs->count; i++)
+      if (cs->items[i].kind == LX_I_WAIT && cs->items[i].event == done) {
+        memmove(&cs->items[i], &cs->items[i + 1], sizeof *cs->items * (size_t)(cs->count - i - 1));
+        cs->count--;
+        return true;
+      }
+  }
+  return false;
+}
+
+static void check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy) {
+  lx_ir ir;
+  int m = 2 * pp + 1, layers = 2 * pp + 1;
+  load(&ir, layers, pp, tp, m, schedule);
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  lx_pipeline none, full;
+  lx_plan_options o = {.policy = LX_RECOMPUTE_NONE, .cm = &cm};
+  lx_plan_pipeline(&ir, &o, &none);
+  o.policy = LX_RECOMPUTE_FULL;
+  lx_plan_pipeline(&ir, &o, &full);
+  int64_t most = worst_peak(&none), least = worst_peak(&full);
+  cm.gpu.memory_bytes = (double)(least + (most - least) / 2); /* somewhere between: a choice to make */
+  lx_pipeline_free(&none);
+  lx_pipeline_free(&full);
+  lx_pipeline p;
+  o.policy = policy;
+  o.partition = LX_PARTITION_DP;
+  bool built = lx_plan_pipeline(&ir, &o, &p);
+  const char *name = lx_schedule_name(schedule), *pol = lx_recompute_policy_name(policy);
+  int in_window = built ? count_window_recomputes(&p) : 0;
+  bool windows_expected = tp > 1 && policy != LX_RECOMPUTE_CHECKMATE;
+  CHECK(built && (windows_expected ? in_window > 0 : policy != LX_RECOMPUTE_CHECKMATE || in_window == 0),
+        "%s pp=%d tp=%d %s: built, %d recomputes placed in windows", name, pp, tp, pol, in_window);
+  int violations = built ? verify_pipeline(&p, false) : -1;
+  CHECK(violations == 0, "%s pp=%d tp=%d %s: verifies clean (%d violations)", name, pp, tp, pol, violations);
+  lx_stage_memory *mem = calloc((size_t)p.pp, sizeof *mem);
+  lx_plan_memory(&p, mem);
+  lx_simulation sim;
+  bool ran = lx_simulate(&p, &cm, NULL, NULL, mem, &sim);
+  bool agree = true, fit = true;
+  for (int s = 0; ran && s < p.pp; s++) {
+    agree &= sim.stages[s].peak_bytes == mem[s].peak;
+    fit &= mem[s].peak <= (int64_t)cm.gpu.memory_bytes;
+  }
+  CHECK(ran && agree && fit, "%s pp=%d tp=%d %s: simulates without deadlock, peaks agree with the plan and fit", name,
+        pp, tp, pol);
+  if (ran) lx_simulation_free(&sim);
+  for (int s = 0; s < p.pp; s++) lx_stage_memory_free(&mem[s]);
+  free(mem);
+  if (in_window > 0) {
+    CHECK(drop_window_wait(&p) && verify_pipeline(&p, getenv("LX_DEBUG") == NULL) > 0,
+          "%s pp=%d tp=%d %s: without the wait for a window's recompute, the verifier reports a race", name, pp, tp,
+          pol);
+  }
+  lx_pipeline_free(&p);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+int main(void) {
+  check_policies(1);
+  check_policies(2);
+  check_assignment();
+  check_partition();
+  for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
+    for (int pp = 1; pp <= 3; pp++) {
+      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_LYNX_HEU);
+      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_LYNX_OPT);
+      check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU);
+      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE);
+    }
+  return check_exit_status();
+}
