@@ -18,7 +18,7 @@ LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm -
 GEN_SRCS := gen/diag.c gen/frontend.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/ir_json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/memplan.c gen/simulate.c gen/trace.c gen/report.c gen/layout.c gen/tokenize.c gen/emit.c gen/emit_cpu.c gen/manifest.c gen/verify.c gen/access.c gen/windows.c gen/policy.c
 GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
-.PHONY: all test test-gpu fuzz format clean check-clang out
+.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx
 all: bin/lynxgen
 
 bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
@@ -54,6 +54,14 @@ check-clang:
 # to generated code shows in review; tests/out_test.sh fails when it is stale.
 out: bin/lynxgen
 	bin/lynxgen examples/tiny.model --target cpu -o out/tiny-cpu > /dev/null
+
+# The recompute policies on the GPT configurations (bench/lynx_policies.c).
+$(BUILD)/bench/lynx_policies: bench/lynx_policies.c $(GEN_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(GEN_OBJS) $(LDLIBS)
+
+bench-lynx: $(BUILD)/bench/lynx_policies
+	$(BUILD)/bench/lynx_policies
 
 include tests/tests.mk
 

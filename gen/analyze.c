@@ -180,7 +180,7 @@ typedef struct {
 
 static const lx_shape TOKENS = {.width = 1, .dtype = LX_DTYPE_INT32};
 
-static int64_t rank_width(const shape_ctx *c, lx_shape s) { return s.split ? s.width / c->t : s.width; }
+static int64_t rank_width(const shape_ctx *c, lx_shape s) { return lx_rank_width(c->ir, s); }
 
 /* Bytes of one activation tensor on one tp rank. */
 static int64_t tensor_bytes(const shape_ctx *c, lx_shape s) {
@@ -252,6 +252,8 @@ static void shape_embedding(shape_ctx *c, lx_op *op) {
   op->out = activation(op->out_width, false, c);
   op->params = (int64_t)op->table_rows * op->out_width;
   op->params_per_rank = (int64_t)c->ir->padded_vocab / c->t * op->out_width;
+  op->tp_role = LX_TP_VOCAB;
+  op->needs_tp_allreduce = c->t > 1;
   if (op->table_rows != c->ir->model.vocab)
     lx_error(op->src, "embedding() vocab (%d) differs from the model's vocab (%d)", op->table_rows,
              c->ir->model.vocab);
@@ -311,6 +313,12 @@ static bool check_qkv(shape_ctx *c, lx_op *op, int *head_dim) {
   }
   if (in.split && (!divisible_by_tp(c, op, op->heads, "heads") || !divisible_by_tp(c, op, op->kv_heads, "kv_heads")))
     return false;
+  const lx_model_config *m = &c->ir->model;
+  if (op->heads != m->heads || op->kv_heads != m->kv_heads) {
+    lx_error(op->src, "%s() has %d heads and %d kv_heads; the model config says %d and %d",
+             lx_op_kind_name(op->kind), op->heads, op->kv_heads, m->heads, m->kv_heads);
+    return false;
+  }
   *head_dim = in.width / groups;
   return true;
 }
@@ -412,6 +420,7 @@ static void shape_lm_head(shape_ctx *c, lx_op *op) {
     return;
   }
   op->out = activation(op->out_width, true, c);
+  op->out.vocab = true;
   op->tp_role = LX_TP_COLUMN; /* split over the vocabulary */
   int64_t v_rank = ir->padded_vocab / c->t;
   op->params = ir->model.tied_embeddings ? 0 : op->out_width * h;

@@ -83,10 +83,7 @@ void lx_cost_model_free(lx_cost_model *cm) {
 
 static int64_t tp_degree(const lx_ir *ir) { return ir->plan.tp ? ir->plan.tp : 1; }
 
-static int64_t rank_width(const lx_ir *ir, lx_shape s) {
-  if (s.scalar) return 1;
-  return s.split ? s.width / tp_degree(ir) : s.width;
-}
+static int64_t rank_width(const lx_ir *ir, lx_shape s) { return lx_rank_width(ir, s); }
 
 static const lx_op *input_op(const lx_graph *g, const lx_op *op, int k) { return &g->ops[op->inputs[k]]; }
 

@@ -146,7 +146,7 @@ static const char *internal_named(const lx_op *op, const operands *o, const char
 
 static int tp_of(const printer *pr) { return pr->ir->plan.tp ? pr->ir->plan.tp : 1; }
 
-static int rank_width(const printer *pr, lx_shape s) { return s.split ? s.width / tp_of(pr) : s.width; }
+static int rank_width(const printer *pr, lx_shape s) { return (int)lx_rank_width(pr->ir, s); }
 
 static int in_width(const printer *pr, lx_graph_id g, const lx_op *op) {
   return rank_width(pr, op_at(pr, g, op->inputs[0])->out);
@@ -357,11 +357,9 @@ static const lx_instr *head_of(const step_walk *w, int k) {
 }
 
 static void print_wait(step_walk *w, int request) {
-  for (int r = 0; r <= request; r++) /* a stream's operations complete in order */
-    if (!w->waited[r] && r == request) {
-      fprintf(w->pr->out, "  lx_wait(&requests[%d]);\n", r);
-      w->waited[r] = true;
-    }
+  if (w->waited[request]) return;
+  fprintf(w->pr->out, "  lx_wait(&requests[%d]);\n", request);
+  w->waited[request] = true;
 }
 
 static void print_comm(step_walk *w, int k, const lx_instr *in) {
@@ -385,7 +383,10 @@ static void print_comm(step_walk *w, int k, const lx_instr *in) {
   w->last_request[k] = w->requests++;
 }
 
-/* Issues what the communication streams can issue now. */
+static int print_run(step_walk *w, int k, int at_index);
+
+/* Issues what the other streams can issue now: communication is posted, and
+ * recomputation placed in a window runs as soon as the window opens. */
 static void advance_streams(step_walk *w) {
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
     if (k == LX_STREAM_COMPUTE) continue;
@@ -397,6 +398,9 @@ static void advance_streams(step_walk *w) {
         if (e->request >= 0 && e->stream != k) print_wait(w, e->request);
       } else if (in->kind == LX_I_RECORD) {
         w->events[in->event] = (event_state){k, w->last_request[k]};
+      } else if (in->kind == LX_I_FWD || in->kind == LX_I_BWD || in->kind == LX_I_RECOMPUTE) {
+        w->next[k] = print_run(w, k, w->next[k]);
+        continue;
       } else {
         print_comm(w, k, in);
       }
@@ -413,14 +417,39 @@ static const char *run_function(lx_instr_kind k) {
   return k == LX_I_FWD ? "forward" : k == LX_I_BWD ? "backward" : "recompute";
 }
 
-/* A run of FWD/BWD/RECOMPUTE of one graph instance: one call. */
-static int print_run(step_walk *w, int at_index) {
-  const lx_instr_list *list = &w->pr->st->streams[LX_STREAM_COMPUTE];
+/* Is the run exactly the body of its graph function (all ops of the instance,
+ * in order; for recompute, all the ops the stage recomputes)? */
+static bool run_is_function(const printer *pr, const lx_instr *run, int count) {
+  const lx_graph *g = lx_graph_of(pr->ir, run->graph);
+  int n = 0;
+  for (int j = 0; j < g->n_ops; j++) {
+    int i = run->kind == LX_I_BWD ? g->n_ops - 1 - j : j;
+    bool in_body = g->ops[i].kind != LX_OP_INPUT && (run->kind != LX_I_RECOMPUTE || pr->st->decisions[i].recompute);
+    if (!in_body) continue;
+    if (n >= count || run[n].op != i) return false;
+    n++;
+  }
+  return n == count;
+}
+
+/* Part of a graph's recomputation, where the schedule put it: the ops inline. */
+static void print_partial_run(const printer *pr, const lx_instr *run, int count) {
+  fprintf(pr->out, "  {\n    const int layer = %d, mb = %d;\n    (void)layer;\n", run->layer, run->mb);
+  for (int n = 0; n < count; n++) print_forward_op(pr, run->graph, run[n].op, LX_T_RECOMPUTED);
+  fprintf(pr->out, "  }\n");
+}
+
+/* A run of FWD/BWD/RECOMPUTE of one graph instance on stream k: one call of
+ * its graph function, or its ops inline when it is only part of the body. */
+static int print_run(step_walk *w, int k, int at_index) {
+  const lx_instr_list *list = &w->pr->st->streams[k];
   const lx_instr *first = &list->items[at_index];
   int end = at_index;
   while (end < list->count && same_run(&list->items[end], first)) end++;
   const char *graph = lx_graph_of(w->pr->ir, first->graph)->name;
-  if (first->graph == LX_GRAPH_BLOCK)
+  if (first->kind == LX_I_RECOMPUTE && !run_is_function(w->pr, first, end - at_index))
+    print_partial_run(w->pr, first, end - at_index);
+  else if (first->graph == LX_GRAPH_BLOCK)
     fprintf(w->pr->out, "  %s_%s(%d, %d);\n", run_function(first->kind), graph, first->layer, first->mb);
   else
     fprintf(w->pr->out, "  %s_%s(%d);\n", run_function(first->kind), graph, first->mb);
@@ -449,7 +478,7 @@ static void print_step(const printer *pr) {
     switch (in->kind) {
     case LX_I_FWD:
     case LX_I_BWD:
-    case LX_I_RECOMPUTE: i = print_run(&w, i); continue;
+    case LX_I_RECOMPUTE: i = print_run(&w, LX_STREAM_COMPUTE, i); continue;
     case LX_I_LOAD:
       fprintf(pr->out, "  load_micro_batch(%d);\n", in->mb);
       while (i < compute->count && compute->items[i].kind == LX_I_LOAD && compute->items[i].mb == in->mb) i++;

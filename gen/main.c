@@ -52,11 +52,9 @@ static const char usage_text[] =
     "\n"
     "Scheduling:\n"
     "      --policy P         recomputation: none | full | selective | checkmate | lynx-heu |\n"
-    "                         lynx-opt (default none; docs/architecture.md)\n"
+    "                         lynx-opt (default none; gen/overlap.h)\n"
     "      --partition P      layers per stage: uniform (Megatron's even split, the\n"
     "                         default) | dp (recompute-aware, balances stage times)\n"
-    "      --explain          with an open plan (tp, pp, dp or micro-batch left 0): print\n"
-    "                         the best candidates of the plan search and why others lost\n"
     "      --profile FILE     measured op and link times that override the cost model\n"
     "                         (format: docs/cost-model.md)\n"
     "\n"
@@ -87,7 +85,6 @@ typedef struct {
   bool target_given;
   lx_recompute_policy policy;
   lx_partition_kind partition;
-  bool explain;
   const char *profile;
   struct {
     lx_field field;
@@ -138,7 +135,7 @@ static void add_override(options *o, lx_field field, const char *option, int val
 }
 
 static options parse_options(int argc, char **argv) {
-  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION, OPT_PARTITION, OPT_EXPLAIN };
+  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION, OPT_PARTITION };
   static const struct option longopts[] = {
       {"output", required_argument, 0, 'o'},      {"dump-ir", no_argument, 0, OPT_DUMP_IR},
       {"target", required_argument, 0, OPT_TARGET}, {"plan", no_argument, 0, OPT_PLAN},         {"json", no_argument, 0, OPT_JSON},
@@ -148,7 +145,7 @@ static options parse_options(int argc, char **argv) {
       {"global-batch", required_argument, 0, OPT_GLOBAL},
       {"schedule", required_argument, 0, OPT_SCHEDULE},
       {"sequence-parallel", no_argument, 0, OPT_SP},
-      {"partition", required_argument, 0, OPT_PARTITION}, {"explain", no_argument, 0, OPT_EXPLAIN},
+      {"partition", required_argument, 0, OPT_PARTITION},
       {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
       {0, 0, 0, 0}};
   options o = {.target = LX_TARGET_CUDA};
@@ -173,7 +170,6 @@ static options parse_options(int argc, char **argv) {
       else if (!strcmp(optarg, "uniform")) o.partition = LX_PARTITION_UNIFORM;
       else usage_error("unknown partition '%s' (uniform or dp)", optarg);
       break;
-    case OPT_EXPLAIN: o.explain = true; break;
     case OPT_TP: add_override(&o, LX_F_TP, "--tp", parse_count("--tp", optarg)); break;
     case OPT_PP: add_override(&o, LX_F_PP, "--pp", parse_count("--pp", optarg)); break;
     case OPT_DP: add_override(&o, LX_F_DP, "--dp", parse_count("--dp", optarg)); break;
@@ -321,6 +317,17 @@ static bool write_all(const char *dir, const products *out) {
   return lx_write_manifest(dir, out->ir.model_path);
 }
 
+/* mkdir -p of the directories that will hold `dir`. */
+static void make_parents(const char *dir) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+    *slash = '\0';
+    mkdir(path, 0777); /* exists already, or the rename below reports why not */
+    *slash = '/';
+  }
+}
+
 /* Writes everything into DIR.lynxgen-tmp, then renames: readers never see a
  * partial directory, and a failure leaves the previous one untouched. */
 static int write_output(const char *dir, const products *out) {
@@ -329,6 +336,7 @@ static int write_output(const char *dir, const products *out) {
   for (size_t n = strlen(target); n > 1 && target[n - 1] == '/'; n--) target[n - 1] = '\0';
   dir = target;
   snprintf(tmp, sizeof tmp, "%s.lynxgen-tmp", dir);
+  make_parents(dir);
   remove_tree(tmp);
   if (mkdir(tmp, 0777) != 0) {
     fprintf(stderr, "lynxgen: cannot create %s: %s\n", tmp, strerror(errno));
@@ -384,12 +392,13 @@ static int run_passes(const options *opts, products *out) {
     out->memory = calloc((size_t)out->pipe.pp, sizeof *out->memory);
     lx_plan_memory(&out->pipe, out->memory);
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
-    out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes};
+    out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
     out->target = opts->target;
     out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),
                       lx_target_master_copy(&out->pipe, opts->target), &out->layouts[s]);
+    out->report.layouts = out->layouts;
     if (lx_verify(&out->pipe, out->layouts) != 0) return 3; /* a generator bug, already printed */
   }
   if (lx_error_count() > 0) {

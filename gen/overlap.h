@@ -1,6 +1,5 @@
 /* overlap.h — overlapped recomputation: windows, the policies that use them,
- * recompute-aware partitioning and plan search (docs/architecture.md,
- * "Overlapped recomputation").
+ * recompute-aware partitioning.
  *
  * The model, per stage. Every layer instance (layer l, micro-batch m) needs
  * what its ops saved when its backward B(l, m) starts. For each block op a
@@ -138,14 +137,5 @@ void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_co
                              lx_recompute_policy policy);
 void lx_partition_model_free(lx_partition_model *m);
 double lx_partition_stage_cost(void *model, int stage, int first, int count);
-
-/* ---- search.c ----------------------------------------------------------- */
-
-/* When the plan leaves tp, pp, dp or the micro-batch open: enumerate the
- * combinations that fit the cluster (tp inside a node, divides the heads),
- * plan and simulate each, and write the fastest that fits into ir->plan
- * (re-analysing the IR). `explain` prints the best candidates and why the
- * others lost. Returns false after a diagnostic when nothing fits. */
-bool lx_plan_search(lx_ir *ir, const lx_plan_options *o, const char *profile, FILE *explain);
 
 #endif

@@ -108,32 +108,32 @@ void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_co
 
 void lx_partition_model_free(lx_partition_model *m) { lx_stage_problem_free(&m->layer); }
 
-/* One layer's exposed recompute per micro-batch under its share of the
- * budget: the policy on a one-layer, one-micro-batch problem whose single
- * window is the layer's own backward all-reduces (what the layer below
- * uses under the schedule's parity rule). */
-static double layer_exposed(lx_partition_model *m, int stashed, int count, int64_t avail, bool *fits) {
+/* The stage's exposed recompute per micro-batch under its budget: the
+ * policy on a one-micro-batch problem of `count` layer instances, each
+ * able to use the layer's own backward all-reduces (what the layer below
+ * uses under the schedule's parity rule), pooled into one window. */
+static double stage_exposed(lx_partition_model *m, int stashed, int count, int64_t avail, bool *fits) {
   lx_stage_problem *pr = &m->layer;
   pr->n_layers = count, pr->stashed = stashed, pr->micro_batches = 1, pr->avail_bytes = avail;
-  lx_window w = {.kind = LX_WINDOW_TP_BACKWARD, .after = 0, .capacity = m->layer_window_s};
-  int lo[1] = {0}, due[1] = {1};
+  lx_window w = {.kind = LX_WINDOW_TP_BACKWARD, .after = 0, .capacity = count * m->layer_window_s};
+  int *lo = calloc((size_t)count, sizeof(int)), *due = malloc(sizeof(int) * (size_t)count);
+  for (int i = 0; i < count; i++) due[i] = 1;
+  int *saved_lo = pr->lo, *saved_due = pr->due;
+  pr->lo = lo, pr->due = due, pr->n_instances = count;
   pr->windows = m->layer_window_s > 0 ? &w : NULL;
   pr->n_windows = m->layer_window_s > 0 ? 1 : 0;
-  int *saved_lo = pr->lo, *saved_due = pr->due;
-  pr->lo = lo, pr->due = due;
-  pr->n_instances = count; /* every layer instance alike: each has its own window */
   int *window_of = malloc(sizeof(int) * (size_t)count);
   lx_op_decision *d = calloc((size_t)pr->n_ops, sizeof *d);
   lx_policy_stats stats;
   /* lynx-opt's partition uses heu's answer: the DP needs thousands of these */
   lx_recompute_policy p = m->policy == LX_RECOMPUTE_LYNX_OPT ? LX_RECOMPUTE_LYNX_HEU : m->policy;
-  pr->n_instances = 1;
   *fits = lx_policy_solve(m->ir, p, pr, d, window_of, &stats);
-  double exposed = stats.exposed_s;
   pr->lo = saved_lo, pr->due = saved_due, pr->windows = NULL, pr->n_windows = 0, pr->n_instances = 0;
+  free(lo);
+  free(due);
   free(window_of);
   free(d);
-  return exposed;
+  return stats.exposed_s;
 }
 
 double lx_partition_stage_cost(void *model, int stage, int first, int count) {
@@ -148,7 +148,7 @@ double lx_partition_stage_cost(void *model, int stage, int first, int count) {
   int64_t avail = m->capacity - static_bytes - other;
   if (avail <= 0) return -1;
   bool fits;
-  double exposed = layer_exposed(m, stashed, count, avail, &fits);
+  double exposed = stage_exposed(m, stashed, count, avail, &fits);
   if (!fits) return -1;
-  return count * (m->layer_s + exposed) + (is_first ? m->prologue_s : 0) + (is_last ? m->epilogue_s : 0);
+  return count * m->layer_s + exposed + (is_first ? m->prologue_s : 0) + (is_last ? m->epilogue_s : 0);
 }

@@ -296,7 +296,7 @@ static opmask drop_everything(const lx_stage_problem *pr) {
 
 /* ---- lynx-heu ---------------------------------------------------------------------- */
 
-enum { GRID = 24, TOP = 8, MAX_ENUM_OPS = 16, MAX_ENUM_WINDOW_OPS = 10 };
+enum { GRID = 16, TOP = 8, MAX_ENUM_OPS = 16, MAX_ENUM_WINDOW_OPS = 10 };
 
 /* Instances served as a function of the in-window seconds per instance, on
  * a geometric grid: read at the next grid point up, it never promises more
@@ -638,7 +638,15 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
   *stats = (lx_policy_stats){.budget_bytes = pr->avail_bytes, .status = "fixed"};
   int *scratch = window_of ? window_of : malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   bool ok;
+  bool planned = policy == LX_RECOMPUTE_CHECKMATE || policy == LX_RECOMPUTE_LYNX_HEU || policy == LX_RECOMPUTE_LYNX_OPT;
+  if (planned && fits(pr, 0, 0)) { /* keeping everything fits: nothing is exposed and nothing beats it */
+    masks_to_decisions(pr, 0, 0, d);
+    for (int i = 0; i < pr->n_instances; i++) scratch[i] = -1;
+    stats->status = "optimal (everything kept)";
+    policy = LX_RECOMPUTE_POLICY_COUNT; /* done */
+  }
   switch (policy) {
+  case LX_RECOMPUTE_POLICY_COUNT: ok = true; break;
   case LX_RECOMPUTE_CHECKMATE: ok = solve_checkmate(pr, d, scratch, stats); break;
   case LX_RECOMPUTE_LYNX_HEU:
     ok = solve_heu(pr, d, scratch);

@@ -14,8 +14,19 @@ static double ms(double seconds) { return seconds * 1e3; }
 
 static const char *decision_text(const lx_op_decision *d) {
   if (!d->recompute) return "keep";
+  if (d->in_window) return "recompute in a window on the recompute stream (on demand where the instance got none)";
   if (d->drop_internals && !d->drop_output) return "recompute internals on demand, before the layer's backward";
   return "recompute on demand, before the layer's backward";
+}
+
+/* What the policy pass found (planned policies only): budget, windows used, search. */
+static void print_policy_stats(const lx_stage *st, FILE *out) {
+  if (!st->window_of && st->stats.budget_bytes == 0) return;
+  fprintf(out, "  policy     %s (gap %.2g), budget %.2f GiB for the block's activations (uses %.2f), exposed "
+               "recompute %.2f ms, %.2f ms hidden in windows (%d found), search %.1f ms\n",
+          st->stats.status ? st->stats.status : "", st->stats.gap, gib(st->stats.budget_bytes),
+          gib(st->stats.used_bytes), ms(st->stats.exposed_s), ms(st->stats.window_s), st->n_windows,
+          ms(st->stats.search_s));
 }
 
 static void stage_layers(const lx_stage *st, char *buf, size_t size) {
@@ -34,6 +45,21 @@ static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out
   }
 }
 
+/* The static memory plan of the emitted program: one arena, its regions. */
+static void print_arena(const lx_stage_layout *l, FILE *out) {
+  int64_t weights = l->region_bytes[LX_REGION_PARAMS] + l->region_bytes[LX_REGION_MASTER];
+  int64_t optimizer = l->region_bytes[LX_REGION_ADAM_M] + l->region_bytes[LX_REGION_ADAM_V];
+  int64_t transient = l->region_bytes[LX_REGION_WORK] + l->region_bytes[LX_REGION_BOUNDARY];
+  fprintf(out, "  arena      %lld bytes (%.2f GiB), the emitted program's one allocation: weights %.2f MiB, grads %.2f "
+               "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%d slots x %.2f MiB), transient %.2f MiB\n",
+          (long long)l->total, gib(l->total), mib(weights), mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer),
+          mib(l->region_bytes[LX_REGION_STASH]), l->slots, mib(l->slot_bytes), mib(transient));
+  for (int k = 0; k < LX_REGION_COUNT; k++)
+    if (l->region_bytes[k])
+      fprintf(out, "             %-9s at %12lld, %12lld bytes\n", lx_region_name((lx_region)k),
+              (long long)l->region_offset[k], (long long)l->region_bytes[k]);
+}
+
 static void print_stage_text(const lx_report *r, int s, FILE *out) {
   const lx_ir *ir = r->pipe->ir;
   const lx_stage *st = &r->pipe->stages[s];
@@ -45,13 +71,15 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
   fprintf(out, "  time       compute %.2f ms, recompute %.2f ms, exposed communication %.2f ms, compute busy %.1f%%\n",
           ms(tl->compute_time), ms(tl->recompute_time), ms(tl->exposed_comm_time),
           100 * tl->busy[LX_STREAM_COMPUTE] / r->sim->iteration_time);
-  fprintf(out, "  memory     peak %.2f GiB of %.2f GiB%s\n", gib(m->peak), r->capacity_bytes / (1 << 30) * 1.0,
+  fprintf(out, "  memory     modeled peak %.2f GiB of %.2f GiB%s (liveness of what each op keeps; the scheduler's model)\n", gib(m->peak), r->capacity_bytes / (1 << 30) * 1.0,
           (double)m->peak > r->capacity_bytes ? "  -- DOES NOT FIT" : "");
   fprintf(out, "             weights %.2f, grads %.2f, optimizer %.2f, activations %.2f (%d micro-batches x %.1f MiB "
                "kept), transient %.2f GiB\n",
           gib(m->weights), gib(m->grads), gib(m->optimizer), gib(m->activations_peak), m->stashed_micro_batches,
           mib(m->kept_per_micro_batch), gib(m->transient_peak));
+  if (r->layouts) print_arena(&r->layouts[s], out);
   print_layer_decisions(ir, st, out);
+  print_policy_stats(st, out);
 }
 
 void lx_print_plan_text(const lx_report *r, FILE *out) {
@@ -100,6 +128,7 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
                  ", \"stashed_micro_batches\": %d, \"fits\": %s, \"recomputed_ops\": [",
             m->peak, m->weights, m->grads, m->optimizer, m->activations_peak, m->transient_peak,
             m->stashed_micro_batches, (double)m->peak <= r->capacity_bytes ? "true" : "false");
+    if (r->layouts) fprintf(out, "\"arena_bytes\": %lld, ", (long long)r->layouts[s].total);
     bool first = true;
     for (int i = 0; i < ir->block.n_ops; i++)
       if (st->decisions[i].recompute) {

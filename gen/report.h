@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "layout.h"
 #include "memplan.h"
 #include "simulate.h"
 
@@ -12,6 +13,7 @@ typedef struct {
   const lx_stage_memory *memory; /* one per stage */
   const lx_simulation *sim;
   double capacity_bytes;         /* of one GPU */
+  const lx_stage_layout *layouts; /* the emitted program's arena per stage; NULL when not laid out */
 } lx_report;
 
 void lx_print_plan_text(const lx_report *r, FILE *out);

@@ -52,7 +52,7 @@ static void wait_for_reuse(builder *b, lx_stream on, const int *done, int mb) {
 }
 
 static bool forward_allreduce(const builder *b, const lx_op *op) {
-  return b->tp > 1 && (op->needs_tp_allreduce || op->kind == LX_OP_EMBEDDING);
+  return b->tp > 1 && op->needs_tp_allreduce;
 }
 
 /* Megatron's conjugate: a column-parallel op's input gradient is summed. */
@@ -418,14 +418,35 @@ static void repair(planner *pl) {
   }
 }
 
+static double simulated_time(planner *pl) {
+  lx_simulation sim;
+  lx_simulate(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
+  double t = sim.iteration_time;
+  lx_simulation_free(&sim);
+  return t;
+}
+
 static void plan_policy(planner *pl) {
   int pp = pl->pipe->pp;
   for (int s = 0; s < pp; s++) schedule_one(pl->ir, pl->pipe, s);
   compute_budgets(pl);
-  for (int s = 0; s < pp; s++) solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
-  if (pl->policy != LX_RECOMPUTE_CHECKMATE) {
+  bool recomputes = false;
+  for (int s = 0; s < pp; s++) {
+    solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
+    for (int i = 0; i < pl->ir->block.n_ops; i++) recomputes |= pl->pipe->stages[s].decisions[i].recompute;
+  }
+  if (pl->policy != LX_RECOMPUTE_CHECKMATE && recomputes) { /* with nothing to recompute, windows cannot help */
     measure_windows(pl);
+    double on_demand = simulated_time(pl);
     for (int s = 0; s < pp; s++) solve_stage(pl, s, pl->policy, true);
+    repair(pl);
+    /* windows measured on the on-demand schedule can shrink once other
+     * stages speed up: if the plan lost, checkmate's on-demand plan (a
+     * choice within the policy's space) stands */
+    if (simulated_time(pl) > on_demand) {
+      for (int s = 0; s < pp; s++) solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
+      for (int s = 0; s < pp; s++) pl->pipe->stages[s].stats.status = "checkmate's plan (windows did not pay)";
+    }
   }
   repair(pl);
 }

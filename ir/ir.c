@@ -74,7 +74,7 @@ const char *lx_lr_schedule_name(lx_lr_schedule s) {
 }
 
 const char *lx_tp_role_name(lx_tp_role role) {
-  static const char *names[] = {"replicated", "column", "row", "split"};
+  static const char *names[] = {"replicated", "column", "row", "split", "vocab"};
   return NAME_OF(names, role);
 }
 
@@ -82,6 +82,13 @@ const char *lx_file_name(const char *path) {
   if (!path) return "";
   const char *slash = strrchr(path, '/');
   return slash ? slash + 1 : path;
+}
+
+int64_t lx_rank_width(const lx_ir *ir, lx_shape s) {
+  int64_t tp = ir->plan.tp ? ir->plan.tp : 1;
+  if (s.scalar) return 1;
+  int64_t width = s.vocab ? ir->padded_vocab : s.width;
+  return s.split ? width / tp : width;
 }
 
 int lx_dtype_bytes(lx_dtype dtype) {

@@ -79,14 +79,16 @@ typedef enum { LX_ATTN_MATERIALIZED, LX_ATTN_FLASH } lx_attention_impl;
 
 /* How tensor parallelism splits an op (Megatron-LM): a linear whose input is
  * replicated is column-parallel (its output is split over tp ranks); one whose
- * input is split is row-parallel (its output needs an all-reduce). */
-typedef enum { LX_TP_REPLICATED, LX_TP_COLUMN, LX_TP_ROW, LX_TP_SPLIT_ELEMENTWISE } lx_tp_role;
+ * input is split is row-parallel (its output needs an all-reduce). The
+ * embedding is vocab-parallel: each rank looks up its rows, then all-reduce. */
+typedef enum { LX_TP_REPLICATED, LX_TP_COLUMN, LX_TP_ROW, LX_TP_SPLIT_ELEMENTWISE, LX_TP_VOCAB } lx_tp_role;
 
 /* A tensor's shape is (micro_batch, seq_len, width); only width varies. */
 typedef struct {
   int width;     /* full width, before any tensor-parallel split */
   bool split;    /* width is divided over the tp ranks */
   bool scalar;   /* the loss: one number */
+  bool vocab;    /* width is the vocabulary: ranks hold padded_vocab / tp columns */
   lx_dtype dtype;
 } lx_shape;
 
@@ -193,6 +195,8 @@ int lx_dtype_bytes(lx_dtype dtype);
 /* The file name of a path: what generated files cite, so that they are the
  * same from any working directory. */
 const char *lx_file_name(const char *path);
+/* Width of a tensor on one tensor-parallel rank (1 for the scalar loss). */
+int64_t lx_rank_width(const lx_ir *ir, lx_shape s);
 /* The op whose backward is the last to need the output of op `producer`
  * (the earliest op in forward order that saves it), or -1 if none saves it. */
 int lx_last_saver(const lx_graph *g, int producer);

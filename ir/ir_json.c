@@ -152,6 +152,15 @@ static void print_op(json_writer *w, const lx_graph *g, const lx_op *op) {
   for (int k = 0; k < op->n_inputs; k++) put_str(w, NULL, g->ops[op->inputs[k]].name);
   close_container(w, ']');
   print_shape(w, op->out);
+  if (op->kind == LX_OP_LINEAR || op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_POSITION_EMBEDDING ||
+      op->kind == LX_OP_LM_HEAD)
+    put_int(w, "out_width", op->out_width);
+  if (op->kind == LX_OP_EMBEDDING) put_int(w, "table_rows", op->table_rows);
+  if (op->kind == LX_OP_ATTENTION || op->kind == LX_OP_ROPE) {
+    put_int(w, "heads", op->heads);
+    put_int(w, "kv_heads", op->kv_heads);
+  }
+  if (op->kind == LX_OP_LINEAR) put_bool(w, "bias", op->has_bias);
   put_str(w, "tp_role", lx_tp_role_name(op->tp_role));
   if (op->kind == LX_OP_ATTENTION)
     put_str(w, "attention_impl", op->attention_impl == LX_ATTN_FLASH ? "flash" : "materialized");

@@ -181,15 +181,33 @@ def main():
         if not ok:
             print(out[-3000:] + (r.stderr[-2000:] if r else ""))
 
-    # Training: well below the unigram entropy of the data.
+    # GPipe over an uneven split (4 layers on 3 stages: 2, 1, 1) trains like 1F1B.
+    program = generate(work, "gpipe-pp3", model, "--pp", "3", "--schedule", "gpipe")
+    r, metrics = train(program, work, "--steps", "6") if program else (None, None)
+    if r is not None and r.returncode == 0 and 1 in by_pp:
+        worst = max(abs(a - b) / abs(b) for a, b in zip(losses(metrics), by_pp[1]))
+        check(worst <= CROSS_PP_BOUND, "gpipe, pp=3 (layers 2+1+1): losses equal pp=1's within %.0e (worst %.2e)" % (
+            CROSS_PP_BOUND, worst))
+    else:
+        check(False, "gpipe, pp=3 (layers 2+1+1) trains")
+
+    # Training: well below the unigram entropy of the data, with validation.
     entropy = unigram_entropy(os.path.join(work, "data", "train_000000.bin"))
     program = generate(work, "converge", model, "--pp", "2")
-    r, metrics = train(program, work, "--steps", "150") if program else (None, None)
+    r, metrics = train(program, work, "--steps", "150", "--val-data", os.path.join(work, "data/val_*.bin"),
+                       "--eval-interval", "50", "--val-batches", "2") if program else (None, None)
     if r is not None and r.returncode == 0:
         tail = losses(metrics)[-10:]
         final = sum(tail) / len(tail)
         check(final < entropy - 0.5,
               "after 150 steps the loss %.3f is well below the unigram entropy %.3f nats of the data" % (final, entropy))
+        with open(metrics) as f:
+            rows = [json.loads(line) for line in f]
+        val_steps = [row["step"] for row in rows if "val_loss" in row]
+        check(val_steps == [50, 100, 150] and all(math.isfinite(row["val_loss"]) for row in rows if "val_loss" in row),
+              "validation loss every 50 steps in metrics.jsonl (at steps %s)" % val_steps)
+        keys = {"step", "loss", "lr", "grad_norm", "ms", "tokens_per_s"}
+        check(all(keys <= set(row) for row in rows), "every metrics.jsonl line has %s" % sorted(keys))
     else:
         check(False, "the convergence run completes")
 

@@ -14,7 +14,10 @@ typedef struct {
  * folded into the gradient, so Adam's normalisation does not rescale it.
  *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
  *   p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p)
- * step t counts from 1. */
+ * step t counts from 1. The arrays never overlap: simd lets the compiler
+ * use vector lanes (which round exactly as scalar code, so the result stays
+ * free of the thread count) where it may ignore errno (-fno-math-errno);
+ * otherwise the sqrt keeps the loop scalar. */
 static inline void lx_adamw_update(real *params,      // (N)
                                    const real *grads, // (N)
                                    real *m,           // (N) first moment, zero before step 1
@@ -24,12 +27,12 @@ static inline void lx_adamw_update(real *params,      // (N)
   real b1 = (real)hp.beta1, b2 = (real)hp.beta2;
   real correction1 = (real)(1.0 - pow(hp.beta1, step)), correction2 = (real)(1.0 - pow(hp.beta2, step));
   real lr_r = (real)lr, eps = (real)hp.eps, wd = (real)hp.weight_decay;
-#pragma omp parallel for
+#pragma omp parallel for simd
   for (size_t i = 0; i < N; i++) {
     real g = grads[i];
-    m[i] = b1 * m[i] + (1 - b1) * g;
-    v[i] = b2 * v[i] + (1 - b2) * g * g;
-    real m_hat = m[i] / correction1, v_hat = v[i] / correction2;
+    real mi = b1 * m[i] + (1 - b1) * g, vi = b2 * v[i] + (1 - b2) * g * g;
+    m[i] = mi, v[i] = vi;
+    real m_hat = mi / correction1, v_hat = vi / correction2;
     params[i] -= lr_r * (m_hat / (lx_sqrt(v_hat) + eps) + wd * params[i]);
   }
 }
@@ -68,7 +71,7 @@ static inline void lx_scale(real *x, // (N)
                             size_t N, double factor) {
   if (factor == 1.0) return;
   real f = (real)factor;
-#pragma omp parallel for
+#pragma omp parallel for simd
   for (size_t i = 0; i < N; i++)
     x[i] *= f;
 }

@@ -42,17 +42,26 @@ static inline void lx_linear_forward(real *out,          // (BT, OC)
   lx_gemm(0, 1, BT, OC, C, 1, inp, weight, bias ? 1 : 0, out);
 }
 
-/* The bias gradient sums dout over rows; parallel over channels, each
- * channel summing its rows in order, so the result is thread-count free. */
+/* The bias gradient sums dout over rows. Each task owns a block of channels
+ * and walks the rows in order, reading each row's block contiguously (a
+ * column-at-a-time walk strides OC floats per row); every channel sums its
+ * rows in order, so the result is thread-count free. */
+#define LX_BIAS_CHANNEL_BLOCK 256
+
 static inline void lx_bias_backward(real *dbias,      // (OC)
                                     const real *dout, // (BT, OC)
                                     int BT, int OC) {
 #pragma omp parallel for
-  for (int o = 0; o < OC; o++) {
-    lx_acc s = 0;
-    for (int r = 0; r < BT; r++)
-      s += dout[(size_t)r * OC + o];
-    dbias[o] += (real)s;
+  for (int o0 = 0; o0 < OC; o0 += LX_BIAS_CHANNEL_BLOCK) {
+    int n = OC - o0 < LX_BIAS_CHANNEL_BLOCK ? OC - o0 : LX_BIAS_CHANNEL_BLOCK;
+    lx_acc s[LX_BIAS_CHANNEL_BLOCK] = {0};
+    for (int r = 0; r < BT; r++) {
+      const real *row = dout + (size_t)r * OC + o0;
+      for (int o = 0; o < n; o++)
+        s[o] += row[o];
+    }
+    for (int o = 0; o < n; o++)
+      dbias[o0 + o] += (real)s[o];
   }
 }
 

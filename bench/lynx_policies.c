@@ -1,0 +1,184 @@
+/* lynx_policies — predicted iteration time and peak memory of every
+ * recompute policy on the GPT configurations of
+ * ../shared/reference/models.md, on DGX-A100 and DGX-H100 clusters, with
+ * memory-constrained variants (4x the micro-batch; sequence 4096).
+ *
+ *   make bench-lynx                 all configurations
+ *   .build/bench/lynx_policies 7b   only models whose file name contains "7b"
+ *
+ * Per configuration and policy: iteration time, the largest stage peak,
+ * whether it fits, the speedup over full recompute, the recompute overhead
+ * (time over the no-recompute time with unlimited memory, which is the
+ * `none` schedule's time whether or not it fits) and the search time (the
+ * policy passes of all stages; planning adds the window measurement). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "analyze.h"
+#include "diag.h"
+#include "frontend.h"
+#include "memplan.h"
+#include "overlap.h"
+#include "passes.h"
+#include "simulate.h"
+
+typedef struct {
+  const char *file;
+  int tp, pp, dp, micro_batch;
+} config;
+
+static const config configs[] = {
+    {"examples/gpt13b.model", 1, 4, 2, 4}, {"examples/gpt-2.7b.model", 2, 4, 1, 2},
+    {"examples/gpt-7b.model", 2, 4, 2, 2}, {"examples/gpt-13b.model", 4, 4, 1, 1},
+    {"examples/gpt-20b.model", 4, 8, 1, 1}, {"examples/gpt-23b.model", 4, 8, 1, 1},
+};
+
+typedef struct {
+  const char *name;
+  lx_gpu gpu;
+  lx_link intra, inter;
+} cluster_kind;
+
+static const cluster_kind clusters[] = {
+    {"A100-80GB", LX_GPU_A100_80GB, LX_LINK_NVLINK3, LX_LINK_IB_HDR},
+    {"H100", LX_GPU_H100_80GB, LX_LINK_NVLINK4, LX_LINK_IB_NDR},
+};
+
+typedef enum { VARIANT_PLAN, VARIANT_BIG_MICRO, VARIANT_SEQ4096, VARIANT_COUNT } variant;
+static const char *variant_names[] = {"plan", "micro x4", "seq 4096"};
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static bool load(const config *c, const cluster_kind *k, variant v, lx_ir *ir) {
+  lx_ir_init(ir);
+  if (lx_parse_model(c->file, NULL, 0, ir)) return false;
+  ir->cluster.gpu = k->gpu;
+  ir->cluster.intra_node_link = k->intra;
+  ir->cluster.inter_node_link = k->inter;
+  ir->plan.tp = c->tp, ir->plan.pp = c->pp, ir->plan.dp = c->dp;
+  ir->plan.micro_batch = c->micro_batch * (v == VARIANT_BIG_MICRO ? 4 : 1);
+  if (v == VARIANT_SEQ4096) ir->model.seq_len = 4096;
+  ir->cluster.nodes = (c->tp * c->pp * c->dp + ir->cluster.gpus_per_node - 1) / ir->cluster.gpus_per_node;
+  return lx_analyze(ir) == 0;
+}
+
+typedef struct {
+  double time, search_s, plan_s, exposed_s;
+  int64_t peak;
+  bool fits, ok;
+} outcome;
+
+static outcome run_policy(const lx_ir *ir, const lx_cost_model *cm, lx_recompute_policy policy) {
+  outcome o = {0};
+  lx_pipeline p;
+  lx_plan_options opts = {.policy = policy, .partition = LX_PARTITION_UNIFORM, .cm = cm, .opt_time_limit_s = 20};
+  double start = now_s();
+  if (!lx_plan_pipeline(ir, &opts, &p)) return o;
+  o.plan_s = now_s() - start;
+  lx_stage_memory *mem = calloc((size_t)p.pp, sizeof *mem);
+  lx_plan_memory(&p, mem);
+  lx_simulation sim;
+  o.ok = lx_simulate(&p, cm, NULL, NULL, NULL, &sim);
+  o.time = sim.iteration_time;
+  o.fits = true;
+  for (int s = 0; s < p.pp; s++) {
+    if (mem[s].peak > o.peak) o.peak = mem[s].peak;
+    o.fits &= (double)mem[s].peak <= cm->gpu.memory_bytes;
+    o.search_s += p.stages[s].stats.search_s;
+    o.exposed_s += p.stages[s].stats.exposed_s;
+    lx_stage_memory_free(&mem[s]);
+  }
+  free(mem);
+  lx_simulation_free(&sim);
+  lx_pipeline_free(&p);
+  return o;
+}
+
+static const char *short_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* Totals against the targets, over every configuration. */
+typedef struct {
+  int configs, heu_slower_than_baseline, heu_over_opt_3pct;
+  double worst_heu_vs_baseline, worst_heu_vs_opt, max_heu_search, max_opt_search, max_heu_overhead_windowed;
+  double sum_full_overhead;
+  int full_counted;
+} summary;
+
+static void print_config(const config *c, const cluster_kind *k, variant v, summary *sum) {
+  lx_ir ir;
+  if (!load(c, k, v, &ir)) {
+    printf("%s: does not load\n", c->file);
+    return;
+  }
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  outcome out[LX_RECOMPUTE_POLICY_COUNT];
+  for (int pol = 0; pol < LX_RECOMPUTE_POLICY_COUNT; pol++) out[pol] = run_policy(&ir, &cm, (lx_recompute_policy)pol);
+  double ideal = out[LX_RECOMPUTE_NONE].time, full = out[LX_RECOMPUTE_FULL].time;
+  printf("\n%s on %s, tp %d x pp %d x dp %d, micro-batch %d, seq %d (%s), %d micro-batches\n", short_name(c->file),
+         k->name, c->tp, c->pp, c->dp, ir.plan.micro_batch, ir.model.seq_len, variant_names[v], lx_micro_batches(&ir));
+  printf("  %-10s %11s %9s %5s %8s %9s %11s %10s\n", "policy", "iteration", "peak GiB", "fits", "vs full",
+         "overhead", "search ms", "plan ms");
+  double best_baseline = 0;
+  for (int pol = 0; pol < LX_RECOMPUTE_POLICY_COUNT; pol++) {
+    const outcome *o = &out[pol];
+    printf("  %-10s %8.1f ms %9.2f %5s %7.3fx %8.1f%% %11.2f %10.1f\n", lx_recompute_policy_name((lx_recompute_policy)pol),
+           o->time * 1e3, (double)o->peak / (1 << 30), o->fits ? "yes" : "NO", full / o->time,
+           100 * (o->time / ideal - 1), o->search_s * 1e3, o->plan_s * 1e3);
+    if (pol <= LX_RECOMPUTE_CHECKMATE && o->fits && (best_baseline == 0 || o->time < best_baseline))
+      best_baseline = o->time;
+  }
+  const outcome *heu = &out[LX_RECOMPUTE_LYNX_HEU], *opt = &out[LX_RECOMPUTE_LYNX_OPT];
+  sum->configs++;
+  if (best_baseline > 0) {
+    double r = heu->time / best_baseline - 1;
+    if (r > 1e-6) sum->heu_slower_than_baseline++;
+    if (r > sum->worst_heu_vs_baseline) sum->worst_heu_vs_baseline = r;
+    printf("  lynx-heu vs the best baseline that fits: %+.2f%%; vs lynx-opt: %+.2f%%\n", 100 * r,
+           100 * (heu->time / opt->time - 1));
+  }
+  double r = heu->time / opt->time - 1;
+  if (r > 0.03) sum->heu_over_opt_3pct++;
+  if (r > sum->worst_heu_vs_opt) sum->worst_heu_vs_opt = r;
+  if (heu->search_s > sum->max_heu_search) sum->max_heu_search = heu->search_s;
+  if (opt->search_s > sum->max_opt_search) sum->max_opt_search = opt->search_s;
+  if (!out[LX_RECOMPUTE_NONE].fits) {
+    double oh = heu->time / ideal - 1;
+    if (oh > sum->max_heu_overhead_windowed) sum->max_heu_overhead_windowed = oh;
+    sum->sum_full_overhead += full / ideal - 1;
+    sum->full_counted++;
+  }
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+int main(int argc, char **argv) {
+  const char *only = argc > 1 ? argv[1] : NULL;
+  summary sum = {0};
+  double start = now_s();
+  for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+    if (only && !strstr(configs[i].file, only)) continue;
+    for (size_t k = 0; k < sizeof clusters / sizeof clusters[0]; k++)
+      for (int v = 0; v < VARIANT_COUNT; v++) print_config(&configs[i], &clusters[k], (variant)v, &sum);
+  }
+  printf("\nsummary over %d configurations (%.0f s):\n", sum.configs, now_s() - start);
+  printf("  lynx-heu slower than the best baseline that fits: %d (worst %+.2f%%)\n", sum.heu_slower_than_baseline,
+         100 * sum.worst_heu_vs_baseline);
+  printf("  lynx-heu more than 3%% slower than lynx-opt: %d (worst %+.2f%%)\n", sum.heu_over_opt_3pct,
+         100 * sum.worst_heu_vs_opt);
+  printf("  where none does not fit: lynx-heu overhead at most %.1f%%, full recompute's %.1f%% on average\n",
+         100 * sum.max_heu_overhead_windowed, sum.full_counted ? 100 * sum.sum_full_overhead / sum.full_counted : 0);
+  printf("  search time per plan (all stages): lynx-heu at most %.1f ms, lynx-opt at most %.2f s\n",
+         1e3 * sum.max_heu_search, sum.max_opt_search);
+  return lx_error_count() ? 1 : 0;
+}

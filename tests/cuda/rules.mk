@@ -1,0 +1,33 @@
+# The CUDA kernels of the emitted GPU programs (templates/cuda/*.cuh).
+#   cuda_compile_test.sh  (make test, no GPU needed) every header compiled for
+#                         sm_80 and sm_90 with warnings as errors, the twins
+#                         program linked against cuBLASLt / NCCL / Open MPI,
+#                         and the kernels' registers / shared memory / spills
+#                         (any spill fails)
+#   make test-gpu         builds and runs kernel_twins: each CUDA kernel
+#                         against its CPU twin (templates/cpu) with bf16
+#                         tolerances; prints "skipped: no GPU" without one
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+MPI_INCLUDE ?= /usr/lib/x86_64-linux-gnu/openmpi/include
+MPI_LIBDIR ?= /usr/lib/x86_64-linux-gnu/openmpi/lib
+CUDA_ARCH_FLAGS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+CUDA_TEST_NVFLAGS := -std=c++17 -O2 $(CUDA_ARCH_FLAGS) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+  -isystem $(MPI_INCLUDE) -Itemplates/cuda -Itests/cuda
+CUDA_TEST_LIBS := -lcublasLt -lnccl -L$(MPI_LIBDIR) -lmpi -lopenblas -lgomp -lm
+
+CUDA_HEADERS := $(wildcard templates/cuda/*.cuh)
+
+$(BUILD)/tests/cuda/cpu_twins.o: tests/cuda/cpu_twins.c tests/cuda/cpu_twins.h $(wildcard templates/cpu/*.h)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 $(WARNINGS) -fopenmp -Itemplates/cpu -c -o $@ $<
+
+$(BUILD)/tests/cuda/kernel_twins: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_HEADERS) \
+    tests/cuda/cpu_twins.h
+	@mkdir -p $(@D)
+	$(NVCC) $(CUDA_TEST_NVFLAGS) -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_TEST_LIBS)
+
+test-gpu: $(BUILD)/tests/cuda/kernel_twins
+	$(BUILD)/tests/cuda/kernel_twins
+
+TEST_PROGRAMS += tests/cuda/cuda_compile_test.sh
