@@ -55,6 +55,8 @@ static const char usage_text[] =
     "                         lynx-opt (default none; gen/overlap.h)\n"
     "      --partition P      layers per stage: uniform (Megatron's even split, the\n"
     "                         default) | dp (recompute-aware, balances stage times)\n"
+    "      --gpu-memory GIB   plan for GPUs with this much memory instead of the\n"
+    "                         datasheet's (what-if studies; forcing recomputation)\n"
     "      --profile FILE     measured op and link times that override the cost model\n"
     "                         (format: docs/cost-model.md)\n"
     "\n"
@@ -86,6 +88,7 @@ typedef struct {
   lx_recompute_policy policy;
   lx_partition_kind partition;
   const char *profile;
+  double gpu_memory_bytes; /* 0: the datasheet's */
   struct {
     lx_field field;
     const char *text; /* "--tp 2", for diagnostics */
@@ -120,6 +123,17 @@ static int parse_schedule(const char *arg) {
   usage_error("unknown schedule '%s' (gpipe, 1f1b, 2bw or interleaved)", arg);
 }
 
+static double parse_gib(const char *option, const char *arg) {
+  char *end;
+  double gib = strtod(arg, &end);
+  if (*end || end == arg || !(gib > 0) || gib > 1e6) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s needs a positive number of GiB, got '%%s'", option);
+    usage_error(msg, arg);
+  }
+  return gib * 1024 * 1024 * 1024;
+}
+
 static lx_recompute_policy parse_policy(const char *arg) {
   for (int p = 0; p < LX_RECOMPUTE_POLICY_COUNT; p++)
     if (!strcmp(arg, lx_recompute_policy_name((lx_recompute_policy)p))) return (lx_recompute_policy)p;
@@ -135,11 +149,12 @@ static void add_override(options *o, lx_field field, const char *option, int val
 }
 
 static options parse_options(int argc, char **argv) {
-  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION, OPT_PARTITION };
+  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_GPU_MEMORY, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION, OPT_PARTITION };
   static const struct option longopts[] = {
       {"output", required_argument, 0, 'o'},      {"dump-ir", no_argument, 0, OPT_DUMP_IR},
       {"target", required_argument, 0, OPT_TARGET}, {"plan", no_argument, 0, OPT_PLAN},         {"json", no_argument, 0, OPT_JSON},
       {"policy", required_argument, 0, OPT_POLICY}, {"profile", required_argument, 0, OPT_PROFILE},
+      {"gpu-memory", required_argument, 0, OPT_GPU_MEMORY},
       {"tp", required_argument, 0, OPT_TP},       {"pp", required_argument, 0, OPT_PP},
       {"dp", required_argument, 0, OPT_DP},       {"micro-batch", required_argument, 0, OPT_MICRO},
       {"global-batch", required_argument, 0, OPT_GLOBAL},
@@ -165,6 +180,7 @@ static options parse_options(int argc, char **argv) {
     case OPT_JSON: o.json = true; break;
     case OPT_POLICY: o.policy = parse_policy(optarg); break;
     case OPT_PROFILE: o.profile = optarg; break;
+    case OPT_GPU_MEMORY: o.gpu_memory_bytes = parse_gib("--gpu-memory", optarg); break;
     case OPT_PARTITION:
       if (!strcmp(optarg, "dp")) o.partition = LX_PARTITION_DP;
       else if (!strcmp(optarg, "uniform")) o.partition = LX_PARTITION_UNIFORM;
@@ -388,7 +404,9 @@ static int run_passes(const options *opts, products *out) {
   if (lx_error_count() == 0 && lx_ir_validate(ir) != 0) return 3; /* a generator bug, already printed */
   bool schedule = lx_error_count() == 0 && (opts->plan || opts->output_dir);
   lx_plan_options plan = {.policy = opts->policy, .partition = opts->partition, .cm = &out->cost};
-  if (schedule && lx_cost_model_init(&out->cost, ir, opts->profile) && lx_plan_pipeline(ir, &plan, &out->pipe)) {
+  bool costed = schedule && lx_cost_model_init(&out->cost, ir, opts->profile);
+  if (costed && opts->gpu_memory_bytes > 0) out->cost.gpu.memory_bytes = opts->gpu_memory_bytes;
+  if (costed && lx_plan_pipeline(ir, &plan, &out->pipe)) {
     out->memory = calloc((size_t)out->pipe.pp, sizeof *out->memory);
     lx_plan_memory(&out->pipe, out->memory);
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;

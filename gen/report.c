@@ -125,10 +125,11 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
             tl->recompute_time, tl->exposed_comm_time);
     fprintf(out, "\"peak_bytes\": %" PRId64 ", \"weights_bytes\": %" PRId64 ", \"grads_bytes\": %" PRId64
                  ", \"optimizer_bytes\": %" PRId64 ", \"activations_bytes\": %" PRId64 ", \"transient_bytes\": %" PRId64
-                 ", \"stashed_micro_batches\": %d, \"fits\": %s, \"recomputed_ops\": [",
+                 ", \"stashed_micro_batches\": %d, \"fits\": %s, ",
             m->peak, m->weights, m->grads, m->optimizer, m->activations_peak, m->transient_peak,
             m->stashed_micro_batches, (double)m->peak <= r->capacity_bytes ? "true" : "false");
     if (r->layouts) fprintf(out, "\"arena_bytes\": %lld, ", (long long)r->layouts[s].total);
+    fputs("\"recomputed_ops\": [", out);
     bool first = true;
     for (int i = 0; i < ir->block.n_ops; i++)
       if (st->decisions[i].recompute) {

@@ -7,7 +7,9 @@ and compares against references derived here, independently of lynxgen:
 - the loss falls well below the unigram entropy of the training bytes;
 - every parameter tensor's gradient matches central finite differences of the
   loss (double-precision build, --gradcheck), for pp = 1 and pp = 2;
-- the per-step losses are bitwise equal for every recompute policy (recomputing
+- the per-step losses are bitwise equal for every recompute policy, the Lynx
+  ones included with memory squeezed so that recomputation runs in windows on
+  the recompute stream (recomputing
   runs the same kernels on the same inputs, dropout masks are a pure function
   of seed, step, micro-batch, layer and op), and equal across pp = 1, 2, 4 up
   to the bound CROSS_PP_BOUND (see there for why not bitwise);
@@ -153,6 +155,16 @@ def main():
                 if policy in runs:
                     check(runs[policy] == runs["none"],
                           "pp=%d: %s recompute gives bitwise the losses of none %s" % (pp, policy, runs["none"]))
+    # Lynx: GPUs of 3 MiB (--gpu-memory) push recomputation into the pipeline's
+    # waiting windows; the program must still compute exactly the same.
+    for policy in ("lynx-heu", "lynx-opt"):
+        args = ("--pp", "2", "--policy", policy, "--gpu-memory", "0.003")
+        plan = run([LYNXGEN, model, "--plan", "--target", "cpu", *args], work).stdout
+        check("in a window" in plan, "pp=2 %s with 3 MiB GPUs recomputes in windows (plan.txt says where)" % policy)
+        program = generate(work, "pp2-" + policy, model, *args)
+        r, metrics = train(program, work, "--steps", "6") if program else (None, None)
+        ok = r is not None and r.returncode == 0 and 2 in by_pp
+        check(ok and losses(metrics) == by_pp[2], "pp=2 %s gives bitwise the losses of none" % policy)
     for pp in (2, 4):
         if 1 in by_pp and pp in by_pp:
             worst = max(abs(a - b) / abs(b) for a, b in zip(by_pp[pp], by_pp[1]))
@@ -171,8 +183,9 @@ def main():
             print(r.stdout[-3000:] + r.stderr[-2000:])
 
     # The memory plan, measured: poisoned dead memory, extents as planned.
-    for policy in ("none", "full", "selective"):
-        program = generate(work, "mem-%s" % policy, model, "--pp", "2", "--policy", policy, target="check")
+    for policy in ("none", "full", "selective", "lynx-heu"):
+        squeeze = ("--gpu-memory", "0.003") if policy.startswith("lynx") else ()
+        program = generate(work, "mem-%s" % policy, model, "--pp", "2", "--policy", policy, *squeeze, target="check")
         r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
         out = r.stdout if r else ""
         stages = [l for l in out.splitlines() if l.startswith("memory: stage")]
