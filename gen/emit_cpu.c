@@ -434,7 +434,7 @@ static bool run_is_function(const printer *pr, const lx_instr *run, int count) {
 
 /* Part of a graph's recomputation, where the schedule put it: the ops inline. */
 static void print_partial_run(const printer *pr, const lx_instr *run, int count) {
-  fprintf(pr->out, "  {\n    const int layer = %d, mb = %d;\n    (void)layer;\n", run->layer, run->mb);
+  fprintf(pr->out, "  {\n    const int layer = %d, mb = %d;\n    (void)layer, (void)mb;\n", run->layer, run->mb);
   for (int n = 0; n < count; n++) print_forward_op(pr, run->graph, run[n].op, LX_T_RECOMPUTED);
   fprintf(pr->out, "  }\n");
 }
