@@ -48,7 +48,7 @@ def check(cond, what):
 
 
 MODEL = """#include <lynx.h>
-#define V 256
+#define V {vocab}
 #define H 64
 static const struct lx_model model = {{ .vocab = V, .seq_len = 32, .layers = 4, .hidden = H, .heads = 4,
   .dropout = {dropout}, .tied_embeddings = 1 }};
@@ -131,7 +131,7 @@ def main():
     check(r.returncode == 0, "lynxgen tokenize makes byte-level shards of fortunes")
     model = os.path.join(work, "train.model")
     with open(model, "w") as f:
-        f.write(MODEL.format(dropout="0.1", lr="3e-3"))
+        f.write(MODEL.format(dropout="0.1", lr="3e-3", vocab=256))
 
     # Losses: every policy bitwise, every depth within the bound.
     by_pp = {}
@@ -204,6 +204,18 @@ def main():
     else:
         check(False, "gpipe, pp=3 (layers 2+1+1) trains")
 
+    # A vocabulary that needs padding (200 -> 256 columns): the padded logits and
+    # their gradients must be planned and written like the rest (poison check).
+    padded = os.path.join(work, "padded.model")
+    with open(padded, "w") as f:
+        f.write(MODEL.format(dropout="0.1", lr="3e-3", vocab=200))
+    program = generate(work, "mem-padded", padded, "--pp", "2", target="check")
+    r, metrics = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
+    out = r.stdout if r else ""
+    ok = r is not None and r.returncode == 0 and out.count("as planned") == 2
+    check(ok and all(math.isfinite(x) for x in losses(metrics)),
+          "vocabulary 200 (padded to 256): finite losses, arena extents as planned, poison never read")
+
     # Training: well below the unigram entropy of the data, with validation.
     entropy = unigram_entropy(os.path.join(work, "data", "train_000000.bin"))
     program = generate(work, "converge", model, "--pp", "2")
@@ -226,7 +238,7 @@ def main():
 
     # llm.c checkpoint: load and save back, byte-identical (pp = 2: each stage its slice).
     with open(model, "w") as f:
-        f.write(MODEL.format(dropout="0.0", lr="3e-3"))
+        f.write(MODEL.format(dropout="0.0", lr="3e-3", vocab=256))
     program = generate(work, "ckpt", model, "--pp", "2")
     source, saved = os.path.join(work, "in.bin"), os.path.join(work, "out.bin")
     write_gpt2_checkpoint(source, 32, 256, 4, 4, 64, 256)
