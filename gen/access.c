@@ -29,7 +29,8 @@ lx_tensor_ref lx_boundary_ref(const lx_pipeline *p, int stage, lx_tensor_role ro
   const lx_stage *st = &p->stages[stage];
   /* lx_locate ignores the op of a boundary buffer; name the block's output of
    * the stage's last layer so that the reference is valid and unique */
-  return (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer + st->n_layers - 1, p->ir->block.output, mb, role, 0};
+  return (lx_tensor_ref){
+      LX_GRAPH_BLOCK, st->first_layer + st->n_layers - 1, p->ir->block.output, mb, role, 0};
 }
 
 /* The first embedding of the prologue: the table a tied LM head shares. */
@@ -47,7 +48,8 @@ static int params_of(const lx_pipeline *p, int stage, const lx_stage_layout *l, 
   const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
   int n = 0;
   for (int k = 0; k < 2; k++)
-    if (pl->param_elements[k] > 0) out[n++] = (lx_tensor_ref){in->graph, in->layer, in->op, -1, LX_T_PARAM, k};
+    if (pl->param_elements[k] > 0)
+      out[n++] = (lx_tensor_ref){in->graph, in->layer, in->op, -1, LX_T_PARAM, k};
   bool tied_head = op->kind == LX_OP_LM_HEAD && n == 0 && p->stages[stage].has_prologue;
   if (tied_head && embedding_op(p->ir) >= 0)
     out[n++] = (lx_tensor_ref){LX_GRAPH_PROLOGUE, -1, embedding_op(p->ir), -1, LX_T_PARAM, 0};
@@ -60,15 +62,18 @@ static bool has_gradient(const lx_op *producer) { return producer->out.dtype != 
 static void forward_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
                              access_list *list) {
   const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
-  for (int k = 0; k < op->n_inputs; k++) add_tensor(list, ref(in, op->inputs[k], LX_T_OUTPUT, 0), LX_ACCESS_READ);
+  for (int k = 0; k < op->n_inputs; k++)
+    add_tensor(list, ref(in, op->inputs[k], LX_T_OUTPUT, 0), LX_ACCESS_READ);
   lx_tensor_ref params[2];
   int n_params = params_of(p, stage, l, in, params);
-  for (int k = 0; k < n_params; k++) add_tensor(list, params[k], LX_ACCESS_READ);
+  for (int k = 0; k < n_params; k++)
+    add_tensor(list, params[k], LX_ACCESS_READ);
   lx_tensor_role result = in->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT;
   /* the loss is summed outside the arena (the printers' loss_sum) */
   if (!op->out.scalar) add_tensor(list, ref(in, in->op, result, 0), LX_ACCESS_WRITE);
   for (int k = 0; k < op->n_saved; k++)
-    if (op->saved[k].kind == LX_SAVE_INTERNAL) add_tensor(list, ref(in, in->op, LX_T_INTERNAL, k), LX_ACCESS_WRITE);
+    if (op->saved[k].kind == LX_SAVE_INTERNAL)
+      add_tensor(list, ref(in, in->op, LX_T_INTERNAL, k), LX_ACCESS_WRITE);
 }
 
 /* The gradient buffers a graph instance's backward accumulates into: every
@@ -96,7 +101,8 @@ static void backward_accesses(const lx_pipeline *p, int stage, const lx_stage_la
       if (has_gradient_buffer(g, j)) add_tensor(list, ref(in, j, LX_T_GRAD, 0), LX_ACCESS_WRITE);
   for (int k = 0; k < op->n_saved; k++) {
     const lx_saved *sv = &op->saved[k];
-    if (sv->kind == LX_SAVE_INPUT) add_tensor(list, ref(in, op->inputs[sv->input], LX_T_OUTPUT, 0), LX_ACCESS_READ);
+    if (sv->kind == LX_SAVE_INPUT)
+      add_tensor(list, ref(in, op->inputs[sv->input], LX_T_OUTPUT, 0), LX_ACCESS_READ);
     if (sv->kind == LX_SAVE_OUTPUT) add_tensor(list, ref(in, in->op, LX_T_OUTPUT, 0), LX_ACCESS_READ);
     if (sv->kind == LX_SAVE_INTERNAL) add_tensor(list, ref(in, in->op, LX_T_INTERNAL, k), LX_ACCESS_READ);
   }
@@ -104,7 +110,8 @@ static void backward_accesses(const lx_pipeline *p, int stage, const lx_stage_la
   if (!op->out.scalar) add_tensor(list, ref(in, in->op, LX_T_GRAD, 0), LX_ACCESS_READ);
   lx_tensor_ref params[2];
   int n_params = params_of(p, stage, l, in, params);
-  for (int k = 0; k < n_params; k++) add_tensor(list, params[k], LX_ACCESS_READ);
+  for (int k = 0; k < n_params; k++)
+    add_tensor(list, params[k], LX_ACCESS_READ);
   for (int k = 0; k < op->n_inputs; k++)
     if (has_gradient(&g->ops[op->inputs[k]]))
       add_tensor(list, ref(in, op->inputs[k], LX_T_GRAD, 0), LX_ACCESS_ACCUMULATE);
@@ -121,11 +128,12 @@ static void allreduce_tp_accesses(const lx_pipeline *p, const lx_instr *in, acce
 static void optimizer_accesses(const lx_stage_layout *l, access_list *list) {
   add_region(list, l, LX_REGION_GRADS, LX_ACCESS_READ);
   static const lx_region updated[] = {LX_REGION_PARAMS, LX_REGION_MASTER, LX_REGION_ADAM_M, LX_REGION_ADAM_V};
-  for (size_t k = 0; k < sizeof updated / sizeof updated[0]; k++) add_region(list, l, updated[k], LX_ACCESS_WRITE);
+  for (size_t k = 0; k < sizeof updated / sizeof updated[0]; k++)
+    add_region(list, l, updated[k], LX_ACCESS_WRITE);
 }
 
-int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in, lx_access *out,
-                    int max) {
+int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                    lx_access *out, int max) {
   access_list list = {out, 0, max};
   const lx_stage *st = &p->stages[stage];
   switch (in->kind) {
@@ -133,11 +141,18 @@ int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, c
   case LX_I_RECOMPUTE: forward_accesses(p, stage, l, in, &list); break;
   case LX_I_BWD: backward_accesses(p, stage, l, in, &list); break;
   case LX_I_LOAD: add_tensor(&list, ref(in, in->op, LX_T_OUTPUT, 0), LX_ACCESS_WRITE); break;
-  case LX_I_SEND_ACT: add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_ACT, in->mb), LX_ACCESS_READ); break;
-  case LX_I_SEND_GRAD: add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_GRAD, in->mb), LX_ACCESS_READ); break;
-  case LX_I_RECV_GRAD: add_tensor(&list, lx_boundary_ref(p, stage, LX_T_RECV_GRAD, in->mb), LX_ACCESS_WRITE); break;
+  case LX_I_SEND_ACT:
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_ACT, in->mb), LX_ACCESS_READ);
+    break;
+  case LX_I_SEND_GRAD:
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_GRAD, in->mb), LX_ACCESS_READ);
+    break;
+  case LX_I_RECV_GRAD:
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_RECV_GRAD, in->mb), LX_ACCESS_WRITE);
+    break;
   case LX_I_RECV_ACT: /* into the input of the stage's first layer */
-    add_tensor(&list, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, in->mb, LX_T_OUTPUT, 0}, LX_ACCESS_WRITE);
+    add_tensor(&list, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, in->mb, LX_T_OUTPUT, 0},
+               LX_ACCESS_WRITE);
     break;
   case LX_I_ALLREDUCE_TP: allreduce_tp_accesses(p, in, &list); break;
   case LX_I_ALLREDUCE_DP: add_region(&list, l, LX_REGION_GRADS, LX_ACCESS_ACCUMULATE); break;
@@ -164,8 +179,8 @@ lx_span lx_access_span(const lx_pipeline *p, int stage, const lx_stage_layout *l
 }
 
 void lx_tensor_describe(const lx_ir *ir, lx_tensor_ref t, char *buf, size_t size) {
-  static const char *roles[] = {"output", "internal", "grad", "param", "send_act", "send_grad", "recv_grad",
-                                "recomputed"};
+  static const char *roles[] = {"output",   "internal",  "grad",      "param",
+                                "send_act", "send_grad", "recv_grad", "recomputed"};
   const char *role = (size_t)t.role < sizeof roles / sizeof roles[0] ? roles[t.role] : "?";
   if (t.role == LX_T_SEND_ACT || t.role == LX_T_SEND_GRAD || t.role == LX_T_RECV_GRAD) {
     snprintf(buf, size, "%s mb%d", role, t.mb);

@@ -11,8 +11,8 @@
 
 typedef enum {
   LX_ACCESS_READ,
-  LX_ACCESS_WRITE,      /* overwrites the whole tensor */
-  LX_ACCESS_ACCUMULATE  /* adds into it: a gradient contribution, an all-reduce */
+  LX_ACCESS_WRITE,     /* overwrites the whole tensor */
+  LX_ACCESS_ACCUMULATE /* adds into it: a gradient contribution, an all-reduce */
 } lx_access_mode;
 
 typedef enum {
@@ -48,8 +48,8 @@ enum { LX_MAX_ACCESSES = 64 };
  *   reads the grads region and writes params, master and both moments.
  * The layout says which ops have parameters (a tied LM head on the
  * embedding's stage reads the embedding's table instead of its own). */
-int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in, lx_access *out,
-                    int max);
+int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                    lx_access *out, int max);
 
 /* Where an access lands in the stage's arena. */
 lx_span lx_access_span(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_access *a);

@@ -74,8 +74,8 @@ static void check_int(const lx_ir *ir, const int_rule *r) {
     return;
   }
   if (*r->value < r->min || *r->value > r->max)
-    lx_error(ir->locs.field[r->field], "field '.%s' = %d is out of range [%d, %d]", r->name, *r->value, r->min,
-             r->max);
+    lx_error(ir->locs.field[r->field], "field '.%s' = %d is out of range [%d, %d]", r->name, *r->value,
+             r->min, r->max);
 }
 
 static void check_ranges(lx_ir *ir) {
@@ -111,7 +111,8 @@ static void check_ranges(lx_ir *ir) {
       {LX_F_CHECKPOINT_INTERVAL, "checkpoint_interval", &l->training, &ir->training.checkpoint_interval, 0,
        big, false},
   };
-  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) check_int(ir, &rules[i]);
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+    check_int(ir, &rules[i]);
 }
 
 static void check_unit_interval(const lx_ir *ir, lx_field f, const char *name, double v, bool open_top) {
@@ -126,7 +127,8 @@ static void check_training(const lx_ir *ir) {
     lx_error(ir->locs.field[LX_F_MIN_LR], "field '.min_lr' = %g must be in [0, lr = %g]", t->min_lr, t->lr);
   check_unit_interval(ir, LX_F_BETA1, "beta1", t->beta1, true);
   check_unit_interval(ir, LX_F_BETA2, "beta2", t->beta2, true);
-  if (given(ir, LX_F_EPS) && !(t->eps > 0)) lx_error(ir->locs.field[LX_F_EPS], "field '.eps' must be positive");
+  if (given(ir, LX_F_EPS) && !(t->eps > 0))
+    lx_error(ir->locs.field[LX_F_EPS], "field '.eps' must be positive");
   if (given(ir, LX_F_WEIGHT_DECAY) && t->weight_decay < 0)
     lx_error(ir->locs.field[LX_F_WEIGHT_DECAY], "field '.weight_decay' must not be negative");
   if (given(ir, LX_F_GRAD_CLIP) && t->grad_clip < 0)
@@ -139,27 +141,30 @@ static void check_relations(const lx_ir *ir) {
   const lx_plan *p = &ir->plan;
   const lx_config_locs *l = &ir->locs;
   lx_srcloc heads_at = field_or(ir, LX_F_HEADS, l->model);
-  if (m->hidden % m->heads)
-    lx_error(heads_at, "heads (%d) do not divide hidden (%d)", m->heads, m->hidden);
+  if (m->hidden % m->heads) lx_error(heads_at, "heads (%d) do not divide hidden (%d)", m->heads, m->hidden);
   if (m->heads % m->kv_heads)
     lx_error(field_or(ir, LX_F_KV_HEADS, heads_at), "kv_heads (%d) do not divide heads (%d)", m->kv_heads,
              m->heads);
   check_unit_interval(ir, LX_F_DROPOUT, "dropout", m->dropout, true);
   if (p->tp) {
     lx_srcloc tp_at = field_or(ir, LX_F_TP, l->plan);
-    if (m->heads % p->tp) lx_error(tp_at, "tp (%d) does not divide heads (%d)", p->tp, m->heads);
-    else if (m->kv_heads % p->tp) lx_error(tp_at, "tp (%d) does not divide kv_heads (%d)", p->tp, m->kv_heads);
-    else if (m->ffn_hidden % p->tp) lx_error(tp_at, "tp (%d) does not divide ffn_hidden (%d)", p->tp, m->ffn_hidden);
+    if (m->heads % p->tp)
+      lx_error(tp_at, "tp (%d) does not divide heads (%d)", p->tp, m->heads);
+    else if (m->kv_heads % p->tp)
+      lx_error(tp_at, "tp (%d) does not divide kv_heads (%d)", p->tp, m->kv_heads);
+    else if (m->ffn_hidden % p->tp)
+      lx_error(tp_at, "tp (%d) does not divide ffn_hidden (%d)", p->tp, m->ffn_hidden);
     if (p->tp > ir->cluster.gpus_per_node)
       lx_error(tp_at, "tp (%d) exceeds gpus_per_node (%d): tensor parallelism stays inside a node", p->tp,
                ir->cluster.gpus_per_node);
   }
   if (p->pp > m->layers)
-    lx_error(field_or(ir, LX_F_PP, l->plan), "fewer layers (%d) than pipeline stages (pp = %d)", m->layers, p->pp);
+    lx_error(field_or(ir, LX_F_PP, l->plan), "fewer layers (%d) than pipeline stages (pp = %d)", m->layers,
+             p->pp);
   long long gpus = (long long)ir->cluster.nodes * ir->cluster.gpus_per_node;
   if (p->tp && p->pp && p->dp && (long long)p->tp * p->pp * p->dp > gpus)
-    lx_error(l->plan, "tp x pp x dp = %d x %d x %d needs %lld GPUs; the cluster has %lld", p->tp, p->pp, p->dp,
-             (long long)p->tp * p->pp * p->dp, gpus);
+    lx_error(l->plan, "tp x pp x dp = %d x %d x %d needs %lld GPUs; the cluster has %lld", p->tp, p->pp,
+             p->dp, (long long)p->tp * p->pp * p->dp, gpus);
   if (p->global_batch && p->micro_batch) {
     long long per_step = (long long)p->micro_batch * (p->dp ? p->dp : 1);
     if (p->global_batch % per_step)
@@ -225,8 +230,9 @@ static bool expect_tokens(const shape_ctx *c, lx_op *op, int k) {
 
 static bool expect_replicated(const shape_ctx *c, lx_op *op) {
   if (input_shape(c, op, 0)->split) {
-    lx_error(op->src, "%s() needs its whole input on every tensor-parallel rank; this input is split (it comes "
-                      "from a column-parallel linear)",
+    lx_error(op->src,
+             "%s() needs its whole input on every tensor-parallel rank; this input is split (it comes "
+             "from a column-parallel linear)",
              lx_op_kind_name(op->kind));
     return false;
   }
@@ -311,7 +317,8 @@ static bool check_qkv(shape_ctx *c, lx_op *op, int *head_dim) {
              lx_op_kind_name(op->kind), in.width, groups);
     return false;
   }
-  if (in.split && (!divisible_by_tp(c, op, op->heads, "heads") || !divisible_by_tp(c, op, op->kv_heads, "kv_heads")))
+  if (in.split &&
+      (!divisible_by_tp(c, op, op->heads, "heads") || !divisible_by_tp(c, op, op->kv_heads, "kv_heads")))
     return false;
   const lx_model_config *m = &c->ir->model;
   if (op->heads != m->heads || op->kv_heads != m->kv_heads) {
@@ -376,7 +383,8 @@ static void shape_swiglu(shape_ctx *c, lx_op *op) {
   shape_elementwise(c, op, 6, 12);
   if (!op->out.dtype) return;
   if (op->out.width % 2 || (op->out.split && (op->out.width / 2) % c->t)) {
-    lx_error(op->src, "shape mismatch: swiglu() needs an even width split evenly over tp, got %d", op->out.width);
+    lx_error(op->src, "shape mismatch: swiglu() needs an even width split evenly over tp, got %d",
+             op->out.width);
     op->out.dtype = LX_DTYPE_NONE;
     return;
   }
@@ -412,7 +420,8 @@ static void shape_lm_head(shape_ctx *c, lx_op *op) {
   const lx_ir *ir = c->ir;
   int64_t h = input_shape(c, op, 0)->width;
   if (op->out_width != ir->model.vocab) {
-    lx_error(op->src, "lm_head() vocab (%d) differs from the model's vocab (%d)", op->out_width, ir->model.vocab);
+    lx_error(op->src, "lm_head() vocab (%d) differs from the model's vocab (%d)", op->out_width,
+             ir->model.vocab);
     return;
   }
   if (ir->model.tied_embeddings && !prologue_has_embedding(ir, op->out_width)) {
@@ -435,8 +444,8 @@ static void shape_lm_head(shape_ctx *c, lx_op *op) {
 static void shape_cross_entropy(shape_ctx *c, lx_op *op) {
   if (!expect_activation(c, op, 0) || !expect_tokens(c, op, 1)) return;
   if (input_shape(c, op, 0)->width != c->ir->model.vocab) {
-    lx_error(op->src, "shape mismatch: cross_entropy() needs logits of width vocab (%d), got %d", c->ir->model.vocab,
-             input_shape(c, op, 0)->width);
+    lx_error(op->src, "shape mismatch: cross_entropy() needs logits of width vocab (%d), got %d",
+             c->ir->model.vocab, input_shape(c, op, 0)->width);
     return;
   }
   op->out = (lx_shape){.scalar = true, .dtype = LX_DTYPE_FP32};
@@ -457,7 +466,8 @@ static double larger(double a, double b) { return a > b ? a : b; }
 static bool sizes_fit(const shape_ctx *c, const lx_op *op) {
   const double limit = 0x1p52;
   double width = larger(op->out_width, op->table_rows);
-  for (int k = 0; k < op->n_inputs; k++) width = larger(width, c->g->ops[op->inputs[k]].out.width);
+  for (int k = 0; k < op->n_inputs; k++)
+    width = larger(width, c->g->ops[op->inputs[k]].out.width);
   if (op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_LM_HEAD || op->kind == LX_OP_CROSS_ENTROPY)
     width = larger(width, c->ir->padded_vocab);
   double per_token = larger(width, ((double)op->heads + op->kv_heads) * (double)c->s); /* attention scores */
@@ -512,11 +522,12 @@ static void check_all_used(const lx_graph *g) {
   bool *used = calloc((size_t)g->n_ops, sizeof *used);
   used[g->output] = true;
   for (int i = g->n_ops - 1; i >= 0; i--)
-    for (int k = 0; used[i] && k < g->ops[i].n_inputs; k++) used[g->ops[i].inputs[k]] = true;
+    for (int k = 0; used[i] && k < g->ops[i].n_inputs; k++)
+      used[g->ops[i].inputs[k]] = true;
   for (int i = 0; i < g->n_ops; i++)
     if (!used[i] && g->ops[i].kind != LX_OP_INPUT)
-      lx_error(g->ops[i].src, "the result of %s() never reaches the value %s() returns", lx_op_kind_name(g->ops[i].kind),
-               g->name);
+      lx_error(g->ops[i].src, "the result of %s() never reaches the value %s() returns",
+               lx_op_kind_name(g->ops[i].kind), g->name);
   free(used);
 }
 
@@ -524,25 +535,33 @@ static void check_output(const shape_ctx *c) {
   const lx_graph *g = c->g;
   const lx_op *out = &g->ops[g->output];
   if (!strcmp(g->name, "epilogue")) {
-    if (!out->out.scalar) lx_error(out->src, "epilogue() must return the loss, the result of cross_entropy()");
+    if (!out->out.scalar)
+      lx_error(out->src, "epilogue() must return the loss, the result of cross_entropy()");
     return;
   }
   int h = c->ir->model.hidden;
   if (out->out.dtype == LX_DTYPE_INT32 || out->out.scalar || out->out.width != h || out->out.split)
-    lx_error(out->src, "%s() must return activations of width hidden (%d), whole on every rank; this is %s of width %d%s",
-             g->name, h, out->out.dtype == LX_DTYPE_INT32 ? "token ids" : "a tensor", out->out.width,
-             out->out.split ? " split over tp" : "");
+    lx_error(
+        out->src,
+        "%s() must return activations of width hidden (%d), whole on every rank; this is %s of width %d%s",
+        g->name, h, out->out.dtype == LX_DTYPE_INT32 ? "token ids" : "a tensor", out->out.width,
+        out->out.split ? " split over tp" : "");
 }
 
 static void analyze_graph(lx_ir *ir, lx_graph *g) {
-  shape_ctx c = {.ir = ir, .g = g, .b = ir->plan.micro_batch ? ir->plan.micro_batch : 1, .s = ir->model.seq_len,
-                 .t = ir->plan.tp ? ir->plan.tp : 1, .sp = ir->plan.sequence_parallel,
+  shape_ctx c = {.ir = ir,
+                 .g = g,
+                 .b = ir->plan.micro_batch ? ir->plan.micro_batch : 1,
+                 .s = ir->model.seq_len,
+                 .t = ir->plan.tp ? ir->plan.tp : 1,
+                 .sp = ir->plan.sequence_parallel,
                  .elt = lx_dtype_bytes(ir->training.dtype)};
   int errors_before = lx_error_count();
   for (int i = 0; i < g->n_ops; i++) {
     lx_op *op = &g->ops[i];
     bool inputs_ok = true;
-    for (int k = 0; k < op->n_inputs; k++) inputs_ok &= g->ops[op->inputs[k]].out.dtype != LX_DTYPE_NONE;
+    for (int k = 0; k < op->n_inputs; k++)
+      inputs_ok &= g->ops[op->inputs[k]].out.dtype != LX_DTYPE_NONE;
     if (inputs_ok) shape_op(&c, op); /* a bad input was reported where it was made */
   }
   if (lx_error_count() != errors_before) return;
@@ -577,15 +596,16 @@ int lx_analyze(lx_ir *ir) {
   analyze_graph(ir, &ir->epilogue);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   int64_t layers = ir->model.layers;
-  double params = (double)ir->prologue.params + (double)layers * (double)ir->block.params + (double)ir->epilogue.params;
+  double params =
+      (double)ir->prologue.params + (double)layers * (double)ir->block.params + (double)ir->epilogue.params;
   if (params > 0x1p62) { /* each graph fits (sizes_fit); the repeated block need not */
-    lx_error(field_or(ir, LX_F_LAYERS, ir->locs.model), "the model would have %.3g parameters, too many to count",
-             params);
+    lx_error(field_or(ir, LX_F_LAYERS, ir->locs.model),
+             "the model would have %.3g parameters, too many to count", params);
     return lx_error_count() - errors_before;
   }
   ir->params_total = ir->prologue.params + layers * ir->block.params + ir->epilogue.params;
-  double fwd_per_micro_batch =
-      ir->prologue.model_flops_fwd + (double)layers * ir->block.model_flops_fwd + ir->epilogue.model_flops_fwd;
+  double fwd_per_micro_batch = ir->prologue.model_flops_fwd + (double)layers * ir->block.model_flops_fwd +
+                               ir->epilogue.model_flops_fwd;
   int b = ir->plan.micro_batch ? ir->plan.micro_batch : 1;
   ir->model_flops_per_sequence = 3 * fwd_per_micro_batch / b; /* backward = 2x forward */
   return lx_error_count() - errors_before;

@@ -87,7 +87,9 @@ static int64_t rank_width(const lx_ir *ir, lx_shape s) { return lx_rank_width(ir
 
 static const lx_op *input_op(const lx_graph *g, const lx_op *op, int k) { return &g->ops[op->inputs[k]]; }
 
-static bool is_activation(lx_shape s) { return s.dtype != LX_DTYPE_NONE && s.dtype != LX_DTYPE_INT32 && !s.scalar; }
+static bool is_activation(lx_shape s) {
+  return s.dtype != LX_DTYPE_NONE && s.dtype != LX_DTYPE_INT32 && !s.scalar;
+}
 
 static int elt_bytes(const lx_ir *ir) { return lx_dtype_bytes(ir->training.dtype); }
 
@@ -95,7 +97,8 @@ static int elt_bytes(const lx_ir *ir) { return lx_dtype_bytes(ir->training.dtype
  * padded vocabulary (Megatron-LM pads it so every rank's slice is equal). */
 static void gemm_widths(const lx_ir *ir, const lx_graph *g, const lx_op *op, double *k, double *n) {
   *k = (double)rank_width(ir, input_op(g, op, 0)->out);
-  *n = op->kind == LX_OP_LM_HEAD ? (double)(ir->padded_vocab / tp_degree(ir)) : (double)rank_width(ir, op->out);
+  *n = op->kind == LX_OP_LM_HEAD ? (double)(ir->padded_vocab / tp_degree(ir))
+                                 : (double)rank_width(ir, op->out);
 }
 
 /* Rows the kernel processes: the GEMM's M, or the tokens of its tensors on
@@ -138,7 +141,8 @@ static double weight_elements(const lx_ir *ir, const lx_graph *g, const lx_op *o
 
 static double inputs_bytes(const lx_graph *g, const lx_op *op) {
   double bytes = 0;
-  for (int k = 0; k < op->n_inputs; k++) bytes += (double)input_op(g, op, k)->out_bytes;
+  for (int k = 0; k < op->n_inputs; k++)
+    bytes += (double)input_op(g, op, k)->out_bytes;
   return bytes;
 }
 
@@ -235,10 +239,10 @@ static int launches(const lx_ir *ir, const lx_op *op, bool backward) {
   switch (op->kind) {
   case LX_OP_INPUT: return 0;
   case LX_OP_LAYERNORM:
-  case LX_OP_RMSNORM: return backward ? 2 : 1;          /* input grad; weight-grad reduction */
+  case LX_OP_RMSNORM: return backward ? 2 : 1; /* input grad; weight-grad reduction */
   case LX_OP_LINEAR:
-  case LX_OP_LM_HEAD: return backward ? 2 : 1;          /* dgrad and wgrad GEMMs */
-  case LX_OP_CROSS_ENTROPY: return backward ? 1 : 3;    /* vocab-parallel: max, sum-exp, target */
+  case LX_OP_LM_HEAD: return backward ? 2 : 1;       /* dgrad and wgrad GEMMs */
+  case LX_OP_CROSS_ENTROPY: return backward ? 1 : 3; /* vocab-parallel: max, sum-exp, target */
   case LX_OP_ATTENTION:
     if (op->attention_impl == LX_ATTN_FLASH) return backward ? 3 : 1; /* FA2: dot(dO,O), main, dq */
     return backward ? (dropout ? 6 : 5) : (dropout ? 4 : 3);
@@ -250,7 +254,8 @@ static double memory_time(const lx_cost_model *cm, double bytes) {
   return bytes / (cm->memory_efficiency * cm->gpu.hbm_bytes_per_s);
 }
 
-static double roofline(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
+static double roofline(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op,
+                       bool backward) {
   if (op->kind == LX_OP_INPUT) return 0;
   double flops = backward ? op->flops_bwd : op->flops_fwd;
   double bytes = backward ? bwd_bytes(ir, g, op) : fwd_bytes(ir, g, op);
@@ -266,7 +271,8 @@ static bool entry_matches(const lx_profile_entry *e, const lx_ir *ir, const lx_g
          e->in_width == in_width(ir, g, op) && e->out_width == rank_width(ir, op->out) &&
          (!e->seq_len || e->seq_len == ir->model.seq_len) &&
          (!e->heads || (op->kind == LX_OP_ATTENTION && e->heads == heads_per_rank(ir, g, op))) &&
-         (e->attention_impl < 0 || (op->kind == LX_OP_ATTENTION && e->attention_impl == (int)op->attention_impl));
+         (e->attention_impl < 0 ||
+          (op->kind == LX_OP_ATTENTION && e->attention_impl == (int)op->attention_impl));
 }
 
 /* The last matching line wins, so a profile can be amended by appending. */
@@ -349,7 +355,8 @@ static bool split_fields(profile_parser *p, char *line, fields *f) {
   f->n = 0;
   char *c = line;
   for (;;) {
-    while (*c == ' ' || *c == '\t' || *c == '\r') c++;
+    while (*c == ' ' || *c == '\t' || *c == '\r')
+      c++;
     if (!*c || *c == '#') return true;
     if (f->n == MAX_FIELDS) {
       parse_error(p, (int)(c - line) + 1, "too many fields on one line%s", "");
@@ -357,7 +364,8 @@ static bool split_fields(profile_parser *p, char *line, fields *f) {
     }
     f->text[f->n] = c;
     f->col[f->n++] = (int)(c - line) + 1;
-    while (*c && *c != ' ' && *c != '\t' && *c != '\r' && *c != '#') c++;
+    while (*c && *c != ' ' && *c != '\t' && *c != '\r' && *c != '#')
+      c++;
     if (!*c) return true;
     if (*c == '#') {
       *c = 0;
@@ -384,7 +392,8 @@ static bool parse_amount(profile_parser *p, const char *text, int col, bool zero
   errno = 0;
   double v = strtod(text, &end);
   if (errno || *end || end == text || !isfinite(v) || v < 0 || (!zero_ok && v == 0)) {
-    parse_error(p, col, zero_ok ? "expected a non-negative number, got '%s'" : "expected a positive number, got '%s'",
+    parse_error(p, col,
+                zero_ok ? "expected a non-negative number, got '%s'" : "expected a positive number, got '%s'",
                 text);
     return false;
   }
@@ -415,8 +424,8 @@ static bool parse_dtype(profile_parser *p, const fields *f, int i, lx_dtype *out
 static bool expect_fields(profile_parser *p, const fields *f, int min, int max, const char *usage) {
   if (f->n >= min && f->n <= max) return true;
   int col = f->n > max ? f->col[max] : f->col[0];
-  lx_error((lx_srcloc){p->path, p->line, col}, "%s '%s' takes %s", f->n > max ? "too many fields:" : "too few fields:",
-           f->text[0], usage);
+  lx_error((lx_srcloc){p->path, p->line, col}, "%s '%s' takes %s",
+           f->n > max ? "too many fields:" : "too few fields:", f->text[0], usage);
   p->errors++;
   return false;
 }
@@ -446,7 +455,8 @@ static void add_entry(profile_parser *p, lx_profile_entry e) {
 
 /* op KIND TOKENS IN_WIDTH OUT_WIDTH DTYPE FWD_MS BWD_MS [seq=S] [heads=H] [impl=I] */
 static void parse_op_line(profile_parser *p, const fields *f) {
-  if (!expect_fields(p, f, 8, 11, "KIND TOKENS IN_WIDTH OUT_WIDTH DTYPE FWD_MS BWD_MS [seq=S] [heads=H] [impl=I]"))
+  if (!expect_fields(p, f, 8, 11,
+                     "KIND TOKENS IN_WIDTH OUT_WIDTH DTYPE FWD_MS BWD_MS [seq=S] [heads=H] [impl=I]"))
     return;
   lx_profile_entry e = {.attention_impl = -1};
   double fwd_ms, bwd_ms;
@@ -455,7 +465,8 @@ static void parse_op_line(profile_parser *p, const fields *f) {
             parse_count(p, f->text[4], f->col[4], &e.out_width) && parse_dtype(p, f, 5, &e.dtype) &&
             parse_amount(p, f->text[6], f->col[6], true, &fwd_ms) &&
             parse_amount(p, f->text[7], f->col[7], true, &bwd_ms);
-  for (int i = 8; ok && i < f->n; i++) ok = parse_attribute(p, f, i, &e);
+  for (int i = 8; ok && i < f->n; i++)
+    ok = parse_attribute(p, f, i, &e);
   if (!ok) return;
   e.fwd_s = fwd_ms * 1e-3;
   e.bwd_s = bwd_ms * 1e-3;
@@ -501,10 +512,14 @@ static void parse_interference_line(profile_parser *p, const fields *f) {
 static void parse_line(profile_parser *p, char *line) {
   fields f;
   if (!split_fields(p, line, &f) || f.n == 0) return;
-  if (!strcmp(f.text[0], "op")) parse_op_line(p, &f);
-  else if (!strcmp(f.text[0], "link")) parse_link_line(p, &f);
-  else if (!strcmp(f.text[0], "interference")) parse_interference_line(p, &f);
-  else parse_error(p, f.col[0], "unknown directive '%s' (op, link or interference)", f.text[0]);
+  if (!strcmp(f.text[0], "op"))
+    parse_op_line(p, &f);
+  else if (!strcmp(f.text[0], "link"))
+    parse_link_line(p, &f);
+  else if (!strcmp(f.text[0], "interference"))
+    parse_interference_line(p, &f);
+  else
+    parse_error(p, f.col[0], "unknown directive '%s' (op, link or interference)", f.text[0]);
 }
 
 static char *read_whole_file(const char *path) {
@@ -541,8 +556,7 @@ bool lx_cost_load_profile(lx_cost_model *cm, const char *path, const char *conte
     lx_error((lx_srcloc){path, 0, 0}, "cannot read the profile: %s", strerror(errno));
     return false;
   }
-  profile_parser p = {.path = path, .intra = cm->intra, .inter = cm->inter,
-                      .interference = cm->interference};
+  profile_parser p = {.path = path, .intra = cm->intra, .inter = cm->inter, .interference = cm->interference};
   char *line = text;
   while (line) {
     char *next = strchr(line, '\n');

@@ -14,19 +14,19 @@
 #include "ir.h"
 
 typedef struct {
-  const char *name;       /* "A100-SXM4-80GB" */
+  const char *name; /* "A100-SXM4-80GB" */
   double memory_bytes;
-  double tensor_flops;    /* bf16/fp16 dense peak, FLOP/s */
+  double tensor_flops; /* bf16/fp16 dense peak, FLOP/s */
   double fp32_flops;
   double hbm_bytes_per_s;
-  lx_link nvlink;         /* the NVLink generation of its SXM nodes */
+  lx_link nvlink; /* the NVLink generation of its SXM nodes */
   const char *source;
 } lx_gpu_spec;
 
 typedef struct {
-  const char *name;            /* "nvlink3" */
-  double bytes_per_s;          /* per direction, effective */
-  double latency_s;            /* alpha, per message / ring step */
+  const char *name;   /* "nvlink3" */
+  double bytes_per_s; /* per direction, effective */
+  double latency_s;   /* alpha, per message / ring step */
   const char *source;
 } lx_link_spec;
 
@@ -39,22 +39,22 @@ typedef struct {
   int64_t tokens, in_width, out_width; /* the shape the entry was measured at */
   lx_dtype dtype;
   double fwd_s, bwd_s;
-  int64_t seq_len;     /* 0: any */
-  int64_t heads;       /* per rank; 0: any */
-  int attention_impl;  /* an lx_attention_impl, or -1: any */
+  int64_t seq_len;    /* 0: any */
+  int64_t heads;      /* per rank; 0: any */
+  int attention_impl; /* an lx_attention_impl, or -1: any */
 } lx_profile_entry;
 
 typedef struct {
   lx_gpu_spec gpu;
   lx_link_spec intra, inter;
-  double matmul_efficiency;      /* fraction of tensor peak large GEMMs reach */
-  double attention_efficiency;   /* fraction of tensor peak of the attention core */
-  double memory_efficiency;      /* fraction of HBM bandwidth element-wise kernels reach */
+  double matmul_efficiency;          /* fraction of tensor peak large GEMMs reach */
+  double attention_efficiency;       /* fraction of tensor peak of the attention core */
+  double memory_efficiency;          /* fraction of HBM bandwidth element-wise kernels reach */
   double flash_attention_efficiency; /* fraction of tensor peak of a fused flash kernel */
-  double vector_efficiency;      /* fraction of fp32 (CUDA-core) peak of non-matmul FLOPs */
-  double skinny_gemm_knee;       /* a GEMM dimension below this loses efficiency */
-  double launch_s;               /* per kernel launch */
-  double interference;           /* compute slowdown factor (>= 1) while NCCL runs */
+  double vector_efficiency;          /* fraction of fp32 (CUDA-core) peak of non-matmul FLOPs */
+  double skinny_gemm_knee;           /* a GEMM dimension below this loses efficiency */
+  double launch_s;                   /* per kernel launch */
+  double interference;               /* compute slowdown factor (>= 1) while NCCL runs */
   lx_profile_entry *profile;
   int n_profile, cap_profile;
 } lx_cost_model;

@@ -82,7 +82,9 @@ static CXCursor strip_wrappers(CXCursor c) {
 /* The type an expression had before its implicit conversion to the type of
  * the parameter or field it initializes: clang converts 64.0 to int silently,
  * so the folded value alone cannot tell a float from an integer. */
-static CXType written_type(CXCursor expr) { return clang_getCanonicalType(clang_getCursorType(strip_wrappers(expr))); }
+static CXType written_type(CXCursor expr) {
+  return clang_getCanonicalType(clang_getCursorType(strip_wrappers(expr)));
+}
 
 static bool is_integer_type(CXType t) {
   return t.kind == CXType_Enum || (t.kind >= CXType_Bool && t.kind <= CXType_Int128);
@@ -119,7 +121,8 @@ typedef struct {
 
 _Static_assert(sizeof(lx_gpu) == sizeof(int), "enum fields are stored as int");
 
-#define F(cfg, member, ident, type, path) {cfg, #member, ident, type, offsetof(lx_ir, path)}
+#define F(cfg, member, ident, type, path)                                                                    \
+  { cfg, #member, ident, type, offsetof(lx_ir, path) }
 static const field_desc fields[] = {
     F("lx_model", vocab, LX_F_VOCAB, FIELD_INT, model.vocab),
     F("lx_model", seq_len, LX_F_SEQ_LEN, FIELD_INT, model.seq_len),
@@ -157,8 +160,7 @@ static const field_desc fields[] = {
     F("lx_training", train_data, LX_F_TRAIN_DATA, FIELD_STRING, training.train_data),
     F("lx_training", val_data, LX_F_VAL_DATA, FIELD_STRING, training.val_data),
     F("lx_training", val_interval, LX_F_VAL_INTERVAL, FIELD_INT, training.val_interval),
-    F("lx_training", checkpoint_interval, LX_F_CHECKPOINT_INTERVAL, FIELD_INT,
-      training.checkpoint_interval),
+    F("lx_training", checkpoint_interval, LX_F_CHECKPOINT_INTERVAL, FIELD_INT, training.checkpoint_interval),
 };
 #undef F
 
@@ -183,8 +185,8 @@ static bool expect_own_enum(parse_ctx *ctx, CXCursor member, CXCursor value, con
   CXType wanted = clang_getCanonicalType(clang_getCursorType(clang_getCursorReferenced(member)));
   if (given.kind == CXType_Invalid || clang_equalTypes(given, wanted)) return true;
   CXString g = clang_getTypeSpelling(given), w = clang_getTypeSpelling(wanted);
-  lx_error(expr_start_loc(ctx, value), "field '%s' takes a constant of '%s', not of '%s'", name, clang_getCString(w),
-           clang_getCString(g));
+  lx_error(expr_start_loc(ctx, value), "field '%s' takes a constant of '%s', not of '%s'", name,
+           clang_getCString(w), clang_getCString(g));
   clang_disposeString(g);
   clang_disposeString(w);
   return false;
@@ -205,7 +207,8 @@ static void store_double(lx_srcloc at, const field_desc *f, CXEvalResult r, char
     lx_error(at, "field '%s' must be a constant numeric expression", f->name);
     return;
   }
-  double v = kind == CXEval_Float ? clang_EvalResult_getAsDouble(r) : (double)clang_EvalResult_getAsLongLong(r);
+  double v =
+      kind == CXEval_Float ? clang_EvalResult_getAsDouble(r) : (double)clang_EvalResult_getAsLongLong(r);
   memcpy(slot, &v, sizeof v);
 }
 
@@ -236,9 +239,12 @@ static void store_field(parse_ctx *ctx, const field_desc *f, CXCursor member, CX
   if (f->type == FIELD_ENUM && !expect_own_enum(ctx, member, value, f->name)) return;
   lx_srcloc at = expr_start_loc(ctx, value);
   CXEvalResult r = clang_Cursor_Evaluate(value);
-  if (f->type == FIELD_STRING) store_string(at, f, r, slot);
-  else if (f->type == FIELD_DOUBLE) store_double(at, f, r, slot);
-  else store_integer(at, f, r, slot);
+  if (f->type == FIELD_STRING)
+    store_string(at, f, r, slot);
+  else if (f->type == FIELD_DOUBLE)
+    store_double(at, f, r, slot);
+  else
+    store_integer(at, f, r, slot);
   if (r) clang_EvalResult_dispose(r);
 }
 
@@ -403,13 +409,17 @@ static bool eval_int_arg(function_ctx *fn, CXCursor arg, const operator_desc *od
 static void set_int_attr(lx_op *op, int i, int value) {
   switch (op->kind) {
   case LX_OP_EMBEDDING:
-    if (i == 0) op->table_rows = value;
-    else op->out_width = value;
+    if (i == 0)
+      op->table_rows = value;
+    else
+      op->out_width = value;
     break;
   case LX_OP_ATTENTION:
   case LX_OP_ROPE:
-    if (i == 0) op->heads = value;
-    else op->kv_heads = value;
+    if (i == 0)
+      op->heads = value;
+    else
+      op->kv_heads = value;
     break;
   default: op->out_width = value; break;
   }
@@ -440,7 +450,8 @@ static int eval_call(function_ctx *fn, CXCursor call) {
   op->src = at;
   op->n_inputs = od->tensor_args;
   memcpy(op->inputs, inputs, sizeof(int) * (size_t)od->tensor_args);
-  for (int i = 0; i < od->int_args; i++) set_int_attr(op, i, ints[i]);
+  for (int i = 0; i < od->int_args; i++)
+    set_int_attr(op, i, ints[i]);
   op->attention_impl = od->impl;
   op->has_bias = od->bias;
   return fn->graph->n_ops - 1;
@@ -554,8 +565,7 @@ static void parse_statement(function_ctx *fn, CXCursor stmt) {
     break;
   }
   case CXCursor_CallExpr: lx_error(at, "the result of this operator call is not used"); break;
-  default:
-    lx_error(at, "only tensor declarations, assignments and return are allowed in a model function");
+  default: lx_error(at, "only tensor declarations, assignments and return are allowed in a model function");
   }
 }
 
@@ -609,8 +619,10 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
   for (int i = 0; i < kids.count; i++) {
     if (clang_getCursorKind(kids.items[i]) != CXCursor_CompoundStmt) continue;
     children body = children_of(kids.items[i]);
-    if (body.count == MAX_CHILDREN) lx_error(at, "%s() has more than %d statements", desc->name, MAX_CHILDREN - 1);
-    for (int j = 0; j < body.count; j++) parse_statement(fn, body.items[j]);
+    if (body.count == MAX_CHILDREN)
+      lx_error(at, "%s() has more than %d statements", desc->name, MAX_CHILDREN - 1);
+    for (int j = 0; j < body.count; j++)
+      parse_statement(fn, body.items[j]);
   }
   if (!fn->returned) lx_error(at, "%s() must end with 'return <tensor>;'", desc->name);
   free(fn);
@@ -627,11 +639,17 @@ static enum CXChildVisitResult visit_top_level(CXCursor c, CXCursor parent, CXCl
   if (kind == CXCursor_VarDecl) {
     char tag[64];
     struct_tag_of(c, tag, sizeof tag);
-    if (!strcmp(tag, "lx_model")) parse_config(ctx, c, tag, &ir->locs.model);
-    else if (!strcmp(tag, "lx_cluster")) parse_config(ctx, c, tag, &ir->locs.cluster);
-    else if (!strcmp(tag, "lx_parallel")) parse_config(ctx, c, tag, &ir->locs.plan);
-    else if (!strcmp(tag, "lx_training")) parse_config(ctx, c, tag, &ir->locs.training);
-    else lx_error(cursor_loc(ctx, c), "only lx_model, lx_cluster, lx_parallel and lx_training configurations may be declared at file scope");
+    if (!strcmp(tag, "lx_model"))
+      parse_config(ctx, c, tag, &ir->locs.model);
+    else if (!strcmp(tag, "lx_cluster"))
+      parse_config(ctx, c, tag, &ir->locs.cluster);
+    else if (!strcmp(tag, "lx_parallel"))
+      parse_config(ctx, c, tag, &ir->locs.plan);
+    else if (!strcmp(tag, "lx_training"))
+      parse_config(ctx, c, tag, &ir->locs.training);
+    else
+      lx_error(cursor_loc(ctx, c), "only lx_model, lx_cluster, lx_parallel and lx_training configurations "
+                                   "may be declared at file scope");
   } else if (kind == CXCursor_FunctionDecl && clang_isCursorDefinition(c)) {
     char name[64];
     copy_spelling(name, sizeof name, clang_getCursorSpelling(c));
@@ -640,7 +658,8 @@ static enum CXChildVisitResult visit_top_level(CXCursor c, CXCursor parent, CXCl
         parse_function(ctx, c, &model_functions[i]);
         return CXChildVisit_Continue;
       }
-    lx_error(cursor_loc(ctx, c), "function '%s' is not part of a model (define prologue, block and epilogue)", name);
+    lx_error(cursor_loc(ctx, c), "function '%s' is not part of a model (define prologue, block and epilogue)",
+             name);
   }
   return CXChildVisit_Continue;
 }
@@ -660,7 +679,8 @@ static void first_token_of(parse_ctx *ctx, CXSourceRange range, char *dst, size_
  * names it and points at it (the diagnostic's first range is the callee). */
 static bool report_argument_count(parse_ctx *ctx, CXDiagnostic d, const char *text) {
   int expected = 0, have = 0;
-  bool counted = sscanf(text, "too %*s arguments to function call, expected %d, have %d", &expected, &have) == 2;
+  bool counted =
+      sscanf(text, "too %*s arguments to function call, expected %d, have %d", &expected, &have) == 2;
   bool single = !counted && strstr(text, "too few arguments to function call, single argument") == text;
   if ((!counted && !single) || clang_getDiagnosticNumRanges(d) == 0) return false;
   if (single) expected = 1, have = 0;
@@ -711,7 +731,8 @@ static void require_definitions(parse_ctx *ctx) {
   if (!ir->locs.model.line)
     lx_error(file_start(ctx), "missing model configuration 'static const struct lx_model model = {...};'");
   if (!ir->locs.cluster.line)
-    lx_error(file_start(ctx), "missing cluster configuration 'static const struct lx_cluster cluster = {...};'");
+    lx_error(file_start(ctx),
+             "missing cluster configuration 'static const struct lx_cluster cluster = {...};'");
   if (!ir->locs.plan.line)
     lx_error(file_start(ctx), "missing parallel plan 'static const struct lx_parallel parallel = {...};'");
   for (size_t i = 0; i < sizeof model_functions / sizeof model_functions[0]; i++)
@@ -753,9 +774,15 @@ int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir 
       {PRELUDE_PATH, lx_prelude_text, lx_prelude_length},
       {path, contents, (unsigned long)length},
   };
-  const char *args[] = {"-x", "c", "-std=c11", ("-I" PRELUDE_DIR), "-nostdinc",
-                        "-Werror=implicit-function-declaration", "-Werror=int-conversion",
-                        "-Werror=literal-conversion", "-Werror=float-conversion",
+  const char *args[] = {"-x",
+                        "c",
+                        "-std=c11",
+                        ("-I" PRELUDE_DIR),
+                        "-nostdinc",
+                        "-Werror=implicit-function-declaration",
+                        "-Werror=int-conversion",
+                        "-Werror=literal-conversion",
+                        "-Werror=float-conversion",
                         "-Werror=incompatible-pointer-types"};
   CXIndex index = clang_createIndex(0, 0);
   parse_ctx ctx = {.ir = ir};

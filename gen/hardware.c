@@ -20,9 +20,10 @@
 #define US 1e-6
 
 static const lx_gpu_spec gpu_specs[] = {
-    [LX_GPU_V100_32GB] = {"V100-SXM2-32GB", 32 * GB, 125 * TFLOPS, 15.7 * TFLOPS, 900 * GB, LX_LINK_NVLINK2,
-                          "NVIDIA Tesla V100 datasheet (SXM2 32GB): 125 TFLOP/s fp16 tensor, 15.7 TFLOP/s fp32, "
-                          "900 GB/s HBM2, NVLink 2 300 GB/s total"},
+    [LX_GPU_V100_32GB] =
+        {"V100-SXM2-32GB", 32 * GB, 125 * TFLOPS, 15.7 * TFLOPS, 900 * GB, LX_LINK_NVLINK2,
+         "NVIDIA Tesla V100 datasheet (SXM2 32GB): 125 TFLOP/s fp16 tensor, 15.7 TFLOP/s fp32, "
+         "900 GB/s HBM2, NVLink 2 300 GB/s total"},
     [LX_GPU_A100_40GB] = {"A100-SXM4-40GB", 40 * GB, 312 * TFLOPS, 19.5 * TFLOPS, 1555 * GB, LX_LINK_NVLINK3,
                           "NVIDIA A100 datasheet (SXM4 40GB): 312 TFLOP/s bf16 dense, 19.5 TFLOP/s fp32, "
                           "1555 GB/s HBM2, NVLink 3 600 GB/s total"},
@@ -43,30 +44,37 @@ static const lx_gpu_spec gpu_specs[] = {
  * NVLink 3.4, PCI 5.7, network 9.6 microseconds; later releases list
  * similar magnitudes). */
 static const lx_link_spec link_specs[] = {
-    [LX_LINK_NVLINK2] = {"nvlink2", 120 * GB, 3.4 * US,
-                         "NVLink 2 (V100 SXM2): 6 links x 25 GB/s = 150 GB/s per direction nominal, x 0.8 = the "
-                         "all-reduce bus bandwidth nccl-tests reach; alpha from NCCL tuning.cc ring/Simple"},
-    [LX_LINK_NVLINK3] = {"nvlink3", 240 * GB, 3.4 * US,
-                         "NVLink 3 (A100 SXM4): 12 links x 25 GB/s = 300 GB/s per direction nominal, x 0.8 = the "
-                         "all-reduce bus bandwidth nccl-tests reach on DGX A100; alpha from NCCL tuning.cc"},
-    [LX_LINK_NVLINK4] = {"nvlink4", 360 * GB, 3.4 * US,
-                         "NVLink 4 (H100/H200 SXM): 18 links x 25 GB/s = 450 GB/s per direction nominal, x 0.8 "
-                         "(ring, without NVLink SHARP); alpha from NCCL tuning.cc"},
-    [LX_LINK_PCIE4] = {"pcie4", 25 * GB, 5.7 * US,
-                       "PCIe 4.0 x16: 32 GB/s per direction nominal, ~25 effective after protocol overhead; alpha "
-                       "from NCCL tuning.cc PCI ring/Simple"},
-    [LX_LINK_PCIE5] = {"pcie5", 50 * GB, 5.7 * US,
-                       "PCIe 5.0 x16: 64 GB/s per direction nominal, ~50 effective after protocol overhead; alpha "
-                       "from NCCL tuning.cc PCI ring/Simple"},
-    [LX_LINK_IB_HDR] = {"ib-hdr", 23 * GB, 9.6 * US,
-                        "InfiniBand HDR 200 Gb/s = 25 GB/s per NIC per direction, x 0.92 = what nccl-tests reach "
-                        "between nodes; one NIC per GPU (DGX A100); alpha from NCCL tuning.cc NET ring/Simple"},
-    [LX_LINK_IB_NDR] = {"ib-ndr", 46 * GB, 9.6 * US,
-                        "InfiniBand NDR 400 Gb/s = 50 GB/s per NIC per direction, x 0.92 = what nccl-tests reach "
-                        "between nodes; one NIC per GPU (DGX H100); alpha from NCCL tuning.cc NET ring/Simple"},
+    [LX_LINK_NVLINK2] =
+        {"nvlink2", 120 * GB, 3.4 * US,
+         "NVLink 2 (V100 SXM2): 6 links x 25 GB/s = 150 GB/s per direction nominal, x 0.8 = the "
+         "all-reduce bus bandwidth nccl-tests reach; alpha from NCCL tuning.cc ring/Simple"},
+    [LX_LINK_NVLINK3] =
+        {"nvlink3", 240 * GB, 3.4 * US,
+         "NVLink 3 (A100 SXM4): 12 links x 25 GB/s = 300 GB/s per direction nominal, x 0.8 = the "
+         "all-reduce bus bandwidth nccl-tests reach on DGX A100; alpha from NCCL tuning.cc"},
+    [LX_LINK_NVLINK4] =
+        {"nvlink4", 360 * GB, 3.4 * US,
+         "NVLink 4 (H100/H200 SXM): 18 links x 25 GB/s = 450 GB/s per direction nominal, x 0.8 "
+         "(ring, without NVLink SHARP); alpha from NCCL tuning.cc"},
+    [LX_LINK_PCIE4] =
+        {"pcie4", 25 * GB, 5.7 * US,
+         "PCIe 4.0 x16: 32 GB/s per direction nominal, ~25 effective after protocol overhead; alpha "
+         "from NCCL tuning.cc PCI ring/Simple"},
+    [LX_LINK_PCIE5] =
+        {"pcie5", 50 * GB, 5.7 * US,
+         "PCIe 5.0 x16: 64 GB/s per direction nominal, ~50 effective after protocol overhead; alpha "
+         "from NCCL tuning.cc PCI ring/Simple"},
+    [LX_LINK_IB_HDR] =
+        {"ib-hdr", 23 * GB, 9.6 * US,
+         "InfiniBand HDR 200 Gb/s = 25 GB/s per NIC per direction, x 0.92 = what nccl-tests reach "
+         "between nodes; one NIC per GPU (DGX A100); alpha from NCCL tuning.cc NET ring/Simple"},
+    [LX_LINK_IB_NDR] =
+        {"ib-ndr", 46 * GB, 9.6 * US,
+         "InfiniBand NDR 400 Gb/s = 50 GB/s per NIC per direction, x 0.92 = what nccl-tests reach "
+         "between nodes; one NIC per GPU (DGX H100); alpha from NCCL tuning.cc NET ring/Simple"},
 };
 
-#define SPEC_OF(table, value) \
+#define SPEC_OF(table, value)                                                                                \
   ((size_t)(value) < sizeof(table) / sizeof(table)[0] && (table)[value].name ? &(table)[value] : NULL)
 
 const lx_gpu_spec *lx_gpu_spec_of(lx_gpu gpu) { return SPEC_OF(gpu_specs, gpu); }

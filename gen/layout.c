@@ -80,16 +80,20 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
     bool dropped = d && d[i].drop_output && op->kind != LX_OP_INPUT;
     pl->in_window = d && d[i].in_window;
     int64_t *regenerated = pl->in_window ? &c->window : &c->recompute;
-    if (saved && !dropped) pl->item_offset = take(&c->slot, op->out_bytes);
-    else if (saved) pl->output_work_offset = take(regenerated, op->out_bytes);
-    else if (i != g->output && !op->out.scalar) pl->output_work_offset = take(&c->forward, op->out_bytes);
+    if (saved && !dropped)
+      pl->item_offset = take(&c->slot, op->out_bytes);
+    else if (saved)
+      pl->output_work_offset = take(regenerated, op->out_bytes);
+    else if (i != g->output && !op->out.scalar)
+      pl->output_work_offset = take(&c->forward, op->out_bytes);
     pl->output_recomputed = saved && dropped;
     pl->scratch_offset = d && d[i].recompute && pl->item_offset >= 0 ? take(regenerated, op->out_bytes) : -1;
     pl->internals_in_work = d && d[i].drop_internals;
     for (int k = 0; k < op->n_saved; k++)
       if (op->saved[k].kind == LX_SAVE_INTERNAL)
         pl->internal_offset[k] = take(pl->internals_in_work ? regenerated : &c->slot, op->saved[k].bytes);
-    bool has_grad = op->kind != LX_OP_INPUT && i != g->output && op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
+    bool has_grad =
+        op->kind != LX_OP_INPUT && i != g->output && op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
     if (has_grad) pl->grad_offset = take(&c->grads, op->out_bytes);
   }
 }
@@ -97,7 +101,8 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
 void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_copy, lx_stage_layout *out) {
   const lx_ir *ir = p->ir;
   const lx_stage *st = &p->stages[s];
-  *out = (lx_stage_layout){.param_elt = param_elt, .activation_elt = lx_dtype_bytes(ir->training.dtype),
+  *out = (lx_stage_layout){.param_elt = param_elt,
+                           .activation_elt = lx_dtype_bytes(ir->training.dtype),
                            .slots = st->stashed_micro_batches};
   static const lx_graph_id order[] = {LX_GRAPH_PROLOGUE, LX_GRAPH_BLOCK, LX_GRAPH_EPILOGUE};
   bool present[LX_GRAPH_COUNT] = {st->has_prologue, st->n_layers > 0, st->has_epilogue};
@@ -151,7 +156,8 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       [LX_REGION_ADAM_V] = fp32_params,
       [LX_REGION_STASH] = out->slots * out->slot_bytes,
       [LX_REGION_WORK] = out->window_work_offset + 2 * out->window_buffer_bytes,
-      [LX_REGION_BOUNDARY] = out->send_offset + (int64_t)per_slot_buffers * out->slots * aligned(out->boundary_bytes),
+      [LX_REGION_BOUNDARY] =
+          out->send_offset + (int64_t)per_slot_buffers * out->slots * aligned(out->boundary_bytes),
   };
   int64_t cursor = 0;
   for (int r = 0; r < LX_REGION_COUNT; r++) {
@@ -163,7 +169,8 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
 }
 
 void lx_layout_free(lx_stage_layout *l) {
-  for (int g = 0; g < LX_GRAPH_COUNT; g++) free(l->places[g]);
+  for (int g = 0; g < LX_GRAPH_COUNT; g++)
+    free(l->places[g]);
 }
 
 /* ---- locating tensors ------------------------------------------------------ */
@@ -180,8 +187,10 @@ static lx_place_expr fixed(lx_region r, int64_t offset, int64_t bytes) {
 /* A block instance's terms in `layer`; prologue and epilogue have none. */
 static bool varies_by_layer(lx_tensor_ref t) { return t.graph == LX_GRAPH_BLOCK; }
 
-static lx_place_expr in_slot(const lx_stage_layout *l, lx_tensor_ref t, int64_t inner, lx_region r, int64_t bytes) {
-  lx_place_expr e = fixed(r, l->region_offset[LX_REGION_STASH] + l->graph_slot_offset[t.graph] + inner, bytes);
+static lx_place_expr in_slot(const lx_stage_layout *l, lx_tensor_ref t, int64_t inner, lx_region r,
+                             int64_t bytes) {
+  lx_place_expr e =
+      fixed(r, l->region_offset[LX_REGION_STASH] + l->graph_slot_offset[t.graph] + inner, bytes);
   e.per_slot = l->slot_bytes;
   e.per_layer = varies_by_layer(t) ? l->layer_slot_bytes : 0;
   return e;
@@ -189,7 +198,8 @@ static lx_place_expr in_slot(const lx_stage_layout *l, lx_tensor_ref t, int64_t 
 
 /* Boundary gradients alternate with the pipeline position of the graph
  * instance: prologue 0, layer l at l + 1, epilogue after the last layer. */
-static lx_place_expr boundary_grad(const lx_pipeline *p, const lx_stage_layout *l, lx_tensor_ref t, int shift) {
+static lx_place_expr boundary_grad(const lx_pipeline *p, const lx_stage_layout *l, lx_tensor_ref t,
+                                   int shift) {
   int64_t base = l->region_offset[LX_REGION_BOUNDARY];
   int64_t stride = l->boundary_grad_offset[1];
   if (varies_by_layer(t)) {
@@ -205,7 +215,8 @@ static lx_place_expr boundary_grad(const lx_pipeline *p, const lx_stage_layout *
 /* The stage's first and last graph instances: where the pipeline enters and leaves. */
 static bool is_stage_entry(const lx_pipeline *p, int s, lx_tensor_ref t) {
   const lx_stage *st = &p->stages[s];
-  return st->has_prologue ? t.graph == LX_GRAPH_PROLOGUE : t.graph == LX_GRAPH_BLOCK && t.layer == st->first_layer;
+  return st->has_prologue ? t.graph == LX_GRAPH_PROLOGUE
+                          : t.graph == LX_GRAPH_BLOCK && t.layer == st->first_layer;
 }
 
 static bool is_stage_exit(const lx_pipeline *p, int s, lx_tensor_ref t) {
@@ -218,7 +229,8 @@ static bool is_stage_exit(const lx_pipeline *p, int s, lx_tensor_ref t) {
 static lx_tensor_ref next_graph_input(const lx_pipeline *p, int s, lx_tensor_ref t) {
   const lx_stage *st = &p->stages[s];
   int last_layer = st->first_layer + st->n_layers - 1;
-  if (t.graph == LX_GRAPH_PROLOGUE) return (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, t.mb, LX_T_OUTPUT, 0};
+  if (t.graph == LX_GRAPH_PROLOGUE)
+    return (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, t.mb, LX_T_OUTPUT, 0};
   if (t.layer < last_layer) return (lx_tensor_ref){LX_GRAPH_BLOCK, t.layer + 1, 0, t.mb, LX_T_OUTPUT, 0};
   if (st->has_epilogue) return (lx_tensor_ref){LX_GRAPH_EPILOGUE, -1, 0, t.mb, LX_T_OUTPUT, 0};
   return (lx_tensor_ref){LX_GRAPH_BLOCK, t.layer, 0, t.mb, LX_T_SEND_ACT, 0};
@@ -235,7 +247,8 @@ static lx_place_expr rebased(const lx_pipeline *p, int s, const lx_stage_layout 
     e.constant += delta * e.per_layer;
     e.parity_add += delta;
   } else if (varies_by_layer(to)) { /* fixed layer seen from a prologue or epilogue */
-    e.constant += (to.layer - p->stages[s].first_layer) * e.per_layer + ((to.layer + e.parity_add) % 2) * e.parity_stride;
+    e.constant += (to.layer - p->stages[s].first_layer) * e.per_layer +
+                  ((to.layer + e.parity_add) % 2) * e.parity_stride;
     e.per_layer = e.parity_stride = e.parity_add = 0;
   }
   return e;
@@ -256,17 +269,22 @@ static lx_place_expr slot_buffer(const lx_pipeline *p, int s, const lx_stage_lay
 static lx_place_expr place_grad(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
   const lx_graph *g = lx_graph_of(p->ir, t.graph);
   const lx_op *op = &g->ops[t.op];
-  if (op->kind == LX_OP_INPUT && s > 0 && is_stage_entry(p, s, t)) return slot_buffer(p, s, l, LX_T_SEND_GRAD);
-  if (t.op == g->output && s + 1 < p->pp && is_stage_exit(p, s, t)) return slot_buffer(p, s, l, LX_T_RECV_GRAD);
+  if (op->kind == LX_OP_INPUT && s > 0 && is_stage_entry(p, s, t))
+    return slot_buffer(p, s, l, LX_T_SEND_GRAD);
+  if (t.op == g->output && s + 1 < p->pp && is_stage_exit(p, s, t))
+    return slot_buffer(p, s, l, LX_T_RECV_GRAD);
   if (op->kind == LX_OP_INPUT) return boundary_grad(p, l, t, 0);
   if (t.op == g->output) return boundary_grad(p, l, t, 1);
-  return fixed(LX_REGION_WORK, l->region_offset[LX_REGION_WORK] + l->recompute_work_bytes + l->places[t.graph][t.op].grad_offset,
+  return fixed(LX_REGION_WORK,
+               l->region_offset[LX_REGION_WORK] + l->recompute_work_bytes +
+                   l->places[t.graph][t.op].grad_offset,
                op->out_bytes);
 }
 
 /* A regenerated tensor of an op: in the recompute part of work, or in the
  * window buffer of the layer's parity. */
-static lx_place_expr regenerated(const lx_stage_layout *l, const lx_op_place *pl, int64_t offset, int64_t bytes) {
+static lx_place_expr regenerated(const lx_stage_layout *l, const lx_op_place *pl, int64_t offset,
+                                 int64_t bytes) {
   int64_t work = l->region_offset[LX_REGION_WORK];
   if (!pl->in_window) return fixed(LX_REGION_WORK, work + offset, bytes);
   lx_place_expr e = fixed(LX_REGION_WORK, work + l->window_work_offset + offset, bytes);
@@ -287,7 +305,8 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
     return e;
   }
   case LX_T_INTERNAL:
-    if (pl->internals_in_work) return regenerated(l, pl, pl->internal_offset[t.index], op->saved[t.index].bytes);
+    if (pl->internals_in_work)
+      return regenerated(l, pl, pl->internal_offset[t.index], op->saved[t.index].bytes);
     return in_slot(l, t, pl->internal_offset[t.index], LX_REGION_STASH, op->saved[t.index].bytes);
   case LX_T_GRAD: return place_grad(p, s, l, t);
   case LX_T_SEND_ACT:
@@ -322,11 +341,13 @@ lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tens
 
 void lx_place_expr_print(const lx_place_expr *e, char *buf, size_t size) {
   int n = snprintf(buf, size, "%lld", (long long)e->constant);
-  if (e->per_slot && n < (int)size) n += snprintf(buf + n, size - (size_t)n, " + (mb %% SLOTS) * %lld", (long long)e->per_slot);
+  if (e->per_slot && n < (int)size)
+    n += snprintf(buf + n, size - (size_t)n, " + (mb %% SLOTS) * %lld", (long long)e->per_slot);
   if (e->per_layer && n < (int)size)
     n += snprintf(buf + n, size - (size_t)n, " + (layer - FIRST_LAYER) * %lld", (long long)e->per_layer);
   if (e->parity_stride && n < (int)size)
-    snprintf(buf + n, size - (size_t)n, " + ((layer + %d) %% 2) * %lld", e->parity_add % 2, (long long)e->parity_stride);
+    snprintf(buf + n, size - (size_t)n, " + ((layer + %d) %% 2) * %lld", e->parity_add % 2,
+             (long long)e->parity_stride);
 }
 
 /* ---- how far each region is used ---------------------------------------------------- */
@@ -336,7 +357,8 @@ static void extend(const lx_stage_layout *l, lx_span span, int64_t extents[LX_RE
   if (span.bytes > 0 && end > extents[span.region]) extents[span.region] = end;
 }
 
-static void extend_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t, int64_t *extents) {
+static void extend_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t,
+                      int64_t *extents) {
   const lx_op *op = &lx_graph_of(p->ir, t.graph)->ops[t.op];
   const lx_op_place *pl = &l->places[t.graph][t.op];
   bool activation = op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
@@ -345,7 +367,8 @@ static void extend_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_
   t.role = LX_T_GRAD;
   if (activation) extend(l, lx_locate(p, s, l, t), extents);
   t.role = LX_T_RECOMPUTED;
-  if (t.graph == LX_GRAPH_BLOCK && p->stages[s].decisions[t.op].recompute) extend(l, lx_locate(p, s, l, t), extents);
+  if (t.graph == LX_GRAPH_BLOCK && p->stages[s].decisions[t.op].recompute)
+    extend(l, lx_locate(p, s, l, t), extents);
   for (int k = 0; k < op->n_saved; k++)
     if (op->saved[k].kind == LX_SAVE_INTERNAL) {
       t.role = LX_T_INTERNAL, t.index = k;
@@ -358,19 +381,24 @@ static void extend_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_
     }
 }
 
-void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l, int64_t extents[LX_REGION_COUNT]) {
+void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
+                       int64_t extents[LX_REGION_COUNT]) {
   const lx_stage *st = &p->stages[s];
-  for (int r = 0; r < LX_REGION_COUNT; r++) extents[r] = 0;
+  for (int r = 0; r < LX_REGION_COUNT; r++)
+    extents[r] = 0;
   for (int mb = 0; mb < l->slots; mb++) {
     for (int g = 0; g < LX_GRAPH_COUNT; g++) {
-      bool present = g == LX_GRAPH_PROLOGUE ? st->has_prologue : g == LX_GRAPH_EPILOGUE ? st->has_epilogue : true;
+      bool present = g == LX_GRAPH_PROLOGUE   ? st->has_prologue
+                     : g == LX_GRAPH_EPILOGUE ? st->has_epilogue
+                                              : true;
       int first = g == LX_GRAPH_BLOCK ? st->first_layer : -1, count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
       for (int layer = first; present && layer < first + count; layer++)
         for (int i = 0; i < lx_graph_of(p->ir, (lx_graph_id)g)->n_ops; i++)
           extend_op(p, s, l, (lx_tensor_ref){(lx_graph_id)g, layer, i, mb, LX_T_OUTPUT, 0}, extents);
     }
     if (s + 1 < p->pp) /* the outgoing activation is also where the last layer writes */
-      extend(l, lx_locate(p, s, l, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, mb, LX_T_SEND_ACT, 0}), extents);
+      extend(l, lx_locate(p, s, l, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, mb, LX_T_SEND_ACT, 0}),
+             extents);
   }
   int64_t fp32_extent = extents[LX_REGION_PARAMS] / l->param_elt * 4;
   extents[LX_REGION_GRADS] = extents[LX_REGION_ADAM_M] = extents[LX_REGION_ADAM_V] = fp32_extent;

@@ -37,11 +37,11 @@ typedef enum {
 
 /* What a tensor is, for locating it. */
 typedef enum {
-  LX_T_OUTPUT,   /* the op's output activation */
-  LX_T_INTERNAL, /* the op's saved buffer number `index` (mask, softmax, lse) */
-  LX_T_GRAD,     /* the gradient of the op's output */
-  LX_T_PARAM,    /* parameter tensor `index` of the op (0 weight, 1 bias or beta) */
-  LX_T_SEND_ACT, /* the stage's outgoing activation of a micro-batch */
+  LX_T_OUTPUT,    /* the op's output activation */
+  LX_T_INTERNAL,  /* the op's saved buffer number `index` (mask, softmax, lse) */
+  LX_T_GRAD,      /* the gradient of the op's output */
+  LX_T_PARAM,     /* parameter tensor `index` of the op (0 weight, 1 bias or beta) */
+  LX_T_SEND_ACT,  /* the stage's outgoing activation of a micro-batch */
   LX_T_SEND_GRAD, /* the stage's outgoing input gradient of a micro-batch */
   LX_T_RECV_GRAD, /* the incoming gradient of the stage's output */
   LX_T_RECOMPUTED /* where a RECOMPUTE writes the op's output: a scratch copy when the output is kept */
@@ -65,16 +65,16 @@ typedef struct {
 /* Where op `op` of a graph puts its output and internals within one slot or
  * the work region, and its parameters within one layer's parameter block. */
 typedef struct {
-  int64_t item_offset;        /* output kept in the stash slot; -1 if not kept */
+  int64_t item_offset;                   /* output kept in the stash slot; -1 if not kept */
   int64_t internal_offset[LX_MAX_SAVED]; /* in the slot, or in work when dropped */
-  bool internals_in_work;     /* dropped: regenerated into work by recompute */
-  int64_t output_work_offset; /* output in work (transient or recomputed); -1 if none */
-  bool output_recomputed;     /* that offset is in the recompute part of work */
-  int64_t scratch_offset;     /* recompute part of work: a recomputed op's output that is also kept; -1 if none */
-  bool in_window;             /* the op's work-placed tensors (dropped output and internals, scratch) are in
-                                 the window buffer of the layer's parity, not the recompute part */
-  int64_t grad_offset;        /* gradient of the output in work; -1 for inputs and int tensors */
-  int64_t param_offset[2];    /* element offset of weight, bias in the layer's block; -1 if none */
+  bool internals_in_work;                /* dropped: regenerated into work by recompute */
+  int64_t output_work_offset;            /* output in work (transient or recomputed); -1 if none */
+  bool output_recomputed;                /* that offset is in the recompute part of work */
+  int64_t scratch_offset; /* recompute part of work: a recomputed op's output that is also kept; -1 if none */
+  bool in_window;         /* the op's work-placed tensors (dropped output and internals, scratch) are in
+                             the window buffer of the layer's parity, not the recompute part */
+  int64_t grad_offset;    /* gradient of the output in work; -1 for inputs and int tensors */
+  int64_t param_offset[2]; /* element offset of weight, bias in the layer's block; -1 if none */
   int64_t param_elements[2];
 } lx_op_place;
 
@@ -84,19 +84,20 @@ typedef struct {
   int64_t total;
   int slots;
   int64_t slot_bytes;
-  int64_t graph_slot_offset[LX_GRAPH_COUNT]; /* within a slot; the block's layer 0 */
-  int64_t layer_slot_bytes;                  /* slot bytes of one block layer */
+  int64_t graph_slot_offset[LX_GRAPH_COUNT];  /* within a slot; the block's layer 0 */
+  int64_t layer_slot_bytes;                   /* slot bytes of one block layer */
   int64_t graph_param_offset[LX_GRAPH_COUNT]; /* elements; the block's layer 0 */
   int64_t layer_param_elements;
-  int64_t param_elements;                     /* all of the stage */
-  lx_op_place *places[LX_GRAPH_COUNT];        /* per op of each graph */
+  int64_t param_elements;              /* all of the stage */
+  lx_op_place *places[LX_GRAPH_COUNT]; /* per op of each graph */
   int64_t forward_work_bytes, backward_work_bytes;
-  int64_t recompute_work_bytes; /* work starts with the recomputed tensors, then forward outputs or gradients */
-  int64_t window_work_offset;   /* then the window buffers: layer l's at this + (l % 2) * window_buffer_bytes */
+  int64_t
+      recompute_work_bytes;   /* work starts with the recomputed tensors, then forward outputs or gradients */
+  int64_t window_work_offset; /* then the window buffers: layer l's at this + (l % 2) * window_buffer_bytes */
   int64_t window_buffer_bytes;
-  int64_t boundary_grad_offset[2];            /* in the boundary region */
-  int64_t send_offset;                        /* in the boundary region: the per-slot buffers */
-  int64_t boundary_bytes;                     /* one boundary tensor */
+  int64_t boundary_grad_offset[2]; /* in the boundary region */
+  int64_t send_offset;             /* in the boundary region: the per-slot buffers */
+  int64_t boundary_bytes;          /* one boundary tensor */
 } lx_stage_layout;
 
 /* Lays out stage `s` of the pipeline; `param_elt` is the bytes of a weight
@@ -122,6 +123,7 @@ void lx_place_expr_print(const lx_place_expr *e, char *buf, size_t size);
 const char *lx_region_name(lx_region r);
 /* How many bytes of each region the stage's tensors reach (the end of the
  * last buffer, without alignment padding): what a run must write, no more. */
-void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l, int64_t extents[LX_REGION_COUNT]);
+void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
+                       int64_t extents[LX_REGION_COUNT]);
 
 #endif

@@ -16,12 +16,14 @@ static bool sha256_file(const char *path, char hex[65]) {
   EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
   unsigned char buf[65536], digest[EVP_MAX_MD_SIZE];
   size_t got;
-  while ((got = fread(buf, 1, sizeof buf, f)) > 0) EVP_DigestUpdate(ctx, buf, got);
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+    EVP_DigestUpdate(ctx, buf, got);
   unsigned int length = 0;
   EVP_DigestFinal_ex(ctx, digest, &length);
   EVP_MD_CTX_free(ctx);
   fclose(f);
-  for (unsigned int i = 0; i < length; i++) snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+  for (unsigned int i = 0; i < length; i++)
+    snprintf(hex + 2 * i, 3, "%02x", digest[i]);
   return true;
 }
 
@@ -30,7 +32,9 @@ static int regular_file(const struct dirent *e) {
 }
 
 /* Byte order, not the locale's: the manifest is the same on every machine. */
-static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
+static int by_name(const struct dirent **a, const struct dirent **b) {
+  return strcmp((*a)->d_name, (*b)->d_name);
+}
 
 bool lx_write_manifest(const char *dir, const char *model_path) {
   char path[PATH_MAX + 64], hex[65];
@@ -39,8 +43,8 @@ bool lx_write_manifest(const char *dir, const char *model_path) {
   if (!out) return false;
   const char *slash = strrchr(model_path, '/');
   bool ok = sha256_file(model_path, hex);
-  fprintf(out, "# lynxgen manifest: SHA-256 of the input and of every generated file\ninput  %s  %s\n", ok ? hex : "?",
-          slash ? slash + 1 : model_path);
+  fprintf(out, "# lynxgen manifest: SHA-256 of the input and of every generated file\ninput  %s  %s\n",
+          ok ? hex : "?", slash ? slash + 1 : model_path);
   struct dirent **names;
   int n = scandir(dir, &names, regular_file, by_name);
   for (int i = 0; i < n; i++) {

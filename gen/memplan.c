@@ -47,9 +47,12 @@ static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d, 
     const lx_op *op = &g->ops[i];
     bool windowed = d && d[i].in_window;
     int64_t internals = internal_bytes(op);
-    if (windowed && d[i].drop_internals) *window += internals;
-    else if (d && d[i].drop_internals) gm.alloc_recompute[i] += internals, gm.free_bwd[i] += internals;
-    else gm.alloc_fwd[i] += internals, gm.free_bwd[i] += internals;
+    if (windowed && d[i].drop_internals)
+      *window += internals;
+    else if (d && d[i].drop_internals)
+      gm.alloc_recompute[i] += internals, gm.free_bwd[i] += internals;
+    else
+      gm.alloc_fwd[i] += internals, gm.free_bwd[i] += internals;
     int saver = lx_last_saver(g, i);
     if (saver < 0) continue;
     int64_t bytes = saved_tensor_bytes(g, i, saver);
@@ -59,8 +62,10 @@ static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d, 
       *window += op->out_bytes;
       continue;
     }
-    if (d && d[i].drop_output) gm.alloc_recompute[i] += bytes;
-    else gm.alloc_fwd[producer_instr] += bytes;
+    if (d && d[i].drop_output)
+      gm.alloc_recompute[i] += bytes;
+    else
+      gm.alloc_fwd[producer_instr] += bytes;
     gm.free_bwd[saver] += bytes;
   }
   return gm;
@@ -72,7 +77,9 @@ static void free_graph_memory(lx_graph_memory *gm) {
   free(gm->free_bwd);
 }
 
-int64_t lx_static_bytes(const lx_stage_memory *m) { return m->weights + m->grads + m->optimizer + m->window_buffers; }
+int64_t lx_static_bytes(const lx_stage_memory *m) {
+  return m->weights + m->grads + m->optimizer + m->window_buffers;
+}
 
 static bool output_is_item(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
 
@@ -143,7 +150,8 @@ static void walk_program_order(const lx_pipeline *p, const lx_stage *st, lx_stag
 
 static int64_t sum(const int64_t *v, int n) {
   int64_t s = 0;
-  for (int i = 0; i < n; i++) s += v[i];
+  for (int i = 0; i < n; i++)
+    s += v[i];
   return s;
 }
 
@@ -160,12 +168,15 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
     m->graphs[LX_GRAPH_EPILOGUE] = graph_memory(&ir->epilogue, NULL, &window);
     m->window_buffers = st->n_layers > 0 ? 2 * window : 0;
     m->kept_per_micro_batch = st->n_layers * sum(m->graphs[LX_GRAPH_BLOCK].alloc_fwd, ir->block.n_ops);
-    if (st->has_prologue) m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_PROLOGUE].alloc_fwd, ir->prologue.n_ops);
-    if (st->has_epilogue) m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_EPILOGUE].alloc_fwd, ir->epilogue.n_ops);
+    if (st->has_prologue)
+      m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_PROLOGUE].alloc_fwd, ir->prologue.n_ops);
+    if (st->has_epilogue)
+      m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_EPILOGUE].alloc_fwd, ir->epilogue.n_ops);
     walk_program_order(p, st, m);
   }
 }
 
 void lx_stage_memory_free(lx_stage_memory *m) {
-  for (int g = 0; g < LX_GRAPH_COUNT; g++) free_graph_memory(&m->graphs[g]);
+  for (int g = 0; g < LX_GRAPH_COUNT; g++)
+    free_graph_memory(&m->graphs[g]);
 }

@@ -18,9 +18,9 @@ typedef struct {
 } lx_graph_memory;
 
 typedef struct {
-  int64_t weights;   /* training-dtype weights, plus fp32 master copies for 16-bit training */
-  int64_t grads;     /* fp32 gradients */
-  int64_t optimizer; /* AdamW moments, fp32 */
+  int64_t weights;        /* training-dtype weights, plus fp32 master copies for 16-bit training */
+  int64_t grads;          /* fp32 gradients */
+  int64_t optimizer;      /* AdamW moments, fp32 */
   int64_t window_buffers; /* the two layer-parity buffers of in-window recompute (layout.h) */
   lx_graph_memory graphs[LX_GRAPH_COUNT];
   int64_t kept_per_micro_batch; /* all the stage's kept activations of one micro-batch */

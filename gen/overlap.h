@@ -46,18 +46,18 @@ void lx_instance_bounds(const lx_pipeline *p, int s, int *lo, int *due);
 typedef struct {
   const lx_graph *block;
   int n_ops;
-  double *recompute_s;  /* per op: its forward time, what running it again costs */
-  int64_t *drop_bytes;  /* per op: kept bytes per micro-batch that dropping everything it saves frees */
-  bool *windowable;     /* per op: may run on the recompute stream (its output is saved, no TP all-reduce) */
-  int64_t kept_all;     /* one layer's kept bytes per micro-batch when nothing is dropped */
+  double *recompute_s; /* per op: its forward time, what running it again costs */
+  int64_t *drop_bytes; /* per op: kept bytes per micro-batch that dropping everything it saves frees */
+  bool *windowable;    /* per op: may run on the recompute stream (its output is saved, no TP all-reduce) */
+  int64_t kept_all;    /* one layer's kept bytes per micro-batch when nothing is dropped */
   int n_layers, stashed, micro_batches;
-  int window_buffers;   /* copies of the window bytes the layout holds: 2, by layer parity */
-  int64_t avail_bytes;  /* for the block's activations; INT64_MAX: unlimited */
+  int window_buffers;       /* copies of the window bytes the layout holds: 2, by layer parity */
+  int64_t avail_bytes;      /* for the block's activations; INT64_MAX: unlimited */
   const lx_window *windows; /* sorted by `after`; may be NULL */
   int n_windows;
-  int *lo, *due;        /* per instance (n_layers x micro_batches), see lx_instance_bounds */
+  int *lo, *due; /* per instance (n_layers x micro_batches), see lx_instance_bounds */
   int n_instances;
-  double time_limit_s;  /* lynx-opt's solver */
+  double time_limit_s; /* lynx-opt's solver */
 } lx_stage_problem;
 
 /* Per-op numbers of the IR's block on the cost model; windows and bounds
@@ -81,8 +81,8 @@ int64_t lx_policy_bytes(const lx_stage_problem *pr, const lx_op_decision *d);
  * (n_instances, -1 where on demand) and stats. Returns false when even
  * recomputing everything does not fit (the decisions then recompute
  * everything they can). Fixed policies are answered with lx_recompute_fixed. */
-bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr, lx_op_decision *d,
-                     int *window_of, lx_policy_stats *stats);
+bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr,
+                     lx_op_decision *d, int *window_of, lx_policy_stats *stats);
 
 /* ---- planning (schedule.c) ---------------------------------------------- */
 
@@ -126,11 +126,11 @@ typedef struct {
   const lx_cost_model *cm;
   lx_recompute_policy policy;
   int pp, micro_batches;
-  double layer_s, prologue_s, epilogue_s;   /* compute + exposed TP all-reduce, per micro-batch */
-  double layer_window_s;                    /* a layer's TP all-reduce capacity for window recompute */
+  double layer_s, prologue_s, epilogue_s; /* compute + exposed TP all-reduce, per micro-batch */
+  double layer_window_s;                  /* a layer's TP all-reduce capacity for window recompute */
   int64_t static_per_layer, static_prologue, static_epilogue, capacity, reserve_first, reserve_last,
       reserve_middle;
-  lx_stage_problem layer;                   /* per-op numbers */
+  lx_stage_problem layer; /* per-op numbers */
 } lx_partition_model;
 
 void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_cost_model *cm,

@@ -12,7 +12,8 @@
 void lx_partition_uniform(int layers, int pp, int *first_layer) {
   int base = layers / pp, extra = layers % pp;
   first_layer[0] = 0;
-  for (int s = 0; s < pp; s++) first_layer[s + 1] = first_layer[s] + base + (s < extra ? 1 : 0);
+  for (int s = 0; s < pp; s++)
+    first_layer[s + 1] = first_layer[s] + base + (s < extra ? 1 : 0);
 }
 
 /* ---- the DP ------------------------------------------------------------------ */
@@ -24,7 +25,8 @@ double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int
   int width = layers + 1;
   double *best = malloc(sizeof(double) * (size_t)(pp + 1) * (size_t)width);
   int *from = malloc(sizeof(int) * (size_t)(pp + 1) * (size_t)width);
-  for (int i = 0; i < (pp + 1) * width; i++) best[i] = -1, from[i] = -1;
+  for (int i = 0; i < (pp + 1) * width; i++)
+    best[i] = -1, from[i] = -1;
   best[0] = 0; /* no layers on no stages */
   for (int s = 1; s <= pp; s++)
     for (int l = s; l <= layers - (pp - s); l++)
@@ -34,12 +36,14 @@ double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int
         double c = cost(ctx, s - 1, k, l - k);
         if (c < 0) continue;
         double b = before > c ? before : c;
-        if (best[s * width + l] < 0 || b < best[s * width + l]) best[s * width + l] = b, from[s * width + l] = k;
+        if (best[s * width + l] < 0 || b < best[s * width + l])
+          best[s * width + l] = b, from[s * width + l] = k;
       }
   double result = best[pp * width + layers];
   if (result >= 0) {
     first_layer[pp] = layers;
-    for (int s = pp; s > 0; s--) first_layer[s - 1] = from[s * width + first_layer[s]];
+    for (int s = pp; s > 0; s--)
+      first_layer[s - 1] = from[s * width + first_layer[s]];
   }
   free(best);
   free(from);
@@ -71,7 +75,8 @@ static int64_t transient_bytes(const lx_graph *g) {
   int64_t most = 0;
   for (int i = 0; i < g->n_ops; i++) {
     int64_t b = 2 * g->ops[i].out_bytes;
-    for (int k = 0; k < g->ops[i].n_inputs; k++) b += g->ops[g->ops[i].inputs[k]].out_bytes;
+    for (int k = 0; k < g->ops[i].n_inputs; k++)
+      b += g->ops[g->ops[i].inputs[k]].out_bytes;
     if (b > most) most = b;
   }
   return most;
@@ -117,7 +122,8 @@ static double stage_exposed(lx_partition_model *m, int stashed, int count, int64
   pr->n_layers = count, pr->stashed = stashed, pr->micro_batches = 1, pr->avail_bytes = avail;
   lx_window w = {.kind = LX_WINDOW_TP_BACKWARD, .after = 0, .capacity = count * m->layer_window_s};
   int *lo = calloc((size_t)count, sizeof(int)), *due = malloc(sizeof(int) * (size_t)count);
-  for (int i = 0; i < count; i++) due[i] = 1;
+  for (int i = 0; i < count; i++)
+    due[i] = 1;
   int *saved_lo = pr->lo, *saved_due = pr->due;
   pr->lo = lo, pr->due = due, pr->n_instances = count;
   pr->windows = m->layer_window_s > 0 ? &w : NULL;
@@ -141,8 +147,11 @@ double lx_partition_stage_cost(void *model, int stage, int first, int count) {
   (void)first; /* layers are alike: only how many matters */
   bool is_first = stage == 0, is_last = stage == m->pp - 1;
   lx_schedule kind = m->ir->plan.schedule ? m->ir->plan.schedule : LX_SCHEDULE_1F1B;
-  int stashed = kind == LX_SCHEDULE_GPIPE ? m->micro_batches : (m->pp - stage < m->micro_batches ? m->pp - stage : m->micro_batches);
-  int64_t static_bytes = count * m->static_per_layer + (is_first ? m->static_prologue : 0) + (is_last ? m->static_epilogue : 0);
+  int stashed = kind == LX_SCHEDULE_GPIPE
+                    ? m->micro_batches
+                    : (m->pp - stage < m->micro_batches ? m->pp - stage : m->micro_batches);
+  int64_t static_bytes =
+      count * m->static_per_layer + (is_first ? m->static_prologue : 0) + (is_last ? m->static_epilogue : 0);
   int64_t other = (is_first ? (int64_t)stashed * m->ir->prologue.activation_bytes : 0) +
                   (is_last ? (int64_t)stashed * m->ir->epilogue.activation_bytes : 0) + m->reserve_middle;
   int64_t avail = m->capacity - static_bytes - other;

@@ -49,9 +49,14 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
                            int stashed, int micro_batches, int64_t avail_bytes) {
   const lx_graph *g = &ir->block;
   size_t n = (size_t)g->n_ops;
-  *pr = (lx_stage_problem){.block = g, .n_ops = g->n_ops, .n_layers = n_layers, .stashed = stashed,
-                           .micro_batches = micro_batches, .avail_bytes = avail_bytes,
-                           .window_buffers = 2, .time_limit_s = 20};
+  *pr = (lx_stage_problem){.block = g,
+                           .n_ops = g->n_ops,
+                           .n_layers = n_layers,
+                           .stashed = stashed,
+                           .micro_batches = micro_batches,
+                           .avail_bytes = avail_bytes,
+                           .window_buffers = 2,
+                           .time_limit_s = 20};
   pr->recompute_s = calloc(n, sizeof(double));
   pr->drop_bytes = calloc(n, sizeof(int64_t));
   pr->windowable = calloc(n, sizeof(bool));
@@ -155,7 +160,8 @@ static void masks_to_decisions(const lx_stage_problem *pr, opmask rc, opmask w, 
   for (int i = 0; i < pr->n_ops; i++)
     d[i] = (lx_op_decision){.drop_output = has(rc, i), .drop_internals = has(rc, i), .in_window = has(w, i)};
   lx_recompute_closure(pr->block, d);
-  for (int i = 0; i < pr->n_ops; i++) d[i].in_window &= d[i].recompute;
+  for (int i = 0; i < pr->n_ops; i++)
+    d[i].in_window &= d[i].recompute;
 }
 
 static void decisions_to_masks(const lx_stage_problem *pr, const lx_op_decision *d, opmask *rc, opmask *w) {
@@ -212,10 +218,12 @@ static int by_key(const void *a, const void *b) {
  * first, as many as fit. For equal-sized jobs with release times and
  * deadlines on a line this serves as many as any assignment can. */
 int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_of) {
-  for (int i = 0; i < pr->n_instances; i++) window_of[i] = -1;
+  for (int i = 0; i < pr->n_instances; i++)
+    window_of[i] = -1;
   if (window_s <= 0 || pr->n_windows == 0 || pr->n_instances == 0) return 0;
   int *order = malloc(sizeof(int) * (size_t)pr->n_instances);
-  for (int i = 0; i < pr->n_instances; i++) order[i] = i;
+  for (int i = 0; i < pr->n_instances; i++)
+    order[i] = i;
   sort_keys = pr->lo;
   qsort(order, (size_t)pr->n_instances, sizeof *order, by_key);
   heap h = {malloc(sizeof(int) * (size_t)pr->n_instances), 0, pr->due};
@@ -226,9 +234,11 @@ int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_o
       if (pr->due[order[next]] > at) heap_push(&h, order[next]);
       next++;
     }
-    while (h.n && pr->due[h.items[0]] <= at) heap_pop(&h); /* too late for them now */
+    while (h.n && pr->due[h.items[0]] <= at)
+      heap_pop(&h); /* too late for them now */
     int slots = (int)(pr->windows[w].capacity / window_s + 1e-9);
-    for (; slots > 0 && h.n; slots--, served++) window_of[heap_pop(&h)] = w;
+    for (; slots > 0 && h.n; slots--, served++)
+      window_of[heap_pop(&h)] = w;
   }
   free(h.items);
   free(order);
@@ -237,7 +247,8 @@ int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_o
 
 static int served_count(const lx_stage_problem *pr, const int *window_of) {
   int n = 0;
-  for (int i = 0; window_of && i < pr->n_instances; i++) n += window_of[i] >= 0;
+  for (int i = 0; window_of && i < pr->n_instances; i++)
+    n += window_of[i] >= 0;
   return n;
 }
 
@@ -266,7 +277,6 @@ typedef struct {
   bool valid;
 } choice;
 
-
 static int compare_choices(const lx_stage_problem *pr, const choice *a, const choice *b) {
   if (a->valid != b->valid) return a->valid ? -1 : 1;
   double scale = a->exposed > b->exposed ? a->exposed : b->exposed;
@@ -278,7 +288,9 @@ static int compare_choices(const lx_stage_problem *pr, const choice *a, const ch
   return (ma > mb) - (ma < mb);
 }
 
-static bool fits(const lx_stage_problem *pr, opmask rc, opmask w) { return memory_of(pr, rc, w) <= pr->avail_bytes; }
+static bool fits(const lx_stage_problem *pr, opmask rc, opmask w) {
+  return memory_of(pr, rc, w) <= pr->avail_bytes;
+}
 
 /* The choice with its windows assigned for real. */
 static choice realize(const lx_stage_problem *pr, opmask rc, opmask w, int *window_of) {
@@ -495,8 +507,8 @@ typedef struct {
 /* rc and w columns, the closure rows (a recomputed op's unsaved inputs run
  * again; a window op's recomputed inputs run in the window too) and the
  * memory row. `windows` false fixes every w at 0. */
-static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplets *t, double rc_cost, double w_cost,
-                               bool windows) {
+static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplets *t, double rc_cost,
+                               double w_cost, bool windows) {
   const lx_graph *g = pr->block;
   op_columns c = {calloc((size_t)pr->n_ops, sizeof(int)), calloc((size_t)pr->n_ops, sizeof(int))};
   for (int i = 0; i < pr->n_ops; i++) {
@@ -545,7 +557,8 @@ static const double TIE = 1e-6;
 /* The cheapest recompute (all of it on demand) whose kept bytes fit: an
  * exact ILP (Jain et al., Checkmate, restricted to one layer's ops, which
  * every layer of the stage shares). */
-static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *window_of, lx_policy_stats *stats) {
+static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *window_of,
+                            lx_policy_stats *stats) {
   glp_prob *lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MIN);
   triplets t = {0};
@@ -571,8 +584,10 @@ static int first_window(const lx_stage_problem *pr, int after) {
   int lo = 0, hi = pr->n_windows;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    if (pr->windows[mid].after < after) lo = mid + 1;
-    else hi = mid;
+    if (pr->windows[mid].after < after)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -598,7 +613,8 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
     put(&t, r, add_continuous(lp, 1, -1), 1);
     for (int i = 0; i < pr->n_ops; i++)
       if (c.w[i] && pr->windowable[i]) put(&t, r, c.w[i], -ms(pr->recompute_s[i]));
-    for (int w = first_window(pr, pr->lo[inst]); w < pr->n_windows && pr->windows[w].after < pr->due[inst]; w++) {
+    for (int w = first_window(pr, pr->lo[inst]); w < pr->n_windows && pr->windows[w].after < pr->due[inst];
+         w++) {
       if (pr->lo[inst] < 0) break;
       if (!window_row[w]) window_row[w] = add_row(lp, GLP_UP, -1e30, ms(pr->windows[w].capacity));
       int x = add_continuous(lp, 0, -1);
@@ -632,16 +648,18 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
 
 /* ---- entry point ------------------------------------------------------------------------ */
 
-bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr, lx_op_decision *d,
-                     int *window_of, lx_policy_stats *stats) {
+bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr,
+                     lx_op_decision *d, int *window_of, lx_policy_stats *stats) {
   double start = now_s();
   *stats = (lx_policy_stats){.budget_bytes = pr->avail_bytes, .status = "fixed"};
   int *scratch = window_of ? window_of : malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   bool ok;
-  bool planned = policy == LX_RECOMPUTE_CHECKMATE || policy == LX_RECOMPUTE_LYNX_HEU || policy == LX_RECOMPUTE_LYNX_OPT;
+  bool planned =
+      policy == LX_RECOMPUTE_CHECKMATE || policy == LX_RECOMPUTE_LYNX_HEU || policy == LX_RECOMPUTE_LYNX_OPT;
   if (planned && fits(pr, 0, 0)) { /* keeping everything fits: nothing is exposed and nothing beats it */
     masks_to_decisions(pr, 0, 0, d);
-    for (int i = 0; i < pr->n_instances; i++) scratch[i] = -1;
+    for (int i = 0; i < pr->n_instances; i++)
+      scratch[i] = -1;
     stats->status = "optimal (everything kept)";
     policy = LX_RECOMPUTE_POLICY_COUNT; /* done */
   }
@@ -655,7 +673,8 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
   case LX_RECOMPUTE_LYNX_OPT: ok = solve_opt(pr, d, scratch, stats); break;
   default:
     lx_recompute_fixed(ir, policy, d);
-    for (int i = 0; i < pr->n_instances; i++) scratch[i] = -1;
+    for (int i = 0; i < pr->n_instances; i++)
+      scratch[i] = -1;
     ok = lx_policy_bytes(pr, d) <= pr->avail_bytes;
     break;
   }

@@ -22,7 +22,8 @@ void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decis
     const lx_op *op = &g->ops[i];
     bool droppable = op->kind != LX_OP_INPUT; /* the layer input is the checkpoint */
     decisions[i] = (lx_op_decision){0};
-    if (policy == LX_RECOMPUTE_FULL && droppable) decisions[i].drop_output = decisions[i].drop_internals = true;
+    if (policy == LX_RECOMPUTE_FULL && droppable)
+      decisions[i].drop_output = decisions[i].drop_internals = true;
     if (policy == LX_RECOMPUTE_SELECTIVE && op->kind == LX_OP_ATTENTION) decisions[i].drop_internals = true;
   }
   lx_recompute_closure(g, decisions);
@@ -30,7 +31,8 @@ void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decis
 
 void lx_recompute_closure(const lx_graph *g, lx_op_decision *d) {
   for (int i = 0; i < g->n_ops; i++)
-    d[i].recompute = (d[i].drop_output && output_is_saved(g, i)) || (d[i].drop_internals && has_internals(&g->ops[i]));
+    d[i].recompute =
+        (d[i].drop_output && output_is_saved(g, i)) || (d[i].drop_internals && has_internals(&g->ops[i]));
   /* inputs precede their users, so one backward sweep closes the chains */
   for (int j = g->n_ops - 1; j >= 0; j--) {
     if (!d[j].recompute) continue;

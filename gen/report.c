@@ -14,16 +14,19 @@ static double ms(double seconds) { return seconds * 1e3; }
 
 static const char *decision_text(const lx_op_decision *d) {
   if (!d->recompute) return "keep";
-  if (d->in_window) return "recompute in a window on the recompute stream (on demand where the instance got none)";
-  if (d->drop_internals && !d->drop_output) return "recompute internals on demand, before the layer's backward";
+  if (d->in_window)
+    return "recompute in a window on the recompute stream (on demand where the instance got none)";
+  if (d->drop_internals && !d->drop_output)
+    return "recompute internals on demand, before the layer's backward";
   return "recompute on demand, before the layer's backward";
 }
 
 /* What the policy pass found (planned policies only): budget, windows used, search. */
 static void print_policy_stats(const lx_stage *st, FILE *out) {
   if (!st->window_of && st->stats.budget_bytes == 0) return;
-  fprintf(out, "  policy     %s (gap %.2g), budget %.2f GiB for the block's activations (uses %.2f), exposed "
-               "recompute %.2f ms, %.2f ms hidden in windows (%d found), search %.1f ms\n",
+  fprintf(out,
+          "  policy     %s (gap %.2g), budget %.2f GiB for the block's activations (uses %.2f), exposed "
+          "recompute %.2f ms, %.2f ms hidden in windows (%d found), search %.1f ms\n",
           st->stats.status ? st->stats.status : "", st->stats.gap, gib(st->stats.budget_bytes),
           gib(st->stats.used_bytes), ms(st->stats.exposed_s), ms(st->stats.window_s), st->n_windows,
           ms(st->stats.search_s));
@@ -50,10 +53,13 @@ static void print_arena(const lx_stage_layout *l, FILE *out) {
   int64_t weights = l->region_bytes[LX_REGION_PARAMS] + l->region_bytes[LX_REGION_MASTER];
   int64_t optimizer = l->region_bytes[LX_REGION_ADAM_M] + l->region_bytes[LX_REGION_ADAM_V];
   int64_t transient = l->region_bytes[LX_REGION_WORK] + l->region_bytes[LX_REGION_BOUNDARY];
-  fprintf(out, "  arena      %lld bytes (%.2f GiB), the emitted program's one allocation: weights %.2f MiB, grads %.2f "
-               "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%d slots x %.2f MiB), transient %.2f MiB\n",
-          (long long)l->total, gib(l->total), mib(weights), mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer),
-          mib(l->region_bytes[LX_REGION_STASH]), l->slots, mib(l->slot_bytes), mib(transient));
+  fprintf(out,
+          "  arena      %lld bytes (%.2f GiB), the emitted program's one allocation: weights %.2f MiB, grads "
+          "%.2f "
+          "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%d slots x %.2f MiB), transient %.2f MiB\n",
+          (long long)l->total, gib(l->total), mib(weights), mib(l->region_bytes[LX_REGION_GRADS]),
+          mib(optimizer), mib(l->region_bytes[LX_REGION_STASH]), l->slots, mib(l->slot_bytes),
+          mib(transient));
   for (int k = 0; k < LX_REGION_COUNT; k++)
     if (l->region_bytes[k])
       fprintf(out, "             %-9s at %12lld, %12lld bytes\n", lx_region_name((lx_region)k),
@@ -68,15 +74,22 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
   char layers[96];
   stage_layers(st, layers, sizeof layers);
   fprintf(out, "\nstage %d: %s, %.1f M parameters per rank\n", s, layers, (double)st->params_per_rank / 1e6);
-  fprintf(out, "  time       compute %.2f ms, recompute %.2f ms, exposed communication %.2f ms, compute busy %.1f%%\n",
-          ms(tl->compute_time), ms(tl->recompute_time), ms(tl->exposed_comm_time),
-          100 * tl->busy[LX_STREAM_COMPUTE] / r->sim->iteration_time);
-  fprintf(out, "  memory     modeled peak %.2f GiB of %.2f GiB%s (liveness of what each op keeps; the scheduler's model)\n", gib(m->peak), r->capacity_bytes / (1 << 30) * 1.0,
+  fprintf(
+      out,
+      "  time       compute %.2f ms, recompute %.2f ms, exposed communication %.2f ms, compute busy %.1f%%\n",
+      ms(tl->compute_time), ms(tl->recompute_time), ms(tl->exposed_comm_time),
+      100 * tl->busy[LX_STREAM_COMPUTE] / r->sim->iteration_time);
+  fprintf(out,
+          "  memory     modeled peak %.2f GiB of %.2f GiB%s (liveness of what each op keeps; the scheduler's "
+          "model)\n",
+          gib(m->peak), r->capacity_bytes / (1 << 30) * 1.0,
           (double)m->peak > r->capacity_bytes ? "  -- DOES NOT FIT" : "");
-  fprintf(out, "             weights %.2f, grads %.2f, optimizer %.2f, activations %.2f (%d micro-batches x %.1f MiB "
-               "kept), transient %.2f GiB\n",
-          gib(m->weights), gib(m->grads), gib(m->optimizer), gib(m->activations_peak), m->stashed_micro_batches,
-          mib(m->kept_per_micro_batch), gib(m->transient_peak));
+  fprintf(
+      out,
+      "             weights %.2f, grads %.2f, optimizer %.2f, activations %.2f (%d micro-batches x %.1f MiB "
+      "kept), transient %.2f GiB\n",
+      gib(m->weights), gib(m->grads), gib(m->optimizer), gib(m->activations_peak), m->stashed_micro_batches,
+      mib(m->kept_per_micro_batch), gib(m->transient_peak));
   if (r->layouts) print_arena(&r->layouts[s], out);
   print_layer_decisions(ir, st, out);
   print_policy_stats(st, out);
@@ -87,16 +100,20 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
   const lx_ir *ir = p->ir;
   const lx_plan *plan = &ir->plan;
   fprintf(out, "lynxgen plan for %s\n", lx_file_name(ir->model_path));
-  fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %.3f B parameters\n", ir->model.layers,
-          ir->model.hidden, ir->model.heads, ir->model.seq_len, ir->model.vocab, (double)ir->params_total / 1e9);
+  fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %.3f B parameters\n",
+          ir->model.layers, ir->model.hidden, ir->model.heads, ir->model.seq_len, ir->model.vocab,
+          (double)ir->params_total / 1e9);
   fprintf(out, "cluster    %d node(s) x %d %s (%s inside a node, %s across)\n", ir->cluster.nodes,
           ir->cluster.gpus_per_node, lx_gpu_name(ir->cluster.gpu), lx_link_name(ir->cluster.intra_node_link),
           lx_link_name(ir->cluster.inter_node_link));
-  fprintf(out, "plan       tp %d x pp %d x dp %d, micro-batch %d, %d micro-batches per iteration, %s, recompute %s, %s\n",
+  fprintf(out,
+          "plan       tp %d x pp %d x dp %d, micro-batch %d, %d micro-batches per iteration, %s, recompute "
+          "%s, %s\n",
           plan->tp ? plan->tp : 1, p->pp, plan->dp ? plan->dp : 1, plan->micro_batch ? plan->micro_batch : 1,
           p->micro_batches, lx_schedule_name(p->kind), lx_recompute_policy_name(p->policy),
           lx_dtype_name(ir->training.dtype));
-  for (int s = 0; s < p->pp; s++) print_stage_text(r, s, out);
+  for (int s = 0; s < p->pp; s++)
+    print_stage_text(r, s, out);
   fprintf(out, "\niteration  %.2f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%, HFU %.1f%%\n",
           ms(r->sim->iteration_time), 100 * r->sim->bubble_fraction, r->sim->tokens_per_s, 100 * r->sim->mfu,
           100 * r->sim->hfu);
@@ -108,8 +125,9 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
   fputs("{\n  \"model_file\": ", out);
   lx_json_string(out, lx_file_name(ir->model_path));
   fputs(",\n", out);
-  fprintf(out, "  \"plan\": {\"tp\": %d, \"pp\": %d, \"dp\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "
-               "\"schedule\": \"%s\", \"recompute\": \"%s\"},\n",
+  fprintf(out,
+          "  \"plan\": {\"tp\": %d, \"pp\": %d, \"dp\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "
+          "\"schedule\": \"%s\", \"recompute\": \"%s\"},\n",
           ir->plan.tp ? ir->plan.tp : 1, p->pp, ir->plan.dp ? ir->plan.dp : 1,
           ir->plan.micro_batch ? ir->plan.micro_batch : 1, p->micro_batches, lx_schedule_name(p->kind),
           lx_recompute_policy_name(p->policy));
@@ -118,14 +136,17 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
     const lx_stage *st = &p->stages[s];
     const lx_stage_memory *m = &r->memory[s];
     const lx_stage_timeline *tl = &r->sim->stages[s];
-    fprintf(out, "%s\n    {\"stage\": %d, \"first_layer\": %d, \"layers\": %d, \"prologue\": %s, \"epilogue\": %s, ",
-            s ? "," : "", s, st->first_layer, st->n_layers, st->has_prologue ? "true" : "false",
-            st->has_epilogue ? "true" : "false");
+    fprintf(
+        out,
+        "%s\n    {\"stage\": %d, \"first_layer\": %d, \"layers\": %d, \"prologue\": %s, \"epilogue\": %s, ",
+        s ? "," : "", s, st->first_layer, st->n_layers, st->has_prologue ? "true" : "false",
+        st->has_epilogue ? "true" : "false");
     fprintf(out, "\"compute_s\": %.9g, \"recompute_s\": %.9g, \"exposed_comm_s\": %.9g, ", tl->compute_time,
             tl->recompute_time, tl->exposed_comm_time);
-    fprintf(out, "\"peak_bytes\": %" PRId64 ", \"weights_bytes\": %" PRId64 ", \"grads_bytes\": %" PRId64
-                 ", \"optimizer_bytes\": %" PRId64 ", \"activations_bytes\": %" PRId64 ", \"transient_bytes\": %" PRId64
-                 ", \"stashed_micro_batches\": %d, \"fits\": %s, ",
+    fprintf(out,
+            "\"peak_bytes\": %" PRId64 ", \"weights_bytes\": %" PRId64 ", \"grads_bytes\": %" PRId64
+            ", \"optimizer_bytes\": %" PRId64 ", \"activations_bytes\": %" PRId64
+            ", \"transient_bytes\": %" PRId64 ", \"stashed_micro_batches\": %d, \"fits\": %s, ",
             m->peak, m->weights, m->grads, m->optimizer, m->activations_peak, m->transient_peak,
             m->stashed_micro_batches, (double)m->peak <= r->capacity_bytes ? "true" : "false");
     if (r->layouts) fprintf(out, "\"arena_bytes\": %lld, ", (long long)r->layouts[s].total);
@@ -138,7 +159,8 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
       }
     fprintf(out, "]}");
   }
-  fprintf(out, "\n  ],\n  \"iteration_s\": %.9g,\n  \"bubble_fraction\": %.6f,\n  \"tokens_per_s\": %.6g,\n"
-               "  \"mfu\": %.6f,\n  \"hfu\": %.6f\n}\n",
+  fprintf(out,
+          "\n  ],\n  \"iteration_s\": %.9g,\n  \"bubble_fraction\": %.6f,\n  \"tokens_per_s\": %.6g,\n"
+          "  \"mfu\": %.6f,\n  \"hfu\": %.6f\n}\n",
           r->sim->iteration_time, r->sim->bubble_fraction, r->sim->tokens_per_s, r->sim->mfu, r->sim->hfu);
 }

@@ -12,7 +12,7 @@ typedef struct {
   const lx_pipeline *pipe;
   const lx_stage_memory *memory; /* one per stage */
   const lx_simulation *sim;
-  double capacity_bytes;         /* of one GPU */
+  double capacity_bytes;          /* of one GPU */
   const lx_stage_layout *layouts; /* the emitted program's arena per stage; NULL when not laid out */
 } lx_report;
 

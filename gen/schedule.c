@@ -10,8 +10,8 @@
 #include <stdlib.h>
 
 #include "diag.h"
-#include "overlap.h"
 #include "memplan.h"
+#include "overlap.h"
 #include "passes.h"
 
 typedef struct {
@@ -98,11 +98,15 @@ static void pass_emitted(builder *b) {
   b->ordinal++;
   const lx_stage *st = b->st;
   if (!st->window_of) return;
-  while (b->next_window < st->n_windows && st->windows[b->next_window].after < b->ordinal) b->next_window++;
+  while (b->next_window < st->n_windows && st->windows[b->next_window].after < b->ordinal)
+    b->next_window++;
   int w = b->next_window;
-  if (w == st->n_windows || st->windows[w].after != b->ordinal || b->window_start[w] == b->window_start[w + 1]) return;
+  if (w == st->n_windows || st->windows[w].after != b->ordinal ||
+      b->window_start[w] == b->window_start[w + 1])
+    return;
   sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_RECOMPUTE);
-  for (int k = b->window_start[w]; k < b->window_start[w + 1]; k++) recompute_in_window(b, b->window_items[k]);
+  for (int k = b->window_start[w]; k < b->window_start[w + 1]; k++)
+    recompute_in_window(b, b->window_items[k]);
 }
 
 static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int layer, int i, int mb) {
@@ -275,7 +279,8 @@ static void index_window_items(builder *b) {
     b->recomputed[i] = -1;
     if (st->window_of && st->window_of[i] >= 0) b->window_start[st->window_of[i] + 1]++;
   }
-  for (int w = 0; w < st->n_windows; w++) b->window_start[w + 1] += b->window_start[w];
+  for (int w = 0; w < st->n_windows; w++)
+    b->window_start[w + 1] += b->window_start[w];
   int *fill = calloc((size_t)st->n_windows + 1, sizeof(int));
   /* backward order (both schedules): by micro-batch, then from the top layer down */
   for (int mb = 0; mb < b->pipe->micro_batches; mb++)
@@ -289,11 +294,13 @@ static void index_window_items(builder *b) {
 /* (Re)builds the instruction lists of stage s from its decisions and windows. */
 static void schedule_one(const lx_ir *ir, lx_pipeline *p, int s) {
   lx_stage *st = &p->stages[s];
-  for (int k = 0; k < LX_STREAM_COUNT; k++) st->streams[k].count = 0;
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    st->streams[k].count = 0;
   st->n_events = 0;
   builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp ? ir->plan.tp : 1, .ordinal = -1};
   int *events = malloc(sizeof(int) * 3 * (size_t)p->micro_batches);
-  for (int i = 0; i < 3 * p->micro_batches; i++) events[i] = -1;
+  for (int i = 0; i < 3 * p->micro_batches; i++)
+    events[i] = -1;
   b.slot_free = events;
   b.act_sent = events + p->micro_batches;
   b.grad_sent = events + 2 * p->micro_batches;
@@ -312,7 +319,8 @@ static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batc
     return false;
   }
   if (micro_batches < pp) {
-    lx_error(ir->locs.plan, "%d micro-batches per iteration are fewer than the %d pipeline stages", micro_batches, pp);
+    lx_error(ir->locs.plan, "%d micro-batches per iteration are fewer than the %d pipeline stages",
+             micro_batches, pp);
     return false;
   }
   return true;
@@ -372,7 +380,8 @@ static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool wit
   pr.time_limit_s = pl->time_limit_s;
   if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
   free(st->window_of);
-  st->window_of = with_windows ? calloc((size_t)(pr.n_instances > 0 ? pr.n_instances : 0) + 1, sizeof(int)) : NULL;
+  st->window_of =
+      with_windows ? calloc((size_t)(pr.n_instances > 0 ? pr.n_instances : 0) + 1, sizeof(int)) : NULL;
   lx_policy_solve(pl->ir, policy, &pr, st->decisions, st->window_of, &st->stats);
   lx_stage_problem_free(&pr);
   schedule_one(pl->ir, pl->pipe, s);
@@ -393,7 +402,8 @@ static void compute_budgets(planner *pl) {
 static void measure_windows(planner *pl) {
   lx_simulation sim;
   lx_simulate(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
-  for (int s = 0; s < pl->pipe->pp; s++) lx_find_windows(pl->pipe, s, &sim, pl->cm->interference);
+  for (int s = 0; s < pl->pipe->pp; s++)
+    lx_find_windows(pl->pipe, s, &sim, pl->cm->interference);
   lx_simulation_free(&sim);
 }
 
@@ -428,37 +438,45 @@ static double simulated_time(planner *pl) {
 
 static void plan_policy(planner *pl) {
   int pp = pl->pipe->pp;
-  for (int s = 0; s < pp; s++) schedule_one(pl->ir, pl->pipe, s);
+  for (int s = 0; s < pp; s++)
+    schedule_one(pl->ir, pl->pipe, s);
   compute_budgets(pl);
   bool recomputes = false;
   for (int s = 0; s < pp; s++) {
     solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
-    for (int i = 0; i < pl->ir->block.n_ops; i++) recomputes |= pl->pipe->stages[s].decisions[i].recompute;
+    for (int i = 0; i < pl->ir->block.n_ops; i++)
+      recomputes |= pl->pipe->stages[s].decisions[i].recompute;
   }
-  if (pl->policy != LX_RECOMPUTE_CHECKMATE && recomputes) { /* with nothing to recompute, windows cannot help */
+  if (pl->policy != LX_RECOMPUTE_CHECKMATE &&
+      recomputes) { /* with nothing to recompute, windows cannot help */
     measure_windows(pl);
     double on_demand = simulated_time(pl);
-    for (int s = 0; s < pp; s++) solve_stage(pl, s, pl->policy, true);
+    for (int s = 0; s < pp; s++)
+      solve_stage(pl, s, pl->policy, true);
     repair(pl);
     /* windows measured on the on-demand schedule can shrink once other
      * stages speed up: if the plan lost, checkmate's on-demand plan (a
      * choice within the policy's space) stands */
     if (simulated_time(pl) > on_demand) {
-      for (int s = 0; s < pp; s++) solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
-      for (int s = 0; s < pp; s++) pl->pipe->stages[s].stats.status = "checkmate's plan (windows did not pay)";
+      for (int s = 0; s < pp; s++)
+        solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
+      for (int s = 0; s < pp; s++)
+        pl->pipe->stages[s].stats.status = "checkmate's plan (windows did not pay)";
     }
   }
   repair(pl);
 }
 
-static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm, int pp, int *first) {
+static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm, int pp,
+                             int *first) {
   lx_partition_uniform(ir->model.layers, pp, first);
   if (o->partition != LX_PARTITION_DP || pp < 2) return;
   lx_partition_model m;
   lx_partition_model_init(&m, ir, cm, o->policy);
   int *dp = malloc(sizeof(int) * (size_t)(pp + 1));
   if (lx_partition_dp(ir->model.layers, pp, lx_partition_stage_cost, &m, dp) >= 0)
-    for (int s = 0; s <= pp; s++) first[s] = dp[s];
+    for (int s = 0; s <= pp; s++)
+      first[s] = dp[s];
   free(dp);
   lx_partition_model_free(&m);
 }
@@ -467,7 +485,8 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
   const lx_plan *plan = &ir->plan;
   lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
   int pp = plan->pp ? plan->pp : 1;
-  *out = (lx_pipeline){.ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = o->policy};
+  *out = (lx_pipeline){
+      .ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = o->policy};
   if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
   lx_cost_model own;
   const lx_cost_model *cm = o->cm;
@@ -477,12 +496,15 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
     cm = &own;
   }
   int *first = malloc(sizeof *first * (size_t)(pp + 1));
-  if (needs_costs) choose_partition(ir, o, cm, pp, first);
-  else lx_partition_uniform(ir->model.layers, pp, first);
+  if (needs_costs)
+    choose_partition(ir, o, cm, pp, first);
+  else
+    lx_partition_uniform(ir->model.layers, pp, first);
   init_stages(ir, fixed_policy(o->policy) ? o->policy : LX_RECOMPUTE_NONE, first, out);
   free(first);
   if (fixed_policy(o->policy)) {
-    for (int s = 0; s < pp; s++) schedule_one(ir, out, s);
+    for (int s = 0; s < pp; s++)
+      schedule_one(ir, out, s);
   } else {
     planner pl = {ir, cm, out, o->policy, o->opt_time_limit_s, calloc((size_t)pp, sizeof(int64_t))};
     plan_policy(&pl);

@@ -14,10 +14,10 @@ typedef struct {
   const lx_pipeline *p;
   lx_timing_fn timing;
   void *timing_ctx;
-  double interference; /* recompute-stream slowdown while it shares the GPU with NCCL */
-  int *next[LX_STREAM_COUNT];     /* per stage: index of the head */
+  double interference;        /* recompute-stream slowdown while it shares the GPU with NCCL */
+  int *next[LX_STREAM_COUNT]; /* per stage: index of the head */
   double *free_at[LX_STREAM_COUNT];
-  double **record_time;           /* per stage, per event; < 0 until recorded */
+  double **record_time; /* per stage, per event; < 0 until recorded */
   lx_simulation *out;
 } sim_state;
 
@@ -49,7 +49,8 @@ static lx_instr_kind matching_recv(lx_instr_kind send) {
 /* A send runs with its receive: both streams busy for the transfer. */
 static bool try_transfer(sim_state *s, int stage, const lx_instr *send) {
   const lx_instr *recv = head(s, send->peer, LX_STREAM_RECV);
-  if (!recv || recv->kind != matching_recv(send->kind) || recv->mb != send->mb || recv->peer != stage) return false;
+  if (!recv || recv->kind != matching_recv(send->kind) || recv->mb != send->mb || recv->peer != stage)
+    return false;
   double start = s->free_at[LX_STREAM_SEND][stage];
   if (s->free_at[LX_STREAM_RECV][send->peer] > start) start = s->free_at[LX_STREAM_RECV][send->peer];
   double end = start + duration(s, stage, LX_STREAM_SEND, send);
@@ -119,7 +120,8 @@ static int by_time(const void *a, const void *b) {
 /* Index, per micro-batch, of its last backward on a stream (-1 if none): one pass. */
 static int *last_backwards(const lx_instr_list *list, int micro_batches) {
   int *last = malloc(sizeof(int) * (size_t)(micro_batches ? micro_batches : 1));
-  for (int mb = 0; mb < micro_batches; mb++) last[mb] = -1;
+  for (int mb = 0; mb < micro_batches; mb++)
+    last[mb] = -1;
   for (int i = 0; i < list->count; i++)
     if (list->items[i].kind == LX_I_BWD) last[list->items[i].mb] = i;
   return last;
@@ -129,7 +131,8 @@ static int *last_backwards(const lx_instr_list *list, int micro_batches) {
 static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory *m, lx_stage_timeline *tl) {
   const lx_stage *st = &p->stages[stage];
   int n = 0;
-  for (int k = 0; k < LX_STREAM_COUNT; k++) n += 2 * st->streams[k].count;
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    n += 2 * st->streams[k].count;
   memory_event *ev = malloc(sizeof *ev * (size_t)(n ? n : 1));
   bool *started = calloc((size_t)p->micro_batches, sizeof *started);
   n = 0;
@@ -255,8 +258,11 @@ static double cost_model_timing(void *ctx, const lx_pipeline *p, int stage, cons
 bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
                  const lx_stage_memory *memory, lx_simulation *out) {
   *out = (lx_simulation){.pipe = p, .stages = calloc((size_t)p->pp, sizeof *out->stages)};
-  sim_state s = {.p = p, .timing = timing ? timing : cost_model_timing, .timing_ctx = timing ? timing_ctx : (void *)cm,
-                 .interference = cm && !timing ? cm->interference : 1, .out = out};
+  sim_state s = {.p = p,
+                 .timing = timing ? timing : cost_model_timing,
+                 .timing_ctx = timing ? timing_ctx : (void *)cm,
+                 .interference = cm && !timing ? cm->interference : 1,
+                 .out = out};
   s.record_time = calloc((size_t)p->pp, sizeof *s.record_time);
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
     s.next[k] = calloc((size_t)p->pp, sizeof(int));
@@ -264,7 +270,8 @@ bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn tim
   }
   for (int st = 0; st < p->pp; st++) {
     s.record_time[st] = malloc(sizeof(double) * (size_t)(p->stages[st].n_events + 1));
-    for (int e = 0; e <= p->stages[st].n_events; e++) s.record_time[st][e] = -1;
+    for (int e = 0; e <= p->stages[st].n_events; e++)
+      s.record_time[st][e] = -1;
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       out->stages[st].times[k] = calloc((size_t)p->stages[st].streams[k].count + 1, sizeof(lx_interval));
   }
@@ -273,27 +280,31 @@ bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn tim
     progress = false;
     for (int st = 0; st < p->pp; st++)
       for (int k = 0; k < LX_STREAM_COUNT; k++)
-        while (try_head(&s, st, (lx_stream)k)) progress = true;
+        while (try_head(&s, st, (lx_stream)k))
+          progress = true;
   }
   out->deadlocked = !all_done(&s);
   if (out->deadlocked) report_deadlock(&s);
   for (int st = 0; st < p->pp; st++)
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       if (s.free_at[k][st] > out->iteration_time) out->iteration_time = s.free_at[k][st];
-  for (int st = 0; st < p->pp; st++) track_memory(p, st, memory ? &memory[st] : NULL, &out->stages[st]);
+  for (int st = 0; st < p->pp; st++)
+    track_memory(p, st, memory ? &memory[st] : NULL, &out->stages[st]);
   summarize(p, timing ? NULL : cm, out);
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
     free(s.next[k]);
     free(s.free_at[k]);
   }
-  for (int st = 0; st < p->pp; st++) free(s.record_time[st]);
+  for (int st = 0; st < p->pp; st++)
+    free(s.record_time[st]);
   free(s.record_time);
   return !out->deadlocked;
 }
 
 void lx_simulation_free(lx_simulation *sim) {
   for (int st = 0; sim->stages && st < sim->pipe->pp; st++)
-    for (int k = 0; k < LX_STREAM_COUNT; k++) free(sim->stages[st].times[k]);
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      free(sim->stages[st].times[k]);
   free(sim->stages);
   sim->stages = NULL;
 }

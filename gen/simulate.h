@@ -35,7 +35,7 @@ typedef struct {
   double iteration_time;
   double bubble_fraction; /* idle share of the compute streams over the iteration */
   double tokens_per_s, mfu, hfu;
-  bool deadlocked;        /* a generator bug; the heads of the stuck streams were reported */
+  bool deadlocked; /* a generator bug; the heads of the stuck streams were reported */
 } lx_simulation;
 
 /* Simulates p with the given timing (NULL: the cost model `cm`), applying

@@ -85,7 +85,7 @@ typedef struct {
   lx_tensor_ref tensor; /* as the instruction names it, for messages */
   lx_access_mode mode;
   lx_access_target target;
-  lx_region region; /* LX_TARGET_REGION */
+  lx_region region;      /* LX_TARGET_REGION */
   bool generation_start; /* a write that (re)defines the whole value */
   bool value_defined;    /* some instruction writes (not only accumulates) this value */
 } access_rec;
@@ -100,8 +100,8 @@ typedef struct {
   const lx_stage *st;
   const lx_stage_layout *l;
   int s;
-  int *clock[NS];   /* clock[k][pos * NS + j] */
-  int reached[NS];  /* instructions [0, reached) of each stream can run */
+  int *clock[NS];  /* clock[k][pos * NS + j] */
+  int reached[NS]; /* instructions [0, reached) of each stream can run */
   access_rec *acc;
   int n_acc, cap_acc;
   extent *spans;
@@ -125,7 +125,9 @@ static bool access_before(const stage_check *c, const access_rec *a, const acces
   return happens_before(c, a->stream, a->pos, b->stream, b->pos);
 }
 
-static bool same_instr(const access_rec *a, const access_rec *b) { return a->stream == b->stream && a->pos == b->pos; }
+static bool same_instr(const access_rec *a, const access_rec *b) {
+  return a->stream == b->stream && a->pos == b->pos;
+}
 
 static bool is_write(lx_access_mode m) { return m != LX_ACCESS_READ; }
 
@@ -145,7 +147,8 @@ static void compute_clocks(stage_check *c) {
   const lx_stage *st = c->st;
   const int **event_clock = calloc((size_t)st->n_events + 1, sizeof *event_clock);
   static const int zero[NS];
-  for (int k = 0; k < NS; k++) c->clock[k] = calloc((size_t)st->streams[k].count * NS + 1, sizeof(int));
+  for (int k = 0; k < NS; k++)
+    c->clock[k] = calloc((size_t)st->streams[k].count * NS + 1, sizeof(int));
   bool progress = true;
   while (progress) {
     progress = false;
@@ -156,7 +159,8 @@ static void compute_clocks(stage_check *c) {
         if (waits && (!valid_event(st, in->event) || !event_clock[in->event])) break;
         int *now = &c->clock[k][i * NS];
         const int *before = i > 0 ? clock_of(c, k, i - 1) : zero;
-        for (int j = 0; j < NS; j++) now[j] = before[j];
+        for (int j = 0; j < NS; j++)
+          now[j] = before[j];
         if (waits)
           for (int j = 0; j < NS; j++)
             if (event_clock[in->event][j] > now[j]) now[j] = event_clock[in->event][j];
@@ -195,7 +199,8 @@ static void check_events(stage_check *c) {
     if (c->reached[k] == st->streams[k].count) continue;
     const lx_instr *stuck = &st->streams[k].items[c->reached[k]];
     report(c->r, "stream can never get past this wait (its event is never recorded ahead of it)",
-           at_of(c, k, c->reached[k]), valid_event(st, stuck->event) ? find_record(c, stuck->event) : NO_INSTR);
+           at_of(c, k, c->reached[k]),
+           valid_event(st, stuck->event) ? find_record(c, stuck->event) : NO_INSTR);
   }
   free(records);
 }
@@ -262,7 +267,8 @@ static lx_tensor_ref canonical(const stage_check *c, lx_tensor_ref t) {
     t = original;
   }
   lx_tensor_ref alias;
-  if ((t.role == LX_T_OUTPUT || t.role == LX_T_GRAD) && boundary_alias(c, t, &alias) && same_span(c, t, alias))
+  if ((t.role == LX_T_OUTPUT || t.role == LX_T_GRAD) && boundary_alias(c, t, &alias) &&
+      same_span(c, t, alias))
     return alias;
   return t;
 }
@@ -271,7 +277,8 @@ static lx_tensor_ref canonical(const stage_check *c, lx_tensor_ref t) {
  * may be -1): target, region, graph, role, index 4 bits each, layer and op
  * 20 bits, mb 32 bits. */
 static tensor_key key_of(const stage_check *c, const lx_access *a) {
-  if (a->target == LX_TARGET_REGION) return (tensor_key){(uint64_t)a->target << 60 | (uint64_t)a->region << 56, 0};
+  if (a->target == LX_TARGET_REGION)
+    return (tensor_key){(uint64_t)a->target << 60 | (uint64_t)a->region << 56, 0};
   lx_tensor_ref t = a->target == LX_TARGET_TENSOR ? canonical(c, a->tensor) : a->tensor;
   uint64_t hi = (uint64_t)a->target << 60 | (uint64_t)t.graph << 52 | (uint64_t)t.role << 48 |
                 (uint64_t)t.index << 44 | (uint64_t)(t.layer + 1) << 20 | (uint64_t)t.op;
@@ -292,7 +299,8 @@ static void collect_accesses(stage_check *c, extent **raw_spans) {
     for (int i = 0; i < c->reached[k]; i++) {
       const lx_instr *in = &c->st->streams[k].items[i];
       int n = lx_instr_access(c->p, c->s, c->l, in, buf, LX_MAX_ACCESSES);
-      if (n > LX_MAX_ACCESSES) report(c->r, "instruction makes more accesses than LX_MAX_ACCESSES", at_of(c, k, i), NO_INSTR);
+      if (n > LX_MAX_ACCESSES)
+        report(c->r, "instruction makes more accesses than LX_MAX_ACCESSES", at_of(c, k, i), NO_INSTR);
       for (int j = 0; j < n && j < LX_MAX_ACCESSES; j++) {
         lx_span span = lx_access_span(c->p, c->s, c->l, &buf[j]);
         if (span.bytes <= 0) continue;
@@ -302,8 +310,13 @@ static void collect_accesses(stage_check *c, extent **raw_spans) {
           *raw_spans = realloc(*raw_spans, sizeof **raw_spans * (size_t)c->cap_acc);
         }
         (*raw_spans)[c->n_acc] = (extent){span.offset, span.bytes};
-        c->acc[c->n_acc++] = (access_rec){.stream = k, .pos = i, .key = key_of(c, &buf[j]), .tensor = buf[j].tensor,
-                                          .mode = buf[j].mode, .target = buf[j].target, .region = buf[j].region};
+        c->acc[c->n_acc++] = (access_rec){.stream = k,
+                                          .pos = i,
+                                          .key = key_of(c, &buf[j]),
+                                          .tensor = buf[j].tensor,
+                                          .mode = buf[j].mode,
+                                          .target = buf[j].target,
+                                          .region = buf[j].region};
       }
     }
 }
@@ -312,8 +325,10 @@ static int span_index(const stage_check *c, extent e) {
   int lo = 0, hi = c->n_spans - 1;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    if (compare_extents(&c->spans[mid], &e) < 0) lo = mid + 1;
-    else hi = mid;
+    if (compare_extents(&c->spans[mid], &e) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -326,7 +341,8 @@ static void index_spans(stage_check *c, extent *raw) {
   for (int i = 0; i < c->n_acc; i++)
     if (c->n_spans == 0 || compare_extents(&c->spans[c->n_spans - 1], &c->spans[i]) != 0)
       c->spans[c->n_spans++] = c->spans[i];
-  for (int i = 0; i < c->n_acc; i++) c->acc[i].span = span_index(c, raw[i]);
+  for (int i = 0; i < c->n_acc; i++)
+    c->acc[i].span = span_index(c, raw[i]);
   /* sorted by offset: the spans overlapping i after it start before i ends */
   int *count = calloc((size_t)c->n_spans + 1, sizeof *count);
   for (int pass = 0; pass < 2; pass++) {
@@ -342,7 +358,8 @@ static void index_spans(stage_check *c, extent *raw) {
         if (j != i) c->overlap[c->overlap_start[j] + fill[j]++] = i;
       }
     if (!pass) {
-      for (int i = 0; i < c->n_spans; i++) count[i + 1] += count[i];
+      for (int i = 0; i < c->n_spans; i++)
+        count[i + 1] += count[i];
       c->overlap_start = count;
       c->overlap = malloc(sizeof *c->overlap * (size_t)(count[c->n_spans] + 1));
     }
@@ -357,7 +374,8 @@ static void bucket(const stage_check *c, bool writes_only, int **start, int **it
   *items = malloc(sizeof **items * (size_t)(c->n_acc + 1));
   for (int i = 0; i < c->n_acc; i++)
     if (!writes_only || is_write(c->acc[i].mode)) (*start)[c->acc[i].span * NS + c->acc[i].stream + 1]++;
-  for (int b = 0; b < buckets; b++) (*start)[b + 1] += (*start)[b];
+  for (int b = 0; b < buckets; b++)
+    (*start)[b + 1] += (*start)[b];
   int *fill = calloc((size_t)buckets, sizeof *fill);
   for (int i = 0; i < c->n_acc; i++) /* accesses were collected stream by stream in program order */
     if (!writes_only || is_write(c->acc[i].mode)) {
@@ -383,7 +401,8 @@ static int compare_by_key(const void *x, const void *y) {
 static void mark_generation_starts(stage_check *c, int first, int end) {
   bool has_write = false;
   int first_on[NS];
-  for (int k = 0; k < NS; k++) first_on[k] = -1;
+  for (int k = 0; k < NS; k++)
+    first_on[k] = -1;
   for (int g = first; g < end; g++) {
     const access_rec *a = &c->acc[c->by_key[g]];
     has_write |= a->mode == LX_ACCESS_WRITE;
@@ -394,7 +413,8 @@ static void mark_generation_starts(stage_check *c, int first, int end) {
     a->value_defined = has_write;
     bool preceded = false;
     for (int k = 0; k < NS; k++)
-      if (first_on[k] >= 0 && (k == a->stream ? first_on[k] < a->pos : first_on[k] < clock_of(c, a->stream, a->pos)[k]))
+      if (first_on[k] >= 0 &&
+          (k == a->stream ? first_on[k] < a->pos : first_on[k] < clock_of(c, a->stream, a->pos)[k]))
         preceded = true;
     a->generation_start = has_write ? a->mode == LX_ACCESS_WRITE : !preceded;
   }
@@ -407,7 +427,8 @@ static void index_writers(stage_check *c) {
   sort_ctx = c;
   qsort(c->by_key, (size_t)c->n_by_key, sizeof *c->by_key, compare_by_key);
   for (int g = 0, end; g < c->n_by_key; g = end) {
-    for (end = g + 1; end < c->n_by_key && !compare_keys(&c->acc[c->by_key[end]].key, &c->acc[c->by_key[g]].key);)
+    for (end = g + 1;
+         end < c->n_by_key && !compare_keys(&c->acc[c->by_key[end]].key, &c->acc[c->by_key[g]].key);)
       end++;
     mark_generation_starts(c, g, end);
   }
@@ -418,20 +439,26 @@ static void writers_of(const stage_check *c, const tensor_key *key, int *first, 
   int lo = 0, hi = c->n_by_key;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    if (compare_keys(&c->acc[c->by_key[mid]].key, key) < 0) lo = mid + 1;
-    else hi = mid;
+    if (compare_keys(&c->acc[c->by_key[mid]].key, key) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   *first = *end = lo;
-  while (*end < c->n_by_key && !compare_keys(&c->acc[c->by_key[*end]].key, key)) ++*end;
+  while (*end < c->n_by_key && !compare_keys(&c->acc[c->by_key[*end]].key, key))
+    ++*end;
 }
 
 /* ---- check 1 and the reuse half of check 2: each read sees its value ------------- */
 
 static void report_tensor(stage_check *c, const char *what, const access_rec *a, instr_at other) {
   char tensor[TEXT / 2], text[2 * TEXT];
-  if (a->target == LX_TARGET_REGION) snprintf(tensor, sizeof tensor, "region %s", lx_region_name(a->region));
-  else lx_tensor_describe(c->p->ir, a->tensor, tensor, sizeof tensor);
-  snprintf(text, sizeof text, "%s%s %s", what, a->target == LX_TARGET_PARAM_GRAD ? " the gradient of" : "", tensor);
+  if (a->target == LX_TARGET_REGION)
+    snprintf(tensor, sizeof tensor, "region %s", lx_region_name(a->region));
+  else
+    lx_tensor_describe(c->p->ir, a->tensor, tensor, sizeof tensor);
+  snprintf(text, sizeof text, "%s%s %s", what, a->target == LX_TARGET_PARAM_GRAD ? " the gradient of" : "",
+           tensor);
   report(c->r, text, access_at(c, a), other);
 }
 
@@ -439,8 +466,10 @@ static void report_tensor(stage_check *c, const char *what, const access_rec *a,
 static int first_at_or_after(const stage_check *c, const int *items, int from, int to, int pos) {
   while (from < to) {
     int mid = (from + to) / 2;
-    if (c->acc[items[mid]].pos < pos) from = mid + 1;
-    else to = mid;
+    if (c->acc[items[mid]].pos < pos)
+      from = mid + 1;
+    else
+      to = mid;
   }
   return from;
 }
@@ -468,7 +497,9 @@ static void check_not_clobbered(stage_check *c, const access_rec *a, const int d
     }
 }
 
-static bool is_parameter(const access_rec *a) { return a->target == LX_TARGET_TENSOR && a->tensor.role == LX_T_PARAM; }
+static bool is_parameter(const access_rec *a) {
+  return a->target == LX_TARGET_TENSOR && a->tensor.role == LX_T_PARAM;
+}
 
 static void check_read(stage_check *c, const access_rec *a) {
   int first, end;
@@ -489,8 +520,9 @@ static void check_read(stage_check *c, const access_rec *a) {
       if (t[k] > defined[k]) defined[k] = t[k];
   }
   if (!seen) {
-    report_tensor(c, some_writer.stage < 0 ? "read of a tensor nothing writes:" : "read not ordered after the write of",
-                  a, some_writer);
+    report_tensor(
+        c, some_writer.stage < 0 ? "read of a tensor nothing writes:" : "read not ordered after the write of",
+        a, some_writer);
     return;
   }
   /* every contribution to the value read is in before the read, unless a
@@ -502,7 +534,8 @@ static void check_read(stage_check *c, const access_rec *a) {
     bool redefined = false;
     for (int h = first; h < end && !redefined; h++) {
       const access_rec *d = &c->acc[c->by_key[h]];
-      redefined = d->generation_start && access_before(c, a, d) && access_before(c, d, w) && !same_instr(d, a);
+      redefined =
+          d->generation_start && access_before(c, a, d) && access_before(c, d, w) && !same_instr(d, a);
     }
     if (!redefined) {
       report_tensor(c, "read misses a later accumulation into", a, access_at(c, w));
@@ -538,8 +571,8 @@ static void check_region(stage_check *c, const access_rec *a) {
       for (int j = c->place_start[b + 1] - 1; j >= c->place_start[b]; j--) {
         const access_rec *other = &c->acc[c->place[j]];
         if (!must_precede_region_access(a, other)) continue;
-        if (!access_before(c, other, a)) report_tensor(c, "whole-region access not after every use of", a,
-                                                       access_at(c, other));
+        if (!access_before(c, other, a))
+          report_tensor(c, "whole-region access not after every use of", a, access_at(c, other));
         break; /* the latest one decides: the earlier ones on this stream precede it */
       }
     }
@@ -589,7 +622,8 @@ static void check_within_instruction(stage_check *c, int first, int end) {
 
 static void check_stage_accesses(stage_check *c) {
   for (int i = 0, end; i < c->n_acc; i = end) {
-    for (end = i + 1; end < c->n_acc && same_instr(&c->acc[end], &c->acc[i]);) end++;
+    for (end = i + 1; end < c->n_acc && same_instr(&c->acc[end], &c->acc[i]);)
+      end++;
     check_within_instruction(c, i, end);
   }
   for (int i = 0; i < c->n_acc; i++) {
@@ -601,7 +635,8 @@ static void check_stage_accesses(stage_check *c) {
 }
 
 static void free_stage_check(stage_check *c) {
-  for (int k = 0; k < NS; k++) free(c->clock[k]);
+  for (int k = 0; k < NS; k++)
+    free(c->clock[k]);
   free(c->acc);
   free(c->spans);
   free(c->overlap_start);
@@ -658,7 +693,8 @@ static int slot_of(const lx_pipeline *p, int sender, bool grad, int mb) {
 static int *index_receives(reporter *r, const lx_pipeline *p, int t, instr_at *where, bool *valid) {
   int n = p->pp * 2 * p->micro_batches;
   int *order = malloc(sizeof *order * (size_t)n), *per_sender = calloc((size_t)p->pp, sizeof *per_sender);
-  for (int i = 0; i < n; i++) order[i] = -1;
+  for (int i = 0; i < n; i++)
+    order[i] = -1;
   for (int k = 0; k < NS; k++)
     for (int i = 0; i < p->stages[t].streams[k].count; i++) {
       instr_at at = {t, k, i};
@@ -684,7 +720,8 @@ static void check_stage_sends(reporter *r, const lx_pipeline *p, int s, int *con
                               instr_at *const *recv_at, int **matched) {
   int *last_order = malloc(sizeof *last_order * (size_t)p->pp);
   instr_at *last_send = malloc(sizeof *last_send * (size_t)p->pp);
-  for (int t = 0; t < p->pp; t++) last_order[t] = -1, last_send[t] = NO_INSTR;
+  for (int t = 0; t < p->pp; t++)
+    last_order[t] = -1, last_send[t] = NO_INSTR;
   for (int k = 0; k < NS; k++)
     for (int i = 0; i < p->stages[s].streams[k].count; i++) {
       instr_at at = {s, k, i};
@@ -722,10 +759,12 @@ static bool check_matching(reporter *r, const lx_pipeline *p) {
     matched[t] = calloc((size_t)n, sizeof **matched);
     order[t] = index_receives(r, p, t, where[t], &valid);
   }
-  for (int s = 0; s < p->pp; s++) check_stage_sends(r, p, s, order, where, matched);
+  for (int s = 0; s < p->pp; s++)
+    check_stage_sends(r, p, s, order, where, matched);
   for (int t = 0; t < p->pp; t++) {
     for (int slot = 0; slot < n; slot++)
-      if (order[t][slot] >= 0 && !matched[t][slot]) report(r, "receive has no matching send", where[t][slot], NO_INSTR);
+      if (order[t][slot] >= 0 && !matched[t][slot])
+        report(r, "receive has no matching send", where[t][slot], NO_INSTR);
     free(order[t]);
     free(matched[t]);
     free(where[t]);
@@ -784,8 +823,9 @@ static void report_stuck(reporter *r, const token_game *g) {
     for (int k = 0; k < NS; k++) {
       const lx_instr *in = game_head(g, s, k);
       if (!in) continue;
-      if (!stuck++) report(r, "the schedule deadlocks; first stuck stream head", (instr_at){s, k, g->next[s * NS + k]},
-                           NO_INSTR);
+      if (!stuck++)
+        report(r, "the schedule deadlocks; first stuck stream head", (instr_at){s, k, g->next[s * NS + k]},
+               NO_INSTR);
       char text[TEXT];
       describe_at(g->p, (instr_at){s, k, g->next[s * NS + k]}, text, sizeof text);
       if (stuck <= MAX_PRINTED) fprintf(stderr, "  stuck: %s\n", text);
@@ -794,15 +834,18 @@ static void report_stuck(reporter *r, const token_game *g) {
 
 static void check_deadlock(reporter *r, const lx_pipeline *p) {
   token_game g = {p, calloc((size_t)p->pp * NS, sizeof(int)), malloc(sizeof(bool *) * (size_t)p->pp)};
-  for (int s = 0; s < p->pp; s++) g.recorded[s] = calloc((size_t)p->stages[s].n_events + 1, sizeof(bool));
+  for (int s = 0; s < p->pp; s++)
+    g.recorded[s] = calloc((size_t)p->stages[s].n_events + 1, sizeof(bool));
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < p->pp; s++)
       for (int k = 0; k < NS; k++)
-        while (game_step(&g, s, k)) progress = true;
+        while (game_step(&g, s, k))
+          progress = true;
   }
   report_stuck(r, &g);
-  for (int s = 0; s < p->pp; s++) free(g.recorded[s]);
+  for (int s = 0; s < p->pp; s++)
+    free(g.recorded[s]);
   free(g.recorded);
   free(g.next);
 }
@@ -813,17 +856,20 @@ static bool events_in_range(const lx_pipeline *p) {
     for (int k = 0; k < NS; k++)
       for (int i = 0; i < p->stages[s].streams[k].count; i++) {
         const lx_instr *in = &p->stages[s].streams[k].items[i];
-        if ((in->kind == LX_I_RECORD || in->kind == LX_I_WAIT) && !valid_event(&p->stages[s], in->event)) return false;
+        if ((in->kind == LX_I_RECORD || in->kind == LX_I_WAIT) && !valid_event(&p->stages[s], in->event))
+          return false;
       }
   return true;
 }
 
 int lx_verify(const lx_pipeline *p, const lx_stage_layout *layouts) {
   reporter r = {p, 0, 0};
-  for (int s = 0; s < p->pp; s++) verify_stage(&r, p, s, &layouts[s]);
+  for (int s = 0; s < p->pp; s++)
+    verify_stage(&r, p, s, &layouts[s]);
   bool well_formed = check_matching(&r, p);
   if (well_formed && events_in_range(p)) check_deadlock(&r, p);
   if (r.printed > MAX_PRINTED)
-    fprintf(stderr, "lynxgen: internal error: verify: %d more violations not shown\n", r.printed - MAX_PRINTED);
+    fprintf(stderr, "lynxgen: internal error: verify: %d more violations not shown\n",
+            r.printed - MAX_PRINTED);
   return r.violations;
 }

@@ -17,11 +17,13 @@ static bool is_pass(lx_instr_kind k) { return k == LX_I_FWD || k == LX_I_BWD; }
 
 /* Which stream records each event of the stage, and at which position. */
 static void index_records(const lx_stage *st, int *stream, int *pos) {
-  for (int e = 0; e < st->n_events; e++) stream[e] = pos[e] = -1;
+  for (int e = 0; e < st->n_events; e++)
+    stream[e] = pos[e] = -1;
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     for (int i = 0; i < st->streams[k].count; i++) {
       const lx_instr *in = &st->streams[k].items[i];
-      if (in->kind == LX_I_RECORD && in->event >= 0 && in->event < st->n_events) stream[in->event] = k, pos[in->event] = i;
+      if (in->kind == LX_I_RECORD && in->event >= 0 && in->event < st->n_events)
+        stream[in->event] = k, pos[in->event] = i;
     }
 }
 
@@ -33,7 +35,8 @@ static const lx_instr *last_before(const lx_instr_list *list, int pos, lx_instr_
 }
 
 /* What the compute stream waits for: the stream that records the event says. */
-static lx_window_kind classify(const lx_stage *st, int stream, int pos, bool backward_seen, bool forwards_left) {
+static lx_window_kind classify(const lx_stage *st, int stream, int pos, bool backward_seen,
+                               bool forwards_left) {
   if (stream == LX_STREAM_TP) {
     const lx_instr *ar = last_before(&st->streams[stream], pos, LX_I_ALLREDUCE_TP, LX_I_ALLREDUCE_TP);
     return ar && ar->backward ? LX_WINDOW_TP_BACKWARD : LX_WINDOW_TP_FORWARD;
@@ -48,7 +51,8 @@ static lx_window_kind classify(const lx_stage *st, int stream, int pos, bool bac
 
 static int forwards_in(const lx_instr_list *list) {
   int n = 0;
-  for (int i = 0; i < list->count; i++) n += list->items[i].kind == LX_I_FWD;
+  for (int i = 0; i < list->count; i++)
+    n += list->items[i].kind == LX_I_FWD;
   return n;
 }
 
@@ -56,7 +60,8 @@ void lx_find_windows(lx_pipeline *p, int s, const lx_simulation *sim, double int
   lx_stage *st = &p->stages[s];
   const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
   const lx_interval *times = sim->stages[s].times[LX_STREAM_COMPUTE];
-  int *rec_stream = malloc(sizeof(int) * (size_t)(st->n_events + 1)), *rec_pos = malloc(sizeof(int) * (size_t)(st->n_events + 1));
+  int *rec_stream = malloc(sizeof(int) * (size_t)(st->n_events + 1)),
+      *rec_pos = malloc(sizeof(int) * (size_t)(st->n_events + 1));
   index_records(st, rec_stream, rec_pos);
   free(st->windows);
   st->windows = malloc(sizeof *st->windows * (size_t)(compute->count + 1));
@@ -82,8 +87,11 @@ void lx_find_windows(lx_pipeline *p, int s, const lx_simulation *sim, double int
       last->capacity = last->length / interference;
       continue;
     }
-    st->windows[st->n_windows++] =
-        (lx_window){.kind = kind, .after = ordinal, .start = times[i].start, .length = idle, .capacity = idle / interference};
+    st->windows[st->n_windows++] = (lx_window){.kind = kind,
+                                               .after = ordinal,
+                                               .start = times[i].start,
+                                               .length = idle,
+                                               .capacity = idle / interference};
   }
   free(rec_stream);
   free(rec_pos);
@@ -93,7 +101,8 @@ void lx_instance_bounds(const lx_pipeline *p, int s, int *lo, int *due) {
   const lx_stage *st = &p->stages[s];
   const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
   int n = st->n_layers * p->micro_batches;
-  for (int i = 0; i < n; i++) lo[i] = due[i] = -1;
+  for (int i = 0; i < n; i++)
+    lo[i] = due[i] = -1;
   int last_touch[2] = {-1, -1}, ordinal = -1;
   for (int i = 0; i < compute->count; i++) {
     const lx_instr *in = &compute->items[i];

@@ -31,25 +31,28 @@ lx_op *lx_graph_add(lx_graph *g, lx_op_kind kind) {
   memset(op, 0, sizeof *op);
   op->kind = kind;
   int ordinal = 0;
-  for (int i = 0; i < g->n_ops - 1; i++) ordinal += g->ops[i].kind == kind;
+  for (int i = 0; i < g->n_ops - 1; i++)
+    ordinal += g->ops[i].kind == kind;
   snprintf(op->name, sizeof op->name, "%s_%d", lx_op_kind_name(kind), ordinal);
   return op;
 }
 
-#define NAME_OF(table, value) \
+#define NAME_OF(table, value)                                                                                \
   ((size_t)(value) < sizeof(table) / sizeof(table)[0] && (table)[value] ? (table)[value] : "?")
 
 const char *lx_op_kind_name(lx_op_kind kind) {
-  static const char *names[] = {"input", "embedding", "position_embedding", "layernorm", "rmsnorm",
-                                "linear", "attention", "rope", "gelu", "swiglu", "dropout", "add",
-                                "lm_head", "cross_entropy"};
+  static const char *names[] = {"input",     "embedding",    "position_embedding",
+                                "layernorm", "rmsnorm",      "linear",
+                                "attention", "rope",         "gelu",
+                                "swiglu",    "dropout",      "add",
+                                "lm_head",   "cross_entropy"};
   _Static_assert(sizeof names / sizeof names[0] == LX_OP_KIND_COUNT, "one name per op kind");
   return NAME_OF(names, kind);
 }
 
 const char *lx_gpu_name(lx_gpu gpu) {
-  static const char *names[] = {NULL, "V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB",
-                                "H100-SXM5-80GB", "H200-SXM-141GB"};
+  static const char *names[] = {
+      NULL, "V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"};
   return NAME_OF(names, gpu);
 }
 

@@ -20,9 +20,31 @@ typedef struct {
 } lx_srcloc;
 
 /* Values mirror enum lx_gpu, lx_link, ... of the prelude ir/lynx.h. */
-typedef enum { LX_GPU_NONE, LX_GPU_V100_32GB, LX_GPU_A100_40GB, LX_GPU_A100_80GB, LX_GPU_H100_80GB, LX_GPU_H200_141GB } lx_gpu;
-typedef enum { LX_LINK_NONE, LX_LINK_NVLINK2, LX_LINK_NVLINK3, LX_LINK_NVLINK4, LX_LINK_PCIE4, LX_LINK_PCIE5, LX_LINK_IB_HDR, LX_LINK_IB_NDR } lx_link;
-typedef enum { LX_SCHEDULE_OPEN, LX_SCHEDULE_GPIPE, LX_SCHEDULE_1F1B, LX_SCHEDULE_2BW, LX_SCHEDULE_INTERLEAVED } lx_schedule;
+typedef enum {
+  LX_GPU_NONE,
+  LX_GPU_V100_32GB,
+  LX_GPU_A100_40GB,
+  LX_GPU_A100_80GB,
+  LX_GPU_H100_80GB,
+  LX_GPU_H200_141GB
+} lx_gpu;
+typedef enum {
+  LX_LINK_NONE,
+  LX_LINK_NVLINK2,
+  LX_LINK_NVLINK3,
+  LX_LINK_NVLINK4,
+  LX_LINK_PCIE4,
+  LX_LINK_PCIE5,
+  LX_LINK_IB_HDR,
+  LX_LINK_IB_NDR
+} lx_link;
+typedef enum {
+  LX_SCHEDULE_OPEN,
+  LX_SCHEDULE_GPIPE,
+  LX_SCHEDULE_1F1B,
+  LX_SCHEDULE_2BW,
+  LX_SCHEDULE_INTERLEAVED
+} lx_schedule;
 typedef enum { LX_DTYPE_NONE, LX_DTYPE_BF16, LX_DTYPE_FP16, LX_DTYPE_FP32, LX_DTYPE_INT32 } lx_dtype;
 typedef enum { LX_LR_NONE, LX_LR_CONSTANT, LX_LR_COSINE, LX_LR_LINEAR } lx_lr_schedule;
 
@@ -85,10 +107,10 @@ typedef enum { LX_TP_REPLICATED, LX_TP_COLUMN, LX_TP_ROW, LX_TP_SPLIT_ELEMENTWIS
 
 /* A tensor's shape is (micro_batch, seq_len, width); only width varies. */
 typedef struct {
-  int width;     /* full width, before any tensor-parallel split */
-  bool split;    /* width is divided over the tp ranks */
-  bool scalar;   /* the loss: one number */
-  bool vocab;    /* width is the vocabulary: ranks hold padded_vocab / tp columns */
+  int width;   /* full width, before any tensor-parallel split */
+  bool split;  /* width is divided over the tp ranks */
+  bool scalar; /* the loss: one number */
+  bool vocab;  /* width is the vocabulary: ranks hold padded_vocab / tp columns */
   lx_dtype dtype;
 } lx_shape;
 
@@ -100,24 +122,24 @@ typedef enum { LX_SAVE_INPUT, LX_SAVE_OUTPUT, LX_SAVE_INTERNAL } lx_save_kind;
 
 typedef struct {
   lx_save_kind kind;
-  int input;           /* LX_SAVE_INPUT: argument index */
-  const char *what;    /* "input", "output", "dropout_mask", "softmax", "lse" */
-  int64_t bytes;       /* per tp rank */
+  int input;        /* LX_SAVE_INPUT: argument index */
+  const char *what; /* "input", "output", "dropout_mask", "softmax", "lse" */
+  int64_t bytes;    /* per tp rank */
 } lx_saved;
 
 enum { LX_MAX_OP_INPUTS = 2, LX_MAX_SAVED = 4 };
 
 typedef struct {
   lx_op_kind kind;
-  char name[32];    /* unique in its graph: kind and ordinal, e.g. "linear_2" */
-  char var[32];     /* the model-file variable it was assigned to, or "" */
-  lx_srcloc src;    /* the call in the model file */
+  char name[32];                /* unique in its graph: kind and ordinal, e.g. "linear_2" */
+  char var[32];                 /* the model-file variable it was assigned to, or "" */
+  lx_srcloc src;                /* the call in the model file */
   int inputs[LX_MAX_OP_INPUTS]; /* indices of producing ops in the same graph */
   int n_inputs;
-  int param;        /* LX_OP_INPUT: which parameter of the function */
+  int param; /* LX_OP_INPUT: which parameter of the function */
   /* integer arguments as written (after constant folding) */
-  int out_width;    /* linear: out features; embedding: width; lm_head: vocab */
-  int table_rows;   /* embedding: vocab */
+  int out_width;       /* linear: out features; embedding: width; lm_head: vocab */
+  int table_rows;      /* embedding: vocab */
   int heads, kv_heads; /* attention, rope */
   lx_attention_impl attention_impl;
   bool has_bias;
@@ -125,15 +147,15 @@ typedef struct {
   lx_shape out;
   lx_tp_role tp_role;
   double flops_fwd, flops_bwd; /* floating-point operations */
-  bool is_matmul;   /* counted by the model-FLOPs formula (Narayanan et al.) */
-  double model_flops_fwd; /* matmul FLOPs of the whole op (all ranks, unpadded) */
+  bool is_matmul;              /* counted by the model-FLOPs formula (Narayanan et al.) */
+  double model_flops_fwd;      /* matmul FLOPs of the whole op (all ranks, unpadded) */
   int64_t out_bytes;
   lx_saved saved[LX_MAX_SAVED];
   int n_saved;
-  int64_t saved_bytes;         /* bytes charged to this op (see lx_saved) */
-  int64_t params;              /* whole model, all ranks */
+  int64_t saved_bytes; /* bytes charged to this op (see lx_saved) */
+  int64_t params;      /* whole model, all ranks */
   int64_t params_per_rank;
-  bool needs_tp_allreduce;     /* row-parallel output: all-reduce over tp */
+  bool needs_tp_allreduce; /* row-parallel output: all-reduce over tp */
 } lx_op;
 
 typedef struct {
@@ -141,7 +163,7 @@ typedef struct {
   lx_srcloc src;    /* the function definition */
   lx_op *ops;       /* in program order; inputs first */
   int n_ops, cap_ops;
-  int output;       /* index of the returned op */
+  int output; /* index of the returned op */
   /* filled by the analysis pass */
   int64_t activation_bytes; /* sum of saved bytes, one micro-batch, per tp rank */
   int64_t params, params_per_rank;
@@ -150,13 +172,43 @@ typedef struct {
 
 /* Configuration fields, for locating diagnostics (lx_config_locs.field). */
 typedef enum {
-  LX_F_VOCAB, LX_F_SEQ_LEN, LX_F_LAYERS, LX_F_HIDDEN, LX_F_HEADS, LX_F_KV_HEADS, LX_F_FFN_HIDDEN,
-  LX_F_DROPOUT, LX_F_TIED,
-  LX_F_GPU, LX_F_NODES, LX_F_GPUS_PER_NODE, LX_F_INTRA_LINK, LX_F_INTER_LINK,
-  LX_F_TP, LX_F_PP, LX_F_DP, LX_F_MICRO_BATCH, LX_F_GLOBAL_BATCH, LX_F_SCHEDULE, LX_F_SEQ_PARALLEL,
-  LX_F_STEPS, LX_F_LR, LX_F_MIN_LR, LX_F_WARMUP, LX_F_LR_SCHEDULE, LX_F_BETA1, LX_F_BETA2, LX_F_EPS,
-  LX_F_WEIGHT_DECAY, LX_F_GRAD_CLIP, LX_F_SEED, LX_F_DTYPE, LX_F_TRAIN_DATA, LX_F_VAL_DATA,
-  LX_F_VAL_INTERVAL, LX_F_CHECKPOINT_INTERVAL,
+  LX_F_VOCAB,
+  LX_F_SEQ_LEN,
+  LX_F_LAYERS,
+  LX_F_HIDDEN,
+  LX_F_HEADS,
+  LX_F_KV_HEADS,
+  LX_F_FFN_HIDDEN,
+  LX_F_DROPOUT,
+  LX_F_TIED,
+  LX_F_GPU,
+  LX_F_NODES,
+  LX_F_GPUS_PER_NODE,
+  LX_F_INTRA_LINK,
+  LX_F_INTER_LINK,
+  LX_F_TP,
+  LX_F_PP,
+  LX_F_DP,
+  LX_F_MICRO_BATCH,
+  LX_F_GLOBAL_BATCH,
+  LX_F_SCHEDULE,
+  LX_F_SEQ_PARALLEL,
+  LX_F_STEPS,
+  LX_F_LR,
+  LX_F_MIN_LR,
+  LX_F_WARMUP,
+  LX_F_LR_SCHEDULE,
+  LX_F_BETA1,
+  LX_F_BETA2,
+  LX_F_EPS,
+  LX_F_WEIGHT_DECAY,
+  LX_F_GRAD_CLIP,
+  LX_F_SEED,
+  LX_F_DTYPE,
+  LX_F_TRAIN_DATA,
+  LX_F_VAL_DATA,
+  LX_F_VAL_INTERVAL,
+  LX_F_CHECKPOINT_INTERVAL,
   LX_F_COUNT
 } lx_field;
 
@@ -175,8 +227,8 @@ typedef struct {
   lx_graph prologue, block, epilogue;
   lx_config_locs locs;
   /* filled by the analysis pass */
-  int64_t params_total;         /* whole model */
-  int padded_vocab;             /* vocab rounded up to 128 * tp (Megatron-LM) */
+  int64_t params_total;            /* whole model */
+  int padded_vocab;                /* vocab rounded up to 128 * tp (Megatron-LM) */
   double model_flops_per_sequence; /* forward + backward matmul FLOPs, no recompute */
 } lx_ir;
 

@@ -36,17 +36,22 @@ void lx_json_string(FILE *out, const char *s) {
   fputc('"', out);
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(out, "\\%c", ch);
-    else if (ch < 0x20) fprintf(out, "\\u%04x", ch);
-    else fputc(ch, out);
+    if (ch == '"' || ch == '\\')
+      fprintf(out, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(out, "\\u%04x", ch);
+    else
+      fputc(ch, out);
   }
   fputc('"', out);
 }
 
 static void put_str(json_writer *w, const char *key, const char *value) {
   member_prefix(w, key);
-  if (value) lx_json_string(w->out, value);
-  else fputs("null", w->out);
+  if (value)
+    lx_json_string(w->out, value);
+  else
+    fputs("null", w->out);
 }
 
 static void put_int(json_writer *w, const char *key, int64_t value) {
@@ -57,8 +62,10 @@ static void put_int(json_writer *w, const char *key, int64_t value) {
 /* An open plan field (0) prints as null. */
 static void put_int_or_open(json_writer *w, const char *key, int value) {
   member_prefix(w, key);
-  if (value == LX_OPEN) fputs("null", w->out);
-  else fprintf(w->out, "%d", value);
+  if (value == LX_OPEN)
+    fputs("null", w->out);
+  else
+    fprintf(w->out, "%d", value);
 }
 
 static void put_num(json_writer *w, const char *key, double value) {
@@ -149,7 +156,8 @@ static void print_op(json_writer *w, const lx_graph *g, const lx_op *op) {
   put_str(w, "var", op->var);
   put_src(w, "src", op->src);
   open_container(w, "inputs", '[');
-  for (int k = 0; k < op->n_inputs; k++) put_str(w, NULL, g->ops[op->inputs[k]].name);
+  for (int k = 0; k < op->n_inputs; k++)
+    put_str(w, NULL, g->ops[op->inputs[k]].name);
   close_container(w, ']');
   print_shape(w, op->out);
   if (op->kind == LX_OP_LINEAR || op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_POSITION_EMBEDDING ||
@@ -194,7 +202,8 @@ static void print_graph(json_writer *w, const lx_graph *g) {
   put_num(w, "flops_fwd", g->flops_fwd);
   put_num(w, "flops_bwd", g->flops_bwd);
   open_container(w, "ops", '[');
-  for (int i = 0; i < g->n_ops; i++) print_op(w, g, &g->ops[i]);
+  for (int i = 0; i < g->n_ops; i++)
+    print_op(w, g, &g->ops[i]);
   close_container(w, ']');
   close_container(w, '}');
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NAME_OF(table, value) \
+#define NAME_OF(table, value)                                                                                \
   ((size_t)(value) < sizeof(table) / sizeof(table)[0] && (table)[value] ? (table)[value] : "?")
 
 const char *lx_stream_name(lx_stream s) {
@@ -14,10 +14,9 @@ const char *lx_stream_name(lx_stream s) {
 }
 
 const char *lx_instr_kind_name(lx_instr_kind k) {
-  static const char *names[] = {"FWD",          "BWD",          "RECOMPUTE",    "SEND_ACT",
-                                "RECV_ACT",     "SEND_GRAD",    "RECV_GRAD",    "ALLREDUCE_TP",
-                                "ALLREDUCE_DP", "OPTIMIZER_STEP", "LOAD",       "RECORD",
-                                "WAIT"};
+  static const char *names[] = {"FWD",       "BWD",       "RECOMPUTE",    "SEND_ACT",     "RECV_ACT",
+                                "SEND_GRAD", "RECV_GRAD", "ALLREDUCE_TP", "ALLREDUCE_DP", "OPTIMIZER_STEP",
+                                "LOAD",      "RECORD",    "WAIT"};
   _Static_assert(sizeof names / sizeof names[0] == LX_I_KIND_COUNT, "one name per instruction");
   return NAME_OF(names, k);
 }
@@ -29,7 +28,8 @@ const char *lx_recompute_policy_name(lx_recompute_policy p) {
 }
 
 const char *lx_window_kind_name(lx_window_kind k) {
-  static const char *names[] = {"tp-forward", "tp-backward", "activation", "gradient", "warm-up", "cool-down", "other"};
+  static const char *names[] = {"tp-forward", "tp-backward", "activation", "gradient",
+                                "warm-up",    "cool-down",   "other"};
   _Static_assert(sizeof names / sizeof names[0] == LX_WINDOW_KIND_COUNT, "one name per window kind");
   return NAME_OF(names, k);
 }
@@ -45,7 +45,8 @@ lx_instr *lx_instr_append(lx_instr_list *list, lx_instr instr) {
 
 void lx_pipeline_free(lx_pipeline *p) {
   for (int s = 0; p->stages && s < p->pp; s++) {
-    for (int k = 0; k < LX_STREAM_COUNT; k++) free(p->stages[s].streams[k].items);
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      free(p->stages[s].streams[k].items);
     free(p->stages[s].decisions);
     free(p->stages[s].windows);
     free(p->stages[s].window_of);
@@ -77,12 +78,14 @@ void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t si
   case LX_I_SEND_ACT:
   case LX_I_RECV_ACT:
   case LX_I_SEND_GRAD:
-  case LX_I_RECV_GRAD: snprintf(buf, size, "%s mb%d %s stage %d", kind, in->mb,
-                                in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD ? "to" : "from", in->peer);
+  case LX_I_RECV_GRAD:
+    snprintf(buf, size, "%s mb%d %s stage %d", kind, in->mb,
+             in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD ? "to" : "from", in->peer);
     break;
   case LX_I_RECORD:
   case LX_I_WAIT: snprintf(buf, size, "%s e%d", kind, in->event); break;
-  case LX_I_LOAD: snprintf(buf, size, "LOAD %s mb%d", in->graph == LX_GRAPH_PROLOGUE ? "tokens" : "targets", in->mb);
+  case LX_I_LOAD:
+    snprintf(buf, size, "LOAD %s mb%d", in->graph == LX_GRAPH_PROLOGUE ? "tokens" : "targets", in->mb);
     break;
   default: snprintf(buf, size, "%s", kind); break;
   }

@@ -17,27 +17,27 @@ typedef enum { LX_GRAPH_PROLOGUE, LX_GRAPH_BLOCK, LX_GRAPH_EPILOGUE, LX_GRAPH_CO
 typedef enum {
   LX_STREAM_COMPUTE,
   LX_STREAM_RECOMPUTE,
-  LX_STREAM_SEND,      /* pipeline sends, in production order */
-  LX_STREAM_RECV,      /* pipeline receives, in consumption order */
-  LX_STREAM_TP,        /* tensor-parallel collectives */
-  LX_STREAM_DP,        /* data-parallel gradient reduction */
+  LX_STREAM_SEND, /* pipeline sends, in production order */
+  LX_STREAM_RECV, /* pipeline receives, in consumption order */
+  LX_STREAM_TP,   /* tensor-parallel collectives */
+  LX_STREAM_DP,   /* data-parallel gradient reduction */
   LX_STREAM_COUNT
 } lx_stream;
 
 typedef enum {
-  LX_I_FWD,          /* forward of op `op` of graph `graph` (layer `layer`), micro-batch `mb` */
-  LX_I_BWD,          /* its backward: input gradients and parameter gradients */
-  LX_I_RECOMPUTE,    /* its forward again, to regenerate what was not kept */
-  LX_I_SEND_ACT,     /* the stage's output activation of `mb` to stage `peer` */
+  LX_I_FWD,       /* forward of op `op` of graph `graph` (layer `layer`), micro-batch `mb` */
+  LX_I_BWD,       /* its backward: input gradients and parameter gradients */
+  LX_I_RECOMPUTE, /* its forward again, to regenerate what was not kept */
+  LX_I_SEND_ACT,  /* the stage's output activation of `mb` to stage `peer` */
   LX_I_RECV_ACT,
-  LX_I_SEND_GRAD,    /* the gradient of the stage's input of `mb` to stage `peer` */
+  LX_I_SEND_GRAD, /* the gradient of the stage's input of `mb` to stage `peer` */
   LX_I_RECV_GRAD,
   LX_I_ALLREDUCE_TP, /* after FWD/RECOMPUTE of a row-parallel op, or BWD of a column-parallel one */
   LX_I_ALLREDUCE_DP, /* the stage's parameter gradients across replicas */
   LX_I_OPTIMIZER_STEP,
-  LX_I_LOAD,         /* micro-batch `mb`'s data into input op `op` of graph `graph` (tokens, targets) */
-  LX_I_RECORD,       /* record event `event` on this stream */
-  LX_I_WAIT,         /* this stream waits for event `event` */
+  LX_I_LOAD,   /* micro-batch `mb`'s data into input op `op` of graph `graph` (tokens, targets) */
+  LX_I_RECORD, /* record event `event` on this stream */
+  LX_I_WAIT,   /* this stream waits for event `event` */
   LX_I_KIND_COUNT
 } lx_instr_kind;
 
@@ -94,22 +94,22 @@ typedef enum {
 
 typedef struct {
   lx_window_kind kind;
-  int after;        /* the window opens when the compute stream's FWD/BWD number `after` (0-based,
-                       counting only FWD and BWD) is done */
-  double start;     /* seconds from the iteration's start, in the measured schedule */
-  double length;    /* seconds the compute stream idles there */
-  double capacity;  /* seconds of recompute (as timed alone) that fit: length / interference */
+  int after;       /* the window opens when the compute stream's FWD/BWD number `after` (0-based,
+                      counting only FWD and BWD) is done */
+  double start;    /* seconds from the iteration's start, in the measured schedule */
+  double length;   /* seconds the compute stream idles there */
+  double capacity; /* seconds of recompute (as timed alone) that fit: length / interference */
 } lx_window;
 
 /* What a policy pass reports about its search, per stage. */
 typedef struct {
-  double search_s;        /* wall-clock seconds the policy took */
-  double exposed_s;       /* predicted recompute on the critical path per iteration */
-  double window_s;        /* predicted recompute hidden in windows per iteration */
-  int64_t budget_bytes;   /* bytes for the block's activations (kept x stashed x layers + window buffers) */
-  int64_t used_bytes;     /* what the decisions take of it */
-  const char *status;     /* solver status: "optimal", "feasible (time limit)", "heuristic", ... */
-  double gap;             /* relative MIP gap; 0 when proven optimal or not a MIP */
+  double search_s;      /* wall-clock seconds the policy took */
+  double exposed_s;     /* predicted recompute on the critical path per iteration */
+  double window_s;      /* predicted recompute hidden in windows per iteration */
+  int64_t budget_bytes; /* bytes for the block's activations (kept x stashed x layers + window buffers) */
+  int64_t used_bytes;   /* what the decisions take of it */
+  const char *status;   /* solver status: "optimal", "feasible (time limit)", "heuristic", ... */
+  double gap;           /* relative MIP gap; 0 when proven optimal or not a MIP */
 } lx_policy_stats;
 typedef struct {
   int index;
@@ -119,8 +119,8 @@ typedef struct {
   lx_op_decision *decisions; /* one per block op, the same for all of the stage's layers */
   lx_window *windows;        /* the compute stream's windows, by `after`; NULL for fixed policies */
   int n_windows;
-  int *window_of;            /* per layer instance ((layer - first_layer) * micro_batches + mb): the window
-                                its in-window recompute runs in, or -1 (on demand); NULL: all on demand */
+  int *window_of; /* per layer instance ((layer - first_layer) * micro_batches + mb): the window
+                     its in-window recompute runs in, or -1 (on demand); NULL: all on demand */
   lx_policy_stats stats;
   int stashed_micro_batches; /* activations of this many micro-batches alive at once */
   lx_instr_list streams[LX_STREAM_COUNT];
