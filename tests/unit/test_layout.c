@@ -1,0 +1,130 @@
+/* The static memory plan's two faces agree: the printers write every offset
+ * as the affine expression lx_place_of gives for one reference instance of a
+ * graph (constant + slot * per_slot + layer * per_layer + parity term), and
+ * the verifier and the memory check use lx_locate for each instance. For every
+ * tensor of every stage, layer and micro-batch, the expression evaluated at
+ * that instance must be the located offset — except the three places that
+ * depend on whether a layer is the stage's first or last, which the printers
+ * compute in small functions from the first and last layer's expressions. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+#include "check.h"
+#include "diag.h"
+#include "frontend.h"
+#include "layout.h"
+#include "memplan.h"
+#include "overlap.h"
+#include "passes.h"
+
+static int64_t evaluate(const lx_place_expr *e, int layer, int first_layer, int mb, int slots) {
+  return e->constant + (int64_t)(mb % slots) * e->per_slot + (int64_t)(layer - first_layer) * e->per_layer +
+         (int64_t)((layer + e->parity_add) % 2) * e->parity_stride;
+}
+
+/* The reference layer the printers use for this tensor at this layer. */
+static int reference_layer(const lx_pipeline *p, int s, lx_tensor_ref t) {
+  const lx_stage *st = &p->stages[s];
+  const lx_graph *g = &p->ir->block;
+  int first = st->first_layer, last = first + st->n_layers - 1;
+  if (t.graph != LX_GRAPH_BLOCK) return -1;
+  bool output_side = (t.role == LX_T_OUTPUT || t.role == LX_T_GRAD) && t.op == g->output;
+  bool input_grad = t.role == LX_T_GRAD && g->ops[t.op].kind == LX_OP_INPUT;
+  if (output_side) return t.layer == last ? last : first;
+  if (input_grad) return t.layer == first ? first : last;
+  return first;
+}
+
+static int mismatches;
+
+static void check_tensor(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
+  lx_tensor_ref reference = t;
+  reference.layer = reference_layer(p, s, t);
+  reference.mb = 0;
+  lx_place_expr e = lx_place_of(p, s, l, reference);
+  int layer = t.graph == LX_GRAPH_BLOCK ? t.layer : 0;
+  int first = t.graph == LX_GRAPH_BLOCK ? p->stages[s].first_layer : 0;
+  lx_span located = lx_locate(p, s, l, t);
+  int64_t printed = evaluate(&e, layer, first, t.mb, l->slots);
+  if (printed != located.offset && mismatches++ < 5)
+    printf("     stage %d graph %d layer %d op %d mb %d role %d: expression %lld, located %lld\n", s, t.graph,
+           t.layer, t.op, t.mb, t.role, (long long)printed, (long long)located.offset);
+}
+
+static void check_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
+  const lx_op *op = &lx_graph_of(p->ir, t.graph)->ops[t.op];
+  bool activation = op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
+  if (!op->out.scalar) check_tensor(p, s, l, (t.role = LX_T_OUTPUT, t));
+  if (activation) check_tensor(p, s, l, (t.role = LX_T_GRAD, t));
+  if (t.graph == LX_GRAPH_BLOCK && p->stages[s].decisions[t.op].recompute)
+    check_tensor(p, s, l, (t.role = LX_T_RECOMPUTED, t));
+  for (int k = 0; k < op->n_saved; k++)
+    if (op->saved[k].kind == LX_SAVE_INTERNAL) check_tensor(p, s, l, (t.role = LX_T_INTERNAL, t.index = k, t));
+  for (int k = 0; k < 2; k++)
+    if (l->places[t.graph][t.op].param_elements[k] > 0)
+      check_tensor(p, s, l, (t.role = LX_T_PARAM, t.index = k, t));
+}
+
+static int check_stage(const lx_pipeline *p, int s, const lx_stage_layout *l) {
+  const lx_stage *st = &p->stages[s];
+  int checked = 0;
+  for (int mb = 0; mb < 2 * l->slots + 1 && mb < p->micro_batches; mb++)
+    for (int g = 0; g < LX_GRAPH_COUNT; g++) {
+      bool present = g == LX_GRAPH_PROLOGUE ? st->has_prologue : g == LX_GRAPH_EPILOGUE ? st->has_epilogue : true;
+      int first = g == LX_GRAPH_BLOCK ? st->first_layer : -1, count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
+      for (int layer = first; present && layer < first + count; layer++)
+        for (int i = 0; i < lx_graph_of(p->ir, (lx_graph_id)g)->n_ops; i++, checked++)
+          check_op(p, s, l, (lx_tensor_ref){(lx_graph_id)g, layer, i, mb, LX_T_OUTPUT, 0});
+    }
+  return checked;
+}
+
+static void check_model(const char *path, int pp, lx_recompute_policy policy, double gpu_memory) {
+  lx_ir ir;
+  lx_ir_init(&ir);
+  lx_diag_set_sink(NULL);
+  bool ok = lx_parse_model(path, NULL, 0, &ir) == 0;
+  ir.plan.pp = pp;
+  ir.cluster.gpus_per_node = 8; /* room for every depth tried here */
+  ok = ok && lx_analyze(&ir) == 0;
+  lx_cost_model cm;
+  ok = ok && lx_cost_model_init(&cm, &ir, NULL);
+  if (ok && gpu_memory > 0) cm.gpu.memory_bytes = gpu_memory;
+  lx_pipeline pipe;
+  lx_plan_options options = {.policy = policy, .partition = LX_PARTITION_UNIFORM, .cm = &cm};
+  ok = ok && lx_plan_pipeline(&ir, &options, &pipe);
+  CHECK(ok, "%s pp=%d %s plans", path, pp, lx_recompute_policy_name(policy));
+  if (!ok) return;
+  mismatches = 0;
+  int checked = 0;
+  for (int s = 0; s < pipe.pp; s++) {
+    for (int elt = 2; elt <= 4; elt += 2) {
+      lx_stage_layout l;
+      lx_layout_stage(&pipe, s, elt, elt == 2, &l);
+      checked += check_stage(&pipe, s, &l);
+      lx_layout_free(&l);
+    }
+  }
+  CHECK(mismatches == 0, "%s pp=%d %s: the printed expression of every tensor (%d ops x roles x micro-batches) is its "
+                         "located offset (%d mismatches)",
+        path, pp, lx_recompute_policy_name(policy), checked, mismatches);
+  lx_pipeline_free(&pipe);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+int main(void) {
+  const lx_recompute_policy policies[] = {LX_RECOMPUTE_NONE, LX_RECOMPUTE_FULL, LX_RECOMPUTE_SELECTIVE};
+  for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
+    check_model("examples/tiny.model", 1, policies[k], 0);
+    check_model("examples/tiny.model", 2, policies[k], 0);
+    check_model("examples/tiny.model", 4, policies[k], 0);
+    check_model("examples/gpt13b.model", 4, policies[k], 0);
+  }
+  /* windows: memory squeezed until the Lynx policies recompute in them */
+  check_model("examples/tiny.model", 2, LX_RECOMPUTE_LYNX_HEU, 0.003 * 1024 * 1024 * 1024);
+  check_model("examples/tiny.model", 2, LX_RECOMPUTE_LYNX_OPT, 0.003 * 1024 * 1024 * 1024);
+  check_model("examples/llama.model", 4, LX_RECOMPUTE_SELECTIVE, 0);
+  return check_exit_status();
+}
