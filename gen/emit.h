@@ -26,9 +26,14 @@ typedef struct {
 /* The source of stage `s`. Returns false after a diagnostic when the plan
  * asks for something the target cannot print yet. */
 bool lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out);
+bool lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out);
+/* Whether a target's directory gets the CPU template `name` (CUDA reuses the RNG). */
+bool lx_emit_wants_template(lx_target target, const char *name);
 /* The Makefile and run.sh of the emitted directory. */
 void lx_emit_makefile(const lx_program *prog, FILE *out);
 void lx_emit_run_script(const lx_program *prog, FILE *out);
+/* CUDA only: run-slurm.sh, the srun variant of run.sh. */
+void lx_emit_slurm_script(const lx_program *prog, FILE *out);
 /* The element size a target lays weights and activations out with. */
 int lx_target_param_elt(const lx_pipeline *p, lx_target target);
 bool lx_target_master_copy(const lx_pipeline *p, lx_target target);
@@ -42,5 +47,7 @@ typedef struct {
 
 extern const lx_template lx_cpu_templates[];
 extern const int lx_cpu_template_count;
+extern const lx_template lx_cuda_templates[];
+extern const int lx_cuda_template_count;
 
 #endif

@@ -22,6 +22,7 @@
 #include "memplan.h"
 #include "passes.h"
 #include "report.h"
+#include "search.h"
 #include "simulate.h"
 #include "trace.h"
 #include "verify.h"
@@ -55,6 +56,8 @@ static const char usage_text[] =
     "                         lynx-opt (default none; gen/overlap.h)\n"
     "      --partition P      layers per stage: uniform (Megatron's even split, the\n"
     "                         default) | dp (recompute-aware, balances stage times)\n"
+    "      --explain          when tp, pp, dp or micro_batch are left open, print the\n"
+    "                         plan search's best candidates and why the others lost\n"
     "      --gpu-memory GIB   plan for GPUs with this much memory instead of the\n"
     "                         datasheet's (what-if studies; forcing recomputation)\n"
     "      --profile FILE     measured op and link times that override the cost model\n"
@@ -82,7 +85,7 @@ static const char usage_text[] =
 typedef struct {
   const char *model_path;
   const char *output_dir;
-  bool dump_ir, plan, json;
+  bool dump_ir, plan, json, explain;
   lx_target target;
   bool target_given;
   lx_recompute_policy policy;
@@ -149,7 +152,7 @@ static void add_override(options *o, lx_field field, const char *option, int val
 }
 
 static options parse_options(int argc, char **argv) {
-  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_GPU_MEMORY, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION, OPT_PARTITION };
+  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_GPU_MEMORY, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION, OPT_PARTITION, OPT_EXPLAIN };
   static const struct option longopts[] = {
       {"output", required_argument, 0, 'o'},      {"dump-ir", no_argument, 0, OPT_DUMP_IR},
       {"target", required_argument, 0, OPT_TARGET}, {"plan", no_argument, 0, OPT_PLAN},         {"json", no_argument, 0, OPT_JSON},
@@ -161,6 +164,7 @@ static options parse_options(int argc, char **argv) {
       {"schedule", required_argument, 0, OPT_SCHEDULE},
       {"sequence-parallel", no_argument, 0, OPT_SP},
       {"partition", required_argument, 0, OPT_PARTITION},
+      {"explain", no_argument, 0, OPT_EXPLAIN},
       {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
       {0, 0, 0, 0}};
   options o = {.target = LX_TARGET_CUDA};
@@ -181,6 +185,7 @@ static options parse_options(int argc, char **argv) {
     case OPT_POLICY: o.policy = parse_policy(optarg); break;
     case OPT_PROFILE: o.profile = optarg; break;
     case OPT_GPU_MEMORY: o.gpu_memory_bytes = parse_gib("--gpu-memory", optarg); break;
+    case OPT_EXPLAIN: o.explain = true; break;
     case OPT_PARTITION:
       if (!strcmp(optarg, "dp")) o.partition = LX_PARTITION_DP;
       else if (!strcmp(optarg, "uniform")) o.partition = LX_PARTITION_UNIFORM;
@@ -297,7 +302,8 @@ static int program_stage; /* which stage write_stage prints; writers take only t
 
 static void write_stage(const products *out, FILE *f) {
   lx_program prog = {&out->pipe, out->layouts, out->target};
-  lx_emit_stage_cpu(&prog, program_stage, f);
+  if (out->target == LX_TARGET_CUDA) lx_emit_stage_cuda(&prog, program_stage, f);
+  else lx_emit_stage_cpu(&prog, program_stage, f);
 }
 
 static void write_makefile(const products *out, FILE *f) {
@@ -310,18 +316,32 @@ static void write_run_script(const products *out, FILE *f) {
   lx_emit_run_script(&prog, f);
 }
 
+static void write_slurm_script(const products *out, FILE *f) {
+  lx_program prog = {&out->pipe, out->layouts, out->target};
+  lx_emit_slurm_script(&prog, f);
+}
+
 /* The CPU target's runnable program: sources, templates, Makefile, run.sh. */
 static bool write_program(const char *dir, const products *out) {
   for (int s = 0; s < out->pipe.pp; s++) {
     char name[32];
-    snprintf(name, sizeof name, "stage%d.c", s);
+    snprintf(name, sizeof name, out->target == LX_TARGET_CUDA ? "stage%d.cu" : "stage%d.c", s);
     program_stage = s;
     if (!write_file(dir, name, write_stage, out)) return false;
   }
   for (int t = 0; t < lx_cpu_template_count; t++)
-    if (!write_text(dir, lx_cpu_templates[t].name, lx_cpu_templates[t].text, lx_cpu_templates[t].length)) return false;
+    if (lx_emit_wants_template(out->target, lx_cpu_templates[t].name) &&
+        !write_text(dir, lx_cpu_templates[t].name, lx_cpu_templates[t].text, lx_cpu_templates[t].length))
+      return false;
+  for (int t = 0; out->target == LX_TARGET_CUDA && t < lx_cuda_template_count; t++)
+    if (!write_text(dir, lx_cuda_templates[t].name, lx_cuda_templates[t].text, lx_cuda_templates[t].length)) return false;
   char run[PATH_MAX + 64];
   snprintf(run, sizeof run, "%s/run.sh", dir);
+  if (out->target == LX_TARGET_CUDA) {
+    char slurm[PATH_MAX + 64];
+    snprintf(slurm, sizeof slurm, "%s/run-slurm.sh", dir);
+    if (!write_file(dir, "run-slurm.sh", write_slurm_script, out) || chmod(slurm, 0755) != 0) return false;
+  }
   return write_file(dir, "Makefile", write_makefile, out) && write_file(dir, "run.sh", write_run_script, out) &&
          chmod(run, 0755) == 0;
 }
@@ -329,7 +349,7 @@ static bool write_program(const char *dir, const products *out) {
 static bool write_all(const char *dir, const products *out) {
   for (size_t i = 0; i < sizeof output_files / sizeof output_files[0]; i++)
     if (!write_file(dir, output_files[i].name, output_files[i].fill, out)) return false;
-  if (out->target == LX_TARGET_CPU && !write_program(dir, out)) return false;
+  if (!write_program(dir, out)) return false;
   return lx_write_manifest(dir, out->ir.model_path);
 }
 
@@ -374,8 +394,6 @@ static int write_output(const char *dir, const products *out) {
   }
   printf("wrote %s: plan.txt trace.json schedule.svg memory.svg ir.json manifest.txt%s\n", dir,
          out->target == LX_TARGET_CPU ? ", the stage programs, Makefile and run.sh" : "");
-  if (out->target == LX_TARGET_CUDA)
-    printf("note: the CUDA printer is not written yet; --target cpu writes a runnable program\n");
   return 0;
 }
 
@@ -392,6 +410,32 @@ static void print_summary(const products *out) {
            out->report.capacity_bytes / (1 << 30));
 }
 
+static bool plan_is_open(const lx_plan *p) { return !p->tp || !p->pp || !p->dp || !p->micro_batch; }
+
+/* When the model leaves parallel-plan fields open, the plan search picks them;
+ * the IR is then built again for the chosen plan. */
+static bool choose_open_plan(const options *opts, lx_ir *ir) {
+  if (!plan_is_open(&ir->plan)) return true;
+  if (!ir->plan.global_batch) {
+    lx_error(ir->locs.plan, "the plan search needs global_batch (sequences per step) to choose tp, pp, dp and "
+                            "micro_batch");
+    return false;
+  }
+  lx_search_request req = {opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
+                           ir->plan.global_batch};
+  lx_candidate best;
+  if (!lx_search_plan(ir, &req, &best, opts->explain ? stdout : NULL)) {
+    lx_error(ir->locs.plan, "no parallel plan for the open fields fits this cluster's memory (try --explain)");
+    return false;
+  }
+  lx_ir_free(ir);
+  lx_ir_init(ir);
+  if (lx_parse_model(opts->model_path, NULL, 0, ir) != 0) return false;
+  apply_overrides(opts, ir);
+  ir->plan.tp = best.tp, ir->plan.pp = best.pp, ir->plan.dp = best.dp, ir->plan.micro_batch = best.micro_batch;
+  return lx_analyze(ir) == 0;
+}
+
 /* Front end and analysis; then, unless only the IR is wanted, the schedule,
  * its memory and its simulation. Returns the exit status. */
 static int run_passes(const options *opts, products *out) {
@@ -403,6 +447,10 @@ static int run_passes(const options *opts, products *out) {
   }
   if (lx_error_count() == 0 && lx_ir_validate(ir) != 0) return 3; /* a generator bug, already printed */
   bool schedule = lx_error_count() == 0 && (opts->plan || opts->output_dir);
+  if (schedule && !choose_open_plan(opts, ir)) {
+    fprintf(stderr, "lynxgen: %d error%s\n", lx_error_count(), lx_error_count() == 1 ? "" : "s");
+    return EXIT_USER_ERROR;
+  }
   lx_plan_options plan = {.policy = opts->policy, .partition = opts->partition, .cm = &out->cost};
   bool costed = schedule && lx_cost_model_init(&out->cost, ir, opts->profile);
   if (costed && opts->gpu_memory_bytes > 0) out->cost.gpu.memory_bytes = opts->gpu_memory_bytes;

@@ -5,14 +5,14 @@ table=$1
 shift
 i=0
 for f in "$@"; do
-  sh "$(dirname "$0")/embed.sh" "lx_template_$i" < "$f"
+  sh "$(dirname "$0")/embed.sh" "${table}_$i" < "$f"
   i=$((i + 1))
 done
 echo "#include \"emit.h\""
 printf 'const lx_template %s[] = {\n' "$table"
 i=0
 for f in "$@"; do
-  printf '  {"%s", lx_template_%d_text, sizeof lx_template_%d_text - 1},\n' "$(basename "$f")" "$i" "$i"
+  printf '  {"%s", %s_%d_text, sizeof %s_%d_text - 1},\n' "$(basename "$f")" "$table" "$i" "$table" "$i"
   i=$((i + 1))
 done
 printf '};\nconst int %s_count = %d;\n' "$(echo "$table" | sed 's/s$//')" "$i"

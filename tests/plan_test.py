@@ -58,4 +58,48 @@ for policy in ("none", "full", "selective", "checkmate", "lynx-heu"):
 if "full" in times and "lynx-heu" in times:
     check(times["lynx-heu"] <= times["full"] * (1 + 1e-9),
           "gpt13b: lynx-heu (%.3f s) is not slower than full recompute (%.3f s)" % (times["lynx-heu"], times["full"]))
+
+# Plan search: a model that leaves tp, pp, dp and the micro-batch open gets the
+# fastest plan that fits, checked here by planning every combination through
+# the command line and taking the fastest.
+OPEN = """#include <lynx.h>
+#define H 256
+static const struct lx_model model = { .vocab = 1024, .seq_len = 256, .layers = 4, .hidden = H, .heads = 4,
+  .dropout = 0.1, .tied_embeddings = 1 };
+static const struct lx_cluster cluster = { .gpu = GPU_A100_80GB, .nodes = 1, .gpus_per_node = 4 };
+static const struct lx_parallel parallel = { .global_batch = 16, .schedule = SCHEDULE_1F1B };
+tensor prologue(tensor t) { return dropout(add(embedding(t, 1024, H), position_embedding(t, H))); }
+tensor block(tensor x) {
+  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);
+  x = add(x, dropout(linear(a, H)));
+  return add(x, dropout(linear(gelu(linear(layernorm(x), 4 * H)), H)));
+}
+tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 1024), y); }
+"""
+import tempfile
+with tempfile.NamedTemporaryFile("w", suffix=".model", delete=False) as f:
+    f.write(OPEN)
+chosen = plan(f.name, "--policy", "full")
+brute = []
+for tp in (1, 2, 4):
+    for pp in (1, 2, 4):
+        if tp * pp > 4:
+            continue
+        dp = 4 // (tp * pp)
+        for mb in (1, 2, 4, 8, 16):
+            if 16 % (mb * dp) or 16 // (mb * dp) < pp:
+                continue
+            p = plan(f.name, "--policy", "full", "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
+                     "--micro-batch", str(mb))
+            if p and all(st["fits"] for st in p["stages"]):
+                brute.append((p["iteration_s"], tp, pp, dp, mb))
+best = min(brute) if brute else None
+got = chosen and (chosen["plan"]["tp"], chosen["plan"]["pp"], chosen["plan"]["dp"], chosen["plan"]["micro_batch"])
+check(best is not None and chosen is not None and abs(chosen["iteration_s"] - best[0]) <= 1e-9 * best[0],
+      "plan search picks the fastest of %d plans that fit: %s, as planning each one does %s" % (
+          len(brute), got, best[1:] if best else None))
+r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", "--policy", "full"], capture_output=True, text=True)
+check(r.returncode == 0 and "chosen" in r.stdout and "slower" in r.stdout,
+      "--explain lists the candidates, the chosen one and by how much the others lose")
+os.unlink(f.name)
 sys.exit(1 if failures else 0)

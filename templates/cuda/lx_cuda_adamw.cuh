@@ -17,7 +17,7 @@
 #define LX_CUDA_NORM_BLOCKS 512
 #define LX_CUDA_NORM_THREADS_PER_BLOCK 256
 
-inline size_t lx_cuda_grad_norm_scratch_floats(void) { return LX_CUDA_NORM_BLOCKS; }
+LX_CUDA_API size_t lx_cuda_grad_norm_scratch_floats(void) { return LX_CUDA_NORM_BLOCKS; }
 
 /* Decoupled weight decay, step t from 1 (see lx_adamw.h):
  *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
@@ -50,7 +50,7 @@ typedef struct {
   double weight_decay; /* 0 for tensors that take no decay (biases, norms) */
 } lx_cuda_adamw_hparams;
 
-inline void lx_cuda_adamw_update(lx_bf16 *params,         // (N)
+LX_CUDA_API void lx_cuda_adamw_update(lx_bf16 *params,         // (N)
                                         float *master,           // (N)
                                         const float *grads,      // (N)
                                         float *m,                // (N)
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(LX_CUDA_NORM_THREADS_PER_BLOCK)
 
 /* total[0] (+)= sum of grads[i]^2, on the device. Squared, so that the sums
  * of several tensors and stages add (and all-reduce) before the sqrt. */
-inline void lx_cuda_grad_norm_squared(float *total,       // (1) on the device
+LX_CUDA_API void lx_cuda_grad_norm_squared(float *total,       // (1) on the device
                                              float *scratch,     // (lx_cuda_grad_norm_scratch_floats)
                                              const float *grads, // (N)
                                              size_t N, int accumulate, cudaStream_t stream) {
@@ -122,7 +122,7 @@ __global__ void lx_cuda_grad_clip_factor_kernel(float *factor,             // (1
   *factor = (max_norm <= 0.0f || norm <= max_norm) ? 1.0f : max_norm / (norm + 1e-6f);
 }
 
-inline void lx_cuda_grad_clip_factor(float *factor,             // (1) on the device
+LX_CUDA_API void lx_cuda_grad_clip_factor(float *factor,             // (1) on the device
                                             const float *norm_squared, // (1) on the device
                                             double max_norm, cudaStream_t stream) {
   lx_cuda_grad_clip_factor_kernel<<<1, 1, 0, stream>>>(factor, norm_squared, (float)max_norm);
@@ -139,7 +139,7 @@ __global__ void lx_cuda_scale_kernel(float *x,             // (N)
     x[i] *= f;
 }
 
-inline void lx_cuda_scale(float *x,            // (N)
+LX_CUDA_API void lx_cuda_scale(float *x,            // (N)
                                  const float *factor, // (1) on the device
                                  size_t N, cudaStream_t stream) {
   unsigned blocks = lx_ceil_div(N, LX_CUDA_ADAMW_THREADS);

@@ -522,7 +522,7 @@ inline void lx_attn_forward_tiles(lx_bf16 *out, float *lse, const lx_bf16 *qkv, 
 
 /* out, lse = causal attention of qkv; dropout p on the weights, drawn from
  * (seed, stream_id) with the CPU's indices. */
-inline void lx_cuda_flash_attention_forward(lx_bf16 *out,       // (B, T, H * D)
+LX_CUDA_API void lx_cuda_flash_attention_forward(lx_bf16 *out,       // (B, T, H * D)
                                                    float *lse,         // (B, H, T)
                                                    const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
                                                    int B, int T, int H, int KVH, int D, double p, uint64_t seed,
@@ -531,7 +531,7 @@ inline void lx_cuda_flash_attention_forward(lx_bf16 *out,       // (B, T, H * D)
   lx_attn_forward_tiles(out, lse, qkv, a, stream);
 }
 
-inline size_t lx_cuda_attention_scratch_floats(int B, int T, int H) {
+LX_CUDA_API size_t lx_cuda_attention_scratch_floats(int B, int T, int H) {
   return (size_t)B * H * T * 2; /* Di, and lse for the materialized form */
 }
 
@@ -563,7 +563,7 @@ inline void lx_attn_backward_tiles(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_
 
 /* dqkv += the gradients of the flash forward; P recomputed from qkv and lse,
  * the dropout mask redrawn from (seed, stream_id). */
-inline void lx_cuda_flash_attention_backward(lx_bf16 *dqkv,       // (B, T, (H + 2*KVH) * D)
+LX_CUDA_API void lx_cuda_flash_attention_backward(lx_bf16 *dqkv,       // (B, T, (H + 2*KVH) * D)
                                                     float *scratch,      // (lx_cuda_attention_scratch_floats)
                                                     const lx_bf16 *dout, // (B, T, H * D)
                                                     const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
@@ -585,7 +585,7 @@ inline void lx_cuda_flash_attention_backward(lx_bf16 *dqkv,       // (B, T, (H +
  * and with p > 0 the dropped probs and the mask (what the backward reads).
  * lse is not saved by this op (the IR charges probs instead); it lives in the
  * caller's scratch for the duration of the call. */
-inline void lx_cuda_attention_forward(lx_bf16 *out,       // (B, T, H * D)
+LX_CUDA_API void lx_cuda_attention_forward(lx_bf16 *out,       // (B, T, H * D)
                                              lx_bf16 *probs,     // (B, H, T, T)
                                              lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
                                              uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
@@ -604,7 +604,7 @@ inline void lx_cuda_attention_forward(lx_bf16 *out,       // (B, T, H * D)
 }
 
 /* dqkv += the gradients of the materialized forward, from its saved tensors. */
-inline void lx_cuda_attention_backward(lx_bf16 *dqkv,          // (B, T, (H + 2*KVH) * D)
+LX_CUDA_API void lx_cuda_attention_backward(lx_bf16 *dqkv,          // (B, T, (H + 2*KVH) * D)
                                               float *scratch,         // (lx_cuda_attention_scratch_floats)
                                               const lx_bf16 *dout,    // (B, T, H * D)
                                               const lx_bf16 *qkv,     // (B, T, (H + 2*KVH) * D)
@@ -662,7 +662,7 @@ __global__ void lx_cuda_rope_kernel(lx_bf16 *out,       // (B, T, (H + 2*KVH) * 
   }
 }
 
-inline void lx_cuda_rope_launch(lx_bf16 *out, const lx_bf16 *inp, int B, int T, int H, int KVH, int D,
+LX_CUDA_API void lx_cuda_rope_launch(lx_bf16 *out, const lx_bf16 *inp, int B, int T, int H, int KVH, int D,
                                        double base, float direction, int accumulate, cudaStream_t stream) {
   LX_CUDA_REQUIRE(B > 0 && T > 0 && D > 0 && D % 2 == 0 && KVH > 0 && H % KVH == 0);
   size_t threads = (size_t)B * T * (D / 2);
@@ -671,13 +671,13 @@ inline void lx_cuda_rope_launch(lx_bf16 *out, const lx_bf16 *inp, int B, int T, 
   LX_CUDA_LAUNCHED();
 }
 
-inline void lx_cuda_rope_forward(lx_bf16 *out,       // (B, T, (H + 2*KVH) * D)
+LX_CUDA_API void lx_cuda_rope_forward(lx_bf16 *out,       // (B, T, (H + 2*KVH) * D)
                                         const lx_bf16 *inp, // (B, T, (H + 2*KVH) * D)
                                         int B, int T, int H, int KVH, int D, double base, cudaStream_t stream) {
   lx_cuda_rope_launch(out, inp, B, T, H, KVH, D, base, 1.0f, 0, stream);
 }
 
-inline void lx_cuda_rope_backward(lx_bf16 *dinp,       // (B, T, (H + 2*KVH) * D)
+LX_CUDA_API void lx_cuda_rope_backward(lx_bf16 *dinp,       // (B, T, (H + 2*KVH) * D)
                                          const lx_bf16 *dout, // (B, T, (H + 2*KVH) * D)
                                          int B, int T, int H, int KVH, int D, double base, cudaStream_t stream) {
   lx_cuda_rope_launch(dinp, dout, B, T, H, KVH, D, base, -1.0f, 1, stream);

@@ -40,13 +40,21 @@
 #include <stdlib.h>
 
 typedef __nv_bfloat16 lx_bf16;
+
+/* Launchers are inline where a header is included on its own (tests); the
+ * emitted lx_kernels.cu defines LX_CUDA_API empty first, so that one
+ * translation unit holds every launcher and the stage programs, host code
+ * only, see their prototypes in lx_cuda_api.h. */
+#ifndef LX_CUDA_API
+#define LX_CUDA_API inline
+#endif
 typedef __nv_bfloat162 lx_bf16x2;
 
 /* ---- errors: print the call, file and line, then take the job down ------- */
 
 /* One failing rank must not leave the others blocked in a collective: with MPI
  * up, MPI_Abort ends every rank; without it (a unit test), exit suffices. */
-inline void lx_cuda_abort_job(void) {
+LX_CUDA_API void lx_cuda_abort_job(void) {
   int mpi_initialized = 0, mpi_finalized = 0;
   MPI_Initialized(&mpi_initialized);
   MPI_Finalized(&mpi_finalized);
@@ -55,7 +63,7 @@ inline void lx_cuda_abort_job(void) {
   exit(EXIT_FAILURE);
 }
 
-inline void lx_cuda_fail_at(const char *file, int line, const char *call, const char *kind,
+LX_CUDA_API void lx_cuda_fail_at(const char *file, int line, const char *call, const char *kind,
                                    const char *message) {
   fprintf(stderr, "lynx: %s error at %s:%d: %s: %s\n", kind, file, line, call, message);
   lx_cuda_abort_job();

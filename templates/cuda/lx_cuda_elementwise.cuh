@@ -11,7 +11,7 @@
 
 /* Enough blocks to fill any GPU, each striding over the rest: the element
  * that a thread handles depends only on N, never on the device. */
-inline unsigned lx_cuda_elementwise_blocks(size_t N) {
+LX_CUDA_API unsigned lx_cuda_elementwise_blocks(size_t N) {
   unsigned blocks = lx_ceil_div(N, LX_CUDA_ELEMENTWISE_THREADS);
   return blocks < 65536u ? (blocks ? blocks : 1u) : 65536u;
 }
@@ -50,14 +50,14 @@ __global__ void lx_cuda_gelu_backward_kernel(lx_bf16 *dinp,       // (N)
   }
 }
 
-inline void lx_cuda_gelu_forward(lx_bf16 *out,       // (N)
+LX_CUDA_API void lx_cuda_gelu_forward(lx_bf16 *out,       // (N)
                                         const lx_bf16 *inp, // (N)
                                         size_t N, cudaStream_t stream) {
   lx_cuda_gelu_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, inp, N);
   LX_CUDA_LAUNCHED();
 }
 
-inline void lx_cuda_gelu_backward(lx_bf16 *dinp,       // (N)
+LX_CUDA_API void lx_cuda_gelu_backward(lx_bf16 *dinp,       // (N)
                                          const lx_bf16 *dout, // (N)
                                          const lx_bf16 *inp,  // (N)
                                          size_t N, cudaStream_t stream) {
@@ -93,7 +93,7 @@ __global__ void lx_cuda_swiglu_backward_kernel(lx_bf16 *dinp,       // (BT, 2F)
   }
 }
 
-inline void lx_cuda_swiglu_forward(lx_bf16 *out,       // (BT, F)
+LX_CUDA_API void lx_cuda_swiglu_forward(lx_bf16 *out,       // (BT, F)
                                           const lx_bf16 *inp, // (BT, 2F)
                                           int BT, int F, cudaStream_t stream) {
   size_t N = (size_t)BT * F;
@@ -102,7 +102,7 @@ inline void lx_cuda_swiglu_forward(lx_bf16 *out,       // (BT, F)
   LX_CUDA_LAUNCHED();
 }
 
-inline void lx_cuda_swiglu_backward(lx_bf16 *dinp,       // (BT, 2F)
+LX_CUDA_API void lx_cuda_swiglu_backward(lx_bf16 *dinp,       // (BT, 2F)
                                            const lx_bf16 *dout, // (BT, F)
                                            const lx_bf16 *inp,  // (BT, 2F)
                                            int BT, int F, cudaStream_t stream) {
@@ -134,7 +134,7 @@ __global__ void lx_cuda_add_backward_kernel(lx_bf16 *da,         // (N)
   }
 }
 
-inline void lx_cuda_add_forward(lx_bf16 *out,     // (N)
+LX_CUDA_API void lx_cuda_add_forward(lx_bf16 *out,     // (N)
                                        const lx_bf16 *a, // (N)
                                        const lx_bf16 *b, // (N)
                                        size_t N, cudaStream_t stream) {
@@ -142,7 +142,7 @@ inline void lx_cuda_add_forward(lx_bf16 *out,     // (N)
   LX_CUDA_LAUNCHED();
 }
 
-inline void lx_cuda_add_backward(lx_bf16 *da,         // (N)
+LX_CUDA_API void lx_cuda_add_backward(lx_bf16 *da,         // (N)
                                         lx_bf16 *db,         // (N)
                                         const lx_bf16 *dout, // (N)
                                         size_t N, cudaStream_t stream) {
@@ -175,7 +175,7 @@ __global__ void lx_cuda_dropout_backward_kernel(lx_bf16 *dinp,       // (N)
   }
 }
 
-inline void lx_cuda_dropout_forward(lx_bf16 *out,       // (N)
+LX_CUDA_API void lx_cuda_dropout_forward(lx_bf16 *out,       // (N)
                                            uint8_t *mask,      // (N) or NULL
                                            const lx_bf16 *inp, // (N)
                                            size_t N, double p, uint64_t seed, uint64_t stream_id,
@@ -186,7 +186,7 @@ inline void lx_cuda_dropout_forward(lx_bf16 *out,       // (N)
   LX_CUDA_LAUNCHED();
 }
 
-inline void lx_cuda_dropout_backward(lx_bf16 *dinp,       // (N)
+LX_CUDA_API void lx_cuda_dropout_backward(lx_bf16 *dinp,       // (N)
                                             const lx_bf16 *dout, // (N)
                                             const uint8_t *mask, // (N), or NULL when p == 0
                                             size_t N, double p, cudaStream_t stream) {

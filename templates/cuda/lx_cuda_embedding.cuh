@@ -39,14 +39,14 @@ __global__ void lx_cuda_check_tokens_kernel(int *bad,          // (1) set to 1 o
 
 /* Leaves *bad at 1 if any id is outside [0, V); the caller zeroes it first and
  * reads it when it next synchronises (the data loader's check, on device). */
-inline void lx_cuda_check_tokens(int *bad,          // (1)
+LX_CUDA_API void lx_cuda_check_tokens(int *bad,          // (1)
                                         const int *tokens, // (BT)
                                         int BT, int V, cudaStream_t stream) {
   lx_cuda_check_tokens_kernel<<<lx_ceil_div((size_t)BT, 256), 256, 0, stream>>>(bad, tokens, BT, V);
   LX_CUDA_LAUNCHED();
 }
 
-inline void lx_cuda_embedding_forward(lx_bf16 *out,       // (B, T, C)
+LX_CUDA_API void lx_cuda_embedding_forward(lx_bf16 *out,       // (B, T, C)
                                              const int *tokens,  // (B, T)
                                              const lx_bf16 *wte, // (V, C)
                                              int B, int T, int C, int V, cudaStream_t stream) {
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(LX_CUDA_EMBED_THREADS)
   }
 }
 
-inline void lx_cuda_embedding_backward(float *dwte,         // (V, C)
+LX_CUDA_API void lx_cuda_embedding_backward(float *dwte,         // (V, C)
                                               const lx_bf16 *dout, // (B, T, C)
                                               const int *tokens,   // (B, T)
                                               int B, int T, int C, int V, cudaStream_t stream) {
@@ -124,14 +124,14 @@ __global__ void lx_cuda_position_embedding_backward_kernel(float *dwpe,         
   dwpe[e] += sum;
 }
 
-inline void lx_cuda_position_embedding_forward(lx_bf16 *out,       // (B, T, C)
+LX_CUDA_API void lx_cuda_position_embedding_forward(lx_bf16 *out,       // (B, T, C)
                                                       const lx_bf16 *wpe, // (T, C)
                                                       int B, int T, int C, cudaStream_t stream) {
   lx_cuda_position_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, wpe, T, C);
   LX_CUDA_LAUNCHED();
 }
 
-inline void lx_cuda_position_embedding_backward(float *dwpe,         // (T, C)
+LX_CUDA_API void lx_cuda_position_embedding_backward(float *dwpe,         // (T, C)
                                                        const lx_bf16 *dout, // (B, T, C)
                                                        int B, int T, int C, cudaStream_t stream) {
   lx_cuda_position_embedding_backward_kernel<<<lx_ceil_div((size_t)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T,

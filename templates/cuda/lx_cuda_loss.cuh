@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
 
 /* loss[0] = mean over rows of -log softmax(logits[r])[targets[r]], lse saved.
  * The targets are trusted here: lx_cuda_check_tokens validates them on load. */
-inline void lx_cuda_cross_entropy_forward(float *loss,           // (1) on the device
+LX_CUDA_API void lx_cuda_cross_entropy_forward(float *loss,           // (1) on the device
                                                  float *lse,            // (BT)
                                                  float *losses,         // (BT) scratch, per-row losses
                                                  const lx_bf16 *logits, // (BT, Vp)
@@ -99,7 +99,7 @@ inline void lx_cuda_cross_entropy_forward(float *loss,           // (1) on the d
 
 /* dlogits += dloss / BT * (softmax(logits) - onehot(target)); dloss as on the
  * CPU: 1 for one micro-batch, 1 / micro_batches when a step averages several. */
-inline void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits,      // (BT, Vp)
+LX_CUDA_API void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits,      // (BT, Vp)
                                                   const lx_bf16 *logits, // (BT, Vp)
                                                   const float *lse,      // (BT)
                                                   const int *targets,    // (BT)
@@ -112,7 +112,7 @@ inline void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits,      // (BT, Vp)
 
 /* Forward and backward in one pass over the logits, for schedules that run
  * the loss's backward right after its forward (the last stage's epilogue). */
-inline void lx_cuda_cross_entropy_forward_backward(float *loss,           // (1) on the device
+LX_CUDA_API void lx_cuda_cross_entropy_forward_backward(float *loss,           // (1) on the device
                                                           float *lse,            // (BT)
                                                           float *losses,         // (BT) scratch
                                                           lx_bf16 *dlogits,      // (BT, Vp)

@@ -38,7 +38,7 @@ typedef struct {
 
 /* The emitted program owns one per device; shapes are compile-time facts, so
  * a program never needs more plans than it has distinct linear shapes. */
-typedef struct {
+typedef struct lx_cuda_matmul_context {
   cublasLtHandle_t handle;
   void *workspace; /* (workspace_bytes) from the arena, 256-byte aligned */
   size_t workspace_bytes;
@@ -49,7 +49,7 @@ typedef struct {
 /* 32 MiB is what cuBLASLt's Hopper kernels ask for at most (NVIDIA's guide). */
 #define LX_CUDA_MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
 
-inline void lx_cuda_matmul_init(lx_cuda_matmul_context *ctx, void *workspace, // (workspace_bytes)
+LX_CUDA_API void lx_cuda_matmul_init(lx_cuda_matmul_context *ctx, void *workspace, // (workspace_bytes)
                                        size_t workspace_bytes) {
   LX_CUDA_REQUIRE(((uintptr_t)workspace % 256) == 0);
   CUBLAS_CHECK(cublasLtCreate(&ctx->handle));
@@ -58,7 +58,7 @@ inline void lx_cuda_matmul_init(lx_cuda_matmul_context *ctx, void *workspace, //
   ctx->plan_count = 0;
 }
 
-inline void lx_cuda_matmul_destroy(lx_cuda_matmul_context *ctx) {
+LX_CUDA_API void lx_cuda_matmul_destroy(lx_cuda_matmul_context *ctx) {
   for (int i = 0; i < ctx->plan_count; i++) {
     lx_cuda_matmul_plan *plan = &ctx->plans[i];
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan->a_layout));
@@ -80,7 +80,7 @@ inline cublasLtEpilogue_t lx_cublaslt_epilogue(lx_epilogue epilogue) {
   }
 }
 
-inline lx_cuda_matmul_plan *lx_cuda_matmul_find_plan(lx_cuda_matmul_context *ctx, int m, int n, int k,
+LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_find_plan(lx_cuda_matmul_context *ctx, int m, int n, int k,
                                                             int trans_a, int trans_b, int accumulate,
                                                             lx_epilogue epilogue, cudaDataType_t d_type) {
   for (int i = 0; i < ctx->plan_count; i++) {
@@ -94,7 +94,7 @@ inline lx_cuda_matmul_plan *lx_cuda_matmul_find_plan(lx_cuda_matmul_context *ctx
 
 /* Builds the column-major problem D^T (n x m) = op(B)^T (n x k) op(A)^T (k x m):
  * cuBLASLt's "A" is our B and its "B" is our A. */
-inline lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context *ctx, int m, int n, int k,
+LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context *ctx, int m, int n, int k,
                                                             int trans_a, int trans_b, int accumulate,
                                                             lx_epilogue epilogue, cudaDataType_t d_type) {
   LX_CUDA_REQUIRE(ctx->plan_count < LX_CUDA_MATMUL_MAX_PLANS);
@@ -167,7 +167,7 @@ inline lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context *ctx
  * DGELU scales the product itself by gelu'(aux), so it cannot also add into
  * D: it requires accumulate == 0 (the emitter uses it only where the gradient
  * buffer is fresh). Pointers must be 16-byte aligned (the arena aligns). */
-inline void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)
+LX_CUDA_API void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)
                                   cudaDataType_t d_type,
                                   const lx_bf16 *a, // (m, k) or (k, m)
                                   const lx_bf16 *b, // (k, n) or (n, k)
@@ -206,7 +206,7 @@ inline void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)
 
 /* ---- linear layers: out = inp W^T + bias ----------------------------------- */
 
-inline void lx_cuda_linear_forward(lx_cuda_matmul_context *ctx,
+LX_CUDA_API void lx_cuda_linear_forward(lx_cuda_matmul_context *ctx,
                                           lx_bf16 *out,          // (BT, OC)
                                           const lx_bf16 *inp,    // (BT, C)
                                           const lx_bf16 *weight, // (OC, C)
@@ -218,7 +218,7 @@ inline void lx_cuda_linear_forward(lx_cuda_matmul_context *ctx,
 
 /* out = gelu(inp W^T + bias), with the pre-activation saved in pre_gelu: the
  * fused form of linear + gelu (the gelu op saves its input, which is pre_gelu). */
-inline void lx_cuda_linear_gelu_forward(lx_cuda_matmul_context *ctx,
+LX_CUDA_API void lx_cuda_linear_gelu_forward(lx_cuda_matmul_context *ctx,
                                                lx_bf16 *out,          // (BT, OC)
                                                lx_bf16 *pre_gelu,     // (BT, OC)
                                                const lx_bf16 *inp,    // (BT, C)
@@ -233,7 +233,7 @@ inline void lx_cuda_linear_gelu_forward(lx_cuda_matmul_context *ctx,
  * chunk order, so the sum's order depends on BT alone. */
 #define LX_CUDA_BIAS_ROWS_PER_CHUNK 256
 
-inline size_t lx_cuda_bias_backward_scratch_floats(int BT, int OC) {
+LX_CUDA_API size_t lx_cuda_bias_backward_scratch_floats(int BT, int OC) {
   return (size_t)lx_ceil_div((size_t)BT, LX_CUDA_BIAS_ROWS_PER_CHUNK) * OC;
 }
 
@@ -251,7 +251,7 @@ __global__ void lx_cuda_bias_partials_kernel(float *partials,     // (chunks, OC
 }
 
 /* dbias += sum over rows of dout, in a fixed order (no atomics). */
-inline void lx_cuda_bias_backward(float *dbias,        // (OC)
+LX_CUDA_API void lx_cuda_bias_backward(float *dbias,        // (OC)
                                          float *scratch,      // (lx_cuda_bias_backward_scratch_floats)
                                          const lx_bf16 *dout, // (BT, OC)
                                          int BT, int OC, cudaStream_t stream) {
@@ -265,7 +265,7 @@ inline void lx_cuda_bias_backward(float *dbias,        // (OC)
 
 /* dinp += dout W; dweight += dout^T inp (fp32); dbias += column sums of dout.
  * dinp may be NULL (nothing upstream wants it); dbias is NULL without bias. */
-inline void lx_cuda_linear_backward(lx_cuda_matmul_context *ctx,
+LX_CUDA_API void lx_cuda_linear_backward(lx_cuda_matmul_context *ctx,
                                            lx_bf16 *dinp,         // (BT, C) or NULL
                                            float *dweight,        // (OC, C)
                                            float *dbias,          // (OC) or NULL
@@ -287,7 +287,7 @@ inline void lx_cuda_linear_backward(lx_cuda_matmul_context *ctx,
  *   dpre_gelu = (dout W) * gelu'(pre_gelu)
  * WRITTEN, not added: the epilogue scales the product itself, so the emitter
  * uses this only where dpre_gelu has no other contribution. */
-inline void lx_cuda_linear_dgelu_backward(lx_cuda_matmul_context *ctx,
+LX_CUDA_API void lx_cuda_linear_dgelu_backward(lx_cuda_matmul_context *ctx,
                                                  lx_bf16 *dpre_gelu,        // (BT, C)
                                                  const lx_bf16 *dout,       // (BT, OC) gradient of the next linear's output
                                                  const lx_bf16 *weight,     // (OC, C) the next linear's weight

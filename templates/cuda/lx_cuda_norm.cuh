@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(LX_CUDA_NORM_THREADS)
   }
 }
 
-inline void lx_cuda_norm_forward_launch(lx_bf16 *out, lx_bf16 *residual_out, const lx_bf16 *inp,
+LX_CUDA_API void lx_cuda_norm_forward_launch(lx_bf16 *out, lx_bf16 *residual_out, const lx_bf16 *inp,
                                                const lx_bf16 *branch, const lx_bf16 *weight, const lx_bf16 *bias,
                                                int BT, int C, int rms, cudaStream_t stream) {
   LX_CUDA_REQUIRE(BT > 0 && C > 0);
@@ -78,7 +78,7 @@ inline void lx_cuda_norm_forward_launch(lx_bf16 *out, lx_bf16 *residual_out, con
   LX_CUDA_LAUNCHED();
 }
 
-inline void lx_cuda_layernorm_forward(lx_bf16 *out,          // (BT, C)
+LX_CUDA_API void lx_cuda_layernorm_forward(lx_bf16 *out,          // (BT, C)
                                              const lx_bf16 *inp,    // (BT, C)
                                              const lx_bf16 *weight, // (C)
                                              const lx_bf16 *bias,   // (C)
@@ -87,7 +87,7 @@ inline void lx_cuda_layernorm_forward(lx_bf16 *out,          // (BT, C)
 }
 
 /* residual_out = residual + branch; out = layernorm(residual_out). */
-inline void lx_cuda_residual_layernorm_forward(lx_bf16 *residual_out,  // (BT, C)
+LX_CUDA_API void lx_cuda_residual_layernorm_forward(lx_bf16 *residual_out,  // (BT, C)
                                                       lx_bf16 *out,           // (BT, C)
                                                       const lx_bf16 *residual, // (BT, C)
                                                       const lx_bf16 *branch,  // (BT, C)
@@ -97,7 +97,7 @@ inline void lx_cuda_residual_layernorm_forward(lx_bf16 *residual_out,  // (BT, C
   lx_cuda_norm_forward_launch(out, residual_out, residual, branch, weight, bias, BT, C, 0, stream);
 }
 
-inline void lx_cuda_rmsnorm_forward(lx_bf16 *out,          // (BT, C)
+LX_CUDA_API void lx_cuda_rmsnorm_forward(lx_bf16 *out,          // (BT, C)
                                            const lx_bf16 *inp,    // (BT, C)
                                            const lx_bf16 *weight, // (C)
                                            int BT, int C, cudaStream_t stream) {
@@ -105,7 +105,7 @@ inline void lx_cuda_rmsnorm_forward(lx_bf16 *out,          // (BT, C)
 }
 
 /* residual_out = residual + branch; out = rmsnorm(residual_out). */
-inline void lx_cuda_residual_rmsnorm_forward(lx_bf16 *residual_out,   // (BT, C)
+LX_CUDA_API void lx_cuda_residual_rmsnorm_forward(lx_bf16 *residual_out,   // (BT, C)
                                                     lx_bf16 *out,            // (BT, C)
                                                     const lx_bf16 *residual, // (BT, C)
                                                     const lx_bf16 *branch,   // (BT, C)
@@ -118,7 +118,7 @@ inline void lx_cuda_residual_rmsnorm_forward(lx_bf16 *residual_out,   // (BT, C)
 
 /* The scratch: (mean, rstd) per row, then the per-chunk partial sums of the
  * weight and bias gradients. */
-inline size_t lx_cuda_norm_backward_scratch_floats(int BT, int C) {
+LX_CUDA_API size_t lx_cuda_norm_backward_scratch_floats(int BT, int C) {
   size_t chunks = lx_ceil_div((size_t)BT, LX_CUDA_NORM_ROWS_PER_CHUNK);
   return 2 * (size_t)BT + 2 * chunks * (size_t)C;
 }
@@ -180,7 +180,7 @@ __global__ void lx_cuda_norm_param_partials_kernel(float *dweight_partials, // (
   if (dbias_partials) dbias_partials[(size_t)chunk * C + c] = dbias;
 }
 
-inline void lx_cuda_norm_backward_launch(lx_bf16 *dinp, float *dweight, float *dbias, float *scratch,
+LX_CUDA_API void lx_cuda_norm_backward_launch(lx_bf16 *dinp, float *dweight, float *dbias, float *scratch,
                                                 const lx_bf16 *dout, const lx_bf16 *inp, const lx_bf16 *weight,
                                                 int BT, int C, int rms, cudaStream_t stream) {
   LX_CUDA_REQUIRE(BT > 0 && C > 0 && scratch != NULL);
@@ -205,7 +205,7 @@ inline void lx_cuda_norm_backward_launch(lx_bf16 *dinp, float *dweight, float *d
 
 /* dinp, dweight, dbias += the layernorm gradients; mean and rstd recomputed
  * from inp (the only thing the forward saved). */
-inline void lx_cuda_layernorm_backward(lx_bf16 *dinp,         // (BT, C)
+LX_CUDA_API void lx_cuda_layernorm_backward(lx_bf16 *dinp,         // (BT, C)
                                               float *dweight,        // (C)
                                               float *dbias,          // (C)
                                               float *scratch,        // (lx_cuda_norm_backward_scratch_floats)
@@ -216,7 +216,7 @@ inline void lx_cuda_layernorm_backward(lx_bf16 *dinp,         // (BT, C)
   lx_cuda_norm_backward_launch(dinp, dweight, dbias, scratch, dout, inp, weight, BT, C, 0, stream);
 }
 
-inline void lx_cuda_rmsnorm_backward(lx_bf16 *dinp,         // (BT, C)
+LX_CUDA_API void lx_cuda_rmsnorm_backward(lx_bf16 *dinp,         // (BT, C)
                                             float *dweight,        // (C)
                                             float *scratch,        // (lx_cuda_norm_backward_scratch_floats)
                                             const lx_bf16 *dout,   // (BT, C)

@@ -29,7 +29,7 @@ __host__ __device__ inline uint64_t lx_cuda_rng_bits_keyed(uint64_t key, uint64_
 }
 
 /* p in [0, 1): elements whose top 32 random bits fall below p * 2^32 drop. */
-inline uint32_t lx_cuda_dropout_threshold(double p) {
+LX_CUDA_API uint32_t lx_cuda_dropout_threshold(double p) {
   LX_CUDA_REQUIRE(p >= 0 && p < 1);
   return (uint32_t)(p * 4294967296.0);
 }

@@ -1,0 +1,415 @@
+/* emit_cuda.c — the CUDA printer: one host C++ program per pipeline stage
+ * (stageN.cu) that launches the kernels of templates/cuda (compiled once, in
+ * lx_kernels.cu) on one cudaStream_t per schedule stream.
+ *
+ * bf16 activations and weights, fp32 master weights, gradients and AdamW
+ * state, all in one cudaMalloc arena laid out by the static memory plan
+ * (param_elt 2, master copy). RECORD and WAIT become cudaEventRecord and
+ * cudaStreamWaitEvent exactly where the schedule has them; the shared walker
+ * (emit_walk.c) issues every RECORD before the WAITs on its event. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "emit_operands.h"
+#include "emit_walk.h"
+
+/* ---- one op ------------------------------------------------------------------ */
+
+static void print_rng_stream(const lx_printer *pr, lx_graph_id g, int i) {
+  fprintf(pr->out, "lx_rng_stream_id(current_step, GLOBAL_MB(mb), %s, %d)",
+          g == LX_GRAPH_BLOCK ? "layer + 1" : g == LX_GRAPH_PROLOGUE ? "0" : "MODEL_LAYERS + 1", i);
+}
+
+static void print_op_comment(const lx_printer *pr, const lx_op *op, const char *what) {
+  fprintf(pr->out, "  /* %s %s = %s(...)  %s:%d */\n", what, op->var[0] ? op->var : op->name,
+          lx_op_kind_name(op->kind), lx_file_name(op->src.file), op->src.line);
+}
+
+static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  lx_operands o;
+  emit_gather_operands(pr, g, i, out_role, &o);
+  FILE *f = pr->out;
+  int w = emit_rank_width(pr, op->out);
+  char dims[96];
+  print_op_comment(pr, op, out_role == LX_T_RECOMPUTED ? "RECOMPUTE" : "FWD");
+  switch (op->kind) {
+  case LX_OP_EMBEDDING: fprintf(f, "  lx_cuda_embedding_forward(%s, %s, %s, B, T, %d, VP, stream);\n", o.out, o.in[0], o.w, w); break;
+  case LX_OP_POSITION_EMBEDDING: fprintf(f, "  lx_cuda_position_embedding_forward(%s, %s, B, T, %d, stream);\n", o.out, o.w, w); break;
+  case LX_OP_LAYERNORM: fprintf(f, "  lx_cuda_layernorm_forward(%s, %s, %s, %s, BT, %d, stream);\n", o.out, o.in[0], o.w, o.b, w); break;
+  case LX_OP_RMSNORM: fprintf(f, "  lx_cuda_rmsnorm_forward(%s, %s, %s, BT, %d, stream);\n", o.out, o.in[0], o.w, w); break;
+  case LX_OP_LINEAR:
+    fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n", o.out, o.in[0], o.w, o.b,
+            emit_in_width(pr, g, op), w);
+    break;
+  case LX_OP_LM_HEAD:
+    fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, NULL, BT, %d, VP / %d, stream);\n", o.out, o.in[0], o.w,
+            emit_in_width(pr, g, op), emit_tp(pr));
+    break;
+  case LX_OP_ATTENTION:
+    emit_attention_dims(pr, g, op, dims, sizeof dims);
+    if (op->attention_impl == LX_ATTN_FLASH)
+      fprintf(f, "  lx_cuda_flash_attention_forward(%s, %s, %s, %s, DROPOUT, seed, ", o.out,
+              emit_internal_named(op, &o, "lse"), o.in[0], dims);
+    else
+      fprintf(f, "  lx_cuda_attention_forward(%s, %s, %s, %s, scratch, %s, %s, DROPOUT, seed, ", o.out,
+              emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
+              emit_internal_named(op, &o, "dropout_mask"), o.in[0], dims);
+    print_rng_stream(pr, g, i);
+    fputs(", stream);\n", f);
+    break;
+  case LX_OP_ROPE:
+    emit_attention_dims(pr, g, op, dims, sizeof dims);
+    fprintf(f, "  lx_cuda_rope_forward(%s, %s, %s, 10000.0, stream);\n", o.out, o.in[0], dims);
+    break;
+  case LX_OP_GELU: fprintf(f, "  lx_cuda_gelu_forward(%s, %s, (size_t)BT * %d, stream);\n", o.out, o.in[0], w); break;
+  case LX_OP_SWIGLU: fprintf(f, "  lx_cuda_swiglu_forward(%s, %s, BT, %d, stream);\n", o.out, o.in[0], w); break;
+  case LX_OP_DROPOUT:
+    fprintf(f, "  lx_cuda_dropout_forward(%s, %s, %s, (size_t)BT * %d, DROPOUT, seed, ", o.out,
+            emit_internal_named(op, &o, "dropout_mask"), o.in[0], w);
+    print_rng_stream(pr, g, i);
+    fputs(", stream);\n", f);
+    break;
+  case LX_OP_ADD:
+    fprintf(f, "  lx_cuda_add_forward(%s, %s, %s, (size_t)BT * %d, stream);\n", o.out, o.in[0], o.in[1], w);
+    break;
+  case LX_OP_CROSS_ENTROPY:
+    fprintf(f, "  lx_cuda_cross_entropy_forward(losses + mb, %s, scratch, %s, %s, BT, V, VP, stream);\n",
+            emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
+    break;
+  case LX_OP_INPUT:
+  case LX_OP_KIND_COUNT: break;
+  }
+}
+
+static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  lx_operands o;
+  emit_gather_operands(pr, g, i, LX_T_OUTPUT, &o);
+  FILE *f = pr->out;
+  int w = emit_rank_width(pr, op->out);
+  char dims[96];
+  print_op_comment(pr, op, "BWD");
+  switch (op->kind) {
+  case LX_OP_EMBEDDING:
+    fprintf(f, "  lx_cuda_embedding_backward(%s, %s, %s, B, T, %d, VP, stream);\n", o.dw, o.dout, o.in[0], w);
+    break;
+  case LX_OP_POSITION_EMBEDDING:
+    fprintf(f, "  lx_cuda_position_embedding_backward(%s, %s, B, T, %d, stream);\n", o.dw, o.dout, w);
+    break;
+  case LX_OP_LAYERNORM:
+    fprintf(f, "  lx_cuda_layernorm_backward(%s, %s, %s, scratch, %s, %s, %s, BT, %d, stream);\n", o.din[0], o.dw,
+            o.db, o.dout, o.in[0], o.w, w);
+    break;
+  case LX_OP_RMSNORM:
+    fprintf(f, "  lx_cuda_rmsnorm_backward(%s, %s, scratch, %s, %s, %s, BT, %d, stream);\n", o.din[0], o.dw, o.dout,
+            o.in[0], o.w, w);
+    break;
+  case LX_OP_LINEAR:
+    fprintf(f, "  lx_cuda_linear_backward(matmul, %s, %s, %s, scratch, %s, %s, %s, BT, %d, %d, stream);\n", o.din[0],
+            o.dw, o.db, o.dout, o.in[0], o.w, emit_in_width(pr, g, op), w);
+    break;
+  case LX_OP_LM_HEAD:
+    fprintf(f, "  lx_cuda_linear_backward(matmul, %s, %s, NULL, scratch, %s, %s, %s, BT, %d, VP / %d, stream);\n",
+            o.din[0], o.dw, o.dout, o.in[0], o.w, emit_in_width(pr, g, op), emit_tp(pr));
+    break;
+  case LX_OP_ATTENTION:
+    emit_attention_dims(pr, g, op, dims, sizeof dims);
+    if (op->attention_impl == LX_ATTN_FLASH) {
+      fprintf(f, "  lx_cuda_flash_attention_backward(%s, scratch, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.din[0],
+              o.dout, o.in[0], o.out, emit_internal_named(op, &o, "lse"), dims);
+      print_rng_stream(pr, g, i);
+      fputs(", stream);\n", f);
+    } else {
+      fprintf(f, "  lx_cuda_attention_backward(%s, scratch, %s, %s, %s, %s, %s, %s, DROPOUT, stream);\n", o.din[0],
+              o.dout, o.in[0], emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
+              emit_internal_named(op, &o, "dropout_mask"), dims);
+    }
+    break;
+  case LX_OP_ROPE:
+    emit_attention_dims(pr, g, op, dims, sizeof dims);
+    fprintf(f, "  lx_cuda_rope_backward(%s, %s, %s, 10000.0, stream);\n", o.din[0], o.dout, dims);
+    break;
+  case LX_OP_GELU:
+    fprintf(f, "  lx_cuda_gelu_backward(%s, %s, %s, (size_t)BT * %d, stream);\n", o.din[0], o.dout, o.in[0], w);
+    break;
+  case LX_OP_SWIGLU:
+    fprintf(f, "  lx_cuda_swiglu_backward(%s, %s, %s, BT, %d, stream);\n", o.din[0], o.dout, o.in[0], w);
+    break;
+  case LX_OP_DROPOUT:
+    fprintf(f, "  lx_cuda_dropout_backward(%s, %s, %s, (size_t)BT * %d, DROPOUT, stream);\n", o.din[0], o.dout,
+            emit_internal_named(op, &o, "dropout_mask"), w);
+    break;
+  case LX_OP_ADD:
+    fprintf(f, "  lx_cuda_add_backward(%s, %s, %s, (size_t)BT * %d, stream);\n", o.din[0], o.din[1], o.dout, w);
+    break;
+  case LX_OP_CROSS_ENTROPY:
+    fprintf(f, "  lx_cuda_cross_entropy_backward(%s, %s, %s, %s, LOSS_SCALE, BT, V, VP, stream);\n", o.din[0],
+            o.in[0], emit_internal_named(op, &o, "lse"), o.in[1]);
+    break;
+  case LX_OP_INPUT:
+  case LX_OP_KIND_COUNT: break;
+  }
+}
+
+/* Gradients accumulate (+=): zero every one this graph instance produces. */
+static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  char buf[PTR];
+  for (int i = 0; i < graph->n_ops; i++) {
+    const lx_op *op = &graph->ops[i];
+    if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar) continue;
+    lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, emit_ref(pr, g, i, LX_T_GRAD, 0));
+    emit_at(pr, buf, sizeof buf, "char", emit_ref(pr, g, i, LX_T_GRAD, 0));
+    fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, stream));\n", buf, (long long)e.bytes);
+  }
+}
+
+/* ---- graph functions: one per graph and direction, on the caller's stream ---- */
+
+static void print_function_head(const lx_printer *pr, const char *what, lx_graph_id g) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  fprintf(pr->out, "\n/* %s of %s() (%s:%d) for one micro-batch, on `stream` with its scratch. */\n"
+                   "static void %s_%s(%s, cudaStream_t stream, float *scratch) {\n  (void)scratch;\n",
+          what, graph->name, lx_file_name(graph->src.file), graph->src.line, what, graph->name,
+          g == LX_GRAPH_BLOCK ? "int layer, int mb" : "int mb");
+  if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
+}
+
+static void print_forward_function(const lx_printer *pr, lx_graph_id g) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  print_function_head(pr, "forward", g);
+  for (int i = 0; i < graph->n_ops; i++)
+    if (graph->ops[i].kind != LX_OP_INPUT) print_forward_op(pr, g, i, LX_T_OUTPUT);
+  fputs("}\n", pr->out);
+}
+
+static void print_recompute_function(const lx_printer *pr) {
+  if (!emit_any_recompute(pr)) return;
+  print_function_head(pr, "recompute", LX_GRAPH_BLOCK);
+  for (int i = 0; i < pr->ir->block.n_ops; i++)
+    if (pr->st->decisions[i].recompute) print_forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
+  fputs("}\n", pr->out);
+}
+
+static void print_backward_function(const lx_printer *pr, lx_graph_id g) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  print_function_head(pr, "backward", g);
+  print_zero_grads(pr, g);
+  for (int i = graph->n_ops - 1; i >= 0; i--)
+    if (graph->ops[i].kind != LX_OP_INPUT) print_backward_op(pr, g, i);
+  fputs("}\n", pr->out);
+}
+
+/* ---- the step: the walker's hooks --------------------------------------------- */
+
+typedef struct {
+  const lx_printer *pr;
+  bool nccl_group_open; /* consecutive point-to-point calls pair in one NCCL group */
+} cuda_step;
+
+static const char *stream_var(lx_stream k) {
+  static const char *names[] = {"STREAM_COMPUTE", "STREAM_RECOMPUTE", "STREAM_SEND", "STREAM_RECV", "STREAM_TP", "STREAM_DP"};
+  return names[k];
+}
+
+static void describe(const cuda_step *w, const lx_instr *in, char *buf, size_t size) {
+  lx_instr_describe(w->pr->ir, in, buf, size);
+}
+
+/* The model-file line an instruction comes from: its op's, or the graph's. */
+static int instr_line(const lx_printer *pr, const lx_instr *in) {
+  if (in->op >= 0 && (in->kind == LX_I_FWD || in->kind == LX_I_BWD || in->kind == LX_I_RECOMPUTE || in->kind == LX_I_LOAD))
+    return emit_op_at(pr, in->graph, in->op)->src.line;
+  return lx_graph_of(pr->ir, LX_GRAPH_BLOCK)->src.line;
+}
+
+static void close_group(cuda_step *w) {
+  if (!w->nccl_group_open) return;
+  fputs("  NCCL_CHECK(ncclGroupEnd());\n", w->pr->out);
+  w->nccl_group_open = false;
+}
+
+static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
+  cuda_step *w = ctx;
+  const lx_printer *pr = w->pr;
+  close_group(w);
+  char what[128];
+  describe(w, first, what, sizeof what);
+  const char *graph = lx_graph_of(pr->ir, first->graph)->name;
+  fprintf(pr->out, "  /* %s (%d instruction%s, %s stream)  %s:%d */\n", what, count, count == 1 ? "" : "s",
+          lx_stream_name(k), lx_file_name(pr->ir->model_path), instr_line(pr, first));
+  if (first->kind == LX_I_RECOMPUTE && !emit_run_is_function(pr, first, count)) {
+    fprintf(pr->out, "  {\n    const int layer = %d, mb = %d;\n    (void)layer;\n    cudaStream_t stream = streams[%s];\n"
+                     "    float *scratch = scratch_of[%s];\n", first->layer, first->mb, stream_var(k), stream_var(k));
+    for (int n = 0; n < count; n++) print_forward_op(pr, first->graph, first[n].op, LX_T_RECOMPUTED);
+    fputs("    (void)scratch;\n  }\n", pr->out);
+  } else if (first->graph == LX_GRAPH_BLOCK) {
+    fprintf(pr->out, "  %s_%s(%d, %d, streams[%s], scratch_of[%s]);\n", emit_run_function(first->kind), graph,
+            first->layer, first->mb, stream_var(k), stream_var(k));
+  } else {
+    fprintf(pr->out, "  %s_%s(%d, streams[%s], scratch_of[%s]);\n", emit_run_function(first->kind), graph, first->mb,
+            stream_var(k), stream_var(k));
+  }
+}
+
+static void cuda_load(void *ctx, const lx_instr *in) {
+  cuda_step *w = ctx;
+  close_group(w);
+  fprintf(w->pr->out, "  load_micro_batch(%d, streams[STREAM_COMPUTE]); /* LOAD mb%d */\n", in->mb, in->mb);
+}
+
+static bool is_p2p(lx_instr_kind k) {
+  return k == LX_I_SEND_ACT || k == LX_I_RECV_ACT || k == LX_I_SEND_GRAD || k == LX_I_RECV_GRAD;
+}
+
+static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
+  const lx_printer *pr = w->pr;
+  char buf[PTR], what[128];
+  describe(w, in, what, sizeof what);
+  lx_tensor_ref t = emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0); /* RECV_ACT: the first layer's input */
+  if (in->kind == LX_I_SEND_ACT) t.role = LX_T_SEND_ACT;
+  if (in->kind == LX_I_SEND_GRAD) t.role = LX_T_SEND_GRAD;
+  if (in->kind == LX_I_RECV_GRAD) t.role = LX_T_RECV_GRAD;
+  bool send = in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD;
+  if (!w->nccl_group_open) fputs("  NCCL_CHECK(ncclGroupStart());\n", pr->out);
+  w->nccl_group_open = true;
+  fprintf(pr->out, "  { /* %s  %s:%d */\n    const int mb = %d, layer = FIRST_LAYER;\n    (void)mb;\n    (void)layer;\n",
+          what, lx_file_name(pr->ir->model_path), instr_line(pr, in), in->mb);
+  fprintf(pr->out, "    NCCL_CHECK(nccl%s(%s, BOUNDARY_ELEMENTS, ncclBfloat16, %d, pipeline_comm, streams[%s]));\n  }\n",
+          send ? "Send" : "Recv", emit_at(pr, buf, sizeof buf, "lx_bf16", t), in->peer, stream_var(k));
+}
+
+static void cuda_comm(void *ctx, lx_stream k, const lx_instr *in) {
+  cuda_step *w = ctx;
+  if (is_p2p(in->kind)) {
+    print_p2p(w, k, in);
+    return;
+  }
+  close_group(w);
+  char what[128];
+  describe(w, in, what, sizeof what);
+  if (in->kind == LX_I_ALLREDUCE_DP)
+    fprintf(w->pr->out, "  /* %s */\n  NCCL_CHECK(ncclAllReduce(GRAD_REGION, GRAD_REGION, PARAM_ELEMENTS, ncclFloat32, ncclSum, "
+                        "dp_comm, streams[%s]));\n", what, stream_var(k));
+  else
+    fprintf(w->pr->out, "  /* %s: not printed by the CUDA target */\n", what);
+}
+
+static void cuda_record(void *ctx, lx_stream k, const lx_instr *in) {
+  cuda_step *w = ctx;
+  close_group(w);
+  fprintf(w->pr->out, "  CUDA_CHECK(cudaEventRecord(events[%d], streams[%s])); /* RECORD e%d */\n", in->event,
+          stream_var(k), in->event);
+}
+
+static void cuda_wait(void *ctx, lx_stream k, const lx_instr *in, lx_stream recorded_on) {
+  cuda_step *w = ctx;
+  close_group(w);
+  if (recorded_on == k) return; /* program order on the stream already says it */
+  fprintf(w->pr->out, "  CUDA_CHECK(cudaStreamWaitEvent(streams[%s], events[%d], 0)); /* WAIT e%d (from %s) */\n",
+          stream_var(k), in->event, in->event, lx_stream_name(recorded_on));
+}
+
+static void print_step(const lx_printer *pr) {
+  fprintf(pr->out, "\n/* One optimizer step's forwards and backwards, in the order of the schedule\n"
+                   " * (%s, plan.txt): every stream's instructions on its own cudaStream_t,\n"
+                   " * issued so that each event is recorded before it is waited for. */\n"
+                   "static void run_schedule(int step) {\n  current_step = step;\n",
+          lx_schedule_name(pr->p->kind));
+  cuda_step w = {pr, false};
+  lx_walk_hooks hooks = {&w, cuda_run, cuda_load, cuda_comm, cuda_record, cuda_wait};
+  lx_walk_stage(pr->st, &hooks);
+  close_group(&w);
+  fputs("  /* the step ends when every stream has drained into the compute stream */\n"
+        "  for (int k = 1; k < STREAM_COUNT; k++) {\n"
+        "    CUDA_CHECK(cudaEventRecord(stream_done[k], streams[k]));\n"
+        "    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], stream_done[k], 0));\n  }\n}\n", pr->out);
+}
+
+/* ---- data ------------------------------------------------------------------------ */
+
+/* Tokens and targets of micro-batch mb, drawn on the host and copied in. */
+static void print_load(const lx_printer *pr) {
+  char tokens[PTR], targets[PTR];
+  snprintf(tokens, PTR, "NULL");
+  snprintf(targets, PTR, "NULL");
+  if (pr->st->has_prologue) emit_at(pr, tokens, PTR, "int", emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
+  if (pr->st->has_epilogue)
+    emit_at(pr, targets, PTR, "int", emit_ref(pr, LX_GRAPH_EPILOGUE, emit_targets_op(pr->ir), LX_T_OUTPUT, 0));
+  fprintf(pr->out, "\n/* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first\n"
+                   " * stage keeps inputs, the last targets. */\n"
+                   "static void load_micro_batch(int mb, cudaStream_t stream) {\n"
+                   "  lx_cuda_load(%s, %s, GLOBAL_MB(mb), BT, V, stream);\n}\n", tokens, targets);
+}
+
+/* ---- prelude --------------------------------------------------------------------- */
+
+static void print_header(const lx_printer *pr) {
+  const lx_ir *ir = pr->ir;
+  const lx_stage *st = pr->st;
+  FILE *f = pr->out;
+  fprintf(f, "/* stage%d.cu — pipeline stage %d of %d of %s:%s layers %d-%d%s (CUDA).\n", pr->s, pr->s, pr->p->pp,
+          lx_file_name(ir->model_path), st->has_prologue ? " prologue," : "", st->first_layer,
+          st->first_layer + st->n_layers - 1, st->has_epilogue ? ", epilogue" : "");
+  fprintf(f, " *\n * Generated by lynxgen from the schedule IR; plan.txt says what is kept, what\n"
+             " * is recomputed and where every byte lives. Host code only: the kernels are\n"
+             " * in lx_kernels.cu. Do not edit: change the model file and generate again. */\n");
+  fprintf(f, "#include \"lx_cuda_api.h\"\n#include \"lx_cuda_train.h\"\n\n");
+  fprintf(f, "enum {\n  STAGE = %d, STAGES = %d, FIRST_LAYER = %d, LAYERS = %d, MODEL_LAYERS = %d,\n", pr->s, pr->p->pp,
+          st->first_layer, st->n_layers, ir->model.layers);
+  fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, DATA_PARALLEL = %d, EVENTS = %d,\n", pr->p->micro_batches,
+          pr->l->slots, ir->plan.dp ? ir->plan.dp : 1, st->n_events + 1);
+  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch ? ir->plan.micro_batch : 1,
+          ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
+  fprintf(f, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
+  fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
+  fprintf(f, "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
+  fprintf(f, "#define GLOBAL_MB(mb) (replica * MICRO_BATCHES + (mb))\n\n");
+  fprintf(f, "/* The arena: the static memory plan (plan.txt), bf16 weights and activations,\n"
+             " * fp32 master weights, gradients and AdamW moments. */\n");
+  fprintf(f, "#define ARENA_BYTES %lldLL\n", (long long)pr->l->total);
+  for (int r = 0; r < LX_REGION_COUNT; r++)
+    fprintf(f, "#define REGION_%s %lldLL /* %lld bytes */\n", lx_region_name((lx_region)r),
+            (long long)pr->l->region_offset[r], (long long)pr->l->region_bytes[r]);
+  fprintf(f, "#define PARAM_ELEMENTS %lldLL\n", (long long)pr->l->param_elements);
+  fprintf(f, "#define PARAM_ELT %d /* bytes of a weight in the params region; fp32 in the others */\n",
+          (int)pr->l->param_elt);
+  emit_training(pr);
+  fprintf(f, "#define AT(offset) ((void *)(arena + (size_t)(offset)))\n");
+  fprintf(f, "/* a parameter's fp32 gradient sits at the same element of the grads region */\n");
+  fprintf(f, "#define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / PARAM_ELT * 4))\n");
+  fprintf(f, "#define GRAD_REGION ((float *)(arena + REGION_grads))\n");
+}
+
+bool lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
+  const lx_pipeline *p = prog->pipe;
+  const lx_ir *ir = p->ir;
+  if ((ir->plan.tp && ir->plan.tp > 1) || (ir->plan.dp && ir->plan.dp > 1)) {
+    lx_error(ir->locs.plan, "the CUDA target prints pipeline parallelism only (tp = dp = 1); tensor and data "
+                            "parallelism are not emitted yet");
+    return false;
+  }
+  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float"};
+  print_header(&pr);
+  emit_block_boundaries(&pr);
+  if (pr.st->has_prologue) {
+    print_forward_function(&pr, LX_GRAPH_PROLOGUE);
+    print_backward_function(&pr, LX_GRAPH_PROLOGUE);
+  }
+  if (pr.st->n_layers > 0) {
+    print_forward_function(&pr, LX_GRAPH_BLOCK);
+    print_recompute_function(&pr);
+    print_backward_function(&pr, LX_GRAPH_BLOCK);
+  }
+  if (pr.st->has_epilogue) {
+    print_forward_function(&pr, LX_GRAPH_EPILOGUE);
+    print_backward_function(&pr, LX_GRAPH_EPILOGUE);
+  }
+  print_load(&pr);
+  print_step(&pr);
+  emit_param_table(&pr);
+  fprintf(out, "\n#include \"lx_cuda_main.h\"\n");
+  return true;
+}

@@ -1,0 +1,331 @@
+/* emit_operands.c — what both printers say the same way: where a tensor of
+ * an instruction lives (C text from the static memory plan), the operands of
+ * one op, its shapes, the parameter table and the training settings. The
+ * targets differ only in the element types they name (lx_printer). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit_operands.h"
+
+/* Masks are bytes and the log-sum-exp is fp32 on every target; the rest of an
+ * op's saved buffers are activations. */
+static const char *internal_type(const lx_printer *pr, const char *what) {
+  if (!strcmp(what, "dropout_mask")) return "uint8_t";
+  if (!strcmp(what, "lse")) return pr->lse_type;
+  return pr->act_type;
+}
+
+/* ---- expressions ----------------------------------------------------------- */
+
+lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_role role, int index) {
+  return (lx_tensor_ref){g, g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, op, 0, role, index};
+}
+
+/* The C byte offset of a tensor, for the instance `layer`, `mb` of its graph. */
+void emit_offset_text(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t size) {
+  lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, t);
+  lx_place_expr_print(&e, buf, size);
+}
+
+/* Three places of a block depend on whether the layer is the stage's first
+ * or last, not affinely on the layer: its output (the next layer's input, or
+ * what leaves the stage), that output's gradient, and its input's gradient.
+ * The stage file computes them in small functions (print_block_boundaries). */
+static const char *emit_boundary_function(const lx_printer *pr, lx_tensor_ref t) {
+  if (t.graph != LX_GRAPH_BLOCK) return NULL;
+  const lx_graph *g = &pr->ir->block;
+  if (t.role == LX_T_OUTPUT && t.op == g->output) return "block_output";
+  if (t.role == LX_T_GRAD && t.op == g->output) return "block_output_grad";
+  if (t.role == LX_T_GRAD && g->ops[t.op].kind == LX_OP_INPUT) return "block_input_grad";
+  return NULL;
+}
+
+/* "((real *)AT(offset expression))" */
+const char *emit_at(const lx_printer *pr, char *buf, size_t size, const char *type, lx_tensor_ref t) {
+  const char *function = emit_boundary_function(pr, t);
+  if (function) {
+    snprintf(buf, size, "((%s *)%s(layer, mb))", type, function);
+    return buf;
+  }
+  char offset[256];
+  emit_offset_text(pr, t, offset, sizeof offset);
+  snprintf(buf, size, "((%s *)AT(%s))", type, offset);
+  return buf;
+}
+
+static void print_boundary_function(const lx_printer *pr, const char *name, lx_tensor_role role, int op, bool at_first) {
+  const lx_stage *st = pr->st;
+  int first = st->first_layer, last = first + st->n_layers - 1;
+  int special = at_first ? first : last;
+  int other = st->n_layers > 1 ? (at_first ? last : first) : special;
+  char special_text[256], other_text[256];
+  emit_offset_text(pr, (lx_tensor_ref){LX_GRAPH_BLOCK, special, op, 0, role, 0}, special_text, sizeof special_text);
+  emit_offset_text(pr, (lx_tensor_ref){LX_GRAPH_BLOCK, other, op, 0, role, 0}, other_text, sizeof other_text);
+  fprintf(pr->out, "static void *%s(int layer, int mb) {\n  (void)mb;\n  return layer == %s ? AT(%s) : AT(%s);\n}\n",
+          name, at_first ? "FIRST_LAYER" : "FIRST_LAYER + LAYERS - 1", special_text, other_text);
+}
+
+void emit_block_boundaries(const lx_printer *pr) {
+  if (pr->st->n_layers == 0) return;
+  int output = pr->ir->block.output;
+  fprintf(pr->out, "\n/* A layer's output is the next layer's input, or leaves the stage after its\n"
+                   " * last layer; gradients at the stage's edges come from and go to the\n"
+                   " * pipeline's buffers, between layers they alternate in the boundary region. */\n");
+  print_boundary_function(pr, "block_output", LX_T_OUTPUT, output, false);
+  print_boundary_function(pr, "block_output_grad", LX_T_GRAD, output, false);
+  print_boundary_function(pr, "block_input_grad", LX_T_GRAD, 0, true);
+}
+
+const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i) { return &lx_graph_of(pr->ir, g)->ops[i]; }
+
+static bool input_is_tokens(const lx_printer *pr, lx_graph_id g, const lx_op *op, int k) {
+  return emit_op_at(pr, g, op->inputs[k])->out.dtype == LX_DTYPE_INT32;
+}
+
+/* The tied LM head on the embedding's own stage reads the embedding table. */
+static lx_tensor_ref head_weight(const lx_printer *pr, lx_graph_id g, int i) {
+  if (pr->l->places[g][i].param_elements[0] > 0) return emit_ref(pr, g, i, LX_T_PARAM, 0);
+  const lx_graph *pro = &pr->ir->prologue;
+  for (int k = 0; k < pro->n_ops; k++)
+    if (pro->ops[k].kind == LX_OP_EMBEDDING) return emit_ref(pr, LX_GRAPH_PROLOGUE, k, LX_T_PARAM, 0);
+  return emit_ref(pr, g, i, LX_T_PARAM, 0);
+}
+
+void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, lx_operands *o) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  memset(o, 0, sizeof *o);
+  emit_at(pr, o->out, PTR, pr->act_type, emit_ref(pr, g, i, out_role, 0));
+  emit_at(pr, o->dout, PTR, pr->act_type, emit_ref(pr, g, i, LX_T_GRAD, 0));
+  for (int k = 0; k < op->n_inputs; k++) {
+    bool tokens = input_is_tokens(pr, g, op, k);
+    emit_at(pr, o->in[k], PTR, tokens ? "int" : pr->act_type, emit_ref(pr, g, op->inputs[k], LX_T_OUTPUT, 0));
+    if (tokens) snprintf(o->din[k], PTR, "NULL");
+    else emit_at(pr, o->din[k], PTR, pr->act_type, emit_ref(pr, g, op->inputs[k], LX_T_GRAD, 0));
+  }
+  lx_tensor_ref w = op->kind == LX_OP_LM_HEAD ? head_weight(pr, g, i) : emit_ref(pr, g, i, LX_T_PARAM, 0);
+  const lx_op_place *pl = &pr->l->places[g][i];
+  snprintf(o->w, PTR, "NULL");
+  snprintf(o->b, PTR, "NULL");
+  snprintf(o->dw, sizeof o->dw, "NULL");
+  snprintf(o->db, sizeof o->db, "NULL");
+  if (pl->param_elements[0] > 0 || op->kind == LX_OP_LM_HEAD) {
+    emit_at(pr, o->w, PTR, pr->act_type, w);
+    snprintf(o->dw, sizeof o->dw, "GRAD_OF(%s)", o->w);
+  }
+  if (pl->param_elements[1] > 0) {
+    emit_at(pr, o->b, PTR, pr->act_type, emit_ref(pr, g, i, LX_T_PARAM, 1));
+    snprintf(o->db, sizeof o->db, "GRAD_OF(%s)", o->b);
+  }
+  for (int k = 0; k < op->n_saved; k++)
+    if (op->saved[k].kind == LX_SAVE_INTERNAL)
+      emit_at(pr, o->internal[k], PTR, internal_type(pr, op->saved[k].what),
+         emit_ref(pr, g, i, LX_T_INTERNAL, k));
+}
+
+const char *emit_internal_named(const lx_op *op, const lx_operands *o, const char *what) {
+  for (int k = 0; k < op->n_saved; k++)
+    if (op->saved[k].kind == LX_SAVE_INTERNAL && !strcmp(op->saved[k].what, what)) return o->internal[k];
+  return "NULL";
+}
+
+/* ---- shapes of one op, as C expressions ----------------------------------- */
+
+int emit_tp(const lx_printer *pr) { return pr->ir->plan.tp ? pr->ir->plan.tp : 1; }
+
+int emit_rank_width(const lx_printer *pr, lx_shape s) { return (int)lx_rank_width(pr->ir, s); }
+
+int emit_in_width(const lx_printer *pr, lx_graph_id g, const lx_op *op) {
+  return emit_rank_width(pr, emit_op_at(pr, g, op->inputs[0])->out);
+}
+
+void emit_attention_dims(const lx_printer *pr, lx_graph_id g, const lx_op *op, char *buf, size_t size) {
+  int groups = op->heads + 2 * op->kv_heads;
+  int d = emit_op_at(pr, g, op->inputs[0])->out.width / groups;
+  int t = emit_op_at(pr, g, op->inputs[0])->out.split ? emit_tp(pr) : 1;
+  snprintf(buf, size, "B, T, %d, %d, %d", op->heads / t, op->kv_heads / t, d);
+}
+
+
+bool emit_any_recompute(const lx_printer *pr) {
+  for (int i = 0; i < pr->ir->block.n_ops; i++)
+    if (pr->st->decisions[i].recompute) return true;
+  return false;
+}
+
+/* The graph function a run of FWD, BWD or RECOMPUTE calls. */
+const char *emit_run_function(lx_instr_kind k) {
+  return k == LX_I_FWD ? "forward" : k == LX_I_BWD ? "backward" : "recompute";
+}
+
+/* Is the run exactly the body of its graph function (all ops of the instance,
+ * in order; for recompute, all the ops the stage recomputes)? */
+bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count) {
+  const lx_graph *g = lx_graph_of(pr->ir, run->graph);
+  int n = 0;
+  for (int j = 0; j < g->n_ops; j++) {
+    int i = run->kind == LX_I_BWD ? g->n_ops - 1 - j : j;
+    bool in_body = g->ops[i].kind != LX_OP_INPUT && (run->kind != LX_I_RECOMPUTE || pr->st->decisions[i].recompute);
+    if (!in_body) continue;
+    if (n >= count || run[n].op != i) return false;
+    n++;
+  }
+  return n == count;
+}
+
+/* The epilogue's input op that holds the targets. */
+int emit_targets_op(const lx_ir *ir) {
+  for (int i = 0; i < ir->epilogue.n_ops; i++)
+    if (ir->epilogue.ops[i].kind == LX_OP_INPUT && ir->epilogue.ops[i].param == 1) return i;
+  return -1;
+}
+
+/* Does op i's output reach a residual add, through dropout at most? GPT-2
+ * scales the initial weights of such projections by 1 / sqrt(2 L). */
+static bool feeds_residual_add(const lx_graph *g, int i) {
+  for (int c = i + 1; c < g->n_ops; c++) {
+    const lx_op *user = &g->ops[c];
+    for (int k = 0; k < user->n_inputs; k++) {
+      if (user->inputs[k] != i) continue;
+      if (user->kind == LX_OP_ADD || (user->kind == LX_OP_DROPOUT && feeds_residual_add(g, c))) return true;
+    }
+  }
+  return false;
+}
+
+/* ---- llm.c's GPT-2 checkpoint: which file tensor a parameter is ------------------ */
+
+/* The block of a GPT-2 in llm.c's order: ln1, qkv, attproj, ln2, fc, fcproj. */
+static const lx_op_kind gpt2_block_params[] = {LX_OP_LAYERNORM, LX_OP_LINEAR, LX_OP_LINEAR,
+                                               LX_OP_LAYERNORM, LX_OP_LINEAR, LX_OP_LINEAR};
+
+static int param_ops(const lx_graph *g, int *ops, int max) {
+  int n = 0;
+  for (int i = 0; i < g->n_ops; i++)
+    if (g->ops[i].params > 0 || g->ops[i].kind == LX_OP_LM_HEAD) {
+      if (n < max) ops[n] = i;
+      n++;
+    }
+  return n;
+}
+
+static bool is_gpt2(const lx_ir *ir) {
+  int ops[8];
+  if (param_ops(&ir->block, ops, 8) != 6 || !ir->model.tied_embeddings) return false;
+  for (int k = 0; k < 6; k++)
+    if (ir->block.ops[ops[k]].kind != gpt2_block_params[k] || !ir->block.ops[ops[k]].has_bias) return false;
+  int pro[4], epi[4];
+  return param_ops(&ir->prologue, pro, 4) == 2 && ir->prologue.ops[pro[0]].kind == LX_OP_EMBEDDING &&
+         ir->prologue.ops[pro[1]].kind == LX_OP_POSITION_EMBEDDING && param_ops(&ir->epilogue, epi, 4) == 2 &&
+         ir->epilogue.ops[epi[0]].kind == LX_OP_LAYERNORM && ir->epilogue.ops[epi[1]].kind == LX_OP_LM_HEAD;
+}
+
+/* Element offset of a parameter in llm.c's file, or -1. */
+static long long gpt2_file_element(const lx_ir *ir, lx_graph_id g, int layer, int op, int k) {
+  long long C = ir->model.hidden, L = ir->model.layers, Vp = ir->padded_vocab, T = ir->model.seq_len;
+  long long per_layer[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  int ops[8], n;
+  if (g == LX_GRAPH_PROLOGUE) {
+    n = param_ops(&ir->prologue, ops, 8);
+    return ops[0] == op ? 0 : Vp * C;
+  }
+  long long base = Vp * C + T * C;
+  if (g == LX_GRAPH_EPILOGUE) {
+    n = param_ops(&ir->epilogue, ops, 8);
+    if (op == ops[1]) return 0; /* the tied head is wte */
+    long long end = base;
+    for (int t = 0; t < 12; t++) end += L * per_layer[t];
+    return end + k * C;
+  }
+  n = param_ops(&ir->block, ops, 8);
+  int index = 0;
+  while (index < n && ops[index] != op) index++;
+  int tensor = 2 * index + k;
+  for (int t = 0; t < tensor; t++) base += L * per_layer[t];
+  return base + layer * per_layer[tensor];
+}
+
+/* ---- the parameter table ---------------------------------------------------------- */
+
+/* Init streams name the parameter, not the stage: every pipeline depth draws
+ * the same weights, and a tied head's copy the embedding's. */
+static long long init_stream(lx_graph_id g, int layer, int op, int k) {
+  return ((long long)g * 100003 + layer + 1) * 64 + op * 2 + k + 1;
+}
+
+static int embedding_op(const lx_ir *ir) {
+  for (int i = 0; i < ir->prologue.n_ops; i++)
+    if (ir->prologue.ops[i].kind == LX_OP_EMBEDDING) return i;
+  return 0;
+}
+
+static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int i, int k, bool gpt2) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  const lx_op *op = &graph->ops[i];
+  const lx_op_place *pl = &pr->l->places[g][i];
+  if (pl->param_elements[k] <= 0) return;
+  lx_span span = lx_locate(pr->p, pr->s, pr->l, (lx_tensor_ref){g, layer, i, 0, LX_T_PARAM, k});
+  long long element = (span.offset - pr->l->region_offset[LX_REGION_PARAMS]) / pr->l->param_elt;
+  bool weight = k == 0 && op->kind != LX_OP_LAYERNORM && op->kind != LX_OP_RMSNORM;
+  bool tied_copy = op->kind == LX_OP_LM_HEAD && op->params_per_rank == 0;
+  bool residual_projection = op->kind == LX_OP_LINEAR && feeds_residual_add(graph, i);
+  double std = !weight ? 0 : residual_projection ? 0.02 / sqrt(2.0 * pr->ir->model.layers) : 0.02;
+  double constant = !weight && k == 0 ? 1 : 0; /* norm scales start at one, biases and shifts at zero */
+  long long stream = tied_copy ? init_stream(LX_GRAPH_PROLOGUE, -1, embedding_op(pr->ir), 0) : init_stream(g, layer, i, k);
+  long long file = gpt2 ? gpt2_file_element(pr->ir, g, layer, i, k) : -1;
+  fprintf(pr->out, "  {\"%s%s%d %s.%s\", %lldLL, %lldLL, %.17g, %g, %d, %lldLL, %lldLL, %d, %d},\n",
+          graph->name, g == LX_GRAPH_BLOCK ? " layer " : "", g == LX_GRAPH_BLOCK ? layer : 0, op->name,
+          k ? "bias" : "weight", element, (long long)pl->param_elements[k], std, constant, weight ? 1 : 0, stream,
+          file, tied_copy ? 0 : 1, tied_copy || op->kind == LX_OP_EMBEDDING ? 1 : 0);
+}
+
+static void print_param_rows(const lx_printer *pr, lx_graph_id g, int layer, bool gpt2) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  for (int i = 0; i < graph->n_ops; i++)
+    for (int k = 0; k < 2; k++) print_param_row(pr, g, layer, i, k, gpt2);
+}
+
+void emit_param_table(const lx_printer *pr) {
+  bool gpt2 = is_gpt2(pr->ir);
+  fprintf(pr->out, "\n/* Every parameter tensor of the stage: name, element offset in the params\n"
+                   " * region, elements, init std (0: constant), init constant, weight decay,\n"
+                   " * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this\n"
+                   " * stage writes it there, whether it is the tied embedding table. */\n"
+                   "static const lx_param_tensor param_tensors[] = {\n");
+  if (pr->st->has_prologue) print_param_rows(pr, LX_GRAPH_PROLOGUE, -1, gpt2);
+  for (int l = pr->st->first_layer; l < pr->st->first_layer + pr->st->n_layers; l++)
+    print_param_rows(pr, LX_GRAPH_BLOCK, l, gpt2);
+  if (pr->st->has_epilogue) print_param_rows(pr, LX_GRAPH_EPILOGUE, -1, gpt2);
+  fprintf(pr->out, "};\nenum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };\n");
+  fprintf(pr->out, "#define GPT2_CHECKPOINT %d\n", gpt2 ? 1 : 0);
+  fprintf(pr->out, "static const lx_gpt2_header gpt2_header = {%d, %d, %d, %d, %d, %d};\n", pr->ir->model.seq_len,
+          pr->ir->model.vocab, pr->ir->model.layers, pr->ir->model.heads, pr->ir->model.hidden, pr->ir->padded_vocab);
+}
+
+static void print_string_macro(FILE *f, const char *name, const char *value) {
+  fprintf(f, "#define %s ", name);
+  if (!value) {
+    fputs("NULL\n", f);
+    return;
+  }
+  fputc('"', f);
+  for (const char *c = value; *c; c++) fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+  fputs("\"\n", f);
+}
+
+/* The model file's training settings: the defaults run.sh's options override. */
+void emit_training(const lx_printer *pr) {
+  const lx_training *t = &pr->ir->training;
+  FILE *f = pr->out;
+  fprintf(f, "\n/* training (struct lx_training of the model file) */\n");
+  fprintf(f, "#define TRAINING_STEPS %d\n#define TRAINING_LR %.17g\n#define TRAINING_MIN_LR %.17g\n", t->steps, t->lr,
+          t->min_lr);
+  fprintf(f, "#define TRAINING_WARMUP %d\n#define TRAINING_LR_SCHEDULE %d\n", t->warmup_steps, (int)t->lr_schedule);
+  fprintf(f, "#define TRAINING_BETA1 %.17g\n#define TRAINING_BETA2 %.17g\n#define TRAINING_EPS %.17g\n", t->beta1,
+          t->beta2, t->eps);
+  fprintf(f, "#define TRAINING_WEIGHT_DECAY %.17g\n#define TRAINING_GRAD_CLIP %.17g\n", t->weight_decay, t->grad_clip);
+  fprintf(f, "#define TRAINING_SEED %d\n#define TRAINING_VAL_INTERVAL %d\n#define TRAINING_CHECKPOINT_INTERVAL %d\n",
+          t->seed, t->val_interval, t->checkpoint_interval);
+  print_string_macro(f, "TRAINING_TRAIN_DATA", t->train_data ? t->train_data : "data/train_*.bin");
+  print_string_macro(f, "TRAINING_VAL_DATA", t->val_data);
+}

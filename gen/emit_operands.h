@@ -1,0 +1,65 @@
+/* emit_operands.h — what both printers (emit_cpu.c, emit_cuda.c) print the
+ * same way: a tensor's address as C text from the static memory plan, the
+ * operands and shapes of one op, the parameter table and training settings. */
+#ifndef LX_EMIT_OPERANDS_H
+#define LX_EMIT_OPERANDS_H
+
+#include <stdio.h>
+
+#include "emit.h"
+#include "passes.h"
+
+/* One stage being printed. The element types are the target's: "real" on
+ * the CPU, "lx_bf16" activations and fp32 log-sum-exp on CUDA. */
+typedef struct {
+  FILE *out;
+  const lx_pipeline *p;
+  const lx_ir *ir;
+  int s;
+  const lx_stage *st;
+  const lx_stage_layout *l;
+  const char *act_type; /* activations and weights */
+  const char *lse_type; /* the attention's and the loss's saved log-sum-exp */
+} lx_printer;
+
+enum { PTR = 320 };
+
+/* An op's operands as C expressions; "NULL" where the op has none. */
+typedef struct {
+  char out[PTR], in[2][PTR], w[PTR], b[PTR], dout[PTR], din[2][PTR], internal[LX_MAX_SAVED][PTR];
+  char dw[PTR + 16], db[PTR + 16]; /* GRAD_OF(w), GRAD_OF(b) */
+} lx_operands;
+
+/* Tensor `role`/`index` of op `op` of graph g, for the instance named by the
+ * C variables `layer` and `mb` where the text is used. */
+lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_role role, int index);
+/* The C byte offset of a tensor, affine in `mb` and `layer`. */
+void emit_offset_text(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t size);
+/* "((type *)AT(offset))", or a block-boundary function's call; returns buf. */
+const char *emit_at(const lx_printer *pr, char *buf, size_t size, const char *type, lx_tensor_ref t);
+/* The three block-boundary functions (block_output, block_output_grad, block_input_grad). */
+void emit_block_boundaries(const lx_printer *pr);
+
+const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i);
+void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, lx_operands *o);
+/* The saved internal buffer named `what` ("lse", "softmax", ...), or "NULL". */
+const char *emit_internal_named(const lx_op *op, const lx_operands *o, const char *what);
+
+int emit_tp(const lx_printer *pr);
+int emit_rank_width(const lx_printer *pr, lx_shape s);
+int emit_in_width(const lx_printer *pr, lx_graph_id g, const lx_op *op);
+/* "B, T, H, KVH, D" of an attention or rope op, per tensor-parallel rank. */
+void emit_attention_dims(const lx_printer *pr, lx_graph_id g, const lx_op *op, char *buf, size_t size);
+
+bool emit_any_recompute(const lx_printer *pr);
+const char *emit_run_function(lx_instr_kind k);
+/* Is the run exactly the body of its graph function? */
+bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count);
+int emit_targets_op(const lx_ir *ir);
+
+/* The table of the stage's parameter tensors (init, weight decay, checkpoint). */
+void emit_param_table(const lx_printer *pr);
+/* The model file's training settings as TRAINING_* macros. */
+void emit_training(const lx_printer *pr);
+
+#endif

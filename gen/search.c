@@ -1,0 +1,130 @@
+/* search.c — plan search: when the model file leaves tp, pp, dp or the
+ * micro-batch open, try every feasible combination for the cluster and keep
+ * the fastest that fits (PipeDream-2BW's planner, with recompute-aware
+ * partitioning and the recompute policy in the loop).
+ *
+ * Each candidate is the model file parsed again with the open fields set, so
+ * that analysis (which depends on tp and the micro-batch) starts clean; then
+ * partition + policy + schedule, the memory model and a simulation. */
+#define _POSIX_C_SOURCE 200809L
+#include "search.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+#include "diag.h"
+#include "frontend.h"
+#include "memplan.h"
+#include "simulate.h"
+
+static bool divides(int a, int b) { return a > 0 && b % a == 0; }
+
+/* Runs one candidate; fills time, peak and why it failed, if it did. */
+static void evaluate(const char *path, const lx_search_request *req, lx_candidate *c) {
+  lx_ir ir;
+  lx_ir_init(&ir);
+  bool ok = lx_parse_model(path, NULL, 0, &ir) == 0;
+  ir.plan.tp = c->tp, ir.plan.pp = c->pp, ir.plan.dp = c->dp, ir.plan.micro_batch = c->micro_batch;
+  if (req->global_batch) ir.plan.global_batch = req->global_batch;
+  lx_cost_model cm;
+  ok = ok && lx_analyze(&ir) == 0 && lx_cost_model_init(&cm, &ir, req->profile);
+  if (!ok) {
+    snprintf(c->why, sizeof c->why, "invalid for this model");
+    lx_ir_free(&ir);
+    return;
+  }
+  if (req->gpu_memory_bytes > 0) cm.gpu.memory_bytes = req->gpu_memory_bytes;
+  lx_pipeline pipe;
+  lx_plan_options options = {.policy = req->policy, .partition = req->partition, .cm = &cm};
+  if (!lx_plan_pipeline(&ir, &options, &pipe)) {
+    snprintf(c->why, sizeof c->why, "cannot be scheduled (fewer micro-batches than stages?)");
+  } else {
+    lx_stage_memory *memory = calloc((size_t)pipe.pp, sizeof *memory);
+    lx_plan_memory(&pipe, memory);
+    lx_simulation sim;
+    if (lx_simulate(&pipe, &cm, NULL, NULL, memory, &sim)) {
+      c->time_s = sim.iteration_time;
+      c->mfu = sim.mfu;
+      for (int s = 0; s < pipe.pp; s++)
+        if ((double)memory[s].peak > c->peak_bytes) c->peak_bytes = (double)memory[s].peak;
+      c->fits = c->peak_bytes <= cm.gpu.memory_bytes;
+      if (!c->fits)
+        snprintf(c->why, sizeof c->why, "does not fit: %.1f GiB > %.1f GiB", c->peak_bytes / (1 << 30),
+                 cm.gpu.memory_bytes / (1 << 30));
+      lx_simulation_free(&sim);
+    }
+    for (int s = 0; s < pipe.pp; s++) lx_stage_memory_free(&memory[s]);
+    free(memory);
+    lx_pipeline_free(&pipe);
+  }
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+static int by_time(const void *a, const void *b) {
+  const lx_candidate *x = a, *y = b;
+  if (x->fits != y->fits) return x->fits ? -1 : 1;
+  if (x->time_s != y->time_s) return x->time_s < y->time_s ? -1 : 1;
+  return 0;
+}
+
+/* tp inside a node and dividing the heads; pp at most the layers; dp the
+ * rest of the cluster; micro-batches dividing the replica's batch. */
+static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate *out, int max) {
+  const lx_plan *p = &ir->plan;
+  int gpus = ir->cluster.nodes * ir->cluster.gpus_per_node, n = 0;
+  static const int micro_batches[] = {1, 2, 4, 8, 16};
+  for (int tp = 1; tp <= ir->cluster.gpus_per_node; tp++) {
+    if ((p->tp && tp != p->tp) || !divides(tp, ir->model.heads) || !divides(tp, ir->model.kv_heads) ||
+        !divides(tp, gpus))
+      continue;
+    for (int pp = 1; pp <= ir->model.layers && tp * pp <= gpus; pp++) {
+      if ((p->pp && pp != p->pp) || !divides(tp * pp, gpus)) continue;
+      int dp = p->dp ? p->dp : gpus / (tp * pp);
+      if (tp * pp * dp > gpus) continue;
+      for (size_t k = 0; k < sizeof micro_batches / sizeof micro_batches[0]; k++) {
+        int b = micro_batches[k];
+        if ((p->micro_batch && b != p->micro_batch) || !divides(b * dp, req->global_batch)) continue;
+        if (req->global_batch / (b * dp) < pp) continue;
+        if (n < max) out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b};
+        n++;
+      }
+    }
+  }
+  return n < max ? n : max;
+}
+
+int lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, FILE *explain) {
+  enum { MAX_CANDIDATES = 512 };
+  lx_candidate *all = calloc(MAX_CANDIDATES, sizeof *all);
+  int n = enumerate(ir, req, all, MAX_CANDIDATES);
+  /* candidates report their own errors; a search reports only its verdict */
+  FILE *quiet = fopen("/dev/null", "w");
+  lx_diag_set_sink(quiet);
+  for (int i = 0; i < n; i++) evaluate(ir->model_path, req, &all[i]);
+  lx_diag_set_sink(NULL);
+  if (quiet) fclose(quiet);
+  lx_diag_reset(); /* a search starts from a model without errors */
+  qsort(all, (size_t)n, sizeof *all, by_time);
+  if (explain) {
+    fprintf(explain, "plan search: %d candidates for %d GPUs, global batch %d, recompute %s\n", n,
+            ir->cluster.nodes * ir->cluster.gpus_per_node, req->global_batch, lx_recompute_policy_name(req->policy));
+    fprintf(explain, "  %-4s %-4s %-4s %-6s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "iteration", "peak GiB",
+            "MFU", "verdict");
+    for (int i = 0; i < n && i < 12; i++) {
+      const lx_candidate *c = &all[i];
+      char verdict[128];
+      if (i == 0 && c->fits) snprintf(verdict, sizeof verdict, "chosen");
+      else if (c->fits) snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
+      else snprintf(verdict, sizeof verdict, "%s", c->why);
+      fprintf(explain, "  %-4d %-4d %-4d %-6d %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp, c->micro_batch,
+              1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
+    }
+  }
+  bool found = n > 0 && all[0].fits;
+  if (found) *best = all[0];
+  free(all);
+  return found ? n : 0;
+}
