@@ -4,14 +4,16 @@
 
 #include "emit.h"
 
+/* The CPU computes in `real` and lays weights out like activations; the CUDA
+ * programs keep bf16 weights with fp32 masters whatever the model's dtype
+ * (an fp32 model's activations get fp32-sized places, of which bf16 uses half). */
 int lx_target_param_elt(const lx_pipeline *p, lx_target target) {
-  /* the CPU computes in `real` and lays out weights like activations */
-  (void)target;
-  return lx_dtype_bytes(p->ir->training.dtype);
+  return target == LX_TARGET_CUDA ? 2 : lx_dtype_bytes(p->ir->training.dtype);
 }
 
 bool lx_target_master_copy(const lx_pipeline *p, lx_target target) {
-  return target == LX_TARGET_CUDA && lx_dtype_bytes(p->ir->training.dtype) < 4;
+  (void)p;
+  return target == LX_TARGET_CUDA;
 }
 
 static void list_stages(const lx_program *prog, FILE *out, const char *suffix) {
