@@ -253,6 +253,7 @@ typedef struct {
   lx_stage_memory *memory;
   lx_stage_layout *layouts; /* one per stage, for the target */
   lx_target target;
+  bool emit_program;        /* the printers handle this plan (pipeline parallelism only, for now) */
   lx_cost_model cost;
   lx_simulation sim;
   lx_report report;
@@ -349,7 +350,7 @@ static bool write_program(const char *dir, const products *out) {
 static bool write_all(const char *dir, const products *out) {
   for (size_t i = 0; i < sizeof output_files / sizeof output_files[0]; i++)
     if (!write_file(dir, output_files[i].name, output_files[i].fill, out)) return false;
-  if (!write_program(dir, out)) return false;
+  if (out->emit_program && !write_program(dir, out)) return false;
   return lx_write_manifest(dir, out->ir.model_path);
 }
 
@@ -393,7 +394,11 @@ static int write_output(const char *dir, const products *out) {
     return EXIT_USER_ERROR;
   }
   printf("wrote %s: plan.txt trace.json schedule.svg memory.svg ir.json manifest.txt%s\n", dir,
-         out->target == LX_TARGET_CPU ? ", the stage programs, Makefile and run.sh" : "");
+         out->emit_program ? ", the stage programs, Makefile and run.sh" : "");
+  if (!out->emit_program)
+    printf("note: no program: the printers emit pipeline parallelism only, and this plan has tp %d x dp %d "
+           "(try --tp 1 --dp 1, or --target cpu with them)\n",
+           out->ir.plan.tp ? out->ir.plan.tp : 1, out->ir.plan.dp ? out->ir.plan.dp : 1);
   return 0;
 }
 
@@ -460,6 +465,11 @@ static int run_passes(const options *opts, products *out) {
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
     out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
     out->target = opts->target;
+    out->emit_program = (ir->plan.tp ? ir->plan.tp : 1) == 1 && (ir->plan.dp ? ir->plan.dp : 1) == 1;
+    if (!out->emit_program && opts->target_given && opts->output_dir)
+      lx_error(ir->locs.plan, "the %s target prints pipeline parallelism only (tp = dp = 1); tensor and data "
+                              "parallelism are not emitted yet",
+               opts->target == LX_TARGET_CPU ? "CPU" : "CUDA");
     out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),
