@@ -71,15 +71,15 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
  * pipeline's buffers, between layers they alternate in the boundary region. */
 static void *block_output(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(5237760 + (mb % SLOTS) * 32768) : AT(2583040 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360);
+  return layer == FIRST_LAYER + LAYERS - 1 ? AT(5237760LL + (mb % SLOTS) * 32768LL) : AT(2583040LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL);
 }
 static void *block_output_grad(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(5303296 + (mb % SLOTS) * 32768) : AT(5172224 + ((layer + 0) % 2) * 32768);
+  return layer == FIRST_LAYER + LAYERS - 1 ? AT(5303296LL + (mb % SLOTS) * 32768LL) : AT(5172224LL + ((layer + 0) % 2) * 32768LL);
 }
 static void *block_input_grad(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER ? AT(5172224 + ((layer + 1) % 2) * 32768) : AT(5172224 + ((layer + 1) % 2) * 32768);
+  return layer == FIRST_LAYER ? AT(5172224LL + ((layer + 1) % 2) * 32768LL) : AT(5172224LL + ((layer + 1) % 2) * 32768LL);
 }
 
 /* forward of prologue() (tiny.model:63) for one micro-batch. */
@@ -87,98 +87,98 @@ static void forward_prologue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   /* x = embedding(...)  tiny.model:64 */
-  lx_embedding_forward(((real *)AT(4549632)), ((int *)AT(1927168 + (mb % SLOTS) * 1311232)), ((real *)AT(0)), B, T, 64, VP);
+  lx_embedding_forward(((real *)AT(4549632LL)), ((int *)AT(1927168LL + (mb % SLOTS) * 1311232LL)), ((real *)AT(0LL)), B, T, 64, VP);
   /* position_embedding_0 = position_embedding(...)  tiny.model:65 */
-  lx_position_embedding_forward(((real *)AT(4582400)), ((real *)AT(65536)), B, T, 64);
+  lx_position_embedding_forward(((real *)AT(4582400LL)), ((real *)AT(65536LL)), B, T, 64);
   /* x = add(...)  tiny.model:65 */
-  lx_add_forward(((real *)AT(4615168)), ((real *)AT(4549632)), ((real *)AT(4582400)), (size_t)BT * 64);
+  lx_add_forward(((real *)AT(4615168LL)), ((real *)AT(4549632LL)), ((real *)AT(4582400LL)), (size_t)BT * 64);
   /* dropout_0 = dropout(...)  tiny.model:66 */
-  lx_dropout_forward(((real *)AT(1927680 + (mb % SLOTS) * 1311232)), NULL, ((real *)AT(4615168)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_dropout_forward(((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL)), NULL, ((real *)AT(4615168LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
 }
 
 /* backward of prologue() (tiny.model:63) for one micro-batch. */
 static void backward_prologue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  memset(((char *)AT(4549632)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4582400)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4615168)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4549632LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4582400LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4615168LL)), 0, 32768 * REAL_SCALE);
   /* d dropout(...)  tiny.model:66 */
-  lx_dropout_backward(((real *)AT(4615168)), ((real *)AT(5204992)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(((real *)AT(4615168LL)), ((real *)AT(5204992LL)), NULL, (size_t)BT * 64, DROPOUT);
   /* d add(...)  tiny.model:65 */
-  lx_add_backward(((real *)AT(4549632)), ((real *)AT(4582400)), ((real *)AT(4615168)), (size_t)BT * 64);
+  lx_add_backward(((real *)AT(4549632LL)), ((real *)AT(4582400LL)), ((real *)AT(4615168LL)), (size_t)BT * 64);
   /* d position_embedding(...)  tiny.model:65 */
-  lx_position_embedding_backward(GRAD_OF(((real *)AT(65536))), ((real *)AT(4582400)), B, T, 64);
+  lx_position_embedding_backward(GRAD_OF(((real *)AT(65536LL))), ((real *)AT(4582400LL)), B, T, 64);
   /* d embedding(...)  tiny.model:64 */
-  lx_embedding_backward(GRAD_OF(((real *)AT(0))), ((real *)AT(4549632)), ((int *)AT(1927168 + (mb % SLOTS) * 1311232)), B, T, 64, VP);
+  lx_embedding_backward(GRAD_OF(((real *)AT(0LL))), ((real *)AT(4549632LL)), ((int *)AT(1927168LL + (mb % SLOTS) * 1311232LL)), B, T, 64, VP);
 }
 
 /* forward of block() (tiny.model:70) for one micro-batch. */
 static void forward_block(int layer, int mb) {
   /* h = layernorm(...)  tiny.model:71 */
-  lx_layernorm_forward(((real *)AT(1960448 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(1927680 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(81920 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(82176 + (layer - FIRST_LAYER) * 199936)), BT, 64);
+  lx_layernorm_forward(((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(82176LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
   /* qkv = linear(...)  tiny.model:72 */
-  lx_linear_forward(((real *)AT(1993216 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(1960448 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(82432 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(131584 + (layer - FIRST_LAYER) * 199936)), BT, 64, 192);
+  lx_linear_forward(((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(131584LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
   /* a = attention(...)  tiny.model:73 */
-  lx_attention_forward(((real *)AT(2091520 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2124288 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), NULL, NULL, ((real *)AT(1993216 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3));
+  lx_attention_forward(((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2124288LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, ((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3));
   /* linear_1 = linear(...)  tiny.model:74 */
-  lx_linear_forward(((real *)AT(4549632)), ((real *)AT(2091520 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(132352 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(148736 + (layer - FIRST_LAYER) * 199936)), BT, 64, 64);
+  lx_linear_forward(((real *)AT(4549632LL)), ((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(148736LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
   /* a = dropout(...)  tiny.model:74 */
-  lx_dropout_forward(((real *)AT(4582400)), NULL, ((real *)AT(4549632)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_dropout_forward(((real *)AT(4582400LL)), NULL, ((real *)AT(4549632LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:75 */
-  lx_add_forward(((real *)AT(2255360 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(1927680 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(4582400)), (size_t)BT * 64);
+  lx_add_forward(((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(4582400LL)), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:76 */
-  lx_layernorm_forward(((real *)AT(2288128 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2255360 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(148992 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(149248 + (layer - FIRST_LAYER) * 199936)), BT, 64);
+  lx_layernorm_forward(((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(149248LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
   /* linear_2 = linear(...)  tiny.model:77 */
-  lx_linear_forward(((real *)AT(2320896 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2288128 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(149504 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(215040 + (layer - FIRST_LAYER) * 199936)), BT, 64, 256);
+  lx_linear_forward(((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(215040LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
   /* h = gelu(...)  tiny.model:77 */
-  lx_gelu_forward(((real *)AT(2451968 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2320896 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), (size_t)BT * 256);
+  lx_gelu_forward(((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
   /* linear_3 = linear(...)  tiny.model:78 */
-  lx_linear_forward(((real *)AT(4615168)), ((real *)AT(2451968 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(216064 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(281600 + (layer - FIRST_LAYER) * 199936)), BT, 256, 64);
+  lx_linear_forward(((real *)AT(4615168LL)), ((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(281600LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
   /* h = dropout(...)  tiny.model:78 */
-  lx_dropout_forward(((real *)AT(4647936)), NULL, ((real *)AT(4615168)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_dropout_forward(((real *)AT(4647936LL)), NULL, ((real *)AT(4615168LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:79 */
-  lx_add_forward(((real *)block_output(layer, mb)), ((real *)AT(2255360 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(4647936)), (size_t)BT * 64);
+  lx_add_forward(((real *)block_output(layer, mb)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(4647936LL)), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:70) for one micro-batch. */
 static void backward_block(int layer, int mb) {
   memset(((char *)block_input_grad(layer, mb)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4549632)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4582400)), 0, 98304 * REAL_SCALE);
-  memset(((char *)AT(4680704)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4713472)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4746240)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4779008)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4811776)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4844544)), 0, 131072 * REAL_SCALE);
-  memset(((char *)AT(4975616)), 0, 131072 * REAL_SCALE);
-  memset(((char *)AT(5106688)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(5139456)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4549632LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4582400LL)), 0, 98304 * REAL_SCALE);
+  memset(((char *)AT(4680704LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4713472LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4746240LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4779008LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4811776LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(4844544LL)), 0, 131072 * REAL_SCALE);
+  memset(((char *)AT(4975616LL)), 0, 131072 * REAL_SCALE);
+  memset(((char *)AT(5106688LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(5139456LL)), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:79 */
-  lx_add_backward(((real *)AT(4779008)), ((real *)AT(5139456)), ((real *)block_output_grad(layer, mb)), (size_t)BT * 64);
+  lx_add_backward(((real *)AT(4779008LL)), ((real *)AT(5139456LL)), ((real *)block_output_grad(layer, mb)), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:78 */
-  lx_dropout_backward(((real *)AT(5106688)), ((real *)AT(5139456)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(((real *)AT(5106688LL)), ((real *)AT(5139456LL)), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:78 */
-  lx_linear_backward(((real *)AT(4975616)), GRAD_OF(((real *)AT(216064 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(281600 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(5106688)), ((real *)AT(2451968 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(216064 + (layer - FIRST_LAYER) * 199936)), BT, 256, 64);
+  lx_linear_backward(((real *)AT(4975616LL)), GRAD_OF(((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(281600LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(5106688LL)), ((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
   /* d gelu(...)  tiny.model:77 */
-  lx_gelu_backward(((real *)AT(4844544)), ((real *)AT(4975616)), ((real *)AT(2320896 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), (size_t)BT * 256);
+  lx_gelu_backward(((real *)AT(4844544LL)), ((real *)AT(4975616LL)), ((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
   /* d linear(...)  tiny.model:77 */
-  lx_linear_backward(((real *)AT(4811776)), GRAD_OF(((real *)AT(149504 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(215040 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(4844544)), ((real *)AT(2288128 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(149504 + (layer - FIRST_LAYER) * 199936)), BT, 64, 256);
+  lx_linear_backward(((real *)AT(4811776LL)), GRAD_OF(((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(215040LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4844544LL)), ((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
   /* d layernorm(...)  tiny.model:76 */
-  lx_layernorm_backward(((real *)AT(4779008)), GRAD_OF(((real *)AT(148992 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(149248 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(4811776)), ((real *)AT(2255360 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(148992 + (layer - FIRST_LAYER) * 199936)), BT, 64);
+  lx_layernorm_backward(((real *)AT(4779008LL)), GRAD_OF(((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(149248LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4811776LL)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
   /* d add(...)  tiny.model:75 */
-  lx_add_backward(((real *)block_input_grad(layer, mb)), ((real *)AT(4746240)), ((real *)AT(4779008)), (size_t)BT * 64);
+  lx_add_backward(((real *)block_input_grad(layer, mb)), ((real *)AT(4746240LL)), ((real *)AT(4779008LL)), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:74 */
-  lx_dropout_backward(((real *)AT(4713472)), ((real *)AT(4746240)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(((real *)AT(4713472LL)), ((real *)AT(4746240LL)), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:74 */
-  lx_linear_backward(((real *)AT(4680704)), GRAD_OF(((real *)AT(132352 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(148736 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(4713472)), ((real *)AT(2091520 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(132352 + (layer - FIRST_LAYER) * 199936)), BT, 64, 64);
+  lx_linear_backward(((real *)AT(4680704LL)), GRAD_OF(((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(148736LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4713472LL)), ((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
   /* d attention(...)  tiny.model:73 */
-  lx_attention_backward(((real *)AT(4582400)), ((real *)AT(4680704)), ((real *)AT(1993216 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2124288 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
+  lx_attention_backward(((real *)AT(4582400LL)), ((real *)AT(4680704LL)), ((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2124288LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
   /* d linear(...)  tiny.model:72 */
-  lx_linear_backward(((real *)AT(4549632)), GRAD_OF(((real *)AT(82432 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(131584 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(4582400)), ((real *)AT(1960448 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(82432 + (layer - FIRST_LAYER) * 199936)), BT, 64, 192);
+  lx_linear_backward(((real *)AT(4549632LL)), GRAD_OF(((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(131584LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4582400LL)), ((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
   /* d layernorm(...)  tiny.model:71 */
-  lx_layernorm_backward(((real *)block_input_grad(layer, mb)), GRAD_OF(((real *)AT(81920 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(82176 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(4549632)), ((real *)AT(1927680 + (mb % SLOTS) * 1311232 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(81920 + (layer - FIRST_LAYER) * 199936)), BT, 64);
+  lx_layernorm_backward(((real *)block_input_grad(layer, mb)), GRAD_OF(((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(82176LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4549632LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
 }
 
 /* the half of each (inputs, targets) pair this stage does not use */
@@ -188,7 +188,7 @@ static int scratch_tokens[BT];
 static lx_loader *loader;
 static void load_micro_batch(int mb) {
   (void)mb;
-  lx_loader_next(loader, ((int *)AT(1927168 + (mb % SLOTS) * 1311232)), scratch_tokens);
+  lx_loader_next(loader, ((int *)AT(1927168LL + (mb % SLOTS) * 1311232LL)), scratch_tokens);
 }
 
 /* One optimizer step's forwards and backwards, in the order of the schedule
@@ -200,12 +200,12 @@ static void run_schedule(int step) {
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_GRAD mb0 from stage 1 */
     (void)layer;
-    lx_irecv(((real *)AT(5303296 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[0]);
+    lx_irecv(((real *)AT(5303296LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[0]);
   }
   {
     const int mb = 1, layer = FIRST_LAYER;  /* RECV_GRAD mb1 from stage 1 */
     (void)layer;
-    lx_irecv(((real *)AT(5303296 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[1]);
+    lx_irecv(((real *)AT(5303296LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[1]);
   }
   load_micro_batch(0);
   forward_prologue(0);
@@ -214,7 +214,7 @@ static void run_schedule(int step) {
   {
     const int mb = 0, layer = FIRST_LAYER;  /* SEND_ACT mb0 to stage 1 */
     (void)layer;
-    lx_isend(((real *)AT(5237760 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[2]);
+    lx_isend(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[2]);
   }
   load_micro_batch(1);
   forward_prologue(1);
@@ -223,7 +223,7 @@ static void run_schedule(int step) {
   {
     const int mb = 1, layer = FIRST_LAYER;  /* SEND_ACT mb1 to stage 1 */
     (void)layer;
-    lx_isend(((real *)AT(5237760 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[3]);
+    lx_isend(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[3]);
   }
   lx_wait(&requests[0]);
   backward_block(1, 0);
@@ -232,7 +232,7 @@ static void run_schedule(int step) {
   {
     const int mb = 2, layer = FIRST_LAYER;  /* RECV_GRAD mb2 from stage 1 */
     (void)layer;
-    lx_irecv(((real *)AT(5303296 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[4]);
+    lx_irecv(((real *)AT(5303296LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[4]);
   }
   lx_wait(&requests[2]);
   load_micro_batch(2);
@@ -242,7 +242,7 @@ static void run_schedule(int step) {
   {
     const int mb = 2, layer = FIRST_LAYER;  /* SEND_ACT mb2 to stage 1 */
     (void)layer;
-    lx_isend(((real *)AT(5237760 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[5]);
+    lx_isend(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[5]);
   }
   lx_wait(&requests[1]);
   backward_block(1, 1);
@@ -251,7 +251,7 @@ static void run_schedule(int step) {
   {
     const int mb = 3, layer = FIRST_LAYER;  /* RECV_GRAD mb3 from stage 1 */
     (void)layer;
-    lx_irecv(((real *)AT(5303296 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[6]);
+    lx_irecv(((real *)AT(5303296LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[6]);
   }
   lx_wait(&requests[3]);
   load_micro_batch(3);
@@ -261,7 +261,7 @@ static void run_schedule(int step) {
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_ACT mb3 to stage 1 */
     (void)layer;
-    lx_isend(((real *)AT(5237760 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[7]);
+    lx_isend(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[7]);
   }
   lx_wait(&requests[4]);
   backward_block(1, 2);
@@ -281,7 +281,7 @@ static void run_forward(int step) {
     load_micro_batch(mb);
     forward_prologue(mb);
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb);
-    lx_send(((real *)AT(5237760 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);
+    lx_send(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);
   }
 }
 

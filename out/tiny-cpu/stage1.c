@@ -71,83 +71,83 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
  * pipeline's buffers, between layers they alternate in the boundary region. */
 static void *block_output(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(3174400 + (mb % SLOTS) * 1508352) : AT(2519040 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360);
+  return layer == FIRST_LAYER + LAYERS - 1 ? AT(3174400LL + (mb % SLOTS) * 1508352LL) : AT(2519040LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL);
 }
 static void *block_output_grad(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(3994624 + ((layer + 0) % 2) * 32768) : AT(3994624 + ((layer + 0) % 2) * 32768);
+  return layer == FIRST_LAYER + LAYERS - 1 ? AT(3994624LL + ((layer + 0) % 2) * 32768LL) : AT(3994624LL + ((layer + 0) % 2) * 32768LL);
 }
 static void *block_input_grad(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER ? AT(4060160 + (mb % SLOTS) * 32768) : AT(3994624 + ((layer + 1) % 2) * 32768);
+  return layer == FIRST_LAYER ? AT(4060160LL + (mb % SLOTS) * 32768LL) : AT(3994624LL + ((layer + 1) % 2) * 32768LL);
 }
 
 /* forward of block() (tiny.model:70) for one micro-batch. */
 static void forward_block(int layer, int mb) {
   /* h = layernorm(...)  tiny.model:71 */
-  lx_layernorm_forward(((real *)AT(1896448 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(1863680 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(0 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(256 + (layer - FIRST_LAYER) * 199936)), BT, 64);
+  lx_layernorm_forward(((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(256LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
   /* qkv = linear(...)  tiny.model:72 */
-  lx_linear_forward(((real *)AT(1929216 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(1896448 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(512 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(49664 + (layer - FIRST_LAYER) * 199936)), BT, 64, 192);
+  lx_linear_forward(((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(49664LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
   /* a = attention(...)  tiny.model:73 */
-  lx_attention_forward(((real *)AT(2027520 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2060288 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), NULL, NULL, ((real *)AT(1929216 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3));
+  lx_attention_forward(((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2060288LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, ((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3));
   /* linear_1 = linear(...)  tiny.model:74 */
-  lx_linear_forward(((real *)AT(3372032)), ((real *)AT(2027520 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(50432 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(66816 + (layer - FIRST_LAYER) * 199936)), BT, 64, 64);
+  lx_linear_forward(((real *)AT(3372032LL)), ((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(66816LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
   /* a = dropout(...)  tiny.model:74 */
-  lx_dropout_forward(((real *)AT(3404800)), NULL, ((real *)AT(3372032)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_dropout_forward(((real *)AT(3404800LL)), NULL, ((real *)AT(3372032LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:75 */
-  lx_add_forward(((real *)AT(2191360 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(1863680 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(3404800)), (size_t)BT * 64);
+  lx_add_forward(((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(3404800LL)), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:76 */
-  lx_layernorm_forward(((real *)AT(2224128 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2191360 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(67072 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(67328 + (layer - FIRST_LAYER) * 199936)), BT, 64);
+  lx_layernorm_forward(((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(67328LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
   /* linear_2 = linear(...)  tiny.model:77 */
-  lx_linear_forward(((real *)AT(2256896 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2224128 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(67584 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(133120 + (layer - FIRST_LAYER) * 199936)), BT, 64, 256);
+  lx_linear_forward(((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(133120LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
   /* h = gelu(...)  tiny.model:77 */
-  lx_gelu_forward(((real *)AT(2387968 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2256896 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), (size_t)BT * 256);
+  lx_gelu_forward(((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
   /* linear_3 = linear(...)  tiny.model:78 */
-  lx_linear_forward(((real *)AT(3437568)), ((real *)AT(2387968 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(134144 + (layer - FIRST_LAYER) * 199936)), ((real *)AT(199680 + (layer - FIRST_LAYER) * 199936)), BT, 256, 64);
+  lx_linear_forward(((real *)AT(3437568LL)), ((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(199680LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
   /* h = dropout(...)  tiny.model:78 */
-  lx_dropout_forward(((real *)AT(3470336)), NULL, ((real *)AT(3437568)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_dropout_forward(((real *)AT(3470336LL)), NULL, ((real *)AT(3437568LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:79 */
-  lx_add_forward(((real *)block_output(layer, mb)), ((real *)AT(2191360 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(3470336)), (size_t)BT * 64);
+  lx_add_forward(((real *)block_output(layer, mb)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(3470336LL)), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:70) for one micro-batch. */
 static void backward_block(int layer, int mb) {
   memset(((char *)block_input_grad(layer, mb)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3372032)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3404800)), 0, 98304 * REAL_SCALE);
-  memset(((char *)AT(3503104)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3535872)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3568640)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3601408)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3634176)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3666944)), 0, 131072 * REAL_SCALE);
-  memset(((char *)AT(3798016)), 0, 131072 * REAL_SCALE);
-  memset(((char *)AT(3929088)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3961856)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3372032LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3404800LL)), 0, 98304 * REAL_SCALE);
+  memset(((char *)AT(3503104LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3535872LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3568640LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3601408LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3634176LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3666944LL)), 0, 131072 * REAL_SCALE);
+  memset(((char *)AT(3798016LL)), 0, 131072 * REAL_SCALE);
+  memset(((char *)AT(3929088LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3961856LL)), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:79 */
-  lx_add_backward(((real *)AT(3601408)), ((real *)AT(3961856)), ((real *)block_output_grad(layer, mb)), (size_t)BT * 64);
+  lx_add_backward(((real *)AT(3601408LL)), ((real *)AT(3961856LL)), ((real *)block_output_grad(layer, mb)), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:78 */
-  lx_dropout_backward(((real *)AT(3929088)), ((real *)AT(3961856)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(((real *)AT(3929088LL)), ((real *)AT(3961856LL)), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:78 */
-  lx_linear_backward(((real *)AT(3798016)), GRAD_OF(((real *)AT(134144 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(199680 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(3929088)), ((real *)AT(2387968 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(134144 + (layer - FIRST_LAYER) * 199936)), BT, 256, 64);
+  lx_linear_backward(((real *)AT(3798016LL)), GRAD_OF(((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(199680LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3929088LL)), ((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
   /* d gelu(...)  tiny.model:77 */
-  lx_gelu_backward(((real *)AT(3666944)), ((real *)AT(3798016)), ((real *)AT(2256896 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), (size_t)BT * 256);
+  lx_gelu_backward(((real *)AT(3666944LL)), ((real *)AT(3798016LL)), ((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
   /* d linear(...)  tiny.model:77 */
-  lx_linear_backward(((real *)AT(3634176)), GRAD_OF(((real *)AT(67584 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(133120 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(3666944)), ((real *)AT(2224128 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(67584 + (layer - FIRST_LAYER) * 199936)), BT, 64, 256);
+  lx_linear_backward(((real *)AT(3634176LL)), GRAD_OF(((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(133120LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3666944LL)), ((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
   /* d layernorm(...)  tiny.model:76 */
-  lx_layernorm_backward(((real *)AT(3601408)), GRAD_OF(((real *)AT(67072 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(67328 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(3634176)), ((real *)AT(2191360 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(67072 + (layer - FIRST_LAYER) * 199936)), BT, 64);
+  lx_layernorm_backward(((real *)AT(3601408LL)), GRAD_OF(((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(67328LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3634176LL)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
   /* d add(...)  tiny.model:75 */
-  lx_add_backward(((real *)block_input_grad(layer, mb)), ((real *)AT(3568640)), ((real *)AT(3601408)), (size_t)BT * 64);
+  lx_add_backward(((real *)block_input_grad(layer, mb)), ((real *)AT(3568640LL)), ((real *)AT(3601408LL)), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:74 */
-  lx_dropout_backward(((real *)AT(3535872)), ((real *)AT(3568640)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(((real *)AT(3535872LL)), ((real *)AT(3568640LL)), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:74 */
-  lx_linear_backward(((real *)AT(3503104)), GRAD_OF(((real *)AT(50432 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(66816 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(3535872)), ((real *)AT(2027520 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(50432 + (layer - FIRST_LAYER) * 199936)), BT, 64, 64);
+  lx_linear_backward(((real *)AT(3503104LL)), GRAD_OF(((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(66816LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3535872LL)), ((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
   /* d attention(...)  tiny.model:73 */
-  lx_attention_backward(((real *)AT(3404800)), ((real *)AT(3503104)), ((real *)AT(1929216 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(2060288 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
+  lx_attention_backward(((real *)AT(3404800LL)), ((real *)AT(3503104LL)), ((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2060288LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
   /* d linear(...)  tiny.model:72 */
-  lx_linear_backward(((real *)AT(3372032)), GRAD_OF(((real *)AT(512 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(49664 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(3404800)), ((real *)AT(1896448 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(512 + (layer - FIRST_LAYER) * 199936)), BT, 64, 192);
+  lx_linear_backward(((real *)AT(3372032LL)), GRAD_OF(((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(49664LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3404800LL)), ((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
   /* d layernorm(...)  tiny.model:71 */
-  lx_layernorm_backward(((real *)block_input_grad(layer, mb)), GRAD_OF(((real *)AT(0 + (layer - FIRST_LAYER) * 199936))), GRAD_OF(((real *)AT(256 + (layer - FIRST_LAYER) * 199936))), ((real *)AT(3372032)), ((real *)AT(1863680 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), ((real *)AT(0 + (layer - FIRST_LAYER) * 199936)), BT, 64);
+  lx_layernorm_backward(((real *)block_input_grad(layer, mb)), GRAD_OF(((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(256LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3372032LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
 }
 
 /* forward of epilogue() (tiny.model:82) for one micro-batch. */
@@ -155,26 +155,26 @@ static void forward_epilogue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   /* layernorm_0 = layernorm(...)  tiny.model:83 */
-  lx_layernorm_forward(((real *)AT(3207680 + (mb % SLOTS) * 1508352)), ((real *)AT(3174400 + (mb % SLOTS) * 1508352)), ((real *)AT(399872)), ((real *)AT(400128)), BT, 64);
+  lx_layernorm_forward(((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3174400LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(399872LL)), ((real *)AT(400128LL)), BT, 64);
   /* logits = lm_head(...)  tiny.model:83 */
-  lx_linear_forward(((real *)AT(3240448 + (mb % SLOTS) * 1508352)), ((real *)AT(3207680 + (mb % SLOTS) * 1508352)), ((real *)AT(400384)), NULL, BT, 64, VP / 1);
+  lx_linear_forward(((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(400384LL)), NULL, BT, 64, VP / 1);
   /* cross_entropy_0 = cross_entropy(...)  tiny.model:84 */
-  loss_sum += lx_cross_entropy_forward(((real *)AT(3371520 + (mb % SLOTS) * 1508352)), ((real *)AT(3240448 + (mb % SLOTS) * 1508352)), ((int *)AT(3207168 + (mb % SLOTS) * 1508352)), BT, V, VP);
+  loss_sum += lx_cross_entropy_forward(((real *)AT(3371520LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((int *)AT(3207168LL + (mb % SLOTS) * 1508352LL)), BT, V, VP);
 }
 
 /* backward of epilogue() (tiny.model:82) for one micro-batch. */
 static void backward_epilogue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  memset(((char *)AT(4027392)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3372032)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3404800)), 0, 131072 * REAL_SCALE);
+  memset(((char *)AT(4027392LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3372032LL)), 0, 32768 * REAL_SCALE);
+  memset(((char *)AT(3404800LL)), 0, 131072 * REAL_SCALE);
   /* d cross_entropy(...)  tiny.model:84 */
-  lx_cross_entropy_backward(((real *)AT(3404800)), ((real *)AT(3240448 + (mb % SLOTS) * 1508352)), ((real *)AT(3371520 + (mb % SLOTS) * 1508352)), ((int *)AT(3207168 + (mb % SLOTS) * 1508352)), LOSS_SCALE, BT, V, VP);
+  lx_cross_entropy_backward(((real *)AT(3404800LL)), ((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3371520LL + (mb % SLOTS) * 1508352LL)), ((int *)AT(3207168LL + (mb % SLOTS) * 1508352LL)), LOSS_SCALE, BT, V, VP);
   /* d lm_head(...)  tiny.model:83 */
-  lx_linear_backward(((real *)AT(3372032)), GRAD_OF(((real *)AT(400384))), NULL, ((real *)AT(3404800)), ((real *)AT(3207680 + (mb % SLOTS) * 1508352)), ((real *)AT(400384)), BT, 64, VP / 1);
+  lx_linear_backward(((real *)AT(3372032LL)), GRAD_OF(((real *)AT(400384LL))), NULL, ((real *)AT(3404800LL)), ((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(400384LL)), BT, 64, VP / 1);
   /* d layernorm(...)  tiny.model:83 */
-  lx_layernorm_backward(((real *)AT(4027392)), GRAD_OF(((real *)AT(399872))), GRAD_OF(((real *)AT(400128))), ((real *)AT(3372032)), ((real *)AT(3174400 + (mb % SLOTS) * 1508352)), ((real *)AT(399872)), BT, 64);
+  lx_layernorm_backward(((real *)AT(4027392LL)), GRAD_OF(((real *)AT(399872LL))), GRAD_OF(((real *)AT(400128LL))), ((real *)AT(3372032LL)), ((real *)AT(3174400LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(399872LL)), BT, 64);
 }
 
 /* the half of each (inputs, targets) pair this stage does not use */
@@ -184,7 +184,7 @@ static int scratch_tokens[BT];
 static lx_loader *loader;
 static void load_micro_batch(int mb) {
   (void)mb;
-  lx_loader_next(loader, scratch_tokens, ((int *)AT(3207168 + (mb % SLOTS) * 1508352)));
+  lx_loader_next(loader, scratch_tokens, ((int *)AT(3207168LL + (mb % SLOTS) * 1508352LL)));
 }
 
 /* One optimizer step's forwards and backwards, in the order of the schedule
@@ -196,7 +196,7 @@ static void run_schedule(int step) {
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_ACT mb0 from stage 0 */
     (void)layer;
-    lx_irecv(((real *)AT(1863680 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[0]);
+    lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[0]);
   }
   lx_wait(&requests[0]);
   load_micro_batch(0);
@@ -209,12 +209,12 @@ static void run_schedule(int step) {
   {
     const int mb = 0, layer = FIRST_LAYER;  /* SEND_GRAD mb0 to stage 0 */
     (void)layer;
-    lx_isend(((real *)AT(4060160 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[1]);
+    lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[1]);
   }
   {
     const int mb = 1, layer = FIRST_LAYER;  /* RECV_ACT mb1 from stage 0 */
     (void)layer;
-    lx_irecv(((real *)AT(1863680 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[2]);
+    lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[2]);
   }
   lx_wait(&requests[2]);
   load_micro_batch(1);
@@ -228,12 +228,12 @@ static void run_schedule(int step) {
   {
     const int mb = 1, layer = FIRST_LAYER;  /* SEND_GRAD mb1 to stage 0 */
     (void)layer;
-    lx_isend(((real *)AT(4060160 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[3]);
+    lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[3]);
   }
   {
     const int mb = 2, layer = FIRST_LAYER;  /* RECV_ACT mb2 from stage 0 */
     (void)layer;
-    lx_irecv(((real *)AT(1863680 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[4]);
+    lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[4]);
   }
   lx_wait(&requests[4]);
   load_micro_batch(2);
@@ -247,12 +247,12 @@ static void run_schedule(int step) {
   {
     const int mb = 2, layer = FIRST_LAYER;  /* SEND_GRAD mb2 to stage 0 */
     (void)layer;
-    lx_isend(((real *)AT(4060160 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[5]);
+    lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[5]);
   }
   {
     const int mb = 3, layer = FIRST_LAYER;  /* RECV_ACT mb3 from stage 0 */
     (void)layer;
-    lx_irecv(((real *)AT(1863680 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[6]);
+    lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[6]);
   }
   lx_wait(&requests[6]);
   load_micro_batch(3);
@@ -266,7 +266,7 @@ static void run_schedule(int step) {
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_GRAD mb3 to stage 0 */
     (void)layer;
-    lx_isend(((real *)AT(4060160 + (mb % SLOTS) * 32768)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[7]);
+    lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[7]);
   }
   for (int r = 0; r < 8; r++) lx_wait(&requests[r]);
 }
@@ -278,7 +278,7 @@ static void run_forward(int step) {
     load_micro_batch(mb);
     {
       const int layer = FIRST_LAYER;
-      lx_recv(((real *)AT(1863680 + (mb % SLOTS) * 1508352 + (layer - FIRST_LAYER) * 655360)), BOUNDARY_ELEMENTS, STAGE - 1, LX_TAG_USER, mb);
+      lx_recv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, STAGE - 1, LX_TAG_USER, mb);
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb);
     forward_epilogue(mb);
