@@ -191,15 +191,17 @@ static double bwd_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op) {
  * (Megatron-LM: QK^T bmm, fused scale-mask-softmax, dropout, PV bmm), each
  * element crossing HBM once per read or write:
  *   forward:  QK^T write, softmax read+write, [dropout read, write, mask], PV read
+ *             = 4 elements, 6 with dropout (+ the 1-byte mask)
  *   backward: dP write, P' read (dV), [dropout read dP + mask, write],
- *             softmax read dP + P, write dS, QK^T backward reads dS twice */
+ *             softmax read dP + P, write dS, QK^T backward reads dS twice
+ *             = 7 elements, 9 with dropout (+ the mask) */
 static double score_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
   if (!materialized_attention(op)) return 0;
   const lx_op *qkv = input_op(g, op, 0);
   double head_dim = (double)qkv->out.width / (op->heads + 2 * op->kv_heads);
   double scores = op->flops_fwd / (4 * head_dim); /* flops_fwd = 4 x scores x head_dim */
   bool dropout = ir->model.dropout > 0;
-  double per_score = backward ? (dropout ? 10 : 7) * elt_bytes(ir) + (dropout ? 1 : 0)
+  double per_score = backward ? (dropout ? 9 : 7) * elt_bytes(ir) + (dropout ? 1 : 0)
                               : (dropout ? 6 : 4) * elt_bytes(ir) + (dropout ? 1 : 0);
   return scores * per_score;
 }

@@ -313,6 +313,24 @@ static void test_layer_forward_range(const lx_ir *ir, const lx_cost_model *cm) {
   lx_ir_free(&flash);
 }
 
+/* Materialised attention (gpt13b: dropout 0.1, bf16): the batched GEMMs at
+ * the attention efficiency plus the s x s scores streamed through HBM by
+ * the separate softmax and dropout kernels, per score forward 6 x 2 + 1
+ * bytes (QK^T write, softmax read + write, dropout read + write + mask, PV
+ * read) and backward 9 x 2 + 1 (dP' write, P' read, dropout read + mask +
+ * write, softmax read dP + P and write dS, dS read twice). */
+static void test_materialized_attention(const lx_ir *ir, const lx_cost_model *cm) {
+  const lx_op *attn = op_named(&ir->block, "attention_0");
+  CHECK(attn && attn->attention_impl == LX_ATTN_MATERIALIZED, "gpt13b's attention is materialised");
+  if (!attn) return;
+  double flops = 4 * B * HEADS * S * S * (H / HEADS), scores = B * HEADS * S * S;
+  double rate = cm->attention_efficiency * 312e12, hbm = cm->memory_efficiency * 2039e9;
+  CHECK_CLOSE(lx_cost_op_fwd(cm, ir, &ir->block, attn), flops / rate + scores * 13 / hbm + 4 * cm->launch_s, 1e-12,
+              "attention forward = 4 b a s^2 d / rate + 13 bytes per score / HBM + 4 launches");
+  CHECK_CLOSE(lx_cost_op_bwd(cm, ir, &ir->block, attn), 2 * flops / rate + scores * 19 / hbm + 6 * cm->launch_s,
+              1e-12, "attention backward = 2 x forward FLOPs / rate + 19 bytes per score / HBM + 6 launches");
+}
+
 int main(void) {
   test_hardware_tables();
   lx_ir ir;
@@ -328,6 +346,7 @@ int main(void) {
   test_malformed_profiles(&ir);
   test_every_example_op();
   test_layer_forward_range(&ir, &cm);
+  test_materialized_attention(&ir, &cm);
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
   return check_exit_status();
