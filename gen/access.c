@@ -121,8 +121,18 @@ static void backward_accesses(const lx_pipeline *p, int stage, const lx_stage_la
 
 static void allreduce_tp_accesses(const lx_pipeline *p, const lx_instr *in, access_list *list) {
   const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
-  lx_tensor_ref t = in->backward ? ref(in, op->inputs[0], LX_T_GRAD, 0) : ref(in, in->op, LX_T_OUTPUT, 0);
+  lx_tensor_ref t = in->backward     ? ref(in, op->inputs[0], LX_T_GRAD, 0)
+                    : in->recomputed ? ref(in, in->op, LX_T_RECOMPUTED, 0)
+                                     : ref(in, in->op, LX_T_OUTPUT, 0);
   add_tensor(list, t, LX_ACCESS_ACCUMULATE);
+}
+
+/* The bucket's gradients, and nothing else of the region. */
+static void allreduce_dp_accesses(const lx_stage_layout *l, const lx_instr *in, access_list *list) {
+  const lx_param_bucket *b = lx_find_bucket(l, in->graph, in->layer, in->tied);
+  if (!b) return;
+  lx_span span = {LX_REGION_GRADS, l->region_offset[LX_REGION_GRADS] + b->first * 4, b->elements * 4};
+  add(list, (lx_access){.target = LX_TARGET_SPAN, .span = span, .mode = LX_ACCESS_ACCUMULATE});
 }
 
 static void optimizer_accesses(const lx_stage_layout *l, access_list *list) {
@@ -155,7 +165,7 @@ int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, c
                LX_ACCESS_WRITE);
     break;
   case LX_I_ALLREDUCE_TP: allreduce_tp_accesses(p, in, &list); break;
-  case LX_I_ALLREDUCE_DP: add_region(&list, l, LX_REGION_GRADS, LX_ACCESS_ACCUMULATE); break;
+  case LX_I_ALLREDUCE_DP: allreduce_dp_accesses(l, in, &list); break;
   case LX_I_OPTIMIZER_STEP: optimizer_accesses(l, &list); break;
   default: break; /* RECORD, WAIT: no data */
   }
@@ -174,6 +184,7 @@ lx_span lx_access_span(const lx_pipeline *p, int stage, const lx_stage_layout *l
   case LX_TARGET_TENSOR: return lx_locate(p, stage, l, a->tensor);
   case LX_TARGET_PARAM_GRAD: return lx_param_grad_span(p, stage, l, a->tensor);
   case LX_TARGET_REGION: return (lx_span){a->region, l->region_offset[a->region], l->region_bytes[a->region]};
+  case LX_TARGET_SPAN: return a->span;
   }
   return (lx_span){LX_REGION_COUNT, -1, 0};
 }

@@ -18,13 +18,15 @@ typedef enum {
 typedef enum {
   LX_TARGET_TENSOR,     /* `tensor`, where lx_locate puts it */
   LX_TARGET_PARAM_GRAD, /* the gradient of parameter `tensor` (role LX_T_PARAM), in the grads region */
-  LX_TARGET_REGION      /* all of region `region` (the optimizer, the data-parallel all-reduce) */
+  LX_TARGET_REGION,     /* all of region `region` (the optimizer) */
+  LX_TARGET_SPAN        /* `span` (a data-parallel bucket of gradients) */
 } lx_access_target;
 
 typedef struct {
   lx_access_target target;
   lx_tensor_ref tensor; /* TENSOR and PARAM_GRAD; parameters have mb -1 (one copy per step) */
   lx_region region;     /* REGION */
+  lx_span span;         /* SPAN */
   lx_access_mode mode;
 } lx_access;
 

@@ -15,8 +15,33 @@
 
 /* ---- forward --------------------------------------------------------------- */
 
+/* A vocabulary-parallel rank's rows of the table: first, count. */
+#define VOCAB_SHARD "TP_RANK * (VP / TENSOR_PARALLEL), VP / TENSOR_PARALLEL"
+/* ... its columns of the logits: count, first */
+#define VOCAB_SHARD_LAST "VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL)"
+
+/* A row-parallel output is a sum over the ranks: one of them adds the bias. */
+static const char *row_bias(const lx_printer *pr, const lx_op *op, const lx_operands *o) {
+  static char buf[PTR + 32];
+  if (emit_tp(pr) == 1 || op->tp_role != LX_TP_ROW || !strcmp(o->b, "NULL")) return o->b;
+  snprintf(buf, sizeof buf, "TP_RANK == 0 ? %s : NULL", o->b);
+  return buf;
+}
+
 static void print_rng_stream(const lx_printer *pr, lx_graph_id g, int i) {
-  fprintf(pr->out, "lx_rng_stream(current_step, GLOBAL_MB(mb), %s, %d)", g == LX_GRAPH_BLOCK ? "layer + 1" : g == LX_GRAPH_PROLOGUE ? "0" : "MODEL_LAYERS + 1", i);
+  fprintf(pr->out, "lx_rng_stream(current_step, GLOBAL_MB(mb), %s, %d)",
+          g == LX_GRAPH_BLOCK      ? "layer + 1"
+          : g == LX_GRAPH_PROLOGUE ? "0"
+                                   : "MODEL_LAYERS + 1",
+          i);
+}
+
+/* The rest of an attention call: its random stream, and this rank's heads in
+ * the whole model's numbering (dropout draws by them, lx_attention.h). */
+static void print_attention_rng(const lx_printer *pr, lx_graph_id g, int i) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  print_rng_stream(pr, g, i);
+  fprintf(pr->out, ", TP_RANK * %d, %d);\n", op->heads / emit_tp(pr), op->heads);
 }
 
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
@@ -26,30 +51,44 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   FILE *f = pr->out;
   int w = emit_rank_width(pr, op->out);
   char dims[96];
-  fprintf(f, "  /* %s = %s(...)  %s:%d */\n", op->var[0] ? op->var : op->name, lx_op_kind_name(op->kind), lx_file_name(op->src.file),
-          op->src.line);
+  fprintf(f, "  /* %s = %s(...)  %s:%d */\n", op->var[0] ? op->var : op->name, lx_op_kind_name(op->kind),
+          lx_file_name(op->src.file), op->src.line);
+  bool tp = emit_tp(pr) > 1;
   switch (op->kind) {
-  case LX_OP_EMBEDDING: fprintf(f, "  lx_embedding_forward(%s, %s, %s, B, T, %d, VP);\n", o.out, o.in[0], o.w, w); break;
-  case LX_OP_POSITION_EMBEDDING: fprintf(f, "  lx_position_embedding_forward(%s, %s, B, T, %d);\n", o.out, o.w, w); break;
-  case LX_OP_LAYERNORM: fprintf(f, "  lx_layernorm_forward(%s, %s, %s, %s, BT, %d);\n", o.out, o.in[0], o.w, o.b, w); break;
-  case LX_OP_RMSNORM: fprintf(f, "  lx_rmsnorm_forward(%s, %s, %s, BT, %d);\n", o.out, o.in[0], o.w, w); break;
+  case LX_OP_EMBEDDING:
+    if (tp)
+      fprintf(f, "  lx_embedding_forward_shard(%s, %s, %s, B, T, %d, VP, " VOCAB_SHARD ");\n", o.out, o.in[0],
+              o.w, w);
+    else
+      fprintf(f, "  lx_embedding_forward(%s, %s, %s, B, T, %d, VP);\n", o.out, o.in[0], o.w, w);
+    break;
+  case LX_OP_POSITION_EMBEDDING:
+    fprintf(f, "  lx_position_embedding_forward(%s, %s, B, T, %d);\n", o.out, o.w, w);
+    break;
+  case LX_OP_LAYERNORM:
+    fprintf(f, "  lx_layernorm_forward(%s, %s, %s, %s, BT, %d);\n", o.out, o.in[0], o.w, o.b, w);
+    break;
+  case LX_OP_RMSNORM:
+    fprintf(f, "  lx_rmsnorm_forward(%s, %s, %s, BT, %d);\n", o.out, o.in[0], o.w, w);
+    break;
   case LX_OP_LINEAR:
-    fprintf(f, "  lx_linear_forward(%s, %s, %s, %s, BT, %d, %d);\n", o.out, o.in[0], o.w, o.b, emit_in_width(pr, g, op), w);
+    fprintf(f, "  lx_linear_forward(%s, %s, %s, %s, BT, %d, %d);\n", o.out, o.in[0], o.w,
+            row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_linear_forward(%s, %s, %s, NULL, BT, %d, VP / %d);\n", o.out, o.in[0], o.w, emit_in_width(pr, g, op),
-            emit_tp(pr));
+    fprintf(f, "  lx_linear_forward(%s, %s, %s, NULL, BT, %d, VP / %d);\n", o.out, o.in[0], o.w,
+            emit_in_width(pr, g, op), emit_tp(pr));
     break;
   case LX_OP_ATTENTION:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
     if (op->attention_impl == LX_ATTN_FLASH)
-      fprintf(f, "  lx_flash_attention_forward(%s, %s, %s, %s, DROPOUT, seed, ", o.out, emit_internal_named(op, &o, "lse"),
-              o.in[0], dims);
+      fprintf(f, "  lx_flash_attention_forward(%s, %s, %s, %s, DROPOUT, seed, ", o.out,
+              emit_internal_named(op, &o, "lse"), o.in[0], dims);
     else
-      fprintf(f, "  lx_attention_forward(%s, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.out, emit_internal_named(op, &o, "softmax"),
-              emit_internal_named(op, &o, "dropout_output"), emit_internal_named(op, &o, "dropout_mask"), o.in[0], dims);
-    print_rng_stream(pr, g, i);
-    fputs(");\n", f);
+      fprintf(f, "  lx_attention_forward(%s, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.out,
+              emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
+              emit_internal_named(op, &o, "dropout_mask"), o.in[0], dims);
+    print_attention_rng(pr, g, i);
     break;
   case LX_OP_ROPE:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
@@ -63,10 +102,18 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     print_rng_stream(pr, g, i);
     fputs(");\n", f);
     break;
-  case LX_OP_ADD: fprintf(f, "  lx_add_forward(%s, %s, %s, (size_t)BT * %d);\n", o.out, o.in[0], o.in[1], w); break;
+  case LX_OP_ADD:
+    fprintf(f, "  lx_add_forward(%s, %s, %s, (size_t)BT * %d);\n", o.out, o.in[0], o.in[1], w);
+    break;
   case LX_OP_CROSS_ENTROPY:
-    fprintf(f, "  loss_sum += lx_cross_entropy_forward(%s, %s, %s, BT, V, VP);\n", emit_internal_named(op, &o, "lse"),
-            o.in[0], o.in[1]);
+    if (tp)
+      fprintf(f,
+              "  loss_sum += lx_cross_entropy_forward_tp(%s, %s, %s, BT, V, " VOCAB_SHARD_LAST
+              ", groups.tp);\n",
+              emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
+    else
+      fprintf(f, "  loss_sum += lx_cross_entropy_forward(%s, %s, %s, BT, V, VP);\n",
+              emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
     break;
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;
@@ -82,31 +129,41 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   FILE *f = pr->out;
   int w = emit_rank_width(pr, op->out);
   char dims[96];
-  fprintf(f, "  /* d %s(...)  %s:%d */\n", lx_op_kind_name(op->kind), lx_file_name(op->src.file), op->src.line);
+  fprintf(f, "  /* d %s(...)  %s:%d */\n", lx_op_kind_name(op->kind), lx_file_name(op->src.file),
+          op->src.line);
   switch (op->kind) {
-  case LX_OP_EMBEDDING: fprintf(f, "  lx_embedding_backward(%s, %s, %s, B, T, %d, VP);\n", o.dw, o.dout, o.in[0], w); break;
-  case LX_OP_POSITION_EMBEDDING: fprintf(f, "  lx_position_embedding_backward(%s, %s, B, T, %d);\n", o.dw, o.dout, w); break;
+  case LX_OP_EMBEDDING:
+    if (emit_tp(pr) > 1)
+      fprintf(f, "  lx_embedding_backward_shard(%s, %s, %s, B, T, %d, VP, " VOCAB_SHARD ");\n", o.dw, o.dout,
+              o.in[0], w);
+    else
+      fprintf(f, "  lx_embedding_backward(%s, %s, %s, B, T, %d, VP);\n", o.dw, o.dout, o.in[0], w);
+    break;
+  case LX_OP_POSITION_EMBEDDING:
+    fprintf(f, "  lx_position_embedding_backward(%s, %s, B, T, %d);\n", o.dw, o.dout, w);
+    break;
   case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_layernorm_backward(%s, %s, %s, %s, %s, %s, BT, %d);\n", o.din[0], o.dw, o.db, o.dout, o.in[0], o.w, w);
+    fprintf(f, "  lx_layernorm_backward(%s, %s, %s, %s, %s, %s, BT, %d);\n", o.din[0], o.dw, o.db, o.dout,
+            o.in[0], o.w, w);
     break;
   case LX_OP_RMSNORM:
-    fprintf(f, "  lx_rmsnorm_backward(%s, %s, %s, %s, %s, BT, %d);\n", o.din[0], o.dw, o.dout, o.in[0], o.w, w);
+    fprintf(f, "  lx_rmsnorm_backward(%s, %s, %s, %s, %s, BT, %d);\n", o.din[0], o.dw, o.dout, o.in[0], o.w,
+            w);
     break;
   case LX_OP_LINEAR:
-    fprintf(f, "  lx_linear_backward(%s, %s, %s, %s, %s, %s, BT, %d, %d);\n", o.din[0], o.dw, o.db, o.dout, o.in[0],
-            o.w, emit_in_width(pr, g, op), w);
+    fprintf(f, "  lx_linear_backward(%s, %s, %s, %s, %s, %s, BT, %d, %d);\n", o.din[0], o.dw, o.db, o.dout,
+            o.in[0], o.w, emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_linear_backward(%s, %s, NULL, %s, %s, %s, BT, %d, VP / %d);\n", o.din[0], o.dw, o.dout, o.in[0],
-            o.w, emit_in_width(pr, g, op), emit_tp(pr));
+    fprintf(f, "  lx_linear_backward(%s, %s, NULL, %s, %s, %s, BT, %d, VP / %d);\n", o.din[0], o.dw, o.dout,
+            o.in[0], o.w, emit_in_width(pr, g, op), emit_tp(pr));
     break;
   case LX_OP_ATTENTION:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
     if (op->attention_impl == LX_ATTN_FLASH) {
-      fprintf(f, "  lx_flash_attention_backward(%s, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.din[0], o.dout, o.in[0],
-              o.out, emit_internal_named(op, &o, "lse"), dims);
-      print_rng_stream(pr, g, i);
-      fputs(");\n", f);
+      fprintf(f, "  lx_flash_attention_backward(%s, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.din[0], o.dout,
+              o.in[0], o.out, emit_internal_named(op, &o, "lse"), dims);
+      print_attention_rng(pr, g, i);
     } else {
       fprintf(f, "  lx_attention_backward(%s, %s, %s, %s, %s, %s, %s, DROPOUT);\n", o.din[0], o.dout, o.in[0],
               emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
@@ -117,20 +174,54 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
     emit_attention_dims(pr, g, op, dims, sizeof dims);
     fprintf(f, "  lx_rope_backward(%s, %s, %s, 10000.0);\n", o.din[0], o.dout, dims);
     break;
-  case LX_OP_GELU: fprintf(f, "  lx_gelu_backward(%s, %s, %s, (size_t)BT * %d);\n", o.din[0], o.dout, o.in[0], w); break;
-  case LX_OP_SWIGLU: fprintf(f, "  lx_swiglu_backward(%s, %s, %s, BT, %d);\n", o.din[0], o.dout, o.in[0], w); break;
+  case LX_OP_GELU:
+    fprintf(f, "  lx_gelu_backward(%s, %s, %s, (size_t)BT * %d);\n", o.din[0], o.dout, o.in[0], w);
+    break;
+  case LX_OP_SWIGLU:
+    fprintf(f, "  lx_swiglu_backward(%s, %s, %s, BT, %d);\n", o.din[0], o.dout, o.in[0], w);
+    break;
   case LX_OP_DROPOUT:
     fprintf(f, "  lx_dropout_backward(%s, %s, %s, (size_t)BT * %d, DROPOUT);\n", o.din[0], o.dout,
             emit_internal_named(op, &o, "dropout_mask"), w);
     break;
-  case LX_OP_ADD: fprintf(f, "  lx_add_backward(%s, %s, %s, (size_t)BT * %d);\n", o.din[0], o.din[1], o.dout, w); break;
+  case LX_OP_ADD:
+    fprintf(f, "  lx_add_backward(%s, %s, %s, (size_t)BT * %d);\n", o.din[0], o.din[1], o.dout, w);
+    break;
   case LX_OP_CROSS_ENTROPY:
-    fprintf(f, "  lx_cross_entropy_backward(%s, %s, %s, %s, LOSS_SCALE, BT, V, VP);\n", o.din[0], o.in[0],
-            emit_internal_named(op, &o, "lse"), o.in[1]);
+    if (emit_tp(pr) > 1)
+      fprintf(f, "  lx_cross_entropy_backward_slice(%s, %s, %s, %s, LOSS_SCALE, BT, V, " VOCAB_SHARD_LAST ");\n",
+              o.din[0], o.in[0], emit_internal_named(op, &o, "lse"), o.in[1]);
+    else
+      fprintf(f, "  lx_cross_entropy_backward(%s, %s, %s, %s, LOSS_SCALE, BT, V, VP);\n", o.din[0], o.in[0],
+              emit_internal_named(op, &o, "lse"), o.in[1]);
     break;
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;
   }
+}
+
+/* ---- tensor-parallel all-reduces ---------------------------------------------- */
+
+/* What the all-reduce after op i sums: its output (forward; `role` names the
+ * copy a RECOMPUTE wrote) or its input's gradient (backward); *width is the
+ * tensor's width on this rank. */
+static const char *tp_allreduce_operand(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                        lx_tensor_role role, char *buf, int *width) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  *width = backward ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
+  return emit_at(pr, buf, PTR, "real",
+                 backward ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0) : emit_ref(pr, g, i, role, 0));
+}
+
+/* Inside a graph function (forward-only passes, and runs the schedule does
+ * not split): the all-reduce completes before the next op. */
+static void print_blocking_allreduce(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                     lx_tensor_role role) {
+  if (!lx_tp_allreduce_after(pr->ir, emit_op_at(pr, g, i), backward)) return;
+  char buf[PTR];
+  int width;
+  tp_allreduce_operand(pr, g, i, backward, role, buf, &width);
+  fprintf(pr->out, "  lx_allreduce_sum(%s, (int64_t)BT * %d, groups.tp);\n", buf, width);
 }
 
 /* Gradients accumulate (+=): zero every one this graph instance produces. */
@@ -148,12 +239,14 @@ static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
 
 /* ---- graph functions -------------------------------------------------------- */
 
-static const char *graph_params(lx_graph_id g) { return g == LX_GRAPH_BLOCK ? "int layer, int mb" : "int mb"; }
+static const char *graph_params(lx_graph_id g) {
+  return g == LX_GRAPH_BLOCK ? "int layer, int mb" : "int mb";
+}
 
 static void print_function_head(const lx_printer *pr, const char *what, lx_graph_id g) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
-  fprintf(pr->out, "\n/* %s of %s() (%s:%d) for one micro-batch. */\nstatic void %s_%s(%s) {\n", what, graph->name,
-          lx_file_name(graph->src.file), graph->src.line, what, graph->name, graph_params(g));
+  fprintf(pr->out, "\n/* %s of %s() (%s:%d) for one micro-batch. */\nstatic void %s_%s(%s) {\n", what,
+          graph->name, lx_file_name(graph->src.file), graph->src.line, what, graph->name, graph_params(g));
   if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
 }
 
@@ -161,25 +254,35 @@ static void print_forward_function(const lx_printer *pr, lx_graph_id g) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   print_function_head(pr, "forward", g);
   for (int i = 0; i < graph->n_ops; i++)
-    if (graph->ops[i].kind != LX_OP_INPUT) print_forward_op(pr, g, i, LX_T_OUTPUT);
+    if (graph->ops[i].kind != LX_OP_INPUT) {
+      print_forward_op(pr, g, i, LX_T_OUTPUT);
+      print_blocking_allreduce(pr, g, i, false, LX_T_OUTPUT);
+    }
   fputs("}\n", pr->out);
 }
 
 /* On demand, before the layer's backward: what the policy dropped comes back. */
 static void print_recompute_function(const lx_printer *pr) {
-  if (!emit_any_recompute(pr)) return;
+  if (!emit_function_called(pr, LX_I_RECOMPUTE, LX_GRAPH_BLOCK)) return;
   print_function_head(pr, "recompute", LX_GRAPH_BLOCK);
   for (int i = 0; i < pr->ir->block.n_ops; i++)
-    if (pr->st->decisions[i].recompute) print_forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
+    if (pr->st->decisions[i].recompute) {
+      print_forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
+      print_blocking_allreduce(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED);
+    }
   fputs("}\n", pr->out);
 }
 
 static void print_backward_function(const lx_printer *pr, lx_graph_id g) {
+  if (!emit_function_called(pr, LX_I_BWD, g)) return;
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   print_function_head(pr, "backward", g);
   print_zero_grads(pr, g);
   for (int i = graph->n_ops - 1; i >= 0; i--)
-    if (graph->ops[i].kind != LX_OP_INPUT) print_backward_op(pr, g, i);
+    if (graph->ops[i].kind != LX_OP_INPUT) {
+      print_backward_op(pr, g, i);
+      print_blocking_allreduce(pr, g, i, true, LX_T_OUTPUT);
+    }
   fputs("}\n", pr->out);
 }
 
@@ -200,12 +303,50 @@ static void print_wait(cpu_step *w, int request) {
   w->waited[request] = true;
 }
 
+/* The layer of an instruction as C text: prologue and epilogue have none. */
+static const char *layer_text(const lx_instr *in, char *buf, size_t size) {
+  if (in->layer < 0) return "FIRST_LAYER";
+  snprintf(buf, size, "%d", in->layer);
+  return buf;
+}
+
+static void print_tp_allreduce(cpu_step *w, const lx_instr *in, const char *what) {
+  char buf[PTR], layer[16];
+  int width;
+  tp_allreduce_operand(w->pr, in->graph, in->op, in->backward, in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT,
+                       buf, &width);
+  fprintf(w->pr->out, "  {\n    const int layer = %s, mb = %d;  /* %s */\n    (void)layer, (void)mb;\n",
+          layer_text(in, layer, sizeof layer), in->mb, what);
+  fprintf(w->pr->out, "    lx_iallreduce_sum(%s, (int64_t)BT * %d, groups.tp, &requests[%d]);\n  }\n", buf,
+          width, w->requests);
+}
+
+/* A bucket's gradients across the replicas (ZeRO-1: each gets its share's sum). */
+static void print_dp_reduce(cpu_step *w, const lx_instr *in, const char *what) {
+  const lx_param_bucket *b = lx_find_bucket(w->pr->l, in->graph, in->layer, in->tied);
+  if (w->pr->l->shards > 1)
+    fprintf(w->pr->out,
+            "  lx_ireduce_scatter_sum(GRADS + %lldLL, %lldLL, groups.dp, &requests[%d]);  /* %s */\n",
+            (long long)b->first, (long long)(b->elements / w->pr->l->shards), w->requests, what);
+  else
+    fprintf(w->pr->out, "  lx_iallreduce_sum(GRADS + %lldLL, %lldLL, groups.dp, &requests[%d]);  /* %s */\n",
+            (long long)b->first, (long long)b->elements, w->requests, what);
+}
+
 static void cpu_comm(void *ctx, lx_stream k, const lx_instr *in) {
   cpu_step *w = ctx;
   FILE *f = w->pr->out;
   char buf[PTR], what[128];
   lx_instr_describe(w->pr->ir, in, what, sizeof what);
   const lx_printer *pr = w->pr;
+  if (in->kind == LX_I_ALLREDUCE_TP || in->kind == LX_I_ALLREDUCE_DP) {
+    if (in->kind == LX_I_ALLREDUCE_TP)
+      print_tp_allreduce(w, in, what);
+    else
+      print_dp_reduce(w, in, what);
+    w->last_request[k] = w->requests++;
+    return;
+  }
   lx_tensor_ref t = emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0);
   switch (in->kind) {
   case LX_I_SEND_ACT: t.role = LX_T_SEND_ACT; break;
@@ -215,10 +356,9 @@ static void cpu_comm(void *ctx, lx_stream k, const lx_instr *in) {
   }
   bool send = in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD;
   fprintf(f, "  {\n    const int mb = %d, layer = FIRST_LAYER;  /* %s */\n    (void)layer;\n", in->mb, what);
-  fprintf(f, "    lx_%s(%s, BOUNDARY_ELEMENTS, %d, LX_TAG_%s, mb, &requests[%d]);\n  }\n", send ? "isend" : "irecv",
-          emit_at(pr, buf, sizeof buf, "real", t), in->peer,
-          in->kind == LX_I_SEND_ACT || in->kind == LX_I_RECV_ACT ? "ACTIVATION" : "GRADIENT",
-          w->requests);
+  fprintf(f, "    lx_%s(%s, BOUNDARY_ELEMENTS, %d, LX_TAG_%s, mb, &requests[%d]);\n  }\n",
+          send ? "isend" : "irecv", emit_at(pr, buf, sizeof buf, "real", t), in->peer,
+          in->kind == LX_I_SEND_ACT || in->kind == LX_I_RECV_ACT ? "ACTIVATION" : "GRADIENT", w->requests);
   w->last_request[k] = w->requests++;
 }
 
@@ -240,10 +380,28 @@ static void cpu_load(void *ctx, const lx_instr *in) {
   fprintf(w->pr->out, "  load_micro_batch(%d);\n", in->mb);
 }
 
-/* Part of a graph's recomputation, where the schedule put it: the ops inline. */
+/* The backward of a graph instance starts with its last op. */
+static bool starts_backward(const lx_graph *g, int op) {
+  for (int j = g->n_ops - 1; j > op; j--)
+    if (g->ops[j].kind != LX_OP_INPUT) return false;
+  return true;
+}
+
+/* Part of a graph instance, where the schedule put it (between its
+ * all-reduces, or the part of its recomputation a window took): the ops inline. */
 static void print_partial_run(const lx_printer *pr, const lx_instr *run, int count) {
-  fprintf(pr->out, "  {\n    const int layer = %d, mb = %d;\n    (void)layer, (void)mb;\n", run->layer, run->mb);
-  for (int n = 0; n < count; n++) print_forward_op(pr, run->graph, run[n].op, LX_T_RECOMPUTED);
+  char layer[16];
+  fprintf(pr->out, "  {\n    const int layer = %s, mb = %d;\n    (void)layer, (void)mb;\n",
+          layer_text(run, layer, sizeof layer), run->mb);
+  if (run->kind == LX_I_BWD && starts_backward(lx_graph_of(pr->ir, run->graph), run->op))
+    print_zero_grads(pr, run->graph);
+  for (int n = 0; n < count; n++) {
+    if (run->kind == LX_I_BWD)
+      print_backward_op(pr, run->graph, run[n].op);
+    else
+      print_forward_op(pr, run->graph, run[n].op,
+                       run->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT);
+  }
   fprintf(pr->out, "  }\n");
 }
 
@@ -254,7 +412,7 @@ static void cpu_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
   cpu_step *w = ctx;
   (void)k;
   const char *graph = lx_graph_of(w->pr->ir, first->graph)->name;
-  if (first->kind == LX_I_RECOMPUTE && !emit_run_is_function(w->pr, first, count))
+  if (!emit_run_is_function(w->pr, first, count))
     print_partial_run(w->pr, first, count);
   else if (first->graph == LX_GRAPH_BLOCK)
     fprintf(w->pr->out, "  %s_%s(%d, %d);\n", emit_run_function(first->kind), graph, first->layer, first->mb);
@@ -266,15 +424,20 @@ static void print_step(const lx_printer *pr) {
   int comm = 0; /* non-blocking operations: everything but events on the other streams */
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     for (int i = 0; k != LX_STREAM_COMPUTE && i < pr->st->streams[k].count; i++)
-      comm += pr->st->streams[k].items[i].kind != LX_I_RECORD && pr->st->streams[k].items[i].kind != LX_I_WAIT;
-  cpu_step w = {.pr = pr, .event_request = malloc(((size_t)pr->st->n_events + 1) * sizeof(int)),
+      comm +=
+          pr->st->streams[k].items[i].kind != LX_I_RECORD && pr->st->streams[k].items[i].kind != LX_I_WAIT;
+  cpu_step w = {.pr = pr,
+                .event_request = malloc(((size_t)pr->st->n_events + 1) * sizeof(int)),
                 .waited = calloc((size_t)comm + 1, sizeof(bool))};
-  for (int e = 0; e <= pr->st->n_events; e++) w.event_request[e] = -1;
-  for (int k = 0; k < LX_STREAM_COUNT; k++) w.last_request[k] = -1;
-  fprintf(pr->out, "\n/* One optimizer step's forwards and backwards, in the order of the schedule\n"
-                   " * (%s, plan.txt): the compute stream, with the communication streams'\n"
-                   " * operations posted as soon as their waits allow. */\nstatic void run_schedule(int step) {\n"
-                   "  current_step = step;\n  MPI_Request requests[%d];\n",
+  for (int e = 0; e <= pr->st->n_events; e++)
+    w.event_request[e] = -1;
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    w.last_request[k] = -1;
+  fprintf(pr->out,
+          "\n/* One optimizer step's forwards and backwards, in the order of the schedule\n"
+          " * (%s, plan.txt): the compute stream, with the communication streams'\n"
+          " * operations posted as soon as their waits allow. */\nstatic void run_schedule(int step) {\n"
+          "  current_step = step;\n  MPI_Request requests[%d];\n",
           lx_schedule_name(pr->p->kind), comm > 0 ? comm : 1);
   lx_walk_hooks hooks = {&w, cpu_run, cpu_load, cpu_comm, cpu_record, cpu_wait};
   lx_walk_stage(pr->st, &hooks);
@@ -291,13 +454,18 @@ static void print_load(const lx_printer *pr) {
   char tokens[PTR], targets[PTR];
   snprintf(tokens, PTR, "scratch_tokens");
   snprintf(targets, PTR, "scratch_tokens");
-  if (pr->st->has_prologue) emit_at(pr, tokens, PTR, "int", emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
-  if (pr->st->has_epilogue) emit_at(pr, targets, PTR, "int", emit_ref(pr, LX_GRAPH_EPILOGUE, emit_targets_op(pr->ir), LX_T_OUTPUT, 0));
+  if (pr->st->has_prologue)
+    emit_at(pr, tokens, PTR, "int", emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
+  if (pr->st->has_epilogue)
+    emit_at(pr, targets, PTR, "int",
+            emit_ref(pr, LX_GRAPH_EPILOGUE, emit_targets_op(pr->ir), LX_T_OUTPUT, 0));
   if (!pr->st->has_prologue || !pr->st->has_epilogue)
-    fprintf(pr->out, "\n/* the half of each (inputs, targets) pair this stage does not use */\nstatic int scratch_tokens[BT];\n");
-  fprintf(pr->out, "\n/* LOAD: micro-batch mb's tokens (B, T) and targets (B, T). */\n"
-                   "static lx_loader *loader;\n"
-                   "static void load_micro_batch(int mb) {\n  (void)mb;\n  lx_loader_next(loader, %s, %s);\n}\n",
+    fprintf(pr->out, "\n/* the half of each (inputs, targets) pair this stage does not use */\nstatic int "
+                     "scratch_tokens[BT];\n");
+  fprintf(pr->out,
+          "\n/* LOAD: micro-batch mb's tokens (B, T) and targets (B, T). */\n"
+          "static lx_loader *loader;\n"
+          "static void load_micro_batch(int mb) {\n  (void)mb;\n  lx_loader_next(loader, %s, %s);\n}\n",
           tokens, targets);
 }
 
@@ -305,20 +473,26 @@ static void print_load(const lx_printer *pr) {
 static void print_eval(const lx_printer *pr) {
   FILE *f = pr->out;
   char buf[PTR];
-  fprintf(f, "\n/* Forward only: validation loss and gradient checks. */\nstatic void run_forward(int step) {\n"
-             "  current_step = step;\n  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n    load_micro_batch(mb);\n");
+  fprintf(
+      f,
+      "\n/* Forward only: validation loss and gradient checks. */\nstatic void run_forward(int step) {\n"
+      "  current_step = step;\n  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n    load_micro_batch(mb);\n");
   if (pr->s > 0)
-    fprintf(f, "    {\n      const int layer = FIRST_LAYER;\n      lx_recv(%s, BOUNDARY_ELEMENTS, STAGE - 1, LX_TAG_USER, mb);\n    }\n",
+    fprintf(f,
+            "    {\n      const int layer = FIRST_LAYER;\n      lx_recv(%s, BOUNDARY_ELEMENTS, STAGE - 1, "
+            "LX_TAG_USER, mb);\n    }\n",
             emit_at(pr, buf, sizeof buf, "real", emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
   if (pr->st->has_prologue) fprintf(f, "    forward_prologue(mb);\n");
-  if (pr->st->n_layers) fprintf(f, "    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb);\n");
-  if (pr->st->has_epilogue) fprintf(f, "    forward_epilogue(mb);\n");
+  if (pr->st->n_layers)
+    fprintf(f, "    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) "
+               "forward_block(layer, mb);\n");
+  if (pr->st->has_epilogue)
+    fprintf(f, "    forward_epilogue(mb);\n");
   else
     fprintf(f, "    lx_send(%s, BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);\n",
             emit_at(pr, buf, sizeof buf, "real", emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
   fprintf(f, "  }\n}\n");
 }
-
 
 /* ---- prelude of the file ------------------------------------------------------- */
 
@@ -333,19 +507,28 @@ static void print_header(const lx_printer *pr) {
              " * is recomputed and where every byte lives. Shapes, the arena layout and the\n"
              " * order of every instruction are compile-time facts here. Do not edit: change\n"
              " * the model file and generate again. */\n");
-  fprintf(f, "#include \"lx_runtime.h\"\n#include \"lx_kernels.h\"\n#include \"lx_train.h\"\n\n");
   int dp = ir->plan.dp ? ir->plan.dp : 1;
-  fprintf(f, "enum {\n  STAGE = %d, STAGES = %d, FIRST_LAYER = %d, LAYERS = %d, MODEL_LAYERS = %d,\n", pr->s, pr->p->pp,
-          st->first_layer, st->n_layers, ir->model.layers);
-  fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, DATA_PARALLEL = %d,\n", pr->p->micro_batches, pr->l->slots, dp);
-  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch ? ir->plan.micro_batch : 1,
-          ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
+  fprintf(f, "#define LX_RANK_LAYOUT \"tp %d x pp %d x dp %d\"\n", emit_tp(pr), pr->p->pp, dp);
+  fprintf(f, "#include \"lx_runtime.h\"\n#include \"lx_kernels.h\"\n#include \"lx_tensor_parallel.h\"\n"
+             "#include \"lx_train.h\"\n\n");
+  fprintf(f, "enum {\n  STAGE = %d, STAGES = %d, FIRST_LAYER = %d, LAYERS = %d, MODEL_LAYERS = %d,\n", pr->s,
+          pr->p->pp, st->first_layer, st->n_layers, ir->model.layers);
+  fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d,\n",
+          pr->p->micro_batches, pr->l->slots, emit_tp(pr), dp);
+  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n",
+          ir->plan.micro_batch ? ir->plan.micro_batch : 1, ir->model.seq_len, ir->model.hidden,
+          ir->model.vocab, ir->padded_vocab);
   fprintf(f, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
-  fprintf(f, "#define LOSS_SCALE ((real)1 / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
-  fprintf(f, "#define GLOBAL_MB(mb) (replica * MICRO_BATCHES + (mb))\n\n");
-  fprintf(f, "/* The arena: the static memory plan (plan.txt), in bytes of the model's dtype\n"
-             " * (%s); REAL_SCALE stretches it to the element this build computes in. */\n",
+  fprintf(
+      f,
+      "#define LOSS_SCALE ((real)1 / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
+  fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"
+             " * replica r windows r, r + DATA_PARALLEL, ... (lx_data.h) */\n");
+  fprintf(f, "#define GLOBAL_MB(mb) ((mb) * DATA_PARALLEL + replica)\n\n");
+  fprintf(f,
+          "/* The arena: the static memory plan (plan.txt), in bytes of the model's dtype\n"
+          " * (%s); REAL_SCALE stretches it to the element this build computes in. */\n",
           lx_dtype_name(ir->training.dtype));
   fprintf(f, "#define ARENA_BYTES %lldLL\n#define REAL_SCALE (sizeof(real) / %d)\n", (long long)pr->l->total,
           (int)pr->l->activation_elt);
@@ -355,22 +538,30 @@ static void print_header(const lx_printer *pr) {
   int64_t extents[LX_REGION_COUNT];
   lx_layout_extents(pr->p, pr->s, pr->l, extents);
   for (int r = 0; r < LX_REGION_COUNT; r++)
-    fprintf(f, "#define EXTENT_%s %lldLL /* bytes its tensors reach */\n", lx_region_name((lx_region)r), (long long)extents[r]);
+    fprintf(f, "#define EXTENT_%s %lldLL /* bytes its tensors reach */\n", lx_region_name((lx_region)r),
+            (long long)extents[r]);
   fprintf(f, "#define PARAM_ELEMENTS %lldLL\n", (long long)pr->l->param_elements);
-  fprintf(f, "static char *arena;\nstatic int replica;\nstatic double loss_sum;\nstatic uint64_t seed;\n"
-             "static int current_step; /* dropout masks are drawn per step, micro-batch, layer and op */\n");
+  fprintf(
+      f,
+      "static char *arena;\nstatic lx_groups groups; /* this rank's tp_rank, dp_rank and communicators */\n"
+      "#define TP_RANK groups.tp_rank\n"
+      "static int replica; /* = groups.dp_rank: which shard of every batch */\n"
+      "static double loss_sum;\nstatic uint64_t seed;\n"
+      "static int current_step; /* dropout masks are drawn per step, micro-batch, layer and op */\n");
   emit_training(pr);
   fprintf(f, "#define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))\n");
   fprintf(f, "/* a parameter's gradient sits at the same element in the grads region */\n");
   fprintf(f, "#define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))\n");
+  fprintf(f, "#define PARAMS ((real *)AT(REGION_params))\n#define GRADS ((real *)AT(REGION_grads))\n");
 }
 
 bool lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  if ((ir->plan.tp && ir->plan.tp > 1) || (ir->plan.dp && ir->plan.dp > 1)) {
-    lx_error(ir->locs.plan, "the CPU target prints pipeline parallelism only (tp = dp = 1); tensor and data "
-                            "parallelism are not emitted yet");
+  if (ir->plan.sequence_parallel && ir->plan.tp > 1) {
+    lx_error(ir->locs.field[LX_F_SEQ_PARALLEL],
+             "the CPU target does not emit sequence parallelism yet (tensor "
+             "parallelism without it is emitted)");
     return false;
   }
   lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real"};

@@ -366,7 +366,9 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
   fprintf(f, "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
-  fprintf(f, "#define GLOBAL_MB(mb) (replica * MICRO_BATCHES + (mb))\n\n");
+  fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"
+             " * replica r windows r, r + DATA_PARALLEL, ... (lx_data.h) */\n");
+  fprintf(f, "#define GLOBAL_MB(mb) ((mb) * DATA_PARALLEL + replica)\n\n");
   fprintf(f, "/* The arena: the static memory plan (plan.txt), bf16 weights and activations,\n"
              " * fp32 master weights, gradients and AdamW moments. */\n");
   fprintf(f, "#define ARENA_BYTES %lldLL\n", (long long)pr->l->total);

@@ -54,15 +54,18 @@ const char *emit_at(const lx_printer *pr, char *buf, size_t size, const char *ty
   return buf;
 }
 
-static void print_boundary_function(const lx_printer *pr, const char *name, lx_tensor_role role, int op, bool at_first) {
+static void print_boundary_function(const lx_printer *pr, const char *name, lx_tensor_role role, int op,
+                                    bool at_first) {
   const lx_stage *st = pr->st;
   int first = st->first_layer, last = first + st->n_layers - 1;
   int special = at_first ? first : last;
   int other = st->n_layers > 1 ? (at_first ? last : first) : special;
   char special_text[256], other_text[256];
-  emit_offset_text(pr, (lx_tensor_ref){LX_GRAPH_BLOCK, special, op, 0, role, 0}, special_text, sizeof special_text);
+  emit_offset_text(pr, (lx_tensor_ref){LX_GRAPH_BLOCK, special, op, 0, role, 0}, special_text,
+                   sizeof special_text);
   emit_offset_text(pr, (lx_tensor_ref){LX_GRAPH_BLOCK, other, op, 0, role, 0}, other_text, sizeof other_text);
-  fprintf(pr->out, "static void *%s(int layer, int mb) {\n  (void)mb;\n  return layer == %s ? AT(%s) : AT(%s);\n}\n",
+  fprintf(pr->out,
+          "static void *%s(int layer, int mb) {\n  (void)mb;\n  return layer == %s ? AT(%s) : AT(%s);\n}\n",
           name, at_first ? "FIRST_LAYER" : "FIRST_LAYER + LAYERS - 1", special_text, other_text);
 }
 
@@ -77,7 +80,9 @@ void emit_block_boundaries(const lx_printer *pr) {
   print_boundary_function(pr, "block_input_grad", LX_T_GRAD, 0, true);
 }
 
-const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i) { return &lx_graph_of(pr->ir, g)->ops[i]; }
+const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i) {
+  return &lx_graph_of(pr->ir, g)->ops[i];
+}
 
 static bool input_is_tokens(const lx_printer *pr, lx_graph_id g, const lx_op *op, int k) {
   return emit_op_at(pr, g, op->inputs[k])->out.dtype == LX_DTYPE_INT32;
@@ -92,7 +97,8 @@ static lx_tensor_ref head_weight(const lx_printer *pr, lx_graph_id g, int i) {
   return emit_ref(pr, g, i, LX_T_PARAM, 0);
 }
 
-void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, lx_operands *o) {
+void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                          lx_operands *o) {
   const lx_op *op = emit_op_at(pr, g, i);
   memset(o, 0, sizeof *o);
   emit_at(pr, o->out, PTR, pr->act_type, emit_ref(pr, g, i, out_role, 0));
@@ -100,8 +106,10 @@ void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_
   for (int k = 0; k < op->n_inputs; k++) {
     bool tokens = input_is_tokens(pr, g, op, k);
     emit_at(pr, o->in[k], PTR, tokens ? "int" : pr->act_type, emit_ref(pr, g, op->inputs[k], LX_T_OUTPUT, 0));
-    if (tokens) snprintf(o->din[k], PTR, "NULL");
-    else emit_at(pr, o->din[k], PTR, pr->act_type, emit_ref(pr, g, op->inputs[k], LX_T_GRAD, 0));
+    if (tokens)
+      snprintf(o->din[k], PTR, "NULL");
+    else
+      emit_at(pr, o->din[k], PTR, pr->act_type, emit_ref(pr, g, op->inputs[k], LX_T_GRAD, 0));
   }
   lx_tensor_ref w = op->kind == LX_OP_LM_HEAD ? head_weight(pr, g, i) : emit_ref(pr, g, i, LX_T_PARAM, 0);
   const lx_op_place *pl = &pr->l->places[g][i];
@@ -120,7 +128,7 @@ void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_
   for (int k = 0; k < op->n_saved; k++)
     if (op->saved[k].kind == LX_SAVE_INTERNAL)
       emit_at(pr, o->internal[k], PTR, internal_type(pr, op->saved[k].what),
-         emit_ref(pr, g, i, LX_T_INTERNAL, k));
+              emit_ref(pr, g, i, LX_T_INTERNAL, k));
 }
 
 const char *emit_internal_named(const lx_op *op, const lx_operands *o, const char *what) {
@@ -146,7 +154,6 @@ void emit_attention_dims(const lx_printer *pr, lx_graph_id g, const lx_op *op, c
   snprintf(buf, size, "B, T, %d, %d, %d", op->heads / t, op->kv_heads / t, d);
 }
 
-
 bool emit_any_recompute(const lx_printer *pr) {
   for (int i = 0; i < pr->ir->block.n_ops; i++)
     if (pr->st->decisions[i].recompute) return true;
@@ -165,12 +172,30 @@ bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count) 
   int n = 0;
   for (int j = 0; j < g->n_ops; j++) {
     int i = run->kind == LX_I_BWD ? g->n_ops - 1 - j : j;
-    bool in_body = g->ops[i].kind != LX_OP_INPUT && (run->kind != LX_I_RECOMPUTE || pr->st->decisions[i].recompute);
+    bool in_body =
+        g->ops[i].kind != LX_OP_INPUT && (run->kind != LX_I_RECOMPUTE || pr->st->decisions[i].recompute);
     if (!in_body) continue;
     if (n >= count || run[n].op != i) return false;
     n++;
   }
   return n == count;
+}
+
+static bool same_instance(const lx_instr *a, const lx_instr *b) {
+  return a->kind == b->kind && a->graph == b->graph && a->layer == b->layer && a->mb == b->mb;
+}
+
+bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id g) {
+  for (int k = 0; k < LX_STREAM_COUNT; k++) {
+    const lx_instr_list *list = &pr->st->streams[k];
+    for (int at = 0, end; at < list->count; at = end) {
+      for (end = at + 1; end < list->count && same_instance(&list->items[end], &list->items[at]);)
+        end++;
+      const lx_instr *run = &list->items[at];
+      if (run->kind == kind && run->graph == g && emit_run_is_function(pr, run, end - at)) return true;
+    }
+  }
+  return false;
 }
 
 /* The epilogue's input op that holds the targets. */
@@ -234,14 +259,17 @@ static long long gpt2_file_element(const lx_ir *ir, lx_graph_id g, int layer, in
     n = param_ops(&ir->epilogue, ops, 8);
     if (op == ops[1]) return 0; /* the tied head is wte */
     long long end = base;
-    for (int t = 0; t < 12; t++) end += L * per_layer[t];
+    for (int t = 0; t < 12; t++)
+      end += L * per_layer[t];
     return end + k * C;
   }
   n = param_ops(&ir->block, ops, 8);
   int index = 0;
-  while (index < n && ops[index] != op) index++;
+  while (index < n && ops[index] != op)
+    index++;
   int tensor = 2 * index + k;
-  for (int t = 0; t < tensor; t++) base += L * per_layer[t];
+  for (int t = 0; t < tensor; t++)
+    base += L * per_layer[t];
   return base + layer * per_layer[tensor];
 }
 
@@ -259,6 +287,65 @@ static int embedding_op(const lx_ir *ir) {
   return 0;
 }
 
+/* ---- tensor-parallel shards ------------------------------------------------------ */
+
+/* Where a rank's part of a parameter sits in the whole tensor (lx_train.h). */
+typedef struct {
+  int split; /* 0 replicated, 1 runs of whole rows, 2 a slice of every row's columns */
+  long long row_elements, whole_row;
+  int pieces;
+  long long piece_row[3], piece_rows[3];
+} param_shard;
+
+/* The row groups of a column-parallel output that its consumer reads as
+ * separate tensors (attention's q, k, v; swiglu's gate and up): each is
+ * split over the ranks on its own. */
+static int column_groups(const lx_graph *g, int i, long long rows, long long first[3], long long count[3]) {
+  for (int c = i + 1; c < g->n_ops; c++) {
+    const lx_op *user = &g->ops[c];
+    if (user->inputs[0] != i || user->n_inputs < 1) continue;
+    if (user->kind == LX_OP_ATTENTION || user->kind == LX_OP_ROPE) {
+      long long d = rows / (user->heads + 2LL * user->kv_heads);
+      first[0] = 0, count[0] = user->heads * d;
+      first[1] = count[0], count[1] = user->kv_heads * d;
+      first[2] = first[1] + count[1], count[2] = count[1];
+      return 3;
+    }
+    if (user->kind == LX_OP_SWIGLU) {
+      first[0] = 0, first[1] = count[0] = count[1] = rows / 2;
+      return 2;
+    }
+  }
+  first[0] = 0, count[0] = rows;
+  return 1;
+}
+
+static param_shard shard_of(const lx_printer *pr, lx_graph_id gid, int i, int k) {
+  const lx_graph *g = lx_graph_of(pr->ir, gid);
+  const lx_op *op = &g->ops[i];
+  int tp = emit_tp(pr);
+  param_shard sh = {.row_elements = 1};
+  bool vocab = op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_LM_HEAD;
+  if (tp == 1 || !(vocab || op->kind == LX_OP_LINEAR) || (op->tp_role == LX_TP_ROW && k == 1)) return sh;
+  long long in_width = vocab ? 0 : emit_op_at(pr, gid, op->inputs[0])->out.width;
+  if (op->tp_role == LX_TP_ROW) {
+    sh.split = 2, sh.whole_row = in_width, sh.row_elements = in_width / tp;
+    return sh;
+  }
+  sh.split = 1;
+  if (vocab) {
+    sh.row_elements =
+        op->kind == LX_OP_EMBEDDING ? op->out.width : emit_op_at(pr, gid, op->inputs[0])->out.width;
+    sh.pieces = 1, sh.piece_row[0] = 0, sh.piece_rows[0] = pr->ir->padded_vocab / tp;
+    return sh;
+  }
+  sh.row_elements = k == 0 ? in_width : 1;
+  sh.pieces = column_groups(g, i, op->out.width, sh.piece_row, sh.piece_rows);
+  for (int p = 0; p < sh.pieces; p++)
+    sh.piece_rows[p] /= tp;
+  return sh;
+}
+
 static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int i, int k, bool gpt2) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   const lx_op *op = &graph->ops[i];
@@ -271,18 +358,39 @@ static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int 
   bool residual_projection = op->kind == LX_OP_LINEAR && feeds_residual_add(graph, i);
   double std = !weight ? 0 : residual_projection ? 0.02 / sqrt(2.0 * pr->ir->model.layers) : 0.02;
   double constant = !weight && k == 0 ? 1 : 0; /* norm scales start at one, biases and shifts at zero */
-  long long stream = tied_copy ? init_stream(LX_GRAPH_PROLOGUE, -1, embedding_op(pr->ir), 0) : init_stream(g, layer, i, k);
+  long long stream =
+      tied_copy ? init_stream(LX_GRAPH_PROLOGUE, -1, embedding_op(pr->ir), 0) : init_stream(g, layer, i, k);
   long long file = gpt2 ? gpt2_file_element(pr->ir, g, layer, i, k) : -1;
-  fprintf(pr->out, "  {\"%s%s%d %s.%s\", %lldLL, %lldLL, %.17g, %g, %d, %lldLL, %lldLL, %d, %d},\n",
+  param_shard sh = shard_of(pr, g, i, k);
+  fprintf(pr->out, "  {\"%s%s%d %s.%s\", %lldLL, %lldLL, %.17g, %g, %d, %lldLL, %lldLL, %d, %d, %d",
           graph->name, g == LX_GRAPH_BLOCK ? " layer " : "", g == LX_GRAPH_BLOCK ? layer : 0, op->name,
-          k ? "bias" : "weight", element, (long long)pl->param_elements[k], std, constant, weight ? 1 : 0, stream,
-          file, tied_copy ? 0 : 1, tied_copy || op->kind == LX_OP_EMBEDDING ? 1 : 0);
+          k ? "bias" : "weight", element, (long long)pl->param_elements[k], std, constant, weight ? 1 : 0,
+          stream, file, tied_copy ? 0 : 1, tied_copy || op->kind == LX_OP_EMBEDDING ? 1 : 0, sh.split);
+  fprintf(pr->out, ", %lldLL, %lldLL, %d, {%lldLL, %lldLL, %lldLL}, {%lldLL, %lldLL, %lldLL}",
+          sh.row_elements, sh.whole_row, sh.pieces, sh.piece_row[0], sh.piece_row[1], sh.piece_row[2],
+          sh.piece_rows[0], sh.piece_rows[1], sh.piece_rows[2]);
+  fputs("},\n", pr->out);
 }
 
 static void print_param_rows(const lx_printer *pr, lx_graph_id g, int layer, bool gpt2) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   for (int i = 0; i < graph->n_ops; i++)
-    for (int k = 0; k < 2; k++) print_param_row(pr, g, layer, i, k, gpt2);
+    for (int k = 0; k < 2; k++)
+      print_param_row(pr, g, layer, i, k, gpt2);
+}
+
+/* The data-parallel buckets of the params region (layout.h), in its order. */
+static void print_bucket_table(const lx_printer *pr) {
+  const lx_stage_layout *l = pr->l;
+  fprintf(pr->out, "\n/* Gradient buckets reduced across the dp replicas at once: first element,\n"
+                   " * elements, and (ZeRO-1) where this replica's share of their optimizer\n"
+                   " * state starts. */\nstatic const lx_param_bucket param_buckets[] = {\n");
+  for (int b = 0; b < l->n_buckets; b++)
+    fprintf(pr->out, "  {%lldLL, %lldLL, %lldLL},\n", (long long)l->buckets[b].first,
+            (long long)l->buckets[b].elements, (long long)l->buckets[b].shard_first);
+  if (!l->n_buckets) fputs("  {0, 0, 0},\n", pr->out);
+  fprintf(pr->out, "};\nenum { PARAM_BUCKETS = %d, ZERO_SHARDS = %d, OPTIMIZER_ELEMENTS = %lld };\n",
+          l->n_buckets, l->shards, (long long)l->optimizer_elements);
 }
 
 void emit_param_table(const lx_printer *pr) {
@@ -290,16 +398,20 @@ void emit_param_table(const lx_printer *pr) {
   fprintf(pr->out, "\n/* Every parameter tensor of the stage: name, element offset in the params\n"
                    " * region, elements, init std (0: constant), init constant, weight decay,\n"
                    " * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this\n"
-                   " * stage writes it there, whether it is the tied embedding table. */\n"
+                   " * stage writes it there, whether it is the tied embedding table, and where\n"
+                   " * this rank's share sits in the whole tensor (tensor parallelism: split,\n"
+                   " * row elements, whole row, pieces, their first rows and row counts). */\n"
                    "static const lx_param_tensor param_tensors[] = {\n");
   if (pr->st->has_prologue) print_param_rows(pr, LX_GRAPH_PROLOGUE, -1, gpt2);
   for (int l = pr->st->first_layer; l < pr->st->first_layer + pr->st->n_layers; l++)
     print_param_rows(pr, LX_GRAPH_BLOCK, l, gpt2);
   if (pr->st->has_epilogue) print_param_rows(pr, LX_GRAPH_EPILOGUE, -1, gpt2);
   fprintf(pr->out, "};\nenum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };\n");
+  print_bucket_table(pr);
   fprintf(pr->out, "#define GPT2_CHECKPOINT %d\n", gpt2 ? 1 : 0);
-  fprintf(pr->out, "static const lx_gpt2_header gpt2_header = {%d, %d, %d, %d, %d, %d};\n", pr->ir->model.seq_len,
-          pr->ir->model.vocab, pr->ir->model.layers, pr->ir->model.heads, pr->ir->model.hidden, pr->ir->padded_vocab);
+  fprintf(pr->out, "static const lx_gpt2_header gpt2_header = {%d, %d, %d, %d, %d, %d};\n",
+          pr->ir->model.seq_len, pr->ir->model.vocab, pr->ir->model.layers, pr->ir->model.heads,
+          pr->ir->model.hidden, pr->ir->padded_vocab);
 }
 
 static void print_string_macro(FILE *f, const char *name, const char *value) {
@@ -309,7 +421,8 @@ static void print_string_macro(FILE *f, const char *name, const char *value) {
     return;
   }
   fputc('"', f);
-  for (const char *c = value; *c; c++) fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+  for (const char *c = value; *c; c++)
+    fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
   fputs("\"\n", f);
 }
 
@@ -318,14 +431,18 @@ void emit_training(const lx_printer *pr) {
   const lx_training *t = &pr->ir->training;
   FILE *f = pr->out;
   fprintf(f, "\n/* training (struct lx_training of the model file) */\n");
-  fprintf(f, "#define TRAINING_STEPS %d\n#define TRAINING_LR %.17g\n#define TRAINING_MIN_LR %.17g\n", t->steps, t->lr,
-          t->min_lr);
-  fprintf(f, "#define TRAINING_WARMUP %d\n#define TRAINING_LR_SCHEDULE %d\n", t->warmup_steps, (int)t->lr_schedule);
-  fprintf(f, "#define TRAINING_BETA1 %.17g\n#define TRAINING_BETA2 %.17g\n#define TRAINING_EPS %.17g\n", t->beta1,
-          t->beta2, t->eps);
-  fprintf(f, "#define TRAINING_WEIGHT_DECAY %.17g\n#define TRAINING_GRAD_CLIP %.17g\n", t->weight_decay, t->grad_clip);
-  fprintf(f, "#define TRAINING_SEED %d\n#define TRAINING_VAL_INTERVAL %d\n#define TRAINING_CHECKPOINT_INTERVAL %d\n",
-          t->seed, t->val_interval, t->checkpoint_interval);
+  fprintf(f, "#define TRAINING_STEPS %d\n#define TRAINING_LR %.17g\n#define TRAINING_MIN_LR %.17g\n",
+          t->steps, t->lr, t->min_lr);
+  fprintf(f, "#define TRAINING_WARMUP %d\n#define TRAINING_LR_SCHEDULE %d\n", t->warmup_steps,
+          (int)t->lr_schedule);
+  fprintf(f, "#define TRAINING_BETA1 %.17g\n#define TRAINING_BETA2 %.17g\n#define TRAINING_EPS %.17g\n",
+          t->beta1, t->beta2, t->eps);
+  fprintf(f, "#define TRAINING_WEIGHT_DECAY %.17g\n#define TRAINING_GRAD_CLIP %.17g\n", t->weight_decay,
+          t->grad_clip);
+  fprintf(
+      f,
+      "#define TRAINING_SEED %d\n#define TRAINING_VAL_INTERVAL %d\n#define TRAINING_CHECKPOINT_INTERVAL %d\n",
+      t->seed, t->val_interval, t->checkpoint_interval);
   print_string_macro(f, "TRAINING_TRAIN_DATA", t->train_data ? t->train_data : "data/train_*.bin");
   print_string_macro(f, "TRAINING_VAL_DATA", t->val_data);
 }

@@ -41,7 +41,8 @@ const char *emit_at(const lx_printer *pr, char *buf, size_t size, const char *ty
 void emit_block_boundaries(const lx_printer *pr);
 
 const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i);
-void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, lx_operands *o);
+void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                          lx_operands *o);
 /* The saved internal buffer named `what` ("lse", "softmax", ...), or "NULL". */
 const char *emit_internal_named(const lx_op *op, const lx_operands *o, const char *what);
 
@@ -55,6 +56,10 @@ bool emit_any_recompute(const lx_printer *pr);
 const char *emit_run_function(lx_instr_kind k);
 /* Is the run exactly the body of its graph function? */
 bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count);
+/* Does the stage's schedule run some instance of graph g's `kind` pass
+ * whole, i.e. call its graph function? (Tensor-parallel all-reduces split
+ * every backward of a graph with a column-parallel op.) */
+bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id g);
 int emit_targets_op(const lx_ir *ir);
 
 /* The table of the stage's parameter tensors (init, weight decay, checkpoint). */

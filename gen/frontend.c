@@ -145,6 +145,7 @@ static const field_desc fields[] = {
     F("lx_parallel", global_batch, LX_F_GLOBAL_BATCH, FIELD_INT, plan.global_batch),
     F("lx_parallel", schedule, LX_F_SCHEDULE, FIELD_ENUM, plan.schedule),
     F("lx_parallel", sequence_parallel, LX_F_SEQ_PARALLEL, FIELD_BOOL, plan.sequence_parallel),
+    F("lx_parallel", zero, LX_F_ZERO, FIELD_BOOL, plan.zero),
     F("lx_training", steps, LX_F_STEPS, FIELD_INT, training.steps),
     F("lx_training", lr, LX_F_LR, FIELD_DOUBLE, training.lr),
     F("lx_training", min_lr, LX_F_MIN_LR, FIELD_DOUBLE, training.min_lr),

@@ -48,11 +48,20 @@ static bool head_owns_table(const lx_pipeline *p, int s, const lx_op *op) {
   return op->kind == LX_OP_LM_HEAD && op->params_per_rank == 0 && !p->stages[s].has_prologue;
 }
 
-static void place_params(const lx_pipeline *p, int s, lx_graph_id gid, lx_op_place *places, int64_t *cursor) {
-  const lx_graph *g = lx_graph_of(p->ir, gid);
-  int64_t graph_start = *cursor; /* offsets are within the graph's (first layer's) block */
+/* The embedding table of tied embeddings, or the last stage's copy of it. */
+static bool is_tied_table(const lx_pipeline *p, int s, const lx_op *op) {
+  return p->ir->model.tied_embeddings && (op->kind == LX_OP_EMBEDDING || head_owns_table(p, s, op));
+}
+
+static int64_t round_up(int64_t n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+/* The tied table's tensors (tied_pass) or all the others, from *cursor on;
+ * offsets are within the graph's (first layer's) block. */
+static void place_param_tensors(const lx_pipeline *p, int s, const lx_graph *g, lx_op_place *places,
+                                int64_t graph_start, int64_t *cursor, bool tied_pass) {
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
+    if (is_tied_table(p, s, op) != tied_pass) continue;
     int64_t shapes[2];
     param_shapes(p->ir, g, op, shapes);
     if (op->kind == LX_OP_LM_HEAD && !op->params_per_rank && !head_owns_table(p, s, op)) shapes[0] = 0;
@@ -61,6 +70,39 @@ static void place_params(const lx_pipeline *p, int s, lx_graph_id gid, lx_op_pla
       places[i].param_offset[k] = shapes[k] ? *cursor - graph_start : -1;
       *cursor += shapes[k] + (shapes[k] % (ALIGN / 4) ? ALIGN / 4 - shapes[k] % (ALIGN / 4) : 0);
     }
+  }
+}
+
+/* A graph's parameter block: the tied table first, then the rest, each
+ * padded to a multiple of `shards` elements (ZeRO-1 splits every bucket
+ * evenly). Returns the elements of the table part (0 if none). */
+static int64_t place_params(const lx_pipeline *p, int s, lx_graph_id gid, lx_op_place *places,
+                            int64_t *cursor, int shards) {
+  const lx_graph *g = lx_graph_of(p->ir, gid);
+  int64_t graph_start = *cursor;
+  place_param_tensors(p, s, g, places, graph_start, cursor, true);
+  *cursor = graph_start + round_up(*cursor - graph_start, shards);
+  int64_t table = *cursor - graph_start;
+  place_param_tensors(p, s, g, places, graph_start, cursor, false);
+  *cursor = graph_start + round_up(*cursor - graph_start, shards);
+  return table;
+}
+
+static void add_bucket(lx_stage_layout *out, lx_graph_id gid, int layer, bool tied, int64_t first,
+                       int64_t elements) {
+  if (elements <= 0) return;
+  out->buckets = realloc(out->buckets, sizeof *out->buckets * (size_t)(out->n_buckets + 1));
+  out->buckets[out->n_buckets++] = (lx_param_bucket){gid, layer, tied, first, elements, first};
+}
+
+/* The buckets of the `copies` instances of a graph whose first block starts
+ * at `start`, and where each replica's optimizer shard of them goes. */
+static void add_graph_buckets(lx_stage_layout *out, lx_graph_id gid, int first_layer, int copies,
+                              int64_t start, int64_t block, int64_t table) {
+  for (int c = 0; c < copies; c++) {
+    int layer = gid == LX_GRAPH_BLOCK ? first_layer + c : -1;
+    add_bucket(out, gid, layer, true, start + c * block, table);
+    add_bucket(out, gid, layer, false, start + c * block + table, block - table);
   }
 }
 
@@ -101,9 +143,11 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
 void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_copy, lx_stage_layout *out) {
   const lx_ir *ir = p->ir;
   const lx_stage *st = &p->stages[s];
+  int dp = ir->plan.dp ? ir->plan.dp : 1;
   *out = (lx_stage_layout){.param_elt = param_elt,
                            .activation_elt = lx_dtype_bytes(ir->training.dtype),
-                           .slots = st->stashed_micro_batches};
+                           .slots = st->stashed_micro_batches,
+                           .shards = ir->plan.zero ? dp : 1};
   static const lx_graph_id order[] = {LX_GRAPH_PROLOGUE, LX_GRAPH_BLOCK, LX_GRAPH_EPILOGUE};
   bool present[LX_GRAPH_COUNT] = {st->has_prologue, st->n_layers > 0, st->has_epilogue};
   int64_t param_cursor = 0;
@@ -114,7 +158,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
     out->places[gid] = calloc((size_t)g->n_ops, sizeof(lx_op_place));
     int64_t params_before = param_cursor, slot_before = c.slot;
     cursors graph_work = {0, 0, 0, 0, 0}; /* offsets within the graph's part of a slot */
-    place_params(p, s, gid, out->places[gid], &param_cursor);
+    int64_t table = place_params(p, s, gid, out->places[gid], &param_cursor, out->shards);
     place_activations(p, s, gid, out->places[gid], &graph_work);
     out->graph_param_offset[gid] = params_before;
     out->graph_slot_offset[gid] = slot_before;
@@ -124,6 +168,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       out->layer_param_elements = param_cursor - params_before;
       out->layer_slot_bytes = graph_work.slot;
     }
+    add_graph_buckets(out, gid, st->first_layer, copies, params_before, param_cursor - params_before, table);
     param_cursor = params_before + copies * (param_cursor - params_before);
     c.slot = slot_before + copies * graph_work.slot;
     /* work buffers are per graph instance: one layer at a time */
@@ -135,6 +180,10 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
     }
   }
   out->param_elements = param_cursor;
+  for (int b = 0; b < out->n_buckets; b++) {
+    out->buckets[b].shard_first = out->optimizer_elements;
+    out->optimizer_elements += out->buckets[b].elements / out->shards;
+  }
   out->slot_bytes = aligned(c.slot);
   out->forward_work_bytes = c.forward;
   out->backward_work_bytes = c.recompute + c.grads;
@@ -147,13 +196,13 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   out->boundary_grad_offset[1] = aligned(out->boundary_bytes);
   out->send_offset = 2 * aligned(out->boundary_bytes);
 
-  int64_t fp32_params = out->param_elements * 4;
+  int64_t fp32_optimizer = out->optimizer_elements * 4;
   int64_t sizes[LX_REGION_COUNT] = {
       [LX_REGION_PARAMS] = out->param_elements * param_elt,
-      [LX_REGION_MASTER] = master_copy ? fp32_params : 0,
-      [LX_REGION_GRADS] = fp32_params,
-      [LX_REGION_ADAM_M] = fp32_params,
-      [LX_REGION_ADAM_V] = fp32_params,
+      [LX_REGION_MASTER] = master_copy ? fp32_optimizer : 0,
+      [LX_REGION_GRADS] = out->param_elements * 4,
+      [LX_REGION_ADAM_M] = fp32_optimizer,
+      [LX_REGION_ADAM_V] = fp32_optimizer,
       [LX_REGION_STASH] = out->slots * out->slot_bytes,
       [LX_REGION_WORK] = out->window_work_offset + 2 * out->window_buffer_bytes,
       [LX_REGION_BOUNDARY] =
@@ -168,9 +217,17 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   out->total = cursor;
 }
 
+const lx_param_bucket *lx_find_bucket(const lx_stage_layout *l, lx_graph_id graph, int layer, bool tied) {
+  for (int b = 0; b < l->n_buckets; b++)
+    if (l->buckets[b].graph == graph && l->buckets[b].layer == layer && l->buckets[b].tied == tied)
+      return &l->buckets[b];
+  return NULL;
+}
+
 void lx_layout_free(lx_stage_layout *l) {
   for (int g = 0; g < LX_GRAPH_COUNT; g++)
     free(l->places[g]);
+  free(l->buckets);
 }
 
 /* ---- locating tensors ------------------------------------------------------ */
@@ -402,7 +459,8 @@ void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
       extend(l, lx_locate(p, s, l, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, mb, LX_T_SEND_ACT, 0}),
              extents);
   }
-  int64_t fp32_extent = extents[LX_REGION_PARAMS] / l->param_elt * 4;
-  extents[LX_REGION_GRADS] = extents[LX_REGION_ADAM_M] = extents[LX_REGION_ADAM_V] = fp32_extent;
-  extents[LX_REGION_MASTER] = l->region_bytes[LX_REGION_MASTER] ? fp32_extent : 0;
+  /* the step clears every gradient and the start every optimizer state, padding included */
+  extents[LX_REGION_GRADS] = l->param_elements * 4;
+  extents[LX_REGION_ADAM_M] = extents[LX_REGION_ADAM_V] = l->optimizer_elements * 4;
+  extents[LX_REGION_MASTER] = l->region_bytes[LX_REGION_MASTER] ? l->optimizer_elements * 4 : 0;
 }

@@ -78,6 +78,20 @@ typedef struct {
   int64_t param_elements[2];
 } lx_op_place;
 
+/* Parameter gradients reduced across the dp replicas at once: those of one
+ * graph instance, with the tied embedding table (or the last stage's copy of
+ * it) a bucket of its own, so both copies are sharded alike. Buckets tile
+ * the params region. Under ZeRO-1 replica r owns elements
+ * [first + r * elements / dp, first + (r + 1) * elements / dp) of each; its
+ * AdamW state (and fp32 master) for them starts at shard_first. */
+typedef struct {
+  lx_graph_id graph;
+  int layer; /* block layer, -1 for prologue/epilogue */
+  bool tied;
+  int64_t first, elements; /* in the params region; a multiple of dp under ZeRO-1 */
+  int64_t shard_first;     /* ZeRO-1: in the optimizer regions; else == first */
+} lx_param_bucket;
+
 typedef struct {
   int64_t activation_elt, param_elt; /* bytes per element */
   int64_t region_offset[LX_REGION_COUNT], region_bytes[LX_REGION_COUNT];
@@ -88,7 +102,11 @@ typedef struct {
   int64_t layer_slot_bytes;                   /* slot bytes of one block layer */
   int64_t graph_param_offset[LX_GRAPH_COUNT]; /* elements; the block's layer 0 */
   int64_t layer_param_elements;
-  int64_t param_elements;              /* all of the stage */
+  int64_t param_elements;     /* all of the stage */
+  int64_t optimizer_elements; /* in adam_m, adam_v and master: all, or one replica's ZeRO-1 shards */
+  int shards;                 /* ZeRO-1: dp, else 1 */
+  lx_param_bucket *buckets;   /* in order of the params region */
+  int n_buckets;
   lx_op_place *places[LX_GRAPH_COUNT]; /* per op of each graph */
   int64_t forward_work_bytes, backward_work_bytes;
   int64_t
@@ -105,6 +123,8 @@ typedef struct {
  * training on a GPU). */
 void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_copy, lx_stage_layout *out);
 void lx_layout_free(lx_stage_layout *l);
+/* The bucket an ALLREDUCE_DP names; NULL if the stage has none such. */
+const lx_param_bucket *lx_find_bucket(const lx_stage_layout *l, lx_graph_id graph, int layer, bool tied);
 lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t);
 
 /* A location as an affine expression of the instruction's micro-batch and

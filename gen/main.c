@@ -71,6 +71,8 @@ static const char usage_text[] =
     "      --global-batch N   sequences per optimizer step\n"
     "      --schedule S       gpipe | 1f1b | 2bw | interleaved\n"
     "      --sequence-parallel  Megatron sequence parallelism\n"
+    "      --zero             ZeRO-1: shard AdamW state over the dp replicas\n"
+    "                         (reduce-scatter gradients, update the shard, all-gather)\n"
     "\n"
     "  -h, --help             this text\n"
     "      --version          the version\n"
@@ -152,7 +154,7 @@ static void add_override(options *o, lx_field field, const char *option, int val
 }
 
 static options parse_options(int argc, char **argv) {
-  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_GPU_MEMORY, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_VERSION, OPT_PARTITION, OPT_EXPLAIN };
+  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_GPU_MEMORY, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_ZERO, OPT_VERSION, OPT_PARTITION, OPT_EXPLAIN };
   static const struct option longopts[] = {
       {"output", required_argument, 0, 'o'},      {"dump-ir", no_argument, 0, OPT_DUMP_IR},
       {"target", required_argument, 0, OPT_TARGET}, {"plan", no_argument, 0, OPT_PLAN},         {"json", no_argument, 0, OPT_JSON},
@@ -163,6 +165,7 @@ static options parse_options(int argc, char **argv) {
       {"global-batch", required_argument, 0, OPT_GLOBAL},
       {"schedule", required_argument, 0, OPT_SCHEDULE},
       {"sequence-parallel", no_argument, 0, OPT_SP},
+      {"zero", no_argument, 0, OPT_ZERO},
       {"partition", required_argument, 0, OPT_PARTITION},
       {"explain", no_argument, 0, OPT_EXPLAIN},
       {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
@@ -200,6 +203,7 @@ static options parse_options(int argc, char **argv) {
       break;
     case OPT_SCHEDULE: add_override(&o, LX_F_SCHEDULE, "--schedule", parse_schedule(optarg)); break;
     case OPT_SP: add_override(&o, LX_F_SEQ_PARALLEL, "--sequence-parallel", 1); break;
+    case OPT_ZERO: add_override(&o, LX_F_ZERO, "--zero", 1); break;
     case 'h': fputs(usage_text, stdout); exit(0);
     case OPT_VERSION: puts("lynxgen 0.1"); exit(0);
     case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -225,6 +229,7 @@ static void apply_overrides(const options *o, lx_ir *ir) {
     case LX_F_GLOBAL_BATCH: ir->plan.global_batch = v; break;
     case LX_F_SCHEDULE: ir->plan.schedule = (lx_schedule)v; break;
     case LX_F_SEQ_PARALLEL: ir->plan.sequence_parallel = v; break;
+    case LX_F_ZERO: ir->plan.zero = v; break;
     default: break;
     }
     ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->overrides[i].text, 0, 0};
@@ -253,7 +258,7 @@ typedef struct {
   lx_stage_memory *memory;
   lx_stage_layout *layouts; /* one per stage, for the target */
   lx_target target;
-  bool emit_program;        /* the printers handle this plan (pipeline parallelism only, for now) */
+  bool emit_program;        /* the target's printer handles this plan (CUDA: pipeline parallelism only, for now) */
   lx_cost_model cost;
   lx_simulation sim;
   lx_report report;
@@ -396,8 +401,8 @@ static int write_output(const char *dir, const products *out) {
   printf("wrote %s: plan.txt trace.json schedule.svg memory.svg ir.json manifest.txt%s\n", dir,
          out->emit_program ? ", the stage programs, Makefile and run.sh" : "");
   if (!out->emit_program)
-    printf("note: no program: the printers emit pipeline parallelism only, and this plan has tp %d x dp %d "
-           "(try --tp 1 --dp 1, or --target cpu with them)\n",
+    printf("note: no program: the CUDA printer emits pipeline parallelism only, and this plan has tp %d x dp %d "
+           "(try --tp 1 --dp 1, or --target cpu)\n",
            out->ir.plan.tp ? out->ir.plan.tp : 1, out->ir.plan.dp ? out->ir.plan.dp : 1);
   return 0;
 }
@@ -465,11 +470,11 @@ static int run_passes(const options *opts, products *out) {
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
     out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
     out->target = opts->target;
-    out->emit_program = (ir->plan.tp ? ir->plan.tp : 1) == 1 && (ir->plan.dp ? ir->plan.dp : 1) == 1;
+    out->emit_program = opts->target == LX_TARGET_CPU ||
+                        ((ir->plan.tp ? ir->plan.tp : 1) == 1 && (ir->plan.dp ? ir->plan.dp : 1) == 1);
     if (!out->emit_program && opts->target_given && opts->output_dir)
-      lx_error(ir->locs.plan, "the %s target prints pipeline parallelism only (tp = dp = 1); tensor and data "
-                              "parallelism are not emitted yet",
-               opts->target == LX_TARGET_CPU ? "CPU" : "CUDA");
+      lx_error(ir->locs.plan, "the CUDA target prints pipeline parallelism only (tp = dp = 1); tensor and data "
+                              "parallelism are emitted for --target cpu");
     out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),

@@ -4,12 +4,15 @@
 #include <stdlib.h>
 
 /* Bytes per parameter: the training-dtype copy (+ an fp32 master copy when it
- * is 16-bit), an fp32 gradient, and AdamW's two fp32 moments. */
+ * is 16-bit), an fp32 gradient, and AdamW's two fp32 moments. ZeRO-1 keeps
+ * the master and the moments of one dp replica's share only. */
 static void static_bytes(const lx_ir *ir, int64_t params, lx_stage_memory *m) {
   int elt = lx_dtype_bytes(ir->training.dtype);
-  m->weights = params * (elt + (elt < 4 ? 4 : 0));
+  int64_t shards = ir->plan.zero && ir->plan.dp > 1 ? ir->plan.dp : 1;
+  int64_t share = (params + shards - 1) / shards;
+  m->weights = params * elt + (elt < 4 ? share * 4 : 0);
   m->grads = params * 4;
-  m->optimizer = params * 8;
+  m->optimizer = share * 8;
 }
 
 static int first_computing_op(const lx_graph *g) {

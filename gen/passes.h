@@ -27,5 +27,8 @@ int64_t lx_kept_bytes(const lx_graph *block, const lx_op_decision *decisions);
 bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out);
 /* The plan's micro-batches per iteration and per replica. */
 int lx_micro_batches(const lx_ir *ir);
+/* Does a tensor-parallel all-reduce follow op's forward (its output is a
+ * partial sum) or, with `backward`, its backward (its input's gradient)? */
+bool lx_tp_allreduce_after(const lx_ir *ir, const lx_op *op, bool backward);
 
 #endif

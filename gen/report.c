@@ -60,6 +60,11 @@ static void print_arena(const lx_stage_layout *l, FILE *out) {
           (long long)l->total, gib(l->total), mib(weights), mib(l->region_bytes[LX_REGION_GRADS]),
           mib(optimizer), mib(l->region_bytes[LX_REGION_STASH]), l->slots, mib(l->slot_bytes),
           mib(transient));
+  if (l->shards > 1)
+    fprintf(out,
+            "  ZeRO-1     optimizer state of 1/%d of the parameters per dp replica: %.2f MiB instead of %.2f "
+            "MiB\n",
+            l->shards, mib(optimizer), mib(l->param_elements * 8));
   for (int k = 0; k < LX_REGION_COUNT; k++)
     if (l->region_bytes[k])
       fprintf(out, "             %-9s at %12lld, %12lld bytes\n", lx_region_name((lx_region)k),

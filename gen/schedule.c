@@ -18,7 +18,8 @@ typedef struct {
   const lx_ir *ir;
   lx_pipeline *pipe;
   lx_stage *st;
-  int tp;
+  int tp, dp;
+  bool dp_pending; /* bucket all-reduces the optimizer step must wait for */
   /* per micro-batch: events recorded when its stash slot is free again and
    * when its outgoing buffers have been sent; -1 until recorded */
   int *slot_free, *act_sent, *grad_sent;
@@ -51,13 +52,10 @@ static void wait_for_reuse(builder *b, lx_stream on, const int *done, int mb) {
   if (previous >= 0 && done[previous] >= 0) wait_for(b, on, done[previous]);
 }
 
-static bool forward_allreduce(const builder *b, const lx_op *op) {
-  return b->tp > 1 && op->needs_tp_allreduce;
-}
-
-/* Megatron's conjugate: a column-parallel op's input gradient is summed. */
-static bool backward_allreduce(const builder *b, const lx_op *op) {
-  return b->tp > 1 && op->tp_role == LX_TP_COLUMN;
+/* Megatron's conjugate in the backward: a column-parallel op's input gradient is summed. */
+bool lx_tp_allreduce_after(const lx_ir *ir, const lx_op *op, bool backward) {
+  if (!ir->plan.tp || ir->plan.tp < 2) return false;
+  return backward ? op->tp_role == LX_TP_COLUMN : op->needs_tp_allreduce;
 }
 
 static int64_t input_bytes(const lx_graph *g, const lx_op *op) { return g->ops[op->inputs[0]].out_bytes; }
@@ -71,7 +69,8 @@ static void tp_allreduce(builder *b, lx_instr at, int64_t bytes, bool backward) 
                   .op = at.op,
                   .mb = at.mb,
                   .bytes = bytes,
-                  .backward = backward});
+                  .backward = backward,
+                  .recomputed = at.kind == LX_I_RECOMPUTE});
   sync_streams(b, LX_STREAM_TP, LX_STREAM_COMPUTE);
 }
 
@@ -115,7 +114,7 @@ static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int 
   lx_instr in = {.kind = kind, .graph = gid, .layer = layer, .op = i, .mb = mb};
   emit(b, LX_STREAM_COMPUTE, in);
   if (kind == LX_I_FWD) pass_emitted(b);
-  if (forward_allreduce(b, op)) tp_allreduce(b, in, op->out_bytes, false);
+  if (lx_tp_allreduce_after(b->ir, op, false)) tp_allreduce(b, in, op->out_bytes, false);
 }
 
 static void run_backward_op(builder *b, lx_graph_id gid, int layer, int i, int mb) {
@@ -124,7 +123,7 @@ static void run_backward_op(builder *b, lx_graph_id gid, int layer, int i, int m
   lx_instr in = {.kind = LX_I_BWD, .graph = gid, .layer = layer, .op = i, .mb = mb};
   emit(b, LX_STREAM_COMPUTE, in);
   pass_emitted(b);
-  if (backward_allreduce(b, op)) tp_allreduce(b, in, input_bytes(g, op), true);
+  if (lx_tp_allreduce_after(b->ir, op, true)) tp_allreduce(b, in, input_bytes(g, op), true);
 }
 
 static void forward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
@@ -133,10 +132,54 @@ static void forward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
     if (g->ops[i].kind != LX_OP_INPUT) run_forward_op(b, LX_I_FWD, gid, layer, i, mb);
 }
 
+/* Parameters per rank of the tied embedding table in graph gid of the stage:
+ * the prologue's table, or the last stage's copy for its LM head. */
+static int64_t tied_table_params(const lx_ir *ir, const lx_stage *st, lx_graph_id gid) {
+  if (!ir->model.tied_embeddings) return 0;
+  const lx_graph *g = lx_graph_of(ir, gid);
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    if (gid == LX_GRAPH_PROLOGUE && op->kind == LX_OP_EMBEDDING) return op->params_per_rank;
+    if (gid == LX_GRAPH_EPILOGUE && op->kind == LX_OP_LM_HEAD && !st->has_prologue)
+      return (int64_t)ir->padded_vocab / (ir->plan.tp ? ir->plan.tp : 1) * g->ops[op->inputs[0]].out.width;
+  }
+  return 0;
+}
+
+static int64_t graph_params(const lx_ir *ir, const lx_stage *st, lx_graph_id gid) {
+  int64_t copy = gid == LX_GRAPH_EPILOGUE ? tied_table_params(ir, st, gid) : 0;
+  return lx_graph_of(ir, gid)->params_per_rank + copy;
+}
+
+/* A bucket of parameter gradients is final once the last micro-batch's
+ * backward of its graph instance is done: its all-reduce across the dp
+ * replicas starts then and overlaps the rest of the backward. The tied
+ * embedding table (and the last stage's copy of it) is a bucket of its own,
+ * so that under ZeRO-1 both copies are sharded alike. */
+static void reduce_bucket(builder *b, lx_graph_id gid, int layer, bool tied, int64_t params) {
+  if (b->dp < 2 || params <= 0) return;
+  sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_DP);
+  emit(b, LX_STREAM_DP,
+       (lx_instr){.kind = LX_I_ALLREDUCE_DP,
+                  .graph = gid,
+                  .layer = layer,
+                  .mb = -1,
+                  .tied = tied,
+                  .bytes = params * 4});
+  b->dp_pending = true;
+}
+
+static void reduce_graph_buckets(builder *b, lx_graph_id gid, int layer) {
+  int64_t table = gid == LX_GRAPH_BLOCK ? 0 : tied_table_params(b->ir, b->st, gid);
+  reduce_bucket(b, gid, layer, true, table);
+  reduce_bucket(b, gid, layer, false, graph_params(b->ir, b->st, gid) - table);
+}
+
 static void backward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
   const lx_graph *g = lx_graph_of(b->ir, gid);
   for (int i = g->n_ops - 1; i >= 0; i--)
     if (g->ops[i].kind != LX_OP_INPUT) run_backward_op(b, gid, layer, i, mb);
+  if (mb == b->pipe->micro_batches - 1) reduce_graph_buckets(b, gid, layer);
 }
 
 /* On demand: the dropped tensors of layer `layer` come back just before its
@@ -232,13 +275,7 @@ static void backward_micro_batch(builder *b, int mb) {
 }
 
 static void finish_step(builder *b) {
-  int dp = b->ir->plan.dp ? b->ir->plan.dp : 1;
-  if (dp > 1) {
-    sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_DP);
-    emit(b, LX_STREAM_DP,
-         (lx_instr){.kind = LX_I_ALLREDUCE_DP, .mb = -1, .layer = -1, .bytes = b->st->params_per_rank * 4});
-    sync_streams(b, LX_STREAM_DP, LX_STREAM_COMPUTE);
-  }
+  if (b->dp_pending) sync_streams(b, LX_STREAM_DP, LX_STREAM_COMPUTE);
   emit(b, LX_STREAM_COMPUTE, (lx_instr){.kind = LX_I_OPTIMIZER_STEP, .mb = -1, .layer = -1});
 }
 
@@ -297,7 +334,12 @@ static void schedule_one(const lx_ir *ir, lx_pipeline *p, int s) {
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     st->streams[k].count = 0;
   st->n_events = 0;
-  builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp ? ir->plan.tp : 1, .ordinal = -1};
+  builder b = {.ir = ir,
+               .pipe = p,
+               .st = st,
+               .tp = ir->plan.tp ? ir->plan.tp : 1,
+               .dp = ir->plan.dp ? ir->plan.dp : 1,
+               .ordinal = -1};
   int *events = malloc(sizeof(int) * 3 * (size_t)p->micro_batches);
   for (int i = 0; i < 3 * p->micro_batches; i++)
     events[i] = -1;

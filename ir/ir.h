@@ -67,6 +67,7 @@ typedef struct {
   int tp, pp, dp, micro_batch, global_batch;
   lx_schedule schedule;
   bool sequence_parallel;
+  bool zero; /* ZeRO-1: AdamW state (and fp32 masters) sharded over the dp replicas */
 } lx_plan;
 
 typedef struct {
@@ -193,6 +194,7 @@ typedef enum {
   LX_F_GLOBAL_BATCH,
   LX_F_SCHEDULE,
   LX_F_SEQ_PARALLEL,
+  LX_F_ZERO,
   LX_F_STEPS,
   LX_F_LR,
   LX_F_MIN_LR,

@@ -117,6 +117,7 @@ static void print_configs(json_writer *w, const lx_ir *ir) {
   put_int_or_open(w, "global_batch", p->global_batch);
   put_str(w, "schedule", p->schedule == LX_SCHEDULE_OPEN ? NULL : lx_schedule_name(p->schedule));
   put_bool(w, "sequence_parallel", p->sequence_parallel);
+  put_bool(w, "zero", p->zero);
   close_container(w, '}');
 
   const lx_training *t = &ir->training;

@@ -58,6 +58,7 @@ struct lx_parallel {
   int global_batch;       /* sequences per optimizer step, all replicas */
   enum lx_schedule schedule;
   int sequence_parallel;  /* 1: Megatron sequence parallelism */
+  int zero;               /* 1: ZeRO-1, AdamW state sharded over the dp replicas */
 };
 
 struct lx_training {

@@ -82,6 +82,16 @@ void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t si
     snprintf(buf, size, "%s mb%d %s stage %d", kind, in->mb,
              in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD ? "to" : "from", in->peer);
     break;
+  case LX_I_ALLREDUCE_DP: {
+    const char *graph = lx_graph_of(ir, in->graph)->name;
+    if (in->tied)
+      snprintf(buf, size, "%s tied embedding", kind);
+    else if (in->layer >= 0)
+      snprintf(buf, size, "%s %s L%d", kind, graph, in->layer);
+    else
+      snprintf(buf, size, "%s %s", kind, graph);
+    break;
+  }
   case LX_I_RECORD:
   case LX_I_WAIT: snprintf(buf, size, "%s e%d", kind, in->event); break;
   case LX_I_LOAD:

@@ -33,7 +33,7 @@ typedef enum {
   LX_I_SEND_GRAD, /* the gradient of the stage's input of `mb` to stage `peer` */
   LX_I_RECV_GRAD,
   LX_I_ALLREDUCE_TP, /* after FWD/RECOMPUTE of a row-parallel op, or BWD of a column-parallel one */
-  LX_I_ALLREDUCE_DP, /* the stage's parameter gradients across replicas */
+  LX_I_ALLREDUCE_DP, /* one bucket of parameter gradients across replicas (ZeRO-1: reduce-scatter) */
   LX_I_OPTIMIZER_STEP,
   LX_I_LOAD,   /* micro-batch `mb`'s data into input op `op` of graph `graph` (tokens, targets) */
   LX_I_RECORD, /* record event `event` on this stream */
@@ -43,7 +43,7 @@ typedef enum {
 
 typedef struct {
   lx_instr_kind kind;
-  lx_graph_id graph; /* FWD, BWD, RECOMPUTE, ALLREDUCE_TP */
+  lx_graph_id graph; /* FWD, BWD, RECOMPUTE, ALLREDUCE_TP, ALLREDUCE_DP (its bucket) */
   int layer;         /* model layer of a block op, else -1 */
   int op;            /* op index in its graph */
   int mb;            /* micro-batch, or -1 for once-per-step instructions */
@@ -51,6 +51,8 @@ typedef struct {
   int event;         /* RECORD/WAIT: event id, unique in the stage */
   int64_t bytes;     /* communication payload per rank */
   bool backward;     /* ALLREDUCE_TP: the conjugate in the backward pass */
+  bool recomputed;   /* ALLREDUCE_TP: of a RECOMPUTE's output (where it regenerates it) */
+  bool tied;         /* ALLREDUCE_DP: the bucket of the tied embedding table (or its copy) alone */
 } lx_instr;
 
 typedef struct {

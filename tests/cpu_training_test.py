@@ -1,7 +1,7 @@
 """The emitted CPU programs, trained end to end (issue: emitted per-stage programs).
 
 Each check builds a small GPT with lynxgen --target cpu, runs it through its
-run.sh (mpirun, one rank per stage) on byte-level shards of Debian's fortunes,
+run.sh (mpirun, tp x dp ranks per stage) on byte-level shards of Debian's fortunes,
 and compares against references derived here, independently of lynxgen:
 
 - the loss falls well below the unigram entropy of the training bytes;
@@ -13,6 +13,11 @@ and compares against references derived here, independently of lynxgen:
   runs the same kernels on the same inputs, dropout masks are a pure function
   of seed, step, micro-batch, layer and op), and equal across pp = 1, 2, 4 up
   to the bound CROSS_PP_BOUND (see there for why not bitwise);
+- tensor and data parallelism: every tp x pp x dp in {1, 2}^3 gives the
+  losses of tp = pp = dp = 1 within CROSS_PARALLEL_BOUND, for every recompute
+  policy; ZeRO-1 those of plain data parallelism with a 1/dp optimizer state
+  in plan.txt; and the gradients of a 2 x 2 x 2 ZeRO-1 run match finite
+  differences;
 - the arena of every stage is written exactly to the extents of the static
   memory plan, with memory the plan calls dead poisoned (make check);
 - an llm.c GPT-2 checkpoint written here loads and saves back byte-identical.
@@ -40,6 +45,13 @@ failures = 0
 # changes the loss by 1e-2 or more.
 CROSS_PP_BOUND = 1e-5
 
+# Tensor parallelism sums a row-parallel product's partial sums across ranks,
+# and data parallelism sums the replicas' gradients, in orders that differ
+# from one process computing everything: the same last-bits effect as above,
+# and the same bound separates it from real errors (a wrong shard, a missed
+# all-reduce or a misplaced dropout mask changes the loss by 1e-3 or more).
+CROSS_PARALLEL_BOUND = 1e-5
+
 
 def check(cond, what):
     global failures
@@ -52,7 +64,7 @@ MODEL = """#include <lynx.h>
 #define H 64
 static const struct lx_model model = {{ .vocab = V, .seq_len = 32, .layers = 4, .hidden = H, .heads = 4,
   .dropout = {dropout}, .tied_embeddings = 1 }};
-static const struct lx_cluster cluster = {{ .gpu = GPU_A100_80GB, .gpus_per_node = 4 }};
+static const struct lx_cluster cluster = {{ .gpu = GPU_A100_80GB, .gpus_per_node = 8 }};
 static const struct lx_parallel parallel = {{ .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 8,
   .schedule = SCHEDULE_1F1B }};
 static const struct lx_training training = {{ .steps = 10, .lr = {lr}, .min_lr = {lr} / 10, .warmup_steps = 5,
@@ -77,13 +89,15 @@ def run(cmd, cwd, env=None):
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=full_env)
 
 
-def generate(work, name, model_file, *args, target="all"):
+def generate(work, name, model_file, *args, target="all", quick=False):
+    """quick: -O1, which halves the build time of these many small programs."""
     out = os.path.join(work, name)
     r = run([LYNXGEN, model_file, "-o", out, "--target", "cpu", *args], work)
     if r.returncode != 0:
         print(r.stdout + r.stderr)
         return None
-    r = run(["make", "-s", "-C", out, target], work)
+    flags = ["CFLAGS=-O1 -march=native -fno-math-errno"] if quick else []
+    r = run(["make", "-s", "-j2", "-C", out, target, *flags], work)
     if r.returncode != 0:
         print(r.stdout + r.stderr)
         return None
@@ -120,6 +134,72 @@ def write_gpt2_checkpoint(path, seq, vocab, layers, heads, channels, padded):
     with open(path, "wb") as f:
         f.write(struct.pack("<256i", *header))
         f.write(struct.pack("<%df" % count, *values))
+
+
+def relative_difference(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+def optimizer_mib(plan_txt):
+    """The first stage's optimizer MiB from plan.txt's arena line."""
+    with open(plan_txt) as f:
+        for line in f:
+            if line.strip().startswith("arena"):
+                return float(line.split("optimizer ")[1].split(" MiB")[0])
+    return None
+
+
+def tensor_and_data_parallel(work, model, reference):
+    """Every tp x pp x dp in {1, 2}^3 against the single-rank losses."""
+    if reference is None:
+        check(False, "tp/dp: the tp = pp = dp = 1 reference run exists")
+        return
+    squeeze = ("--gpu-memory", "0.0015")  # 1.5 MiB GPUs: the planned policies recompute, some of it in windows
+    cases = []
+    for tp in (1, 2):
+        for pp in (1, 2):
+            for dp in (1, 2):
+                every_policy = (tp, pp, dp) == (2, 2, 2)
+                for policy in POLICIES if every_policy else ("none", "lynx-heu"):
+                    if (tp, pp, dp) != (1, 1, 1):
+                        cases.append((tp, pp, dp, policy))
+    for tp, pp, dp, policy in cases:
+        args = ("--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--policy", policy)
+        args += squeeze if policy not in ("none", "full", "selective") else ()
+        name = "par-t%dp%dd%d-%s" % (tp, pp, dp, policy)
+        program = generate(work, name, model, *args, quick=True)
+        r, metrics = train(program, work, "--steps", "4") if program else (None, None)
+        if r is None or r.returncode != 0:
+            check(False, "tp=%d pp=%d dp=%d %s trains" % (tp, pp, dp, policy))
+            if r is not None:
+                print(r.stdout[-2000:] + r.stderr[-2000:])
+            continue
+        worst = relative_difference(losses(metrics), reference)
+        check(worst <= CROSS_PARALLEL_BOUND, "tp=%d pp=%d dp=%d %s: losses equal tp=pp=dp=1's within %.0e (worst %.2e)"
+              % (tp, pp, dp, policy, CROSS_PARALLEL_BOUND, worst))
+    plain = os.path.join(work, "par-t2p2d2-none")
+    zero = generate(work, "par-zero", model, "--tp", "2", "--pp", "2", "--dp", "2", "--zero", quick=True)
+    r, metrics = train(zero, work, "--steps", "4") if zero else (None, None)
+    if r is not None and r.returncode == 0 and os.path.exists(os.path.join(plain, "metrics.jsonl")):
+        worst = relative_difference(losses(metrics), losses(os.path.join(plain, "metrics.jsonl")))
+        check(worst <= CROSS_PARALLEL_BOUND,
+              "ZeRO-1 (tp=2 pp=2 dp=2): losses equal plain data parallelism's within %.0e (worst %.2e)" % (
+                  CROSS_PARALLEL_BOUND, worst))
+        before, after = optimizer_mib(os.path.join(plain, "plan.txt")), optimizer_mib(os.path.join(zero, "plan.txt"))
+        check(before and after and abs(after - before / 2) <= 0.01 * before and "ZeRO-1" in open(
+            os.path.join(zero, "plan.txt")).read(),
+              "ZeRO-1 with dp=2: plan.txt shows half the optimizer state (%s MiB instead of %s MiB)" % (after, before))
+    else:
+        check(False, "ZeRO-1 (tp=2 pp=2 dp=2) trains")
+    grad = generate(work, "grad-zero", model, "--tp", "2", "--pp", "2", "--dp", "2", "--zero", target="gradcheck")
+    r, _ = train(grad, work, "--gradcheck", "--gradcheck-samples", "2", variant="-gradcheck") if grad else (None, None)
+    lines = [l for l in (r.stdout if r else "").splitlines() if "worst relative error" in l]
+    check(r is not None and r.returncode == 0 and len(lines) == 8,
+          "tp=2 pp=2 dp=2 ZeRO-1: every parameter tensor's gradient (each shard, each replica) matches finite "
+          "differences (%s)" % (lines[0].split(";")[-1].strip() if lines else "no result"))
+
+
+POLICIES = ("none", "full", "selective", "checkmate", "lynx-heu", "lynx-opt")
 
 
 def main():
@@ -170,6 +250,8 @@ def main():
             worst = max(abs(a - b) / abs(b) for a, b in zip(by_pp[pp], by_pp[1]))
             check(worst <= CROSS_PP_BOUND,
                   "pp=%d losses equal pp=1's within %.0e (worst relative difference %.2e)" % (pp, CROSS_PP_BOUND, worst))
+
+    tensor_and_data_parallel(work, model, by_pp.get(1))
 
     # Gradients against central finite differences, double precision.
     for pp in (1, 2):

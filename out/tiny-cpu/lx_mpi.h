@@ -3,8 +3,11 @@
  * thin non-blocking point-to-point helpers for the pipeline's sends and
  * receives.
  *
- * Ranks are MPI_COMM_WORLD ranks; the code printer knows at generation time
- * which world rank holds which (tp, pp, dp) coordinate, so peers are literal
+ * World ranks are laid out tensor-parallel fastest, then data-parallel, then
+ * pipeline stage: rank = tp_rank + tp * (dp_rank + dp * stage), so that a
+ * stage's ranks are contiguous (run.sh starts them as one app context) and a
+ * tensor-parallel group shares a node. Pipeline peers are stage numbers in
+ * the pipeline communicator of the rank's (tp_rank, dp_rank): literal
  * numbers in the emitted code.
  *
  * Tags: tag = kind * LX_TAG_STRIDE + micro_batch, so that a stage can have
@@ -103,24 +106,49 @@ static inline void lx_mpi_start(int *argc, char ***argv, int expected_ranks, int
 
 static inline void lx_mpi_finish(void) { LX_MPI_CHECK(MPI_Finalize()); }
 
+/* The rank's place in the plan and its communicators. */
+typedef struct {
+  int tp_rank, dp_rank, stage;
+  MPI_Comm tp;      /* the stage's ranks of this replica: tensor-parallel collectives */
+  MPI_Comm dp;      /* the stage's ranks of this tp_rank: gradient reduction */
+  MPI_Comm pp;      /* one rank per stage, same (tp_rank, dp_rank): sends and receives */
+  MPI_Comm replica; /* every rank of this dp_rank: losses, norms and checkpoints of one model */
+} lx_groups;
+
+/* Where p2p traffic goes: the pipeline communicator once lx_groups_start ran. */
+static MPI_Comm lx_pipeline_comm = MPI_COMM_NULL;
+
+static inline lx_groups lx_groups_start(int world_rank, int tp, int dp, int stage) {
+  lx_groups g = {world_rank % tp, world_rank / tp % dp, world_rank / (tp * dp), 0, 0, 0, 0};
+  if (g.stage != stage)
+    lx_die("world rank %d belongs to stage %d but runs the program of stage %d; use run.sh", world_rank, g.stage,
+           stage);
+  LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.stage * dp + g.dp_rank, g.tp_rank, &g.tp));
+  LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.stage * tp + g.tp_rank, g.dp_rank, &g.dp));
+  LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp + g.tp_rank, g.stage, &g.pp));
+  LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank, world_rank, &g.replica));
+  lx_pipeline_comm = g.pp;
+  return g;
+}
+
 static inline int lx_tag(int kind, int micro_batch) {
   LX_CHECK(kind > 0 && kind < LX_TAG_MAX_KIND && micro_batch >= 0 && micro_batch < LX_TAG_STRIDE);
   return kind * LX_TAG_STRIDE + micro_batch;
 }
 
-/* Starts sending n reals to world rank `peer`; buf must stay untouched until
- * lx_wait(req). */
+/* Starts sending n reals to pipeline stage `peer`; buf must stay untouched
+ * until lx_wait(req). */
 static inline void lx_isend(const real *buf, // (n)
                             int64_t n, int peer, int kind, int micro_batch, MPI_Request *req) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
-  LX_MPI_CHECK(MPI_Isend(buf, (int)n, LX_MPI_REAL, peer, lx_tag(kind, micro_batch), MPI_COMM_WORLD, req));
+  LX_MPI_CHECK(MPI_Isend(buf, (int)n, LX_MPI_REAL, peer, lx_tag(kind, micro_batch), lx_pipeline_comm, req));
 }
 
-/* Starts receiving exactly n reals from world rank `peer`. */
+/* Starts receiving exactly n reals from pipeline stage `peer`. */
 static inline void lx_irecv(real *buf, // (n)
                             int64_t n, int peer, int kind, int micro_batch, MPI_Request *req) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
-  LX_MPI_CHECK(MPI_Irecv(buf, (int)n, LX_MPI_REAL, peer, lx_tag(kind, micro_batch), MPI_COMM_WORLD, req));
+  LX_MPI_CHECK(MPI_Irecv(buf, (int)n, LX_MPI_REAL, peer, lx_tag(kind, micro_batch), lx_pipeline_comm, req));
 }
 
 static inline void lx_wait(MPI_Request *req) { LX_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE)); }
@@ -137,6 +165,28 @@ static inline void lx_allreduce_sum(real *buf, // (n)
                                     int64_t n, MPI_Comm comm) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
   LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm));
+}
+
+/* Starts buf = the sum of every rank's buf in comm, in place. */
+static inline void lx_iallreduce_sum(real *buf, // (n)
+                                     int64_t n, MPI_Comm comm, MPI_Request *req) {
+  LX_CHECK(n >= 0 && n <= INT_MAX);
+  LX_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm, req));
+}
+
+/* ZeRO-1: starts summing buf over comm, rank r getting the sum of chunk r
+ * (`chunk` reals) in buf[0, chunk) (MPI's in-place convention). */
+static inline void lx_ireduce_scatter_sum(real *buf, // (size(comm) * chunk)
+                                          int64_t chunk, MPI_Comm comm, MPI_Request *req) {
+  LX_CHECK(chunk >= 0 && chunk <= INT_MAX);
+  LX_MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)chunk, LX_MPI_REAL, MPI_SUM, comm, req));
+}
+
+/* ZeRO-1: every rank's chunk r of buf (its updated shard) to all, in place. */
+static inline void lx_allgather_chunks(real *buf, // (size(comm) * chunk)
+                                       int64_t chunk, MPI_Comm comm) {
+  LX_CHECK(chunk >= 0 && chunk <= INT_MAX);
+  LX_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, LX_MPI_REAL, comm));
 }
 
 /* The sum of x over comm (squared gradient norms of the stages, losses). */

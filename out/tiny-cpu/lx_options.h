@@ -33,6 +33,7 @@ typedef struct {
   int val_batches;             /* batches per validation */
   uint64_t seed;               /* initialisation and dropout */
   int gradcheck;               /* check gradients by finite differences, then exit */
+  int gradcheck_samples;       /* elements checked per parameter tensor */
   int print_every;             /* a progress line every this many steps */
 } lx_run_options;
 
@@ -47,6 +48,7 @@ static inline lx_run_options lx_run_options_default(void) {
                           .val_batches = 8,
                           .seed = 1337,
                           .gradcheck = 0,
+                          .gradcheck_samples = 8,
                           .print_every = 1};
 }
 
@@ -74,7 +76,7 @@ static inline LX_NORETURN LX_PRINTF(1, 2) void lx_usage_error(const char *fmt, .
 static inline const char *lx_or_none(const char *s) { return s ? s : "none"; }
 
 static inline void lx_print_run_options_help(const char *program, const lx_run_options *o) {
-  printf("usage: %s [options]   (normally started by run.sh, one rank per stage)\n"
+  printf("usage: %s [options]   (normally started by run.sh: tp x dp ranks per stage)\n"
          "\n"
          "Trains the model it was generated for. Options [with their defaults]:\n"
          "  --steps N          optimizer steps (0: load, evaluate, save)    [%d]\n"
@@ -88,10 +90,11 @@ static inline void lx_print_run_options_help(const char *program, const lx_run_o
          "  --metrics FILE     one JSON line per step                       [%s]\n"
          "  --print-every N    a progress line every N steps                [%d]\n"
          "  --gradcheck        check gradients by finite differences, exit  [%s]\n"
+         "  --gradcheck-samples N  elements checked per parameter tensor    [%d]\n"
          "  --help             this text\n",
          program, o->steps, lx_or_none(o->train_data), lx_or_none(o->val_data), o->val_interval,
          o->val_batches, lx_or_none(o->init_checkpoint), lx_or_none(o->save_checkpoint), o->seed,
-         lx_or_none(o->metrics_path), o->print_every, o->gradcheck ? "on" : "off");
+         lx_or_none(o->metrics_path), o->print_every, o->gradcheck ? "on" : "off", o->gradcheck_samples);
 }
 
 static inline int lx_parse_int_option(const char *flag, const char *value, int min) {
@@ -135,6 +138,8 @@ static inline int lx_apply_run_option(lx_run_options *o, const char *flag, const
     o->metrics_path = value;
   else if (!strcmp(flag, "--print-every"))
     o->print_every = lx_parse_int_option(flag, value, 1);
+  else if (!strcmp(flag, "--gradcheck-samples"))
+    o->gradcheck_samples = lx_parse_int_option(flag, value, 1);
   else
     return 0;
   return 1;

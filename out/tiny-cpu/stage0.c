@@ -4,20 +4,24 @@
  * is recomputed and where every byte lives. Shapes, the arena layout and the
  * order of every instruction are compile-time facts here. Do not edit: change
  * the model file and generate again. */
+#define LX_RANK_LAYOUT "tp 1 x pp 2 x dp 1"
 #include "lx_runtime.h"
 #include "lx_kernels.h"
+#include "lx_tensor_parallel.h"
 #include "lx_train.h"
 
 enum {
   STAGE = 0, STAGES = 2, FIRST_LAYER = 0, LAYERS = 2, MODEL_LAYERS = 4,
-  MICRO_BATCHES = 4, SLOTS = 2, DATA_PARALLEL = 1,
+  MICRO_BATCHES = 4, SLOTS = 2, TENSOR_PARALLEL = 1, DATA_PARALLEL = 1,
   B = 2, T = 64, BT = B * T, C = 64, V = 256, VP = 256,
   BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */
 };
 
 #define DROPOUT 0
 #define LOSS_SCALE ((real)1 / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */
-#define GLOBAL_MB(mb) (replica * MICRO_BATCHES + (mb))
+/* the micro-batch's number in the step of the whole batch: the loader gives
+ * replica r windows r, r + DATA_PARALLEL, ... (lx_data.h) */
+#define GLOBAL_MB(mb) ((mb) * DATA_PARALLEL + replica)
 
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
@@ -41,7 +45,9 @@ enum {
 #define EXTENT_boundary 196608LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 120448LL
 static char *arena;
-static int replica;
+static lx_groups groups; /* this rank's tp_rank, dp_rank and communicators */
+#define TP_RANK groups.tp_rank
+static int replica; /* = groups.dp_rank: which shard of every batch */
 static double loss_sum;
 static uint64_t seed;
 static int current_step; /* dropout masks are drawn per step, micro-batch, layer and op */
@@ -65,6 +71,8 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
+#define PARAMS ((real *)AT(REGION_params))
+#define GRADS ((real *)AT(REGION_grads))
 
 /* A layer's output is the next layer's input, or leaves the stage after its
  * last layer; gradients at the stage's edges come from and go to the
@@ -82,66 +90,66 @@ static void *block_input_grad(int layer, int mb) {
   return layer == FIRST_LAYER ? AT(5172224LL + ((layer + 1) % 2) * 32768LL) : AT(5172224LL + ((layer + 1) % 2) * 32768LL);
 }
 
-/* forward of prologue() (tiny.model:63) for one micro-batch. */
+/* forward of prologue() (tiny.model:64) for one micro-batch. */
 static void forward_prologue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  /* x = embedding(...)  tiny.model:64 */
+  /* x = embedding(...)  tiny.model:65 */
   lx_embedding_forward(((real *)AT(4549632LL)), ((int *)AT(1927168LL + (mb % SLOTS) * 1311232LL)), ((real *)AT(0LL)), B, T, 64, VP);
-  /* position_embedding_0 = position_embedding(...)  tiny.model:65 */
+  /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
   lx_position_embedding_forward(((real *)AT(4582400LL)), ((real *)AT(65536LL)), B, T, 64);
-  /* x = add(...)  tiny.model:65 */
+  /* x = add(...)  tiny.model:66 */
   lx_add_forward(((real *)AT(4615168LL)), ((real *)AT(4549632LL)), ((real *)AT(4582400LL)), (size_t)BT * 64);
-  /* dropout_0 = dropout(...)  tiny.model:66 */
+  /* dropout_0 = dropout(...)  tiny.model:67 */
   lx_dropout_forward(((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL)), NULL, ((real *)AT(4615168LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
 }
 
-/* backward of prologue() (tiny.model:63) for one micro-batch. */
+/* backward of prologue() (tiny.model:64) for one micro-batch. */
 static void backward_prologue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   memset(((char *)AT(4549632LL)), 0, 32768 * REAL_SCALE);
   memset(((char *)AT(4582400LL)), 0, 32768 * REAL_SCALE);
   memset(((char *)AT(4615168LL)), 0, 32768 * REAL_SCALE);
-  /* d dropout(...)  tiny.model:66 */
+  /* d dropout(...)  tiny.model:67 */
   lx_dropout_backward(((real *)AT(4615168LL)), ((real *)AT(5204992LL)), NULL, (size_t)BT * 64, DROPOUT);
-  /* d add(...)  tiny.model:65 */
+  /* d add(...)  tiny.model:66 */
   lx_add_backward(((real *)AT(4549632LL)), ((real *)AT(4582400LL)), ((real *)AT(4615168LL)), (size_t)BT * 64);
-  /* d position_embedding(...)  tiny.model:65 */
+  /* d position_embedding(...)  tiny.model:66 */
   lx_position_embedding_backward(GRAD_OF(((real *)AT(65536LL))), ((real *)AT(4582400LL)), B, T, 64);
-  /* d embedding(...)  tiny.model:64 */
+  /* d embedding(...)  tiny.model:65 */
   lx_embedding_backward(GRAD_OF(((real *)AT(0LL))), ((real *)AT(4549632LL)), ((int *)AT(1927168LL + (mb % SLOTS) * 1311232LL)), B, T, 64, VP);
 }
 
-/* forward of block() (tiny.model:70) for one micro-batch. */
+/* forward of block() (tiny.model:71) for one micro-batch. */
 static void forward_block(int layer, int mb) {
-  /* h = layernorm(...)  tiny.model:71 */
+  /* h = layernorm(...)  tiny.model:72 */
   lx_layernorm_forward(((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(82176LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
-  /* qkv = linear(...)  tiny.model:72 */
+  /* qkv = linear(...)  tiny.model:73 */
   lx_linear_forward(((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(131584LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
-  /* a = attention(...)  tiny.model:73 */
-  lx_attention_forward(((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2124288LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, ((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3));
-  /* linear_1 = linear(...)  tiny.model:74 */
+  /* a = attention(...)  tiny.model:74 */
+  lx_attention_forward(((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2124288LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, ((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 4, 4);
+  /* linear_1 = linear(...)  tiny.model:75 */
   lx_linear_forward(((real *)AT(4549632LL)), ((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(148736LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
-  /* a = dropout(...)  tiny.model:74 */
+  /* a = dropout(...)  tiny.model:75 */
   lx_dropout_forward(((real *)AT(4582400LL)), NULL, ((real *)AT(4549632LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
-  /* x = add(...)  tiny.model:75 */
+  /* x = add(...)  tiny.model:76 */
   lx_add_forward(((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(4582400LL)), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:76 */
+  /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(149248LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
-  /* linear_2 = linear(...)  tiny.model:77 */
+  /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(215040LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
-  /* h = gelu(...)  tiny.model:77 */
+  /* h = gelu(...)  tiny.model:78 */
   lx_gelu_forward(((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
-  /* linear_3 = linear(...)  tiny.model:78 */
+  /* linear_3 = linear(...)  tiny.model:79 */
   lx_linear_forward(((real *)AT(4615168LL)), ((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(281600LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
-  /* h = dropout(...)  tiny.model:78 */
+  /* h = dropout(...)  tiny.model:79 */
   lx_dropout_forward(((real *)AT(4647936LL)), NULL, ((real *)AT(4615168LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
-  /* add_1 = add(...)  tiny.model:79 */
+  /* add_1 = add(...)  tiny.model:80 */
   lx_add_forward(((real *)block_output(layer, mb)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(4647936LL)), (size_t)BT * 64);
 }
 
-/* backward of block() (tiny.model:70) for one micro-batch. */
+/* backward of block() (tiny.model:71) for one micro-batch. */
 static void backward_block(int layer, int mb) {
   memset(((char *)block_input_grad(layer, mb)), 0, 32768 * REAL_SCALE);
   memset(((char *)AT(4549632LL)), 0, 32768 * REAL_SCALE);
@@ -155,29 +163,29 @@ static void backward_block(int layer, int mb) {
   memset(((char *)AT(4975616LL)), 0, 131072 * REAL_SCALE);
   memset(((char *)AT(5106688LL)), 0, 32768 * REAL_SCALE);
   memset(((char *)AT(5139456LL)), 0, 32768 * REAL_SCALE);
-  /* d add(...)  tiny.model:79 */
+  /* d add(...)  tiny.model:80 */
   lx_add_backward(((real *)AT(4779008LL)), ((real *)AT(5139456LL)), ((real *)block_output_grad(layer, mb)), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:78 */
+  /* d dropout(...)  tiny.model:79 */
   lx_dropout_backward(((real *)AT(5106688LL)), ((real *)AT(5139456LL)), NULL, (size_t)BT * 64, DROPOUT);
-  /* d linear(...)  tiny.model:78 */
+  /* d linear(...)  tiny.model:79 */
   lx_linear_backward(((real *)AT(4975616LL)), GRAD_OF(((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(281600LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(5106688LL)), ((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
-  /* d gelu(...)  tiny.model:77 */
+  /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(((real *)AT(4844544LL)), ((real *)AT(4975616LL)), ((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
-  /* d linear(...)  tiny.model:77 */
+  /* d linear(...)  tiny.model:78 */
   lx_linear_backward(((real *)AT(4811776LL)), GRAD_OF(((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(215040LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4844544LL)), ((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
-  /* d layernorm(...)  tiny.model:76 */
+  /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(((real *)AT(4779008LL)), GRAD_OF(((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(149248LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4811776LL)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
-  /* d add(...)  tiny.model:75 */
+  /* d add(...)  tiny.model:76 */
   lx_add_backward(((real *)block_input_grad(layer, mb)), ((real *)AT(4746240LL)), ((real *)AT(4779008LL)), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:74 */
+  /* d dropout(...)  tiny.model:75 */
   lx_dropout_backward(((real *)AT(4713472LL)), ((real *)AT(4746240LL)), NULL, (size_t)BT * 64, DROPOUT);
-  /* d linear(...)  tiny.model:74 */
+  /* d linear(...)  tiny.model:75 */
   lx_linear_backward(((real *)AT(4680704LL)), GRAD_OF(((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(148736LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4713472LL)), ((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
-  /* d attention(...)  tiny.model:73 */
+  /* d attention(...)  tiny.model:74 */
   lx_attention_backward(((real *)AT(4582400LL)), ((real *)AT(4680704LL)), ((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2124288LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
-  /* d linear(...)  tiny.model:72 */
+  /* d linear(...)  tiny.model:73 */
   lx_linear_backward(((real *)AT(4549632LL)), GRAD_OF(((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(131584LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4582400LL)), ((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
-  /* d layernorm(...)  tiny.model:71 */
+  /* d layernorm(...)  tiny.model:72 */
   lx_layernorm_backward(((real *)block_input_grad(layer, mb)), GRAD_OF(((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(82176LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4549632LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
 }
 
@@ -288,36 +296,49 @@ static void run_forward(int step) {
 /* Every parameter tensor of the stage: name, element offset in the params
  * region, elements, init std (0: constant), init constant, weight decay,
  * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this
- * stage writes it there, whether it is the tied embedding table. */
+ * stage writes it there, whether it is the tied embedding table, and where
+ * this rank's share sits in the whole tensor (tensor parallelism: split,
+ * row elements, whole row, pieces, their first rows and row counts). */
 static const lx_param_tensor param_tensors[] = {
-  {"prologue0 embedding_0.weight", 0LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 1, 1},
-  {"prologue0 position_embedding_0.weight", 16384LL, 4096LL, 0.02, 0, 1, 5LL, 16384LL, 1, 0},
-  {"block layer 0 layernorm_0.weight", 20480LL, 64LL, 0, 1, 0, 6400259LL, 20480LL, 1, 0},
-  {"block layer 0 layernorm_0.bias", 20544LL, 64LL, 0, 0, 0, 6400260LL, 20736LL, 1, 0},
-  {"block layer 0 linear_0.weight", 20608LL, 12288LL, 0.02, 0, 1, 6400261LL, 20992LL, 1, 0},
-  {"block layer 0 linear_0.bias", 32896LL, 192LL, 0, 0, 0, 6400262LL, 70144LL, 1, 0},
-  {"block layer 0 linear_1.weight", 33088LL, 4096LL, 0.0070710678118654745, 0, 1, 6400265LL, 70912LL, 1, 0},
-  {"block layer 0 linear_1.bias", 37184LL, 64LL, 0, 0, 0, 6400266LL, 87296LL, 1, 0},
-  {"block layer 0 layernorm_1.weight", 37248LL, 64LL, 0, 1, 0, 6400271LL, 87552LL, 1, 0},
-  {"block layer 0 layernorm_1.bias", 37312LL, 64LL, 0, 0, 0, 6400272LL, 87808LL, 1, 0},
-  {"block layer 0 linear_2.weight", 37376LL, 16384LL, 0.02, 0, 1, 6400273LL, 88064LL, 1, 0},
-  {"block layer 0 linear_2.bias", 53760LL, 256LL, 0, 0, 0, 6400274LL, 153600LL, 1, 0},
-  {"block layer 0 linear_3.weight", 54016LL, 16384LL, 0.0070710678118654745, 0, 1, 6400277LL, 154624LL, 1, 0},
-  {"block layer 0 linear_3.bias", 70400LL, 64LL, 0, 0, 0, 6400278LL, 220160LL, 1, 0},
-  {"block layer 1 layernorm_0.weight", 70464LL, 64LL, 0, 1, 0, 6400323LL, 20544LL, 1, 0},
-  {"block layer 1 layernorm_0.bias", 70528LL, 64LL, 0, 0, 0, 6400324LL, 20800LL, 1, 0},
-  {"block layer 1 linear_0.weight", 70592LL, 12288LL, 0.02, 0, 1, 6400325LL, 33280LL, 1, 0},
-  {"block layer 1 linear_0.bias", 82880LL, 192LL, 0, 0, 0, 6400326LL, 70336LL, 1, 0},
-  {"block layer 1 linear_1.weight", 83072LL, 4096LL, 0.0070710678118654745, 0, 1, 6400329LL, 75008LL, 1, 0},
-  {"block layer 1 linear_1.bias", 87168LL, 64LL, 0, 0, 0, 6400330LL, 87360LL, 1, 0},
-  {"block layer 1 layernorm_1.weight", 87232LL, 64LL, 0, 1, 0, 6400335LL, 87616LL, 1, 0},
-  {"block layer 1 layernorm_1.bias", 87296LL, 64LL, 0, 0, 0, 6400336LL, 87872LL, 1, 0},
-  {"block layer 1 linear_2.weight", 87360LL, 16384LL, 0.02, 0, 1, 6400337LL, 104448LL, 1, 0},
-  {"block layer 1 linear_2.bias", 103744LL, 256LL, 0, 0, 0, 6400338LL, 153856LL, 1, 0},
-  {"block layer 1 linear_3.weight", 104000LL, 16384LL, 0.0070710678118654745, 0, 1, 6400341LL, 171008LL, 1, 0},
-  {"block layer 1 linear_3.bias", 120384LL, 64LL, 0, 0, 0, 6400342LL, 220224LL, 1, 0},
+  {"prologue0 embedding_0.weight", 0LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 1, 1, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"prologue0 position_embedding_0.weight", 16384LL, 4096LL, 0.02, 0, 1, 5LL, 16384LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 layernorm_0.weight", 20480LL, 64LL, 0, 1, 0, 6400259LL, 20480LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 layernorm_0.bias", 20544LL, 64LL, 0, 0, 0, 6400260LL, 20736LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 linear_0.weight", 20608LL, 12288LL, 0.02, 0, 1, 6400261LL, 20992LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 linear_0.bias", 32896LL, 192LL, 0, 0, 0, 6400262LL, 70144LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 linear_1.weight", 33088LL, 4096LL, 0.0070710678118654745, 0, 1, 6400265LL, 70912LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 linear_1.bias", 37184LL, 64LL, 0, 0, 0, 6400266LL, 87296LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 layernorm_1.weight", 37248LL, 64LL, 0, 1, 0, 6400271LL, 87552LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 layernorm_1.bias", 37312LL, 64LL, 0, 0, 0, 6400272LL, 87808LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 linear_2.weight", 37376LL, 16384LL, 0.02, 0, 1, 6400273LL, 88064LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 linear_2.bias", 53760LL, 256LL, 0, 0, 0, 6400274LL, 153600LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 linear_3.weight", 54016LL, 16384LL, 0.0070710678118654745, 0, 1, 6400277LL, 154624LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 0 linear_3.bias", 70400LL, 64LL, 0, 0, 0, 6400278LL, 220160LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 layernorm_0.weight", 70464LL, 64LL, 0, 1, 0, 6400323LL, 20544LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 layernorm_0.bias", 70528LL, 64LL, 0, 0, 0, 6400324LL, 20800LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 linear_0.weight", 70592LL, 12288LL, 0.02, 0, 1, 6400325LL, 33280LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 linear_0.bias", 82880LL, 192LL, 0, 0, 0, 6400326LL, 70336LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 linear_1.weight", 83072LL, 4096LL, 0.0070710678118654745, 0, 1, 6400329LL, 75008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 linear_1.bias", 87168LL, 64LL, 0, 0, 0, 6400330LL, 87360LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 layernorm_1.weight", 87232LL, 64LL, 0, 1, 0, 6400335LL, 87616LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 layernorm_1.bias", 87296LL, 64LL, 0, 0, 0, 6400336LL, 87872LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 linear_2.weight", 87360LL, 16384LL, 0.02, 0, 1, 6400337LL, 104448LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 linear_2.bias", 103744LL, 256LL, 0, 0, 0, 6400338LL, 153856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 linear_3.weight", 104000LL, 16384LL, 0.0070710678118654745, 0, 1, 6400341LL, 171008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 1 linear_3.bias", 120384LL, 64LL, 0, 0, 0, 6400342LL, 220224LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
 };
 enum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };
+
+/* Gradient buckets reduced across the dp replicas at once: first element,
+ * elements, and (ZeRO-1) where this replica's share of their optimizer
+ * state starts. */
+static const lx_param_bucket param_buckets[] = {
+  {0LL, 16384LL, 0LL},
+  {16384LL, 4096LL, 16384LL},
+  {20480LL, 49984LL, 20480LL},
+  {70464LL, 49984LL, 70464LL},
+};
+enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1, OPTIMIZER_ELEMENTS = 120448 };
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {64, 256, 4, 4, 64, 256};
 

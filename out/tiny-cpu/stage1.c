@@ -4,20 +4,24 @@
  * is recomputed and where every byte lives. Shapes, the arena layout and the
  * order of every instruction are compile-time facts here. Do not edit: change
  * the model file and generate again. */
+#define LX_RANK_LAYOUT "tp 1 x pp 2 x dp 1"
 #include "lx_runtime.h"
 #include "lx_kernels.h"
+#include "lx_tensor_parallel.h"
 #include "lx_train.h"
 
 enum {
   STAGE = 1, STAGES = 2, FIRST_LAYER = 2, LAYERS = 2, MODEL_LAYERS = 4,
-  MICRO_BATCHES = 4, SLOTS = 1, DATA_PARALLEL = 1,
+  MICRO_BATCHES = 4, SLOTS = 1, TENSOR_PARALLEL = 1, DATA_PARALLEL = 1,
   B = 2, T = 64, BT = B * T, C = 64, V = 256, VP = 256,
   BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */
 };
 
 #define DROPOUT 0
 #define LOSS_SCALE ((real)1 / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */
-#define GLOBAL_MB(mb) (replica * MICRO_BATCHES + (mb))
+/* the micro-batch's number in the step of the whole batch: the loader gives
+ * replica r windows r, r + DATA_PARALLEL, ... (lx_data.h) */
+#define GLOBAL_MB(mb) ((mb) * DATA_PARALLEL + replica)
 
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
@@ -41,7 +45,9 @@ enum {
 #define EXTENT_boundary 98304LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 116480LL
 static char *arena;
-static int replica;
+static lx_groups groups; /* this rank's tp_rank, dp_rank and communicators */
+#define TP_RANK groups.tp_rank
+static int replica; /* = groups.dp_rank: which shard of every batch */
 static double loss_sum;
 static uint64_t seed;
 static int current_step; /* dropout masks are drawn per step, micro-batch, layer and op */
@@ -65,6 +71,8 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
+#define PARAMS ((real *)AT(REGION_params))
+#define GRADS ((real *)AT(REGION_grads))
 
 /* A layer's output is the next layer's input, or leaves the stage after its
  * last layer; gradients at the stage's edges come from and go to the
@@ -82,35 +90,35 @@ static void *block_input_grad(int layer, int mb) {
   return layer == FIRST_LAYER ? AT(4060160LL + (mb % SLOTS) * 32768LL) : AT(3994624LL + ((layer + 1) % 2) * 32768LL);
 }
 
-/* forward of block() (tiny.model:70) for one micro-batch. */
+/* forward of block() (tiny.model:71) for one micro-batch. */
 static void forward_block(int layer, int mb) {
-  /* h = layernorm(...)  tiny.model:71 */
+  /* h = layernorm(...)  tiny.model:72 */
   lx_layernorm_forward(((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(256LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
-  /* qkv = linear(...)  tiny.model:72 */
+  /* qkv = linear(...)  tiny.model:73 */
   lx_linear_forward(((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(49664LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
-  /* a = attention(...)  tiny.model:73 */
-  lx_attention_forward(((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2060288LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, ((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3));
-  /* linear_1 = linear(...)  tiny.model:74 */
+  /* a = attention(...)  tiny.model:74 */
+  lx_attention_forward(((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2060288LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, ((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 4, 4);
+  /* linear_1 = linear(...)  tiny.model:75 */
   lx_linear_forward(((real *)AT(3372032LL)), ((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(66816LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
-  /* a = dropout(...)  tiny.model:74 */
+  /* a = dropout(...)  tiny.model:75 */
   lx_dropout_forward(((real *)AT(3404800LL)), NULL, ((real *)AT(3372032LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
-  /* x = add(...)  tiny.model:75 */
+  /* x = add(...)  tiny.model:76 */
   lx_add_forward(((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(3404800LL)), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:76 */
+  /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(67328LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
-  /* linear_2 = linear(...)  tiny.model:77 */
+  /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(133120LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
-  /* h = gelu(...)  tiny.model:77 */
+  /* h = gelu(...)  tiny.model:78 */
   lx_gelu_forward(((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
-  /* linear_3 = linear(...)  tiny.model:78 */
+  /* linear_3 = linear(...)  tiny.model:79 */
   lx_linear_forward(((real *)AT(3437568LL)), ((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(199680LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
-  /* h = dropout(...)  tiny.model:78 */
+  /* h = dropout(...)  tiny.model:79 */
   lx_dropout_forward(((real *)AT(3470336LL)), NULL, ((real *)AT(3437568LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
-  /* add_1 = add(...)  tiny.model:79 */
+  /* add_1 = add(...)  tiny.model:80 */
   lx_add_forward(((real *)block_output(layer, mb)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(3470336LL)), (size_t)BT * 64);
 }
 
-/* backward of block() (tiny.model:70) for one micro-batch. */
+/* backward of block() (tiny.model:71) for one micro-batch. */
 static void backward_block(int layer, int mb) {
   memset(((char *)block_input_grad(layer, mb)), 0, 32768 * REAL_SCALE);
   memset(((char *)AT(3372032LL)), 0, 32768 * REAL_SCALE);
@@ -124,57 +132,57 @@ static void backward_block(int layer, int mb) {
   memset(((char *)AT(3798016LL)), 0, 131072 * REAL_SCALE);
   memset(((char *)AT(3929088LL)), 0, 32768 * REAL_SCALE);
   memset(((char *)AT(3961856LL)), 0, 32768 * REAL_SCALE);
-  /* d add(...)  tiny.model:79 */
+  /* d add(...)  tiny.model:80 */
   lx_add_backward(((real *)AT(3601408LL)), ((real *)AT(3961856LL)), ((real *)block_output_grad(layer, mb)), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:78 */
+  /* d dropout(...)  tiny.model:79 */
   lx_dropout_backward(((real *)AT(3929088LL)), ((real *)AT(3961856LL)), NULL, (size_t)BT * 64, DROPOUT);
-  /* d linear(...)  tiny.model:78 */
+  /* d linear(...)  tiny.model:79 */
   lx_linear_backward(((real *)AT(3798016LL)), GRAD_OF(((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(199680LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3929088LL)), ((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
-  /* d gelu(...)  tiny.model:77 */
+  /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(((real *)AT(3666944LL)), ((real *)AT(3798016LL)), ((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
-  /* d linear(...)  tiny.model:77 */
+  /* d linear(...)  tiny.model:78 */
   lx_linear_backward(((real *)AT(3634176LL)), GRAD_OF(((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(133120LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3666944LL)), ((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
-  /* d layernorm(...)  tiny.model:76 */
+  /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(((real *)AT(3601408LL)), GRAD_OF(((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(67328LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3634176LL)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
-  /* d add(...)  tiny.model:75 */
+  /* d add(...)  tiny.model:76 */
   lx_add_backward(((real *)block_input_grad(layer, mb)), ((real *)AT(3568640LL)), ((real *)AT(3601408LL)), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:74 */
+  /* d dropout(...)  tiny.model:75 */
   lx_dropout_backward(((real *)AT(3535872LL)), ((real *)AT(3568640LL)), NULL, (size_t)BT * 64, DROPOUT);
-  /* d linear(...)  tiny.model:74 */
+  /* d linear(...)  tiny.model:75 */
   lx_linear_backward(((real *)AT(3503104LL)), GRAD_OF(((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(66816LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3535872LL)), ((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
-  /* d attention(...)  tiny.model:73 */
+  /* d attention(...)  tiny.model:74 */
   lx_attention_backward(((real *)AT(3404800LL)), ((real *)AT(3503104LL)), ((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2060288LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
-  /* d linear(...)  tiny.model:72 */
+  /* d linear(...)  tiny.model:73 */
   lx_linear_backward(((real *)AT(3372032LL)), GRAD_OF(((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(49664LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3404800LL)), ((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
-  /* d layernorm(...)  tiny.model:71 */
+  /* d layernorm(...)  tiny.model:72 */
   lx_layernorm_backward(((real *)block_input_grad(layer, mb)), GRAD_OF(((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(256LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3372032LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
 }
 
-/* forward of epilogue() (tiny.model:82) for one micro-batch. */
+/* forward of epilogue() (tiny.model:83) for one micro-batch. */
 static void forward_epilogue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  /* layernorm_0 = layernorm(...)  tiny.model:83 */
-  lx_layernorm_forward(((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3174400LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(399872LL)), ((real *)AT(400128LL)), BT, 64);
-  /* logits = lm_head(...)  tiny.model:83 */
-  lx_linear_forward(((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(400384LL)), NULL, BT, 64, VP / 1);
-  /* cross_entropy_0 = cross_entropy(...)  tiny.model:84 */
+  /* layernorm_0 = layernorm(...)  tiny.model:84 */
+  lx_layernorm_forward(((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3174400LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(465408LL)), ((real *)AT(465664LL)), BT, 64);
+  /* logits = lm_head(...)  tiny.model:84 */
+  lx_linear_forward(((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(399872LL)), NULL, BT, 64, VP / 1);
+  /* cross_entropy_0 = cross_entropy(...)  tiny.model:85 */
   loss_sum += lx_cross_entropy_forward(((real *)AT(3371520LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((int *)AT(3207168LL + (mb % SLOTS) * 1508352LL)), BT, V, VP);
 }
 
-/* backward of epilogue() (tiny.model:82) for one micro-batch. */
+/* backward of epilogue() (tiny.model:83) for one micro-batch. */
 static void backward_epilogue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   memset(((char *)AT(4027392LL)), 0, 32768 * REAL_SCALE);
   memset(((char *)AT(3372032LL)), 0, 32768 * REAL_SCALE);
   memset(((char *)AT(3404800LL)), 0, 131072 * REAL_SCALE);
-  /* d cross_entropy(...)  tiny.model:84 */
+  /* d cross_entropy(...)  tiny.model:85 */
   lx_cross_entropy_backward(((real *)AT(3404800LL)), ((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3371520LL + (mb % SLOTS) * 1508352LL)), ((int *)AT(3207168LL + (mb % SLOTS) * 1508352LL)), LOSS_SCALE, BT, V, VP);
-  /* d lm_head(...)  tiny.model:83 */
-  lx_linear_backward(((real *)AT(3372032LL)), GRAD_OF(((real *)AT(400384LL))), NULL, ((real *)AT(3404800LL)), ((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(400384LL)), BT, 64, VP / 1);
-  /* d layernorm(...)  tiny.model:83 */
-  lx_layernorm_backward(((real *)AT(4027392LL)), GRAD_OF(((real *)AT(399872LL))), GRAD_OF(((real *)AT(400128LL))), ((real *)AT(3372032LL)), ((real *)AT(3174400LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(399872LL)), BT, 64);
+  /* d lm_head(...)  tiny.model:84 */
+  lx_linear_backward(((real *)AT(3372032LL)), GRAD_OF(((real *)AT(399872LL))), NULL, ((real *)AT(3404800LL)), ((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(399872LL)), BT, 64, VP / 1);
+  /* d layernorm(...)  tiny.model:84 */
+  lx_layernorm_backward(((real *)AT(4027392LL)), GRAD_OF(((real *)AT(465408LL))), GRAD_OF(((real *)AT(465664LL))), ((real *)AT(3372032LL)), ((real *)AT(3174400LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(465408LL)), BT, 64);
 }
 
 /* the half of each (inputs, targets) pair this stage does not use */
@@ -288,37 +296,50 @@ static void run_forward(int step) {
 /* Every parameter tensor of the stage: name, element offset in the params
  * region, elements, init std (0: constant), init constant, weight decay,
  * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this
- * stage writes it there, whether it is the tied embedding table. */
+ * stage writes it there, whether it is the tied embedding table, and where
+ * this rank's share sits in the whole tensor (tensor parallelism: split,
+ * row elements, whole row, pieces, their first rows and row counts). */
 static const lx_param_tensor param_tensors[] = {
-  {"block layer 2 layernorm_0.weight", 0LL, 64LL, 0, 1, 0, 6400387LL, 20608LL, 1, 0},
-  {"block layer 2 layernorm_0.bias", 64LL, 64LL, 0, 0, 0, 6400388LL, 20864LL, 1, 0},
-  {"block layer 2 linear_0.weight", 128LL, 12288LL, 0.02, 0, 1, 6400389LL, 45568LL, 1, 0},
-  {"block layer 2 linear_0.bias", 12416LL, 192LL, 0, 0, 0, 6400390LL, 70528LL, 1, 0},
-  {"block layer 2 linear_1.weight", 12608LL, 4096LL, 0.0070710678118654745, 0, 1, 6400393LL, 79104LL, 1, 0},
-  {"block layer 2 linear_1.bias", 16704LL, 64LL, 0, 0, 0, 6400394LL, 87424LL, 1, 0},
-  {"block layer 2 layernorm_1.weight", 16768LL, 64LL, 0, 1, 0, 6400399LL, 87680LL, 1, 0},
-  {"block layer 2 layernorm_1.bias", 16832LL, 64LL, 0, 0, 0, 6400400LL, 87936LL, 1, 0},
-  {"block layer 2 linear_2.weight", 16896LL, 16384LL, 0.02, 0, 1, 6400401LL, 120832LL, 1, 0},
-  {"block layer 2 linear_2.bias", 33280LL, 256LL, 0, 0, 0, 6400402LL, 154112LL, 1, 0},
-  {"block layer 2 linear_3.weight", 33536LL, 16384LL, 0.0070710678118654745, 0, 1, 6400405LL, 187392LL, 1, 0},
-  {"block layer 2 linear_3.bias", 49920LL, 64LL, 0, 0, 0, 6400406LL, 220288LL, 1, 0},
-  {"block layer 3 layernorm_0.weight", 49984LL, 64LL, 0, 1, 0, 6400451LL, 20672LL, 1, 0},
-  {"block layer 3 layernorm_0.bias", 50048LL, 64LL, 0, 0, 0, 6400452LL, 20928LL, 1, 0},
-  {"block layer 3 linear_0.weight", 50112LL, 12288LL, 0.02, 0, 1, 6400453LL, 57856LL, 1, 0},
-  {"block layer 3 linear_0.bias", 62400LL, 192LL, 0, 0, 0, 6400454LL, 70720LL, 1, 0},
-  {"block layer 3 linear_1.weight", 62592LL, 4096LL, 0.0070710678118654745, 0, 1, 6400457LL, 83200LL, 1, 0},
-  {"block layer 3 linear_1.bias", 66688LL, 64LL, 0, 0, 0, 6400458LL, 87488LL, 1, 0},
-  {"block layer 3 layernorm_1.weight", 66752LL, 64LL, 0, 1, 0, 6400463LL, 87744LL, 1, 0},
-  {"block layer 3 layernorm_1.bias", 66816LL, 64LL, 0, 0, 0, 6400464LL, 88000LL, 1, 0},
-  {"block layer 3 linear_2.weight", 66880LL, 16384LL, 0.02, 0, 1, 6400465LL, 137216LL, 1, 0},
-  {"block layer 3 linear_2.bias", 83264LL, 256LL, 0, 0, 0, 6400466LL, 154368LL, 1, 0},
-  {"block layer 3 linear_3.weight", 83520LL, 16384LL, 0.0070710678118654745, 0, 1, 6400469LL, 203776LL, 1, 0},
-  {"block layer 3 linear_3.bias", 99904LL, 64LL, 0, 0, 0, 6400470LL, 220352LL, 1, 0},
-  {"epilogue0 layernorm_0.weight", 99968LL, 64LL, 0, 1, 0, 12800389LL, 220416LL, 1, 0},
-  {"epilogue0 layernorm_0.bias", 100032LL, 64LL, 0, 0, 0, 12800390LL, 220480LL, 1, 0},
-  {"epilogue0 lm_head_0.weight", 100096LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 0, 1},
+  {"block layer 2 layernorm_0.weight", 0LL, 64LL, 0, 1, 0, 6400387LL, 20608LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 layernorm_0.bias", 64LL, 64LL, 0, 0, 0, 6400388LL, 20864LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 linear_0.weight", 128LL, 12288LL, 0.02, 0, 1, 6400389LL, 45568LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 linear_0.bias", 12416LL, 192LL, 0, 0, 0, 6400390LL, 70528LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 linear_1.weight", 12608LL, 4096LL, 0.0070710678118654745, 0, 1, 6400393LL, 79104LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 linear_1.bias", 16704LL, 64LL, 0, 0, 0, 6400394LL, 87424LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 layernorm_1.weight", 16768LL, 64LL, 0, 1, 0, 6400399LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 layernorm_1.bias", 16832LL, 64LL, 0, 0, 0, 6400400LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 linear_2.weight", 16896LL, 16384LL, 0.02, 0, 1, 6400401LL, 120832LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 linear_2.bias", 33280LL, 256LL, 0, 0, 0, 6400402LL, 154112LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 linear_3.weight", 33536LL, 16384LL, 0.0070710678118654745, 0, 1, 6400405LL, 187392LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 linear_3.bias", 49920LL, 64LL, 0, 0, 0, 6400406LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 layernorm_0.weight", 49984LL, 64LL, 0, 1, 0, 6400451LL, 20672LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 layernorm_0.bias", 50048LL, 64LL, 0, 0, 0, 6400452LL, 20928LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 linear_0.weight", 50112LL, 12288LL, 0.02, 0, 1, 6400453LL, 57856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 linear_0.bias", 62400LL, 192LL, 0, 0, 0, 6400454LL, 70720LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 linear_1.weight", 62592LL, 4096LL, 0.0070710678118654745, 0, 1, 6400457LL, 83200LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 linear_1.bias", 66688LL, 64LL, 0, 0, 0, 6400458LL, 87488LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 layernorm_1.weight", 66752LL, 64LL, 0, 1, 0, 6400463LL, 87744LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 layernorm_1.bias", 66816LL, 64LL, 0, 0, 0, 6400464LL, 88000LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 linear_2.weight", 66880LL, 16384LL, 0.02, 0, 1, 6400465LL, 137216LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 linear_2.bias", 83264LL, 256LL, 0, 0, 0, 6400466LL, 154368LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 linear_3.weight", 83520LL, 16384LL, 0.0070710678118654745, 0, 1, 6400469LL, 203776LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 3 linear_3.bias", 99904LL, 64LL, 0, 0, 0, 6400470LL, 220352LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"epilogue0 layernorm_0.weight", 116352LL, 64LL, 0, 1, 0, 12800389LL, 220416LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"epilogue0 layernorm_0.bias", 116416LL, 64LL, 0, 0, 0, 12800390LL, 220480LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"epilogue0 lm_head_0.weight", 99968LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 0, 1, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
 };
 enum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };
+
+/* Gradient buckets reduced across the dp replicas at once: first element,
+ * elements, and (ZeRO-1) where this replica's share of their optimizer
+ * state starts. */
+static const lx_param_bucket param_buckets[] = {
+  {0LL, 49984LL, 0LL},
+  {49984LL, 49984LL, 49984LL},
+  {99968LL, 16384LL, 99968LL},
+  {116352LL, 128LL, 116352LL},
+};
+enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1, OPTIMIZER_ELEMENTS = 116480 };
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {64, 256, 4, 4, 64, 256};
 

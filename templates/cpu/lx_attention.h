@@ -14,7 +14,9 @@
  *                         the backward recomputes the probabilities.
  * Both draw attention dropout from lx_dropout_keep(seed, stream, index) with
  * index = ((b * H + h) * T + i) * T + j, so they compute the same function and
- * the same gradients. */
+ * the same gradients. Under tensor parallelism a rank holds heads
+ * [head_base, head_base + H) of heads_total and draws with the whole model's
+ * head numbers, so every tensor-parallel degree drops the same weights. */
 #ifndef LX_ATTENTION_H
 #define LX_ATTENTION_H
 
@@ -23,11 +25,19 @@
 
 typedef struct {
   int B, T, H, KVH, D;
+  int head_base, heads_total; /* this rank's heads in the whole model's numbering */
 } lx_attn_dims;
 
 static inline lx_attn_dims lx_attn_dims_checked(int B, int T, int H, int KVH, int D) {
   LX_CHECK(B > 0 && T > 0 && D > 0 && KVH > 0 && H % KVH == 0);
-  return (lx_attn_dims){B, T, H, KVH, D};
+  return (lx_attn_dims){B, T, H, KVH, D, 0, H};
+}
+
+static inline lx_attn_dims lx_attn_dims_of_rank(int B, int T, int H, int KVH, int D, int head_base, int heads_total) {
+  lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
+  LX_CHECK(head_base >= 0 && head_base + H <= heads_total);
+  a.head_base = head_base, a.heads_total = heads_total;
+  return a;
 }
 
 static inline size_t lx_qkv_width(lx_attn_dims a) { return (size_t)(a.H + 2 * a.KVH) * a.D; }
@@ -50,6 +60,10 @@ static inline size_t lx_out_at(lx_attn_dims a, int b, int t, int h) {
 /* start of the score row (b, h, i, :) of a (B, H, T, T) tensor */
 static inline size_t lx_score_row(lx_attn_dims a, int b, int h, int i) {
   return (((size_t)b * a.H + h) * a.T + i) * a.T;
+}
+/* the dropout counter of score (b, h, i, 0), in the whole model's heads */
+static inline uint64_t lx_dropout_row(lx_attn_dims a, int b, int h, int i) {
+  return (((uint64_t)b * a.heads_total + a.head_base + h) * a.T + i) * a.T;
 }
 static inline int lx_kv_head(lx_attn_dims a, int h) { return h / (a.H / a.KVH); }
 static inline real lx_attn_scale(lx_attn_dims a) { return (real)(1.0 / sqrt((double)a.D)); }
@@ -85,8 +99,8 @@ static inline void lx_attention_forward(real *out,       // (B, T, H * D)
                                         uint8_t *mask,   // (B, H, T, T), or NULL when p == 0
                                         const real *qkv, // (B, T, (H + 2*KVH) * D)
                                         int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                        uint64_t stream) {
-  lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
+                                        uint64_t stream, int head_base, int heads_total) {
+  lx_attn_dims a = lx_attn_dims_of_rank(B, T, H, KVH, D, head_base, heads_total);
   LX_CHECK(p == 0 || (dropped && mask));
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p));
@@ -101,7 +115,7 @@ static inline void lx_attention_forward(real *out,       // (B, T, H * D)
         if (p > 0) {
           weights = dropped + row;
           for (int j = 0; j < T; j++) {
-            int keep = j <= i && lx_dropout_keep(seed, stream, row + j, threshold);
+            int keep = j <= i && lx_dropout_keep(seed, stream, lx_dropout_row(a, b, h, i) + j, threshold);
             mask[row + j] = (uint8_t)keep;
             weights[j] = keep ? prow[j] * dscale : 0;
           }
@@ -175,7 +189,7 @@ static inline void lx_flash_attention_row(real *o,         // (D)
                                           real dscale, uint64_t seed, uint64_t stream) {
   const real *q = qkv + lx_q_at(a, b, i, h);
   int g = lx_kv_head(a, h);
-  size_t row = lx_score_row(a, b, h, i);
+  uint64_t row = lx_dropout_row(a, b, h, i);
   real scale = lx_attn_scale(a), m = -INFINITY;
   lx_acc l = 0;
   memset(o, 0, (size_t)a.D * sizeof(real));
@@ -202,8 +216,8 @@ static inline void lx_flash_attention_forward(real *out,       // (B, T, H * D)
                                               real *lse,       // (B, H, T)
                                               const real *qkv, // (B, T, (H + 2*KVH) * D)
                                               int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                              uint64_t stream) {
-  lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
+                                              uint64_t stream, int head_base, int heads_total) {
+  lx_attn_dims a = lx_attn_dims_of_rank(B, T, H, KVH, D, head_base, heads_total);
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p));
 #pragma omp parallel for collapse(2)
@@ -222,8 +236,8 @@ static inline void lx_flash_attention_backward(real *dqkv,       // (B, T, (H + 
                                                const real *out,  // (B, T, H * D)
                                                const real *lse,  // (B, H, T)
                                                int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                               uint64_t stream) {
-  lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
+                                               uint64_t stream, int head_base, int heads_total) {
+  lx_attn_dims a = lx_attn_dims_of_rank(B, T, H, KVH, D, head_base, heads_total);
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p)), scale = lx_attn_scale(a);
   int group = H / KVH;
@@ -232,7 +246,7 @@ static inline void lx_flash_attention_backward(real *dqkv,       // (B, T, (H + 
     for (int g = 0; g < KVH; g++)
       for (int h = g * group; h < (g + 1) * group; h++)
         for (int i = 0; i < T; i++) {
-          size_t row = lx_score_row(a, b, h, i);
+          uint64_t row = lx_dropout_row(a, b, h, i);
           const real *q = qkv + lx_q_at(a, b, i, h), *dout_i = dout + lx_out_at(a, b, i, h);
           real Di = lx_dot(dout_i, out + lx_out_at(a, b, i, h), D);
           real lse_i = lse[((size_t)b * H + h) * T + i];

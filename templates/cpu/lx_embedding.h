@@ -12,37 +12,58 @@
 /* Channels per parallel task of the scatter-adds below. */
 #define LX_EMBED_CHANNEL_BLOCK 64
 
-static inline void lx_embedding_forward(real *out,         // (B, T, C)
-                                        const int *tokens, // (B, T)
-                                        const real *wte,   // (V, C)
-                                        int B, int T, int C, int V) {
+/* A vocabulary-parallel rank holds rows [first, first + rows) of the table:
+ * tokens outside them give zero rows, and the tensor-parallel all-reduce
+ * after this op sums the ranks' outputs into the whole lookup. */
+static inline void lx_embedding_forward_shard(real *out,         // (B, T, C)
+                                              const int *tokens, // (B, T)
+                                              const real *wte,   // (rows, C)
+                                              int B, int T, int C, int V, int first, int rows) {
 #pragma omp parallel for
   for (int r = 0; r < B * T; r++) {
     int tok = tokens[r];
     LX_CHECK(tok >= 0 && tok < V);
-    memcpy(out + (size_t)r * C, wte + (size_t)tok * C, (size_t)C * sizeof(real));
+    if (tok >= first && tok < first + rows)
+      memcpy(out + (size_t)r * C, wte + (size_t)(tok - first) * C, (size_t)C * sizeof(real));
+    else
+      memset(out + (size_t)r * C, 0, (size_t)C * sizeof(real));
   }
+}
+
+static inline void lx_embedding_forward(real *out,         // (B, T, C)
+                                        const int *tokens, // (B, T)
+                                        const real *wte,   // (V, C)
+                                        int B, int T, int C, int V) {
+  lx_embedding_forward_shard(out, tokens, wte, B, T, C, V, 0, V);
 }
 
 /* dwte[tokens[r]] += dout[r]. Two positions may hold the same token, so rows
  * cannot be split over threads; channels can: each task owns a block of
  * channels and adds the rows in order, the same order for any thread count. */
-static inline void lx_embedding_backward(real *dwte,        // (V, C)
-                                         const real *dout,  // (B, T, C)
-                                         const int *tokens, // (B, T)
-                                         int B, int T, int C, int V) {
+static inline void lx_embedding_backward_shard(real *dwte,        // (rows, C)
+                                               const real *dout,  // (B, T, C)
+                                               const int *tokens, // (B, T)
+                                               int B, int T, int C, int V, int first, int rows) {
 #pragma omp parallel for
   for (int c0 = 0; c0 < C; c0 += LX_EMBED_CHANNEL_BLOCK) {
     int c1 = c0 + LX_EMBED_CHANNEL_BLOCK < C ? c0 + LX_EMBED_CHANNEL_BLOCK : C;
     for (int r = 0; r < B * T; r++) {
       int tok = tokens[r];
       LX_CHECK(tok >= 0 && tok < V);
-      real *dw = dwte + (size_t)tok * C;
+      if (tok < first || tok >= first + rows) continue;
+      real *dw = dwte + (size_t)(tok - first) * C;
       const real *dy = dout + (size_t)r * C;
       for (int c = c0; c < c1; c++)
         dw[c] += dy[c];
     }
   }
+}
+
+static inline void lx_embedding_backward(real *dwte,        // (V, C)
+                                         const real *dout,  // (B, T, C)
+                                         const int *tokens, // (B, T)
+                                         int B, int T, int C, int V) {
+  lx_embedding_backward_shard(dwte, dout, tokens, B, T, C, V, 0, V);
 }
 
 /* out[b, t] = wpe[t]: positions count from 0 in every sequence. */

@@ -19,11 +19,17 @@ static inline double lx_gpt2_init_std(int is_residual_projection, int layers) {
   return is_residual_projection ? LX_GPT2_INIT_STD / sqrt(2.0 * layers) : LX_GPT2_INIT_STD;
 }
 
-static inline void lx_init_normal(real *w, // (N)
-                                  size_t N, double std, uint64_t seed, uint64_t stream) {
+/* w[i] = the value of element first + i of the whole tensor named by stream. */
+static inline void lx_init_normal_at(real *w, // (N)
+                                     size_t N, double std, uint64_t seed, uint64_t stream, uint64_t first) {
 #pragma omp parallel for
   for (size_t i = 0; i < N; i++)
-    w[i] = (real)(std * lx_rng_normal(seed, stream, i));
+    w[i] = (real)(std * lx_rng_normal(seed, stream, first + i));
+}
+
+static inline void lx_init_normal(real *w, // (N)
+                                  size_t N, double std, uint64_t seed, uint64_t stream) {
+  lx_init_normal_at(w, N, std, seed, stream, 0);
 }
 
 static inline void lx_init_constant(real *w, // (N)

@@ -41,19 +41,35 @@ static inline real lx_cross_entropy_forward(real *lse,          // (BT)
 /* dlogits += dloss / BT * (softmax(logits) - onehot(target)). dloss is the
  * gradient of the training objective with respect to this mean loss: 1 for
  * one micro-batch, 1 / micro_batches when a step averages several. */
+/* Valid columns of a vocabulary slice [first, first + Vr): not the padding past V. */
+static inline int lx_vocab_valid(int V, int Vr, int first) {
+  return first >= V ? 0 : V - first < Vr ? V - first : Vr;
+}
+
+/* The same on a slice of the vocabulary (a tensor-parallel rank's columns
+ * first .. first + Vr - 1), given the whole rows' log-sum-exp. */
+static inline void lx_cross_entropy_backward_slice(real *dlogits,      // (BT, Vr)
+                                                   const real *logits, // (BT, Vr)
+                                                   const real *lse,    // (BT)
+                                                   const int *targets, // (BT)
+                                                   real dloss, int BT, int V, int Vr, int first) {
+  int valid = lx_vocab_valid(V, Vr, first);
+  real scale = dloss / BT;
+#pragma omp parallel for
+  for (int r = 0; r < BT; r++) {
+    const real *x = logits + (size_t)r * Vr;
+    real *dx = dlogits + (size_t)r * Vr;
+    for (int v = 0; v < valid; v++)
+      dx[v] += scale * (lx_exp(x[v] - lse[r]) - (first + v == targets[r] ? 1 : 0));
+  }
+}
+
 static inline void lx_cross_entropy_backward(real *dlogits,      // (BT, Vp)
                                              const real *logits, // (BT, Vp)
                                              const real *lse,    // (BT)
                                              const int *targets, // (BT)
                                              real dloss, int BT, int V, int Vp) {
-  real scale = dloss / BT;
-#pragma omp parallel for
-  for (int r = 0; r < BT; r++) {
-    const real *x = logits + (size_t)r * Vp;
-    real *dx = dlogits + (size_t)r * Vp;
-    for (int v = 0; v < V; v++)
-      dx[v] += scale * (lx_exp(x[v] - lse[r]) - (v == targets[r] ? 1 : 0));
-  }
+  lx_cross_entropy_backward_slice(dlogits, logits, lse, targets, dloss, BT, V, Vp, 0);
 }
 
 #endif

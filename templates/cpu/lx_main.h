@@ -1,14 +1,15 @@
 /* lx_main.h — the training loop of an emitted stage program, included last:
  * the stage file has defined its shapes (enums), its arena layout (REGION_*),
  * its graph functions, run_schedule, run_forward, load_micro_batch and the
- * table param_tensors before this point. One rank per pipeline stage. */
+ * tables param_tensors and param_buckets before this point. tp x dp ranks
+ * run each stage's program (lx_mpi.h says which rank is which). */
 #ifndef LX_MAIN_H
 #define LX_MAIN_H
 
 #include <string.h>
 
-#define PARAMS ((real *)AT(REGION_params))
-#define GRADS ((real *)AT(REGION_grads))
+
+
 #define ADAM_M ((real *)AT(REGION_adam_m))
 #define ADAM_V ((real *)AT(REGION_adam_v))
 
@@ -37,14 +38,70 @@ static void allocate_arena(void) {
 
 /* ---- parameters ---------------------------------------------------------------- */
 
+/* A rank draws the values its share has in the whole tensor, so that every
+ * tensor-parallel degree trains the same model from the same start. */
+static void initialize_normal(const lx_param_tensor *t, uint64_t seed) {
+  real *w = PARAMS + t->element;
+  if (t->split == 0) {
+    lx_init_normal(w, (size_t)t->elements, t->init_std, seed, (uint64_t)t->stream);
+  } else if (t->split == 1) {
+    for (int k = 0; k < t->pieces; k++) {
+      long long rows = t->piece_rows[k], first_row = t->piece_row[k] + TP_RANK * rows;
+      lx_init_normal_at(w, (size_t)(rows * t->row_elements), t->init_std, seed, (uint64_t)t->stream,
+                        (uint64_t)(first_row * t->row_elements));
+      w += rows * t->row_elements;
+    }
+  } else {
+    for (long long row = 0; row < t->elements / t->row_elements; row++)
+      lx_init_normal_at(w + row * t->row_elements, (size_t)t->row_elements, t->init_std, seed, (uint64_t)t->stream,
+                        (uint64_t)(row * t->whole_row + TP_RANK * t->row_elements));
+  }
+}
+
+static void clear_optimizer_state(void) {
+  memset(ADAM_M, 0, (size_t)OPTIMIZER_ELEMENTS * sizeof(real));
+  memset(ADAM_V, 0, (size_t)OPTIMIZER_ELEMENTS * sizeof(real));
+}
+
 static void initialize_parameters(uint64_t seed) {
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
-    if (t->init_std > 0) lx_init_normal(PARAMS + t->element, (size_t)t->elements, t->init_std, seed, (uint64_t)t->stream);
+    if (t->init_std > 0) initialize_normal(t, seed);
     else lx_init_constant(PARAMS + t->element, (size_t)t->elements, (real)t->init_value);
   }
-  memset(ADAM_M, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
-  memset(ADAM_V, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
+  clear_optimizer_state();
+}
+
+/* ZeRO-1: the part of each bucket this replica updates (all of it without
+ * ZeRO). After the reduce-scatter its summed gradients sit at the bucket's
+ * start (MPI's in-place convention), its optimizer state at shard_first. */
+typedef struct {
+  long long own_first, own_elements; /* in the params region */
+  long long grad_first, state_first; /* where element own_first's gradient and moments are */
+} lx_share;
+
+static lx_share share_of(const lx_param_bucket *b) {
+  long long chunk = b->elements / ZERO_SHARDS, own = b->first + (ZERO_SHARDS > 1 ? replica * chunk : 0);
+  return (lx_share){own, chunk, b->first, b->shard_first};
+}
+
+/* The bucket holding params element e (every tensor lies in one). */
+static const lx_param_bucket *bucket_of(long long e) {
+  for (int b = 0; b < PARAM_BUCKETS; b++)
+    if (e >= param_buckets[b].first && e < param_buckets[b].first + param_buckets[b].elements) return &param_buckets[b];
+  lx_die("params element %lld is in no bucket", e);
+}
+
+/* Tensor t's elements [*lo, *hi) within this replica's share of its bucket;
+ * returns their gradient's index in GRADS (and *state, their moments'). */
+static long long owned_part(const lx_param_tensor *t, long long *lo, long long *hi, long long *state) {
+  lx_share s = share_of(bucket_of(t->element));
+  *lo = t->element > s.own_first ? t->element : s.own_first;
+  long long end = t->element + t->elements, own_end = s.own_first + s.own_elements;
+  *hi = end < own_end ? end : own_end;
+  if (*hi < *lo) *hi = *lo;
+  *state = s.state_first + (*lo - s.own_first);
+  return s.grad_first + (*lo - s.own_first);
 }
 
 /* The checkpoint slices this stage reads and writes. */
@@ -65,43 +122,57 @@ static void require_gpt2_checkpoint(const char *what) {
 
 static void load_checkpoint(const char *path) {
   require_gpt2_checkpoint(path);
+  if (TENSOR_PARALLEL > 1) lx_die("%s: checkpoints of tensor-parallel programs are not written or read yet", path);
   lx_ckpt_slice slices[PARAM_TENSORS];
   int n = checkpoint_slices(slices, 0);
   lx_checkpoint_load(path, &gpt2_header, slices, n, (float *)PARAMS);
 }
 
+/* Replicas hold equal weights: the first one writes them. */
 static void save_checkpoint(const char *path) {
   require_gpt2_checkpoint(path);
+  if (TENSOR_PARALLEL > 1) lx_die("%s: checkpoints of tensor-parallel programs are not written or read yet", path);
   lx_ckpt_slice slices[PARAM_TENSORS];
   int n = checkpoint_slices(slices, 1);
-  lx_checkpoint_save_all(path, &gpt2_header, slices, n, (const float *)PARAMS, MPI_COMM_WORLD);
+  if (replica == 0) lx_checkpoint_save_all(path, &gpt2_header, slices, n, (const float *)PARAMS, groups.replica);
 }
 
 /* ---- one optimizer step ----------------------------------------------------------- */
 
+/* The table and its copy are buckets of their own, sharded alike: under
+ * ZeRO-1 the replica's share of both is summed, where the reduce-scatter put it. */
 static void sum_tied_gradients(void) {
   if (tied_comm == MPI_COMM_NULL) return;
   for (int i = 0; i < PARAM_TENSORS; i++)
-    if (param_tensors[i].tied) lx_allreduce_sum(GRADS + param_tensors[i].element, param_tensors[i].elements, tied_comm);
+    if (param_tensors[i].tied) {
+      lx_share s = share_of(bucket_of(param_tensors[i].element));
+      lx_allreduce_sum(GRADS + s.grad_first, ZERO_SHARDS > 1 ? s.own_elements : param_tensors[i].elements, tied_comm);
+    }
 }
 
 /* The global gradient norm, summed tensor by tensor in the model's order
  * (init streams name tensors in that order), so that it is the same number
- * whatever the pipeline depth; the tied copy is counted once. */
+ * whatever the pipeline depth: the parts of a tensor are its tensor-parallel
+ * shards and ZeRO-1 shares, in rank order. Each element counts once: the tied
+ * copy, a replicated tensor's copies on other tp ranks and (without ZeRO)
+ * the other replicas' equal gradients do not. */
 static double global_grad_norm(void) {
   double local[PARAM_TENSORS][2];
   int n = 0;
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
-    if (t->tied && !t->writes_file) continue;
+    if ((t->tied && !t->writes_file) || (t->split == 0 && TP_RANK > 0) || (ZERO_SHARDS == 1 && replica > 0)) continue;
+    long long lo, hi, state;
+    long long grad = owned_part(t, &lo, &hi, &state);
     local[n][0] = (double)t->stream;
-    local[n][1] = lx_grad_norm_squared(GRADS + t->element, (size_t)t->elements);
+    local[n][1] = lx_grad_norm_squared(GRADS + grad, (size_t)(hi - lo));
     n++;
   }
-  int stages = STAGES, counts[STAGES], displs[STAGES], total = 0;
+  enum { RANKS = STAGES * TENSOR_PARALLEL * DATA_PARALLEL };
+  int counts[RANKS], displs[RANKS], total = 0;
   int mine = 2 * n;
   LX_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD));
-  for (int s = 0; s < stages; s++) displs[s] = total, total += counts[s];
+  for (int r = 0; r < RANKS; r++) displs[r] = total, total += counts[r];
   double *all = (double *)LX_MALLOC(sizeof(double) * (size_t)(total + 2));
   LX_MPI_CHECK(MPI_Allgatherv(local, mine, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, MPI_COMM_WORLD));
   double sum = 0;
@@ -116,6 +187,8 @@ static double global_grad_norm(void) {
   return sqrt(sum);
 }
 
+/* AdamW on this replica's share of every tensor; under ZeRO-1 the replicas
+ * then hand each other their updated shares. */
 static double optimizer_step(int step, int steps, double *grad_norm) {
   sum_tied_gradients();
   *grad_norm = global_grad_norm();
@@ -127,16 +200,31 @@ static double optimizer_step(int step, int steps, double *grad_norm) {
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
     lx_adamw_hparams hp = {TRAINING_BETA1, TRAINING_BETA2, TRAINING_EPS, t->decay ? TRAINING_WEIGHT_DECAY : 0};
-    lx_adamw_update(PARAMS + t->element, GRADS + t->element, ADAM_M + t->element, ADAM_V + t->element,
-                    (size_t)t->elements, lr, hp, step);
+    long long lo, hi, state;
+    long long grad = owned_part(t, &lo, &hi, &state);
+    lx_adamw_update(PARAMS + lo, GRADS + grad, ADAM_M + state, ADAM_V + state, (size_t)(hi - lo), lr, hp, step);
   }
+  for (int b = 0; ZERO_SHARDS > 1 && b < PARAM_BUCKETS; b++)
+    lx_allgather_chunks(PARAMS + param_buckets[b].first, param_buckets[b].elements / ZERO_SHARDS, groups.dp);
   return lr;
 }
 
-/* The mean loss of the step's micro-batches, known on the last stage, for all. */
+/* ZeRO-1 leaves each replica the sums of its shares only: the whole summed
+ * gradient, for the gradient check. */
+static void gather_reduced_gradients(void) {
+  for (int b = 0; ZERO_SHARDS > 1 && b < PARAM_BUCKETS; b++) {
+    lx_share s = share_of(&param_buckets[b]);
+    memmove(GRADS + s.own_first, GRADS + s.grad_first, (size_t)s.own_elements * sizeof(real));
+    lx_allgather_chunks(GRADS + param_buckets[b].first, s.own_elements, groups.dp);
+  }
+}
+
+/* The mean loss of the step's micro-batches over the replicas, known on the
+ * last stage, for all. */
 static double step_loss(void) {
   double loss = STAGE == STAGES - 1 ? loss_sum / MICRO_BATCHES : 0;
-  LX_MPI_CHECK(MPI_Bcast(&loss, 1, MPI_DOUBLE, STAGES - 1, MPI_COMM_WORLD));
+  loss = lx_allreduce_sum_double(loss, groups.dp) / DATA_PARALLEL;
+  LX_MPI_CHECK(MPI_Bcast(&loss, 1, MPI_DOUBLE, STAGES - 1, groups.pp));
   return loss;
 }
 
@@ -183,40 +271,47 @@ static real *tied_copy(void) {
   lx_die("stage %d has no copy of the tied embedding", STAGE);
 }
 
-/* Every stage takes part in every forward; the owner of a tensor perturbs it
- * (and the last stage its tied copy along with the embedding). */
-static int gradient_check(void) {
+/* Every rank takes part in every forward. The owner of a tensor (a stage's
+ * tp rank of the first replica) perturbs it, and so does every other copy of
+ * it: the other replicas' copies, a replicated tensor's copies on the other
+ * tp ranks, and the last stage's tied copy of the embedding table. */
+static int gradient_check(int samples) {
   lx_loader_reset(loader);
   memset(GRADS, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
   loss_sum = 0;
   run_schedule(1);
   sum_tied_gradients();
+  gather_reduced_gradients();
   /* central differences in double: truncation ~eps^2, rounding ~1e-16 * loss / eps */
   const double eps = 1e-5, tolerance = 1e-5, absolute = 1e-8;
   double worst = 0, worst_absolute = 0;
   int checked = 0, failed = 0;
-  for (int owner = 0; owner < STAGES; owner++) {
+  for (int owner_stage = 0; owner_stage < STAGES; owner_stage++)
+    for (int owner_tp = 0; owner_tp < TENSOR_PARALLEL; owner_tp++) {
+    int owner = owner_tp + TENSOR_PARALLEL * DATA_PARALLEL * owner_stage; /* its world rank */
+    int is_owner = STAGE == owner_stage && TP_RANK == owner_tp && replica == 0;
     int tensors = PARAM_TENSORS;
     LX_MPI_CHECK(MPI_Bcast(&tensors, 1, MPI_INT, owner, MPI_COMM_WORLD));
     for (int i = 0; i < tensors; i++) {
-      long long info[2] = {0, 0}; /* elements, tied */
+      long long info[3] = {0, 0, 0}; /* elements, tied, replicated over tp */
       /* the last stage's tied copy is the embedding table: checked with it, by mirroring */
-      if (STAGE == owner && !(param_tensors[i].tied && !param_tensors[i].writes_file))
-        info[0] = param_tensors[i].elements, info[1] = param_tensors[i].tied;
-      LX_MPI_CHECK(MPI_Bcast(info, 2, MPI_LONG_LONG, owner, MPI_COMM_WORLD));
-      if (STAGE != owner && owner != 0) info[1] = 0;
-      const int samples = 8;
+      if (is_owner && !(param_tensors[i].tied && !param_tensors[i].writes_file))
+        info[0] = param_tensors[i].elements, info[1] = param_tensors[i].tied, info[2] = param_tensors[i].split == 0;
+      LX_MPI_CHECK(MPI_Bcast(info, 3, MPI_LONG_LONG, owner, MPI_COMM_WORLD));
+      if (info[2] && owner_tp > 0) continue; /* checked on tp rank 0 */
+      int holds = STAGE == owner_stage && (TP_RANK == owner_tp || info[2]);
+      int holds_copy = info[1] && owner_stage == 0 && STAGES > 1 && STAGE == STAGES - 1 && TP_RANK == owner_tp;
       for (int k = 0; k < samples && k < info[0]; k++) {
         long long e = info[0] <= samples ? k : (k * 7919LL) % info[0];
-        real *mine = STAGE == owner ? PARAMS + param_tensors[i].element + e : NULL;
-        real *copy = info[1] && STAGES > 1 && STAGE == STAGES - 1 ? tied_copy() + e : NULL;
+        real *mine = holds ? PARAMS + param_tensors[i].element + e : NULL;
+        real *copy = holds_copy ? tied_copy() + e : NULL;
         real mine_saved = mine ? *mine : 0, copy_saved = copy ? *copy : 0;
         nudge(mine, mine_saved + (real)eps), nudge(copy, copy_saved + (real)eps);
         double plus = forward_loss();
         nudge(mine, mine_saved - (real)eps), nudge(copy, copy_saved - (real)eps);
         double minus = forward_loss();
         nudge(mine, mine_saved), nudge(copy, copy_saved);
-        if (STAGE == owner) {
+        if (is_owner) {
           double numeric = (plus - minus) / (2 * eps), analytic = GRADS[param_tensors[i].element + e];
           double difference = fabs(numeric - analytic), magnitude = fmax(fabs(numeric), fabs(analytic));
           double relative = difference / fmax(magnitude, 1e-30);
@@ -237,9 +332,9 @@ static int gradient_check(void) {
   LX_MPI_CHECK(MPI_Allreduce(&worst, &all_worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   LX_MPI_CHECK(MPI_Allreduce(&worst_absolute, &all_absolute, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   LX_MPI_CHECK(MPI_Allreduce(&failed, &all_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  printf("gradcheck: stage %d checked %d elements; over all stages worst relative error %.3e (gradients >= 1e-6), "
+  printf("gradcheck: stage %d tp rank %d replica %d checked %d elements; over all stages worst relative error %.3e (gradients >= 1e-6), "
          "worst absolute difference %.3e, %d failed (tolerance: relative %.0e or absolute %.0e)\n",
-         STAGE, checked, all_worst, all_absolute, all_failed, tolerance, absolute);
+         STAGE, TP_RANK, replica, checked, all_worst, all_absolute, all_failed, tolerance, absolute);
   return all_failed == 0 ? 0 : 1;
 }
 
@@ -285,7 +380,9 @@ static int every(int step, int interval) { return interval > 0 && step % interva
 
 int main(int argc, char **argv) {
   int rank;
-  lx_mpi_start(&argc, &argv, STAGES, &rank);
+  lx_mpi_start(&argc, &argv, STAGES * TENSOR_PARALLEL * DATA_PARALLEL, &rank);
+  groups = lx_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE);
+  replica = groups.dp_rank;
   lx_run_options o = lx_run_options_default();
   o.steps = TRAINING_STEPS;
   o.train_data = TRAINING_TRAIN_DATA;
@@ -294,23 +391,20 @@ int main(int argc, char **argv) {
   o.seed = TRAINING_SEED;
   lx_parse_run_options(argc, argv, &o);
   int color = STAGE == 0 || STAGE == STAGES - 1 ? 0 : MPI_UNDEFINED;
-  if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, STAGE, &tied_comm));
+  if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(groups.pp, color, STAGE, &tied_comm));
   allocate_arena();
   seed = o.seed;
   if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
   else initialize_parameters(o.seed);
-  if (o.init_checkpoint) {
-    memset(ADAM_M, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
-    memset(ADAM_V, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
-  }
+  if (o.init_checkpoint) clear_optimizer_state();
   loader = lx_loader_open(o.train_data, B, T, V, replica, DATA_PARALLEL, "training data");
   lx_loader *val = o.val_data && o.val_interval > 0 ? lx_loader_open(o.val_data, B, T, V, replica, DATA_PARALLEL, "validation data") : NULL;
   if (o.gradcheck) {
-    int status = gradient_check();
+    int status = gradient_check(o.gradcheck_samples);
     lx_mpi_finish();
     return status;
   }
-  int last = STAGE == STAGES - 1;
+  int last = STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0; /* reports for all */
   if (last) lx_metrics_open(o.metrics_path);
   for (int step = 1; step <= o.steps; step++) {
     double start = lx_now_ms(), lr, grad_norm;

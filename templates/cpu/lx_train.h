@@ -15,7 +15,23 @@ typedef struct {
   long long file_element; /* offset in llm.c's GPT-2 checkpoint, -1 if none */
   int writes_file;    /* this stage writes it when saving (a tied copy does not) */
   int tied;           /* the embedding table or the last stage's copy of it */
+  /* Tensor parallelism: where this rank's elements sit in the whole tensor.
+   * split 0: replicated, the rank holds all of it. split 1: `pieces` runs of
+   * whole rows of `row_elements`; run k is rows
+   * [piece_row[k] + tp_rank * piece_rows[k], ... + piece_rows[k]).
+   * split 2: columns [tp_rank * row_elements, ... + row_elements) of every
+   * row of `whole_row` elements. */
+  int split;
+  long long row_elements, whole_row;
+  int pieces;
+  long long piece_row[3], piece_rows[3];
 } lx_param_tensor;
+
+/* Gradients reduced across the dp replicas at once (gen/layout.h). */
+typedef struct {
+  long long first, elements; /* in the params region */
+  long long shard_first;     /* ZeRO-1: this replica's share of their optimizer state */
+} lx_param_bucket;
 
 /* Blocking point-to-point, for the forward-only passes (validation, gradient
  * checks) that have no schedule to overlap with. */

@@ -21,7 +21,15 @@ typedef struct {
   long long file_element;
   int writes_file;
   int tied;
+  int split; /* tensor-parallel shard: templates/cpu/lx_train.h */
+  long long row_elements, whole_row;
+  int pieces;
+  long long piece_row[3], piece_rows[3];
 } lx_param_tensor;
+
+typedef struct {
+  long long first, elements, shard_first;
+} lx_param_bucket;
 
 typedef struct {
   int max_seq_len, vocab, layers, heads, channels, padded_vocab;

@@ -237,10 +237,10 @@ static void free_attn_case(attn_case *c) {
 static void attn_forward(attn_case *c) {
   if (c->flash)
     lx_flash_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed,
-                               c->stream);
+                               c->stream, 0, c->H);
   else
     lx_attention_forward(c->out, c->probs, c->p > 0 ? c->dropped : NULL, c->p > 0 ? c->mask : NULL, c->qkv,
-                         c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed, c->stream);
+                         c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed, c->stream, 0, c->H);
 }
 
 /* forward then backward with dout = w, from the current qkv */
@@ -248,7 +248,7 @@ static void attn_backward(attn_case *c, real *dqkv) {
   attn_forward(c);
   if (c->flash)
     lx_flash_attention_backward(dqkv, c->w, c->qkv, c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D, c->p,
-                                c->seed, c->stream);
+                                c->seed, c->stream, 0, c->H);
   else
     lx_attention_backward(dqkv, c->w, c->qkv, c->probs, c->p > 0 ? c->dropped : NULL,
                           c->p > 0 ? c->mask : NULL, c->B, c->T, c->H, c->KVH, c->D, c->p);
@@ -268,6 +268,42 @@ static void test_attention_gradient(int flash, double p) {
   snprintf(name, sizeof name, "%s (H 4, KVH 2, p %.1f)", flash ? "flash_attention" : "attention", p);
   check_gradient(name, "qkv", attention_loss, &c, c.qkv, dqkv, attn_qkv_size(&c));
   free_attn_case(&c), free(dqkv);
+}
+
+/* Tensor parallelism: rank r of 2 holds query heads [r H/2, (r+1) H/2) and
+ * their kv heads, and numbers them as the whole model does (head_base): its
+ * output is its columns of the whole output, dropout included. */
+static void test_attention_split_over_ranks(int flash) {
+  attn_case whole = make_attn_case(4, 2, 0.3, flash);
+  attn_forward(&whole);
+  const int ranks = 2, H = whole.H / ranks, KVH = whole.KVH / ranks, D = whole.D, width = (H + 2 * KVH) * D;
+  double worst = 0;
+  for (int r = 0; r < ranks; r++) {
+    attn_case part = make_attn_case(H, KVH, whole.p, flash);
+    for (int row = 0; row < whole.B * whole.T; row++) {
+      const real *src = whole.qkv + (size_t)row * (whole.H + 2 * whole.KVH) * D;
+      real *dst = part.qkv + (size_t)row * width;
+      memcpy(dst, src + (size_t)r * H * D, sizeof(real) * H * D);                         /* q */
+      memcpy(dst + H * D, src + (size_t)(whole.H + r * KVH) * D, sizeof(real) * KVH * D); /* k */
+      memcpy(dst + (H + KVH) * D, src + (size_t)(whole.H + whole.KVH + r * KVH) * D, sizeof(real) * KVH * D);
+    }
+    if (flash)
+      lx_flash_attention_forward(part.out, part.lse, part.qkv, part.B, part.T, H, KVH, D, part.p, whole.seed,
+                                 whole.stream, r * H, whole.H);
+    else
+      lx_attention_forward(part.out, part.probs, part.dropped, part.mask, part.qkv, part.B, part.T, H, KVH, D,
+                           part.p, whole.seed, whole.stream, r * H, whole.H);
+    for (int row = 0; row < whole.B * whole.T; row++)
+      for (int c = 0; c < H * D; c++)
+        worst = fmax(worst, fabs(part.out[(size_t)row * H * D + c] -
+                                 whole.out[(size_t)row * whole.H * D + (size_t)r * H * D + c]));
+    free_attn_case(&part);
+  }
+  CHECK(worst == 0,
+        "%s split over 2 tensor-parallel ranks by heads: each rank's output is exactly its columns of "
+        "the whole output, dropout masks included (max difference %.1e)",
+        flash ? "flash_attention" : "attention", worst);
+  free_attn_case(&whole);
 }
 
 /* The two implementations compute one function: same output, same gradients. */
@@ -763,6 +799,7 @@ int main(void) {
     test_attention_gradient(flash, 0);
     test_attention_gradient(flash, 0.3);
     test_attention_causal(flash);
+    test_attention_split_over_ranks(flash);
   }
   int kv_heads[3] = {4, 2, 1}; /* multi-head, grouped-query, multi-query */
   for (int k = 0; k < 3; k++) {

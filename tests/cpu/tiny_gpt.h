@@ -104,7 +104,7 @@ static inline real model_forward(acts *a, const params *p, const int *tokens, co
   lx_linear_forward(a->qkv, a->h1, p->t[WQKV], p->t[BQKV], TG_BT, TG_C, TG_QKV);
   lx_rope_forward(a->qkv_r, a->qkv, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_ROPE_BASE);
   lx_flash_attention_forward(a->att, a->lse, a->qkv_r, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_DROPOUT, 9,
-                             stream_attn);
+                             stream_attn, 0, TG_H);
   lx_linear_forward(a->proj, a->att, p->t[WO], p->t[BO], TG_BT, TG_H * TG_D, TG_C);
   lx_dropout_forward(a->proj_d, a->mask, a->proj, TG_BT * TG_C, TG_DROPOUT, 9, stream_drop);
   lx_add_forward(a->x1, a->x0, a->proj_d, TG_BT * TG_C);
@@ -136,7 +136,7 @@ static inline void model_backward(acts *g, params *dp, const acts *a, const para
   lx_dropout_backward(g->proj, g->proj_d, a->mask, TG_BT * TG_C, TG_DROPOUT);
   lx_linear_backward(g->att, dp->t[WO], dp->t[BO], g->proj, a->att, p->t[WO], TG_BT, TG_H * TG_D, TG_C);
   lx_flash_attention_backward(g->qkv_r, g->att, a->qkv_r, a->att, a->lse, TG_B, TG_T, TG_H, TG_KVH, TG_D,
-                              TG_DROPOUT, 9, stream_attn);
+                              TG_DROPOUT, 9, stream_attn, 0, TG_H);
   lx_rope_backward(g->qkv, g->qkv_r, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_ROPE_BASE);
   lx_linear_backward(g->h1, dp->t[WQKV], dp->t[BQKV], g->qkv, a->h1, p->t[WQKV], TG_BT, TG_C, TG_QKV);
   lx_layernorm_backward(g->x0, dp->t[LN1W], dp->t[LN1B], g->h1, a->x0, p->t[LN1W], TG_BT, TG_C);

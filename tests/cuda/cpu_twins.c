@@ -27,7 +27,7 @@ void twin_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const
 }
 void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B, int T,
                             int H, int KVH, int D, double p, uint64_t seed, uint64_t stream) {
-  lx_attention_forward(out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream);
+  lx_attention_forward(out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream, 0, H);
 }
 void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
                              const float *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D, double p) {
@@ -35,12 +35,12 @@ void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, c
 }
 void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH, int D,
                                   double p, uint64_t seed, uint64_t stream) {
-  lx_flash_attention_forward(out, lse, qkv, B, T, H, KVH, D, p, seed, stream);
+  lx_flash_attention_forward(out, lse, qkv, B, T, H, KVH, D, p, seed, stream, 0, H);
 }
 void twin_flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                                    const float *lse, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
                                    uint64_t stream) {
-  lx_flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream);
+  lx_flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream, 0, H);
 }
 void twin_rope_forward(float *out, const float *inp, int B, int T, int H, int KVH, int D, double base) {
   lx_rope_forward(out, inp, B, T, H, KVH, D, base);

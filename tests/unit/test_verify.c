@@ -27,9 +27,9 @@ typedef struct {
 } built;
 
 /* The model at `path` with its widths, on `layers` layers, pp stages and
- * `micro_batches` micro-batches. */
-static bool build(const char *path, int layers, int pp, int micro_batches, lx_schedule schedule,
-                  lx_recompute_policy policy, built *b) {
+ * `micro_batches` micro-batches; tp and dp as given (0: as the model says). */
+static bool build_parallel(const char *path, int layers, int pp, int micro_batches, lx_schedule schedule,
+                           lx_recompute_policy policy, int tp, int dp, built *b) {
   memset(b, 0, sizeof *b);
   lx_ir_init(&b->ir);
   if (lx_parse_model(path, NULL, 0, &b->ir)) return false;
@@ -37,18 +37,27 @@ static bool build(const char *path, int layers, int pp, int micro_batches, lx_sc
   b->ir.model.layers = layers;
   b->ir.model.seq_len = 16;
   plan->pp = pp;
+  if (tp) plan->tp = tp;
+  if (dp) plan->dp = dp;
   plan->schedule = schedule;
   plan->micro_batch = 1;
   plan->global_batch = micro_batches * (plan->dp ? plan->dp : 1);
   b->ir.cluster.nodes = 64; /* room for any tp x pp x dp */
   if (lx_analyze(&b->ir) || !lx_build_pipeline(&b->ir, policy, &b->pipe)) return false;
   b->layouts = calloc((size_t)pp, sizeof *b->layouts);
-  for (int s = 0; s < pp; s++) lx_layout_stage(&b->pipe, s, 4, false, &b->layouts[s]);
+  for (int s = 0; s < pp; s++)
+    lx_layout_stage(&b->pipe, s, 4, false, &b->layouts[s]);
   return true;
 }
 
+static bool build(const char *path, int layers, int pp, int micro_batches, lx_schedule schedule,
+                  lx_recompute_policy policy, built *b) {
+  return build_parallel(path, layers, pp, micro_batches, schedule, policy, 0, 0, b);
+}
+
 static void release(built *b) {
-  for (int s = 0; b->layouts && s < b->pipe.pp; s++) lx_layout_free(&b->layouts[s]);
+  for (int s = 0; b->layouts && s < b->pipe.pp; s++)
+    lx_layout_free(&b->layouts[s]);
   free(b->layouts);
   lx_pipeline_free(&b->pipe);
   lx_ir_free(&b->ir);
@@ -77,7 +86,8 @@ static void check_examples(void) {
         for (size_t k = 0; k < sizeof pps / sizeof pps[0]; k++) {
           int pp = pps[k], m = 2 * pp + 1; /* an odd count: slots wrap around unevenly */
           built b;
-          bool ok = build(models.gl_pathv[i], 2 * pp, pp, m, (lx_schedule)sched, (lx_recompute_policy)policy, &b);
+          bool ok =
+              build(models.gl_pathv[i], 2 * pp, pp, m, (lx_schedule)sched, (lx_recompute_policy)policy, &b);
           int violations = ok ? lx_verify(&b.pipe, b.layouts) : -1;
           CHECK(violations == 0, "%s %s recompute %s pp=%d m=%d verifies clean (%d violations)",
                 models.gl_pathv[i], lx_schedule_name((lx_schedule)sched),
@@ -139,15 +149,41 @@ static void drop_slot_reuse_wait(built *b) {
   remove_instr(recv, find_kind(recv, LX_I_WAIT, 0));
 }
 
-static void check_planted(const char *name, plant_fn plant, lx_schedule schedule, lx_recompute_policy policy) {
+/* The first WAIT of stage 0's stream k: its collective no longer waits for
+ * the compute it reduces (tensor-parallel) or the last backward of its bucket
+ * (data-parallel). */
+static void drop_first_wait_of(built *b, lx_stream k) {
+  lx_instr_list *list = &b->pipe.stages[0].streams[k];
+  remove_instr(list, find_kind(list, LX_I_WAIT, 0));
+}
+static void drop_tp_wait(built *b) { drop_first_wait_of(b, LX_STREAM_TP); }
+static void drop_dp_wait(built *b) { drop_first_wait_of(b, LX_STREAM_DP); }
+
+/* ZeRO-1's optimizer reads the gradients' reduced shares: the compute
+ * stream must wait for the last bucket. */
+static void drop_optimizer_wait(built *b) {
+  lx_instr_list *compute = &b->pipe.stages[0].streams[LX_STREAM_COMPUTE];
+  int last = -1;
+  for (int i = 0; i < compute->count; i++)
+    if (compute->items[i].kind == LX_I_WAIT) last = i;
+  remove_instr(compute, last);
+}
+
+static void check_planted_parallel(const char *name, plant_fn plant, lx_schedule schedule,
+                                   lx_recompute_policy policy, int tp, int dp) {
   built b;
-  bool ok = build("examples/tiny.model", 4, 3, 7, schedule, policy, &b);
+  bool ok = build_parallel("examples/tiny.model", 4, 3, 7, schedule, policy, tp, dp, &b);
   CHECK(ok && lx_verify(&b.pipe, b.layouts) == 0, "%s: the pipeline verifies clean before planting", name);
   plant(&b);
   int violations = verify_quietly(&b);
   CHECK(violations > 0, "%s (%s, recompute %s) is reported (%d violations)", name, lx_schedule_name(schedule),
         lx_recompute_policy_name(policy), violations);
   release(&b);
+}
+
+static void check_planted(const char *name, plant_fn plant, lx_schedule schedule,
+                          lx_recompute_policy policy) {
+  check_planted_parallel(name, plant, schedule, policy, 0, 0);
 }
 
 /* The access lists the printers will use: a forward reads its inputs and
@@ -163,17 +199,20 @@ static void check_accesses(void) {
   lx_access a[LX_MAX_ACCESSES];
   int n = lx_instr_access(&b.pipe, 0, &b.layouts[0], &fwd, a, LX_MAX_ACCESSES);
   CHECK(n == 4 && a[0].mode == LX_ACCESS_READ && a[0].tensor.op == g->ops[linear].inputs[0] &&
-            a[1].tensor.role == LX_T_PARAM && a[2].tensor.role == LX_T_PARAM && a[3].mode == LX_ACCESS_WRITE &&
-            a[3].tensor.op == linear,
+            a[1].tensor.role == LX_T_PARAM && a[2].tensor.role == LX_T_PARAM &&
+            a[3].mode == LX_ACCESS_WRITE && a[3].tensor.op == linear,
         "FWD linear: reads its input, weight and bias, writes its output (%d accesses)", n);
   lx_instr bwd = fwd;
   bwd.kind = LX_I_BWD;
   n = lx_instr_access(&b.pipe, 0, &b.layouts[0], &bwd, a, LX_MAX_ACCESSES);
   int grads = 0;
-  for (int i = 0; i < n; i++) grads += a[i].mode == LX_ACCESS_ACCUMULATE;
+  for (int i = 0; i < n; i++)
+    grads += a[i].mode == LX_ACCESS_ACCUMULATE;
   CHECK(grads == 3, "BWD linear: accumulates its input's gradient and two parameter gradients (%d)", grads);
-  lx_span w = lx_locate(&b.pipe, 0, &b.layouts[0], a[1].tensor.role == LX_T_PARAM ? a[1].tensor : a[2].tensor);
-  lx_span gw = lx_param_grad_span(&b.pipe, 0, &b.layouts[0], a[1].tensor.role == LX_T_PARAM ? a[1].tensor : a[2].tensor);
+  lx_span w =
+      lx_locate(&b.pipe, 0, &b.layouts[0], a[1].tensor.role == LX_T_PARAM ? a[1].tensor : a[2].tensor);
+  lx_span gw = lx_param_grad_span(&b.pipe, 0, &b.layouts[0],
+                                  a[1].tensor.role == LX_T_PARAM ? a[1].tensor : a[2].tensor);
   CHECK(gw.region == LX_REGION_GRADS && gw.bytes == w.bytes &&
             gw.offset - b.layouts[0].region_offset[LX_REGION_GRADS] ==
                 w.offset - b.layouts[0].region_offset[LX_REGION_PARAMS],
@@ -194,5 +233,11 @@ int main(void) {
     check_planted("a dropped receive", drop_recv, s, LX_RECOMPUTE_NONE);
   }
   check_planted("a dropped slot-reuse wait", drop_slot_reuse_wait, LX_SCHEDULE_1F1B, LX_RECOMPUTE_NONE);
+  check_planted_parallel("a tensor-parallel all-reduce before its op", drop_tp_wait, LX_SCHEDULE_1F1B,
+                         LX_RECOMPUTE_FULL, 2, 1);
+  check_planted_parallel("a gradient bucket reduced before its backward", drop_dp_wait, LX_SCHEDULE_1F1B,
+                         LX_RECOMPUTE_NONE, 1, 2);
+  check_planted_parallel("an optimizer step before the last bucket's reduction", drop_optimizer_wait,
+                         LX_SCHEDULE_GPIPE, LX_RECOMPUTE_NONE, 2, 2);
   return check_exit_status();
 }
