@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 
+#include "passes.h"
+
 typedef struct {
   lx_access *out;
   int n, max;
@@ -59,18 +61,30 @@ static int params_of(const lx_pipeline *p, int stage, const lx_stage_layout *l, 
 /* Integer tensors (tokens, targets) have no gradient. */
 static bool has_gradient(const lx_op *producer) { return producer->out.dtype != LX_DTYPE_INT32; }
 
+/* Sequence parallelism: an op with an all-gather before it reads the whole
+ * gathered tensor instead of its shard, one with a reduce-scatter after it
+ * writes the whole partial result instead. */
+static lx_tensor_ref gathered(const lx_instr *in, int index) {
+  return ref(in, in->op, LX_T_SP_GATHERED, index);
+}
+static lx_tensor_ref whole(const lx_instr *in, int index) { return ref(in, in->op, LX_T_SP_WHOLE, index); }
+
 static void forward_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
                              access_list *list) {
   const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
+  lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, false);
+  bool sp_output = c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER;
   for (int k = 0; k < op->n_inputs; k++)
-    add_tensor(list, ref(in, op->inputs[k], LX_T_OUTPUT, 0), LX_ACCESS_READ);
+    add_tensor(list, k == 0 && c.gather_before ? gathered(in, 0) : ref(in, op->inputs[k], LX_T_OUTPUT, 0),
+               LX_ACCESS_READ);
   lx_tensor_ref params[2];
   int n_params = params_of(p, stage, l, in, params);
   for (int k = 0; k < n_params; k++)
     add_tensor(list, params[k], LX_ACCESS_READ);
   lx_tensor_role result = in->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT;
   /* the loss is summed outside the arena (the printers' loss_sum) */
-  if (!op->out.scalar) add_tensor(list, ref(in, in->op, result, 0), LX_ACCESS_WRITE);
+  if (!op->out.scalar)
+    add_tensor(list, sp_output ? whole(in, 0) : ref(in, in->op, result, 0), LX_ACCESS_WRITE);
   for (int k = 0; k < op->n_saved; k++)
     if (op->saved[k].kind == LX_SAVE_INTERNAL)
       add_tensor(list, ref(in, in->op, LX_T_INTERNAL, k), LX_ACCESS_WRITE);
@@ -96,35 +110,61 @@ static void backward_accesses(const lx_pipeline *p, int stage, const lx_stage_la
                               access_list *list) {
   const lx_graph *g = lx_graph_of(p->ir, in->graph);
   const lx_op *op = &g->ops[in->op];
+  lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, true);
+  bool column = op->tp_role == LX_TP_COLUMN,
+       sp_input_grad = c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER;
   if (starts_instance_backward(g, in->op))
     for (int j = 0; j < g->n_ops; j++)
       if (has_gradient_buffer(g, j)) add_tensor(list, ref(in, j, LX_T_GRAD, 0), LX_ACCESS_WRITE);
   for (int k = 0; k < op->n_saved; k++) {
     const lx_saved *sv = &op->saved[k];
     if (sv->kind == LX_SAVE_INPUT)
-      add_tensor(list, ref(in, op->inputs[sv->input], LX_T_OUTPUT, 0), LX_ACCESS_READ);
+      add_tensor(list,
+                 sv->input == 0 && c.gather_before && column ? gathered(in, 0)
+                                                             : ref(in, op->inputs[sv->input], LX_T_OUTPUT, 0),
+                 LX_ACCESS_READ);
     if (sv->kind == LX_SAVE_OUTPUT) add_tensor(list, ref(in, in->op, LX_T_OUTPUT, 0), LX_ACCESS_READ);
     if (sv->kind == LX_SAVE_INTERNAL) add_tensor(list, ref(in, in->op, LX_T_INTERNAL, k), LX_ACCESS_READ);
   }
   /* the loss seeds the backward: its gradient is implicit, not a buffer */
-  if (!op->out.scalar) add_tensor(list, ref(in, in->op, LX_T_GRAD, 0), LX_ACCESS_READ);
+  if (!op->out.scalar)
+    add_tensor(list, c.gather_before && !column ? gathered(in, 1) : ref(in, in->op, LX_T_GRAD, 0),
+               LX_ACCESS_READ);
   lx_tensor_ref params[2];
   int n_params = params_of(p, stage, l, in, params);
   for (int k = 0; k < n_params; k++)
     add_tensor(list, params[k], LX_ACCESS_READ);
   for (int k = 0; k < op->n_inputs; k++)
     if (has_gradient(&g->ops[op->inputs[k]]))
-      add_tensor(list, ref(in, op->inputs[k], LX_T_GRAD, 0), LX_ACCESS_ACCUMULATE);
+      add_tensor(list, k == 0 && sp_input_grad ? whole(in, 1) : ref(in, op->inputs[k], LX_T_GRAD, 0),
+                 LX_ACCESS_ACCUMULATE);
   for (int k = 0; k < n_params; k++)
     add(list, (lx_access){.target = LX_TARGET_PARAM_GRAD, .tensor = params[k], .mode = LX_ACCESS_ACCUMULATE});
 }
 
+/* An all-reduce sums a tensor in place; under sequence parallelism a
+ * reduce-scatter makes the shard from the whole partial tensor and an
+ * all-gather the whole tensor from the shards. */
 static void allreduce_tp_accesses(const lx_pipeline *p, const lx_instr *in, access_list *list) {
   const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
-  lx_tensor_ref t = in->backward     ? ref(in, op->inputs[0], LX_T_GRAD, 0)
-                    : in->recomputed ? ref(in, in->op, LX_T_RECOMPUTED, 0)
-                                     : ref(in, in->op, LX_T_OUTPUT, 0);
-  add_tensor(list, t, LX_ACCESS_ACCUMULATE);
+  lx_tensor_ref reduced = in->backward     ? ref(in, op->inputs[0], LX_T_GRAD, 0)
+                          : in->recomputed ? ref(in, in->op, LX_T_RECOMPUTED, 0)
+                                           : ref(in, in->op, LX_T_OUTPUT, 0);
+  bool column = op->tp_role == LX_TP_COLUMN;
+  switch (in->coll) {
+  case LX_COLL_ALLREDUCE: add_tensor(list, reduced, LX_ACCESS_ACCUMULATE); break;
+  case LX_COLL_REDUCE_SCATTER:
+    add_tensor(list, whole(in, in->backward), LX_ACCESS_READ);
+    add_tensor(list, reduced, LX_ACCESS_WRITE);
+    break;
+  case LX_COLL_ALLGATHER: {
+    bool output_grad = in->backward && !column;
+    add_tensor(list, output_grad ? ref(in, in->op, LX_T_GRAD, 0) : ref(in, op->inputs[0], LX_T_OUTPUT, 0),
+               LX_ACCESS_READ);
+    add_tensor(list, gathered(in, output_grad), LX_ACCESS_WRITE);
+    break;
+  }
+  }
 }
 
 /* The bucket's gradients, and nothing else of the region. */
@@ -190,8 +230,8 @@ lx_span lx_access_span(const lx_pipeline *p, int stage, const lx_stage_layout *l
 }
 
 void lx_tensor_describe(const lx_ir *ir, lx_tensor_ref t, char *buf, size_t size) {
-  static const char *roles[] = {"output",   "internal",  "grad",      "param",
-                                "send_act", "send_grad", "recv_grad", "recomputed"};
+  static const char *roles[] = {"output",    "internal",  "grad",       "param",       "send_act",
+                                "send_grad", "recv_grad", "recomputed", "sp_gathered", "sp_whole"};
   const char *role = (size_t)t.role < sizeof roles / sizeof roles[0] ? roles[t.role] : "?";
   if (t.role == LX_T_SEND_ACT || t.role == LX_T_SEND_GRAD || t.role == LX_T_RECV_GRAD) {
     snprintf(buf, size, "%s mb%d", role, t.mb);

@@ -503,7 +503,7 @@ static void shape_op(shape_ctx *c, lx_op *op) {
 
 /* A tensor saved by several ops is held once, charged to the first saver. */
 static void charge_saved_bytes(lx_graph *g) {
-  bool *charged = calloc((size_t)g->n_ops, sizeof *charged);
+  bool *charged = calloc((size_t)(g->n_ops > 0 ? g->n_ops : 1), sizeof *charged);
   for (int i = 0; i < g->n_ops; i++) {
     lx_op *op = &g->ops[i];
     op->saved_bytes = 0;
@@ -548,6 +548,26 @@ static void check_output(const shape_ctx *c) {
         out->out.split ? " split over tp" : "");
 }
 
+/* A column-parallel op's input gradient is summed over the tp ranks (or
+ * reduce-scattered): it must be that op's alone, or the other uses' parts of
+ * it would be summed t times. */
+static void check_column_inputs(const lx_graph *g) {
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    if (op->tp_role != LX_TP_COLUMN || g->ops[op->inputs[0]].out.dtype == LX_DTYPE_INT32) continue;
+    for (int j = 0; j < g->n_ops; j++)
+      for (int k = 0; j != i && k < g->ops[j].n_inputs; k++)
+        if (g->ops[j].inputs[k] == op->inputs[0]) {
+          lx_error(
+              g->ops[j].src,
+              "under tensor parallelism the input of the column-parallel %s() at line %d must feed only it "
+              "(its gradient is summed over the tp ranks); give %s() its own copy, e.g. a second layernorm",
+              lx_op_kind_name(op->kind), op->src.line, lx_op_kind_name(g->ops[j].kind));
+          return;
+        }
+  }
+}
+
 static void analyze_graph(lx_ir *ir, lx_graph *g) {
   shape_ctx c = {.ir = ir,
                  .g = g,
@@ -567,6 +587,7 @@ static void analyze_graph(lx_ir *ir, lx_graph *g) {
   if (lx_error_count() != errors_before) return;
   check_all_used(g);
   check_output(&c);
+  if (c.t > 1) check_column_inputs(g);
   charge_saved_bytes(g);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];

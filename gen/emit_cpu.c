@@ -44,6 +44,41 @@ static void print_attention_rng(const lx_printer *pr, lx_graph_id g, int i) {
   fprintf(pr->out, ", TP_RANK * %d, %d);\n", op->heads / emit_tp(pr), op->heads);
 }
 
+/* ---- sequence parallelism ---------------------------------------------------- */
+
+/* Is this tensor a sequence shard (SEQ_ROWS of the BT rows on each rank)? */
+static bool sequence_sharded(const lx_printer *pr, lx_shape s) {
+  return lx_sequence_parallel(pr->ir) && !s.split && s.dtype != LX_DTYPE_INT32 && !s.scalar;
+}
+
+static lx_tensor_ref sp_ref(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role role, int index) {
+  return emit_ref(pr, g, i, role, index);
+}
+
+/* Around its collectives an op reads the whole gathered tensor instead of
+ * its shard, and writes a whole partial result that is then reduce-scattered. */
+static void sequence_parallel_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                       lx_operands *o) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, op, backward);
+  if (c.reduce != LX_COLL_REDUCE_SCATTER) return;
+  bool column = op->tp_role == LX_TP_COLUMN;
+  if (c.gather_before)
+    emit_at(pr, column ? o->in[0] : o->dout, PTR, "real", sp_ref(pr, g, i, LX_T_SP_GATHERED, !column));
+  if (c.reduce_after)
+    emit_at(pr, backward ? o->din[0] : o->out, PTR, "real", sp_ref(pr, g, i, LX_T_SP_WHOLE, backward));
+}
+
+/* The whole input gradient a column-parallel backward accumulates into starts at zero. */
+static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i) {
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), true);
+  if (!c.reduce_after || c.reduce != LX_COLL_REDUCE_SCATTER) return;
+  char buf[PTR];
+  lx_tensor_ref whole = sp_ref(pr, g, i, LX_T_SP_WHOLE, 1);
+  fprintf(pr->out, "  memset(%s, 0, %lld * REAL_SCALE);\n", emit_at(pr, buf, sizeof buf, "char", whole),
+          (long long)lx_place_of(pr->p, pr->s, pr->l, whole).bytes);
+}
+
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
   const lx_op *op = emit_op_at(pr, g, i);
   lx_operands o;
@@ -51,6 +86,9 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   FILE *f = pr->out;
   int w = emit_rank_width(pr, op->out);
   char dims[96];
+  sequence_parallel_operands(pr, g, i, false, &o);
+  bool sharded = sequence_sharded(pr, op->out);
+  const char *rows = sharded ? "SEQ_ROWS" : "BT";
   fprintf(f, "  /* %s = %s(...)  %s:%d */\n", op->var[0] ? op->var : op->name, lx_op_kind_name(op->kind),
           lx_file_name(op->src.file), op->src.line);
   bool tp = emit_tp(pr) > 1;
@@ -63,13 +101,17 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
       fprintf(f, "  lx_embedding_forward(%s, %s, %s, B, T, %d, VP);\n", o.out, o.in[0], o.w, w);
     break;
   case LX_OP_POSITION_EMBEDDING:
-    fprintf(f, "  lx_position_embedding_forward(%s, %s, B, T, %d);\n", o.out, o.w, w);
+    if (sharded)
+      fprintf(f, "  lx_position_embedding_forward_rows(%s, %s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS);\n",
+              o.out, o.w, w);
+    else
+      fprintf(f, "  lx_position_embedding_forward(%s, %s, B, T, %d);\n", o.out, o.w, w);
     break;
   case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_layernorm_forward(%s, %s, %s, %s, BT, %d);\n", o.out, o.in[0], o.w, o.b, w);
+    fprintf(f, "  lx_layernorm_forward(%s, %s, %s, %s, %s, %d);\n", o.out, o.in[0], o.w, o.b, rows, w);
     break;
   case LX_OP_RMSNORM:
-    fprintf(f, "  lx_rmsnorm_forward(%s, %s, %s, BT, %d);\n", o.out, o.in[0], o.w, w);
+    fprintf(f, "  lx_rmsnorm_forward(%s, %s, %s, %s, %d);\n", o.out, o.in[0], o.w, rows, w);
     break;
   case LX_OP_LINEAR:
     fprintf(f, "  lx_linear_forward(%s, %s, %s, %s, BT, %d, %d);\n", o.out, o.in[0], o.w,
@@ -94,16 +136,19 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     emit_attention_dims(pr, g, op, dims, sizeof dims);
     fprintf(f, "  lx_rope_forward(%s, %s, %s, 10000.0);\n", o.out, o.in[0], dims);
     break;
-  case LX_OP_GELU: fprintf(f, "  lx_gelu_forward(%s, %s, (size_t)BT * %d);\n", o.out, o.in[0], w); break;
-  case LX_OP_SWIGLU: fprintf(f, "  lx_swiglu_forward(%s, %s, BT, %d);\n", o.out, o.in[0], w); break;
+  case LX_OP_GELU:
+    fprintf(f, "  lx_gelu_forward(%s, %s, (size_t)%s * %d);\n", o.out, o.in[0], rows, w);
+    break;
+  case LX_OP_SWIGLU: fprintf(f, "  lx_swiglu_forward(%s, %s, %s, %d);\n", o.out, o.in[0], rows, w); break;
   case LX_OP_DROPOUT:
-    fprintf(f, "  lx_dropout_forward(%s, %s, %s, (size_t)BT * %d, DROPOUT, seed, ", o.out,
-            emit_internal_named(op, &o, "dropout_mask"), o.in[0], w);
+    fprintf(f, "  lx_dropout_forward%s(%s, %s, %s, (size_t)%s * %d, DROPOUT, seed, ", sharded ? "_at" : "",
+            o.out, emit_internal_named(op, &o, "dropout_mask"), o.in[0], rows, w);
     print_rng_stream(pr, g, i);
+    if (sharded) fprintf(f, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", w);
     fputs(");\n", f);
     break;
   case LX_OP_ADD:
-    fprintf(f, "  lx_add_forward(%s, %s, %s, (size_t)BT * %d);\n", o.out, o.in[0], o.in[1], w);
+    fprintf(f, "  lx_add_forward(%s, %s, %s, (size_t)%s * %d);\n", o.out, o.in[0], o.in[1], rows, w);
     break;
   case LX_OP_CROSS_ENTROPY:
     if (tp)
@@ -129,8 +174,12 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   FILE *f = pr->out;
   int w = emit_rank_width(pr, op->out);
   char dims[96];
+  sequence_parallel_operands(pr, g, i, true, &o);
+  bool sharded = sequence_sharded(pr, op->out);
+  const char *rows = sharded ? "SEQ_ROWS" : "BT";
   fprintf(f, "  /* d %s(...)  %s:%d */\n", lx_op_kind_name(op->kind), lx_file_name(op->src.file),
           op->src.line);
+  print_zero_whole_gradient(pr, g, i);
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
@@ -140,15 +189,19 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
       fprintf(f, "  lx_embedding_backward(%s, %s, %s, B, T, %d, VP);\n", o.dw, o.dout, o.in[0], w);
     break;
   case LX_OP_POSITION_EMBEDDING:
-    fprintf(f, "  lx_position_embedding_backward(%s, %s, B, T, %d);\n", o.dw, o.dout, w);
+    if (sharded)
+      fprintf(f, "  lx_position_embedding_backward_rows(%s, %s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS);\n",
+              o.dw, o.dout, w);
+    else
+      fprintf(f, "  lx_position_embedding_backward(%s, %s, B, T, %d);\n", o.dw, o.dout, w);
     break;
   case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_layernorm_backward(%s, %s, %s, %s, %s, %s, BT, %d);\n", o.din[0], o.dw, o.db, o.dout,
-            o.in[0], o.w, w);
+    fprintf(f, "  lx_layernorm_backward(%s, %s, %s, %s, %s, %s, %s, %d);\n", o.din[0], o.dw, o.db, o.dout,
+            o.in[0], o.w, rows, w);
     break;
   case LX_OP_RMSNORM:
-    fprintf(f, "  lx_rmsnorm_backward(%s, %s, %s, %s, %s, BT, %d);\n", o.din[0], o.dw, o.dout, o.in[0], o.w,
-            w);
+    fprintf(f, "  lx_rmsnorm_backward(%s, %s, %s, %s, %s, %s, %d);\n", o.din[0], o.dw, o.dout, o.in[0], o.w,
+            rows, w);
     break;
   case LX_OP_LINEAR:
     fprintf(f, "  lx_linear_backward(%s, %s, %s, %s, %s, %s, BT, %d, %d);\n", o.din[0], o.dw, o.db, o.dout,
@@ -175,17 +228,17 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
     fprintf(f, "  lx_rope_backward(%s, %s, %s, 10000.0);\n", o.din[0], o.dout, dims);
     break;
   case LX_OP_GELU:
-    fprintf(f, "  lx_gelu_backward(%s, %s, %s, (size_t)BT * %d);\n", o.din[0], o.dout, o.in[0], w);
+    fprintf(f, "  lx_gelu_backward(%s, %s, %s, (size_t)%s * %d);\n", o.din[0], o.dout, o.in[0], rows, w);
     break;
   case LX_OP_SWIGLU:
-    fprintf(f, "  lx_swiglu_backward(%s, %s, %s, BT, %d);\n", o.din[0], o.dout, o.in[0], w);
+    fprintf(f, "  lx_swiglu_backward(%s, %s, %s, %s, %d);\n", o.din[0], o.dout, o.in[0], rows, w);
     break;
   case LX_OP_DROPOUT:
-    fprintf(f, "  lx_dropout_backward(%s, %s, %s, (size_t)BT * %d, DROPOUT);\n", o.din[0], o.dout,
-            emit_internal_named(op, &o, "dropout_mask"), w);
+    fprintf(f, "  lx_dropout_backward(%s, %s, %s, (size_t)%s * %d, DROPOUT);\n", o.din[0], o.dout,
+            emit_internal_named(op, &o, "dropout_mask"), rows, w);
     break;
   case LX_OP_ADD:
-    fprintf(f, "  lx_add_backward(%s, %s, %s, (size_t)BT * %d);\n", o.din[0], o.din[1], o.dout, w);
+    fprintf(f, "  lx_add_backward(%s, %s, %s, (size_t)%s * %d);\n", o.din[0], o.din[1], o.dout, rows, w);
     break;
   case LX_OP_CROSS_ENTROPY:
     if (emit_tp(pr) > 1)
@@ -200,28 +253,66 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   }
 }
 
-/* ---- tensor-parallel all-reduces ---------------------------------------------- */
+/* ---- tensor-parallel collectives ----------------------------------------------- */
 
-/* What the all-reduce after op i sums: its output (forward; `role` names the
- * copy a RECOMPUTE wrote) or its input's gradient (backward); *width is the
- * tensor's width on this rank. */
-static const char *tp_allreduce_operand(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                        lx_tensor_role role, char *buf, int *width) {
+/* What a collective around op i moves: the tensor an all-reduce sums in
+ * place (the op's output, `role` naming the copy a RECOMPUTE wrote, or in
+ * the backward its input's gradient), or the shard and the whole tensor of a
+ * reduce-scatter or an all-gather; and the elements of the shard. */
+typedef struct {
+  char shard[PTR], whole[PTR], count[64];
+} tp_operands;
+
+static void tp_collective_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                   lx_tp_collective coll, lx_tensor_role role, tp_operands *t) {
   const lx_op *op = emit_op_at(pr, g, i);
-  *width = backward ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
-  return emit_at(pr, buf, PTR, "real",
-                 backward ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0) : emit_ref(pr, g, i, role, 0));
+  bool column = op->tp_role == LX_TP_COLUMN, input_side = coll == LX_COLL_ALLGATHER ? column : backward;
+  lx_tensor_ref shard = coll == LX_COLL_ALLGATHER ? (column ? emit_ref(pr, g, op->inputs[0], LX_T_OUTPUT, 0)
+                                                            : emit_ref(pr, g, i, LX_T_GRAD, 0))
+                        : backward                ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0)
+                                                  : emit_ref(pr, g, i, role, 0);
+  emit_at(pr, t->shard, PTR, "real", shard);
+  int width = input_side ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
+  snprintf(t->count, sizeof t->count, "(int64_t)%s * %d", coll == LX_COLL_ALLREDUCE ? "BT" : "SEQ_ROWS",
+           width);
+  if (coll == LX_COLL_ALLGATHER)
+    emit_at(pr, t->whole, PTR, "real", sp_ref(pr, g, i, LX_T_SP_GATHERED, !column));
+  if (coll == LX_COLL_REDUCE_SCATTER)
+    emit_at(pr, t->whole, PTR, "real", sp_ref(pr, g, i, LX_T_SP_WHOLE, backward));
+}
+
+/* The call, blocking (request NULL) or posting `request`. */
+static void print_tp_call(FILE *f, lx_tp_collective coll, const tp_operands *t, const char *request) {
+  const char *prefix = request ? "i" : "";
+  const char *end = request ? request : "";
+  const char *comma = request ? ", " : "";
+  switch (coll) {
+  case LX_COLL_ALLREDUCE:
+    fprintf(f, "lx_%sallreduce_sum(%s, %s, groups.tp%s%s);\n", prefix, t->shard, t->count, comma, end);
+    break;
+  case LX_COLL_REDUCE_SCATTER:
+    fprintf(f, "lx_%sreduce_scatter(%s, %s, %s, groups.tp%s%s);\n", prefix, t->whole, t->shard, t->count,
+            comma, end);
+    break;
+  case LX_COLL_ALLGATHER:
+    fprintf(f, "lx_%sallgather(%s, %s, %s, groups.tp%s%s);\n", prefix, t->shard, t->whole, t->count, comma,
+            end);
+    break;
+  }
 }
 
 /* Inside a graph function (forward-only passes, and runs the schedule does
- * not split): the all-reduce completes before the next op. */
-static void print_blocking_allreduce(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                     lx_tensor_role role) {
-  if (!lx_tp_allreduce_after(pr->ir, emit_op_at(pr, g, i), backward)) return;
-  char buf[PTR];
-  int width;
-  tp_allreduce_operand(pr, g, i, backward, role, buf, &width);
-  fprintf(pr->out, "  lx_allreduce_sum(%s, (int64_t)BT * %d, groups.tp);\n", buf, width);
+ * not split): the gather before op i, or the reduction after it, completes
+ * before the next op. */
+static void print_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                      lx_tensor_role role, bool before) {
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), backward);
+  if (before ? !c.gather_before : !c.reduce_after) return;
+  lx_tp_collective coll = before ? LX_COLL_ALLGATHER : c.reduce;
+  tp_operands t;
+  tp_collective_operands(pr, g, i, backward, coll, role, &t);
+  fputs("  ", pr->out);
+  print_tp_call(pr->out, coll, &t, NULL);
 }
 
 /* Gradients accumulate (+=): zero every one this graph instance produces. */
@@ -255,8 +346,9 @@ static void print_forward_function(const lx_printer *pr, lx_graph_id g) {
   print_function_head(pr, "forward", g);
   for (int i = 0; i < graph->n_ops; i++)
     if (graph->ops[i].kind != LX_OP_INPUT) {
+      print_blocking_collective(pr, g, i, false, LX_T_OUTPUT, true);
       print_forward_op(pr, g, i, LX_T_OUTPUT);
-      print_blocking_allreduce(pr, g, i, false, LX_T_OUTPUT);
+      print_blocking_collective(pr, g, i, false, LX_T_OUTPUT, false);
     }
   fputs("}\n", pr->out);
 }
@@ -267,8 +359,9 @@ static void print_recompute_function(const lx_printer *pr) {
   print_function_head(pr, "recompute", LX_GRAPH_BLOCK);
   for (int i = 0; i < pr->ir->block.n_ops; i++)
     if (pr->st->decisions[i].recompute) {
+      print_blocking_collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, true);
       print_forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
-      print_blocking_allreduce(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED);
+      print_blocking_collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, false);
     }
   fputs("}\n", pr->out);
 }
@@ -280,8 +373,9 @@ static void print_backward_function(const lx_printer *pr, lx_graph_id g) {
   print_zero_grads(pr, g);
   for (int i = graph->n_ops - 1; i >= 0; i--)
     if (graph->ops[i].kind != LX_OP_INPUT) {
+      print_blocking_collective(pr, g, i, true, LX_T_OUTPUT, true);
       print_backward_op(pr, g, i);
-      print_blocking_allreduce(pr, g, i, true, LX_T_OUTPUT);
+      print_blocking_collective(pr, g, i, true, LX_T_OUTPUT, false);
     }
   fputs("}\n", pr->out);
 }
@@ -310,15 +404,16 @@ static const char *layer_text(const lx_instr *in, char *buf, size_t size) {
   return buf;
 }
 
-static void print_tp_allreduce(cpu_step *w, const lx_instr *in, const char *what) {
-  char buf[PTR], layer[16];
-  int width;
-  tp_allreduce_operand(w->pr, in->graph, in->op, in->backward, in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT,
-                       buf, &width);
-  fprintf(w->pr->out, "  {\n    const int layer = %s, mb = %d;  /* %s */\n    (void)layer, (void)mb;\n",
+static void print_tp_collective(cpu_step *w, const lx_instr *in, const char *what) {
+  char layer[16], request[32];
+  tp_operands t;
+  tp_collective_operands(w->pr, in->graph, in->op, in->backward, in->coll,
+                         in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT, &t);
+  fprintf(w->pr->out, "  {\n    const int layer = %s, mb = %d;  /* %s */\n    (void)layer, (void)mb;\n    ",
           layer_text(in, layer, sizeof layer), in->mb, what);
-  fprintf(w->pr->out, "    lx_iallreduce_sum(%s, (int64_t)BT * %d, groups.tp, &requests[%d]);\n  }\n", buf,
-          width, w->requests);
+  snprintf(request, sizeof request, "&requests[%d]", w->requests);
+  print_tp_call(w->pr->out, in->coll, &t, request);
+  fputs("  }\n", w->pr->out);
 }
 
 /* A bucket's gradients across the replicas (ZeRO-1: each gets its share's sum). */
@@ -341,7 +436,7 @@ static void cpu_comm(void *ctx, lx_stream k, const lx_instr *in) {
   const lx_printer *pr = w->pr;
   if (in->kind == LX_I_ALLREDUCE_TP || in->kind == LX_I_ALLREDUCE_DP) {
     if (in->kind == LX_I_ALLREDUCE_TP)
-      print_tp_allreduce(w, in, what);
+      print_tp_collective(w, in, what);
     else
       print_dp_reduce(w, in, what);
     w->last_request[k] = w->requests++;
@@ -518,7 +613,13 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n",
           ir->plan.micro_batch ? ir->plan.micro_batch : 1, ir->model.seq_len, ir->model.hidden,
           ir->model.vocab, ir->padded_vocab);
-  fprintf(f, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
+  if (lx_sequence_parallel(ir))
+    fprintf(
+        f,
+        "  SEQ_ROWS = BT / TENSOR_PARALLEL, /* sequence parallelism: this rank's rows of (B, T) */\n"
+        "  BOUNDARY_ELEMENTS = SEQ_ROWS * C, /* what crosses a stage boundary: a sequence shard */\n};\n\n");
+  else
+    fprintf(f, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
   fprintf(
       f,
@@ -558,12 +659,6 @@ static void print_header(const lx_printer *pr) {
 bool lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  if (ir->plan.sequence_parallel && ir->plan.tp > 1) {
-    lx_error(ir->locs.field[LX_F_SEQ_PARALLEL],
-             "the CPU target does not emit sequence parallelism yet (tensor "
-             "parallelism without it is emitted)");
-    return false;
-  }
   lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real"};
   print_header(&pr);
   emit_block_boundaries(&pr);

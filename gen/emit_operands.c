@@ -291,7 +291,8 @@ static int embedding_op(const lx_ir *ir) {
 
 /* Where a rank's part of a parameter sits in the whole tensor (lx_train.h). */
 typedef struct {
-  int split; /* 0 replicated, 1 runs of whole rows, 2 a slice of every row's columns */
+  int split; /* 0 replicated, 1 runs of whole rows, 2 a slice of every row's columns, 3 replicated with
+                partial gradients (sequence parallelism) */
   long long row_elements, whole_row;
   int pieces;
   long long piece_row[3], piece_rows[3];
@@ -326,6 +327,12 @@ static param_shard shard_of(const lx_printer *pr, lx_graph_id gid, int i, int k)
   int tp = emit_tp(pr);
   param_shard sh = {.row_elements = 1};
   bool vocab = op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_LM_HEAD;
+  bool row_wise =
+      op->kind == LX_OP_LAYERNORM || op->kind == LX_OP_RMSNORM || op->kind == LX_OP_POSITION_EMBEDDING;
+  if (row_wise && lx_sequence_parallel(pr->ir)) {
+    sh.split = 3; /* replicated, its gradient summed over the ranks' sequence shards */
+    return sh;
+  }
   if (tp == 1 || !(vocab || op->kind == LX_OP_LINEAR) || (op->tp_role == LX_TP_ROW && k == 1)) return sh;
   long long in_width = vocab ? 0 : emit_op_at(pr, gid, op->inputs[0])->out.width;
   if (op->tp_role == LX_TP_ROW) {

@@ -1,6 +1,8 @@
 /* layout.c — the static memory plan of one stage (see layout.h). */
 #include "layout.h"
 
+#include "passes.h"
+
 #include <stdlib.h>
 
 enum { ALIGN = 256 }; /* GPU allocation granularity; also a multiple of every cache line */
@@ -52,6 +54,8 @@ static bool head_owns_table(const lx_pipeline *p, int s, const lx_op *op) {
 static bool is_tied_table(const lx_pipeline *p, int s, const lx_op *op) {
   return p->ir->model.tied_embeddings && (op->kind == LX_OP_EMBEDDING || head_owns_table(p, s, op));
 }
+
+static int64_t op_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static int64_t round_up(int64_t n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
 
@@ -140,6 +144,28 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
   }
 }
 
+/* The largest whole tensor the stage's ops gather or reduce-scatter (their
+ * inputs and outputs are sequence shards of it). */
+static int64_t sp_buffer_bytes(const lx_pipeline *p, int s) {
+  const lx_ir *ir = p->ir;
+  const lx_stage *st = &p->stages[s];
+  if (!lx_sequence_parallel(ir)) return 0;
+  bool present[LX_GRAPH_COUNT] = {st->has_prologue, st->n_layers > 0, st->has_epilogue};
+  int64_t most = 0;
+  for (int gid = 0; gid < LX_GRAPH_COUNT; gid++) {
+    const lx_graph *g = lx_graph_of(ir, (lx_graph_id)gid);
+    for (int i = 0; present[gid] && i < g->n_ops; i++) {
+      const lx_op *op = &g->ops[i];
+      lx_tp_collectives f = lx_tp_collectives_of(ir, op, false);
+      if (!f.gather_before && !f.reduce_after) continue;
+      /* a column-parallel op gathers its input (and reduces its gradient), the others reduce their output */
+      const lx_op *whole = op->tp_role == LX_TP_COLUMN ? &g->ops[op->inputs[0]] : op;
+      most = op_max(most, whole->out_bytes * ir->plan.tp);
+    }
+  }
+  return most;
+}
+
 void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_copy, lx_stage_layout *out) {
   const lx_ir *ir = p->ir;
   const lx_stage *st = &p->stages[s];
@@ -191,6 +217,9 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   out->window_work_offset = c.recompute + (c.forward > c.grads ? c.forward : c.grads);
   out->window_buffer_bytes = aligned(c.window);
   out->boundary_bytes = ir->block.ops[0].out_bytes;
+  out->sp_buffer_bytes = aligned(sp_buffer_bytes(p, s));
+  out->sp_buffer_offset[0] = out->window_work_offset + 2 * out->window_buffer_bytes;
+  out->sp_buffer_offset[1] = out->sp_buffer_offset[0] + out->sp_buffer_bytes;
   int per_slot_buffers = (s + 1 < p->pp ? 2 : 0) + (s > 0 ? 1 : 0); /* send act + recv grad, send grad */
   out->boundary_grad_offset[0] = 0;
   out->boundary_grad_offset[1] = aligned(out->boundary_bytes);
@@ -204,7 +233,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       [LX_REGION_ADAM_M] = fp32_optimizer,
       [LX_REGION_ADAM_V] = fp32_optimizer,
       [LX_REGION_STASH] = out->slots * out->slot_bytes,
-      [LX_REGION_WORK] = out->window_work_offset + 2 * out->window_buffer_bytes,
+      [LX_REGION_WORK] = out->sp_buffer_offset[1] + out->sp_buffer_bytes,
       [LX_REGION_BOUNDARY] =
           out->send_offset + (int64_t)per_slot_buffers * out->slots * aligned(out->boundary_bytes),
   };
@@ -369,6 +398,13 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
   case LX_T_SEND_ACT:
   case LX_T_SEND_GRAD:
   case LX_T_RECV_GRAD: return slot_buffer(p, s, l, t.role);
+  case LX_T_SP_GATHERED:
+  case LX_T_SP_WHOLE: {
+    const lx_graph *g = lx_graph_of(p->ir, t.graph);
+    bool input = (t.role == LX_T_SP_GATHERED) == (t.index == 0);
+    int64_t shard = input ? g->ops[op->inputs[0]].out_bytes : op->out_bytes;
+    return fixed(LX_REGION_WORK, work + l->sp_buffer_offset[t.role == LX_T_SP_WHOLE], shard * p->ir->plan.tp);
+  }
   case LX_T_RECOMPUTED:
     if (pl->scratch_offset >= 0) return regenerated(l, pl, pl->scratch_offset, op->out_bytes);
     return place(p, s, l, (lx_tensor_ref){t.graph, t.layer, t.op, t.mb, LX_T_OUTPUT, 0});
@@ -440,6 +476,21 @@ static void extend_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_
     }
 }
 
+/* The whole tensors an op's sequence-parallel collectives gather into or
+ * reduce-scatter from: a column-parallel op's input and its gradient, the
+ * others' output and its gradient. */
+static void extend_sequence_parallel(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t,
+                                     int64_t *extents) {
+  const lx_op *op = &lx_graph_of(p->ir, t.graph)->ops[t.op];
+  lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, false);
+  if (!lx_sequence_parallel(p->ir) || (!c.gather_before && !c.reduce_after)) return;
+  bool column = op->tp_role == LX_TP_COLUMN;
+  t.role = LX_T_SP_GATHERED, t.index = !column;
+  extend(l, lx_locate(p, s, l, t), extents);
+  t.role = LX_T_SP_WHOLE, t.index = column;
+  extend(l, lx_locate(p, s, l, t), extents);
+}
+
 void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
                        int64_t extents[LX_REGION_COUNT]) {
   const lx_stage *st = &p->stages[s];
@@ -452,8 +503,11 @@ void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
                                               : true;
       int first = g == LX_GRAPH_BLOCK ? st->first_layer : -1, count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
       for (int layer = first; present && layer < first + count; layer++)
-        for (int i = 0; i < lx_graph_of(p->ir, (lx_graph_id)g)->n_ops; i++)
+        for (int i = 0; i < lx_graph_of(p->ir, (lx_graph_id)g)->n_ops; i++) {
           extend_op(p, s, l, (lx_tensor_ref){(lx_graph_id)g, layer, i, mb, LX_T_OUTPUT, 0}, extents);
+          extend_sequence_parallel(p, s, l, (lx_tensor_ref){(lx_graph_id)g, layer, i, mb, LX_T_OUTPUT, 0},
+                                   extents);
+        }
     }
     if (s + 1 < p->pp) /* the outgoing activation is also where the last layer writes */
       extend(l, lx_locate(p, s, l, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, mb, LX_T_SEND_ACT, 0}),

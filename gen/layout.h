@@ -37,14 +37,19 @@ typedef enum {
 
 /* What a tensor is, for locating it. */
 typedef enum {
-  LX_T_OUTPUT,    /* the op's output activation */
-  LX_T_INTERNAL,  /* the op's saved buffer number `index` (mask, softmax, lse) */
-  LX_T_GRAD,      /* the gradient of the op's output */
-  LX_T_PARAM,     /* parameter tensor `index` of the op (0 weight, 1 bias or beta) */
-  LX_T_SEND_ACT,  /* the stage's outgoing activation of a micro-batch */
-  LX_T_SEND_GRAD, /* the stage's outgoing input gradient of a micro-batch */
-  LX_T_RECV_GRAD, /* the incoming gradient of the stage's output */
-  LX_T_RECOMPUTED /* where a RECOMPUTE writes the op's output: a scratch copy when the output is kept */
+  LX_T_OUTPUT,     /* the op's output activation */
+  LX_T_INTERNAL,   /* the op's saved buffer number `index` (mask, softmax, lse) */
+  LX_T_GRAD,       /* the gradient of the op's output */
+  LX_T_PARAM,      /* parameter tensor `index` of the op (0 weight, 1 bias or beta) */
+  LX_T_SEND_ACT,   /* the stage's outgoing activation of a micro-batch */
+  LX_T_SEND_GRAD,  /* the stage's outgoing input gradient of a micro-batch */
+  LX_T_RECV_GRAD,  /* the incoming gradient of the stage's output */
+  LX_T_RECOMPUTED, /* where a RECOMPUTE writes the op's output: a scratch copy when the output is kept */
+  /* Sequence parallelism: the whole tensors an op reads or makes around its
+   * tensor-parallel collectives, from or into sequence shards. */
+  LX_T_SP_GATHERED, /* index 0: the op's whole input; 1: its output's whole gradient (all-gathered) */
+  LX_T_SP_WHOLE     /* index 0: the op's whole partial output; 1: its input's whole partial gradient
+                       (reduce-scattered) */
 } lx_tensor_role;
 
 typedef struct {
@@ -113,6 +118,8 @@ typedef struct {
       recompute_work_bytes;   /* work starts with the recomputed tensors, then forward outputs or gradients */
   int64_t window_work_offset; /* then the window buffers: layer l's at this + (l % 2) * window_buffer_bytes */
   int64_t window_buffer_bytes;
+  int64_t sp_buffer_offset[2];     /* in work: the gathered and the whole buffers of sequence parallelism */
+  int64_t sp_buffer_bytes;         /* 0 without sequence parallelism */
   int64_t boundary_grad_offset[2]; /* in the boundary region */
   int64_t send_offset;             /* in the boundary region: the per-slot buffers */
   int64_t boundary_bytes;          /* one boundary tensor */

@@ -27,8 +27,17 @@ int64_t lx_kept_bytes(const lx_graph *block, const lx_op_decision *decisions);
 bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out);
 /* The plan's micro-batches per iteration and per replica. */
 int lx_micro_batches(const lx_ir *ir);
-/* Does a tensor-parallel all-reduce follow op's forward (its output is a
- * partial sum) or, with `backward`, its backward (its input's gradient)? */
-bool lx_tp_allreduce_after(const lx_ir *ir, const lx_op *op, bool backward);
+/* The tensor-parallel collectives around op's forward (or backward): the
+ * all-gather before it that sequence parallelism needs (of its input shards,
+ * or in the backward of a row-parallel op its output gradient's), and the
+ * reduction after it (its partial output; in the backward of a
+ * column-parallel op, its input's partial gradient). */
+typedef struct {
+  bool gather_before, reduce_after;
+  lx_tp_collective reduce; /* all-reduce, or reduce-scatter into the sequence shard */
+} lx_tp_collectives;
+lx_tp_collectives lx_tp_collectives_of(const lx_ir *ir, const lx_op *op, bool backward);
+/* Sequence parallelism in effect (tp > 1): replicated activations are sequence shards. */
+bool lx_sequence_parallel(const lx_ir *ir);
 
 #endif

@@ -30,8 +30,11 @@ static double now_s(void) {
 
 /* ---- the problem ------------------------------------------------------------ */
 
+/* Ops with a tensor-parallel collective around their forward stay out of
+ * windows: the recompute stream issues no communication. */
 static bool forward_allreduce(const lx_ir *ir, const lx_op *op) {
-  return (ir->plan.tp > 1) && (op->needs_tp_allreduce || op->kind == LX_OP_EMBEDDING);
+  lx_tp_collectives c = lx_tp_collectives_of(ir, op, false);
+  return c.gather_before || c.reduce_after;
 }
 
 static bool output_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }

@@ -52,15 +52,31 @@ static void wait_for_reuse(builder *b, lx_stream on, const int *done, int mb) {
   if (previous >= 0 && done[previous] >= 0) wait_for(b, on, done[previous]);
 }
 
-/* Megatron's conjugate in the backward: a column-parallel op's input gradient is summed. */
-bool lx_tp_allreduce_after(const lx_ir *ir, const lx_op *op, bool backward) {
-  if (!ir->plan.tp || ir->plan.tp < 2) return false;
-  return backward ? op->tp_role == LX_TP_COLUMN : op->needs_tp_allreduce;
+bool lx_sequence_parallel(const lx_ir *ir) { return ir->plan.sequence_parallel && ir->plan.tp > 1; }
+
+/* Megatron's pairs: a row-parallel (or vocabulary-parallel) output is a
+ * partial sum, and so is a column-parallel op's input gradient; with
+ * sequence parallelism the sums are reduce-scatters into sequence shards
+ * and whole tensors are gathered from shards where an op reads them. */
+lx_tp_collectives lx_tp_collectives_of(const lx_ir *ir, const lx_op *op, bool backward) {
+  lx_tp_collectives c = {.reduce = LX_COLL_ALLREDUCE};
+  if (!ir->plan.tp || ir->plan.tp < 2) return c;
+  bool sp = lx_sequence_parallel(ir), column = op->tp_role == LX_TP_COLUMN, row = op->needs_tp_allreduce;
+  c.gather_before = sp && (column || (backward && row));
+  c.reduce_after = backward ? column : row;
+  if (sp) c.reduce = LX_COLL_REDUCE_SCATTER;
+  return c;
 }
 
 static int64_t input_bytes(const lx_graph *g, const lx_op *op) { return g->ops[op->inputs[0]].out_bytes; }
 
-static void tp_allreduce(builder *b, lx_instr at, int64_t bytes, bool backward) {
+/* Bytes of the whole tensor a collective of op moves: under sequence
+ * parallelism its sequence shard on every rank. */
+static int64_t whole_bytes(const builder *b, int64_t shard_bytes) {
+  return lx_sequence_parallel(b->ir) ? shard_bytes * b->tp : shard_bytes;
+}
+
+static void tp_collective(builder *b, lx_instr at, int64_t bytes, bool backward, lx_tp_collective coll) {
   sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_TP);
   emit(b, LX_STREAM_TP,
        (lx_instr){.kind = LX_I_ALLREDUCE_TP,
@@ -70,8 +86,16 @@ static void tp_allreduce(builder *b, lx_instr at, int64_t bytes, bool backward) 
                   .mb = at.mb,
                   .bytes = bytes,
                   .backward = backward,
-                  .recomputed = at.kind == LX_I_RECOMPUTE});
+                  .recomputed = at.kind == LX_I_RECOMPUTE,
+                  .coll = coll});
   sync_streams(b, LX_STREAM_TP, LX_STREAM_COMPUTE);
+}
+
+/* What a gather before op collects: its input, or in the backward of a
+ * row-parallel op its output's gradient. */
+static int64_t gathered_bytes(const builder *b, const lx_graph *g, const lx_op *op, bool backward) {
+  bool output_grad = backward && op->tp_role != LX_TP_COLUMN;
+  return whole_bytes(b, output_grad ? op->out_bytes : input_bytes(g, op));
 }
 
 static int instance_of(const builder *b, int layer, int mb) {
@@ -112,18 +136,22 @@ static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int 
   const lx_graph *g = lx_graph_of(b->ir, gid);
   const lx_op *op = &g->ops[i];
   lx_instr in = {.kind = kind, .graph = gid, .layer = layer, .op = i, .mb = mb};
+  lx_tp_collectives c = lx_tp_collectives_of(b->ir, op, false);
+  if (c.gather_before) tp_collective(b, in, gathered_bytes(b, g, op, false), false, LX_COLL_ALLGATHER);
   emit(b, LX_STREAM_COMPUTE, in);
   if (kind == LX_I_FWD) pass_emitted(b);
-  if (lx_tp_allreduce_after(b->ir, op, false)) tp_allreduce(b, in, op->out_bytes, false);
+  if (c.reduce_after) tp_collective(b, in, whole_bytes(b, op->out_bytes), false, c.reduce);
 }
 
 static void run_backward_op(builder *b, lx_graph_id gid, int layer, int i, int mb) {
   const lx_graph *g = lx_graph_of(b->ir, gid);
   const lx_op *op = &g->ops[i];
   lx_instr in = {.kind = LX_I_BWD, .graph = gid, .layer = layer, .op = i, .mb = mb};
+  lx_tp_collectives c = lx_tp_collectives_of(b->ir, op, true);
+  if (c.gather_before) tp_collective(b, in, gathered_bytes(b, g, op, true), true, LX_COLL_ALLGATHER);
   emit(b, LX_STREAM_COMPUTE, in);
   pass_emitted(b);
-  if (lx_tp_allreduce_after(b->ir, op, true)) tp_allreduce(b, in, input_bytes(g, op), true);
+  if (c.reduce_after) tp_collective(b, in, whole_bytes(b, input_bytes(g, op)), true, c.reduce);
 }
 
 static void forward_graph(builder *b, lx_graph_id gid, int layer, int mb) {

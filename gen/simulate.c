@@ -240,7 +240,10 @@ double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, c
     rank_layout(p, in->peer, &b);
     return lx_cost_p2p(cm, in->bytes, a != b);
   }
-  case LX_I_ALLREDUCE_TP: return lx_cost_allreduce(cm, in->bytes, tp, false);
+  case LX_I_ALLREDUCE_TP:
+    if (in->coll == LX_COLL_REDUCE_SCATTER) return lx_cost_reduce_scatter(cm, in->bytes, tp, false);
+    if (in->coll == LX_COLL_ALLGATHER) return lx_cost_all_gather(cm, in->bytes, tp, false);
+    return lx_cost_allreduce(cm, in->bytes, tp, false);
   case LX_I_ALLREDUCE_DP: return lx_cost_allreduce(cm, in->bytes, dp, tp * dp > ir->cluster.gpus_per_node);
   case LX_I_OPTIMIZER_STEP: {
     /* AdamW streams weights, master weights, gradients and both moments */

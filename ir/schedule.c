@@ -67,6 +67,8 @@ void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t si
   case LX_I_RECOMPUTE:
   case LX_I_ALLREDUCE_TP: {
     const lx_graph *g = lx_graph_of(ir, in->graph);
+    static const char *colls[] = {"ALLREDUCE_TP", "REDUCE_SCATTER_TP", "ALLGATHER_TP"};
+    if (in->kind == LX_I_ALLREDUCE_TP) kind = colls[in->coll];
     if (in->layer >= 0)
       snprintf(buf, size, "%s%s %s.%s L%d mb%d", kind, in->backward ? "(bwd)" : "", g->name,
                g->ops[in->op].name, in->layer, in->mb);

@@ -32,7 +32,8 @@ typedef enum {
   LX_I_RECV_ACT,
   LX_I_SEND_GRAD, /* the gradient of the stage's input of `mb` to stage `peer` */
   LX_I_RECV_GRAD,
-  LX_I_ALLREDUCE_TP, /* after FWD/RECOMPUTE of a row-parallel op, or BWD of a column-parallel one */
+  LX_I_ALLREDUCE_TP, /* a tensor-parallel collective (`coll`): after FWD/RECOMPUTE of a row-parallel op,
+                        after BWD of a column-parallel one; under sequence parallelism also gathers before */
   LX_I_ALLREDUCE_DP, /* one bucket of parameter gradients across replicas (ZeRO-1: reduce-scatter) */
   LX_I_OPTIMIZER_STEP,
   LX_I_LOAD,   /* micro-batch `mb`'s data into input op `op` of graph `graph` (tokens, targets) */
@@ -40,6 +41,12 @@ typedef enum {
   LX_I_WAIT,   /* this stream waits for event `event` */
   LX_I_KIND_COUNT
 } lx_instr_kind;
+
+/* What an ALLREDUCE_TP does. Without sequence parallelism always an all-reduce
+ * in place; with it (Megatron), a reduce-scatter of the op's whole partial
+ * result into its sequence shard, or an all-gather of sequence shards into
+ * the whole tensor the op reads. */
+typedef enum { LX_COLL_ALLREDUCE, LX_COLL_REDUCE_SCATTER, LX_COLL_ALLGATHER } lx_tp_collective;
 
 typedef struct {
   lx_instr_kind kind;
@@ -52,6 +59,7 @@ typedef struct {
   int64_t bytes;     /* communication payload per rank */
   bool backward;     /* ALLREDUCE_TP: the conjugate in the backward pass */
   bool recomputed;   /* ALLREDUCE_TP: of a RECOMPUTE's output (where it regenerates it) */
+  lx_tp_collective coll; /* ALLREDUCE_TP */
   bool tied;         /* ALLREDUCE_DP: the bucket of the tied embedding table (or its copy) alone */
 } lx_instr;
 

@@ -15,9 +15,11 @@ and compares against references derived here, independently of lynxgen:
   to the bound CROSS_PP_BOUND (see there for why not bitwise);
 - tensor and data parallelism: every tp x pp x dp in {1, 2}^3 gives the
   losses of tp = pp = dp = 1 within CROSS_PARALLEL_BOUND, for every recompute
-  policy; ZeRO-1 those of plain data parallelism with a 1/dp optimizer state
-  in plan.txt; and the gradients of a 2 x 2 x 2 ZeRO-1 run match finite
-  differences;
+  policy; so does sequence parallelism, with smaller stashed activations in
+  plan.txt; ZeRO-1 gives those of plain data parallelism with a 1/dp
+  optimizer state in plan.txt; the gradients of a 2 x 2 x 2 ZeRO-1 run with
+  sequence parallelism match finite differences, and its arena is used
+  exactly as planned;
 - the arena of every stage is written exactly to the extents of the static
   memory plan, with memory the plan calls dead poisoned (make check);
 - an llm.c GPT-2 checkpoint written here loads and saves back byte-identical.
@@ -140,12 +142,12 @@ def relative_difference(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
-def optimizer_mib(plan_txt):
-    """The first stage's optimizer MiB from plan.txt's arena line."""
+def arena_mib(plan_txt, part):
+    """The first stage's MiB of `part` ("optimizer", "stashed activations") from plan.txt's arena line."""
     with open(plan_txt) as f:
         for line in f:
             if line.strip().startswith("arena"):
-                return float(line.split("optimizer ")[1].split(" MiB")[0])
+                return float(line.split(part + " ")[1].split(" MiB")[0])
     return None
 
 
@@ -163,10 +165,11 @@ def tensor_and_data_parallel(work, model, reference):
                 for policy in POLICIES if every_policy else ("none", "lynx-heu"):
                     if (tp, pp, dp) != (1, 1, 1):
                         cases.append((tp, pp, dp, policy))
-    for tp, pp, dp, policy in cases:
-        args = ("--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--policy", policy)
+    cases += [(2, 2, 2, "none", "--sequence-parallel"), (2, 2, 1, "lynx-heu", "--sequence-parallel")]
+    for tp, pp, dp, policy, *sp in cases:
+        args = ("--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--policy", policy, *sp)
         args += squeeze if policy not in ("none", "full", "selective") else ()
-        name = "par-t%dp%dd%d-%s" % (tp, pp, dp, policy)
+        name = "par-t%dp%dd%d-%s%s" % (tp, pp, dp, policy, "-sp" if sp else "")
         program = generate(work, name, model, *args, quick=True)
         r, metrics = train(program, work, "--steps", "4") if program else (None, None)
         if r is None or r.returncode != 0:
@@ -175,9 +178,13 @@ def tensor_and_data_parallel(work, model, reference):
                 print(r.stdout[-2000:] + r.stderr[-2000:])
             continue
         worst = relative_difference(losses(metrics), reference)
-        check(worst <= CROSS_PARALLEL_BOUND, "tp=%d pp=%d dp=%d %s: losses equal tp=pp=dp=1's within %.0e (worst %.2e)"
-              % (tp, pp, dp, policy, CROSS_PARALLEL_BOUND, worst))
-    plain = os.path.join(work, "par-t2p2d2-none")
+        check(worst <= CROSS_PARALLEL_BOUND, "tp=%d pp=%d dp=%d %s%s: losses equal tp=pp=dp=1's within %.0e (worst %.2e)"
+              % (tp, pp, dp, policy, " sequence-parallel" if sp else "", CROSS_PARALLEL_BOUND, worst))
+    plain, sp = os.path.join(work, "par-t2p2d2-none"), os.path.join(work, "par-t2p2d2-none-sp")
+    if os.path.exists(os.path.join(sp, "plan.txt")):
+        before, after = arena_mib(os.path.join(plain, "plan.txt"), "stashed activations"), arena_mib(
+            os.path.join(sp, "plan.txt"), "stashed activations")
+        check(after < before, "sequence parallelism stashes less per rank (%s MiB instead of %s MiB)" % (after, before))
     zero = generate(work, "par-zero", model, "--tp", "2", "--pp", "2", "--dp", "2", "--zero", quick=True)
     r, metrics = train(zero, work, "--steps", "4") if zero else (None, None)
     if r is not None and r.returncode == 0 and os.path.exists(os.path.join(plain, "metrics.jsonl")):
@@ -185,18 +192,26 @@ def tensor_and_data_parallel(work, model, reference):
         check(worst <= CROSS_PARALLEL_BOUND,
               "ZeRO-1 (tp=2 pp=2 dp=2): losses equal plain data parallelism's within %.0e (worst %.2e)" % (
                   CROSS_PARALLEL_BOUND, worst))
-        before, after = optimizer_mib(os.path.join(plain, "plan.txt")), optimizer_mib(os.path.join(zero, "plan.txt"))
+        before = arena_mib(os.path.join(plain, "plan.txt"), "optimizer")
+        after = arena_mib(os.path.join(zero, "plan.txt"), "optimizer")
         check(before and after and abs(after - before / 2) <= 0.01 * before and "ZeRO-1" in open(
             os.path.join(zero, "plan.txt")).read(),
               "ZeRO-1 with dp=2: plan.txt shows half the optimizer state (%s MiB instead of %s MiB)" % (after, before))
     else:
         check(False, "ZeRO-1 (tp=2 pp=2 dp=2) trains")
-    grad = generate(work, "grad-zero", model, "--tp", "2", "--pp", "2", "--dp", "2", "--zero", target="gradcheck")
+    everything = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel")
+    grad = generate(work, "grad-zero", model, *everything, target="gradcheck")
     r, _ = train(grad, work, "--gradcheck", "--gradcheck-samples", "2", variant="-gradcheck") if grad else (None, None)
     lines = [l for l in (r.stdout if r else "").splitlines() if "worst relative error" in l]
     check(r is not None and r.returncode == 0 and len(lines) == 8,
-          "tp=2 pp=2 dp=2 ZeRO-1: every parameter tensor's gradient (each shard, each replica) matches finite "
-          "differences (%s)" % (lines[0].split(";")[-1].strip() if lines else "no result"))
+          "tp=2 pp=2 dp=2 ZeRO-1 sequence-parallel: every parameter tensor's gradient (each shard, each replica) "
+          "matches finite differences (%s)" % (lines[0].split(";")[-1].strip() if lines else "no result"))
+    program = generate(work, "mem-zero-sp", model, *everything, "--policy", "lynx-heu", *squeeze, target="check")
+    r, _ = train(program, work, "--steps", "2", variant="-check") if program else (None, None)
+    stages = [l for l in (r.stdout if r else "").splitlines() if l.startswith("memory: stage")]
+    check(r is not None and r.returncode == 0 and len(stages) == 8 and all("as planned" in l for l in stages),
+          "tp=2 pp=2 dp=2 ZeRO-1 sequence-parallel lynx-heu: every rank's arena is used exactly to the planned "
+          "extents, poison never read")
 
 
 POLICIES = ("none", "full", "selective", "checkmate", "lynx-heu", "lynx-opt")

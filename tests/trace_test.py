@@ -136,7 +136,8 @@ def expected_counts(case):
             "RECV_ACT": 0 if first else m,
             "SEND_GRAD": 0 if first else m,
             "ALLREDUCE_TP": m * tp_ops,
-            "ALLREDUCE_DP": 1 if dp > 1 else 0,
+            # one bucket per graph instance, the tied table (and the last stage's copy) apart
+            "ALLREDUCE_DP": n + 2 * first + (2 if pp > 1 else 1) * last if dp > 1 else 0,
             "OPTIMIZER_STEP": 1,
         })
     return m, counts

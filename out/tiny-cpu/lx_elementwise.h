@@ -99,18 +99,27 @@ static inline void lx_add_backward(real *da,         // (N)
 /* Element i is kept iff lx_dropout_keep(seed, stream, i): recomputing this
  * forward with the same (seed, stream) regenerates the same mask bit for bit.
  * mask may be NULL when p == 0 (the IR then saves none). */
-static inline void lx_dropout_forward(real *out,       // (N)
-                                      uint8_t *mask,   // (N) or NULL
-                                      const real *inp, // (N)
-                                      size_t N, double p, uint64_t seed, uint64_t stream) {
+/* Element i draws counter first + i: a sequence shard of a tensor (sequence
+ * parallelism) draws the whole tensor's mask for its rows. */
+static inline void lx_dropout_forward_at(real *out,       // (N)
+                                         uint8_t *mask,   // (N) or NULL
+                                         const real *inp, // (N)
+                                         size_t N, double p, uint64_t seed, uint64_t stream, uint64_t first) {
   uint32_t threshold = lx_dropout_threshold(p);
   real scale = (real)(1.0 / (1.0 - p));
 #pragma omp parallel for
   for (size_t i = 0; i < N; i++) {
-    int keep = lx_dropout_keep(seed, stream, i, threshold);
+    int keep = lx_dropout_keep(seed, stream, first + i, threshold);
     if (mask) mask[i] = (uint8_t)keep;
     out[i] = keep ? inp[i] * scale : 0;
   }
+}
+
+static inline void lx_dropout_forward(real *out,       // (N)
+                                      uint8_t *mask,   // (N) or NULL
+                                      const real *inp, // (N)
+                                      size_t N, double p, uint64_t seed, uint64_t stream) {
+  lx_dropout_forward_at(out, mask, inp, N, p, seed, stream, 0);
 }
 
 static inline void lx_dropout_backward(real *dinp,          // (N)

@@ -66,23 +66,38 @@ static inline void lx_embedding_backward(real *dwte,        // (V, C)
   lx_embedding_backward_shard(dwte, dout, tokens, B, T, C, V, 0, V);
 }
 
+/* Rows [first, first + rows) of the (B, T) positions: a sequence shard. */
+static inline void lx_position_embedding_forward_rows(real *out,       // (rows, C)
+                                                      const real *wpe, // (T, C)
+                                                      int T, int C, int first, int rows) {
+#pragma omp parallel for
+  for (int r = 0; r < rows; r++)
+    memcpy(out + (size_t)r * C, wpe + (size_t)((first + r) % T) * C, (size_t)C * sizeof(real));
+}
+
 /* out[b, t] = wpe[t]: positions count from 0 in every sequence. */
 static inline void lx_position_embedding_forward(real *out,       // (B, T, C)
                                                  const real *wpe, // (T, C)
                                                  int B, int T, int C) {
+  lx_position_embedding_forward_rows(out, wpe, T, C, 0, B * T);
+}
+
+/* dwpe[t] += the sum of dout over the rows at position t, in row order:
+ * rows [first, first + rows) of the (B, T) positions. */
+static inline void lx_position_embedding_backward_rows(real *dwpe,       // (T, C)
+                                                       const real *dout, // (rows, C)
+                                                       int T, int C, int first, int rows) {
 #pragma omp parallel for
-  for (int r = 0; r < B * T; r++)
-    memcpy(out + (size_t)r * C, wpe + (size_t)(r % T) * C, (size_t)C * sizeof(real));
+  for (int t = 0; t < T; t++)
+    for (int r = (t - first % T + T) % T; r < rows; r += T)
+      lx_axpy(dwpe + (size_t)t * C, 1, dout + (size_t)r * C, C);
 }
 
 /* dwpe[t] += sum over b of dout[b, t], b in order. */
 static inline void lx_position_embedding_backward(real *dwpe,       // (T, C)
                                                   const real *dout, // (B, T, C)
                                                   int B, int T, int C) {
-#pragma omp parallel for
-  for (int t = 0; t < T; t++)
-    for (int b = 0; b < B; b++)
-      lx_axpy(dwpe + (size_t)t * C, 1, dout + ((size_t)b * T + t) * C, C);
+  lx_position_embedding_backward_rows(dwpe, dout, T, C, 0, B * T);
 }
 
 #endif

@@ -38,11 +38,13 @@ static void allocate_arena(void) {
 
 /* ---- parameters ---------------------------------------------------------------- */
 
+static int replicated(const lx_param_tensor *t) { return t->split == 0 || t->split == 3; }
+
 /* A rank draws the values its share has in the whole tensor, so that every
  * tensor-parallel degree trains the same model from the same start. */
 static void initialize_normal(const lx_param_tensor *t, uint64_t seed) {
   real *w = PARAMS + t->element;
-  if (t->split == 0) {
+  if (replicated(t)) {
     lx_init_normal(w, (size_t)t->elements, t->init_std, seed, (uint64_t)t->stream);
   } else if (t->split == 1) {
     for (int k = 0; k < t->pieces; k++) {
@@ -150,6 +152,17 @@ static void sum_tied_gradients(void) {
     }
 }
 
+/* Sequence parallelism: a row-wise op's parameter gradient is a sum over the
+ * tensor-parallel ranks' rows (of this replica's share, under ZeRO-1). */
+static void sum_sequence_parallel_gradients(void) {
+  for (int i = 0; i < PARAM_TENSORS; i++)
+    if (param_tensors[i].split == 3) {
+      long long lo, hi, state;
+      long long grad = owned_part(&param_tensors[i], &lo, &hi, &state);
+      lx_allreduce_sum(GRADS + grad, hi - lo, groups.tp);
+    }
+}
+
 /* The global gradient norm, summed tensor by tensor in the model's order
  * (init streams name tensors in that order), so that it is the same number
  * whatever the pipeline depth: the parts of a tensor are its tensor-parallel
@@ -161,7 +174,8 @@ static double global_grad_norm(void) {
   int n = 0;
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
-    if ((t->tied && !t->writes_file) || (t->split == 0 && TP_RANK > 0) || (ZERO_SHARDS == 1 && replica > 0)) continue;
+    if ((t->tied && !t->writes_file) || (replicated(t) && TP_RANK > 0) || (ZERO_SHARDS == 1 && replica > 0))
+      continue;
     long long lo, hi, state;
     long long grad = owned_part(t, &lo, &hi, &state);
     local[n][0] = (double)t->stream;
@@ -191,6 +205,7 @@ static double global_grad_norm(void) {
  * then hand each other their updated shares. */
 static double optimizer_step(int step, int steps, double *grad_norm) {
   sum_tied_gradients();
+  sum_sequence_parallel_gradients();
   *grad_norm = global_grad_norm();
   if (TRAINING_GRAD_CLIP > 0) {
     double factor = lx_grad_clip_factor(*grad_norm, TRAINING_GRAD_CLIP);
@@ -281,6 +296,7 @@ static int gradient_check(int samples) {
   loss_sum = 0;
   run_schedule(1);
   sum_tied_gradients();
+  sum_sequence_parallel_gradients();
   gather_reduced_gradients();
   /* central differences in double: truncation ~eps^2, rounding ~1e-16 * loss / eps */
   const double eps = 1e-5, tolerance = 1e-5, absolute = 1e-8;
@@ -296,7 +312,7 @@ static int gradient_check(int samples) {
       long long info[3] = {0, 0, 0}; /* elements, tied, replicated over tp */
       /* the last stage's tied copy is the embedding table: checked with it, by mirroring */
       if (is_owner && !(param_tensors[i].tied && !param_tensors[i].writes_file))
-        info[0] = param_tensors[i].elements, info[1] = param_tensors[i].tied, info[2] = param_tensors[i].split == 0;
+        info[0] = param_tensors[i].elements, info[1] = param_tensors[i].tied, info[2] = replicated(&param_tensors[i]);
       LX_MPI_CHECK(MPI_Bcast(info, 3, MPI_LONG_LONG, owner, MPI_COMM_WORLD));
       if (info[2] && owner_tp > 0) continue; /* checked on tp rank 0 */
       int holds = STAGE == owner_stage && (TP_RANK == owner_tp || info[2]);

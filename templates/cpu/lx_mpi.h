@@ -174,6 +174,39 @@ static inline void lx_iallreduce_sum(real *buf, // (n)
   LX_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm, req));
 }
 
+/* Sequence parallelism: starts summing `whole` over comm, rank r receiving
+ * its rows' part (`shard` reals) into shard. */
+static inline void lx_ireduce_scatter(const real *whole, // (size(comm) * n)
+                                      real *shard,       // (n)
+                                      int64_t n, MPI_Comm comm, MPI_Request *req) {
+  LX_CHECK(n >= 0 && n <= INT_MAX);
+  LX_MPI_CHECK(MPI_Ireduce_scatter_block(whole, shard, (int)n, LX_MPI_REAL, MPI_SUM, comm, req));
+}
+
+/* Sequence parallelism: starts gathering every rank's shard into whole, in rank order. */
+static inline void lx_iallgather(const real *shard, // (n)
+                                 real *whole,       // (size(comm) * n)
+                                 int64_t n, MPI_Comm comm, MPI_Request *req) {
+  LX_CHECK(n >= 0 && n <= INT_MAX);
+  LX_MPI_CHECK(MPI_Iallgather(shard, (int)n, LX_MPI_REAL, whole, (int)n, LX_MPI_REAL, comm, req));
+}
+
+static inline void lx_reduce_scatter(const real *whole, // (size(comm) * n)
+                                     real *shard,       // (n)
+                                     int64_t n, MPI_Comm comm) {
+  MPI_Request req;
+  lx_ireduce_scatter(whole, shard, n, comm, &req);
+  lx_wait(&req);
+}
+
+static inline void lx_allgather(const real *shard, // (n)
+                                real *whole,       // (size(comm) * n)
+                                int64_t n, MPI_Comm comm) {
+  MPI_Request req;
+  lx_iallgather(shard, whole, n, comm, &req);
+  lx_wait(&req);
+}
+
 /* ZeRO-1: starts summing buf over comm, rank r getting the sum of chunk r
  * (`chunk` reals) in buf[0, chunk) (MPI's in-place convention). */
 static inline void lx_ireduce_scatter_sum(real *buf, // (size(comm) * chunk)

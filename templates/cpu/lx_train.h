@@ -20,7 +20,8 @@ typedef struct {
    * whole rows of `row_elements`; run k is rows
    * [piece_row[k] + tp_rank * piece_rows[k], ... + piece_rows[k]).
    * split 2: columns [tp_rank * row_elements, ... + row_elements) of every
-   * row of `whole_row` elements. */
+   * row of `whole_row` elements. split 3: replicated, but each rank's
+   * gradient is the part of its sequence shard (sequence parallelism). */
   int split;
   long long row_elements, whole_row;
   int pieces;

@@ -464,8 +464,12 @@ static void mpi_checkpoint_round_trip(int rank, const char *src, const char *dst
   free(params);
 }
 
-/* Micro-batches posted out of order still match by tag. */
+/* Micro-batches posted out of order still match by tag (2 ranks: 2 stages
+ * of tp = dp = 1, peers named by stage in the pipeline communicator). */
 static void mpi_point_to_point(int rank) {
+  lx_groups groups = lx_groups_start(rank, 1, 1, rank);
+  CHECK(groups.stage == rank && groups.tp_rank == 0 && groups.dp_rank == 0,
+        "tp = dp = 1: world rank r is stage r, tp rank 0, replica 0");
   real a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, got_a[4] = {0}, got_b[4] = {0};
   MPI_Request reqs[2];
   if (rank == 0) {
