@@ -108,7 +108,7 @@ static opmask close_recompute(const lx_stage_problem *pr, opmask rc) {
     if (!has(rc, i)) continue;
     for (int k = 0; k < g->ops[i].n_inputs; k++) {
       int j = g->ops[i].inputs[k];
-      if (!is_input(pr, j) && !output_saved(g, j)) rc |= (opmask)1 << j;
+      if (!has(rc, j) && !is_input(pr, j) && !output_saved(g, j)) rc |= (opmask)1 << j;
     }
   }
   return rc;
@@ -139,17 +139,25 @@ static bool window_closed(const lx_stage_problem *pr, opmask rc, opmask w) {
   return true;
 }
 
+/* The ops of a set in increasing order (the sums below add in op order, so
+ * they are the same numbers however often they are taken). */
+static int next_op(opmask *m) {
+  int i = __builtin_ctzll(*m);
+  *m &= *m - 1;
+  return i;
+}
+
 static double seconds_of(const lx_stage_problem *pr, opmask m) {
   double t = 0;
-  for (int i = 0; i < pr->n_ops; i++)
-    if (has(m, i)) t += pr->recompute_s[i];
+  while (m)
+    t += pr->recompute_s[next_op(&m)];
   return t;
 }
 
 static int64_t bytes_of(const lx_stage_problem *pr, opmask m) {
   int64_t b = 0;
-  for (int i = 0; i < pr->n_ops; i++)
-    if (has(m, i)) b += pr->drop_bytes[i];
+  while (m)
+    b += pr->drop_bytes[next_op(&m)];
   return b;
 }
 
@@ -212,39 +220,133 @@ static int heap_pop(heap *h) {
 
 static const int *sort_keys; /* qsort has no context argument in C11 */
 
+/* By key, then by index: the same order whatever qsort's stability. */
 static int by_key(const void *a, const void *b) {
-  int x = sort_keys[*(const int *)a], y = sort_keys[*(const int *)b];
-  return (x > y) - (x < y);
+  int i = *(const int *)a, j = *(const int *)b, x = sort_keys[i], y = sort_keys[j];
+  return x != y ? (x > y) - (x < y) : (i > j) - (i < j);
+}
+
+enum { TIERS = 24 };
+
+/* The instances in order of release (lo), the windows in tiers, and a
+ * heap's room: what every matching of one stage problem shares, so a policy
+ * that tries many recompute sets sorts and filters once. lynx-heu matches a
+ * few dozen times a stage, and a long pipeline has tens of thousands of
+ * windows, most of them tensor-parallel all-reduces too short for the
+ * recompute at hand: tier t lists, in time order, the windows with a slot
+ * for min_s x 2^t seconds, so a matching of r seconds walks the highest
+ * tier with min_s x 2^t <= r and skips only windows it could not use. */
+typedef struct {
+  const lx_stage_problem *pr;
+  int *order, *heap;
+  int *tier[TIERS], n_tier[TIERS];
+  double min_s; /* the shortest windowable op's recompute; 0: none */
+} matcher;
+
+static int slots_of(const lx_window *w, double window_s) { return (int)(w->capacity / window_s + 1e-9); }
+
+static double shortest_window_op(const lx_stage_problem *pr) {
+  double min_s = 0;
+  for (int i = 0; i < pr->n_ops; i++)
+    if (pr->windowable[i] && pr->recompute_s[i] > 0 && (min_s == 0 || pr->recompute_s[i] < min_s))
+      min_s = pr->recompute_s[i];
+  return min_s;
+}
+
+/* Tier t from tier t - 1 (or from every window): those with a slot at min_s x 2^t. */
+static void build_tiers(matcher *m) {
+  const lx_stage_problem *pr = m->pr;
+  for (int t = 0; t < TIERS; t++) {
+    m->tier[t] = malloc(sizeof(int) * (size_t)(pr->n_windows + 1));
+    int from = t ? m->n_tier[t - 1] : pr->n_windows;
+    double r = ldexp(m->min_s, t);
+    m->n_tier[t] = 0;
+    for (int k = 0; k < from && m->min_s > 0; k++) {
+      int w = t ? m->tier[t - 1][k] : k;
+      if (slots_of(&pr->windows[w], r) > 0) m->tier[t][m->n_tier[t]++] = w;
+    }
+  }
+}
+
+static matcher matcher_init(const lx_stage_problem *pr) {
+  size_t n = (size_t)(pr->n_instances > 0 ? pr->n_instances : 0) + 1;
+  matcher m = {.pr = pr, .order = malloc(sizeof(int) * n), .heap = malloc(sizeof(int) * n)};
+  for (int i = 0; i < pr->n_instances; i++)
+    m.order[i] = i;
+  sort_keys = pr->lo;
+  if (pr->n_instances > 0) qsort(m.order, (size_t)pr->n_instances, sizeof *m.order, by_key);
+  m.min_s = shortest_window_op(pr);
+  build_tiers(&m);
+  return m;
+}
+
+static void matcher_free(matcher *m) {
+  free(m->order);
+  free(m->heap);
+  for (int t = 0; t < TIERS; t++)
+    free(m->tier[t]);
+}
+
+/* The highest tier whose windows include every one with a slot for window_s; -1: none does. */
+static int tier_for(const matcher *m, double window_s) {
+  if (m->min_s <= 0 || window_s < m->min_s) return -1;
+  int t = 0;
+  while (t + 1 < TIERS && ldexp(m->min_s, t + 1) <= window_s)
+    t++;
+  return t;
+}
+
+/* The first of windows list[k..n) (all windows when list is NULL; both in
+ * time order) at or after position `after`: admissible ranges are short
+ * (an instance may use the windows since the last pass over a layer of its
+ * parity), so most windows have no instance to take and are skipped. */
+static int first_at(const lx_stage_problem *pr, const int *list, int k, int n, int after) {
+  while (k < n) {
+    int mid = k + (n - k) / 2;
+    if (pr->windows[list ? list[mid] : mid].after < after)
+      k = mid + 1;
+    else
+      n = mid;
+  }
+  return k;
 }
 
 /* Windows in time order; each takes the admissible instances that are due
  * first, as many as fit. For equal-sized jobs with release times and
- * deadlines on a line this serves as many as any assignment can. */
-int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_of) {
+ * deadlines on a line this serves as many as any assignment can. A window
+ * too short to take one instance changes nothing: the next one that can
+ * releases and expires the same instances (deadlines differ, so the heap
+ * pops the same ones whatever the order of pushes). */
+static int match(const matcher *m, double window_s, int *window_of) {
+  const lx_stage_problem *pr = m->pr;
   for (int i = 0; i < pr->n_instances; i++)
     window_of[i] = -1;
   if (window_s <= 0 || pr->n_windows == 0 || pr->n_instances == 0) return 0;
-  int *order = malloc(sizeof(int) * (size_t)pr->n_instances);
-  for (int i = 0; i < pr->n_instances; i++)
-    order[i] = i;
-  sort_keys = pr->lo;
-  qsort(order, (size_t)pr->n_instances, sizeof *order, by_key);
-  heap h = {malloc(sizeof(int) * (size_t)pr->n_instances), 0, pr->due};
+  int t = tier_for(m, window_s), n_windows = t >= 0 ? m->n_tier[t] : pr->n_windows;
+  const int *list = t >= 0 ? m->tier[t] : NULL;
+  heap h = {m->heap, 0, pr->due};
   int next = 0, served = 0;
-  for (int w = 0; w < pr->n_windows; w++) {
-    int at = pr->windows[w].after;
-    while (next < pr->n_instances && pr->lo[order[next]] <= at) {
-      if (pr->due[order[next]] > at) heap_push(&h, order[next]);
+  for (int k = 0; k < n_windows && (h.n || next < pr->n_instances); k++) {
+    if (!h.n) k = first_at(pr, list, k, n_windows, pr->lo[m->order[next]]); /* nothing waits before then */
+    if (k >= n_windows) break;
+    int w = list ? list[k] : k, at = pr->windows[w].after, slots = slots_of(&pr->windows[w], window_s);
+    if (slots <= 0) continue;
+    while (next < pr->n_instances && pr->lo[m->order[next]] <= at) {
+      if (pr->due[m->order[next]] > at) heap_push(&h, m->order[next]);
       next++;
     }
     while (h.n && pr->due[h.items[0]] <= at)
       heap_pop(&h); /* too late for them now */
-    int slots = (int)(pr->windows[w].capacity / window_s + 1e-9);
     for (; slots > 0 && h.n; slots--, served++)
       window_of[heap_pop(&h)] = w;
   }
-  free(h.items);
-  free(order);
+  return served;
+}
+
+int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_of) {
+  matcher m = matcher_init(pr);
+  int served = match(&m, window_s, window_of);
+  matcher_free(&m);
   return served;
 }
 
@@ -296,8 +398,9 @@ static bool fits(const lx_stage_problem *pr, opmask rc, opmask w) {
 }
 
 /* The choice with its windows assigned for real. */
-static choice realize(const lx_stage_problem *pr, opmask rc, opmask w, int *window_of) {
-  int served = lx_assign_windows(pr, w ? seconds_of(pr, w) : 0, window_of);
+static choice realize(const matcher *m, opmask rc, opmask w, int *window_of) {
+  const lx_stage_problem *pr = m->pr;
+  int served = match(m, w ? seconds_of(pr, w) : 0, window_of);
   return (choice){rc, w, exposed_of(pr, rc, w, served), fits(pr, rc, w)};
 }
 
@@ -315,34 +418,41 @@ enum { GRID = 16, TOP = 8, MAX_ENUM_OPS = 16, MAX_ENUM_WINDOW_OPS = 10 };
 
 /* Instances served as a function of the in-window seconds per instance, on
  * a geometric grid: read at the next grid point up, it never promises more
- * than the exact matching gives. */
+ * than the exact matching gives. A point is matched when first read (a
+ * matching walks every window; many points are never read). */
 typedef struct {
   double r[GRID];
-  int served[GRID];
+  int served[GRID]; /* -1: not matched yet */
   int n;
+  const matcher *m;
+  int *scratch;
 } served_curve;
 
-static void build_curve(const lx_stage_problem *pr, served_curve *c, int *scratch) {
+static void build_curve(const matcher *m, served_curve *c, int *scratch) {
+  const lx_stage_problem *pr = m->pr;
   double lo = 0, hi = 0;
   for (int i = 0; i < pr->n_ops; i++)
     if (pr->windowable[i] && pr->recompute_s[i] > 0) {
       hi += pr->recompute_s[i];
       if (lo == 0 || pr->recompute_s[i] < lo) lo = pr->recompute_s[i];
     }
-  c->n = 0;
+  *c = (served_curve){.n = 0, .m = m, .scratch = scratch};
   if (hi <= 0 || pr->n_windows == 0) return;
   double ratio = GRID > 1 && hi > lo ? pow(hi / lo, 1.0 / (GRID - 1)) : 1;
   for (int g = 0; g < GRID; g++) {
     c->r[g] = g == GRID - 1 ? hi : lo * pow(ratio, g);
-    c->served[g] = lx_assign_windows(pr, c->r[g], scratch);
+    c->served[g] = -1;
   }
   c->n = GRID;
 }
 
-static int served_estimate(const served_curve *c, double r) {
+static int served_estimate(served_curve *c, double r) {
   if (r <= 0) return 0;
   for (int g = 0; g < c->n; g++)
-    if (c->r[g] >= r * (1 - 1e-12)) return c->served[g];
+    if (c->r[g] >= r * (1 - 1e-12)) {
+      if (c->served[g] < 0) c->served[g] = match(c->m, c->r[g], c->scratch);
+      return c->served[g];
+    }
   return 0;
 }
 
@@ -365,7 +475,7 @@ static void shortlist_add(const lx_stage_problem *pr, shortlist *s, choice c) {
 
 /* Every chain-closed window subset of one recompute set that fits, scored
  * with the served curve. */
-static void consider_windows(const lx_stage_problem *pr, const served_curve *c, opmask rc, shortlist *s) {
+static void consider_windows(const lx_stage_problem *pr, served_curve *c, opmask rc, shortlist *s) {
   double n = (double)pr->n_layers * pr->micro_batches, all = seconds_of(pr, rc);
   opmask cand = c->n ? window_candidates(pr, rc) : 0;
   int n_cand = __builtin_popcountll(cand);
@@ -396,6 +506,25 @@ static int droppable_ops(const lx_stage_problem *pr, int *ops) {
   return n;
 }
 
+/* Instances served per in-window seconds, for the shortlist: its choices
+ * often share a window set, and a matching walks every window. */
+typedef struct {
+  double window_s[TOP + 1];
+  int served[TOP + 1], n;
+} served_memo;
+
+/* What realize says of a choice, without its assignment (scratch is overwritten). */
+static choice score(const matcher *m, served_memo *memo, opmask rc, opmask w, int *scratch) {
+  const lx_stage_problem *pr = m->pr;
+  double window_s = w ? seconds_of(pr, w) : 0;
+  int k = 0;
+  while (k < memo->n && memo->window_s[k] != window_s)
+    k++;
+  int served = k < memo->n ? memo->served[k] : match(m, window_s, scratch);
+  if (k == memo->n && k < TOP + 1) memo->window_s[memo->n] = window_s, memo->served[memo->n++] = served;
+  return (choice){rc, w, exposed_of(pr, rc, w, served), fits(pr, rc, w)};
+}
+
 /* One layer decides for all: every subset of the droppable ops (or, for
  * unusually large blocks, the prefixes by recompute time per byte), every
  * window subset of each, scored by the served curve; the best few are
@@ -405,7 +534,8 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
   int *ops = malloc(sizeof(int) * (size_t)pr->n_ops);
   int n = droppable_ops(pr, ops);
   served_curve curve;
-  build_curve(pr, &curve, window_of);
+  matcher m = matcher_init(pr);
+  build_curve(&m, &curve, window_of);
   shortlist s = {.n = 0};
   bool enumerate = n <= MAX_ENUM_OPS;
   uint64_t subsets = enumerate ? (uint64_t)1 << n : (uint64_t)n + 1;
@@ -417,13 +547,14 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
     if (fits(pr, rc, 0)) consider_windows(pr, &curve, rc, &s);
   }
   free(ops);
-  choice best = {drop_everything(pr), 0, 0, false};
-  best = realize(pr, best.rc, 0, window_of);
+  served_memo memo = {.n = 0};
+  choice best = score(&m, &memo, drop_everything(pr), 0, window_of);
   for (int i = 0; i < s.n; i++) {
-    choice c = realize(pr, s.best[i].rc, s.best[i].w, window_of);
+    choice c = score(&m, &memo, s.best[i].rc, s.best[i].w, window_of);
     if (compare_choices(pr, &c, &best) < 0) best = c;
   }
-  realize(pr, best.rc, best.w, window_of);
+  realize(&m, best.rc, best.w, window_of);
+  matcher_free(&m);
   masks_to_decisions(pr, best.rc, best.w, d);
   return best.valid;
 }
@@ -571,7 +702,9 @@ static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *
   int ok = glp_mip_status(lp);
   if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w);
   rc = close_recompute(pr, rc);
-  choice best = realize(pr, rc, 0, window_of);
+  matcher m = matcher_init(pr);
+  choice best = realize(&m, rc, 0, window_of);
+  matcher_free(&m);
   masks_to_decisions(pr, best.rc, 0, d);
   stats->status = status;
   free(c.rc), free(c.w);
@@ -633,14 +766,16 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
   if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w);
   rc = close_recompute(pr, rc);
   if (!window_closed(pr, rc, w)) w = 0;
-  choice milp = realize(pr, rc, w, window_of);
+  matcher m = matcher_init(pr);
+  choice milp = realize(&m, rc, w, window_of);
   bool heu_ok = solve_heu(pr, d, window_of);
   opmask hrc, hw;
   decisions_to_masks(pr, d, &hrc, &hw);
   choice heu = {hrc, hw, lx_policy_exposed(pr, d, window_of), heu_ok};
   choice best = compare_choices(pr, &milp, &heu) <= 0 ? milp : heu;
   stats->status = best.rc == milp.rc && best.w == milp.w ? status : "heuristic incumbent (MILP no better)";
-  realize(pr, best.rc, best.w, window_of);
+  realize(&m, best.rc, best.w, window_of);
+  matcher_free(&m);
   masks_to_decisions(pr, best.rc, best.w, d);
   free(window_row);
   free(c.rc), free(c.w);
