@@ -7,6 +7,7 @@
 #include "report.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 
 static double gib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
 static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
@@ -30,6 +31,64 @@ static void print_policy_stats(const lx_stage *st, FILE *out) {
           st->stats.status ? st->stats.status : "", st->stats.gap, gib(st->stats.budget_bytes),
           gib(st->stats.used_bytes), ms(st->stats.exposed_s), ms(st->stats.window_s), st->n_windows,
           ms(st->stats.search_s));
+}
+
+/* Per window, the layer instances that recompute in it (NULL without windows). */
+static int *instances_per_window(const lx_pipeline *p, const lx_stage *st) {
+  if (!st->window_of || st->n_windows <= 0) return NULL;
+  int *n = calloc((size_t)st->n_windows, sizeof *n);
+  for (int i = 0; i < st->n_layers * p->micro_batches; i++)
+    if (st->window_of[i] >= 0 && st->window_of[i] < st->n_windows) n[st->window_of[i]]++;
+  return n;
+}
+
+/* Windows used and layer instances placed in them. */
+static void window_use(const lx_pipeline *p, const lx_stage *st, int *used, int *instances) {
+  int *n = instances_per_window(p, st);
+  *used = *instances = 0;
+  for (int w = 0; n && w < st->n_windows; w++)
+    *used += n[w] > 0, *instances += n[w];
+  free(n);
+}
+
+enum { LISTED_WINDOWS = 4 };
+
+/* Which layer instances (layer, micro-batch) recompute in window w. */
+static void print_window_items(const lx_pipeline *p, const lx_stage *st, int w, FILE *out) {
+  const lx_window *win = &st->windows[w];
+  fprintf(out, "\n             window %d (%s, %.3f ms measured at %.3f ms):", w,
+          lx_window_kind_name(win->kind), ms(win->length), ms(win->start));
+  const char *sep = " ";
+  for (int i = 0; i < st->n_layers * p->micro_batches; i++)
+    if (st->window_of[i] == w) {
+      fprintf(out, "%slayer %d mb %d", sep, st->first_layer + i / p->micro_batches, i % p->micro_batches);
+      sep = ", ";
+    }
+}
+
+/* Where the in-window recompute runs: the windows by kind, and the first
+ * few windows used with the layer instances each recomputes. */
+static void print_windows(const lx_pipeline *p, const lx_stage *st, FILE *out) {
+  int *n = instances_per_window(p, st);
+  if (!n) return;
+  int by_kind[LX_WINDOW_KIND_COUNT] = {0}, used, instances;
+  for (int w = 0; w < st->n_windows; w++)
+    by_kind[st->windows[w].kind]++;
+  window_use(p, st, &used, &instances);
+  fprintf(out, "  windows    %d found (", st->n_windows);
+  const char *sep = "";
+  for (int k = 0; k < LX_WINDOW_KIND_COUNT; k++)
+    if (by_kind[k]) {
+      fprintf(out, "%s%s %d", sep, lx_window_kind_name((lx_window_kind)k), by_kind[k]);
+      sep = ", ";
+    }
+  fprintf(out, "), %d used by %d of %d layer instances", used, instances, st->n_layers * p->micro_batches);
+  int listed = 0;
+  for (int w = 0; w < st->n_windows && listed < LISTED_WINDOWS; w++)
+    if (n[w]) print_window_items(p, st, w, out), listed++;
+  if (used > listed) fprintf(out, "\n             ... and %d more windows", used - listed);
+  fputc('\n', out);
+  free(n);
 }
 
 static void stage_layers(const lx_stage *st, char *buf, size_t size) {
@@ -98,6 +157,7 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
   if (r->layouts) print_arena(&r->layouts[s], out);
   print_layer_decisions(ir, st, out);
   print_policy_stats(st, out);
+  print_windows(r->pipe, st, out);
 }
 
 void lx_print_plan_text(const lx_report *r, FILE *out) {
@@ -162,7 +222,17 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
         fprintf(out, "%s\"%s\"", first ? "" : ", ", ir->block.ops[i].name);
         first = false;
       }
-    fprintf(out, "]}");
+    fputs("], \"window_ops\": [", out);
+    first = true;
+    for (int i = 0; i < ir->block.n_ops; i++)
+      if (st->decisions[i].recompute && st->decisions[i].in_window) {
+        fprintf(out, "%s\"%s\"", first ? "" : ", ", ir->block.ops[i].name);
+        first = false;
+      }
+    int used, instances;
+    window_use(p, st, &used, &instances);
+    fprintf(out, "], \"windows_found\": %d, \"windows_used\": %d, \"windowed_instances\": %d}",
+            st->window_of ? st->n_windows : 0, used, instances);
   }
   fprintf(out,
           "\n  ],\n  \"iteration_s\": %.9g,\n  \"bubble_fraction\": %.6f,\n  \"tokens_per_s\": %.6g,\n"

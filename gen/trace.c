@@ -7,6 +7,7 @@
  * not link it. */
 #include "trace.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- shared helpers ------------------------------------------------------ */
@@ -117,6 +118,54 @@ static void layer_range(const lx_stage *st, char *buf, size_t size) {
     snprintf(buf, size, "layers %d-%d", st->first_layer, st->first_layer + st->n_layers - 1);
 }
 
+/* ---- recompute windows ---------------------------------------------------- */
+
+/* A planned policy's windows as the simulation ran them: from the end of the
+ * FWD/BWD a window follows to the start of the compute stream's next FWD/BWD
+ * (the recompute stream starts there; the schedule may have moved since the
+ * windows were measured, so these are the simulated times, not the measured
+ * ones), and how many layer instances recompute in each. */
+typedef struct {
+  double start, end;
+  int instances;
+  bool reached; /* the simulation ran the FWD/BWD it follows */
+} window_span;
+
+static bool is_pass(lx_instr_kind k) { return k == LX_I_FWD || k == LX_I_BWD; }
+
+/* Its spans, or NULL when the stage places no recompute in windows. */
+static window_span *window_spans(const lx_simulation *sim, int s) {
+  const lx_pipeline *p = sim->pipe;
+  const lx_stage *st = &p->stages[s];
+  if (!st->window_of || st->n_windows <= 0) return NULL;
+  window_span *w = calloc((size_t)st->n_windows, sizeof *w);
+  for (int i = 0; i < st->n_layers * p->micro_batches; i++)
+    if (st->window_of[i] >= 0 && st->window_of[i] < st->n_windows) w[st->window_of[i]].instances++;
+  const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
+  double span = drawn_span(sim);
+  int ordinal = -1, next = 0, open = -1;
+  for (int i = 0; i < compute->count; i++) {
+    const lx_interval *t = interval_of(sim, s, LX_STREAM_COMPUTE, i);
+    if (!is_pass(compute->items[i].kind) || !t) continue;
+    ordinal++;
+    if (open >= 0) w[open].end = t->start, open = -1;
+    for (; next < st->n_windows && st->windows[next].after <= ordinal; next++)
+      if (st->windows[next].after == ordinal) {
+        w[next] = (window_span){t->end, span, w[next].instances, true};
+        open = next;
+      }
+  }
+  return w;
+}
+
+/* The window a RECOMPUTE on stream k runs in: its layer instance's, when it
+ * is on the recompute stream; -1 when it runs on demand. */
+static int window_of_instr(const lx_pipeline *p, const lx_stage *st, int k, const lx_instr *in) {
+  if (k != LX_STREAM_RECOMPUTE || in->kind != LX_I_RECOMPUTE || in->graph != LX_GRAPH_BLOCK || !st->window_of)
+    return -1;
+  return st->window_of[(in->layer - st->first_layer) * p->micro_batches + in->mb];
+}
+
 static const char *schedule_label(lx_schedule k) {
   return k == LX_SCHEDULE_GPIPE ? "GPipe" : k == LX_SCHEDULE_1F1B ? "1F1B" : lx_schedule_name(k);
 }
@@ -128,7 +177,19 @@ static void put_us(FILE *out, double seconds) { fprintf(out, "%.3f", seconds > 0
 
 /* ---- trace.json ---------------------------------------------------------- */
 
-static void put_process_metadata(FILE *out, const lx_pipeline *p, int s) {
+/* The windows' track comes after the streams' threads. */
+enum { WINDOWS_TID = LX_STREAM_COUNT };
+
+static void put_thread_metadata(FILE *out, int s, int tid, const char *name) {
+  fprintf(out, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+          s, tid, name);
+  fprintf(
+      out,
+      ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+      s, tid, tid);
+}
+
+static void put_process_metadata(FILE *out, const lx_pipeline *p, int s, bool windows) {
   char layers[64];
   layer_range(&p->stages[s], layers, sizeof layers);
   /* stage 0's name is the first event: no separator before it */
@@ -140,20 +201,25 @@ static void put_process_metadata(FILE *out, const lx_pipeline *p, int s) {
       out,
       ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
       s, s);
-  for (int k = 0; k < LX_STREAM_COUNT; k++) {
-    fprintf(out,
-            ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", s,
-            k, lx_stream_name((lx_stream)k));
-    fprintf(
-        out,
-        ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-        s, k, k);
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    put_thread_metadata(out, s, k, lx_stream_name((lx_stream)k));
+  if (windows) put_thread_metadata(out, s, WINDOWS_TID, "windows");
+}
+
+/* Where a recompute runs: in window w (on the recompute stream) or on demand. */
+static void put_placement(FILE *out, const lx_stage *st, int w) {
+  if (w < 0) {
+    fputs(",\"placement\":\"on demand\"", out);
+    return;
   }
+  fprintf(out, ",\"placement\":\"window\",\"window\":%d,\"window_kind\":\"%s\"", w,
+          lx_window_kind_name(st->windows[w].kind));
 }
 
 /* The instruction's fields that apply to its kind, for filtering in a viewer
  * (Perfetto: args.kind = 'BWD' and args.layer = 3). */
-static void put_instr_args(FILE *out, const lx_ir *ir, const lx_instr *in) {
+static void put_instr_args(FILE *out, const lx_pipeline *p, int s, int k, const lx_instr *in) {
+  const lx_ir *ir = p->ir;
   fprintf(out, "{\"kind\":\"%s\"", lx_instr_kind_name(in->kind));
   if (in->mb >= 0) fprintf(out, ",\"mb\":%d", in->mb);
   if (in->layer >= 0) fprintf(out, ",\"layer\":%d", in->layer);
@@ -166,6 +232,8 @@ static void put_instr_args(FILE *out, const lx_ir *ir, const lx_instr *in) {
     fprintf(out, ",\"graph\":\"%s\",\"op\":", g->name);
     lx_json_string(out, g->ops[in->op].name);
     if (in->kind == LX_I_ALLREDUCE_TP) fprintf(out, ",\"backward\":%s", in->backward ? "true" : "false");
+    if (in->kind == LX_I_RECOMPUTE)
+      put_placement(out, &p->stages[s], window_of_instr(p, &p->stages[s], k, in));
     break;
   }
   case LX_I_SEND_ACT:
@@ -193,7 +261,7 @@ static void put_instr_event(FILE *out, const lx_simulation *sim, int s, int k, i
   fputs(",\"dur\":", out);
   put_us(out, t->end - t->start);
   fputs(",\"args\":", out);
-  put_instr_args(out, ir, in);
+  put_instr_args(out, sim->pipe, s, k, in);
   fputc('}', out);
 }
 
@@ -213,17 +281,43 @@ static void put_trace_summary(FILE *out, const lx_simulation *sim) {
           is_finite(sim->hfu) ? sim->hfu : 0, sim->deadlocked ? "true" : "false");
 }
 
+/* A window as a complete event on its stage's "windows" track: where the
+ * compute stream could idle, what kind of wait it is, and how many layer
+ * instances recompute there. */
+static void put_window_event(FILE *out, const lx_stage *st, int s, int w, const window_span *span) {
+  const lx_window *win = &st->windows[w];
+  fprintf(out,
+          ",\n{\"name\":\"window %d (%s)\",\"cat\":\"window\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":", w,
+          lx_window_kind_name(win->kind), s, WINDOWS_TID);
+  put_us(out, span->start);
+  fputs(",\"dur\":", out);
+  put_us(out, span->end - span->start);
+  fprintf(out,
+          ",\"args\":{\"kind\":\"WINDOW\",\"window\":%d,\"window_kind\":\"%s\",\"after\":%d,\"instances\":%d",
+          w, lx_window_kind_name(win->kind), win->after, span->instances);
+  fputs(",\"measured_us\":", out);
+  put_us(out, win->length);
+  fputs(",\"capacity_us\":", out);
+  put_us(out, win->capacity);
+  fputs("}}", out);
+}
+
 void lx_write_trace_json(const lx_simulation *sim, FILE *out) {
   const lx_pipeline *p = sim->pipe;
   fputs("{\"displayTimeUnit\":\"ms\",\n", out);
   put_trace_summary(out, sim);
   fputs(",\n\"traceEvents\":[", out);
   for (int s = 0; s < p->pp; s++)
-    put_process_metadata(out, p, s);
-  for (int s = 0; s < p->pp; s++)
+    put_process_metadata(out, p, s, p->stages[s].window_of && p->stages[s].n_windows > 0);
+  for (int s = 0; s < p->pp; s++) {
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       for (int i = 0; i < p->stages[s].streams[k].count; i++)
         put_instr_event(out, sim, s, k, i);
+    window_span *spans = window_spans(sim, s);
+    for (int w = 0; spans && w < p->stages[s].n_windows; w++)
+      if (spans[w].reached) put_window_event(out, &p->stages[s], s, w, &spans[w]);
+    free(spans);
+  }
   fputs("\n]}\n", out);
 }
 
@@ -271,6 +365,7 @@ typedef struct {
   bool lane_used[LX_STREAM_COUNT];
   int row_height;
   bool painted[PAINT_COUNT]; /* which classes appear, for the legend */
+  bool windows_drawn;        /* recompute windows too */
 } timeline;
 
 static double time_x(const timeline *tl, double t) { return LABEL_WIDTH + t * tl->px_per_s; }
@@ -319,6 +414,7 @@ static void put_svg_style(FILE *out) {
         ".fwd{fill:#4e79a7}.bwd{fill:#59a14f}.rec{fill:#f28e2b}.p2p{fill:#76b7b2}\n"
         ".tp{fill:#edc948}.dp{fill:#b07aa1}.opt{fill:#9c755f}.edge{stroke:#fff;stroke-width:0.6}\n"
         ".grid{stroke:#e3e3e3;stroke-width:1}.axis{stroke:#444;stroke-width:1}\n"
+        ".win{fill:#f28e2b;fill-opacity:0.2;stroke:#c0392b;stroke-width:1.2;stroke-dasharray:3 2}\n"
         "]]></style>\n</defs>\n",
         out);
 }
@@ -486,6 +582,47 @@ static void put_stage_boxes(timeline *tl, int s) {
   fputs("</g>\n", tl->out);
 }
 
+/* Windows that recompute something, on the compute lane, outlined over the
+ * idle they fill; neighbours closer than half a pixel merge, like boxes. */
+typedef struct {
+  double start, end;
+  int first, count, instances;
+} window_box;
+
+static void put_window_box(timeline *tl, int s, const window_box *b) {
+  const lx_stage *st = &tl->sim->pipe->stages[s];
+  double x = time_x(tl, b->start), width = (b->end - b->start) * tl->px_per_s;
+  fprintf(tl->out, "<rect class=\"win\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\"><title>", x,
+          row_y(tl, s), width < 1 ? 1.0 : width, MAIN_LANE);
+  if (b->count == 1)
+    fprintf(tl->out, "window %d (%s)", b->first, lx_window_kind_name(st->windows[b->first].kind));
+  else
+    fprintf(tl->out, "windows %d-%d", b->first, b->first + b->count - 1);
+  fprintf(tl->out, ": %d layer instance%s recompute%s here, %.3f-%.3f ms</title></rect>\n", b->instances,
+          b->instances == 1 ? "" : "s", b->instances == 1 ? "s" : "", b->start * 1e3, b->end * 1e3);
+  tl->windows_drawn = true;
+}
+
+static void put_stage_windows(timeline *tl, int s) {
+  window_span *spans = window_spans(tl->sim, s);
+  if (!spans) return;
+  fprintf(tl->out, "<g class=\"windows\" id=\"windows-%d\">\n", s);
+  window_box b = {.count = 0};
+  for (int w = 0; w < tl->sim->pipe->stages[s].n_windows; w++) {
+    const window_span *sp = &spans[w];
+    if (!sp->reached || sp->instances == 0) continue;
+    if (b.count && (sp->start - b.end) * tl->px_per_s < 0.5 && w == b.first + b.count) {
+      b.end = sp->end, b.count++, b.instances += sp->instances;
+      continue;
+    }
+    if (b.count) put_window_box(tl, s, &b);
+    b = (window_box){sp->start, sp->end, w, 1, sp->instances};
+  }
+  if (b.count) put_window_box(tl, s, &b);
+  fputs("</g>\n", tl->out);
+  free(spans);
+}
+
 static int rows_bottom(const timeline *tl) { return row_y(tl, tl->sim->pipe->pp) - ROW_GAP; }
 
 /* Gridlines through every row and tick labels in ms below them. */
@@ -520,6 +657,11 @@ static void put_legend(const timeline *tl) {
             paint_legend((paint)pt));
     x += 28 + 7 * (int)strlen(paint_legend((paint)pt));
   }
+  if (tl->windows_drawn) {
+    fprintf(out, "<rect class=\"win\" x=\"%d\" y=\"%d\" width=\"14\" height=\"14\"/>\n", x, y);
+    fprintf(out, "<text class=\"sub\" x=\"%d\" y=\"%d\">recompute window</text>\n", x + 19, y + 11);
+    x += 28 + 7 * (int)strlen("recompute window");
+  }
   fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"url(#idle)\" stroke=\"#bbb\"/>\n",
           x, y);
   fprintf(out, "<text class=\"sub\" x=\"%d\" y=\"%d\">idle (bubble)</text>\n", x + 19, y + 11);
@@ -548,6 +690,8 @@ void lx_write_schedule_svg(const lx_simulation *sim, FILE *out) {
   put_time_axis(&tl);
   for (int s = 0; s < sim->pipe->pp; s++)
     put_stage_boxes(&tl, s);
+  for (int s = 0; s < sim->pipe->pp; s++)
+    put_stage_windows(&tl, s);
   put_legend(&tl); /* last: it lists the classes the rows used */
   fputs("</svg>\n", out);
 }
