@@ -21,6 +21,16 @@ instruction counts derived below from the model and the plan alone:
 - memory.svg is SVG 1.1 with one bar per stage, a legend and a capacity line
 - examples/gpt13b.model: tens of thousands of events in trace.json, a schedule.svg
   under 1 MB with far fewer boxes than instructions
+- lynx-heu under memory pressure (--gpu-memory): the recomputed ops are plan.txt's
+  decision list (so many RECOMPUTE events per stage); every RECOMPUTE names where it
+  runs: on the recompute stream in a window (index and kind), else on demand; the
+  in-window ones are plan.txt's "in a window" ops, as many as `--json` says layer
+  instances got windows; each starts inside its window's event on the stage's
+  "windows" track, no earlier than the window opens, and ends before the first
+  backward of its layer and micro-batch; the windows track's instance counts add up
+  to `--json`'s; schedule.svg outlines the windows that recompute (no more boxes than
+  windows used, each on its stage's compute lane inside a window's interval) and the
+  legend names them only when it draws them
 """
 import json
 import os
@@ -34,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 SVG = "{http://www.w3.org/2000/svg}"
 STREAMS = ["compute", "recompute", "send", "recv", "tp", "dp"]
+WINDOW_KINDS = {"tp-forward", "tp-backward", "activation", "gradient", "warm-up", "cool-down", "other"}
 failures = 0
 
 
@@ -117,20 +128,21 @@ def stage_layers(layers, pp):
     return out
 
 
-def expected_counts(case):
-    """Instructions of each kind per stage, from the model and the plan alone."""
+def expected_counts(case, recomputed=None):
+    """Instructions of each kind per stage, from the model and the plan alone
+    (for a searched policy, with the ops plan.txt says each stage recomputes)."""
     pp, tp, dp, layers = case["pp"], case["tp"], case["dp"], case["layers"]
     m = case["global_batch"] // (case["micro_batch"] * dp)
     counts = []
     for s, (_, n) in enumerate(stage_layers(layers, pp)):
         first, last = s == 0, s == pp - 1
         ops = n * BLOCK_OPS + first * PROLOGUE_OPS + last * EPILOGUE_OPS
-        per_layer = TP_PER_LAYER + RECOMPUTED_ROW_PARALLEL[case["policy"]]
+        per_layer = TP_PER_LAYER + RECOMPUTED_ROW_PARALLEL.get(case["policy"], 0)
         tp_ops = n * per_layer + first * TP_PROLOGUE + last * TP_EPILOGUE if tp > 1 else 0
         counts.append({
             "FWD": m * ops,
             "BWD": m * ops,
-            "RECOMPUTE": m * n * RECOMPUTED_PER_LAYER[case["policy"]],
+            "RECOMPUTE": m * n * (recomputed[s] if recomputed else RECOMPUTED_PER_LAYER[case["policy"]]),
             "SEND_ACT": 0 if last else m,
             "RECV_GRAD": 0 if last else m,
             "RECV_ACT": 0 if first else m,
@@ -164,12 +176,36 @@ def run_lynxgen(model_path, out_dir, args):
 def plan_args(case):
     return ["--pp", str(case["pp"]), "--tp", str(case["tp"]), "--dp", str(case["dp"]),
             "--micro-batch", str(case["micro_batch"]), "--global-batch", str(case["global_batch"]),
-            "--schedule", case["schedule"], "--policy", case["policy"]]
+            "--schedule", case["schedule"], "--policy", case["policy"], *case.get("extra", [])]
+
+
+def planned(case):
+    """Policies whose decisions come from a search (read back from plan.txt)."""
+    return case["policy"] in ("checkmate", "lynx-heu", "lynx-opt")
+
+
+def read_decisions(out_dir):
+    """plan.txt's decision table: per stage, op name -> decision text."""
+    stages, current = [], None
+    with open(os.path.join(out_dir, "plan.txt")) as f:
+        for line in f:
+            if line.startswith("stage "):
+                current = {}
+                stages.append(current)
+            elif current is not None and line.startswith("    ") and "MiB  " in line:
+                op = line.split()[0]
+                current[op] = line.split("MiB  ", 1)[1].rsplit("   (", 1)[0].strip()
+    return stages
+
+
+def plan_json(model_path, case):
+    r = subprocess.run([LYNXGEN, model_path, "--plan", "--json", *plan_args(case)], capture_output=True, text=True)
+    return json.loads(r.stdout) if r.returncode == 0 else None
 
 
 # ---- trace.json ---------------------------------------------------------------
 
-def check_metadata(name, events, pp, layers):
+def check_metadata(name, events, pp, layers, windowed=()):
     procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     want = {}
     for s, (first, n) in enumerate(stage_layers(layers, pp)):
@@ -178,14 +214,16 @@ def check_metadata(name, events, pp, layers):
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
                if e.get("ph") == "M" and e["name"] == "thread_name"}
     want_threads = {(s, k): STREAMS[k] for s in range(pp) for k in range(len(STREAMS))}
-    check(threads == want_threads, f"{name}: one thread per stream, named {', '.join(STREAMS)}")
+    want_threads.update({(s, len(STREAMS)): "windows" for s in windowed})
+    check(threads == want_threads, f"{name}: one thread per stream, named {', '.join(STREAMS)}"
+          f"{', and a windows track on stages ' + str(list(windowed)) if windowed else ''}")
 
 
 def check_counts(name, spans, pp, counts):
     for s in range(pp):
         got = {}
         for e in spans:
-            if e["pid"] == s:
+            if e["pid"] == s and e["args"]["kind"] != "WINDOW":
                 got[e["args"]["kind"]] = got.get(e["args"]["kind"], 0) + 1
         want = {k: v for k, v in counts[s].items() if v}
         check(got == want, f"{name}: stage {s} has the expected instructions ({got} vs {want})")
@@ -222,8 +260,16 @@ def check_args(name, spans):
     bad = []
     for e in spans:
         a, kind = e["args"], e["args"]["kind"]
+        if kind == "WINDOW":
+            if not (e["cat"] == "window" and e["name"] == f"window {a['window']} ({a['window_kind']})"
+                    and a["window_kind"] in WINDOW_KINDS and e["tid"] == len(STREAMS)):
+                bad.append(e["name"])
+            continue
         ok = e["name"].startswith(kind) and e["cat"] in ("forward", "backward", "recompute", "p2p", "collective",
                                                           "optimizer")
+        if kind == "RECOMPUTE":  # where it runs: a window on the recompute stream, else on demand
+            ok = ok and a["placement"] == ("window" if e["tid"] == 1 else "on demand")
+            ok = ok and (("window" in a) == (e["tid"] == 1)) and a.get("window_kind", "tp-forward") in WINDOW_KINDS
         if kind in ("FWD", "BWD", "RECOMPUTE", "ALLREDUCE_TP"):
             ok = ok and "mb" in a and "op" in a and a["graph"] in ("prologue", "block", "epilogue")
             ok = ok and (("layer" in a) == (a["graph"] == "block"))
@@ -235,19 +281,89 @@ def check_args(name, spans):
     check(not bad, f"{name}: every event names its kind, micro-batch, layer and op ({bad[:3]})")
 
 
-def check_trace(name, out_dir, case):
+def check_trace(name, out_dir, case, plan=None):
     with open(os.path.join(out_dir, "trace.json")) as f:
         trace = json.load(f)
     events = trace["traceEvents"]
     pp = case["pp"]
-    m, counts = expected_counts(case)
-    check_metadata(name, events, pp, case["layers"])
+    recomputed = None
+    if planned(case):
+        recomputed = [sum(d.startswith("recompute") for d in st.values()) for st in read_decisions(out_dir)]
+    m, counts = expected_counts(case, recomputed)
+    windowed = [st["stage"] for st in plan["stages"] if st["windows_found"]] if plan else []
+    check_metadata(name, events, pp, case["layers"], windowed)
     spans = [e for e in events if e.get("ph") == "X"]
     check_counts(name, spans, pp, counts)
     check_timing(name, spans, trace["otherData"]["iteration_time_us"])
     check_order(name, spans, case, pp, m)
     check_args(name, spans)
     return trace
+
+
+def check_windows(name, out_dir, spans, plan):
+    """The in-window recompute against plan.txt, --json and the timeline."""
+    eps = 0.002
+    decisions = read_decisions(out_dir)
+    windows = {(e["pid"], e["args"]["window"]): e for e in spans if e["args"]["kind"] == "WINDOW"}
+    first_bwd = {}
+    for e in spans:
+        a = e["args"]
+        if e["tid"] == 0 and a["kind"] == "BWD" and a.get("graph") == "block":
+            key = (e["pid"], a["layer"], a["mb"])
+            first_bwd[key] = min(first_bwd.get(key, e["ts"]), e["ts"])
+    in_window_total = 0
+    for st in plan["stages"]:
+        s = st["stage"]
+        from_plan = sorted(op for op, d in decisions[s].items() if d.startswith("recompute in a window"))
+        check(sorted(st["window_ops"]) == from_plan,
+              f"{name}: stage {s}: --json's window ops are plan.txt's ({st['window_ops']} vs {from_plan})")
+        placed = [e for e in spans if e["pid"] == s and e["args"]["kind"] == "RECOMPUTE" and e["tid"] == 1]
+        in_window_total += len(placed)
+        check(len(placed) == st["windowed_instances"] * len(from_plan) and {e["args"]["op"] for e in placed}
+              <= set(from_plan), f"{name}: stage {s}: {len(placed)} RECOMPUTE events in windows = "
+              f"{st['windowed_instances']} instances x the {len(from_plan)} in-window ops of plan.txt")
+        late, early, unnamed = [], [], []
+        for e in placed:
+            a = e["args"]
+            w = windows.get((s, a["window"]))
+            if w is None or w["args"]["window_kind"] != a["window_kind"]:
+                unnamed.append(e["name"])
+                continue
+            if e["ts"] < w["ts"] - eps or e["ts"] > w["ts"] + w["dur"] + eps:
+                early.append(e["name"])
+            if e["ts"] + e["dur"] > first_bwd.get((s, a["layer"], a["mb"]), -1) + eps:
+                late.append(e["name"])
+        check(not unnamed, f"{name}: stage {s}: every in-window recompute names a window of the windows track "
+              f"({unnamed[:2]})")
+        check(not early, f"{name}: stage {s}: every in-window recompute starts inside its window ({early[:2]})")
+        check(not late, f"{name}: stage {s}: every in-window recompute ends before its layer's backward ({late[:2]})")
+        mine = [w for (p, _), w in windows.items() if p == s]
+        used = [w for w in mine if w["args"]["instances"] > 0]
+        check(sum(w["args"]["instances"] for w in mine) == st["windowed_instances"] and len(used) == st["windows_used"]
+              and len(mine) <= st["windows_found"],
+              f"{name}: stage {s}: the windows track has {len(used)} windows used by "
+              f"{sum(w['args']['instances'] for w in mine)} instances, as --json says")
+    check(in_window_total > 0, f"{name}: some recompute runs in windows ({in_window_total} events)")
+
+
+def check_svg_windows(name, root, spans, plan):
+    """Outlined windows: on their stage's compute lane, only where a window recomputes."""
+    legend = [g for g in root.iter(SVG + "g") if g.get("id") == "legend"]
+    words = texts(legend[0]) if legend else []
+    drawn = {int(g.get("id").split("-")[1]): [r for r in g.iter(SVG + "rect") if r.get("class") == "win"]
+             for g in groups(root, "windows")}
+    total = sum(len(r) for r in drawn.values())
+    check(("recompute window" in words) == (total > 0),
+          f"{name}: the legend names recompute windows exactly when it draws some ({total} drawn)")
+    if plan is None:
+        check(total == 0, f"{name}: no windows drawn for a fixed policy")
+        return
+    lanes = {int(g.get("id").split("-")[1]): float(next(g.iter(SVG + "rect")).get("y")) for g in groups(root, "stage")}
+    for st in plan["stages"]:
+        s, rects = st["stage"], drawn.get(st["stage"], [])
+        check((len(rects) > 0) == (st["windows_used"] > 0) and len(rects) <= st["windows_used"],
+              f"{name}: stage {s}: {len(rects)} window outlines for {st['windows_used']} windows used")
+        check(all(float(r.get("y")) == lanes[s] for r in rects), f"{name}: stage {s}: outlines on its compute lane")
 
 
 # ---- the SVGs -------------------------------------------------------------------
@@ -271,10 +387,11 @@ def groups(root, cls):
     return [g for g in root.iter(SVG + "g") if g.get("class") == cls]
 
 
-def check_schedule_svg(name, out_dir, case, m, runs):
+def check_schedule_svg(name, out_dir, case, m, runs, spans, plan=None):
     root = parse_svg(name, os.path.join(out_dir, "schedule.svg"))
     if root is None:
         return
+    check_svg_windows(name, root, spans, plan)
     pp = case["pp"]
     rows = groups(root, "stage")
     check(len(rows) == pp and all(f"stage {s}" in texts(g) for s, g in enumerate(rows)),
@@ -305,18 +422,23 @@ def check_schedule_svg(name, out_dir, case, m, runs):
             check(got["fwd"] == m and got["bwd"] == m, f"{name}: stage {s}: one forward, one backward box per micro-batch")
 
 
-def compute_runs(spans, pp):
+def compute_runs(spans, pp, iteration_us):
     """Per stage: how many runs of consecutive instructions of one kind and
-    micro-batch the compute stream has, by kind."""
+    micro-batch the compute stream has, by kind, plus the recompute stream's
+    runs, where in-window recomputes of one micro-batch merge only when no
+    visible gap (half a pixel of the 1226-pixel plot) parts them."""
     runs = []
+    us_per_px = iteration_us / (1400 - 150 - 24)
     for s in range(pp):
-        compute = sorted((e for e in spans if e["pid"] == s and e["tid"] == 0), key=lambda e: e["ts"])
-        counts, last = {}, None
-        for e in compute:
-            step = (e["args"]["kind"], e["args"].get("mb"))
-            if step != last:
-                counts[step[0]] = counts.get(step[0], 0) + 1
-            last = step
+        counts = {}
+        for tid in (0, 1):
+            lane = sorted((e for e in spans if e["pid"] == s and e["tid"] == tid), key=lambda e: e["ts"])
+            last, end = None, None
+            for e in lane:
+                step = (e["args"]["kind"], e["args"].get("mb"))
+                if step != last or (tid == 1 and (e["ts"] - end) / us_per_px >= 0.5):
+                    counts[step[0]] = counts.get(step[0], 0) + 1
+                last, end = step, max(end or 0, e["ts"] + e["dur"])
         runs.append(counts)
     return runs
 
@@ -345,6 +467,11 @@ CASES = [
     dict(layers=5, pp=3, tp=2, dp=2, micro_batch=1, global_batch=12, schedule="gpipe", policy="full"),
     # deep 1F1B with selective recompute and one layer per stage
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="1f1b", policy="selective"),
+    # Lynx on GPUs of 3 MiB: recompute in the pipeline's windows and on demand
+    dict(layers=4, pp=2, tp=1, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
+         extra=["--gpu-memory", "0.003"]),
+    dict(layers=6, pp=3, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="1f1b", policy="lynx-heu",
+         extra=["--gpu-memory", "0.003"]),
 ]
 
 
@@ -364,10 +491,14 @@ def run_case(tmp, i, case):
     files = ["trace.json", "schedule.svg", "memory.svg"]
     if not check(all(os.path.exists(os.path.join(out, f)) for f in files), f"{name}: -o writes {', '.join(files)}"):
         return
-    trace = check_trace(name, out, case)
+    plan = plan_json(model, case) if case["policy"].startswith("lynx") else None
+    trace = check_trace(name, out, case, plan)
     spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    m, _ = expected_counts(case)
-    check_schedule_svg(name, out, case, m, compute_runs(spans, case["pp"]))
+    if plan is not None:
+        check_windows(name, out, spans, plan)
+    m, _ = expected_counts(case, [0] * case["pp"])
+    runs = compute_runs(spans, case["pp"], trace["otherData"]["iteration_time_us"])
+    check_schedule_svg(name, out, case, m, runs, spans, plan)
     check_memory_svg(name, out, case["pp"])
     run_lynxgen(model, again, plan_args(case))
     same = all(open(os.path.join(out, f), "rb").read() == open(os.path.join(again, f), "rb").read() for f in files)
