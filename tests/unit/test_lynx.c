@@ -30,7 +30,8 @@
 static const char *model_text =
     "#include <lynx.h>\n"
     "#define H 128\n"
-    "static const struct lx_model model = {.vocab = 256, .seq_len = 64, .layers = 8, .hidden = H, .heads = 4,\n"
+    "static const struct lx_model model = {.vocab = 256, .seq_len = 64, .layers = 8, .hidden = H, .heads = "
+    "4,\n"
     "  .dropout = 0.1};\n"
     "static const struct lx_cluster cluster = {.gpu = GPU_A100_80GB, .nodes = 4, .gpus_per_node = 8};\n"
     "static const struct lx_parallel parallel = {.micro_batch = 2};\n"
@@ -64,7 +65,9 @@ static void hand_windows(lx_stage_problem *pr, lx_window *w, int n_windows, doub
     due[i] = lo[i] + 3;
   }
   for (int k = 0; k < n_windows; k++)
-    w[k] = (lx_window){.kind = LX_WINDOW_TP_BACKWARD, .after = k, .length = scale * (k % 3 + 1),
+    w[k] = (lx_window){.kind = LX_WINDOW_TP_BACKWARD,
+                       .after = k,
+                       .length = scale * (k % 3 + 1),
                        .capacity = scale * (k % 3 + 1)};
   pr->windows = w;
   pr->n_windows = n_windows;
@@ -75,7 +78,8 @@ static void hand_windows(lx_stage_problem *pr, lx_window *w, int n_windows, doub
 
 static double layer_recompute_s(const lx_stage_problem *pr) {
   double t = 0;
-  for (int i = 0; i < pr->n_ops; i++) t += pr->recompute_s[i];
+  for (int i = 0; i < pr->n_ops; i++)
+    t += pr->recompute_s[i];
   return t;
 }
 
@@ -88,7 +92,8 @@ static double brute_force(const lx_stage_problem *pr, bool windows) {
     if (pr->drop_bytes[i] > 0) ops[n++] = i;
   int choices = windows ? 3 : 2;
   long total = 1;
-  for (int k = 0; k < n; k++) total *= choices;
+  for (int k = 0; k < n; k++)
+    total *= choices;
   lx_op_decision *d = calloc((size_t)pr->n_ops, sizeof *d);
   int *window_of = malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   double best = -1;
@@ -122,8 +127,8 @@ static double brute_force(const lx_stage_problem *pr, bool windows) {
   return best;
 }
 
-static double solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr, lx_op_decision *d,
-                    bool *ok, lx_policy_stats *stats) {
+static double solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr,
+                    lx_op_decision *d, bool *ok, lx_policy_stats *stats) {
   int *window_of = malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   *ok = lx_policy_solve(ir, policy, pr, d, window_of, stats);
   double t = lx_policy_exposed(pr, d, window_of);
@@ -133,7 +138,8 @@ static double solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_
 
 static int recomputed_ops(const lx_stage_problem *pr, const lx_op_decision *d) {
   int n = 0;
-  for (int i = 0; i < pr->n_ops; i++) n += d[i].recompute;
+  for (int i = 0; i < pr->n_ops; i++)
+    n += d[i].recompute;
   return n;
 }
 
@@ -149,7 +155,8 @@ static void check_policies(int tp) {
   lx_op_decision *d = calloc((size_t)pr.n_ops, sizeof *d);
   lx_policy_stats stats;
   bool ok;
-  static const lx_recompute_policy planned[] = {LX_RECOMPUTE_CHECKMATE, LX_RECOMPUTE_LYNX_HEU, LX_RECOMPUTE_LYNX_OPT};
+  static const lx_recompute_policy planned[] = {LX_RECOMPUTE_CHECKMATE, LX_RECOMPUTE_LYNX_HEU,
+                                                LX_RECOMPUTE_LYNX_OPT};
   for (int k = 0; k < 3; k++) {
     double t = solve(&ir, planned[k], &pr, d, &ok, &stats);
     CHECK(ok && t == 0 && recomputed_ops(&pr, d) == 0, "tp=%d unlimited memory: %s keeps everything", tp,
@@ -164,28 +171,32 @@ static void check_policies(int tp) {
     double cm_t = solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);
     double cm_want = brute_force(&pr, false);
     CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: checkmate fits", tp, step);
-    CHECK_CLOSE(cm_t, cm_want, 1e-9, "tp=%d budget %d/7: checkmate is the brute-force optimum on demand", tp, step);
+    CHECK_CLOSE(cm_t, cm_want, 1e-9, "tp=%d budget %d/7: checkmate is the brute-force optimum on demand", tp,
+                step);
     double heu = solve(&ir, LX_RECOMPUTE_LYNX_HEU, &pr, d, &ok, &stats);
-    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: lynx-heu respects the budget", tp,
-          step);
+    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: lynx-heu respects the budget",
+          tp, step);
     double opt = solve(&ir, LX_RECOMPUTE_LYNX_OPT, &pr, d, &ok, &stats);
-    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: lynx-opt is feasible (%s, gap %g)",
-          tp, step, stats.status, stats.gap);
-    CHECK(opt <= heu * (1 + 1e-9) + 1e-15, "tp=%d budget %d/7: lynx-opt %.3g s no worse than lynx-heu %.3g s", tp,
-          step, opt, heu);
-    CHECK(heu <= cm_t * (1 + 1e-9) + 1e-15, "tp=%d budget %d/7: lynx-heu %.3g s no worse than checkmate %.3g s", tp,
-          step, heu, cm_t);
+    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes,
+          "tp=%d budget %d/7: lynx-opt is feasible (%s, gap %g)", tp, step, stats.status, stats.gap);
+    CHECK(opt <= heu * (1 + 1e-9) + 1e-15, "tp=%d budget %d/7: lynx-opt %.3g s no worse than lynx-heu %.3g s",
+          tp, step, opt, heu);
+    CHECK(heu <= cm_t * (1 + 1e-9) + 1e-15,
+          "tp=%d budget %d/7: lynx-heu %.3g s no worse than checkmate %.3g s", tp, step, heu, cm_t);
     double best = brute_force(&pr, true);
     CHECK(best >= 0 && opt <= best * 1.03 + 1e-12 && opt >= best * (1 - 1e-9) - 1e-15,
-          "tp=%d budget %d/7: lynx-opt %.4g s within 3%% of the brute-force optimum %.4g s", tp, step, opt, best);
+          "tp=%d budget %d/7: lynx-opt %.4g s within 3%% of the brute-force optimum %.4g s", tp, step, opt,
+          best);
   }
   /* windows of zero length: lynx-opt is checkmate */
-  for (int k = 0; k < 8; k++) w[k].length = w[k].capacity = 0;
+  for (int k = 0; k < 8; k++)
+    w[k].length = w[k].capacity = 0;
   for (int step = 0; step <= 6; step += 2) {
     pr.avail_bytes = least + (most - least) * step / 7;
     double cm_t = solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);
     double opt = solve(&ir, LX_RECOMPUTE_LYNX_OPT, &pr, d, &ok, &stats);
-    CHECK_CLOSE(opt, cm_t, 1e-9, "tp=%d budget %d/7, zero-length windows: lynx-opt equals checkmate", tp, step);
+    CHECK_CLOSE(opt, cm_t, 1e-9, "tp=%d budget %d/7, zero-length windows: lynx-opt equals checkmate", tp,
+                step);
   }
   free(all);
   free(d);
@@ -222,7 +233,8 @@ static void check_assignment(void) {
   int window_of[6];
   for (double r = 0.5; r <= 3.5; r += 0.5) {
     double left[8];
-    for (int k = 0; k < 8; k++) left[k] = w[k].capacity;
+    for (int k = 0; k < 8; k++)
+      left[k] = w[k].capacity;
     int want = best_assignment(&pr, r, 0, left), got = lx_assign_windows(&pr, r, window_of);
     bool valid = true; /* each admissible, no window over its capacity */
     for (int i = 0; i < 6; i++) {
@@ -231,10 +243,85 @@ static void check_assignment(void) {
       valid &= w[k].after >= pr.lo[i] && w[k].after < pr.due[i];
       left[k] -= r;
     }
-    for (int k = 0; k < 8; k++) valid &= left[k] >= -1e-9;
-    CHECK(got == want && valid, "window assignment of %.1f s jobs serves %d instances, as many as exhaustive (%d)", r,
-          got, want);
+    for (int k = 0; k < 8; k++)
+      valid &= left[k] >= -1e-9;
+    CHECK(got == want && valid,
+          "window assignment of %.1f s jobs serves %d instances, as many as exhaustive (%d)", r, got, want);
   }
+  lx_stage_problem_free(&pr);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+/* The matching as first written, window by window over every window and
+ * instance: each takes the admissible unassigned instances due first. The
+ * fast one (a sort per stage, windows in tiers by capacity, stretches with
+ * nothing released skipped) must pick exactly the same instances. */
+static int reference_assignment(const lx_stage_problem *pr, double r, int *window_of) {
+  int served = 0;
+  for (int i = 0; i < pr->n_instances; i++)
+    window_of[i] = -1;
+  for (int w = 0; w < pr->n_windows; w++) {
+    int at = pr->windows[w].after, slots = (int)(pr->windows[w].capacity / r + 1e-9);
+    for (; slots > 0; slots--) {
+      int pick = -1;
+      for (int i = 0; i < pr->n_instances; i++)
+        if (window_of[i] < 0 && pr->lo[i] <= at && at < pr->due[i] &&
+            (pick < 0 || pr->due[i] < pr->due[pick]))
+          pick = i;
+      if (pick < 0) break;
+      window_of[pick] = w, served++;
+    }
+  }
+  return served;
+}
+
+static unsigned next_random(unsigned *state) {
+  *state = *state * 1103515245u + 12345u;
+  return (*state >> 8) & 0xffffff;
+}
+
+/* Random windows (many far shorter than any op, as tensor-parallel
+ * all-reduces are, and some long) and instances with distinct deadlines. */
+static void check_assignment_random(void) {
+  lx_ir ir;
+  load(&ir, 2, 1, 2, 3, LX_SCHEDULE_1F1B);
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  lx_stage_problem pr;
+  lx_stage_problem_init(&pr, &ir, &cm, 2, 3, 3, INT64_MAX);
+  double min_s = 0;
+  for (int i = 0; i < pr.n_ops; i++)
+    if (pr.windowable[i] && pr.recompute_s[i] > 0 && (min_s == 0 || pr.recompute_s[i] < min_s))
+      min_s = pr.recompute_s[i];
+  enum { N = 60, W = 200 };
+  lx_window w[W];
+  int lo[N], due[N], fast[N], slow[N], same = 0, cases = 0, served = 0;
+  unsigned seed = 7;
+  pr.lo = realloc(pr.lo, sizeof lo), pr.due = realloc(pr.due, sizeof due);
+  for (int c = 0; c < 200; c++, cases++) {
+    for (int k = 0; k < W; k++) {
+      double size =
+          next_random(&seed) % 4 ? 0.3 * (next_random(&seed) % 100) / 100 : 1 + next_random(&seed) % 20;
+      w[k] = (lx_window){.kind = LX_WINDOW_TP_BACKWARD, .after = k * 3, .capacity = min_s * size};
+    }
+    for (int i = 0; i < N; i++) {
+      due[i] = 3 * W * i / N + 1 + (int)(next_random(&seed) % 2); /* distinct, increasing */
+      lo[i] = due[i] - 1 - (int)(next_random(&seed) % (c % 2 ? 40 : 400));
+    }
+    memcpy(pr.lo, lo, sizeof lo), memcpy(pr.due, due, sizeof due);
+    pr.windows = w, pr.n_windows = W, pr.n_instances = N;
+    double r = min_s * (0.5 + (next_random(&seed) % 300) / 100.0);
+    int got = lx_assign_windows(&pr, r, fast), want = reference_assignment(&pr, r, slow);
+    same += got == want && !memcmp(fast, slow, sizeof fast);
+    served += got;
+  }
+  CHECK(
+      same == cases && served > 0,
+      "window assignment equals the plain earliest-deadline-first matching on %d random cases (%d agree, %d "
+      "instances served)",
+      cases, same, served);
+  pr.windows = NULL, pr.n_windows = 0;
   lx_stage_problem_free(&pr);
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
@@ -299,7 +386,8 @@ static void check_partition(void) {
     int first[5];
     double dp = lx_partition_dp(10, 4, lx_partition_stage_cost, &m, first);
     double want = exhaustive(lx_partition_stage_cost, &m, 10, 4, 0, 0);
-    CHECK(dp == want, "%s, capacity %d layers' worth: DP bottleneck %.6g s = exhaustive %.6g s (split %d %d %d %d)",
+    CHECK(dp == want,
+          "%s, capacity %d layers' worth: DP bottleneck %.6g s = exhaustive %.6g s (split %d %d %d %d)",
           lx_recompute_policy_name(pol), k + 3, dp, want, first[1] - first[0], first[2] - first[1],
           first[3] - first[2], first[4] - first[3]);
     lx_partition_model_free(&m);
@@ -332,7 +420,8 @@ static int count_window_recomputes(const lx_pipeline *p) {
 
 static int verify_pipeline(const lx_pipeline *p, bool quiet) {
   lx_stage_layout *layouts = calloc((size_t)p->pp, sizeof *layouts);
-  for (int s = 0; s < p->pp; s++) lx_layout_stage(p, s, 4, false, &layouts[s]);
+  for (int s = 0; s < p->pp; s++)
+    lx_layout_stage(p, s, 4, false, &layouts[s]);
   int saved = -1, null = -1;
   if (quiet) {
     fflush(stderr);
@@ -346,7 +435,8 @@ static int verify_pipeline(const lx_pipeline *p, bool quiet) {
     close(null);
     close(saved);
   }
-  for (int s = 0; s < p->pp; s++) lx_layout_free(&layouts[s]);
+  for (int s = 0; s < p->pp; s++)
+    lx_layout_free(&layouts[s]);
   free(layouts);
   return n;
 }
@@ -375,7 +465,8 @@ static bool drop_window_wait(lx_pipeline *p) {
 /* Plans the pipeline with the GPU's memory squeezed to `squeeze` of the way
  * from full recompute's peak to no recompute's; returns the recomputes it
  * placed in windows. */
-static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy, double squeeze) {
+static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy,
+                                  double squeeze) {
   lx_ir ir;
   int m = 2 * pp + 1, layers = 2 * pp + 1;
   load(&ir, layers, pp, tp, m, schedule);
@@ -387,7 +478,8 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   o.policy = LX_RECOMPUTE_FULL;
   lx_plan_pipeline(&ir, &o, &full);
   int64_t most = worst_peak(&none), least = worst_peak(&full);
-  cm.gpu.memory_bytes = (double)least + squeeze * (double)(most - least); /* somewhere between: a choice to make */
+  cm.gpu.memory_bytes =
+      (double)least + squeeze * (double)(most - least); /* somewhere between: a choice to make */
   lx_pipeline_free(&none);
   lx_pipeline_free(&full);
   lx_pipeline p;
@@ -397,8 +489,8 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   const char *name = lx_schedule_name(schedule), *pol = lx_recompute_policy_name(policy);
   int in_window = built ? count_window_recomputes(&p) : 0;
   CHECK(built && (policy != LX_RECOMPUTE_CHECKMATE || in_window == 0),
-        "%s pp=%d tp=%d %s squeezed to %.2f: built, %d recomputes placed in windows", name, pp, tp, pol, squeeze,
-        in_window);
+        "%s pp=%d tp=%d %s squeezed to %.2f: built, %d recomputes placed in windows", name, pp, tp, pol,
+        squeeze, in_window);
   int violations = built ? verify_pipeline(&p, false) : -1;
   CHECK(violations == 0, "%s pp=%d tp=%d %s: verifies clean (%d violations)", name, pp, tp, pol, violations);
   lx_stage_memory *mem = calloc((size_t)p.pp, sizeof *mem);
@@ -410,15 +502,17 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
     agree &= sim.stages[s].peak_bytes == mem[s].peak;
     fit &= mem[s].peak <= (int64_t)cm.gpu.memory_bytes;
   }
-  CHECK(ran && agree && fit, "%s pp=%d tp=%d %s: simulates without deadlock, peaks agree with the plan and fit", name,
-        pp, tp, pol);
+  CHECK(ran && agree && fit,
+        "%s pp=%d tp=%d %s: simulates without deadlock, peaks agree with the plan and fit", name, pp, tp,
+        pol);
   if (ran) lx_simulation_free(&sim);
-  for (int s = 0; s < p.pp; s++) lx_stage_memory_free(&mem[s]);
+  for (int s = 0; s < p.pp; s++)
+    lx_stage_memory_free(&mem[s]);
   free(mem);
   if (in_window > 0) {
     CHECK(drop_window_wait(&p) && verify_pipeline(&p, getenv("LX_DEBUG") == NULL) > 0,
-          "%s pp=%d tp=%d %s: without the wait for a window's recompute, the verifier reports a race", name, pp, tp,
-          pol);
+          "%s pp=%d tp=%d %s: without the wait for a window's recompute, the verifier reports a race", name,
+          pp, tp, pol);
   }
   lx_pipeline_free(&p);
   lx_cost_model_free(&cm);
@@ -430,6 +524,7 @@ int main(void) {
   check_policies(1);
   check_policies(2);
   check_assignment();
+  check_assignment_random();
   check_partition();
   for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
     for (int pp = 1; pp <= 3; pp++) {
@@ -437,7 +532,8 @@ int main(void) {
       const char *name = lx_schedule_name((lx_schedule)sched);
       for (int pol = LX_RECOMPUTE_LYNX_HEU; pol <= LX_RECOMPUTE_LYNX_OPT; pol++) {
         int placed = 0;
-        for (int k = 0; k < 3; k++) placed += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k]);
+        for (int k = 0; k < 3; k++)
+          placed += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k]);
         CHECK(placed > 0, "%s pp=%d tp=2 %s: some squeeze puts recompute into windows (%d)", name, pp,
               lx_recompute_policy_name((lx_recompute_policy)pol), placed);
       }
