@@ -297,9 +297,9 @@ static int tier_for(const matcher *m, double window_s) {
 }
 
 /* The first of windows list[k..n) (all windows when list is NULL; both in
- * time order) at or after position `after`: admissible ranges are short
- * (an instance may use the windows since the last pass over a layer of its
- * parity), so most windows have no instance to take and are skipped. */
+ * time order) at or after position `after`: when no instance waits, the
+ * windows before the next release have nothing to take (stretches of a
+ * schedule where no backward is near, e.g. GPipe's forwards). */
 static int first_at(const lx_stage_problem *pr, const int *list, int k, int n, int after) {
   while (k < n) {
     int mid = k + (n - k) / 2;
