@@ -8,6 +8,7 @@
  * stream's idle intervals are explicit: the windows recomputation can use. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "diag.h"
 #include "memplan.h"
@@ -512,6 +513,53 @@ static double simulated_time(planner *pl) {
   return t;
 }
 
+static bool fits_memory(planner *pl) {
+  int pp = pl->pipe->pp;
+  lx_stage_memory *mem = calloc((size_t)(pp > 0 ? pp : 1), sizeof *mem);
+  lx_plan_memory(pl->pipe, mem);
+  bool fits = true;
+  for (int s = 0; s < pp; s++) {
+    fits &= mem[s].peak <= (int64_t)pl->cm->gpu.memory_bytes;
+    lx_stage_memory_free(&mem[s]);
+  }
+  free(mem);
+  return fits;
+}
+
+/* Megatron's selective plan drops the attention core's internals but keeps
+ * its output: a point of the decision space that the Lynx policies' per-op
+ * search (an op recomputed drops all it saves) does not enumerate. Where it
+ * fits and is faster than their plan, it stands. */
+static void consider_selective(planner *pl) {
+  if (pl->policy != LX_RECOMPUTE_LYNX_HEU && pl->policy != LX_RECOMPUTE_LYNX_OPT) return;
+  int pp = pl->pipe->pp, n = pl->ir->block.n_ops;
+  double planned = simulated_time(pl);
+  lx_op_decision *kept = malloc(sizeof *kept * (size_t)(pp * n + 1));
+  int **windows = malloc(sizeof *windows * (size_t)(pp + 1));
+  for (int s = 0; s < pp; s++) {
+    lx_stage *st = &pl->pipe->stages[s];
+    memcpy(kept + s * n, st->decisions, sizeof *kept * (size_t)n);
+    windows[s] = st->window_of;
+    st->window_of = NULL;
+    lx_recompute_fixed(pl->ir, LX_RECOMPUTE_SELECTIVE, st->decisions);
+    schedule_one(pl->ir, pl->pipe, s);
+  }
+  bool better = fits_memory(pl) && simulated_time(pl) < planned;
+  for (int s = 0; s < pp; s++) {
+    lx_stage *st = &pl->pipe->stages[s];
+    if (better) {
+      free(windows[s]);
+      st->stats.status = "Megatron's selective plan (faster than the per-op plan)";
+      continue;
+    }
+    memcpy(st->decisions, kept + s * n, sizeof *kept * (size_t)n);
+    st->window_of = windows[s];
+    schedule_one(pl->ir, pl->pipe, s);
+  }
+  free(kept);
+  free(windows);
+}
+
 static void plan_policy(planner *pl) {
   int pp = pl->pipe->pp;
   for (int s = 0; s < pp; s++)
@@ -540,6 +588,7 @@ static void plan_policy(planner *pl) {
     }
   }
   repair(pl);
+  consider_selective(pl);
 }
 
 static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm, int pp,
