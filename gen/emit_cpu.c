@@ -15,19 +15,6 @@
 
 /* ---- forward --------------------------------------------------------------- */
 
-/* A vocabulary-parallel rank's rows of the table: first, count. */
-#define VOCAB_SHARD "TP_RANK * (VP / TENSOR_PARALLEL), VP / TENSOR_PARALLEL"
-/* ... its columns of the logits: count, first */
-#define VOCAB_SHARD_LAST "VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL)"
-
-/* A row-parallel output is a sum over the ranks: one of them adds the bias. */
-static const char *row_bias(const lx_printer *pr, const lx_op *op, const lx_operands *o) {
-  static char buf[PTR + 32];
-  if (emit_tp(pr) == 1 || op->tp_role != LX_TP_ROW || !strcmp(o->b, "NULL")) return o->b;
-  snprintf(buf, sizeof buf, "TP_RANK == 0 ? %s : NULL", o->b);
-  return buf;
-}
-
 static void print_rng_stream(const lx_printer *pr, lx_graph_id g, int i) {
   fprintf(pr->out, "lx_rng_stream(current_step, GLOBAL_MB(mb), %s, %d)",
           g == LX_GRAPH_BLOCK      ? "layer + 1"
@@ -115,7 +102,7 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     break;
   case LX_OP_LINEAR:
     fprintf(f, "  lx_linear_forward(%s, %s, %s, %s, BT, %d, %d);\n", o.out, o.in[0], o.w,
-            row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
+            emit_row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
     fprintf(f, "  lx_linear_forward(%s, %s, %s, NULL, BT, %d, VP / %d);\n", o.out, o.in[0], o.w,
@@ -397,20 +384,13 @@ static void print_wait(cpu_step *w, int request) {
   w->waited[request] = true;
 }
 
-/* The layer of an instruction as C text: prologue and epilogue have none. */
-static const char *layer_text(const lx_instr *in, char *buf, size_t size) {
-  if (in->layer < 0) return "FIRST_LAYER";
-  snprintf(buf, size, "%d", in->layer);
-  return buf;
-}
-
 static void print_tp_collective(cpu_step *w, const lx_instr *in, const char *what) {
   char layer[16], request[32];
   tp_operands t;
   tp_collective_operands(w->pr, in->graph, in->op, in->backward, in->coll,
                          in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT, &t);
   fprintf(w->pr->out, "  {\n    const int layer = %s, mb = %d;  /* %s */\n    (void)layer, (void)mb;\n    ",
-          layer_text(in, layer, sizeof layer), in->mb, what);
+          emit_layer_text(in, layer, sizeof layer), in->mb, what);
   snprintf(request, sizeof request, "&requests[%d]", w->requests);
   print_tp_call(w->pr->out, in->coll, &t, request);
   fputs("  }\n", w->pr->out);
@@ -475,20 +455,13 @@ static void cpu_load(void *ctx, const lx_instr *in) {
   fprintf(w->pr->out, "  load_micro_batch(%d);\n", in->mb);
 }
 
-/* The backward of a graph instance starts with its last op. */
-static bool starts_backward(const lx_graph *g, int op) {
-  for (int j = g->n_ops - 1; j > op; j--)
-    if (g->ops[j].kind != LX_OP_INPUT) return false;
-  return true;
-}
-
 /* Part of a graph instance, where the schedule put it (between its
  * all-reduces, or the part of its recomputation a window took): the ops inline. */
 static void print_partial_run(const lx_printer *pr, const lx_instr *run, int count) {
   char layer[16];
   fprintf(pr->out, "  {\n    const int layer = %s, mb = %d;\n    (void)layer, (void)mb;\n",
-          layer_text(run, layer, sizeof layer), run->mb);
-  if (run->kind == LX_I_BWD && starts_backward(lx_graph_of(pr->ir, run->graph), run->op))
+          emit_layer_text(run, layer, sizeof layer), run->mb);
+  if (run->kind == LX_I_BWD && emit_starts_backward(lx_graph_of(pr->ir, run->graph), run->op))
     print_zero_grads(pr, run->graph);
   for (int n = 0; n < count; n++) {
     if (run->kind == LX_I_BWD)

@@ -21,6 +21,26 @@ static void print_rng_stream(const lx_printer *pr, lx_graph_id g, int i) {
           g == LX_GRAPH_BLOCK ? "layer + 1" : g == LX_GRAPH_PROLOGUE ? "0" : "MODEL_LAYERS + 1", i);
 }
 
+/* The rest of an attention call: its random stream, this rank's heads in the
+ * whole model's numbering (dropout draws by them) and the stream. */
+static void print_attention_rng(const lx_printer *pr, lx_graph_id g, int i) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  print_rng_stream(pr, g, i);
+  fprintf(pr->out, ", TP_RANK * %d, %d, stream);\n", op->heads / emit_tp(pr), op->heads);
+}
+
+/* In the graph functions: the all-reduce after op i, in order on its stream. */
+static void print_blocking_allreduce(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                     lx_tensor_role role) {
+  if (!lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), backward).reduce_after) return;
+  char buf[PTR];
+  int width;
+  emit_tp_allreduce_operand(pr, g, i, backward, role, buf, &width);
+  fprintf(pr->out,
+          "  NCCL_CHECK(ncclAllReduce(%s, %s, (size_t)BT * %d, ncclBfloat16, ncclSum, tp_comm, stream));\n",
+          buf, buf, width);
+}
+
 static void print_op_comment(const lx_printer *pr, const lx_op *op, const char *what) {
   fprintf(pr->out, "  /* %s %s = %s(...)  %s:%d */\n", what, op->var[0] ? op->var : op->name,
           lx_op_kind_name(op->kind), lx_file_name(op->src.file), op->src.line);
@@ -35,13 +55,19 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   char dims[96];
   print_op_comment(pr, op, out_role == LX_T_RECOMPUTED ? "RECOMPUTE" : "FWD");
   switch (op->kind) {
-  case LX_OP_EMBEDDING: fprintf(f, "  lx_cuda_embedding_forward(%s, %s, %s, B, T, %d, VP, stream);\n", o.out, o.in[0], o.w, w); break;
+  case LX_OP_EMBEDDING:
+    if (emit_tp(pr) > 1)
+      fprintf(f, "  lx_cuda_embedding_forward_shard(%s, %s, %s, B, T, %d, VP, " VOCAB_SHARD ", stream);\n",
+              o.out, o.in[0], o.w, w);
+    else
+      fprintf(f, "  lx_cuda_embedding_forward(%s, %s, %s, B, T, %d, VP, stream);\n", o.out, o.in[0], o.w, w);
+    break;
   case LX_OP_POSITION_EMBEDDING: fprintf(f, "  lx_cuda_position_embedding_forward(%s, %s, B, T, %d, stream);\n", o.out, o.w, w); break;
   case LX_OP_LAYERNORM: fprintf(f, "  lx_cuda_layernorm_forward(%s, %s, %s, %s, BT, %d, stream);\n", o.out, o.in[0], o.w, o.b, w); break;
   case LX_OP_RMSNORM: fprintf(f, "  lx_cuda_rmsnorm_forward(%s, %s, %s, BT, %d, stream);\n", o.out, o.in[0], o.w, w); break;
   case LX_OP_LINEAR:
-    fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n", o.out, o.in[0], o.w, o.b,
-            emit_in_width(pr, g, op), w);
+    fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n", o.out, o.in[0], o.w,
+            emit_row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
     fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, NULL, BT, %d, VP / %d, stream);\n", o.out, o.in[0], o.w,
@@ -56,8 +82,7 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
       fprintf(f, "  lx_cuda_attention_forward(%s, %s, %s, %s, scratch, %s, %s, DROPOUT, seed, ", o.out,
               emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
               emit_internal_named(op, &o, "dropout_mask"), o.in[0], dims);
-    print_rng_stream(pr, g, i);
-    fputs(", stream);\n", f);
+    print_attention_rng(pr, g, i);
     break;
   case LX_OP_ROPE:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
@@ -75,8 +100,14 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     fprintf(f, "  lx_cuda_add_forward(%s, %s, %s, (size_t)BT * %d, stream);\n", o.out, o.in[0], o.in[1], w);
     break;
   case LX_OP_CROSS_ENTROPY:
-    fprintf(f, "  lx_cuda_cross_entropy_forward(losses + mb, %s, scratch, %s, %s, BT, V, VP, stream);\n",
-            emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
+    if (emit_tp(pr) > 1)
+      fprintf(f,
+              "  lx_cuda_cross_entropy_forward_tp(losses + mb, %s, scratch, %s, %s, BT, V, " VOCAB_SHARD_LAST
+              ", tp_comm, stream);\n",
+              emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
+    else
+      fprintf(f, "  lx_cuda_cross_entropy_forward(losses + mb, %s, scratch, %s, %s, BT, V, VP, stream);\n",
+              emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
     break;
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;
@@ -93,7 +124,12 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   print_op_comment(pr, op, "BWD");
   switch (op->kind) {
   case LX_OP_EMBEDDING:
-    fprintf(f, "  lx_cuda_embedding_backward(%s, %s, %s, B, T, %d, VP, stream);\n", o.dw, o.dout, o.in[0], w);
+    if (emit_tp(pr) > 1)
+      fprintf(f, "  lx_cuda_embedding_backward_shard(%s, %s, %s, B, T, %d, VP, " VOCAB_SHARD ", stream);\n",
+              o.dw, o.dout, o.in[0], w);
+    else
+      fprintf(f, "  lx_cuda_embedding_backward(%s, %s, %s, B, T, %d, VP, stream);\n", o.dw, o.dout, o.in[0],
+              w);
     break;
   case LX_OP_POSITION_EMBEDDING:
     fprintf(f, "  lx_cuda_position_embedding_backward(%s, %s, B, T, %d, stream);\n", o.dw, o.dout, w);
@@ -119,8 +155,7 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
     if (op->attention_impl == LX_ATTN_FLASH) {
       fprintf(f, "  lx_cuda_flash_attention_backward(%s, scratch, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.din[0],
               o.dout, o.in[0], o.out, emit_internal_named(op, &o, "lse"), dims);
-      print_rng_stream(pr, g, i);
-      fputs(", stream);\n", f);
+      print_attention_rng(pr, g, i);
     } else {
       fprintf(f, "  lx_cuda_attention_backward(%s, scratch, %s, %s, %s, %s, %s, %s, DROPOUT, stream);\n", o.din[0],
               o.dout, o.in[0], emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
@@ -145,8 +180,14 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
     fprintf(f, "  lx_cuda_add_backward(%s, %s, %s, (size_t)BT * %d, stream);\n", o.din[0], o.din[1], o.dout, w);
     break;
   case LX_OP_CROSS_ENTROPY:
-    fprintf(f, "  lx_cuda_cross_entropy_backward(%s, %s, %s, %s, LOSS_SCALE, BT, V, VP, stream);\n", o.din[0],
-            o.in[0], emit_internal_named(op, &o, "lse"), o.in[1]);
+    if (emit_tp(pr) > 1)
+      fprintf(f,
+              "  lx_cuda_cross_entropy_backward_slice(%s, %s, %s, %s, LOSS_SCALE, BT, V, " VOCAB_SHARD_LAST
+              ", stream);\n",
+              o.din[0], o.in[0], emit_internal_named(op, &o, "lse"), o.in[1]);
+    else
+      fprintf(f, "  lx_cuda_cross_entropy_backward(%s, %s, %s, %s, LOSS_SCALE, BT, V, VP, stream);\n",
+              o.din[0], o.in[0], emit_internal_named(op, &o, "lse"), o.in[1]);
     break;
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;
@@ -178,27 +219,38 @@ static void print_function_head(const lx_printer *pr, const char *what, lx_graph
 }
 
 static void print_forward_function(const lx_printer *pr, lx_graph_id g) {
+  if (!emit_function_called(pr, LX_I_FWD, g)) return;
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   print_function_head(pr, "forward", g);
   for (int i = 0; i < graph->n_ops; i++)
-    if (graph->ops[i].kind != LX_OP_INPUT) print_forward_op(pr, g, i, LX_T_OUTPUT);
+    if (graph->ops[i].kind != LX_OP_INPUT) {
+      print_forward_op(pr, g, i, LX_T_OUTPUT);
+      print_blocking_allreduce(pr, g, i, false, LX_T_OUTPUT);
+    }
   fputs("}\n", pr->out);
 }
 
 static void print_recompute_function(const lx_printer *pr) {
-  if (!emit_any_recompute(pr)) return;
+  if (!emit_function_called(pr, LX_I_RECOMPUTE, LX_GRAPH_BLOCK)) return;
   print_function_head(pr, "recompute", LX_GRAPH_BLOCK);
   for (int i = 0; i < pr->ir->block.n_ops; i++)
-    if (pr->st->decisions[i].recompute) print_forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
+    if (pr->st->decisions[i].recompute) {
+      print_forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
+      print_blocking_allreduce(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED);
+    }
   fputs("}\n", pr->out);
 }
 
 static void print_backward_function(const lx_printer *pr, lx_graph_id g) {
+  if (!emit_function_called(pr, LX_I_BWD, g)) return;
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   print_function_head(pr, "backward", g);
   print_zero_grads(pr, g);
   for (int i = graph->n_ops - 1; i >= 0; i--)
-    if (graph->ops[i].kind != LX_OP_INPUT) print_backward_op(pr, g, i);
+    if (graph->ops[i].kind != LX_OP_INPUT) {
+      print_backward_op(pr, g, i);
+      print_blocking_allreduce(pr, g, i, true, LX_T_OUTPUT);
+    }
   fputs("}\n", pr->out);
 }
 
@@ -235,15 +287,26 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
   cuda_step *w = ctx;
   const lx_printer *pr = w->pr;
   close_group(w);
-  char what[128];
+  char what[128], layer[16];
   describe(w, first, what, sizeof what);
   const char *graph = lx_graph_of(pr->ir, first->graph)->name;
   fprintf(pr->out, "  /* %s (%d instruction%s, %s stream)  %s:%d */\n", what, count, count == 1 ? "" : "s",
           lx_stream_name(k), lx_file_name(pr->ir->model_path), instr_line(pr, first));
-  if (first->kind == LX_I_RECOMPUTE && !emit_run_is_function(pr, first, count)) {
-    fprintf(pr->out, "  {\n    const int layer = %d, mb = %d;\n    (void)layer;\n    cudaStream_t stream = streams[%s];\n"
-                     "    float *scratch = scratch_of[%s];\n", first->layer, first->mb, stream_var(k), stream_var(k));
-    for (int n = 0; n < count; n++) print_forward_op(pr, first->graph, first[n].op, LX_T_RECOMPUTED);
+  if (!emit_run_is_function(pr, first, count)) {
+    /* part of a graph instance (between tensor-parallel all-reduces, or the
+     * part of a recomputation a window took): its ops inline */
+    fprintf(pr->out,
+            "  {\n    const int layer = %s, mb = %d;\n    (void)layer;\n    (void)mb;\n"
+            "    cudaStream_t stream = streams[%s];\n    float *scratch = scratch_of[%s];\n",
+            emit_layer_text(first, layer, sizeof layer), first->mb, stream_var(k), stream_var(k));
+    if (first->kind == LX_I_BWD && emit_starts_backward(lx_graph_of(pr->ir, first->graph), first->op))
+      print_zero_grads(pr, first->graph);
+    for (int n = 0; n < count; n++)
+      if (first->kind == LX_I_BWD)
+        print_backward_op(pr, first->graph, first[n].op);
+      else
+        print_forward_op(pr, first->graph, first[n].op,
+                         first->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT);
     fputs("    (void)scratch;\n  }\n", pr->out);
   } else if (first->graph == LX_GRAPH_BLOCK) {
     fprintf(pr->out, "  %s_%s(%d, %d, streams[%s], scratch_of[%s]);\n", emit_run_function(first->kind), graph,
@@ -281,6 +344,40 @@ static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
           send ? "Send" : "Recv", emit_at(pr, buf, sizeof buf, "lx_bf16", t), in->peer, stream_var(k));
 }
 
+/* A tensor-parallel all-reduce the schedule placed on its stream (bf16 sums). */
+static void print_tp_allreduce(const lx_printer *pr, lx_stream k, const lx_instr *in, const char *what) {
+  char buf[PTR], layer[16];
+  int width;
+  emit_tp_allreduce_operand(pr, in->graph, in->op, in->backward,
+                            in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT, buf, &width);
+  fprintf(pr->out, "  { /* %s */\n    const int layer = %s, mb = %d;\n    (void)layer;\n    (void)mb;\n",
+          what, emit_layer_text(in, layer, sizeof layer), in->mb);
+  fprintf(pr->out,
+          "    NCCL_CHECK(ncclAllReduce(%s, %s, (size_t)BT * %d, ncclBfloat16, ncclSum, tp_comm, "
+          "streams[%s]));\n  }\n",
+          buf, buf, width, stream_var(k));
+}
+
+/* A bucket's fp32 gradients across the replicas; under ZeRO-1 a
+ * reduce-scatter, in place: replica r's summed share lands at its own place
+ * in the bucket (NCCL's recvbuff = sendbuff + r * count, lx_cuda_shards.h). */
+static void print_dp_reduce(const lx_printer *pr, lx_stream k, const lx_instr *in, const char *what) {
+  const lx_param_bucket *b = lx_find_bucket(pr->l, in->graph, in->layer, in->tied);
+  long long first = (long long)b->first, chunk = (long long)(b->elements / pr->l->shards);
+  if (pr->l->shards > 1)
+    fprintf(pr->out,
+            "  /* %s */\n  NCCL_CHECK(ncclReduceScatter(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL + replica "
+            "* %lldLL, "
+            "%lldLL, ncclFloat32, ncclSum, dp_comm, streams[%s]));\n",
+            what, first, first, chunk, chunk, stream_var(k));
+  else
+    fprintf(pr->out,
+            "  /* %s */\n  NCCL_CHECK(ncclAllReduce(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL, %lldLL, "
+            "ncclFloat32, "
+            "ncclSum, dp_comm, streams[%s]));\n",
+            what, first, first, (long long)b->elements, stream_var(k));
+}
+
 static void cuda_comm(void *ctx, lx_stream k, const lx_instr *in) {
   cuda_step *w = ctx;
   if (is_p2p(in->kind)) {
@@ -291,10 +388,9 @@ static void cuda_comm(void *ctx, lx_stream k, const lx_instr *in) {
   char what[128];
   describe(w, in, what, sizeof what);
   if (in->kind == LX_I_ALLREDUCE_DP)
-    fprintf(w->pr->out, "  /* %s */\n  NCCL_CHECK(ncclAllReduce(GRAD_REGION, GRAD_REGION, PARAM_ELEMENTS, ncclFloat32, ncclSum, "
-                        "dp_comm, streams[%s]));\n", what, stream_var(k));
+    print_dp_reduce(w->pr, k, in, what);
   else
-    fprintf(w->pr->out, "  /* %s: not printed by the CUDA target */\n", what);
+    print_tp_allreduce(w->pr, k, in, what);
 }
 
 static void cuda_record(void *ctx, lx_stream k, const lx_instr *in) {
@@ -356,11 +452,11 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, " *\n * Generated by lynxgen from the schedule IR; plan.txt says what is kept, what\n"
              " * is recomputed and where every byte lives. Host code only: the kernels are\n"
              " * in lx_kernels.cu. Do not edit: change the model file and generate again. */\n");
-  fprintf(f, "#include \"lx_cuda_api.h\"\n#include \"lx_cuda_train.h\"\n\n");
+  fprintf(f, "#include \"lx_cuda_api.h\"\n#include \"lx_cuda_train.h\"\n#include \"lx_cuda_parallel.h\"\n\n");
   fprintf(f, "enum {\n  STAGE = %d, STAGES = %d, FIRST_LAYER = %d, LAYERS = %d, MODEL_LAYERS = %d,\n", pr->s, pr->p->pp,
           st->first_layer, st->n_layers, ir->model.layers);
-  fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, DATA_PARALLEL = %d, EVENTS = %d,\n", pr->p->micro_batches,
-          pr->l->slots, ir->plan.dp ? ir->plan.dp : 1, st->n_events + 1);
+  fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d, EVENTS = %d,\n",
+          pr->p->micro_batches, pr->l->slots, emit_tp(pr), ir->plan.dp ? ir->plan.dp : 1, st->n_events + 1);
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch ? ir->plan.micro_batch : 1,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
   fprintf(f, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
@@ -388,9 +484,10 @@ static void print_header(const lx_printer *pr) {
 bool lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  if ((ir->plan.tp && ir->plan.tp > 1) || (ir->plan.dp && ir->plan.dp > 1)) {
-    lx_error(ir->locs.plan, "the CUDA target prints pipeline parallelism only (tp = dp = 1); tensor and data "
-                            "parallelism are not emitted yet");
+  if (ir->plan.sequence_parallel && ir->plan.tp > 1) {
+    lx_error(ir->locs.field[LX_F_SEQ_PARALLEL],
+             "the CUDA target does not emit sequence parallelism yet (tensor "
+             "parallelism without it is emitted)");
     return false;
   }
   lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float"};

@@ -154,12 +154,6 @@ void emit_attention_dims(const lx_printer *pr, lx_graph_id g, const lx_op *op, c
   snprintf(buf, size, "B, T, %d, %d, %d", op->heads / t, op->kv_heads / t, d);
 }
 
-bool emit_any_recompute(const lx_printer *pr) {
-  for (int i = 0; i < pr->ir->block.n_ops; i++)
-    if (pr->st->decisions[i].recompute) return true;
-  return false;
-}
-
 /* The graph function a run of FWD, BWD or RECOMPUTE calls. */
 const char *emit_run_function(lx_instr_kind k) {
   return k == LX_I_FWD ? "forward" : k == LX_I_BWD ? "backward" : "recompute";
@@ -199,6 +193,33 @@ bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id 
 }
 
 /* The epilogue's input op that holds the targets. */
+const char *emit_layer_text(const lx_instr *in, char *buf, size_t size) {
+  if (in->layer < 0) return "FIRST_LAYER";
+  snprintf(buf, size, "%d", in->layer);
+  return buf;
+}
+
+bool emit_starts_backward(const lx_graph *g, int op) {
+  for (int j = g->n_ops - 1; j > op; j--)
+    if (g->ops[j].kind != LX_OP_INPUT) return false;
+  return true;
+}
+
+const char *emit_row_bias(const lx_printer *pr, const lx_op *op, const lx_operands *o) {
+  static char buf[PTR + 32];
+  if (emit_tp(pr) == 1 || op->tp_role != LX_TP_ROW || !strcmp(o->b, "NULL")) return o->b;
+  snprintf(buf, sizeof buf, "TP_RANK == 0 ? %s : NULL", o->b);
+  return buf;
+}
+
+const char *emit_tp_allreduce_operand(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                      lx_tensor_role role, char *buf, int *width) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  *width = backward ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
+  return emit_at(pr, buf, PTR, pr->act_type,
+                 backward ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0) : emit_ref(pr, g, i, role, 0));
+}
+
 int emit_targets_op(const lx_ir *ir) {
   for (int i = 0; i < ir->epilogue.n_ops; i++)
     if (ir->epilogue.ops[i].kind == LX_OP_INPUT && ir->epilogue.ops[i].param == 1) return i;

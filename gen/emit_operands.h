@@ -52,7 +52,6 @@ int emit_in_width(const lx_printer *pr, lx_graph_id g, const lx_op *op);
 /* "B, T, H, KVH, D" of an attention or rope op, per tensor-parallel rank. */
 void emit_attention_dims(const lx_printer *pr, lx_graph_id g, const lx_op *op, char *buf, size_t size);
 
-bool emit_any_recompute(const lx_printer *pr);
 const char *emit_run_function(lx_instr_kind k);
 /* Is the run exactly the body of its graph function? */
 bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count);
@@ -61,6 +60,24 @@ bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count);
  * every backward of a graph with a column-parallel op.) */
 bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id g);
 int emit_targets_op(const lx_ir *ir);
+/* The layer of an instruction as C text: prologue and epilogue have none. */
+const char *emit_layer_text(const lx_instr *in, char *buf, size_t size);
+/* The backward of a graph instance starts with its last op. */
+bool emit_starts_backward(const lx_graph *g, int op);
+
+/* ---- tensor parallelism ---- */
+/* A vocabulary-parallel rank's rows of the table: first, count. */
+#define VOCAB_SHARD "TP_RANK * (VP / TENSOR_PARALLEL), VP / TENSOR_PARALLEL"
+/* ... its columns of the logits: count, first */
+#define VOCAB_SHARD_LAST "VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL)"
+/* A row-parallel output is a sum over the ranks: one of them (TP_RANK 0)
+ * adds the bias; returns the bias operand to print. */
+const char *emit_row_bias(const lx_printer *pr, const lx_op *op, const lx_operands *o);
+/* What the all-reduce after op i sums: its output (forward; `role` names the
+ * copy a RECOMPUTE wrote) or its input's gradient (backward), as an
+ * activation pointer in buf (PTR); *width is the tensor's width on this rank. */
+const char *emit_tp_allreduce_operand(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                      lx_tensor_role role, char *buf, int *width);
 
 /* The table of the stage's parameter tensors (init, weight decay, checkpoint). */
 void emit_param_table(const lx_printer *pr);

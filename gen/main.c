@@ -47,9 +47,9 @@ static const char usage_text[] =
     "      --plan             print the plan (as plan.txt) on stdout; nothing is written\n"
     "      --json             with --plan: the plan as JSON\n"
     "      --dump-ir          print the IR as JSON on stdout (schema: docs/ir.md)\n"
-    "      --target T         cpu: with -o, also write a runnable training program per\n"
-    "                         stage (C11, OpenMP, OpenBLAS, MPI), its Makefile, run.sh\n"
-    "                         and manifest.txt; cuda (the default) is not printed yet\n"
+    "      --target T         with -o, also write a training program per stage, its\n"
+    "                         Makefile and run.sh: cuda (the default; cuBLASLt, NCCL,\n"
+    "                         MPI; also run-slurm.sh) or cpu (C11, OpenMP, OpenBLAS, MPI)\n"
     "\n"
     "Scheduling:\n"
     "      --policy P         recomputation: none | full | selective | checkmate | lynx-heu |\n"
@@ -258,7 +258,7 @@ typedef struct {
   lx_stage_memory *memory;
   lx_stage_layout *layouts; /* one per stage, for the target */
   lx_target target;
-  bool emit_program;        /* the target's printer handles this plan (CUDA: pipeline parallelism only, for now) */
+  bool emit_program; /* the target's printer handles this plan (CUDA: not sequence parallelism, for now) */
   lx_cost_model cost;
   lx_simulation sim;
   lx_report report;
@@ -401,9 +401,9 @@ static int write_output(const char *dir, const products *out) {
   printf("wrote %s: plan.txt trace.json schedule.svg memory.svg ir.json manifest.txt%s\n", dir,
          out->emit_program ? ", the stage programs, Makefile and run.sh" : "");
   if (!out->emit_program)
-    printf("note: no program: the CUDA printer emits pipeline parallelism only, and this plan has tp %d x dp %d "
-           "(try --tp 1 --dp 1, or --target cpu)\n",
-           out->ir.plan.tp ? out->ir.plan.tp : 1, out->ir.plan.dp ? out->ir.plan.dp : 1);
+    printf("note: no program: the CUDA printer does not emit sequence parallelism yet, and this plan has it "
+           "with tp %d (try without sequence_parallel)\n",
+           out->ir.plan.tp);
   return 0;
 }
 
@@ -470,11 +470,11 @@ static int run_passes(const options *opts, products *out) {
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
     out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
     out->target = opts->target;
-    out->emit_program = opts->target == LX_TARGET_CPU ||
-                        ((ir->plan.tp ? ir->plan.tp : 1) == 1 && (ir->plan.dp ? ir->plan.dp : 1) == 1);
+    out->emit_program = opts->target == LX_TARGET_CPU || !(ir->plan.sequence_parallel && ir->plan.tp > 1);
     if (!out->emit_program && opts->target_given && opts->output_dir)
-      lx_error(ir->locs.plan, "the CUDA target prints pipeline parallelism only (tp = dp = 1); tensor and data "
-                              "parallelism are emitted for --target cpu");
+      lx_error(ir->locs.field[LX_F_SEQ_PARALLEL],
+               "the CUDA target does not emit sequence parallelism yet (tensor "
+               "and data parallelism without it are emitted)");
     out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),

@@ -46,10 +46,18 @@ size_t lx_cuda_grad_norm_scratch_floats(void);
 void lx_cuda_grad_norm_squared(float *total, float *scratch, const float *grads, size_t N, int accumulate, cudaStream_t stream);
 void lx_cuda_grad_clip_factor(float *factor, const float *norm_squared, double max_norm, cudaStream_t stream);
 void lx_cuda_scale(float *x, const float *factor, size_t N, cudaStream_t stream);
-void lx_cuda_flash_attention_forward(lx_bf16 *out, float *lse, const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id, cudaStream_t stream);
+void lx_cuda_flash_attention_forward(lx_bf16 *out, float *lse, const lx_bf16 *qkv, int B, int T, int H,
+                                     int KVH, int D, double p, uint64_t seed, uint64_t stream_id,
+                                     int head_base, int heads_total, cudaStream_t stream);
 size_t lx_cuda_attention_scratch_floats(int B, int T, int H);
-void lx_cuda_flash_attention_backward(lx_bf16 *dqkv, float *scratch, const lx_bf16 *dout, const lx_bf16 *qkv, const lx_bf16 *out, const float *lse, int B, int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id, cudaStream_t stream);
-void lx_cuda_attention_forward(lx_bf16 *out, lx_bf16 *probs, lx_bf16 *dropped, uint8_t *mask, float *scratch, const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id, cudaStream_t stream);
+void lx_cuda_flash_attention_backward(lx_bf16 *dqkv, float *scratch, const lx_bf16 *dout, const lx_bf16 *qkv,
+                                      const lx_bf16 *out, const float *lse, int B, int T, int H, int KVH,
+                                      int D, double p, uint64_t seed, uint64_t stream_id, int head_base,
+                                      int heads_total, cudaStream_t stream);
+void lx_cuda_attention_forward(lx_bf16 *out, lx_bf16 *probs, lx_bf16 *dropped, uint8_t *mask, float *scratch,
+                               const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p,
+                               uint64_t seed, uint64_t stream_id, int head_base, int heads_total,
+                               cudaStream_t stream);
 void lx_cuda_attention_backward(lx_bf16 *dqkv, float *scratch, const lx_bf16 *dout, const lx_bf16 *qkv, const lx_bf16 *probs, const lx_bf16 *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D, double p, cudaStream_t stream);
 void lx_cuda_rope_forward(lx_bf16 *out, const lx_bf16 *inp, int B, int T, int H, int KVH, int D, double base, cudaStream_t stream);
 void lx_cuda_rope_backward(lx_bf16 *dinp, const lx_bf16 *dout, int B, int T, int H, int KVH, int D, double base, cudaStream_t stream);
@@ -65,10 +73,23 @@ void lx_cuda_dropout_backward(lx_bf16 *dinp, const lx_bf16 *dout, const uint8_t 
 void lx_cuda_check_tokens(int *bad, const int *tokens, int BT, int V, cudaStream_t stream);
 void lx_cuda_embedding_forward(lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T, int C, int V, cudaStream_t stream);
 void lx_cuda_embedding_backward(float *dwte, const lx_bf16 *dout, const int *tokens, int B, int T, int C, int V, cudaStream_t stream);
+void lx_cuda_embedding_forward_shard(lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T, int C,
+                                     int V, int first, int rows, cudaStream_t stream);
+void lx_cuda_embedding_backward_shard(float *dwte, const lx_bf16 *dout, const int *tokens, int B, int T,
+                                      int C, int V, int first, int rows, cudaStream_t stream);
 void lx_cuda_position_embedding_forward(lx_bf16 *out, const lx_bf16 *wpe, int B, int T, int C, cudaStream_t stream);
 void lx_cuda_position_embedding_backward(float *dwpe, const lx_bf16 *dout, int B, int T, int C, cudaStream_t stream);
 void lx_cuda_cross_entropy_forward(float *loss, float *lse, float *losses, const lx_bf16 *logits, const int *targets, int BT, int V, int Vp, cudaStream_t stream);
 void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse, const int *targets, float dloss, int BT, int V, int Vp, cudaStream_t stream);
+void lx_cuda_vocab_cross_entropy_max(float *row_max, float *picked, const lx_bf16 *logits, const int *targets,
+                                     int BT, int V, int Vr, int first, cudaStream_t stream);
+void lx_cuda_vocab_cross_entropy_sum(float *sums, const lx_bf16 *logits, const float *row_max, int BT, int V,
+                                     int Vr, int first, cudaStream_t stream);
+void lx_cuda_vocab_cross_entropy_finish(float *loss, float *lse, float *losses, const float *row_max,
+                                        const float *picked, int BT, cudaStream_t stream);
+void lx_cuda_cross_entropy_backward_slice(lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse,
+                                          const int *targets, float dloss, int BT, int V, int Vr, int first,
+                                          cudaStream_t stream);
 void lx_cuda_cross_entropy_forward_backward(float *loss, float *lse, float *losses, lx_bf16 *dlogits, const lx_bf16 *logits, const int *targets, float dloss, int BT, int V, int Vp, cudaStream_t stream);
 void lx_cuda_matmul_init(lx_cuda_matmul_context *ctx, void *workspace, size_t workspace_bytes);
 void lx_cuda_matmul_destroy(lx_cuda_matmul_context *ctx);

@@ -42,6 +42,7 @@ typedef struct {
   float dscale;      /* 1 / (1 - p) */
   uint32_t threshold; /* dropout threshold; 0 keeps everything */
   uint64_t key;      /* lx_cuda_rng_key(seed, stream) */
+  int head_base, heads_total; /* this rank's heads in the whole model's numbering */
 } lx_attn_shape;
 
 __device__ inline size_t lx_attn_qkv_width(const lx_attn_shape &a) { return (size_t)(a.H + 2 * a.KVH) * a.D; }
@@ -59,6 +60,12 @@ __device__ inline size_t lx_attn_out_at(const lx_attn_shape &a, int b, int t, in
 }
 __device__ inline size_t lx_attn_row_at(const lx_attn_shape &a, int b, int h, int i) {
   return ((size_t)b * a.H + h) * a.T + i; /* into (B, H, T) */
+}
+/* The dropout counter of score `at` of this rank's (B, H, T, T): its index
+ * in the whole model's heads, as the CPU draws it (lx_dropout_row). */
+__device__ inline size_t lx_attn_draw(const lx_attn_shape &a, size_t at) {
+  size_t TT = (size_t)a.T * a.T, b = at / ((size_t)a.H * TT);
+  return at + (b * (size_t)(a.heads_total - a.H) + (size_t)a.head_base) * TT;
 }
 
 /* Copies rows [first, first + count) of one head (D wide, `stride` apart in
@@ -127,7 +134,9 @@ __device__ inline void lx_flash_forward_body(lx_bf16 *out,       // (B, T, H * D
       l[r] = l[r] * shrink + lx_warp_sum(p);
       m[r] = new_max;
       size_t score_row = lx_attn_row_at(a, b, h, i) * a.T;
-      float weight = j <= i && lx_cuda_dropout_keep(a.key, score_row + j, a.threshold) ? p * a.dscale : 0.0f;
+      float weight = j <= i && lx_cuda_dropout_keep(a.key, lx_attn_draw(a, score_row + j), a.threshold)
+                         ? p * a.dscale
+                         : 0.0f;
 #pragma unroll
       for (int k = 0; k < DIMS_PER_LANE; k++)
         o[r][k] *= shrink;
@@ -199,7 +208,7 @@ __global__ void lx_attention_probs_kernel(lx_bf16 *probs,      // (B, H, T, T)
       for (int d = 0; d < a.D; d++)
         dot += lx_to_float(q[d]) * lx_to_float(k[d]);
       prob = expf(a.scale * dot - row_lse);
-      keep = lx_cuda_dropout_keep(a.key, at, a.threshold);
+      keep = lx_cuda_dropout_keep(a.key, lx_attn_draw(a, at), a.threshold);
     }
     probs[at] = lx_to_bf16(prob);
     if (mask) mask[at] = (uint8_t)keep;
@@ -259,7 +268,7 @@ __device__ inline void lx_attn_pair(float *prob, float *weight, bool *keep, floa
     *weight = saved.dropped ? lx_to_float(saved.dropped[at]) : *prob;
   } else {
     *prob = expf(a.scale * dot - row_lse);
-    *keep = lx_cuda_dropout_keep(a.key, at, a.threshold);
+    *keep = lx_cuda_dropout_keep(a.key, lx_attn_draw(a, at), a.threshold);
     *weight = *keep ? *prob * a.dscale : 0.0f;
   }
 }
@@ -490,8 +499,9 @@ __global__ void __launch_bounds__(LX_ATTN_THREADS)
 /* ---- launchers ------------------------------------------------------------------- */
 
 inline lx_attn_shape lx_attn_shape_checked(int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                                  uint64_t stream_id) {
+                                           uint64_t stream_id, int head_base, int heads_total) {
   LX_CUDA_REQUIRE(B > 0 && T > 0 && D > 0 && D <= LX_ATTN_MAX_HEAD_DIM && KVH > 0 && H % KVH == 0);
+  LX_CUDA_REQUIRE(head_base >= 0 && head_base + H <= heads_total);
   LX_CUDA_REQUIRE((size_t)B * H < 65536 && (size_t)B * KVH < 65536);
   lx_attn_shape a;
   a.B = B, a.T = T, a.H = H, a.KVH = KVH, a.D = D;
@@ -499,6 +509,7 @@ inline lx_attn_shape lx_attn_shape_checked(int B, int T, int H, int KVH, int D, 
   a.dscale = (float)(1.0 / (1.0 - p));
   a.threshold = lx_cuda_dropout_threshold(p);
   a.key = lx_cuda_rng_key(seed, stream_id);
+  a.head_base = head_base, a.heads_total = heads_total;
   return a;
 }
 
@@ -523,11 +534,12 @@ inline void lx_attn_forward_tiles(lx_bf16 *out, float *lse, const lx_bf16 *qkv, 
 /* out, lse = causal attention of qkv; dropout p on the weights, drawn from
  * (seed, stream_id) with the CPU's indices. */
 LX_CUDA_API void lx_cuda_flash_attention_forward(lx_bf16 *out,       // (B, T, H * D)
-                                                   float *lse,         // (B, H, T)
-                                                   const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
-                                                   int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                                   uint64_t stream_id, cudaStream_t stream) {
-  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id);
+                                                 float *lse,         // (B, H, T)
+                                                 const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
+                                                 int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                                 uint64_t stream_id, int head_base, int heads_total,
+                                                 cudaStream_t stream) {
+  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   lx_attn_forward_tiles(out, lse, qkv, a, stream);
 }
 
@@ -564,14 +576,15 @@ inline void lx_attn_backward_tiles(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_
 /* dqkv += the gradients of the flash forward; P recomputed from qkv and lse,
  * the dropout mask redrawn from (seed, stream_id). */
 LX_CUDA_API void lx_cuda_flash_attention_backward(lx_bf16 *dqkv,       // (B, T, (H + 2*KVH) * D)
-                                                    float *scratch,      // (lx_cuda_attention_scratch_floats)
-                                                    const lx_bf16 *dout, // (B, T, H * D)
-                                                    const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
-                                                    const lx_bf16 *out,  // (B, T, H * D)
-                                                    const float *lse,    // (B, H, T)
-                                                    int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                                    uint64_t stream_id, cudaStream_t stream) {
-  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id);
+                                                  float *scratch,      // (lx_cuda_attention_scratch_floats)
+                                                  const lx_bf16 *dout, // (B, T, H * D)
+                                                  const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
+                                                  const lx_bf16 *out,  // (B, T, H * D)
+                                                  const float *lse,    // (B, H, T)
+                                                  int B, int T, int H, int KVH, int D, double p,
+                                                  uint64_t seed, uint64_t stream_id, int head_base,
+                                                  int heads_total, cudaStream_t stream) {
+  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   float *delta = scratch;
   size_t rows = (size_t)B * H * T;
   lx_attention_delta_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
@@ -586,15 +599,16 @@ LX_CUDA_API void lx_cuda_flash_attention_backward(lx_bf16 *dqkv,       // (B, T,
  * lse is not saved by this op (the IR charges probs instead); it lives in the
  * caller's scratch for the duration of the call. */
 LX_CUDA_API void lx_cuda_attention_forward(lx_bf16 *out,       // (B, T, H * D)
-                                             lx_bf16 *probs,     // (B, H, T, T)
-                                             lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
-                                             uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
-                                             float *scratch,     // (lx_cuda_attention_scratch_floats)
-                                             const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
-                                             int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                             uint64_t stream_id, cudaStream_t stream) {
+                                           lx_bf16 *probs,     // (B, H, T, T)
+                                           lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
+                                           uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
+                                           float *scratch,     // (lx_cuda_attention_scratch_floats)
+                                           const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
+                                           int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                           uint64_t stream_id, int head_base, int heads_total,
+                                           cudaStream_t stream) {
   LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
-  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id);
+  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   float *lse = scratch + (size_t)B * H * T;
   lx_attn_forward_tiles(out, lse, qkv, a, stream);
   size_t rows = (size_t)B * H * T;
@@ -613,7 +627,7 @@ LX_CUDA_API void lx_cuda_attention_backward(lx_bf16 *dqkv,          // (B, T, (H
                                               const uint8_t *mask,    // (B, H, T, T), or NULL when p == 0
                                               int B, int T, int H, int KVH, int D, double p, cudaStream_t stream) {
   LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
-  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, 0, 0);
+  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, 0, 0, 0, H);
   float *delta = scratch;
   size_t rows = (size_t)B * H * T;
   lx_attn_saved_probs saved = {probs, p > 0 ? dropped : NULL, p > 0 ? mask : NULL};

@@ -17,15 +17,18 @@
  * block, so V / 64 times in all (a few MB of L2 traffic for GPT-2). */
 #define LX_CUDA_EMBED_ROWS_PER_BLOCK 64
 
-/* out[r] = wte[tokens[r]]: one block per position. */
+/* out[r] = wte[tokens[r] - first] when this table holds the token (rows
+ * first .. first + rows - 1 of the vocabulary), else 0: one block per position. */
 __global__ void lx_cuda_embedding_forward_kernel(lx_bf16 *out,       // (B, T, C)
                                                  const int *tokens,  // (B, T)
-                                                 const lx_bf16 *wte, // (V, C)
-                                                 int C) {
+                                                 const lx_bf16 *wte, // (rows, C)
+                                                 int C, int first, int rows) {
   size_t r = blockIdx.x;
-  const lx_bf16 *src = wte + (size_t)tokens[r] * C;
+  int row = tokens[r] - first;
+  bool held = row >= 0 && row < rows;
+  const lx_bf16 *src = wte + (size_t)(held ? row : 0) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x)
-    out[r * C + c] = src[c];
+    out[r * C + c] = held ? src[c] : lx_to_bf16(0.0f);
 }
 
 /* Checks the ids on the device once, so the copy kernels need no branch: a
@@ -46,13 +49,25 @@ LX_CUDA_API void lx_cuda_check_tokens(int *bad,          // (1)
   LX_CUDA_LAUNCHED();
 }
 
+/* A vocabulary-parallel rank's part: its rows first .. first + rows - 1 of
+ * the table, zeros for the other tokens (the tensor-parallel all-reduce sums
+ * the ranks' parts). */
+LX_CUDA_API void lx_cuda_embedding_forward_shard(lx_bf16 *out,       // (B, T, C)
+                                                 const int *tokens,  // (B, T)
+                                                 const lx_bf16 *wte, // (rows, C)
+                                                 int B, int T, int C, int V, int first, int rows,
+                                                 cudaStream_t stream) {
+  LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0 && first >= 0 && rows > 0);
+  lx_cuda_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, tokens, wte, C, first,
+                                                                                rows);
+  LX_CUDA_LAUNCHED();
+}
+
 LX_CUDA_API void lx_cuda_embedding_forward(lx_bf16 *out,       // (B, T, C)
                                              const int *tokens,  // (B, T)
                                              const lx_bf16 *wte, // (V, C)
                                              int B, int T, int C, int V, cudaStream_t stream) {
-  LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0);
-  lx_cuda_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, tokens, wte, C);
-  LX_CUDA_LAUNCHED();
+  lx_cuda_embedding_forward_shard(out, tokens, wte, B, T, C, V, 0, V, stream);
 }
 
 /* dwte[v] += dout[r] for every r with tokens[r] == v, r in increasing order.
@@ -60,13 +75,14 @@ LX_CUDA_API void lx_cuda_embedding_forward(lx_bf16 *out,       // (B, T, C)
  * time, compact the matching positions in order (warp ballots plus a prefix
  * over the warps), then add each matching dout row across the channels. */
 __global__ void __launch_bounds__(LX_CUDA_EMBED_THREADS)
-    lx_cuda_embedding_backward_kernel(float *dwte,         // (V, C)
+    lx_cuda_embedding_backward_kernel(float *dwte,         // (rows, C): vocabulary rows first ..
                                       const lx_bf16 *dout, // (B, T, C)
                                       const int *tokens,   // (B, T)
-                                      int BT, int C, int V) {
+                                      int BT, int C, int first, int rows) {
   __shared__ int matches[LX_CUDA_EMBED_THREADS];
   __shared__ int warp_counts[LX_CUDA_EMBED_THREADS / LX_WARP];
-  int v0 = blockIdx.x * LX_CUDA_EMBED_ROWS_PER_BLOCK, v1 = min(V, v0 + LX_CUDA_EMBED_ROWS_PER_BLOCK);
+  int v0 = first + blockIdx.x * LX_CUDA_EMBED_ROWS_PER_BLOCK;
+  int v1 = min(first + rows, v0 + LX_CUDA_EMBED_ROWS_PER_BLOCK);
   int lane = threadIdx.x % LX_WARP, warp = threadIdx.x / LX_WARP;
   for (int base = 0; base < BT; base += LX_CUDA_EMBED_THREADS) {
     int r = base + threadIdx.x;
@@ -83,7 +99,7 @@ __global__ void __launch_bounds__(LX_CUDA_EMBED_THREADS)
     __syncthreads();
     for (int m = 0; m < total; m++) {
       int row = matches[m];
-      float *dw = dwte + (size_t)tokens[row] * C;
+      float *dw = dwte + (size_t)(tokens[row] - first) * C;
       const lx_bf16 *dy = dout + (size_t)row * C;
       for (int c = threadIdx.x; c < C; c += blockDim.x)
         dw[c] += lx_to_float(dy[c]);
@@ -92,14 +108,24 @@ __global__ void __launch_bounds__(LX_CUDA_EMBED_THREADS)
   }
 }
 
+/* The same for a vocabulary-parallel rank's rows first .. first + rows - 1. */
+LX_CUDA_API void lx_cuda_embedding_backward_shard(float *dwte,         // (rows, C)
+                                                  const lx_bf16 *dout, // (B, T, C)
+                                                  const int *tokens,   // (B, T)
+                                                  int B, int T, int C, int V, int first, int rows,
+                                                  cudaStream_t stream) {
+  LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0 && first >= 0 && rows > 0);
+  lx_cuda_embedding_backward_kernel<<<lx_ceil_div((size_t)rows, LX_CUDA_EMBED_ROWS_PER_BLOCK),
+                                      LX_CUDA_EMBED_THREADS, 0, stream>>>(dwte, dout, tokens, B * T, C, first,
+                                                                          rows);
+  LX_CUDA_LAUNCHED();
+}
+
 LX_CUDA_API void lx_cuda_embedding_backward(float *dwte,         // (V, C)
                                               const lx_bf16 *dout, // (B, T, C)
                                               const int *tokens,   // (B, T)
                                               int B, int T, int C, int V, cudaStream_t stream) {
-  LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0);
-  lx_cuda_embedding_backward_kernel<<<lx_ceil_div((size_t)V, LX_CUDA_EMBED_ROWS_PER_BLOCK), LX_CUDA_EMBED_THREADS,
-                                      0, stream>>>(dwte, dout, tokens, B * T, C, V);
-  LX_CUDA_LAUNCHED();
+  lx_cuda_embedding_backward_shard(dwte, dout, tokens, B, T, C, V, 0, V, stream);
 }
 
 /* out[b, t] = wpe[t]: positions count from 0 in every sequence. */

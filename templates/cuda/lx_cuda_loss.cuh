@@ -71,14 +71,17 @@ __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
   if (threadIdx.x == 0) *mean = sum / N;
 }
 
+/* valid: the columns of the row that are vocabulary (not padding); first:
+ * the vocabulary id of column 0 (a tensor-parallel rank's slice). */
 __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
     lx_cuda_cross_entropy_backward_kernel(lx_bf16 *dlogits,      // (BT, Vp)
                                           const lx_bf16 *logits, // (BT, Vp)
                                           const float *lse,      // (BT)
                                           const int *targets,    // (BT)
-                                          float grad_scale, int V, int Vp) {
+                                          float grad_scale, int valid, int Vp, int first) {
   size_t row = (size_t)blockIdx.x * Vp;
-  lx_row_cross_entropy_grad(dlogits + row, logits + row, lse[blockIdx.x], targets[blockIdx.x], grad_scale, V);
+  lx_row_cross_entropy_grad(dlogits + row, logits + row, lse[blockIdx.x], targets[blockIdx.x] - first,
+                            grad_scale, valid);
 }
 
 /* loss[0] = mean over rows of -log softmax(logits[r])[targets[r]], lse saved.
@@ -105,8 +108,8 @@ LX_CUDA_API void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits,      // (BT, V
                                                   const int *targets,    // (BT)
                                                   float dloss, int BT, int V, int Vp, cudaStream_t stream) {
   LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
-  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(dlogits, logits, lse, targets,
-                                                                                dloss / BT, V, Vp);
+  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(
+      dlogits, logits, lse, targets, dloss / BT, V, Vp, 0);
   LX_CUDA_LAUNCHED();
 }
 

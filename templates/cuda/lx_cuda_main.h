@@ -1,6 +1,7 @@
 /* lx_cuda_main.h — the training loop of a CUDA stage program, included at
  * the end of stageN.cu (which defines the schedule, run_schedule, the
- * parameter table and the sizes). One MPI rank per GPU and stage.
+ * parameter table and the sizes). tp x dp MPI ranks per stage, one per GPU
+ * (lx_cuda_parallel.h says which rank is which).
  *
  *   --steps N   optimizer steps (default: the model file's)
  *   --lr X      peak learning rate
@@ -8,11 +9,7 @@
 #ifndef LX_CUDA_MAIN_H
 #define LX_CUDA_MAIN_H
 
-#define MPI_CHECK(call)                                                                                      \
-  do {                                                                                                       \
-    int lx_mpi_status_ = (call);                                                                             \
-    if (lx_mpi_status_ != MPI_SUCCESS) lx_cuda_fail_at(__FILE__, __LINE__, #call, "MPI", "call failed");     \
-  } while (0)
+#include "lx_cuda_shards.h"
 
 /* The GPU of this rank: its index among the ranks of its node. */
 static int local_rank(void) {
@@ -22,48 +19,11 @@ static int local_rank(void) {
   return 0;
 }
 
-/* Weights drawn on the host from the CPU target's streams, copied as bf16;
- * the fp32 masters start from those bf16 values. */
-static void init_params(void) {
-  size_t bytes = (size_t)PARAM_ELEMENTS * sizeof(lx_bf16);
-  lx_bf16 *host = (lx_bf16 *)malloc(bytes > 0 ? bytes : 1);
-  if (!host) lx_cuda_fail_at(__FILE__, __LINE__, "malloc", "host", "out of memory");
-  for (int t = 0; t < PARAM_TENSORS; t++) {
-    const lx_param_tensor *p = &param_tensors[t];
-    for (long long i = 0; i < p->elements; i++)
-      host[p->element + i] = __float2bfloat16(
-          (float)(p->init_std > 0 ? p->init_std * lx_rng_normal(TRAINING_SEED, (uint64_t)p->stream, (uint64_t)i)
-                                  : p->init_value));
-  }
-  CUDA_CHECK(cudaMemcpy(arena + REGION_params, host, bytes, cudaMemcpyHostToDevice));
-  free(host);
-  lx_cuda_master_from_params((float *)(arena + REGION_master), (const lx_bf16 *)(arena + REGION_params),
-                             (size_t)PARAM_ELEMENTS, streams[STREAM_COMPUTE]);
-}
-
 static double learning_rate(int step, int steps, double lr) {
   if (TRAINING_WARMUP > 0 && step < TRAINING_WARMUP) return lr * (step + 1) / TRAINING_WARMUP;
   if (TRAINING_LR_SCHEDULE == 0 || steps <= TRAINING_WARMUP) return lr;
   double progress = (double)(step - TRAINING_WARMUP) / (steps - TRAINING_WARMUP);
   return TRAINING_MIN_LR + 0.5 * (lr - TRAINING_MIN_LR) * (1 + cos(3.14159265358979323846 * progress));
-}
-
-/* Global gradient norm (all stages), clip, AdamW per tensor. */
-static void optimizer_step(int step, double lr, float *clip) {
-  cudaStream_t s = streams[STREAM_COMPUTE];
-  float *grads = (float *)(arena + REGION_grads);
-  lx_cuda_grad_norm_squared(clip, scratch_of[STREAM_COMPUTE], grads, (size_t)PARAM_ELEMENTS, 0, s);
-  NCCL_CHECK(ncclAllReduce(clip, clip, 1, ncclFloat32, ncclSum, pipeline_comm, s));
-  lx_cuda_grad_clip_factor(clip, clip, TRAINING_GRAD_CLIP, s);
-  for (int t = 0; t < PARAM_TENSORS; t++) {
-    const lx_param_tensor *p = &param_tensors[t];
-    size_t e = (size_t)p->element;
-    lx_cuda_adamw_tensor((lx_bf16 *)(arena + REGION_params) + e, (float *)(arena + REGION_master) + e, grads + e,
-                         (float *)(arena + REGION_adam_m) + e, (float *)(arena + REGION_adam_v) + e, clip,
-                         (size_t)p->elements, lr, TRAINING_BETA1, TRAINING_BETA2, TRAINING_EPS,
-                         p->decay ? TRAINING_WEIGHT_DECAY : 0.0, step + 1, s);
-  }
-  CUDA_CHECK(cudaMemsetAsync(grads, 0, (size_t)PARAM_ELEMENTS * 4, s));
 }
 
 int main(int argc, char **argv) {
@@ -80,11 +40,18 @@ int main(int argc, char **argv) {
   int devices = 0;
   CUDA_CHECK(cudaGetDeviceCount(&devices));
   CUDA_CHECK(cudaSetDevice(devices > 0 ? local_rank() % devices : 0));
-  ncclUniqueId id;
-  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
-  NCCL_CHECK(ncclCommInitRank(&pipeline_comm, ranks, id, rank));
-  dp_comm = pipeline_comm; /* one replica: the data-parallel group is this rank */
+  if (ranks != STAGES * TENSOR_PARALLEL * DATA_PARALLEL) {
+    if (rank == 0)
+      fprintf(
+          stderr,
+          "lynx: error: this program was generated for %d ranks (tp %d x pp %d x dp %d) but runs with %d; "
+          "use run.sh\n",
+          STAGES * TENSOR_PARALLEL * DATA_PARALLEL, TENSOR_PARALLEL, STAGES, DATA_PARALLEL, ranks);
+    MPI_CHECK(MPI_Finalize());
+    return 1;
+  }
+  lx_cuda_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE, STAGES, &replica, &pipeline_comm,
+                       &dp_comm);
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   printf("stage %d: arena %.3f GiB predicted by the plan, %.3f GiB free on the device\n", STAGE,
@@ -118,15 +85,15 @@ int main(int argc, char **argv) {
     float ms = 0, host_losses[MICRO_BATCHES];
     CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     CUDA_CHECK(cudaMemcpy(host_losses, losses, sizeof host_losses, cudaMemcpyDeviceToHost));
-    double loss = 0;
-    for (int mb = 0; mb < MICRO_BATCHES; mb++) loss += host_losses[mb] / MICRO_BATCHES;
-    if (STAGE == STAGES - 1) printf("step %d loss %.6f lr %.6g (%.1f ms)\n", step + 1, loss, step_lr, ms);
+    double loss = step_loss(host_losses);
+    if (STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0)
+      printf("step %d loss %.6f lr %.6g (%.1f ms)\n", step + 1, loss, step_lr, ms);
     fflush(stdout);
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
   }
   CUDA_CHECK(cudaDeviceSynchronize());
-  NCCL_CHECK(ncclCommDestroy(pipeline_comm));
+  lx_cuda_groups_finish(pipeline_comm, dp_comm);
   MPI_CHECK(MPI_Finalize());
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "lx_cuda_matmul.cuh"
 #include "lx_cuda_norm.cuh"
 #include "lx_cuda_rng.cuh"
+#include "lx_cuda_vocab.cuh"
 #include "lx_cuda_api.h"
 
 lx_cuda_matmul_context *lx_cuda_matmul_create(void) {

@@ -25,22 +25,26 @@ void twin_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const
                            int BT, int C) {
   lx_rmsnorm_backward(dinp, dweight, dout, inp, weight, BT, C);
 }
-void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B, int T,
-                            int H, int KVH, int D, double p, uint64_t seed, uint64_t stream) {
-  lx_attention_forward(out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream, 0, H);
+void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B,
+                            int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream,
+                            int head_base, int heads_total) {
+  lx_attention_forward(out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream, head_base,
+                       heads_total);
 }
 void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
                              const float *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D, double p) {
   lx_attention_backward(dqkv, dout, qkv, probs, dropped, mask, B, T, H, KVH, D, p);
 }
-void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH, int D,
-                                  double p, uint64_t seed, uint64_t stream) {
-  lx_flash_attention_forward(out, lse, qkv, B, T, H, KVH, D, p, seed, stream, 0, H);
+void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH,
+                                  int D, double p, uint64_t seed, uint64_t stream, int head_base,
+                                  int heads_total) {
+  lx_flash_attention_forward(out, lse, qkv, B, T, H, KVH, D, p, seed, stream, head_base, heads_total);
 }
 void twin_flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                   const float *lse, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                   uint64_t stream) {
-  lx_flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream, 0, H);
+                                   const float *lse, int B, int T, int H, int KVH, int D, double p,
+                                   uint64_t seed, uint64_t stream, int head_base, int heads_total) {
+  lx_flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream, head_base,
+                              heads_total);
 }
 void twin_rope_forward(float *out, const float *inp, int B, int T, int H, int KVH, int D, double base) {
   lx_rope_forward(out, inp, B, T, H, KVH, D, base);
@@ -69,6 +73,14 @@ void twin_embedding_forward(float *out, const int *tokens, const float *wte, int
 void twin_embedding_backward(float *dwte, const float *dout, const int *tokens, int B, int T, int C, int V) {
   lx_embedding_backward(dwte, dout, tokens, B, T, C, V);
 }
+void twin_embedding_forward_shard(float *out, const int *tokens, const float *wte, int B, int T, int C, int V,
+                                  int first, int rows) {
+  lx_embedding_forward_shard(out, tokens, wte, B, T, C, V, first, rows);
+}
+void twin_embedding_backward_shard(float *dwte, const float *dout, const int *tokens, int B, int T, int C,
+                                   int V, int first, int rows) {
+  lx_embedding_backward_shard(dwte, dout, tokens, B, T, C, V, first, rows);
+}
 void twin_position_embedding_forward(float *out, const float *wpe, int B, int T, int C) {
   lx_position_embedding_forward(out, wpe, B, T, C);
 }
@@ -81,6 +93,10 @@ float twin_cross_entropy_forward(float *lse, const float *logits, const int *tar
 void twin_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                  float dloss, int BT, int V, int Vp) {
   lx_cross_entropy_backward(dlogits, logits, lse, targets, dloss, BT, V, Vp);
+}
+void twin_cross_entropy_backward_slice(float *dlogits, const float *logits, const float *lse,
+                                       const int *targets, float dloss, int BT, int V, int Vr, int first) {
+  lx_cross_entropy_backward_slice(dlogits, logits, lse, targets, dloss, BT, V, Vr, first);
 }
 void twin_adamw_update(float *params, const float *grads, float *m, float *v, size_t N, double lr, double beta1,
                        double beta2, double eps, double weight_decay, int step) {

@@ -20,15 +20,17 @@ void twin_layernorm_backward(float *dinp, float *dweight, float *dbias, const fl
 void twin_rmsnorm_forward(float *out, const float *inp, const float *weight, int BT, int C);
 void twin_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                            int BT, int C);
-void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B, int T,
-                            int H, int KVH, int D, double p, uint64_t seed, uint64_t stream);
+void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B,
+                            int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream,
+                            int head_base, int heads_total);
 void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
                              const float *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D, double p);
-void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH, int D,
-                                  double p, uint64_t seed, uint64_t stream);
+void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH,
+                                  int D, double p, uint64_t seed, uint64_t stream, int head_base,
+                                  int heads_total);
 void twin_flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                   const float *lse, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                   uint64_t stream);
+                                   const float *lse, int B, int T, int H, int KVH, int D, double p,
+                                   uint64_t seed, uint64_t stream, int head_base, int heads_total);
 void twin_rope_forward(float *out, const float *inp, int B, int T, int H, int KVH, int D, double base);
 void twin_rope_backward(float *dinp, const float *dout, int B, int T, int H, int KVH, int D, double base);
 void twin_gelu_forward(float *out, const float *inp, size_t N);
@@ -40,11 +42,17 @@ void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N,
 void twin_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t N, double p);
 void twin_embedding_forward(float *out, const int *tokens, const float *wte, int B, int T, int C, int V);
 void twin_embedding_backward(float *dwte, const float *dout, const int *tokens, int B, int T, int C, int V);
+void twin_embedding_forward_shard(float *out, const int *tokens, const float *wte, int B, int T, int C, int V,
+                                  int first, int rows);
+void twin_embedding_backward_shard(float *dwte, const float *dout, const int *tokens, int B, int T, int C,
+                                   int V, int first, int rows);
 void twin_position_embedding_forward(float *out, const float *wpe, int B, int T, int C);
 void twin_position_embedding_backward(float *dwpe, const float *dout, int B, int T, int C);
 float twin_cross_entropy_forward(float *lse, const float *logits, const int *targets, int BT, int V, int Vp);
 void twin_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                  float dloss, int BT, int V, int Vp);
+void twin_cross_entropy_backward_slice(float *dlogits, const float *logits, const float *lse,
+                                       const int *targets, float dloss, int BT, int V, int Vr, int first);
 void twin_adamw_update(float *params, const float *grads, float *m, float *v, size_t N, double lr, double beta1,
                        double beta2, double eps, double weight_decay, int step);
 double twin_grad_norm_squared(const float *grads, size_t N);

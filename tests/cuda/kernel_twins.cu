@@ -23,6 +23,7 @@
 #include "lx_cuda_loss.cuh"
 #include "lx_cuda_matmul.cuh"
 #include "lx_cuda_norm.cuh"
+#include "lx_cuda_vocab.cuh"
 
 #include "cpu_twins.h"
 
@@ -225,7 +226,9 @@ static void test_norms(void) {
 
 /* ---- attention ------------------------------------------------------------------- */
 
-static void test_attention(int B, int T, int H, int KVH, int D, double p) {
+/* head_base, heads_total: a tensor-parallel rank's heads, whose dropout draws
+ * are numbered in the whole model's heads. */
+static void test_attention(int B, int T, int H, int KVH, int D, double p, int head_base, int heads_total) {
   char name[96];
   const uint64_t seed = 1234, stream_id = 77;
   size_t W = (size_t)(H + 2 * KVH) * D, qkv_n = (size_t)B * T * W, out_n = (size_t)B * T * H * D;
@@ -236,24 +239,27 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p) {
 
   /* flash */
   floats out(out_n), lse(rows), dqkv = dqkv0;
-  twin_flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KVH, D, p, seed, stream_id);
-  lx_cuda_flash_attention_forward(d_out, d_lse, d_qkv, B, T, H, KVH, D, p, seed, stream_id, stream);
-  snprintf(name, sizeof name, "flash_attention_forward D=%d p=%.1f", D, p);
+  twin_flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KVH, D, p, seed, stream_id,
+                               head_base, heads_total);
+  lx_cuda_flash_attention_forward(d_out, d_lse, d_qkv, B, T, H, KVH, D, p, seed, stream_id, head_base,
+                                  heads_total, stream);
+  snprintf(name, sizeof name, "flash_attention_forward D=%d p=%.1f heads %d+%d of %d", D, p, head_base, H,
+           heads_total);
   compare(name, "out", from_device_bf16(d_out, out_n), out, TOL_BF16);
   compare(name, "lse", from_device_f32(d_lse, rows), lse, TOL_F32);
 
   /* the backward reads the GPU's own saved out and lse, the CPU its own */
-  twin_flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KVH, D, p,
-                                seed, stream_id);
+  twin_flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KVH, D,
+                                p, seed, stream_id, head_base, heads_total);
   lx_bf16 *d_dqkv = to_device_bf16(dqkv0);
-  lx_cuda_flash_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed, stream_id,
-                                   stream);
+  lx_cuda_flash_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed,
+                                   stream_id, head_base, heads_total, stream);
   floats first = from_device_bf16(d_dqkv, qkv_n);
   snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f", D, p);
   compare(name, "dqkv", first, dqkv, TOL_BF16);
   CUDA_CHECK(cudaMemcpy(d_dqkv, to_device_bf16(dqkv0), qkv_n * sizeof(lx_bf16), cudaMemcpyDeviceToDevice));
-  lx_cuda_flash_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed, stream_id,
-                                   stream);
+  lx_cuda_flash_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed,
+                                   stream_id, head_base, heads_total, stream);
   floats second = from_device_bf16(d_dqkv, qkv_n);
   snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f is bitwise reproducible", D, p);
   expect_true(name, memcmp(first.data(), second.data(), qkv_n * sizeof(float)) == 0);
@@ -262,11 +268,11 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p) {
   floats probs(scores), dropped(scores);
   std::vector<uint8_t> mask(scores);
   twin_attention_forward(out.data(), probs.data(), p > 0 ? dropped.data() : NULL, p > 0 ? mask.data() : NULL,
-                         qkv.data(), B, T, H, KVH, D, p, seed, stream_id);
+                         qkv.data(), B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   lx_bf16 *d_probs = to_device_bf16(floats(scores)), *d_dropped = to_device_bf16(floats(scores));
   uint8_t *d_mask = to_device_raw(std::vector<uint8_t>(scores));
-  lx_cuda_attention_forward(d_out, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL, scratch, d_qkv, B, T, H,
-                            KVH, D, p, seed, stream_id, stream);
+  lx_cuda_attention_forward(d_out, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL, scratch, d_qkv,
+                            B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total, stream);
   snprintf(name, sizeof name, "attention_forward D=%d p=%.1f", D, p);
   compare(name, "out", from_device_bf16(d_out, out_n), out, TOL_BF16);
   compare(name, "probs", from_device_bf16(d_probs, scores), probs, TOL_BF16);
@@ -381,6 +387,19 @@ static void test_embedding(void) {
   lx_cuda_position_embedding_backward(d_dwpe, d_dout, B, T, C, stream);
   compare("position_embedding_backward", "dwpe", from_device_f32(d_dwpe, dwpe.size()), dwpe, TOL_F32);
 
+  /* a vocabulary-parallel rank's rows 64 .. 127 of the table */
+  const int first = 64, rows = 64;
+  floats shard(wte.begin() + (size_t)first * C, wte.begin() + (size_t)(first + rows) * C);
+  floats dshard0(dwte0.begin(), dwte0.begin() + (size_t)rows * C), dshard = dshard0;
+  lx_bf16 *d_shard = to_device_bf16(shard);
+  float *d_dshard = to_device_f32(dshard0);
+  twin_embedding_forward_shard(out.data(), tokens.data(), shard.data(), B, T, C, V, first, rows);
+  lx_cuda_embedding_forward_shard(d_out, d_tokens, d_shard, B, T, C, V, first, rows, stream);
+  compare("embedding_forward_shard", "out", from_device_bf16(d_out, out.size()), out, 0);
+  twin_embedding_backward_shard(dshard.data(), dout.data(), tokens.data(), B, T, C, V, first, rows);
+  lx_cuda_embedding_backward_shard(d_dshard, d_dout, d_tokens, B, T, C, V, first, rows, stream);
+  compare("embedding_backward_shard", "dwte", from_device_f32(d_dshard, dshard.size()), dshard, TOL_F32);
+
   int *d_bad = to_device_raw(std::vector<int>(1, 0));
   lx_cuda_check_tokens(d_bad, d_tokens, B * T, V, stream);
   expect_true("check_tokens accepts ids in range", from_device_raw(d_bad, 1)[0] == 0);
@@ -412,6 +431,55 @@ static void test_loss(void) {
   compare("cross_entropy_forward_backward", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
   compare("cross_entropy_forward_backward", "dlogits", from_device_bf16(d_dlogits2, dlogits.size()), dlogits,
           TOL_BF16);
+}
+
+/* The vocabulary-parallel cross-entropy of two ranks (the second holds the
+ * padding), the all-reduces done on the host, against the whole loss on
+ * the CPU; the backward of each slice against lx_cross_entropy_backward_slice. */
+static void test_vocab_parallel(void) {
+  const int BT = 21, V = 300, Vp = 320, RANKS = 2, Vr = Vp / RANKS;
+  floats logits = random_bf16((size_t)BT * Vp, 4), dslice0 = random_bf16((size_t)BT * Vr, 0.01f);
+  std::vector<int> targets(BT);
+  for (int r = 0; r < BT; r++)
+    targets[r] = (r * 37) % V;
+  floats lse(BT), loss(1, twin_cross_entropy_forward(lse.data(), logits.data(), targets.data(), BT, V, Vp));
+  int *d_targets = to_device_raw(targets);
+  lx_bf16 *d_slice[RANKS];
+  floats slice[RANKS], row_max(BT, -INFINITY), picked(BT, 0.0f), sums(BT, 0.0f);
+  float *d_max = device_zeros_f32(BT), *d_picked = device_zeros_f32(BT), *d_sums = device_zeros_f32(BT);
+  for (int k = 0; k < RANKS; k++) {
+    slice[k] = floats((size_t)BT * Vr);
+    for (int r = 0; r < BT; r++)
+      for (int v = 0; v < Vr; v++)
+        slice[k][(size_t)r * Vr + v] = logits[(size_t)r * Vp + k * Vr + v];
+    d_slice[k] = to_device_bf16(slice[k]);
+    lx_cuda_vocab_cross_entropy_max(d_max, d_picked, d_slice[k], d_targets, BT, V, Vr, k * Vr, stream);
+    floats part_max = from_device_f32(d_max, BT), part_picked = from_device_f32(d_picked, BT);
+    for (int r = 0; r < BT; r++)
+      row_max[r] = fmaxf(row_max[r], part_max[r]), picked[r] += part_picked[r];
+  }
+  float *d_row_max = to_device_f32(row_max);
+  for (int k = 0; k < RANKS; k++) {
+    lx_cuda_vocab_cross_entropy_sum(d_sums, d_slice[k], d_row_max, BT, V, Vr, k * Vr, stream);
+    floats part = from_device_f32(d_sums, BT);
+    for (int r = 0; r < BT; r++)
+      sums[r] += part[r];
+  }
+  float *d_lse = to_device_f32(sums), *d_all_picked = to_device_f32(picked), *d_loss = device_zeros_f32(1);
+  float *d_losses = device_zeros_f32(BT);
+  lx_cuda_vocab_cross_entropy_finish(d_loss, d_lse, d_losses, d_row_max, d_all_picked, BT, stream);
+  compare("vocab_cross_entropy (2 slices)", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
+  compare("vocab_cross_entropy (2 slices)", "lse", from_device_f32(d_lse, BT), lse, TOL_F32);
+  for (int k = 0; k < RANKS; k++) {
+    floats dslice = dslice0;
+    twin_cross_entropy_backward_slice(dslice.data(), slice[k].data(), lse.data(), targets.data(), 0.5f, BT, V,
+                                      Vr, k * Vr);
+    lx_bf16 *d_dslice = to_device_bf16(dslice0);
+    lx_cuda_cross_entropy_backward_slice(d_dslice, d_slice[k], d_lse, d_targets, 0.5f, BT, V, Vr, k * Vr,
+                                         stream);
+    compare(k ? "cross_entropy_backward_slice (second)" : "cross_entropy_backward_slice (first)", "dlogits",
+            from_device_bf16(d_dslice, dslice.size()), dslice, TOL_BF16);
+  }
 }
 
 /* ---- optimizer ---------------------------------------------------------------------------- */
@@ -474,15 +542,17 @@ int main(void) {
 
   test_linear(&ctx);
   test_norms();
-  test_attention(2, 67, 4, 2, 64, 0.0);
-  test_attention(2, 67, 4, 2, 64, 0.2);
-  test_attention(1, 45, 6, 3, 40, 0.1);  /* head size not a multiple of 32 */
-  test_attention(1, 33, 2, 1, 128, 0.0); /* the D <= 128 kernels */
-  test_attention(1, 20, 2, 2, 256, 0.1); /* the D <= 256 kernels (opt-in shared memory) */
+  test_attention(2, 67, 4, 2, 64, 0.0, 0, 4);
+  test_attention(2, 67, 4, 2, 64, 0.2, 0, 4);
+  test_attention(2, 67, 4, 2, 64, 0.2, 4, 12); /* tensor parallelism: the second rank's heads of three */
+  test_attention(1, 45, 6, 3, 40, 0.1, 0, 6);  /* head size not a multiple of 32 */
+  test_attention(1, 33, 2, 1, 128, 0.0, 0, 2); /* the D <= 128 kernels */
+  test_attention(1, 20, 2, 2, 256, 0.1, 0, 2); /* the D <= 256 kernels (opt-in shared memory) */
   test_rope();
   test_elementwise();
   test_embedding();
   test_loss();
+  test_vocab_parallel();
   test_adamw();
 
   lx_cuda_matmul_destroy(&ctx);
