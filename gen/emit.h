@@ -23,10 +23,9 @@ typedef struct {
   lx_target target;
 } lx_program;
 
-/* The source of stage `s`. Returns false after a diagnostic when the plan
- * asks for something the target cannot print yet. */
-bool lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out);
-bool lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out);
+/* The source of stage `s`. */
+void lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out);
+void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out);
 /* Whether a target's directory gets the CPU template `name` (CUDA reuses the RNG). */
 bool lx_emit_wants_template(lx_target target, const char *name);
 /* The Makefile and run.sh of the emitted directory. */

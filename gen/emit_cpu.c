@@ -33,37 +33,12 @@ static void print_attention_rng(const lx_printer *pr, lx_graph_id g, int i) {
 
 /* ---- sequence parallelism ---------------------------------------------------- */
 
-/* Is this tensor a sequence shard (SEQ_ROWS of the BT rows on each rank)? */
-static bool sequence_sharded(const lx_printer *pr, lx_shape s) {
-  return lx_sequence_parallel(pr->ir) && !s.split && s.dtype != LX_DTYPE_INT32 && !s.scalar;
-}
-
-static lx_tensor_ref sp_ref(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role role, int index) {
-  return emit_ref(pr, g, i, role, index);
-}
-
-/* Around its collectives an op reads the whole gathered tensor instead of
- * its shard, and writes a whole partial result that is then reduce-scattered. */
-static void sequence_parallel_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                       lx_operands *o) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, op, backward);
-  if (c.reduce != LX_COLL_REDUCE_SCATTER) return;
-  bool column = op->tp_role == LX_TP_COLUMN;
-  if (c.gather_before)
-    emit_at(pr, column ? o->in[0] : o->dout, PTR, "real", sp_ref(pr, g, i, LX_T_SP_GATHERED, !column));
-  if (c.reduce_after)
-    emit_at(pr, backward ? o->din[0] : o->out, PTR, "real", sp_ref(pr, g, i, LX_T_SP_WHOLE, backward));
-}
-
 /* The whole input gradient a column-parallel backward accumulates into starts at zero. */
 static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i) {
-  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), true);
-  if (!c.reduce_after || c.reduce != LX_COLL_REDUCE_SCATTER) return;
   char buf[PTR];
-  lx_tensor_ref whole = sp_ref(pr, g, i, LX_T_SP_WHOLE, 1);
-  fprintf(pr->out, "  memset(%s, 0, %lld * REAL_SCALE);\n", emit_at(pr, buf, sizeof buf, "char", whole),
-          (long long)lx_place_of(pr->p, pr->s, pr->l, whole).bytes);
+  long long bytes;
+  if (emit_whole_gradient(pr, g, i, buf, &bytes))
+    fprintf(pr->out, "  memset(%s, 0, %lld * REAL_SCALE);\n", buf, bytes);
 }
 
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
@@ -73,8 +48,8 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   FILE *f = pr->out;
   int w = emit_rank_width(pr, op->out);
   char dims[96];
-  sequence_parallel_operands(pr, g, i, false, &o);
-  bool sharded = sequence_sharded(pr, op->out);
+  emit_sequence_parallel_operands(pr, g, i, false, &o);
+  bool sharded = emit_sequence_sharded(pr, op->out);
   const char *rows = sharded ? "SEQ_ROWS" : "BT";
   fprintf(f, "  /* %s = %s(...)  %s:%d */\n", op->var[0] ? op->var : op->name, lx_op_kind_name(op->kind),
           lx_file_name(op->src.file), op->src.line);
@@ -161,8 +136,8 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   FILE *f = pr->out;
   int w = emit_rank_width(pr, op->out);
   char dims[96];
-  sequence_parallel_operands(pr, g, i, true, &o);
-  bool sharded = sequence_sharded(pr, op->out);
+  emit_sequence_parallel_operands(pr, g, i, true, &o);
+  bool sharded = emit_sequence_sharded(pr, op->out);
   const char *rows = sharded ? "SEQ_ROWS" : "BT";
   fprintf(f, "  /* d %s(...)  %s:%d */\n", lx_op_kind_name(op->kind), lx_file_name(op->src.file),
           op->src.line);
@@ -242,48 +217,23 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
 
 /* ---- tensor-parallel collectives ----------------------------------------------- */
 
-/* What a collective around op i moves: the tensor an all-reduce sums in
- * place (the op's output, `role` naming the copy a RECOMPUTE wrote, or in
- * the backward its input's gradient), or the shard and the whole tensor of a
- * reduce-scatter or an all-gather; and the elements of the shard. */
-typedef struct {
-  char shard[PTR], whole[PTR], count[64];
-} tp_operands;
-
-static void tp_collective_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                   lx_tp_collective coll, lx_tensor_role role, tp_operands *t) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  bool column = op->tp_role == LX_TP_COLUMN, input_side = coll == LX_COLL_ALLGATHER ? column : backward;
-  lx_tensor_ref shard = coll == LX_COLL_ALLGATHER ? (column ? emit_ref(pr, g, op->inputs[0], LX_T_OUTPUT, 0)
-                                                            : emit_ref(pr, g, i, LX_T_GRAD, 0))
-                        : backward                ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0)
-                                                  : emit_ref(pr, g, i, role, 0);
-  emit_at(pr, t->shard, PTR, "real", shard);
-  int width = input_side ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
-  snprintf(t->count, sizeof t->count, "(int64_t)%s * %d", coll == LX_COLL_ALLREDUCE ? "BT" : "SEQ_ROWS",
-           width);
-  if (coll == LX_COLL_ALLGATHER)
-    emit_at(pr, t->whole, PTR, "real", sp_ref(pr, g, i, LX_T_SP_GATHERED, !column));
-  if (coll == LX_COLL_REDUCE_SCATTER)
-    emit_at(pr, t->whole, PTR, "real", sp_ref(pr, g, i, LX_T_SP_WHOLE, backward));
-}
-
 /* The call, blocking (request NULL) or posting `request`. */
-static void print_tp_call(FILE *f, lx_tp_collective coll, const tp_operands *t, const char *request) {
+static void print_tp_call(FILE *f, lx_tp_collective coll, const lx_tp_operands *t, const char *request) {
   const char *prefix = request ? "i" : "";
   const char *end = request ? request : "";
   const char *comma = request ? ", " : "";
+  char count[64];
+  snprintf(count, sizeof count, "(int64_t)%s * %d", t->rows, t->width);
   switch (coll) {
   case LX_COLL_ALLREDUCE:
-    fprintf(f, "lx_%sallreduce_sum(%s, %s, groups.tp%s%s);\n", prefix, t->shard, t->count, comma, end);
+    fprintf(f, "lx_%sallreduce_sum(%s, %s, groups.tp%s%s);\n", prefix, t->shard, count, comma, end);
     break;
   case LX_COLL_REDUCE_SCATTER:
-    fprintf(f, "lx_%sreduce_scatter(%s, %s, %s, groups.tp%s%s);\n", prefix, t->whole, t->shard, t->count,
-            comma, end);
+    fprintf(f, "lx_%sreduce_scatter(%s, %s, %s, groups.tp%s%s);\n", prefix, t->whole, t->shard, count, comma,
+            end);
     break;
   case LX_COLL_ALLGATHER:
-    fprintf(f, "lx_%sallgather(%s, %s, %s, groups.tp%s%s);\n", prefix, t->shard, t->whole, t->count, comma,
-            end);
+    fprintf(f, "lx_%sallgather(%s, %s, %s, groups.tp%s%s);\n", prefix, t->shard, t->whole, count, comma, end);
     break;
   }
 }
@@ -293,13 +243,7 @@ static void print_tp_call(FILE *f, lx_tp_collective coll, const tp_operands *t, 
  * before the next op. */
 static void print_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward,
                                       lx_tensor_role role, bool before) {
-  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), backward);
-  if (before ? !c.gather_before : !c.reduce_after) return;
-  lx_tp_collective coll = before ? LX_COLL_ALLGATHER : c.reduce;
-  tp_operands t;
-  tp_collective_operands(pr, g, i, backward, coll, role, &t);
-  fputs("  ", pr->out);
-  print_tp_call(pr->out, coll, &t, NULL);
+  emit_blocking_collective(pr, g, i, backward, role, before, print_tp_call, NULL);
 }
 
 /* Gradients accumulate (+=): zero every one this graph instance produces. */
@@ -386,9 +330,9 @@ static void print_wait(cpu_step *w, int request) {
 
 static void print_tp_collective(cpu_step *w, const lx_instr *in, const char *what) {
   char layer[16], request[32];
-  tp_operands t;
-  tp_collective_operands(w->pr, in->graph, in->op, in->backward, in->coll,
-                         in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT, &t);
+  lx_tp_operands t;
+  emit_tp_collective_operands(w->pr, in->graph, in->op, in->backward, in->coll,
+                              in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT, &t);
   fprintf(w->pr->out, "  {\n    const int layer = %s, mb = %d;  /* %s */\n    (void)layer, (void)mb;\n    ",
           emit_layer_text(in, layer, sizeof layer), in->mb, what);
   snprintf(request, sizeof request, "&requests[%d]", w->requests);
@@ -586,13 +530,7 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n",
           ir->plan.micro_batch ? ir->plan.micro_batch : 1, ir->model.seq_len, ir->model.hidden,
           ir->model.vocab, ir->padded_vocab);
-  if (lx_sequence_parallel(ir))
-    fprintf(
-        f,
-        "  SEQ_ROWS = BT / TENSOR_PARALLEL, /* sequence parallelism: this rank's rows of (B, T) */\n"
-        "  BOUNDARY_ELEMENTS = SEQ_ROWS * C, /* what crosses a stage boundary: a sequence shard */\n};\n\n");
-  else
-    fprintf(f, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
+  emit_boundary_sizes(pr);
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
   fprintf(
       f,
@@ -629,7 +567,7 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "#define PARAMS ((real *)AT(REGION_params))\n#define GRADS ((real *)AT(REGION_grads))\n");
 }
 
-bool lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
+void lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
   lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real"};
@@ -653,5 +591,4 @@ bool lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
   print_eval(&pr);
   emit_param_table(&pr);
   fprintf(out, "\n#include \"lx_main.h\"\n");
-  return true;
 }

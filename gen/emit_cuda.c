@@ -29,16 +29,51 @@ static void print_attention_rng(const lx_printer *pr, lx_graph_id g, int i) {
   fprintf(pr->out, ", TP_RANK * %d, %d, stream);\n", op->heads / emit_tp(pr), op->heads);
 }
 
-/* In the graph functions: the all-reduce after op i, in order on its stream. */
-static void print_blocking_allreduce(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                     lx_tensor_role role) {
-  if (!lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), backward).reduce_after) return;
+/* A tensor-parallel collective on `stream` (bf16 sums): an all-reduce in
+ * place, or sequence parallelism's reduce-scatter into the shard or
+ * all-gather of the shards. */
+static void print_nccl_call(FILE *f, lx_tp_collective coll, const lx_tp_operands *t, const char *stream) {
+  switch (coll) {
+  case LX_COLL_ALLREDUCE:
+    fprintf(f, "NCCL_CHECK(ncclAllReduce(%s, %s, (size_t)%s * %d, ncclBfloat16, ncclSum, tp_comm, %s));\n",
+            t->shard, t->shard, t->rows, t->width, stream);
+    break;
+  case LX_COLL_REDUCE_SCATTER:
+    fprintf(f,
+            "NCCL_CHECK(ncclReduceScatter(%s, %s, (size_t)%s * %d, ncclBfloat16, ncclSum, tp_comm, %s));\n",
+            t->whole, t->shard, t->rows, t->width, stream);
+    break;
+  case LX_COLL_ALLGATHER:
+    fprintf(f, "NCCL_CHECK(ncclAllGather(%s, %s, (size_t)%s * %d, ncclBfloat16, tp_comm, %s));\n", t->shard,
+            t->whole, t->rows, t->width, stream);
+    break;
+  }
+}
+
+/* In the graph functions: the gather before op i, or the reduction after
+ * it, in order on the function's stream. */
+static void print_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                      lx_tensor_role role, bool before) {
+  emit_blocking_collective(pr, g, i, backward, role, before, print_nccl_call, "stream");
+}
+
+/* The learned position embedding's `pass` (forward: to = out, from = wpe;
+ * backward: to = dwpe, from = dout): on this rank's rows of a sequence shard. */
+static void print_position_embedding(FILE *f, const char *pass, const char *to, const char *from, int w,
+                                     bool sharded) {
+  if (sharded)
+    fprintf(f, "  lx_cuda_position_embedding_%s_rows(%s, %s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS, stream);\n",
+            pass, to, from, w);
+  else
+    fprintf(f, "  lx_cuda_position_embedding_%s(%s, %s, B, T, %d, stream);\n", pass, to, from, w);
+}
+
+/* The whole input gradient a column-parallel backward accumulates into starts at zero. */
+static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i) {
   char buf[PTR];
-  int width;
-  emit_tp_allreduce_operand(pr, g, i, backward, role, buf, &width);
-  fprintf(pr->out,
-          "  NCCL_CHECK(ncclAllReduce(%s, %s, (size_t)BT * %d, ncclBfloat16, ncclSum, tp_comm, stream));\n",
-          buf, buf, width);
+  long long bytes;
+  if (emit_whole_gradient(pr, g, i, buf, &bytes))
+    fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, stream));\n", buf, bytes);
 }
 
 static void print_op_comment(const lx_printer *pr, const lx_op *op, const char *what) {
@@ -53,6 +88,9 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   FILE *f = pr->out;
   int w = emit_rank_width(pr, op->out);
   char dims[96];
+  emit_sequence_parallel_operands(pr, g, i, false, &o);
+  bool sharded = emit_sequence_sharded(pr, op->out);
+  const char *rows = sharded ? "SEQ_ROWS" : "BT";
   print_op_comment(pr, op, out_role == LX_T_RECOMPUTED ? "RECOMPUTE" : "FWD");
   switch (op->kind) {
   case LX_OP_EMBEDDING:
@@ -62,9 +100,14 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     else
       fprintf(f, "  lx_cuda_embedding_forward(%s, %s, %s, B, T, %d, VP, stream);\n", o.out, o.in[0], o.w, w);
     break;
-  case LX_OP_POSITION_EMBEDDING: fprintf(f, "  lx_cuda_position_embedding_forward(%s, %s, B, T, %d, stream);\n", o.out, o.w, w); break;
-  case LX_OP_LAYERNORM: fprintf(f, "  lx_cuda_layernorm_forward(%s, %s, %s, %s, BT, %d, stream);\n", o.out, o.in[0], o.w, o.b, w); break;
-  case LX_OP_RMSNORM: fprintf(f, "  lx_cuda_rmsnorm_forward(%s, %s, %s, BT, %d, stream);\n", o.out, o.in[0], o.w, w); break;
+  case LX_OP_POSITION_EMBEDDING: print_position_embedding(f, "forward", o.out, o.w, w, sharded); break;
+  case LX_OP_LAYERNORM:
+    fprintf(f, "  lx_cuda_layernorm_forward(%s, %s, %s, %s, %s, %d, stream);\n", o.out, o.in[0], o.w, o.b,
+            rows, w);
+    break;
+  case LX_OP_RMSNORM:
+    fprintf(f, "  lx_cuda_rmsnorm_forward(%s, %s, %s, %s, %d, stream);\n", o.out, o.in[0], o.w, rows, w);
+    break;
   case LX_OP_LINEAR:
     fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n", o.out, o.in[0], o.w,
             emit_row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
@@ -88,16 +131,22 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     emit_attention_dims(pr, g, op, dims, sizeof dims);
     fprintf(f, "  lx_cuda_rope_forward(%s, %s, %s, 10000.0, stream);\n", o.out, o.in[0], dims);
     break;
-  case LX_OP_GELU: fprintf(f, "  lx_cuda_gelu_forward(%s, %s, (size_t)BT * %d, stream);\n", o.out, o.in[0], w); break;
-  case LX_OP_SWIGLU: fprintf(f, "  lx_cuda_swiglu_forward(%s, %s, BT, %d, stream);\n", o.out, o.in[0], w); break;
+  case LX_OP_GELU:
+    fprintf(f, "  lx_cuda_gelu_forward(%s, %s, (size_t)%s * %d, stream);\n", o.out, o.in[0], rows, w);
+    break;
+  case LX_OP_SWIGLU:
+    fprintf(f, "  lx_cuda_swiglu_forward(%s, %s, %s, %d, stream);\n", o.out, o.in[0], rows, w);
+    break;
   case LX_OP_DROPOUT:
-    fprintf(f, "  lx_cuda_dropout_forward(%s, %s, %s, (size_t)BT * %d, DROPOUT, seed, ", o.out,
-            emit_internal_named(op, &o, "dropout_mask"), o.in[0], w);
+    fprintf(f, "  lx_cuda_dropout_forward%s(%s, %s, %s, (size_t)%s * %d, DROPOUT, seed, ",
+            sharded ? "_at" : "", o.out, emit_internal_named(op, &o, "dropout_mask"), o.in[0], rows, w);
     print_rng_stream(pr, g, i);
+    if (sharded) fprintf(f, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", w);
     fputs(", stream);\n", f);
     break;
   case LX_OP_ADD:
-    fprintf(f, "  lx_cuda_add_forward(%s, %s, %s, (size_t)BT * %d, stream);\n", o.out, o.in[0], o.in[1], w);
+    fprintf(f, "  lx_cuda_add_forward(%s, %s, %s, (size_t)%s * %d, stream);\n", o.out, o.in[0], o.in[1], rows,
+            w);
     break;
   case LX_OP_CROSS_ENTROPY:
     if (emit_tp(pr) > 1)
@@ -121,7 +170,11 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   FILE *f = pr->out;
   int w = emit_rank_width(pr, op->out);
   char dims[96];
+  emit_sequence_parallel_operands(pr, g, i, true, &o);
+  bool sharded = emit_sequence_sharded(pr, op->out);
+  const char *rows = sharded ? "SEQ_ROWS" : "BT";
   print_op_comment(pr, op, "BWD");
+  print_zero_whole_gradient(pr, g, i);
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
@@ -131,16 +184,14 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
       fprintf(f, "  lx_cuda_embedding_backward(%s, %s, %s, B, T, %d, VP, stream);\n", o.dw, o.dout, o.in[0],
               w);
     break;
-  case LX_OP_POSITION_EMBEDDING:
-    fprintf(f, "  lx_cuda_position_embedding_backward(%s, %s, B, T, %d, stream);\n", o.dw, o.dout, w);
-    break;
+  case LX_OP_POSITION_EMBEDDING: print_position_embedding(f, "backward", o.dw, o.dout, w, sharded); break;
   case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_cuda_layernorm_backward(%s, %s, %s, scratch, %s, %s, %s, BT, %d, stream);\n", o.din[0], o.dw,
-            o.db, o.dout, o.in[0], o.w, w);
+    fprintf(f, "  lx_cuda_layernorm_backward(%s, %s, %s, scratch, %s, %s, %s, %s, %d, stream);\n", o.din[0],
+            o.dw, o.db, o.dout, o.in[0], o.w, rows, w);
     break;
   case LX_OP_RMSNORM:
-    fprintf(f, "  lx_cuda_rmsnorm_backward(%s, %s, scratch, %s, %s, %s, BT, %d, stream);\n", o.din[0], o.dw, o.dout,
-            o.in[0], o.w, w);
+    fprintf(f, "  lx_cuda_rmsnorm_backward(%s, %s, scratch, %s, %s, %s, %s, %d, stream);\n", o.din[0], o.dw,
+            o.dout, o.in[0], o.w, rows, w);
     break;
   case LX_OP_LINEAR:
     fprintf(f, "  lx_cuda_linear_backward(matmul, %s, %s, %s, scratch, %s, %s, %s, BT, %d, %d, stream);\n", o.din[0],
@@ -167,17 +218,20 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
     fprintf(f, "  lx_cuda_rope_backward(%s, %s, %s, 10000.0, stream);\n", o.din[0], o.dout, dims);
     break;
   case LX_OP_GELU:
-    fprintf(f, "  lx_cuda_gelu_backward(%s, %s, %s, (size_t)BT * %d, stream);\n", o.din[0], o.dout, o.in[0], w);
+    fprintf(f, "  lx_cuda_gelu_backward(%s, %s, %s, (size_t)%s * %d, stream);\n", o.din[0], o.dout, o.in[0],
+            rows, w);
     break;
   case LX_OP_SWIGLU:
-    fprintf(f, "  lx_cuda_swiglu_backward(%s, %s, %s, BT, %d, stream);\n", o.din[0], o.dout, o.in[0], w);
+    fprintf(f, "  lx_cuda_swiglu_backward(%s, %s, %s, %s, %d, stream);\n", o.din[0], o.dout, o.in[0], rows,
+            w);
     break;
   case LX_OP_DROPOUT:
-    fprintf(f, "  lx_cuda_dropout_backward(%s, %s, %s, (size_t)BT * %d, DROPOUT, stream);\n", o.din[0], o.dout,
-            emit_internal_named(op, &o, "dropout_mask"), w);
+    fprintf(f, "  lx_cuda_dropout_backward(%s, %s, %s, (size_t)%s * %d, DROPOUT, stream);\n", o.din[0],
+            o.dout, emit_internal_named(op, &o, "dropout_mask"), rows, w);
     break;
   case LX_OP_ADD:
-    fprintf(f, "  lx_cuda_add_backward(%s, %s, %s, (size_t)BT * %d, stream);\n", o.din[0], o.din[1], o.dout, w);
+    fprintf(f, "  lx_cuda_add_backward(%s, %s, %s, (size_t)%s * %d, stream);\n", o.din[0], o.din[1], o.dout,
+            rows, w);
     break;
   case LX_OP_CROSS_ENTROPY:
     if (emit_tp(pr) > 1)
@@ -224,8 +278,9 @@ static void print_forward_function(const lx_printer *pr, lx_graph_id g) {
   print_function_head(pr, "forward", g);
   for (int i = 0; i < graph->n_ops; i++)
     if (graph->ops[i].kind != LX_OP_INPUT) {
+      print_blocking_collective(pr, g, i, false, LX_T_OUTPUT, true);
       print_forward_op(pr, g, i, LX_T_OUTPUT);
-      print_blocking_allreduce(pr, g, i, false, LX_T_OUTPUT);
+      print_blocking_collective(pr, g, i, false, LX_T_OUTPUT, false);
     }
   fputs("}\n", pr->out);
 }
@@ -235,8 +290,9 @@ static void print_recompute_function(const lx_printer *pr) {
   print_function_head(pr, "recompute", LX_GRAPH_BLOCK);
   for (int i = 0; i < pr->ir->block.n_ops; i++)
     if (pr->st->decisions[i].recompute) {
+      print_blocking_collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, true);
       print_forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
-      print_blocking_allreduce(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED);
+      print_blocking_collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, false);
     }
   fputs("}\n", pr->out);
 }
@@ -248,8 +304,9 @@ static void print_backward_function(const lx_printer *pr, lx_graph_id g) {
   print_zero_grads(pr, g);
   for (int i = graph->n_ops - 1; i >= 0; i--)
     if (graph->ops[i].kind != LX_OP_INPUT) {
+      print_blocking_collective(pr, g, i, true, LX_T_OUTPUT, true);
       print_backward_op(pr, g, i);
-      print_blocking_allreduce(pr, g, i, true, LX_T_OUTPUT);
+      print_blocking_collective(pr, g, i, true, LX_T_OUTPUT, false);
     }
   fputs("}\n", pr->out);
 }
@@ -344,18 +401,17 @@ static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
           send ? "Send" : "Recv", emit_at(pr, buf, sizeof buf, "lx_bf16", t), in->peer, stream_var(k));
 }
 
-/* A tensor-parallel all-reduce the schedule placed on its stream (bf16 sums). */
-static void print_tp_allreduce(const lx_printer *pr, lx_stream k, const lx_instr *in, const char *what) {
-  char buf[PTR], layer[16];
-  int width;
-  emit_tp_allreduce_operand(pr, in->graph, in->op, in->backward,
-                            in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT, buf, &width);
-  fprintf(pr->out, "  { /* %s */\n    const int layer = %s, mb = %d;\n    (void)layer;\n    (void)mb;\n",
+/* A tensor-parallel collective the schedule placed on its stream. */
+static void print_tp_collective(const lx_printer *pr, lx_stream k, const lx_instr *in, const char *what) {
+  char layer[16], stream[32];
+  lx_tp_operands t;
+  emit_tp_collective_operands(pr, in->graph, in->op, in->backward, in->coll,
+                              in->recomputed ? LX_T_RECOMPUTED : LX_T_OUTPUT, &t);
+  fprintf(pr->out, "  { /* %s */\n    const int layer = %s, mb = %d;\n    (void)layer;\n    (void)mb;\n    ",
           what, emit_layer_text(in, layer, sizeof layer), in->mb);
-  fprintf(pr->out,
-          "    NCCL_CHECK(ncclAllReduce(%s, %s, (size_t)BT * %d, ncclBfloat16, ncclSum, tp_comm, "
-          "streams[%s]));\n  }\n",
-          buf, buf, width, stream_var(k));
+  snprintf(stream, sizeof stream, "streams[%s]", stream_var(k));
+  print_nccl_call(pr->out, in->coll, &t, stream);
+  fputs("  }\n", pr->out);
 }
 
 /* A bucket's fp32 gradients across the replicas; under ZeRO-1 a
@@ -390,7 +446,7 @@ static void cuda_comm(void *ctx, lx_stream k, const lx_instr *in) {
   if (in->kind == LX_I_ALLREDUCE_DP)
     print_dp_reduce(w->pr, k, in, what);
   else
-    print_tp_allreduce(w->pr, k, in, what);
+    print_tp_collective(w->pr, k, in, what);
 }
 
 static void cuda_record(void *ctx, lx_stream k, const lx_instr *in) {
@@ -459,7 +515,7 @@ static void print_header(const lx_printer *pr) {
           pr->p->micro_batches, pr->l->slots, emit_tp(pr), ir->plan.dp ? ir->plan.dp : 1, st->n_events + 1);
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch ? ir->plan.micro_batch : 1,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
-  fprintf(f, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
+  emit_boundary_sizes(pr);
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
   fprintf(f, "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
   fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"
@@ -481,15 +537,9 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "#define GRAD_REGION ((float *)(arena + REGION_grads))\n");
 }
 
-bool lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
+void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  if (ir->plan.sequence_parallel && ir->plan.tp > 1) {
-    lx_error(ir->locs.field[LX_F_SEQ_PARALLEL],
-             "the CUDA target does not emit sequence parallelism yet (tensor "
-             "parallelism without it is emitted)");
-    return false;
-  }
   lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float"};
   print_header(&pr);
   emit_block_boundaries(&pr);
@@ -510,5 +560,4 @@ bool lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   print_step(&pr);
   emit_param_table(&pr);
   fprintf(out, "\n#include \"lx_cuda_main.h\"\n");
-  return true;
 }

@@ -212,12 +212,71 @@ const char *emit_row_bias(const lx_printer *pr, const lx_op *op, const lx_operan
   return buf;
 }
 
-const char *emit_tp_allreduce_operand(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                      lx_tensor_role role, char *buf, int *width) {
+/* ---- sequence parallelism ---- */
+
+bool emit_sequence_sharded(const lx_printer *pr, lx_shape s) {
+  return lx_sequence_parallel(pr->ir) && !s.split && s.dtype != LX_DTYPE_INT32 && !s.scalar;
+}
+
+void emit_sequence_parallel_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                     lx_operands *o) {
   const lx_op *op = emit_op_at(pr, g, i);
-  *width = backward ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
-  return emit_at(pr, buf, PTR, pr->act_type,
-                 backward ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0) : emit_ref(pr, g, i, role, 0));
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, op, backward);
+  if (c.reduce != LX_COLL_REDUCE_SCATTER) return;
+  bool column = op->tp_role == LX_TP_COLUMN;
+  if (c.gather_before)
+    emit_at(pr, column ? o->in[0] : o->dout, PTR, pr->act_type,
+            emit_ref(pr, g, i, LX_T_SP_GATHERED, !column));
+  if (c.reduce_after)
+    emit_at(pr, backward ? o->din[0] : o->out, PTR, pr->act_type,
+            emit_ref(pr, g, i, LX_T_SP_WHOLE, backward));
+}
+
+bool emit_whole_gradient(const lx_printer *pr, lx_graph_id g, int i, char *buf, long long *bytes) {
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), true);
+  if (!c.reduce_after || c.reduce != LX_COLL_REDUCE_SCATTER) return false;
+  lx_tensor_ref whole = emit_ref(pr, g, i, LX_T_SP_WHOLE, 1);
+  emit_at(pr, buf, PTR, "char", whole);
+  *bytes = (long long)lx_place_of(pr->p, pr->s, pr->l, whole).bytes;
+  return true;
+}
+
+void emit_tp_collective_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                 lx_tp_collective coll, lx_tensor_role role, lx_tp_operands *t) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  bool column = op->tp_role == LX_TP_COLUMN, input_side = coll == LX_COLL_ALLGATHER ? column : backward;
+  lx_tensor_ref shard = coll == LX_COLL_ALLGATHER ? (column ? emit_ref(pr, g, op->inputs[0], LX_T_OUTPUT, 0)
+                                                            : emit_ref(pr, g, i, LX_T_GRAD, 0))
+                        : backward                ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0)
+                                                  : emit_ref(pr, g, i, role, 0);
+  emit_at(pr, t->shard, PTR, pr->act_type, shard);
+  t->width = input_side ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
+  t->rows = coll == LX_COLL_ALLREDUCE ? "BT" : "SEQ_ROWS";
+  if (coll == LX_COLL_ALLGATHER)
+    emit_at(pr, t->whole, PTR, pr->act_type, emit_ref(pr, g, i, LX_T_SP_GATHERED, !column));
+  if (coll == LX_COLL_REDUCE_SCATTER)
+    emit_at(pr, t->whole, PTR, pr->act_type, emit_ref(pr, g, i, LX_T_SP_WHOLE, backward));
+}
+
+void emit_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role,
+                              bool before, lx_tp_call_printer print, const char *arg) {
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), backward);
+  if (before ? !c.gather_before : !c.reduce_after) return;
+  lx_tp_collective coll = before ? LX_COLL_ALLGATHER : c.reduce;
+  lx_tp_operands t;
+  emit_tp_collective_operands(pr, g, i, backward, coll, role, &t);
+  fputs("  ", pr->out);
+  print(pr->out, coll, &t, arg);
+}
+
+void emit_boundary_sizes(const lx_printer *pr) {
+  if (lx_sequence_parallel(pr->ir))
+    fprintf(
+        pr->out,
+        "  SEQ_ROWS = BT / TENSOR_PARALLEL, /* sequence parallelism: this rank's rows of (B, T) */\n"
+        "  BOUNDARY_ELEMENTS = SEQ_ROWS * C, /* what crosses a stage boundary: a sequence shard */\n};\n\n");
+  else
+    fprintf(pr->out, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
 }
 
 int emit_targets_op(const lx_ir *ir) {

@@ -73,11 +73,40 @@ bool emit_starts_backward(const lx_graph *g, int op);
 /* A row-parallel output is a sum over the ranks: one of them (TP_RANK 0)
  * adds the bias; returns the bias operand to print. */
 const char *emit_row_bias(const lx_printer *pr, const lx_op *op, const lx_operands *o);
-/* What the all-reduce after op i sums: its output (forward; `role` names the
- * copy a RECOMPUTE wrote) or its input's gradient (backward), as an
- * activation pointer in buf (PTR); *width is the tensor's width on this rank. */
-const char *emit_tp_allreduce_operand(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                      lx_tensor_role role, char *buf, int *width);
+
+/* ---- sequence parallelism ---- */
+/* Is this tensor a sequence shard (SEQ_ROWS of the BT rows on each rank)? */
+bool emit_sequence_sharded(const lx_printer *pr, lx_shape s);
+/* Around its collectives an op reads the whole gathered tensor instead of
+ * its shard, and writes a whole partial result that is then reduce-scattered. */
+void emit_sequence_parallel_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                     lx_operands *o);
+/* The whole input gradient a column-parallel backward of op i accumulates
+ * into, which starts at zero: its address as a char pointer in buf (PTR)
+ * and its bytes; false where the backward has none. */
+bool emit_whole_gradient(const lx_printer *pr, lx_graph_id g, int i, char *buf, long long *bytes);
+/* What a tensor-parallel collective around op i moves: the tensor an
+ * all-reduce sums in place (the op's output, `role` naming the copy a
+ * RECOMPUTE wrote, or in the backward its input's gradient), or the shard and
+ * the whole tensor of a reduce-scatter or an all-gather; and the shard's
+ * rows ("BT" or "SEQ_ROWS") and width on this rank. */
+typedef struct {
+  char shard[PTR], whole[PTR];
+  const char *rows;
+  int width;
+} lx_tp_operands;
+void emit_tp_collective_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                 lx_tp_collective coll, lx_tensor_role role, lx_tp_operands *t);
+/* A printer's call of a tensor-parallel collective, with its own argument
+ * (the CPU's request, CUDA's stream). */
+typedef void (*lx_tp_call_printer)(FILE *f, lx_tp_collective coll, const lx_tp_operands *t, const char *arg);
+/* Inside a graph function: the collective `before` op i (the all-gather of
+ * its input) or after it (its reduction), if any, that completes before the
+ * next op, printed by `print`. */
+void emit_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role,
+                              bool before, lx_tp_call_printer print, const char *arg);
+/* The header's SEQ_ROWS (sequence parallelism) and BOUNDARY_ELEMENTS, closing the enum. */
+void emit_boundary_sizes(const lx_printer *pr);
 
 /* The table of the stage's parameter tensors (init, weight decay, checkpoint). */
 void emit_param_table(const lx_printer *pr);

@@ -89,7 +89,6 @@ typedef struct {
   const char *output_dir;
   bool dump_ir, plan, json, explain;
   lx_target target;
-  bool target_given;
   lx_recompute_policy policy;
   lx_partition_kind partition;
   const char *profile;
@@ -181,8 +180,8 @@ static options parse_options(int argc, char **argv) {
     case OPT_TARGET:
       if (!strcmp(optarg, "cpu")) o.target = LX_TARGET_CPU;
       else if (!strcmp(optarg, "cuda")) o.target = LX_TARGET_CUDA;
-      else usage_error("unknown target '%s' (cuda or cpu)", optarg);
-      o.target_given = true;
+      else
+        usage_error("unknown target '%s' (cuda or cpu)", optarg);
       break;
     case OPT_JSON: o.json = true; break;
     case OPT_POLICY: o.policy = parse_policy(optarg); break;
@@ -258,7 +257,6 @@ typedef struct {
   lx_stage_memory *memory;
   lx_stage_layout *layouts; /* one per stage, for the target */
   lx_target target;
-  bool emit_program; /* the target's printer handles this plan (CUDA: not sequence parallelism, for now) */
   lx_cost_model cost;
   lx_simulation sim;
   lx_report report;
@@ -355,7 +353,7 @@ static bool write_program(const char *dir, const products *out) {
 static bool write_all(const char *dir, const products *out) {
   for (size_t i = 0; i < sizeof output_files / sizeof output_files[0]; i++)
     if (!write_file(dir, output_files[i].name, output_files[i].fill, out)) return false;
-  if (out->emit_program && !write_program(dir, out)) return false;
+  if (!write_program(dir, out)) return false;
   return lx_write_manifest(dir, out->ir.model_path);
 }
 
@@ -398,12 +396,9 @@ static int write_output(const char *dir, const products *out) {
     remove_tree(tmp);
     return EXIT_USER_ERROR;
   }
-  printf("wrote %s: plan.txt trace.json schedule.svg memory.svg ir.json manifest.txt%s\n", dir,
-         out->emit_program ? ", the stage programs, Makefile and run.sh" : "");
-  if (!out->emit_program)
-    printf("note: no program: the CUDA printer does not emit sequence parallelism yet, and this plan has it "
-           "with tp %d (try without sequence_parallel)\n",
-           out->ir.plan.tp);
+  printf("wrote %s: plan.txt trace.json schedule.svg memory.svg ir.json manifest.txt, the stage programs, "
+         "Makefile and run.sh\n",
+         dir);
   return 0;
 }
 
@@ -470,11 +465,6 @@ static int run_passes(const options *opts, products *out) {
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
     out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
     out->target = opts->target;
-    out->emit_program = opts->target == LX_TARGET_CPU || !(ir->plan.sequence_parallel && ir->plan.tp > 1);
-    if (!out->emit_program && opts->target_given && opts->output_dir)
-      lx_error(ir->locs.field[LX_F_SEQ_PARALLEL],
-               "the CUDA target does not emit sequence parallelism yet (tensor "
-               "and data parallelism without it are emitted)");
     out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),

@@ -37,6 +37,8 @@ build tiny-gpipe-selective examples/tiny.model --schedule gpipe --policy selecti
 build tiny-tp2-pp2-dp2 examples/tiny.model --tp 2 --pp 2 --dp 2 --policy full
 build tiny-tp2-pp2-dp2-zero examples/tiny.model --tp 2 --pp 2 --dp 2 --zero --policy selective
 build tiny-tp2-pp2-dp2-lynx-heu examples/tiny.model --tp 2 --pp 2 --dp 2 --zero --policy lynx-heu
+# sequence parallelism: reduce-scatters and all-gathers over tp, norms, dropout and residuals on sequence shards
+build tiny-tp2-pp2-dp2-sp examples/tiny.model --tp 2 --pp 2 --dp 2 --zero --sequence-parallel --policy lynx-heu
 # (a global batch of 32: 4 micro-batches, so that the unrolled step compiles in seconds)
 build gpt13b-tp2-pp2-dp2 examples/gpt13b.model --tp 2 --pp 2 --dp 2 --global-batch 32
 build gpt13b-tp2-pp2-dp2-zero examples/gpt13b.model --tp 2 --pp 2 --dp 2 --global-batch 32 --zero --policy lynx-heu

@@ -69,6 +69,8 @@ void lx_cuda_swiglu_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *
 void lx_cuda_add_forward(lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t N, cudaStream_t stream);
 void lx_cuda_add_backward(lx_bf16 *da, lx_bf16 *db, const lx_bf16 *dout, size_t N, cudaStream_t stream);
 void lx_cuda_dropout_forward(lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p, uint64_t seed, uint64_t stream_id, cudaStream_t stream);
+void lx_cuda_dropout_forward_at(lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p,
+                                uint64_t seed, uint64_t stream_id, uint64_t first, cudaStream_t stream);
 void lx_cuda_dropout_backward(lx_bf16 *dinp, const lx_bf16 *dout, const uint8_t *mask, size_t N, double p, cudaStream_t stream);
 void lx_cuda_check_tokens(int *bad, const int *tokens, int BT, int V, cudaStream_t stream);
 void lx_cuda_embedding_forward(lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T, int C, int V, cudaStream_t stream);
@@ -79,6 +81,10 @@ void lx_cuda_embedding_backward_shard(float *dwte, const lx_bf16 *dout, const in
                                       int C, int V, int first, int rows, cudaStream_t stream);
 void lx_cuda_position_embedding_forward(lx_bf16 *out, const lx_bf16 *wpe, int B, int T, int C, cudaStream_t stream);
 void lx_cuda_position_embedding_backward(float *dwpe, const lx_bf16 *dout, int B, int T, int C, cudaStream_t stream);
+void lx_cuda_position_embedding_forward_rows(lx_bf16 *out, const lx_bf16 *wpe, int T, int C, int first,
+                                             int rows, cudaStream_t stream);
+void lx_cuda_position_embedding_backward_rows(float *dwpe, const lx_bf16 *dout, int T, int C, int first,
+                                              int rows, cudaStream_t stream);
 void lx_cuda_cross_entropy_forward(float *loss, float *lse, float *losses, const lx_bf16 *logits, const int *targets, int BT, int V, int Vp, cudaStream_t stream);
 void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse, const int *targets, float dloss, int BT, int V, int Vp, cudaStream_t stream);
 void lx_cuda_vocab_cross_entropy_max(float *row_max, float *picked, const lx_bf16 *logits, const int *targets,

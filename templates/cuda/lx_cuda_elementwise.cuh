@@ -153,14 +153,16 @@ LX_CUDA_API void lx_cuda_add_backward(lx_bf16 *da,         // (N)
 
 /* ---- dropout (inverted: kept elements scaled by 1 / (1 - p)) --------------- */
 
-/* Element i is kept iff lx_dropout_keep(seed, stream, i) on the CPU: the same
- * integer test on the same bits, so both targets draw the same mask. */
+/* Element i is kept iff lx_dropout_keep(seed, stream, first + i) on the CPU:
+ * the same integer test on the same bits, so both targets draw the same mask
+ * (a sequence shard draws the whole tensor's, from counter `first`). */
 __global__ void lx_cuda_dropout_forward_kernel(lx_bf16 *out,       // (N)
                                                uint8_t *mask,      // (N) or NULL
                                                const lx_bf16 *inp, // (N)
-                                               size_t N, uint64_t key, uint32_t threshold, float scale) {
+                                               size_t N, uint64_t key, uint32_t threshold, float scale,
+                                               uint64_t first) {
   LX_CUDA_FOR_EACH(i, N) {
-    bool keep = lx_cuda_dropout_keep(key, i, threshold);
+    bool keep = lx_cuda_dropout_keep(key, first + i, threshold);
     if (mask) mask[i] = (uint8_t)keep;
     out[i] = lx_to_bf16(keep ? lx_to_float(inp[i]) * scale : 0.0f);
   }
@@ -175,15 +177,24 @@ __global__ void lx_cuda_dropout_backward_kernel(lx_bf16 *dinp,       // (N)
   }
 }
 
+/* Sequence parallelism: element i draws counter first + i (lx_dropout_forward_at). */
+LX_CUDA_API void lx_cuda_dropout_forward_at(lx_bf16 *out,       // (N)
+                                            uint8_t *mask,      // (N) or NULL
+                                            const lx_bf16 *inp, // (N)
+                                            size_t N, double p, uint64_t seed, uint64_t stream_id,
+                                            uint64_t first, cudaStream_t stream) {
+  uint32_t threshold = lx_cuda_dropout_threshold(p);
+  lx_cuda_dropout_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
+      out, mask, inp, N, lx_cuda_rng_key(seed, stream_id), threshold, (float)(1.0 / (1.0 - p)), first);
+  LX_CUDA_LAUNCHED();
+}
+
 LX_CUDA_API void lx_cuda_dropout_forward(lx_bf16 *out,       // (N)
                                            uint8_t *mask,      // (N) or NULL
                                            const lx_bf16 *inp, // (N)
                                            size_t N, double p, uint64_t seed, uint64_t stream_id,
                                            cudaStream_t stream) {
-  uint32_t threshold = lx_cuda_dropout_threshold(p);
-  lx_cuda_dropout_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
-      out, mask, inp, N, lx_cuda_rng_key(seed, stream_id), threshold, (float)(1.0 / (1.0 - p)));
-  LX_CUDA_LAUNCHED();
+  lx_cuda_dropout_forward_at(out, mask, inp, N, p, seed, stream_id, 0, stream);
 }
 
 LX_CUDA_API void lx_cuda_dropout_backward(lx_bf16 *dinp,       // (N)

@@ -128,41 +128,61 @@ LX_CUDA_API void lx_cuda_embedding_backward(float *dwte,         // (V, C)
   lx_cuda_embedding_backward_shard(dwte, dout, tokens, B, T, C, V, 0, V, stream);
 }
 
-/* out[b, t] = wpe[t]: positions count from 0 in every sequence. */
-__global__ void lx_cuda_position_embedding_forward_kernel(lx_bf16 *out,       // (B, T, C)
+/* out[r] = wpe[(first + r) % T]: rows [first, first + rows) of the (B, T)
+ * positions, which count from 0 in every sequence; one block per row. */
+__global__ void lx_cuda_position_embedding_forward_kernel(lx_bf16 *out,       // (rows, C)
                                                           const lx_bf16 *wpe, // (T, C)
-                                                          int T, int C) {
+                                                          int T, int C, int first) {
   size_t r = blockIdx.x;
-  const lx_bf16 *src = wpe + (r % T) * C;
+  const lx_bf16 *src = wpe + ((first + r) % T) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x)
     out[r * C + c] = src[c];
 }
 
-/* dwpe[t][c] += sum over b of dout[b, t, c], b in order; a thread per (t, c). */
+/* dwpe[t][c] += the sum of dout[r, c] over the rows r at position t, in row
+ * order (rows [first, first + rows) of the (B, T) positions); a thread per (t, c). */
 __global__ void lx_cuda_position_embedding_backward_kernel(float *dwpe,         // (T, C)
-                                                           const lx_bf16 *dout, // (B, T, C)
-                                                           int B, int T, int C) {
+                                                           const lx_bf16 *dout, // (rows, C)
+                                                           int T, int C, int first, int rows) {
   size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x, TC = (size_t)T * C;
   if (e >= TC) return;
+  int t = (int)(e / C);
   float sum = 0.0f;
-  for (int b = 0; b < B; b++)
-    sum += lx_to_float(dout[b * TC + e]);
+  for (int r = (t - first % T + T) % T; r < rows; r += T)
+    sum += lx_to_float(dout[(size_t)r * C + e % C]);
   dwpe[e] += sum;
+}
+
+/* Sequence parallelism: rows [first, first + rows) of the (B, T) positions. */
+LX_CUDA_API void lx_cuda_position_embedding_forward_rows(lx_bf16 *out,       // (rows, C)
+                                                         const lx_bf16 *wpe, // (T, C)
+                                                         int T, int C, int first, int rows,
+                                                         cudaStream_t stream) {
+  lx_cuda_position_embedding_forward_kernel<<<rows, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, wpe, T, C,
+                                                                                        first);
+  LX_CUDA_LAUNCHED();
 }
 
 LX_CUDA_API void lx_cuda_position_embedding_forward(lx_bf16 *out,       // (B, T, C)
                                                       const lx_bf16 *wpe, // (T, C)
                                                       int B, int T, int C, cudaStream_t stream) {
-  lx_cuda_position_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, wpe, T, C);
+  lx_cuda_position_embedding_forward_rows(out, wpe, T, C, 0, B * T, stream);
+}
+
+LX_CUDA_API void lx_cuda_position_embedding_backward_rows(float *dwpe,         // (T, C)
+                                                          const lx_bf16 *dout, // (rows, C)
+                                                          int T, int C, int first, int rows,
+                                                          cudaStream_t stream) {
+  lx_cuda_position_embedding_backward_kernel<<<lx_ceil_div((size_t)T * C, 256), 256, 0, stream>>>(
+      dwpe, dout, T, C, first, rows);
   LX_CUDA_LAUNCHED();
 }
 
+/* dwpe[t] += sum over b of dout[b, t], b in order. */
 LX_CUDA_API void lx_cuda_position_embedding_backward(float *dwpe,         // (T, C)
                                                        const lx_bf16 *dout, // (B, T, C)
                                                        int B, int T, int C, cudaStream_t stream) {
-  lx_cuda_position_embedding_backward_kernel<<<lx_ceil_div((size_t)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T,
-                                                                                                 C);
-  LX_CUDA_LAUNCHED();
+  lx_cuda_position_embedding_backward_rows(dwpe, dout, T, C, 0, B * T, stream);
 }
 
 #endif

@@ -14,6 +14,10 @@ static inline void draw_normal(lx_bf16 *host, long long n, const lx_param_tensor
         (float)(p->init_std * lx_rng_normal(TRAINING_SEED, (uint64_t)p->stream, (uint64_t)(first + i))));
 }
 
+/* Every tensor-parallel rank holds all of it: split 0, and split 3 (its
+ * gradient a sum over the ranks' sequence shards). */
+static inline bool replicated(const lx_param_tensor *p) { return p->split == 0 || p->split == 3; }
+
 /* A rank draws the values its shard has in the whole tensor, so that every
  * tensor-parallel degree starts from the same model: split 1 takes rows of
  * each piece (column-parallel), split 2 a slice of every row (row-parallel). */
@@ -21,7 +25,7 @@ static inline void init_tensor(lx_bf16 *w, const lx_param_tensor *p) {
   if (p->init_std <= 0) {
     for (long long i = 0; i < p->elements; i++)
       w[i] = __float2bfloat16((float)p->init_value);
-  } else if (p->split == 0) {
+  } else if (replicated(p)) {
     draw_normal(w, p->elements, p, 0);
   } else if (p->split == 1) {
     for (int k = 0; k < p->pieces; k++) {
@@ -100,6 +104,17 @@ static inline void sum_tied_gradients(float *grads, cudaStream_t s) {
   }
 }
 
+/* Sequence parallelism: a row-wise op's parameter gradient is a sum over the
+ * tensor-parallel ranks' rows (of this replica's share, under ZeRO-1). */
+static inline void sum_sequence_parallel_gradients(float *grads, cudaStream_t s) {
+  for (int t = 0; t < PARAM_TENSORS; t++) {
+    long long lo, hi;
+    owned_part(&param_tensors[t], &lo, &hi);
+    if (param_tensors[t].split == 3 && hi > lo)
+      NCCL_CHECK(ncclAllReduce(grads + lo, grads + lo, (size_t)(hi - lo), ncclFloat32, ncclSum, tp_comm, s));
+  }
+}
+
 /* *total = the squared norm of the whole model's gradient, every element
  * counted once: not the tied copy, not a replicated tensor's copies on other
  * tp ranks, not (without ZeRO) the other replicas' equal gradients. Summed
@@ -109,7 +124,7 @@ static inline void global_grad_norm_squared(float *total, const float *grads, cu
   CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(float), s));
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
-    if ((t->tied && !t->writes_file) || (t->split == 0 && TP_RANK > 0) || (ZERO_SHARDS == 1 && replica > 0))
+    if ((t->tied && !t->writes_file) || (replicated(t) && TP_RANK > 0) || (ZERO_SHARDS == 1 && replica > 0))
       continue;
     long long lo, hi;
     owned_part(t, &lo, &hi);
@@ -121,13 +136,14 @@ static inline void global_grad_norm_squared(float *total, const float *grads, cu
   NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, pipeline_comm, s));
 }
 
-/* Tied sums, the global norm and its clip factor, AdamW on this replica's
+/* Tied and sequence-parallel sums, the global norm and its clip factor, AdamW on this replica's
  * share of every tensor; under ZeRO-1 the replicas then hand each other
  * their updated bf16 shares (in-place all-gather). */
 static inline void optimizer_step(int step, double lr, float *clip) {
   cudaStream_t s = streams[STREAM_COMPUTE];
   float *grads = (float *)(arena + REGION_grads);
   sum_tied_gradients(grads, s);
+  sum_sequence_parallel_gradients(grads, s);
   global_grad_norm_squared(clip, grads, s);
   lx_cuda_grad_clip_factor(clip, clip, TRAINING_GRAD_CLIP, s);
   for (int t = 0; t < PARAM_TENSORS; t++) {

@@ -64,6 +64,10 @@ void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N,
                           uint64_t stream) {
   lx_dropout_forward(out, mask, inp, N, p, seed, stream);
 }
+void twin_dropout_forward_at(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
+                             uint64_t stream, uint64_t first) {
+  lx_dropout_forward_at(out, mask, inp, N, p, seed, stream, first);
+}
 void twin_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t N, double p) {
   lx_dropout_backward(dinp, dout, mask, N, p);
 }
@@ -86,6 +90,13 @@ void twin_position_embedding_forward(float *out, const float *wpe, int B, int T,
 }
 void twin_position_embedding_backward(float *dwpe, const float *dout, int B, int T, int C) {
   lx_position_embedding_backward(dwpe, dout, B, T, C);
+}
+void twin_position_embedding_forward_rows(float *out, const float *wpe, int T, int C, int first, int rows) {
+  lx_position_embedding_forward_rows(out, wpe, T, C, first, rows);
+}
+void twin_position_embedding_backward_rows(float *dwpe, const float *dout, int T, int C, int first,
+                                           int rows) {
+  lx_position_embedding_backward_rows(dwpe, dout, T, C, first, rows);
 }
 float twin_cross_entropy_forward(float *lse, const float *logits, const int *targets, int BT, int V, int Vp) {
   return lx_cross_entropy_forward(lse, logits, targets, BT, V, Vp);

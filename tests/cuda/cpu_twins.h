@@ -39,6 +39,8 @@ void twin_swiglu_forward(float *out, const float *inp, int BT, int F);
 void twin_swiglu_backward(float *dinp, const float *dout, const float *inp, int BT, int F);
 void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
                           uint64_t stream);
+void twin_dropout_forward_at(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
+                             uint64_t stream, uint64_t first);
 void twin_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t N, double p);
 void twin_embedding_forward(float *out, const int *tokens, const float *wte, int B, int T, int C, int V);
 void twin_embedding_backward(float *dwte, const float *dout, const int *tokens, int B, int T, int C, int V);
@@ -48,6 +50,8 @@ void twin_embedding_backward_shard(float *dwte, const float *dout, const int *to
                                    int V, int first, int rows);
 void twin_position_embedding_forward(float *out, const float *wpe, int B, int T, int C);
 void twin_position_embedding_backward(float *dwpe, const float *dout, int B, int T, int C);
+void twin_position_embedding_forward_rows(float *out, const float *wpe, int T, int C, int first, int rows);
+void twin_position_embedding_backward_rows(float *dwpe, const float *dout, int T, int C, int first, int rows);
 float twin_cross_entropy_forward(float *lse, const float *logits, const int *targets, int BT, int V, int Vp);
 void twin_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                  float dloss, int BT, int V, int Vp);

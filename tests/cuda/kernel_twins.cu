@@ -345,6 +345,15 @@ static void test_elementwise(void) {
   twin_dropout_backward(dinp.data(), dout.data(), mask.data(), 2 * N, p);
   lx_cuda_dropout_backward(d_dinp3, d_dout, d_mask, 2 * N, p, stream);
   compare("dropout_backward", "dinp", from_device_bf16(d_dinp3, 2 * N), dinp, TOL_BF16);
+  /* sequence parallelism: the second half as a shard draws the whole tensor's mask from counter N */
+  std::vector<uint8_t> shard_mask(N);
+  floats shard_out(N);
+  twin_dropout_forward_at(shard_out.data(), shard_mask.data(), x.data() + N, N, p, 99, 5, N);
+  lx_cuda_dropout_forward_at(d_out, d_mask, d_x + N, N, p, 99, 5, N, stream);
+  compare("dropout_forward_at", "out", from_device_bf16(d_out, N), shard_out, TOL_BF16);
+  expect_true("dropout_forward_at mask equals the CPU's and the whole tensor's second half",
+              memcmp(from_device_raw(d_mask, N).data(), shard_mask.data(), N) == 0 &&
+                  memcmp(shard_mask.data(), mask.data() + N, N) == 0);
 
   /* residual add: the backward into one buffer twice (add(x, x)) */
   floats sum(2 * N), da = dinp0;
@@ -386,6 +395,15 @@ static void test_embedding(void) {
   twin_position_embedding_backward(dwpe.data(), dout.data(), B, T, C);
   lx_cuda_position_embedding_backward(d_dwpe, d_dout, B, T, C, stream);
   compare("position_embedding_backward", "dwpe", from_device_f32(d_dwpe, dwpe.size()), dwpe, TOL_F32);
+  /* sequence parallelism: a shard of 50 rows from row 70 (positions 30 .. 39, 0 .. 39) */
+  const int pos_first = 70, pos_rows = 50;
+  floats pos_out((size_t)pos_rows * C);
+  twin_position_embedding_forward_rows(pos_out.data(), wpe.data(), T, C, pos_first, pos_rows);
+  lx_cuda_position_embedding_forward_rows(d_out, d_wpe, T, C, pos_first, pos_rows, stream);
+  compare("position_embedding_forward_rows", "out", from_device_bf16(d_out, pos_out.size()), pos_out, 0);
+  twin_position_embedding_backward_rows(dwpe.data(), dout.data(), T, C, pos_first, pos_rows);
+  lx_cuda_position_embedding_backward_rows(d_dwpe, d_dout, T, C, pos_first, pos_rows, stream);
+  compare("position_embedding_backward_rows", "dwpe", from_device_f32(d_dwpe, dwpe.size()), dwpe, TOL_F32);
 
   /* a vocabulary-parallel rank's rows 64 .. 127 of the table */
   const int first = 64, rows = 64;
