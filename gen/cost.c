@@ -277,6 +277,18 @@ static bool entry_matches(const lx_profile_entry *e, const lx_ir *ir, const lx_g
           (op->kind == LX_OP_ATTENTION && e->attention_impl == (int)op->attention_impl));
 }
 
+void lx_cost_profile_key(const lx_ir *ir, const lx_graph *g, const lx_op *op, char *key, size_t key_size,
+                         char *attrs, size_t attrs_size) {
+  snprintf(key, key_size, "%s %lld %lld %lld %s", lx_op_kind_name(op->kind),
+           (long long)kernel_tokens(ir, g, op), (long long)in_width(ir, g, op),
+           (long long)rank_width(ir, op->out), lx_dtype_name(ir->training.dtype));
+  if (attrs_size) attrs[0] = '\0';
+  if (op->kind == LX_OP_ATTENTION)
+    snprintf(attrs, attrs_size, " seq=%d heads=%lld impl=%s", ir->model.seq_len,
+             (long long)heads_per_rank(ir, g, op),
+             op->attention_impl == LX_ATTN_FLASH ? "flash" : "materialized");
+}
+
 /* The last matching line wins, so a profile can be amended by appending. */
 static const lx_profile_entry *profile_entry(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g,
                                              const lx_op *op) {

@@ -81,6 +81,13 @@ double lx_cost_gemm_efficiency(const lx_cost_model *cm, double m, double n, doub
 double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
 double lx_cost_op_bwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
 
+/* The fields of a profile `op` line (docs/cost-model.md) that match op: KIND
+ * to DTYPE in `key` (before the times), seq=, heads= and impl= in `attrs`
+ * (after them; empty but for attention), as a program that measured the op
+ * writes them. */
+void lx_cost_profile_key(const lx_ir *ir, const lx_graph *g, const lx_op *op, char *key, size_t key_size,
+                         char *attrs, size_t attrs_size);
+
 /* Communication; `cross_node` picks the inter-node link. */
 double lx_cost_p2p(const lx_cost_model *cm, int64_t bytes, bool cross_node);
 double lx_cost_allreduce(const lx_cost_model *cm, int64_t bytes, int ranks, bool cross_node);

@@ -21,6 +21,7 @@ typedef struct {
   const lx_pipeline *pipe;
   const lx_stage_layout *layouts; /* one per stage, laid out for the target */
   lx_target target;
+  bool cuda_graph; /* CUDA: run.sh and run-slurm.sh pass --cuda-graph */
 } lx_program;
 
 /* The source of stage `s`. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "diag.h"
 #include "emit_operands.h"
 #include "emit_walk.h"
@@ -81,6 +82,14 @@ static void print_op_comment(const lx_printer *pr, const lx_op *op, const char *
           lx_op_kind_name(op->kind), lx_file_name(op->src.file), op->src.line);
 }
 
+/* The op's --profile slot: the ops of the prologue, the block and the epilogue, numbered in turn. */
+static int prof_slot(const lx_printer *pr, lx_graph_id g, int i) {
+  int before = 0;
+  for (lx_graph_id h = LX_GRAPH_PROLOGUE; h < g; h++)
+    before += lx_graph_of(pr->ir, h)->n_ops;
+  return before + i;
+}
+
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
   const lx_op *op = emit_op_at(pr, g, i);
   lx_operands o;
@@ -92,6 +101,7 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   bool sharded = emit_sequence_sharded(pr, op->out);
   const char *rows = sharded ? "SEQ_ROWS" : "BT";
   print_op_comment(pr, op, out_role == LX_T_RECOMPUTED ? "RECOMPUTE" : "FWD");
+  fprintf(f, "  lx_prof_begin(%d, 0, stream);\n", prof_slot(pr, g, i));
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
@@ -161,6 +171,7 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;
   }
+  fputs("  lx_prof_end(stream);\n", f);
 }
 
 static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
@@ -175,6 +186,7 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   const char *rows = sharded ? "SEQ_ROWS" : "BT";
   print_op_comment(pr, op, "BWD");
   print_zero_whole_gradient(pr, g, i);
+  fprintf(f, "  lx_prof_begin(%d, 1, stream);\n", prof_slot(pr, g, i));
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
@@ -246,6 +258,7 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;
   }
+  fputs("  lx_prof_end(stream);\n", f);
 }
 
 /* Gradients accumulate (+=): zero every one this graph instance produces. */
@@ -482,8 +495,10 @@ static void print_step(const lx_printer *pr) {
 
 /* ---- data ------------------------------------------------------------------------ */
 
-/* Tokens and targets of micro-batch mb, drawn on the host and copied in. */
+/* Tokens and targets of micro-batch mb, drawn on the host and copied in; a
+ * middle stage loads nothing (it has no LOAD instruction). */
 static void print_load(const lx_printer *pr) {
+  if (!pr->st->has_prologue && !pr->st->has_epilogue) return;
   char tokens[PTR], targets[PTR];
   snprintf(tokens, PTR, "NULL");
   snprintf(targets, PTR, "NULL");
@@ -493,7 +508,33 @@ static void print_load(const lx_printer *pr) {
   fprintf(pr->out, "\n/* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first\n"
                    " * stage keeps inputs, the last targets. */\n"
                    "static void load_micro_batch(int mb, cudaStream_t stream) {\n"
-                   "  lx_cuda_load(%s, %s, GLOBAL_MB(mb), BT, V, stream);\n}\n", tokens, targets);
+                   "  lx_cuda_load(%s, %s, mb, BT, stream);\n}\n", tokens, targets);
+}
+
+/* The profile-file fields (docs/cost-model.md) of every op, by slot: with
+ * --profile the program measures each op and writes them with its times. */
+static void print_profile_table(const lx_printer *pr) {
+  FILE *f = pr->out;
+  int slots = prof_slot(pr, LX_GRAPH_EPILOGUE, lx_graph_of(pr->ir, LX_GRAPH_EPILOGUE)->n_ops);
+  fprintf(f,
+          "\n/* --profile: what each op's line of the profile file says before its times */\n"
+          "enum { PROF_SLOTS = %d };\nstatic const lx_prof_op prof_ops[PROF_SLOTS] = {\n",
+          slots);
+  for (lx_graph_id g = LX_GRAPH_PROLOGUE; g <= LX_GRAPH_EPILOGUE; g++) {
+    const lx_graph *graph = lx_graph_of(pr->ir, g);
+    for (int i = 0; i < graph->n_ops; i++) {
+      const lx_op *op = &graph->ops[i];
+      char key[128], attrs[96];
+      if (op->kind == LX_OP_INPUT) {
+        fputs("    {NULL, NULL, NULL},\n", f);
+        continue;
+      }
+      lx_cost_profile_key(pr->ir, graph, op, key, sizeof key, attrs, sizeof attrs);
+      fprintf(f, "    {\"%s\", \"%s\", \"%s %s (%s:%d)\"},\n", key, attrs, graph->name,
+              op->var[0] ? op->var : op->name, lx_file_name(op->src.file), op->src.line);
+    }
+  }
+  fputs("};\n", f);
 }
 
 /* ---- prelude --------------------------------------------------------------------- */
@@ -516,6 +557,7 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch ? ir->plan.micro_batch : 1,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
   emit_boundary_sizes(pr);
+  fprintf(f, "#define MODEL_FILE \"%s\"\n", lx_file_name(ir->model_path));
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
   fprintf(f, "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
   fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"
@@ -559,5 +601,6 @@ void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   print_load(&pr);
   print_step(&pr);
   emit_param_table(&pr);
+  print_profile_table(&pr);
   fprintf(out, "\n#include \"lx_cuda_main.h\"\n");
 }

@@ -1,45 +1,156 @@
 #!/usr/bin/env bash
-# The CUDA target's emitted programs compile and link with nvcc (sm_80 and
-# sm_90, warnings as errors on host and device) against cuBLASLt, NCCL and
-# Open MPI. No GPU is needed; `make test-gpu` runs what a GPU can check.
+# The CUDA target's emitted program of every example, for both schedules
+# (gpipe, 1f1b) and every recompute policy, compiles and links with nvcc
+# for sm_80 and sm_90 with warnings as errors (host and device), against
+# cuBLASLt, NCCL and Open MPI, with the emitted Makefile's own rules.
+# No GPU is needed; `make test-gpu` runs what a GPU can check.
+#
+# tp = dp = 1 (the printers emit pipeline parallelism only), pp as the
+# example says. An example whose step has more than max(8, pp + 1) micro-
+# batches is generated with that many instead (a smaller --global-batch):
+# every micro-batch is its own straight-line code in run_schedule, so 512
+# of them only repeat the same statements (and take gcc minutes per stage);
+# pp + 1 keeps warm-up, steady state and cool-down of both schedules.
+#
+# Kept fast (two cores): lx_kernels.o is compiled once per distinct kernel
+# source (one in practice: the test checks that every program's kernel
+# sources and rules hash the same), a stage whose source, headers and
+# Makefile rules hash the same as one already built is not built again, and
+# lx_cuda_api.h (CUDA, NCCL and MPI headers: half of a stage's compile time)
+# is precompiled once with the host compiler command nvcc runs for a stage
+# (nvcc -dryrun); gcc uses the .gch next to the header only where it is
+# valid for the compile, and reads the header itself otherwise.
 set -u
 cd "$(dirname "$0")/.."
-if ! command -v nvcc > /dev/null && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
-  echo "ok - skipped: no CUDA toolkit"
-  exit 0
+# lynxgen --cuda-graph: the launch scripts ask every stage for the graph.
+if bin/lynxgen examples/tiny.model --tp 1 --dp 1 --cuda-graph -o "${TMPDIR:-/tmp}/lx-graph.$$" > /dev/null 2>&1 &&
+  [ "$(grep -c 'stage[0-9]*"* --cuda-graph' "${TMPDIR:-/tmp}/lx-graph.$$/run.sh" "${TMPDIR:-/tmp}/lx-graph.$$/run-slurm.sh" |
+    awk -F: '{n += $2} END {print n}')" = 4 ]; then
+  echo "ok - lynxgen --cuda-graph: run.sh and run-slurm.sh pass --cuda-graph to both stages"
+else
+  echo "not ok - lynxgen --cuda-graph: run.sh / run-slurm.sh do not pass --cuda-graph to every stage"
+  graph_failed=1
 fi
+rm -rf "${TMPDIR:-/tmp}/lx-graph.$$"
+NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
+if [ ! -x "$NVCC" ]; then
+  echo "ok - skipped: no CUDA toolkit"
+  exit "${graph_failed:-0}"
+fi
+export NVCC
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-status=0
-build() { # name, model, args...
-  local name=$1 model=$2
-  shift 2
-  if ! bin/lynxgen "$model" -o "$work/$name" "$@" > "$work/$name.log" 2>&1; then
-    echo "not ok - lynxgen $name"
-    tail -5 "$work/$name.log"
-    status=1
-  else
-    # lx_kernels.cu is the same file for every model and plan: compiled once, shared
-    [ -f "$work/lx_kernels.o" ] && cp "$work/lx_kernels.o" "$work/$name/"
-    if make -C "$work/$name" -j2 > "$work/$name.build" 2>&1; then
-      echo "ok - $name: every stage .cu compiles and links with nvcc for sm_80 and sm_90, warnings as errors"
-      [ -f "$work/lx_kernels.o" ] || cp "$work/$name/lx_kernels.o" "$work/"
-      return
-    fi
-    echo "not ok - $name: nvcc build"
-    grep -E "error|warning" "$work/$name.build" | head -10
-    status=1
+export work
+JOBS=${JOBS:-2}
+failures=${graph_failed:-0}
+ok() { echo "ok - $*"; }
+not_ok() { echo "not ok - $*"; failures=$((failures + 1)); }
+field() { sed -n "s/^ *\.$1 = \([0-9][0-9]*\),.*/\1/p" "$2" | head -1; }
+start=$(date +%s)
+
+# ---- the cases: example x schedule x policy --------------------------------
+: > "$work/cases"
+for model in examples/*.model; do
+  name=$(basename "$model" .model)
+  pp=$(field pp "$model") mb=$(field micro_batch "$model") gb=$(field global_batch "$model")
+  if [ -z "$pp" ] || [ -z "$mb" ] || [ -z "$gb" ]; then
+    not_ok "$model: cannot read .pp, .micro_batch and .global_batch"
+    continue
   fi
+  cap=$((pp + 1 > 8 ? pp + 1 : 8))
+  [ $((gb / mb)) -gt $cap ] && gb=$((cap * mb))
+  for schedule in gpipe 1f1b; do
+    for policy in none full selective checkmate lynx-heu lynx-opt; do
+      echo "$name-$schedule-$policy $model $schedule $policy $gb" >> "$work/cases"
+    done
+  done
+done
+
+# tensor x pipeline x data parallelism, ZeRO-1 and sequence parallelism (lynxgen verifies each
+# schedule statically as it writes it); GPT 1.3B with 4 micro-batches
+cat >> "$work/cases" << 'EOF2'
+tiny-tp2-pp2-dp2-full examples/tiny.model 1f1b full 8 --tp 2 --pp 2 --dp 2
+tiny-tp2-pp2-dp2-zero-selective examples/tiny.model 1f1b selective 8 --tp 2 --pp 2 --dp 2 --zero
+tiny-tp2-pp2-dp2-zero-sp-lynx-heu examples/tiny.model 1f1b lynx-heu 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
+gpt13b-tp2-pp2-dp2-none examples/gpt13b.model 1f1b none 32 --tp 2 --pp 2 --dp 2
+gpt13b-tp2-pp2-dp2-zero-lynx-heu examples/gpt13b.model 1f1b lynx-heu 32 --tp 2 --pp 2 --dp 2 --zero
+EOF2
+
+generate() { # case model schedule policy global_batch [plan overrides...]
+  bin/lynxgen "$2" --tp 1 --dp 1 --schedule "$3" --policy "$4" --global-batch "$5" "${@:6}" -o "$work/$1" \
+    > "$work/$1.gen" 2>&1 || echo "$1" >> "$work/gen-failed"
 }
-build tiny-1f1b-full examples/tiny.model --policy full
-build tiny-gpipe-selective examples/tiny.model --schedule gpipe --policy selective
-# tensor x pipeline x data parallelism (lynxgen verifies each schedule statically as it writes it)
-build tiny-tp2-pp2-dp2 examples/tiny.model --tp 2 --pp 2 --dp 2 --policy full
-build tiny-tp2-pp2-dp2-zero examples/tiny.model --tp 2 --pp 2 --dp 2 --zero --policy selective
-build tiny-tp2-pp2-dp2-lynx-heu examples/tiny.model --tp 2 --pp 2 --dp 2 --zero --policy lynx-heu
-# sequence parallelism: reduce-scatters and all-gathers over tp, norms, dropout and residuals on sequence shards
-build tiny-tp2-pp2-dp2-sp examples/tiny.model --tp 2 --pp 2 --dp 2 --zero --sequence-parallel --policy lynx-heu
-# (a global batch of 32: 4 micro-batches, so that the unrolled step compiles in seconds)
-build gpt13b-tp2-pp2-dp2 examples/gpt13b.model --tp 2 --pp 2 --dp 2 --global-batch 32
-build gpt13b-tp2-pp2-dp2-zero examples/gpt13b.model --tp 2 --pp 2 --dp 2 --global-batch 32 --zero --policy lynx-heu
-exit $status
+export -f generate
+xargs -P "$JOBS" -L 1 bash -c 'generate "$@"' _ < "$work/cases"
+
+# ---- hashes: what the kernels and each stage are built from -----------------
+rules() { grep -v '^PROGRAMS =' "$1/Makefile"; } # the stage list is the only per-program line
+: > "$work/stages"
+while read -r case model schedule policy gb overrides; do
+  if grep -qx "$case" "$work/gen-failed" 2> /dev/null; then
+    not_ok "lynxgen $model --schedule $schedule --policy $policy --global-batch $gb $overrides"
+    tail -3 "$work/$case.gen" | sed 's/^/     /'
+    continue
+  fi
+  dir=$work/$case
+  kernels=$( (cat "$dir"/lx_kernels.cu "$dir"/lx_cuda_*.cuh "$dir"/lx_cuda_api.h; rules "$dir") | sha256sum | cut -c1-16)
+  for src in "$dir"/stage*.cu; do
+    stage=$(basename "$src" .cu)
+    key=$( (echo "$kernels"; cat "$src" "$dir"/lx_cuda_api.h "$dir"/lx_cuda_train.h "$dir"/lx_cuda_main.h "$dir"/lx_rng.h \
+      "$dir"/lx_common.h; rules "$dir") | sha256sum | cut -c1-16)
+    echo "$case $stage $kernels $key" >> "$work/stages"
+  done
+done < "$work/cases"
+
+# ---- lx_kernels.o, once per distinct kernel hash ----------------------------
+mkdir -p "$work/kernels"
+for kernels in $(awk '{print $3}' "$work/stages" | sort -u); do
+  dir=$work/$(awk -v k="$kernels" '$3 == k {print $1; exit}' "$work/stages")
+  host=$(cd "$dir" && eval "$(make -n stage0.o | grep nvcc) -dryrun" 2>&1 | sed -n 's/^#\$ //p' | grep -E '^(gcc|g\+\+|c\+\+) ' |
+    tail -1 | sed 's/ "stage0.cu" -o "stage0.o" *$//')
+  (cd "$dir" && eval "$host -x c++-header lx_cuda_api.h -o lx_cuda_api.h.gch") >> "$work/kernels/$kernels.log" 2>&1 &&
+    mv "$dir/lx_cuda_api.h.gch" "$work/kernels/$kernels.gch"
+  if make -C "$dir" lx_kernels.o >> "$work/kernels/$kernels.log" 2>&1; then
+    cp "$dir/lx_kernels.o" "$work/kernels/$kernels.o"
+  else
+    not_ok "lx_kernels.cu does not compile ($dir)"
+    grep -E 'error|warning' "$work/kernels/$kernels.log" | head -10 | sed 's/^/     /'
+  fi
+done
+kernel_builds=$(awk '{print $3}' "$work/stages" | sort -u | wc -l)
+ok "$kernel_builds distinct lx_kernels.o (the kernel sources and rules hash the same in $(wc -l < "$work/cases") programs);" \
+  "$(ls "$work"/kernels/*.gch 2> /dev/null | wc -l) precompiled lx_cuda_api.h"
+
+# ---- every distinct stage: compile and link it with the emitted Makefile ----
+sort -u -k4,4 "$work/stages" > "$work/distinct"
+touch "$work"/kernels/*.o 2> /dev/null # newer than the sources, so make takes them as built
+while read -r case stage kernels key; do
+  [ -f "$work/kernels/$kernels.o" ] && ln -f "$work/kernels/$kernels.o" "$work/$case/lx_kernels.o"
+  [ -f "$work/kernels/$kernels.gch" ] && ln -f "$work/kernels/$kernels.gch" "$work/$case/lx_cuda_api.h.gch"
+done < "$work/distinct"
+build_stage() { # case stage kernels key
+  local dir=$work/$1
+  [ -f "$work/kernels/$3.o" ] || { echo 1 > "$work/$4.rc"; return; }
+  make -C "$dir" "$2" > "$work/$4.log" 2>&1
+  echo $? > "$work/$4.rc"
+}
+export -f build_stage
+xargs -P "$JOBS" -L 1 bash -c 'build_stage "$@"' _ < "$work/distinct"
+distinct=$(wc -l < "$work/distinct")
+
+# ---- one line per program ---------------------------------------------------
+while read -r case model schedule policy gb overrides; do
+  grep -q "^$case " "$work/stages" || continue
+  bad=$(awk -v c="$case" '$1 == c {print $4}' "$work/stages" | while read -r key; do
+    [ "$(cat "$work/$key.rc" 2> /dev/null)" = 0 ] || echo "$key"
+  done)
+  stages=$(grep -c "^$case " "$work/stages")
+  if [ -z "$bad" ]; then
+    ok "$case (global batch $gb): $stages stage(s) compile and link, sm_80 + sm_90, warnings as errors"
+  else
+    not_ok "$case (global batch $gb): a stage does not build"
+    for key in $bad; do grep -E 'error|warning|undefined' "$work/$key.log" | head -5 | sed 's/^/     /'; done
+  fi
+done < "$work/cases"
+echo "# $(wc -l < "$work/stages") stages, $distinct distinct sources built, in $(($(date +%s) - start)) s"
+exit $((failures > 0))

@@ -54,15 +54,51 @@ static inline uint64_t lx_rng_stream_id(int step, int micro_batch, int layer, in
   return lx_rng_stream((uint64_t)step, (uint64_t)micro_batch, (uint64_t)layer, (uint64_t)op);
 }
 
-/* Synthetic data: token i of global micro-batch mb, a pure function of the
- * seed, so that every stage draws the same pairs without sending them. */
-static void lx_cuda_load(int *tokens, int *targets, int global_mb, int bt, int vocab, cudaStream_t stream) {
-  static int *host;
-  if (!host) CUDA_CHECK(cudaMallocHost((void **)&host, sizeof(int) * (size_t)(bt + 1)));
-  CUDA_CHECK(cudaStreamSynchronize(stream)); /* the previous copy has left the buffer */
-  for (int i = 0; i <= bt; i++) host[i] = (int)(lx_rng_bits(seed, 0x10ad + (uint64_t)global_mb, (uint64_t)i) % (uint64_t)vocab);
+/* The step's tokens, (micro-batch, BT + 1) in pinned host memory: drawn
+ * before the step is issued (lx_cuda_main.h), copied in by its LOADs, so the
+ * step itself never waits for the host and can be a CUDA graph. */
+static int *host_batches;
+
+static inline void lx_cuda_load(int *tokens, int *targets, int mb, int bt, cudaStream_t stream) {
+  const int *host = host_batches + (size_t)mb * (size_t)(bt + 1);
   if (tokens) CUDA_CHECK(cudaMemcpyAsync(tokens, host, sizeof(int) * (size_t)bt, cudaMemcpyHostToDevice, stream));
   if (targets) CUDA_CHECK(cudaMemcpyAsync(targets, host + 1, sizeof(int) * (size_t)bt, cudaMemcpyHostToDevice, stream));
+}
+
+/* --profile FILE: a pair of timing events around every op's launches (steps
+ * issued eagerly, after the first); lx_cuda_main.h sums them per op and
+ * writes the profile file that `lynxgen --profile` reads. */
+typedef struct {
+  const char *key;   /* the profile line's fields before the times; NULL: not an op that runs */
+  const char *attrs; /* and after them (seq=, heads=, impl= of attention) */
+  const char *what;  /* graph, variable and model-file line, for the comment */
+} lx_prof_op;
+typedef struct {
+  double ms[2]; /* forward (and recompute), backward */
+  long long calls[2];
+} lx_prof_total;
+static lx_prof_total *prof_totals; /* NULL: not profiling */
+static cudaEvent_t *prof_events;   /* (start, stop) per measured launch of the step */
+static int *prof_slot_of;          /* slot * 2 + backward of each pair */
+static int prof_used, prof_cap;
+
+static inline void lx_prof_begin(int slot, int backward, cudaStream_t stream) {
+  if (!prof_totals) return;
+  if (prof_used == prof_cap) {
+    int cap = prof_cap ? 2 * prof_cap : 1024;
+    prof_events = (cudaEvent_t *)realloc(prof_events, sizeof(cudaEvent_t) * 2 * (size_t)cap);
+    prof_slot_of = (int *)realloc(prof_slot_of, sizeof(int) * (size_t)cap);
+    if (!prof_events || !prof_slot_of) lx_cuda_fail_at(__FILE__, __LINE__, "realloc", "host", "out of memory");
+    for (int e = 2 * prof_cap; e < 2 * cap; e++) CUDA_CHECK(cudaEventCreate(&prof_events[e]));
+    prof_cap = cap;
+  }
+  prof_slot_of[prof_used] = slot * 2 + backward;
+  CUDA_CHECK(cudaEventRecord(prof_events[2 * prof_used], stream));
+  prof_used++;
+}
+
+static inline void lx_prof_end(cudaStream_t stream) {
+  if (prof_totals) CUDA_CHECK(cudaEventRecord(prof_events[2 * prof_used - 1], stream));
 }
 
 #endif

@@ -76,29 +76,15 @@ else
   grep -E 'error|warning|undefined' "$out/twins.log" | head -10 | sed 's/^/     /'
 fi
 
-# The resource table: one row per kernel and architecture, from the header
-# objects (the twins program compiles the same kernels again).
+# The resource table (bench/cuda_resource_usage.sh): one row per kernel and
+# architecture, from the header objects (the twins program compiles the same
+# kernels again); it fails on any spill.
 table=$out/resource-usage.txt
-for h in $headers; do cat "$out/$(basename "$h" .cuh).log"; done | awk '
-  /Compiling entry function/ { match($0, /\x27[^\x27]*\x27 for \x27sm_[0-9]+\x27/); s = substr($0, RSTART, RLENGTH);
-                                split(s, parts, "\x27"); name = parts[2]; arch = parts[4]; next }
-  /bytes stack frame/ { stack = $1; spill_st = $5; spill_ld = $9; next }
-  /Used [0-9]+ registers/ { regs = $0; sub(/.*Used /, "", regs); sub(/ registers.*/, "", regs);
-                            smem = 0; if (match($0, /[0-9]+ bytes smem/)) { smem = substr($0, RSTART, RLENGTH); sub(/ bytes smem/, "", smem) }
-                            if (name != "" && !seen[name arch]++) print name, arch, regs, smem, stack, spill_st, spill_ld; name = "" }' |
-  while read -r mangled arch regs smem stack spill_st spill_ld; do
-    printf '%-40s %-6s %4s %6s %6s %6s %6s\n' "$(c++filt "$mangled" | sed 's/(.*//')" "$arch" "$regs" "$smem" "$stack" \
-      "$spill_st" "$spill_ld"
-  done | sort -u >"$table"
-printf '# %-38s %-6s %4s %6s %6s %6s %6s\n' kernel arch regs smem stack spill_st spill_ld
-sed 's/^/# /' "$table"
-kernels=$(wc -l <"$table")
-spilling=$(awk '$6 != 0 || $7 != 0' "$table")
-if [ "$kernels" -eq 0 ]; then
-  not_ok "no resource usage found in the nvcc output"
-elif [ -n "$spilling" ]; then
-  not_ok "kernels spill registers:"; sed 's/^/     /' <<<"$spilling"
-else
-  ok "$kernels kernel builds (sm_80 + sm_90) with no register spills (table in $table)"
-fi
+logs=$(for h in $headers; do echo "$out/$(basename "$h" .cuh).log"; done)
+# shellcheck disable=SC2086 # one argument per log
+report=$(TABLE=$table bench/cuda_resource_usage.sh $logs 2>&1)
+status=$?
+sed 's/^/# /' <<<"$report"
+if [ $status -eq 0 ]; then ok "$(wc -l <"$table") kernel builds (sm_80 + sm_90) with no register spills (table in $table)"
+else not_ok "resource usage: $(grep -v '^ *[a-z_]* *sm_' <<<"$report" | tail -3 | tr '\n' ' ')"; fi
 exit $((failures > 0))

@@ -30,4 +30,4 @@ $(BUILD)/tests/cuda/kernel_twins: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda
 test-gpu: $(BUILD)/tests/cuda/kernel_twins
 	$(BUILD)/tests/cuda/kernel_twins
 
-TEST_PROGRAMS += tests/cuda/cuda_compile_test.sh
+TEST_PROGRAMS += tests/cuda/cuda_compile_test.sh tests/cuda/cuda_profile_test.sh
