@@ -1,0 +1,130 @@
+/* lx_common.h — what every CPU kernel header shares: the scalar type, the
+ * math functions that follow it, and error checks that say where they fired.
+ *
+ * The emitted CPU program is built in float. The kernel tests build the same
+ * headers with -DLX_DOUBLE so that central finite differences are accurate
+ * enough to check every backward to ~1e-8.
+ *
+ * Conventions of all lx_*.h kernels:
+ *   - every function takes its shapes explicitly; a comment beside each
+ *     pointer gives its shape, e.g. `real *out, // (B, T, C)`;
+ *   - a _forward writes (=) its outputs; a _backward ADDS (+=) into every
+ *     gradient it produces, activations and parameters alike, so that a
+ *     tensor used twice (a residual stream) and parameters shared by
+ *     micro-batches accumulate naturally: the caller zeroes gradients once;
+ *   - outputs never alias inputs unless a function says so;
+ *   - results do not depend on the number of OpenMP threads: where several
+ *     rows add into one parameter gradient, they do so in a fixed order, so
+ *     a recomputed step reproduces the first bit for bit (the OpenBLAS
+ *     products are deterministic for a fixed OPENBLAS_NUM_THREADS; keep it
+ *     fixed across a run);
+ *   - random numbers (dropout, init) come from lx_rng.h, a pure function of
+ *     (seed, stream, index), never from hidden state. */
+#ifndef LX_COMMON_H
+#define LX_COMMON_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef LX_DOUBLE
+typedef double real;
+#define lx_exp exp
+#define lx_log log
+#define lx_sqrt sqrt
+#define lx_tanh tanh
+#define lx_fabs fabs
+#else
+typedef float real;
+#define lx_exp expf
+#define lx_log logf
+#define lx_sqrt sqrtf
+#define lx_tanh tanhf
+#define lx_fabs fabsf
+#endif
+
+/* Reductions over a row (norm statistics, softmax sums, losses) run in
+ * double even in the float build: they are cheap next to the matmuls and
+ * keep long rows (a 50k vocabulary) accurate. */
+typedef double lx_acc;
+
+/* ---- errors that carry __FILE__ / __LINE__ ------------------------------- */
+
+static inline void lx_fatal_at(const char *file, int line, const char *what) {
+  fprintf(stderr, "lynx: fatal error at %s:%d: %s\n", file, line, what);
+  exit(EXIT_FAILURE);
+}
+
+#define LX_FATAL(what) lx_fatal_at(__FILE__, __LINE__, (what))
+
+/* A broken shape or argument is a bug of the emitted program: stop at once. */
+#define LX_CHECK(cond)                                                                                       \
+  do {                                                                                                       \
+    if (!(cond)) lx_fatal_at(__FILE__, __LINE__, "check failed: " #cond);                                    \
+  } while (0)
+
+static inline void *lx_malloc_at(size_t bytes, const char *file, int line) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) lx_fatal_at(file, line, "out of memory");
+  return p;
+}
+
+static inline void *lx_calloc_at(size_t count, size_t size, const char *file, int line) {
+  void *p = calloc(count ? count : 1, size ? size : 1);
+  if (!p) lx_fatal_at(file, line, "out of memory");
+  return p;
+}
+
+static inline FILE *lx_fopen_at(const char *path, const char *mode, const char *file, int line) {
+  FILE *f = fopen(path, mode);
+  if (!f) {
+    fprintf(stderr, "lynx: cannot open %s (mode %s)\n", path, mode);
+    lx_fatal_at(file, line, "fopen failed");
+  }
+  return f;
+}
+
+static inline void lx_fread_at(void *dst, size_t size, size_t count, FILE *f, const char *file, int line) {
+  if (fread(dst, size, count, f) != count) lx_fatal_at(file, line, "short read (truncated file?)");
+}
+
+static inline void lx_fwrite_at(const void *src, size_t size, size_t count, FILE *f, const char *file,
+                                int line) {
+  if (fwrite(src, size, count, f) != count) lx_fatal_at(file, line, "short write (disk full?)");
+}
+
+#define LX_MALLOC(bytes) lx_malloc_at((bytes), __FILE__, __LINE__)
+#define LX_CALLOC(count, size) lx_calloc_at((count), (size), __FILE__, __LINE__)
+#define LX_FOPEN(path, mode) lx_fopen_at((path), (mode), __FILE__, __LINE__)
+#define LX_FREAD(dst, size, count, f) lx_fread_at((dst), (size), (count), (f), __FILE__, __LINE__)
+#define LX_FWRITE(src, size, count, f) lx_fwrite_at((src), (size), (count), (f), __FILE__, __LINE__)
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static inline real lx_dot(const real *a, // (n)
+                          const real *b, // (n)
+                          int n) {
+  real s = 0;
+  for (int i = 0; i < n; i++)
+    s += a[i] * b[i];
+  return s;
+}
+
+/* y += alpha * x */
+static inline void lx_axpy(real *y, // (n)
+                           real alpha,
+                           const real *x, // (n)
+                           int n) {
+  for (int i = 0; i < n; i++)
+    y[i] += alpha * x[i];
+}
+
+static inline void lx_zero(real *x, // (n)
+                           size_t n) {
+  memset(x, 0, n * sizeof(real));
+}
+
+#endif

@@ -1,0 +1,184 @@
+/* lx_cuda_common.cuh — what every CUDA kernel header shares: error checks
+ * that name the failing call and abort the whole job, the bf16 type and its
+ * conversions, deterministic warp and block reductions, launch helpers.
+ *
+ * Conventions of all lx_cuda_*.cuh kernels (the GPU twins of templates/cpu):
+ *   - the same math as the CPU kernel of the same name, and the same argument
+ *     order, with a cudaStream_t last: every launcher runs on the stream it is
+ *     given, never on the default stream, so the emitted program decides what
+ *     overlaps (llm.c style);
+ *   - a comment beside each pointer gives its shape, e.g. `lx_bf16 *out, // (B, T, C)`;
+ *   - activations and their gradients are bf16; parameters are bf16 with an
+ *     fp32 master copy; parameter gradients are fp32 (they accumulate over
+ *     micro-batches and feed the fp32 optimizer); statistics (lse) are fp32;
+ *   - a _forward writes (=) its outputs; a _backward ADDS (+=) into every
+ *     gradient it produces, as on the CPU: the caller zeroes gradients once;
+ *   - no float atomics anywhere: every element is written by exactly one
+ *     thread and every sum runs in an order fixed by the shapes alone (not by
+ *     the GPU model or its SM count), so a step, and a recomputation inside
+ *     it, reproduces bit for bit;
+ *   - no cudaMalloc: scratch a kernel needs comes from the caller (the
+ *     emitted program's static arena) with its size given by a
+ *     lx_cuda_*_scratch_floats() function next to the launcher. */
+#ifndef LX_CUDA_COMMON_CUH
+#define LX_CUDA_COMMON_CUH
+
+/* Open MPI's C++ bindings do not compile with -Wall -Wextra -Werror; the C
+ * interface is all the emitted programs use. */
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef __nv_bfloat16 lx_bf16;
+
+/* Launchers are inline where a header is included on its own (tests); the
+ * emitted lx_kernels.cu defines LX_CUDA_API empty first, so that one
+ * translation unit holds every launcher and the stage programs, host code
+ * only, see their prototypes in lx_cuda_api.h. */
+#ifndef LX_CUDA_API
+#define LX_CUDA_API inline
+#endif
+typedef __nv_bfloat162 lx_bf16x2;
+
+/* ---- errors: print the call, file and line, then take the job down ------- */
+
+/* One failing rank must not leave the others blocked in a collective: with MPI
+ * up, MPI_Abort ends every rank; without it (a unit test), exit suffices. */
+LX_CUDA_API void lx_cuda_abort_job(void) {
+  int mpi_initialized = 0, mpi_finalized = 0;
+  MPI_Initialized(&mpi_initialized);
+  MPI_Finalized(&mpi_finalized);
+  fflush(stderr);
+  if (mpi_initialized && !mpi_finalized) MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+  exit(EXIT_FAILURE);
+}
+
+LX_CUDA_API void lx_cuda_fail_at(const char *file, int line, const char *call, const char *kind,
+                                   const char *message) {
+  fprintf(stderr, "lynx: %s error at %s:%d: %s: %s\n", kind, file, line, call, message);
+  lx_cuda_abort_job();
+}
+
+inline const char *lx_cublas_status_name(cublasStatus_t status) {
+  switch (status) {
+  case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+  case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+  case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+  case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  default: return "unknown cuBLAS status";
+  }
+}
+
+#define CUDA_CHECK(call)                                                                                     \
+  do {                                                                                                       \
+    cudaError_t lx_status_ = (call);                                                                         \
+    if (lx_status_ != cudaSuccess)                                                                           \
+      lx_cuda_fail_at(__FILE__, __LINE__, #call, "CUDA", cudaGetErrorString(lx_status_));                    \
+  } while (0)
+
+#define CUBLAS_CHECK(call)                                                                                   \
+  do {                                                                                                       \
+    cublasStatus_t lx_status_ = (call);                                                                      \
+    if (lx_status_ != CUBLAS_STATUS_SUCCESS)                                                                 \
+      lx_cuda_fail_at(__FILE__, __LINE__, #call, "cuBLAS", lx_cublas_status_name(lx_status_));               \
+  } while (0)
+
+#define NCCL_CHECK(call)                                                                                     \
+  do {                                                                                                       \
+    ncclResult_t lx_status_ = (call);                                                                        \
+    if (lx_status_ != ncclSuccess)                                                                           \
+      lx_cuda_fail_at(__FILE__, __LINE__, #call, "NCCL", ncclGetErrorString(lx_status_));                    \
+  } while (0)
+
+/* A broken shape or argument is a bug of the emitted program: stop at once. */
+#define LX_CUDA_REQUIRE(cond)                                                                                \
+  do {                                                                                                       \
+    if (!(cond)) lx_cuda_fail_at(__FILE__, __LINE__, #cond, "argument", "check failed");                   \
+  } while (0)
+
+/* A launch reports a bad configuration only through cudaGetLastError. */
+#define LX_CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+/* ---- bf16 and launch helpers ------------------------------------------------ */
+
+__host__ __device__ inline float lx_to_float(lx_bf16 x) { return __bfloat162float(x); }
+__host__ __device__ inline float lx_to_float(float x) { return x; }
+__host__ __device__ inline lx_bf16 lx_to_bf16(float x) { return __float2bfloat16_rn(x); }
+
+/* Stores a float into either element type, rounding to nearest for bf16. */
+__device__ inline void lx_store(lx_bf16 *dst, float x) { *dst = __float2bfloat16_rn(x); }
+__device__ inline void lx_store(float *dst, float x) { *dst = x; }
+
+inline unsigned lx_ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
+
+#define LX_WARP 32
+#define LX_FULL_MASK 0xffffffffu
+
+/* Butterfly reductions: every lane ends with the same value, combined in the
+ * same order on every run. */
+__device__ inline float lx_warp_sum(float x) {
+  for (int offset = LX_WARP / 2; offset > 0; offset /= 2)
+    x += __shfl_xor_sync(LX_FULL_MASK, x, offset);
+  return x;
+}
+
+__device__ inline float lx_warp_max(float x) {
+  for (int offset = LX_WARP / 2; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(LX_FULL_MASK, x, offset));
+  return x;
+}
+
+/* Sum over the whole block (blockDim.x a multiple of 32, at most 1024): warp
+ * sums, then warp 0 sums the 32 per-warp slots in a fixed tree. Every thread
+ * gets the total. `slots` is __shared__ float[32]; the function synchronises
+ * before reusing it so that back-to-back calls may share one array. */
+__device__ inline float lx_block_sum(float x, float *slots) {
+  int lane = threadIdx.x % LX_WARP, warp = threadIdx.x / LX_WARP, warps = blockDim.x / LX_WARP;
+  x = lx_warp_sum(x);
+  __syncthreads(); /* a previous call may still be reading slots */
+  if (lane == 0) slots[warp] = x;
+  __syncthreads();
+  x = lane < warps ? slots[lane] : 0.0f;
+  return lx_warp_sum(x);
+}
+
+__device__ inline float lx_block_max(float x, float *slots) {
+  int lane = threadIdx.x % LX_WARP, warp = threadIdx.x / LX_WARP, warps = blockDim.x / LX_WARP;
+  x = lx_warp_max(x);
+  __syncthreads();
+  if (lane == 0) slots[warp] = x;
+  __syncthreads();
+  x = lane < warps ? slots[lane] : -INFINITY;
+  return lx_warp_max(x);
+}
+
+/* out[c] += sum over chunks of partials[chunk][c], chunks in order: the second
+ * pass of every column reduction (bias, norm weights) in place of atomics. */
+__global__ void lx_cuda_sum_partials_kernel(float *out,            // (C)
+                                            const float *partials, // (chunks, C)
+                                            int chunks, int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float sum = 0.0f;
+  for (int chunk = 0; chunk < chunks; chunk++)
+    sum += partials[(size_t)chunk * C + c];
+  out[c] += sum;
+}
+
+#endif

@@ -1,0 +1,210 @@
+/* lx_cuda_elementwise.cuh — gelu, swiglu, residual add and dropout, the GPU
+ * twins of templates/cpu/lx_elementwise.h. Every element is independent, so
+ * each is one thread's work; backward kernels add into their gradients. */
+#ifndef LX_CUDA_ELEMENTWISE_CUH
+#define LX_CUDA_ELEMENTWISE_CUH
+
+#include "lx_cuda_common.cuh"
+#include "lx_cuda_rng.cuh"
+
+#define LX_CUDA_ELEMENTWISE_THREADS 256
+
+/* Enough blocks to fill any GPU, each striding over the rest: the element
+ * that a thread handles depends only on N, never on the device. */
+LX_CUDA_API unsigned lx_cuda_elementwise_blocks(size_t N) {
+  unsigned blocks = lx_ceil_div(N, LX_CUDA_ELEMENTWISE_THREADS);
+  return blocks < 65536u ? (blocks ? blocks : 1u) : 65536u;
+}
+
+#define LX_CUDA_FOR_EACH(i, N)                                                                               \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (N); i += (size_t)gridDim.x * blockDim.x)
+
+/* ---- gelu, tanh approximation (as GPT-2) ----------------------------------- */
+
+#define LX_CUDA_GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+#define LX_CUDA_GELU_C 0.044715f
+
+__device__ inline float lx_gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(LX_CUDA_GELU_K * (x + LX_CUDA_GELU_C * x * x * x)));
+}
+
+__device__ inline float lx_gelu_derivative(float x) {
+  float th = tanhf(LX_CUDA_GELU_K * (x + LX_CUDA_GELU_C * x * x * x));
+  float du_dx = LX_CUDA_GELU_K * (1.0f + 3.0f * LX_CUDA_GELU_C * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
+}
+
+__global__ void lx_cuda_gelu_forward_kernel(lx_bf16 *out,       // (N)
+                                            const lx_bf16 *inp, // (N)
+                                            size_t N) {
+  LX_CUDA_FOR_EACH(i, N) out[i] = lx_to_bf16(lx_gelu(lx_to_float(inp[i])));
+}
+
+__global__ void lx_cuda_gelu_backward_kernel(lx_bf16 *dinp,       // (N)
+                                             const lx_bf16 *dout, // (N)
+                                             const lx_bf16 *inp,  // (N)
+                                             size_t N) {
+  LX_CUDA_FOR_EACH(i, N) {
+    float grad = lx_gelu_derivative(lx_to_float(inp[i])) * lx_to_float(dout[i]);
+    dinp[i] = lx_to_bf16(lx_to_float(dinp[i]) + grad);
+  }
+}
+
+LX_CUDA_API void lx_cuda_gelu_forward(lx_bf16 *out,       // (N)
+                                        const lx_bf16 *inp, // (N)
+                                        size_t N, cudaStream_t stream) {
+  lx_cuda_gelu_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, inp, N);
+  LX_CUDA_LAUNCHED();
+}
+
+LX_CUDA_API void lx_cuda_gelu_backward(lx_bf16 *dinp,       // (N)
+                                         const lx_bf16 *dout, // (N)
+                                         const lx_bf16 *inp,  // (N)
+                                         size_t N, cudaStream_t stream) {
+  lx_cuda_gelu_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout,
+                                                                                                         inp, N);
+  LX_CUDA_LAUNCHED();
+}
+
+/* ---- swiglu: silu(gate) * up, gate and up the two halves of each row ------ */
+
+__device__ inline float lx_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__global__ void lx_cuda_swiglu_forward_kernel(lx_bf16 *out,       // (BT, F)
+                                              const lx_bf16 *inp, // (BT, 2F): gate | up
+                                              int BT, int F) {
+  LX_CUDA_FOR_EACH(e, (size_t)BT * F) {
+    size_t r = e / F, i = e % F;
+    float gate = lx_to_float(inp[r * 2 * F + i]), up = lx_to_float(inp[r * 2 * F + F + i]);
+    out[e] = lx_to_bf16(gate * lx_sigmoid(gate) * up);
+  }
+}
+
+__global__ void lx_cuda_swiglu_backward_kernel(lx_bf16 *dinp,       // (BT, 2F)
+                                               const lx_bf16 *dout, // (BT, F)
+                                               const lx_bf16 *inp,  // (BT, 2F)
+                                               int BT, int F) {
+  LX_CUDA_FOR_EACH(e, (size_t)BT * F) {
+    size_t r = e / F, i = e % F, g = r * 2 * F + i, u = g + F;
+    float gate = lx_to_float(inp[g]), up = lx_to_float(inp[u]), dy = lx_to_float(dout[e]);
+    float s = lx_sigmoid(gate), dsilu = s * (1.0f + gate * (1.0f - s));
+    dinp[g] = lx_to_bf16(lx_to_float(dinp[g]) + dy * up * dsilu);
+    dinp[u] = lx_to_bf16(lx_to_float(dinp[u]) + dy * gate * s);
+  }
+}
+
+LX_CUDA_API void lx_cuda_swiglu_forward(lx_bf16 *out,       // (BT, F)
+                                          const lx_bf16 *inp, // (BT, 2F)
+                                          int BT, int F, cudaStream_t stream) {
+  size_t N = (size_t)BT * F;
+  lx_cuda_swiglu_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, inp,
+                                                                                                          BT, F);
+  LX_CUDA_LAUNCHED();
+}
+
+LX_CUDA_API void lx_cuda_swiglu_backward(lx_bf16 *dinp,       // (BT, 2F)
+                                           const lx_bf16 *dout, // (BT, F)
+                                           const lx_bf16 *inp,  // (BT, 2F)
+                                           int BT, int F, cudaStream_t stream) {
+  size_t N = (size_t)BT * F;
+  lx_cuda_swiglu_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
+      dinp, dout, inp, BT, F);
+  LX_CUDA_LAUNCHED();
+}
+
+/* ---- residual add --------------------------------------------------------------- */
+
+__global__ void lx_cuda_add_forward_kernel(lx_bf16 *out,     // (N)
+                                           const lx_bf16 *a, // (N)
+                                           const lx_bf16 *b, // (N)
+                                           size_t N) {
+  LX_CUDA_FOR_EACH(i, N) out[i] = lx_to_bf16(lx_to_float(a[i]) + lx_to_float(b[i]));
+}
+
+/* da and db may be the same buffer (add(x, x)): one thread does both adds to
+ * an element, in order, so it gets dout twice, as on the CPU. */
+__global__ void lx_cuda_add_backward_kernel(lx_bf16 *da,         // (N)
+                                            lx_bf16 *db,         // (N)
+                                            const lx_bf16 *dout, // (N)
+                                            size_t N) {
+  LX_CUDA_FOR_EACH(i, N) {
+    float dy = lx_to_float(dout[i]);
+    da[i] = lx_to_bf16(lx_to_float(da[i]) + dy);
+    db[i] = lx_to_bf16(lx_to_float(db[i]) + dy);
+  }
+}
+
+LX_CUDA_API void lx_cuda_add_forward(lx_bf16 *out,     // (N)
+                                       const lx_bf16 *a, // (N)
+                                       const lx_bf16 *b, // (N)
+                                       size_t N, cudaStream_t stream) {
+  lx_cuda_add_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, a, b, N);
+  LX_CUDA_LAUNCHED();
+}
+
+LX_CUDA_API void lx_cuda_add_backward(lx_bf16 *da,         // (N)
+                                        lx_bf16 *db,         // (N)
+                                        const lx_bf16 *dout, // (N)
+                                        size_t N, cudaStream_t stream) {
+  lx_cuda_add_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(da, db, dout,
+                                                                                                        N);
+  LX_CUDA_LAUNCHED();
+}
+
+/* ---- dropout (inverted: kept elements scaled by 1 / (1 - p)) --------------- */
+
+/* Element i is kept iff lx_dropout_keep(seed, stream, first + i) on the CPU:
+ * the same integer test on the same bits, so both targets draw the same mask
+ * (a sequence shard draws the whole tensor's, from counter `first`). */
+__global__ void lx_cuda_dropout_forward_kernel(lx_bf16 *out,       // (N)
+                                               uint8_t *mask,      // (N) or NULL
+                                               const lx_bf16 *inp, // (N)
+                                               size_t N, uint64_t key, uint32_t threshold, float scale,
+                                               uint64_t first) {
+  LX_CUDA_FOR_EACH(i, N) {
+    bool keep = lx_cuda_dropout_keep(key, first + i, threshold);
+    if (mask) mask[i] = (uint8_t)keep;
+    out[i] = lx_to_bf16(keep ? lx_to_float(inp[i]) * scale : 0.0f);
+  }
+}
+
+__global__ void lx_cuda_dropout_backward_kernel(lx_bf16 *dinp,       // (N)
+                                                const lx_bf16 *dout, // (N)
+                                                const uint8_t *mask, // (N) or NULL when p == 0
+                                                size_t N, float scale) {
+  LX_CUDA_FOR_EACH(i, N) {
+    if (!mask || mask[i]) dinp[i] = lx_to_bf16(lx_to_float(dinp[i]) + lx_to_float(dout[i]) * scale);
+  }
+}
+
+/* Sequence parallelism: element i draws counter first + i (lx_dropout_forward_at). */
+LX_CUDA_API void lx_cuda_dropout_forward_at(lx_bf16 *out,       // (N)
+                                            uint8_t *mask,      // (N) or NULL
+                                            const lx_bf16 *inp, // (N)
+                                            size_t N, double p, uint64_t seed, uint64_t stream_id,
+                                            uint64_t first, cudaStream_t stream) {
+  uint32_t threshold = lx_cuda_dropout_threshold(p);
+  lx_cuda_dropout_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
+      out, mask, inp, N, lx_cuda_rng_key(seed, stream_id), threshold, (float)(1.0 / (1.0 - p)), first);
+  LX_CUDA_LAUNCHED();
+}
+
+LX_CUDA_API void lx_cuda_dropout_forward(lx_bf16 *out,       // (N)
+                                           uint8_t *mask,      // (N) or NULL
+                                           const lx_bf16 *inp, // (N)
+                                           size_t N, double p, uint64_t seed, uint64_t stream_id,
+                                           cudaStream_t stream) {
+  lx_cuda_dropout_forward_at(out, mask, inp, N, p, seed, stream_id, 0, stream);
+}
+
+LX_CUDA_API void lx_cuda_dropout_backward(lx_bf16 *dinp,       // (N)
+                                            const lx_bf16 *dout, // (N)
+                                            const uint8_t *mask, // (N), or NULL when p == 0
+                                            size_t N, double p, cudaStream_t stream) {
+  LX_CUDA_REQUIRE(mask != NULL || p == 0);
+  lx_cuda_dropout_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
+      dinp, dout, mask, N, (float)(1.0 / (1.0 - p)));
+  LX_CUDA_LAUNCHED();
+}
+
+#endif

@@ -1,0 +1,133 @@
+/* lx_cuda_loss.cuh — fused softmax + cross-entropy and its gradient, the GPU
+ * twin of templates/cpu/lx_loss.h.
+ *
+ * The forward saves the log-sum-exp of each row (fp32), so the backward
+ * forms softmax = exp(logit - lse) without a second max/sum pass. Logit rows
+ * are padded to Vp >= V columns; the padding takes no part and gets no
+ * gradient. The mean over rows is a second, single-block pass over the
+ * per-row losses in a fixed order, so the loss has the same bits every run. */
+#ifndef LX_CUDA_LOSS_CUH
+#define LX_CUDA_LOSS_CUH
+
+#include "lx_cuda_common.cuh"
+
+#define LX_CUDA_LOSS_THREADS 512
+
+/* lse of logits[0..V) by a block: max, then the sum of exp(x - max). */
+__device__ inline float lx_row_logsumexp(const lx_bf16 *x, // (V)
+                                                int V, float *slots) {
+  float max = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x)
+    max = fmaxf(max, lx_to_float(x[v]));
+  max = lx_block_max(max, slots);
+  float sum = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x)
+    sum += expf(lx_to_float(x[v]) - max);
+  return max + logf(lx_block_sum(sum, slots));
+}
+
+/* dx[v] += scale * (exp(x[v] - lse) - [v == target]) for v < V. */
+__device__ inline void lx_row_cross_entropy_grad(lx_bf16 *dx,      // (V)
+                                                        const lx_bf16 *x, // (V)
+                                                        float lse, int target, float scale, int V) {
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    float grad = scale * (expf(lx_to_float(x[v]) - lse) - (v == target ? 1.0f : 0.0f));
+    dx[v] = lx_to_bf16(lx_to_float(dx[v]) + grad);
+  }
+}
+
+/* One block per row: lse[r] and losses[r] = lse[r] - logits[r][target].
+ * With dlogits non-NULL the gradient is added in the same launch (the fused
+ * form: the row is read once more while it is still in L2). */
+__global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
+    lx_cuda_cross_entropy_kernel(float *lse,            // (BT)
+                                 float *losses,         // (BT)
+                                 lx_bf16 *dlogits,      // (BT, Vp) or NULL
+                                 const lx_bf16 *logits, // (BT, Vp)
+                                 const int *targets,    // (BT)
+                                 float grad_scale, int V, int Vp) {
+  __shared__ float slots[LX_WARP];
+  size_t row = (size_t)blockIdx.x * Vp;
+  const lx_bf16 *x = logits + row;
+  float row_lse = lx_row_logsumexp(x, V, slots);
+  int target = targets[blockIdx.x];
+  if (threadIdx.x == 0) {
+    lse[blockIdx.x] = row_lse;
+    losses[blockIdx.x] = row_lse - lx_to_float(x[target]);
+  }
+  if (dlogits) lx_row_cross_entropy_grad(dlogits + row, x, row_lse, target, grad_scale, V);
+}
+
+/* loss[0] = mean of losses, one block summing in a fixed order. */
+__global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
+    lx_cuda_mean_kernel(float *mean,         // (1)
+                        const float *values, // (N)
+                        int N) {
+  __shared__ float slots[LX_WARP];
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < N; i += blockDim.x)
+    sum += values[i];
+  sum = lx_block_sum(sum, slots);
+  if (threadIdx.x == 0) *mean = sum / N;
+}
+
+/* valid: the columns of the row that are vocabulary (not padding); first:
+ * the vocabulary id of column 0 (a tensor-parallel rank's slice). */
+__global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
+    lx_cuda_cross_entropy_backward_kernel(lx_bf16 *dlogits,      // (BT, Vp)
+                                          const lx_bf16 *logits, // (BT, Vp)
+                                          const float *lse,      // (BT)
+                                          const int *targets,    // (BT)
+                                          float grad_scale, int valid, int Vp, int first) {
+  size_t row = (size_t)blockIdx.x * Vp;
+  lx_row_cross_entropy_grad(dlogits + row, logits + row, lse[blockIdx.x], targets[blockIdx.x] - first,
+                            grad_scale, valid);
+}
+
+/* loss[0] = mean over rows of -log softmax(logits[r])[targets[r]], lse saved.
+ * The targets are trusted here: lx_cuda_check_tokens validates them on load. */
+LX_CUDA_API void lx_cuda_cross_entropy_forward(float *loss,           // (1) on the device
+                                                 float *lse,            // (BT)
+                                                 float *losses,         // (BT) scratch, per-row losses
+                                                 const lx_bf16 *logits, // (BT, Vp)
+                                                 const int *targets,    // (BT)
+                                                 int BT, int V, int Vp, cudaStream_t stream) {
+  LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
+  lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(lse, losses, NULL, logits, targets, 0.0f, V,
+                                                                       Vp);
+  LX_CUDA_LAUNCHED();
+  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, stream>>>(loss, losses, BT);
+  LX_CUDA_LAUNCHED();
+}
+
+/* dlogits += dloss / BT * (softmax(logits) - onehot(target)); dloss as on the
+ * CPU: 1 for one micro-batch, 1 / micro_batches when a step averages several. */
+LX_CUDA_API void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits,      // (BT, Vp)
+                                                  const lx_bf16 *logits, // (BT, Vp)
+                                                  const float *lse,      // (BT)
+                                                  const int *targets,    // (BT)
+                                                  float dloss, int BT, int V, int Vp, cudaStream_t stream) {
+  LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
+  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(
+      dlogits, logits, lse, targets, dloss / BT, V, Vp, 0);
+  LX_CUDA_LAUNCHED();
+}
+
+/* Forward and backward in one pass over the logits, for schedules that run
+ * the loss's backward right after its forward (the last stage's epilogue). */
+LX_CUDA_API void lx_cuda_cross_entropy_forward_backward(float *loss,           // (1) on the device
+                                                          float *lse,            // (BT)
+                                                          float *losses,         // (BT) scratch
+                                                          lx_bf16 *dlogits,      // (BT, Vp)
+                                                          const lx_bf16 *logits, // (BT, Vp)
+                                                          const int *targets,    // (BT)
+                                                          float dloss, int BT, int V, int Vp, cudaStream_t stream) {
+  LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
+  lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(lse, losses, dlogits, logits, targets,
+                                                                       dloss / BT, V, Vp);
+  LX_CUDA_LAUNCHED();
+  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, stream>>>(loss, losses, BT);
+  LX_CUDA_LAUNCHED();
+}
+
+#endif

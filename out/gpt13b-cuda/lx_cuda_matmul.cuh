@@ -1,0 +1,300 @@
+/* lx_cuda_matmul.cuh — linear layers on cuBLASLt: bf16 operands, fp32
+ * accumulation, optional bias / GELU epilogues, and the bias gradient.
+ *
+ * The matrices are row-major as on the CPU (templates/cpu/lx_matmul.h):
+ * weights are (out, in), D = op(A) op(B). cuBLASLt is column-major, and a
+ * row-major X is the column-major X^T, so D^T = op(B)^T op(A)^T is computed
+ * with the operands swapped; nothing is copied or transposed.
+ *
+ * The workspace comes from the emitted program's static arena (no
+ * cudaMalloc at run time), and the algorithm chosen by the heuristic is cached
+ * per shape: the first call of a shape pays for the query, later calls (and a
+ * captured CUDA graph) reuse the same algorithm, so the same shape always runs
+ * the same reduction order and gives the same bits. */
+#ifndef LX_CUDA_MATMUL_CUH
+#define LX_CUDA_MATMUL_CUH
+
+#include "lx_cuda_common.cuh"
+
+typedef enum {
+  LX_EPILOGUE_NONE = 0,
+  LX_EPILOGUE_BIAS,      /* D = op(A) op(B) + bias                                   */
+  LX_EPILOGUE_GELU,      /* D = gelu(op(A) op(B)), pre-activation saved to aux       */
+  LX_EPILOGUE_GELU_BIAS, /* D = gelu(op(A) op(B) + bias), pre-activation to aux      */
+  LX_EPILOGUE_DGELU      /* D = (op(A) op(B)) * gelu'(aux): the backward of the above */
+} lx_epilogue;
+
+/* One cached shape: its descriptors and the algorithm the heuristic chose. */
+typedef struct {
+  int m, n, k, trans_a, trans_b, accumulate;
+  lx_epilogue epilogue;
+  cudaDataType_t d_type;
+  cublasLtMatmulDesc_t operation;
+  cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
+  cublasLtMatmulAlgo_t algorithm;
+} lx_cuda_matmul_plan;
+
+#define LX_CUDA_MATMUL_MAX_PLANS 128
+
+/* The emitted program owns one per device; shapes are compile-time facts, so
+ * a program never needs more plans than it has distinct linear shapes. */
+typedef struct lx_cuda_matmul_context {
+  cublasLtHandle_t handle;
+  void *workspace; /* (workspace_bytes) from the arena, 256-byte aligned */
+  size_t workspace_bytes;
+  int plan_count;
+  lx_cuda_matmul_plan plans[LX_CUDA_MATMUL_MAX_PLANS];
+} lx_cuda_matmul_context;
+
+/* 32 MiB is what cuBLASLt's Hopper kernels ask for at most (NVIDIA's guide). */
+#define LX_CUDA_MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
+
+LX_CUDA_API void lx_cuda_matmul_init(lx_cuda_matmul_context *ctx, void *workspace, // (workspace_bytes)
+                                       size_t workspace_bytes) {
+  LX_CUDA_REQUIRE(((uintptr_t)workspace % 256) == 0);
+  CUBLAS_CHECK(cublasLtCreate(&ctx->handle));
+  ctx->workspace = workspace;
+  ctx->workspace_bytes = workspace_bytes;
+  ctx->plan_count = 0;
+}
+
+LX_CUDA_API void lx_cuda_matmul_destroy(lx_cuda_matmul_context *ctx) {
+  for (int i = 0; i < ctx->plan_count; i++) {
+    lx_cuda_matmul_plan *plan = &ctx->plans[i];
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan->a_layout));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan->b_layout));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan->d_layout));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan->operation));
+  }
+  ctx->plan_count = 0;
+  CUBLAS_CHECK(cublasLtDestroy(ctx->handle));
+}
+
+inline cublasLtEpilogue_t lx_cublaslt_epilogue(lx_epilogue epilogue) {
+  switch (epilogue) {
+  case LX_EPILOGUE_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+  case LX_EPILOGUE_GELU: return CUBLASLT_EPILOGUE_GELU_AUX;
+  case LX_EPILOGUE_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  case LX_EPILOGUE_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+  default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_find_plan(lx_cuda_matmul_context *ctx, int m, int n, int k,
+                                                            int trans_a, int trans_b, int accumulate,
+                                                            lx_epilogue epilogue, cudaDataType_t d_type) {
+  for (int i = 0; i < ctx->plan_count; i++) {
+    lx_cuda_matmul_plan *p = &ctx->plans[i];
+    if (p->m == m && p->n == n && p->k == k && p->trans_a == trans_a && p->trans_b == trans_b &&
+        p->accumulate == accumulate && p->epilogue == epilogue && p->d_type == d_type)
+      return p;
+  }
+  return NULL;
+}
+
+/* Builds the column-major problem D^T (n x m) = op(B)^T (n x k) op(A)^T (k x m):
+ * cuBLASLt's "A" is our B and its "B" is our A. */
+LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context *ctx, int m, int n, int k,
+                                                            int trans_a, int trans_b, int accumulate,
+                                                            lx_epilogue epilogue, cudaDataType_t d_type) {
+  LX_CUDA_REQUIRE(ctx->plan_count < LX_CUDA_MATMUL_MAX_PLANS);
+  lx_cuda_matmul_plan *plan = &ctx->plans[ctx->plan_count];
+  plan->m = m, plan->n = n, plan->k = k, plan->trans_a = trans_a, plan->trans_b = trans_b;
+  plan->accumulate = accumulate, plan->epilogue = epilogue, plan->d_type = d_type;
+
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                              sizeof(op_first)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                              sizeof(op_second)));
+  cublasLtEpilogue_t lt_epilogue = lx_cublaslt_epilogue(epilogue);
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epilogue,
+                                              sizeof(lt_epilogue)));
+  if (epilogue == LX_EPILOGUE_BIAS || epilogue == LX_EPILOGUE_GELU_BIAS) {
+    cudaDataType_t bias_type = CUDA_R_16BF;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                &bias_type, sizeof(bias_type)));
+  }
+  if (epilogue == LX_EPILOGUE_GELU || epilogue == LX_EPILOGUE_GELU_BIAS || epilogue == LX_EPILOGUE_DGELU) {
+    int64_t aux_ld = n; /* aux has D's shape and layout */
+    cudaDataType_t aux_type = CUDA_R_16BF;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                sizeof(aux_ld)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                &aux_type, sizeof(aux_type)));
+  }
+
+  /* layouts are (rows, cols, leading dimension) of the column-major views */
+  if (trans_b)
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a_layout, CUDA_R_16BF, k, n, k));
+  else
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a_layout, CUDA_R_16BF, n, k, n));
+  if (trans_a)
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b_layout, CUDA_R_16BF, m, k, m));
+  else
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b_layout, CUDA_R_16BF, k, m, k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d_layout, d_type, n, m, n));
+
+  cublasLtMatmulPreference_t preference;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &ctx->workspace_bytes, sizeof(ctx->workspace_bytes)));
+  cublasLtMatmulHeuristicResult_t heuristic;
+  int found = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx->handle, plan->operation, plan->a_layout, plan->b_layout,
+                                              plan->d_layout, plan->d_layout, preference, 1, &heuristic, &found));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+  if (found == 0) {
+    fprintf(stderr, "lynx: no cuBLASLt algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d\n", m, n, k,
+            trans_a, trans_b, (int)epilogue);
+    lx_cuda_abort_job();
+  }
+  plan->algorithm = heuristic.algo;
+  ctx->plan_count++;
+  return plan;
+}
+
+/* D (m, n) = op(A) op(B) [+ D when accumulate], row-major, fp32 accumulation.
+ *   a     (m, k), or (k, m) when trans_a; bf16
+ *   b     (k, n), or (n, k) when trans_b; bf16
+ *   d     (m, n) of d_type: CUDA_R_16BF (activations) or CUDA_R_32F (weight
+ *         gradients, which accumulate over micro-batches in fp32)
+ *   bias  (n) bf16 for the _BIAS epilogues, else NULL
+ *   aux   (m, n) bf16 for the GELU epilogues: written (pre-activation) by
+ *         GELU / GELU_BIAS, read by DGELU; else NULL
+ * DGELU scales the product itself by gelu'(aux), so it cannot also add into
+ * D: it requires accumulate == 0 (the emitter uses it only where the gradient
+ * buffer is fresh). Pointers must be 16-byte aligned (the arena aligns). */
+LX_CUDA_API void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)
+                                  cudaDataType_t d_type,
+                                  const lx_bf16 *a, // (m, k) or (k, m)
+                                  const lx_bf16 *b, // (k, n) or (n, k)
+                                  int m, int n, int k, int trans_a, int trans_b, int accumulate,
+                                  lx_epilogue epilogue,
+                                  const lx_bf16 *bias, // (n) or NULL
+                                  lx_bf16 *aux,        // (m, n) or NULL
+                                  cudaStream_t stream) {
+  LX_CUDA_REQUIRE(m > 0 && n > 0 && k > 0);
+  LX_CUDA_REQUIRE(d_type == CUDA_R_16BF || d_type == CUDA_R_32F);
+  LX_CUDA_REQUIRE((((uintptr_t)a | (uintptr_t)b | (uintptr_t)d) % 16) == 0);
+  LX_CUDA_REQUIRE((bias != NULL) == (epilogue == LX_EPILOGUE_BIAS || epilogue == LX_EPILOGUE_GELU_BIAS));
+  LX_CUDA_REQUIRE((aux != NULL) ==
+                  (epilogue == LX_EPILOGUE_GELU || epilogue == LX_EPILOGUE_GELU_BIAS || epilogue == LX_EPILOGUE_DGELU));
+  LX_CUDA_REQUIRE(!(epilogue == LX_EPILOGUE_DGELU && accumulate));
+  /* cuBLASLt's epilogues support bf16 outputs here; fp32 D is for gradients */
+  LX_CUDA_REQUIRE(epilogue == LX_EPILOGUE_NONE || d_type == CUDA_R_16BF);
+  LX_CUDA_REQUIRE(aux == NULL || n % 8 == 0); /* cuBLASLt wants aux_ld % 8 == 0 */
+
+  lx_cuda_matmul_plan *plan =
+      lx_cuda_matmul_find_plan(ctx, m, n, k, trans_a, trans_b, accumulate, epilogue, d_type);
+  if (!plan) plan = lx_cuda_matmul_make_plan(ctx, m, n, k, trans_a, trans_b, accumulate, epilogue, d_type);
+
+  /* pointers change from call to call (micro-batches, layers): set them now */
+  if (bias)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof(bias)));
+  if (aux)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                sizeof(aux)));
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(ctx->handle, plan->operation, &alpha, b, plan->a_layout, a, plan->b_layout, &beta, d,
+                              plan->d_layout, d, plan->d_layout, &plan->algorithm, ctx->workspace,
+                              ctx->workspace_bytes, stream));
+}
+
+/* ---- linear layers: out = inp W^T + bias ----------------------------------- */
+
+LX_CUDA_API void lx_cuda_linear_forward(lx_cuda_matmul_context *ctx,
+                                          lx_bf16 *out,          // (BT, OC)
+                                          const lx_bf16 *inp,    // (BT, C)
+                                          const lx_bf16 *weight, // (OC, C)
+                                          const lx_bf16 *bias,   // (OC) or NULL
+                                          int BT, int C, int OC, cudaStream_t stream) {
+  lx_cuda_matmul(ctx, out, CUDA_R_16BF, inp, weight, BT, OC, C, 0, 1, 0, bias ? LX_EPILOGUE_BIAS : LX_EPILOGUE_NONE,
+                 bias, NULL, stream);
+}
+
+/* out = gelu(inp W^T + bias), with the pre-activation saved in pre_gelu: the
+ * fused form of linear + gelu (the gelu op saves its input, which is pre_gelu). */
+LX_CUDA_API void lx_cuda_linear_gelu_forward(lx_cuda_matmul_context *ctx,
+                                               lx_bf16 *out,          // (BT, OC)
+                                               lx_bf16 *pre_gelu,     // (BT, OC)
+                                               const lx_bf16 *inp,    // (BT, C)
+                                               const lx_bf16 *weight, // (OC, C)
+                                               const lx_bf16 *bias,   // (OC) or NULL
+                                               int BT, int C, int OC, cudaStream_t stream) {
+  lx_cuda_matmul(ctx, out, CUDA_R_16BF, inp, weight, BT, OC, C, 0, 1, 0,
+                 bias ? LX_EPILOGUE_GELU_BIAS : LX_EPILOGUE_GELU, bias, pre_gelu, stream);
+}
+
+/* Rows per partial sum of the bias gradient: the partials are then added in
+ * chunk order, so the sum's order depends on BT alone. */
+#define LX_CUDA_BIAS_ROWS_PER_CHUNK 256
+
+LX_CUDA_API size_t lx_cuda_bias_backward_scratch_floats(int BT, int OC) {
+  return (size_t)lx_ceil_div((size_t)BT, LX_CUDA_BIAS_ROWS_PER_CHUNK) * OC;
+}
+
+/* partials[chunk][o] = sum of dout[r][o] over the chunk's rows, in order. */
+__global__ void lx_cuda_bias_partials_kernel(float *partials,     // (chunks, OC)
+                                             const lx_bf16 *dout, // (BT, OC)
+                                             int BT, int OC) {
+  int o = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+  if (o >= OC) return;
+  int r0 = chunk * LX_CUDA_BIAS_ROWS_PER_CHUNK, r1 = min(BT, r0 + LX_CUDA_BIAS_ROWS_PER_CHUNK);
+  float sum = 0.0f;
+  for (int r = r0; r < r1; r++)
+    sum += lx_to_float(dout[(size_t)r * OC + o]);
+  partials[(size_t)chunk * OC + o] = sum;
+}
+
+/* dbias += sum over rows of dout, in a fixed order (no atomics). */
+LX_CUDA_API void lx_cuda_bias_backward(float *dbias,        // (OC)
+                                         float *scratch,      // (lx_cuda_bias_backward_scratch_floats)
+                                         const lx_bf16 *dout, // (BT, OC)
+                                         int BT, int OC, cudaStream_t stream) {
+  unsigned chunks = lx_ceil_div((size_t)BT, LX_CUDA_BIAS_ROWS_PER_CHUNK);
+  dim3 grid(lx_ceil_div((size_t)OC, 256), chunks);
+  lx_cuda_bias_partials_kernel<<<grid, 256, 0, stream>>>(scratch, dout, BT, OC);
+  LX_CUDA_LAUNCHED();
+  lx_cuda_sum_partials_kernel<<<lx_ceil_div((size_t)OC, 256), 256, 0, stream>>>(dbias, scratch, (int)chunks, OC);
+  LX_CUDA_LAUNCHED();
+}
+
+/* dinp += dout W; dweight += dout^T inp (fp32); dbias += column sums of dout.
+ * dinp may be NULL (nothing upstream wants it); dbias is NULL without bias. */
+LX_CUDA_API void lx_cuda_linear_backward(lx_cuda_matmul_context *ctx,
+                                           lx_bf16 *dinp,         // (BT, C) or NULL
+                                           float *dweight,        // (OC, C)
+                                           float *dbias,          // (OC) or NULL
+                                           float *scratch,        // (lx_cuda_bias_backward_scratch_floats) or NULL
+                                           const lx_bf16 *dout,   // (BT, OC)
+                                           const lx_bf16 *inp,    // (BT, C)
+                                           const lx_bf16 *weight, // (OC, C)
+                                           int BT, int C, int OC, cudaStream_t stream) {
+  if (dinp) lx_cuda_matmul(ctx, dinp, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 1, LX_EPILOGUE_NONE, NULL, NULL, stream);
+  lx_cuda_matmul(ctx, dweight, CUDA_R_32F, dout, inp, OC, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL, NULL, stream);
+  if (dbias) {
+    LX_CUDA_REQUIRE(scratch != NULL);
+    lx_cuda_bias_backward(dbias, scratch, dout, BT, OC, stream);
+  }
+}
+
+/* The backward of the next linear's input product fused with the backward of
+ * the gelu in front of it (the pair lx_cuda_linear_gelu_forward made):
+ *   dpre_gelu = (dout W) * gelu'(pre_gelu)
+ * WRITTEN, not added: the epilogue scales the product itself, so the emitter
+ * uses this only where dpre_gelu has no other contribution. */
+LX_CUDA_API void lx_cuda_linear_dgelu_backward(lx_cuda_matmul_context *ctx,
+                                                 lx_bf16 *dpre_gelu,        // (BT, C)
+                                                 const lx_bf16 *dout,       // (BT, OC) gradient of the next linear's output
+                                                 const lx_bf16 *weight,     // (OC, C) the next linear's weight
+                                                 const lx_bf16 *pre_gelu,   // (BT, C)
+                                                 int BT, int C, int OC, cudaStream_t stream) {
+  lx_cuda_matmul(ctx, dpre_gelu, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 0, LX_EPILOGUE_DGELU, NULL,
+                 (lx_bf16 *)pre_gelu, stream);
+}
+
+#endif

@@ -1,0 +1,177 @@
+/* lx_cuda_shards.h — the parts of the parameters a CUDA rank holds and
+ * updates, as on the CPU target (templates/cpu/lx_main.h): the initial values
+ * of its tensor-parallel shards, its ZeRO-1 shares of the gradient buckets,
+ * the tied embedding's gradient sum, the global gradient norm and the
+ * optimizer step. Host C++, included by lx_cuda_main.h once the stage has
+ * defined its parameter and bucket tables. */
+#ifndef LX_CUDA_SHARDS_H
+#define LX_CUDA_SHARDS_H
+
+/* host[i] = element first + i of the whole tensor p's normal init. */
+static inline void draw_normal(lx_bf16 *host, long long n, const lx_param_tensor *p, long long first) {
+  for (long long i = 0; i < n; i++)
+    host[i] = __float2bfloat16(
+        (float)(p->init_std * lx_rng_normal(TRAINING_SEED, (uint64_t)p->stream, (uint64_t)(first + i))));
+}
+
+/* Every tensor-parallel rank holds all of it: split 0, and split 3 (its
+ * gradient a sum over the ranks' sequence shards). */
+static inline bool replicated(const lx_param_tensor *p) { return p->split == 0 || p->split == 3; }
+
+/* A rank draws the values its shard has in the whole tensor, so that every
+ * tensor-parallel degree starts from the same model: split 1 takes rows of
+ * each piece (column-parallel), split 2 a slice of every row (row-parallel). */
+static inline void init_tensor(lx_bf16 *w, const lx_param_tensor *p) {
+  if (p->init_std <= 0) {
+    for (long long i = 0; i < p->elements; i++)
+      w[i] = __float2bfloat16((float)p->init_value);
+  } else if (replicated(p)) {
+    draw_normal(w, p->elements, p, 0);
+  } else if (p->split == 1) {
+    for (int k = 0; k < p->pieces; k++) {
+      long long rows = p->piece_rows[k], first_row = p->piece_row[k] + TP_RANK * rows;
+      draw_normal(w, rows * p->row_elements, p, first_row * p->row_elements);
+      w += rows * p->row_elements;
+    }
+  } else {
+    for (long long row = 0; row < p->elements / p->row_elements; row++)
+      draw_normal(w + row * p->row_elements, p->row_elements, p,
+                  row * p->whole_row + TP_RANK * p->row_elements);
+  }
+}
+
+/* ZeRO-1: the part of a bucket this replica updates (all of it without
+ * ZeRO). NCCL's in-place reduce-scatter leaves replica r's summed share at
+ * its own place in the bucket (recvbuff = sendbuff + r * count), so a share's
+ * gradients sit beside its weights; its master weights and moments start at
+ * the bucket's shard_first in the optimizer regions. */
+typedef struct {
+  long long own_first, own_elements, state_first;
+} lx_share;
+
+static inline lx_share share_of(const lx_param_bucket *b) {
+  long long chunk = b->elements / ZERO_SHARDS;
+  return lx_share{b->first + (ZERO_SHARDS > 1 ? replica * chunk : 0), chunk, b->shard_first};
+}
+
+/* Tensor t's elements [*lo, *hi) of the params (and grads) region within
+ * this replica's share of its bucket; returns *lo's index in the optimizer
+ * regions (master, adam_m, adam_v). */
+static inline long long owned_part(const lx_param_tensor *t, long long *lo, long long *hi) {
+  *lo = *hi = t->element;
+  for (int b = 0; b < PARAM_BUCKETS; b++) {
+    const lx_param_bucket *bucket = &param_buckets[b];
+    if (t->element < bucket->first || t->element >= bucket->first + bucket->elements) continue;
+    lx_share s = share_of(bucket);
+    long long end = t->element + t->elements, own_end = s.own_first + s.own_elements;
+    *lo = t->element > s.own_first ? t->element : s.own_first;
+    *hi = end < own_end ? end : own_end;
+    if (*hi < *lo) *hi = *lo;
+    return s.state_first + (*lo - s.own_first);
+  }
+  lx_cuda_fail_at(__FILE__, __LINE__, "owned_part", "plan", "a parameter tensor is in no bucket");
+  return 0;
+}
+
+#define PARAMS ((lx_bf16 *)(arena + REGION_params))
+#define MASTER ((float *)(arena + REGION_master))
+
+/* Weights drawn on the host from the CPU target's streams, copied as bf16;
+ * the fp32 masters of this replica's shares start from those bf16 values. */
+static inline void init_params(void) {
+  size_t bytes = (size_t)PARAM_ELEMENTS * sizeof(lx_bf16);
+  lx_bf16 *host = (lx_bf16 *)malloc(bytes > 0 ? bytes : 1);
+  if (!host) lx_cuda_fail_at(__FILE__, __LINE__, "malloc", "host", "out of memory");
+  for (int t = 0; t < PARAM_TENSORS; t++)
+    init_tensor(host + param_tensors[t].element, &param_tensors[t]);
+  CUDA_CHECK(cudaMemcpy(PARAMS, host, bytes, cudaMemcpyHostToDevice));
+  free(host);
+  for (int t = 0; t < PARAM_TENSORS; t++) {
+    long long lo, hi, state = owned_part(&param_tensors[t], &lo, &hi);
+    lx_cuda_master_from_params(MASTER + state, PARAMS + lo, (size_t)(hi - lo), streams[STREAM_COMPUTE]);
+  }
+}
+
+/* The table on the first stage and its copy on the last take the same
+ * steps: their gradients (this replica's shares of them) are summed. */
+static inline void sum_tied_gradients(float *grads, cudaStream_t s) {
+  for (int t = 0; has_tied_comm && t < PARAM_TENSORS; t++) {
+    long long lo, hi;
+    owned_part(&param_tensors[t], &lo, &hi);
+    if (param_tensors[t].tied && hi > lo)
+      NCCL_CHECK(
+          ncclAllReduce(grads + lo, grads + lo, (size_t)(hi - lo), ncclFloat32, ncclSum, tied_comm, s));
+  }
+}
+
+/* Sequence parallelism: a row-wise op's parameter gradient is a sum over the
+ * tensor-parallel ranks' rows (of this replica's share, under ZeRO-1). */
+static inline void sum_sequence_parallel_gradients(float *grads, cudaStream_t s) {
+  for (int t = 0; t < PARAM_TENSORS; t++) {
+    long long lo, hi;
+    owned_part(&param_tensors[t], &lo, &hi);
+    if (param_tensors[t].split == 3 && hi > lo)
+      NCCL_CHECK(ncclAllReduce(grads + lo, grads + lo, (size_t)(hi - lo), ncclFloat32, ncclSum, tp_comm, s));
+  }
+}
+
+/* *total = the squared norm of the whole model's gradient, every element
+ * counted once: not the tied copy, not a replicated tensor's copies on other
+ * tp ranks, not (without ZeRO) the other replicas' equal gradients. Summed
+ * per rank in table order, then over the tp, dp and pipeline groups (together
+ * every rank): the same number on every rank, in a fixed order for a plan. */
+static inline void global_grad_norm_squared(float *total, const float *grads, cudaStream_t s) {
+  CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(float), s));
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    if ((t->tied && !t->writes_file) || (replicated(t) && TP_RANK > 0) || (ZERO_SHARDS == 1 && replica > 0))
+      continue;
+    long long lo, hi;
+    owned_part(t, &lo, &hi);
+    if (hi > lo)
+      lx_cuda_grad_norm_squared(total, scratch_of[STREAM_COMPUTE], grads + lo, (size_t)(hi - lo), 1, s);
+  }
+  NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, tp_comm, s));
+  NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, dp_comm, s));
+  NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, pipeline_comm, s));
+}
+
+/* Tied and sequence-parallel sums, the global norm and its clip factor, AdamW on this replica's
+ * share of every tensor; under ZeRO-1 the replicas then hand each other
+ * their updated bf16 shares (in-place all-gather). */
+static inline void optimizer_step(int step, double lr, float *clip) {
+  cudaStream_t s = streams[STREAM_COMPUTE];
+  float *grads = (float *)(arena + REGION_grads);
+  sum_tied_gradients(grads, s);
+  sum_sequence_parallel_gradients(grads, s);
+  global_grad_norm_squared(clip, grads, s);
+  lx_cuda_grad_clip_factor(clip, clip, TRAINING_GRAD_CLIP, s);
+  for (int t = 0; t < PARAM_TENSORS; t++) {
+    const lx_param_tensor *p = &param_tensors[t];
+    long long lo, hi, state = owned_part(p, &lo, &hi);
+    if (hi > lo)
+      lx_cuda_adamw_tensor(PARAMS + lo, MASTER + state, grads + lo, (float *)(arena + REGION_adam_m) + state,
+                           (float *)(arena + REGION_adam_v) + state, clip, (size_t)(hi - lo), lr,
+                           TRAINING_BETA1, TRAINING_BETA2, TRAINING_EPS,
+                           p->decay ? TRAINING_WEIGHT_DECAY : 0.0, step + 1, s);
+  }
+  for (int b = 0; ZERO_SHARDS > 1 && b < PARAM_BUCKETS; b++) {
+    lx_share share = share_of(&param_buckets[b]);
+    NCCL_CHECK(ncclAllGather(PARAMS + share.own_first, PARAMS + param_buckets[b].first,
+                             (size_t)share.own_elements, ncclBfloat16, dp_comm, s));
+  }
+  CUDA_CHECK(cudaMemsetAsync(grads, 0, (size_t)PARAM_ELEMENTS * 4, s));
+}
+
+/* The step's mean loss over its micro-batches and the replicas (the last
+ * stage's; the tensor-parallel ranks of a replica have the same). */
+static inline double step_loss(const float *host_losses) {
+  double loss = 0;
+  for (int mb = 0; mb < MICRO_BATCHES; mb++)
+    loss += host_losses[mb] / MICRO_BATCHES;
+  double sum = 0;
+  MPI_CHECK(MPI_Allreduce(&loss, &sum, 1, MPI_DOUBLE, MPI_SUM, dp_group));
+  return sum / DATA_PARALLEL;
+}
+
+#endif

@@ -1,0 +1,104 @@
+/* lx_cuda_train.h — the state a CUDA stage program shares between its
+ * generated part (stageN.cu) and the training loop (lx_cuda_main.h). Host
+ * C++; the random streams are the CPU target's (lx_rng.h), so dropout masks
+ * and initial weights name the same draws on both targets. */
+#ifndef LX_CUDA_TRAIN_H
+#define LX_CUDA_TRAIN_H
+
+#include <math.h>
+#include <string.h>
+
+#include "lx_rng.h"
+
+typedef struct {
+  const char *name;
+  long long element;  /* first element in the params region */
+  long long elements;
+  double init_std;    /* > 0: normal(0, std); 0: the constant below */
+  double init_value;
+  int decay;          /* AdamW weight decay applies */
+  long long stream;   /* init random stream: names the parameter, whatever the stage */
+  long long file_element;
+  int writes_file;
+  int tied;
+  int split; /* tensor-parallel shard: templates/cpu/lx_train.h */
+  long long row_elements, whole_row;
+  int pieces;
+  long long piece_row[3], piece_rows[3];
+} lx_param_tensor;
+
+typedef struct {
+  long long first, elements, shard_first;
+} lx_param_bucket;
+
+typedef struct {
+  int max_seq_len, vocab, layers, heads, channels, padded_vocab;
+} lx_gpt2_header;
+
+/* One cudaStream_t per schedule stream (ir/schedule.h's order). */
+enum { STREAM_COMPUTE, STREAM_RECOMPUTE, STREAM_SEND, STREAM_RECV, STREAM_TP, STREAM_DP, STREAM_COUNT };
+
+static char *arena;
+static int replica;
+static uint64_t seed;
+static int current_step;
+static cudaStream_t streams[STREAM_COUNT];
+static cudaEvent_t *events;                  /* one per schedule event */
+static cudaEvent_t stream_done[STREAM_COUNT]; /* joins the streams at the end of a step */
+static float *scratch_of[STREAM_COUNT];      /* kernel scratch, one per stream: streams run concurrently */
+static float *losses;                        /* (MICRO_BATCHES) on the device */
+static lx_cuda_matmul_context *matmul;
+static ncclComm_t pipeline_comm, dp_comm;
+
+static inline uint64_t lx_rng_stream_id(int step, int micro_batch, int layer, int op) {
+  return lx_rng_stream((uint64_t)step, (uint64_t)micro_batch, (uint64_t)layer, (uint64_t)op);
+}
+
+/* The step's tokens, (micro-batch, BT + 1) in pinned host memory: drawn
+ * before the step is issued (lx_cuda_main.h), copied in by its LOADs, so the
+ * step itself never waits for the host and can be a CUDA graph. */
+static int *host_batches;
+
+static inline void lx_cuda_load(int *tokens, int *targets, int mb, int bt, cudaStream_t stream) {
+  const int *host = host_batches + (size_t)mb * (size_t)(bt + 1);
+  if (tokens) CUDA_CHECK(cudaMemcpyAsync(tokens, host, sizeof(int) * (size_t)bt, cudaMemcpyHostToDevice, stream));
+  if (targets) CUDA_CHECK(cudaMemcpyAsync(targets, host + 1, sizeof(int) * (size_t)bt, cudaMemcpyHostToDevice, stream));
+}
+
+/* --profile FILE: a pair of timing events around every op's launches (steps
+ * issued eagerly, after the first); lx_cuda_main.h sums them per op and
+ * writes the profile file that `lynxgen --profile` reads. */
+typedef struct {
+  const char *key;   /* the profile line's fields before the times; NULL: not an op that runs */
+  const char *attrs; /* and after them (seq=, heads=, impl= of attention) */
+  const char *what;  /* graph, variable and model-file line, for the comment */
+} lx_prof_op;
+typedef struct {
+  double ms[2]; /* forward (and recompute), backward */
+  long long calls[2];
+} lx_prof_total;
+static lx_prof_total *prof_totals; /* NULL: not profiling */
+static cudaEvent_t *prof_events;   /* (start, stop) per measured launch of the step */
+static int *prof_slot_of;          /* slot * 2 + backward of each pair */
+static int prof_used, prof_cap;
+
+static inline void lx_prof_begin(int slot, int backward, cudaStream_t stream) {
+  if (!prof_totals) return;
+  if (prof_used == prof_cap) {
+    int cap = prof_cap ? 2 * prof_cap : 1024;
+    prof_events = (cudaEvent_t *)realloc(prof_events, sizeof(cudaEvent_t) * 2 * (size_t)cap);
+    prof_slot_of = (int *)realloc(prof_slot_of, sizeof(int) * (size_t)cap);
+    if (!prof_events || !prof_slot_of) lx_cuda_fail_at(__FILE__, __LINE__, "realloc", "host", "out of memory");
+    for (int e = 2 * prof_cap; e < 2 * cap; e++) CUDA_CHECK(cudaEventCreate(&prof_events[e]));
+    prof_cap = cap;
+  }
+  prof_slot_of[prof_used] = slot * 2 + backward;
+  CUDA_CHECK(cudaEventRecord(prof_events[2 * prof_used], stream));
+  prof_used++;
+}
+
+static inline void lx_prof_end(cudaStream_t stream) {
+  if (prof_totals) CUDA_CHECK(cudaEventRecord(prof_events[2 * prof_used - 1], stream));
+}
+
+#endif

@@ -1,0 +1,44 @@
+/* lx_kernels.cu — every kernel and launcher of an emitted CUDA program, in
+ * one translation unit. It is the same file for every model and stage, so a
+ * build compiles it once per architecture and links it into each stage. */
+#define LX_CUDA_API /* external definitions: the stage programs call them */
+#include "lx_cuda_common.cuh"
+#include "lx_cuda_adamw.cuh"
+#include "lx_cuda_attention.cuh"
+#include "lx_cuda_elementwise.cuh"
+#include "lx_cuda_embedding.cuh"
+#include "lx_cuda_loss.cuh"
+#include "lx_cuda_matmul.cuh"
+#include "lx_cuda_norm.cuh"
+#include "lx_cuda_rng.cuh"
+#include "lx_cuda_vocab.cuh"
+#include "lx_cuda_api.h"
+
+lx_cuda_matmul_context *lx_cuda_matmul_create(void) {
+  lx_cuda_matmul_context *ctx = (lx_cuda_matmul_context *)calloc(1, sizeof *ctx);
+  LX_CUDA_REQUIRE(ctx != NULL);
+  void *workspace = NULL;
+  CUDA_CHECK(cudaMalloc(&workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES));
+  lx_cuda_matmul_init(ctx, workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES);
+  return ctx;
+}
+
+void lx_cuda_adamw_tensor(lx_bf16 *params, float *master, const float *grads, float *m, float *v, const float *clip,
+                          size_t N, double lr, double beta1, double beta2, double eps, double weight_decay, int step,
+                          cudaStream_t stream) {
+  lx_cuda_adamw_hparams hp = {beta1, beta2, eps, weight_decay};
+  lx_cuda_adamw_update(params, master, grads, m, v, clip, N, lr, hp, step, stream);
+}
+
+__global__ void lx_cuda_master_kernel(float *master, const lx_bf16 *params, size_t N) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x)
+    master[i] = lx_to_float(params[i]);
+}
+
+void lx_cuda_master_from_params(float *master, const lx_bf16 *params, size_t N, cudaStream_t stream) {
+  unsigned blocks = lx_ceil_div(N, 256);
+  if (blocks > 65536u) blocks = 65536u;
+  if (blocks == 0) return;
+  lx_cuda_master_kernel<<<blocks, 256, 0, stream>>>(master, params, N);
+  LX_CUDA_LAUNCHED();
+}
