@@ -476,7 +476,8 @@ static void print_bucket_table(const lx_printer *pr) {
     fprintf(pr->out, "  {%lldLL, %lldLL, %lldLL},\n", (long long)l->buckets[b].first,
             (long long)l->buckets[b].elements, (long long)l->buckets[b].shard_first);
   if (!l->n_buckets) fputs("  {0, 0, 0},\n", pr->out);
-  fprintf(pr->out, "};\nenum { PARAM_BUCKETS = %d, ZERO_SHARDS = %d, OPTIMIZER_ELEMENTS = %lld };\n",
+  /* a long long literal: an enum of a big model's element count would not be an int */
+  fprintf(pr->out, "};\nenum { PARAM_BUCKETS = %d, ZERO_SHARDS = %d };\n#define OPTIMIZER_ELEMENTS %lldLL\n",
           l->n_buckets, l->shards, (long long)l->optimizer_elements);
 }
 

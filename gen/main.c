@@ -99,9 +99,9 @@ typedef struct {
     lx_field field;
     const char *text; /* "--tp 2", for diagnostics */
     int value;
-  } overrides[8];
+  } overrides[LX_F_COUNT]; /* one per field: a repeated option replaces the earlier value */
   int n_overrides;
-  char override_text[8][64];
+  char override_text[LX_F_COUNT][64];
 } options;
 
 static _Noreturn void usage_error(const char *fmt, const char *arg) {
@@ -147,7 +147,9 @@ static lx_recompute_policy parse_policy(const char *arg) {
 }
 
 static void add_override(options *o, lx_field field, const char *option, int value) {
-  int i = o->n_overrides++;
+  int i = 0;
+  while (i < o->n_overrides && o->overrides[i].field != field) i++;
+  if (i == o->n_overrides) o->n_overrides++;
   snprintf(o->override_text[i], sizeof o->override_text[i], "command line %s", option);
   o->overrides[i].field = field;
   o->overrides[i].text = o->override_text[i];

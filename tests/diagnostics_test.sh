@@ -148,6 +148,15 @@ check_override "--tp 3 on 16 heads" "tp (3)" "heads (16)" --tp 3
 check_override "--pp 48 on 24 layers" "layers (24)" "pp = 48" --pp 48
 check_override "--global-batch 100" "global_batch (100)" "micro_batch x dp" --global-batch 100
 
+# Every override given twice (more than there are fields): the last of each wins.
+plan=$(bin/lynxgen "$EXAMPLE" --plan --tp 1 --pp 1 --dp 1 --micro-batch 1 --global-batch 8 --schedule gpipe \
+  --sequence-parallel --zero --tp 2 --pp 2 --dp 2 --micro-batch 2 --global-batch 16 --schedule 1f1b 2>&1)
+if grep -q "^plan *tp 2 x pp 2 x dp 2, micro-batch 2, 4 micro-batches per iteration, 1f1b" <<<"$plan"; then
+  pass "each override given twice: the last value of each applies"
+else
+  fail "each override given twice: the last value of each applies" "$(head -5 <<<"$plan")"
+fi
+
 # ---- the output directory ---------------------------------------------------
 
 # A directory lynxgen did not write is never replaced.

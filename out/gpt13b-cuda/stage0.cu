@@ -3772,7 +3772,8 @@ static const lx_param_bucket param_buckets[] = {
   {308649984LL, 50358272LL, 308649984LL},
   {359008256LL, 50358272LL, 359008256LL},
 };
-enum { PARAM_BUCKETS = 8, ZERO_SHARDS = 1, OPTIMIZER_ELEMENTS = 409366528 };
+enum { PARAM_BUCKETS = 8, ZERO_SHARDS = 1 };
+#define OPTIMIZER_ELEMENTS 409366528LL
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {2048, 50257, 24, 16, 2048, 50304};
 

@@ -4857,7 +4857,8 @@ static const lx_param_bucket param_buckets[] = {
   {201433088LL, 50358272LL, 201433088LL},
   {251791360LL, 50358272LL, 251791360LL},
 };
-enum { PARAM_BUCKETS = 6, ZERO_SHARDS = 1, OPTIMIZER_ELEMENTS = 302149632 };
+enum { PARAM_BUCKETS = 6, ZERO_SHARDS = 1 };
+#define OPTIMIZER_ELEMENTS 302149632LL
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {2048, 50257, 24, 16, 2048, 50304};
 

@@ -3771,7 +3771,8 @@ static const lx_param_bucket param_buckets[] = {
   {302149632LL, 103022592LL, 302149632LL},
   {405172224LL, 4096LL, 405172224LL},
 };
-enum { PARAM_BUCKETS = 8, ZERO_SHARDS = 1, OPTIMIZER_ELEMENTS = 405176320 };
+enum { PARAM_BUCKETS = 8, ZERO_SHARDS = 1 };
+#define OPTIMIZER_ELEMENTS 405176320LL
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {2048, 50257, 24, 16, 2048, 50304};
 

@@ -338,7 +338,8 @@ static const lx_param_bucket param_buckets[] = {
   {20480LL, 49984LL, 20480LL},
   {70464LL, 49984LL, 70464LL},
 };
-enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1, OPTIMIZER_ELEMENTS = 120448 };
+enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1 };
+#define OPTIMIZER_ELEMENTS 120448LL
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {64, 256, 4, 4, 64, 256};
 

@@ -339,7 +339,8 @@ static const lx_param_bucket param_buckets[] = {
   {99968LL, 16384LL, 99968LL},
   {116352LL, 128LL, 116352LL},
 };
-enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1, OPTIMIZER_ELEMENTS = 116480 };
+enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1 };
+#define OPTIMIZER_ELEMENTS 116480LL
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {64, 256, 4, 4, 64, 256};
 
