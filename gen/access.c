@@ -100,7 +100,7 @@ static bool has_gradient_buffer(const lx_graph *g, int i) {
 
 /* The backward of a graph instance runs its ops last to first; the first
  * one zeroes the instance's gradient buffers before anything adds to them. */
-static bool starts_instance_backward(const lx_graph *g, int i) {
+bool lx_starts_instance_backward(const lx_graph *g, int i) {
   for (int j = g->n_ops - 1; j > i; j--)
     if (g->ops[j].kind != LX_OP_INPUT) return false;
   return true;
@@ -113,7 +113,7 @@ static void backward_accesses(const lx_pipeline *p, int stage, const lx_stage_la
   lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, true);
   bool column = op->tp_role == LX_TP_COLUMN,
        sp_input_grad = c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER;
-  if (starts_instance_backward(g, in->op))
+  if (lx_starts_instance_backward(g, in->op))
     for (int j = 0; j < g->n_ops; j++)
       if (has_gradient_buffer(g, j)) add_tensor(list, ref(in, j, LX_T_GRAD, 0), LX_ACCESS_WRITE);
   for (int k = 0; k < op->n_saved; k++) {

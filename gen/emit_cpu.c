@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "diag.h"
+#include "access.h"
 #include "emit_operands.h"
 #include "emit_walk.h"
 
@@ -405,7 +406,7 @@ static void print_partial_run(const lx_printer *pr, const lx_instr *run, int cou
   char layer[16];
   fprintf(pr->out, "  {\n    const int layer = %s, mb = %d;\n    (void)layer, (void)mb;\n",
           emit_layer_text(run, layer, sizeof layer), run->mb);
-  if (run->kind == LX_I_BWD && emit_starts_backward(lx_graph_of(pr->ir, run->graph), run->op))
+  if (run->kind == LX_I_BWD && lx_starts_instance_backward(lx_graph_of(pr->ir, run->graph), run->op))
     print_zero_grads(pr, run->graph);
   for (int n = 0; n < count; n++) {
     if (run->kind == LX_I_BWD)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "access.h"
 #include "cost.h"
 #include "diag.h"
 #include "emit_operands.h"
@@ -369,7 +370,7 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
             "  {\n    const int layer = %s, mb = %d;\n    (void)layer;\n    (void)mb;\n"
             "    cudaStream_t stream = streams[%s];\n    float *scratch = scratch_of[%s];\n",
             emit_layer_text(first, layer, sizeof layer), first->mb, stream_var(k), stream_var(k));
-    if (first->kind == LX_I_BWD && emit_starts_backward(lx_graph_of(pr->ir, first->graph), first->op))
+    if (first->kind == LX_I_BWD && lx_starts_instance_backward(lx_graph_of(pr->ir, first->graph), first->op))
       print_zero_grads(pr, first->graph);
     for (int n = 0; n < count; n++)
       if (first->kind == LX_I_BWD)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "emit_operands.h"
+#include "emit_walk.h"
 
 /* Masks are bytes and the log-sum-exp is fp32 on every target; the rest of an
  * op's saved buffers are activations. */
@@ -175,15 +176,11 @@ bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count) 
   return n == count;
 }
 
-static bool same_instance(const lx_instr *a, const lx_instr *b) {
-  return a->kind == b->kind && a->graph == b->graph && a->layer == b->layer && a->mb == b->mb;
-}
-
 bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id g) {
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
     const lx_instr_list *list = &pr->st->streams[k];
     for (int at = 0, end; at < list->count; at = end) {
-      for (end = at + 1; end < list->count && same_instance(&list->items[end], &list->items[at]);)
+      for (end = at + 1; end < list->count && lx_walk_same_run(&list->items[end], &list->items[at]);)
         end++;
       const lx_instr *run = &list->items[at];
       if (run->kind == kind && run->graph == g && emit_run_is_function(pr, run, end - at)) return true;
@@ -192,17 +189,10 @@ bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id 
   return false;
 }
 
-/* The epilogue's input op that holds the targets. */
 const char *emit_layer_text(const lx_instr *in, char *buf, size_t size) {
   if (in->layer < 0) return "FIRST_LAYER";
   snprintf(buf, size, "%d", in->layer);
   return buf;
-}
-
-bool emit_starts_backward(const lx_graph *g, int op) {
-  for (int j = g->n_ops - 1; j > op; j--)
-    if (g->ops[j].kind != LX_OP_INPUT) return false;
-  return true;
 }
 
 const char *emit_row_bias(const lx_printer *pr, const lx_op *op, const lx_operands *o) {
@@ -279,6 +269,7 @@ void emit_boundary_sizes(const lx_printer *pr) {
     fprintf(pr->out, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
 }
 
+/* The epilogue's input op that holds the targets. */
 int emit_targets_op(const lx_ir *ir) {
   for (int i = 0; i < ir->epilogue.n_ops; i++)
     if (ir->epilogue.ops[i].kind == LX_OP_INPUT && ir->epilogue.ops[i].param == 1) return i;
@@ -384,7 +375,7 @@ typedef struct {
 static int column_groups(const lx_graph *g, int i, long long rows, long long first[3], long long count[3]) {
   for (int c = i + 1; c < g->n_ops; c++) {
     const lx_op *user = &g->ops[c];
-    if (user->inputs[0] != i || user->n_inputs < 1) continue;
+    if (user->n_inputs < 1 || user->inputs[0] != i) continue;
     if (user->kind == LX_OP_ATTENTION || user->kind == LX_OP_ROPE) {
       long long d = rows / (user->heads + 2LL * user->kv_heads);
       first[0] = 0, count[0] = user->heads * d;

@@ -62,8 +62,6 @@ bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id 
 int emit_targets_op(const lx_ir *ir);
 /* The layer of an instruction as C text: prologue and epilogue have none. */
 const char *emit_layer_text(const lx_instr *in, char *buf, size_t size);
-/* The backward of a graph instance starts with its last op. */
-bool emit_starts_backward(const lx_graph *g, int op);
 
 /* ---- tensor parallelism ---- */
 /* A vocabulary-parallel rank's rows of the table: first, count. */

@@ -15,7 +15,7 @@ static const lx_instr *head_of(const walk *w, int k) {
   return w->next[k] < list->count ? &list->items[w->next[k]] : NULL;
 }
 
-static bool same_run(const lx_instr *a, const lx_instr *b) {
+bool lx_walk_same_run(const lx_instr *a, const lx_instr *b) {
   return a->kind == b->kind && a->graph == b->graph && a->layer == b->layer && a->mb == b->mb;
 }
 
@@ -26,7 +26,7 @@ static bool is_compute(lx_instr_kind k) { return k == LX_I_FWD || k == LX_I_BWD 
 static int issue_run(walk *w, lx_stream k, int at) {
   const lx_instr_list *list = &w->st->streams[k];
   int end = at;
-  while (end < list->count && same_run(&list->items[end], &list->items[at])) end++;
+  while (end < list->count && lx_walk_same_run(&list->items[end], &list->items[at])) end++;
   w->h->run(w->h->ctx, k, &list->items[at], end - at);
   return end;
 }

@@ -25,6 +25,9 @@ typedef struct {
   void (*wait)(void *ctx, lx_stream stream, const lx_instr *in, lx_stream recorded_on);
 } lx_walk_hooks;
 
+/* Do a and b belong to one run: the same pass of one graph instance and micro-batch? */
+bool lx_walk_same_run(const lx_instr *a, const lx_instr *b);
+
 /* Issues every instruction of the stage's streams through the hooks, once;
  * the compute stream's OPTIMIZER_STEP is left to the caller (it runs after
  * the schedule). */

@@ -32,7 +32,7 @@ static double now_s(void) {
 
 /* Ops with a tensor-parallel collective around their forward stay out of
  * windows: the recompute stream issues no communication. */
-static bool forward_allreduce(const lx_ir *ir, const lx_op *op) {
+static bool has_tp_collective(const lx_ir *ir, const lx_op *op) {
   lx_tp_collectives c = lx_tp_collectives_of(ir, op, false);
   return c.gather_before || c.reduce_after;
 }
@@ -70,7 +70,7 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
     if (op->kind == LX_OP_INPUT) continue; /* the layer input is the checkpoint */
     pr->recompute_s[i] = lx_cost_op_fwd(cm, ir, g, op);
     pr->drop_bytes[i] = drop_bytes_of(g, i, scratch);
-    pr->windowable[i] = output_saved(g, i) && !forward_allreduce(ir, op);
+    pr->windowable[i] = output_saved(g, i) && !has_tp_collective(ir, op);
   }
   free(scratch);
 }
