@@ -22,6 +22,7 @@ typedef struct {
   const lx_stage_layout *layouts; /* one per stage, laid out for the target */
   lx_target target;
   bool cuda_graph; /* CUDA: run.sh and run-slurm.sh pass --cuda-graph */
+  bool unfused;    /* CUDA: no cuBLASLt epilogue fusions (--no-epilogue-fusion) */
 } lx_program;
 
 /* The source of stage `s`. */

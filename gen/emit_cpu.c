@@ -571,7 +571,7 @@ static void print_header(const lx_printer *pr) {
 void lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real"};
+  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real", {NULL}};
   print_header(&pr);
   emit_block_boundaries(&pr);
   if (pr.st->has_prologue) {

@@ -13,6 +13,7 @@
 #include "access.h"
 #include "cost.h"
 #include "diag.h"
+#include "emit_fusion.h"
 #include "emit_operands.h"
 #include "emit_walk.h"
 
@@ -91,6 +92,74 @@ static int prof_slot(const lx_printer *pr, lx_graph_id g, int i) {
   return before + i;
 }
 
+/* ---- fused pairs (emit_fusion.c) --------------------------------------------- */
+
+/* The operands of op i's partner in a fused call. */
+static void partner_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                             bool backward, lx_operands *o) {
+  emit_gather_operands(pr, g, i, out_role, o);
+  emit_sequence_parallel_operands(pr, g, i, backward, o);
+}
+
+/* Linear i and the gelu after it as one matmul: the linear's output (the
+ * gelu's saved input) is the epilogue's aux matrix. */
+static void print_linear_gelu_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                                      const lx_operands *o) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  lx_operands gelu;
+  partner_operands(pr, g, i + 1, out_role, false, &gelu);
+  fprintf(pr->out,
+          "  /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as %s's output */\n"
+          "  lx_cuda_linear_gelu_forward(matmul, %s, %s, %s, %s, %s, BT, %d, %d, stream);\n",
+          op->var[0] ? op->var : op->name, gelu.out, o->out, o->in[0], o->w, emit_row_bias(pr, op, o),
+          emit_in_width(pr, g, op), emit_rank_width(pr, op->out));
+}
+
+/* Add i and the norm after it in one pass over each row: the sum (the
+ * norm's saved input) and the normalised output written together. */
+static void print_residual_norm_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                                        const lx_operands *o, const char *rows) {
+  lx_operands norm;
+  partner_operands(pr, g, i + 1, out_role, false, &norm);
+  const lx_op *op = emit_op_at(pr, g, i + 1);
+  bool layernorm = op->kind == LX_OP_LAYERNORM;
+  const char *kind = lx_op_kind_name(op->kind);
+  fprintf(pr->out,
+          "  /* with the %s below: one pass over each row writes the sum and its norm */\n"
+          "  lx_cuda_residual_%s_forward(%s, %s, %s, %s, %s%s%s, %s, %d, stream);\n",
+          kind, kind, o->out, norm.out, o->in[0], o->in[1], norm.w, layernorm ? ", " : "", layernorm ? norm.b : "",
+          rows, emit_rank_width(pr, op->out));
+}
+
+/* Linear i's backward with the gelu in front of it: the weight and bias
+ * gradients as usual, the input gradient through the DGELU epilogue. */
+static void print_linear_dgelu_backward(const lx_printer *pr, lx_graph_id g, int i, const lx_operands *o) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  lx_operands gelu;
+  partner_operands(pr, g, i - 1, LX_T_OUTPUT, true, &gelu);
+  int in_width = emit_in_width(pr, g, op), width = emit_rank_width(pr, op->out);
+  fprintf(
+      pr->out,
+      "  lx_cuda_linear_backward(matmul, NULL, %s, %s, scratch, %s, %s, %s, BT, %d, %d, stream);\n"
+      "  /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */\n"
+      "  lx_cuda_linear_dgelu_backward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n",
+      o->dw, o->db, o->dout, o->in[0], o->w, in_width, width, gelu.din[0], o->dout, o->w, gelu.in[0],
+      in_width, width);
+}
+
+/* An op whose work the fused call of the op before it (forward) or after it
+ * (backward) does: a comment, and the end of its --profile interval, which
+ * so measures what the op adds (nothing: the other op's time includes it). */
+static bool print_if_absorbed(const lx_printer *pr, lx_graph_id g, int i, bool backward) {
+  int partner = backward ? i + 1 : i - 1;
+  if (!emit_fused(pr, g, partner, backward ? LX_FUSE_DGELU : LX_FUSE_FORWARD)) return false;
+  const lx_op *op = emit_op_at(pr, g, i);
+  fprintf(pr->out, "  /* %s %s: done by the %s above, in the same call */\n  lx_prof_end(stream);\n",
+          backward ? "BWD" : "FWD", op->var[0] ? op->var : op->name,
+          lx_op_kind_name(emit_op_at(pr, g, partner)->kind));
+  return true;
+}
+
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
   const lx_op *op = emit_op_at(pr, g, i);
   lx_operands o;
@@ -103,6 +172,7 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   const char *rows = sharded ? "SEQ_ROWS" : "BT";
   print_op_comment(pr, op, out_role == LX_T_RECOMPUTED ? "RECOMPUTE" : "FWD");
   fprintf(f, "  lx_prof_begin(%d, 0, stream);\n", prof_slot(pr, g, i));
+  if (print_if_absorbed(pr, g, i, false)) return;
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
@@ -120,8 +190,11 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     fprintf(f, "  lx_cuda_rmsnorm_forward(%s, %s, %s, %s, %d, stream);\n", o.out, o.in[0], o.w, rows, w);
     break;
   case LX_OP_LINEAR:
-    fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n", o.out, o.in[0], o.w,
-            emit_row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
+    if (emit_fused(pr, g, i, LX_FUSE_GELU))
+      print_linear_gelu_forward(pr, g, i, out_role, &o);
+    else
+      fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n", o.out, o.in[0],
+              o.w, emit_row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
     fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, NULL, BT, %d, VP / %d, stream);\n", o.out, o.in[0], o.w,
@@ -156,8 +229,11 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     fputs(", stream);\n", f);
     break;
   case LX_OP_ADD:
-    fprintf(f, "  lx_cuda_add_forward(%s, %s, %s, (size_t)%s * %d, stream);\n", o.out, o.in[0], o.in[1], rows,
-            w);
+    if (emit_fused(pr, g, i, LX_FUSE_RESIDUAL_NORM))
+      print_residual_norm_forward(pr, g, i, out_role, &o, rows);
+    else
+      fprintf(f, "  lx_cuda_add_forward(%s, %s, %s, (size_t)%s * %d, stream);\n", o.out, o.in[0], o.in[1],
+              rows, w);
     break;
   case LX_OP_CROSS_ENTROPY:
     if (emit_tp(pr) > 1)
@@ -188,6 +264,7 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   print_op_comment(pr, op, "BWD");
   print_zero_whole_gradient(pr, g, i);
   fprintf(f, "  lx_prof_begin(%d, 1, stream);\n", prof_slot(pr, g, i));
+  if (print_if_absorbed(pr, g, i, true)) return;
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
@@ -207,8 +284,11 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
             o.dout, o.in[0], o.w, rows, w);
     break;
   case LX_OP_LINEAR:
-    fprintf(f, "  lx_cuda_linear_backward(matmul, %s, %s, %s, scratch, %s, %s, %s, BT, %d, %d, stream);\n", o.din[0],
-            o.dw, o.db, o.dout, o.in[0], o.w, emit_in_width(pr, g, op), w);
+    if (emit_fused(pr, g, i, LX_FUSE_DGELU))
+      print_linear_dgelu_backward(pr, g, i, &o);
+    else
+      fprintf(f, "  lx_cuda_linear_backward(matmul, %s, %s, %s, scratch, %s, %s, %s, BT, %d, %d, stream);\n",
+              o.din[0], o.dw, o.db, o.dout, o.in[0], o.w, emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
     fprintf(f, "  lx_cuda_linear_backward(matmul, %s, %s, NULL, scratch, %s, %s, %s, BT, %d, VP / %d, stream);\n",
@@ -583,7 +663,11 @@ static void print_header(const lx_printer *pr) {
 void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float"};
+  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float", {NULL}};
+  unsigned char *fusion[LX_GRAPH_COUNT];
+  emit_plan_fusions(&pr, !prog->unfused, fusion);
+  for (int g = 0; g < LX_GRAPH_COUNT; g++)
+    pr.fusion[g] = fusion[g];
   print_header(&pr);
   emit_block_boundaries(&pr);
   if (pr.st->has_prologue) {
@@ -604,4 +688,5 @@ void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   emit_param_table(&pr);
   print_profile_table(&pr);
   fprintf(out, "\n#include \"lx_cuda_main.h\"\n");
+  emit_free_fusions(fusion);
 }

@@ -20,6 +20,8 @@ typedef struct {
   const lx_stage_layout *l;
   const char *act_type; /* activations and weights */
   const char *lse_type; /* the attention's and the loss's saved log-sum-exp */
+  /* per graph and op, the CUDA printer's cuBLASLt epilogue fusions (emit_cuda.c); NULL on the CPU */
+  const unsigned char *fusion[LX_GRAPH_COUNT];
 } lx_printer;
 
 enum { PTR = 320 };

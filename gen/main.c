@@ -52,6 +52,9 @@ static const char usage_text[] =
     "                         MPI; also run-slurm.sh) or cpu (C11, OpenMP, OpenBLAS, MPI)\n"
     "      --cuda-graph       cuda: run.sh issues each step's forwards and backwards (NCCL\n"
     "                         calls included) as one CUDA graph, captured once and replayed\n"
+    "      --no-epilogue-fusion\n"
+    "                         cuda: every op its own call; by default a linear and the gelu\n"
+    "                         next to it are one cuBLASLt matmul (GELU / DGELU epilogues)\n"
     "\n"
     "Scheduling:\n"
     "      --policy P         recomputation: none | full | selective | checkmate | lynx-heu |\n"
@@ -89,7 +92,7 @@ static const char usage_text[] =
 typedef struct {
   const char *model_path;
   const char *output_dir;
-  bool dump_ir, plan, json, explain, cuda_graph;
+  bool dump_ir, plan, json, explain, cuda_graph, unfused;
   lx_target target;
   lx_recompute_policy policy;
   lx_partition_kind partition;
@@ -157,22 +160,51 @@ static void add_override(options *o, lx_field field, const char *option, int val
 }
 
 static options parse_options(int argc, char **argv) {
-  enum { OPT_DUMP_IR = 256, OPT_TARGET, OPT_PLAN, OPT_JSON, OPT_POLICY, OPT_PROFILE, OPT_GPU_MEMORY, OPT_TP, OPT_PP, OPT_DP, OPT_MICRO, OPT_GLOBAL, OPT_SCHEDULE, OPT_SP, OPT_ZERO, OPT_VERSION, OPT_PARTITION, OPT_EXPLAIN, OPT_CUDA_GRAPH };
-  static const struct option longopts[] = {
-      {"output", required_argument, 0, 'o'},      {"dump-ir", no_argument, 0, OPT_DUMP_IR},
-      {"target", required_argument, 0, OPT_TARGET}, {"plan", no_argument, 0, OPT_PLAN},         {"json", no_argument, 0, OPT_JSON},
-      {"policy", required_argument, 0, OPT_POLICY}, {"profile", required_argument, 0, OPT_PROFILE},
-      {"gpu-memory", required_argument, 0, OPT_GPU_MEMORY},
-      {"tp", required_argument, 0, OPT_TP},       {"pp", required_argument, 0, OPT_PP},
-      {"dp", required_argument, 0, OPT_DP},       {"micro-batch", required_argument, 0, OPT_MICRO},
-      {"global-batch", required_argument, 0, OPT_GLOBAL},
-      {"schedule", required_argument, 0, OPT_SCHEDULE},
-      {"sequence-parallel", no_argument, 0, OPT_SP},
-      {"zero", no_argument, 0, OPT_ZERO},
-      {"partition", required_argument, 0, OPT_PARTITION},
-      {"explain", no_argument, 0, OPT_EXPLAIN}, {"cuda-graph", no_argument, 0, OPT_CUDA_GRAPH},
-      {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
-      {0, 0, 0, 0}};
+  enum {
+    OPT_DUMP_IR = 256,
+    OPT_TARGET,
+    OPT_PLAN,
+    OPT_JSON,
+    OPT_POLICY,
+    OPT_PROFILE,
+    OPT_GPU_MEMORY,
+    OPT_TP,
+    OPT_PP,
+    OPT_DP,
+    OPT_MICRO,
+    OPT_GLOBAL,
+    OPT_SCHEDULE,
+    OPT_SP,
+    OPT_ZERO,
+    OPT_VERSION,
+    OPT_PARTITION,
+    OPT_EXPLAIN,
+    OPT_CUDA_GRAPH,
+    OPT_UNFUSED
+  };
+  static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
+                                           {"dump-ir", no_argument, 0, OPT_DUMP_IR},
+                                           {"target", required_argument, 0, OPT_TARGET},
+                                           {"plan", no_argument, 0, OPT_PLAN},
+                                           {"json", no_argument, 0, OPT_JSON},
+                                           {"policy", required_argument, 0, OPT_POLICY},
+                                           {"profile", required_argument, 0, OPT_PROFILE},
+                                           {"gpu-memory", required_argument, 0, OPT_GPU_MEMORY},
+                                           {"tp", required_argument, 0, OPT_TP},
+                                           {"pp", required_argument, 0, OPT_PP},
+                                           {"dp", required_argument, 0, OPT_DP},
+                                           {"micro-batch", required_argument, 0, OPT_MICRO},
+                                           {"global-batch", required_argument, 0, OPT_GLOBAL},
+                                           {"schedule", required_argument, 0, OPT_SCHEDULE},
+                                           {"sequence-parallel", no_argument, 0, OPT_SP},
+                                           {"zero", no_argument, 0, OPT_ZERO},
+                                           {"partition", required_argument, 0, OPT_PARTITION},
+                                           {"explain", no_argument, 0, OPT_EXPLAIN},
+                                           {"cuda-graph", no_argument, 0, OPT_CUDA_GRAPH},
+                                           {"no-epilogue-fusion", no_argument, 0, OPT_UNFUSED},
+                                           {"help", no_argument, 0, 'h'},
+                                           {"version", no_argument, 0, OPT_VERSION},
+                                           {0, 0, 0, 0}};
   options o = {.target = LX_TARGET_CUDA};
   opterr = 0;
   int c;
@@ -193,6 +225,7 @@ static options parse_options(int argc, char **argv) {
     case OPT_GPU_MEMORY: o.gpu_memory_bytes = parse_gib("--gpu-memory", optarg); break;
     case OPT_EXPLAIN: o.explain = true; break;
     case OPT_CUDA_GRAPH: o.cuda_graph = true; break;
+    case OPT_UNFUSED: o.unfused = true; break;
     case OPT_PARTITION:
       if (!strcmp(optarg, "dp")) o.partition = LX_PARTITION_DP;
       else if (!strcmp(optarg, "uniform")) o.partition = LX_PARTITION_UNIFORM;
@@ -220,6 +253,8 @@ static options parse_options(int argc, char **argv) {
   if (!o.dump_ir && !o.output_dir && !o.plan) usage_error("%s", "nothing to do: give -o DIR, --plan or --dump-ir");
   if (o.json && !o.plan) usage_error("%s", "--json goes with --plan");
   if (o.cuda_graph && o.target != LX_TARGET_CUDA) usage_error("%s", "--cuda-graph goes with the cuda target");
+  if (o.unfused && o.target != LX_TARGET_CUDA)
+    usage_error("%s", "--no-epilogue-fusion goes with the cuda target");
   return o;
 }
 
@@ -264,6 +299,7 @@ typedef struct {
   lx_stage_layout *layouts; /* one per stage, for the target */
   lx_target target;
   bool cuda_graph;          /* run.sh passes --cuda-graph to the CUDA programs */
+  bool unfused;             /* --no-epilogue-fusion */
   lx_cost_model cost;
   lx_simulation sim;
   lx_report report;
@@ -309,26 +345,30 @@ static bool write_text(const char *dir, const char *name, const char *text, unsi
   return fclose(f) == 0;
 }
 
+static lx_program program_of(const products *out) {
+  return (lx_program){&out->pipe, out->layouts, out->target, out->cuda_graph, out->unfused};
+}
+
 static int program_stage; /* which stage write_stage prints; writers take only the products */
 
 static void write_stage(const products *out, FILE *f) {
-  lx_program prog = {&out->pipe, out->layouts, out->target, out->cuda_graph};
+  lx_program prog = program_of(out);
   if (out->target == LX_TARGET_CUDA) lx_emit_stage_cuda(&prog, program_stage, f);
   else lx_emit_stage_cpu(&prog, program_stage, f);
 }
 
 static void write_makefile(const products *out, FILE *f) {
-  lx_program prog = {&out->pipe, out->layouts, out->target, out->cuda_graph};
+  lx_program prog = program_of(out);
   lx_emit_makefile(&prog, f);
 }
 
 static void write_run_script(const products *out, FILE *f) {
-  lx_program prog = {&out->pipe, out->layouts, out->target, out->cuda_graph};
+  lx_program prog = program_of(out);
   lx_emit_run_script(&prog, f);
 }
 
 static void write_slurm_script(const products *out, FILE *f) {
-  lx_program prog = {&out->pipe, out->layouts, out->target, out->cuda_graph};
+  lx_program prog = program_of(out);
   lx_emit_slurm_script(&prog, f);
 }
 
@@ -473,6 +513,7 @@ static int run_passes(const options *opts, products *out) {
     out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
     out->target = opts->target;
     out->cuda_graph = opts->cuda_graph;
+    out->unfused = opts->unfused;
     out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),

@@ -33,10 +33,11 @@ import sys
 import tempfile
 from collections import Counter
 
+from tap import check, exit_status
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 FORTUNES = "/usr/share/games/fortunes/fortunes"
-failures = 0
 
 # pp = 1 accumulates the tied embedding's gradient from the LM head and the
 # embedding micro-batch by micro-batch into one buffer; pp > 1 sums each on its
@@ -53,12 +54,6 @@ CROSS_PP_BOUND = 1e-5
 # and the same bound separates it from real errors (a wrong shard, a missed
 # all-reduce or a misplaced dropout mask changes the loss by 1e-3 or more).
 CROSS_PARALLEL_BOUND = 1e-5
-
-
-def check(cond, what):
-    global failures
-    print(("ok - " if cond else "not ok - ") + what, flush=True)
-    failures += not cond
 
 
 MODEL = """#include <lynx.h>
@@ -353,4 +348,4 @@ def main():
 
 
 main()
-sys.exit(1 if failures else 0)
+sys.exit(exit_status())

@@ -20,17 +20,11 @@ import subprocess
 import sys
 import tempfile
 
+from tap import check, exit_status
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 EXAMPLES = os.path.join(ROOT, "examples")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok - " if cond else "not ok - ") + what)
-    failures += not cond
-    return cond
 
 
 def run(args, cwd=None):
@@ -168,4 +162,4 @@ with tempfile.TemporaryDirectory() as tmp:
         check(a == dump, f"{name}: ir.json holds exactly what --dump-ir prints")
         shutil.rmtree(os.path.join(cwd_a, "out"))
 
-sys.exit(1 if failures else 0)
+sys.exit(exit_status())

@@ -12,15 +12,10 @@ import sys
 import tempfile
 from fractions import Fraction
 
+from tap import check, exit_status
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok - " if cond else "not ok - ") + what)
-    failures += not cond
 
 
 GPT = """#include <lynx.h>
@@ -126,4 +121,4 @@ want = 34 * s * b * h + 4 * a * s * b
 check(ir["layers"][0]["activation_bytes"] == want,
       f"flash attention layer keeps 34*s*b*h + 4*a*s*b = {want} (got {ir['layers'][0]['activation_bytes']})")
 
-sys.exit(1 if failures else 0)
+sys.exit(exit_status())

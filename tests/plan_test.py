@@ -10,15 +10,10 @@ import re
 import subprocess
 import sys
 
+from tap import check, exit_status
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok - " if cond else "not ok - ") + what)
-    failures += not cond
 
 
 def plan(model, *args):
@@ -146,4 +141,4 @@ for what, extra in (("plan search", ()), ("best 2-stage pipeline", ("--pp", "2")
           "1.3B %s: lynxgen's own HFU %.1f%% and MFU %.1f%% agree with the formulas' %.1f%% and %.1f%%" % (
               what, 100 * p["hfu"], 100 * p["mfu"], 100 * hfu, 100 * mfu))
 os.unlink(f.name)
-sys.exit(1 if failures else 0)
+sys.exit(exit_status())

@@ -40,19 +40,13 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
+from tap import check, exit_status
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 SVG = "{http://www.w3.org/2000/svg}"
 STREAMS = ["compute", "recompute", "send", "recv", "tp", "dp"]
 WINDOW_KINDS = {"tp-forward", "tp-backward", "activation", "gradient", "warm-up", "cool-down", "other"}
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok - " if cond else "not ok - ") + what)
-    failures += not cond
-    return cond
 
 
 # The model: examples/tiny.model's graphs with a variable number of layers, on
@@ -529,8 +523,7 @@ def main():
         run_large(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"# {failures} failure(s)")
-    return 1 if failures else 0
+    return exit_status()
 
 
 if __name__ == "__main__":

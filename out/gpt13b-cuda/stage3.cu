@@ -97,19 +97,21 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   lx_prof_end(stream);
   /* FWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 0, stream);
-  lx_cuda_add_forward(((lx_bf16 *)AT(8853454848LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(19693699072LL)), (size_t)BT * 2048, stream);
+  /* with the layernorm below: one pass over each row writes the sum and its norm */
+  lx_cuda_residual_layernorm_forward(((lx_bf16 *)AT(8853454848LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8887009280LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(19693699072LL)), ((lx_bf16 *)AT(33579008LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(33583104LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
   lx_prof_end(stream);
   /* FWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 0, stream);
-  lx_cuda_layernorm_forward(((lx_bf16 *)AT(8887009280LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8853454848LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33579008LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(33583104LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  /* FWD h: done by the add above, in the same call */
   lx_prof_end(stream);
   /* FWD linear_2 = linear(...)  gpt13b.model:70 */
   lx_prof_begin(13, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(8920563712LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8887009280LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33587200LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(67141632LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 8192, stream);
+  /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as linear_2's output */
+  lx_cuda_linear_gelu_forward(matmul, ((lx_bf16 *)AT(9054781440LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8920563712LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8887009280LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33587200LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(67141632LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 8192, stream);
   lx_prof_end(stream);
   /* FWD h = gelu(...)  gpt13b.model:70 */
   lx_prof_begin(14, 0, stream);
-  lx_cuda_gelu_forward(((lx_bf16 *)AT(9054781440LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8920563712LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), (size_t)BT * 8192, stream);
+  /* FWD h: done by the linear above, in the same call */
   lx_prof_end(stream);
   /* FWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 0, stream);
@@ -150,11 +152,13 @@ static void backward_block(int layer, int mb, cudaStream_t stream, float *scratc
   lx_prof_end(stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(20096352256LL)), GRAD_OF(((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(100712448LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(20230569984LL)), ((lx_bf16 *)AT(9054781440LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(100712448LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(20230569984LL)), ((lx_bf16 *)AT(9054781440LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 8192, 2048, stream);
+  /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
+  lx_cuda_linear_dgelu_backward(matmul, ((lx_bf16 *)AT(19962134528LL)), ((lx_bf16 *)AT(20230569984LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(8920563712LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), BT, 8192, 2048, stream);
   lx_prof_end(stream);
   /* BWD h = gelu(...)  gpt13b.model:70 */
   lx_prof_begin(14, 1, stream);
-  lx_cuda_gelu_backward(((lx_bf16 *)AT(19962134528LL)), ((lx_bf16 *)AT(20096352256LL)), ((lx_bf16 *)AT(8920563712LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), (size_t)BT * 8192, stream);
+  /* BWD h: done by the linear above, in the same call */
   lx_prof_end(stream);
   /* BWD linear_2 = linear(...)  gpt13b.model:70 */
   lx_prof_begin(13, 1, stream);

@@ -3,8 +3,11 @@
  * pp 1, 2 and 4, every recompute policy, verifies clean; a dropped WAIT, two
  * swapped sends, a stash slot shared by micro-batches that are alive
  * together, two boundary buffers laid over each other, and a dropped
- * receive are each reported. Layers and micro-batches are cut down so that
- * the whole run takes about a second. */
+ * receive are each reported. The CUDA printer fuses a linear and its gelu
+ * into one cuBLASLt call only where every instance runs them back to back:
+ * an event recorded between them in one micro-batch keeps them apart in all.
+ * Layers and micro-batches are cut down so that the whole run takes about a
+ * second. */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <glob.h>
@@ -16,6 +19,7 @@
 #include "analyze.h"
 #include "check.h"
 #include "diag.h"
+#include "emit.h"
 #include "frontend.h"
 #include "passes.h"
 #include "verify.h"
@@ -220,7 +224,66 @@ static void check_accesses(void) {
   release(&b);
 }
 
+/* ---- the printer's fusions against a schedule that splits a pair ------------ */
+
+static int count_in_cuda_stage(built *b, int s, const char *needle) {
+  lx_program prog = {&b->pipe, b->layouts, LX_TARGET_CUDA, false, false};
+  char *text = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&text, &size);
+  lx_emit_stage_cuda(&prog, s, f);
+  fclose(f);
+  int n = 0;
+  for (const char *at = text; (at = strstr(at, needle)); at++)
+    n++;
+  free(text);
+  return n;
+}
+
+/* Stage 0 records an event between the forward of its first MLP linear and
+ * of the gelu after it, in micro-batch 0 only. */
+static bool record_between_linear_and_gelu(built *b) {
+  lx_stage *st = &b->pipe.stages[0];
+  lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
+  for (int i = 0; i + 1 < compute->count; i++) {
+    const lx_instr *in = &compute->items[i];
+    if (in->kind != LX_I_FWD || in->graph != LX_GRAPH_BLOCK || b->ir.block.ops[in->op].kind != LX_OP_LINEAR ||
+        compute->items[i + 1].kind != LX_I_FWD || b->ir.block.ops[in->op + 1].kind != LX_OP_GELU)
+      continue;
+    if (compute->count == compute->cap) {
+      compute->cap = 2 * compute->cap + 1;
+      compute->items = realloc(compute->items, sizeof *compute->items * (size_t)compute->cap);
+    }
+    memmove(&compute->items[i + 2], &compute->items[i + 1],
+            sizeof *compute->items * (size_t)(compute->count - i - 1));
+    compute->items[i + 1] = (lx_instr){.kind = LX_I_RECORD,
+                                       .graph = in->graph,
+                                       .layer = in->layer,
+                                       .op = in->op,
+                                       .mb = in->mb,
+                                       .event = st->n_events++};
+    compute->count++;
+    return true;
+  }
+  return false;
+}
+
+static void check_split_pair_not_fused(void) {
+  built b;
+  CHECK(build("examples/tiny.model", 2, 2, 3, LX_SCHEDULE_1F1B, LX_RECOMPUTE_NONE, &b), "tiny builds");
+  int fused = count_in_cuda_stage(&b, 0, "lx_cuda_linear_gelu_forward(");
+  CHECK(fused > 0, "stage 0's MLP linear and gelu are one call (%d calls)", fused);
+  CHECK(record_between_linear_and_gelu(&b), "an event recorded between a linear and its gelu");
+  CHECK(verify_quietly(&b) == 0, "the schedule with the extra event verifies clean");
+  fused = count_in_cuda_stage(&b, 0, "lx_cuda_linear_gelu_forward(");
+  int apart = count_in_cuda_stage(&b, 0, "lx_cuda_gelu_forward(");
+  CHECK(fused == 0 && apart > 0, "then they are separate calls everywhere (%d fused, %d gelu calls)", fused,
+        apart);
+  release(&b);
+}
+
 int main(void) {
+  check_split_pair_not_fused();
   check_accesses();
   check_examples();
   for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++) {
