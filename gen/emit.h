@@ -23,6 +23,7 @@ typedef struct {
   lx_target target;
   bool cuda_graph; /* CUDA: run.sh and run-slurm.sh pass --cuda-graph */
   bool unfused;    /* CUDA: no cuBLASLt epilogue fusions (--no-epilogue-fusion) */
+  bool unrolled;   /* the step printed in full, no loops (--unrolled-step) */
 } lx_program;
 
 /* The source of stage `s`. */

@@ -9,9 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diag.h"
 #include "access.h"
+#include "diag.h"
 #include "emit_operands.h"
+#include "emit_reroll.h"
 #include "emit_walk.h"
 
 /* ---- forward --------------------------------------------------------------- */
@@ -439,7 +440,9 @@ static void print_step(const lx_printer *pr) {
     for (int i = 0; k != LX_STREAM_COMPUTE && i < pr->st->streams[k].count; i++)
       comm +=
           pr->st->streams[k].items[i].kind != LX_I_RECORD && pr->st->streams[k].items[i].kind != LX_I_WAIT;
-  cpu_step w = {.pr = pr,
+  lx_step_text text;
+  lx_printer body = *pr;
+  cpu_step w = {.pr = &body,
                 .event_request = malloc(((size_t)pr->st->n_events + 1) * sizeof(int)),
                 .waited = calloc((size_t)comm + 1, sizeof(bool))};
   for (int e = 0; e <= pr->st->n_events; e++)
@@ -452,8 +455,10 @@ static void print_step(const lx_printer *pr) {
           " * operations posted as soon as their waits allow. */\nstatic void run_schedule(int step) {\n"
           "  current_step = step;\n  MPI_Request requests[%d];\n",
           lx_schedule_name(pr->p->kind), comm > 0 ? comm : 1);
+  body.out = emit_step_begin(&text, pr->out, pr->reroll);
   lx_walk_hooks hooks = {&w, cpu_run, cpu_load, cpu_comm, cpu_record, cpu_wait};
   lx_walk_stage(pr->st, &hooks);
+  emit_step_end(&text);
   fprintf(pr->out, "  for (int r = 0; r < %d; r++) lx_wait(&requests[r]);\n}\n", w.requests);
   free(w.event_request);
   free(w.waited);
@@ -571,7 +576,7 @@ static void print_header(const lx_printer *pr) {
 void lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real", {NULL}};
+  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real", {NULL}, !prog->unrolled};
   print_header(&pr);
   emit_block_boundaries(&pr);
   if (pr.st->has_prologue) {

@@ -15,6 +15,7 @@
 #include "diag.h"
 #include "emit_fusion.h"
 #include "emit_operands.h"
+#include "emit_reroll.h"
 #include "emit_walk.h"
 
 /* ---- one op ------------------------------------------------------------------ */
@@ -564,10 +565,14 @@ static void print_step(const lx_printer *pr) {
                    " * issued so that each event is recorded before it is waited for. */\n"
                    "static void run_schedule(int step) {\n  current_step = step;\n",
           lx_schedule_name(pr->p->kind));
-  cuda_step w = {pr, false};
+  lx_step_text text;
+  lx_printer body = *pr;
+  body.out = emit_step_begin(&text, pr->out, pr->reroll);
+  cuda_step w = {&body, false};
   lx_walk_hooks hooks = {&w, cuda_run, cuda_load, cuda_comm, cuda_record, cuda_wait};
   lx_walk_stage(pr->st, &hooks);
   close_group(&w);
+  emit_step_end(&text);
   fputs("  /* the step ends when every stream has drained into the compute stream */\n"
         "  for (int k = 1; k < STREAM_COUNT; k++) {\n"
         "    CUDA_CHECK(cudaEventRecord(stream_done[k], streams[k]));\n"
@@ -663,7 +668,8 @@ static void print_header(const lx_printer *pr) {
 void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float", {NULL}};
+  lx_printer pr = {
+      out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float", {NULL}, !prog->unrolled};
   unsigned char *fusion[LX_GRAPH_COUNT];
   emit_plan_fusions(&pr, !prog->unfused, fusion);
   for (int g = 0; g < LX_GRAPH_COUNT; g++)

@@ -22,6 +22,7 @@ typedef struct {
   const char *lse_type; /* the attention's and the loss's saved log-sum-exp */
   /* per graph and op, the CUDA printer's cuBLASLt epilogue fusions (emit_cuda.c); NULL on the CPU */
   const unsigned char *fusion[LX_GRAPH_COUNT];
+  bool reroll; /* the step's repeating runs of lines as loops (emit_reroll.c) */
 } lx_printer;
 
 enum { PTR = 320 };

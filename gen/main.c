@@ -52,6 +52,9 @@ static const char usage_text[] =
     "                         MPI; also run-slurm.sh) or cpu (C11, OpenMP, OpenBLAS, MPI)\n"
     "      --cuda-graph       cuda: run.sh issues each step's forwards and backwards (NCCL\n"
     "                         calls included) as one CUDA graph, captured once and replayed\n"
+    "      --unrolled-step    print every instruction of the step in full; by default a run\n"
+    "                         of lines that repeats with its numbers moving on (1F1B's\n"
+    "                         steady state) is printed as a loop\n"
     "      --no-epilogue-fusion\n"
     "                         cuda: every op its own call; by default a linear and the gelu\n"
     "                         next to it are one cuBLASLt matmul (GELU / DGELU epilogues)\n"
@@ -92,7 +95,7 @@ static const char usage_text[] =
 typedef struct {
   const char *model_path;
   const char *output_dir;
-  bool dump_ir, plan, json, explain, cuda_graph, unfused;
+  bool dump_ir, plan, json, explain, cuda_graph, unfused, unrolled;
   lx_target target;
   lx_recompute_policy policy;
   lx_partition_kind partition;
@@ -180,7 +183,8 @@ static options parse_options(int argc, char **argv) {
     OPT_PARTITION,
     OPT_EXPLAIN,
     OPT_CUDA_GRAPH,
-    OPT_UNFUSED
+    OPT_UNFUSED,
+    OPT_UNROLLED
   };
   static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
                                            {"dump-ir", no_argument, 0, OPT_DUMP_IR},
@@ -202,6 +206,7 @@ static options parse_options(int argc, char **argv) {
                                            {"explain", no_argument, 0, OPT_EXPLAIN},
                                            {"cuda-graph", no_argument, 0, OPT_CUDA_GRAPH},
                                            {"no-epilogue-fusion", no_argument, 0, OPT_UNFUSED},
+                                           {"unrolled-step", no_argument, 0, OPT_UNROLLED},
                                            {"help", no_argument, 0, 'h'},
                                            {"version", no_argument, 0, OPT_VERSION},
                                            {0, 0, 0, 0}};
@@ -226,6 +231,7 @@ static options parse_options(int argc, char **argv) {
     case OPT_EXPLAIN: o.explain = true; break;
     case OPT_CUDA_GRAPH: o.cuda_graph = true; break;
     case OPT_UNFUSED: o.unfused = true; break;
+    case OPT_UNROLLED: o.unrolled = true; break;
     case OPT_PARTITION:
       if (!strcmp(optarg, "dp")) o.partition = LX_PARTITION_DP;
       else if (!strcmp(optarg, "uniform")) o.partition = LX_PARTITION_UNIFORM;
@@ -300,6 +306,7 @@ typedef struct {
   lx_target target;
   bool cuda_graph;          /* run.sh passes --cuda-graph to the CUDA programs */
   bool unfused;             /* --no-epilogue-fusion */
+  bool unrolled;            /* --unrolled-step */
   lx_cost_model cost;
   lx_simulation sim;
   lx_report report;
@@ -346,7 +353,7 @@ static bool write_text(const char *dir, const char *name, const char *text, unsi
 }
 
 static lx_program program_of(const products *out) {
-  return (lx_program){&out->pipe, out->layouts, out->target, out->cuda_graph, out->unfused};
+  return (lx_program){&out->pipe, out->layouts, out->target, out->cuda_graph, out->unfused, out->unrolled};
 }
 
 static int program_stage; /* which stage write_stage prints; writers take only the products */
@@ -514,6 +521,7 @@ static int run_passes(const options *opts, products *out) {
     out->target = opts->target;
     out->cuda_graph = opts->cuda_graph;
     out->unfused = opts->unfused;
+    out->unrolled = opts->unrolled;
     out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),

@@ -5,12 +5,13 @@
 # cuBLASLt, NCCL and Open MPI, with the emitted Makefile's own rules.
 # No GPU is needed; `make test-gpu` runs what a GPU can check.
 #
-# tp = dp = 1 (the printers emit pipeline parallelism only), pp as the
-# example says. An example whose step has more than max(8, pp + 1) micro-
-# batches is generated with that many instead (a smaller --global-batch):
-# every micro-batch is its own straight-line code in run_schedule, so 512
-# of them only repeat the same statements (and take gcc minutes per stage);
-# pp + 1 keeps warm-up, steady state and cool-down of both schedules.
+# tp = dp = 1, pp as the example says. An example whose step has more than
+# max(8, pp + 1) micro-batches is generated with that many instead (a
+# smaller --global-batch): more only repeat the same statements, and pp + 1
+# keeps warm-up, steady state and cool-down of both schedules. The step is
+# printed with loops (gen/emit_reroll.c), so one case compiles a whole plan
+# at its real size: GPT-23B, tp 4 x pp 8, 512 micro-batches, 1F1B, lynx-heu
+# (760 k lines a stage unrolled, 1.2 k rolled).
 #
 # Kept fast (two cores): lx_kernels.o is compiled once per distinct kernel
 # source (one in practice: the test checks that every program's kernel
@@ -74,6 +75,7 @@ tiny-tp2-pp2-dp2-zero-selective examples/tiny.model 1f1b selective 8 --tp 2 --pp
 tiny-tp2-pp2-dp2-zero-sp-lynx-heu examples/tiny.model 1f1b lynx-heu 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
 gpt13b-tp2-pp2-dp2-none examples/gpt13b.model 1f1b none 32 --tp 2 --pp 2 --dp 2
 gpt13b-tp2-pp2-dp2-zero-lynx-heu examples/gpt13b.model 1f1b lynx-heu 32 --tp 2 --pp 2 --dp 2 --zero
+gpt-23b-as-planned examples/gpt-23b.model 1f1b lynx-heu 512 --tp 4 --dp 1
 EOF2
 
 generate() { # case model schedule policy global_batch [plan overrides...]

@@ -199,8 +199,9 @@ def check_configuration(tmp, model, args, expect=None, kinds=("forward", "backwa
     fused_dir, plain_dir = os.path.join(tmp, "fused"), os.path.join(tmp, "plain")
     for d in (fused_dir, plain_dir):
         shutil.rmtree(d, ignore_errors=True)
-    generate(model, args, fused_dir)
-    generate(model, args + ["--no-epilogue-fusion"], plain_dir)
+    # the step unrolled, so that every instance of an op is a line of its own
+    generate(model, args + ["--unrolled-step"], fused_dir)
+    generate(model, args + ["--unrolled-step", "--no-epilogue-fusion"], plain_dir)
     totals = {"forward": 0, "backward": 0, "norm": 0}
     mixed = []
     for stage in stage_files(fused_dir):

@@ -211,63 +211,27 @@ static void run_schedule(int step) {
   forward_block(2, 0);
   forward_block(3, 0);
   forward_epilogue(0);
-  backward_epilogue(0);
-  backward_block(3, 0);
-  backward_block(2, 0);
-  {
-    const int mb = 0, layer = FIRST_LAYER;  /* SEND_GRAD mb0 to stage 0 */
-    (void)layer;
-    lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[1]);
+  for (int i = 0; i < 3; i++) { /* the 19 lines below, 3 times */
+    backward_epilogue((0 + i));
+    backward_block(3, (0 + i));
+    backward_block(2, (0 + i));
+    {
+      const int mb = (0 + i), layer = FIRST_LAYER;  /* SEND_GRAD mb(0 + i) to stage 0 */
+      (void)layer;
+      lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[(1 + 2 * i)]);
+    }
+    {
+      const int mb = (1 + i), layer = FIRST_LAYER;  /* RECV_ACT mb(1 + i) from stage 0 */
+      (void)layer;
+      lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[(2 + 2 * i)]);
+    }
+    lx_wait(&requests[(2 + 2 * i)]);
+    load_micro_batch((1 + i));
+    forward_block(2, (1 + i));
+    forward_block(3, (1 + i));
+    forward_epilogue((1 + i));
+    lx_wait(&requests[(1 + 2 * i)]);
   }
-  {
-    const int mb = 1, layer = FIRST_LAYER;  /* RECV_ACT mb1 from stage 0 */
-    (void)layer;
-    lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[2]);
-  }
-  lx_wait(&requests[2]);
-  load_micro_batch(1);
-  forward_block(2, 1);
-  forward_block(3, 1);
-  forward_epilogue(1);
-  lx_wait(&requests[1]);
-  backward_epilogue(1);
-  backward_block(3, 1);
-  backward_block(2, 1);
-  {
-    const int mb = 1, layer = FIRST_LAYER;  /* SEND_GRAD mb1 to stage 0 */
-    (void)layer;
-    lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[3]);
-  }
-  {
-    const int mb = 2, layer = FIRST_LAYER;  /* RECV_ACT mb2 from stage 0 */
-    (void)layer;
-    lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[4]);
-  }
-  lx_wait(&requests[4]);
-  load_micro_batch(2);
-  forward_block(2, 2);
-  forward_block(3, 2);
-  forward_epilogue(2);
-  lx_wait(&requests[3]);
-  backward_epilogue(2);
-  backward_block(3, 2);
-  backward_block(2, 2);
-  {
-    const int mb = 2, layer = FIRST_LAYER;  /* SEND_GRAD mb2 to stage 0 */
-    (void)layer;
-    lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[5]);
-  }
-  {
-    const int mb = 3, layer = FIRST_LAYER;  /* RECV_ACT mb3 from stage 0 */
-    (void)layer;
-    lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[6]);
-  }
-  lx_wait(&requests[6]);
-  load_micro_batch(3);
-  forward_block(2, 3);
-  forward_block(3, 3);
-  forward_epilogue(3);
-  lx_wait(&requests[5]);
   backward_epilogue(3);
   backward_block(3, 3);
   backward_block(2, 3);
