@@ -18,7 +18,7 @@ LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm -
 GEN_SRCS := gen/diag.c gen/frontend.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/ir_json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/memplan.c gen/simulate.c gen/trace.c gen/report.c gen/layout.c gen/tokenize.c gen/emit.c gen/emit_cpu.c gen/manifest.c gen/verify.c gen/access.c gen/windows.c gen/policy.c gen/emit_walk.c gen/emit_operands.c gen/emit_fusion.c gen/emit_reroll.c gen/emit_cuda.c gen/search.c
 GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
-.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-cuda
+.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-cuda bench-step
 all: bin/lynxgen
 
 bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
@@ -70,6 +70,10 @@ bench-lynx: $(BUILD)/bench/lynx_policies
 # Registers, shared memory and spills of the CUDA kernels (fails on a spill).
 bench-cuda:
 	bench/cuda_resource_usage.sh
+
+# The step rolled into loops against --unrolled-step: lines and compile time of a large stage.
+bench-step:
+	bench/step_compile_time.sh
 
 include tests/tests.mk
 

@@ -81,7 +81,7 @@ static void scan_line(text *t, line *l) {
       comment = false;
     else if (!comment && s[0] == '"' && (c == 0 || s[-1] != '\\'))
       string = !string;
-    if (isdigit((unsigned char)s[0])) {
+    if (!string && isdigit((unsigned char)s[0])) { /* a digit in a string literal is text */
       int digits = 0;
       while (c + digits < l->len && isdigit((unsigned char)s[digits]))
         digits++;
