@@ -37,12 +37,15 @@ $(BUILD)/prelude.c: ir/lynx.h scripts/embed.sh
 $(BUILD)/prelude.o: $(BUILD)/prelude.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-# The templates travel inside lynxgen too: emitted directories get copies.
+# The templates travel inside lynxgen too: emitted directories get copies
+# (common/: the host runtime both targets share).
+COMMON_TEMPLATES := $(sort $(wildcard templates/common/*.h))
 CPU_TEMPLATES := $(sort $(wildcard templates/cpu/*.h))
 CUDA_TEMPLATES := $(sort $(wildcard templates/cuda/*.cuh templates/cuda/*.h templates/cuda/*.cu))
-$(BUILD)/templates.c: $(CPU_TEMPLATES) $(CUDA_TEMPLATES) scripts/embed_templates.sh scripts/embed.sh
+$(BUILD)/templates.c: $(COMMON_TEMPLATES) $(CPU_TEMPLATES) $(CUDA_TEMPLATES) scripts/embed_templates.sh scripts/embed.sh
 	@mkdir -p $(@D)
-	sh scripts/embed_templates.sh lx_cpu_templates $(CPU_TEMPLATES) > $@
+	sh scripts/embed_templates.sh lx_common_templates $(COMMON_TEMPLATES) > $@
+	sh scripts/embed_templates.sh lx_cpu_templates $(CPU_TEMPLATES) | grep -v '^#include "emit.h"' >> $@
 	sh scripts/embed_templates.sh lx_cuda_templates $(CUDA_TEMPLATES) | grep -v '^#include "emit.h"' >> $@
 
 $(BUILD)/templates.o: $(BUILD)/templates.c gen/emit.h

@@ -6,7 +6,7 @@ tied to the token embedding, torch.optim.AdamW with decay on the 2-D weights
 only, gradient clipping at 1.0. Dropout 0.
 
 Reads llm.c token shards (256-int32 header, then uint16 tokens) and cuts
-them into batches as the lynxgen CPU program does (templates/cpu/lx_data.h):
+them into batches as the lynxgen CPU program does (templates/common/lx_data.h):
 window w is the B*T+1 tokens starting at w*B*T, inputs its first B*T and
 targets its last B*T.
 

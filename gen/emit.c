@@ -1,6 +1,5 @@
 /* emit.c — what every emitted directory holds besides the stage sources: the
  * Makefile and the launch script. */
-#include <string.h>
 
 #include "emit.h"
 
@@ -72,11 +71,6 @@ static void cpu_run_script(const lx_program *prog, FILE *out) {
   fputc('\n', out);
 }
 
-bool lx_emit_wants_template(lx_target target, const char *name) {
-  /* the CUDA programs draw the CPU target's random streams (weights, data) */
-  return target == LX_TARGET_CPU || !strcmp(name, "lx_rng.h") || !strcmp(name, "lx_common.h");
-}
-
 /* CUDA: the kernels compile once (lx_kernels.o, both architectures); the
  * stage sources are host code and compile quickly, in parallel. */
 static void cuda_makefile(const lx_program *prog, FILE *out) {
@@ -94,9 +88,8 @@ static void cuda_makefile(const lx_program *prog, FILE *out) {
   fprintf(out, "\nall: $(PROGRAMS)\n\n"
                "lx_kernels.o: lx_kernels.cu $(wildcard lx_cuda_*.cuh) lx_cuda_api.h\n\t$(NVCC) $(NVFLAGS) "
                "$(ARCH) -c -o $@ $<\n"
-               "# host code only: compiled as C++ by nvcc's host compiler\n"
-               "stage%%.o: stage%%.cu lx_cuda_api.h lx_cuda_train.h lx_cuda_parallel.h lx_cuda_shards.h "
-               "lx_cuda_main.h lx_rng.h lx_common.h\n"
+               "# host code only (the lx_*.h headers), compiled as C++ by nvcc's host compiler\n"
+               "stage%%.o: stage%%.cu $(wildcard lx_*.h)\n"
                "\t$(NVCC) $(NVFLAGS) -x c++ -c -o $@ $<\n"
                "stage%%: stage%%.o lx_kernels.o\n\t$(NVCC) $(ARCH) -o $@ $^ $(LDLIBS)\n\n"
                "clean:\n\trm -f $(PROGRAMS) *.o\n.PHONY: all clean\n");

@@ -29,8 +29,6 @@ typedef struct {
 /* The source of stage `s`. */
 void lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out);
 void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out);
-/* Whether a target's directory gets the CPU template `name` (CUDA reuses the RNG). */
-bool lx_emit_wants_template(lx_target target, const char *name);
 /* The Makefile and run.sh of the emitted directory. */
 void lx_emit_makefile(const lx_program *prog, FILE *out);
 void lx_emit_run_script(const lx_program *prog, FILE *out);
@@ -47,6 +45,9 @@ typedef struct {
   unsigned long length;
 } lx_template;
 
+/* common: the host runtime of both targets (templates/common) */
+extern const lx_template lx_common_templates[];
+extern const int lx_common_template_count;
 extern const lx_template lx_cpu_templates[];
 extern const int lx_cpu_template_count;
 extern const lx_template lx_cuda_templates[];

@@ -379,7 +379,13 @@ static void write_slurm_script(const products *out, FILE *f) {
   lx_emit_slurm_script(&prog, f);
 }
 
-/* The CPU target's runnable program: sources, templates, Makefile, run.sh. */
+static bool write_templates(const char *dir, const lx_template *templates, int count) {
+  for (int t = 0; t < count; t++)
+    if (!write_text(dir, templates[t].name, templates[t].text, templates[t].length)) return false;
+  return true;
+}
+
+/* The target's runnable program: sources, templates, Makefile, run.sh. */
 static bool write_program(const char *dir, const products *out) {
   for (int s = 0; s < out->pipe.pp; s++) {
     char name[32];
@@ -387,12 +393,11 @@ static bool write_program(const char *dir, const products *out) {
     program_stage = s;
     if (!write_file(dir, name, write_stage, out)) return false;
   }
-  for (int t = 0; t < lx_cpu_template_count; t++)
-    if (lx_emit_wants_template(out->target, lx_cpu_templates[t].name) &&
-        !write_text(dir, lx_cpu_templates[t].name, lx_cpu_templates[t].text, lx_cpu_templates[t].length))
-      return false;
-  for (int t = 0; out->target == LX_TARGET_CUDA && t < lx_cuda_template_count; t++)
-    if (!write_text(dir, lx_cuda_templates[t].name, lx_cuda_templates[t].text, lx_cuda_templates[t].length)) return false;
+  const lx_template *own = out->target == LX_TARGET_CUDA ? lx_cuda_templates : lx_cpu_templates;
+  int own_count = out->target == LX_TARGET_CUDA ? lx_cuda_template_count : lx_cpu_template_count;
+  if (!write_templates(dir, lx_common_templates, lx_common_template_count) ||
+      !write_templates(dir, own, own_count))
+    return false;
   char run[PATH_MAX + 64];
   snprintf(run, sizeof run, "%s/run.sh", dir);
   if (out->target == LX_TARGET_CUDA) {

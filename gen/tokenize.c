@@ -1,6 +1,6 @@
 /* tokenize.c — `lynxgen tokenize`: turns a text file into the token shards
  * the emitted training programs read (llm.c's format, see
- * templates/cpu/lx_data.h), so that a CPU run needs no Python.
+ * templates/common/lx_data.h), so that a training run needs no Python.
  *
  * Byte-level: token = byte value, vocabulary 256. Crude, but exact and
  * dependency-free, and enough to watch a small model learn. The last
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../templates/cpu/lx_data.h" /* the shard header */
+#include "../templates/common/lx_data.h" /* the shard header */
 
 enum { TOKENIZE_ERROR = 1, TOKENIZE_USAGE = 2 };
 

@@ -1,8 +1,8 @@
 /* check.h — the assertions of the C unit tests. Each check prints one line,
  * "ok - ..." or "not ok - ...", which tests/run.sh counts; the program exits
  * non-zero when any check failed (return check_exit_status() from main). */
-#ifndef LX_CHECK_H
-#define LX_CHECK_H
+#ifndef LX_TESTS_CHECK_H
+#define LX_TESTS_CHECK_H
 
 #include <math.h>
 #include <stdio.h>

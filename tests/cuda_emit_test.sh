@@ -98,8 +98,7 @@ while read -r case model schedule policy gb overrides; do
   kernels=$( (cat "$dir"/lx_kernels.cu "$dir"/lx_cuda_*.cuh "$dir"/lx_cuda_api.h; rules "$dir") | sha256sum | cut -c1-16)
   for src in "$dir"/stage*.cu; do
     stage=$(basename "$src" .cu)
-    key=$( (echo "$kernels"; cat "$src" "$dir"/lx_cuda_api.h "$dir"/lx_cuda_train.h "$dir"/lx_cuda_main.h "$dir"/lx_rng.h \
-      "$dir"/lx_common.h; rules "$dir") | sha256sum | cut -c1-16)
+    key=$( (echo "$kernels"; cat "$src" "$dir"/lx_*.h; rules "$dir") | sha256sum | cut -c1-16)
     echo "$case $stage $kernels $key" >> "$work/stages"
   done
 done < "$work/cases"

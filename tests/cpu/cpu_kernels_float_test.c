@@ -4,6 +4,7 @@
  * against each other, the dropout mask against the double build's golden
  * count, and a tiny one-block GPT (every kernel, wired as an emitted stage
  * would wire them) overfitting one batch under AdamW. */
+#include "lx_lr_schedule.h"
 #include "tiny_gpt.h"
 
 #ifdef _OPENMP

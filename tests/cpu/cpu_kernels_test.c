@@ -6,6 +6,7 @@
  * Each op test takes a scalar loss L = sum(out * W) with a fixed random W:
  * dL/dout = W, so the backward run with dout = W must give dL/d(every input
  * and every parameter), which central differences of L measure directly. */
+#include "lx_lr_schedule.h"
 #include "tiny_gpt.h"
 
 #ifdef _OPENMP

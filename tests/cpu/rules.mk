@@ -4,9 +4,9 @@
 # Both are compiled by gcc (or $(CC)) and checked by clang with every warning
 # an error; they need OpenBLAS and OpenMP.
 
-CPU_KERNEL_HEADERS := $(wildcard templates/cpu/*.h)
+CPU_KERNEL_HEADERS := $(wildcard templates/cpu/*.h templates/common/*.h)
 CPU_TEST_DEPS := $(CPU_KERNEL_HEADERS) $(wildcard tests/cpu/*.h) tests/check.h
-CPU_TEST_CFLAGS := -std=c11 -O2 -g $(WARNINGS) -fopenmp -Itemplates/cpu -Itests -Itests/cpu
+CPU_TEST_CFLAGS := -std=c11 -O2 -g $(WARNINGS) -fopenmp -Itemplates/cpu -Itemplates/common -Itests -Itests/cpu
 CPU_TEST_LIBS := -lopenblas -lm
 
 $(BUILD)/tests/cpu_kernels_test: tests/cpu/cpu_kernels_test.c $(CPU_TEST_DEPS)

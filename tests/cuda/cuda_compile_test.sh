@@ -39,7 +39,7 @@ headers=$(ls templates/cuda/lx_cuda_attention.cuh; ls templates/cuda/*.cuh | gre
 build_one() {
   local job=$1 name
   if [ "$job" = twins ]; then
-    gcc -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -fopenmp -Itemplates/cpu \
+    gcc -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -fopenmp -Itemplates/cpu -Itemplates/common \
       -c tests/cuda/cpu_twins.c -o "$out/cpu_twins_link.o" >"$out/twins.log" 2>&1 &&
       $NVCC $TWINS_FLAGS -Itemplates/cuda -Itests/cuda -o "$out/kernel_twins_link" tests/cuda/kernel_twins.cu \
         "$out/cpu_twins_link.o" -lcublasLt -lnccl -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi -lopenblas -lgomp -lm \

@@ -18,9 +18,9 @@ CUDA_TEST_LIBS := -lcublasLt -lnccl -L$(MPI_LIBDIR) -lmpi -lopenblas -lgomp -lm
 
 CUDA_HEADERS := $(wildcard templates/cuda/*.cuh)
 
-$(BUILD)/tests/cuda/cpu_twins.o: tests/cuda/cpu_twins.c tests/cuda/cpu_twins.h $(wildcard templates/cpu/*.h)
+$(BUILD)/tests/cuda/cpu_twins.o: tests/cuda/cpu_twins.c tests/cuda/cpu_twins.h $(wildcard templates/cpu/*.h templates/common/*.h)
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -O2 $(WARNINGS) -fopenmp -Itemplates/cpu -c -o $@ $<
+	$(CC) -std=c11 -O2 $(WARNINGS) -fopenmp -Itemplates/cpu -Itemplates/common -c -o $@ $<
 
 $(BUILD)/tests/cuda/kernel_twins: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_HEADERS) \
     tests/cuda/cpu_twins.h

@@ -337,8 +337,8 @@ static void test_checkpoint_errors(void) {
 
 /* ---- options ---------------------------------------------------------------------- */
 
-static lx_run_options caller_defaults(void) {
-  lx_run_options o = lx_run_options_default();
+static lx_run_options caller_defaults(lx_program program) {
+  lx_run_options o = lx_run_options_default(program);
   o.steps = 42;
   o.train_data = "data/train_*.bin";
   return o;
@@ -364,16 +364,17 @@ static void test_options_all_flags(void) {
                   "--metrics",
                   "m.jsonl",
                   "--gradcheck",
+                  "--lr=0.25",
                   "--print-every=4"};
-  lx_run_options o = caller_defaults();
+  lx_run_options o = caller_defaults(LX_PROGRAM_CPU);
   lx_parse_run_options((int)(sizeof argv / sizeof argv[0]), argv, &o);
   CHECK(o.steps == 7 && !strcmp(o.train_data, "d/*.bin") && !strcmp(o.val_data, "v/*.bin") &&
             !strcmp(o.init_checkpoint, "in.bin") && !strcmp(o.save_checkpoint, "out.bin") &&
             o.val_interval == 5 && o.val_batches == 3 && o.seed == UINT64_MAX &&
-            !strcmp(o.metrics_path, "m.jsonl") && o.gradcheck == 1 && o.print_every == 4,
+            !strcmp(o.metrics_path, "m.jsonl") && o.gradcheck == 1 && o.lr == 0.25 && o.print_every == 4,
         "every flag, as --flag value and --flag=value, sets its field");
   char *none[] = {"train"};
-  lx_run_options d = caller_defaults();
+  lx_run_options d = caller_defaults(LX_PROGRAM_CPU);
   lx_parse_run_options(1, none, &d);
   CHECK(d.steps == 42 && !strcmp(d.metrics_path, "metrics.jsonl") && !d.val_data && !d.gradcheck,
         "no flags keep the caller's defaults (metrics.jsonl)");
@@ -408,6 +409,28 @@ static void test_options_errors(void) {
   for (size_t i = 0; i < sizeof help_lines / sizeof help_lines[0]; i++)
     CHECK(strstr(out, help_lines[i]) != NULL, "--help shows \"%s\"", help_lines[i]);
   expect_options_exit("--steps 9 --help", 0, "[9]", "--help shows the defaults after earlier flags");
+  expect_options_exit("--lr 0", 2, "--lr wants a number > 0, not '0'", "a learning rate of zero");
+  expect_options_exit("--cuda-graph", 2, "unknown option '--cuda-graph'", "a CUDA flag on the CPU");
+}
+
+/* The CUDA programs parse the same command line, with their own flags instead of the gradient check's. */
+static void test_options_cuda(void) {
+  char *argv[] = {"train", "--steps", "3", "--cuda-graph", "--profile", "p.profile", "--lr", "0.5"};
+  lx_run_options o = caller_defaults(LX_PROGRAM_CUDA);
+  lx_parse_run_options((int)(sizeof argv / sizeof argv[0]), argv, &o);
+  CHECK(o.steps == 3 && o.cuda_graph == 1 && !strcmp(o.profile_path, "p.profile") && o.lr == 0.5,
+        "CUDA: --steps, --cuda-graph, --profile and --lr set their fields");
+  char out[8192];
+  int status = run_self(out, sizeof out, "options-cuda --help");
+  CHECK(status == 0 && strstr(out, "--cuda-graph") && strstr(out, "--profile FILE") &&
+            strstr(out, "--data GLOB") && strstr(out, "--save CKPT") && strstr(out, "--lr X") &&
+            !strstr(out, "--gradcheck"),
+        "CUDA: --help shows the shared options and --cuda-graph, --profile, not --gradcheck");
+  status = run_self(out, sizeof out, "options-cuda --gradcheck");
+  CHECK(status == 2 && strstr(out, "unknown option '--gradcheck'"), "CUDA: --gradcheck is unknown (exit 2)");
+  status = run_self(out, sizeof out, "options-cuda --cuda-graph=1");
+  CHECK(status == 2 && strstr(out, "--cuda-graph takes no value"),
+        "CUDA: --cuda-graph takes no value (exit 2)");
 }
 
 /* ---- metrics ---------------------------------------------------------------------- */
@@ -531,8 +554,8 @@ static int checkpoint_load_mode(char **argv) {
   return 0;
 }
 
-static int options_mode(int argc, char **argv) {
-  lx_run_options o = caller_defaults();
+static int options_mode(int argc, char **argv, lx_program program) {
+  lx_run_options o = caller_defaults(program);
   argv[1] = argv[0]; /* the options start after the mode word */
   lx_parse_run_options(argc - 1, argv + 1, &o);
   printf("parsed steps=%d\n", o.steps);
@@ -543,11 +566,12 @@ static int child_mode(int argc, char **argv) {
   const char *mode = argv[1];
   if (!strcmp(mode, "loader-open") && argc == 5) return loader_open_mode(argv);
   if (!strcmp(mode, "checkpoint-load") && argc == 5) return checkpoint_load_mode(argv);
-  if (!strcmp(mode, "options")) return options_mode(argc, argv);
+  if (!strcmp(mode, "options")) return options_mode(argc, argv, LX_PROGRAM_CPU);
+  if (!strcmp(mode, "options-cuda")) return options_mode(argc, argv, LX_PROGRAM_CUDA);
   if (!strcmp(mode, "mpi-options")) { /* as an emitted program: parse after lx_mpi_start */
     int rank;
     lx_mpi_start(&argc, &argv, 2, &rank);
-    return options_mode(argc, argv);
+    return options_mode(argc, argv, LX_PROGRAM_CPU);
   }
   if (!strcmp(mode, "metrics") && argc == 3) return metrics_mode(argv[2]);
   if (!strcmp(mode, "mpi")) return mpi_mode(argc, argv);
@@ -596,6 +620,7 @@ int main(int argc, char **argv) {
   test_checkpoint_errors();
   test_options_all_flags();
   test_options_errors();
+  test_options_cuda();
   test_metrics();
 
   char command[512];
