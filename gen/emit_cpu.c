@@ -470,13 +470,7 @@ static void print_step(const lx_printer *pr) {
  * the data without sending tokens; only the first keeps inputs, the last targets. */
 static void print_load(const lx_printer *pr) {
   char tokens[PTR], targets[PTR];
-  snprintf(tokens, PTR, "scratch_tokens");
-  snprintf(targets, PTR, "scratch_tokens");
-  if (pr->st->has_prologue)
-    emit_at(pr, tokens, PTR, "int", emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
-  if (pr->st->has_epilogue)
-    emit_at(pr, targets, PTR, "int",
-            emit_ref(pr, LX_GRAPH_EPILOGUE, emit_targets_op(pr->ir), LX_T_OUTPUT, 0));
+  emit_load_operands(pr, "scratch_tokens", tokens, targets);
   if (!pr->st->has_prologue || !pr->st->has_epilogue)
     fprintf(pr->out, "\n/* the half of each (inputs, targets) pair this stage does not use */\nstatic int "
                      "scratch_tokens[BT];\n");

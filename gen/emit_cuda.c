@@ -367,8 +367,8 @@ static void print_function_head(const lx_printer *pr, const char *what, lx_graph
   if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
 }
 
+/* Always printed: the forward-only pass (run_forward) calls it. */
 static void print_forward_function(const lx_printer *pr, lx_graph_id g) {
-  if (!emit_function_called(pr, LX_I_FWD, g)) return;
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   print_function_head(pr, "forward", g);
   for (int i = 0; i < graph->n_ops; i++)
@@ -581,20 +581,54 @@ static void print_step(const lx_printer *pr) {
 
 /* ---- data ------------------------------------------------------------------------ */
 
-/* Tokens and targets of micro-batch mb, drawn on the host and copied in; a
- * middle stage loads nothing (it has no LOAD instruction). */
+/* Tokens and targets of micro-batch mb, read on the host before the step
+ * and copied in; a middle stage loads nothing (it has no LOAD instruction). */
+static bool loads_tokens(const lx_printer *pr) { return pr->st->has_prologue || pr->st->has_epilogue; }
+
 static void print_load(const lx_printer *pr) {
-  if (!pr->st->has_prologue && !pr->st->has_epilogue) return;
+  fprintf(pr->out, "\nenum { LOADS_TOKENS = %d }; /* the stage reads the token shards */\n",
+          loads_tokens(pr));
+  if (!loads_tokens(pr)) return;
   char tokens[PTR], targets[PTR];
-  snprintf(tokens, PTR, "NULL");
-  snprintf(targets, PTR, "NULL");
-  if (pr->st->has_prologue) emit_at(pr, tokens, PTR, "int", emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
+  emit_load_operands(pr, "NULL", tokens, targets);
+  fprintf(pr->out,
+          "/* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first\n"
+          " * stage keeps inputs, the last targets. */\n"
+          "static void load_micro_batch(int mb, cudaStream_t stream) {\n"
+          "  lx_cuda_load(%s, %s, mb, BT, stream);\n}\n",
+          tokens, targets);
+}
+
+/* Forward only, micro-batch after micro-batch on the compute stream, for
+ * validation: a stage receives its input from the previous one and sends its
+ * output to the next with NCCL calls in the same order on both sides. */
+static void print_forward_pass(const lx_printer *pr) {
+  FILE *f = pr->out;
+  char buf[PTR];
+  fputs("\n/* Forward only (validation): the losses of the micro-batches staged for it. */\n"
+        "static void run_forward(int step) {\n  current_step = step;\n"
+        "  cudaStream_t stream = streams[STREAM_COMPUTE];\n  float *scratch = scratch_of[STREAM_COMPUTE];\n"
+        "  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n",
+        f);
+  if (loads_tokens(pr)) fputs("    load_micro_batch(mb, stream);\n", f);
+  if (pr->s > 0)
+    fprintf(f,
+            "    {\n      const int layer = FIRST_LAYER;\n      NCCL_CHECK(ncclRecv(%s, BOUNDARY_ELEMENTS, "
+            "ncclBfloat16, STAGE - 1, pipeline_comm, stream));\n    }\n",
+            emit_at(pr, buf, sizeof buf, "lx_bf16", emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
+  if (pr->st->has_prologue) fputs("    forward_prologue(mb, stream, scratch);\n", f);
+  if (pr->st->n_layers)
+    fputs("    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, "
+          "stream, scratch);\n",
+          f);
   if (pr->st->has_epilogue)
-    emit_at(pr, targets, PTR, "int", emit_ref(pr, LX_GRAPH_EPILOGUE, emit_targets_op(pr->ir), LX_T_OUTPUT, 0));
-  fprintf(pr->out, "\n/* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first\n"
-                   " * stage keeps inputs, the last targets. */\n"
-                   "static void load_micro_batch(int mb, cudaStream_t stream) {\n"
-                   "  lx_cuda_load(%s, %s, mb, BT, stream);\n}\n", tokens, targets);
+    fputs("    forward_epilogue(mb, stream, scratch);\n", f);
+  else
+    fprintf(
+        f,
+        "    NCCL_CHECK(ncclSend(%s, BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));\n",
+        emit_at(pr, buf, sizeof buf, "lx_bf16", emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
+  fputs("  }\n}\n", f);
 }
 
 /* The profile-file fields (docs/cost-model.md) of every op, by slot: with
@@ -691,6 +725,7 @@ void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   }
   print_load(&pr);
   print_step(&pr);
+  print_forward_pass(&pr);
   emit_param_table(&pr);
   print_profile_table(&pr);
   fprintf(out, "\n#include \"lx_cuda_main.h\"\n");

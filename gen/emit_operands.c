@@ -270,10 +270,19 @@ void emit_boundary_sizes(const lx_printer *pr) {
 }
 
 /* The epilogue's input op that holds the targets. */
-int emit_targets_op(const lx_ir *ir) {
+static int targets_op(const lx_ir *ir) {
   for (int i = 0; i < ir->epilogue.n_ops; i++)
     if (ir->epilogue.ops[i].kind == LX_OP_INPUT && ir->epilogue.ops[i].param == 1) return i;
   return -1;
+}
+
+void emit_load_operands(const lx_printer *pr, const char *absent, char tokens[PTR], char targets[PTR]) {
+  snprintf(tokens, PTR, "%s", absent);
+  snprintf(targets, PTR, "%s", absent);
+  if (pr->st->has_prologue)
+    emit_at(pr, tokens, PTR, "int", emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
+  if (pr->st->has_epilogue)
+    emit_at(pr, targets, PTR, "int", emit_ref(pr, LX_GRAPH_EPILOGUE, targets_op(pr->ir), LX_T_OUTPUT, 0));
 }
 
 /* Does op i's output reach a residual add, through dropout at most? GPT-2

@@ -62,7 +62,10 @@ bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count);
  * whole, i.e. call its graph function? (Tensor-parallel all-reduces split
  * every backward of a graph with a column-parallel op.) */
 bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id g);
-int emit_targets_op(const lx_ir *ir);
+/* Where a LOAD puts micro-batch mb's tokens (B, T) on the first stage and
+ * its targets (B, T) on the last, as int pointers; `absent` for the half
+ * this stage does not keep. */
+void emit_load_operands(const lx_printer *pr, const char *absent, char tokens[PTR], char targets[PTR]);
 /* The layer of an instruction as C text: prologue and epilogue have none. */
 const char *emit_layer_text(const lx_instr *in, char *buf, size_t size);
 

@@ -153,5 +153,32 @@ while read -r case model schedule policy gb overrides; do
     for key in $bad; do grep -E 'error|warning|undefined' "$work/$key.log" | head -5 | sed 's/^/     /'; done
   fi
 done < "$work/cases"
+
+# ---- the training loop's command line (lx_loop.h), which runs without a GPU --
+# --help and a bad flag are answered before the program touches CUDA.
+program=$(find "$work" -path '*/tiny-*/stage0' -type f | head -1)
+if [ -n "$program" ]; then
+  help=$("$program" --help 2>&1)
+  help_status=$?
+  missing=$(for want in '--steps N' '--data GLOB' '[data/tiny/train_*.bin]' '--val-data GLOB' '[data/tiny/val_*.bin]' \
+    '--eval-interval N' '[20]' '--init CKPT' '--save CKPT' '--seed N' '[1337]' '--lr X' '[0.001]' '--metrics FILE' \
+    '--print-every N' '--cuda-graph' '--profile FILE'; do
+    grep -qF -- "$want" <<< "$help" || echo "$want"
+  done)
+  if [ "$help_status" = 0 ] && [ -z "$missing" ]; then
+    ok "the CUDA program's --help lists the CPU program's options with tiny.model's defaults, and its own"
+  else
+    not_ok "the CUDA program's --help (exit $help_status) lacks: $(echo $missing)"
+  fi
+  "$program" --gradcheck > "$work/bad-flag.out" 2>&1
+  bad_status=$?
+  if [ "$bad_status" = 2 ] && grep -q "unknown option '--gradcheck'" "$work/bad-flag.out"; then
+    ok "the CUDA program refuses a flag it does not have (--gradcheck) with exit 2"
+  else
+    not_ok "the CUDA program given --gradcheck: exit $bad_status, $(head -c 300 "$work/bad-flag.out")"
+  fi
+else
+  not_ok "no tiny.model stage0 was built: the command line is not checked"
+fi
 echo "# $(wc -l < "$work/stages") stages, $distinct distinct sources built, in $(($(date +%s) - start)) s"
 exit $((failures > 0))
