@@ -6,7 +6,12 @@
 #                         (any spill fails)
 #   make test-gpu         builds and runs kernel_twins: each CUDA kernel
 #                         against its CPU twin (templates/cpu) with bf16
-#                         tolerances; prints "skipped: no GPU" without one
+#                         tolerances; then cuda_training_test.py: the CUDA
+#                         and CPU programs of examples/tiny.model trained on
+#                         the same shard give the same losses within a bf16
+#                         bound (pp = 1, and pp = 2 on two GPUs); each prints
+#                         "skipped: no GPU" without one (LX_CPU_ONLY=1 runs
+#                         the training test's CPU half anywhere)
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 MPI_INCLUDE ?= /usr/lib/x86_64-linux-gnu/openmpi/include
@@ -27,7 +32,8 @@ $(BUILD)/tests/cuda/kernel_twins: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda
 	@mkdir -p $(@D)
 	$(NVCC) $(CUDA_TEST_NVFLAGS) -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_TEST_LIBS)
 
-test-gpu: $(BUILD)/tests/cuda/kernel_twins
+test-gpu: $(BUILD)/tests/cuda/kernel_twins bin/lynxgen
 	$(BUILD)/tests/cuda/kernel_twins
+	python3 tests/cuda/cuda_training_test.py
 
 TEST_PROGRAMS += tests/cuda/cuda_compile_test.sh tests/cuda/cuda_profile_test.sh

@@ -1,0 +1,208 @@
+"""The CUDA program trains as the CPU program does (make test-gpu).
+
+examples/tiny.model is generated for both targets (--tp 1 --dp 1, pp = 1, and
+pp = 2 when nvidia-smi lists two GPUs or more), each is built with its own
+Makefile and trained for STEPS steps through its run.sh on the same token
+shard, validating every VAL_INTERVAL steps; the per-step losses and
+validation losses of the two metrics.jsonl files must agree within
+LOSS_BOUND, and the worst relative difference is printed.
+
+Without a GPU it prints "skipped: no GPU" and exits 0. LX_CPU_ONLY=1 runs
+the CPU half alone, GPU or not (the shard, generation, builds, runs and
+parsing), and the check below that the data can tell a data error from
+bf16 rounding.
+
+The data: window w of the shard (B*T = 128 tokens, the loader's unit) is
+either one token repeated or uniform over the 256 bytes, by a seeded coin.
+A step's loss is the mean over its four micro-batches, i.e. four windows,
+so it depends on how many of them are constant: a CUDA program that read
+other windows than the CPU one (another order, an offset, another replica's
+share) differs by tens of percent in some steps, where bf16 rounding
+differs by a fraction of a percent (LOSS_BOUND). The check measures it: the
+CPU program reading the shard one window later must differ from the real
+run by more than SHIFT_FACTOR x LOSS_BOUND in some step.
+"""
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+from array import array
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from tap import check, exit_status  # tests/tap.py
+
+LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
+MODEL = os.path.join(ROOT, "examples", "tiny.model")
+WINDOW = 2 * 64  # tiny.model: micro_batch 2 x seq_len 64 tokens per loader window
+STEPS = 20
+VAL_INTERVAL = 10
+VAL_BATCHES = 2
+
+# bf16 (8 significant bits: unit roundoff u = 2^-9 ~ 2e-3) against the CPU's
+# fp32 with fp64 reductions. The CUDA program rounds the initial weights and
+# every activation to bf16, accumulating in fp32, with fp32 master weights
+# and AdamW state like the CPU. One step's loss is a mean over 4 x 128 token
+# losses whose rounding errors (a few u each, of either sign) mostly cancel:
+# ~1e-4 relative at step 1. The runs then drift apart: rounding only the
+# initial weights to bf16 moves the CPU's losses on this data by up to 1e-3
+# relative by step 20 (measured), and rounding every activation each step
+# adds a few times that. 2% leaves that margin, as llm.c does for its bf16
+# GPT-2 against PyTorch's fp32 (0.05 at a loss of 5.3, test_gpt2.cu), and
+# stays below what a data error does here (checked, SHIFT_FACTOR).
+LOSS_BOUND = 0.02
+SHIFT_FACTOR = 3
+
+def gpu_count():
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if listing.returncode != 0:
+        return 0
+    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+
+
+def write_shard(path, windows, seed, skip_windows=0):
+    """An llm.c shard of windows + 1 windows (the loader needs B*T + 1 tokens
+    per batch), each constant or uniform by a coin; skip_windows drops the
+    first ones, as a loader reading one window late would see it."""
+    rng = random.Random(seed)
+    tokens = array("H")
+    for _ in range(windows + 1):
+        kinds = 1 if rng.random() < 0.5 else 256
+        tokens.extend(rng.randrange(kinds) for _ in range(WINDOW))
+    tokens = tokens[skip_windows * WINDOW:]
+    if sys.byteorder != "little":
+        tokens.byteswap()
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(tokens.tobytes())
+
+
+def make_data(work):
+    """Training shards (and a copy one window late), validation shards."""
+    data = {}
+    for name, skip in (("train", 0), ("late", 1)):
+        os.makedirs(os.path.join(work, name))
+        write_shard(os.path.join(work, name, "train_000000.bin"), 100, 1, skip)
+        data[name] = os.path.join(work, name, "train_*.bin")
+    write_shard(os.path.join(work, "val_000000.bin"), 8, 2)
+    data["val"] = os.path.join(work, "val_*.bin")
+    return data
+
+
+def run(command, cwd):
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+
+
+def build(target, pp, work):
+    """The program of examples/tiny.model for target with pp stages, built."""
+    out = os.path.join(work, "%s-pp%d" % (target, pp))
+    r = run([LYNXGEN, MODEL, "--target", target, "--tp", "1", "--dp", "1", "--pp", str(pp), "-o", out], work)
+    if r.returncode == 0:
+        r = run(["make", "-C", out], work)
+    check(r.returncode == 0, "%s pp=%d: lynxgen generates examples/tiny.model and make builds it" % (target, pp))
+    if r.returncode != 0:
+        print("     " + (r.stdout + r.stderr)[-2000:].replace("\n", "\n     "))
+        return None
+    return out
+
+
+def train(program, train_data, val_data, metrics):
+    """metrics.jsonl of a STEPS-step run, as a list of records (None: it failed)."""
+    r = run([os.path.join(program, "run.sh"), "--steps", str(STEPS), "--data", train_data, "--val-data", val_data,
+             "--eval-interval", str(VAL_INTERVAL), "--val-batches", str(VAL_BATCHES), "--metrics", metrics], program)
+    records = []
+    if r.returncode == 0 and os.path.exists(metrics):
+        with open(metrics) as f:
+            records = [json.loads(line) for line in f]
+    ok = len(records) == STEPS and all(rec["step"] == i + 1 for i, rec in enumerate(records))
+    check(ok, "%s: %d steps on %s run, one metrics.jsonl line each" % (os.path.basename(program), STEPS, train_data))
+    if not ok:
+        print("     exit %d: %s" % (r.returncode, (r.stdout + r.stderr)[-2000:].replace("\n", "\n     ")))
+        return None
+    return records
+
+
+def losses(records):
+    """(what, value) of every loss and validation loss, in step order."""
+    out = []
+    for rec in records:
+        out.append(("step %d loss" % rec["step"], rec["loss"]))
+        if "val_loss" in rec:
+            out.append(("step %d val_loss" % rec["step"], rec["val_loss"]))
+    return out
+
+
+def worst_relative_difference(a, b):
+    """(difference, what) of the largest relative difference of the two runs' losses."""
+    la, lb = losses(a), losses(b)
+    if [what for what, _ in la] != [what for what, _ in lb]:
+        return float("inf"), "a different set of losses"
+    worst = (0.0, "")
+    for (what, x), (_, y) in zip(la, lb):
+        if x is None or y is None:  # a non-finite loss
+            return float("inf"), what
+        worst = max(worst, (abs(x - y) / abs(x), what))
+    return worst
+
+
+def check_data_discriminates(program, data, reference):
+    late = train(program, data["late"], data["val"], os.path.join(program, "late.jsonl"))
+    if late is None:
+        return
+    shift, where = worst_relative_difference(reference, late)
+    check(shift > SHIFT_FACTOR * LOSS_BOUND,
+          "the data tells a data error from rounding: reading it one window late moves the %s by %.1f%% "
+          "(> %d x the %.0f%% bound)" % (where, 100 * shift, SHIFT_FACTOR, 100 * LOSS_BOUND))
+
+
+def build_and_train(target, pp, work, data):
+    """The run's metrics records (None: it did not build or run); the first
+    CPU program also checks that the data discriminates."""
+    program = build(target, pp, work)
+    if program is None:
+        return None
+    records = train(program, data["train"], data["val"], os.path.join(program, "metrics.jsonl"))
+    if records and target == "cpu" and pp == 1:
+        check_data_discriminates(program, data, records)
+    return records
+
+
+def compare(cpu, cuda, pp):
+    worst, where = worst_relative_difference(cpu, cuda)
+    check(worst <= LOSS_BOUND,
+          "pp=%d: CUDA and CPU losses and validation losses agree within %.0f%% over %d steps; worst relative "
+          "difference %.2e (%s)" % (pp, 100 * LOSS_BOUND, STEPS, worst, where))
+
+
+def main():
+    cpu_only = os.environ.get("LX_CPU_ONLY") == "1"
+    gpus = gpu_count()
+    if gpus == 0 and not cpu_only:
+        print("skipped: no GPU")
+        return 0
+    pipelines = [1, 2] if gpus >= 2 or cpu_only else [1]
+    if not cpu_only and gpus < 2:
+        print("# pp=2 skipped: nvidia-smi lists %d GPU, pp=2 needs 2" % gpus)
+    with tempfile.TemporaryDirectory(prefix="lx_cuda_training_") as work:
+        data = make_data(work)
+        for pp in pipelines:
+            cpu = build_and_train("cpu", pp, work, data)
+            if cpu_only:
+                if cpu:
+                    print("# cpu pp=%d losses: %s" % (pp, " ".join("%.4f" % rec["loss"] for rec in cpu)))
+                continue
+            cuda = build_and_train("cuda", pp, work, data)
+            if cpu and cuda:
+                compare(cpu, cuda, pp)
+    return exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
