@@ -1,29 +1,29 @@
-/* lx_cuda_main.h — the training loop of a CUDA stage program, included at
- * the end of stageN.cu (which defines the schedule, run_schedule, the
- * parameter table and the sizes). tp x dp MPI ranks per stage, one per GPU
- * (lx_cuda_parallel.h says which rank is which).
+/* lx_cuda_main.h — the CUDA side of a stage program's training loop,
+ * included at the end of stageN.cu (which defines the schedule,
+ * run_schedule, run_forward, the parameter table and the sizes). tp x dp MPI
+ * ranks per stage, one per GPU (lx_cuda_parallel.h says which rank is which).
  *
- *   --steps N         optimizer steps (default: the model file's)
- *   --lr X            peak learning rate
+ * The loop is the CPU program's (templates/common/lx_loop.h): the same
+ * command line (--help lists it), the same token shards read in the same
+ * window order per replica, the same learning-rate schedule, metrics.jsonl
+ * and progress line, validation and llm.c checkpoints (of the fp32 master
+ * weights). Here are the steps it takes on the GPU. Each step's tokens are
+ * read into pinned host memory before the step is issued, so a step never
+ * waits for the host. The CUDA options:
  *   --cuda-graph      issue the forwards and backwards of a step (NCCL calls
  *                     included) as one CUDA graph: captured on the second
  *                     step and replayed; re-captured into the same executable
  *                     graph each step when dropout draws depend on the step
  *   --profile FILE    time every op with CUDA events (steps 2 on) and write
  *                     FILE in the profile format of docs/cost-model.md, for
- *                     `lynxgen MODEL --profile FILE`
- * Prints "step N loss X lr Y (Z ms, T tokens/s)" on the last stage. */
+ *                     `lynxgen MODEL --profile FILE` */
 #ifndef LX_CUDA_MAIN_H
 #define LX_CUDA_MAIN_H
 
+#include "lx_loop.h"
+
 #include "lx_cuda_shards.h"
 #include <unistd.h>
-
-#define MPI_CHECK(call)                                                                                      \
-  do {                                                                                                       \
-    int lx_mpi_status_ = (call);                                                                             \
-    if (lx_mpi_status_ != MPI_SUCCESS) lx_cuda_fail_at(__FILE__, __LINE__, #call, "MPI", "call failed");     \
-  } while (0)
 
 /* The GPU of this rank: its index among the ranks of its node. */
 static int local_rank(void) {
@@ -33,22 +33,13 @@ static int local_rank(void) {
   return 0;
 }
 
-/* Synthetic data: token i of global micro-batch mb, a pure function of the
- * seed, so that every stage draws the same pairs without sending them. */
-static void draw_batches(void) {
-  for (int mb = 0; mb < MICRO_BATCHES; mb++)
-    for (int i = 0; i <= BT; i++)
-      host_batches[(size_t)mb * (BT + 1) + i] =
-          (int)(lx_rng_bits(seed, 0x10ad + (uint64_t)GLOBAL_MB(mb), (uint64_t)i) % (uint64_t)V);
-}
-
 /* The step's forwards and backwards, eagerly or as a CUDA graph: the capture
  * starts on the compute stream, which every other stream first waits for, so
  * that all of them are captured; run_schedule joins them back at its end. */
 static cudaGraphExec_t step_graph;
-static void issue_step(int step, int use_graph) {
+static void issue_step(int step, int as_graph) {
   cudaStream_t s = streams[STREAM_COMPUTE];
-  if (!use_graph) {
+  if (!as_graph) {
     run_schedule(step);
     return;
   }
@@ -71,7 +62,7 @@ static void issue_step(int step, int use_graph) {
   CUDA_CHECK(cudaGraphLaunch(step_graph, s));
 }
 
-/* Waits for the end of a step without hanging: polls the event and NCCL's
+/* Waits for the end of a step (or a forward-only pass) without hanging: polls the event and NCCL's
  * asynchronous error state; an NCCL error, or a step still running after
  * LX_WATCHDOG_S seconds (default 600; a peer that died or stalls), aborts the
  * communicator and stops every rank with the call, file and line. */
@@ -123,12 +114,12 @@ static void profile_write(const char *path, int rank, int ranks) {
   }
   int *lengths = (int *)calloc((size_t)ranks, sizeof(int)), *offsets = (int *)calloc((size_t)ranks, sizeof(int));
   if (!lengths || !offsets) lx_cuda_fail_at(__FILE__, __LINE__, "calloc", "host", "out of memory");
-  MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  LX_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths, 1, MPI_INT, 0, MPI_COMM_WORLD));
   int total = 0;
   for (int r = 0; r < ranks; r++) offsets[r] = total, total += lengths[r];
   char *all = (char *)malloc((size_t)total + 1);
   if (!all) lx_cuda_fail_at(__FILE__, __LINE__, "malloc", "host", "out of memory");
-  MPI_CHECK(MPI_Gatherv(text, length, MPI_CHAR, all, lengths, offsets, MPI_CHAR, 0, MPI_COMM_WORLD));
+  LX_MPI_CHECK(MPI_Gatherv(text, length, MPI_CHAR, all, lengths, offsets, MPI_CHAR, 0, MPI_COMM_WORLD));
   if (rank == 0) {
     FILE *f = fopen(path, "w");
     if (!f) lx_cuda_fail_at(__FILE__, __LINE__, "fopen", "host", path);
@@ -143,52 +134,50 @@ static void profile_write(const char *path, int rank, int ranks) {
   free(text);
 }
 
-static double learning_rate(int step, int steps, double lr) {
-  if (TRAINING_WARMUP > 0 && step < TRAINING_WARMUP) return lr * (step + 1) / TRAINING_WARMUP;
-  if (TRAINING_LR_SCHEDULE == 0 || steps <= TRAINING_WARMUP) return lr;
-  double progress = (double)(step - TRAINING_WARMUP) / (steps - TRAINING_WARMUP);
-  return TRAINING_MIN_LR + 0.5 * (lr - TRAINING_MIN_LR) * (1 + cos(3.14159265358979323846 * progress));
+/* ---- the steps lx_loop.h takes ----------------------------------------------- */
+
+static lx_loader *training_data;
+static int use_graph;         /* --cuda-graph */
+static cudaEvent_t pass_done; /* recorded on the compute stream after a step or a forward-only pass */
+
+/* This stage's tokens of the next MICRO_BATCHES micro-batches of `data`
+ * (none on a middle stage, which loads nothing). */
+static void stage_tokens(lx_loader *data) {
+  if (LOADS_TOKENS) lx_cuda_stage_tokens(data, MICRO_BATCHES, BT);
 }
 
-int main(int argc, char **argv) {
-  MPI_CHECK(MPI_Init(&argc, &argv));
-  int rank = 0, ranks = 1;
-  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
-  int steps = TRAINING_STEPS, use_graph = 0;
-  double lr = TRAINING_LR;
-  const char *profile = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--cuda-graph")) use_graph = 1;
-    else if (i + 1 < argc && !strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
-    else if (i + 1 < argc && !strcmp(argv[i], "--lr")) lr = atof(argv[++i]);
-    else if (i + 1 < argc && !strcmp(argv[i], "--profile")) profile = argv[++i];
-    else {
-      if (rank == 0) fprintf(stderr, "%s: unknown option '%s' (--steps N, --lr X, --cuda-graph, --profile FILE)\n", argv[0], argv[i]);
-      MPI_Finalize();
-      return 2;
-    }
+static void finish_pass(void) {
+  CUDA_CHECK(cudaEventRecord(pass_done, streams[STREAM_COMPUTE]));
+  wait_step(pass_done);
+}
+
+static double train_step(int step, double lr, double *grad_norm) {
+  stage_tokens(training_data);
+  issue_step(step, use_graph && step > 1); /* the first step eagerly: NCCL connects, cuBLASLt picks */
+  optimizer_step(step, lr);
+  finish_pass();
+  if (prof_totals) profile_collect(step > 1);
+  *grad_norm = step_grad_norm();
+  return step_loss();
+}
+
+static double validation_loss(lx_loader *val, int batches, int step) {
+  lx_loader_reset(val);
+  double sum = 0;
+  for (int b = 0; b < batches; b++) {
+    stage_tokens(val);
+    run_forward(step);
+    finish_pass();
+    sum += step_loss();
   }
-  if (use_graph && profile) {
-    if (rank == 0) fprintf(stderr, "%s: --profile times ops one by one: not with --cuda-graph\n", argv[0]);
-    MPI_Finalize();
-    return 2;
-  }
-  int devices = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&devices));
-  CUDA_CHECK(cudaSetDevice(devices > 0 ? local_rank() % devices : 0));
-  if (ranks != STAGES * TENSOR_PARALLEL * DATA_PARALLEL) {
-    if (rank == 0)
-      fprintf(
-          stderr,
-          "lynx: error: this program was generated for %d ranks (tp %d x pp %d x dp %d) but runs with %d; "
-          "use run.sh\n",
-          STAGES * TENSOR_PARALLEL * DATA_PARALLEL, TENSOR_PARALLEL, STAGES, DATA_PARALLEL, ranks);
-    MPI_CHECK(MPI_Finalize());
-    return 1;
-  }
-  lx_cuda_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE, STAGES, &replica, &pipeline_comm,
-                       &dp_comm);
+  if (prof_totals) profile_collect(0); /* the profile times training steps only */
+  return sum / batches;
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+/* The arena, streams, events, scratch and buffers of this rank's GPU. */
+static void allocate(void) {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   printf("stage %d: arena %.3f GiB predicted by the plan, %.3f GiB free on the device\n", STAGE,
@@ -204,40 +193,51 @@ int main(int argc, char **argv) {
   }
   events = (cudaEvent_t *)calloc(EVENTS, sizeof(cudaEvent_t));
   for (int e = 0; e < EVENTS; e++) CUDA_CHECK(cudaEventCreateWithFlags(&events[e], cudaEventDisableTiming));
-  CUDA_CHECK(cudaMalloc((void **)&losses, (MICRO_BATCHES + 1) * sizeof(float)));
-  CUDA_CHECK(cudaMallocHost((void **)&host_batches, sizeof(int) * (size_t)MICRO_BATCHES * (BT + 1)));
-  if (profile) prof_totals = (lx_prof_total *)calloc(PROF_SLOTS, sizeof(lx_prof_total));
+  CUDA_CHECK(cudaEventCreateWithFlags(&pass_done, cudaEventDisableTiming));
+  CUDA_CHECK(cudaMalloc((void **)&losses, LOSS_SLOTS * sizeof(float)));
+  CUDA_CHECK(cudaMemset(losses, 0, LOSS_SLOTS * sizeof(float))); /* a middle stage's are never written */
+  CUDA_CHECK(cudaMallocHost((void **)&host_batches, sizeof(int) * (size_t)MICRO_BATCHES * 2 * BT));
   matmul = lx_cuda_matmul_create();
-  seed = TRAINING_SEED;
-  init_params();
-  float *clip = losses + MICRO_BATCHES;
-  for (int step = 0; step < steps; step++) {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    CUDA_CHECK(cudaEventRecord(start, streams[STREAM_COMPUTE]));
-    double step_lr = learning_rate(step, steps, lr);
-    draw_batches();
-    issue_step(step, use_graph && step > 0); /* the first step eagerly: NCCL connects, cuBLASLt picks */
-    optimizer_step(step, step_lr, clip);
-    CUDA_CHECK(cudaEventRecord(stop, streams[STREAM_COMPUTE]));
-    wait_step(stop);
-    if (prof_totals) profile_collect(step > 0);
-    float ms = 0, host_losses[MICRO_BATCHES];
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    CUDA_CHECK(cudaMemcpy(host_losses, losses, sizeof host_losses, cudaMemcpyDeviceToHost));
-    double loss = step_loss(host_losses);
-    if (STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0)
-      printf("step %d loss %.6f lr %.6g (%.1f ms, %.0f tokens/s)\n", step + 1, loss, step_lr, ms,
-             (double)MICRO_BATCHES * DATA_PARALLEL * BT * 1000.0 / ms);
-    fflush(stdout);
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+}
+
+int main(int argc, char **argv) {
+  LX_MPI_CHECK(MPI_Init(&argc, &argv));
+  int rank = 0, ranks = 1;
+  LX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  LX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
+  lx_run_options o = model_run_options(LX_PROGRAM_CUDA, argc, argv);
+  if (o.cuda_graph && o.profile_path) lx_usage_error("--profile times ops one by one: not with --cuda-graph");
+  use_graph = o.cuda_graph;
+  if (ranks != STAGES * TENSOR_PARALLEL * DATA_PARALLEL) {
+    if (rank == 0)
+      fprintf(
+          stderr,
+          "lynx: error: this program was generated for %d ranks (tp %d x pp %d x dp %d) but runs with %d; "
+          "use run.sh\n",
+          STAGES * TENSOR_PARALLEL * DATA_PARALLEL, TENSOR_PARALLEL, STAGES, DATA_PARALLEL, ranks);
+    lx_mpi_exit(LX_EXIT_ERROR);
   }
+  int devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&devices));
+  CUDA_CHECK(cudaSetDevice(devices > 0 ? local_rank() % devices : 0));
+  lx_cuda_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE, STAGES, &replica, &pipeline_comm,
+                       &dp_comm);
+  allocate();
+  if (o.profile_path) prof_totals = (lx_prof_total *)calloc(PROF_SLOTS, sizeof(lx_prof_total));
+  seed = o.seed;
+  if (o.init_checkpoint)
+    load_checkpoint(o.init_checkpoint);
+  else
+    init_params();
+  training_data = open_training_data(&o);
+  lx_loader *val = open_validation_data(&o);
+  train(&o, val);
   CUDA_CHECK(cudaDeviceSynchronize());
-  if (prof_totals) profile_write(profile, rank, ranks);
+  if (prof_totals) profile_write(o.profile_path, rank, ranks);
+  lx_loader_close(training_data);
+  lx_loader_close(val);
   lx_cuda_groups_finish(pipeline_comm, dp_comm);
-  MPI_CHECK(MPI_Finalize());
+  LX_MPI_CHECK(MPI_Finalize());
   return 0;
 }
 

@@ -15,27 +15,23 @@
 #define LX_CUDA_PARALLEL_H
 
 #include "lx_cuda_api.h"
-
-#define MPI_CHECK(call)                                                                                      \
-  do {                                                                                                       \
-    int lx_mpi_status_ = (call);                                                                             \
-    if (lx_mpi_status_ != MPI_SUCCESS) lx_cuda_fail_at(__FILE__, __LINE__, #call, "MPI", "call failed");     \
-  } while (0)
+#include "lx_mpi_errors.h"
 
 static int tp_rank; /* this rank's place in its tensor-parallel group */
 #define TP_RANK tp_rank
 static ncclComm_t tp_comm, tied_comm;
 static int has_tied_comm; /* the first or last of several stages */
 static MPI_Comm dp_group; /* the data-parallel group in MPI: losses are averaged over it */
+static MPI_Comm pp_group; /* the pipeline in MPI: the last stage tells the others the loss */
 
 /* An NCCL communicator over the ranks of an MPI one. */
 static inline ncclComm_t lx_cuda_nccl_comm(MPI_Comm group) {
   int rank = 0, size = 1;
-  MPI_CHECK(MPI_Comm_rank(group, &rank));
-  MPI_CHECK(MPI_Comm_size(group, &size));
+  LX_MPI_CHECK(MPI_Comm_rank(group, &rank));
+  LX_MPI_CHECK(MPI_Comm_size(group, &size));
   ncclUniqueId id;
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));
+  LX_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));
   ncclComm_t comm;
   NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
   return comm;
@@ -52,12 +48,12 @@ static inline void lx_cuda_groups_start(int world_rank, int tp, int dp, int stag
             world_rank, world_rank / (tp * dp), stage);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  MPI_Comm tp_group, pp_group, tied_group;
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * dp + *replica, tp_rank, &tp_group));
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tp_rank, *replica, &dp_group));
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, *replica * tp + tp_rank, stage, &pp_group));
+  MPI_Comm tp_group, tied_group;
+  LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * dp + *replica, tp_rank, &tp_group));
+  LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tp_rank, *replica, &dp_group));
+  LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, *replica * tp + tp_rank, stage, &pp_group));
   has_tied_comm = stages > 1 && (stage == 0 || stage == stages - 1);
-  MPI_CHECK(MPI_Comm_split(pp_group, has_tied_comm ? 0 : MPI_UNDEFINED, stage, &tied_group));
+  LX_MPI_CHECK(MPI_Comm_split(pp_group, has_tied_comm ? 0 : MPI_UNDEFINED, stage, &tied_group));
   tp_comm = lx_cuda_nccl_comm(tp_group);
   *data_parallel = lx_cuda_nccl_comm(dp_group);
   *pipeline = lx_cuda_nccl_comm(pp_group);

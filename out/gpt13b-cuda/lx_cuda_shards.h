@@ -2,8 +2,9 @@
  * updates, as on the CPU target (templates/cpu/lx_main.h): the initial values
  * of its tensor-parallel shards, its ZeRO-1 shares of the gradient buckets,
  * the tied embedding's gradient sum, the global gradient norm and the
- * optimizer step. Host C++, included by lx_cuda_main.h once the stage has
- * defined its parameter and bucket tables. */
+ * optimizer step, and the checkpoints of lx_loop.h (from and to the fp32
+ * masters). Host C++, included by lx_cuda_main.h once the stage has defined
+ * its parameter and bucket tables, and lx_loop.h. */
 #ifndef LX_CUDA_SHARDS_H
 #define LX_CUDA_SHARDS_H
 
@@ -11,7 +12,7 @@
 static inline void draw_normal(lx_bf16 *host, long long n, const lx_param_tensor *p, long long first) {
   for (long long i = 0; i < n; i++)
     host[i] = __float2bfloat16(
-        (float)(p->init_std * lx_rng_normal(TRAINING_SEED, (uint64_t)p->stream, (uint64_t)(first + i))));
+        (float)(p->init_std * lx_rng_normal(seed, (uint64_t)p->stream, (uint64_t)(first + i))));
 }
 
 /* Every tensor-parallel rank holds all of it: split 0, and split 3 (its
@@ -92,6 +93,52 @@ static inline void init_params(void) {
   }
 }
 
+/* ---- checkpoints: llm.c's fp32 weights are the masters --------------------- */
+
+/* Between this replica's fp32 master shares and weights (PARAM_ELEMENTS, at
+ * their params-region indices), in either direction. */
+static inline void copy_masters(float *weights, cudaMemcpyKind direction) {
+  int upload = direction == cudaMemcpyHostToDevice;
+  for (int t = 0; t < PARAM_TENSORS; t++) {
+    long long lo, hi, state = owned_part(&param_tensors[t], &lo, &hi);
+    float *master = MASTER + state, *host = weights + lo;
+    if (hi > lo)
+      CUDA_CHECK(cudaMemcpy(upload ? master : host, upload ? host : master, (size_t)(hi - lo) * sizeof(float),
+                            direction));
+  }
+}
+
+/* The file's fp32 weights become the masters as they are and, rounded, the
+ * bf16 weights; the optimizer state stays zero. */
+static inline void load_checkpoint(const char *path) {
+  float *weights = (float *)LX_CALLOC((size_t)PARAM_ELEMENTS, sizeof(float));
+  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC((size_t)PARAM_ELEMENTS * sizeof(lx_bf16));
+  read_checkpoint(path, weights);
+  for (long long i = 0; i < PARAM_ELEMENTS; i++)
+    rounded[i] = __float2bfloat16(weights[i]);
+  CUDA_CHECK(cudaMemcpy(PARAMS, rounded, (size_t)PARAM_ELEMENTS * sizeof(lx_bf16), cudaMemcpyHostToDevice));
+  copy_masters(weights, cudaMemcpyHostToDevice);
+  free(rounded);
+  free(weights);
+}
+
+/* Each replica writes the masters it updates; without ZeRO-1 they are equal
+ * on every replica, and the first writes them. */
+static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
+  owned_part(t, lo, hi);
+  if (ZERO_SHARDS == 1 && replica > 0) *hi = *lo;
+}
+
+/* Between steps: the step that updated the masters has finished. */
+static void save_checkpoint(const char *path) {
+  float *weights = (float *)LX_CALLOC((size_t)PARAM_ELEMENTS, sizeof(float));
+  copy_masters(weights, cudaMemcpyDeviceToHost);
+  write_checkpoint(path, weights);
+  free(weights);
+}
+
+/* ---- the optimizer step ---------------------------------------------------- */
+
 /* The table on the first stage and its copy on the last take the same
  * steps: their gradients (this replica's shares of them) are summed. */
 static inline void sum_tied_gradients(float *grads, cudaStream_t s) {
@@ -136,16 +183,22 @@ static inline void global_grad_norm_squared(float *total, const float *grads, cu
   NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, pipeline_comm, s));
 }
 
+/* What `losses` holds: each micro-batch's loss, then the optimizer step's
+ * squared gradient norm and clip factor. */
+enum { LOSS_SLOTS = MICRO_BATCHES + 2 };
+#define NORM_SQUARED (losses + MICRO_BATCHES)
+#define CLIP_FACTOR (losses + MICRO_BATCHES + 1)
+
 /* Tied and sequence-parallel sums, the global norm and its clip factor, AdamW on this replica's
  * share of every tensor; under ZeRO-1 the replicas then hand each other
- * their updated bf16 shares (in-place all-gather). */
-static inline void optimizer_step(int step, double lr, float *clip) {
+ * their updated bf16 shares (in-place all-gather). step counts from 1. */
+static inline void optimizer_step(int step, double lr) {
   cudaStream_t s = streams[STREAM_COMPUTE];
-  float *grads = (float *)(arena + REGION_grads);
+  float *grads = (float *)(arena + REGION_grads), *clip = CLIP_FACTOR;
   sum_tied_gradients(grads, s);
   sum_sequence_parallel_gradients(grads, s);
-  global_grad_norm_squared(clip, grads, s);
-  lx_cuda_grad_clip_factor(clip, clip, TRAINING_GRAD_CLIP, s);
+  global_grad_norm_squared(NORM_SQUARED, grads, s);
+  lx_cuda_grad_clip_factor(clip, NORM_SQUARED, TRAINING_GRAD_CLIP, s);
   for (int t = 0; t < PARAM_TENSORS; t++) {
     const lx_param_tensor *p = &param_tensors[t];
     long long lo, hi, state = owned_part(p, &lo, &hi);
@@ -153,7 +206,7 @@ static inline void optimizer_step(int step, double lr, float *clip) {
       lx_cuda_adamw_tensor(PARAMS + lo, MASTER + state, grads + lo, (float *)(arena + REGION_adam_m) + state,
                            (float *)(arena + REGION_adam_v) + state, clip, (size_t)(hi - lo), lr,
                            TRAINING_BETA1, TRAINING_BETA2, TRAINING_EPS,
-                           p->decay ? TRAINING_WEIGHT_DECAY : 0.0, step + 1, s);
+                           p->decay ? TRAINING_WEIGHT_DECAY : 0.0, step, s);
   }
   for (int b = 0; ZERO_SHARDS > 1 && b < PARAM_BUCKETS; b++) {
     lx_share share = share_of(&param_buckets[b]);
@@ -163,15 +216,27 @@ static inline void optimizer_step(int step, double lr, float *clip) {
   CUDA_CHECK(cudaMemsetAsync(grads, 0, (size_t)PARAM_ELEMENTS * 4, s));
 }
 
-/* The step's mean loss over its micro-batches and the replicas (the last
- * stage's; the tensor-parallel ranks of a replica have the same). */
-static inline double step_loss(const float *host_losses) {
+/* The mean loss of the step's micro-batches (or of a forward-only pass's)
+ * over the replicas, on every rank: the last stage computed it; the tensor-
+ * parallel ranks of a replica have the same. Call once the pass finished. */
+static inline double step_loss(void) {
+  float host_losses[MICRO_BATCHES];
+  CUDA_CHECK(cudaMemcpy(host_losses, losses, sizeof host_losses, cudaMemcpyDeviceToHost));
   double loss = 0;
   for (int mb = 0; mb < MICRO_BATCHES; mb++)
     loss += host_losses[mb] / MICRO_BATCHES;
   double sum = 0;
-  MPI_CHECK(MPI_Allreduce(&loss, &sum, 1, MPI_DOUBLE, MPI_SUM, dp_group));
-  return sum / DATA_PARALLEL;
+  LX_MPI_CHECK(MPI_Allreduce(&loss, &sum, 1, MPI_DOUBLE, MPI_SUM, dp_group));
+  loss = sum / DATA_PARALLEL;
+  LX_MPI_CHECK(MPI_Bcast(&loss, 1, MPI_DOUBLE, STAGES - 1, pp_group));
+  return loss;
+}
+
+/* The global gradient norm of the last optimizer step (the same on every rank). */
+static inline double step_grad_norm(void) {
+  float norm_squared = 0;
+  CUDA_CHECK(cudaMemcpy(&norm_squared, NORM_SQUARED, sizeof norm_squared, cudaMemcpyDeviceToHost));
+  return sqrt((double)norm_squared);
 }
 
 #endif

@@ -1,39 +1,18 @@
 /* lx_cuda_train.h — the state a CUDA stage program shares between its
  * generated part (stageN.cu) and the training loop (lx_cuda_main.h). Host
- * C++; the random streams are the CPU target's (lx_rng.h), so dropout masks
- * and initial weights name the same draws on both targets. */
+ * C++; the parameter tables, the token loader and the random streams are the
+ * CPU target's (templates/common), so a CUDA run reads the tokens of a CPU
+ * run, and dropout masks and initial weights name the same draws. */
 #ifndef LX_CUDA_TRAIN_H
 #define LX_CUDA_TRAIN_H
 
 #include <math.h>
 #include <string.h>
 
+#include "lx_checkpoint.h" /* lx_gpt2_header, of the stage's table */
+#include "lx_data.h"
+#include "lx_params.h"
 #include "lx_rng.h"
-
-typedef struct {
-  const char *name;
-  long long element;  /* first element in the params region */
-  long long elements;
-  double init_std;    /* > 0: normal(0, std); 0: the constant below */
-  double init_value;
-  int decay;          /* AdamW weight decay applies */
-  long long stream;   /* init random stream: names the parameter, whatever the stage */
-  long long file_element;
-  int writes_file;
-  int tied;
-  int split; /* tensor-parallel shard: templates/cpu/lx_train.h */
-  long long row_elements, whole_row;
-  int pieces;
-  long long piece_row[3], piece_rows[3];
-} lx_param_tensor;
-
-typedef struct {
-  long long first, elements, shard_first;
-} lx_param_bucket;
-
-typedef struct {
-  int max_seq_len, vocab, layers, heads, channels, padded_vocab;
-} lx_gpt2_header;
 
 /* One cudaStream_t per schedule stream (ir/schedule.h's order). */
 enum { STREAM_COMPUTE, STREAM_RECOMPUTE, STREAM_SEND, STREAM_RECV, STREAM_TP, STREAM_DP, STREAM_COUNT };
@@ -46,7 +25,7 @@ static cudaStream_t streams[STREAM_COUNT];
 static cudaEvent_t *events;                  /* one per schedule event */
 static cudaEvent_t stream_done[STREAM_COUNT]; /* joins the streams at the end of a step */
 static float *scratch_of[STREAM_COUNT];      /* kernel scratch, one per stream: streams run concurrently */
-static float *losses;                        /* (MICRO_BATCHES) on the device */
+static float *losses;                        /* on the device: lx_cuda_shards.h's LOSS_SLOTS */
 static lx_cuda_matmul_context *matmul;
 static ncclComm_t pipeline_comm, dp_comm;
 
@@ -54,15 +33,26 @@ static inline uint64_t lx_rng_stream_id(int step, int micro_batch, int layer, in
   return lx_rng_stream((uint64_t)step, (uint64_t)micro_batch, (uint64_t)layer, (uint64_t)op);
 }
 
-/* The step's tokens, (micro-batch, BT + 1) in pinned host memory: drawn
- * before the step is issued (lx_cuda_main.h), copied in by its LOADs, so the
- * step itself never waits for the host and can be a CUDA graph. */
+/* The step's tokens, (micro-batch, inputs and targets, BT) in pinned host
+ * memory: read before the step is issued (lx_cuda_stage_tokens), copied in
+ * by its LOADs, so the step itself never waits for the host and can be a
+ * CUDA graph. */
 static int *host_batches;
 
+/* The next micro_batches batches of the loader, as the CPU program's LOADs
+ * take them one by one: micro-batch mb is the loader's mb-th next window. */
+static inline void lx_cuda_stage_tokens(lx_loader *loader, int micro_batches, int bt) {
+  for (int mb = 0; mb < micro_batches; mb++) {
+    int *inputs = host_batches + (size_t)mb * 2 * (size_t)bt;
+    lx_loader_next(loader, inputs, inputs + bt);
+  }
+}
+
 static inline void lx_cuda_load(int *tokens, int *targets, int mb, int bt, cudaStream_t stream) {
-  const int *host = host_batches + (size_t)mb * (size_t)(bt + 1);
-  if (tokens) CUDA_CHECK(cudaMemcpyAsync(tokens, host, sizeof(int) * (size_t)bt, cudaMemcpyHostToDevice, stream));
-  if (targets) CUDA_CHECK(cudaMemcpyAsync(targets, host + 1, sizeof(int) * (size_t)bt, cudaMemcpyHostToDevice, stream));
+  const int *inputs = host_batches + (size_t)mb * 2 * (size_t)bt;
+  size_t bytes = sizeof(int) * (size_t)bt;
+  if (tokens) CUDA_CHECK(cudaMemcpyAsync(tokens, inputs, bytes, cudaMemcpyHostToDevice, stream));
+  if (targets) CUDA_CHECK(cudaMemcpyAsync(targets, inputs + bt, bytes, cudaMemcpyHostToDevice, stream));
 }
 
 /* --profile FILE: a pair of timing events around every op's launches (steps

@@ -11,11 +11,15 @@
  * SplitMix64 generator (Steele, Lea, Flood 2014) whose starting state is a
  * hash of (seed, stream). Decisions taken from the bits (dropout keep/drop)
  * compare integers, so the float build, the double build and a CUDA twin
- * written with the same integer arithmetic agree exactly. */
+ * written with the same integer arithmetic agree exactly. Shared by both
+ * targets' host code (the CUDA programs draw their initial weights here). */
 #ifndef LX_RNG_H
 #define LX_RNG_H
 
-#include "lx_common.h"
+#include "lx_check.h"
+
+#include <math.h>
+#include <stdint.h>
 
 #define LX_GOLDEN_GAMMA 0x9E3779B97F4A7C15ull
 

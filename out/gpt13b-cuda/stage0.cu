@@ -243,6 +243,7 @@ static void backward_block(int layer, int mb, cudaStream_t stream, float *scratc
   lx_prof_end(stream);
 }
 
+enum { LOADS_TOKENS = 1 }; /* the stage reads the token shards */
 /* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first
  * stage keeps inputs, the last targets. */
 static void load_micro_batch(int mb, cudaStream_t stream) {
@@ -438,6 +439,19 @@ static void run_schedule(int step) {
   for (int k = 1; k < STREAM_COUNT; k++) {
     CUDA_CHECK(cudaEventRecord(stream_done[k], streams[k]));
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], stream_done[k], 0));
+  }
+}
+
+/* Forward only (validation): the losses of the micro-batches staged for it. */
+static void run_forward(int step) {
+  current_step = step;
+  cudaStream_t stream = streams[STREAM_COMPUTE];
+  float *scratch = scratch_of[STREAM_COMPUTE];
+  for (int mb = 0; mb < MICRO_BATCHES; mb++) {
+    load_micro_batch(mb, stream);
+    forward_prologue(mb, stream, scratch);
+    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
+    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(54042943488LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));
   }
 }
 

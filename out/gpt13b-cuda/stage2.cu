@@ -194,6 +194,8 @@ static void backward_block(int layer, int mb, cudaStream_t stream, float *scratc
   lx_prof_end(stream);
 }
 
+enum { LOADS_TOKENS = 0 }; /* the stage reads the token shards */
+
 /* One optimizer step's forwards and backwards, in the order of the schedule
  * (1f1b, plan.txt): every stream's instructions on its own cudaStream_t,
  * issued so that each event is recorded before it is waited for. */
@@ -478,6 +480,21 @@ static void run_schedule(int step) {
   for (int k = 1; k < STREAM_COUNT; k++) {
     CUDA_CHECK(cudaEventRecord(stream_done[k], streams[k]));
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], stream_done[k], 0));
+  }
+}
+
+/* Forward only (validation): the losses of the micro-batches staged for it. */
+static void run_forward(int step) {
+  current_step = step;
+  cudaStream_t stream = streams[STREAM_COMPUTE];
+  float *scratch = scratch_of[STREAM_COMPUTE];
+  for (int mb = 0; mb < MICRO_BATCHES; mb++) {
+    {
+      const int layer = FIRST_LAYER;
+      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm, stream));
+    }
+    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
+    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(29094567936LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));
   }
 }
 

@@ -235,6 +235,7 @@ static void backward_epilogue(int mb, cudaStream_t stream, float *scratch) {
   lx_prof_end(stream);
 }
 
+enum { LOADS_TOKENS = 1 }; /* the stage reads the token shards */
 /* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first
  * stage keeps inputs, the last targets. */
 static void load_micro_batch(int mb, cudaStream_t stream) {
@@ -338,6 +339,22 @@ static void run_schedule(int step) {
   for (int k = 1; k < STREAM_COUNT; k++) {
     CUDA_CHECK(cudaEventRecord(stream_done[k], streams[k]));
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], stream_done[k], 0));
+  }
+}
+
+/* Forward only (validation): the losses of the micro-batches staged for it. */
+static void run_forward(int step) {
+  current_step = step;
+  cudaStream_t stream = streams[STREAM_COMPUTE];
+  float *scratch = scratch_of[STREAM_COMPUTE];
+  for (int mb = 0; mb < MICRO_BATCHES; mb++) {
+    load_micro_batch(mb, stream);
+    {
+      const int layer = FIRST_LAYER;
+      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm, stream));
+    }
+    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
+    forward_epilogue(mb, stream, scratch);
   }
 }
 

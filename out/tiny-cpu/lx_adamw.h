@@ -1,5 +1,6 @@
-/* lx_adamw.h — the optimizer step: learning-rate schedule, global gradient
- * norm and clipping, AdamW (Loshchilov & Hutter 2019). */
+/* lx_adamw.h — the optimizer step: global gradient norm and clipping, AdamW
+ * (Loshchilov & Hutter 2019). The learning-rate schedule is lx_loop.h's,
+ * shared with the CUDA programs. */
 #ifndef LX_ADAMW_H
 #define LX_ADAMW_H
 
@@ -74,27 +75,6 @@ static inline void lx_scale(real *x, // (N)
 #pragma omp parallel for simd
   for (size_t i = 0; i < N; i++)
     x[i] *= f;
-}
-
-/* ---- learning-rate schedule ------------------------------------------------ */
-
-typedef enum {
-  LX_SCHED_CONSTANT = 1,
-  LX_SCHED_COSINE,
-  LX_SCHED_LINEAR
-} lx_lr_kind; /* = enum lx_lr_schedule */
-
-/* Linear warm-up from lr / warmup to lr over the first `warmup` steps, then a
- * constant, cosine or linear decay to min_lr at the last step. step counts
- * from 1. */
-static inline double lx_learning_rate(int step, int warmup, int total_steps, double lr, double min_lr,
-                                      lx_lr_kind kind) {
-  if (step <= warmup) return lr * step / warmup;
-  if (kind == LX_SCHED_CONSTANT || total_steps <= warmup) return lr;
-  double progress = (double)(step - warmup) / (total_steps - warmup);
-  if (progress > 1) progress = 1;
-  double decay = kind == LX_SCHED_COSINE ? 0.5 * (1 + cos(3.14159265358979323846 * progress)) : 1 - progress;
-  return min_lr + (lr - min_lr) * decay;
 }
 
 #endif

@@ -22,7 +22,7 @@
  *   all ranks:  lx_checkpoint_save(path, h, slices, n, params, rank == 0);
  *   all ranks:  MPI_Barrier                           every slice is on disk
  *   rank 0:     lx_checkpoint_commit(path);           rename PATH.tmp -> PATH
- * (lx_checkpoint_save_all in lx_runtime.h does exactly this.) A crash at any
+ * (lx_checkpoint_save_all does exactly this.) A crash at any
  * point leaves the previous PATH intact. Slices of different ranks must not
  * overlap, except where they hold equal values (a tied wte kept by the first
  * and the last stage: let one of them list it). Loading a file and saving the
@@ -32,8 +32,9 @@
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
-#include "lx_common.h"
+#include "lx_check.h"
 #include "lx_data.h" /* lx_pread_full, lx_pwrite_full, lx_file_size */
+#include "lx_mpi_errors.h"
 
 #include <fcntl.h>
 #include <stdint.h>
@@ -262,6 +263,23 @@ static inline void lx_checkpoint_commit(const char *path) {
     close(fd);
   }
   free(dir);
+}
+
+/* The protocol of the file comment, collective over comm: every rank passes
+ * its own slices; rank 0 of comm creates and commits. */
+static inline void lx_checkpoint_save_all(const char *path, const lx_gpt2_header *h,
+                                          const lx_ckpt_slice *slices, // (n)
+                                          int n,
+                                          const float *params, // (stage parameter count)
+                                          MPI_Comm comm) {
+  int rank = 0;
+  LX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) lx_checkpoint_create(path, h);
+  LX_MPI_CHECK(MPI_Barrier(comm)); /* PATH.tmp exists at full size */
+  lx_checkpoint_save(path, h, slices, n, params, rank == 0);
+  LX_MPI_CHECK(MPI_Barrier(comm)); /* every slice is on disk */
+  if (rank == 0) lx_checkpoint_commit(path);
+  LX_MPI_CHECK(MPI_Barrier(comm)); /* nobody reads PATH before the rename */
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* lx_common.h — what every CPU kernel header shares: the scalar type, the
- * math functions that follow it, and error checks that say where they fired.
+ * math functions that follow it, and small helpers; the error checks that say
+ * where they fired are lx_check.h's, shared with the host runtime.
  *
  * The emitted CPU program is built in float. The kernel tests build the same
  * headers with -DLX_DOUBLE so that central finite differences are accurate
@@ -22,6 +23,8 @@
  *     (seed, stream, index), never from hidden state. */
 #ifndef LX_COMMON_H
 #define LX_COMMON_H
+
+#include "lx_check.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -50,57 +53,6 @@ typedef float real;
  * double even in the float build: they are cheap next to the matmuls and
  * keep long rows (a 50k vocabulary) accurate. */
 typedef double lx_acc;
-
-/* ---- errors that carry __FILE__ / __LINE__ ------------------------------- */
-
-static inline void lx_fatal_at(const char *file, int line, const char *what) {
-  fprintf(stderr, "lynx: fatal error at %s:%d: %s\n", file, line, what);
-  exit(EXIT_FAILURE);
-}
-
-#define LX_FATAL(what) lx_fatal_at(__FILE__, __LINE__, (what))
-
-/* A broken shape or argument is a bug of the emitted program: stop at once. */
-#define LX_CHECK(cond)                                                                                       \
-  do {                                                                                                       \
-    if (!(cond)) lx_fatal_at(__FILE__, __LINE__, "check failed: " #cond);                                    \
-  } while (0)
-
-static inline void *lx_malloc_at(size_t bytes, const char *file, int line) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) lx_fatal_at(file, line, "out of memory");
-  return p;
-}
-
-static inline void *lx_calloc_at(size_t count, size_t size, const char *file, int line) {
-  void *p = calloc(count ? count : 1, size ? size : 1);
-  if (!p) lx_fatal_at(file, line, "out of memory");
-  return p;
-}
-
-static inline FILE *lx_fopen_at(const char *path, const char *mode, const char *file, int line) {
-  FILE *f = fopen(path, mode);
-  if (!f) {
-    fprintf(stderr, "lynx: cannot open %s (mode %s)\n", path, mode);
-    lx_fatal_at(file, line, "fopen failed");
-  }
-  return f;
-}
-
-static inline void lx_fread_at(void *dst, size_t size, size_t count, FILE *f, const char *file, int line) {
-  if (fread(dst, size, count, f) != count) lx_fatal_at(file, line, "short read (truncated file?)");
-}
-
-static inline void lx_fwrite_at(const void *src, size_t size, size_t count, FILE *f, const char *file,
-                                int line) {
-  if (fwrite(src, size, count, f) != count) lx_fatal_at(file, line, "short write (disk full?)");
-}
-
-#define LX_MALLOC(bytes) lx_malloc_at((bytes), __FILE__, __LINE__)
-#define LX_CALLOC(count, size) lx_calloc_at((count), (size), __FILE__, __LINE__)
-#define LX_FOPEN(path, mode) lx_fopen_at((path), (mode), __FILE__, __LINE__)
-#define LX_FREAD(dst, size, count, f) lx_fread_at((dst), (size), (count), (f), __FILE__, __LINE__)
-#define LX_FWRITE(src, size, count, f) lx_fwrite_at((src), (size), (count), (f), __FILE__, __LINE__)
 
 /* ---- small helpers -------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* lx_data.h — token shards in llm.c's format, and the loader that cuts them
- * into batches.
+ * into batches: the same batches for the CPU and the CUDA programs.
  *
  * A shard is a 256-int32 header (magic 20240520, version 1, token count, then
  * zeros) followed by that many uint16 tokens, little-endian (`lynxgen
@@ -22,11 +22,12 @@
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
-#include "lx_common.h"
+#include "lx_check.h"
 
 #include <fcntl.h>
 #include <glob.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -158,8 +159,8 @@ static inline lx_loader *lx_loader_open(const char *pattern, int B, int T, int v
   LX_CHECK(B > 0 && T > 0 && vocab > 0 && vocab <= 65536);
   LX_CHECK(replicas > 0 && replica >= 0 && replica < replicas);
   lx_loader *l = (lx_loader *)LX_CALLOC(1, sizeof(lx_loader));
-  *l = (lx_loader){
-      .B = B, .T = T, .vocab = vocab, .replica = replica, .replicas = replicas, .fd = -1, .fd_shard = -1};
+  l->B = B, l->T = T, l->vocab = vocab, l->replica = replica, l->replicas = replicas;
+  l->fd = l->fd_shard = -1;
   l->what = lx_strdup(what ? what : "data");
   lx_loader_find_shards(l, pattern);
   for (int i = 0; i < l->num_shards; i++) {

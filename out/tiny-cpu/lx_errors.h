@@ -2,7 +2,7 @@
  * checkpoint of another model, a bad flag): one line that says what is wrong
  * and where, then exit status 1.
  *
- * lx_common.h's LX_FATAL / LX_CHECK are for bugs of the emitted program and
+ * lx_check.h's LX_FATAL / LX_CHECK are for bugs of the emitted program and
  * name a source line; these messages are for the person running it and name
  * the file, field or flag instead. Under mpirun a rank that exits without
  * MPI_Finalize makes Open MPI terminate the whole job, so an error seen by one

@@ -1,14 +1,18 @@
-/* lx_main.h — the training loop of an emitted stage program, included last:
- * the stage file has defined its shapes (enums), its arena layout (REGION_*),
- * its graph functions, run_schedule, run_forward, load_micro_batch and the
- * tables param_tensors and param_buckets before this point. tp x dp ranks
- * run each stage's program (lx_mpi.h says which rank is which). */
+/* lx_main.h — the CPU side of an emitted stage program's training loop,
+ * included last: the stage file has defined its shapes (enums), its arena
+ * layout (REGION_*), its graph functions, run_schedule, run_forward,
+ * load_micro_batch and the tables param_tensors and param_buckets before
+ * this point. The loop itself, its options, data, metrics and checkpoints
+ * are lx_loop.h's, shared with the CUDA programs; here are the steps it
+ * takes on the CPU and the gradient check. tp x dp ranks run each stage's
+ * program (lx_mpi.h says which rank is which). */
 #ifndef LX_MAIN_H
 #define LX_MAIN_H
 
 #include <string.h>
 
-
+#define CHECKPOINT_FP32 (sizeof(real) == sizeof(float)) /* not in the gradient check's double build */
+#include "lx_loop.h"
 
 #define ADAM_M ((real *)AT(REGION_adam_m))
 #define ADAM_V ((real *)AT(REGION_adam_v))
@@ -106,38 +110,18 @@ static long long owned_part(const lx_param_tensor *t, long long *lo, long long *
   return s.grad_first + (*lo - s.own_first);
 }
 
-/* The checkpoint slices this stage reads and writes. */
-static int checkpoint_slices(lx_ckpt_slice *out, int writing) {
-  int n = 0;
-  for (int i = 0; i < PARAM_TENSORS; i++) {
-    const lx_param_tensor *t = &param_tensors[i];
-    if (t->file_element < 0 || (writing && !t->writes_file)) continue;
-    out[n++] = (lx_ckpt_slice){t->name, t->file_element, t->element, t->elements};
-  }
-  return n;
-}
-
-static void require_gpt2_checkpoint(const char *what) {
-  if (!GPT2_CHECKPOINT || sizeof(real) != sizeof(float))
-    lx_die("%s: this model is not llm.c's GPT-2 (or this is a double build); checkpoints are llm.c's format", what);
-}
-
 static void load_checkpoint(const char *path) {
-  require_gpt2_checkpoint(path);
-  if (TENSOR_PARALLEL > 1) lx_die("%s: checkpoints of tensor-parallel programs are not written or read yet", path);
-  lx_ckpt_slice slices[PARAM_TENSORS];
-  int n = checkpoint_slices(slices, 0);
-  lx_checkpoint_load(path, &gpt2_header, slices, n, (float *)PARAMS);
+  read_checkpoint(path, (float *)PARAMS);
+  clear_optimizer_state();
 }
 
 /* Replicas hold equal weights: the first one writes them. */
-static void save_checkpoint(const char *path) {
-  require_gpt2_checkpoint(path);
-  if (TENSOR_PARALLEL > 1) lx_die("%s: checkpoints of tensor-parallel programs are not written or read yet", path);
-  lx_ckpt_slice slices[PARAM_TENSORS];
-  int n = checkpoint_slices(slices, 1);
-  if (replica == 0) lx_checkpoint_save_all(path, &gpt2_header, slices, n, (const float *)PARAMS, groups.replica);
+static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
+  (void)t;
+  if (replica > 0) *hi = *lo;
 }
+
+static void save_checkpoint(const char *path) { write_checkpoint(path, (const float *)PARAMS); }
 
 /* ---- one optimizer step ----------------------------------------------------------- */
 
@@ -203,7 +187,7 @@ static double global_grad_norm(void) {
 
 /* AdamW on this replica's share of every tensor; under ZeRO-1 the replicas
  * then hand each other their updated shares. */
-static double optimizer_step(int step, int steps, double *grad_norm) {
+static void optimizer_step(int step, double lr, double *grad_norm) {
   sum_tied_gradients();
   sum_sequence_parallel_gradients();
   *grad_norm = global_grad_norm();
@@ -211,7 +195,6 @@ static double optimizer_step(int step, int steps, double *grad_norm) {
     double factor = lx_grad_clip_factor(*grad_norm, TRAINING_GRAD_CLIP);
     if (factor < 1) lx_scale(GRADS, (size_t)PARAM_ELEMENTS, factor);
   }
-  double lr = lx_learning_rate(step, TRAINING_WARMUP, steps, TRAINING_LR, TRAINING_MIN_LR, TRAINING_LR_SCHEDULE);
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
     lx_adamw_hparams hp = {TRAINING_BETA1, TRAINING_BETA2, TRAINING_EPS, t->decay ? TRAINING_WEIGHT_DECAY : 0};
@@ -221,7 +204,6 @@ static double optimizer_step(int step, int steps, double *grad_norm) {
   }
   for (int b = 0; ZERO_SHARDS > 1 && b < PARAM_BUCKETS; b++)
     lx_allgather_chunks(PARAMS + param_buckets[b].first, param_buckets[b].elements / ZERO_SHARDS, groups.dp);
-  return lr;
 }
 
 /* ZeRO-1 leaves each replica the sums of its shares only: the whole summed
@@ -243,12 +225,12 @@ static double step_loss(void) {
   return loss;
 }
 
-static double train_step(int step, int steps, double *lr, double *grad_norm) {
+static double train_step(int step, double lr, double *grad_norm) {
   memset(GRADS, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
   loss_sum = 0;
   run_schedule(step);
   double loss = step_loss();
-  *lr = optimizer_step(step, steps, grad_norm);
+  optimizer_step(step, lr, grad_norm);
   return loss;
 }
 
@@ -389,9 +371,6 @@ static int check_memory_extents(void) {
 }
 #endif
 
-/* Is it time for something done every `interval` steps (0: never)? */
-static int every(int step, int interval) { return interval > 0 && step % interval == 0; }
-
 /* ---- main ------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
@@ -399,47 +378,25 @@ int main(int argc, char **argv) {
   lx_mpi_start(&argc, &argv, STAGES * TENSOR_PARALLEL * DATA_PARALLEL, &rank);
   groups = lx_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE);
   replica = groups.dp_rank;
-  lx_run_options o = lx_run_options_default();
-  o.steps = TRAINING_STEPS;
-  o.train_data = TRAINING_TRAIN_DATA;
-  o.val_data = TRAINING_VAL_DATA;
-  o.val_interval = TRAINING_VAL_INTERVAL;
-  o.seed = TRAINING_SEED;
-  lx_parse_run_options(argc, argv, &o);
+  lx_run_options o = model_run_options(LX_PROGRAM_CPU, argc, argv);
   int color = STAGE == 0 || STAGE == STAGES - 1 ? 0 : MPI_UNDEFINED;
   if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(groups.pp, color, STAGE, &tied_comm));
   allocate_arena();
   seed = o.seed;
   if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
   else initialize_parameters(o.seed);
-  if (o.init_checkpoint) clear_optimizer_state();
-  loader = lx_loader_open(o.train_data, B, T, V, replica, DATA_PARALLEL, "training data");
-  lx_loader *val = o.val_data && o.val_interval > 0 ? lx_loader_open(o.val_data, B, T, V, replica, DATA_PARALLEL, "validation data") : NULL;
+  loader = open_training_data(&o);
+  lx_loader *val = open_validation_data(&o);
   if (o.gradcheck) {
     int status = gradient_check(o.gradcheck_samples);
     lx_mpi_finish();
     return status;
   }
-  int last = STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0; /* reports for all */
-  if (last) lx_metrics_open(o.metrics_path);
-  for (int step = 1; step <= o.steps; step++) {
-    double start = lx_now_ms(), lr, grad_norm;
-    double loss = train_step(step, o.steps, &lr, &grad_norm);
-    double ms = lx_now_ms() - start;
-    double val_loss = val && every(step, o.val_interval) ? validation_loss(val, o.val_batches, step) : NAN;
-    if (last)
-      lx_metrics_step(step, o.steps, loss, val_loss, lr, grad_norm, ms,
-                      (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3));
-    if (!isfinite(loss)) lx_die("stage %d: the loss is %g at step %d", STAGE, loss, step);
-    if (o.save_checkpoint && every(step, TRAINING_CHECKPOINT_INTERVAL))
-      save_checkpoint(o.save_checkpoint);
-  }
-  if (o.save_checkpoint) save_checkpoint(o.save_checkpoint);
+  train(&o, val);
   int status = 0;
 #ifdef LX_CHECK_MEMORY
   status = check_memory_extents();
 #endif
-  if (last) lx_metrics_close();
   lx_loader_close(loader);
   lx_loader_close(val);
   lx_mpi_finish();

@@ -15,6 +15,15 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* Wall-clock milliseconds on a monotonic clock, for step timing. */
+static inline double lx_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
 
 typedef struct {
   FILE *file;      /* NULL: stdout only */
@@ -26,7 +35,7 @@ typedef struct {
 
 /* Header-only: one instance per program (the emitted program is one file). */
 static inline lx_metrics_state *lx_metrics(void) {
-  static lx_metrics_state state = {.print_every = 1};
+  static lx_metrics_state state = {NULL, 1, 0, 0, 0};
   return &state;
 }
 
@@ -34,7 +43,9 @@ static inline lx_metrics_state *lx_metrics(void) {
 static inline void lx_metrics_open(const char *path) {
   lx_metrics_state *m = lx_metrics();
   if (m->file) fclose(m->file);
-  *m = (lx_metrics_state){.print_every = m->print_every};
+  int print_every = m->print_every;
+  memset(m, 0, sizeof *m);
+  m->print_every = print_every;
   if (path && !(m->file = fopen(path, "w")))
     lx_die("cannot write metrics file %s: %s", path, strerror(errno));
 }

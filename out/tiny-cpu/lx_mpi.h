@@ -20,9 +20,9 @@
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
 #include "lx_common.h"
+#include "lx_mpi_errors.h"
 
 #include <limits.h>
-#include <mpi.h>
 
 #ifdef LX_DOUBLE
 #define LX_MPI_REAL MPI_DOUBLE
@@ -43,39 +43,6 @@ enum {
   LX_TAG_USER = 3        /* first kind free for other messages */
 };
 #define LX_TAG_MAX_KIND 2000 /* the MPI standard only promises tags up to 32767: checked at start */
-
-/* Prints the failed call, where it was made and MPI's explanation, then
- * takes the whole job down: one rank stopping silently would leave its peers
- * blocked in a receive forever. */
-static inline LX_NORETURN void lx_mpi_fail(const char *call, const char *file, int line, int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0, rank = -1;
-  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
-    snprintf(text, sizeof text, "MPI error code %d", code);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  fprintf(stderr, "lynx: MPI error on rank %d at %s:%d: %s: %s\n", rank, file, line, call, text);
-  fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  exit(LX_EXIT_ERROR); /* not reached */
-}
-
-#define LX_MPI_CHECK(call)                                                                                   \
-  do {                                                                                                       \
-    int lx_mpi_rc_ = (call);                                                                                 \
-    if (lx_mpi_rc_ != MPI_SUCCESS) lx_mpi_fail(#call, __FILE__, __LINE__, lx_mpi_rc_);                       \
-  } while (0)
-
-/* Exits with `code`; inside MPI, finalises first so that mpirun reports the
- * status rather than an abnormal termination. Every rank must call it (as all
- * ranks do when they reach the same decision from the same arguments). */
-static inline LX_NORETURN void lx_mpi_exit(int code) {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  fflush(stdout);
-  if (initialized && !finalized) MPI_Finalize();
-  exit(code);
-}
 
 static inline void lx_mpi_check_tags(void) {
   int *tag_ub = NULL, found = 0;
@@ -112,21 +79,19 @@ typedef struct {
   MPI_Comm tp;      /* the stage's ranks of this replica: tensor-parallel collectives */
   MPI_Comm dp;      /* the stage's ranks of this tp_rank: gradient reduction */
   MPI_Comm pp;      /* one rank per stage, same (tp_rank, dp_rank): sends and receives */
-  MPI_Comm replica; /* every rank of this dp_rank: losses, norms and checkpoints of one model */
 } lx_groups;
 
 /* Where p2p traffic goes: the pipeline communicator once lx_groups_start ran. */
 static MPI_Comm lx_pipeline_comm = MPI_COMM_NULL;
 
 static inline lx_groups lx_groups_start(int world_rank, int tp, int dp, int stage) {
-  lx_groups g = {world_rank % tp, world_rank / tp % dp, world_rank / (tp * dp), 0, 0, 0, 0};
+  lx_groups g = {world_rank % tp, world_rank / tp % dp, world_rank / (tp * dp), 0, 0, 0};
   if (g.stage != stage)
     lx_die("world rank %d belongs to stage %d but runs the program of stage %d; use run.sh", world_rank, g.stage,
            stage);
   LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.stage * dp + g.dp_rank, g.tp_rank, &g.tp));
   LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.stage * tp + g.tp_rank, g.dp_rank, &g.dp));
   LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp + g.tp_rank, g.stage, &g.pp));
-  LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank, world_rank, &g.replica));
   lx_pipeline_comm = g.pp;
   return g;
 }

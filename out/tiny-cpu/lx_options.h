@@ -1,28 +1,36 @@
-/* lx_options.h — the command line of an emitted training program.
+/* lx_options.h — the command line of an emitted training program, CPU or
+ * CUDA: one parser, the flags of both targets, each program accepting those
+ * that apply to it (--gradcheck on the CPU; --cuda-graph and --profile with
+ * CUDA).
  *
  * The emitted main() fills an lx_run_options with the defaults of its model
  * file (lx_run_options_default() gives the generic ones to start from), then
  * lets the command line override them:
  *
- *   lx_run_options o = lx_run_options_default();
+ *   lx_run_options o = lx_run_options_default(LX_PROGRAM_CPU);
  *   o.steps = 200; o.train_data = "data/train_*.bin";    // from the model file
- *   lx_parse_run_options(argc, argv, &o);                // after lx_mpi_start
+ *   lx_parse_run_options(argc, argv, &o);                // after MPI_Init
  *
  * Every rank parses the same arguments and reaches the same verdict; only
  * rank 0 prints it. --help prints every option with its current default and
- * exits 0; a bad flag or value exits 2. */
+ * exits 0; a bad flag or value exits 2. Valid C11 and C++17. */
 #ifndef LX_OPTIONS_H
 #define LX_OPTIONS_H
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
-#include "lx_mpi.h"
+#include "lx_mpi_errors.h"
 
 #include <inttypes.h>
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
+
+/* The program that parses: the flags it accepts and --help shows. */
+typedef enum { LX_PROGRAM_CPU, LX_PROGRAM_CUDA } lx_program;
 
 typedef struct {
+  lx_program program;          /* whose flags apply */
   int steps;                   /* optimizer steps */
   const char *train_data;      /* glob of token shards */
   const char *val_data;        /* glob of token shards; NULL: no validation */
@@ -32,24 +40,27 @@ typedef struct {
   int val_interval;            /* validate every this many steps; 0: only never */
   int val_batches;             /* batches per validation */
   uint64_t seed;               /* initialisation and dropout */
-  int gradcheck;               /* check gradients by finite differences, then exit */
-  int gradcheck_samples;       /* elements checked per parameter tensor */
+  double lr;                   /* peak learning rate of the schedule */
   int print_every;             /* a progress line every this many steps */
+  int gradcheck;               /* CPU: check gradients by finite differences, then exit */
+  int gradcheck_samples;       /* CPU: elements checked per parameter tensor */
+  int cuda_graph;              /* CUDA: issue each step as one CUDA graph */
+  const char *profile_path;    /* CUDA: time every op and write this profile; NULL: no */
 } lx_run_options;
 
-static inline lx_run_options lx_run_options_default(void) {
-  return (lx_run_options){.steps = 100,
-                          .train_data = "data/train_*.bin",
-                          .val_data = NULL,
-                          .init_checkpoint = NULL,
-                          .save_checkpoint = NULL,
-                          .metrics_path = "metrics.jsonl",
-                          .val_interval = 0,
-                          .val_batches = 8,
-                          .seed = 1337,
-                          .gradcheck = 0,
-                          .gradcheck_samples = 8,
-                          .print_every = 1};
+static inline lx_run_options lx_run_options_default(lx_program program) {
+  lx_run_options o;
+  memset(&o, 0, sizeof o); /* NULL paths, switches off */
+  o.program = program;
+  o.steps = 100;
+  o.train_data = "data/train_*.bin";
+  o.metrics_path = "metrics.jsonl";
+  o.val_batches = 8;
+  o.seed = 1337;
+  o.lr = 3e-4;
+  o.print_every = 1;
+  o.gradcheck_samples = 8;
+  return o;
 }
 
 /* Rank 0 of the job, or 0 outside MPI (a test that never called MPI_Init). */
@@ -87,14 +98,21 @@ static inline void lx_print_run_options_help(const char *program, const lx_run_o
          "  --init CKPT        start from this llm.c GPT-2 checkpoint       [%s]\n"
          "  --save CKPT        write a checkpoint after the last step       [%s]\n"
          "  --seed N           seed of the initialisation and dropout       [%" PRIu64 "]\n"
+         "  --lr X             peak learning rate of the schedule           [%g]\n"
          "  --metrics FILE     one JSON line per step                       [%s]\n"
-         "  --print-every N    a progress line every N steps                [%d]\n"
-         "  --gradcheck        check gradients by finite differences, exit  [%s]\n"
-         "  --gradcheck-samples N  elements checked per parameter tensor    [%d]\n"
-         "  --help             this text\n",
+         "  --print-every N    a progress line every N steps                [%d]\n",
          program, o->steps, lx_or_none(o->train_data), lx_or_none(o->val_data), o->val_interval,
-         o->val_batches, lx_or_none(o->init_checkpoint), lx_or_none(o->save_checkpoint), o->seed,
-         lx_or_none(o->metrics_path), o->print_every, o->gradcheck ? "on" : "off", o->gradcheck_samples);
+         o->val_batches, lx_or_none(o->init_checkpoint), lx_or_none(o->save_checkpoint), o->seed, o->lr,
+         lx_or_none(o->metrics_path), o->print_every);
+  if (o->program == LX_PROGRAM_CPU)
+    printf("  --gradcheck        check gradients by finite differences, exit  [%s]\n"
+           "  --gradcheck-samples N  elements checked per parameter tensor    [%d]\n",
+           o->gradcheck ? "on" : "off", o->gradcheck_samples);
+  else
+    printf("  --cuda-graph       issue each step as one CUDA graph, replayed  [%s]\n"
+           "  --profile FILE     time every op, write a `lynxgen --profile`   [%s]\n",
+           o->cuda_graph ? "on" : "off", lx_or_none(o->profile_path));
+  printf("  --help             this text\n");
 }
 
 static inline int lx_parse_int_option(const char *flag, const char *value, int min) {
@@ -106,6 +124,15 @@ static inline int lx_parse_int_option(const char *flag, const char *value, int m
   return (int)v;
 }
 
+static inline double lx_parse_positive_option(const char *flag, const char *value) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(value, &end);
+  if (!*value || *end || errno == ERANGE || !(v > 0))
+    lx_usage_error("%s wants a number > 0, not '%s'", flag, value);
+  return v;
+}
+
 static inline uint64_t lx_parse_u64_option(const char *flag, const char *value) {
   char *end = NULL;
   errno = 0;
@@ -115,9 +142,17 @@ static inline uint64_t lx_parse_u64_option(const char *flag, const char *value) 
   return (uint64_t)v;
 }
 
-/* Applies one flag with its value (NULL for --gradcheck); returns 0 for an
- * unknown flag. */
+/* The flags that take no value, of the program that parses; NULL: none. */
+static inline int *lx_run_switch(lx_run_options *o, const char *flag) {
+  if (o->program == LX_PROGRAM_CPU && !strcmp(flag, "--gradcheck")) return &o->gradcheck;
+  if (o->program == LX_PROGRAM_CUDA && !strcmp(flag, "--cuda-graph")) return &o->cuda_graph;
+  return NULL;
+}
+
+/* Applies one flag with its value; returns 0 for a flag the program does
+ * not have. */
 static inline int lx_apply_run_option(lx_run_options *o, const char *flag, const char *value) {
+  int cpu = o->program == LX_PROGRAM_CPU;
   if (!strcmp(flag, "--steps"))
     o->steps = lx_parse_int_option(flag, value, 0);
   else if (!strcmp(flag, "--data"))
@@ -134,12 +169,16 @@ static inline int lx_apply_run_option(lx_run_options *o, const char *flag, const
     o->val_batches = lx_parse_int_option(flag, value, 1);
   else if (!strcmp(flag, "--seed"))
     o->seed = lx_parse_u64_option(flag, value);
+  else if (!strcmp(flag, "--lr"))
+    o->lr = lx_parse_positive_option(flag, value);
   else if (!strcmp(flag, "--metrics"))
     o->metrics_path = value;
   else if (!strcmp(flag, "--print-every"))
     o->print_every = lx_parse_int_option(flag, value, 1);
-  else if (!strcmp(flag, "--gradcheck-samples"))
+  else if (cpu && !strcmp(flag, "--gradcheck-samples"))
     o->gradcheck_samples = lx_parse_int_option(flag, value, 1);
+  else if (!cpu && !strcmp(flag, "--profile"))
+    o->profile_path = value;
   else
     return 0;
   return 1;
@@ -156,11 +195,6 @@ static inline void lx_parse_run_options(int argc,
       if (lx_options_rank() == 0) lx_print_run_options_help(program, o);
       lx_mpi_exit(0);
     }
-    if (!strcmp(arg, "--gradcheck")) {
-      o->gradcheck = 1;
-      continue;
-    }
-    if (!strncmp(arg, "--gradcheck=", 12)) lx_usage_error("--gradcheck takes no value");
     if (strncmp(arg, "--", 2) != 0) lx_usage_error("unexpected argument '%s'", arg);
     char flag[64];
     const char *value = NULL, *equals = strchr(arg, '=');
@@ -168,6 +202,12 @@ static inline void lx_parse_run_options(int argc,
     if (flag_len >= sizeof flag) lx_usage_error("unknown option '%s'", arg);
     memcpy(flag, arg, flag_len);
     flag[flag_len] = '\0';
+    int *on = lx_run_switch(o, flag);
+    if (on && equals) lx_usage_error("%s takes no value", flag);
+    if (on) {
+      *on = 1;
+      continue;
+    }
     if (equals)
       value = equals + 1;
     else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
