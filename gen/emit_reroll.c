@@ -47,12 +47,14 @@ typedef struct {
   char var; /* the loops' variable in this pass */
 } text;
 
+static void out_of_memory(void) {
+  fputs("lynxgen: out of memory\n", stderr);
+  exit(1);
+}
+
 static void *grown(void *p, size_t bytes) {
   void *q = realloc(p, bytes);
-  if (!q) {
-    fputs("lynxgen: out of memory\n", stderr);
-    exit(1);
-  }
+  if (!q) out_of_memory();
   return q;
 }
 
@@ -235,8 +237,9 @@ static loop best_loop(const text *t, int s, long long *scratch) {
         loop_body(t, s, period, steps)) {
       best.period = period, best.times = times;
       free(best.steps);
-      best.steps = grown(NULL, sizeof(long long) * ((size_t)literals_in(t, s, period) + 1));
-      memcpy(best.steps, steps, sizeof(long long) * (size_t)literals_in(t, s, period));
+      size_t literals = (size_t)literals_in(t, s, period);
+      best.steps = grown(NULL, sizeof(long long) * (literals + 1));
+      memcpy(best.steps, steps, sizeof(long long) * literals);
     }
   }
   return best;
@@ -317,10 +320,7 @@ void emit_reroll(const char *body, FILE *out) {
     char *next = NULL;
     size_t size = 0;
     FILE *f = open_memstream(&next, &size);
-    if (!f) {
-      fputs("lynxgen: out of memory\n", stderr);
-      exit(1);
-    }
+    if (!f) out_of_memory();
     int loops = reroll_pass(in, f, vars[p]);
     fclose(f);
     free(latest);
@@ -334,10 +334,7 @@ void emit_reroll(const char *body, FILE *out) {
 FILE *emit_step_begin(lx_step_text *step, FILE *out, bool reroll) {
   *step = (lx_step_text){.out = out, .reroll = reroll};
   step->body = open_memstream(&step->text, &step->size);
-  if (!step->body) {
-    fputs("lynxgen: out of memory\n", stderr);
-    exit(1);
-  }
+  if (!step->body) out_of_memory();
   return step->body;
 }
 

@@ -82,6 +82,20 @@ def expand(lines, env=None):
     return out
 
 
+def difference(rolled, unrolled):
+    """Where the rolled source, its loops expanded, differs from the unrolled one; None if nowhere."""
+    try:
+        expanded = expand(rolled)
+    except ValueError as e:
+        return str(e)
+    if expanded == unrolled:
+        return None
+    first = next((k for k, (a, b) in enumerate(zip(expanded, unrolled)) if a != b), min(len(expanded), len(unrolled)))
+    return (f"expanded loops differ from --unrolled-step at line {first + 1}:\n"
+            f"  expanded: {expanded[first] if first < len(expanded) else '(end)'}\n"
+            f"  unrolled: {unrolled[first] if first < len(unrolled) else '(end)'}")
+
+
 def generate(model, args, out):
     r = subprocess.run([LYNXGEN, model, "-o", out, *args], capture_output=True, text=True)
     if r.returncode != 0:
@@ -97,27 +111,23 @@ def check_plan(tmp, model, args, want_loops=True):
     generate(model, args + ["--unrolled-step"], unrolled_dir)
     stages = sorted(f for f in os.listdir(rolled_dir) if re.match(r"stage\d+\.(c|cu)$", f))
     rolled_lines = unrolled_lines = loops = 0
+    problem = None if stages else "no stage sources"
     for stage in stages:
         with open(os.path.join(rolled_dir, stage)) as f:
             rolled = f.read().split("\n")
         with open(os.path.join(unrolled_dir, stage)) as f:
             unrolled = f.read().split("\n")
-        try:
-            expanded = expand(rolled)
-        except ValueError as e:
-            check(False, f"{name}: {stage}: {e}")
-            return
-        if expanded != unrolled:
-            first = next((k for k, (a, b) in enumerate(zip(expanded, unrolled)) if a != b), min(len(expanded), len(unrolled)))
-            check(False, f"{name}: {stage}: expanded loops differ from --unrolled-step at line {first + 1}:\n"
-                  f"  expanded: {expanded[first] if first < len(expanded) else '(end)'}\n"
-                  f"  unrolled: {unrolled[first] if first < len(unrolled) else '(end)'}")
-            return
+        problem = difference(rolled, unrolled)
+        if problem:
+            problem = f"{stage}: {problem}"
+            break
         rolled_lines += len(rolled)
         unrolled_lines += len(unrolled)
         loops += sum(1 for line in rolled if LOOP.match(line))
-    check(True, f"{name}: {len(stages)} stage sources expand to the --unrolled-step ones "
-          f"({unrolled_lines} lines printed as {rolled_lines}, {loops} loops)")
+    check(problem is None, f"{name}: {len(stages)} stage sources expand to the --unrolled-step ones "
+          f"({unrolled_lines} lines printed as {rolled_lines}, {loops} loops)" + (f": {problem}" if problem else ""))
+    if problem:
+        return
     if want_loops:
         check(loops > 0 and rolled_lines < unrolled_lines, f"{name}: the steady state is rolled")
 
