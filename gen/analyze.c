@@ -59,6 +59,24 @@ static void apply_defaults(lx_ir *ir) {
   if (!given(ir, LX_F_DTYPE)) t->dtype = LX_DTYPE_BF16;
 }
 
+/* Every number of the configs has a range, checked where it was written (or
+ * on the command line). The ranges are generous for real models (GPT-3 175B:
+ * vocab 50257, seq_len 2048, hidden 12288, 96 layers; Llama 3 405B: vocab
+ * 128256, hidden 16384, ffn 53248, 126 layers) and keep the 64-bit integers
+ * that later passes compute from them exact:
+ *  - tokens per micro-batch b s <= 2^16 x 2^22 = 2^38, widths <= 2^24 (the
+ *    vocabulary; operator widths are bounded alike in the front end), so one
+ *    op's sizes are products of at most 2^38 x 2^24 x 4 bytes; sizes_fit()
+ *    rejects an op above 2^52 bytes before they are multiplied, and
+ *    check_totals() a plan whose stages would hold more than 2^60 bytes, so
+ *    that sums over layers (<= 2^12) and micro-batches (<= 2^24) fit;
+ *  - products of plan fields stay below 2^31 where they are ints: tp <= 64,
+ *    pp <= layers <= 2^12, dp <= 2^20 (tp pp dp <= nodes x gpus_per_node <=
+ *    2^22), micro_batch x dp <= global_batch <= 2^24 (check_relations());
+ *  - the padded vocabulary < 2^24 + 128 x 64, the default ffn_hidden 4 hidden
+ *    <= 2^19: ints;
+ *  - step counts stay below 2^30 so that the emitted programs' int counters
+ *    cannot overflow. */
 typedef struct {
   lx_field field;
   const char *name;
@@ -78,61 +96,77 @@ static void check_int(const lx_ir *ir, const int_rule *r) {
              r->min, r->max);
 }
 
-static void check_ranges(lx_ir *ir) {
+static void check_int_ranges(lx_ir *ir) {
   lx_config_locs *l = &ir->locs;
-  const int big = 1 << 30;
+  const int steps = 1 << 30;
   const int_rule rules[] = {
-      {LX_F_VOCAB, "vocab", &l->model, &ir->model.vocab, 1, big, true},
-      {LX_F_SEQ_LEN, "seq_len", &l->model, &ir->model.seq_len, 1, 1 << 20, true},
-      {LX_F_LAYERS, "layers", &l->model, &ir->model.layers, 1, 100000, true},
-      {LX_F_HIDDEN, "hidden", &l->model, &ir->model.hidden, 1, big / 4, true}, /* 4 x hidden: default MLP */
-      {LX_F_HEADS, "heads", &l->model, &ir->model.heads, 1, big, true},
-      {LX_F_KV_HEADS, "kv_heads", &l->model, &ir->model.kv_heads, 1, big, false},
-      {LX_F_FFN_HIDDEN, "ffn_hidden", &l->model, &ir->model.ffn_hidden, 1, big, false},
+      {LX_F_VOCAB, "vocab", &l->model, &ir->model.vocab, 1, 1 << 24, true},
+      {LX_F_SEQ_LEN, "seq_len", &l->model, &ir->model.seq_len, 1, 1 << 22, true},
+      {LX_F_LAYERS, "layers", &l->model, &ir->model.layers, 1, 1 << 12, true},
+      {LX_F_HIDDEN, "hidden", &l->model, &ir->model.hidden, 1, 1 << 17, true},
+      {LX_F_HEADS, "heads", &l->model, &ir->model.heads, 1, 1 << 17, true},
+      {LX_F_KV_HEADS, "kv_heads", &l->model, &ir->model.kv_heads, 1, 1 << 17, false},
+      {LX_F_FFN_HIDDEN, "ffn_hidden", &l->model, &ir->model.ffn_hidden, 1, 1 << 20, false},
       {LX_F_GPU, "gpu", &l->cluster, (int *)&ir->cluster.gpu, LX_GPU_V100_32GB, LX_GPU_H200_141GB, true},
-      {LX_F_NODES, "nodes", &l->cluster, &ir->cluster.nodes, 1, 100000, false},
+      {LX_F_NODES, "nodes", &l->cluster, &ir->cluster.nodes, 1, 1 << 16, false},
       {LX_F_GPUS_PER_NODE, "gpus_per_node", &l->cluster, &ir->cluster.gpus_per_node, 1, 64, true},
       {LX_F_INTRA_LINK, "intra_node_link", &l->cluster, (int *)&ir->cluster.intra_node_link, LX_LINK_NVLINK2,
        LX_LINK_IB_NDR, false},
       {LX_F_INTER_LINK, "inter_node_link", &l->cluster, (int *)&ir->cluster.inter_node_link, LX_LINK_NVLINK2,
        LX_LINK_IB_NDR, false},
-      {LX_F_TP, "tp", &l->plan, &ir->plan.tp, 0, 1024, false},
-      {LX_F_PP, "pp", &l->plan, &ir->plan.pp, 0, 100000, false},
+      {LX_F_TP, "tp", &l->plan, &ir->plan.tp, 0, 64, false},
+      {LX_F_PP, "pp", &l->plan, &ir->plan.pp, 0, 1 << 12, false},
       {LX_F_DP, "dp", &l->plan, &ir->plan.dp, 0, 1 << 20, false},
-      {LX_F_MICRO_BATCH, "micro_batch", &l->plan, &ir->plan.micro_batch, 0, 1 << 20, false},
-      {LX_F_GLOBAL_BATCH, "global_batch", &l->plan, &ir->plan.global_batch, 0, big, false},
+      {LX_F_MICRO_BATCH, "micro_batch", &l->plan, &ir->plan.micro_batch, 0, 1 << 16, false},
+      {LX_F_GLOBAL_BATCH, "global_batch", &l->plan, &ir->plan.global_batch, 0, 1 << 24, false},
       {LX_F_SCHEDULE, "schedule", &l->plan, (int *)&ir->plan.schedule, 0, LX_SCHEDULE_INTERLEAVED, false},
-      {LX_F_STEPS, "steps", &l->training, &ir->training.steps, 1, big, false},
-      {LX_F_WARMUP, "warmup_steps", &l->training, &ir->training.warmup_steps, 0, big, false},
+      {LX_F_STEPS, "steps", &l->training, &ir->training.steps, 1, steps, false},
+      {LX_F_WARMUP, "warmup_steps", &l->training, &ir->training.warmup_steps, 0, steps, false},
       {LX_F_LR_SCHEDULE, "lr_schedule", &l->training, (int *)&ir->training.lr_schedule, LX_LR_CONSTANT,
        LX_LR_LINEAR, false},
       {LX_F_DTYPE, "dtype", &l->training, (int *)&ir->training.dtype, LX_DTYPE_BF16, LX_DTYPE_FP32, false},
-      {LX_F_VAL_INTERVAL, "val_interval", &l->training, &ir->training.val_interval, 0, big, false},
+      {LX_F_VAL_INTERVAL, "val_interval", &l->training, &ir->training.val_interval, 0, steps, false},
       {LX_F_CHECKPOINT_INTERVAL, "checkpoint_interval", &l->training, &ir->training.checkpoint_interval, 0,
-       big, false},
+       steps, false},
   };
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
     check_int(ir, &rules[i]);
 }
 
-static void check_unit_interval(const lx_ir *ir, lx_field f, const char *name, double v, bool open_top) {
-  if (given(ir, f) && (v < 0 || v > 1 || (open_top && v == 1)))
-    lx_error(ir->locs.field[f], "field '.%s' = %g must be in [0, 1%c", name, v, open_top ? ')' : ']');
+/* The double fields: finite (the front end made sure) and in these ranges.
+ * eps stays a normal number in fp32 and bf16 (>= 2^-126), or the emitted
+ * AdamW could divide 0 by 0. */
+typedef struct {
+  lx_field field;
+  const char *name;
+  double value, min, max;
+  bool open_min, open_max;
+} double_rule;
+
+static void check_double(const lx_ir *ir, const double_rule *r) {
+  double v = r->value;
+  bool below = r->open_min ? !(v > r->min) : !(v >= r->min);
+  bool above = r->open_max ? !(v < r->max) : !(v <= r->max);
+  if (given(ir, r->field) && (below || above))
+    lx_error(ir->locs.field[r->field], "field '.%s' = %g is out of range %c%g, %g%c", r->name, v,
+             r->open_min ? '(' : '[', r->min, r->max, r->open_max ? ')' : ']');
 }
 
-static void check_training(const lx_ir *ir) {
+static void check_double_ranges(const lx_ir *ir) {
   const lx_training *t = &ir->training;
-  if (given(ir, LX_F_LR) && !(t->lr > 0)) lx_error(ir->locs.field[LX_F_LR], "field '.lr' must be positive");
-  if (given(ir, LX_F_MIN_LR) && (t->min_lr < 0 || t->min_lr > t->lr))
+  const double_rule rules[] = {
+      {LX_F_DROPOUT, "dropout", ir->model.dropout, 0, 1, false, true},
+      {LX_F_LR, "lr", t->lr, 0, 1, true, false},
+      {LX_F_BETA1, "beta1", t->beta1, 0, 1, false, true},
+      {LX_F_BETA2, "beta2", t->beta2, 0, 1, false, true},
+      {LX_F_EPS, "eps", t->eps, 0x1p-126, 1, false, false},
+      {LX_F_WEIGHT_DECAY, "weight_decay", t->weight_decay, 0, 1, false, false},
+      {LX_F_GRAD_CLIP, "grad_clip", t->grad_clip, 0, 1e6, false, false},
+  };
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+    check_double(ir, &rules[i]);
+  if (given(ir, LX_F_MIN_LR) && !(t->min_lr >= 0 && t->min_lr <= t->lr))
     lx_error(ir->locs.field[LX_F_MIN_LR], "field '.min_lr' = %g must be in [0, lr = %g]", t->min_lr, t->lr);
-  check_unit_interval(ir, LX_F_BETA1, "beta1", t->beta1, true);
-  check_unit_interval(ir, LX_F_BETA2, "beta2", t->beta2, true);
-  if (given(ir, LX_F_EPS) && !(t->eps > 0))
-    lx_error(ir->locs.field[LX_F_EPS], "field '.eps' must be positive");
-  if (given(ir, LX_F_WEIGHT_DECAY) && t->weight_decay < 0)
-    lx_error(ir->locs.field[LX_F_WEIGHT_DECAY], "field '.weight_decay' must not be negative");
-  if (given(ir, LX_F_GRAD_CLIP) && t->grad_clip < 0)
-    lx_error(ir->locs.field[LX_F_GRAD_CLIP], "field '.grad_clip' must not be negative (0 disables clipping)");
 }
 
 /* Relations between fields: each error names both numbers. */
@@ -145,7 +179,6 @@ static void check_relations(const lx_ir *ir) {
   if (m->heads % m->kv_heads)
     lx_error(field_or(ir, LX_F_KV_HEADS, heads_at), "kv_heads (%d) do not divide heads (%d)", m->kv_heads,
              m->heads);
-  check_unit_interval(ir, LX_F_DROPOUT, "dropout", m->dropout, true);
   if (p->tp) {
     lx_srcloc tp_at = field_or(ir, LX_F_TP, l->plan);
     if (m->heads % p->tp)
@@ -460,6 +493,10 @@ static void shape_cross_entropy(shape_ctx *c, lx_op *op) {
 
 static double larger(double a, double b) { return a > b ? a : b; }
 
+/* What a stage could hold at most, in bytes, for its sums to stay exact in
+ * int64_t with room for the later passes' own additions. */
+#define TOO_MANY_BYTES 0x1p60
+
 /* Byte, element and parameter counts are int64_t products of widths up to
  * 2^30, micro-batches and sequence lengths up to 2^20: an op no machine could
  * hold is rejected before they are multiplied, so that they cannot overflow. */
@@ -589,6 +626,17 @@ static void analyze_graph(lx_ir *ir, lx_graph *g) {
   check_output(&c);
   if (c.t > 1) check_column_inputs(g);
   charge_saved_bytes(g);
+  /* each op fits (sizes_fit); their sums are checked before they are added up */
+  double saved = 0, params = 0;
+  for (int i = 0; i < g->n_ops; i++) {
+    saved += (double)g->ops[i].saved_bytes;
+    params += (double)g->ops[i].params;
+  }
+  if (saved > TOO_MANY_BYTES || params > TOO_MANY_BYTES) {
+    lx_error(g->src, "%s() is too large: about %.3g bytes saved per micro-batch and %.3g parameters", g->name,
+             saved, params);
+    return;
+  }
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
     g->activation_bytes += op->saved_bytes;
@@ -600,12 +648,32 @@ static void analyze_graph(lx_ir *ir, lx_graph *g) {
   }
 }
 
+/* The bytes a stage could hold, counted in double: the saved tensors of every
+ * layer for every micro-batch of a step (GPipe keeps them all), and 20 bytes
+ * per parameter (weights, gradients, fp32 master, two AdamW moments). The
+ * later passes add such terms up in int64_t. */
+static void check_totals(const lx_ir *ir) {
+  const lx_plan *p = &ir->plan;
+  double per_step = (double)(p->micro_batch ? p->micro_batch : 1) * (p->dp ? p->dp : 1);
+  double micro_batches = p->global_batch ? p->global_batch / per_step : p->pp ? p->pp : 1;
+  double saved = (double)ir->prologue.activation_bytes +
+                 (double)ir->model.layers * (double)ir->block.activation_bytes +
+                 (double)ir->epilogue.activation_bytes;
+  double bytes = micro_batches * saved + 20.0 * (double)ir->params_total;
+  if (bytes > TOO_MANY_BYTES)
+    lx_error(
+        field_or(ir, LX_F_LAYERS, ir->locs.model),
+        "the plan would keep about %.3g bytes (saved tensors of every micro-batch, weights and optimizer "
+        "state), too many to count",
+        bytes);
+}
+
 int lx_analyze(lx_ir *ir) {
   int errors_before = lx_error_count();
-  check_ranges(ir); /* first: defaults are computed from the values it bounds */
+  check_int_ranges(ir); /* first: defaults are computed from the values it bounds */
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   apply_defaults(ir);
-  check_training(ir);
+  check_double_ranges(ir);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   check_relations(ir);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
@@ -625,6 +693,7 @@ int lx_analyze(lx_ir *ir) {
     return lx_error_count() - errors_before;
   }
   ir->params_total = ir->prologue.params + layers * ir->block.params + ir->epilogue.params;
+  check_totals(ir);
   double fwd_per_micro_batch = ir->prologue.model_flops_fwd + (double)layers * ir->block.model_flops_fwd +
                                ir->epilogue.model_flops_fwd;
   int b = ir->plan.micro_batch ? ir->plan.micro_batch : 1;

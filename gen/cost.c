@@ -360,7 +360,7 @@ typedef struct {
 } profile_parser;
 
 static void parse_error(profile_parser *p, int col, const char *what, const char *text) {
-  lx_error((lx_srcloc){p->path, p->line, col}, what, text);
+  lx_error((lx_srcloc){p->path, p->line, col, NULL}, what, text);
   p->errors++;
 }
 
@@ -438,7 +438,7 @@ static bool parse_dtype(profile_parser *p, const fields *f, int i, lx_dtype *out
 static bool expect_fields(profile_parser *p, const fields *f, int min, int max, const char *usage) {
   if (f->n >= min && f->n <= max) return true;
   int col = f->n > max ? f->col[max] : f->col[0];
-  lx_error((lx_srcloc){p->path, p->line, col}, "%s '%s' takes %s",
+  lx_error((lx_srcloc){p->path, p->line, col, NULL}, "%s '%s' takes %s",
            f->n > max ? "too many fields:" : "too few fields:", f->text[0], usage);
   p->errors++;
   return false;
@@ -567,7 +567,7 @@ static void apply_profile(lx_cost_model *cm, profile_parser *p) {
 bool lx_cost_load_profile(lx_cost_model *cm, const char *path, const char *contents) {
   char *text = contents ? strdup(contents) : read_whole_file(path);
   if (!text) {
-    lx_error((lx_srcloc){path, 0, 0}, "cannot read the profile: %s", strerror(errno));
+    lx_error((lx_srcloc){path, 0, 0, NULL}, "cannot read the profile: %s", strerror(errno));
     return false;
   }
   profile_parser p = {.path = path, .intra = cm->intra, .inter = cm->inter, .interference = cm->interference};

@@ -23,6 +23,8 @@ static void report(lx_srcloc at, const char *severity, const char *fmt, va_list 
     fprintf(out, "lynxgen: %s: ", severity);
   vfprintf(out, fmt, args);
   fputc('\n', out);
+  for (const lx_srcnote *n = at.notes; n; n = n->next)
+    fprintf(out, "%s:%d:%d: note: %s\n", n->file, n->line, n->col, n->text);
 }
 
 void lx_error(lx_srcloc at, const char *fmt, ...) {

@@ -1,4 +1,5 @@
-/* diag.h — located diagnostics: "file:line:col: error: message". */
+/* diag.h — located diagnostics: "file:line:col: error: message", each followed
+ * by the notes of its location (lx_srcloc.notes). */
 #ifndef LX_DIAG_H
 #define LX_DIAG_H
 

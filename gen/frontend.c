@@ -10,36 +10,32 @@
 #include "frontend.h"
 
 #include <clang-c/Index.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "constant.h"
 #include "diag.h"
-
-#define PRELUDE_DIR "/virtual"
-#define PRELUDE_PATH PRELUDE_DIR "/lynx.h"
+#include "locate.h"
 
 /* ---- locations ----------------------------------------------------------- */
 
 typedef struct {
   lx_ir *ir;
   CXTranslationUnit tu;
+  lx_locator locator;
 } parse_ctx;
 
 static lx_srcloc location_at(parse_ctx *ctx, CXSourceLocation where) {
-  unsigned line = 0, col = 0;
-  CXFile file;
-  clang_getExpansionLocation(where, &file, &line, &col, NULL);
-  lx_srcloc loc = {ctx->ir->model_path, (int)line, (int)col};
-  if (!clang_Location_isFromMainFile(where)) loc.file = "lynx.h";
-  return loc;
+  return lx_srcloc_at(&ctx->locator, where);
 }
 
 static lx_srcloc cursor_loc(parse_ctx *ctx, CXCursor c) {
   return location_at(ctx, clang_getCursorLocation(c));
 }
 
-static lx_srcloc file_start(parse_ctx *ctx) { return (lx_srcloc){ctx->ir->model_path, 1, 1}; }
+static lx_srcloc file_start(parse_ctx *ctx) { return (lx_srcloc){ctx->ir->model_path, 1, 1, NULL}; }
 
 static void copy_spelling(char *dst, size_t size, CXString s) {
   snprintf(dst, size, "%s", clang_getCString(s));
@@ -193,37 +189,48 @@ static bool expect_own_enum(parse_ctx *ctx, CXCursor member, CXCursor value, con
   return false;
 }
 
-static void store_string(lx_srcloc at, const field_desc *f, CXEvalResult r, char *slot) {
-  if (!r || clang_EvalResult_getKind(r) != CXEval_StrLiteral) {
+/* The checked value of the number `expr` (written_type says whether an
+ * integer is expected); reports what is wrong with it and returns false. */
+static bool number_of(parse_ctx *ctx, CXCursor expr, const char *what, lx_constant *value) {
+  *value = lx_evaluate_constant(strip_wrappers(expr));
+  lx_srcloc at = expr_start_loc(ctx, expr);
+  bool integer = is_integer_type(written_type(expr));
+  switch (value->kind) {
+  case LX_CONSTANT_INTEGER:
+  case LX_CONSTANT_REAL: return true;
+  case LX_CONSTANT_NONE:
+    lx_error(at, "%s must be %s", what,
+             integer ? "an integer constant expression" : "a constant numeric expression");
+    return false;
+  case LX_CONSTANT_WRAPS:
+    lx_error(cursor_loc(ctx, value->at), "overflow in %s: %s", what, value->why);
+    return false;
+  case LX_CONSTANT_HUGE: lx_error(at, "%s is too large: %s", what, value->why); return false;
+  case LX_CONSTANT_NOT_FINITE:
+    lx_error(at, "%s = %g is not a finite number", what, value->real);
+    return false;
+  }
+  return false;
+}
+
+static void store_string(lx_srcloc at, const field_desc *f, CXCursor value, char *slot) {
+  CXEvalResult r = clang_Cursor_Evaluate(value);
+  if (!r || clang_EvalResult_getKind(r) != CXEval_StrLiteral)
     lx_error(at, "field '%s' must be a string literal", f->name);
-    return;
+  else {
+    char *copy = strdup(clang_EvalResult_getAsStr(r));
+    memcpy(slot, &copy, sizeof copy);
   }
-  char *copy = strdup(clang_EvalResult_getAsStr(r));
-  memcpy(slot, &copy, sizeof copy);
+  if (r) clang_EvalResult_dispose(r);
 }
 
-static void store_double(lx_srcloc at, const field_desc *f, CXEvalResult r, char *slot) {
-  CXEvalResultKind kind = r ? clang_EvalResult_getKind(r) : CXEval_UnExposed;
-  if (kind != CXEval_Float && kind != CXEval_Int) {
-    lx_error(at, "field '%s' must be a constant numeric expression", f->name);
-    return;
-  }
-  double v =
-      kind == CXEval_Float ? clang_EvalResult_getAsDouble(r) : (double)clang_EvalResult_getAsLongLong(r);
-  memcpy(slot, &v, sizeof v);
-}
-
-/* int, enum and bool fields */
-static void store_integer(lx_srcloc at, const field_desc *f, CXEvalResult r, char *slot) {
-  if (!r || clang_EvalResult_getKind(r) != CXEval_Int) {
-    lx_error(at, "field '%s' must be a constant integer expression", f->name);
-    return;
-  }
-  long long v = clang_EvalResult_getAsLongLong(r);
+/* int, enum and bool fields: the value as written must fit the int the
+ * prelude declares (C would convert it silently). */
+static void store_integer(lx_srcloc at, const field_desc *f, long long v, char *slot) {
   if (f->type == FIELD_BOOL) {
     bool b = v != 0;
     memcpy(slot, &b, sizeof b);
-  } else if (v < -2147483647LL || v > 2147483647LL) {
+  } else if (v < INT_MIN || v > INT_MAX) {
     lx_error(at, "field '%s' = %lld does not fit in an int", f->name, v);
   } else {
     int i = (int)v;
@@ -239,20 +246,22 @@ static void store_field(parse_ctx *ctx, const field_desc *f, CXCursor member, CX
   if (integral && !expect_integer(ctx, value, what)) return;
   if (f->type == FIELD_ENUM && !expect_own_enum(ctx, member, value, f->name)) return;
   lx_srcloc at = expr_start_loc(ctx, value);
-  CXEvalResult r = clang_Cursor_Evaluate(value);
+  lx_constant number;
   if (f->type == FIELD_STRING)
-    store_string(at, f, r, slot);
+    store_string(at, f, value, slot);
+  else if (!number_of(ctx, value, what, &number))
+    return;
   else if (f->type == FIELD_DOUBLE)
-    store_double(at, f, r, slot);
+    memcpy(slot, &number.real, sizeof number.real);
   else
-    store_integer(at, f, r, slot);
-  if (r) clang_EvalResult_dispose(r);
+    store_integer(at, f, number.integer, slot);
 }
 
 static void parse_config(parse_ctx *ctx, CXCursor var, const char *config, lx_srcloc *seen) {
   lx_srcloc here = cursor_loc(ctx, var);
   if (seen->line) {
     lx_error(here, "second 'struct %s' configuration (the first is at line %d)", config, seen->line);
+    lx_note(*seen, "the first 'struct %s' configuration", config);
     return;
   }
   *seen = here;
@@ -282,6 +291,7 @@ static void parse_config(parse_ctx *ctx, CXCursor var, const char *config, lx_sr
     lx_srcloc *field_loc = &ctx->ir->locs.field[f->id];
     if (field_loc->line) {
       lx_error(cursor_loc(ctx, parts.items[0]), "field '%s' is given twice", name);
+      lx_note(*field_loc, "the first '.%s'", name);
       continue;
     }
     *field_loc = cursor_loc(ctx, parts.items[0]);
@@ -390,17 +400,11 @@ static bool eval_int_arg(function_ctx *fn, CXCursor arg, const operator_desc *od
   const char *arg_name = od->int_names[i];
   char what[96];
   snprintf(what, sizeof what, "argument '%s' of %s()", arg_name, od->name);
-  if (!expect_integer(fn->ctx, arg, what)) return false;
-  CXEvalResult r = clang_Cursor_Evaluate(arg);
-  bool ok = r && clang_EvalResult_getKind(r) == CXEval_Int;
-  long long v = ok ? clang_EvalResult_getAsLongLong(r) : 0;
-  if (r) clang_EvalResult_dispose(r);
-  if (!ok) {
-    lx_error(at, "argument '%s' of %s() must be an integer constant expression", arg_name, od->name);
-    return false;
-  }
-  if (v < 1 || v > (1LL << 30)) {
-    lx_error(at, "argument '%s' of %s() must be between 1 and 2^30, got %lld", arg_name, od->name, v);
+  lx_constant number;
+  if (!expect_integer(fn->ctx, arg, what) || !number_of(fn->ctx, arg, what, &number)) return false;
+  long long v = number.integer;
+  if (v < 1 || v > (1LL << 24)) { /* the largest width is a vocabulary (gen/analyze.c, check_int_ranges) */
+    lx_error(at, "argument '%s' of %s() must be between 1 and 2^24, got %lld", arg_name, od->name, v);
     return false;
   }
   *value = (int)v;
@@ -593,6 +597,7 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
   lx_srcloc at = cursor_loc(ctx, fn_cursor);
   if (g->src.line) {
     lx_error(at, "second definition of %s() (the first is at line %d)", desc->name, g->src.line);
+    lx_note(g->src, "the first definition of %s()", desc->name);
     return;
   }
   g->src = at;
@@ -631,10 +636,13 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
 
 /* ---- top level ----------------------------------------------------------- */
 
+/* Every declaration of the translation unit counts, the model file's and
+ * those of the headers it includes alike (a header may hold a configuration;
+ * it must not be ignored). The prelude declares no variable and defines no
+ * function, so nothing of it is visited here. */
 static enum CXChildVisitResult visit_top_level(CXCursor c, CXCursor parent, CXClientData data) {
   (void)parent;
   parse_ctx *ctx = data;
-  if (!clang_Location_isFromMainFile(clang_getCursorLocation(c))) return CXChildVisit_Continue;
   lx_ir *ir = ctx->ir;
   enum CXCursorKind kind = clang_getCursorKind(c);
   if (kind == CXCursor_VarDecl) {
@@ -699,14 +707,14 @@ static bool report_argument_count(parse_ctx *ctx, CXDiagnostic d, const char *te
  * again as an int passed for a tensor at the same place: that echo is dropped. */
 static int report_clang_errors(parse_ctx *ctx) {
   int errors = 0;
-  lx_srcloc unknown_operator_at = {NULL, 0, 0};
+  lx_srcloc unknown_operator_at = {NULL, 0, 0, NULL};
   unsigned n = clang_getNumDiagnostics(ctx->tu);
   for (unsigned i = 0; i < n; i++) {
     CXDiagnostic d = clang_getDiagnostic(ctx->tu, i);
     if (clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error) {
       CXString msg = clang_getDiagnosticSpelling(d);
       const char *text = clang_getCString(msg);
-      lx_srcloc at = location_at(ctx, clang_getDiagnosticLocation(d));
+      lx_srcloc at = lx_srcloc_of_diagnostic(&ctx->locator, d);
       if (at.line == 0) at = file_start(ctx); /* e.g. "too many errors emitted" */
       bool echo = at.line == unknown_operator_at.line && at.col == unknown_operator_at.col &&
                   strstr(text, "incompatible integer to pointer conversion") == text;
@@ -764,7 +772,7 @@ int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir 
   if (!contents) {
     owned = read_file(path, &length);
     if (!owned) {
-      lx_error((lx_srcloc){ir->model_path, 0, 0}, "cannot read the model file");
+      lx_error((lx_srcloc){ir->model_path, 0, 0, NULL}, "cannot read the model file");
       return 1;
     }
     contents = owned;
@@ -772,29 +780,35 @@ int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir 
   /* A model file that is not NUL-free C is rejected by clang; libclang wants
    * lengths, not terminators, so embedded NULs are passed through as is. */
   struct CXUnsavedFile files[2] = {
-      {PRELUDE_PATH, lx_prelude_text, lx_prelude_length},
+      {LX_PRELUDE_PATH, lx_prelude_text, lx_prelude_length},
       {path, contents, (unsigned long)length},
   };
   const char *args[] = {"-x",
                         "c",
                         "-std=c11",
-                        ("-I" PRELUDE_DIR),
+                        "-I" LX_PRELUDE_DIR,
                         "-nostdinc",
                         "-Werror=implicit-function-declaration",
                         "-Werror=int-conversion",
                         "-Werror=literal-conversion",
                         "-Werror=float-conversion",
-                        "-Werror=incompatible-pointer-types"};
+                        "-Werror=incompatible-pointer-types",
+                        LX_NUMBER_ERRORS};
   CXIndex index = clang_createIndex(0, 0);
   parse_ctx ctx = {.ir = ir};
-  enum CXErrorCode rc = clang_parseTranslationUnit2(index, path, args, sizeof args / sizeof args[0], files, 2,
-                                                    CXTranslationUnit_KeepGoing, &ctx.tu);
+  /* the detailed preprocessing record finds the macro behind a location */
+  enum CXErrorCode rc = clang_parseTranslationUnit2(
+      index, path, args, sizeof args / sizeof args[0], files, 2,
+      CXTranslationUnit_KeepGoing | CXTranslationUnit_DetailedPreprocessingRecord, &ctx.tu);
+  if (rc == CXError_Success) lx_locator_init(&ctx.locator, ir, ctx.tu);
   if (rc != CXError_Success) {
-    lx_error((lx_srcloc){ir->model_path, 1, 1}, "libclang could not parse the file (error %d)", (int)rc);
+    lx_error((lx_srcloc){ir->model_path, 1, 1, NULL}, "libclang could not parse the file (error %d)",
+             (int)rc);
   } else if (report_clang_errors(&ctx) == 0) {
     clang_visitChildren(clang_getTranslationUnitCursor(ctx.tu), visit_top_level, &ctx);
     require_definitions(&ctx);
   }
+  lx_locator_free(&ctx.locator);
   if (ctx.tu) clang_disposeTranslationUnit(ctx.tu);
   clang_disposeIndex(index);
   free(owned);

@@ -279,7 +279,7 @@ static void apply_overrides(const options *o, lx_ir *ir) {
     case LX_F_ZERO: ir->plan.zero = v; break;
     default: break;
     }
-    ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->overrides[i].text, 0, 0};
+    ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->overrides[i].text, 0, 0, NULL};
   }
 }
 

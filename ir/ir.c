@@ -13,6 +13,12 @@ void lx_ir_init(lx_ir *ir) {
 }
 
 void lx_ir_free(lx_ir *ir) {
+  for (lx_srcnote *n = ir->notes, *next; n; n = next) {
+    next = n->owned_next;
+    free(n->file);
+    free(n->text);
+    free(n);
+  }
   free(ir->model_path);
   free(ir->training.train_data);
   free(ir->training.val_data);

@@ -12,11 +12,24 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* A second place a diagnostic points at, printed after it as
+ * "file:line:col: note: text": the macro definition or the included file
+ * behind a location in the model file. */
+typedef struct lx_srcnote {
+  char *file, *text;
+  int line, col;
+  const struct lx_srcnote *next; /* the next note of the same location */
+  struct lx_srcnote *owned_next; /* every note of an lx_ir, freed with it */
+} lx_srcnote;
+
 /* Where a thing came from in the model file, for diagnostics and for the
- * comments of emitted code. */
+ * comments of emitted code. A thing written in an included file or by a macro
+ * is located where the model file includes or expands it, and its notes say
+ * where it was written. */
 typedef struct {
-  const char *file; /* as the user named it; owned by lx_ir */
-  int line, col;    /* 1-based; line 0 means "no location" */
+  const char *file;        /* as the user named it; owned by lx_ir */
+  int line, col;           /* 1-based; line 0 means "no location" */
+  const lx_srcnote *notes; /* NULL, or the notes printed after a diagnostic here */
 } lx_srcloc;
 
 /* Values mirror enum lx_gpu, lx_link, ... of the prelude ir/lynx.h. */
@@ -228,6 +241,7 @@ typedef struct {
   lx_training training;
   lx_graph prologue, block, epilogue;
   lx_config_locs locs;
+  lx_srcnote *notes; /* the notes of all locations above, owned */
   /* filled by the analysis pass */
   int64_t params_total;            /* whole model */
   int padded_vocab;                /* vocab rounded up to 128 * tp (Megatron-LM) */
