@@ -786,7 +786,7 @@ int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir 
   const char *args[] = {"-x",
                         "c",
                         "-std=c11",
-                        "-I" LX_PRELUDE_DIR,
+                        ("-I" LX_PRELUDE_DIR),
                         "-nostdinc",
                         "-Werror=implicit-function-declaration",
                         "-Werror=int-conversion",

@@ -137,7 +137,9 @@ lx_srcloc lx_srcloc_of_diagnostic(lx_locator *l, CXDiagnostic d) {
   for (unsigned i = clang_getNumDiagnosticsInSet(children); i-- > 0;) {
     CXDiagnostic child = clang_getDiagnosticInSet(children, i);
     CXString text = clang_getDiagnosticSpelling(child);
-    notes = add_note(l, position_of(clang_getDiagnosticLocation(child)), notes, "%s", clang_getCString(text));
+    const char *s = clang_getCString(text);
+    if (strncmp(s, "in file included from", 21)) /* model_site() says that its own way */
+      notes = add_note(l, position_of(clang_getDiagnosticLocation(child)), notes, "%s", s);
     clang_disposeString(text);
   }
   return model_site(l, position_of(clang_getDiagnosticLocation(d)), notes);

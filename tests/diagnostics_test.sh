@@ -3,10 +3,14 @@
 #
 # Every tests/diag/*.model holds one mistake and states, in its first line,
 #   // expect: LINE:COL: error: TEXT
-# the position of the mistake (counted by hand) and a part of the message.
+# the position of the mistake (counted by hand) and a part of the message,
+# and in lines that follow it, the notes that must come with it:
+#   // expect-note: LINE:COL: note: TEXT        (a place in the model file)
+#   // expect-note: PATH:LINE:COL: note: TEXT   (elsewhere, e.g. tests/diag/include/)
 # For each, lynxgen must exit 1, report FILE:LINE:COL: error: ...TEXT...,
-# locate every error it prints, print nothing on stdout and leave no output
-# directory behind. Then: usage errors exit 2, command-line overrides are
+# locate every error it prints in FILE (also one written in an included
+# header or a macro), print nothing on stdout and leave no output directory
+# behind. Then: usage errors exit 2, command-line overrides are
 # checked like the model file's values, -o replaces only directories that
 # lynxgen wrote, and the near misses in tests/diag/valid/ are accepted. Prints one "ok - " or "not ok - " line per check.
 set -u
@@ -49,6 +53,17 @@ all_errors_located() {
 
 # ---- one model file per diagnostic ------------------------------------------
 
+# The expected notes of a case that are missing from $err, one per line.
+missing_notes() {
+  local file=$1 want where text
+  while IFS= read -r want; do
+    where=${want%%: note: *}
+    text=${want#*: note: }
+    [[ $where =~ ^[0-9]+:[0-9]+$ ]] && where="$file:$where"
+    grep -F -- "$where: note: " <<<"$err" | grep -qF -- "$text" || echo "$want"
+  done < <(sed -n 's|^// expect-note: ||p' "$file")
+}
+
 check_diag_file() {
   local file=$1 name expect loc text
   name=$(basename "$file" .model)
@@ -69,6 +84,8 @@ check_diag_file() {
     fail "$name: error at $loc naming '$text'" "$err"
   elif ! all_errors_located "$file"; then
     fail "$name: every error is located" "$err"
+  elif [ -n "$(missing_notes "$file")" ]; then
+    fail "$name: notes $(missing_notes "$file" | tr '\n' ' ')" "$err"
   elif [ -n "$out" ]; then
     fail "$name: nothing on stdout" "$out"
   elif ! no_output_left "$tmp/out"; then
@@ -86,14 +103,17 @@ for file in "${diag_files[@]}"; do
   [ -e "$file" ] && check_diag_file "$file"
 done
 
-# Near misses that are not mistakes (tests/diag/valid/) must stay accepted.
+# Near misses that are not mistakes (tests/diag/valid/) must stay accepted,
+# and their IR must be JSON (no nan or inf in it).
 for file in tests/diag/valid/*.model; do
   [ -e "$file" ] || continue
   run_lynxgen "$file" --dump-ir
-  if [ "$status" -eq 0 ] && [ -z "$err" ]; then
-    pass "accepted: $(basename "$file" .model)"
-  else
+  if [ "$status" -ne 0 ] || [ -n "$err" ]; then
     fail "accepted: $(basename "$file" .model)" "exit $status" "$err"
+  elif ! python3 -c 'import json, sys; json.load(sys.stdin)' <"$tmp/stdout" 2>"$tmp/json-error"; then
+    fail "accepted: $(basename "$file" .model), its IR is JSON" "$(cat "$tmp/json-error")"
+  else
+    pass "accepted: $(basename "$file" .model), its IR is JSON"
   fi
 done
 
@@ -147,6 +167,9 @@ check_override() {
 check_override "--tp 3 on 16 heads" "tp (3)" "heads (16)" --tp 3
 check_override "--pp 48 on 24 layers" "layers (24)" "pp = 48" --pp 48
 check_override "--global-batch 100" "global_batch (100)" "micro_batch x dp" --global-batch 100
+check_override "--micro-batch 65537" "field '.micro_batch' = 65537" "out of range [0, 65536]" --micro-batch 65537
+check_override "--tp 128" "field '.tp' = 128" "out of range [0, 64]" --tp 128
+check_override "--pp 4097" "field '.pp' = 4097" "out of range [0, 4096]" --pp 4097
 
 # Every override given twice (more than there are fields): the last of each wins.
 plan=$(bin/lynxgen "$EXAMPLE" --plan --tp 1 --pp 1 --dp 1 --micro-batch 1 --global-batch 8 --schedule gpipe \
