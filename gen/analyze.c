@@ -169,6 +169,30 @@ static void check_double_ranges(const lx_ir *ir) {
     lx_error(ir->locs.field[LX_F_MIN_LR], "field '.min_lr' = %g must be in [0, lr = %g]", t->min_lr, t->lr);
 }
 
+/* The data paths travel into C string literals and the run-time options of
+ * the emitted programs (escaped there, escape.h). A control character in one
+ * is a slip or an attack, never a file name a user wants; a path longer than
+ * Linux's PATH_MAX could not be opened. */
+enum { MAX_PATH_BYTES = 4096 };
+
+static void check_path(const lx_ir *ir, lx_field field, const char *name, const char *path) {
+  if (!path) return;
+  size_t len = strlen(path);
+  if (len == 0 || len >= MAX_PATH_BYTES) {
+    lx_error(ir->locs.field[field], "field '.%s' must be a path of 1 to %d bytes, not %zu", name,
+             MAX_PATH_BYTES - 1, len);
+    return;
+  }
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)path[i];
+    if (ch < 0x20 || ch == 0x7f) {
+      lx_error(ir->locs.field[field],
+               "field '.%s' holds control character 0x%02x at byte %zu; a path may not", name, ch, i + 1);
+      return;
+    }
+  }
+}
+
 /* Relations between fields: each error names both numbers. */
 static void check_relations(const lx_ir *ir) {
   const lx_model_config *m = &ir->model;
@@ -674,6 +698,8 @@ int lx_analyze(lx_ir *ir) {
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   apply_defaults(ir);
   check_double_ranges(ir);
+  check_path(ir, LX_F_TRAIN_DATA, "train_data", ir->training.train_data);
+  check_path(ir, LX_F_VAL_DATA, "val_data", ir->training.val_data);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   check_relations(ir);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;

@@ -14,12 +14,13 @@
 #include "analyze.h"
 #include "diag.h"
 #include "emit.h"
+#include "escape.h"
 #include "frontend.h"
-#include "layout.h"
-#include "overlap.h"
-#include "manifest.h"
 #include "ir.h"
+#include "layout.h"
+#include "manifest.h"
 #include "memplan.h"
+#include "overlap.h"
 #include "passes.h"
 #include "report.h"
 #include "search.h"
@@ -469,9 +470,10 @@ static int write_output(const char *dir, const products *out) {
 static void print_summary(const products *out) {
   const lx_ir *ir = &out->ir;
   const lx_simulation *sim = &out->sim;
-  printf("%s: %.3f B parameters, %d stages, %d micro-batches, recompute %s\n", ir->model_path,
-         (double)ir->params_total / 1e9, out->pipe.pp, out->pipe.micro_batches,
-         lx_recompute_policy_name(out->pipe.policy));
+  char name[LX_TEXT_MAX];
+  printf("%s: %.3f B parameters, %d stages, %d micro-batches, recompute %s\n",
+         lx_text(ir->model_path, name, sizeof name), (double)ir->params_total / 1e9, out->pipe.pp,
+         out->pipe.micro_batches, lx_recompute_policy_name(out->pipe.policy));
   printf("  predicted iteration %.1f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%\n", sim->iteration_time * 1e3,
          100 * sim->bubble_fraction, sim->tokens_per_s, 100 * sim->mfu);
   for (int s = 0; s < out->pipe.pp; s++)

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
+
 static bool sha256_file(const char *path, char hex[65]) {
   FILE *f = fopen(path, "rb");
   if (!f) return false;
@@ -37,14 +39,14 @@ static int by_name(const struct dirent **a, const struct dirent **b) {
 }
 
 bool lx_write_manifest(const char *dir, const char *model_path) {
-  char path[PATH_MAX + 64], hex[65];
+  char path[PATH_MAX + 64], hex[65], name[LX_TEXT_MAX];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
   FILE *out = fopen(path, "w");
   if (!out) return false;
   const char *slash = strrchr(model_path, '/');
   bool ok = sha256_file(model_path, hex);
   fprintf(out, "# lynxgen manifest: SHA-256 of the input and of every generated file\ninput  %s  %s\n",
-          ok ? hex : "?", slash ? slash + 1 : model_path);
+          ok ? hex : "?", lx_text(slash ? slash + 1 : model_path, name, sizeof name));
   struct dirent **names;
   int n = scandir(dir, &names, regular_file, by_name);
   for (int i = 0; i < n; i++) {

@@ -6,6 +6,8 @@
  * then the iteration: time, bubble, throughput, MFU and HFU. */
 #include "report.h"
 
+#include "escape.h"
+
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -102,8 +104,10 @@ static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out
   for (int i = 0; i < ir->block.n_ops; i++) {
     const lx_op *op = &ir->block.ops[i];
     if (op->kind == LX_OP_INPUT) continue;
+    char file[LX_TEXT_MAX];
     fprintf(out, "    %-22s %-18s %9.2f MiB  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
-            mib(op->saved_bytes), decision_text(&st->decisions[i]), lx_file_name(op->src.file), op->src.line);
+            mib(op->saved_bytes), decision_text(&st->decisions[i]),
+            lx_text(lx_file_name(op->src.file), file, sizeof file), op->src.line);
   }
 }
 
@@ -164,7 +168,8 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
   const lx_pipeline *p = r->pipe;
   const lx_ir *ir = p->ir;
   const lx_plan *plan = &ir->plan;
-  fprintf(out, "lynxgen plan for %s\n", lx_file_name(ir->model_path));
+  char name[LX_TEXT_MAX];
+  fprintf(out, "lynxgen plan for %s\n", lx_text(lx_file_name(ir->model_path), name, sizeof name));
   fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %.3f B parameters\n",
           ir->model.layers, ir->model.hidden, ir->model.heads, ir->model.seq_len, ir->model.vocab,
           (double)ir->params_total / 1e9);
@@ -188,7 +193,7 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
   const lx_pipeline *p = r->pipe;
   const lx_ir *ir = p->ir;
   fputs("{\n  \"model_file\": ", out);
-  lx_json_string(out, lx_file_name(ir->model_path));
+  lx_put_json_string(out, lx_file_name(ir->model_path));
   fputs(",\n", out);
   fprintf(out,
           "  \"plan\": {\"tp\": %d, \"pp\": %d, \"dp\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "

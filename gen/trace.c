@@ -7,6 +7,8 @@
  * not link it. */
 #include "trace.h"
 
+#include "escape.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,19 +87,6 @@ static double drawn_span(const lx_simulation *sim) {
         if (t && t->end > span) span = t->end;
       }
   return span > 0 ? span : 1e-6;
-}
-
-static void put_xml_text(FILE *out, const char *s) {
-  for (; *s; s++) {
-    switch (*s) {
-    case '&': fputs("&amp;", out); break;
-    case '<': fputs("&lt;", out); break;
-    case '>': fputs("&gt;", out); break;
-    case '"': fputs("&quot;", out); break;
-    case '\'': fputs("&apos;", out); break;
-    default: fputc(*s, out);
-    }
-  }
 }
 
 /* "tiny" for "examples/tiny.model". */
@@ -230,7 +219,7 @@ static void put_instr_args(FILE *out, const lx_pipeline *p, int s, int k, const 
   case LX_I_ALLREDUCE_TP: {
     const lx_graph *g = lx_graph_of(ir, in->graph);
     fprintf(out, ",\"graph\":\"%s\",\"op\":", g->name);
-    lx_json_string(out, g->ops[in->op].name);
+    lx_put_json_string(out, g->ops[in->op].name);
     if (in->kind == LX_I_ALLREDUCE_TP) fprintf(out, ",\"backward\":%s", in->backward ? "true" : "false");
     if (in->kind == LX_I_RECOMPUTE)
       put_placement(out, &p->stages[s], window_of_instr(p, &p->stages[s], k, in));
@@ -255,7 +244,7 @@ static void put_instr_event(FILE *out, const lx_simulation *sim, int s, int k, i
   char name[160];
   lx_instr_describe(ir, in, name, sizeof name);
   fputs(",\n{\"name\":", out);
-  lx_json_string(out, name);
+  lx_put_json_string(out, name);
   fprintf(out, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":", category_name(pt), s, k);
   put_us(out, t->start);
   fputs(",\"dur\":", out);
@@ -270,7 +259,7 @@ static void put_trace_summary(FILE *out, const lx_simulation *sim) {
   char name[128];
   model_name(p->ir, name, sizeof name);
   fputs("\"otherData\":{\"generator\":\"lynxgen\",\"model\":", out);
-  lx_json_string(out, name);
+  lx_put_json_string(out, name);
   fprintf(out, ",\"schedule\":\"%s\",\"recompute\":\"%s\",\"pp\":%d,\"tp\":%d,\"dp\":%d,\"micro_batches\":%d",
           lx_schedule_name(p->kind), lx_recompute_policy_name(p->policy), p->pp, plan_or_one(p->ir->plan.tp),
           plan_or_one(p->ir->plan.dp), p->micro_batches);
@@ -426,7 +415,7 @@ static void put_schedule_title(const timeline *tl) {
   char name[128];
   model_name(p->ir, name, sizeof name);
   fputs("<text class=\"title\" x=\"12\" y=\"24\">", out);
-  put_xml_text(out, name);
+  lx_put_xml_text(out, name);
   fprintf(out, ": %s schedule, %d stage%s \xc3\x97 %d micro-batch%s, recompute %s, tp %d, dp %d</text>\n",
           schedule_label(p->kind), p->pp, p->pp == 1 ? "" : "s", p->micro_batches,
           p->micro_batches == 1 ? "" : "es", lx_recompute_policy_name(p->policy), plan_or_one(p->ir->plan.tp),
@@ -491,7 +480,7 @@ static void put_box_tooltip(const timeline *tl, int s, int k, const box *b) {
   lx_instr_describe(tl->sim->pipe->ir, first, what, sizeof what);
   fputs("<title>", tl->out);
   if (b->count == 1)
-    put_xml_text(tl->out, what);
+    lx_put_xml_text(tl->out, what);
   else if (b->mb >= 0)
     fprintf(tl->out, "%s mb%d: %d instructions", lx_instr_kind_name(b->kind), b->mb, b->count);
   else
@@ -758,7 +747,7 @@ static void put_memory_title(const bar_chart *c) {
   char name[128], capacity[32];
   model_name(p->ir, name, sizeof name);
   fputs("<text class=\"title\" x=\"12\" y=\"24\">", c->out);
-  put_xml_text(c->out, name);
+  lx_put_xml_text(c->out, name);
   fprintf(c->out, ": memory per stage at its peak</text>\n");
   fprintf(c->out,
           "<text class=\"sub\" x=\"12\" y=\"44\">%s schedule, %d micro-batches, recompute %s, tp %d, "

@@ -275,7 +275,5 @@ int lx_ir_validate(const lx_ir *ir);
 
 /* ---- ir_json.c ----------------------------------------------------------- */
 void lx_ir_print_json(const lx_ir *ir, FILE *out);
-/* `s` as a JSON string literal, quotes and escapes included. */
-void lx_json_string(FILE *out, const char *s);
 
 #endif

@@ -1,6 +1,7 @@
 /* ir_json.c — the IR as JSON (lynxgen --dump-ir); schema in docs/ir.md. */
 #include <inttypes.h>
 
+#include "escape.h"
 #include "ir.h"
 
 /* A minimal pretty-printing JSON writer: nesting depth and whether the
@@ -32,24 +33,10 @@ static void close_container(json_writer *w, char bracket) {
   fputc(bracket, w->out);
 }
 
-void lx_json_string(FILE *out, const char *s) {
-  fputc('"', out);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(out, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(out, "\\u%04x", ch);
-    else
-      fputc(ch, out);
-  }
-  fputc('"', out);
-}
-
 static void put_str(json_writer *w, const char *key, const char *value) {
   member_prefix(w, key);
   if (value)
-    lx_json_string(w->out, value);
+    lx_put_json_string(w->out, value);
   else
     fputs("null", w->out);
 }
