@@ -11,7 +11,24 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-static double gib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
+const char *lx_bytes_text(double bytes, char buf[LX_BYTES_TEXT]) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (u < 5 && bytes >= 1024)
+    bytes /= 1024, u++;
+  snprintf(buf, LX_BYTES_TEXT, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+  return buf;
+}
+
+const char *lx_count_text(double n, char buf[LX_BYTES_TEXT]) {
+  static const char *const units[] = {"", " K", " M", " B", " T"};
+  int u = 0;
+  while (u < 4 && n >= 1000)
+    n /= 1000, u++;
+  snprintf(buf, LX_BYTES_TEXT, u ? "%.3f%s" : "%.0f%s", n, units[u]);
+  return buf;
+}
+
 static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 static double ms(double seconds) { return seconds * 1e3; }
 
@@ -27,12 +44,14 @@ static const char *decision_text(const lx_op_decision *d) {
 /* What the policy pass found (planned policies only): budget, windows used, search. */
 static void print_policy_stats(const lx_stage *st, FILE *out) {
   if (!st->window_of && st->stats.budget_bytes == 0) return;
+  char budget[LX_BYTES_TEXT], used[LX_BYTES_TEXT];
   fprintf(out,
-          "  policy     %s (gap %.2g), budget %.2f GiB for the block's activations (uses %.2f), exposed "
+          "  policy     %s (gap %.2g), budget %s for the block's activations (uses %s), exposed "
           "recompute %.2f ms, %.2f ms hidden in windows (%d found), search %.1f ms\n",
-          st->stats.status ? st->stats.status : "", st->stats.gap, gib(st->stats.budget_bytes),
-          gib(st->stats.used_bytes), ms(st->stats.exposed_s), ms(st->stats.window_s), st->n_windows,
-          ms(st->stats.search_s));
+          st->stats.status ? st->stats.status : "", st->stats.gap,
+          lx_bytes_text((double)st->stats.budget_bytes, budget),
+          lx_bytes_text((double)st->stats.used_bytes, used), ms(st->stats.exposed_s), ms(st->stats.window_s),
+          st->n_windows, ms(st->stats.search_s));
 }
 
 /* Per window, the layer instances that recompute in it (NULL without windows). */
@@ -104,9 +123,9 @@ static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out
   for (int i = 0; i < ir->block.n_ops; i++) {
     const lx_op *op = &ir->block.ops[i];
     if (op->kind == LX_OP_INPUT) continue;
-    char file[LX_TEXT_MAX];
-    fprintf(out, "    %-22s %-18s %9.2f MiB  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
-            mib(op->saved_bytes), decision_text(&st->decisions[i]),
+    char file[LX_TEXT_MAX], saves[LX_BYTES_TEXT];
+    fprintf(out, "    %-22s %-18s %12s  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
+            lx_bytes_text((double)op->saved_bytes, saves), decision_text(&st->decisions[i]),
             lx_text(lx_file_name(op->src.file), file, sizeof file), op->src.line);
   }
 }
@@ -116,13 +135,14 @@ static void print_arena(const lx_stage_layout *l, FILE *out) {
   int64_t weights = l->region_bytes[LX_REGION_PARAMS] + l->region_bytes[LX_REGION_MASTER];
   int64_t optimizer = l->region_bytes[LX_REGION_ADAM_M] + l->region_bytes[LX_REGION_ADAM_V];
   int64_t transient = l->region_bytes[LX_REGION_WORK] + l->region_bytes[LX_REGION_BOUNDARY];
+  char total[LX_BYTES_TEXT];
   fprintf(out,
-          "  arena      %lld bytes (%.2f GiB), the emitted program's one allocation: weights %.2f MiB, grads "
+          "  arena      %lld bytes (%s), the emitted program's one allocation: weights %.2f MiB, grads "
           "%.2f "
           "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%d slots x %.2f MiB), transient %.2f MiB\n",
-          (long long)l->total, gib(l->total), mib(weights), mib(l->region_bytes[LX_REGION_GRADS]),
-          mib(optimizer), mib(l->region_bytes[LX_REGION_STASH]), l->slots, mib(l->slot_bytes),
-          mib(transient));
+          (long long)l->total, lx_bytes_text((double)l->total, total), mib(weights),
+          mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer), mib(l->region_bytes[LX_REGION_STASH]),
+          l->slots, mib(l->slot_bytes), mib(transient));
   if (l->shards > 1)
     fprintf(out,
             "  ZeRO-1     optimizer state of 1/%d of the parameters per dp replica: %.2f MiB instead of %.2f "
@@ -147,17 +167,20 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
       "  time       compute %.2f ms, recompute %.2f ms, exposed communication %.2f ms, compute busy %.1f%%\n",
       ms(tl->compute_time), ms(tl->recompute_time), ms(tl->exposed_comm_time),
       100 * tl->busy[LX_STREAM_COMPUTE] / r->sim->iteration_time);
+  char peak[LX_BYTES_TEXT], capacity[LX_BYTES_TEXT], weights[LX_BYTES_TEXT], grads[LX_BYTES_TEXT],
+      optimizer[LX_BYTES_TEXT], activations[LX_BYTES_TEXT], kept[LX_BYTES_TEXT], transient[LX_BYTES_TEXT];
   fprintf(out,
-          "  memory     modeled peak %.2f GiB of %.2f GiB%s (liveness of what each op keeps; the scheduler's "
-          "model)\n",
-          gib(m->peak), r->capacity_bytes / (1 << 30) * 1.0,
+          "  memory     modeled peak %s of %s%s (liveness of what each op keeps; the scheduler's model)\n",
+          lx_bytes_text((double)m->peak, peak), lx_bytes_text(r->capacity_bytes, capacity),
           (double)m->peak > r->capacity_bytes ? "  -- DOES NOT FIT" : "");
-  fprintf(
-      out,
-      "             weights %.2f, grads %.2f, optimizer %.2f, activations %.2f (%d micro-batches x %.1f MiB "
-      "kept), transient %.2f GiB\n",
-      gib(m->weights), gib(m->grads), gib(m->optimizer), gib(m->activations_peak), m->stashed_micro_batches,
-      mib(m->kept_per_micro_batch), gib(m->transient_peak));
+  fprintf(out,
+          "             weights %s, grads %s, optimizer %s, activations %s (%d micro-batches x %s kept), "
+          "transient %s\n",
+          lx_bytes_text((double)m->weights, weights), lx_bytes_text((double)m->grads, grads),
+          lx_bytes_text((double)m->optimizer, optimizer),
+          lx_bytes_text((double)m->activations_peak, activations), m->stashed_micro_batches,
+          lx_bytes_text((double)m->kept_per_micro_batch, kept),
+          lx_bytes_text((double)m->transient_peak, transient));
   if (r->layouts) print_arena(&r->layouts[s], out);
   print_layer_decisions(ir, st, out);
   print_policy_stats(st, out);
@@ -170,9 +193,10 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
   const lx_plan *plan = &ir->plan;
   char name[LX_TEXT_MAX];
   fprintf(out, "lynxgen plan for %s\n", lx_text(lx_file_name(ir->model_path), name, sizeof name));
-  fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %.3f B parameters\n",
+  char params[LX_BYTES_TEXT];
+  fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %s parameters\n",
           ir->model.layers, ir->model.hidden, ir->model.heads, ir->model.seq_len, ir->model.vocab,
-          (double)ir->params_total / 1e9);
+          lx_count_text((double)ir->params_total, params));
   fprintf(out, "cluster    %d node(s) x %d %s (%s inside a node, %s across)\n", ir->cluster.nodes,
           ir->cluster.gpus_per_node, lx_gpu_name(ir->cluster.gpu), lx_link_name(ir->cluster.intra_node_link),
           lx_link_name(ir->cluster.inter_node_link));

@@ -1,0 +1,12 @@
+# What every shell test prints (sourced; tests/tap.py is the Python twin): one
+# "ok - WHAT" or "not ok - WHAT" line per check, each failure followed by what
+# it got; $failures counts them, for the test's exit status.
+failures=0
+
+pass() { echo "ok - $1"; }
+fail() {
+  echo "not ok - $1"
+  shift
+  for detail in "$@"; do echo "     got $detail"; done
+  failures=$((failures + 1))
+}
