@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "access.h"
+#include "alloc.h"
 #include "diag.h"
 #include "emit_operands.h"
 #include "emit_reroll.h"
@@ -448,8 +449,8 @@ static void print_step(const lx_printer *pr) {
   lx_step_text text;
   lx_printer body = *pr;
   cpu_step w = {.pr = &body,
-                .event_request = malloc(((size_t)pr->st->n_events + 1) * sizeof(int)),
-                .waited = calloc((size_t)comm + 1, sizeof(bool))};
+                .event_request = lx_malloc(((size_t)pr->st->n_events + 1) * sizeof(int)),
+                .waited = lx_calloc((size_t)comm + 1, sizeof(bool))};
   for (int e = 0; e <= pr->st->n_events; e++)
     w.event_request[e] = -1;
   for (int k = 0; k < LX_STREAM_COUNT; k++)

@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "constant.h"
 #include "diag.h"
 #include "locate.h"
+#include "model_file.h"
 
 /* ---- locations ----------------------------------------------------------- */
 
@@ -218,7 +220,7 @@ static void store_string(lx_srcloc at, const field_desc *f, CXCursor value, char
   if (!r || clang_EvalResult_getKind(r) != CXEval_StrLiteral)
     lx_error(at, "field '%s' must be a string literal", f->name);
   else {
-    char *copy = strdup(clang_EvalResult_getAsStr(r));
+    char *copy = lx_strdup(clang_EvalResult_getAsStr(r));
     memcpy(slot, &copy, sizeof copy);
   }
   if (r) clang_EvalResult_dispose(r);
@@ -601,7 +603,7 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
     return;
   }
   g->src = at;
-  function_ctx *fn = calloc(1, sizeof *fn);
+  function_ctx *fn = lx_calloc(1, sizeof *fn);
   fn->ctx = ctx;
   fn->graph = g;
   int n_params = clang_Cursor_getNumArguments(fn_cursor);
@@ -749,34 +751,13 @@ static void require_definitions(parse_ctx *ctx) {
       lx_error(file_start(ctx), "missing function '%s'", model_functions[i].signature);
 }
 
-static char *read_file(const char *path, size_t *length) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, len = 0;
-  char *buf = malloc(cap);
-  size_t got;
-  while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
-    len += got;
-    if (len == cap) buf = realloc(buf, cap *= 2);
-  }
-  fclose(f);
-  *length = len;
-  return buf;
-}
-
 int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir *ir) {
   int errors_before = lx_error_count();
   free(ir->model_path);
-  ir->model_path = strdup(path);
-  char *owned = NULL;
-  if (!contents) {
-    owned = read_file(path, &length);
-    if (!owned) {
-      lx_error((lx_srcloc){ir->model_path, 0, 0, NULL}, "cannot read the model file");
-      return 1;
-    }
-    contents = owned;
-  }
+  ir->model_path = lx_strdup(path);
+  char *owned = lx_load_model_source(ir->model_path, contents, &length);
+  if (!owned) return 1;
+  contents = owned;
   /* A model file that is not NUL-free C is rejected by clang; libclang wants
    * lengths, not terminators, so embedded NULs are passed through as is. */
   struct CXUnsavedFile files[2] = {

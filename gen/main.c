@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "analyze.h"
 #include "diag.h"
 #include "emit.h"
@@ -75,6 +77,12 @@ static const char usage_text[] =
     "                         more than 0, at most 10^6\n"
     "      --profile FILE     measured op and link times that override the cost model\n"
     "                         (format: docs/cost-model.md)\n"
+    "      --search-time S    the plan search's time budget in seconds (default 300):\n"
+    "                         past it, lynxgen names the best plan found so far and\n"
+    "                         exits 1\n"
+    "      --max-memory GIB   lynxgen's own memory budget (default 16): past it, it\n"
+    "                         stops with an out-of-memory error (exit 1), naming the\n"
+    "                         search's best plan so far\n"
     "      --allow-oom-plan   a plan whose modeled peak memory exceeds the GPU's is an\n"
     "                         error (exit 1, nothing written); with this, it is printed\n"
     "                         and written anyway, marked DOES NOT FIT (what-if studies)\n"
@@ -103,6 +111,9 @@ static const char usage_text[] =
     "  lynxgen examples/gpt13b.model -o build/\n"
     "  lynxgen examples/gpt13b.model --tp 2 --dump-ir | python3 -m json.tool\n";
 
+/* lynxgen's own budgets: a run past them stops with an error, not the machine */
+enum { DEFAULT_MAX_MEMORY_GIB = 16, DEFAULT_SEARCH_SECONDS = 300 };
+
 typedef struct {
   const char *model_path;
   const char *output_dir;
@@ -113,13 +124,14 @@ typedef struct {
   lx_partition_kind partition;
   const char *profile;
   double gpu_memory_bytes; /* 0: the datasheet's */
+  double max_memory_bytes; /* lynxgen's own address space (--max-memory) */
+  double search_seconds;   /* the plan search's time budget (--search-time) */
   struct {
     lx_field field;
-    const char *text; /* "--tp 2", for diagnostics */
     int value;
   } overrides[LX_F_COUNT]; /* one per field: a repeated option replaces the earlier value */
   int n_overrides;
-  char override_text[LX_F_COUNT][64];
+  char override_text[LX_F_COUNT][64]; /* "command line --tp", where overrides[i]'s errors point */
 } options;
 
 static _Noreturn void usage_error(const char *fmt, const char *arg) {
@@ -147,15 +159,20 @@ static int parse_schedule(const char *arg) {
   usage_error("unknown schedule '%s' (gpipe, 1f1b, 2bw or interleaved)", arg);
 }
 
-static double parse_gib(const char *option, const char *arg) {
+/* A number in (0, 10^6] of `unit`s. */
+static double parse_amount(const char *option, const char *arg, const char *unit) {
   char *end;
-  double gib = strtod(arg, &end);
-  if (*end || end == arg || !(gib > 0) || gib > 1e6) {
+  double v = strtod(arg, &end);
+  if (*end || end == arg || !(v > 0) || v > 1e6) {
     char msg[128];
-    snprintf(msg, sizeof msg, "%s needs a positive number of GiB, got '%%s'", option);
+    snprintf(msg, sizeof msg, "%s needs a positive number of %s (at most 10^6), got '%%s'", option, unit);
     usage_error(msg, arg);
   }
-  return gib * 1024 * 1024 * 1024;
+  return v;
+}
+
+static double parse_gib(const char *option, const char *arg) {
+  return parse_amount(option, arg, "GiB") * 1024 * 1024 * 1024;
 }
 
 static lx_recompute_policy parse_policy(const char *arg) {
@@ -170,7 +187,6 @@ static void add_override(options *o, lx_field field, const char *option, int val
   if (i == o->n_overrides) o->n_overrides++;
   snprintf(o->override_text[i], sizeof o->override_text[i], "command line %s", option);
   o->overrides[i].field = field;
-  o->overrides[i].text = o->override_text[i];
   o->overrides[i].value = value;
 }
 
@@ -197,7 +213,9 @@ static options parse_options(int argc, char **argv) {
     OPT_CUDA_GRAPH,
     OPT_UNFUSED,
     OPT_UNROLLED,
-    OPT_ALLOW_OOM
+    OPT_ALLOW_OOM,
+    OPT_MAX_MEMORY,
+    OPT_SEARCH_TIME
   };
   static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
                                            {"dump-ir", no_argument, 0, OPT_DUMP_IR},
@@ -221,10 +239,14 @@ static options parse_options(int argc, char **argv) {
                                            {"no-epilogue-fusion", no_argument, 0, OPT_UNFUSED},
                                            {"unrolled-step", no_argument, 0, OPT_UNROLLED},
                                            {"allow-oom-plan", no_argument, 0, OPT_ALLOW_OOM},
+                                           {"max-memory", required_argument, 0, OPT_MAX_MEMORY},
+                                           {"search-time", required_argument, 0, OPT_SEARCH_TIME},
                                            {"help", no_argument, 0, 'h'},
                                            {"version", no_argument, 0, OPT_VERSION},
                                            {0, 0, 0, 0}};
-  options o = {.target = LX_TARGET_CUDA};
+  options o = {.target = LX_TARGET_CUDA,
+               .max_memory_bytes = DEFAULT_MAX_MEMORY_GIB * (double)(1 << 30),
+               .search_seconds = DEFAULT_SEARCH_SECONDS};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
@@ -240,6 +262,8 @@ static options parse_options(int argc, char **argv) {
       break;
     case OPT_JSON: o.json = true; break;
     case OPT_ALLOW_OOM: o.allow_oom_plan = true; break;
+    case OPT_MAX_MEMORY: o.max_memory_bytes = parse_gib("--max-memory", optarg); break;
+    case OPT_SEARCH_TIME: o.search_seconds = parse_amount("--search-time", optarg, "seconds"); break;
     case OPT_POLICY: o.policy = parse_policy(optarg); break;
     case OPT_PROFILE: o.profile = optarg; break;
     case OPT_GPU_MEMORY: o.gpu_memory_bytes = parse_gib("--gpu-memory", optarg); break;
@@ -293,7 +317,7 @@ static void apply_overrides(const options *o, lx_ir *ir) {
     case LX_F_ZERO: ir->plan.zero = v; break;
     default: break;
     }
-    ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->overrides[i].text, 0, 0, NULL};
+    ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->override_text[i], 0, 0, NULL};
   }
 }
 
@@ -454,10 +478,23 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
                             "micro_batch");
     return false;
   }
-  lx_search_request req = {opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
-                           ir->plan.global_batch};
+  lx_search_request req = {opts->policy,           opts->partition,       opts->profile,
+                           opts->gpu_memory_bytes, ir->plan.global_batch, opts->search_seconds};
   lx_candidate best;
-  if (!lx_search_plan(ir, &req, &best, opts->explain ? stdout : NULL)) {
+  lx_search_stats stats;
+  bool found = lx_search_plan(ir, &req, &best, &stats, opts->explain ? stdout : NULL);
+  if (stats.out_of_time) {
+    char plan[128] = "none that fits";
+    if (found)
+      snprintf(plan, sizeof plan, "tp %d, pp %d, dp %d, micro-batch %d (%.1f ms)", best.tp, best.pp, best.dp,
+               best.micro_batch, 1e3 * best.time_s);
+    lx_error(ir->locs.plan,
+             "the plan search's time budget (--search-time %g s) ran out after %d of %d candidates; the best "
+             "found so far: %s; set the open fields, or give it more time",
+             opts->search_seconds, stats.tried, stats.feasible, plan);
+    return false;
+  }
+  if (!found) {
     lx_error(ir->locs.plan, "no parallel plan for the open fields fits this cluster's memory (try --explain)");
     return false;
   }
@@ -503,7 +540,7 @@ static int run_passes(const options *opts, products *out) {
   bool costed = schedule && lx_cost_model_init(&out->cost, ir, opts->profile);
   if (costed && opts->gpu_memory_bytes > 0) out->cost.gpu.memory_bytes = opts->gpu_memory_bytes;
   if (costed && lx_plan_pipeline(ir, &plan, &out->pipe)) {
-    out->memory = calloc((size_t)out->pipe.pp, sizeof *out->memory);
+    out->memory = lx_calloc((size_t)out->pipe.pp, sizeof *out->memory);
     lx_plan_memory(&out->pipe, out->memory);
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
     out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
@@ -511,7 +548,7 @@ static int run_passes(const options *opts, products *out) {
     out->cuda_graph = opts->cuda_graph;
     out->unfused = opts->unfused;
     out->unrolled = opts->unrolled;
-    out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
+    out->layouts = lx_calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),
                       lx_target_master_copy(&out->pipe, opts->target), &out->layouts[s]);
@@ -537,11 +574,24 @@ static void free_products(products *out) {
   lx_ir_free(&out->ir);
 }
 
+/* Allocations past the budget fail, and end in alloc.h's out-of-memory error
+ * (the plan search then names the best plan it had). A lower limit that the
+ * shell set stays. */
+static void limit_memory(double bytes) {
+  struct rlimit now;
+  if (getrlimit(RLIMIT_AS, &now) != 0) return;
+  rlim_t budget = (rlim_t)bytes;
+  if (now.rlim_cur != RLIM_INFINITY && now.rlim_cur <= budget) return;
+  now.rlim_cur = budget;
+  setrlimit(RLIMIT_AS, &now);
+}
+
 int lx_tokenize_main(int argc, char **argv); /* gen/tokenize.c */
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "tokenize")) return lx_tokenize_main(argc - 1, argv + 1);
   options opts = parse_options(argc, argv);
+  limit_memory(opts.max_memory_bytes);
   products out = {0};
   int status = run_passes(&opts, &out);
   if (status == 0) {

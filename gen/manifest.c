@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "escape.h"
 
 static bool sha256_file(const char *path, char hex[65]) {
@@ -71,12 +72,7 @@ bool lx_read_manifest(const char *dir, lx_manifest *m) {
   while (ours && fgets(line, sizeof line, in)) {
     lx_manifest_entry e;
     if (sscanf(line, "output %64[0-9a-f]  %255[^\n]", e.sha256, e.name) != 2) continue;
-    lx_manifest_entry *grown = realloc(m->entries, (size_t)(m->count + 1) * sizeof *grown);
-    if (!grown) {
-      ours = false;
-      break;
-    }
-    m->entries = grown;
+    m->entries = lx_realloc(m->entries, (size_t)(m->count + 1) * sizeof *m->entries);
     m->entries[m->count++] = e;
   }
   fclose(in);

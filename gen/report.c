@@ -6,6 +6,7 @@
  * then the iteration: time, bubble, throughput, MFU and HFU. */
 #include "report.h"
 
+#include "alloc.h"
 #include "escape.h"
 
 #include <inttypes.h>
@@ -57,7 +58,7 @@ static void print_policy_stats(const lx_stage *st, FILE *out) {
 /* Per window, the layer instances that recompute in it (NULL without windows). */
 static int *instances_per_window(const lx_pipeline *p, const lx_stage *st) {
   if (!st->window_of || st->n_windows <= 0) return NULL;
-  int *n = calloc((size_t)st->n_windows, sizeof *n);
+  int *n = lx_calloc((size_t)st->n_windows, sizeof *n);
   for (int i = 0; i < st->n_layers * p->micro_batches; i++)
     if (st->window_of[i] >= 0 && st->window_of[i] < st->n_windows) n[st->window_of[i]]++;
   return n;

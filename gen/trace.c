@@ -7,6 +7,7 @@
  * not link it. */
 #include "trace.h"
 
+#include "alloc.h"
 #include "escape.h"
 
 #include <stdlib.h>
@@ -127,7 +128,7 @@ static window_span *window_spans(const lx_simulation *sim, int s) {
   const lx_pipeline *p = sim->pipe;
   const lx_stage *st = &p->stages[s];
   if (!st->window_of || st->n_windows <= 0) return NULL;
-  window_span *w = calloc((size_t)st->n_windows, sizeof *w);
+  window_span *w = lx_calloc((size_t)st->n_windows, sizeof *w);
   for (int i = 0; i < st->n_layers * p->micro_batches; i++)
     if (st->window_of[i] >= 0 && st->window_of[i] < st->n_windows) w[st->window_of[i]].instances++;
   const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
