@@ -17,9 +17,7 @@
 set -u
 cd "$(dirname "$0")/.."
 LYNXGEN=${LYNXGEN:-$PWD/bin/lynxgen}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-. tests/tap.sh
+. tests/tap.sh # $tmp, pass, fail
 
 # Runs lynxgen with the given arguments under the limits; sets $status and $err.
 run_lynxgen() {

@@ -17,9 +17,7 @@ set -u
 cd "$(dirname "$0")/.."
 LYNXGEN=bin/lynxgen
 EXAMPLE=examples/gpt13b.model
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-. tests/tap.sh
+. tests/tap.sh # $tmp, pass, fail
 
 # Runs lynxgen with the given arguments; sets $status, $out (stdout), $err.
 run_lynxgen() {

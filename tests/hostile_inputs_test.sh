@@ -8,9 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 LYNXGEN=${LYNXGEN:-$PWD/bin/lynxgen}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-. tests/tap.sh
+. tests/tap.sh # $tmp, pass, fail
 
 for model in tests/fuzz/regressions/* tests/diag/*.model tests/diag/valid/*.model; do
   rm -rf "$tmp/out"

@@ -17,9 +17,7 @@ set -u
 cd "$(dirname "$0")/.."
 LYNXGEN=$PWD/bin/lynxgen
 MODEL=$PWD/examples/tiny.model
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-. tests/tap.sh
+. tests/tap.sh # $tmp, pass, fail
 # check NAME COMMAND...: passes when COMMAND succeeds
 check() {
   local name=$1
