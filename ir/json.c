@@ -1,0 +1,93 @@
+/* json.c — JSON documents through cJSON (json.h). */
+#include "json.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "escape.h"
+
+/* cJSON allocates through lynxgen's checked malloc, so no cJSON call returns
+ * NULL for want of memory. */
+cJSON *lx_json_document(void) {
+  static cJSON_Hooks hooks = {lx_malloc, free};
+  cJSON_InitHooks(&hooks);
+  return cJSON_CreateObject();
+}
+
+static cJSON *add(cJSON *parent, const char *key, cJSON *item) {
+  if (key)
+    cJSON_AddItemToObject(parent, key, item);
+  else
+    cJSON_AddItemToArray(parent, item);
+  return item;
+}
+
+cJSON *lx_json_add_object(cJSON *parent, const char *key) { return add(parent, key, cJSON_CreateObject()); }
+
+cJSON *lx_json_add_array(cJSON *parent, const char *key) { return add(parent, key, cJSON_CreateArray()); }
+
+void lx_json_add_string(cJSON *parent, const char *key, const char *s) {
+  if (!s) {
+    add(parent, key, cJSON_CreateNull());
+    return;
+  }
+  char *text = lx_utf8_text(s);
+  add(parent, key, cJSON_CreateString(text));
+  free(text);
+}
+
+/* A number JSON cannot hold is lynxgen's bug, not the user's: it stops here,
+ * before the document is written, rather than print null or a wrong value. */
+static void refuse_number(const char *key, double value, const char *why) {
+  fprintf(stderr, "lynxgen: error: internal error: %s%s%s is %.17g, %s\n", key ? "\"" : "",
+          key ? key : "an array element", key ? "\"" : "", value, why);
+  exit(1);
+}
+
+void lx_json_add_number(cJSON *parent, const char *key, double value) {
+  if (!isfinite(value)) refuse_number(key, value, "and JSON has no NaN or infinity");
+  add(parent, key, cJSON_CreateNumber(value));
+}
+
+void lx_json_add_int(cJSON *parent, const char *key, int64_t value) {
+  const int64_t exact = (int64_t)1 << 53; /* every integer up to here is a double */
+  if (value > exact || value < -exact)
+    refuse_number(key, (double)value, "beyond the integers JSON holds exactly");
+  add(parent, key, cJSON_CreateNumber((double)value));
+}
+
+void lx_json_add_bool(cJSON *parent, const char *key, bool value) {
+  add(parent, key, cJSON_CreateBool(value));
+}
+
+void lx_json_add_null(cJSON *parent, const char *key) { add(parent, key, cJSON_CreateNull()); }
+
+void lx_json_write(cJSON *doc, bool indented, FILE *out) {
+  char *text = indented ? cJSON_Print(doc) : cJSON_PrintUnformatted(doc);
+  cJSON_Delete(doc);
+  fputs(text, out);
+  fputc('\n', out);
+  free(text);
+}
+
+void lx_json_stream_begin(lx_json_stream *stream, cJSON *head, const char *array_key, FILE *out) {
+  *stream = (lx_json_stream){.out = out};
+  lx_json_add_array(head, array_key); /* printed as its key and "[]}" */
+  char *text = cJSON_PrintUnformatted(head);
+  cJSON_Delete(head);
+  fwrite(text, 1, strlen(text) - 2, out); /* all but "]}": the elements go there */
+  free(text);
+}
+
+void lx_json_stream_element(lx_json_stream *stream, cJSON *element) {
+  fputs(stream->has_element ? ",\n" : "\n", stream->out);
+  stream->has_element = true;
+  char *text = cJSON_PrintUnformatted(element);
+  cJSON_Delete(element);
+  fputs(text, stream->out);
+  free(text);
+}
+
+void lx_json_stream_end(lx_json_stream *stream) { fputs("\n]}\n", stream->out); }
