@@ -1,6 +1,7 @@
 /* json.c — JSON documents through cJSON (json.h). */
 #include "json.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,16 +47,30 @@ static void refuse_number(const char *key, double value, const char *why) {
   exit(1);
 }
 
+/* The shortest of 15, 16 or 17 significant digits that reads back as value
+ * exactly, as raw JSON: cJSON 1.7 prints 15 digits and keeps them when they
+ * read back only approximately (2^53 as 9.00719925474099e+15). */
+static cJSON *exact_number(double value) {
+  char text[32];
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, value);
+    if (strtod(text, NULL) == value) break;
+  }
+  return cJSON_CreateRaw(text);
+}
+
 void lx_json_add_number(cJSON *parent, const char *key, double value) {
   if (!isfinite(value)) refuse_number(key, value, "and JSON has no NaN or infinity");
-  add(parent, key, cJSON_CreateNumber(value));
+  add(parent, key, exact_number(value));
 }
 
 void lx_json_add_int(cJSON *parent, const char *key, int64_t value) {
-  const int64_t exact = (int64_t)1 << 53; /* every integer up to here is a double */
+  const int64_t exact = (int64_t)1 << 53; /* readers of JSON hold numbers as doubles */
   if (value > exact || value < -exact)
     refuse_number(key, (double)value, "beyond the integers JSON holds exactly");
-  add(parent, key, cJSON_CreateNumber((double)value));
+  char text[24];
+  snprintf(text, sizeof text, "%" PRId64, value);
+  add(parent, key, cJSON_CreateRaw(text));
 }
 
 void lx_json_add_bool(cJSON *parent, const char *key, bool value) {

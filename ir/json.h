@@ -6,7 +6,9 @@
  *   - a number is finite: JSON has no NaN or infinity, and cJSON would print
  *     null in their place, so a non-finite number is a generator bug that
  *     stops lynxgen with an error before anything of the document is written;
- *   - an integer is exact: at most 2^53 in magnitude, where a double holds it.
+ *   - a number is exact: a double as the shortest decimal that reads back as
+ *     it, an integer in digits and at most 2^53 in magnitude, where the
+ *     doubles of most JSON readers still hold every integer.
  * Members keep the order they were added in, so the same input gives the
  * same bytes. A parent is an object (key names the member) or an array (key
  * is NULL). Running out of memory ends in alloc.h's error. */
