@@ -39,7 +39,8 @@ void lx_json_add_string(cJSON *parent, const char *key, const char *s) {
   free(text);
 }
 
-/* A number JSON cannot hold is lynxgen's bug, not the user's: it stops here,
+/* A number JSON cannot hold is lynxgen's bug, not the user's (every number a
+ * model file or option gives is checked where it is read): it stops here,
  * before the document is written, rather than print null or a wrong value. */
 static void refuse_number(const char *key, double value, const char *why) {
   fprintf(stderr, "lynxgen: error: internal error: %s%s%s is %.17g, %s\n", key ? "\"" : "",

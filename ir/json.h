@@ -5,7 +5,9 @@
  *     escape.h); cJSON escapes `"`, `\` and control characters;
  *   - a number is finite: JSON has no NaN or infinity, and cJSON would print
  *     null in their place, so a non-finite number is a generator bug that
- *     stops lynxgen with an error before anything of the document is written;
+ *     stops lynxgen (exit 1, one error line) as it is added, before the
+ *     document is written (a streamed one: before it is complete; -o DIR
+ *     then leaves DIR as it was);
  *   - a number is exact: a double as the shortest decimal that reads back as
  *     it, an integer in digits and at most 2^53 in magnitude, where the
  *     doubles of most JSON readers still hold every integer.
