@@ -42,9 +42,9 @@ void lx_json_add_string(cJSON *parent, const char *key, const char *s) {
 /* A number JSON cannot hold is lynxgen's bug, not the user's (every number a
  * model file or option gives is checked where it is read): it stops here,
  * before the document is written, rather than print null or a wrong value. */
-static void refuse_number(const char *key, double value, const char *why) {
-  fprintf(stderr, "lynxgen: error: internal error: %s%s%s is %.17g, %s\n", key ? "\"" : "",
-          key ? key : "an array element", key ? "\"" : "", value, why);
+static void refuse_number(const char *key, double value) {
+  fprintf(stderr, "lynxgen: error: internal error: %s%s%s is %g, and JSON has no NaN or infinity\n",
+          key ? "\"" : "", key ? key : "an array element", key ? "\"" : "", value);
   exit(1);
 }
 
@@ -61,14 +61,13 @@ static cJSON *exact_number(double value) {
 }
 
 void lx_json_add_number(cJSON *parent, const char *key, double value) {
-  if (!isfinite(value)) refuse_number(key, value, "and JSON has no NaN or infinity");
+  if (!isfinite(value)) refuse_number(key, value);
   add(parent, key, exact_number(value));
 }
 
+/* In digits, all of them: a what-if plan's bytes may pass 2^53, where a
+ * double (and cJSON) would round them. */
 void lx_json_add_int(cJSON *parent, const char *key, int64_t value) {
-  const int64_t exact = (int64_t)1 << 53; /* readers of JSON hold numbers as doubles */
-  if (value > exact || value < -exact)
-    refuse_number(key, (double)value, "beyond the integers JSON holds exactly");
   char text[24];
   snprintf(text, sizeof text, "%" PRId64, value);
   add(parent, key, cJSON_CreateRaw(text));

@@ -9,8 +9,8 @@
  *     document is written (a streamed one: before it is complete; -o DIR
  *     then leaves DIR as it was);
  *   - a number is exact: a double as the shortest decimal that reads back as
- *     it, an integer in digits and at most 2^53 in magnitude, where the
- *     doubles of most JSON readers still hold every integer.
+ *     it, an integer in all its digits (beyond 2^53 too: Python reads them
+ *     exactly; a reader that holds numbers as doubles rounds them).
  * Members keep the order they were added in, so the same input gives the
  * same bytes. A parent is an object (key names the member) or an array (key
  * is NULL). Running out of memory ends in alloc.h's error. */

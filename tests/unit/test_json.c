@@ -1,7 +1,7 @@
 /* test_json.c — ir/json.h, the one way lynxgen writes JSON: strings come
  * back as written (stray bytes as U+FFFD), members in the order they were
- * added, integers exactly, and a NaN, an infinity or an integer beyond 2^53
- * stops lynxgen before anything is written. Expected texts are written out
+ * added, numbers exactly, and a NaN or an infinity stops lynxgen before
+ * anything is written. Expected texts are written out
  * here by hand from RFC 8259 and the UTF-8 tables of RFC 3629. */
 #define _POSIX_C_SOURCE 200809L /* open_memstream, fork */
 #include <math.h>
@@ -79,13 +79,13 @@ static void check_order_and_numbers(void) {
   lx_json_add_number(doc, "x", 0.1);
   lx_json_add_number(doc, "sum", 0.1 + 0.2);
   lx_json_add_number(doc, "two53", 9007199254740992.0);
-  lx_json_add_int(doc, "big", (int64_t)1 << 53);
-  lx_json_add_int(doc, "small", -((int64_t)1 << 53));
+  lx_json_add_int(doc, "big", INT64_MAX);
+  lx_json_add_int(doc, "small", INT64_MIN);
   char *text = printed(doc);
   CHECK(!strcmp(text, "{\"z\":1,\"a\":null,\"m\":[true,null,{}],\"x\":0.1,\"sum\":0.30000000000000004,"
-                      "\"two53\":9007199254740992,\"big\":9007199254740992,"
-                      "\"small\":-9007199254740992}\n"),
-        "members in the order they were added; 0.1, 0.1 + 0.2 and +-2^53 exact");
+                      "\"two53\":9007199254740992,\"big\":9223372036854775807,"
+                      "\"small\":-9223372036854775808}\n"),
+        "members in the order they were added; 0.1, 0.1 + 0.2, 2^53 and the int64 limits exact");
   free(text);
 }
 
@@ -109,9 +109,9 @@ static void check_stream(void) {
   free(text);
 }
 
-/* Adds one refused number in a child process that then writes the document
+/* Adds a refused number in a child process that then writes the document
  * to a pipe: the child must exit 1 with an error and write nothing. */
-static void check_refused(const char *what, double number, int64_t integer, bool as_integer) {
+static void check_refused(const char *what, double number) {
   int pipe_out[2], pipe_err[2];
   if (pipe(pipe_out) || pipe(pipe_err)) return;
   fflush(stdout);
@@ -120,10 +120,7 @@ static void check_refused(const char *what, double number, int64_t integer, bool
     dup2(pipe_err[1], 2);
     FILE *out = fdopen(pipe_out[1], "w");
     cJSON *doc = lx_json_document();
-    if (as_integer)
-      lx_json_add_int(doc, "n", integer);
-    else
-      lx_json_add_number(doc, "n", number);
+    lx_json_add_number(doc, "n", number);
     lx_json_write(doc, false, out);
     fclose(out);
     _exit(0);
@@ -146,10 +143,8 @@ int main(void) {
   check_strings();
   check_order_and_numbers();
   check_stream();
-  check_refused("NaN", NAN, 0, false);
-  check_refused("infinity", INFINITY, 0, false);
-  check_refused("minus infinity", -INFINITY, 0, false);
-  check_refused("2^53 + 1", 0, ((int64_t)1 << 53) + 1, true);
-  check_refused("-2^53 - 1", 0, -((int64_t)1 << 53) - 1, true);
+  check_refused("NaN", NAN);
+  check_refused("infinity", INFINITY);
+  check_refused("minus infinity", -INFINITY);
   return check_exit_status();
 }
