@@ -29,16 +29,12 @@ lx_paint lx_paint_of(lx_instr_kind k) {
 
 bool lx_is_finite(double x) { return x == x && x - x == 0; }
 
-/* The interval of instruction i of a stream, or NULL when the simulation did
- * not reach it (a deadlock) or the stream has no times. */
 const lx_interval *lx_interval_of(const lx_simulation *sim, int stage, int stream, int i) {
   const lx_interval *t = sim->stages[stage].times[stream];
   if (!t || !lx_is_finite(t[i].start) || !lx_is_finite(t[i].end)) return NULL;
   return &t[i];
 }
 
-/* Seconds the drawings span: the iteration, or the last end seen where the
- * simulation stopped early. Never zero, so scales stay finite. */
 double lx_drawn_span(const lx_simulation *sim) {
   double span = lx_is_finite(sim->iteration_time) ? sim->iteration_time : 0;
   const lx_pipeline *p = sim->pipe;
@@ -51,7 +47,6 @@ double lx_drawn_span(const lx_simulation *sim) {
   return span > 0 ? span : 1e-6;
 }
 
-/* "tiny" for "examples/tiny.model". */
 void lx_model_name(const lx_ir *ir, char *buf, size_t size) {
   const char *path = ir->model_path ? lx_file_name(ir->model_path) : "model";
   const char *base = strrchr(path, '/');
@@ -101,7 +96,6 @@ const char *lx_schedule_label(lx_schedule k) {
 
 int lx_plan_or_one(int v) { return v > 0 ? v : 1; }
 
-/* A 1-2-5 step that divides `range` into about `parts` intervals. */
 double lx_nice_step(double range, int parts) {
   double raw = range / parts, mag = 1;
   if (!(raw > 0)) return 1;
@@ -112,7 +106,6 @@ double lx_nice_step(double range, int parts) {
   return raw <= mag ? mag : raw <= 2 * mag ? 2 * mag : raw <= 5 * mag ? 5 * mag : 10 * mag;
 }
 
-/* Decimals that tell ticks `step` apart: 0 for 5, 1 for 0.5, 2 for 0.02. */
 int lx_step_decimals(double step) {
   int d = 0;
   for (double unit = 1; step < unit * 0.999 && d < 9; unit /= 10)
