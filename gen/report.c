@@ -8,8 +8,8 @@
 
 #include "alloc.h"
 #include "escape.h"
+#include "json.h"
 
-#include <inttypes.h>
 #include <stdlib.h>
 
 const char *lx_bytes_text(double bytes, char buf[LX_BYTES_TEXT]) {
@@ -214,58 +214,69 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
           100 * r->sim->hfu);
 }
 
+/* The block's ops whose decision passes `in_window_only` (all recomputed
+ * ones, or only those recomputed in windows), by name. */
+static void put_recomputed_ops(cJSON *parent, const char *key, const lx_ir *ir, const lx_stage *st,
+                               bool in_window_only) {
+  cJSON *names = lx_json_add_array(parent, key);
+  for (int i = 0; i < ir->block.n_ops; i++)
+    if (st->decisions[i].recompute && (!in_window_only || st->decisions[i].in_window))
+      lx_json_add_string(names, NULL, ir->block.ops[i].name);
+}
+
+static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
+  const lx_pipeline *p = r->pipe;
+  const lx_stage *st = &p->stages[s];
+  const lx_stage_memory *m = &r->memory[s];
+  const lx_stage_timeline *tl = &r->sim->stages[s];
+  cJSON *w = lx_json_add_object(stages, NULL);
+  lx_json_add_int(w, "stage", s);
+  lx_json_add_int(w, "first_layer", st->first_layer);
+  lx_json_add_int(w, "layers", st->n_layers);
+  lx_json_add_bool(w, "prologue", st->has_prologue);
+  lx_json_add_bool(w, "epilogue", st->has_epilogue);
+  lx_json_add_number(w, "compute_s", tl->compute_time);
+  lx_json_add_number(w, "recompute_s", tl->recompute_time);
+  lx_json_add_number(w, "exposed_comm_s", tl->exposed_comm_time);
+  lx_json_add_int(w, "peak_bytes", m->peak);
+  lx_json_add_int(w, "weights_bytes", m->weights);
+  lx_json_add_int(w, "grads_bytes", m->grads);
+  lx_json_add_int(w, "optimizer_bytes", m->optimizer);
+  lx_json_add_int(w, "activations_bytes", m->activations_peak);
+  lx_json_add_int(w, "transient_bytes", m->transient_peak);
+  lx_json_add_int(w, "stashed_micro_batches", m->stashed_micro_batches);
+  lx_json_add_bool(w, "fits", (double)m->peak <= r->capacity_bytes);
+  if (r->layouts) lx_json_add_int(w, "arena_bytes", r->layouts[s].total);
+  put_recomputed_ops(w, "recomputed_ops", p->ir, st, false);
+  put_recomputed_ops(w, "window_ops", p->ir, st, true);
+  int used, instances;
+  window_use(p, st, &used, &instances);
+  lx_json_add_int(w, "windows_found", st->window_of ? st->n_windows : 0);
+  lx_json_add_int(w, "windows_used", used);
+  lx_json_add_int(w, "windowed_instances", instances);
+}
+
 void lx_print_plan_json(const lx_report *r, FILE *out) {
   const lx_pipeline *p = r->pipe;
   const lx_ir *ir = p->ir;
-  fputs("{\n  \"model_file\": ", out);
-  lx_put_json_string(out, lx_file_name(ir->model_path));
-  fputs(",\n", out);
-  fprintf(out,
-          "  \"plan\": {\"tp\": %d, \"pp\": %d, \"dp\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "
-          "\"schedule\": \"%s\", \"recompute\": \"%s\"},\n",
-          ir->plan.tp ? ir->plan.tp : 1, p->pp, ir->plan.dp ? ir->plan.dp : 1,
-          ir->plan.micro_batch ? ir->plan.micro_batch : 1, p->micro_batches, lx_schedule_name(p->kind),
-          lx_recompute_policy_name(p->policy));
-  fprintf(out, "  \"capacity_bytes\": %.0f,\n  \"stages\": [", r->capacity_bytes);
-  for (int s = 0; s < p->pp; s++) {
-    const lx_stage *st = &p->stages[s];
-    const lx_stage_memory *m = &r->memory[s];
-    const lx_stage_timeline *tl = &r->sim->stages[s];
-    fprintf(
-        out,
-        "%s\n    {\"stage\": %d, \"first_layer\": %d, \"layers\": %d, \"prologue\": %s, \"epilogue\": %s, ",
-        s ? "," : "", s, st->first_layer, st->n_layers, st->has_prologue ? "true" : "false",
-        st->has_epilogue ? "true" : "false");
-    fprintf(out, "\"compute_s\": %.9g, \"recompute_s\": %.9g, \"exposed_comm_s\": %.9g, ", tl->compute_time,
-            tl->recompute_time, tl->exposed_comm_time);
-    fprintf(out,
-            "\"peak_bytes\": %" PRId64 ", \"weights_bytes\": %" PRId64 ", \"grads_bytes\": %" PRId64
-            ", \"optimizer_bytes\": %" PRId64 ", \"activations_bytes\": %" PRId64
-            ", \"transient_bytes\": %" PRId64 ", \"stashed_micro_batches\": %d, \"fits\": %s, ",
-            m->peak, m->weights, m->grads, m->optimizer, m->activations_peak, m->transient_peak,
-            m->stashed_micro_batches, (double)m->peak <= r->capacity_bytes ? "true" : "false");
-    if (r->layouts) fprintf(out, "\"arena_bytes\": %lld, ", (long long)r->layouts[s].total);
-    fputs("\"recomputed_ops\": [", out);
-    bool first = true;
-    for (int i = 0; i < ir->block.n_ops; i++)
-      if (st->decisions[i].recompute) {
-        fprintf(out, "%s\"%s\"", first ? "" : ", ", ir->block.ops[i].name);
-        first = false;
-      }
-    fputs("], \"window_ops\": [", out);
-    first = true;
-    for (int i = 0; i < ir->block.n_ops; i++)
-      if (st->decisions[i].recompute && st->decisions[i].in_window) {
-        fprintf(out, "%s\"%s\"", first ? "" : ", ", ir->block.ops[i].name);
-        first = false;
-      }
-    int used, instances;
-    window_use(p, st, &used, &instances);
-    fprintf(out, "], \"windows_found\": %d, \"windows_used\": %d, \"windowed_instances\": %d}",
-            st->window_of ? st->n_windows : 0, used, instances);
-  }
-  fprintf(out,
-          "\n  ],\n  \"iteration_s\": %.9g,\n  \"bubble_fraction\": %.6f,\n  \"tokens_per_s\": %.6g,\n"
-          "  \"mfu\": %.6f,\n  \"hfu\": %.6f\n}\n",
-          r->sim->iteration_time, r->sim->bubble_fraction, r->sim->tokens_per_s, r->sim->mfu, r->sim->hfu);
+  cJSON *doc = lx_json_document();
+  lx_json_add_string(doc, "model_file", lx_file_name(ir->model_path));
+  cJSON *plan = lx_json_add_object(doc, "plan");
+  lx_json_add_int(plan, "tp", ir->plan.tp ? ir->plan.tp : 1);
+  lx_json_add_int(plan, "pp", p->pp);
+  lx_json_add_int(plan, "dp", ir->plan.dp ? ir->plan.dp : 1);
+  lx_json_add_int(plan, "micro_batch", ir->plan.micro_batch ? ir->plan.micro_batch : 1);
+  lx_json_add_int(plan, "micro_batches", p->micro_batches);
+  lx_json_add_string(plan, "schedule", lx_schedule_name(p->kind));
+  lx_json_add_string(plan, "recompute", lx_recompute_policy_name(p->policy));
+  lx_json_add_number(doc, "capacity_bytes", r->capacity_bytes);
+  cJSON *stages = lx_json_add_array(doc, "stages");
+  for (int s = 0; s < p->pp; s++)
+    put_stage_json(stages, r, s);
+  lx_json_add_number(doc, "iteration_s", r->sim->iteration_time);
+  lx_json_add_number(doc, "bubble_fraction", r->sim->bubble_fraction);
+  lx_json_add_number(doc, "tokens_per_s", r->sim->tokens_per_s);
+  lx_json_add_number(doc, "mfu", r->sim->mfu);
+  lx_json_add_number(doc, "hfu", r->sim->hfu);
+  lx_json_write(doc, true, out);
 }

@@ -1,6 +1,8 @@
 /* escape.c — writing user strings into the languages lynxgen emits (escape.h). */
 #include "escape.h"
 
+#include "alloc.h"
+
 #include <string.h>
 
 static int printable(unsigned char ch) { return ch >= 0x20 && ch < 0x7f; }
@@ -18,7 +20,7 @@ static int utf8_length(const unsigned char *s) {
   return len;
 }
 
-/* Text for XML and JSON, which must be UTF-8: a well-formed sequence is
+/* Text for XML, which must be UTF-8: a well-formed sequence is
  * copied; a stray byte becomes U+FFFD. Returns the bytes consumed. */
 static int put_utf8(FILE *out, const unsigned char *s) {
   int len = utf8_length(s);
@@ -84,18 +86,17 @@ void lx_put_xml_text(FILE *out, const char *s) {
   }
 }
 
-void lx_put_json_string(FILE *out, const char *s) {
-  fputc('"', out);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(out, "\\%c", ch);
-    else if (ch < 0x20 || ch == 0x7f)
-      fprintf(out, "\\u%04x", ch);
-    else if (ch >= 0x80)
-      s += put_utf8(out, (const unsigned char *)s) - 1;
-    else
-      fputc(ch, out);
+char *lx_utf8_text(const char *s) {
+  char *text = lx_malloc(3 * strlen(s) + 1), *w = text; /* a stray byte grows to three */
+  while (*s) {
+    const unsigned char *u = (const unsigned char *)s;
+    int len = *u < 0x80 ? 1 : utf8_length(u);
+    if (len == 0) {
+      memcpy(w, "\xef\xbf\xbd", 3), w += 3, s++;
+      continue;
+    }
+    memcpy(w, s, (size_t)len), w += len, s += len;
   }
-  fputc('"', out);
+  *w = '\0';
+  return text;
 }

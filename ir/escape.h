@@ -27,8 +27,9 @@ const char *lx_text(const char *s, char *buf, size_t size);
  * control characters (not allowed in XML 1.0) as U+FFFD. */
 void lx_put_xml_text(FILE *out, const char *s);
 
-/* A JSON string, quotes included (RFC 8259: `"`, `\` and control characters
- * escaped). */
-void lx_put_json_string(FILE *out, const char *s);
+/* s as well-formed UTF-8, for JSON (json.h; cJSON escapes the rest): each
+ * byte that is not part of a well-formed sequence becomes U+FFFD. A new
+ * string the caller frees. */
+char *lx_utf8_text(const char *s);
 
 #endif
