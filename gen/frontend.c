@@ -46,7 +46,10 @@ static void copy_spelling(char *dst, size_t size, CXString s) {
 
 /* ---- children helpers ---------------------------------------------------- */
 
-enum { MAX_CHILDREN = 64 };
+/* Children of one cursor that the front end looks at: a function's
+ * statements, an initializer's fields, a call's arguments. More is an error
+ * that names the limit. */
+enum { MAX_CHILDREN = 1024 };
 
 typedef struct {
   CXCursor items[MAX_CHILDREN];
@@ -627,10 +630,12 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
   for (int i = 0; i < kids.count; i++) {
     if (clang_getCursorKind(kids.items[i]) != CXCursor_CompoundStmt) continue;
     children body = children_of(kids.items[i]);
-    if (body.count == MAX_CHILDREN)
-      lx_error(at, "%s() has more than %d statements", desc->name, MAX_CHILDREN - 1);
     for (int j = 0; j < body.count; j++)
       parse_statement(fn, body.items[j]);
+    if (body.count == MAX_CHILDREN) {
+      lx_error(at, "%s() has more than %d statements", desc->name, MAX_CHILDREN - 1);
+      fn->returned = true; /* its return is among those not read */
+    }
   }
   if (!fn->returned) lx_error(at, "%s() must end with 'return <tensor>;'", desc->name);
   free(fn);

@@ -295,14 +295,18 @@ static int compare_extents(const void *x, const void *y) {
 }
 
 static void collect_accesses(stage_check *c, extent **raw_spans) {
-  lx_access buf[LX_MAX_ACCESSES];
+  int cap = LX_MAX_ACCESSES;
+  lx_access *buf = lx_malloc(sizeof *buf * (size_t)cap);
   for (int k = 0; k < NS; k++)
     for (int i = 0; i < c->reached[k]; i++) {
       const lx_instr *in = &c->st->streams[k].items[i];
-      int n = lx_instr_access(c->p, c->s, c->l, in, buf, LX_MAX_ACCESSES);
-      if (n > LX_MAX_ACCESSES)
-        report(c->r, "instruction makes more accesses than LX_MAX_ACCESSES", at_of(c, k, i), NO_INSTR);
-      for (int j = 0; j < n && j < LX_MAX_ACCESSES; j++) {
+      int n = lx_instr_access(c->p, c->s, c->l, in, buf, cap);
+      if (n > cap) { /* a backward that zeroes the gradients of a long block */
+        cap = n;
+        buf = lx_realloc(buf, sizeof *buf * (size_t)cap);
+        n = lx_instr_access(c->p, c->s, c->l, in, buf, cap);
+      }
+      for (int j = 0; j < n; j++) {
         lx_span span = lx_access_span(c->p, c->s, c->l, &buf[j]);
         if (span.bytes <= 0) continue;
         if (c->n_acc == c->cap_acc) {
@@ -320,6 +324,7 @@ static void collect_accesses(stage_check *c, extent **raw_spans) {
                                           .region = buf[j].region};
       }
     }
+  free(buf);
 }
 
 static int span_index(const stage_check *c, extent e) {

@@ -5,7 +5,9 @@
 #   forever; so is one over 1 MiB;
 # - a plan of more micro-batches per step than lynxgen schedules (a
 #   global_batch of 2^20) is refused with the limit named, not planned for
-#   minutes in gigabytes; so is a block longer than its statement table;
+#   minutes in gigabytes; so is a block of more than 1023 statements; one of
+#   50 (whose first backward accesses more than the verifier first made room
+#   for) is planned, verified and written;
 # - the plan search stops at its time budget (--search-time) and its memory
 #   budget (--max-memory), says so, names the best plan it had found and
 #   exits 1;
@@ -67,11 +69,21 @@ run_lynxgen "$tmp/batch.model" --plan
 expect_error "2^20 sequences per step in micro-batches of 2: refused, the limit named" \
   "batch.model:[0-9]+:[0-9]+: error: .* 524288 micro-batches per step; lynxgen schedules at most 4096"
 
-awk '{print} /^tensor block\(tensor x\) \{/ {for (i = 0; i < 70; i++) print "  x = gelu(x);"}' examples/tiny.model \
-  >"$tmp/gelu.model"
-run_lynxgen "$tmp/gelu.model" --plan
-expect_error "70 repeated x = gelu(x): a located error naming the limit" \
-  "gelu.model:[0-9]+:[0-9]+: error: block\(\) has more than 63 statements"
+gelus() { awk -v n="$1" '{print} /^tensor block\(tensor x\) \{/ {for (i = 0; i < n; i++) print "  x = gelu(x);"}' \
+  examples/tiny.model; }
+gelus 50 >"$tmp/gelu50.model"
+run_lynxgen "$tmp/gelu50.model" --target cpu -o "$tmp/gelu50"
+if [ "$status" -eq 0 ] && [ -s "$tmp/gelu50/stage1.c" ]; then
+  pass "50 repeated x = gelu(x): planned, verified and written (its first backward zeroes every gradient of the block)"
+else
+  fail "50 repeated x = gelu(x): planned, verified and written (its first backward zeroes every gradient of the block)" "exit $status" "$err"
+fi
+gelus 1100 >"$tmp/gelu1100.model"
+run_lynxgen "$tmp/gelu1100.model" --plan
+expect_error "1100 repeated x = gelu(x): a located error naming the limit" \
+  "gelu1100.model:[0-9]+:[0-9]+: error: block\(\) has more than 1023 statements"
+[ "$(wc -l <<<"$err")" -eq 2 ] && pass "... and no other error (the return it did not read is not missing)" ||
+  fail "... and no other error (the return it did not read is not missing)" "$err"
 
 # ---- the plan search's budgets ---------------------------------------------------
 
