@@ -50,7 +50,7 @@ bool lx_write_manifest(const char *dir, const char *model_path) {
   bool ok = sha256_file(model_path, hex);
   fprintf(out, MANIFEST_HEADER "\ninput  %s  %s\n", ok ? hex : "?",
           lx_text(slash ? slash + 1 : model_path, name, sizeof name));
-  struct dirent **names;
+  struct dirent **names = NULL; /* scandir leaves it unset when it fails */
   int n = scandir(dir, &names, regular_file, by_name);
   for (int i = 0; i < n; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);

@@ -247,11 +247,14 @@ lx_output_status lx_write_output_dir(const char *dir, lx_output_filler fill, con
   if (is_off_limits(&t, dir)) return LX_OUTPUT_REFUSED;
   char tmp[TMP_PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s/.%s.lynxgen-XXXXXX", t.parent, t.base);
-  /* an interrupt now would leave the hidden directory behind: it waits */
+  /* an interrupt now would leave the hidden directory behind: it waits; a
+   * file-size limit (ulimit -f) fails the write instead of killing lynxgen */
   sigset_t interrupts, before;
   sigemptyset(&interrupts);
   sigaddset(&interrupts, SIGINT), sigaddset(&interrupts, SIGTERM), sigaddset(&interrupts, SIGHUP);
   sigprocmask(SIG_BLOCK, &interrupts, &before);
+  struct sigaction ignore = {.sa_handler = SIG_IGN}, file_size;
+  sigaction(SIGXFSZ, &ignore, &file_size);
   lx_output_status status = LX_OUTPUT_FAILED;
   if (!mkdtemp(tmp))
     fprintf(stderr, "lynxgen: cannot create a directory in %s: %s\n", t.parent, strerror(errno));
@@ -261,6 +264,7 @@ lx_output_status lx_write_output_dir(const char *dir, lx_output_filler fill, con
     if (lock >= 0) close(lock);
     if (status != LX_OUTPUT_WRITTEN) remove_own_tree(tmp);
   }
+  sigaction(SIGXFSZ, &file_size, NULL);
   sigprocmask(SIG_SETMASK, &before, NULL);
   return status;
 }

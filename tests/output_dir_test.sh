@@ -86,6 +86,15 @@ run_lynxgen tests/diag/syntax_error.model -o "$tmp/gen"
 check "a rejected model leaves the previous output as it was" \
   test "$status" -eq 1 -a -z "$(cmp "$tmp/gen/plan.txt" "$tmp/plan.before" 2>&1)"
 
+# a write that fails midway (a 16 KiB file-size limit; plan.txt alone is larger)
+cp -r "$tmp/gen" "$tmp/gen.before"
+(ulimit -f 16 && exec "$LYNXGEN" --target cpu "$MODEL" -o "$tmp/gen" --micro-batch 2) >/dev/null 2>"$tmp/stderr"
+status=$?
+check "a write that fails midway (ulimit -f): exit 1, the previous output as it was" \
+  test "$status" -eq 1 -a -z "$(diff -r "$tmp/gen" "$tmp/gen.before" 2>&1)"
+check "... and no staging directory left" no_staging_left "$tmp"
+rm -rf "$tmp/gen.before"
+
 # ---- directories never replaced --------------------------------------------
 
 # `-o .` inside a directory lynxgen once wrote: once, this deleted everything in it
