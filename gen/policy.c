@@ -9,6 +9,7 @@
  * op-level choice exact for checkmate's tensor-level question too. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <glpk.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -244,7 +245,12 @@ typedef struct {
   double min_s; /* the shortest windowable op's recompute; 0: none */
 } matcher;
 
-static int slots_of(const lx_window *w, double window_s) { return (int)(w->capacity / window_s + 1e-9); }
+/* How many recomputations of window_s fit the window; a window that could
+ * hold more than an int counts (4096 layers of 2^24-wide linears) holds INT_MAX. */
+static int slots_of(const lx_window *w, double window_s) {
+  double slots = w->capacity / window_s + 1e-9;
+  return slots < INT_MAX ? (int)slots : INT_MAX;
+}
 
 static double shortest_window_op(const lx_stage_problem *pr) {
   double min_s = 0;
