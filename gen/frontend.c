@@ -583,12 +583,13 @@ typedef struct {
   const char *name;
   int params;
   const char *signature;
+  int max_ops; /* 0: any number */
 } function_desc;
 
 static const function_desc model_functions[] = {
-    {"prologue", 1, "tensor prologue(tensor tokens)"},
-    {"block", 1, "tensor block(tensor x)"},
-    {"epilogue", 2, "tensor epilogue(tensor x, tensor targets)"},
+    {"prologue", 1, "tensor prologue(tensor tokens)", 0},
+    {"block", 1, "tensor block(tensor x)", LX_MAX_BLOCK_OPS},
+    {"epilogue", 2, "tensor epilogue(tensor x, tensor targets)", 0},
 };
 
 static lx_graph *graph_named(lx_ir *ir, const char *name) {
@@ -627,6 +628,7 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
     assign(fn, v, g->n_ops - 1);
   }
   children kids = children_of(fn_cursor);
+  bool too_long = false;
   for (int i = 0; i < kids.count; i++) {
     if (clang_getCursorKind(kids.items[i]) != CXCursor_CompoundStmt) continue;
     children body = children_of(kids.items[i]);
@@ -635,9 +637,15 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
     if (body.count == MAX_CHILDREN) {
       lx_error(at, "%s() has more than %d statements", desc->name, MAX_CHILDREN - 1);
       fn->returned = true; /* its return is among those not read */
+      too_long = true;
     }
   }
   if (!fn->returned) lx_error(at, "%s() must end with 'return <tensor>;'", desc->name);
+  if (!too_long && desc->max_ops && g->n_ops > desc->max_ops)
+    lx_error(g->ops[desc->max_ops].src,
+             "%s() holds %d ops, its parameters included; at most %d fit the recompute planner: "
+             "move ops to prologue() or epilogue()",
+             desc->name, g->n_ops, desc->max_ops);
   free(fn);
 }
 

@@ -143,6 +143,9 @@ typedef struct {
 
 enum { LX_MAX_OP_INPUTS = 2, LX_MAX_SAVED = 4 };
 
+/* The recompute planner holds a set of block ops in one 64-bit mask. */
+enum { LX_MAX_BLOCK_OPS = 64 };
+
 typedef struct {
   lx_op_kind kind;
   char name[32];                /* unique in its graph: kind and ordinal, e.g. "linear_2" */

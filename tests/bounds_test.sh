@@ -5,9 +5,10 @@
 #   forever; so is one over 1 MiB;
 # - a plan of more micro-batches per step than lynxgen schedules (a
 #   global_batch of 2^20) is refused with the limit named, not planned for
-#   minutes in gigabytes; so is a block of more than 1023 statements; one of
-#   50 (whose first backward accesses more than the verifier first made room
-#   for) is planned, verified and written;
+#   minutes in gigabytes; so is a block of more than 1023 statements or more
+#   than 64 ops (the recompute planner's op sets are 64-bit masks); one of
+#   64 ops (whose first backward accesses more than the verifier first made
+#   room for) is planned, verified and written;
 # - the plan search stops at its time budget (--search-time) and its memory
 #   budget (--max-memory), says so, names the best plan it had found and
 #   exits 1;
@@ -74,10 +75,14 @@ gelus() { awk -v n="$1" '{print} /^tensor block\(tensor x\) \{/ {for (i = 0; i <
 gelus 50 >"$tmp/gelu50.model"
 run_lynxgen "$tmp/gelu50.model" --target cpu -o "$tmp/gelu50"
 if [ "$status" -eq 0 ] && [ -s "$tmp/gelu50/stage1.c" ]; then
-  pass "50 repeated x = gelu(x): planned, verified and written (its first backward zeroes every gradient of the block)"
+  pass "50 repeated x = gelu(x), 64 block ops: planned, verified and written (its first backward zeroes every gradient of the block)"
 else
-  fail "50 repeated x = gelu(x): planned, verified and written (its first backward zeroes every gradient of the block)" "exit $status" "$err"
+  fail "50 repeated x = gelu(x), 64 block ops: planned, verified and written (its first backward zeroes every gradient of the block)" "exit $status" "$err"
 fi
+gelus 52 >"$tmp/gelu52.model"
+run_lynxgen "$tmp/gelu52.model" --plan
+expect_error "52 repeated x = gelu(x), 65 block ops: a located error at the 65th naming the limit" \
+  "gelu52.model:[0-9]+:[0-9]+: error: block\(\) holds 65 ops, its parameters included; at most 64 fit"
 gelus 1100 >"$tmp/gelu1100.model"
 run_lynxgen "$tmp/gelu1100.model" --plan
 expect_error "1100 repeated x = gelu(x): a located error naming the limit" \
