@@ -2,6 +2,7 @@
 #include "access.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "passes.h"
 
@@ -42,20 +43,20 @@ static int embedding_op(const lx_ir *ir) {
   return -1;
 }
 
-/* The parameters op `in->op` computes with: its own, or for a tied LM head
- * that holds no copy (it shares the stage with the embedding) the table. */
-static int params_of(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
-                     lx_tensor_ref out[2]) {
-  const lx_op_place *pl = &l->places[in->graph][in->op];
+/* Parameter k (0 weight, 1 bias) that op `in->op` computes with: its own, or
+ * for a tied LM head that holds no copy (it shares the stage with the
+ * embedding) the table. False where the op has none. */
+static bool param_of(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in, int k,
+                     lx_tensor_ref *out) {
   const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
-  int n = 0;
-  for (int k = 0; k < 2; k++)
-    if (pl->param_elements[k] > 0)
-      out[n++] = (lx_tensor_ref){in->graph, in->layer, in->op, -1, LX_T_PARAM, k};
-  bool tied_head = op->kind == LX_OP_LM_HEAD && n == 0 && p->stages[stage].has_prologue;
-  if (tied_head && embedding_op(p->ir) >= 0)
-    out[n++] = (lx_tensor_ref){LX_GRAPH_PROLOGUE, -1, embedding_op(p->ir), -1, LX_T_PARAM, 0};
-  return n;
+  if (l->places[in->graph][in->op].param_elements[k] > 0) {
+    *out = (lx_tensor_ref){in->graph, in->layer, in->op, -1, LX_T_PARAM, k};
+    return true;
+  }
+  bool tied_head = op->kind == LX_OP_LM_HEAD && k == 0 && p->stages[stage].has_prologue;
+  if (!tied_head || embedding_op(p->ir) < 0) return false;
+  *out = (lx_tensor_ref){LX_GRAPH_PROLOGUE, -1, embedding_op(p->ir), -1, LX_T_PARAM, 0};
+  return true;
 }
 
 /* Integer tensors (tokens, targets) have no gradient. */
@@ -69,25 +70,71 @@ static lx_tensor_ref gathered(const lx_instr *in, int index) {
 }
 static lx_tensor_ref whole(const lx_instr *in, int index) { return ref(in, in->op, LX_T_SP_WHOLE, index); }
 
-static void forward_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
-                             access_list *list) {
-  const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
-  lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, false);
-  bool sp_output = c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER;
-  for (int k = 0; k < op->n_inputs; k++)
-    add_tensor(list, k == 0 && c.gather_before ? gathered(in, 0) : ref(in, op->inputs[k], LX_T_OUTPUT, 0),
-               LX_ACCESS_READ);
-  lx_tensor_ref params[2];
-  int n_params = params_of(p, stage, l, in, params);
-  for (int k = 0; k < n_params; k++)
-    add_tensor(list, params[k], LX_ACCESS_READ);
-  lx_tensor_role result = in->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT;
-  /* the loss is summed outside the arena (the printers' loss_sum) */
-  if (!op->out.scalar)
-    add_tensor(list, sp_output ? whole(in, 0) : ref(in, in->op, result, 0), LX_ACCESS_WRITE);
+static int saved_index(const lx_op *op, const char *what) {
   for (int k = 0; k < op->n_saved; k++)
-    if (op->saved[k].kind == LX_SAVE_INTERNAL)
-      add_tensor(list, ref(in, in->op, LX_T_INTERNAL, k), LX_ACCESS_WRITE);
+    if (op->saved[k].kind == LX_SAVE_INTERNAL && !strcmp(op->saved[k].what, what)) return k;
+  return -1;
+}
+
+/* The tensor of operand o, around the op's tensor-parallel collectives. */
+static bool operand_tensor(const lx_pipeline *p, const lx_instr *in, const lx_operand *o, bool backward,
+                           lx_tensor_ref *t) {
+  const lx_graph *g = lx_graph_of(p->ir, in->graph);
+  const lx_op *op = &g->ops[in->op];
+  lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, backward);
+  bool column = op->tp_role == LX_TP_COLUMN, scattered = c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER;
+  switch (o->kind) {
+  case LX_OPND_IN:
+    *t = o->index == 0 && c.gather_before && column ? gathered(in, 0)
+                                                    : ref(in, op->inputs[o->index], LX_T_OUTPUT, 0);
+    return true;
+  case LX_OPND_OUT:
+    if (op->out.scalar) return false;
+    *t = backward                     ? ref(in, in->op, LX_T_OUTPUT, 0)
+         : scattered                  ? whole(in, 0)
+         : in->kind == LX_I_RECOMPUTE ? ref(in, in->op, LX_T_RECOMPUTED, 0)
+                                      : ref(in, in->op, LX_T_OUTPUT, 0);
+    return true;
+  case LX_OPND_SAVED: {
+    int k = saved_index(op, o->saved);
+    if (k >= 0) *t = ref(in, in->op, LX_T_INTERNAL, k);
+    return k >= 0;
+  }
+  case LX_OPND_DOUT:
+    if (op->out.scalar) return false; /* the loss seeds the backward: no buffer */
+    *t = c.gather_before && !column ? gathered(in, 1) : ref(in, in->op, LX_T_GRAD, 0);
+    return true;
+  case LX_OPND_DIN:
+    if (!has_gradient(&g->ops[op->inputs[o->index]])) return false;
+    *t = o->index == 0 && scattered ? whole(in, 1) : ref(in, op->inputs[o->index], LX_T_GRAD, 0);
+    return true;
+  default: return false;
+  }
+}
+
+bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                       const lx_operand *o, lx_access *out) {
+  bool backward = in->kind == LX_I_BWD;
+  *out = (lx_access){.target = LX_TARGET_TENSOR, .mode = lx_operand_mode(o->kind, backward)};
+  switch (o->kind) {
+  case LX_OPND_WEIGHT:
+  case LX_OPND_BIAS: return param_of(p, stage, l, in, o->kind == LX_OPND_BIAS, &out->tensor);
+  case LX_OPND_DWEIGHT:
+  case LX_OPND_DBIAS:
+    out->target = LX_TARGET_PARAM_GRAD;
+    return param_of(p, stage, l, in, o->kind == LX_OPND_DBIAS, &out->tensor);
+  default: return operand_tensor(p, in, o, backward, &out->tensor);
+  }
+}
+
+/* A FWD, RECOMPUTE or BWD touches its kernel's operands (op_signature.h). */
+static void kernel_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                            access_list *list) {
+  const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
+  for (const lx_operand *o = lx_op_operands(op, in->kind == LX_I_BWD); o->kind != LX_OPND_END; o++) {
+    lx_access a;
+    if (lx_operand_access(p, stage, l, in, o, &a)) add(list, a);
+  }
 }
 
 /* The gradient buffers a graph instance's backward accumulates into: every
@@ -109,37 +156,10 @@ bool lx_starts_instance_backward(const lx_graph *g, int i) {
 static void backward_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
                               access_list *list) {
   const lx_graph *g = lx_graph_of(p->ir, in->graph);
-  const lx_op *op = &g->ops[in->op];
-  lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, true);
-  bool column = op->tp_role == LX_TP_COLUMN,
-       sp_input_grad = c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER;
   if (lx_starts_instance_backward(g, in->op))
     for (int j = 0; j < g->n_ops; j++)
       if (has_gradient_buffer(g, j)) add_tensor(list, ref(in, j, LX_T_GRAD, 0), LX_ACCESS_WRITE);
-  for (int k = 0; k < op->n_saved; k++) {
-    const lx_saved *sv = &op->saved[k];
-    if (sv->kind == LX_SAVE_INPUT)
-      add_tensor(list,
-                 sv->input == 0 && c.gather_before && column ? gathered(in, 0)
-                                                             : ref(in, op->inputs[sv->input], LX_T_OUTPUT, 0),
-                 LX_ACCESS_READ);
-    if (sv->kind == LX_SAVE_OUTPUT) add_tensor(list, ref(in, in->op, LX_T_OUTPUT, 0), LX_ACCESS_READ);
-    if (sv->kind == LX_SAVE_INTERNAL) add_tensor(list, ref(in, in->op, LX_T_INTERNAL, k), LX_ACCESS_READ);
-  }
-  /* the loss seeds the backward: its gradient is implicit, not a buffer */
-  if (!op->out.scalar)
-    add_tensor(list, c.gather_before && !column ? gathered(in, 1) : ref(in, in->op, LX_T_GRAD, 0),
-               LX_ACCESS_READ);
-  lx_tensor_ref params[2];
-  int n_params = params_of(p, stage, l, in, params);
-  for (int k = 0; k < n_params; k++)
-    add_tensor(list, params[k], LX_ACCESS_READ);
-  for (int k = 0; k < op->n_inputs; k++)
-    if (has_gradient(&g->ops[op->inputs[k]]))
-      add_tensor(list, k == 0 && sp_input_grad ? whole(in, 1) : ref(in, op->inputs[k], LX_T_GRAD, 0),
-                 LX_ACCESS_ACCUMULATE);
-  for (int k = 0; k < n_params; k++)
-    add(list, (lx_access){.target = LX_TARGET_PARAM_GRAD, .tensor = params[k], .mode = LX_ACCESS_ACCUMULATE});
+  kernel_accesses(p, stage, l, in, list);
 }
 
 /* An all-reduce sums a tensor in place; under sequence parallelism a
@@ -188,7 +208,7 @@ int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, c
   const lx_stage *st = &p->stages[stage];
   switch (in->kind) {
   case LX_I_FWD:
-  case LX_I_RECOMPUTE: forward_accesses(p, stage, l, in, &list); break;
+  case LX_I_RECOMPUTE: kernel_accesses(p, stage, l, in, &list); break;
   case LX_I_BWD: backward_accesses(p, stage, l, in, &list); break;
   case LX_I_LOAD: add_tensor(&list, ref(in, in->op, LX_T_OUTPUT, 0), LX_ACCESS_WRITE); break;
   case LX_I_SEND_ACT:

@@ -8,12 +8,7 @@
 #define LX_ACCESS_H
 
 #include "layout.h"
-
-typedef enum {
-  LX_ACCESS_READ,
-  LX_ACCESS_WRITE,     /* overwrites the whole tensor */
-  LX_ACCESS_ACCUMULATE /* adds into it: a gradient contribution, an all-reduce */
-} lx_access_mode;
+#include "op_signature.h"
 
 typedef enum {
   LX_TARGET_TENSOR,     /* `tensor`, where lx_locate puts it */
@@ -37,14 +32,11 @@ enum { LX_MAX_ACCESSES = 64 };
 
 /* Fills out[0 .. min(n, max)) with the accesses of instruction `in` of stage
  * `stage` and returns n, the number it makes (n > max: out is truncated).
- *   FWD, RECOMPUTE: read the inputs' outputs and the parameters; write the
- *     output (RECOMPUTE: role LX_T_RECOMPUTED) and the saved internals. The
- *     loss is summed outside the arena: no output access.
- *   BWD: reads what the op saved, its output's gradient (not the loss's:
- *     that is the seed) and its parameters; accumulates into its float
- *     inputs' gradients and its parameters' gradients. The first BWD of a
- *     graph instance (its last op) also writes, as zeros, every gradient
- *     buffer of the instance: gradients accumulate (+=) from zero.
+ *   FWD, RECOMPUTE, BWD: the operands of the op's kernel (op_signature.h)
+ *     with the modes it gives them (a RECOMPUTE writes role
+ *     LX_T_RECOMPUTED). The first BWD of a graph instance (its last op)
+ *     also writes, as zeros, every gradient buffer of the instance:
+ *     gradients accumulate (+=) from zero.
  *   LOAD and the receives write their buffer, the sends read theirs;
  *   ALLREDUCE_TP accumulates into the op's output (forward) or its input's
  *   gradient (backward); ALLREDUCE_DP into the grads region; the optimizer
@@ -53,6 +45,13 @@ enum { LX_MAX_ACCESSES = 64 };
  * embedding's stage reads the embedding's table instead of its own). */
 int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
                     lx_access *out, int max);
+
+/* The access operand o (op_signature.h) of the FWD, RECOMPUTE or BWD `in`
+ * makes; false where the instance lacks it (a bias the op does not have, the
+ * gradient of token ids, a buffer not saved). The printers pass the same
+ * tensors to the kernels. */
+bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                       const lx_operand *o, lx_access *out);
 
 /* Where an access lands in the stage's arena. */
 lx_span lx_access_span(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_access *a);

@@ -46,15 +46,13 @@ static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i
 }
 
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  lx_operands o;
-  emit_gather_operands(pr, g, i, out_role, &o);
+  lx_kernel_call c;
+  emit_kernel_call(pr, g, i, out_role, false, NULL, &c);
+  const lx_op *op = c.op;
+  const char *args = c.args, *rows = c.rows;
+  int w = c.width;
   FILE *f = pr->out;
-  int w = emit_rank_width(pr, op->out);
   char dims[96];
-  emit_sequence_parallel_operands(pr, g, i, false, &o);
-  bool sharded = emit_sequence_sharded(pr, op->out);
-  const char *rows = sharded ? "SEQ_ROWS" : "BT";
   char file[LX_TEXT_MAX];
   fprintf(f, "  /* %s = %s(...)  %s:%d */\n", op->var[0] ? op->var : op->name, lx_op_kind_name(op->kind),
           emit_file_name(op->src.file, file), op->src.line);
@@ -62,88 +60,63 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (tp)
-      fprintf(f, "  lx_embedding_forward_shard(%s, %s, %s, B, T, %d, VP, " VOCAB_SHARD ");\n", o.out, o.in[0],
-              o.w, w);
+      fprintf(f, "  lx_embedding_forward_shard(%s, B, T, %d, VP, " VOCAB_SHARD ");\n", args, w);
     else
-      fprintf(f, "  lx_embedding_forward(%s, %s, %s, B, T, %d, VP);\n", o.out, o.in[0], o.w, w);
+      fprintf(f, "  lx_embedding_forward(%s, B, T, %d, VP);\n", args, w);
     break;
   case LX_OP_POSITION_EMBEDDING:
-    if (sharded)
-      fprintf(f, "  lx_position_embedding_forward_rows(%s, %s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS);\n",
-              o.out, o.w, w);
+    if (c.sharded)
+      fprintf(f, "  lx_position_embedding_forward_rows(%s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS);\n", args, w);
     else
-      fprintf(f, "  lx_position_embedding_forward(%s, %s, B, T, %d);\n", o.out, o.w, w);
+      fprintf(f, "  lx_position_embedding_forward(%s, B, T, %d);\n", args, w);
     break;
-  case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_layernorm_forward(%s, %s, %s, %s, %s, %d);\n", o.out, o.in[0], o.w, o.b, rows, w);
-    break;
-  case LX_OP_RMSNORM:
-    fprintf(f, "  lx_rmsnorm_forward(%s, %s, %s, %s, %d);\n", o.out, o.in[0], o.w, rows, w);
-    break;
+  case LX_OP_LAYERNORM: fprintf(f, "  lx_layernorm_forward(%s, %s, %d);\n", args, rows, w); break;
+  case LX_OP_RMSNORM: fprintf(f, "  lx_rmsnorm_forward(%s, %s, %d);\n", args, rows, w); break;
   case LX_OP_LINEAR:
-    fprintf(f, "  lx_linear_forward(%s, %s, %s, %s, BT, %d, %d);\n", o.out, o.in[0], o.w,
-            emit_row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
+    fprintf(f, "  lx_linear_forward(%s, BT, %d, %d);\n", args, emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_linear_forward(%s, %s, %s, NULL, BT, %d, VP / %d);\n", o.out, o.in[0], o.w,
-            emit_in_width(pr, g, op), emit_tp(pr));
+    fprintf(f, "  lx_linear_forward(%s, BT, %d, VP / %d);\n", args, emit_in_width(pr, g, op), emit_tp(pr));
     break;
   case LX_OP_ATTENTION:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
-    if (op->attention_impl == LX_ATTN_FLASH)
-      fprintf(f, "  lx_flash_attention_forward(%s, %s, %s, %s, DROPOUT, seed, ", o.out,
-              emit_internal_named(op, &o, "lse"), o.in[0], dims);
-    else
-      fprintf(f, "  lx_attention_forward(%s, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.out,
-              emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
-              emit_internal_named(op, &o, "dropout_mask"), o.in[0], dims);
+    fprintf(f, "  lx_%s_forward(%s, %s, DROPOUT, seed, ", lx_op_signature_of(op)->kernel, args, dims);
     print_attention_rng(pr, g, i);
     break;
   case LX_OP_ROPE:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_rope_forward(%s, %s, %s, 10000.0);\n", o.out, o.in[0], dims);
+    fprintf(f, "  lx_rope_forward(%s, %s, 10000.0);\n", args, dims);
     break;
-  case LX_OP_GELU:
-    fprintf(f, "  lx_gelu_forward(%s, %s, (size_t)%s * %d);\n", o.out, o.in[0], rows, w);
-    break;
-  case LX_OP_SWIGLU: fprintf(f, "  lx_swiglu_forward(%s, %s, %s, %d);\n", o.out, o.in[0], rows, w); break;
+  case LX_OP_GELU: fprintf(f, "  lx_gelu_forward(%s, (size_t)%s * %d);\n", args, rows, w); break;
+  case LX_OP_SWIGLU: fprintf(f, "  lx_swiglu_forward(%s, %s, %d);\n", args, rows, w); break;
   case LX_OP_DROPOUT:
-    fprintf(f, "  lx_dropout_forward%s(%s, %s, %s, (size_t)%s * %d, DROPOUT, seed, ", sharded ? "_at" : "",
-            o.out, emit_internal_named(op, &o, "dropout_mask"), o.in[0], rows, w);
+    fprintf(f, "  lx_dropout_forward%s(%s, (size_t)%s * %d, DROPOUT, seed, ", c.sharded ? "_at" : "", args,
+            rows, w);
     print_rng_stream(pr, g, i);
-    if (sharded) fprintf(f, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", w);
+    if (c.sharded) fprintf(f, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", w);
     fputs(");\n", f);
     break;
-  case LX_OP_ADD:
-    fprintf(f, "  lx_add_forward(%s, %s, %s, (size_t)%s * %d);\n", o.out, o.in[0], o.in[1], rows, w);
-    break;
+  case LX_OP_ADD: fprintf(f, "  lx_add_forward(%s, (size_t)%s * %d);\n", args, rows, w); break;
   case LX_OP_CROSS_ENTROPY:
     if (tp)
-      fprintf(f,
-              "  loss_sum += lx_cross_entropy_forward_tp(%s, %s, %s, BT, V, " VOCAB_SHARD_LAST
-              ", groups.tp);\n",
-              emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
+      fprintf(f, "  loss_sum += lx_cross_entropy_forward_tp(%s, BT, V, " VOCAB_SHARD_LAST ", groups.tp);\n",
+              args);
     else
-      fprintf(f, "  loss_sum += lx_cross_entropy_forward(%s, %s, %s, BT, V, VP);\n",
-              emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
+      fprintf(f, "  loss_sum += lx_cross_entropy_forward(%s, BT, V, VP);\n", args);
     break;
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;
   }
 }
 
-/* ---- backward -------------------------------------------------------------- */
-
 static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  lx_operands o;
-  emit_gather_operands(pr, g, i, LX_T_OUTPUT, &o);
+  lx_kernel_call c;
+  emit_kernel_call(pr, g, i, LX_T_OUTPUT, true, NULL, &c);
+  const lx_op *op = c.op;
+  const char *args = c.args, *rows = c.rows;
+  int w = c.width;
   FILE *f = pr->out;
-  int w = emit_rank_width(pr, op->out);
   char dims[96];
-  emit_sequence_parallel_operands(pr, g, i, true, &o);
-  bool sharded = emit_sequence_sharded(pr, op->out);
-  const char *rows = sharded ? "SEQ_ROWS" : "BT";
   char file[LX_TEXT_MAX];
   fprintf(f, "  /* d %s(...)  %s:%d */\n", lx_op_kind_name(op->kind), emit_file_name(op->src.file, file),
           op->src.line);
@@ -151,70 +124,49 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
-      fprintf(f, "  lx_embedding_backward_shard(%s, %s, %s, B, T, %d, VP, " VOCAB_SHARD ");\n", o.dw, o.dout,
-              o.in[0], w);
+      fprintf(f, "  lx_embedding_backward_shard(%s, B, T, %d, VP, " VOCAB_SHARD ");\n", args, w);
     else
-      fprintf(f, "  lx_embedding_backward(%s, %s, %s, B, T, %d, VP);\n", o.dw, o.dout, o.in[0], w);
+      fprintf(f, "  lx_embedding_backward(%s, B, T, %d, VP);\n", args, w);
     break;
   case LX_OP_POSITION_EMBEDDING:
-    if (sharded)
-      fprintf(f, "  lx_position_embedding_backward_rows(%s, %s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS);\n",
-              o.dw, o.dout, w);
+    if (c.sharded)
+      fprintf(f, "  lx_position_embedding_backward_rows(%s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS);\n", args,
+              w);
     else
-      fprintf(f, "  lx_position_embedding_backward(%s, %s, B, T, %d);\n", o.dw, o.dout, w);
+      fprintf(f, "  lx_position_embedding_backward(%s, B, T, %d);\n", args, w);
     break;
-  case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_layernorm_backward(%s, %s, %s, %s, %s, %s, %s, %d);\n", o.din[0], o.dw, o.db, o.dout,
-            o.in[0], o.w, rows, w);
-    break;
-  case LX_OP_RMSNORM:
-    fprintf(f, "  lx_rmsnorm_backward(%s, %s, %s, %s, %s, %s, %d);\n", o.din[0], o.dw, o.dout, o.in[0], o.w,
-            rows, w);
-    break;
+  case LX_OP_LAYERNORM: fprintf(f, "  lx_layernorm_backward(%s, %s, %d);\n", args, rows, w); break;
+  case LX_OP_RMSNORM: fprintf(f, "  lx_rmsnorm_backward(%s, %s, %d);\n", args, rows, w); break;
   case LX_OP_LINEAR:
-    fprintf(f, "  lx_linear_backward(%s, %s, %s, %s, %s, %s, BT, %d, %d);\n", o.din[0], o.dw, o.db, o.dout,
-            o.in[0], o.w, emit_in_width(pr, g, op), w);
+    fprintf(f, "  lx_linear_backward(%s, BT, %d, %d);\n", args, emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_linear_backward(%s, %s, NULL, %s, %s, %s, BT, %d, VP / %d);\n", o.din[0], o.dw, o.dout,
-            o.in[0], o.w, emit_in_width(pr, g, op), emit_tp(pr));
+    fprintf(f, "  lx_linear_backward(%s, BT, %d, VP / %d);\n", args, emit_in_width(pr, g, op), emit_tp(pr));
     break;
   case LX_OP_ATTENTION:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
     if (op->attention_impl == LX_ATTN_FLASH) {
-      fprintf(f, "  lx_flash_attention_backward(%s, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.din[0], o.dout,
-              o.in[0], o.out, emit_internal_named(op, &o, "lse"), dims);
+      fprintf(f, "  lx_flash_attention_backward(%s, %s, DROPOUT, seed, ", args, dims);
       print_attention_rng(pr, g, i);
     } else {
-      fprintf(f, "  lx_attention_backward(%s, %s, %s, %s, %s, %s, %s, DROPOUT);\n", o.din[0], o.dout, o.in[0],
-              emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
-              emit_internal_named(op, &o, "dropout_mask"), dims);
+      fprintf(f, "  lx_attention_backward(%s, %s, DROPOUT);\n", args, dims);
     }
     break;
   case LX_OP_ROPE:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_rope_backward(%s, %s, %s, 10000.0);\n", o.din[0], o.dout, dims);
+    fprintf(f, "  lx_rope_backward(%s, %s, 10000.0);\n", args, dims);
     break;
-  case LX_OP_GELU:
-    fprintf(f, "  lx_gelu_backward(%s, %s, %s, (size_t)%s * %d);\n", o.din[0], o.dout, o.in[0], rows, w);
-    break;
-  case LX_OP_SWIGLU:
-    fprintf(f, "  lx_swiglu_backward(%s, %s, %s, %s, %d);\n", o.din[0], o.dout, o.in[0], rows, w);
-    break;
+  case LX_OP_GELU: fprintf(f, "  lx_gelu_backward(%s, (size_t)%s * %d);\n", args, rows, w); break;
+  case LX_OP_SWIGLU: fprintf(f, "  lx_swiglu_backward(%s, %s, %d);\n", args, rows, w); break;
   case LX_OP_DROPOUT:
-    fprintf(f, "  lx_dropout_backward(%s, %s, %s, (size_t)%s * %d, DROPOUT);\n", o.din[0], o.dout,
-            emit_internal_named(op, &o, "dropout_mask"), rows, w);
+    fprintf(f, "  lx_dropout_backward(%s, (size_t)%s * %d, DROPOUT);\n", args, rows, w);
     break;
-  case LX_OP_ADD:
-    fprintf(f, "  lx_add_backward(%s, %s, %s, (size_t)%s * %d);\n", o.din[0], o.din[1], o.dout, rows, w);
-    break;
+  case LX_OP_ADD: fprintf(f, "  lx_add_backward(%s, (size_t)%s * %d);\n", args, rows, w); break;
   case LX_OP_CROSS_ENTROPY:
     if (emit_tp(pr) > 1)
-      fprintf(f, "  lx_cross_entropy_backward_slice(%s, %s, %s, %s, LOSS_SCALE, BT, V, " VOCAB_SHARD_LAST ");\n",
-              o.din[0], o.in[0], emit_internal_named(op, &o, "lse"), o.in[1]);
+      fprintf(f, "  lx_cross_entropy_backward_slice(%s, LOSS_SCALE, BT, V, " VOCAB_SHARD_LAST ");\n", args);
     else
-      fprintf(f, "  lx_cross_entropy_backward(%s, %s, %s, %s, LOSS_SCALE, BT, V, VP);\n", o.din[0], o.in[0],
-              emit_internal_named(op, &o, "lse"), o.in[1]);
+      fprintf(f, "  lx_cross_entropy_backward(%s, LOSS_SCALE, BT, V, VP);\n", args);
     break;
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;

@@ -62,15 +62,14 @@ static void print_blocking_collective(const lx_printer *pr, lx_graph_id g, int i
   emit_blocking_collective(pr, g, i, backward, role, before, print_nccl_call, "stream");
 }
 
-/* The learned position embedding's `pass` (forward: to = out, from = wpe;
- * backward: to = dwpe, from = dout): on this rank's rows of a sequence shard. */
-static void print_position_embedding(FILE *f, const char *pass, const char *to, const char *from, int w,
-                                     bool sharded) {
+/* The learned position embedding's `pass` (operands: forward out, wpe;
+ * backward dwpe, dout): on this rank's rows of a sequence shard. */
+static void print_position_embedding(FILE *f, const char *pass, const char *args, int w, bool sharded) {
   if (sharded)
-    fprintf(f, "  lx_cuda_position_embedding_%s_rows(%s, %s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS, stream);\n",
-            pass, to, from, w);
+    fprintf(f, "  lx_cuda_position_embedding_%s_rows(%s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS, stream);\n",
+            pass, args, w);
   else
-    fprintf(f, "  lx_cuda_position_embedding_%s(%s, %s, B, T, %d, stream);\n", pass, to, from, w);
+    fprintf(f, "  lx_cuda_position_embedding_%s(%s, B, T, %d, stream);\n", pass, args, w);
 }
 
 /* The whole input gradient a column-parallel backward accumulates into starts at zero. */
@@ -97,57 +96,51 @@ static int prof_slot(const lx_printer *pr, lx_graph_id g, int i) {
 
 /* ---- fused pairs (emit_fusion.c) --------------------------------------------- */
 
-/* The operands of op i's partner in a fused call. */
-static void partner_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
-                             bool backward, lx_operands *o) {
-  emit_gather_operands(pr, g, i, out_role, o);
-  emit_sequence_parallel_operands(pr, g, i, backward, o);
-}
-
 /* Linear i and the gelu after it as one matmul: the linear's output (the
  * gelu's saved input) is the epilogue's aux matrix. */
 static void print_linear_gelu_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
-                                      const lx_operands *o) {
-  const lx_op *op = emit_op_at(pr, g, i);
+                                      const lx_kernel_call *linear) {
+  const lx_op *op = linear->op;
   lx_operands gelu;
-  partner_operands(pr, g, i + 1, out_role, false, &gelu);
+  emit_gather_operands(pr, g, i + 1, out_role, false, &gelu);
   fprintf(pr->out,
           "  /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as %s's output */\n"
-          "  lx_cuda_linear_gelu_forward(matmul, %s, %s, %s, %s, %s, BT, %d, %d, stream);\n",
-          op->var[0] ? op->var : op->name, gelu.out, o->out, o->in[0], o->w, emit_row_bias(pr, op, o),
-          emit_in_width(pr, g, op), emit_rank_width(pr, op->out));
+          "  lx_cuda_linear_gelu_forward(matmul, %s, %s, BT, %d, %d, stream);\n",
+          op->var[0] ? op->var : op->name, gelu.out, linear->args, emit_in_width(pr, g, op), linear->width);
 }
 
 /* Add i and the norm after it in one pass over each row: the sum (the
  * norm's saved input) and the normalised output written together. */
 static void print_residual_norm_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
-                                        const lx_operands *o, const char *rows) {
-  lx_operands norm;
-  partner_operands(pr, g, i + 1, out_role, false, &norm);
+                                        const char *rows) {
+  lx_operands add, norm;
+  emit_gather_operands(pr, g, i, out_role, false, &add);
+  emit_gather_operands(pr, g, i + 1, out_role, false, &norm);
   const lx_op *op = emit_op_at(pr, g, i + 1);
   bool layernorm = op->kind == LX_OP_LAYERNORM;
   const char *kind = lx_op_kind_name(op->kind);
   fprintf(pr->out,
           "  /* with the %s below: one pass over each row writes the sum and its norm */\n"
           "  lx_cuda_residual_%s_forward(%s, %s, %s, %s, %s%s%s, %s, %d, stream);\n",
-          kind, kind, o->out, norm.out, o->in[0], o->in[1], norm.w, layernorm ? ", " : "", layernorm ? norm.b : "",
-          rows, emit_rank_width(pr, op->out));
+          kind, kind, add.out, norm.out, add.in[0], add.in[1], norm.w, layernorm ? ", " : "",
+          layernorm ? norm.b : "", rows, emit_rank_width(pr, op->out));
 }
 
 /* Linear i's backward with the gelu in front of it: the weight and bias
  * gradients as usual, the input gradient through the DGELU epilogue. */
-static void print_linear_dgelu_backward(const lx_printer *pr, lx_graph_id g, int i, const lx_operands *o) {
+static void print_linear_dgelu_backward(const lx_printer *pr, lx_graph_id g, int i) {
   const lx_op *op = emit_op_at(pr, g, i);
-  lx_operands gelu;
-  partner_operands(pr, g, i - 1, LX_T_OUTPUT, true, &gelu);
+  lx_operands o, gelu;
+  emit_gather_operands(pr, g, i, LX_T_OUTPUT, true, &o);
+  emit_gather_operands(pr, g, i - 1, LX_T_OUTPUT, true, &gelu);
   int in_width = emit_in_width(pr, g, op), width = emit_rank_width(pr, op->out);
   fprintf(
       pr->out,
       "  lx_cuda_linear_backward(matmul, NULL, %s, %s, scratch, %s, %s, %s, BT, %d, %d, stream);\n"
       "  /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */\n"
       "  lx_cuda_linear_dgelu_backward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n",
-      o->dw, o->db, o->dout, o->in[0], o->w, in_width, width, gelu.din[0], o->dout, o->w, gelu.in[0],
-      in_width, width);
+      o.dw, o.db, o.dout, o.in[0], o.w, in_width, width, gelu.din[0], o.dout, o.w, gelu.in[0], in_width,
+      width);
 }
 
 /* An op whose work the fused call of the op before it (forward) or after it
@@ -163,90 +156,78 @@ static bool print_if_absorbed(const lx_printer *pr, lx_graph_id g, int i, bool b
   return true;
 }
 
+/* The kernel's reduction scratch, where its row of the operand table has one. */
+static const char *workspace_of(const lx_op *op, bool backward) {
+  const lx_op_signature *sig = lx_op_signature_of(op);
+  return (backward ? sig->backward_workspace : sig->forward_workspace) ? "scratch" : NULL;
+}
+
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  lx_operands o;
-  emit_gather_operands(pr, g, i, out_role, &o);
+  lx_kernel_call c;
+  emit_kernel_call(pr, g, i, out_role, false, workspace_of(emit_op_at(pr, g, i), false), &c);
+  const lx_op *op = c.op;
+  const char *args = c.args, *rows = c.rows;
+  int w = c.width;
   FILE *f = pr->out;
-  int w = emit_rank_width(pr, op->out);
   char dims[96];
-  emit_sequence_parallel_operands(pr, g, i, false, &o);
-  bool sharded = emit_sequence_sharded(pr, op->out);
-  const char *rows = sharded ? "SEQ_ROWS" : "BT";
   print_op_comment(pr, op, out_role == LX_T_RECOMPUTED ? "RECOMPUTE" : "FWD");
   fprintf(f, "  lx_prof_begin(%d, 0, stream);\n", prof_slot(pr, g, i));
   if (print_if_absorbed(pr, g, i, false)) return;
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
-      fprintf(f, "  lx_cuda_embedding_forward_shard(%s, %s, %s, B, T, %d, VP, " VOCAB_SHARD ", stream);\n",
-              o.out, o.in[0], o.w, w);
+      fprintf(f, "  lx_cuda_embedding_forward_shard(%s, B, T, %d, VP, " VOCAB_SHARD ", stream);\n", args, w);
     else
-      fprintf(f, "  lx_cuda_embedding_forward(%s, %s, %s, B, T, %d, VP, stream);\n", o.out, o.in[0], o.w, w);
+      fprintf(f, "  lx_cuda_embedding_forward(%s, B, T, %d, VP, stream);\n", args, w);
     break;
-  case LX_OP_POSITION_EMBEDDING: print_position_embedding(f, "forward", o.out, o.w, w, sharded); break;
+  case LX_OP_POSITION_EMBEDDING: print_position_embedding(f, "forward", args, w, c.sharded); break;
   case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_cuda_layernorm_forward(%s, %s, %s, %s, %s, %d, stream);\n", o.out, o.in[0], o.w, o.b,
-            rows, w);
+    fprintf(f, "  lx_cuda_layernorm_forward(%s, %s, %d, stream);\n", args, rows, w);
     break;
-  case LX_OP_RMSNORM:
-    fprintf(f, "  lx_cuda_rmsnorm_forward(%s, %s, %s, %s, %d, stream);\n", o.out, o.in[0], o.w, rows, w);
-    break;
+  case LX_OP_RMSNORM: fprintf(f, "  lx_cuda_rmsnorm_forward(%s, %s, %d, stream);\n", args, rows, w); break;
   case LX_OP_LINEAR:
     if (emit_fused(pr, g, i, LX_FUSE_GELU))
-      print_linear_gelu_forward(pr, g, i, out_role, &o);
+      print_linear_gelu_forward(pr, g, i, out_role, &c);
     else
-      fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n", o.out, o.in[0],
-              o.w, emit_row_bias(pr, op, &o), emit_in_width(pr, g, op), w);
+      fprintf(f, "  lx_cuda_linear_forward(matmul, %s, BT, %d, %d, stream);\n", args,
+              emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_cuda_linear_forward(matmul, %s, %s, %s, NULL, BT, %d, VP / %d, stream);\n", o.out, o.in[0], o.w,
+    fprintf(f, "  lx_cuda_linear_forward(matmul, %s, BT, %d, VP / %d, stream);\n", args,
             emit_in_width(pr, g, op), emit_tp(pr));
     break;
   case LX_OP_ATTENTION:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
-    if (op->attention_impl == LX_ATTN_FLASH)
-      fprintf(f, "  lx_cuda_flash_attention_forward(%s, %s, %s, %s, DROPOUT, seed, ", o.out,
-              emit_internal_named(op, &o, "lse"), o.in[0], dims);
-    else
-      fprintf(f, "  lx_cuda_attention_forward(%s, %s, %s, %s, scratch, %s, %s, DROPOUT, seed, ", o.out,
-              emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
-              emit_internal_named(op, &o, "dropout_mask"), o.in[0], dims);
+    fprintf(f, "  lx_cuda_%s_forward(%s, %s, DROPOUT, seed, ", lx_op_signature_of(op)->kernel, args, dims);
     print_attention_rng(pr, g, i);
     break;
   case LX_OP_ROPE:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_cuda_rope_forward(%s, %s, %s, 10000.0, stream);\n", o.out, o.in[0], dims);
+    fprintf(f, "  lx_cuda_rope_forward(%s, %s, 10000.0, stream);\n", args, dims);
     break;
-  case LX_OP_GELU:
-    fprintf(f, "  lx_cuda_gelu_forward(%s, %s, (size_t)%s * %d, stream);\n", o.out, o.in[0], rows, w);
-    break;
-  case LX_OP_SWIGLU:
-    fprintf(f, "  lx_cuda_swiglu_forward(%s, %s, %s, %d, stream);\n", o.out, o.in[0], rows, w);
-    break;
+  case LX_OP_GELU: fprintf(f, "  lx_cuda_gelu_forward(%s, (size_t)%s * %d, stream);\n", args, rows, w); break;
+  case LX_OP_SWIGLU: fprintf(f, "  lx_cuda_swiglu_forward(%s, %s, %d, stream);\n", args, rows, w); break;
   case LX_OP_DROPOUT:
-    fprintf(f, "  lx_cuda_dropout_forward%s(%s, %s, %s, (size_t)%s * %d, DROPOUT, seed, ",
-            sharded ? "_at" : "", o.out, emit_internal_named(op, &o, "dropout_mask"), o.in[0], rows, w);
+    fprintf(f, "  lx_cuda_dropout_forward%s(%s, (size_t)%s * %d, DROPOUT, seed, ", c.sharded ? "_at" : "",
+            args, rows, w);
     print_rng_stream(pr, g, i);
-    if (sharded) fprintf(f, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", w);
+    if (c.sharded) fprintf(f, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", w);
     fputs(", stream);\n", f);
     break;
   case LX_OP_ADD:
     if (emit_fused(pr, g, i, LX_FUSE_RESIDUAL_NORM))
-      print_residual_norm_forward(pr, g, i, out_role, &o, rows);
+      print_residual_norm_forward(pr, g, i, out_role, rows);
     else
-      fprintf(f, "  lx_cuda_add_forward(%s, %s, %s, (size_t)%s * %d, stream);\n", o.out, o.in[0], o.in[1],
-              rows, w);
+      fprintf(f, "  lx_cuda_add_forward(%s, (size_t)%s * %d, stream);\n", args, rows, w);
     break;
   case LX_OP_CROSS_ENTROPY:
     if (emit_tp(pr) > 1)
       fprintf(f,
-              "  lx_cuda_cross_entropy_forward_tp(losses + mb, %s, scratch, %s, %s, BT, V, " VOCAB_SHARD_LAST
+              "  lx_cuda_cross_entropy_forward_tp(losses + mb, %s, BT, V, " VOCAB_SHARD_LAST
               ", tp_comm, stream);\n",
-              emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
+              args);
     else
-      fprintf(f, "  lx_cuda_cross_entropy_forward(losses + mb, %s, scratch, %s, %s, BT, V, VP, stream);\n",
-              emit_internal_named(op, &o, "lse"), o.in[0], o.in[1]);
+      fprintf(f, "  lx_cuda_cross_entropy_forward(losses + mb, %s, BT, V, VP, stream);\n", args);
     break;
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;
@@ -255,15 +236,13 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
 }
 
 static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  lx_operands o;
-  emit_gather_operands(pr, g, i, LX_T_OUTPUT, &o);
+  lx_kernel_call c;
+  emit_kernel_call(pr, g, i, LX_T_OUTPUT, true, workspace_of(emit_op_at(pr, g, i), true), &c);
+  const lx_op *op = c.op;
+  const char *args = c.args, *rows = c.rows;
+  int w = c.width;
   FILE *f = pr->out;
-  int w = emit_rank_width(pr, op->out);
   char dims[96];
-  emit_sequence_parallel_operands(pr, g, i, true, &o);
-  bool sharded = emit_sequence_sharded(pr, op->out);
-  const char *rows = sharded ? "SEQ_ROWS" : "BT";
   print_op_comment(pr, op, "BWD");
   print_zero_whole_gradient(pr, g, i);
   fprintf(f, "  lx_prof_begin(%d, 1, stream);\n", prof_slot(pr, g, i));
@@ -271,73 +250,54 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   switch (op->kind) {
   case LX_OP_EMBEDDING:
     if (emit_tp(pr) > 1)
-      fprintf(f, "  lx_cuda_embedding_backward_shard(%s, %s, %s, B, T, %d, VP, " VOCAB_SHARD ", stream);\n",
-              o.dw, o.dout, o.in[0], w);
+      fprintf(f, "  lx_cuda_embedding_backward_shard(%s, B, T, %d, VP, " VOCAB_SHARD ", stream);\n", args, w);
     else
-      fprintf(f, "  lx_cuda_embedding_backward(%s, %s, %s, B, T, %d, VP, stream);\n", o.dw, o.dout, o.in[0],
-              w);
+      fprintf(f, "  lx_cuda_embedding_backward(%s, B, T, %d, VP, stream);\n", args, w);
     break;
-  case LX_OP_POSITION_EMBEDDING: print_position_embedding(f, "backward", o.dw, o.dout, w, sharded); break;
+  case LX_OP_POSITION_EMBEDDING: print_position_embedding(f, "backward", args, w, c.sharded); break;
   case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_cuda_layernorm_backward(%s, %s, %s, scratch, %s, %s, %s, %s, %d, stream);\n", o.din[0],
-            o.dw, o.db, o.dout, o.in[0], o.w, rows, w);
+    fprintf(f, "  lx_cuda_layernorm_backward(%s, %s, %d, stream);\n", args, rows, w);
     break;
-  case LX_OP_RMSNORM:
-    fprintf(f, "  lx_cuda_rmsnorm_backward(%s, %s, scratch, %s, %s, %s, %s, %d, stream);\n", o.din[0], o.dw,
-            o.dout, o.in[0], o.w, rows, w);
-    break;
+  case LX_OP_RMSNORM: fprintf(f, "  lx_cuda_rmsnorm_backward(%s, %s, %d, stream);\n", args, rows, w); break;
   case LX_OP_LINEAR:
     if (emit_fused(pr, g, i, LX_FUSE_DGELU))
-      print_linear_dgelu_backward(pr, g, i, &o);
+      print_linear_dgelu_backward(pr, g, i);
     else
-      fprintf(f, "  lx_cuda_linear_backward(matmul, %s, %s, %s, scratch, %s, %s, %s, BT, %d, %d, stream);\n",
-              o.din[0], o.dw, o.db, o.dout, o.in[0], o.w, emit_in_width(pr, g, op), w);
+      fprintf(f, "  lx_cuda_linear_backward(matmul, %s, BT, %d, %d, stream);\n", args,
+              emit_in_width(pr, g, op), w);
     break;
   case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_cuda_linear_backward(matmul, %s, %s, NULL, scratch, %s, %s, %s, BT, %d, VP / %d, stream);\n",
-            o.din[0], o.dw, o.dout, o.in[0], o.w, emit_in_width(pr, g, op), emit_tp(pr));
+    fprintf(f, "  lx_cuda_linear_backward(matmul, %s, BT, %d, VP / %d, stream);\n", args,
+            emit_in_width(pr, g, op), emit_tp(pr));
     break;
   case LX_OP_ATTENTION:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
     if (op->attention_impl == LX_ATTN_FLASH) {
-      fprintf(f, "  lx_cuda_flash_attention_backward(%s, scratch, %s, %s, %s, %s, %s, DROPOUT, seed, ", o.din[0],
-              o.dout, o.in[0], o.out, emit_internal_named(op, &o, "lse"), dims);
+      fprintf(f, "  lx_cuda_flash_attention_backward(%s, %s, DROPOUT, seed, ", args, dims);
       print_attention_rng(pr, g, i);
     } else {
-      fprintf(f, "  lx_cuda_attention_backward(%s, scratch, %s, %s, %s, %s, %s, %s, DROPOUT, stream);\n", o.din[0],
-              o.dout, o.in[0], emit_internal_named(op, &o, "softmax"), emit_internal_named(op, &o, "dropout_output"),
-              emit_internal_named(op, &o, "dropout_mask"), dims);
+      fprintf(f, "  lx_cuda_attention_backward(%s, %s, DROPOUT, stream);\n", args, dims);
     }
     break;
   case LX_OP_ROPE:
     emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_cuda_rope_backward(%s, %s, %s, 10000.0, stream);\n", o.din[0], o.dout, dims);
+    fprintf(f, "  lx_cuda_rope_backward(%s, %s, 10000.0, stream);\n", args, dims);
     break;
   case LX_OP_GELU:
-    fprintf(f, "  lx_cuda_gelu_backward(%s, %s, %s, (size_t)%s * %d, stream);\n", o.din[0], o.dout, o.in[0],
-            rows, w);
+    fprintf(f, "  lx_cuda_gelu_backward(%s, (size_t)%s * %d, stream);\n", args, rows, w);
     break;
-  case LX_OP_SWIGLU:
-    fprintf(f, "  lx_cuda_swiglu_backward(%s, %s, %s, %s, %d, stream);\n", o.din[0], o.dout, o.in[0], rows,
-            w);
-    break;
+  case LX_OP_SWIGLU: fprintf(f, "  lx_cuda_swiglu_backward(%s, %s, %d, stream);\n", args, rows, w); break;
   case LX_OP_DROPOUT:
-    fprintf(f, "  lx_cuda_dropout_backward(%s, %s, %s, (size_t)%s * %d, DROPOUT, stream);\n", o.din[0],
-            o.dout, emit_internal_named(op, &o, "dropout_mask"), rows, w);
+    fprintf(f, "  lx_cuda_dropout_backward(%s, (size_t)%s * %d, DROPOUT, stream);\n", args, rows, w);
     break;
-  case LX_OP_ADD:
-    fprintf(f, "  lx_cuda_add_backward(%s, %s, %s, (size_t)%s * %d, stream);\n", o.din[0], o.din[1], o.dout,
-            rows, w);
-    break;
+  case LX_OP_ADD: fprintf(f, "  lx_cuda_add_backward(%s, (size_t)%s * %d, stream);\n", args, rows, w); break;
   case LX_OP_CROSS_ENTROPY:
     if (emit_tp(pr) > 1)
-      fprintf(f,
-              "  lx_cuda_cross_entropy_backward_slice(%s, %s, %s, %s, LOSS_SCALE, BT, V, " VOCAB_SHARD_LAST
-              ", stream);\n",
-              o.din[0], o.in[0], emit_internal_named(op, &o, "lse"), o.in[1]);
+      fprintf(
+          f, "  lx_cuda_cross_entropy_backward_slice(%s, LOSS_SCALE, BT, V, " VOCAB_SHARD_LAST ", stream);\n",
+          args);
     else
-      fprintf(f, "  lx_cuda_cross_entropy_backward(%s, %s, %s, %s, LOSS_SCALE, BT, V, VP, stream);\n",
-              o.din[0], o.in[0], emit_internal_named(op, &o, "lse"), o.in[1]);
+      fprintf(f, "  lx_cuda_cross_entropy_backward(%s, LOSS_SCALE, BT, V, VP, stream);\n", args);
     break;
   case LX_OP_INPUT:
   case LX_OP_KIND_COUNT: break;

@@ -86,57 +86,93 @@ const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i) {
   return &lx_graph_of(pr->ir, g)->ops[i];
 }
 
-static bool input_is_tokens(const lx_printer *pr, lx_graph_id g, const lx_op *op, int k) {
-  return emit_op_at(pr, g, op->inputs[k])->out.dtype == LX_DTYPE_INT32;
+/* The instruction a printed call of op i stands for: the instance the C
+ * variables `layer` and `mb` name where the text is used. */
+static lx_instr printed_instr(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                              bool backward) {
+  lx_instr_kind kind = backward ? LX_I_BWD : out_role == LX_T_RECOMPUTED ? LX_I_RECOMPUTE : LX_I_FWD;
+  return (lx_instr){
+      .kind = kind, .graph = g, .layer = g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, .op = i};
 }
 
-/* The tied LM head on the embedding's own stage reads the embedding table. */
-static lx_tensor_ref head_weight(const lx_printer *pr, lx_graph_id g, int i) {
-  if (pr->l->places[g][i].param_elements[0] > 0) return emit_ref(pr, g, i, LX_T_PARAM, 0);
-  const lx_graph *pro = &pr->ir->prologue;
-  for (int k = 0; k < pro->n_ops; k++)
-    if (pro->ops[k].kind == LX_OP_EMBEDDING) return emit_ref(pr, LX_GRAPH_PROLOGUE, k, LX_T_PARAM, 0);
-  return emit_ref(pr, g, i, LX_T_PARAM, 0);
+static const char *operand_type(const lx_printer *pr, const lx_op *op, const lx_graph *g,
+                                const lx_operand *o) {
+  if (o->kind == LX_OPND_IN && g->ops[op->inputs[o->index]].out.dtype == LX_DTYPE_INT32) return "int";
+  if (o->kind == LX_OPND_SAVED) return internal_type(pr, o->saved);
+  return pr->act_type;
 }
 
-void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+/* The tensor verified for the operand (access.c), as C text; "NULL" where
+ * the op lacks it. */
+static void operand_text(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
+                         const lx_operand *o, char *buf, size_t size) {
+  lx_instr in = printed_instr(pr, g, i, out_role, backward);
+  lx_access a;
+  if (!lx_operand_access(pr->p, pr->s, pr->l, &in, o, &a)) {
+    snprintf(buf, size, "NULL");
+    return;
+  }
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  char at[PTR];
+  emit_at(pr, at, sizeof at, operand_type(pr, &graph->ops[i], graph, o), a.tensor);
+  snprintf(buf, size, a.target == LX_TARGET_PARAM_GRAD ? "GRAD_OF(%s)" : "%s", at);
+}
+
+/* A row-parallel output is a sum over the ranks: one of them adds the bias. */
+static bool bias_on_rank_zero(const lx_printer *pr, const lx_op *op, const lx_operand *o, bool backward) {
+  return o->kind == LX_OPND_BIAS && !backward && emit_tp(pr) > 1 && op->tp_role == LX_TP_ROW;
+}
+
+void emit_kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
+                          const char *workspace, char *buf, size_t size) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  size_t used = 0;
+  bool reads = false;
+  buf[0] = 0;
+  for (const lx_operand *o = lx_op_operands(op, backward); o->kind != LX_OPND_END; o++) {
+    char text[PTR + 32], shown[PTR + 64];
+    operand_text(pr, g, i, out_role, backward, o, text, sizeof text);
+    if (bias_on_rank_zero(pr, op, o, backward) && strcmp(text, "NULL"))
+      snprintf(shown, sizeof shown, "TP_RANK == 0 ? %s : NULL", text);
+    else
+      snprintf(shown, sizeof shown, "%s", text);
+    bool first_read = !reads && lx_operand_mode(o->kind, backward) == LX_ACCESS_READ;
+    reads |= first_read;
+    used += (size_t)snprintf(buf + used, size - used, "%s%s%s%s", used ? ", " : "",
+                             first_read && workspace ? workspace : "", first_read && workspace ? ", " : "",
+                             shown);
+    if (used >= size) return;
+  }
+}
+
+void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
+                      const char *workspace, lx_kernel_call *c) {
+  c->op = emit_op_at(pr, g, i);
+  emit_kernel_operands(pr, g, i, out_role, backward, workspace, c->args, sizeof c->args);
+  c->width = emit_rank_width(pr, c->op->out);
+  c->sharded = emit_sequence_sharded(pr, c->op->out);
+  c->rows = c->sharded ? "SEQ_ROWS" : "BT";
+}
+
+void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
                           lx_operands *o) {
   const lx_op *op = emit_op_at(pr, g, i);
-  memset(o, 0, sizeof *o);
-  emit_at(pr, o->out, PTR, pr->act_type, emit_ref(pr, g, i, out_role, 0));
-  emit_at(pr, o->dout, PTR, pr->act_type, emit_ref(pr, g, i, LX_T_GRAD, 0));
-  for (int k = 0; k < op->n_inputs; k++) {
-    bool tokens = input_is_tokens(pr, g, op, k);
-    emit_at(pr, o->in[k], PTR, tokens ? "int" : pr->act_type, emit_ref(pr, g, op->inputs[k], LX_T_OUTPUT, 0));
-    if (tokens)
-      snprintf(o->din[k], PTR, "NULL");
-    else
-      emit_at(pr, o->din[k], PTR, pr->act_type, emit_ref(pr, g, op->inputs[k], LX_T_GRAD, 0));
+#define OPERAND(field, kind, index)                                                                          \
+  operand_text(pr, g, i, out_role, backward, &(lx_operand){kind, index, NULL}, field, sizeof field)
+  OPERAND(o->out, LX_OPND_OUT, 0);
+  OPERAND(o->dout, LX_OPND_DOUT, 0);
+  OPERAND(o->w, LX_OPND_WEIGHT, 0);
+  OPERAND(o->b, LX_OPND_BIAS, 0);
+  OPERAND(o->dw, LX_OPND_DWEIGHT, 0);
+  OPERAND(o->db, LX_OPND_DBIAS, 0);
+  for (int k = 0; k < LX_MAX_OP_INPUTS; k++) {
+    snprintf(o->in[k], PTR, "NULL");
+    snprintf(o->din[k], PTR, "NULL");
+    if (k >= op->n_inputs) continue;
+    OPERAND(o->in[k], LX_OPND_IN, k);
+    OPERAND(o->din[k], LX_OPND_DIN, k);
   }
-  lx_tensor_ref w = op->kind == LX_OP_LM_HEAD ? head_weight(pr, g, i) : emit_ref(pr, g, i, LX_T_PARAM, 0);
-  const lx_op_place *pl = &pr->l->places[g][i];
-  snprintf(o->w, PTR, "NULL");
-  snprintf(o->b, PTR, "NULL");
-  snprintf(o->dw, sizeof o->dw, "NULL");
-  snprintf(o->db, sizeof o->db, "NULL");
-  if (pl->param_elements[0] > 0 || op->kind == LX_OP_LM_HEAD) {
-    emit_at(pr, o->w, PTR, pr->act_type, w);
-    snprintf(o->dw, sizeof o->dw, "GRAD_OF(%s)", o->w);
-  }
-  if (pl->param_elements[1] > 0) {
-    emit_at(pr, o->b, PTR, pr->act_type, emit_ref(pr, g, i, LX_T_PARAM, 1));
-    snprintf(o->db, sizeof o->db, "GRAD_OF(%s)", o->b);
-  }
-  for (int k = 0; k < op->n_saved; k++)
-    if (op->saved[k].kind == LX_SAVE_INTERNAL)
-      emit_at(pr, o->internal[k], PTR, internal_type(pr, op->saved[k].what),
-              emit_ref(pr, g, i, LX_T_INTERNAL, k));
-}
-
-const char *emit_internal_named(const lx_op *op, const lx_operands *o, const char *what) {
-  for (int k = 0; k < op->n_saved; k++)
-    if (op->saved[k].kind == LX_SAVE_INTERNAL && !strcmp(op->saved[k].what, what)) return o->internal[k];
-  return "NULL";
+#undef OPERAND
 }
 
 /* ---- shapes of one op, as C expressions ----------------------------------- */
@@ -196,31 +232,10 @@ const char *emit_layer_text(const lx_instr *in, char *buf, size_t size) {
   return buf;
 }
 
-const char *emit_row_bias(const lx_printer *pr, const lx_op *op, const lx_operands *o) {
-  static char buf[PTR + 32];
-  if (emit_tp(pr) == 1 || op->tp_role != LX_TP_ROW || !strcmp(o->b, "NULL")) return o->b;
-  snprintf(buf, sizeof buf, "TP_RANK == 0 ? %s : NULL", o->b);
-  return buf;
-}
-
 /* ---- sequence parallelism ---- */
 
 bool emit_sequence_sharded(const lx_printer *pr, lx_shape s) {
   return lx_sequence_parallel(pr->ir) && !s.split && s.dtype != LX_DTYPE_INT32 && !s.scalar;
-}
-
-void emit_sequence_parallel_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                     lx_operands *o) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, op, backward);
-  if (c.reduce != LX_COLL_REDUCE_SCATTER) return;
-  bool column = op->tp_role == LX_TP_COLUMN;
-  if (c.gather_before)
-    emit_at(pr, column ? o->in[0] : o->dout, PTR, pr->act_type,
-            emit_ref(pr, g, i, LX_T_SP_GATHERED, !column));
-  if (c.reduce_after)
-    emit_at(pr, backward ? o->din[0] : o->out, PTR, pr->act_type,
-            emit_ref(pr, g, i, LX_T_SP_WHOLE, backward));
 }
 
 bool emit_whole_gradient(const lx_printer *pr, lx_graph_id g, int i, char *buf, long long *bytes) {

@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 
+#include "access.h"
 #include "emit.h"
 #include "escape.h"
 #include "passes.h"
@@ -28,9 +29,10 @@ typedef struct {
 
 enum { PTR = 320 };
 
-/* An op's operands as C expressions; "NULL" where the op has none. */
+/* An op's operands as C expressions, for the fused calls that combine two
+ * ops' (emit_cuda.c); "NULL" where the op has none. */
 typedef struct {
-  char out[PTR], in[2][PTR], w[PTR], b[PTR], dout[PTR], din[2][PTR], internal[LX_MAX_SAVED][PTR];
+  char out[PTR], in[2][PTR], w[PTR], b[PTR], dout[PTR], din[2][PTR];
   char dw[PTR + 16], db[PTR + 16]; /* GRAD_OF(w), GRAD_OF(b) */
 } lx_operands;
 
@@ -48,10 +50,29 @@ void emit_block_boundaries(const lx_printer *pr);
 const char *emit_file_name(const char *path, char name[LX_TEXT_MAX]);
 
 const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i);
-void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+/* The operands of op i's forward (out_role: LX_T_OUTPUT, or LX_T_RECOMPUTED
+ * for a RECOMPUTE) or backward kernel, each the tensor the verifier checks
+ * for it (access.h lx_operand_access). */
+void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
                           lx_operands *o);
-/* The saved internal buffer named `what` ("lse", "softmax", ...), or "NULL". */
-const char *emit_internal_named(const lx_op *op, const lx_operands *o, const char *what);
+/* The pointer arguments of op i's forward or backward kernel in the order of
+ * its row of the operand table (op_signature.h), comma-separated; a kernel
+ * with a workspace gets `workspace` between what it writes and what it reads.
+ * A row-parallel linear's bias is added by tensor-parallel rank 0 only. */
+void emit_kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
+                          const char *workspace, char *buf, size_t size);
+/* What a printer needs for one kernel call of op i: its pointer arguments
+ * (emit_kernel_operands), its output's width on this rank and its rows: a
+ * sequence shard's (SEQ_ROWS) or all of (B, T). */
+typedef struct {
+  const lx_op *op;
+  char args[LX_MAX_OPERANDS * (PTR + 64)];
+  int width;
+  bool sharded;
+  const char *rows;
+} lx_kernel_call;
+void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
+                      const char *workspace, lx_kernel_call *c);
 
 int emit_tp(const lx_printer *pr);
 int emit_rank_width(const lx_printer *pr, lx_shape s);
@@ -78,17 +99,9 @@ const char *emit_layer_text(const lx_instr *in, char *buf, size_t size);
 #define VOCAB_SHARD "TP_RANK * (VP / TENSOR_PARALLEL), VP / TENSOR_PARALLEL"
 /* ... its columns of the logits: count, first */
 #define VOCAB_SHARD_LAST "VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL)"
-/* A row-parallel output is a sum over the ranks: one of them (TP_RANK 0)
- * adds the bias; returns the bias operand to print. */
-const char *emit_row_bias(const lx_printer *pr, const lx_op *op, const lx_operands *o);
-
 /* ---- sequence parallelism ---- */
 /* Is this tensor a sequence shard (SEQ_ROWS of the BT rows on each rank)? */
 bool emit_sequence_sharded(const lx_printer *pr, lx_shape s);
-/* Around its collectives an op reads the whole gathered tensor instead of
- * its shard, and writes a whole partial result that is then reduce-scattered. */
-void emit_sequence_parallel_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
-                                     lx_operands *o);
 /* The whole input gradient a column-parallel backward of op i accumulates
  * into, which starts at zero: its address as a char pointer in buf (PTR)
  * and its bytes; false where the backward has none. */

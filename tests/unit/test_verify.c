@@ -202,10 +202,13 @@ static void check_accesses(void) {
   lx_instr fwd = {.kind = LX_I_FWD, .graph = LX_GRAPH_BLOCK, .layer = 0, .op = linear, .mb = 0};
   lx_access a[LX_MAX_ACCESSES];
   int n = lx_instr_access(&b.pipe, 0, &b.layouts[0], &fwd, a, LX_MAX_ACCESSES);
-  CHECK(n == 4 && a[0].mode == LX_ACCESS_READ && a[0].tensor.op == g->ops[linear].inputs[0] &&
-            a[1].tensor.role == LX_T_PARAM && a[2].tensor.role == LX_T_PARAM &&
-            a[3].mode == LX_ACCESS_WRITE && a[3].tensor.op == linear,
-        "FWD linear: reads its input, weight and bias, writes its output (%d accesses)", n);
+  CHECK(
+      n == 4 && a[0].mode == LX_ACCESS_WRITE && a[0].tensor.op == linear && a[0].tensor.role == LX_T_OUTPUT &&
+          a[1].mode == LX_ACCESS_READ && a[1].tensor.op == g->ops[linear].inputs[0] &&
+          a[2].tensor.role == LX_T_PARAM && a[2].tensor.index == 0 && a[3].tensor.role == LX_T_PARAM &&
+          a[3].tensor.index == 1,
+      "FWD linear: writes its output, reads its input, weight and bias, in the kernel's order (%d accesses)",
+      n);
   lx_instr bwd = fwd;
   bwd.kind = LX_I_BWD;
   n = lx_instr_access(&b.pipe, 0, &b.layouts[0], &bwd, a, LX_MAX_ACCESSES);

@@ -1,0 +1,64 @@
+/* op_signature.h — the operands of each op's kernels, in call order.
+ *
+ * One row per op kind (and attention implementation) names the tensors its
+ * forward and its backward kernel take. It is the single source of both the
+ * verifier's access lists (gen/access.c) and the pointer arguments the CPU
+ * and CUDA printers pass (gen/emit_operands.c): what is verified is what is
+ * emitted. An operand that an instance lacks (a bias the op does not have, the
+ * gradient of token ids, a dropout mask at dropout 0) is NULL in the call and
+ * no access. tests/unit/test_op_signature.c checks every row against what
+ * analysis saves for the backward (ir.h lx_saved). */
+#ifndef LX_OP_SIGNATURE_H
+#define LX_OP_SIGNATURE_H
+
+#include <stdbool.h>
+
+#include "ir.h"
+
+typedef enum {
+  LX_OPND_END,    /* ends a row's list */
+  LX_OPND_IN,     /* the output of input `index` */
+  LX_OPND_OUT,    /* the op's output (in a backward: the saved output) */
+  LX_OPND_WEIGHT, /* parameter 0 (a tied LM head: the embedding's table) */
+  LX_OPND_BIAS,   /* parameter 1 */
+  LX_OPND_SAVED,  /* the op's saved buffer named `saved` (ir.h lx_saved.what) */
+  LX_OPND_DOUT,   /* the gradient of the output */
+  LX_OPND_DIN,    /* the gradient of input `index` */
+  LX_OPND_DWEIGHT,
+  LX_OPND_DBIAS
+} lx_operand_kind;
+
+typedef struct {
+  lx_operand_kind kind;
+  int index;         /* IN, DIN */
+  const char *saved; /* SAVED */
+} lx_operand;
+
+enum { LX_MAX_OPERANDS = 8 };
+
+/* A row lists the operands a kernel writes or adds into first, then those
+ * it reads; a kernel with a workspace (the GPU's reduction scratch) takes it
+ * between the two. */
+typedef struct {
+  const char *kernel; /* the kernels' common stem: lx_<kernel>_forward, lx_cuda_<kernel>_backward */
+  lx_operand forward[LX_MAX_OPERANDS + 1], backward[LX_MAX_OPERANDS + 1]; /* each ends with LX_OPND_END */
+  bool forward_workspace, backward_workspace;
+} lx_op_signature;
+
+/* The row of an op (flash and materialised attention have one each). */
+const lx_op_signature *lx_op_signature_of(const lx_op *op);
+
+/* The operands of op's forward or backward kernel, ending with LX_OPND_END. */
+const lx_operand *lx_op_operands(const lx_op *op, bool backward);
+
+/* How a kernel uses an operand: a forward writes its output and saved
+ * buffers and reads the rest; a backward adds into the gradients of its
+ * inputs and parameters and reads the rest. */
+typedef enum {
+  LX_ACCESS_READ,
+  LX_ACCESS_WRITE,     /* overwrites the whole tensor */
+  LX_ACCESS_ACCUMULATE /* adds into it: a gradient contribution, an all-reduce */
+} lx_access_mode;
+lx_access_mode lx_operand_mode(lx_operand_kind kind, bool backward);
+
+#endif
