@@ -12,28 +12,11 @@
 #include "access.h"
 #include "alloc.h"
 #include "diag.h"
+#include "emit_op.h"
 #include "emit_operands.h"
 #include "emit_reroll.h"
 #include "emit_walk.h"
 #include "escape.h"
-
-/* ---- forward --------------------------------------------------------------- */
-
-static void print_rng_stream(const lx_printer *pr, lx_graph_id g, int i) {
-  fprintf(pr->out, "lx_rng_stream(current_step, GLOBAL_MB(mb), %s, %d)",
-          g == LX_GRAPH_BLOCK      ? "layer + 1"
-          : g == LX_GRAPH_PROLOGUE ? "0"
-                                   : "MODEL_LAYERS + 1",
-          i);
-}
-
-/* The rest of an attention call: its random stream, and this rank's heads in
- * the whole model's numbering (dropout draws by them, lx_attention.h). */
-static void print_attention_rng(const lx_printer *pr, lx_graph_id g, int i) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  print_rng_stream(pr, g, i);
-  fprintf(pr->out, ", TP_RANK * %d, %d);\n", op->heads / emit_tp(pr), op->heads);
-}
 
 /* ---- sequence parallelism ---------------------------------------------------- */
 
@@ -46,131 +29,20 @@ static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i
 }
 
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
-  lx_kernel_call c;
-  emit_kernel_call(pr, g, i, out_role, false, NULL, &c);
-  const lx_op *op = c.op;
-  const char *args = c.args, *rows = c.rows;
-  int w = c.width;
-  FILE *f = pr->out;
-  char dims[96];
+  const lx_op *op = emit_op_at(pr, g, i);
   char file[LX_TEXT_MAX];
-  fprintf(f, "  /* %s = %s(...)  %s:%d */\n", op->var[0] ? op->var : op->name, lx_op_kind_name(op->kind),
-          emit_file_name(op->src.file, file), op->src.line);
-  bool tp = emit_tp(pr) > 1;
-  switch (op->kind) {
-  case LX_OP_EMBEDDING:
-    if (tp)
-      fprintf(f, "  lx_embedding_forward_shard(%s, B, T, %d, VP, " VOCAB_SHARD ");\n", args, w);
-    else
-      fprintf(f, "  lx_embedding_forward(%s, B, T, %d, VP);\n", args, w);
-    break;
-  case LX_OP_POSITION_EMBEDDING:
-    if (c.sharded)
-      fprintf(f, "  lx_position_embedding_forward_rows(%s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS);\n", args, w);
-    else
-      fprintf(f, "  lx_position_embedding_forward(%s, B, T, %d);\n", args, w);
-    break;
-  case LX_OP_LAYERNORM: fprintf(f, "  lx_layernorm_forward(%s, %s, %d);\n", args, rows, w); break;
-  case LX_OP_RMSNORM: fprintf(f, "  lx_rmsnorm_forward(%s, %s, %d);\n", args, rows, w); break;
-  case LX_OP_LINEAR:
-    fprintf(f, "  lx_linear_forward(%s, BT, %d, %d);\n", args, emit_in_width(pr, g, op), w);
-    break;
-  case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_linear_forward(%s, BT, %d, VP / %d);\n", args, emit_in_width(pr, g, op), emit_tp(pr));
-    break;
-  case LX_OP_ATTENTION:
-    emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_%s_forward(%s, %s, DROPOUT, seed, ", lx_op_signature_of(op)->kernel, args, dims);
-    print_attention_rng(pr, g, i);
-    break;
-  case LX_OP_ROPE:
-    emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_rope_forward(%s, %s, 10000.0);\n", args, dims);
-    break;
-  case LX_OP_GELU: fprintf(f, "  lx_gelu_forward(%s, (size_t)%s * %d);\n", args, rows, w); break;
-  case LX_OP_SWIGLU: fprintf(f, "  lx_swiglu_forward(%s, %s, %d);\n", args, rows, w); break;
-  case LX_OP_DROPOUT:
-    fprintf(f, "  lx_dropout_forward%s(%s, (size_t)%s * %d, DROPOUT, seed, ", c.sharded ? "_at" : "", args,
-            rows, w);
-    print_rng_stream(pr, g, i);
-    if (c.sharded) fprintf(f, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", w);
-    fputs(");\n", f);
-    break;
-  case LX_OP_ADD: fprintf(f, "  lx_add_forward(%s, (size_t)%s * %d);\n", args, rows, w); break;
-  case LX_OP_CROSS_ENTROPY:
-    if (tp)
-      fprintf(f, "  loss_sum += lx_cross_entropy_forward_tp(%s, BT, V, " VOCAB_SHARD_LAST ", groups.tp);\n",
-              args);
-    else
-      fprintf(f, "  loss_sum += lx_cross_entropy_forward(%s, BT, V, VP);\n", args);
-    break;
-  case LX_OP_INPUT:
-  case LX_OP_KIND_COUNT: break;
-  }
+  fprintf(pr->out, "  /* %s = %s(...)  %s:%d */\n", op->var[0] ? op->var : op->name,
+          lx_op_kind_name(op->kind), emit_file_name(op->src.file, file), op->src.line);
+  emit_op_call(pr, &lx_cpu_kernels, g, i, out_role, false);
 }
 
 static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
-  lx_kernel_call c;
-  emit_kernel_call(pr, g, i, LX_T_OUTPUT, true, NULL, &c);
-  const lx_op *op = c.op;
-  const char *args = c.args, *rows = c.rows;
-  int w = c.width;
-  FILE *f = pr->out;
-  char dims[96];
+  const lx_op *op = emit_op_at(pr, g, i);
   char file[LX_TEXT_MAX];
-  fprintf(f, "  /* d %s(...)  %s:%d */\n", lx_op_kind_name(op->kind), emit_file_name(op->src.file, file),
-          op->src.line);
+  fprintf(pr->out, "  /* d %s(...)  %s:%d */\n", lx_op_kind_name(op->kind),
+          emit_file_name(op->src.file, file), op->src.line);
   print_zero_whole_gradient(pr, g, i);
-  switch (op->kind) {
-  case LX_OP_EMBEDDING:
-    if (emit_tp(pr) > 1)
-      fprintf(f, "  lx_embedding_backward_shard(%s, B, T, %d, VP, " VOCAB_SHARD ");\n", args, w);
-    else
-      fprintf(f, "  lx_embedding_backward(%s, B, T, %d, VP);\n", args, w);
-    break;
-  case LX_OP_POSITION_EMBEDDING:
-    if (c.sharded)
-      fprintf(f, "  lx_position_embedding_backward_rows(%s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS);\n", args,
-              w);
-    else
-      fprintf(f, "  lx_position_embedding_backward(%s, B, T, %d);\n", args, w);
-    break;
-  case LX_OP_LAYERNORM: fprintf(f, "  lx_layernorm_backward(%s, %s, %d);\n", args, rows, w); break;
-  case LX_OP_RMSNORM: fprintf(f, "  lx_rmsnorm_backward(%s, %s, %d);\n", args, rows, w); break;
-  case LX_OP_LINEAR:
-    fprintf(f, "  lx_linear_backward(%s, BT, %d, %d);\n", args, emit_in_width(pr, g, op), w);
-    break;
-  case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_linear_backward(%s, BT, %d, VP / %d);\n", args, emit_in_width(pr, g, op), emit_tp(pr));
-    break;
-  case LX_OP_ATTENTION:
-    emit_attention_dims(pr, g, op, dims, sizeof dims);
-    if (op->attention_impl == LX_ATTN_FLASH) {
-      fprintf(f, "  lx_flash_attention_backward(%s, %s, DROPOUT, seed, ", args, dims);
-      print_attention_rng(pr, g, i);
-    } else {
-      fprintf(f, "  lx_attention_backward(%s, %s, DROPOUT);\n", args, dims);
-    }
-    break;
-  case LX_OP_ROPE:
-    emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_rope_backward(%s, %s, 10000.0);\n", args, dims);
-    break;
-  case LX_OP_GELU: fprintf(f, "  lx_gelu_backward(%s, (size_t)%s * %d);\n", args, rows, w); break;
-  case LX_OP_SWIGLU: fprintf(f, "  lx_swiglu_backward(%s, %s, %d);\n", args, rows, w); break;
-  case LX_OP_DROPOUT:
-    fprintf(f, "  lx_dropout_backward(%s, (size_t)%s * %d, DROPOUT);\n", args, rows, w);
-    break;
-  case LX_OP_ADD: fprintf(f, "  lx_add_backward(%s, (size_t)%s * %d);\n", args, rows, w); break;
-  case LX_OP_CROSS_ENTROPY:
-    if (emit_tp(pr) > 1)
-      fprintf(f, "  lx_cross_entropy_backward_slice(%s, LOSS_SCALE, BT, V, " VOCAB_SHARD_LAST ");\n", args);
-    else
-      fprintf(f, "  lx_cross_entropy_backward(%s, LOSS_SCALE, BT, V, VP);\n", args);
-    break;
-  case LX_OP_INPUT:
-  case LX_OP_KIND_COUNT: break;
-  }
+  emit_op_call(pr, &lx_cpu_kernels, g, i, LX_T_OUTPUT, true);
 }
 
 /* ---- tensor-parallel collectives ----------------------------------------------- */

@@ -14,25 +14,13 @@
 #include "cost.h"
 #include "diag.h"
 #include "emit_fusion.h"
+#include "emit_op.h"
 #include "emit_operands.h"
 #include "emit_reroll.h"
 #include "emit_walk.h"
 #include "escape.h"
 
 /* ---- one op ------------------------------------------------------------------ */
-
-static void print_rng_stream(const lx_printer *pr, lx_graph_id g, int i) {
-  fprintf(pr->out, "lx_rng_stream_id(current_step, GLOBAL_MB(mb), %s, %d)",
-          g == LX_GRAPH_BLOCK ? "layer + 1" : g == LX_GRAPH_PROLOGUE ? "0" : "MODEL_LAYERS + 1", i);
-}
-
-/* The rest of an attention call: its random stream, this rank's heads in the
- * whole model's numbering (dropout draws by them) and the stream. */
-static void print_attention_rng(const lx_printer *pr, lx_graph_id g, int i) {
-  const lx_op *op = emit_op_at(pr, g, i);
-  print_rng_stream(pr, g, i);
-  fprintf(pr->out, ", TP_RANK * %d, %d, stream);\n", op->heads / emit_tp(pr), op->heads);
-}
 
 /* A tensor-parallel collective on `stream` (bf16 sums): an all-reduce in
  * place, or sequence parallelism's reduce-scatter into the shard or
@@ -62,16 +50,6 @@ static void print_blocking_collective(const lx_printer *pr, lx_graph_id g, int i
   emit_blocking_collective(pr, g, i, backward, role, before, print_nccl_call, "stream");
 }
 
-/* The learned position embedding's `pass` (operands: forward out, wpe;
- * backward dwpe, dout): on this rank's rows of a sequence shard. */
-static void print_position_embedding(FILE *f, const char *pass, const char *args, int w, bool sharded) {
-  if (sharded)
-    fprintf(f, "  lx_cuda_position_embedding_%s_rows(%s, T, %d, TP_RANK * SEQ_ROWS, SEQ_ROWS, stream);\n",
-            pass, args, w);
-  else
-    fprintf(f, "  lx_cuda_position_embedding_%s(%s, B, T, %d, stream);\n", pass, args, w);
-}
-
 /* The whole input gradient a column-parallel backward accumulates into starts at zero. */
 static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i) {
   char buf[PTR];
@@ -98,8 +76,9 @@ static int prof_slot(const lx_printer *pr, lx_graph_id g, int i) {
 
 /* Linear i and the gelu after it as one matmul: the linear's output (the
  * gelu's saved input) is the epilogue's aux matrix. */
-static void print_linear_gelu_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
-                                      const lx_kernel_call *linear) {
+static void print_linear_gelu_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
+  lx_kernel_call linear_call, *linear = &linear_call;
+  emit_kernel_call(pr, g, i, out_role, false, NULL, linear);
   const lx_op *op = linear->op;
   lx_operands gelu;
   emit_gather_operands(pr, g, i + 1, out_role, false, &gelu);
@@ -111,8 +90,8 @@ static void print_linear_gelu_forward(const lx_printer *pr, lx_graph_id g, int i
 
 /* Add i and the norm after it in one pass over each row: the sum (the
  * norm's saved input) and the normalised output written together. */
-static void print_residual_norm_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
-                                        const char *rows) {
+static void print_residual_norm_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
+  const char *rows = emit_sequence_sharded(pr, emit_op_at(pr, g, i)->out) ? "SEQ_ROWS" : "BT";
   lx_operands add, norm;
   emit_gather_operands(pr, g, i, out_role, false, &add);
   emit_gather_operands(pr, g, i + 1, out_role, false, &norm);
@@ -156,153 +135,31 @@ static bool print_if_absorbed(const lx_printer *pr, lx_graph_id g, int i, bool b
   return true;
 }
 
-/* The kernel's reduction scratch, where its row of the operand table has one. */
-static const char *workspace_of(const lx_op *op, bool backward) {
-  const lx_op_signature *sig = lx_op_signature_of(op);
-  return (backward ? sig->backward_workspace : sig->forward_workspace) ? "scratch" : NULL;
-}
-
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
-  lx_kernel_call c;
-  emit_kernel_call(pr, g, i, out_role, false, workspace_of(emit_op_at(pr, g, i), false), &c);
-  const lx_op *op = c.op;
-  const char *args = c.args, *rows = c.rows;
-  int w = c.width;
-  FILE *f = pr->out;
-  char dims[96];
+  const lx_op *op = emit_op_at(pr, g, i);
   print_op_comment(pr, op, out_role == LX_T_RECOMPUTED ? "RECOMPUTE" : "FWD");
-  fprintf(f, "  lx_prof_begin(%d, 0, stream);\n", prof_slot(pr, g, i));
+  fprintf(pr->out, "  lx_prof_begin(%d, 0, stream);\n", prof_slot(pr, g, i));
   if (print_if_absorbed(pr, g, i, false)) return;
-  switch (op->kind) {
-  case LX_OP_EMBEDDING:
-    if (emit_tp(pr) > 1)
-      fprintf(f, "  lx_cuda_embedding_forward_shard(%s, B, T, %d, VP, " VOCAB_SHARD ", stream);\n", args, w);
-    else
-      fprintf(f, "  lx_cuda_embedding_forward(%s, B, T, %d, VP, stream);\n", args, w);
-    break;
-  case LX_OP_POSITION_EMBEDDING: print_position_embedding(f, "forward", args, w, c.sharded); break;
-  case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_cuda_layernorm_forward(%s, %s, %d, stream);\n", args, rows, w);
-    break;
-  case LX_OP_RMSNORM: fprintf(f, "  lx_cuda_rmsnorm_forward(%s, %s, %d, stream);\n", args, rows, w); break;
-  case LX_OP_LINEAR:
-    if (emit_fused(pr, g, i, LX_FUSE_GELU))
-      print_linear_gelu_forward(pr, g, i, out_role, &c);
-    else
-      fprintf(f, "  lx_cuda_linear_forward(matmul, %s, BT, %d, %d, stream);\n", args,
-              emit_in_width(pr, g, op), w);
-    break;
-  case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_cuda_linear_forward(matmul, %s, BT, %d, VP / %d, stream);\n", args,
-            emit_in_width(pr, g, op), emit_tp(pr));
-    break;
-  case LX_OP_ATTENTION:
-    emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_cuda_%s_forward(%s, %s, DROPOUT, seed, ", lx_op_signature_of(op)->kernel, args, dims);
-    print_attention_rng(pr, g, i);
-    break;
-  case LX_OP_ROPE:
-    emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_cuda_rope_forward(%s, %s, 10000.0, stream);\n", args, dims);
-    break;
-  case LX_OP_GELU: fprintf(f, "  lx_cuda_gelu_forward(%s, (size_t)%s * %d, stream);\n", args, rows, w); break;
-  case LX_OP_SWIGLU: fprintf(f, "  lx_cuda_swiglu_forward(%s, %s, %d, stream);\n", args, rows, w); break;
-  case LX_OP_DROPOUT:
-    fprintf(f, "  lx_cuda_dropout_forward%s(%s, (size_t)%s * %d, DROPOUT, seed, ", c.sharded ? "_at" : "",
-            args, rows, w);
-    print_rng_stream(pr, g, i);
-    if (c.sharded) fprintf(f, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", w);
-    fputs(", stream);\n", f);
-    break;
-  case LX_OP_ADD:
-    if (emit_fused(pr, g, i, LX_FUSE_RESIDUAL_NORM))
-      print_residual_norm_forward(pr, g, i, out_role, rows);
-    else
-      fprintf(f, "  lx_cuda_add_forward(%s, (size_t)%s * %d, stream);\n", args, rows, w);
-    break;
-  case LX_OP_CROSS_ENTROPY:
-    if (emit_tp(pr) > 1)
-      fprintf(f,
-              "  lx_cuda_cross_entropy_forward_tp(losses + mb, %s, BT, V, " VOCAB_SHARD_LAST
-              ", tp_comm, stream);\n",
-              args);
-    else
-      fprintf(f, "  lx_cuda_cross_entropy_forward(losses + mb, %s, BT, V, VP, stream);\n", args);
-    break;
-  case LX_OP_INPUT:
-  case LX_OP_KIND_COUNT: break;
-  }
-  fputs("  lx_prof_end(stream);\n", f);
+  if (op->kind == LX_OP_LINEAR && emit_fused(pr, g, i, LX_FUSE_GELU))
+    print_linear_gelu_forward(pr, g, i, out_role);
+  else if (op->kind == LX_OP_ADD && emit_fused(pr, g, i, LX_FUSE_RESIDUAL_NORM))
+    print_residual_norm_forward(pr, g, i, out_role);
+  else
+    emit_op_call(pr, &lx_cuda_kernels, g, i, out_role, false);
+  fputs("  lx_prof_end(stream);\n", pr->out);
 }
 
 static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
-  lx_kernel_call c;
-  emit_kernel_call(pr, g, i, LX_T_OUTPUT, true, workspace_of(emit_op_at(pr, g, i), true), &c);
-  const lx_op *op = c.op;
-  const char *args = c.args, *rows = c.rows;
-  int w = c.width;
-  FILE *f = pr->out;
-  char dims[96];
+  const lx_op *op = emit_op_at(pr, g, i);
   print_op_comment(pr, op, "BWD");
   print_zero_whole_gradient(pr, g, i);
-  fprintf(f, "  lx_prof_begin(%d, 1, stream);\n", prof_slot(pr, g, i));
+  fprintf(pr->out, "  lx_prof_begin(%d, 1, stream);\n", prof_slot(pr, g, i));
   if (print_if_absorbed(pr, g, i, true)) return;
-  switch (op->kind) {
-  case LX_OP_EMBEDDING:
-    if (emit_tp(pr) > 1)
-      fprintf(f, "  lx_cuda_embedding_backward_shard(%s, B, T, %d, VP, " VOCAB_SHARD ", stream);\n", args, w);
-    else
-      fprintf(f, "  lx_cuda_embedding_backward(%s, B, T, %d, VP, stream);\n", args, w);
-    break;
-  case LX_OP_POSITION_EMBEDDING: print_position_embedding(f, "backward", args, w, c.sharded); break;
-  case LX_OP_LAYERNORM:
-    fprintf(f, "  lx_cuda_layernorm_backward(%s, %s, %d, stream);\n", args, rows, w);
-    break;
-  case LX_OP_RMSNORM: fprintf(f, "  lx_cuda_rmsnorm_backward(%s, %s, %d, stream);\n", args, rows, w); break;
-  case LX_OP_LINEAR:
-    if (emit_fused(pr, g, i, LX_FUSE_DGELU))
-      print_linear_dgelu_backward(pr, g, i);
-    else
-      fprintf(f, "  lx_cuda_linear_backward(matmul, %s, BT, %d, %d, stream);\n", args,
-              emit_in_width(pr, g, op), w);
-    break;
-  case LX_OP_LM_HEAD:
-    fprintf(f, "  lx_cuda_linear_backward(matmul, %s, BT, %d, VP / %d, stream);\n", args,
-            emit_in_width(pr, g, op), emit_tp(pr));
-    break;
-  case LX_OP_ATTENTION:
-    emit_attention_dims(pr, g, op, dims, sizeof dims);
-    if (op->attention_impl == LX_ATTN_FLASH) {
-      fprintf(f, "  lx_cuda_flash_attention_backward(%s, %s, DROPOUT, seed, ", args, dims);
-      print_attention_rng(pr, g, i);
-    } else {
-      fprintf(f, "  lx_cuda_attention_backward(%s, %s, DROPOUT, stream);\n", args, dims);
-    }
-    break;
-  case LX_OP_ROPE:
-    emit_attention_dims(pr, g, op, dims, sizeof dims);
-    fprintf(f, "  lx_cuda_rope_backward(%s, %s, 10000.0, stream);\n", args, dims);
-    break;
-  case LX_OP_GELU:
-    fprintf(f, "  lx_cuda_gelu_backward(%s, (size_t)%s * %d, stream);\n", args, rows, w);
-    break;
-  case LX_OP_SWIGLU: fprintf(f, "  lx_cuda_swiglu_backward(%s, %s, %d, stream);\n", args, rows, w); break;
-  case LX_OP_DROPOUT:
-    fprintf(f, "  lx_cuda_dropout_backward(%s, (size_t)%s * %d, DROPOUT, stream);\n", args, rows, w);
-    break;
-  case LX_OP_ADD: fprintf(f, "  lx_cuda_add_backward(%s, (size_t)%s * %d, stream);\n", args, rows, w); break;
-  case LX_OP_CROSS_ENTROPY:
-    if (emit_tp(pr) > 1)
-      fprintf(
-          f, "  lx_cuda_cross_entropy_backward_slice(%s, LOSS_SCALE, BT, V, " VOCAB_SHARD_LAST ", stream);\n",
-          args);
-    else
-      fprintf(f, "  lx_cuda_cross_entropy_backward(%s, LOSS_SCALE, BT, V, VP, stream);\n", args);
-    break;
-  case LX_OP_INPUT:
-  case LX_OP_KIND_COUNT: break;
-  }
-  fputs("  lx_prof_end(stream);\n", f);
+  if (op->kind == LX_OP_LINEAR && emit_fused(pr, g, i, LX_FUSE_DGELU))
+    print_linear_dgelu_backward(pr, g, i);
+  else
+    emit_op_call(pr, &lx_cuda_kernels, g, i, LX_T_OUTPUT, true);
+  fputs("  lx_prof_end(stream);\n", pr->out);
 }
 
 /* Gradients accumulate (+=): zero every one this graph instance produces. */
