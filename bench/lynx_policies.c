@@ -1,6 +1,6 @@
 /* lynx_policies — predicted iteration time and peak memory of every
  * recompute policy on the GPT configurations of
- * ../shared/reference/models.md, on DGX-A100 and DGX-H100 clusters, with
+ * examples/, on DGX-A100 and DGX-H100 clusters, with
  * memory-constrained variants (4x the micro-batch; sequence 4096).
  *
  *   make bench-lynx                 all configurations

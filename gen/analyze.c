@@ -43,6 +43,7 @@ static void apply_defaults(lx_ir *ir) {
   lx_model_config *m = &ir->model;
   if (!given(ir, LX_F_KV_HEADS)) m->kv_heads = m->heads;
   if (!given(ir, LX_F_FFN_HIDDEN)) m->ffn_hidden = 4 * m->hidden;
+  if (!given(ir, LX_F_ROPE_THETA)) m->rope_theta = 10000; /* RoFormer, Llama 2 */
   if (!given(ir, LX_F_NODES)) ir->cluster.nodes = 1;
   if (!given(ir, LX_F_INTRA_LINK)) ir->cluster.intra_node_link = default_intra_link(ir->cluster.gpu);
   if (!given(ir, LX_F_INTER_LINK)) ir->cluster.inter_node_link = default_inter_link(ir->cluster.gpu);
@@ -157,6 +158,7 @@ static void check_double_ranges(const lx_ir *ir) {
   const lx_training *t = &ir->training;
   const double_rule rules[] = {
       {LX_F_DROPOUT, "dropout", ir->model.dropout, 0, 1, false, true},
+      {LX_F_ROPE_THETA, "rope_theta", ir->model.rope_theta, 1, 1e9, true, false},
       {LX_F_LR, "lr", t->lr, 0, 1, true, false},
       {LX_F_BETA1, "beta1", t->beta1, 0, 1, false, true},
       {LX_F_BETA2, "beta2", t->beta2, 0, 1, false, true},

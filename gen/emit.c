@@ -86,7 +86,7 @@ static void cuda_makefile(const lx_program *prog, FILE *out) {
   fprintf(out, "PROGRAMS =");
   list_stages(prog, out, "");
   fprintf(out, "\nall: $(PROGRAMS)\n\n"
-               "lx_kernels.o: lx_kernels.cu $(wildcard lx_cuda_*.cuh) lx_cuda_api.h\n\t$(NVCC) $(NVFLAGS) "
+               "lx_kernels.o: lx_kernels.cu $(wildcard lx_cuda_*.cuh lx_cuda_*.h)\n\t$(NVCC) $(NVFLAGS) "
                "$(ARCH) -c -o $@ $<\n"
                "# host code only (the lx_*.h headers), compiled as C++ by nvcc's host compiler\n"
                "stage%%.o: stage%%.cu $(wildcard lx_*.h)\n"

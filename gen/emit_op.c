@@ -95,7 +95,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   case LX_OP_ROPE: {
     char dims[96];
     emit_attention_dims(pr, g, op, dims, sizeof dims);
-    snprintf(c->sizes, sizeof c->sizes, "%s, 10000.0", dims);
+    snprintf(c->sizes, sizeof c->sizes, "%s, %.17g", dims, pr->ir->model.rope_theta);
     break;
   }
   case LX_OP_GELU:

@@ -133,6 +133,7 @@ static const field_desc fields[] = {
     F("lx_model", kv_heads, LX_F_KV_HEADS, FIELD_INT, model.kv_heads),
     F("lx_model", ffn_hidden, LX_F_FFN_HIDDEN, FIELD_INT, model.ffn_hidden),
     F("lx_model", dropout, LX_F_DROPOUT, FIELD_DOUBLE, model.dropout),
+    F("lx_model", rope_theta, LX_F_ROPE_THETA, FIELD_DOUBLE, model.rope_theta),
     F("lx_model", tied_embeddings, LX_F_TIED, FIELD_BOOL, model.tied_embeddings),
     F("lx_cluster", gpu, LX_F_GPU, FIELD_ENUM, cluster.gpu),
     F("lx_cluster", nodes, LX_F_NODES, FIELD_INT, cluster.nodes),

@@ -65,6 +65,7 @@ typedef struct {
   int vocab, seq_len, layers, hidden, heads, kv_heads, ffn_hidden;
   double dropout;
   bool tied_embeddings;
+  double rope_theta; /* rope()'s frequencies are rope_theta^(-2i/d) */
 } lx_model_config;
 
 typedef struct {
@@ -197,6 +198,7 @@ typedef enum {
   LX_F_KV_HEADS,
   LX_F_FFN_HIDDEN,
   LX_F_DROPOUT,
+  LX_F_ROPE_THETA,
   LX_F_TIED,
   LX_F_GPU,
   LX_F_NODES,

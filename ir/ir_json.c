@@ -37,6 +37,7 @@ static void print_configs(cJSON *doc, const lx_ir *ir) {
   lx_json_add_int(w, "ffn_hidden", m->ffn_hidden);
   lx_json_add_number(w, "dropout", m->dropout);
   lx_json_add_bool(w, "tied_embeddings", m->tied_embeddings);
+  lx_json_add_number(w, "rope_theta", m->rope_theta);
 
   const lx_cluster *c = &ir->cluster;
   w = lx_json_add_object(doc, "cluster");

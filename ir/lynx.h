@@ -39,6 +39,7 @@ struct lx_model {
   int ffn_hidden;       /* MLP width; default 4 * hidden */
   double dropout;       /* dropout probability of every dropout() and of attention */
   int tied_embeddings;  /* 1: lm_head reuses the token embedding */
+  double rope_theta;    /* rope()'s base of rotation frequencies; default 10000 */
 };
 
 struct lx_cluster {

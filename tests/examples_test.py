@@ -5,10 +5,11 @@
   clang accepts it with examples/compile_flags.txt (what clangd sees), if clang is here
 - the GPT examples: params_total equals 12*L*h^2 + 13*L*h + V*h + s*h + 2*h, computed
   here from the example's own config, and is within 3% of the nominal size in
-  shared/reference/models.md
+  GPT-3's table of model sizes (Brown et al. 2020, table 2.1) and GPT-2 small
 - llama.model: params_total equals the Llama closed form derived below; its block
   has rmsnorm, rope and swiglu, grouped-query attention (kv_heads < heads, visible
   in the attention op's input and output widths) and linears without biases
+- llama.model's rope calls rotate by 10000, and by 500000 with .rope_theta = 500000
 - -o DIR run from two different working directories writes byte-identical ir.json,
   the same bytes --dump-ir prints (for tiny, gpt2-124m and gpt13b)
 """
@@ -31,7 +32,8 @@ def run(args, cwd=None):
     return subprocess.run([LYNXGEN, *args], capture_output=True, cwd=cwd)
 
 
-# Nominal sizes from shared/reference/models.md (gpt-7b is GPT-3 6.7B).
+# Nominal sizes: GPT-3's table 2.1 (Brown et al. 2020; gpt-7b is GPT-3 6.7B), GPT-2 small,
+# and for gpt-20b and gpt-23b the sizes their names give (44 and 50 layers of hidden 6144).
 NOMINAL = {
     "gpt2-124m": 124e6,
     "gpt13b": 1.3e9,
@@ -137,6 +139,27 @@ if ir:
     heads = [op for op in ir["graphs"]["epilogue"]["ops"] if op["kind"] == "lm_head"]
     check(not m["tied_embeddings"] and len(heads) == 1 and heads[0]["params"] == m["vocab"] * m["hidden"],
           "llama: the lm_head is untied and holds V*h parameters")
+
+# The rotation base of rope(): Llama's default, or the model's .rope_theta,
+# reaches every rope call of both targets' programs.
+with tempfile.TemporaryDirectory() as tmp:
+    text = open(os.path.join(EXAMPLES, "llama.model")).read()
+    llama3 = os.path.join(tmp, "llama3.model")
+    with open(llama3, "w") as f:
+        f.write(text.replace("static const struct lx_model model = {",
+                             "static const struct lx_model model = {\n    .rope_theta = 500000,", 1))
+    for model, theta in ((os.path.join(EXAMPLES, "llama.model"), "10000"), (llama3, "500000")):
+        ir = json.loads(run([model, "--dump-ir"]).stdout or b"{}")
+        check(str(ir.get("model", {}).get("rope_theta")) == theta, f"{os.path.basename(model)}: rope_theta {theta}")
+        for target in ("cpu", "cuda"):
+            out = os.path.join(tmp, f"{theta}-{target}")
+            r = run([model, "--target", target, "--allow-oom-plan", "-o", out])
+            calls = []
+            for stage in glob.glob(os.path.join(out, "stage*.c*")):
+                calls += [line for line in open(stage) if "_rope_forward(" in line or "_rope_backward(" in line]
+            ends = {line.rstrip().rsplit(",", 2)[-2 if target == "cuda" else -1].strip(" );") for line in calls}
+            check(r.returncode == 0 and calls and ends == {theta},
+                  f"{os.path.basename(model)} --target {target}: its {len(calls)} rope calls rotate by {theta} ({ends})")
 
 # Reproducibility: the same model, from two working directories, into two
 # differently named output directories. -o runs every pass (plan, schedule,

@@ -1,6 +1,7 @@
 """The IR's numbers against closed forms from the literature.
 
-activation bytes per layer: Korthikanti et al. 2022 (../shared/reference/formulas.md)
+activation bytes per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation
+in Large Transformer Models", table 2
 parameters: 12*L*h^2 + 13*L*h + V*h + s*h + 2*h (GPT with biases, tied LM head)
 model FLOPs: Narayanan et al. 2021, 72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h))
 The formulas are evaluated here, independently of lynxgen, with exact integers.

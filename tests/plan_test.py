@@ -102,8 +102,8 @@ os.unlink(f.name)
 # Issue 5's acceptance: GPT-3 1.3B on 8 A100-80GB under 1F1B with full
 # recompute is predicted where Megatron-LM lands, 44-52% of A100 peak when the
 # recomputed forward is counted (HFU; Narayanan et al. 2021). The HFU is
-# recomputed here from the published formula (../shared/reference/formulas.md,
-# Narayanan et al.), not read back: per iteration of B sequences, with one
+# recomputed here from the published formula (Narayanan et al. 2021, "Efficient
+# Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", sec. 5.1), not read back: per iteration of B sequences, with one
 # extra forward for the recompute,
 #     96 B s L h^2 (1 + s/(6h) + V/(16 L h))   FLOPs,
 # over iteration time x GPUs x peak (A100: 312 TFLOP/s bf16 dense). The plan

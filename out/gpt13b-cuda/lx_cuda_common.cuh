@@ -69,6 +69,8 @@ LX_CUDA_API void lx_cuda_fail_at(const char *file, int line, const char *call, c
   lx_cuda_abort_job();
 }
 
+#include "lx_cuda_check.h"
+
 inline const char *lx_cublas_status_name(cublasStatus_t status) {
   switch (status) {
   case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -85,25 +87,11 @@ inline const char *lx_cublas_status_name(cublasStatus_t status) {
   }
 }
 
-#define CUDA_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    cudaError_t lx_status_ = (call);                                                                         \
-    if (lx_status_ != cudaSuccess)                                                                           \
-      lx_cuda_fail_at(__FILE__, __LINE__, #call, "CUDA", cudaGetErrorString(lx_status_));                    \
-  } while (0)
-
 #define CUBLAS_CHECK(call)                                                                                   \
   do {                                                                                                       \
     cublasStatus_t lx_status_ = (call);                                                                      \
     if (lx_status_ != CUBLAS_STATUS_SUCCESS)                                                                 \
       lx_cuda_fail_at(__FILE__, __LINE__, #call, "cuBLAS", lx_cublas_status_name(lx_status_));               \
-  } while (0)
-
-#define NCCL_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    ncclResult_t lx_status_ = (call);                                                                        \
-    if (lx_status_ != ncclSuccess)                                                                           \
-      lx_cuda_fail_at(__FILE__, __LINE__, #call, "NCCL", ncclGetErrorString(lx_status_));                    \
   } while (0)
 
 /* A broken shape or argument is a bug of the emitted program: stop at once. */

@@ -24,22 +24,7 @@ typedef struct lx_cuda_matmul_context lx_cuda_matmul_context;
 
 /* A failing call names itself, its file and line, and takes every rank down. */
 void lx_cuda_fail_at(const char *file, int line, const char *call, const char *kind, const char *message);
-#ifndef CUDA_CHECK
-#define CUDA_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    cudaError_t lx_status_ = (call);                                                                         \
-    if (lx_status_ != cudaSuccess)                                                                           \
-      lx_cuda_fail_at(__FILE__, __LINE__, #call, "CUDA", cudaGetErrorString(lx_status_));                    \
-  } while (0)
-#endif
-#ifndef NCCL_CHECK
-#define NCCL_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    ncclResult_t lx_status_ = (call);                                                                        \
-    if (lx_status_ != ncclSuccess)                                                                           \
-      lx_cuda_fail_at(__FILE__, __LINE__, #call, "NCCL", ncclGetErrorString(lx_status_));                    \
-  } while (0)
-#endif
+#include "lx_cuda_check.h"
 
 /* ---- the launchers (templates/cuda/lx_cuda_*.cuh) ---- */
 size_t lx_cuda_grad_norm_scratch_floats(void);

@@ -1,6 +1,6 @@
 /* The schedule, memory plan and simulator against closed forms:
  * GPipe and 1F1B with uniform stages and no communication take exactly
- * (m + p - 1) * (tf + tb) (../shared/reference/formulas.md), the bubble is
+ * (m + p - 1) * (tf + tb) (Narayanan et al. 2021, sec. 2.2), the bubble is
  * (p - 1) / (m + p - 1) of the iteration, a point-to-point latency alpha
  * adds 2 (p - 1) alpha under GPipe and (m + 1) alpha under two-stage 1F1B
  * (at least 2 (p - 1) alpha deeper), stage i of 1F1B stashes min(p - i, m)
