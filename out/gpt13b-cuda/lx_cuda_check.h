@@ -5,18 +5,15 @@
 #ifndef LX_CUDA_CHECK_H
 #define LX_CUDA_CHECK_H
 
-#define CUDA_CHECK(call)                                                                                     \
+/* A call returning a status of `type` that is not `success`: `describe`
+ * names the status. */
+#define LX_STATUS_CHECK(type, call, success, kind, describe)                                                \
   do {                                                                                                       \
-    cudaError_t lx_status_ = (call);                                                                         \
-    if (lx_status_ != cudaSuccess)                                                                           \
-      lx_cuda_fail_at(__FILE__, __LINE__, #call, "CUDA", cudaGetErrorString(lx_status_));                    \
+    type lx_status_ = (call);                                                                                \
+    if (lx_status_ != (success)) lx_cuda_fail_at(__FILE__, __LINE__, #call, kind, describe(lx_status_));     \
   } while (0)
 
-#define NCCL_CHECK(call)                                                                                     \
-  do {                                                                                                       \
-    ncclResult_t lx_status_ = (call);                                                                        \
-    if (lx_status_ != ncclSuccess)                                                                           \
-      lx_cuda_fail_at(__FILE__, __LINE__, #call, "NCCL", ncclGetErrorString(lx_status_));                    \
-  } while (0)
+#define CUDA_CHECK(call) LX_STATUS_CHECK(cudaError_t, call, cudaSuccess, "CUDA", cudaGetErrorString)
+#define NCCL_CHECK(call) LX_STATUS_CHECK(ncclResult_t, call, ncclSuccess, "NCCL", ncclGetErrorString)
 
 #endif

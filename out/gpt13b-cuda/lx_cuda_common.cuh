@@ -87,12 +87,8 @@ inline const char *lx_cublas_status_name(cublasStatus_t status) {
   }
 }
 
-#define CUBLAS_CHECK(call)                                                                                   \
-  do {                                                                                                       \
-    cublasStatus_t lx_status_ = (call);                                                                      \
-    if (lx_status_ != CUBLAS_STATUS_SUCCESS)                                                                 \
-      lx_cuda_fail_at(__FILE__, __LINE__, #call, "cuBLAS", lx_cublas_status_name(lx_status_));               \
-  } while (0)
+#define CUBLAS_CHECK(call) \
+  LX_STATUS_CHECK(cublasStatus_t, call, CUBLAS_STATUS_SUCCESS, "cuBLAS", lx_cublas_status_name)
 
 /* A broken shape or argument is a bug of the emitted program: stop at once. */
 #define LX_CUDA_REQUIRE(cond)                                                                                \
