@@ -231,7 +231,7 @@ int main(int argc, char **argv) {
     init_params();
   training_data = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);
-  train(&o, val);
+  train(&o, training_data, val);
   CUDA_CHECK(cudaDeviceSynchronize());
   if (prof_totals) profile_write(o.profile_path, rank, ranks);
   lx_loader_close(training_data);
