@@ -49,11 +49,14 @@ static int stage_ranks(const lx_program *prog) {
 
 /* mpirun kills its ranks on SIGTERM and SIGINT; it forwards SIGUSR1, which
  * asks them to finish the step, save and stop (templates/common/lx_stop.h).
- * So the script runs mpirun in the background and turns the one into the
- * other, waiting until mpirun has exited to return its status. */
+ * So the script runs mpirun in the background, in a session of its own (a
+ * terminal's Ctrl-C reaches the script, not mpirun), and turns the one into
+ * the other, waiting until mpirun has exited to return its status. */
+#define MPIRUN_IN_ITS_SESSION "setsid=$(command -v setsid || true)\n$setsid mpirun $root"
+
 static void print_stop_forwarding(FILE *out) {
   fprintf(out, " &\njob=$!\n"
-               "trap 'kill -USR1 \"$job\" 2>/dev/null || true' TERM INT\n"
+               "trap 'kill -USR1 \"$job\" 2>/dev/null || true' TERM INT HUP\n"
                "status=0\nwait \"$job\" || status=$?\n"
                "while kill -0 \"$job\" 2>/dev/null; do status=0; wait \"$job\" || status=$?; done\n"
                "exit \"$status\"\n");
@@ -75,8 +78,8 @@ static void cpu_run_script(const lx_program *prog, FILE *out) {
           "export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} "
           "OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}\n"
           "# OpenMP and OpenBLAS threads take turns on the same cores: idle ones must sleep, not spin\n"
-          "export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}\n"
-          "mpirun $root --oversubscribe --bind-to none \\\n"
+          "export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}\n" MPIRUN_IN_ITS_SESSION
+          " --oversubscribe --bind-to none \\\n"
           "  --mca btl self,vader --mca btl_vader_single_copy_mechanism none \\\n"
           "  -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY",
           prog->pipe->pp, stage_ranks(prog), ranks);
@@ -130,7 +133,8 @@ static void cuda_run_script(const lx_program *prog, FILE *out, bool slurm) {
     fprintf(out, "exec srun --ntasks=%d --gpus-per-task=1 --multi-prog \"$conf\"\n", ranks);
     return;
   }
-  fprintf(out, "root=\n[ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\nmpirun $root --bind-to none");
+  fprintf(out, "root=\n[ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n" MPIRUN_IN_ITS_SESSION
+               " --bind-to none");
   for (int s = 0; s < prog->pipe->pp; s++)
     fprintf(out, " \\\n  %s-np %d \"$here/stage%d\"%s \"$@\"", s ? ": " : "", per_stage, s, graph);
   print_stop_forwarding(out);

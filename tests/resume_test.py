@@ -9,9 +9,9 @@ stream matters:
   --resume, gives per-step losses bitwise equal to an uninterrupted run's,
   for pp = 2, tp x pp x dp = 2 x 2 x 2 with ZeRO-1 and lynx-heu, and a
   Llama-style model; no PATH.tmp is left once the resumed run is done;
-- preemption: SIGTERM to run.sh lets every rank finish its step, save and
-  exit 0 with a message; the run resumed from that checkpoint gives the
-  uninterrupted run's losses;
+- preemption: SIGTERM to run.sh, or SIGINT to its process group (Ctrl-C),
+  lets every rank finish its step, save and exit 0 with a message; the run
+  resumed from that checkpoint gives the uninterrupted run's losses;
 - a non-finite loss stops the run with a message and a non-zero status; the
   checkpoint on disk is the last good one (its step read from the file's
   header, whose layout docs/checkpoints.md gives);
@@ -150,9 +150,12 @@ def job_processes(program):
 
 
 def kill_job(job, program):
-    """Every process of the job at once: Open MPI starts the ranks in process
-    groups of their own, so killing run.sh's group alone would orphan them."""
-    for pid in job_processes(program):
+    """Every process of the job at once: run.sh starts mpirun in a session of
+    its own and Open MPI the ranks in process groups of their own, so killing
+    run.sh's group alone would orphan them."""
+    with open("/proc/%d/task/%d/children" % (job.pid, job.pid)) as f:
+        mpirun = f.read().split()
+    for pid in mpirun + job_processes(program):
         try:
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
@@ -197,24 +200,30 @@ def uninterrupted(work, program):
     return losses(metrics) if r.returncode == 0 else None
 
 
-def preemption(work, program, reference):
-    metrics, ckpt = os.path.join(program, "stopped.jsonl"), os.path.join(program, "term.bin")
+def preemption(work, program, reference, sig):
+    """SIGTERM to run.sh, as a batch system or `kill` sends it; SIGINT to its
+    process group, as a terminal's Ctrl-C sends it."""
+    name = signal.Signals(sig).name
+    metrics, ckpt = os.path.join(program, name + ".jsonl"), os.path.join(program, name + ".bin")
     job = start(program, work, metrics, "--save", ckpt)
     reached = wait_for_step(job, metrics, 3)
-    job.send_signal(signal.SIGTERM)  # to run.sh, as a batch system or `kill` would
+    if sig == signal.SIGINT:
+        os.killpg(job.pid, sig)
+    else:
+        job.send_signal(sig)
     status = job.wait(timeout=120)
     with open(metrics + ".log") as f:
         log = f.read()
     stopped = max(losses(metrics), default=0)
     step = saved_step(ckpt) if os.path.exists(ckpt) else None
     check(reached and status == 0 and "stopped after step %d" % stopped in log and step == stopped < STEPS,
-          "SIGTERM: every rank finishes its step (%d), saves it and exits 0 with a message (status %s)" % (
-              stopped, status))
+          "%s: every rank finishes its step (%d), saves it and exits 0 with a message (status %s)" % (
+              name, stopped, status))
     if status != 0 or step != stopped:
         print(log[-2000:])
     r = run(command(program, work, metrics, "--resume", ckpt), work)
     check(r.returncode == 0 and losses(metrics) == reference,
-          "SIGTERM: the run resumed from its checkpoint gives the uninterrupted run's losses bitwise")
+          "%s: the run resumed from its checkpoint gives the uninterrupted run's losses bitwise" % name)
 
 
 def non_finite(work, program):
@@ -272,7 +281,8 @@ def main():
             continue
         exact_resume(work, name, program, reference, rng)
         if name == "pp=2":
-            preemption(work, program, reference)
+            preemption(work, program, reference, signal.SIGTERM)
+            preemption(work, program, reference, signal.SIGINT)
             non_finite(work, program)
             save_preflight(work, program)
 
