@@ -121,6 +121,9 @@ def losses(metrics):
 
 
 def saved_step(path):
+    """The step a checkpoint holds; None when there is none."""
+    if not os.path.exists(path):
+        return None
     with open(path, "rb") as f:
         header = f.read(64)
     if header[:8] != MAGIC:
@@ -153,14 +156,20 @@ def kill_job(job, program):
     """Every process of the job at once: run.sh starts mpirun in a session of
     its own and Open MPI the ranks in process groups of their own, so killing
     run.sh's group alone would orphan them."""
-    with open("/proc/%d/task/%d/children" % (job.pid, job.pid)) as f:
-        mpirun = f.read().split()
+    try:
+        with open("/proc/%d/task/%d/children" % (job.pid, job.pid)) as f:
+            mpirun = f.read().split()
+    except OSError:  # run.sh has exited
+        mpirun = []
     for pid in mpirun + job_processes(program):
         try:
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
             pass
-    os.killpg(job.pid, signal.SIGKILL)
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     job.wait()
     deadline = time.time() + 10
     while job_processes(program) and time.time() < deadline:
@@ -176,7 +185,7 @@ def exact_resume(work, name, program, reference, rng):
     reached = wait_for_step(job, metrics, kill_at)
     gone = kill_job(job, program)
     killed_at = max(losses(metrics), default=0)
-    step = saved_step(ckpt) if os.path.exists(ckpt) else None
+    step = saved_step(ckpt)
     check(reached and gone and step is not None and EVERY <= step <= killed_at < STEPS,
           "%s: kill -9 of the whole job after step %d of %d leaves no process and the checkpoint of step %s" % (
               name, killed_at, STEPS, step))
@@ -215,7 +224,7 @@ def preemption(work, program, reference, sig):
     with open(metrics + ".log") as f:
         log = f.read()
     stopped = max(losses(metrics), default=0)
-    step = saved_step(ckpt) if os.path.exists(ckpt) else None
+    step = saved_step(ckpt)
     check(reached and status == 0 and "stopped after step %d" % stopped in log and step == stopped < STEPS,
           "%s: every rank finishes its step (%d), saves it and exits 0 with a message (status %s)" % (
               name, stopped, status))
@@ -232,7 +241,7 @@ def non_finite(work, program):
     metrics, ckpt = os.path.join(program, "inf.jsonl"), os.path.join(program, "inf.bin")
     r = run(command(program, work, metrics, "--save", ckpt, "--checkpoint-every", "1", "--lr", "1e38"), work)
     good = [s for s, loss in losses(metrics).items() if loss is not None]
-    step = saved_step(ckpt) if os.path.exists(ckpt) else None
+    step = saved_step(ckpt)
     check(r.returncode != 0 and "stopping without saving" in r.stderr,
           "a non-finite loss stops the run with a message and a non-zero status (%d)" % r.returncode)
     check(good and step == max(good) and not os.path.exists(ckpt + ".tmp"),
