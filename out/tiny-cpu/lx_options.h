@@ -104,7 +104,7 @@ static inline void lx_print_run_options_help(const char *program, const lx_run_o
          "                     every --checkpoint-every steps, on SIGTERM   [%s]\n"
          "  --checkpoint-every N  save every N steps, 0 = only at the end   [%d]\n"
          "  --resume CKPT      continue the run that saved CKPT exactly     [%s]\n"
-         "  --export-llmc CKPT write llm.c GPT-2 weights after the last step [%s]\n"
+         "  --export-llmc CKPT write llm.c GPT-2 weights at the end         [%s]\n"
          "  --seed N           seed of the initialisation and dropout       [%" PRIu64 "]\n"
          "  --lr X             peak learning rate of the schedule           [%g]\n"
          "  --metrics FILE     one JSON line per step                       [%s]\n"
