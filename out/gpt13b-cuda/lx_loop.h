@@ -210,8 +210,8 @@ static void require_finite(const lx_run_options *o, int step, double loss, doubl
 
 static void announce_stop(const lx_run_options *o, int signal, int step) {
   if (lx_world_rank() != 0) return;
-  printf("lynx: %s: stopped after step %d of %d", lx_signal_name(signal), step, o->steps);
-  if (o->save_checkpoint) printf("; continue with --resume %s", o->save_checkpoint);
+  printf("lynx: asked to stop (%s): stopped after step %d of %d", lx_signal_name(signal), step, o->steps);
+  if (o->save_checkpoint) printf("; saved, continue with --resume %s", o->save_checkpoint);
   printf("\n");
   fflush(stdout);
 }
