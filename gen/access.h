@@ -30,8 +30,9 @@ typedef struct {
   lx_access_mode mode;
 } lx_access;
 
-/* Room for the accesses of any instruction of the example models: the
- * first backward of a graph instance also zeroes the instance's gradients. */
+/* Room for the accesses of most instructions; the first backward of a graph
+ * instance also zeroes the instance's gradients, so a long block makes more:
+ * lx_instr_access says how many, and a caller grows its buffer. */
 enum { LX_MAX_ACCESSES = 64 };
 
 /* Fills out[0 .. min(n, max)) with the accesses of instruction `in` of stage

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "diag.h"
 
 /* ---- defaults and config checks ------------------------------------------ */
@@ -169,6 +170,35 @@ static void check_double_ranges(const lx_ir *ir) {
     lx_error(ir->locs.field[LX_F_MIN_LR], "field '.min_lr' = %g must be in [0, lr = %g]", t->min_lr, t->lr);
 }
 
+/* The data paths travel into C string literals and the run-time options of
+ * the emitted programs (escaped there, escape.h). A control character in one
+ * is a slip or an attack, never a file name a user wants; a path longer than
+ * Linux's PATH_MAX could not be opened. */
+enum { MAX_PATH_BYTES = 4096 };
+
+static void check_path(const lx_ir *ir, lx_field field, const char *name, const char *path) {
+  if (!path) return;
+  size_t len = strlen(path);
+  if (len == 0 || len >= MAX_PATH_BYTES) {
+    lx_error(ir->locs.field[field], "field '.%s' must be a path of 1 to %d bytes, not %zu", name,
+             MAX_PATH_BYTES - 1, len);
+    return;
+  }
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)path[i];
+    if (ch < 0x20 || ch == 0x7f) {
+      lx_error(ir->locs.field[field],
+               "field '.%s' holds control character 0x%02x at byte %zu; a path may not", name, ch, i + 1);
+      return;
+    }
+  }
+}
+
+/* Every micro-batch of a step is a run of instructions on every stage: the
+ * schedule of gpt-23b (8 stages) at 4096 takes 30 s and 1.2 GB to plan, and
+ * real runs use a few hundred. */
+enum { MAX_MICRO_BATCHES = 4096 };
+
 /* Relations between fields: each error names both numbers. */
 static void check_relations(const lx_ir *ir) {
   const lx_model_config *m = &ir->model;
@@ -203,6 +233,12 @@ static void check_relations(const lx_ir *ir) {
     if (p->global_batch % per_step)
       lx_error(field_or(ir, LX_F_GLOBAL_BATCH, l->plan),
                "global_batch (%d) is not a multiple of micro_batch x dp (%lld)", p->global_batch, per_step);
+    else if (p->global_batch / per_step > MAX_MICRO_BATCHES)
+      lx_error(field_or(ir, LX_F_GLOBAL_BATCH, l->plan),
+               "global_batch / (micro_batch x dp) = %d / %lld is %lld micro-batches per step; lynxgen "
+               "schedules at "
+               "most %d (a larger micro_batch or dp makes fewer)",
+               p->global_batch, per_step, p->global_batch / per_step, MAX_MICRO_BATCHES);
   }
 }
 
@@ -540,7 +576,7 @@ static void shape_op(shape_ctx *c, lx_op *op) {
 
 /* A tensor saved by several ops is held once, charged to the first saver. */
 static void charge_saved_bytes(lx_graph *g) {
-  bool *charged = calloc((size_t)(g->n_ops > 0 ? g->n_ops : 1), sizeof *charged);
+  bool *charged = lx_calloc((size_t)(g->n_ops > 0 ? g->n_ops : 1), sizeof *charged);
   for (int i = 0; i < g->n_ops; i++) {
     lx_op *op = &g->ops[i];
     op->saved_bytes = 0;
@@ -556,7 +592,7 @@ static void charge_saved_bytes(lx_graph *g) {
 }
 
 static void check_all_used(const lx_graph *g) {
-  bool *used = calloc((size_t)g->n_ops, sizeof *used);
+  bool *used = lx_calloc((size_t)g->n_ops, sizeof *used);
   used[g->output] = true;
   for (int i = g->n_ops - 1; i >= 0; i--)
     for (int k = 0; used[i] && k < g->ops[i].n_inputs; k++)
@@ -674,6 +710,8 @@ int lx_analyze(lx_ir *ir) {
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   apply_defaults(ir);
   check_double_ranges(ir);
+  check_path(ir, LX_F_TRAIN_DATA, "train_data", ir->training.train_data);
+  check_path(ir, LX_F_VAL_DATA, "val_data", ir->training.val_data);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   check_relations(ir);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;

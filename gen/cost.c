@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "diag.h"
+#include "source_file.h"
 
 /* ---- efficiencies (docs/cost-model.md says why each) ---------------------- */
 
@@ -462,7 +464,7 @@ static bool parse_attribute(profile_parser *p, const fields *f, int i, lx_profil
 static void add_entry(profile_parser *p, lx_profile_entry e) {
   if (p->n_entries == p->cap_entries) {
     p->cap_entries = p->cap_entries ? 2 * p->cap_entries : 16;
-    p->entries = realloc(p->entries, sizeof *p->entries * (size_t)p->cap_entries);
+    p->entries = lx_realloc(p->entries, sizeof *p->entries * (size_t)p->cap_entries);
   }
   p->entries[p->n_entries++] = e;
 }
@@ -536,26 +538,11 @@ static void parse_line(profile_parser *p, char *line) {
     parse_error(p, f.col[0], "unknown directive '%s' (op, link or interference)", f.text[0]);
 }
 
-static char *read_whole_file(const char *path) {
-  FILE *in = fopen(path, "rb");
-  if (!in) return NULL;
-  size_t len = 0, cap = 4096;
-  char *buf = malloc(cap);
-  size_t got;
-  while ((got = fread(buf + len, 1, cap - len - 1, in)) > 0) {
-    len += got;
-    if (cap - len == 1) buf = realloc(buf, cap *= 2);
-  }
-  fclose(in);
-  buf[len] = 0;
-  return buf;
-}
-
 static void apply_profile(lx_cost_model *cm, profile_parser *p) {
   for (int i = 0; i < p->n_entries; i++) {
     if (cm->n_profile == cm->cap_profile) {
       cm->cap_profile = cm->cap_profile ? 2 * cm->cap_profile : 16;
-      cm->profile = realloc(cm->profile, sizeof *cm->profile * (size_t)cm->cap_profile);
+      cm->profile = lx_realloc(cm->profile, sizeof *cm->profile * (size_t)cm->cap_profile);
     }
     cm->profile[cm->n_profile++] = p->entries[i];
   }
@@ -565,11 +552,10 @@ static void apply_profile(lx_cost_model *cm, profile_parser *p) {
 }
 
 bool lx_cost_load_profile(lx_cost_model *cm, const char *path, const char *contents) {
-  char *text = contents ? strdup(contents) : read_whole_file(path);
-  if (!text) {
-    lx_error((lx_srcloc){path, 0, 0, NULL}, "cannot read the profile: %s", strerror(errno));
-    return false;
-  }
+  size_t length;
+  char *text = contents ? lx_strdup(contents)
+                        : lx_read_source_file(path, (lx_srcloc){path, 0, 0, NULL}, "the profile", &length);
+  if (!text) return false;
   profile_parser p = {.path = path, .intra = cm->intra, .inter = cm->inter, .interference = cm->interference};
   char *line = text;
   while (line) {

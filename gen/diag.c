@@ -2,6 +2,8 @@
 
 #include <stdarg.h>
 
+#include "escape.h"
+
 static FILE *diag_sink;
 static int errors, located_errors;
 
@@ -15,16 +17,17 @@ int lx_located_error_count(void) { return located_errors; }
 
 static void report(lx_srcloc at, const char *severity, const char *fmt, va_list args) {
   FILE *out = diag_sink ? diag_sink : stderr;
+  char file[LX_TEXT_MAX]; /* a diagnostic is one line, whatever the file is called */
   if (at.file && at.line > 0)
-    fprintf(out, "%s:%d:%d: %s: ", at.file, at.line, at.col, severity);
+    fprintf(out, "%s:%d:%d: %s: ", lx_text(at.file, file, sizeof file), at.line, at.col, severity);
   else if (at.file)
-    fprintf(out, "%s: %s: ", at.file, severity);
+    fprintf(out, "%s: %s: ", lx_text(at.file, file, sizeof file), severity);
   else
     fprintf(out, "lynxgen: %s: ", severity);
   vfprintf(out, fmt, args);
   fputc('\n', out);
   for (const lx_srcnote *n = at.notes; n; n = n->next)
-    fprintf(out, "%s:%d:%d: note: %s\n", n->file, n->line, n->col, n->text);
+    fprintf(out, "%s:%d:%d: note: %s\n", lx_text(n->file, file, sizeof file), n->line, n->col, n->text);
 }
 
 void lx_error(lx_srcloc at, const char *fmt, ...) {

@@ -17,6 +17,7 @@
 #include "emit_operands.h"
 #include "emit_reroll.h"
 #include "emit_walk.h"
+#include "escape.h"
 
 /* ---- one op ------------------------------------------------------------------ */
 
@@ -81,8 +82,9 @@ static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i
 }
 
 static void print_op_comment(const lx_printer *pr, const lx_op *op, const char *what) {
+  char file[LX_TEXT_MAX];
   fprintf(pr->out, "  /* %s %s = %s(...)  %s:%d */\n", what, op->var[0] ? op->var : op->name,
-          lx_op_kind_name(op->kind), lx_file_name(op->src.file), op->src.line);
+          lx_op_kind_name(op->kind), emit_file_name(op->src.file, file), op->src.line);
 }
 
 /* The op's --profile slot: the ops of the prologue, the block and the epilogue, numbered in turn. */
@@ -360,9 +362,11 @@ static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
 
 static void print_function_head(const lx_printer *pr, const char *what, lx_graph_id g) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
-  fprintf(pr->out, "\n/* %s of %s() (%s:%d) for one micro-batch, on `stream` with its scratch. */\n"
-                   "static void %s_%s(%s, cudaStream_t stream, float *scratch) {\n  (void)scratch;\n",
-          what, graph->name, lx_file_name(graph->src.file), graph->src.line, what, graph->name,
+  char file[LX_TEXT_MAX];
+  fprintf(pr->out,
+          "\n/* %s of %s() (%s:%d) for one micro-batch, on `stream` with its scratch. */\n"
+          "static void %s_%s(%s, cudaStream_t stream, float *scratch) {\n  (void)scratch;\n",
+          what, graph->name, emit_file_name(graph->src.file, file), graph->src.line, what, graph->name,
           g == LX_GRAPH_BLOCK ? "int layer, int mb" : "int mb");
   if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
 }
@@ -439,11 +443,11 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
   cuda_step *w = ctx;
   const lx_printer *pr = w->pr;
   close_group(w);
-  char what[128], layer[16];
+  char what[128], layer[16], name[LX_TEXT_MAX];
   describe(w, first, what, sizeof what);
   const char *graph = lx_graph_of(pr->ir, first->graph)->name;
   fprintf(pr->out, "  /* %s (%d instruction%s, %s stream)  %s:%d */\n", what, count, count == 1 ? "" : "s",
-          lx_stream_name(k), lx_file_name(pr->ir->model_path), instr_line(pr, first));
+          lx_stream_name(k), emit_file_name(pr->ir->model_path, name), instr_line(pr, first));
   if (!emit_run_is_function(pr, first, count)) {
     /* part of a graph instance (between tensor-parallel all-reduces, or the
      * part of a recomputation a window took): its ops inline */
@@ -481,7 +485,7 @@ static bool is_p2p(lx_instr_kind k) {
 
 static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
   const lx_printer *pr = w->pr;
-  char buf[PTR], what[128];
+  char buf[PTR], what[128], name[LX_TEXT_MAX];
   describe(w, in, what, sizeof what);
   lx_tensor_ref t = emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0); /* RECV_ACT: the first layer's input */
   if (in->kind == LX_I_SEND_ACT) t.role = LX_T_SEND_ACT;
@@ -490,8 +494,10 @@ static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
   bool send = in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD;
   if (!w->nccl_group_open) fputs("  NCCL_CHECK(ncclGroupStart());\n", pr->out);
   w->nccl_group_open = true;
-  fprintf(pr->out, "  { /* %s  %s:%d */\n    const int mb = %d, layer = FIRST_LAYER;\n    (void)mb;\n    (void)layer;\n",
-          what, lx_file_name(pr->ir->model_path), instr_line(pr, in), in->mb);
+  fprintf(
+      pr->out,
+      "  { /* %s  %s:%d */\n    const int mb = %d, layer = FIRST_LAYER;\n    (void)mb;\n    (void)layer;\n",
+      what, emit_file_name(pr->ir->model_path, name), instr_line(pr, in), in->mb);
   fprintf(pr->out, "    NCCL_CHECK(nccl%s(%s, BOUNDARY_ELEMENTS, ncclBfloat16, %d, pipeline_comm, streams[%s]));\n  }\n",
           send ? "Send" : "Recv", emit_at(pr, buf, sizeof buf, "lx_bf16", t), in->peer, stream_var(k));
 }
@@ -644,14 +650,17 @@ static void print_profile_table(const lx_printer *pr) {
     const lx_graph *graph = lx_graph_of(pr->ir, g);
     for (int i = 0; i < graph->n_ops; i++) {
       const lx_op *op = &graph->ops[i];
-      char key[128], attrs[96];
+      char key[128], attrs[96], where[2 * LX_TEXT_MAX];
       if (op->kind == LX_OP_INPUT) {
         fputs("    {NULL, NULL, NULL},\n", f);
         continue;
       }
       lx_cost_profile_key(pr->ir, graph, op, key, sizeof key, attrs, sizeof attrs);
-      fprintf(f, "    {\"%s\", \"%s\", \"%s %s (%s:%d)\"},\n", key, attrs, graph->name,
-              op->var[0] ? op->var : op->name, lx_file_name(op->src.file), op->src.line);
+      snprintf(where, sizeof where, "%s %s (%s:%d)", graph->name, op->var[0] ? op->var : op->name,
+               lx_file_name(op->src.file), op->src.line);
+      fprintf(f, "    {\"%s\", \"%s\", ", key, attrs);
+      lx_put_c_string(f, where);
+      fputs("},\n", f);
     }
   }
   fputs("};\n", f);
@@ -663,9 +672,10 @@ static void print_header(const lx_printer *pr) {
   const lx_ir *ir = pr->ir;
   const lx_stage *st = pr->st;
   FILE *f = pr->out;
-  fprintf(f, "/* stage%d.cu — pipeline stage %d of %d of %s:%s layers %d-%d%s (CUDA).\n", pr->s, pr->s, pr->p->pp,
-          lx_file_name(ir->model_path), st->has_prologue ? " prologue," : "", st->first_layer,
-          st->first_layer + st->n_layers - 1, st->has_epilogue ? ", epilogue" : "");
+  char name[LX_TEXT_MAX];
+  fprintf(f, "/* stage%d.cu — pipeline stage %d of %d of %s:%s layers %d-%d%s (CUDA).\n", pr->s, pr->s,
+          pr->p->pp, emit_file_name(pr->ir->model_path, name), st->has_prologue ? " prologue," : "",
+          st->first_layer, st->first_layer + st->n_layers - 1, st->has_epilogue ? ", epilogue" : "");
   fprintf(f, " *\n * Generated by lynxgen from the schedule IR; plan.txt says what is kept, what\n"
              " * is recomputed and where every byte lives. Host code only: the kernels are\n"
              " * in lx_kernels.cu. Do not edit: change the model file and generate again. */\n");
@@ -677,7 +687,9 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch ? ir->plan.micro_batch : 1,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
   emit_boundary_sizes(pr);
-  fprintf(f, "#define MODEL_FILE \"%s\"\n", lx_file_name(ir->model_path));
+  fputs("#define MODEL_FILE ", f);
+  lx_put_c_string(f, lx_file_name(ir->model_path));
+  fputc('\n', f);
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
   fprintf(f, "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
   fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"

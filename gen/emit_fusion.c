@@ -16,6 +16,7 @@
  * rounds to bf16 after the gelu, the separate kernel before). */
 #include <stdlib.h>
 
+#include "alloc.h"
 #include "emit_fusion.h"
 #include "emit_walk.h"
 
@@ -23,7 +24,7 @@
 enum { SPLIT_AFTER_FORWARD = 1, SPLIT_AFTER_BACKWARD = 2 };
 
 static unsigned char *zeroed_flags(int n) {
-  unsigned char *flags = calloc((size_t)n + 1, 1);
+  unsigned char *flags = lx_calloc((size_t)n + 1, 1);
   if (!flags) {
     fputs("lynxgen: out of memory\n", stderr);
     exit(1);

@@ -8,6 +8,7 @@
 
 #include "emit_operands.h"
 #include "emit_walk.h"
+#include "escape.h"
 
 /* Masks are bytes and the log-sum-exp is fp32 on every target; the rest of an
  * op's saved buffers are activations. */
@@ -508,10 +509,12 @@ static void print_string_macro(FILE *f, const char *name, const char *value) {
     fputs("NULL\n", f);
     return;
   }
-  fputc('"', f);
-  for (const char *c = value; *c; c++)
-    fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-  fputs("\"\n", f);
+  lx_put_c_string(f, value);
+  fputc('\n', f);
+}
+
+const char *emit_file_name(const char *path, char name[LX_TEXT_MAX]) {
+  return lx_text(lx_file_name(path), name, LX_TEXT_MAX);
 }
 
 /* The model file's training settings: the defaults run.sh's options override. */

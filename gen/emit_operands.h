@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "emit.h"
+#include "escape.h"
 #include "passes.h"
 
 /* One stage being printed. The element types are the target's: "real" on
@@ -42,6 +43,9 @@ void emit_offset_text(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t s
 const char *emit_at(const lx_printer *pr, char *buf, size_t size, const char *type, lx_tensor_ref t);
 /* The three block-boundary functions (block_output, block_output_grad, block_input_grad). */
 void emit_block_boundaries(const lx_printer *pr);
+
+/* The file name of `path` as the comments of emitted code cite it (escape.h). */
+const char *emit_file_name(const char *path, char name[LX_TEXT_MAX]);
 
 const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i);
 void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,

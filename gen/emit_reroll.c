@@ -20,6 +20,8 @@
 
 #include "emit_reroll.h"
 
+#include "alloc.h"
+
 /* Longest block tried (lines), and fewest repetitions worth a loop. */
 enum { MAX_PERIOD = 2048, MIN_TIMES = 3 };
 
@@ -47,15 +49,10 @@ typedef struct {
   char var; /* the loops' variable in this pass */
 } text;
 
+/* open_memstream's one way to fail, said as alloc.h says it */
 static void out_of_memory(void) {
-  fputs("lynxgen: out of memory\n", stderr);
+  fputs("lynxgen: error: out of memory (a memory stream)\n", stderr);
   exit(1);
-}
-
-static void *grown(void *p, size_t bytes) {
-  void *q = realloc(p, bytes);
-  if (!q) out_of_memory();
-  return q;
 }
 
 static bool name_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
@@ -63,7 +60,7 @@ static bool name_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 static void add_number(text *t, number n) {
   if (t->n_numbers == t->cap_numbers) {
     t->cap_numbers = t->cap_numbers ? 2 * t->cap_numbers : 1024;
-    t->numbers = grown(t->numbers, sizeof *t->numbers * (size_t)t->cap_numbers);
+    t->numbers = lx_realloc(t->numbers, sizeof *t->numbers * (size_t)t->cap_numbers);
   }
   t->numbers[t->n_numbers++] = n;
 }
@@ -121,7 +118,7 @@ static void split_lines(text *t, const char *body) {
     int len = end ? (int)(end - p) : (int)strlen(p);
     if (t->n == cap) {
       cap = cap ? 2 * cap : 1024;
-      t->lines = grown(t->lines, sizeof *t->lines * (size_t)cap);
+      t->lines = lx_realloc(t->lines, sizeof *t->lines * (size_t)cap);
     }
     line *l = &t->lines[t->n++];
     *l = (line){.text = p, .len = len};
@@ -136,7 +133,7 @@ static void link_same_shapes(text *t) {
   size_t slots = 1;
   while (slots < 2 * (size_t)t->n + 2)
     slots *= 2;
-  int *latest = grown(NULL, sizeof(int) * slots);
+  int *latest = lx_realloc(NULL, sizeof(int) * slots);
   for (size_t k = 0; k < slots; k++)
     latest[k] = -1;
   for (int s = t->n - 1; s >= 0; s--) {
@@ -238,7 +235,7 @@ static loop best_loop(const text *t, int s, long long *scratch) {
       best.period = period, best.times = times;
       free(best.steps);
       size_t literals = (size_t)literals_in(t, s, period);
-      best.steps = grown(NULL, sizeof(long long) * (literals + 1));
+      best.steps = lx_realloc(NULL, sizeof(long long) * (literals + 1));
       memcpy(best.steps, steps, sizeof(long long) * literals);
     }
   }
@@ -287,7 +284,7 @@ static int reroll_pass(const char *body, FILE *out, char var) {
   text t = {.var = var};
   split_lines(&t, body);
   link_same_shapes(&t);
-  long long *scratch = grown(NULL, sizeof(long long) * ((size_t)t.n_numbers + 1));
+  long long *scratch = lx_realloc(NULL, sizeof(long long) * ((size_t)t.n_numbers + 1));
   int loops = 0;
   for (int s = 0; s < t.n;) {
     loop l = best_loop(&t, s, scratch);

@@ -3,6 +3,8 @@
 
 #include "emit_walk.h"
 
+#include "alloc.h"
+
 typedef struct {
   const lx_stage *st;
   const lx_walk_hooks *h;
@@ -60,7 +62,7 @@ static void advance_streams(walk *w) {
 }
 
 void lx_walk_stage(const lx_stage *st, const lx_walk_hooks *hooks) {
-  walk w = {.st = st, .h = hooks, .recorded_on = malloc(((size_t)st->n_events + 1) * sizeof(int))};
+  walk w = {.st = st, .h = hooks, .recorded_on = lx_malloc(((size_t)st->n_events + 1) * sizeof(int))};
   for (int e = 0; e <= st->n_events; e++) w.recorded_on[e] = -1;
   const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
   int i = 0;

@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "constant.h"
 #include "diag.h"
 #include "locate.h"
+#include "model_file.h"
 
 /* ---- locations ----------------------------------------------------------- */
 
@@ -44,7 +46,10 @@ static void copy_spelling(char *dst, size_t size, CXString s) {
 
 /* ---- children helpers ---------------------------------------------------- */
 
-enum { MAX_CHILDREN = 64 };
+/* Children of one cursor that the front end looks at: a function's
+ * statements, an initializer's fields, a call's arguments. More is an error
+ * that names the limit. */
+enum { MAX_CHILDREN = 1024 };
 
 typedef struct {
   CXCursor items[MAX_CHILDREN];
@@ -218,7 +223,7 @@ static void store_string(lx_srcloc at, const field_desc *f, CXCursor value, char
   if (!r || clang_EvalResult_getKind(r) != CXEval_StrLiteral)
     lx_error(at, "field '%s' must be a string literal", f->name);
   else {
-    char *copy = strdup(clang_EvalResult_getAsStr(r));
+    char *copy = lx_strdup(clang_EvalResult_getAsStr(r));
     memcpy(slot, &copy, sizeof copy);
   }
   if (r) clang_EvalResult_dispose(r);
@@ -578,12 +583,13 @@ typedef struct {
   const char *name;
   int params;
   const char *signature;
+  int max_ops; /* 0: any number */
 } function_desc;
 
 static const function_desc model_functions[] = {
-    {"prologue", 1, "tensor prologue(tensor tokens)"},
-    {"block", 1, "tensor block(tensor x)"},
-    {"epilogue", 2, "tensor epilogue(tensor x, tensor targets)"},
+    {"prologue", 1, "tensor prologue(tensor tokens)", 0},
+    {"block", 1, "tensor block(tensor x)", LX_MAX_BLOCK_OPS},
+    {"epilogue", 2, "tensor epilogue(tensor x, tensor targets)", 0},
 };
 
 static lx_graph *graph_named(lx_ir *ir, const char *name) {
@@ -601,7 +607,7 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
     return;
   }
   g->src = at;
-  function_ctx *fn = calloc(1, sizeof *fn);
+  function_ctx *fn = lx_calloc(1, sizeof *fn);
   fn->ctx = ctx;
   fn->graph = g;
   int n_params = clang_Cursor_getNumArguments(fn_cursor);
@@ -622,15 +628,24 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
     assign(fn, v, g->n_ops - 1);
   }
   children kids = children_of(fn_cursor);
+  bool too_long = false;
   for (int i = 0; i < kids.count; i++) {
     if (clang_getCursorKind(kids.items[i]) != CXCursor_CompoundStmt) continue;
     children body = children_of(kids.items[i]);
-    if (body.count == MAX_CHILDREN)
-      lx_error(at, "%s() has more than %d statements", desc->name, MAX_CHILDREN - 1);
     for (int j = 0; j < body.count; j++)
       parse_statement(fn, body.items[j]);
+    if (body.count == MAX_CHILDREN) {
+      lx_error(at, "%s() has more than %d statements", desc->name, MAX_CHILDREN - 1);
+      fn->returned = true; /* its return is among those not read */
+      too_long = true;
+    }
   }
   if (!fn->returned) lx_error(at, "%s() must end with 'return <tensor>;'", desc->name);
+  if (!too_long && desc->max_ops && g->n_ops > desc->max_ops)
+    lx_error(g->ops[desc->max_ops].src,
+             "%s() holds %d ops, its parameters included; at most %d fit the recompute planner: "
+             "move ops to prologue() or epilogue()",
+             desc->name, g->n_ops, desc->max_ops);
   free(fn);
 }
 
@@ -749,34 +764,13 @@ static void require_definitions(parse_ctx *ctx) {
       lx_error(file_start(ctx), "missing function '%s'", model_functions[i].signature);
 }
 
-static char *read_file(const char *path, size_t *length) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, len = 0;
-  char *buf = malloc(cap);
-  size_t got;
-  while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
-    len += got;
-    if (len == cap) buf = realloc(buf, cap *= 2);
-  }
-  fclose(f);
-  *length = len;
-  return buf;
-}
-
 int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir *ir) {
   int errors_before = lx_error_count();
   free(ir->model_path);
-  ir->model_path = strdup(path);
-  char *owned = NULL;
-  if (!contents) {
-    owned = read_file(path, &length);
-    if (!owned) {
-      lx_error((lx_srcloc){ir->model_path, 0, 0, NULL}, "cannot read the model file");
-      return 1;
-    }
-    contents = owned;
-  }
+  ir->model_path = lx_strdup(path);
+  char *owned = lx_load_model_source(ir->model_path, contents, &length);
+  if (!owned) return 1;
+  contents = owned;
   /* A model file that is not NUL-free C is rejected by clang; libclang wants
    * lengths, not terminators, so embedded NULs are passed through as is. */
   struct CXUnsavedFile files[2] = {

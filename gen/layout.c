@@ -1,6 +1,7 @@
 /* layout.c — the static memory plan of one stage (see layout.h). */
 #include "layout.h"
 
+#include "alloc.h"
 #include "passes.h"
 
 #include <stdlib.h>
@@ -95,7 +96,7 @@ static int64_t place_params(const lx_pipeline *p, int s, lx_graph_id gid, lx_op_
 static void add_bucket(lx_stage_layout *out, lx_graph_id gid, int layer, bool tied, int64_t first,
                        int64_t elements) {
   if (elements <= 0) return;
-  out->buckets = realloc(out->buckets, sizeof *out->buckets * (size_t)(out->n_buckets + 1));
+  out->buckets = lx_realloc(out->buckets, sizeof *out->buckets * (size_t)(out->n_buckets + 1));
   out->buckets[out->n_buckets++] = (lx_param_bucket){gid, layer, tied, first, elements, first};
 }
 
@@ -181,7 +182,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   for (int k = 0; k < LX_GRAPH_COUNT; k++) {
     lx_graph_id gid = order[k];
     const lx_graph *g = lx_graph_of(ir, gid);
-    out->places[gid] = calloc((size_t)g->n_ops, sizeof(lx_op_place));
+    out->places[gid] = lx_calloc((size_t)g->n_ops, sizeof(lx_op_place));
     int64_t params_before = param_cursor, slot_before = c.slot;
     cursors graph_work = {0, 0, 0, 0, 0}; /* offsets within the graph's part of a slot */
     int64_t table = place_params(p, s, gid, out->places[gid], &param_cursor, out->shards);

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 static void record_inclusion(CXFile file, CXSourceLocation *stack, unsigned depth, CXClientData data) {
   lx_locator *l = data;
   if (depth == 0) {
@@ -26,7 +28,7 @@ static void record_inclusion(CXFile file, CXSourceLocation *stack, unsigned dept
     if (clang_File_isEqual(l->inclusions[i].file, file)) return; /* the first inclusion names it */
   if (l->n_inclusions == l->cap_inclusions) {
     l->cap_inclusions = l->cap_inclusions ? 2 * l->cap_inclusions : 8;
-    l->inclusions = realloc(l->inclusions, sizeof *l->inclusions * (size_t)l->cap_inclusions);
+    l->inclusions = lx_realloc(l->inclusions, sizeof *l->inclusions * (size_t)l->cap_inclusions);
   }
   l->inclusions[l->n_inclusions++] = (struct lx_inclusion){file, stack[0]};
 }
@@ -79,8 +81,8 @@ add_note(lx_locator *l, file_position at, const lx_srcnote *next, const char *fm
   va_start(args, fmt);
   vsnprintf(text, sizeof text, fmt, args);
   va_end(args);
-  lx_srcnote *n = calloc(1, sizeof *n);
-  *n = (lx_srcnote){strdup(file), strdup(text), (int)at.line, (int)at.col, next, l->ir->notes};
+  lx_srcnote *n = lx_calloc(1, sizeof *n);
+  *n = (lx_srcnote){lx_strdup(file), lx_strdup(text), (int)at.line, (int)at.col, next, l->ir->notes};
   l->ir->notes = n;
   return n;
 }

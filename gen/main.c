@@ -2,24 +2,27 @@
  * output directory atomically (a failed run leaves nothing behind). */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "analyze.h"
 #include "diag.h"
 #include "emit.h"
+#include "escape.h"
 #include "frontend.h"
-#include "layout.h"
-#include "overlap.h"
-#include "manifest.h"
 #include "ir.h"
+#include "layout.h"
+#include "manifest.h"
 #include "memplan.h"
+#include "output_dir.h"
+#include "overlap.h"
 #include "passes.h"
 #include "report.h"
 #include "search.h"
@@ -28,8 +31,6 @@
 #include "verify.h"
 
 enum { EXIT_USER_ERROR = 1, EXIT_USAGE = 2 };
-
-#define OUTPUT_MARKER ".lynxgen"
 
 static const char usage_text[] =
     "usage: lynxgen MODEL [options]\n"
@@ -42,8 +43,12 @@ static const char usage_text[] =
     "                         what is kept or recomputed, time, memory), trace.json\n"
     "                         (Perfetto / chrome://tracing), schedule.svg (the timeline),\n"
     "                         memory.svg (memory per stage), ir.json (the IR).\n"
-    "                         DIR is written whole or not at all; an existing DIR is\n"
-    "                         replaced only if lynxgen wrote it.\n"
+    "                         DIR is written whole or not at all. An existing DIR is\n"
+    "                         replaced only if lynxgen wrote it and every file it wrote\n"
+    "                         is unchanged; files you added (notes, build products)\n"
+    "                         are kept. -o never takes /, ., a directory holding the\n"
+    "                         working or home directory, or a symbolic link. Runs on\n"
+    "                         the same DIR take turns.\n"
     "      --plan             print the plan (as plan.txt) on stdout; nothing is written\n"
     "      --json             with --plan: the plan as JSON\n"
     "      --dump-ir          print the IR as JSON on stdout (schema: docs/ir.md)\n"
@@ -72,6 +77,15 @@ static const char usage_text[] =
     "                         more than 0, at most 10^6\n"
     "      --profile FILE     measured op and link times that override the cost model\n"
     "                         (format: docs/cost-model.md)\n"
+    "      --search-time S    the plan search's time budget in seconds (default 300):\n"
+    "                         past it, lynxgen names the best plan found so far and\n"
+    "                         exits 1\n"
+    "      --max-memory GIB   lynxgen's own memory budget (default 16): past it, it\n"
+    "                         stops with an out-of-memory error (exit 1), naming the\n"
+    "                         search's best plan so far\n"
+    "      --allow-oom-plan   a plan whose modeled peak memory exceeds the GPU's is an\n"
+    "                         error (exit 1, nothing written); with this, it is printed\n"
+    "                         and written anyway, marked DOES NOT FIT (what-if studies)\n"
     "\n"
     "Parallel plan (override the model file's struct lx_parallel; checked against the\n"
     "same ranges, e.g. tp <= 64, pp <= 4096, micro-batch <= 65536, docs/model-language.md):\n"
@@ -91,28 +105,33 @@ static const char usage_text[] =
     "Exit status: 0 success, 1 an error in the model file (reported as\n"
     "file:line:col: error: ..., at the #include or macro call in the model file when\n"
     "the mistake is in a header or a macro, with a note where it was written), 2 a\n"
-    "usage error.\n"
+    "usage error (also: -o names a directory lynxgen may not replace).\n"
     "\n"
     "Example:\n"
     "  lynxgen examples/gpt13b.model -o build/\n"
     "  lynxgen examples/gpt13b.model --tp 2 --dump-ir | python3 -m json.tool\n";
 
+/* lynxgen's own budgets: a run past them stops with an error, not the machine */
+enum { DEFAULT_MAX_MEMORY_GIB = 16, DEFAULT_SEARCH_SECONDS = 300 };
+
 typedef struct {
   const char *model_path;
   const char *output_dir;
   bool dump_ir, plan, json, explain, cuda_graph, unfused, unrolled;
+  bool allow_oom_plan; /* a plan that does not fit is written (what-if studies) */
   lx_target target;
   lx_recompute_policy policy;
   lx_partition_kind partition;
   const char *profile;
   double gpu_memory_bytes; /* 0: the datasheet's */
+  double max_memory_bytes; /* lynxgen's own address space (--max-memory) */
+  double search_seconds;   /* the plan search's time budget (--search-time) */
   struct {
     lx_field field;
-    const char *text; /* "--tp 2", for diagnostics */
     int value;
   } overrides[LX_F_COUNT]; /* one per field: a repeated option replaces the earlier value */
   int n_overrides;
-  char override_text[LX_F_COUNT][64];
+  char override_text[LX_F_COUNT][64]; /* "command line --tp", where overrides[i]'s errors point */
 } options;
 
 static _Noreturn void usage_error(const char *fmt, const char *arg) {
@@ -140,15 +159,20 @@ static int parse_schedule(const char *arg) {
   usage_error("unknown schedule '%s' (gpipe, 1f1b, 2bw or interleaved)", arg);
 }
 
-static double parse_gib(const char *option, const char *arg) {
+/* A number in (0, 10^6] of `unit`s. */
+static double parse_amount(const char *option, const char *arg, const char *unit) {
   char *end;
-  double gib = strtod(arg, &end);
-  if (*end || end == arg || !(gib > 0) || gib > 1e6) {
+  double v = strtod(arg, &end);
+  if (*end || end == arg || !(v > 0) || v > 1e6) {
     char msg[128];
-    snprintf(msg, sizeof msg, "%s needs a positive number of GiB, got '%%s'", option);
+    snprintf(msg, sizeof msg, "%s needs a positive number of %s (at most 10^6), got '%%s'", option, unit);
     usage_error(msg, arg);
   }
-  return gib * 1024 * 1024 * 1024;
+  return v;
+}
+
+static double parse_gib(const char *option, const char *arg) {
+  return parse_amount(option, arg, "GiB") * 1024 * 1024 * 1024;
 }
 
 static lx_recompute_policy parse_policy(const char *arg) {
@@ -163,7 +187,6 @@ static void add_override(options *o, lx_field field, const char *option, int val
   if (i == o->n_overrides) o->n_overrides++;
   snprintf(o->override_text[i], sizeof o->override_text[i], "command line %s", option);
   o->overrides[i].field = field;
-  o->overrides[i].text = o->override_text[i];
   o->overrides[i].value = value;
 }
 
@@ -189,7 +212,10 @@ static options parse_options(int argc, char **argv) {
     OPT_EXPLAIN,
     OPT_CUDA_GRAPH,
     OPT_UNFUSED,
-    OPT_UNROLLED
+    OPT_UNROLLED,
+    OPT_ALLOW_OOM,
+    OPT_MAX_MEMORY,
+    OPT_SEARCH_TIME
   };
   static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
                                            {"dump-ir", no_argument, 0, OPT_DUMP_IR},
@@ -212,10 +238,15 @@ static options parse_options(int argc, char **argv) {
                                            {"cuda-graph", no_argument, 0, OPT_CUDA_GRAPH},
                                            {"no-epilogue-fusion", no_argument, 0, OPT_UNFUSED},
                                            {"unrolled-step", no_argument, 0, OPT_UNROLLED},
+                                           {"allow-oom-plan", no_argument, 0, OPT_ALLOW_OOM},
+                                           {"max-memory", required_argument, 0, OPT_MAX_MEMORY},
+                                           {"search-time", required_argument, 0, OPT_SEARCH_TIME},
                                            {"help", no_argument, 0, 'h'},
                                            {"version", no_argument, 0, OPT_VERSION},
                                            {0, 0, 0, 0}};
-  options o = {.target = LX_TARGET_CUDA};
+  options o = {.target = LX_TARGET_CUDA,
+               .max_memory_bytes = DEFAULT_MAX_MEMORY_GIB * (double)(1 << 30),
+               .search_seconds = DEFAULT_SEARCH_SECONDS};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
@@ -230,6 +261,9 @@ static options parse_options(int argc, char **argv) {
         usage_error("unknown target '%s' (cuda or cpu)", optarg);
       break;
     case OPT_JSON: o.json = true; break;
+    case OPT_ALLOW_OOM: o.allow_oom_plan = true; break;
+    case OPT_MAX_MEMORY: o.max_memory_bytes = parse_gib("--max-memory", optarg); break;
+    case OPT_SEARCH_TIME: o.search_seconds = parse_amount("--search-time", optarg, "seconds"); break;
     case OPT_POLICY: o.policy = parse_policy(optarg); break;
     case OPT_PROFILE: o.profile = optarg; break;
     case OPT_GPU_MEMORY: o.gpu_memory_bytes = parse_gib("--gpu-memory", optarg); break;
@@ -283,24 +317,11 @@ static void apply_overrides(const options *o, lx_ir *ir) {
     case LX_F_ZERO: ir->plan.zero = v; break;
     default: break;
     }
-    ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->overrides[i].text, 0, 0, NULL};
+    ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->override_text[i], 0, 0, NULL};
   }
 }
 
 /* ---- the output directory ------------------------------------------------ */
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st, (void)type, (void)ftw;
-  return remove(path);
-}
-
-static bool remove_tree(const char *path) { return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0; }
-
-static bool is_replaceable(const char *dir) {
-  char marker[PATH_MAX];
-  snprintf(marker, sizeof marker, "%s/" OUTPUT_MARKER, dir);
-  return access(marker, F_OK) == 0 || rmdir(dir) == 0; /* ours, or empty */
-}
 
 /* Everything the passes produce, for the writers. */
 typedef struct {
@@ -328,10 +349,6 @@ static bool write_file(const char *dir, const char *name, writer fill, const pro
   return fclose(f) == 0;
 }
 
-static void write_marker(const products *out, FILE *f) {
-  (void)out;
-  fputs("This directory was written by lynxgen; lynxgen may replace it.\n", f);
-}
 static void write_ir(const products *out, FILE *f) { lx_ir_print_json(&out->ir, f); }
 static void write_plan(const products *out, FILE *f) { lx_print_plan_text(&out->report, f); }
 static void write_trace(const products *out, FILE *f) { lx_write_trace_json(&out->sim, f); }
@@ -344,8 +361,8 @@ static const struct {
   const char *name;
   writer fill;
 } output_files[] = {
-    {OUTPUT_MARKER, write_marker}, {"plan.txt", write_plan},         {"trace.json", write_trace},
-    {"schedule.svg", write_schedule}, {"memory.svg", write_memory}, {"ir.json", write_ir},
+    {"plan.txt", write_plan},     {"trace.json", write_trace}, {"schedule.svg", write_schedule},
+    {"memory.svg", write_memory}, {"ir.json", write_ir},
 };
 
 static bool write_text(const char *dir, const char *name, const char *text, unsigned long length) {
@@ -414,69 +431,40 @@ static bool write_program(const char *dir, const products *out) {
          chmod(run, 0755) == 0;
 }
 
-static bool write_all(const char *dir, const products *out) {
+/* Fills the fresh directory that becomes -o DIR (gen/output_dir.c). */
+static bool write_all(const char *dir, const void *products_) {
+  const products *out = products_;
   for (size_t i = 0; i < sizeof output_files / sizeof output_files[0]; i++)
     if (!write_file(dir, output_files[i].name, output_files[i].fill, out)) return false;
   if (!write_program(dir, out)) return false;
   return lx_write_manifest(dir, out->ir.model_path);
 }
 
-/* mkdir -p of the directories that will hold `dir`. */
-static void make_parents(const char *dir) {
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s", dir);
-  for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
-    *slash = '\0';
-    mkdir(path, 0777); /* exists already, or the rename below reports why not */
-    *slash = '/';
-  }
-}
-
-/* Writes everything into DIR.lynxgen-tmp, then renames: readers never see a
- * partial directory, and a failure leaves the previous one untouched. */
 static int write_output(const char *dir, const products *out) {
-  char target[PATH_MAX], tmp[PATH_MAX + 16];
-  snprintf(target, sizeof target, "%s", dir);
-  for (size_t n = strlen(target); n > 1 && target[n - 1] == '/'; n--) target[n - 1] = '\0';
-  dir = target;
-  snprintf(tmp, sizeof tmp, "%s.lynxgen-tmp", dir);
-  make_parents(dir);
-  remove_tree(tmp);
-  if (mkdir(tmp, 0777) != 0) {
-    fprintf(stderr, "lynxgen: cannot create %s: %s\n", tmp, strerror(errno));
-    return EXIT_USER_ERROR;
+  switch (lx_write_output_dir(dir, write_all, out)) {
+  case LX_OUTPUT_WRITTEN: break;
+  case LX_OUTPUT_FAILED: return EXIT_USER_ERROR;
+  case LX_OUTPUT_REFUSED: return EXIT_USAGE;
   }
-  bool ok = write_all(tmp, out);
-  if (ok && access(dir, F_OK) == 0) {
-    if (!is_replaceable(dir)) {
-      fprintf(stderr, "lynxgen: %s exists and was not written by lynxgen; not replacing it\n", dir);
-      remove_tree(tmp);
-      return EXIT_USAGE;
-    }
-    remove_tree(dir);
-  }
-  if (!ok || rename(tmp, dir) != 0) {
-    fprintf(stderr, "lynxgen: cannot write %s: %s\n", dir, strerror(errno));
-    remove_tree(tmp);
-    return EXIT_USER_ERROR;
-  }
+  char name[LX_TEXT_MAX];
   printf("wrote %s: plan.txt trace.json schedule.svg memory.svg ir.json manifest.txt, the stage programs, "
          "Makefile and run.sh\n",
-         dir);
+         lx_text(dir, name, sizeof name));
   return 0;
 }
 
 static void print_summary(const products *out) {
   const lx_ir *ir = &out->ir;
   const lx_simulation *sim = &out->sim;
-  printf("%s: %.3f B parameters, %d stages, %d micro-batches, recompute %s\n", ir->model_path,
-         (double)ir->params_total / 1e9, out->pipe.pp, out->pipe.micro_batches,
-         lx_recompute_policy_name(out->pipe.policy));
+  char name[LX_TEXT_MAX], params[LX_BYTES_TEXT], peak[LX_BYTES_TEXT], capacity[LX_BYTES_TEXT];
+  printf("%s: %s parameters, %d stages, %d micro-batches, recompute %s\n",
+         lx_text(ir->model_path, name, sizeof name), lx_count_text((double)ir->params_total, params),
+         out->pipe.pp, out->pipe.micro_batches, lx_recompute_policy_name(out->pipe.policy));
   printf("  predicted iteration %.1f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%\n", sim->iteration_time * 1e3,
          100 * sim->bubble_fraction, sim->tokens_per_s, 100 * sim->mfu);
   for (int s = 0; s < out->pipe.pp; s++)
-    printf("  stage %d peak memory %.2f GiB of %.2f GiB\n", s, (double)out->memory[s].peak / (1 << 30),
-           out->report.capacity_bytes / (1 << 30));
+    printf("  stage %d peak memory %s of %s\n", s, lx_bytes_text((double)out->memory[s].peak, peak),
+           lx_bytes_text(out->report.capacity_bytes, capacity));
 }
 
 static bool plan_is_open(const lx_plan *p) { return !p->tp || !p->pp || !p->dp || !p->micro_batch; }
@@ -490,10 +478,23 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
                             "micro_batch");
     return false;
   }
-  lx_search_request req = {opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
-                           ir->plan.global_batch};
+  lx_search_request req = {opts->policy,           opts->partition,       opts->profile,
+                           opts->gpu_memory_bytes, ir->plan.global_batch, opts->search_seconds};
   lx_candidate best;
-  if (!lx_search_plan(ir, &req, &best, opts->explain ? stdout : NULL)) {
+  lx_search_stats stats;
+  bool found = lx_search_plan(ir, &req, &best, &stats, opts->explain ? stdout : NULL);
+  if (stats.out_of_time) {
+    char plan[128] = "none that fits";
+    if (found)
+      snprintf(plan, sizeof plan, "tp %d, pp %d, dp %d, micro-batch %d (%.1f ms)", best.tp, best.pp, best.dp,
+               best.micro_batch, 1e3 * best.time_s);
+    lx_error(ir->locs.plan,
+             "the plan search's time budget (--search-time %g s) ran out after %d of %d candidates; the best "
+             "found so far: %s; set the open fields, or give it more time",
+             opts->search_seconds, stats.tried, stats.feasible, plan);
+    return false;
+  }
+  if (!found) {
     lx_error(ir->locs.plan, "no parallel plan for the open fields fits this cluster's memory (try --explain)");
     return false;
   }
@@ -507,6 +508,21 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
 
 /* Front end and analysis; then, unless only the IR is wanted, the schedule,
  * its memory and its simulation. Returns the exit status. */
+/* A stage whose modeled peak exceeds the GPU's memory would run out of it:
+ * an error unless the user asks for the plan anyway. */
+static void check_plan_fits(const options *opts, const products *out) {
+  for (int s = 0; s < out->pipe.pp && !opts->allow_oom_plan; s++)
+    if ((double)out->memory[s].peak > out->report.capacity_bytes) {
+      char peak[LX_BYTES_TEXT], capacity[LX_BYTES_TEXT];
+      lx_error(out->ir.locs.plan,
+               "the plan does not fit: stage %d needs %s of the GPU's %s (recompute more with --policy, use "
+               "more stages, or pass --allow-oom-plan to write it anyway)",
+               s, lx_bytes_text((double)out->memory[s].peak, peak),
+               lx_bytes_text(out->report.capacity_bytes, capacity));
+      return;
+    }
+}
+
 static int run_passes(const options *opts, products *out) {
   lx_ir *ir = &out->ir;
   lx_ir_init(ir);
@@ -524,7 +540,7 @@ static int run_passes(const options *opts, products *out) {
   bool costed = schedule && lx_cost_model_init(&out->cost, ir, opts->profile);
   if (costed && opts->gpu_memory_bytes > 0) out->cost.gpu.memory_bytes = opts->gpu_memory_bytes;
   if (costed && lx_plan_pipeline(ir, &plan, &out->pipe)) {
-    out->memory = calloc((size_t)out->pipe.pp, sizeof *out->memory);
+    out->memory = lx_calloc((size_t)out->pipe.pp, sizeof *out->memory);
     lx_plan_memory(&out->pipe, out->memory);
     if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
     out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
@@ -532,12 +548,13 @@ static int run_passes(const options *opts, products *out) {
     out->cuda_graph = opts->cuda_graph;
     out->unfused = opts->unfused;
     out->unrolled = opts->unrolled;
-    out->layouts = calloc((size_t)out->pipe.pp, sizeof *out->layouts);
+    out->layouts = lx_calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),
                       lx_target_master_copy(&out->pipe, opts->target), &out->layouts[s]);
     out->report.layouts = out->layouts;
     if (lx_verify(&out->pipe, out->layouts) != 0) return 3; /* a generator bug, already printed */
+    check_plan_fits(opts, out);
   }
   if (lx_error_count() > 0) {
     fprintf(stderr, "lynxgen: %d error%s\n", lx_error_count(), lx_error_count() == 1 ? "" : "s");
@@ -557,11 +574,24 @@ static void free_products(products *out) {
   lx_ir_free(&out->ir);
 }
 
+/* Allocations past the budget fail, and end in alloc.h's out-of-memory error
+ * (the plan search then names the best plan it had). A lower limit that the
+ * shell set stays. */
+static void limit_memory(double bytes) {
+  struct rlimit now;
+  if (getrlimit(RLIMIT_AS, &now) != 0) return;
+  rlim_t budget = (rlim_t)bytes;
+  if (now.rlim_cur != RLIM_INFINITY && now.rlim_cur <= budget) return;
+  now.rlim_cur = budget;
+  setrlimit(RLIMIT_AS, &now);
+}
+
 int lx_tokenize_main(int argc, char **argv); /* gen/tokenize.c */
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "tokenize")) return lx_tokenize_main(argc - 1, argv + 1);
   options opts = parse_options(argc, argv);
+  limit_memory(opts.max_memory_bytes);
   products out = {0};
   int status = run_passes(&opts, &out);
   if (status == 0) {

@@ -3,6 +3,8 @@
 
 #include <stdlib.h>
 
+#include "alloc.h"
+
 /* Bytes per parameter: the training-dtype copy (+ an fp32 master copy when it
  * is 16-bit), an fp32 gradient, and AdamW's two fp32 moments. ZeRO-1 keeps
  * the master and the moments of one dp replica's share only. */
@@ -44,7 +46,8 @@ static int64_t internal_bytes(const lx_op *op) {
  * static (layout.h): it is counted once, in *window, not per instruction. */
 static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d, int64_t *window) {
   size_t n = (size_t)g->n_ops;
-  lx_graph_memory gm = {calloc(n, sizeof(int64_t)), calloc(n, sizeof(int64_t)), calloc(n, sizeof(int64_t))};
+  lx_graph_memory gm = {lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t)),
+                        lx_calloc(n, sizeof(int64_t))};
   int start = first_computing_op(g);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
@@ -119,7 +122,7 @@ lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const
 
 /* Micro-batch mb is in flight from its first forward to its last backward. */
 static int *count_backwards(const lx_instr_list *list, int micro_batches) {
-  int *n = calloc((size_t)micro_batches, sizeof *n);
+  int *n = lx_calloc((size_t)micro_batches, sizeof *n);
   for (int i = 0; i < list->count; i++)
     if (list->items[i].kind == LX_I_BWD) n[list->items[i].mb]++;
   return n;
@@ -128,7 +131,7 @@ static int *count_backwards(const lx_instr_list *list, int micro_batches) {
 static void walk_program_order(const lx_pipeline *p, const lx_stage *st, lx_stage_memory *m) {
   const lx_instr_list *list = &st->streams[LX_STREAM_COMPUTE];
   int *backwards_left = count_backwards(list, p->micro_batches);
-  bool *started = calloc((size_t)p->micro_batches, sizeof *started);
+  bool *started = lx_calloc((size_t)p->micro_batches, sizeof *started);
   int64_t live = 0;
   int in_flight = 0;
   for (int i = 0; i < list->count; i++) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "overlap.h"
 #include "passes.h"
 
@@ -23,8 +24,8 @@ void lx_partition_uniform(int layers, int pp, int *first_layer) {
 double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int *first_layer) {
   if (pp < 1 || layers < pp) return -1;
   int width = layers + 1;
-  double *best = malloc(sizeof(double) * (size_t)(pp + 1) * (size_t)width);
-  int *from = malloc(sizeof(int) * (size_t)(pp + 1) * (size_t)width);
+  double *best = lx_malloc(sizeof(double) * (size_t)(pp + 1) * (size_t)width);
+  int *from = lx_malloc(sizeof(int) * (size_t)(pp + 1) * (size_t)width);
   for (int i = 0; i < (pp + 1) * width; i++)
     best[i] = -1, from[i] = -1;
   best[0] = 0; /* no layers on no stages */
@@ -121,15 +122,15 @@ static double stage_exposed(lx_partition_model *m, int stashed, int count, int64
   lx_stage_problem *pr = &m->layer;
   pr->n_layers = count, pr->stashed = stashed, pr->micro_batches = 1, pr->avail_bytes = avail;
   lx_window w = {.kind = LX_WINDOW_TP_BACKWARD, .after = 0, .capacity = count * m->layer_window_s};
-  int *lo = calloc((size_t)count, sizeof(int)), *due = malloc(sizeof(int) * (size_t)count);
+  int *lo = lx_calloc((size_t)count, sizeof(int)), *due = lx_malloc(sizeof(int) * (size_t)count);
   for (int i = 0; i < count; i++)
     due[i] = 1;
   int *saved_lo = pr->lo, *saved_due = pr->due;
   pr->lo = lo, pr->due = due, pr->n_instances = count;
   pr->windows = m->layer_window_s > 0 ? &w : NULL;
   pr->n_windows = m->layer_window_s > 0 ? 1 : 0;
-  int *window_of = malloc(sizeof(int) * (size_t)count);
-  lx_op_decision *d = calloc((size_t)pr->n_ops, sizeof *d);
+  int *window_of = lx_malloc(sizeof(int) * (size_t)count);
+  lx_op_decision *d = lx_calloc((size_t)pr->n_ops, sizeof *d);
   lx_policy_stats stats;
   /* lynx-opt's partition uses heu's answer: the DP needs thousands of these */
   lx_recompute_policy p = m->policy == LX_RECOMPUTE_LYNX_OPT ? LX_RECOMPUTE_LYNX_HEU : m->policy;

@@ -9,12 +9,14 @@
  * op-level choice exact for checkmate's tensor-level question too. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <glpk.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "overlap.h"
 #include "passes.h"
 
@@ -60,10 +62,10 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
                            .avail_bytes = avail_bytes,
                            .window_buffers = 2,
                            .time_limit_s = 20};
-  pr->recompute_s = calloc(n, sizeof(double));
-  pr->drop_bytes = calloc(n, sizeof(int64_t));
-  pr->windowable = calloc(n, sizeof(bool));
-  lx_op_decision *scratch = calloc(n, sizeof *scratch);
+  pr->recompute_s = lx_calloc(n, sizeof(double));
+  pr->drop_bytes = lx_calloc(n, sizeof(int64_t));
+  pr->windowable = lx_calloc(n, sizeof(bool));
+  lx_op_decision *scratch = lx_calloc(n, sizeof *scratch);
   pr->kept_all = lx_kept_bytes(g, scratch);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
@@ -82,8 +84,8 @@ void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, in
   pr->windows = st->windows;
   pr->n_windows = st->n_windows;
   pr->n_instances = st->n_layers * p->micro_batches;
-  pr->lo = malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
-  pr->due = malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  pr->lo = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  pr->due = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   lx_instance_bounds(p, s, pr->lo, pr->due);
 }
 
@@ -243,7 +245,12 @@ typedef struct {
   double min_s; /* the shortest windowable op's recompute; 0: none */
 } matcher;
 
-static int slots_of(const lx_window *w, double window_s) { return (int)(w->capacity / window_s + 1e-9); }
+/* How many recomputations of window_s fit the window; a window that could
+ * hold more than an int counts (4096 layers of 2^24-wide linears) holds INT_MAX. */
+static int slots_of(const lx_window *w, double window_s) {
+  double slots = w->capacity / window_s + 1e-9;
+  return slots < INT_MAX ? (int)slots : INT_MAX;
+}
 
 static double shortest_window_op(const lx_stage_problem *pr) {
   double min_s = 0;
@@ -257,7 +264,7 @@ static double shortest_window_op(const lx_stage_problem *pr) {
 static void build_tiers(matcher *m) {
   const lx_stage_problem *pr = m->pr;
   for (int t = 0; t < TIERS; t++) {
-    m->tier[t] = malloc(sizeof(int) * (size_t)(pr->n_windows + 1));
+    m->tier[t] = lx_malloc(sizeof(int) * (size_t)(pr->n_windows + 1));
     int from = t ? m->n_tier[t - 1] : pr->n_windows;
     double r = ldexp(m->min_s, t);
     m->n_tier[t] = 0;
@@ -270,7 +277,7 @@ static void build_tiers(matcher *m) {
 
 static matcher matcher_init(const lx_stage_problem *pr) {
   size_t n = (size_t)(pr->n_instances > 0 ? pr->n_instances : 0) + 1;
-  matcher m = {.pr = pr, .order = malloc(sizeof(int) * n), .heap = malloc(sizeof(int) * n)};
+  matcher m = {.pr = pr, .order = lx_malloc(sizeof(int) * n), .heap = lx_malloc(sizeof(int) * n)};
   for (int i = 0; i < pr->n_instances; i++)
     m.order[i] = i;
   sort_keys = pr->lo;
@@ -531,7 +538,7 @@ static choice score(const matcher *m, served_memo *memo, opmask rc, opmask w, in
  * assigned to windows for real and the best of those wins. Nothing fits:
  * drop everything (the repair), and report it. */
 static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window_of) {
-  int *ops = malloc(sizeof(int) * (size_t)pr->n_ops);
+  int *ops = lx_malloc(sizeof(int) * (size_t)pr->n_ops);
   int n = droppable_ops(pr, ops);
   served_curve curve;
   matcher m = matcher_init(pr);
@@ -570,9 +577,9 @@ typedef struct {
 static void put(triplets *t, int row, int col, double v) {
   if (t->n + 1 >= t->cap) {
     t->cap = t->cap ? 2 * t->cap : 256;
-    t->ia = realloc(t->ia, sizeof(int) * (size_t)t->cap);
-    t->ja = realloc(t->ja, sizeof(int) * (size_t)t->cap);
-    t->ar = realloc(t->ar, sizeof(double) * (size_t)t->cap);
+    t->ia = lx_realloc(t->ia, sizeof(int) * (size_t)t->cap);
+    t->ja = lx_realloc(t->ja, sizeof(int) * (size_t)t->cap);
+    t->ar = lx_realloc(t->ar, sizeof(double) * (size_t)t->cap);
   }
   ++t->n; /* GLPK counts from 1 */
   t->ia[t->n] = row, t->ja[t->n] = col, t->ar[t->n] = v;
@@ -644,7 +651,7 @@ typedef struct {
 static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplets *t, double rc_cost,
                                double w_cost, bool windows) {
   const lx_graph *g = pr->block;
-  op_columns c = {calloc((size_t)pr->n_ops, sizeof(int)), calloc((size_t)pr->n_ops, sizeof(int))};
+  op_columns c = {lx_calloc((size_t)pr->n_ops, sizeof(int)), lx_calloc((size_t)pr->n_ops, sizeof(int))};
   for (int i = 0; i < pr->n_ops; i++) {
     if (is_input(pr, i)) continue;
     c.rc[i] = add_binary(lp, rc_cost * ms(pr->recompute_s[i]), true);
@@ -743,7 +750,7 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
   triplets t = {0};
   double n = (double)pr->n_layers * pr->micro_batches;
   op_columns c = add_op_model(pr, lp, &t, n + TIE, -n, true);
-  int *window_row = calloc((size_t)pr->n_windows + 1, sizeof(int));
+  int *window_row = lx_calloc((size_t)pr->n_windows + 1, sizeof(int));
   for (int inst = 0; inst < pr->n_instances && pr->n_windows; inst++) {
     int r = add_row(lp, GLP_FX, 0, 0); /* sum x + o - RW = 0 */
     put(&t, r, add_continuous(lp, 1, -1), 1);
@@ -790,7 +797,7 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
                      lx_op_decision *d, int *window_of, lx_policy_stats *stats) {
   double start = now_s();
   *stats = (lx_policy_stats){.budget_bytes = pr->avail_bytes, .status = "fixed"};
-  int *scratch = window_of ? window_of : malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  int *scratch = window_of ? window_of : lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   bool ok;
   bool planned =
       policy == LX_RECOMPUTE_CHECKMATE || policy == LX_RECOMPUTE_LYNX_HEU || policy == LX_RECOMPUTE_LYNX_OPT;

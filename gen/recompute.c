@@ -6,6 +6,7 @@
  * that is not held any more makes its producer run again too (the closure). */
 #include <stdlib.h>
 
+#include "alloc.h"
 #include "passes.h"
 
 static bool output_is_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
@@ -46,7 +47,7 @@ void lx_recompute_closure(const lx_graph *g, lx_op_decision *d) {
 }
 
 int64_t lx_kept_bytes(const lx_graph *g, const lx_op_decision *d) {
-  bool *counted = calloc((size_t)g->n_ops, sizeof *counted);
+  bool *counted = lx_calloc((size_t)g->n_ops, sizeof *counted);
   int64_t kept = 0;
   for (int j = 0; j < g->n_ops; j++)
     for (int k = 0; k < g->ops[j].n_saved; k++) {

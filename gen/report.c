@@ -6,10 +6,30 @@
  * then the iteration: time, bubble, throughput, MFU and HFU. */
 #include "report.h"
 
-#include <inttypes.h>
+#include "alloc.h"
+#include "escape.h"
+#include "json.h"
+
 #include <stdlib.h>
 
-static double gib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0 * 1024.0); }
+const char *lx_bytes_text(double bytes, char buf[LX_BYTES_TEXT]) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (u < 5 && bytes >= 1024)
+    bytes /= 1024, u++;
+  snprintf(buf, LX_BYTES_TEXT, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+  return buf;
+}
+
+const char *lx_count_text(double n, char buf[LX_BYTES_TEXT]) {
+  static const char *const units[] = {"", " K", " M", " B", " T"};
+  int u = 0;
+  while (u < 4 && n >= 1000)
+    n /= 1000, u++;
+  snprintf(buf, LX_BYTES_TEXT, u ? "%.3f%s" : "%.0f%s", n, units[u]);
+  return buf;
+}
+
 static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 static double ms(double seconds) { return seconds * 1e3; }
 
@@ -25,18 +45,20 @@ static const char *decision_text(const lx_op_decision *d) {
 /* What the policy pass found (planned policies only): budget, windows used, search. */
 static void print_policy_stats(const lx_stage *st, FILE *out) {
   if (!st->window_of && st->stats.budget_bytes == 0) return;
+  char budget[LX_BYTES_TEXT], used[LX_BYTES_TEXT];
   fprintf(out,
-          "  policy     %s (gap %.2g), budget %.2f GiB for the block's activations (uses %.2f), exposed "
+          "  policy     %s (gap %.2g), budget %s for the block's activations (uses %s), exposed "
           "recompute %.2f ms, %.2f ms hidden in windows (%d found), search %.1f ms\n",
-          st->stats.status ? st->stats.status : "", st->stats.gap, gib(st->stats.budget_bytes),
-          gib(st->stats.used_bytes), ms(st->stats.exposed_s), ms(st->stats.window_s), st->n_windows,
-          ms(st->stats.search_s));
+          st->stats.status ? st->stats.status : "", st->stats.gap,
+          lx_bytes_text((double)st->stats.budget_bytes, budget),
+          lx_bytes_text((double)st->stats.used_bytes, used), ms(st->stats.exposed_s), ms(st->stats.window_s),
+          st->n_windows, ms(st->stats.search_s));
 }
 
 /* Per window, the layer instances that recompute in it (NULL without windows). */
 static int *instances_per_window(const lx_pipeline *p, const lx_stage *st) {
   if (!st->window_of || st->n_windows <= 0) return NULL;
-  int *n = calloc((size_t)st->n_windows, sizeof *n);
+  int *n = lx_calloc((size_t)st->n_windows, sizeof *n);
   for (int i = 0; i < st->n_layers * p->micro_batches; i++)
     if (st->window_of[i] >= 0 && st->window_of[i] < st->n_windows) n[st->window_of[i]]++;
   return n;
@@ -102,8 +124,10 @@ static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out
   for (int i = 0; i < ir->block.n_ops; i++) {
     const lx_op *op = &ir->block.ops[i];
     if (op->kind == LX_OP_INPUT) continue;
-    fprintf(out, "    %-22s %-18s %9.2f MiB  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
-            mib(op->saved_bytes), decision_text(&st->decisions[i]), lx_file_name(op->src.file), op->src.line);
+    char file[LX_TEXT_MAX], saves[LX_BYTES_TEXT];
+    fprintf(out, "    %-22s %-18s %12s  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
+            lx_bytes_text((double)op->saved_bytes, saves), decision_text(&st->decisions[i]),
+            lx_text(lx_file_name(op->src.file), file, sizeof file), op->src.line);
   }
 }
 
@@ -112,13 +136,14 @@ static void print_arena(const lx_stage_layout *l, FILE *out) {
   int64_t weights = l->region_bytes[LX_REGION_PARAMS] + l->region_bytes[LX_REGION_MASTER];
   int64_t optimizer = l->region_bytes[LX_REGION_ADAM_M] + l->region_bytes[LX_REGION_ADAM_V];
   int64_t transient = l->region_bytes[LX_REGION_WORK] + l->region_bytes[LX_REGION_BOUNDARY];
+  char total[LX_BYTES_TEXT];
   fprintf(out,
-          "  arena      %lld bytes (%.2f GiB), the emitted program's one allocation: weights %.2f MiB, grads "
+          "  arena      %lld bytes (%s), the emitted program's one allocation: weights %.2f MiB, grads "
           "%.2f "
           "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%d slots x %.2f MiB), transient %.2f MiB\n",
-          (long long)l->total, gib(l->total), mib(weights), mib(l->region_bytes[LX_REGION_GRADS]),
-          mib(optimizer), mib(l->region_bytes[LX_REGION_STASH]), l->slots, mib(l->slot_bytes),
-          mib(transient));
+          (long long)l->total, lx_bytes_text((double)l->total, total), mib(weights),
+          mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer), mib(l->region_bytes[LX_REGION_STASH]),
+          l->slots, mib(l->slot_bytes), mib(transient));
   if (l->shards > 1)
     fprintf(out,
             "  ZeRO-1     optimizer state of 1/%d of the parameters per dp replica: %.2f MiB instead of %.2f "
@@ -143,17 +168,20 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
       "  time       compute %.2f ms, recompute %.2f ms, exposed communication %.2f ms, compute busy %.1f%%\n",
       ms(tl->compute_time), ms(tl->recompute_time), ms(tl->exposed_comm_time),
       100 * tl->busy[LX_STREAM_COMPUTE] / r->sim->iteration_time);
+  char peak[LX_BYTES_TEXT], capacity[LX_BYTES_TEXT], weights[LX_BYTES_TEXT], grads[LX_BYTES_TEXT],
+      optimizer[LX_BYTES_TEXT], activations[LX_BYTES_TEXT], kept[LX_BYTES_TEXT], transient[LX_BYTES_TEXT];
   fprintf(out,
-          "  memory     modeled peak %.2f GiB of %.2f GiB%s (liveness of what each op keeps; the scheduler's "
-          "model)\n",
-          gib(m->peak), r->capacity_bytes / (1 << 30) * 1.0,
+          "  memory     modeled peak %s of %s%s (liveness of what each op keeps; the scheduler's model)\n",
+          lx_bytes_text((double)m->peak, peak), lx_bytes_text(r->capacity_bytes, capacity),
           (double)m->peak > r->capacity_bytes ? "  -- DOES NOT FIT" : "");
-  fprintf(
-      out,
-      "             weights %.2f, grads %.2f, optimizer %.2f, activations %.2f (%d micro-batches x %.1f MiB "
-      "kept), transient %.2f GiB\n",
-      gib(m->weights), gib(m->grads), gib(m->optimizer), gib(m->activations_peak), m->stashed_micro_batches,
-      mib(m->kept_per_micro_batch), gib(m->transient_peak));
+  fprintf(out,
+          "             weights %s, grads %s, optimizer %s, activations %s (%d micro-batches x %s kept), "
+          "transient %s\n",
+          lx_bytes_text((double)m->weights, weights), lx_bytes_text((double)m->grads, grads),
+          lx_bytes_text((double)m->optimizer, optimizer),
+          lx_bytes_text((double)m->activations_peak, activations), m->stashed_micro_batches,
+          lx_bytes_text((double)m->kept_per_micro_batch, kept),
+          lx_bytes_text((double)m->transient_peak, transient));
   if (r->layouts) print_arena(&r->layouts[s], out);
   print_layer_decisions(ir, st, out);
   print_policy_stats(st, out);
@@ -164,10 +192,12 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
   const lx_pipeline *p = r->pipe;
   const lx_ir *ir = p->ir;
   const lx_plan *plan = &ir->plan;
-  fprintf(out, "lynxgen plan for %s\n", lx_file_name(ir->model_path));
-  fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %.3f B parameters\n",
+  char name[LX_TEXT_MAX];
+  fprintf(out, "lynxgen plan for %s\n", lx_text(lx_file_name(ir->model_path), name, sizeof name));
+  char params[LX_BYTES_TEXT];
+  fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %s parameters\n",
           ir->model.layers, ir->model.hidden, ir->model.heads, ir->model.seq_len, ir->model.vocab,
-          (double)ir->params_total / 1e9);
+          lx_count_text((double)ir->params_total, params));
   fprintf(out, "cluster    %d node(s) x %d %s (%s inside a node, %s across)\n", ir->cluster.nodes,
           ir->cluster.gpus_per_node, lx_gpu_name(ir->cluster.gpu), lx_link_name(ir->cluster.intra_node_link),
           lx_link_name(ir->cluster.inter_node_link));
@@ -184,58 +214,69 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
           100 * r->sim->hfu);
 }
 
+/* The block's ops whose decision passes `in_window_only` (all recomputed
+ * ones, or only those recomputed in windows), by name. */
+static void put_recomputed_ops(cJSON *parent, const char *key, const lx_ir *ir, const lx_stage *st,
+                               bool in_window_only) {
+  cJSON *names = lx_json_add_array(parent, key);
+  for (int i = 0; i < ir->block.n_ops; i++)
+    if (st->decisions[i].recompute && (!in_window_only || st->decisions[i].in_window))
+      lx_json_add_string(names, NULL, ir->block.ops[i].name);
+}
+
+static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
+  const lx_pipeline *p = r->pipe;
+  const lx_stage *st = &p->stages[s];
+  const lx_stage_memory *m = &r->memory[s];
+  const lx_stage_timeline *tl = &r->sim->stages[s];
+  cJSON *w = lx_json_add_object(stages, NULL);
+  lx_json_add_int(w, "stage", s);
+  lx_json_add_int(w, "first_layer", st->first_layer);
+  lx_json_add_int(w, "layers", st->n_layers);
+  lx_json_add_bool(w, "prologue", st->has_prologue);
+  lx_json_add_bool(w, "epilogue", st->has_epilogue);
+  lx_json_add_number(w, "compute_s", tl->compute_time);
+  lx_json_add_number(w, "recompute_s", tl->recompute_time);
+  lx_json_add_number(w, "exposed_comm_s", tl->exposed_comm_time);
+  lx_json_add_int(w, "peak_bytes", m->peak);
+  lx_json_add_int(w, "weights_bytes", m->weights);
+  lx_json_add_int(w, "grads_bytes", m->grads);
+  lx_json_add_int(w, "optimizer_bytes", m->optimizer);
+  lx_json_add_int(w, "activations_bytes", m->activations_peak);
+  lx_json_add_int(w, "transient_bytes", m->transient_peak);
+  lx_json_add_int(w, "stashed_micro_batches", m->stashed_micro_batches);
+  lx_json_add_bool(w, "fits", (double)m->peak <= r->capacity_bytes);
+  if (r->layouts) lx_json_add_int(w, "arena_bytes", r->layouts[s].total);
+  put_recomputed_ops(w, "recomputed_ops", p->ir, st, false);
+  put_recomputed_ops(w, "window_ops", p->ir, st, true);
+  int used, instances;
+  window_use(p, st, &used, &instances);
+  lx_json_add_int(w, "windows_found", st->window_of ? st->n_windows : 0);
+  lx_json_add_int(w, "windows_used", used);
+  lx_json_add_int(w, "windowed_instances", instances);
+}
+
 void lx_print_plan_json(const lx_report *r, FILE *out) {
   const lx_pipeline *p = r->pipe;
   const lx_ir *ir = p->ir;
-  fputs("{\n  \"model_file\": ", out);
-  lx_json_string(out, lx_file_name(ir->model_path));
-  fputs(",\n", out);
-  fprintf(out,
-          "  \"plan\": {\"tp\": %d, \"pp\": %d, \"dp\": %d, \"micro_batch\": %d, \"micro_batches\": %d, "
-          "\"schedule\": \"%s\", \"recompute\": \"%s\"},\n",
-          ir->plan.tp ? ir->plan.tp : 1, p->pp, ir->plan.dp ? ir->plan.dp : 1,
-          ir->plan.micro_batch ? ir->plan.micro_batch : 1, p->micro_batches, lx_schedule_name(p->kind),
-          lx_recompute_policy_name(p->policy));
-  fprintf(out, "  \"capacity_bytes\": %.0f,\n  \"stages\": [", r->capacity_bytes);
-  for (int s = 0; s < p->pp; s++) {
-    const lx_stage *st = &p->stages[s];
-    const lx_stage_memory *m = &r->memory[s];
-    const lx_stage_timeline *tl = &r->sim->stages[s];
-    fprintf(
-        out,
-        "%s\n    {\"stage\": %d, \"first_layer\": %d, \"layers\": %d, \"prologue\": %s, \"epilogue\": %s, ",
-        s ? "," : "", s, st->first_layer, st->n_layers, st->has_prologue ? "true" : "false",
-        st->has_epilogue ? "true" : "false");
-    fprintf(out, "\"compute_s\": %.9g, \"recompute_s\": %.9g, \"exposed_comm_s\": %.9g, ", tl->compute_time,
-            tl->recompute_time, tl->exposed_comm_time);
-    fprintf(out,
-            "\"peak_bytes\": %" PRId64 ", \"weights_bytes\": %" PRId64 ", \"grads_bytes\": %" PRId64
-            ", \"optimizer_bytes\": %" PRId64 ", \"activations_bytes\": %" PRId64
-            ", \"transient_bytes\": %" PRId64 ", \"stashed_micro_batches\": %d, \"fits\": %s, ",
-            m->peak, m->weights, m->grads, m->optimizer, m->activations_peak, m->transient_peak,
-            m->stashed_micro_batches, (double)m->peak <= r->capacity_bytes ? "true" : "false");
-    if (r->layouts) fprintf(out, "\"arena_bytes\": %lld, ", (long long)r->layouts[s].total);
-    fputs("\"recomputed_ops\": [", out);
-    bool first = true;
-    for (int i = 0; i < ir->block.n_ops; i++)
-      if (st->decisions[i].recompute) {
-        fprintf(out, "%s\"%s\"", first ? "" : ", ", ir->block.ops[i].name);
-        first = false;
-      }
-    fputs("], \"window_ops\": [", out);
-    first = true;
-    for (int i = 0; i < ir->block.n_ops; i++)
-      if (st->decisions[i].recompute && st->decisions[i].in_window) {
-        fprintf(out, "%s\"%s\"", first ? "" : ", ", ir->block.ops[i].name);
-        first = false;
-      }
-    int used, instances;
-    window_use(p, st, &used, &instances);
-    fprintf(out, "], \"windows_found\": %d, \"windows_used\": %d, \"windowed_instances\": %d}",
-            st->window_of ? st->n_windows : 0, used, instances);
-  }
-  fprintf(out,
-          "\n  ],\n  \"iteration_s\": %.9g,\n  \"bubble_fraction\": %.6f,\n  \"tokens_per_s\": %.6g,\n"
-          "  \"mfu\": %.6f,\n  \"hfu\": %.6f\n}\n",
-          r->sim->iteration_time, r->sim->bubble_fraction, r->sim->tokens_per_s, r->sim->mfu, r->sim->hfu);
+  cJSON *doc = lx_json_document();
+  lx_json_add_string(doc, "model_file", lx_file_name(ir->model_path));
+  cJSON *plan = lx_json_add_object(doc, "plan");
+  lx_json_add_int(plan, "tp", ir->plan.tp ? ir->plan.tp : 1);
+  lx_json_add_int(plan, "pp", p->pp);
+  lx_json_add_int(plan, "dp", ir->plan.dp ? ir->plan.dp : 1);
+  lx_json_add_int(plan, "micro_batch", ir->plan.micro_batch ? ir->plan.micro_batch : 1);
+  lx_json_add_int(plan, "micro_batches", p->micro_batches);
+  lx_json_add_string(plan, "schedule", lx_schedule_name(p->kind));
+  lx_json_add_string(plan, "recompute", lx_recompute_policy_name(p->policy));
+  lx_json_add_number(doc, "capacity_bytes", r->capacity_bytes);
+  cJSON *stages = lx_json_add_array(doc, "stages");
+  for (int s = 0; s < p->pp; s++)
+    put_stage_json(stages, r, s);
+  lx_json_add_number(doc, "iteration_s", r->sim->iteration_time);
+  lx_json_add_number(doc, "bubble_fraction", r->sim->bubble_fraction);
+  lx_json_add_number(doc, "tokens_per_s", r->sim->tokens_per_s);
+  lx_json_add_number(doc, "mfu", r->sim->mfu);
+  lx_json_add_number(doc, "hfu", r->sim->hfu);
+  lx_json_write(doc, true, out);
 }

@@ -16,6 +16,12 @@ typedef struct {
   const lx_stage_layout *layouts; /* the emitted program's arena per stage; NULL when not laid out */
 } lx_report;
 
+/* A size with the unit that suits it ("512 B", "1.50 KiB", "74.51 GiB"), so
+ * that a small model never shows "0.00 GiB"; and a count ("1.316 B", "85.000 K"). */
+enum { LX_BYTES_TEXT = 24 };
+const char *lx_bytes_text(double bytes, char buf[LX_BYTES_TEXT]);
+const char *lx_count_text(double n, char buf[LX_BYTES_TEXT]);
+
 void lx_print_plan_text(const lx_report *r, FILE *out);
 void lx_print_plan_json(const lx_report *r, FILE *out);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "diag.h"
 #include "memplan.h"
 #include "overlap.h"
@@ -338,16 +339,16 @@ static int64_t stage_params(const lx_ir *ir, const lx_stage *st) {
 static void index_window_items(builder *b) {
   const lx_stage *st = b->st;
   int n = st->n_layers * b->pipe->micro_batches;
-  b->window_start = calloc((size_t)st->n_windows + 2, sizeof(int));
-  b->window_items = malloc(sizeof(int) * (size_t)(n + 1));
-  b->recomputed = malloc(sizeof(int) * (size_t)(n + 1));
+  b->window_start = lx_calloc((size_t)st->n_windows + 2, sizeof(int));
+  b->window_items = lx_malloc(sizeof(int) * (size_t)(n + 1));
+  b->recomputed = lx_malloc(sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) {
     b->recomputed[i] = -1;
     if (st->window_of && st->window_of[i] >= 0) b->window_start[st->window_of[i] + 1]++;
   }
   for (int w = 0; w < st->n_windows; w++)
     b->window_start[w + 1] += b->window_start[w];
-  int *fill = calloc((size_t)st->n_windows + 1, sizeof(int));
+  int *fill = lx_calloc((size_t)st->n_windows + 1, sizeof(int));
   /* backward order (both schedules): by micro-batch, then from the top layer down */
   for (int mb = 0; mb < b->pipe->micro_batches; mb++)
     for (int l = st->n_layers - 1; l >= 0; l--) {
@@ -369,7 +370,7 @@ static void schedule_one(const lx_ir *ir, lx_pipeline *p, int s) {
                .tp = ir->plan.tp ? ir->plan.tp : 1,
                .dp = ir->plan.dp ? ir->plan.dp : 1,
                .ordinal = -1};
-  int *events = malloc(sizeof(int) * 3 * (size_t)p->micro_batches);
+  int *events = lx_malloc(sizeof(int) * 3 * (size_t)p->micro_batches);
   for (int i = 0; i < 3 * p->micro_batches; i++)
     events[i] = -1;
   b.slot_free = events;
@@ -400,7 +401,7 @@ static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batc
 /* Stages over the layer split `first`, each with the decisions of a fixed policy. */
 static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *first, lx_pipeline *out) {
   int pp = out->pp;
-  out->stages = calloc((size_t)pp, sizeof *out->stages);
+  out->stages = lx_calloc((size_t)pp, sizeof *out->stages);
   for (int s = 0; s < pp; s++) {
     lx_stage *st = &out->stages[s];
     *st = (lx_stage){.index = s,
@@ -412,7 +413,7 @@ static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *f
     st->stashed_micro_batches = out->kind == LX_SCHEDULE_GPIPE
                                     ? out->micro_batches
                                     : (pp - s < out->micro_batches ? pp - s : out->micro_batches);
-    st->decisions = calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
+    st->decisions = lx_calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
     lx_recompute_fixed(ir, fixed, st->decisions);
     st->stats.status = "fixed";
   }
@@ -425,7 +426,7 @@ static bool fixed_policy(lx_recompute_policy p) { return p <= LX_RECOMPUTE_SELEC
 int64_t lx_stage_activation_budget(const lx_ir *ir, const lx_cost_model *cm, const lx_pipeline *keep_all,
                                    const lx_stage_memory *m, int s) {
   const lx_stage *st = &keep_all->stages[s];
-  lx_op_decision *none = calloc((size_t)ir->block.n_ops, sizeof *none);
+  lx_op_decision *none = lx_calloc((size_t)ir->block.n_ops, sizeof *none);
   int64_t block = (int64_t)st->stashed_micro_batches * st->n_layers * lx_kept_bytes(&ir->block, none);
   free(none);
   /* besides the block's stash: static bytes, the prologue / epilogue stash,
@@ -452,7 +453,7 @@ static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool wit
   if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
   free(st->window_of);
   st->window_of =
-      with_windows ? calloc((size_t)(pr.n_instances > 0 ? pr.n_instances : 0) + 1, sizeof(int)) : NULL;
+      with_windows ? lx_calloc((size_t)(pr.n_instances > 0 ? pr.n_instances : 0) + 1, sizeof(int)) : NULL;
   double searched = st->stats.search_s; /* the plan's search time is every solve's, repairs included */
   lx_policy_solve(pl->ir, policy, &pr, st->decisions, st->window_of, &st->stats);
   st->stats.search_s += searched;
@@ -462,7 +463,7 @@ static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool wit
 
 /* Budgets from the keep-everything plan of the same split. */
 static void compute_budgets(planner *pl) {
-  lx_stage_memory *mem = calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
+  lx_stage_memory *mem = lx_calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
   lx_plan_memory(pl->pipe, mem);
   for (int s = 0; s < pl->pipe->pp; s++) {
     pl->budget[s] = lx_stage_activation_budget(pl->ir, pl->cm, pl->pipe, &mem[s], s);
@@ -488,7 +489,7 @@ static double measure_windows(planner *pl) {
  * stage's budget shrinks by the excess and the policy runs again. */
 static void repair(planner *pl) {
   for (int round = 0; round < 3; round++) {
-    lx_stage_memory *mem = calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
+    lx_stage_memory *mem = lx_calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
     lx_plan_memory(pl->pipe, mem);
     bool again = false;
     for (int s = 0; s < pl->pipe->pp; s++) {
@@ -515,7 +516,7 @@ static double simulated_time(planner *pl) {
 
 static bool fits_memory(planner *pl) {
   int pp = pl->pipe->pp;
-  lx_stage_memory *mem = calloc((size_t)(pp > 0 ? pp : 1), sizeof *mem);
+  lx_stage_memory *mem = lx_calloc((size_t)(pp > 0 ? pp : 1), sizeof *mem);
   lx_plan_memory(pl->pipe, mem);
   bool fits = true;
   for (int s = 0; s < pp; s++) {
@@ -534,8 +535,8 @@ static void consider_selective(planner *pl) {
   if (pl->policy != LX_RECOMPUTE_LYNX_HEU && pl->policy != LX_RECOMPUTE_LYNX_OPT) return;
   int pp = pl->pipe->pp, n = pl->ir->block.n_ops;
   double planned = simulated_time(pl);
-  lx_op_decision *kept = malloc(sizeof *kept * (size_t)(pp * n + 1));
-  int **windows = malloc(sizeof *windows * (size_t)(pp + 1));
+  lx_op_decision *kept = lx_malloc(sizeof *kept * (size_t)(pp * n + 1));
+  int **windows = lx_malloc(sizeof *windows * (size_t)(pp + 1));
   for (int s = 0; s < pp; s++) {
     lx_stage *st = &pl->pipe->stages[s];
     memcpy(kept + s * n, st->decisions, sizeof *kept * (size_t)n);
@@ -597,7 +598,7 @@ static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx
   if (o->partition != LX_PARTITION_DP || pp < 2) return;
   lx_partition_model m;
   lx_partition_model_init(&m, ir, cm, o->policy);
-  int *dp = malloc(sizeof(int) * (size_t)(pp + 1));
+  int *dp = lx_malloc(sizeof(int) * (size_t)(pp + 1));
   if (lx_partition_dp(ir->model.layers, pp, lx_partition_stage_cost, &m, dp) >= 0)
     for (int s = 0; s <= pp; s++)
       first[s] = dp[s];
@@ -619,7 +620,7 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
     if (!lx_cost_model_init(&own, ir, NULL)) return false;
     cm = &own;
   }
-  int *first = malloc(sizeof *first * (size_t)(pp + 1));
+  int *first = lx_malloc(sizeof *first * (size_t)(pp + 1));
   if (needs_costs)
     choose_partition(ir, o, cm, pp, first);
   else
@@ -630,7 +631,7 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
     for (int s = 0; s < pp; s++)
       schedule_one(ir, out, s);
   } else {
-    planner pl = {ir, cm, out, o->policy, o->opt_time_limit_s, calloc((size_t)pp, sizeof(int64_t))};
+    planner pl = {ir, cm, out, o->policy, o->opt_time_limit_s, lx_calloc((size_t)pp, sizeof(int64_t))};
     plan_policy(&pl);
     free(pl.budget);
   }

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "alloc.h"
 #include "analyze.h"
 #include "diag.h"
 #include "frontend.h"
@@ -41,7 +43,7 @@ static void evaluate(const char *path, const lx_search_request *req, lx_candidat
   if (!lx_plan_pipeline(&ir, &options, &pipe)) {
     snprintf(c->why, sizeof c->why, "cannot be scheduled (fewer micro-batches than stages?)");
   } else {
-    lx_stage_memory *memory = calloc((size_t)pipe.pp, sizeof *memory);
+    lx_stage_memory *memory = lx_calloc((size_t)pipe.pp, sizeof *memory);
     lx_plan_memory(&pipe, memory);
     lx_simulation sim;
     if (lx_simulate(&pipe, &cm, NULL, NULL, memory, &sim)) {
@@ -71,8 +73,9 @@ static int by_time(const void *a, const void *b) {
 }
 
 /* tp inside a node and dividing the heads; pp at most the layers; dp the
- * rest of the cluster; micro-batches dividing the replica's batch. */
-static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate *out, int max) {
+ * rest of the cluster; micro-batches dividing the replica's batch. Returns
+ * their number; fills `out` unless it is NULL. */
+static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate *out) {
   const lx_plan *p = &ir->plan;
   int gpus = ir->cluster.nodes * ir->cluster.gpus_per_node, n = 0;
   static const int micro_batches[] = {1, 2, 4, 8, 16};
@@ -88,43 +91,91 @@ static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate
         int b = micro_batches[k];
         if ((p->micro_batch && b != p->micro_batch) || !divides(b * dp, req->global_batch)) continue;
         if (req->global_batch / (b * dp) < pp) continue;
-        if (n < max) out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b};
+        if (out) out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b};
         n++;
       }
     }
   }
-  return n < max ? n : max;
+  return n;
 }
 
-int lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, FILE *explain) {
-  enum { MAX_CANDIDATES = 512 };
-  lx_candidate *all = calloc(MAX_CANDIDATES, sizeof *all);
-  int n = enumerate(ir, req, all, MAX_CANDIDATES);
+/* The fastest fitting candidate so far, for the out-of-memory error. */
+static const lx_candidate *best_so_far;
+
+static void note_best_so_far(void) {
+  if (best_so_far)
+    fprintf(
+        stderr,
+        "lynxgen: note: the best plan the search had found: tp %d, pp %d, dp %d, micro-batch %d (%.1f ms)\n",
+        best_so_far->tp, best_so_far->pp, best_so_far->dp, best_so_far->micro_batch,
+        1e3 * best_so_far->time_s);
+  else
+    fputs("lynxgen: note: the plan search had found no plan that fits yet\n", stderr);
+}
+
+static double seconds_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Evaluates candidates in turn until the time budget runs out. */
+static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_candidate *all,
+                           lx_search_stats *stats) {
+  double start = seconds_now();
+  lx_candidate best = {0};
+  lx_on_out_of_memory(note_best_so_far);
+  for (stats->tried = 0; stats->tried < stats->feasible; stats->tried++) {
+    if (req->time_budget_s > 0 && seconds_now() - start > req->time_budget_s) {
+      stats->out_of_time = true;
+      break;
+    }
+    lx_candidate *c = &all[stats->tried];
+    evaluate(ir->model_path, req, c);
+    if (c->fits && (!best_so_far || c->time_s < best.time_s)) best = *c, best_so_far = &best;
+  }
+  lx_on_out_of_memory(NULL);
+  best_so_far = NULL;
+}
+
+static void explain_search(const lx_ir *ir, const lx_search_request *req, const lx_candidate *all,
+                           const lx_search_stats *stats, FILE *explain) {
+  fprintf(explain, "plan search: %d candidates for %d GPUs, global batch %d, recompute %s\n", stats->feasible,
+          ir->cluster.nodes * ir->cluster.gpus_per_node, req->global_batch,
+          lx_recompute_policy_name(req->policy));
+  if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
+  fprintf(explain, "  %-4s %-4s %-4s %-6s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "iteration",
+          "peak GiB", "MFU", "verdict");
+  for (int i = 0; i < stats->tried && i < 12; i++) {
+    const lx_candidate *c = &all[i];
+    char verdict[128];
+    if (i == 0 && c->fits)
+      snprintf(verdict, sizeof verdict, "chosen");
+    else if (c->fits)
+      snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
+    else
+      snprintf(verdict, sizeof verdict, "%s", c->why);
+    fprintf(explain, "  %-4d %-4d %-4d %-6d %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
+            c->micro_batch, 1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
+  }
+}
+
+bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, lx_search_stats *stats,
+                    FILE *explain) {
+  int n = enumerate(ir, req, NULL);
+  lx_candidate *all = lx_calloc((size_t)n + 1, sizeof *all);
+  *stats = (lx_search_stats){.feasible = enumerate(ir, req, all)};
   /* candidates report their own errors; a search reports only its verdict */
   FILE *quiet = fopen("/dev/null", "w");
   lx_diag_set_sink(quiet);
-  for (int i = 0; i < n; i++) evaluate(ir->model_path, req, &all[i]);
+  try_candidates(ir, req, all, stats);
   lx_diag_set_sink(NULL);
   if (quiet) fclose(quiet);
   lx_diag_reset(); /* a search starts from a model without errors */
-  qsort(all, (size_t)n, sizeof *all, by_time);
-  if (explain) {
-    fprintf(explain, "plan search: %d candidates for %d GPUs, global batch %d, recompute %s\n", n,
-            ir->cluster.nodes * ir->cluster.gpus_per_node, req->global_batch, lx_recompute_policy_name(req->policy));
-    fprintf(explain, "  %-4s %-4s %-4s %-6s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "iteration", "peak GiB",
-            "MFU", "verdict");
-    for (int i = 0; i < n && i < 12; i++) {
-      const lx_candidate *c = &all[i];
-      char verdict[128];
-      if (i == 0 && c->fits) snprintf(verdict, sizeof verdict, "chosen");
-      else if (c->fits) snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
-      else snprintf(verdict, sizeof verdict, "%s", c->why);
-      fprintf(explain, "  %-4d %-4d %-4d %-6d %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp, c->micro_batch,
-              1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
-    }
-  }
-  bool found = n > 0 && all[0].fits;
+  qsort(all, (size_t)stats->tried, sizeof *all, by_time);
+  if (explain) explain_search(ir, req, all, stats, explain);
+  bool found = stats->tried > 0 && all[0].fits;
   if (found) *best = all[0];
   free(all);
-  return found ? n : 0;
+  return found;
 }

@@ -12,6 +12,7 @@ typedef struct {
   const char *profile;     /* NULL: the datasheet model */
   double gpu_memory_bytes; /* 0: the datasheet's */
   int global_batch;        /* sequences per step; the search needs it */
+  double time_budget_s;    /* stop trying candidates after this long (lynxgen --search-time) */
 } lx_search_request;
 
 typedef struct {
@@ -21,10 +22,17 @@ typedef struct {
   char why[96]; /* why it lost, when it cannot run */
 } lx_candidate;
 
+typedef struct {
+  int tried, feasible; /* candidates evaluated, of those enumerated */
+  bool out_of_time;    /* the time budget ran out before all were tried */
+} lx_search_stats;
+
 /* Tries every feasible (tp, pp, dp, micro_batch) the analysed `ir` leaves
- * open (its set fields stay fixed); prints the best candidates and why the
- * others lost to `explain` (may be NULL). Returns the number of candidates
- * tried, 0 when none fits; `best` is the fastest that fits. */
-int lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, FILE *explain);
+ * open (its set fields stay fixed), until the time budget runs out; prints
+ * the best candidates and why the others lost to `explain` (may be NULL).
+ * Returns whether one that fits was found: `best`, the fastest that fits of
+ * those tried. Should memory run out, the error names the best so far. */
+bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, lx_search_stats *stats,
+                    FILE *explain);
 
 #endif

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "alloc.h"
+
 typedef struct {
   const lx_pipeline *p;
   lx_timing_fn timing;
@@ -119,7 +121,7 @@ static int by_time(const void *a, const void *b) {
 
 /* Index, per micro-batch, of its last backward on a stream (-1 if none): one pass. */
 static int *last_backwards(const lx_instr_list *list, int micro_batches) {
-  int *last = malloc(sizeof(int) * (size_t)(micro_batches ? micro_batches : 1));
+  int *last = lx_malloc(sizeof(int) * (size_t)(micro_batches ? micro_batches : 1));
   for (int mb = 0; mb < micro_batches; mb++)
     last[mb] = -1;
   for (int i = 0; i < list->count; i++)
@@ -133,8 +135,8 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
   int n = 0;
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     n += 2 * st->streams[k].count;
-  memory_event *ev = malloc(sizeof *ev * (size_t)(n ? n : 1));
-  bool *started = calloc((size_t)p->micro_batches, sizeof *started);
+  memory_event *ev = lx_malloc(sizeof *ev * (size_t)(n ? n : 1));
+  bool *started = lx_calloc((size_t)p->micro_batches, sizeof *started);
   n = 0;
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
     int *last = last_backwards(&st->streams[k], p->micro_batches);
@@ -260,23 +262,23 @@ static double cost_model_timing(void *ctx, const lx_pipeline *p, int stage, cons
 
 bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
                  const lx_stage_memory *memory, lx_simulation *out) {
-  *out = (lx_simulation){.pipe = p, .stages = calloc((size_t)p->pp, sizeof *out->stages)};
+  *out = (lx_simulation){.pipe = p, .stages = lx_calloc((size_t)p->pp, sizeof *out->stages)};
   sim_state s = {.p = p,
                  .timing = timing ? timing : cost_model_timing,
                  .timing_ctx = timing ? timing_ctx : (void *)cm,
                  .interference = cm && !timing ? cm->interference : 1,
                  .out = out};
-  s.record_time = calloc((size_t)p->pp, sizeof *s.record_time);
+  s.record_time = lx_calloc((size_t)p->pp, sizeof *s.record_time);
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
-    s.next[k] = calloc((size_t)p->pp, sizeof(int));
-    s.free_at[k] = calloc((size_t)p->pp, sizeof(double));
+    s.next[k] = lx_calloc((size_t)p->pp, sizeof(int));
+    s.free_at[k] = lx_calloc((size_t)p->pp, sizeof(double));
   }
   for (int st = 0; st < p->pp; st++) {
-    s.record_time[st] = malloc(sizeof(double) * (size_t)(p->stages[st].n_events + 1));
+    s.record_time[st] = lx_malloc(sizeof(double) * (size_t)(p->stages[st].n_events + 1));
     for (int e = 0; e <= p->stages[st].n_events; e++)
       s.record_time[st][e] = -1;
     for (int k = 0; k < LX_STREAM_COUNT; k++)
-      out->stages[st].times[k] = calloc((size_t)p->stages[st].streams[k].count + 1, sizeof(lx_interval));
+      out->stages[st].times[k] = lx_calloc((size_t)p->stages[st].streams[k].count + 1, sizeof(lx_interval));
   }
   bool progress = true;
   while (progress) {

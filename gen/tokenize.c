@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "../templates/common/lx_data.h" /* the shard header */
+#include "alloc.h"
 
 enum { TOKENIZE_ERROR = 1, TOKENIZE_USAGE = 2 };
 
@@ -93,19 +94,15 @@ static unsigned char *read_text(const char *path, size_t *size) {
     return NULL;
   }
   size_t cap = 1 << 16, n = 0, got;
-  unsigned char *data = malloc(cap);
-  while (data && (got = fread(data + n, 1, cap - n, f)) > 0) {
+  unsigned char *data = lx_malloc(cap);
+  while ((got = fread(data + n, 1, cap - n, f)) > 0) {
     n += got;
-    if (n == cap) {
-      unsigned char *bigger = realloc(data, cap *= 2);
-      if (!bigger) free(data);
-      data = bigger;
-    }
+    if (n == cap) data = lx_realloc(data, cap *= 2);
   }
-  int failed = !data || ferror(f);
+  int failed = ferror(f);
   fclose(f);
   if (failed) {
-    fprintf(stderr, "lynxgen tokenize: cannot read %s: %s\n", path, data ? strerror(errno) : "out of memory");
+    fprintf(stderr, "lynxgen tokenize: cannot read %s: %s\n", path, strerror(errno));
     free(data);
     return NULL;
   }

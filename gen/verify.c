@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "access.h"
+#include "alloc.h"
 
 enum { NS = LX_STREAM_COUNT, MAX_PRINTED = 25, TEXT = 256 /* message buffers */ };
 
@@ -145,10 +146,10 @@ static bool valid_event(const lx_stage *st, int e) { return e >= 0 && e < st->n_
  * recorded only behind a cycle of waits: reported. */
 static void compute_clocks(stage_check *c) {
   const lx_stage *st = c->st;
-  const int **event_clock = calloc((size_t)st->n_events + 1, sizeof *event_clock);
+  const int **event_clock = lx_calloc((size_t)st->n_events + 1, sizeof *event_clock);
   static const int zero[NS];
   for (int k = 0; k < NS; k++)
-    c->clock[k] = calloc((size_t)st->streams[k].count * NS + 1, sizeof(int));
+    c->clock[k] = lx_calloc((size_t)st->streams[k].count * NS + 1, sizeof(int));
   bool progress = true;
   while (progress) {
     progress = false;
@@ -183,7 +184,7 @@ static instr_at find_record(const stage_check *c, int event) {
 /* Events: each recorded once, each waited for recorded, every stream runs to its end. */
 static void check_events(stage_check *c) {
   const lx_stage *st = c->st;
-  int *records = calloc((size_t)st->n_events + 1, sizeof *records);
+  int *records = lx_calloc((size_t)st->n_events + 1, sizeof *records);
   for (int k = 0; k < NS; k++)
     for (int i = 0; i < st->streams[k].count; i++) {
       const lx_instr *in = &st->streams[k].items[i];
@@ -294,20 +295,24 @@ static int compare_extents(const void *x, const void *y) {
 }
 
 static void collect_accesses(stage_check *c, extent **raw_spans) {
-  lx_access buf[LX_MAX_ACCESSES];
+  int cap = LX_MAX_ACCESSES;
+  lx_access *buf = lx_malloc(sizeof *buf * (size_t)cap);
   for (int k = 0; k < NS; k++)
     for (int i = 0; i < c->reached[k]; i++) {
       const lx_instr *in = &c->st->streams[k].items[i];
-      int n = lx_instr_access(c->p, c->s, c->l, in, buf, LX_MAX_ACCESSES);
-      if (n > LX_MAX_ACCESSES)
-        report(c->r, "instruction makes more accesses than LX_MAX_ACCESSES", at_of(c, k, i), NO_INSTR);
-      for (int j = 0; j < n && j < LX_MAX_ACCESSES; j++) {
+      int n = lx_instr_access(c->p, c->s, c->l, in, buf, cap);
+      if (n > cap) { /* a backward that zeroes the gradients of a long block */
+        cap = n;
+        buf = lx_realloc(buf, sizeof *buf * (size_t)cap);
+        n = lx_instr_access(c->p, c->s, c->l, in, buf, cap);
+      }
+      for (int j = 0; j < n; j++) {
         lx_span span = lx_access_span(c->p, c->s, c->l, &buf[j]);
         if (span.bytes <= 0) continue;
         if (c->n_acc == c->cap_acc) {
           c->cap_acc = c->cap_acc ? 2 * c->cap_acc : 1024;
-          c->acc = realloc(c->acc, sizeof *c->acc * (size_t)c->cap_acc);
-          *raw_spans = realloc(*raw_spans, sizeof **raw_spans * (size_t)c->cap_acc);
+          c->acc = lx_realloc(c->acc, sizeof *c->acc * (size_t)c->cap_acc);
+          *raw_spans = lx_realloc(*raw_spans, sizeof **raw_spans * (size_t)c->cap_acc);
         }
         (*raw_spans)[c->n_acc] = (extent){span.offset, span.bytes};
         c->acc[c->n_acc++] = (access_rec){.stream = k,
@@ -319,6 +324,7 @@ static void collect_accesses(stage_check *c, extent **raw_spans) {
                                           .region = buf[j].region};
       }
     }
+  free(buf);
 }
 
 static int span_index(const stage_check *c, extent e) {
@@ -335,7 +341,7 @@ static int span_index(const stage_check *c, extent e) {
 
 /* Distinct spans, and for each the spans that overlap it. */
 static void index_spans(stage_check *c, extent *raw) {
-  c->spans = malloc(sizeof *c->spans * (size_t)(c->n_acc + 1));
+  c->spans = lx_malloc(sizeof *c->spans * (size_t)(c->n_acc + 1));
   memcpy(c->spans, raw, sizeof *raw * (size_t)c->n_acc);
   qsort(c->spans, (size_t)c->n_acc, sizeof *c->spans, compare_extents);
   for (int i = 0; i < c->n_acc; i++)
@@ -344,9 +350,9 @@ static void index_spans(stage_check *c, extent *raw) {
   for (int i = 0; i < c->n_acc; i++)
     c->acc[i].span = span_index(c, raw[i]);
   /* sorted by offset: the spans overlapping i after it start before i ends */
-  int *count = calloc((size_t)c->n_spans + 1, sizeof *count);
+  int *count = lx_calloc((size_t)c->n_spans + 1, sizeof *count);
   for (int pass = 0; pass < 2; pass++) {
-    int *fill = pass ? calloc((size_t)c->n_spans, sizeof *fill) : NULL;
+    int *fill = pass ? lx_calloc((size_t)c->n_spans, sizeof *fill) : NULL;
     for (int i = 0; i < c->n_spans; i++)
       for (int j = i; j < c->n_spans && c->spans[j].offset < c->spans[i].offset + c->spans[i].bytes; j++) {
         if (!pass) {
@@ -361,7 +367,7 @@ static void index_spans(stage_check *c, extent *raw) {
       for (int i = 0; i < c->n_spans; i++)
         count[i + 1] += count[i];
       c->overlap_start = count;
-      c->overlap = malloc(sizeof *c->overlap * (size_t)(count[c->n_spans] + 1));
+      c->overlap = lx_malloc(sizeof *c->overlap * (size_t)(count[c->n_spans] + 1));
     }
     free(fill);
   }
@@ -370,13 +376,13 @@ static void index_spans(stage_check *c, extent *raw) {
 /* Buckets of access indices per (span, stream), in program order. */
 static void bucket(const stage_check *c, bool writes_only, int **start, int **items) {
   int buckets = c->n_spans * NS;
-  *start = calloc((size_t)buckets + 1, sizeof **start);
-  *items = malloc(sizeof **items * (size_t)(c->n_acc + 1));
+  *start = lx_calloc((size_t)buckets + 1, sizeof **start);
+  *items = lx_malloc(sizeof **items * (size_t)(c->n_acc + 1));
   for (int i = 0; i < c->n_acc; i++)
     if (!writes_only || is_write(c->acc[i].mode)) (*start)[c->acc[i].span * NS + c->acc[i].stream + 1]++;
   for (int b = 0; b < buckets; b++)
     (*start)[b + 1] += (*start)[b];
-  int *fill = calloc((size_t)buckets, sizeof *fill);
+  int *fill = lx_calloc((size_t)buckets, sizeof *fill);
   for (int i = 0; i < c->n_acc; i++) /* accesses were collected stream by stream in program order */
     if (!writes_only || is_write(c->acc[i].mode)) {
       int b = c->acc[i].span * NS + c->acc[i].stream;
@@ -421,7 +427,7 @@ static void mark_generation_starts(stage_check *c, int first, int end) {
 }
 
 static void index_writers(stage_check *c) {
-  c->by_key = malloc(sizeof *c->by_key * (size_t)(c->n_acc + 1));
+  c->by_key = lx_malloc(sizeof *c->by_key * (size_t)(c->n_acc + 1));
   for (int i = 0; i < c->n_acc; i++)
     if (is_write(c->acc[i].mode)) c->by_key[c->n_by_key++] = i;
   sort_ctx = c;
@@ -692,7 +698,8 @@ static int slot_of(const lx_pipeline *p, int sender, bool grad, int mb) {
  * t's order of receives from that sender, or -1; duplicates are reported. */
 static int *index_receives(reporter *r, const lx_pipeline *p, int t, instr_at *where, bool *valid) {
   int n = p->pp * 2 * p->micro_batches;
-  int *order = malloc(sizeof *order * (size_t)n), *per_sender = calloc((size_t)p->pp, sizeof *per_sender);
+  int *order = lx_malloc(sizeof *order * (size_t)n),
+      *per_sender = lx_calloc((size_t)p->pp, sizeof *per_sender);
   for (int i = 0; i < n; i++)
     order[i] = -1;
   for (int k = 0; k < NS; k++)
@@ -718,8 +725,8 @@ static int *index_receives(reporter *r, const lx_pipeline *p, int t, instr_at *w
 
 static void check_stage_sends(reporter *r, const lx_pipeline *p, int s, int *const *recv_order,
                               instr_at *const *recv_at, int **matched) {
-  int *last_order = malloc(sizeof *last_order * (size_t)p->pp);
-  instr_at *last_send = malloc(sizeof *last_send * (size_t)p->pp);
+  int *last_order = lx_malloc(sizeof *last_order * (size_t)p->pp);
+  instr_at *last_send = lx_malloc(sizeof *last_send * (size_t)p->pp);
   for (int t = 0; t < p->pp; t++)
     last_order[t] = -1, last_send[t] = NO_INSTR;
   for (int k = 0; k < NS; k++)
@@ -752,11 +759,12 @@ static void check_stage_sends(reporter *r, const lx_pipeline *p, int s, int *con
 static bool check_matching(reporter *r, const lx_pipeline *p) {
   bool valid = true;
   int n = p->pp * 2 * p->micro_batches;
-  int **order = malloc(sizeof *order * (size_t)p->pp), **matched = malloc(sizeof *matched * (size_t)p->pp);
-  instr_at **where = malloc(sizeof *where * (size_t)p->pp);
+  int **order = lx_malloc(sizeof *order * (size_t)p->pp),
+      **matched = lx_malloc(sizeof *matched * (size_t)p->pp);
+  instr_at **where = lx_malloc(sizeof *where * (size_t)p->pp);
   for (int t = 0; t < p->pp; t++) {
-    where[t] = malloc(sizeof **where * (size_t)n);
-    matched[t] = calloc((size_t)n, sizeof **matched);
+    where[t] = lx_malloc(sizeof **where * (size_t)n);
+    matched[t] = lx_calloc((size_t)n, sizeof **matched);
     order[t] = index_receives(r, p, t, where[t], &valid);
   }
   for (int s = 0; s < p->pp; s++)
@@ -833,9 +841,9 @@ static void report_stuck(reporter *r, const token_game *g) {
 }
 
 static void check_deadlock(reporter *r, const lx_pipeline *p) {
-  token_game g = {p, calloc((size_t)p->pp * NS, sizeof(int)), malloc(sizeof(bool *) * (size_t)p->pp)};
+  token_game g = {p, lx_calloc((size_t)p->pp * NS, sizeof(int)), lx_malloc(sizeof(bool *) * (size_t)p->pp)};
   for (int s = 0; s < p->pp; s++)
-    g.recorded[s] = calloc((size_t)p->stages[s].n_events + 1, sizeof(bool));
+    g.recorded[s] = lx_calloc((size_t)p->stages[s].n_events + 1, sizeof(bool));
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < p->pp; s++)

@@ -8,6 +8,7 @@
  * around (placing recompute never adds or removes FWD or BWD). */
 #include <stdlib.h>
 
+#include "alloc.h"
 #include "overlap.h"
 
 /* Shorter idles are scheduling noise, not room for a kernel. */
@@ -60,11 +61,11 @@ void lx_find_windows(lx_pipeline *p, int s, const lx_simulation *sim, double int
   lx_stage *st = &p->stages[s];
   const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
   const lx_interval *times = sim->stages[s].times[LX_STREAM_COMPUTE];
-  int *rec_stream = malloc(sizeof(int) * (size_t)(st->n_events + 1)),
-      *rec_pos = malloc(sizeof(int) * (size_t)(st->n_events + 1));
+  int *rec_stream = lx_malloc(sizeof(int) * (size_t)(st->n_events + 1)),
+      *rec_pos = lx_malloc(sizeof(int) * (size_t)(st->n_events + 1));
   index_records(st, rec_stream, rec_pos);
   free(st->windows);
-  st->windows = malloc(sizeof *st->windows * (size_t)(compute->count + 1));
+  st->windows = lx_malloc(sizeof *st->windows * (size_t)(compute->count + 1));
   st->n_windows = 0;
   int ordinal = -1, forwards_left = forwards_in(compute);
   bool backward_seen = false;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 void lx_ir_init(lx_ir *ir) {
   memset(ir, 0, sizeof *ir);
   ir->prologue.name = "prologue";
@@ -31,7 +33,7 @@ void lx_ir_free(lx_ir *ir) {
 lx_op *lx_graph_add(lx_graph *g, lx_op_kind kind) {
   if (g->n_ops == g->cap_ops) {
     g->cap_ops = g->cap_ops ? 2 * g->cap_ops : 16;
-    g->ops = realloc(g->ops, sizeof *g->ops * (size_t)g->cap_ops);
+    g->ops = lx_realloc(g->ops, sizeof *g->ops * (size_t)g->cap_ops);
   }
   lx_op *op = &g->ops[g->n_ops++];
   memset(op, 0, sizeof *op);

@@ -143,6 +143,9 @@ typedef struct {
 
 enum { LX_MAX_OP_INPUTS = 2, LX_MAX_SAVED = 4 };
 
+/* The recompute planner holds a set of block ops in one 64-bit mask. */
+enum { LX_MAX_BLOCK_OPS = 64 };
+
 typedef struct {
   lx_op_kind kind;
   char name[32];                /* unique in its graph: kind and ordinal, e.g. "linear_2" */
@@ -275,7 +278,5 @@ int lx_ir_validate(const lx_ir *ir);
 
 /* ---- ir_json.c ----------------------------------------------------------- */
 void lx_ir_print_json(const lx_ir *ir, FILE *out);
-/* `s` as a JSON string literal, quotes and escapes included. */
-void lx_json_string(FILE *out, const char *s);
 
 #endif

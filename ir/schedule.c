@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 #define NAME_OF(table, value)                                                                                \
   ((size_t)(value) < sizeof(table) / sizeof(table)[0] && (table)[value] ? (table)[value] : "?")
 
@@ -37,7 +39,7 @@ const char *lx_window_kind_name(lx_window_kind k) {
 lx_instr *lx_instr_append(lx_instr_list *list, lx_instr instr) {
   if (list->count == list->cap) {
     list->cap = list->cap ? 2 * list->cap : 64;
-    list->items = realloc(list->items, sizeof *list->items * (size_t)list->cap);
+    list->items = lx_realloc(list->items, sizeof *list->items * (size_t)list->cap);
   }
   list->items[list->count] = instr;
   return &list->items[list->count++];

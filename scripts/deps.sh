@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential clang libclang-16-dev libclang-rt-14-dev
   openmpi-bin libopenmpi-dev
-  libglpk-dev libopenblas-dev libssl-dev
+  libglpk-dev libopenblas-dev libssl-dev libcjson-dev
   python3 fortunes-min
 )
 

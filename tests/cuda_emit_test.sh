@@ -78,8 +78,9 @@ gpt13b-tp2-pp2-dp2-zero-lynx-heu examples/gpt13b.model 1f1b lynx-heu 32 --tp 2 -
 gpt-23b-as-planned examples/gpt-23b.model 1f1b lynx-heu 512 --tp 4 --dp 1
 EOF2
 
+# the examples at pp = 1 and policy none are what-ifs that do not fit a GPU: --allow-oom-plan
 generate() { # case model schedule policy global_batch [plan overrides...]
-  bin/lynxgen "$2" --tp 1 --dp 1 --schedule "$3" --policy "$4" --global-batch "$5" "${@:6}" -o "$work/$1" \
+  bin/lynxgen "$2" --tp 1 --dp 1 --schedule "$3" --policy "$4" --global-batch "$5" "${@:6}" --allow-oom-plan -o "$work/$1" \
     > "$work/$1.gen" 2>&1 || echo "$1" >> "$work/gen-failed"
 }
 export -f generate

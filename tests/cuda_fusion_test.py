@@ -247,16 +247,16 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_configuration(tmp, ARRANGEMENTS, [], arrangements)
         # checkmate under 12 MB recomputes some gelus without their linears
-        check_configuration(tmp, ARRANGEMENTS, ["--policy", "checkmate", "--gpu-memory", "0.012"],
+        check_configuration(tmp, ARRANGEMENTS, ["--policy", "checkmate", "--gpu-memory", "0.012", "--allow-oom-plan"],
                             dict(arrangements, linear_of=linear_of))
-        check_configuration(tmp, ARRANGEMENTS, ["--tp", "2", "--sequence-parallel", "--gpu-memory", "0.002",
+        check_configuration(tmp, ARRANGEMENTS, ["--tp", "2", "--sequence-parallel", "--gpu-memory", "0.002", "--allow-oom-plan",
                                                 "--policy", "lynx-heu"], arrangements)
         for policy in policies:
             check_configuration(tmp, os.path.join(ROOT, "examples", "tiny.model"), ["--policy", policy,
-                                                                                     "--gpu-memory", "0.0015"])
+                                                                                     "--gpu-memory", "0.0015", "--allow-oom-plan"])
             check_configuration(tmp, os.path.join(ROOT, "examples", "tiny.model"),
                                 ["--tp", "2", "--dp", "2", "--sequence-parallel", "--policy", policy,
-                                 "--gpu-memory", "0.0015"])
+                                 "--gpu-memory", "0.0015", "--allow-oom-plan"])
         check_configuration(tmp, os.path.join(ROOT, "examples", "gpt13b.model"), ["--policy", "lynx-heu"])
         # no gelu in llama's swiglu MLP: only its adds and rmsnorms fuse
         check_configuration(tmp, os.path.join(ROOT, "examples", "llama.model"),

@@ -11,23 +11,13 @@
 # locate every error it prints in FILE (also one written in an included
 # header or a macro), print nothing on stdout and leave no output directory
 # behind. Then: usage errors exit 2, command-line overrides are
-# checked like the model file's values, -o replaces only directories that
-# lynxgen wrote, and the near misses in tests/diag/valid/ are accepted. Prints one "ok - " or "not ok - " line per check.
+# checked like the model file's values, and the near misses in
+# tests/diag/valid/ are accepted (the output directory: output_dir_test.sh). Prints one "ok - " or "not ok - " line per check.
 set -u
 cd "$(dirname "$0")/.."
 LYNXGEN=bin/lynxgen
 EXAMPLE=examples/gpt13b.model
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-pass() { echo "ok - $1"; }
-fail() {
-  echo "not ok - $1"
-  shift
-  for detail in "$@"; do echo "     got $detail"; done
-  failures=$((failures + 1))
-}
+. tests/tap.sh # $tmp, pass, fail
 
 # Runs lynxgen with the given arguments; sets $status, $out (stdout), $err.
 run_lynxgen() {
@@ -37,8 +27,8 @@ run_lynxgen() {
   err=$(cat "$tmp/stderr")
 }
 
-# Nothing of a run that failed may be left: neither DIR nor its staging copy.
-no_output_left() { [ ! -e "$1" ] && [ ! -e "$1.lynxgen-tmp" ]; }
+# Nothing of a run that failed may be left: neither DIR nor its hidden staging copy.
+no_output_left() { [ ! -e "$1" ] && ! ls -A "$(dirname "$1")" | grep -q "^\.$(basename "$1")\.lynxgen-"; }
 
 # Every "error:" line either carries FILE:LINE:COL or is the closing count.
 all_errors_located() {
@@ -178,50 +168,6 @@ if grep -q "^plan *tp 2 x pp 2 x dp 2, micro-batch 2, 4 micro-batches per iterat
   pass "each override given twice: the last value of each applies"
 else
   fail "each override given twice: the last value of each applies" "$(head -5 <<<"$plan")"
-fi
-
-# ---- the output directory ---------------------------------------------------
-
-# A directory lynxgen did not write is never replaced.
-mkdir -p "$tmp/mine"
-echo "precious" >"$tmp/mine/notes.txt"
-run_lynxgen "$EXAMPLE" -o "$tmp/mine"
-if [ "$status" -eq 2 ] && [ "$(cat "$tmp/mine/notes.txt")" = "precious" ] && [ ! -e "$tmp/mine/ir.json" ] &&
-  [ ! -e "$tmp/mine.lynxgen-tmp" ] && grep -qF "not written by lynxgen" <<<"$err"; then
-  pass "-o into a directory lynxgen did not write: exit 2, left intact"
-else
-  fail "-o into a directory lynxgen did not write: exit 2, left intact" "exit $status" "$err" "$(ls -a "$tmp/mine")"
-fi
-
-# A directory lynxgen wrote is regenerated in place.
-rm -rf "$tmp/gen"
-run_lynxgen "$EXAMPLE" -o "$tmp/gen"
-first=$status
-touch "$tmp/gen/stale"
-run_lynxgen "$EXAMPLE" -o "$tmp/gen/"
-if [ "$first" -eq 0 ] && [ "$status" -eq 0 ] && [ -s "$tmp/gen/ir.json" ] && [ ! -e "$tmp/gen/stale" ] &&
-  [ ! -e "$tmp/gen.lynxgen-tmp" ]; then
-  pass "-o into a directory lynxgen wrote: regenerated whole"
-else
-  fail "-o into a directory lynxgen wrote: regenerated whole" "exit $first then $status" "$err" "$(ls -a "$tmp/gen")"
-fi
-
-# A rejected model leaves the previous output as it was.
-cp "$tmp/gen/ir.json" "$tmp/ir.json.before"
-run_lynxgen tests/diag/syntax_error.model -o "$tmp/gen"
-if [ "$status" -eq 1 ] && cmp -s "$tmp/gen/ir.json" "$tmp/ir.json.before" && [ ! -e "$tmp/gen.lynxgen-tmp" ]; then
-  pass "a rejected model leaves the previous output directory untouched"
-else
-  fail "a rejected model leaves the previous output directory untouched" "exit $status" "$(ls -a "$tmp/gen")"
-fi
-
-# An empty directory holds nothing to lose.
-mkdir -p "$tmp/empty"
-run_lynxgen "$EXAMPLE" -o "$tmp/empty"
-if [ "$status" -eq 0 ] && [ -s "$tmp/empty/ir.json" ]; then
-  pass "-o into an empty directory: written"
-else
-  fail "-o into an empty directory: written" "exit $status" "$err"
 fi
 
 # A model file that cannot be read is reported by name.

@@ -140,9 +140,9 @@ def main():
             for schedule in ("gpipe", "1f1b"):
                 check_plan(tmp, tiny, ["--target", target, "--schedule", schedule, "--global-batch", "32"])
             check_plan(tmp, tiny, ["--target", target, "--tp", "2", "--dp", "2", "--sequence-parallel",
-                                   "--policy", "lynx-heu", "--gpu-memory", "0.0015", "--global-batch", "32"])
+                                   "--policy", "lynx-heu", "--gpu-memory", "0.0015", "--allow-oom-plan", "--global-batch", "32"])
             check_plan(tmp, tiny, ["--target", target, "--pp", "4", "--policy", "checkmate",
-                                   "--gpu-memory", "0.0015", "--global-batch", "64"])
+                                   "--gpu-memory", "0.0015", "--allow-oom-plan", "--global-batch", "64"])
         check_plan(tmp, examples("gpt13b.model"), ["--policy", "lynx-heu"])
         check_plan(tmp, examples("llama.model"), ["--policy", "selective", "--global-batch", "128"])
         # tp 4 and 24 layers a stage; 64 micro-batches of its 512 keep the test short (0.5 M lines unrolled)

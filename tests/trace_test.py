@@ -34,6 +34,7 @@ instruction counts derived below from the model and the plan alone:
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -178,6 +179,10 @@ def planned(case):
     return case["policy"] in ("checkmate", "lynx-heu", "lynx-opt")
 
 
+# "    fc_0    linear    1.25 MiB  keep   (tiny.model:12)": the decision after the saved size
+DECISION = re.compile(r"\d (?:B|[KMGTP]iB)  (.*)   \(")
+
+
 def read_decisions(out_dir):
     """plan.txt's decision table: per stage, op name -> decision text."""
     stages, current = [], None
@@ -186,9 +191,9 @@ def read_decisions(out_dir):
             if line.startswith("stage "):
                 current = {}
                 stages.append(current)
-            elif current is not None and line.startswith("    ") and "MiB  " in line:
+            elif current is not None and line.startswith("    ") and DECISION.search(line):
                 op = line.split()[0]
-                current[op] = line.split("MiB  ", 1)[1].rsplit("   (", 1)[0].strip()
+                current[op] = DECISION.search(line).group(1).strip()
     return stages
 
 

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# lynxgen's time and memory are bounded whatever it is given (issue 19):
+# - a model file, an included file or a --profile that is a device
+#   (/dev/zero), a FIFO or a directory is refused at once (exit 1), never read
+#   forever; so is one over 1 MiB;
+# - a plan of more micro-batches per step than lynxgen schedules (a
+#   global_batch of 2^20) is refused with the limit named, not planned for
+#   minutes in gigabytes; so is a block of more than 1023 statements or more
+#   than 64 ops (the recompute planner's op sets are 64-bit masks); one of
+#   64 ops (whose first backward accesses more than the verifier first made
+#   room for) is planned, verified and written;
+# - the plan search stops at its time budget (--search-time) and its memory
+#   budget (--max-memory), says so, names the best plan it had found and
+#   exits 1;
+# - under a small `ulimit -v`, running out of memory is one clean error
+#   (exit 1), not a crash.
+# Every run has a 30 s timeout (a hang is forever; the longest run here takes
+# 3 s of CPU) and a 4 GB address-space limit, so that a hang or a runaway
+# fails the test instead of the machine. One "ok - " or
+# "not ok - " line per check.
+set -u
+cd "$(dirname "$0")/.."
+LYNXGEN=${LYNXGEN:-$PWD/bin/lynxgen}
+. tests/tap.sh # $tmp, pass, fail
+
+# Runs lynxgen with the given arguments under the limits; sets $status and $err.
+run_lynxgen() {
+  (ulimit -v "${LIMIT_KB:-4000000}" && exec timeout 30 "$LYNXGEN" "$@") >"$tmp/stdout" 2>"$tmp/stderr"
+  status=$?
+  err=$(cat "$tmp/stderr")
+}
+
+# expect_error NAME PATTERN: exit 1 within the limits, and stderr matches PATTERN.
+expect_error() {
+  if [ "$status" -eq 1 ] && grep -qE "$2" <<<"$err"; then pass "$1"; else fail "$1" "exit $status" "$err"; fi
+}
+
+# ---- files that are not model files --------------------------------------------
+
+run_lynxgen /dev/zero --plan
+expect_error "/dev/zero as the model file: refused at once" "^/dev/zero: error: the model file is a device"
+mkfifo "$tmp/fifo"
+run_lynxgen "$tmp/fifo" --plan
+expect_error "a FIFO as the model file: refused, not waited on" "fifo: error: the model file is a FIFO"
+run_lynxgen "$tmp" --plan
+expect_error "a directory as the model file: refused" "error: the model file is a directory"
+head -c $((1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$tmp/huge.model"
+run_lynxgen "$tmp/huge.model" --plan
+expect_error "a model file over 1 MiB: refused with the limit" "is 1048577 bytes; .* at most 1048576"
+
+# includes: the quoted name of an #include is checked before libclang reads it
+sed 's|^#include <lynx.h>|&\n#include "/dev/zero"|' examples/tiny.model >"$tmp/zero.model"
+run_lynxgen "$tmp/zero.model" --plan
+expect_error "#include \"/dev/zero\": refused at the #include" "zero.model:[0-9]+:1: error: the included file '/dev/zero' is a device"
+sed "s|^#include <lynx.h>|&\n#include \"fifo\"|" examples/tiny.model >"$tmp/fifo_include.model"
+run_lynxgen "$tmp/fifo_include.model" --plan
+expect_error "#include of a FIFO: refused at the #include" "fifo_include.model:[0-9]+:1: error: the included file 'fifo' is a FIFO"
+echo '#include "self.h"' >"$tmp/self.h"
+sed 's|^#include <lynx.h>|&\n#include "self.h"|' examples/tiny.model >"$tmp/self.model"
+run_lynxgen "$tmp/self.model" --plan
+expect_error "a header that includes itself: stops at the nesting limit" "error: includes nest more than 16 deep"
+
+run_lynxgen examples/tiny.model --plan --profile /dev/zero
+expect_error "--profile /dev/zero: refused at once" "error: the profile is a device"
+
+# ---- plans too large to schedule ------------------------------------------------
+
+sed 's/\.global_batch = [0-9]*/.global_batch = 1 << 20/' examples/tiny.model >"$tmp/batch.model"
+run_lynxgen "$tmp/batch.model" --plan
+expect_error "2^20 sequences per step in micro-batches of 2: refused, the limit named" \
+  "batch.model:[0-9]+:[0-9]+: error: .* 524288 micro-batches per step; lynxgen schedules at most 4096"
+
+gelus() { awk -v n="$1" '{print} /^tensor block\(tensor x\) \{/ {for (i = 0; i < n; i++) print "  x = gelu(x);"}' \
+  examples/tiny.model; }
+gelus 50 >"$tmp/gelu50.model"
+run_lynxgen "$tmp/gelu50.model" --target cpu -o "$tmp/gelu50"
+if [ "$status" -eq 0 ] && [ -s "$tmp/gelu50/stage1.c" ]; then
+  pass "50 repeated x = gelu(x), 64 block ops: planned, verified and written (its first backward zeroes every gradient of the block)"
+else
+  fail "50 repeated x = gelu(x), 64 block ops: planned, verified and written (its first backward zeroes every gradient of the block)" "exit $status" "$err"
+fi
+gelus 52 >"$tmp/gelu52.model"
+run_lynxgen "$tmp/gelu52.model" --plan
+expect_error "52 repeated x = gelu(x), 65 block ops: a located error at the 65th naming the limit" \
+  "gelu52.model:[0-9]+:[0-9]+: error: block\(\) holds 65 ops, its parameters included; at most 64 fit"
+gelus 1100 >"$tmp/gelu1100.model"
+run_lynxgen "$tmp/gelu1100.model" --plan
+expect_error "1100 repeated x = gelu(x): a located error naming the limit" \
+  "gelu1100.model:[0-9]+:[0-9]+: error: block\(\) has more than 1023 statements"
+[ "$(wc -l <<<"$err")" -eq 2 ] && pass "... and no other error (the return it did not read is not missing)" ||
+  fail "... and no other error (the return it did not read is not missing)" "$err"
+
+# ---- the plan search's budgets ---------------------------------------------------
+
+# gpt-23b with tp, pp, dp and micro_batch open: 90 candidates, about 5 s on one core
+grep -vE '^ *\.(tp|pp|dp|micro_batch) = ' examples/gpt-23b.model >"$tmp/open.model"
+run_lynxgen "$tmp/open.model" --plan --search-time 0.5
+expect_error "the search past --search-time: stops, names the best plan so far" \
+  "error: the plan search's time budget \(--search-time 0.5 s\) ran out after [0-9]+ of 90 candidates; the best found so far: (tp [0-9]+, pp [0-9]+|none)"
+run_lynxgen "$tmp/open.model" --plan --max-memory 0.4
+expect_error "the search past --max-memory: out of memory, the budget named" "error: out of memory .*--max-memory"
+grep -qE "^lynxgen: note: the (best plan the search had found: tp|plan search had found no plan)" <<<"$err" &&
+  pass "... and the best plan the search had found" || fail "... and the best plan the search had found" "$err"
+
+# ---- out of memory under the shell's limit --------------------------------------
+
+LIMIT_KB=350000 run_lynxgen examples/gpt-23b.model --plan
+expect_error "gpt-23b under ulimit -v 350 MB: one clean out-of-memory error" "^lynxgen: error: out of memory"
+
+[ "$failures" -eq 0 ]
