@@ -335,7 +335,7 @@ def main():
     program = generate(work, "ckpt", model, "--pp", "2")
     source, saved = os.path.join(work, "in.bin"), os.path.join(work, "out.bin")
     write_gpt2_checkpoint(source, 32, 256, 4, 4, 64, 256)
-    r, _ = train(program, work, "--init", source, "--save", saved, "--steps", "0") if program else (None, None)
+    r, _ = train(program, work, "--init", source, "--export-llmc", saved, "--steps", "0") if program else (None, None)
     same = r is not None and r.returncode == 0 and open(source, "rb").read() == open(saved, "rb").read()
     check(same, "an llm.c GPT-2 checkpoint loads and saves back byte-identical")
     if not same and r is not None:

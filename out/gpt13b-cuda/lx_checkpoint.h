@@ -200,6 +200,22 @@ static inline char *lx_checkpoint_tmp_path(const char *path) {
   return tmp;
 }
 
+/* The PATH.tmp this rank created and has not committed yet: removed when the
+ * rank exits before the commit (an error while saving), so that no
+ * half-written file stays behind. */
+static char lx_pending_tmp[4096];
+
+static inline void lx_remove_pending_checkpoint(void) {
+  if (lx_pending_tmp[0]) (void)unlink(lx_pending_tmp);
+  lx_pending_tmp[0] = '\0';
+}
+
+static inline void lx_pending_checkpoint(const char *tmp) {
+  static int registered;
+  if (!registered) registered = atexit(lx_remove_pending_checkpoint) == 0;
+  snprintf(lx_pending_tmp, sizeof lx_pending_tmp, "%s", tmp);
+}
+
 static inline void lx_checkpoint_write_header(int fd, const char *tmp, const lx_gpt2_header *h) {
   int32_t header[LX_GPT2_HEADER_INTS];
   lx_gpt2_header_encode(h, header);
@@ -212,6 +228,7 @@ static inline void lx_checkpoint_create(const char *path, const lx_gpt2_header *
   char *tmp = lx_checkpoint_tmp_path(path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) lx_die("cannot create checkpoint %s: %s", tmp, strerror(errno));
+  lx_pending_checkpoint(tmp);
   if (ftruncate(fd, (off_t)lx_gpt2_file_bytes(h)) != 0)
     lx_die("cannot size checkpoint %s to %lld bytes: %s", tmp, (long long)lx_gpt2_file_bytes(h),
            strerror(errno));
@@ -253,6 +270,7 @@ static inline void lx_checkpoint_save(const char *path, const lx_gpt2_header *h,
 static inline void lx_checkpoint_commit(const char *path) {
   char *tmp = lx_checkpoint_tmp_path(path);
   if (rename(tmp, path) != 0) lx_die("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  lx_pending_tmp[0] = '\0';
   free(tmp);
   char *dir = lx_strdup(path);
   char *slash = strrchr(dir, '/');

@@ -184,6 +184,16 @@ static inline void lx_loader_reset(lx_loader *l) {
   l->shard = 0;
 }
 
+/* Continues at global window `next`, a position this replica's loader
+ * reached in the run that saved it (a resumed run). */
+static inline void lx_loader_seek(lx_loader *l, int64_t next) {
+  if (next < 0 || next >= l->windows || (next - l->replica) % l->replicas != 0)
+    lx_die("%s: window %lld is not one of replica %d's %lld windows", l->what, (long long)next, l->replica,
+           (long long)l->windows);
+  l->next_window = next;
+  l->shard = 0;
+}
+
 /* Makes l->fd the open file of shard l->shard. */
 static inline void lx_loader_open_shard(lx_loader *l) {
   if (l->fd_shard == l->shard) return;

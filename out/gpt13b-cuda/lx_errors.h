@@ -38,13 +38,18 @@ enum { LX_EXIT_ERROR = 1, LX_EXIT_USAGE = 2 };
 #define LX_NORETURN
 #endif
 
+/* Prints "lynx: error: <message>". */
+static inline LX_PRINTF(1, 0) void lx_print_error(const char *fmt, va_list args) {
+  fputs("lynx: error: ", stderr);
+  vfprintf(stderr, fmt, args);
+  fputc('\n', stderr);
+}
+
 /* Prints "lynx: error: <message>" and exits 1. */
 static inline LX_NORETURN LX_PRINTF(1, 2) void lx_die(const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  fputs("lynx: error: ", stderr);
-  vfprintf(stderr, fmt, args);
-  fputc('\n', stderr);
+  lx_print_error(fmt, args);
   va_end(args);
   fflush(stdout);
   exit(LX_EXIT_ERROR);

@@ -39,14 +39,16 @@ static inline lx_metrics_state *lx_metrics(void) {
   return &state;
 }
 
-/* path NULL: report on stdout only. */
-static inline void lx_metrics_open(const char *path) {
+/* path NULL: report on stdout only. append: after the lines of the run this
+ * one resumes (its steps after the checkpoint appear twice, the resumed
+ * run's last). */
+static inline void lx_metrics_open(const char *path, int append) {
   lx_metrics_state *m = lx_metrics();
   if (m->file) fclose(m->file);
   int print_every = m->print_every;
   memset(m, 0, sizeof *m);
   m->print_every = print_every;
-  if (path && !(m->file = fopen(path, "w")))
+  if (path && !(m->file = fopen(path, append ? "a" : "w")))
     lx_die("cannot write metrics file %s: %s", path, strerror(errno));
 }
 

@@ -34,8 +34,11 @@ typedef struct {
   int steps;                   /* optimizer steps */
   const char *train_data;      /* glob of token shards */
   const char *val_data;        /* glob of token shards; NULL: no validation */
-  const char *init_checkpoint; /* NULL: random initialisation */
-  const char *save_checkpoint; /* NULL: save nothing */
+  const char *init_checkpoint; /* llm.c GPT-2 weights; NULL: random initialisation */
+  const char *save_checkpoint; /* the training state (lx_state.h); NULL: save nothing */
+  const char *resume_checkpoint; /* continue the run that saved this state; NULL: start */
+  const char *export_checkpoint; /* llm.c GPT-2 weights after the last step; NULL: none */
+  int checkpoint_every;          /* save the state every this many steps too; 0: only at the end */
   const char *metrics_path;    /* JSON lines, one per step */
   int val_interval;            /* validate every this many steps; 0: only never */
   int val_batches;             /* batches per validation */
@@ -96,13 +99,19 @@ static inline void lx_print_run_options_help(const char *program, const lx_run_o
          "  --eval-interval N  validate every N steps, 0 = never            [%d]\n"
          "  --val-batches N    batches per validation                       [%d]\n"
          "  --init CKPT        start from this llm.c GPT-2 checkpoint       [%s]\n"
-         "  --save CKPT        write a checkpoint after the last step       [%s]\n"
+         "  --save CKPT        save the training state (weights, AdamW\n"
+         "                     moments, step, data position) at the end,\n"
+         "                     every --checkpoint-every steps, on SIGTERM   [%s]\n"
+         "  --checkpoint-every N  save every N steps, 0 = only at the end   [%d]\n"
+         "  --resume CKPT      continue the run that saved CKPT exactly     [%s]\n"
+         "  --export-llmc CKPT write llm.c GPT-2 weights at the end         [%s]\n"
          "  --seed N           seed of the initialisation and dropout       [%" PRIu64 "]\n"
          "  --lr X             peak learning rate of the schedule           [%g]\n"
          "  --metrics FILE     one JSON line per step                       [%s]\n"
          "  --print-every N    a progress line every N steps                [%d]\n",
          program, o->steps, lx_or_none(o->train_data), lx_or_none(o->val_data), o->val_interval,
-         o->val_batches, lx_or_none(o->init_checkpoint), lx_or_none(o->save_checkpoint), o->seed, o->lr,
+         o->val_batches, lx_or_none(o->init_checkpoint), lx_or_none(o->save_checkpoint), o->checkpoint_every,
+         lx_or_none(o->resume_checkpoint), lx_or_none(o->export_checkpoint), o->seed, o->lr,
          lx_or_none(o->metrics_path), o->print_every);
   if (o->program == LX_PROGRAM_CPU)
     printf("  --gradcheck        check gradients by finite differences, exit  [%s]\n"
@@ -163,6 +172,12 @@ static inline int lx_apply_run_option(lx_run_options *o, const char *flag, const
     o->init_checkpoint = value;
   else if (!strcmp(flag, "--save"))
     o->save_checkpoint = value;
+  else if (!strcmp(flag, "--checkpoint-every"))
+    o->checkpoint_every = lx_parse_int_option(flag, value, 0);
+  else if (!strcmp(flag, "--resume"))
+    o->resume_checkpoint = value;
+  else if (!strcmp(flag, "--export-llmc"))
+    o->export_checkpoint = value;
   else if (!strcmp(flag, "--eval-interval"))
     o->val_interval = lx_parse_int_option(flag, value, 0);
   else if (!strcmp(flag, "--val-batches"))

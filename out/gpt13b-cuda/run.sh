@@ -6,8 +6,15 @@ set -e
 here=$(dirname "$0")
 root=
 [ "$(id -u)" = 0 ] && root=--allow-run-as-root
-exec mpirun $root --bind-to none \
+setsid=$(command -v setsid || true)
+$setsid mpirun $root --bind-to none \
   -np 2 "$here/stage0" "$@" \
   : -np 2 "$here/stage1" "$@" \
   : -np 2 "$here/stage2" "$@" \
-  : -np 2 "$here/stage3" "$@"
+  : -np 2 "$here/stage3" "$@" &
+job=$!
+trap 'kill -USR1 "$job" 2>/dev/null || true' TERM INT HUP
+status=0
+wait "$job" || status=$?
+while kill -0 "$job" 2>/dev/null; do status=0; wait "$job" || status=$?; done
+exit "$status"

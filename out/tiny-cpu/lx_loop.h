@@ -7,7 +7,7 @@
  * file has defined its sizes (STAGE, STAGES, MICRO_BATCHES, B, T, BT, V,
  * TENSOR_PARALLEL, DATA_PARALLEL), TRAINING_* settings, TP_RANK, replica,
  * param_tensors, GPT2_CHECKPOINT and gpt2_header. The target then defines
- * the four functions declared below, the only steps that differ. Every rank
+ * the functions declared below, the only steps that differ. Every rank
  * runs the same loop, so each collective inside them is reached by all. */
 #ifndef LX_LOOP_H
 #define LX_LOOP_H
@@ -20,6 +20,8 @@
 #include "lx_metrics.h"
 #include "lx_options.h"
 #include "lx_params.h"
+#include "lx_state.h"
+#include "lx_stop.h"
 
 #include <math.h>
 
@@ -34,6 +36,14 @@ static void save_checkpoint(const char *path);
  * whole tensor it is called with) that this rank writes into a checkpoint;
  * together the ranks write each element once. */
 static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi);
+/* This rank's training state as parts in host memory (at most
+ * LX_STATE_MAX_PARTS): its weights and AdamW moments. saving: fill them with
+ * the current values first (the CUDA program copies them from the GPU). */
+static int state_parts(lx_state_part *parts, int saving);
+/* After a resume filled the parts: make them the state the steps use. */
+static void state_restored(void);
+/* After state_parts(parts, 1): is every weight this rank saves finite? */
+static int weights_finite(void);
 
 /* ---- the command line ---------------------------------------------------------------- */
 
@@ -43,7 +53,7 @@ static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi);
 #endif
 
 /* Checked before the first step rather than at the first save. */
-static void require_checkpoints(const char *path) {
+static void require_llmc_checkpoints(const char *path) {
   if (!GPT2_CHECKPOINT || !CHECKPOINT_FP32)
     lx_die("%s: this model is not llm.c's GPT-2 (or this is a double build); checkpoints are llm.c's format",
            path);
@@ -60,10 +70,16 @@ static lx_run_options model_run_options(lx_program program, int argc, char **arg
   o.val_interval = TRAINING_VAL_INTERVAL;
   o.seed = TRAINING_SEED;
   o.lr = TRAINING_LR;
+  o.checkpoint_every = TRAINING_CHECKPOINT_INTERVAL;
   lx_parse_run_options(argc, argv, &o);
   lx_metrics_set_print_every(o.print_every);
-  if (o.init_checkpoint) require_checkpoints(o.init_checkpoint);
-  if (o.save_checkpoint) require_checkpoints(o.save_checkpoint);
+  if (o.init_checkpoint && o.resume_checkpoint)
+    lx_usage_error("--init starts a run from llm.c weights, --resume continues one: not both");
+  if (o.init_checkpoint) require_llmc_checkpoints(o.init_checkpoint);
+  if (o.export_checkpoint) require_llmc_checkpoints(o.export_checkpoint);
+  if (o.save_checkpoint) lx_check_save_path("--save", o.save_checkpoint);
+  if (o.export_checkpoint) lx_check_save_path("--export-llmc", o.export_checkpoint);
+  lx_catch_stop_signals();
   return o;
 }
 
@@ -118,19 +134,99 @@ static void write_checkpoint(const char *path, const float *weights /* (PARAM_EL
   lx_checkpoint_save_all(path, &gpt2_header, slices, n, weights, MPI_COMM_WORLD);
 }
 
+/* ---- the training state: --save and --resume (lx_state.h) ------------------------------- */
+
+/* The plan of this program and where the run stands after `step` steps. */
+static lx_state_run this_run(const lx_run_options *o, int step) {
+  lx_state_run run;
+  memset(&run, 0, sizeof run);
+  memcpy(run.magic, LX_STATE_MAGIC, sizeof run.magic);
+  run.version = LX_STATE_VERSION;
+  run.ranks = STAGES * TENSOR_PARALLEL * DATA_PARALLEL;
+  run.stages = STAGES, run.tensor_parallel = TENSOR_PARALLEL, run.data_parallel = DATA_PARALLEL;
+  run.micro_batches = MICRO_BATCHES, run.batch = B, run.seq_len = T;
+  run.step = step, run.steps = o->steps, run.seed = o->seed, run.lr = o->lr;
+  return run;
+}
+
+/* Collective: the state after `step` steps into o->save_checkpoint, unless
+ * a weight is not finite anywhere: then the run stops and the last
+ * checkpoint stays as it was. */
+static void save_state(const lx_run_options *o, const lx_loader *data, int step) {
+  lx_state_part parts[LX_STATE_MAX_PARTS];
+  int n = state_parts(parts, 1), finite = weights_finite(), all_finite = 0;
+  LX_MPI_CHECK(MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (!all_finite)
+    lx_fail_all("the weights are not finite after step %d: not saved, %s keeps the last good checkpoint",
+                step, o->save_checkpoint);
+  lx_state_section section;
+  memset(&section, 0, sizeof section);
+  section.rank = lx_world_rank(), section.stage = STAGE, section.tp_rank = TP_RANK, section.replica = replica;
+  section.next_window = data->next_window, section.windows = data->windows;
+  lx_state_describe(&section, parts, n);
+  lx_state_run run = this_run(o, step);
+  lx_state_save(o->save_checkpoint, &run, &section, parts, n);
+}
+
+/* The settings that decide the losses must be the saved run's. */
+static void require_same_run(const char *path, const lx_state_run *saved, const lx_run_options *o) {
+  if (saved->steps != o->steps || saved->seed != o->seed || saved->lr != o->lr)
+    lx_fail_all("checkpoint %s continues a run of %d steps, seed %llu, lr %.17g; this one has %d steps, seed "
+                "%llu, lr %.17g (pass the saved run's --steps, --seed and --lr)",
+                path, saved->steps, (unsigned long long)saved->seed, saved->lr, o->steps,
+                (unsigned long long)o->seed, o->lr);
+}
+
+/* Every rank reads its own section; returns the steps the run had done. */
+static int resume_state(const lx_run_options *o, lx_loader *data) {
+  const char *path = o->resume_checkpoint;
+  lx_state_run expect = this_run(o, 0);
+  lx_state_run saved = lx_state_read_run(path, &expect);
+  require_same_run(path, &saved, o);
+  lx_state_part parts[LX_STATE_MAX_PARTS];
+  int n = state_parts(parts, 0);
+  lx_state_section section = lx_state_load(path, lx_world_rank(), expect.ranks, parts, n);
+  state_restored();
+  if (section.windows != data->windows)
+    lx_die("checkpoint %s was trained on data of %lld batches; %s holds %lld: resume with the same --data",
+           path, (long long)section.windows, o->train_data, (long long)data->windows);
+  lx_loader_seek(data, section.next_window);
+  return saved.step;
+}
+
 /* ---- the loop ----------------------------------------------------------------------- */
 
 /* Is it time for something done every `interval` steps (0: never)? */
 static int every(int step, int interval) { return interval > 0 && step % interval == 0; }
 
-/* Steps 1 to o->steps, each reported by one rank (the last stage's tp rank 0
- * of replica 0, which knows the loss); validation every o->val_interval
- * steps when val is open; a checkpoint every TRAINING_CHECKPOINT_INTERVAL
- * steps and after the last, so a crash loses at most an interval. */
-static void train(const lx_run_options *o, lx_loader *val) {
+/* A non-finite loss or gradient norm (known alike on every rank) ends the
+ * run before anything is saved. */
+static void require_finite(const lx_run_options *o, int step, double loss, double grad_norm) {
+  if (isfinite(loss) && isfinite(grad_norm)) return;
+  lx_fail_all("the loss is %g and the gradient norm %g at step %d: stopping without saving%s%s", loss,
+              grad_norm, step, o->save_checkpoint ? "; the last good checkpoint stays in " : "",
+              o->save_checkpoint ? o->save_checkpoint : "");
+}
+
+static void announce_stop(const lx_run_options *o, int signal, int step) {
+  if (lx_world_rank() != 0) return;
+  printf("lynx: asked to stop (%s): stopped after step %d of %d", lx_signal_name(signal), step, o->steps);
+  if (o->save_checkpoint) printf("; saved, continue with --resume %s", o->save_checkpoint);
+  printf("\n");
+  fflush(stdout);
+}
+
+/* Steps 1 (or the one after a resumed checkpoint) to o->steps, each reported
+ * by one rank (the last stage's tp rank 0 of replica 0, which knows the
+ * loss; a resumed run appends to the metrics file); validation every
+ * o->val_interval steps when val is open; the state saved every
+ * o->checkpoint_every steps, after the last and when a stop signal came,
+ * so that a crash loses at most an interval. */
+static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
+  int done = o->resume_checkpoint ? resume_state(o, data) : 0, stop = 0;
   int reports = STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0;
-  if (reports) lx_metrics_open(o->metrics_path);
-  for (int step = 1; step <= o->steps; step++) {
+  if (reports) lx_metrics_open(o->metrics_path, done > 0);
+  for (int step = done + 1; step <= o->steps && !stop; step++) {
     double lr =
         lx_learning_rate(step, TRAINING_WARMUP, o->steps, o->lr, TRAINING_MIN_LR, TRAINING_LR_SCHEDULE);
     double start = lx_now_ms(), grad_norm = 0;
@@ -140,11 +236,15 @@ static void train(const lx_run_options *o, lx_loader *val) {
     if (reports)
       lx_metrics_step(step, o->steps, loss, val_loss, lr, grad_norm, ms,
                       (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3));
-    if (!isfinite(loss)) lx_die("stage %d: the loss is %g at step %d", STAGE, loss, step);
-    if (o->save_checkpoint && step < o->steps && every(step, TRAINING_CHECKPOINT_INTERVAL))
-      save_checkpoint(o->save_checkpoint);
+    require_finite(o, step, loss, grad_norm);
+    done = step;
+    stop = lx_stop_requested();
+    if (o->save_checkpoint && !stop && step < o->steps && every(step, o->checkpoint_every))
+      save_state(o, data, step);
   }
-  if (o->save_checkpoint) save_checkpoint(o->save_checkpoint);
+  if (o->save_checkpoint) save_state(o, data, done);
+  if (o->export_checkpoint) save_checkpoint(o->export_checkpoint);
+  if (stop) announce_stop(o, stop, done);
   if (reports) lx_metrics_close();
 }
 

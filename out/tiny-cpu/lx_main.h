@@ -123,6 +123,26 @@ static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
 
 static void save_checkpoint(const char *path) { write_checkpoint(path, (const float *)PARAMS); }
 
+/* The arena holds the whole state, in place: the weights (the tied copy
+ * too) and this replica's share of the AdamW moments. */
+static int state_parts(lx_state_part *parts, int saving) {
+  (void)saving;
+  parts[0] = lx_state_part_of("weights", PARAMS, PARAM_ELEMENTS, sizeof(real));
+  parts[1] = lx_state_part_of("adam_m", ADAM_M, OPTIMIZER_ELEMENTS, sizeof(real));
+  parts[2] = lx_state_part_of("adam_v", ADAM_V, OPTIMIZER_ELEMENTS, sizeof(real));
+  return 3;
+}
+
+static void state_restored(void) {}
+
+/* The tensors only: the gaps between them hold the arena's poison (NaN). */
+static int weights_finite(void) {
+  for (int i = 0; i < PARAM_TENSORS; i++)
+    for (long long e = 0; e < param_tensors[i].elements; e++)
+      if (!isfinite(PARAMS[param_tensors[i].element + e])) return 0;
+  return 1;
+}
+
 /* ---- one optimizer step ----------------------------------------------------------- */
 
 /* The table and its copy are buckets of their own, sharded alike: under
@@ -392,7 +412,7 @@ int main(int argc, char **argv) {
     lx_mpi_finish();
     return status;
   }
-  train(&o, val);
+  train(&o, loader, val);
   int status = 0;
 #ifdef LX_CHECK_MEMORY
   status = check_memory_extents();

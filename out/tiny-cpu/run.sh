@@ -14,8 +14,15 @@ threads=$(( cores / 2 ))
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}
 # OpenMP and OpenBLAS threads take turns on the same cores: idle ones must sleep, not spin
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-exec mpirun $root --oversubscribe --bind-to none \
+setsid=$(command -v setsid || true)
+$setsid mpirun $root --oversubscribe --bind-to none \
   --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
   -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY \
   -np 1 "$here/stage0$variant" "$@" \
-  : -np 1 "$here/stage1$variant" "$@"
+  : -np 1 "$here/stage1$variant" "$@" &
+job=$!
+trap 'kill -USR1 "$job" 2>/dev/null || true' TERM INT HUP
+status=0
+wait "$job" || status=$?
+while kill -0 "$job" 2>/dev/null; do status=0; wait "$job" || status=$?; done
+exit "$status"

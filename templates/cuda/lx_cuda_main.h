@@ -153,10 +153,11 @@ static void finish_pass(void) {
 
 static double train_step(int step, double lr, double *grad_norm) {
   stage_tokens(training_data);
-  issue_step(step, use_graph && step > 1); /* the first step eagerly: NCCL connects, cuBLASLt picks */
+  static int issued; /* steps this process ran: a resumed run's first step is not step 1 */
+  issue_step(step, use_graph && issued++ > 0); /* the first eagerly: NCCL connects, cuBLASLt picks */
   optimizer_step(step, lr);
   finish_pass();
-  if (prof_totals) profile_collect(step > 1);
+  if (prof_totals) profile_collect(issued > 1); /* not the first: it pays for start-up */
   *grad_norm = step_grad_norm();
   return step_loss();
 }
@@ -231,7 +232,7 @@ int main(int argc, char **argv) {
     init_params();
   training_data = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);
-  train(&o, val);
+  train(&o, training_data, val);
   CUDA_CHECK(cudaDeviceSynchronize());
   if (prof_totals) profile_write(o.profile_path, rank, ranks);
   lx_loader_close(training_data);

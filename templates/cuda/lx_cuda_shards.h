@@ -137,6 +137,53 @@ static void save_checkpoint(const char *path) {
   free(weights);
 }
 
+/* ---- the training state (--save, --resume): the arena's regions as they are ---- */
+
+/* The bf16 weights, this replica's fp32 master shares and their moments. */
+typedef struct {
+  const char *name;
+  long long region, elements;
+  int element_bytes;
+} lx_state_region;
+
+enum { STATE_MASTER = 1 };
+static const lx_state_region state_regions[] = {{"weights_bf16", REGION_params, PARAM_ELEMENTS, 2},
+                                                {"master", REGION_master, OPTIMIZER_ELEMENTS, 4},
+                                                {"adam_m", REGION_adam_m, OPTIMIZER_ELEMENTS, 4},
+                                                {"adam_v", REGION_adam_v, OPTIMIZER_ELEMENTS, 4}};
+enum { STATE_REGIONS = sizeof state_regions / sizeof state_regions[0] };
+static void *state_host[STATE_REGIONS]; /* their copies in host memory */
+
+/* Between steps: the step that updated them has finished. */
+static int state_parts(lx_state_part *parts, int saving) {
+  for (int i = 0; i < STATE_REGIONS; i++) {
+    const lx_state_region *r = &state_regions[i];
+    size_t bytes = (size_t)r->elements * r->element_bytes;
+    if (!state_host[i]) state_host[i] = LX_MALLOC(bytes > 0 ? bytes : 1);
+    if (saving) CUDA_CHECK(cudaMemcpy(state_host[i], arena + r->region, bytes, cudaMemcpyDeviceToHost));
+    parts[i] = lx_state_part_of(r->name, state_host[i], r->elements, r->element_bytes);
+  }
+  return STATE_REGIONS;
+}
+
+/* The fp32 masters of this replica's shares, as state_parts copied them. */
+static int weights_finite(void) {
+  const float *master = (const float *)state_host[STATE_MASTER];
+  for (int t = 0; t < PARAM_TENSORS; t++) {
+    long long lo, hi, state = owned_part(&param_tensors[t], &lo, &hi);
+    for (long long e = 0; e < hi - lo; e++)
+      if (!std::isfinite(master[state + e])) return 0;
+  }
+  return 1;
+}
+
+static void state_restored(void) {
+  for (int i = 0; i < STATE_REGIONS; i++)
+    CUDA_CHECK(cudaMemcpy(arena + state_regions[i].region, state_host[i],
+                          (size_t)state_regions[i].elements * state_regions[i].element_bytes,
+                          cudaMemcpyHostToDevice));
+}
+
 /* ---- the optimizer step ---------------------------------------------------- */
 
 /* The table on the first stage and its copy on the last take the same

@@ -460,7 +460,7 @@ static void test_metrics(void) {
 }
 
 static int metrics_mode(const char *path) {
-  lx_metrics_open(path);
+  lx_metrics_open(path, 0);
   lx_metrics_step(1, 3, 5.5, NAN, 1e-3, 2.0, 125.0, 16384.0);
   lx_metrics_step(2, 3, 5.375, 5.25, 1e-3, 1.5, 120.0, 17000.0);
   lx_metrics_step(3, 3, NAN, NAN, 5e-4, 1.25, 118.0, 17300.0);

@@ -1,0 +1,301 @@
+"""Training runs lose nothing (issue 15, first part), on the CPU target.
+
+Each plan's program is generated, built and run through its run.sh (mpirun)
+on byte-level shards of Debian's fortunes, with dropout so that the random
+stream matters:
+
+- exact resume: a run killed with kill -9 (the whole job: run.sh, mpirun and
+  every rank) at a random step after a checkpoint, then resumed with
+  --resume, gives per-step losses bitwise equal to an uninterrupted run's,
+  for pp = 2, tp x pp x dp = 2 x 2 x 2 with ZeRO-1 and lynx-heu, and a
+  Llama-style model; no PATH.tmp is left once the resumed run is done;
+- preemption: SIGTERM to run.sh, or SIGINT to its process group (Ctrl-C),
+  lets every rank finish its step, save and exit 0 with a message; the run
+  resumed from that checkpoint gives the uninterrupted run's losses;
+- a non-finite loss stops the run with a message and a non-zero status; the
+  checkpoint on disk is the last good one (its step read from the file's
+  header, whose layout docs/checkpoints.md gives);
+- a --save path that cannot be written is refused before step 1.
+
+The expected losses are those of the uninterrupted run of the same program,
+never numbers taken from the program under test's own resumed output.
+"""
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from tap import check, exit_status
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
+FORTUNES = "/usr/share/games/fortunes/fortunes"
+STEPS = 20
+EVERY = 4  # --checkpoint-every
+
+GPT = """#include <lynx.h>
+static const struct lx_model model = { .vocab = 256, .seq_len = 64, .layers = 2, .hidden = 64, .heads = 2,
+  .dropout = 0.1, .tied_embeddings = 1 };
+static const struct lx_cluster cluster = { .gpu = GPU_A100_80GB, .gpus_per_node = 8 };
+static const struct lx_parallel parallel = { .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 8,
+  .schedule = SCHEDULE_1F1B };
+static const struct lx_training training = { .steps = 10, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 3,
+  .lr_schedule = LR_COSINE, .weight_decay = 0.1, .grad_clip = 1.0, .seed = 7, .dtype = DTYPE_FP32 };
+tensor prologue(tensor tokens) { return dropout(add(embedding(tokens, 256, 64), position_embedding(tokens, 64))); }
+tensor block(tensor x) {
+  tensor a = attention(linear(layernorm(x), 192), 2, 2);
+  x = add(x, dropout(linear(a, 64)));
+  return add(x, dropout(linear(gelu(linear(layernorm(x), 256)), 64)));
+}
+tensor epilogue(tensor x, tensor targets) { return cross_entropy(lm_head(layernorm(x), 256), targets); }
+"""
+
+LLAMA = """#include <lynx.h>
+static const struct lx_model model = { .vocab = 256, .seq_len = 64, .layers = 2, .hidden = 64, .heads = 4,
+  .kv_heads = 2, .ffn_hidden = 128, .dropout = 0.0, .tied_embeddings = 1 };
+static const struct lx_cluster cluster = { .gpu = GPU_A100_80GB, .gpus_per_node = 8 };
+static const struct lx_parallel parallel = { .tp = 1, .pp = 2, .dp = 1, .micro_batch = 2, .global_batch = 8,
+  .schedule = SCHEDULE_1F1B };
+static const struct lx_training training = { .steps = 10, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 3,
+  .lr_schedule = LR_COSINE, .weight_decay = 0.1, .grad_clip = 1.0, .seed = 7, .dtype = DTYPE_FP32 };
+tensor prologue(tensor tokens) { return embedding(tokens, 256, 64); }
+tensor block(tensor x) {
+  tensor qkv = rope(linear_nobias(rmsnorm(x), (4 + 2 * 2) * 16), 4, 2);
+  x = add(x, linear_nobias(flash_attention(qkv, 4, 2), 64));
+  return add(x, linear_nobias(swiglu(linear_nobias(rmsnorm(x), 2 * 128)), 64));
+}
+tensor epilogue(tensor x, tensor targets) { return cross_entropy(lm_head(rmsnorm(x), 256), targets); }
+"""
+
+# Offsets in the checkpoint's run header (lx_state_run, templates/common/lx_state.h).
+MAGIC = b"LYNXSTAT"
+STEP_OFFSET = 40
+
+
+def environment():
+    return dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+
+def run(cmd, cwd):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=environment())
+
+
+def generate(work, name, model_file, *args):
+    out = os.path.join(work, name)
+    r = run([LYNXGEN, model_file, "-o", out, "--target", "cpu", *args], work)
+    if r.returncode == 0:
+        r = run(["make", "-s", "-j2", "-C", out, "CFLAGS=-O1 -march=native -fno-math-errno"], work)
+    if r.returncode != 0:
+        print(r.stdout[-3000:] + r.stderr[-3000:])
+        return None
+    return out
+
+
+def command(program, work, metrics, *args):
+    return [os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--eval-interval",
+            "0", "--steps", str(STEPS), "--metrics", metrics, *args]
+
+
+def start(program, work, metrics, *args):
+    """run.sh in a session of its own, so that the whole job can be killed at once."""
+    log = open(metrics + ".log", "w")
+    return subprocess.Popen(command(program, work, metrics, *args), cwd=work, stdout=log, stderr=subprocess.STDOUT,
+                            env=environment(), start_new_session=True)
+
+
+def losses(metrics):
+    """step -> loss; a resumed run appends, its lines come last and win."""
+    by_step = {}
+    if os.path.exists(metrics):
+        with open(metrics) as f:
+            for line in f:
+                if line.strip():
+                    entry = json.loads(line)
+                    by_step[entry["step"]] = entry["loss"]
+    return by_step
+
+
+def saved_step(path):
+    """The step a checkpoint holds; None when there is none."""
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        header = f.read(64)
+    if header[:8] != MAGIC:
+        return None
+    return struct.unpack_from("<i", header, STEP_OFFSET)[0]
+
+
+def wait_for_step(job, metrics, step, limit=120):
+    deadline = time.time() + limit
+    while time.time() < deadline and job.poll() is None:
+        if len(losses(metrics)) >= step:
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def job_processes(program):
+    """The stage programs of this directory still alive (a kill must leave none)."""
+    alive = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and os.readlink("/proc/%s/exe" % pid).startswith(program + "/"):
+                alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+def kill_job(job, program):
+    """Every process of the job at once: run.sh starts mpirun in a session of
+    its own and Open MPI the ranks in process groups of their own, so killing
+    run.sh's group alone would orphan them."""
+    try:
+        with open("/proc/%d/task/%d/children" % (job.pid, job.pid)) as f:
+            mpirun = f.read().split()
+    except OSError:  # run.sh has exited
+        mpirun = []
+    for pid in mpirun + job_processes(program):
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    job.wait()
+    deadline = time.time() + 10
+    while job_processes(program) and time.time() < deadline:
+        time.sleep(0.05)
+    return not job_processes(program)
+
+
+def exact_resume(work, name, program, reference, rng):
+    """kill -9 at a random step after the first checkpoint, resume, compare."""
+    metrics, ckpt = os.path.join(program, "killed.jsonl"), os.path.join(program, "ck.bin")
+    kill_at = rng.randint(EVERY + 1, STEPS - 8)  # the job still runs for 8 steps: time to kill it
+    job = start(program, work, metrics, "--save", ckpt, "--checkpoint-every", str(EVERY))
+    reached = wait_for_step(job, metrics, kill_at)
+    gone = kill_job(job, program)
+    killed_at = max(losses(metrics), default=0)
+    step = saved_step(ckpt)
+    check(reached and gone and step is not None and EVERY <= step <= killed_at < STEPS,
+          "%s: kill -9 of the whole job after step %d of %d leaves no process and the checkpoint of step %s" % (
+              name, killed_at, STEPS, step))
+    r = run(command(program, work, metrics, "--save", ckpt, "--checkpoint-every", str(EVERY), "--resume", ckpt),
+            work)
+    got = losses(metrics)
+    check(r.returncode == 0 and got == reference,
+          "%s: resumed from step %s, the per-step losses equal the uninterrupted run's bitwise" % (name, step))
+    if r.returncode != 0 or got != reference:
+        print((r.stdout + r.stderr)[-2000:])
+        print("resumed %s\nreference %s" % (got, reference))
+    check(not os.path.exists(ckpt + ".tmp") and saved_step(ckpt) == STEPS,
+          "%s: after the resumed run, %s holds step %d and no .tmp is left" % (name, os.path.basename(ckpt), STEPS))
+
+
+def uninterrupted(work, program):
+    metrics = os.path.join(program, "reference.jsonl")
+    r = run(command(program, work, metrics), work)
+    if r.returncode != 0:
+        print((r.stdout + r.stderr)[-2000:])
+    return losses(metrics) if r.returncode == 0 else None
+
+
+def preemption(work, program, reference, sig):
+    """SIGTERM to run.sh, as a batch system or `kill` sends it; SIGINT to its
+    process group, as a terminal's Ctrl-C sends it."""
+    name = signal.Signals(sig).name
+    metrics, ckpt = os.path.join(program, name + ".jsonl"), os.path.join(program, name + ".bin")
+    job = start(program, work, metrics, "--save", ckpt)
+    reached = wait_for_step(job, metrics, 3)
+    if sig == signal.SIGINT:
+        os.killpg(job.pid, sig)
+    else:
+        job.send_signal(sig)
+    status = job.wait(timeout=120)
+    with open(metrics + ".log") as f:
+        log = f.read()
+    stopped = max(losses(metrics), default=0)
+    step = saved_step(ckpt)
+    check(reached and status == 0 and "stopped after step %d" % stopped in log and step == stopped < STEPS,
+          "%s: every rank finishes its step (%d), saves it and exits 0 with a message (status %s)" % (
+              name, stopped, status))
+    if status != 0 or step != stopped:
+        print(log[-2000:])
+    r = run(command(program, work, metrics, "--resume", ckpt), work)
+    check(r.returncode == 0 and losses(metrics) == reference,
+          "%s: the run resumed from its checkpoint gives the uninterrupted run's losses bitwise" % name)
+
+
+def non_finite(work, program):
+    """A learning rate of 1e38 turns the weights huge after step 1: the next
+    loss is not finite. The checkpoint of step 1 must stay as it was."""
+    metrics, ckpt = os.path.join(program, "inf.jsonl"), os.path.join(program, "inf.bin")
+    r = run(command(program, work, metrics, "--save", ckpt, "--checkpoint-every", "1", "--lr", "1e38"), work)
+    good = [s for s, loss in losses(metrics).items() if loss is not None]
+    step = saved_step(ckpt)
+    check(r.returncode != 0 and "stopping without saving" in r.stderr,
+          "a non-finite loss stops the run with a message and a non-zero status (%d)" % r.returncode)
+    check(good and step == max(good) and not os.path.exists(ckpt + ".tmp"),
+          "after a non-finite loss the checkpoint is the last good step's (%s; last finite loss at step %s)" % (
+              step, max(good) if good else None))
+
+
+def save_preflight(work, program):
+    metrics = os.path.join(program, "preflight.jsonl")
+    afile = os.path.join(work, "a-file")
+    open(afile, "w").close()
+    for path, why in ((os.path.join(work, "no-such-dir", "ck.bin"), "No such file"),
+                      (os.path.join(afile, "ck.bin"), "not a directory"),
+                      (work, "is a directory")):
+        r = run(command(program, work, metrics, "--save", path), work)
+        check(r.returncode == 1 and "--save %s" % path in r.stderr and why in r.stderr and "step" not in r.stdout,
+              "--save %s is refused before step 1 (%s)" % (os.path.relpath(path, work), why))
+        if r.returncode != 1 or why not in r.stderr:
+            print((r.stdout + r.stderr)[-1500:])
+
+
+def main():
+    if not os.path.exists(FORTUNES):
+        check(False, "fortunes corpus installed (scripts/deps.sh installs fortunes-min)")
+        return
+    seed = int(os.environ.get("LX_RESUME_SEED", time.time()))
+    print("# kill steps drawn with seed %d (LX_RESUME_SEED=%d repeats them)" % (seed, seed))
+    rng = random.Random(seed)
+    work = tempfile.mkdtemp(prefix="lynx-resume-")
+    r = run([LYNXGEN, "tokenize", FORTUNES, "-o", os.path.join(work, "data")], work)
+    check(r.returncode == 0, "lynxgen tokenize makes byte-level shards of fortunes")
+    for name, text in (("gpt.model", GPT), ("llama.model", LLAMA)):
+        with open(os.path.join(work, name), "w") as f:
+            f.write(text)
+    gpt, llama = os.path.join(work, "gpt.model"), os.path.join(work, "llama.model")
+    plans = (("pp=2", gpt, ("--pp", "2")),
+             ("tp=2 pp=2 dp=2 ZeRO-1 lynx-heu", gpt,
+              ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--policy", "lynx-heu", "--gpu-memory", "0.0015")),
+             ("llama pp=2", llama, ("--pp", "2")))
+    for name, model, args in plans:
+        program = generate(work, name.replace(" ", "_").replace("=", ""), model, *args)
+        reference = uninterrupted(work, program) if program else None
+        check(reference is not None and len(reference) == STEPS, "%s: generates, builds and trains %d steps" % (
+            name, STEPS))
+        if reference is None:
+            continue
+        exact_resume(work, name, program, reference, rng)
+        if name == "pp=2":
+            preemption(work, program, reference, signal.SIGTERM)
+            preemption(work, program, reference, signal.SIGINT)
+            non_finite(work, program)
+            save_preflight(work, program)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(exit_status())
