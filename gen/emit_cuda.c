@@ -14,6 +14,7 @@
 #include "cost.h"
 #include "diag.h"
 #include "emit_fusion.h"
+#include "emit_graphs.h"
 #include "emit_op.h"
 #include "emit_operands.h"
 #include "emit_reroll.h"
@@ -188,44 +189,8 @@ static void print_function_head(const lx_printer *pr, const char *what, lx_graph
   if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
 }
 
-/* Always printed: the forward-only pass (run_forward) calls it. */
-static void print_forward_function(const lx_printer *pr, lx_graph_id g) {
-  const lx_graph *graph = lx_graph_of(pr->ir, g);
-  print_function_head(pr, "forward", g);
-  for (int i = 0; i < graph->n_ops; i++)
-    if (graph->ops[i].kind != LX_OP_INPUT) {
-      print_blocking_collective(pr, g, i, false, LX_T_OUTPUT, true);
-      print_forward_op(pr, g, i, LX_T_OUTPUT);
-      print_blocking_collective(pr, g, i, false, LX_T_OUTPUT, false);
-    }
-  fputs("}\n", pr->out);
-}
-
-static void print_recompute_function(const lx_printer *pr) {
-  if (!emit_function_called(pr, LX_I_RECOMPUTE, LX_GRAPH_BLOCK)) return;
-  print_function_head(pr, "recompute", LX_GRAPH_BLOCK);
-  for (int i = 0; i < pr->ir->block.n_ops; i++)
-    if (pr->st->decisions[i].recompute) {
-      print_blocking_collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, true);
-      print_forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
-      print_blocking_collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, false);
-    }
-  fputs("}\n", pr->out);
-}
-
-static void print_backward_function(const lx_printer *pr, lx_graph_id g) {
-  if (!emit_function_called(pr, LX_I_BWD, g)) return;
-  const lx_graph *graph = lx_graph_of(pr->ir, g);
-  print_function_head(pr, "backward", g);
-  print_zero_grads(pr, g);
-  for (int i = graph->n_ops - 1; i >= 0; i--)
-    if (graph->ops[i].kind != LX_OP_INPUT) {
-      print_blocking_collective(pr, g, i, true, LX_T_OUTPUT, true);
-      print_backward_op(pr, g, i);
-      print_blocking_collective(pr, g, i, true, LX_T_OUTPUT, false);
-    }
-  fputs("}\n", pr->out);
-}
+static const lx_graph_printer graph_printer = {print_function_head, print_forward_op, print_backward_op,
+                                               print_blocking_collective, print_zero_grads};
 
 /* ---- the step: the walker's hooks --------------------------------------------- */
 
@@ -539,19 +504,7 @@ void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
     pr.fusion[g] = fusion[g];
   print_header(&pr);
   emit_block_boundaries(&pr);
-  if (pr.st->has_prologue) {
-    print_forward_function(&pr, LX_GRAPH_PROLOGUE);
-    print_backward_function(&pr, LX_GRAPH_PROLOGUE);
-  }
-  if (pr.st->n_layers > 0) {
-    print_forward_function(&pr, LX_GRAPH_BLOCK);
-    print_recompute_function(&pr);
-    print_backward_function(&pr, LX_GRAPH_BLOCK);
-  }
-  if (pr.st->has_epilogue) {
-    print_forward_function(&pr, LX_GRAPH_EPILOGUE);
-    print_backward_function(&pr, LX_GRAPH_EPILOGUE);
-  }
+  emit_graph_functions(&pr, &graph_printer);
   print_load(&pr);
   print_step(&pr);
   print_forward_pass(&pr);
