@@ -15,7 +15,7 @@ WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 override CFLAGS += -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include
 LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm -lglpk -lcjson
 
-GEN_SRCS := gen/diag.c ir/op_signature.c gen/frontend.c gen/model_file.c gen/source_file.c gen/locate.c gen/constant.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/alloc.c ir/escape.c ir/ir_json.c ir/json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/memplan.c gen/simulate.c gen/trace.c gen/trace_json.c gen/schedule_svg.c gen/memory_svg.c gen/report.c gen/layout.c gen/tokenize.c gen/emit.c gen/emit_cpu.c gen/manifest.c gen/output_dir.c gen/verify.c gen/access.c gen/windows.c gen/policy.c gen/emit_walk.c gen/emit_operands.c gen/emit_op.c gen/emit_graphs.c gen/emit_fusion.c gen/emit_reroll.c gen/emit_cuda.c gen/search.c
+GEN_SRCS := gen/diag.c ir/op_signature.c gen/frontend.c gen/model_file.c gen/source_file.c gen/locate.c gen/constant.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/alloc.c ir/escape.c ir/ir_json.c ir/json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/memplan.c gen/simulate.c gen/trace.c gen/trace_json.c gen/schedule_svg.c gen/memory_svg.c gen/report.c gen/layout.c gen/tokenize.c gen/emit.c gen/emit_cpu.c gen/manifest.c gen/output_dir.c gen/verify.c gen/verify_report.c gen/verify_comm.c gen/access.c gen/windows.c gen/policy.c gen/emit_walk.c gen/emit_operands.c gen/emit_op.c gen/emit_graphs.c gen/emit_fusion.c gen/emit_reroll.c gen/emit_cuda.c gen/search.c
 GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
 .PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-cuda bench-step

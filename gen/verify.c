@@ -31,45 +31,7 @@
 
 #include "access.h"
 #include "alloc.h"
-
-enum { NS = LX_STREAM_COUNT, MAX_PRINTED = 25, TEXT = 256 /* message buffers */ };
-
-/* ---- reporting ------------------------------------------------------------- */
-
-typedef struct {
-  const lx_pipeline *p;
-  int violations, printed;
-} reporter;
-
-typedef struct {
-  int stage, stream, pos;
-} instr_at;
-
-static const lx_instr *instr(const lx_pipeline *p, instr_at at) {
-  return &p->stages[at.stage].streams[at.stream].items[at.pos];
-}
-
-static void describe_at(const lx_pipeline *p, instr_at at, char *buf, size_t size) {
-  if (at.stage < 0) {
-    snprintf(buf, size, "(none)");
-    return;
-  }
-  char text[TEXT / 2];
-  lx_instr_describe(p->ir, instr(p, at), text, sizeof text);
-  snprintf(buf, size, "stage %d %s: %s", at.stage, lx_stream_name((lx_stream)at.stream), text);
-}
-
-static const instr_at NO_INSTR = {-1, -1, -1};
-
-/* One violation; `a` and `b` are the two instructions involved (b may be NO_INSTR). */
-static void report(reporter *r, const char *what, instr_at a, instr_at b) {
-  r->violations++;
-  if (r->printed++ >= MAX_PRINTED) return;
-  char ta[TEXT], tb[TEXT];
-  describe_at(r->p, a, ta, sizeof ta);
-  describe_at(r->p, b, tb, sizeof tb);
-  fprintf(stderr, "lynxgen: internal error: verify: %s: %s and %s\n", what, ta, tb);
-}
+#include "verify_report.h"
 
 /* ---- per-stage state --------------------------------------------------------- */
 
@@ -190,18 +152,18 @@ static void check_events(stage_check *c) {
       const lx_instr *in = &st->streams[k].items[i];
       if (in->kind != LX_I_RECORD && in->kind != LX_I_WAIT) continue;
       if (!valid_event(st, in->event)) {
-        report(c->r, "event id out of range", at_of(c, k, i), NO_INSTR);
+        lx_verify_report(c->r, "event id out of range", at_of(c, k, i), NO_INSTR);
         continue;
       }
       if (in->kind == LX_I_RECORD && records[in->event]++)
-        report(c->r, "event recorded twice", at_of(c, k, i), find_record(c, in->event));
+        lx_verify_report(c->r, "event recorded twice", at_of(c, k, i), find_record(c, in->event));
     }
   for (int k = 0; k < NS; k++) {
     if (c->reached[k] == st->streams[k].count) continue;
     const lx_instr *stuck = &st->streams[k].items[c->reached[k]];
-    report(c->r, "stream can never get past this wait (its event is never recorded ahead of it)",
-           at_of(c, k, c->reached[k]),
-           valid_event(st, stuck->event) ? find_record(c, stuck->event) : NO_INSTR);
+    lx_verify_report(c->r, "stream can never get past this wait (its event is never recorded ahead of it)",
+                     at_of(c, k, c->reached[k]),
+                     valid_event(st, stuck->event) ? find_record(c, stuck->event) : NO_INSTR);
   }
   free(records);
 }
@@ -465,7 +427,7 @@ static void report_tensor(stage_check *c, const char *what, const access_rec *a,
     lx_tensor_describe(c->p->ir, a->tensor, tensor, sizeof tensor);
   snprintf(text, sizeof text, "%s%s %s", what, a->target == LX_TARGET_PARAM_GRAD ? " the gradient of" : "",
            tensor);
-  report(c->r, text, access_at(c, a), other);
+  lx_verify_report(c->r, text, access_at(c, a), other);
 }
 
 /* First index in bucket [from, to) of `items` whose instruction is at or after `pos`. */
@@ -669,195 +631,6 @@ static void verify_stage(reporter *r, const lx_pipeline *p, int s, const lx_stag
   free_stage_check(&c);
 }
 
-/* ---- check 3: sends and receives match ------------------------------------------------- */
-
-static bool is_send(lx_instr_kind k) { return k == LX_I_SEND_ACT || k == LX_I_SEND_GRAD; }
-static bool is_recv(lx_instr_kind k) { return k == LX_I_RECV_ACT || k == LX_I_RECV_GRAD; }
-
-/* Does point-to-point instruction `in` of stage `s` name a real peer and micro-batch? */
-static bool well_formed_p2p(reporter *r, const lx_pipeline *p, instr_at at) {
-  const lx_instr *in = instr(p, at);
-  if (in->peer >= 0 && in->peer < p->pp && in->peer != at.stage && in->mb >= 0 && in->mb < p->micro_batches)
-    return true;
-  report(r, "send or receive names no valid peer stage or micro-batch", at, NO_INSTR);
-  return false;
-}
-
-typedef struct {
-  instr_at at;
-  int matches;    /* receives found for this send */
-  int recv_order; /* position of its receive among the receiver's receives from this sender */
-} send_info;
-
-/* The receive slot of (sender, kind, mb) on a receiving stage. */
-static int slot_of(const lx_pipeline *p, int sender, bool grad, int mb) {
-  return (sender * 2 + grad) * p->micro_batches + mb;
-}
-
-/* Receives of stage `t`, indexed by (sender, kind, mb): their position in
- * t's order of receives from that sender, or -1; duplicates are reported. */
-static int *index_receives(reporter *r, const lx_pipeline *p, int t, instr_at *where, bool *valid) {
-  int n = p->pp * 2 * p->micro_batches;
-  int *order = lx_malloc(sizeof *order * (size_t)n),
-      *per_sender = lx_calloc((size_t)p->pp, sizeof *per_sender);
-  for (int i = 0; i < n; i++)
-    order[i] = -1;
-  for (int k = 0; k < NS; k++)
-    for (int i = 0; i < p->stages[t].streams[k].count; i++) {
-      instr_at at = {t, k, i};
-      const lx_instr *in = instr(p, at);
-      if (!is_recv(in->kind)) continue;
-      if (!well_formed_p2p(r, p, at)) {
-        *valid = false;
-        continue;
-      }
-      int slot = slot_of(p, in->peer, in->kind == LX_I_RECV_GRAD, in->mb);
-      if (order[slot] >= 0) {
-        report(r, "two receives of the same message", where[slot], at);
-        continue;
-      }
-      order[slot] = per_sender[in->peer]++;
-      where[slot] = at;
-    }
-  free(per_sender);
-  return order;
-}
-
-static void check_stage_sends(reporter *r, const lx_pipeline *p, int s, int *const *recv_order,
-                              instr_at *const *recv_at, int **matched) {
-  int *last_order = lx_malloc(sizeof *last_order * (size_t)p->pp);
-  instr_at *last_send = lx_malloc(sizeof *last_send * (size_t)p->pp);
-  for (int t = 0; t < p->pp; t++)
-    last_order[t] = -1, last_send[t] = NO_INSTR;
-  for (int k = 0; k < NS; k++)
-    for (int i = 0; i < p->stages[s].streams[k].count; i++) {
-      instr_at at = {s, k, i};
-      const lx_instr *in = instr(p, at);
-      if (!is_send(in->kind) || !well_formed_p2p(r, p, at)) continue;
-      int slot = slot_of(p, s, in->kind == LX_I_SEND_GRAD, in->mb), t = in->peer;
-      if (recv_order[t][slot] < 0) {
-        report(r, "send has no matching receive on its peer", at, NO_INSTR);
-        continue;
-      }
-      if (matched[t][slot]++) {
-        report(r, "two sends of the same message", at, recv_at[t][slot]);
-        continue;
-      }
-      if (instr(p, recv_at[t][slot])->bytes != in->bytes)
-        report(r, "send and receive disagree on the size", at, recv_at[t][slot]);
-      if (recv_order[t][slot] < last_order[t])
-        report(r, "sends to a stage run in another order than its receives", last_send[t], at);
-      last_order[t] = recv_order[t][slot];
-      last_send[t] = at;
-    }
-  free(last_order);
-  free(last_send);
-}
-
-/* Returns false when a send or receive is malformed (the deadlock search
- * then cannot follow it). */
-static bool check_matching(reporter *r, const lx_pipeline *p) {
-  bool valid = true;
-  int n = p->pp * 2 * p->micro_batches;
-  int **order = lx_malloc(sizeof *order * (size_t)p->pp),
-      **matched = lx_malloc(sizeof *matched * (size_t)p->pp);
-  instr_at **where = lx_malloc(sizeof *where * (size_t)p->pp);
-  for (int t = 0; t < p->pp; t++) {
-    where[t] = lx_malloc(sizeof **where * (size_t)n);
-    matched[t] = lx_calloc((size_t)n, sizeof **matched);
-    order[t] = index_receives(r, p, t, where[t], &valid);
-  }
-  for (int s = 0; s < p->pp; s++)
-    check_stage_sends(r, p, s, order, where, matched);
-  for (int t = 0; t < p->pp; t++) {
-    for (int slot = 0; slot < n; slot++)
-      if (order[t][slot] >= 0 && !matched[t][slot])
-        report(r, "receive has no matching send", where[t][slot], NO_INSTR);
-    free(order[t]);
-    free(matched[t]);
-    free(where[t]);
-  }
-  free(order);
-  free(matched);
-  free(where);
-  return valid;
-}
-
-/* ---- check 4: no deadlock ----------------------------------------------------------------- */
-
-/* Runs every stream of every stage as far as it can, with no notion of
- * time: a WAIT after its RECORD, a send together with its receive when that
- * receive is the head of the peer's stream (a rendezvous, as NCCL's
- * point-to-point is and as the simulator models it). Anything left is stuck. */
-typedef struct {
-  const lx_pipeline *p;
-  int *next;       /* [stage * NS + stream] */
-  bool **recorded; /* [stage][event] */
-} token_game;
-
-static const lx_instr *game_head(const token_game *g, int s, int k) {
-  const lx_instr_list *list = &g->p->stages[s].streams[k];
-  int i = g->next[s * NS + k];
-  return i < list->count ? &list->items[i] : NULL;
-}
-
-/* The receive stream of stage `t` whose head is the receive of `send` from `s`, or -1. */
-static int matching_recv_stream(const token_game *g, int s, const lx_instr *send) {
-  lx_instr_kind want = send->kind == LX_I_SEND_ACT ? LX_I_RECV_ACT : LX_I_RECV_GRAD;
-  for (int k = 0; k < NS; k++) {
-    const lx_instr *h = game_head(g, send->peer, k);
-    if (h && h->kind == want && h->mb == send->mb && h->peer == s) return k;
-  }
-  return -1;
-}
-
-static bool game_step(token_game *g, int s, int k) {
-  const lx_instr *in = game_head(g, s, k);
-  if (!in || is_recv(in->kind)) return false; /* a receive runs with its send */
-  if (in->kind == LX_I_WAIT && !g->recorded[s][in->event]) return false;
-  if (in->kind == LX_I_RECORD) g->recorded[s][in->event] = true;
-  if (is_send(in->kind)) {
-    int rk = matching_recv_stream(g, s, in);
-    if (rk < 0) return false;
-    g->next[in->peer * NS + rk]++;
-  }
-  g->next[s * NS + k]++;
-  return true;
-}
-
-static void report_stuck(reporter *r, const token_game *g) {
-  int stuck = 0;
-  for (int s = 0; s < g->p->pp; s++)
-    for (int k = 0; k < NS; k++) {
-      const lx_instr *in = game_head(g, s, k);
-      if (!in) continue;
-      if (!stuck++)
-        report(r, "the schedule deadlocks; first stuck stream head", (instr_at){s, k, g->next[s * NS + k]},
-               NO_INSTR);
-      char text[TEXT];
-      describe_at(g->p, (instr_at){s, k, g->next[s * NS + k]}, text, sizeof text);
-      if (stuck <= MAX_PRINTED) fprintf(stderr, "  stuck: %s\n", text);
-    }
-}
-
-static void check_deadlock(reporter *r, const lx_pipeline *p) {
-  token_game g = {p, lx_calloc((size_t)p->pp * NS, sizeof(int)), lx_malloc(sizeof(bool *) * (size_t)p->pp)};
-  for (int s = 0; s < p->pp; s++)
-    g.recorded[s] = lx_calloc((size_t)p->stages[s].n_events + 1, sizeof(bool));
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int s = 0; s < p->pp; s++)
-      for (int k = 0; k < NS; k++)
-        while (game_step(&g, s, k))
-          progress = true;
-  }
-  report_stuck(r, &g);
-  for (int s = 0; s < p->pp; s++)
-    free(g.recorded[s]);
-  free(g.recorded);
-  free(g.next);
-}
-
 /* Event ids are in range everywhere (the deadlock search indexes by them). */
 static bool events_in_range(const lx_pipeline *p) {
   for (int s = 0; s < p->pp; s++)
@@ -874,8 +647,8 @@ int lx_verify(const lx_pipeline *p, const lx_stage_layout *layouts) {
   reporter r = {p, 0, 0};
   for (int s = 0; s < p->pp; s++)
     verify_stage(&r, p, s, &layouts[s]);
-  bool well_formed = check_matching(&r, p);
-  if (well_formed && events_in_range(p)) check_deadlock(&r, p);
+  bool well_formed = lx_verify_matching(&r, p);
+  if (well_formed && events_in_range(p)) lx_verify_deadlock_free(&r, p);
   if (r.printed > MAX_PRINTED)
     fprintf(stderr, "lynxgen: internal error: verify: %d more violations not shown\n",
             r.printed - MAX_PRINTED);
