@@ -16,6 +16,7 @@
 
 #include "alloc.h"
 #include "diag.h"
+#include "op_signature.h"
 
 /* ---- defaults and config checks ------------------------------------------ */
 
@@ -445,9 +446,13 @@ static void shape_elementwise(shape_ctx *c, lx_op *op, double fwd_per_element, d
   op->flops_bwd = bwd_per_element * elements;
 }
 
-static void shape_gelu(shape_ctx *c, lx_op *op) {
-  shape_elementwise(c, op, 10, 20);
-  if (op->out.dtype) save_input(c, op, 0);
+/* An element-wise op of the operand table: its FLOPs from its row, and it
+ * saves the inputs its backward reads. */
+static void shape_elementwise_row(shape_ctx *c, lx_op *op) {
+  const lx_op_signature *sig = lx_op_signature_of(op);
+  shape_elementwise(c, op, sig->elementwise.flops_forward, sig->elementwise.flops_backward);
+  for (const lx_operand *o = sig->backward; op->out.dtype && o->kind != LX_OPND_END; o++)
+    if (o->kind == LX_OPND_IN) save_input(c, op, o->index);
 }
 
 static void shape_swiglu(shape_ctx *c, lx_op *op) {
@@ -565,13 +570,14 @@ static void shape_op(shape_ctx *c, lx_op *op) {
   case LX_OP_LINEAR: shape_linear(c, op); break;
   case LX_OP_ATTENTION: shape_attention(c, op); break;
   case LX_OP_ROPE: shape_rope(c, op); break;
-  case LX_OP_GELU: shape_gelu(c, op); break;
   case LX_OP_SWIGLU: shape_swiglu(c, op); break;
   case LX_OP_DROPOUT: shape_dropout(c, op); break;
   case LX_OP_ADD: shape_add(c, op); break;
   case LX_OP_LM_HEAD: shape_lm_head(c, op); break;
   case LX_OP_CROSS_ENTROPY: shape_cross_entropy(c, op); break;
-  case LX_OP_KIND_COUNT: break;
+  default:
+    if (lx_op_signature_of(op)->elementwise.is) shape_elementwise_row(c, op);
+    break;
   }
   op->out_bytes = op->out.dtype ? tensor_bytes(c, op->out) : 0;
 }

@@ -98,7 +98,6 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
     snprintf(c->sizes, sizeof c->sizes, "%s, %.17g", dims, pr->ir->model.rope_theta);
     break;
   }
-  case LX_OP_GELU:
   case LX_OP_ADD: snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d", k->rows, w); break;
   case LX_OP_DROPOUT: dropout_tail(t, g, i, k, backward, c); break;
   case LX_OP_CROSS_ENTROPY:
@@ -106,8 +105,9 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
     snprintf(c->sizes, sizeof c->sizes, "%sBT, V, %s%s%s", backward ? "LOSS_SCALE, " : "",
              tp ? VOCAB_SHARD_LAST : "VP", tp && !backward ? ", " : "", tp && !backward ? t->tp_group : "");
     break;
-  case LX_OP_INPUT:
-  case LX_OP_KIND_COUNT: break;
+  default: /* an element-wise op of the table */
+    snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d", k->rows, w);
+    break;
   }
 }
 

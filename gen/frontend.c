@@ -20,6 +20,7 @@
 #include "diag.h"
 #include "locate.h"
 #include "model_file.h"
+#include "op_signature.h"
 
 /* ---- locations ----------------------------------------------------------- */
 
@@ -333,7 +334,6 @@ static const operator_desc operators[] = {
     {"attention", LX_OP_ATTENTION, 1, 2, {"heads", "kv_heads"}, LX_ATTN_MATERIALIZED, false},
     {"flash_attention", LX_OP_ATTENTION, 1, 2, {"heads", "kv_heads"}, LX_ATTN_FLASH, false},
     {"rope", LX_OP_ROPE, 1, 2, {"heads", "kv_heads"}, 0, false},
-    {"gelu", LX_OP_GELU, 1, 0, {0}, 0, false},
     {"swiglu", LX_OP_SWIGLU, 1, 0, {0}, 0, false},
     {"dropout", LX_OP_DROPOUT, 1, 0, {0}, 0, false},
     {"add", LX_OP_ADD, 2, 0, {0}, 0, false},
@@ -341,10 +341,17 @@ static const operator_desc operators[] = {
     {"cross_entropy", LX_OP_CROSS_ENTROPY, 2, 0, {0}, 0, false},
 };
 
-static const operator_desc *find_operator(const char *name) {
+/* The operator called `name`: one of the table above, or an element-wise op
+ * of the operand table (one tensor in, one out; op_signature.h). */
+static bool find_operator(const char *name, operator_desc *out) {
   for (size_t i = 0; i < sizeof operators / sizeof operators[0]; i++)
-    if (!strcmp(operators[i].name, name)) return &operators[i];
-  return NULL;
+    if (!strcmp(operators[i].name, name)) {
+      *out = operators[i];
+      return true;
+    }
+  lx_op_kind kind = lx_elementwise_kind(name);
+  *out = (operator_desc){lx_op_kind_name(kind), kind, 1, 0, {0}, 0, false};
+  return kind != LX_OP_KIND_COUNT;
 }
 
 enum { MAX_VARS = 256 };
@@ -440,8 +447,9 @@ static int eval_call(function_ctx *fn, CXCursor call) {
   char callee[64];
   copy_spelling(callee, sizeof callee, clang_getCursorSpelling(call));
   lx_srcloc at = cursor_loc(fn->ctx, call);
-  const operator_desc *od = find_operator(callee);
-  if (!od) {
+  operator_desc found;
+  const operator_desc *od = &found;
+  if (!find_operator(callee, &found)) {
     lx_error(at, "unknown operator '%s' (the operators are declared in lynx.h)", callee);
     return -1;
   }

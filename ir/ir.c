@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "op_signature.h"
 
 void lx_ir_init(lx_ir *ir) {
   memset(ir, 0, sizeof *ir);
@@ -48,15 +49,7 @@ lx_op *lx_graph_add(lx_graph *g, lx_op_kind kind) {
 #define NAME_OF(table, value)                                                                                \
   ((size_t)(value) < sizeof(table) / sizeof(table)[0] && (table)[value] ? (table)[value] : "?")
 
-const char *lx_op_kind_name(lx_op_kind kind) {
-  static const char *names[] = {"input",     "embedding",    "position_embedding",
-                                "layernorm", "rmsnorm",      "linear",
-                                "attention", "rope",         "gelu",
-                                "swiglu",    "dropout",      "add",
-                                "lm_head",   "cross_entropy"};
-  _Static_assert(sizeof names / sizeof names[0] == LX_OP_KIND_COUNT, "one name per op kind");
-  return NAME_OF(names, kind);
-}
+const char *lx_op_kind_name(lx_op_kind kind) { return lx_op_kind_signature(kind)->name; }
 
 const char *lx_gpu_name(lx_gpu gpu) {
   static const char *names[] = {

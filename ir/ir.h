@@ -107,6 +107,7 @@ typedef enum {
   LX_OP_ADD,
   LX_OP_LM_HEAD,
   LX_OP_CROSS_ENTROPY,
+  LX_OP_SILU,
   LX_OP_KIND_COUNT
 } lx_op_kind;
 

@@ -91,6 +91,7 @@ tensor attention(tensor qkv, int heads, int kv_heads);       /* causal; keeps th
 tensor flash_attention(tensor qkv, int heads, int kv_heads); /* causal; keeps output + log-sum-exp */
 tensor rope(tensor qkv, int heads, int kv_heads);            /* rotary positions on q and k */
 tensor gelu(tensor x);                                       /* tanh approximation */
+tensor silu(tensor x);                                       /* x * sigmoid(x) (swish) */
 tensor swiglu(tensor gate_up);                               /* silu(first half) * second half */
 tensor dropout(tensor x);                                    /* probability model.dropout */
 tensor add(tensor a, tensor b);                              /* residual sum */

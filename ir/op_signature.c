@@ -2,6 +2,7 @@
 #include "op_signature.h"
 
 #include <stddef.h>
+#include <string.h>
 
 /* clang-format off */
 #define IN(k)       {LX_OPND_IN, (k), NULL}
@@ -15,43 +16,71 @@
 #define DB          {LX_OPND_DBIAS, 0, NULL}
 /* clang-format on */
 
+/* A row: ROW(name, kernel, forward operands, backward operands), then what
+ * sets it apart: a workspace, element-wise. */
+#define ROW(name_, kernel_, fwd, bwd) .name = name_, .kernel = kernel_, .forward = {fwd}, .backward = {bwd}
+#define OPS(...) __VA_ARGS__
+#define WORKSPACE_FORWARD .forward_workspace = true
+#define WORKSPACE_BACKWARD .backward_workspace = true
+#define ELEMENTWISE(flops_fwd, flops_bwd) .elementwise = {true, (flops_fwd), (flops_bwd)}
+
 /* Indexed by lx_op_kind; materialised attention here, flash attention below. */
 static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
-    [LX_OP_EMBEDDING] = {"embedding", {OUT, IN(0), W}, {DW, DOUT, IN(0)}, false, false},
-    [LX_OP_POSITION_EMBEDDING] = {"position_embedding", {OUT, W}, {DW, DOUT}, false, false},
-    [LX_OP_LAYERNORM] = {"layernorm", {OUT, IN(0), W, B}, {DIN(0), DW, DB, DOUT, IN(0), W}, false, true},
-    [LX_OP_RMSNORM] = {"rmsnorm", {OUT, IN(0), W}, {DIN(0), DW, DOUT, IN(0), W}, false, true},
-    [LX_OP_LINEAR] = {"linear", {OUT, IN(0), W, B}, {DIN(0), DW, DB, DOUT, IN(0), W}, false, true},
-    [LX_OP_ATTENTION] = {"attention",
-                         {OUT, SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask"), IN(0)},
-                         {DIN(0), DOUT, IN(0), SAVED("softmax"), SAVED("dropout_output"),
-                          SAVED("dropout_mask")},
-                         true,
-                         true},
-    [LX_OP_ROPE] = {"rope", {OUT, IN(0)}, {DIN(0), DOUT}, false, false},
-    [LX_OP_GELU] = {"gelu", {OUT, IN(0)}, {DIN(0), DOUT, IN(0)}, false, false},
-    [LX_OP_SWIGLU] = {"swiglu", {OUT, IN(0)}, {DIN(0), DOUT, IN(0)}, false, false},
-    [LX_OP_DROPOUT] =
-        {"dropout", {OUT, SAVED("dropout_mask"), IN(0)}, {DIN(0), DOUT, SAVED("dropout_mask")}, false, false},
-    [LX_OP_ADD] = {"add", {OUT, IN(0), IN(1)}, {DIN(0), DIN(1), DOUT}, false, false},
+    [LX_OP_INPUT] = {.name = "input"},
+    [LX_OP_EMBEDDING] = {ROW("embedding", "embedding", OPS(OUT, IN(0), W), OPS(DW, DOUT, IN(0)))},
+    [LX_OP_POSITION_EMBEDDING] = {ROW("position_embedding", "position_embedding", OPS(OUT, W),
+                                      OPS(DW, DOUT))},
+    [LX_OP_LAYERNORM] = {ROW("layernorm", "layernorm", OPS(OUT, IN(0), W, B),
+                             OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
+                         WORKSPACE_BACKWARD},
+    [LX_OP_RMSNORM] = {ROW("rmsnorm", "rmsnorm", OPS(OUT, IN(0), W), OPS(DIN(0), DW, DOUT, IN(0), W)),
+                       WORKSPACE_BACKWARD},
+    [LX_OP_LINEAR] = {ROW("linear", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
+                      WORKSPACE_BACKWARD},
+    [LX_OP_ATTENTION] =
+        {ROW("attention", "attention",
+             OPS(OUT, SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask"), IN(0)),
+             OPS(DIN(0), DOUT, IN(0), SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask"))),
+         WORKSPACE_FORWARD, WORKSPACE_BACKWARD},
+    [LX_OP_ROPE] = {ROW("rope", "rope", OPS(OUT, IN(0)), OPS(DIN(0), DOUT))},
+    /* GPT-2's tanh approximation: ~10 operations forward, ~20 backward */
+    [LX_OP_GELU] = {ROW("gelu", "gelu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(10, 20)},
+    /* x sigmoid(x): ~5 operations forward, ~10 backward (the sigmoid again) */
+    [LX_OP_SILU] = {ROW("silu", "silu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(5, 10)},
+    [LX_OP_SWIGLU] = {ROW("swiglu", "swiglu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0)))},
+    [LX_OP_DROPOUT] = {ROW("dropout", "dropout", OPS(OUT, SAVED("dropout_mask"), IN(0)),
+                           OPS(DIN(0), DOUT, SAVED("dropout_mask")))},
+    [LX_OP_ADD] = {ROW("add", "add", OPS(OUT, IN(0), IN(1)), OPS(DIN(0), DIN(1), DOUT))},
     /* the LM head is a linear without bias: its bias operands are NULL */
-    [LX_OP_LM_HEAD] = {"linear", {OUT, IN(0), W, B}, {DIN(0), DW, DB, DOUT, IN(0), W}, false, true},
+    [LX_OP_LM_HEAD] = {ROW("lm_head", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
+                       WORKSPACE_BACKWARD},
     /* the loss is a number summed outside the arena, and seeds the backward */
-    [LX_OP_CROSS_ENTROPY] =
-        {"cross_entropy", {SAVED("lse"), IN(0), IN(1)}, {DIN(0), IN(0), SAVED("lse"), IN(1)}, true, false},
+    [LX_OP_CROSS_ENTROPY] = {ROW("cross_entropy", "cross_entropy", OPS(SAVED("lse"), IN(0), IN(1)),
+                                 OPS(DIN(0), IN(0), SAVED("lse"), IN(1))),
+                             WORKSPACE_FORWARD},
 };
 
 /* The backward recomputes the probabilities from the saved log-sum-exp. */
-static const lx_op_signature flash_attention = {
-    "flash_attention", {OUT, SAVED("lse"), IN(0)}, {DIN(0), DOUT, IN(0), OUT, SAVED("lse")}, false, true};
+static const lx_op_signature flash_attention = {ROW("attention", "flash_attention",
+                                                    OPS(OUT, SAVED("lse"), IN(0)),
+                                                    OPS(DIN(0), DOUT, IN(0), OUT, SAVED("lse"))),
+                                                WORKSPACE_BACKWARD};
 
-static const lx_op_signature no_operands = {
-    NULL, {{LX_OPND_END, 0, NULL}}, {{LX_OPND_END, 0, NULL}}, false, false};
+static const lx_op_signature unknown = {.name = "?"};
+
+const lx_op_signature *lx_op_kind_signature(lx_op_kind kind) {
+  return (unsigned)kind < LX_OP_KIND_COUNT ? &rows[kind] : &unknown;
+}
+
+lx_op_kind lx_elementwise_kind(const char *name) {
+  for (int k = 0; k < LX_OP_KIND_COUNT; k++)
+    if (rows[k].elementwise.is && !strcmp(rows[k].name, name)) return (lx_op_kind)k;
+  return LX_OP_KIND_COUNT;
+}
 
 const lx_op_signature *lx_op_signature_of(const lx_op *op) {
   if (op->kind == LX_OP_ATTENTION && op->attention_impl == LX_ATTN_FLASH) return &flash_attention;
-  if (op->kind >= LX_OP_KIND_COUNT || !rows[op->kind].kernel) return &no_operands; /* an input */
-  return &rows[op->kind];
+  return lx_op_kind_signature(op->kind);
 }
 
 const lx_operand *lx_op_operands(const lx_op *op, bool backward) {

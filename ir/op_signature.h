@@ -40,10 +40,25 @@ enum { LX_MAX_OPERANDS = 8 };
  * it reads; a kernel with a workspace (the GPU's reduction scratch) takes it
  * between the two. */
 typedef struct {
+  const char *name;   /* the op kind's name (ir.json, messages, emitted comments) */
   const char *kernel; /* the kernels' common stem: lx_<kernel>_forward, lx_cuda_<kernel>_backward */
   lx_operand forward[LX_MAX_OPERANDS + 1], backward[LX_MAX_OPERANDS + 1]; /* each ends with LX_OPND_END */
   bool forward_workspace, backward_workspace;
+  /* An element-wise op, y = f(x) of one activation, width and split unchanged,
+   * is its row and its two kernels, nothing else: the model language's
+   * function `name` (frontend.c), its shape, FLOPs and saved input
+   * (analyze.c) and its kernels' sizes (emit_op.c) follow from the row. */
+  struct {
+    bool is;
+    double flops_forward, flops_backward; /* per element */
+  } elementwise;
 } lx_op_signature;
+
+/* The row of an op kind (materialised attention's, for attention). */
+const lx_op_signature *lx_op_kind_signature(lx_op_kind kind);
+/* The element-wise op kind whose model-language function is `name`, or
+ * LX_OP_KIND_COUNT. */
+lx_op_kind lx_elementwise_kind(const char *name);
 
 /* The row of an op (flash and materialised attention have one each). */
 const lx_op_signature *lx_op_signature_of(const lx_op *op);

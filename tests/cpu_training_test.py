@@ -6,7 +6,8 @@ and compares against references derived here, independently of lynxgen:
 
 - the loss falls well below the unigram entropy of the training bytes;
 - every parameter tensor's gradient matches central finite differences of the
-  loss (double-precision build, --gradcheck), for pp = 1 and pp = 2;
+  loss (double-precision build, --gradcheck), for pp = 1 and pp = 2, and for the
+  MLP with silu (an op that is only its operand-table row and its kernels);
 - the per-step losses are bitwise equal for every recompute policy, the Lynx
   ones included with memory squeezed so that recomputation runs in windows on
   the recompute stream (recomputing
@@ -274,6 +275,18 @@ def main():
             pp, lines[0].split(";")[-1].strip() if lines else "no result"))
         if not ok and r is not None:
             print(r.stdout[-3000:] + r.stderr[-2000:])
+
+    # An element-wise op that is only its row of the operand table and its
+    # kernels (silu) trains with the gradients finite differences give.
+    silu_model = os.path.join(work, "silu.model")
+    with open(silu_model, "w") as f:
+        f.write(MODEL.format(dropout="0.1", lr="3e-3", vocab=256).replace("gelu(", "silu("))
+    program = generate(work, "grad-silu", silu_model, target="gradcheck")
+    r, _ = train(program, work, "--gradcheck", variant="-gradcheck") if program else (None, None)
+    lines = [l for l in (r.stdout if r else "").splitlines() if "worst relative error" in l]
+    check(r is not None and r.returncode == 0 and lines,
+          "silu MLP: every parameter tensor's gradient matches finite differences (%s)" % (
+              lines[0].split(";")[-1].strip() if lines else "no result"))
 
     # The memory plan, measured: poisoned dead memory, extents as planned.
     for policy in ("none", "full", "selective", "lynx-heu"):

@@ -49,6 +49,9 @@ void lx_cuda_rope_backward(lx_bf16 *dinp, const lx_bf16 *dout, int B, int T, int
 void lx_cuda_fail_at(const char *file, int line, const char *call, const char *kind, const char *message);
 void lx_cuda_gelu_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N, cudaStream_t stream);
 void lx_cuda_gelu_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N, cudaStream_t stream);
+void lx_cuda_silu_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N, cudaStream_t stream);
+void lx_cuda_silu_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N,
+                           cudaStream_t stream);
 void lx_cuda_swiglu_forward(lx_bf16 *out, const lx_bf16 *inp, int BT, int F, cudaStream_t stream);
 void lx_cuda_swiglu_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, int BT, int F, cudaStream_t stream);
 void lx_cuda_add_forward(lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t N, cudaStream_t stream);

@@ -1,6 +1,6 @@
-/* lx_elementwise.h — gelu, swiglu, residual add and dropout.
+/* lx_elementwise.h — gelu, swiglu, silu, residual add and dropout.
  *
- * gelu and swiglu save their input; add saves nothing; dropout saves a
+ * gelu, swiglu and silu save their input; add saves nothing; dropout saves a
  * 1-byte mask (gen/analyze.c). Every loop is over independent elements. */
 #ifndef LX_ELEMENTWISE_H
 #define LX_ELEMENTWISE_H
@@ -68,6 +68,27 @@ static inline void lx_swiglu_backward(real *dinp,       // (BT, 2F)
       dgate[i] += dy[i] * up[i] * dsilu;
       dup[i] += dy[i] * gate[i] * s;
     }
+  }
+}
+
+/* ---- silu: x sigmoid(x) ------------------------------------------------------ */
+
+static inline void lx_silu_forward(real *out,       // (N)
+                                   const real *inp, // (N)
+                                   size_t N) {
+#pragma omp parallel for
+  for (size_t i = 0; i < N; i++)
+    out[i] = inp[i] * lx_sigmoid(inp[i]);
+}
+
+static inline void lx_silu_backward(real *dinp,       // (N)
+                                    const real *dout, // (N)
+                                    const real *inp,  // (N)
+                                    size_t N) {
+#pragma omp parallel for
+  for (size_t i = 0; i < N; i++) {
+    real s = lx_sigmoid(inp[i]);
+    dinp[i] += dout[i] * s * (1 + inp[i] * (1 - s));
   }
 }
 

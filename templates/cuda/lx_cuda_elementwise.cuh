@@ -1,4 +1,4 @@
-/* lx_cuda_elementwise.cuh — gelu, swiglu, residual add and dropout, the GPU
+/* lx_cuda_elementwise.cuh — gelu, silu, swiglu, residual add and dropout, the GPU
  * twins of templates/cpu/lx_elementwise.h. Every element is independent, so
  * each is one thread's work; backward kernels add into their gradients. */
 #ifndef LX_CUDA_ELEMENTWISE_CUH
@@ -34,41 +34,69 @@ __device__ inline float lx_gelu_derivative(float x) {
   return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
 }
 
-__global__ void lx_cuda_gelu_forward_kernel(lx_bf16 *out,       // (N)
-                                            const lx_bf16 *inp, // (N)
-                                            size_t N) {
-  LX_CUDA_FOR_EACH(i, N) out[i] = lx_to_bf16(lx_gelu(lx_to_float(inp[i])));
+/* ---- element-wise maps y = f(x) (gelu, silu): one kernel pair for all ------- */
+
+template <float (*f)(float)>
+__global__ void lx_cuda_map_forward_kernel(lx_bf16 *out,       // (N)
+                                           const lx_bf16 *inp, // (N)
+                                           size_t N) {
+  LX_CUDA_FOR_EACH(i, N) out[i] = lx_to_bf16(f(lx_to_float(inp[i])));
 }
 
-__global__ void lx_cuda_gelu_backward_kernel(lx_bf16 *dinp,       // (N)
-                                             const lx_bf16 *dout, // (N)
-                                             const lx_bf16 *inp,  // (N)
-                                             size_t N) {
+/* dinp += f'(x) dout */
+template <float (*derivative)(float)>
+__global__ void lx_cuda_map_backward_kernel(lx_bf16 *dinp,       // (N)
+                                            const lx_bf16 *dout, // (N)
+                                            const lx_bf16 *inp,  // (N)
+                                            size_t N) {
   LX_CUDA_FOR_EACH(i, N) {
-    float grad = lx_gelu_derivative(lx_to_float(inp[i])) * lx_to_float(dout[i]);
+    float grad = derivative(lx_to_float(inp[i])) * lx_to_float(dout[i]);
     dinp[i] = lx_to_bf16(lx_to_float(dinp[i]) + grad);
   }
 }
 
-LX_CUDA_API void lx_cuda_gelu_forward(lx_bf16 *out,       // (N)
-                                        const lx_bf16 *inp, // (N)
-                                        size_t N, cudaStream_t stream) {
-  lx_cuda_gelu_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, inp, N);
+template <float (*f)(float)>
+inline void lx_cuda_map_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N, cudaStream_t stream) {
+  lx_cuda_map_forward_kernel<f>
+      <<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, inp, N);
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_gelu_backward(lx_bf16 *dinp,       // (N)
-                                         const lx_bf16 *dout, // (N)
-                                         const lx_bf16 *inp,  // (N)
-                                         size_t N, cudaStream_t stream) {
-  lx_cuda_gelu_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout,
-                                                                                                         inp, N);
+template <float (*derivative)(float)>
+inline void lx_cuda_map_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N,
+                                 cudaStream_t stream) {
+  lx_cuda_map_backward_kernel<derivative>
+      <<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout, inp, N);
   LX_CUDA_LAUNCHED();
 }
 
-/* ---- swiglu: silu(gate) * up, gate and up the two halves of each row ------ */
+/* The launchers of element-wise op `name`, y = f(x), dinp += derivative(x) dout. */
+#define LX_CUDA_MAP_OP(name, f, derivative)                                                                  \
+  LX_CUDA_API void lx_cuda_##name##_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N,                      \
+                                            cudaStream_t stream) {                                           \
+    lx_cuda_map_forward<f>(out, inp, N, stream);                                                             \
+  }                                                                                                          \
+  LX_CUDA_API void lx_cuda_##name##_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp,         \
+                                             size_t N, cudaStream_t stream) {                                \
+    lx_cuda_map_backward<derivative>(dinp, dout, inp, N, stream);                                            \
+  }
+
+LX_CUDA_MAP_OP(gelu, lx_gelu, lx_gelu_derivative)
+
+/* ---- silu: x sigmoid(x) ------------------------------------------------------ */
 
 __device__ inline float lx_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ inline float lx_silu(float x) { return x * lx_sigmoid(x); }
+
+__device__ inline float lx_silu_derivative(float x) {
+  float s = lx_sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+
+LX_CUDA_MAP_OP(silu, lx_silu, lx_silu_derivative)
+
+/* ---- swiglu: silu(gate) * up, gate and up the two halves of each row ------ */
 
 __global__ void lx_cuda_swiglu_forward_kernel(lx_bf16 *out,       // (BT, F)
                                               const lx_bf16 *inp, // (BT, 2F): gate | up

@@ -442,12 +442,6 @@ typedef struct {
   uint8_t *mask;
 } elementwise_case;
 
-static double gelu_loss(void *p) {
-  elementwise_case *c = p;
-  lx_gelu_forward(c->out, c->a, c->n);
-  return weighted_sum(c->out, c->w, c->n);
-}
-
 static double swiglu_loss(void *p) {
   elementwise_case *c = p;
   lx_swiglu_forward(c->out, c->a, c->BT, c->F);
@@ -479,16 +473,45 @@ static void free_elementwise_case(elementwise_case *c) {
   free(c->a), free(c->b), free(c->out), free(c->w), free(c->mask);
 }
 
-static void test_gelu(void) {
+/* An element-wise map y = f(x): its backward against finite differences of
+ * its forward, and f(1) against its closed form. */
+typedef struct {
+  const char *name;
+  void (*forward)(real *, const real *, size_t);
+  void (*backward)(real *, const real *, const real *, size_t);
+  double at_one; /* f(1) */
+  const char *formula;
+} map_op;
+
+static const map_op *current_map;
+
+static double map_loss(void *p) {
+  elementwise_case *c = p;
+  current_map->forward(c->out, c->a, c->n);
+  return weighted_sum(c->out, c->w, c->n);
+}
+
+static void test_map(const map_op *m) {
   elementwise_case c = make_elementwise_case(40);
   real *da = zero_tensor(c.n);
-  lx_gelu_backward(da, c.w, c.a, c.n);
-  check_gradient("gelu", "input", gelu_loss, &c, c.a, da, c.n);
+  current_map = m;
+  m->backward(da, c.w, c.a, c.n);
+  check_gradient(m->name, "input", map_loss, &c, c.a, da, c.n);
   real x = 1, y;
-  lx_gelu_forward(&y, &x, 1);
-  /* 0.5 (1 + tanh(sqrt(2/pi) (1 + 0.044715))) */
-  CHECK_CLOSE(y, 0.84119199060827680, 1e-15, "gelu(1) is the tanh approximation's 0.8411919906");
+  m->forward(&y, &x, 1);
+  CHECK_CLOSE(y, m->at_one, 1e-15, "%s(1) is %s", m->name, m->formula);
   free_elementwise_case(&c), free(da);
+}
+
+static void test_maps(void) {
+  static const map_op maps[] = {
+      /* 0.5 (1 + tanh(sqrt(2/pi) (1 + 0.044715))) */
+      {"gelu", lx_gelu_forward, lx_gelu_backward, 0.84119199060827680,
+       "the tanh approximation's 0.8411919906"},
+      {"silu", lx_silu_forward, lx_silu_backward, 0.73105857863000490, "1 / (1 + e^-1) = 0.7310585786"},
+  };
+  for (size_t k = 0; k < sizeof maps / sizeof maps[0]; k++)
+    test_map(&maps[k]);
 }
 
 static void test_swiglu(void) {
@@ -809,7 +832,7 @@ int main(void) {
   }
   test_attention_dropout_regenerates();
   test_rope();
-  test_gelu();
+  test_maps();
   test_swiglu();
   test_add();
   test_dropout_gradient();

@@ -56,6 +56,10 @@ void twin_gelu_forward(float *out, const float *inp, size_t N) { lx_gelu_forward
 void twin_gelu_backward(float *dinp, const float *dout, const float *inp, size_t N) {
   lx_gelu_backward(dinp, dout, inp, N);
 }
+void twin_silu_forward(float *out, const float *inp, size_t N) { lx_silu_forward(out, inp, N); }
+void twin_silu_backward(float *dinp, const float *dout, const float *inp, size_t N) {
+  lx_silu_backward(dinp, dout, inp, N);
+}
 void twin_swiglu_forward(float *out, const float *inp, int BT, int F) { lx_swiglu_forward(out, inp, BT, F); }
 void twin_swiglu_backward(float *dinp, const float *dout, const float *inp, int BT, int F) {
   lx_swiglu_backward(dinp, dout, inp, BT, F);

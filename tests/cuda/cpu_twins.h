@@ -35,6 +35,8 @@ void twin_rope_forward(float *out, const float *inp, int B, int T, int H, int KV
 void twin_rope_backward(float *dinp, const float *dout, int B, int T, int H, int KVH, int D, double base);
 void twin_gelu_forward(float *out, const float *inp, size_t N);
 void twin_gelu_backward(float *dinp, const float *dout, const float *inp, size_t N);
+void twin_silu_forward(float *out, const float *inp, size_t N);
+void twin_silu_backward(float *dinp, const float *dout, const float *inp, size_t N);
 void twin_swiglu_forward(float *out, const float *inp, int BT, int F);
 void twin_swiglu_backward(float *dinp, const float *dout, const float *inp, int BT, int F);
 void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,

@@ -314,13 +314,29 @@ static void test_elementwise(void) {
   lx_bf16 *d_x = to_device_bf16(x), *d_out = to_device_bf16(floats(2 * N)), *d_dout = to_device_bf16(dout);
 
   floats out(2 * N), dinp = dinp0;
-  twin_gelu_forward(out.data(), x.data(), 2 * N);
-  lx_cuda_gelu_forward(d_out, d_x, 2 * N, stream);
-  compare("gelu_forward", "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
-  lx_bf16 *d_dinp = to_device_bf16(dinp0);
-  twin_gelu_backward(dinp.data(), dout.data(), x.data(), 2 * N);
-  lx_cuda_gelu_backward(d_dinp, d_dout, d_x, 2 * N, stream);
-  compare("gelu_backward", "dinp", from_device_bf16(d_dinp, 2 * N), dinp, TOL_BF16);
+  struct map_op {
+    const char *forward_name, *backward_name;
+    void (*twin_forward)(float *, const float *, size_t);
+    void (*twin_backward)(float *, const float *, const float *, size_t);
+    void (*forward)(lx_bf16 *, const lx_bf16 *, size_t, cudaStream_t);
+    void (*backward)(lx_bf16 *, const lx_bf16 *, const lx_bf16 *, size_t, cudaStream_t);
+  };
+  const map_op maps[] = {
+      {"gelu_forward", "gelu_backward", twin_gelu_forward, twin_gelu_backward, lx_cuda_gelu_forward,
+       lx_cuda_gelu_backward},
+      {"silu_forward", "silu_backward", twin_silu_forward, twin_silu_backward, lx_cuda_silu_forward,
+       lx_cuda_silu_backward},
+  };
+  for (const map_op &m : maps) {
+    m.twin_forward(out.data(), x.data(), 2 * N);
+    m.forward(d_out, d_x, 2 * N, stream);
+    compare(m.forward_name, "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
+    dinp = dinp0;
+    lx_bf16 *d_dinp = to_device_bf16(dinp0);
+    m.twin_backward(dinp.data(), dout.data(), x.data(), 2 * N);
+    m.backward(d_dinp, d_dout, d_x, 2 * N, stream);
+    compare(m.backward_name, "dinp", from_device_bf16(d_dinp, 2 * N), dinp, TOL_BF16);
+  }
 
   floats swi(N);
   twin_swiglu_forward(swi.data(), x.data(), BT, F);

@@ -18,14 +18,14 @@ static const struct {
   const char *name;
   int tensors, ints;
 } operators[] = {
-    {"embedding", 1, 2},     {"position_embedding", 1, 1},
-    {"layernorm", 1, 0},     {"rmsnorm", 1, 0},
-    {"linear", 1, 1},        {"linear_nobias", 1, 1},
-    {"attention", 1, 2},     {"flash_attention", 1, 2},
-    {"rope", 1, 2},          {"gelu", 1, 0},
-    {"swiglu", 1, 0},        {"dropout", 1, 0},
-    {"add", 2, 0},           {"lm_head", 1, 1},
-    {"cross_entropy", 2, 0},
+    {"embedding", 1, 2}, {"position_embedding", 1, 1},
+    {"layernorm", 1, 0}, {"rmsnorm", 1, 0},
+    {"linear", 1, 1},    {"linear_nobias", 1, 1},
+    {"attention", 1, 2}, {"flash_attention", 1, 2},
+    {"rope", 1, 2},      {"gelu", 1, 0},
+    {"silu", 1, 0},      {"swiglu", 1, 0},
+    {"dropout", 1, 0},   {"add", 2, 0},
+    {"lm_head", 1, 1},   {"cross_entropy", 2, 0},
 };
 
 static const char *const int_args[] = {"64",  "128", "3 * 64",     "256",        "4",    "1", "2",
