@@ -12,6 +12,7 @@
 #include "access.h"
 #include "alloc.h"
 #include "diag.h"
+#include "emit_file.h"
 #include "emit_graphs.h"
 #include "emit_op.h"
 #include "emit_operands.h"
@@ -85,7 +86,7 @@ static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
     const lx_op *op = &graph->ops[i];
     if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar) continue;
     lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, emit_ref(pr, g, i, LX_T_GRAD, 0));
-    emit_at(pr, buf, sizeof buf, "char", emit_ref(pr, g, i, LX_T_GRAD, 0));
+    emit_at(pr, buf, sizeof buf, emit_ref(pr, g, i, LX_T_GRAD, 0));
     fprintf(pr->out, "  memset(%s, 0, %lld * REAL_SCALE);\n", buf, (long long)e.bytes);
   }
 }
@@ -173,7 +174,7 @@ static void cpu_comm(void *ctx, lx_stream k, const lx_instr *in) {
   bool send = in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD;
   fprintf(f, "  {\n    const int mb = %d, layer = FIRST_LAYER;  /* %s */\n    (void)layer;\n", in->mb, what);
   fprintf(f, "    lx_%s(%s, BOUNDARY_ELEMENTS, %d, LX_TAG_%s, mb, &requests[%d]);\n  }\n",
-          send ? "isend" : "irecv", emit_at(pr, buf, sizeof buf, "real", t), in->peer,
+          send ? "isend" : "irecv", emit_at(pr, buf, sizeof buf, t), in->peer,
           in->kind == LX_I_SEND_ACT || in->kind == LX_I_RECV_ACT ? "ACTIVATION" : "GRADIENT", w->requests);
   w->last_request[k] = w->requests++;
 }
@@ -286,9 +287,10 @@ static void print_eval(const lx_printer *pr) {
       "  current_step = step;\n  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n    load_micro_batch(mb);\n");
   if (pr->s > 0)
     fprintf(f,
-            "    {\n      const int layer = FIRST_LAYER;\n      lx_recv(%s, BOUNDARY_ELEMENTS, STAGE - 1, "
+            "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n      lx_recv(%s, "
+            "BOUNDARY_ELEMENTS, STAGE - 1, "
             "LX_TAG_USER, mb);\n    }\n",
-            emit_at(pr, buf, sizeof buf, "real", emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
+            emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
   if (pr->st->has_prologue) fprintf(f, "    forward_prologue(mb);\n");
   if (pr->st->n_layers)
     fprintf(f, "    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) "
@@ -297,7 +299,7 @@ static void print_eval(const lx_printer *pr) {
     fprintf(f, "    forward_epilogue(mb);\n");
   else
     fprintf(f, "    lx_send(%s, BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);\n",
-            emit_at(pr, buf, sizeof buf, "real", emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
+            emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
   fprintf(f, "  }\n}\n");
 }
 
@@ -363,16 +365,20 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "#define PARAMS ((real *)AT(REGION_params))\n#define GRADS ((real *)AT(REGION_grads))\n");
 }
 
+static void print_code(const lx_printer *pr) {
+  emit_block_boundaries(pr);
+  emit_graph_functions(pr, &graph_printer);
+  print_load(pr);
+  print_step(pr);
+  print_eval(pr);
+  emit_param_table(pr);
+  fprintf(pr->out, "\n#include \"lx_main.h\"\n");
+}
+
 void lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
-  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real", {NULL}, !prog->unrolled};
-  print_header(&pr);
-  emit_block_boundaries(&pr);
-  emit_graph_functions(&pr, &graph_printer);
-  print_load(&pr);
-  print_step(&pr);
-  print_eval(&pr);
-  emit_param_table(&pr);
-  fprintf(out, "\n#include \"lx_main.h\"\n");
+  lx_printer pr = {out, p, ir, s, &p->stages[s], &prog->layouts[s], "real", "real", {NULL}, !prog->unrolled,
+                   NULL};
+  emit_stage_file(&pr, out, print_header, print_code);
 }

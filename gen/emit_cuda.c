@@ -13,6 +13,7 @@
 #include "access.h"
 #include "cost.h"
 #include "diag.h"
+#include "emit_file.h"
 #include "emit_fusion.h"
 #include "emit_graphs.h"
 #include "emit_op.h"
@@ -171,7 +172,7 @@ static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
     const lx_op *op = &graph->ops[i];
     if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar) continue;
     lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, emit_ref(pr, g, i, LX_T_GRAD, 0));
-    emit_at(pr, buf, sizeof buf, "char", emit_ref(pr, g, i, LX_T_GRAD, 0));
+    emit_at(pr, buf, sizeof buf, emit_ref(pr, g, i, LX_T_GRAD, 0));
     fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, stream));\n", buf, (long long)e.bytes);
   }
 }
@@ -200,7 +201,8 @@ typedef struct {
 } cuda_step;
 
 static const char *stream_var(lx_stream k) {
-  static const char *names[] = {"STREAM_COMPUTE", "STREAM_RECOMPUTE", "STREAM_SEND", "STREAM_RECV", "STREAM_TP", "STREAM_DP"};
+  static const char *names[] = {"STREAM_COMPUTE", "STREAM_RECOMPUTE", "STREAM_SEND",
+                                "STREAM_RECV",    "STREAM_TP",        "STREAM_DP"};
   return names[k];
 }
 
@@ -210,7 +212,8 @@ static void describe(const cuda_step *w, const lx_instr *in, char *buf, size_t s
 
 /* The model-file line an instruction comes from: its op's, or the graph's. */
 static int instr_line(const lx_printer *pr, const lx_instr *in) {
-  if (in->op >= 0 && (in->kind == LX_I_FWD || in->kind == LX_I_BWD || in->kind == LX_I_RECOMPUTE || in->kind == LX_I_LOAD))
+  if (in->op >= 0 &&
+      (in->kind == LX_I_FWD || in->kind == LX_I_BWD || in->kind == LX_I_RECOMPUTE || in->kind == LX_I_LOAD))
     return emit_op_at(pr, in->graph, in->op)->src.line;
   return lx_graph_of(pr->ir, LX_GRAPH_BLOCK)->src.line;
 }
@@ -250,8 +253,8 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
     fprintf(pr->out, "  %s_%s(%d, %d, streams[%s], scratch_of[%s]);\n", emit_run_function(first->kind), graph,
             first->layer, first->mb, stream_var(k), stream_var(k));
   } else {
-    fprintf(pr->out, "  %s_%s(%d, streams[%s], scratch_of[%s]);\n", emit_run_function(first->kind), graph, first->mb,
-            stream_var(k), stream_var(k));
+    fprintf(pr->out, "  %s_%s(%d, streams[%s], scratch_of[%s]);\n", emit_run_function(first->kind), graph,
+            first->mb, stream_var(k), stream_var(k));
   }
 }
 
@@ -280,8 +283,10 @@ static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
       pr->out,
       "  { /* %s  %s:%d */\n    const int mb = %d, layer = FIRST_LAYER;\n    (void)mb;\n    (void)layer;\n",
       what, emit_file_name(pr->ir->model_path, name), instr_line(pr, in), in->mb);
-  fprintf(pr->out, "    NCCL_CHECK(nccl%s(%s, BOUNDARY_ELEMENTS, ncclBfloat16, %d, pipeline_comm, streams[%s]));\n  }\n",
-          send ? "Send" : "Recv", emit_at(pr, buf, sizeof buf, "lx_bf16", t), in->peer, stream_var(k));
+  fprintf(
+      pr->out,
+      "    NCCL_CHECK(nccl%s(%s, BOUNDARY_ELEMENTS, ncclBfloat16, %d, pipeline_comm, streams[%s]));\n  }\n",
+      send ? "Send" : "Recv", emit_at(pr, buf, sizeof buf, t), in->peer, stream_var(k));
 }
 
 /* A tensor-parallel collective the schedule placed on its stream. */
@@ -343,15 +348,17 @@ static void cuda_wait(void *ctx, lx_stream k, const lx_instr *in, lx_stream reco
   cuda_step *w = ctx;
   close_group(w);
   if (recorded_on == k) return; /* program order on the stream already says it */
-  fprintf(w->pr->out, "  CUDA_CHECK(cudaStreamWaitEvent(streams[%s], events[%d], 0)); /* WAIT e%d (from %s) */\n",
+  fprintf(w->pr->out,
+          "  CUDA_CHECK(cudaStreamWaitEvent(streams[%s], events[%d], 0)); /* WAIT e%d (from %s) */\n",
           stream_var(k), in->event, in->event, lx_stream_name(recorded_on));
 }
 
 static void print_step(const lx_printer *pr) {
-  fprintf(pr->out, "\n/* One optimizer step's forwards and backwards, in the order of the schedule\n"
-                   " * (%s, plan.txt): every stream's instructions on its own cudaStream_t,\n"
-                   " * issued so that each event is recorded before it is waited for. */\n"
-                   "static void run_schedule(int step) {\n  current_step = step;\n",
+  fprintf(pr->out,
+          "\n/* One optimizer step's forwards and backwards, in the order of the schedule\n"
+          " * (%s, plan.txt): every stream's instructions on its own cudaStream_t,\n"
+          " * issued so that each event is recorded before it is waited for. */\n"
+          "static void run_schedule(int step) {\n  current_step = step;\n",
           lx_schedule_name(pr->p->kind));
   lx_step_text text;
   lx_printer body = *pr;
@@ -364,7 +371,8 @@ static void print_step(const lx_printer *pr) {
   fputs("  /* the step ends when every stream has drained into the compute stream */\n"
         "  for (int k = 1; k < STREAM_COUNT; k++) {\n"
         "    CUDA_CHECK(cudaEventRecord(stream_done[k], streams[k]));\n"
-        "    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], stream_done[k], 0));\n  }\n}\n", pr->out);
+        "    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], stream_done[k], 0));\n  }\n}\n",
+        pr->out);
 }
 
 /* ---- data ------------------------------------------------------------------------ */
@@ -401,9 +409,10 @@ static void print_forward_pass(const lx_printer *pr) {
   if (loads_tokens(pr)) fputs("    load_micro_batch(mb, stream);\n", f);
   if (pr->s > 0)
     fprintf(f,
-            "    {\n      const int layer = FIRST_LAYER;\n      NCCL_CHECK(ncclRecv(%s, BOUNDARY_ELEMENTS, "
+            "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n      NCCL_CHECK(ncclRecv(%s, "
+            "BOUNDARY_ELEMENTS, "
             "ncclBfloat16, STAGE - 1, pipeline_comm, stream));\n    }\n",
-            emit_at(pr, buf, sizeof buf, "lx_bf16", emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
+            emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
   if (pr->st->has_prologue) fputs("    forward_prologue(mb, stream, scratch);\n", f);
   if (pr->st->n_layers)
     fputs("    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, "
@@ -415,7 +424,7 @@ static void print_forward_pass(const lx_printer *pr) {
     fprintf(
         f,
         "    NCCL_CHECK(ncclSend(%s, BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));\n",
-        emit_at(pr, buf, sizeof buf, "lx_bf16", emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
+        emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
   fputs("  }\n}\n", f);
 }
 
@@ -462,18 +471,20 @@ static void print_header(const lx_printer *pr) {
              " * is recomputed and where every byte lives. Host code only: the kernels are\n"
              " * in lx_kernels.cu. Do not edit: change the model file and generate again. */\n");
   fprintf(f, "#include \"lx_cuda_api.h\"\n#include \"lx_cuda_train.h\"\n#include \"lx_cuda_parallel.h\"\n\n");
-  fprintf(f, "enum {\n  STAGE = %d, STAGES = %d, FIRST_LAYER = %d, LAYERS = %d, MODEL_LAYERS = %d,\n", pr->s, pr->p->pp,
-          st->first_layer, st->n_layers, ir->model.layers);
+  fprintf(f, "enum {\n  STAGE = %d, STAGES = %d, FIRST_LAYER = %d, LAYERS = %d, MODEL_LAYERS = %d,\n", pr->s,
+          pr->p->pp, st->first_layer, st->n_layers, ir->model.layers);
   fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d, EVENTS = %d,\n",
           pr->p->micro_batches, pr->l->slots, emit_tp(pr), ir->plan.dp ? ir->plan.dp : 1, st->n_events + 1);
-  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch ? ir->plan.micro_batch : 1,
-          ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
+  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n",
+          ir->plan.micro_batch ? ir->plan.micro_batch : 1, ir->model.seq_len, ir->model.hidden,
+          ir->model.vocab, ir->padded_vocab);
   emit_boundary_sizes(pr);
   fputs("#define MODEL_FILE ", f);
   lx_put_c_string(f, lx_file_name(ir->model_path));
   fputc('\n', f);
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
-  fprintf(f, "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
+  fprintf(f,
+          "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
   fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"
              " * replica r windows r, r + DATA_PARALLEL, ... (lx_data.h) */\n");
   fprintf(f, "#define GLOBAL_MB(mb) ((mb) * DATA_PARALLEL + replica)\n\n");
@@ -489,27 +500,31 @@ static void print_header(const lx_printer *pr) {
   emit_training(pr);
   fprintf(f, "#define AT(offset) ((void *)(arena + (size_t)(offset)))\n");
   fprintf(f, "/* a parameter's fp32 gradient sits at the same element of the grads region */\n");
-  fprintf(f, "#define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / PARAM_ELT * 4))\n");
+  fprintf(f, "#define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / "
+             "PARAM_ELT * 4))\n");
   fprintf(f, "#define GRAD_REGION ((float *)(arena + REGION_grads))\n");
+}
+
+static void print_code(const lx_printer *pr) {
+  emit_block_boundaries(pr);
+  emit_graph_functions(pr, &graph_printer);
+  print_load(pr);
+  print_step(pr);
+  print_forward_pass(pr);
+  emit_param_table(pr);
+  print_profile_table(pr);
+  fprintf(pr->out, "\n#include \"lx_cuda_main.h\"\n");
 }
 
 void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
   const lx_pipeline *p = prog->pipe;
   const lx_ir *ir = p->ir;
   lx_printer pr = {
-      out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float", {NULL}, !prog->unrolled};
+      out, p, ir, s, &p->stages[s], &prog->layouts[s], "lx_bf16", "float", {NULL}, !prog->unrolled, NULL};
   unsigned char *fusion[LX_GRAPH_COUNT];
   emit_plan_fusions(&pr, !prog->unfused, fusion);
   for (int g = 0; g < LX_GRAPH_COUNT; g++)
     pr.fusion[g] = fusion[g];
-  print_header(&pr);
-  emit_block_boundaries(&pr);
-  emit_graph_functions(&pr, &graph_printer);
-  print_load(&pr);
-  print_step(&pr);
-  print_forward_pass(&pr);
-  emit_param_table(&pr);
-  print_profile_table(&pr);
-  fprintf(out, "\n#include \"lx_cuda_main.h\"\n");
+  emit_stage_file(&pr, out, print_header, print_code);
   emit_free_fusions(fusion);
 }

@@ -6,17 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emit_names.h"
 #include "emit_operands.h"
 #include "emit_walk.h"
 #include "escape.h"
-
-/* Masks are bytes and the log-sum-exp is fp32 on every target; the rest of an
- * op's saved buffers are activations. */
-static const char *internal_type(const lx_printer *pr, const char *what) {
-  if (!strcmp(what, "dropout_mask")) return "uint8_t";
-  if (!strcmp(what, "lse")) return pr->lse_type;
-  return pr->act_type;
-}
 
 /* ---- expressions ----------------------------------------------------------- */
 
@@ -24,51 +17,49 @@ lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_ro
   return (lx_tensor_ref){g, g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, op, 0, role, index};
 }
 
-/* The C byte offset of a tensor, for the instance `layer`, `mb` of its graph. */
-void emit_offset_text(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t size) {
-  lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, t);
-  lx_place_expr_print(&e, buf, size);
-}
-
 /* Three places of a block depend on whether the layer is the stage's first
  * or last, not affinely on the layer: its output (the next layer's input, or
  * what leaves the stage), that output's gradient, and its input's gradient.
- * The stage file computes them in small functions (print_block_boundaries). */
+ * The stage file computes them in small functions (emit_block_boundaries). */
 static const char *emit_boundary_function(const lx_printer *pr, lx_tensor_ref t) {
   if (t.graph != LX_GRAPH_BLOCK) return NULL;
   const lx_graph *g = &pr->ir->block;
-  if (t.role == LX_T_OUTPUT && t.op == g->output) return "block_output";
-  if (t.role == LX_T_GRAD && t.op == g->output) return "block_output_grad";
-  if (t.role == LX_T_GRAD && g->ops[t.op].kind == LX_OP_INPUT) return "block_input_grad";
+  if (t.role == LX_T_OUTPUT && t.op == g->output) return "layer_output";
+  if (t.role == LX_T_GRAD && t.op == g->output) return "layer_output_grad";
+  if (t.role == LX_T_GRAD && g->ops[t.op].kind == LX_OP_INPUT) return "layer_input_grad";
   return NULL;
 }
 
-/* "((real *)AT(offset expression))" */
-const char *emit_at(const lx_printer *pr, char *buf, size_t size, const char *type, lx_tensor_ref t) {
+const char *emit_at(const lx_printer *pr, char *buf, size_t size, lx_tensor_ref t) {
   const char *function = emit_boundary_function(pr, t);
   if (function) {
-    snprintf(buf, size, "((%s *)%s(layer, mb))", type, function);
+    snprintf(buf, size, "%s(layer, mb)", function);
     return buf;
   }
-  char offset[256];
-  emit_offset_text(pr, t, offset, sizeof offset);
-  snprintf(buf, size, "((%s *)AT(%s))", type, offset);
-  return buf;
+  return emit_tensor_call(pr, t, buf, size);
 }
 
-static void print_boundary_function(const lx_printer *pr, const char *name, lx_tensor_role role, int op,
-                                    bool at_first) {
+static void print_boundary_function(const lx_printer *pr, const char *name, const char *what,
+                                    lx_tensor_role role, int op, bool at_first) {
   const lx_stage *st = pr->st;
   int first = st->first_layer, last = first + st->n_layers - 1;
   int special = at_first ? first : last;
   int other = st->n_layers > 1 ? (at_first ? last : first) : special;
+  lx_place_expr special_place =
+      lx_place_of(pr->p, pr->s, pr->l, (lx_tensor_ref){LX_GRAPH_BLOCK, special, op, 0, role, 0});
+  lx_place_expr other_place =
+      lx_place_of(pr->p, pr->s, pr->l, (lx_tensor_ref){LX_GRAPH_BLOCK, other, op, 0, role, 0});
   char special_text[256], other_text[256];
-  emit_offset_text(pr, (lx_tensor_ref){LX_GRAPH_BLOCK, special, op, 0, role, 0}, special_text,
-                   sizeof special_text);
-  emit_offset_text(pr, (lx_tensor_ref){LX_GRAPH_BLOCK, other, op, 0, role, 0}, other_text, sizeof other_text);
-  fprintf(pr->out,
-          "static void *%s(int layer, int mb) {\n  (void)mb;\n  return layer == %s ? AT(%s) : AT(%s);\n}\n",
-          name, at_first ? "FIRST_LAYER" : "FIRST_LAYER + LAYERS - 1", special_text, other_text);
+  emit_place_address(pr, &special_place, special_text, sizeof special_text);
+  emit_place_address(pr, &other_place, other_text, sizeof other_text);
+  bool uses_mb = special_place.per_slot || other_place.per_slot;
+  char file[LX_TEXT_MAX];
+  fprintf(pr->out, "/* (BOUNDARY_ELEMENTS): %s  %s:%d */\nstatic %s *%s(int layer, int mb) {\n%s", what,
+          emit_file_name(pr->ir->model_path, file), pr->ir->block.src.line, pr->act_type, name,
+          uses_mb ? "" : "  (void)mb;\n");
+  fprintf(pr->out, "  if (layer == %s) return (%s *)%s;\n  return (%s *)%s;\n}\n",
+          at_first ? "FIRST_LAYER" : "FIRST_LAYER + LAYERS - 1", pr->act_type, special_text, pr->act_type,
+          other_text);
 }
 
 void emit_block_boundaries(const lx_printer *pr) {
@@ -77,9 +68,11 @@ void emit_block_boundaries(const lx_printer *pr) {
   fprintf(pr->out, "\n/* A layer's output is the next layer's input, or leaves the stage after its\n"
                    " * last layer; gradients at the stage's edges come from and go to the\n"
                    " * pipeline's buffers, between layers they alternate in the boundary region. */\n");
-  print_boundary_function(pr, "block_output", LX_T_OUTPUT, output, false);
-  print_boundary_function(pr, "block_output_grad", LX_T_GRAD, output, false);
-  print_boundary_function(pr, "block_input_grad", LX_T_GRAD, 0, true);
+  print_boundary_function(pr, "layer_output",
+                          "block()'s output, the next layer's input or what leaves the stage", LX_T_OUTPUT,
+                          output, false);
+  print_boundary_function(pr, "layer_output_grad", "d block()'s output", LX_T_GRAD, output, false);
+  print_boundary_function(pr, "layer_input_grad", "d block()'s input", LX_T_GRAD, 0, true);
 }
 
 const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i) {
@@ -95,13 +88,6 @@ static lx_instr printed_instr(const lx_printer *pr, lx_graph_id g, int i, lx_ten
       .kind = kind, .graph = g, .layer = g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, .op = i};
 }
 
-static const char *operand_type(const lx_printer *pr, const lx_op *op, const lx_graph *g,
-                                const lx_operand *o) {
-  if (o->kind == LX_OPND_IN && g->ops[op->inputs[o->index]].out.dtype == LX_DTYPE_INT32) return "int";
-  if (o->kind == LX_OPND_SAVED) return internal_type(pr, o->saved);
-  return pr->act_type;
-}
-
 /* The tensor verified for the operand (access.c), as C text; "NULL" where
  * the op lacks it. */
 static void operand_text(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
@@ -112,9 +98,8 @@ static void operand_text(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_r
     snprintf(buf, size, "NULL");
     return;
   }
-  const lx_graph *graph = lx_graph_of(pr->ir, g);
   char at[PTR];
-  emit_at(pr, at, sizeof at, operand_type(pr, &graph->ops[i], graph, o), a.tensor);
+  emit_at(pr, at, sizeof at, a.tensor);
   snprintf(buf, size, a.target == LX_TARGET_PARAM_GRAD ? "GRAD_OF(%s)" : "%s", at);
 }
 
@@ -242,7 +227,7 @@ bool emit_whole_gradient(const lx_printer *pr, lx_graph_id g, int i, char *buf, 
   lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), true);
   if (!c.reduce_after || c.reduce != LX_COLL_REDUCE_SCATTER) return false;
   lx_tensor_ref whole = emit_ref(pr, g, i, LX_T_SP_WHOLE, 1);
-  emit_at(pr, buf, PTR, "char", whole);
+  emit_at(pr, buf, PTR, whole);
   *bytes = (long long)lx_place_of(pr->p, pr->s, pr->l, whole).bytes;
   return true;
 }
@@ -255,13 +240,11 @@ void emit_tp_collective_operands(const lx_printer *pr, lx_graph_id g, int i, boo
                                                             : emit_ref(pr, g, i, LX_T_GRAD, 0))
                         : backward                ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0)
                                                   : emit_ref(pr, g, i, role, 0);
-  emit_at(pr, t->shard, PTR, pr->act_type, shard);
+  emit_at(pr, t->shard, PTR, shard);
   t->width = input_side ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
   t->rows = coll == LX_COLL_ALLREDUCE ? "BT" : "SEQ_ROWS";
-  if (coll == LX_COLL_ALLGATHER)
-    emit_at(pr, t->whole, PTR, pr->act_type, emit_ref(pr, g, i, LX_T_SP_GATHERED, !column));
-  if (coll == LX_COLL_REDUCE_SCATTER)
-    emit_at(pr, t->whole, PTR, pr->act_type, emit_ref(pr, g, i, LX_T_SP_WHOLE, backward));
+  if (coll == LX_COLL_ALLGATHER) emit_at(pr, t->whole, PTR, emit_ref(pr, g, i, LX_T_SP_GATHERED, !column));
+  if (coll == LX_COLL_REDUCE_SCATTER) emit_at(pr, t->whole, PTR, emit_ref(pr, g, i, LX_T_SP_WHOLE, backward));
 }
 
 void emit_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role,
@@ -295,10 +278,9 @@ static int targets_op(const lx_ir *ir) {
 void emit_load_operands(const lx_printer *pr, const char *absent, char tokens[PTR], char targets[PTR]) {
   snprintf(tokens, PTR, "%s", absent);
   snprintf(targets, PTR, "%s", absent);
-  if (pr->st->has_prologue)
-    emit_at(pr, tokens, PTR, "int", emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
+  if (pr->st->has_prologue) emit_at(pr, tokens, PTR, emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
   if (pr->st->has_epilogue)
-    emit_at(pr, targets, PTR, "int", emit_ref(pr, LX_GRAPH_EPILOGUE, targets_op(pr->ir), LX_T_OUTPUT, 0));
+    emit_at(pr, targets, PTR, emit_ref(pr, LX_GRAPH_EPILOGUE, targets_op(pr->ir), LX_T_OUTPUT, 0));
 }
 
 /* Does op i's output reach a residual add, through dropout at most? GPT-2

@@ -11,6 +11,8 @@
 #include "escape.h"
 #include "passes.h"
 
+typedef struct lx_tensor_names lx_tensor_names; /* emit_names.h */
+
 /* One stage being printed. The element types are the target's: "real" on
  * the CPU, "lx_bf16" activations and fp32 log-sum-exp on CUDA. */
 typedef struct {
@@ -24,7 +26,8 @@ typedef struct {
   const char *lse_type; /* the attention's and the loss's saved log-sum-exp */
   /* per graph and op, the CUDA printer's cuBLASLt epilogue fusions (emit_cuda.c); NULL on the CPU */
   const unsigned char *fusion[LX_GRAPH_COUNT];
-  bool reroll; /* the step's repeating runs of lines as loops (emit_reroll.c) */
+  bool reroll;            /* the step's repeating runs of lines as loops (emit_reroll.c) */
+  lx_tensor_names *names; /* the tensors the printed code names (emit_names.c) */
 } lx_printer;
 
 enum { PTR = 320 };
@@ -39,11 +42,10 @@ typedef struct {
 /* Tensor `role`/`index` of op `op` of graph g, for the instance named by the
  * C variables `layer` and `mb` where the text is used. */
 lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_role role, int index);
-/* The C byte offset of a tensor, affine in `mb` and `layer`. */
-void emit_offset_text(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t size);
-/* "((type *)AT(offset))", or a block-boundary function's call; returns buf. */
-const char *emit_at(const lx_printer *pr, char *buf, size_t size, const char *type, lx_tensor_ref t);
-/* The three block-boundary functions (block_output, block_output_grad, block_input_grad). */
+/* The tensor's accessor call ("block_qkv(layer, mb)", emit_names.h), or a
+ * layer-boundary function's call; returns buf. */
+const char *emit_at(const lx_printer *pr, char *buf, size_t size, lx_tensor_ref t);
+/* The three layer-boundary functions (layer_output, layer_output_grad, layer_input_grad). */
 void emit_block_boundaries(const lx_printer *pr);
 
 /* The file name of `path` as the comments of emitted code cite it (escape.h). */

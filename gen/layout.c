@@ -435,17 +435,6 @@ lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tens
 
 /* Strides print as long long literals: int micro-batch and layer indices
  * times a stride pass 2^31 bytes in arenas of big models. */
-void lx_place_expr_print(const lx_place_expr *e, char *buf, size_t size) {
-  int n = snprintf(buf, size, "%lldLL", (long long)e->constant);
-  if (e->per_slot && n < (int)size)
-    n += snprintf(buf + n, size - (size_t)n, " + (mb %% SLOTS) * %lldLL", (long long)e->per_slot);
-  if (e->per_layer && n < (int)size)
-    n += snprintf(buf + n, size - (size_t)n, " + (layer - FIRST_LAYER) * %lldLL", (long long)e->per_layer);
-  if (e->parity_stride && n < (int)size)
-    snprintf(buf + n, size - (size_t)n, " + ((layer + %d) %% 2) * %lldLL", e->parity_add % 2,
-             (long long)e->parity_stride);
-}
-
 /* ---- how far each region is used ---------------------------------------------------- */
 
 static void extend(const lx_stage_layout *l, lx_span span, int64_t extents[LX_REGION_COUNT]) {

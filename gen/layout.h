@@ -135,8 +135,8 @@ const lx_param_bucket *lx_find_bucket(const lx_stage_layout *l, lx_graph_id grap
 lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t);
 
 /* A location as an affine expression of the instruction's micro-batch and
- * layer (see layout.c), for the printers: the emitted code computes every
- * offset with the same arithmetic lx_locate does. */
+ * layer (see layout.c), for the printers (emit_names.c): the emitted code
+ * computes every offset with the same arithmetic lx_locate does. */
 typedef struct {
   lx_region region;
   int64_t constant, per_slot, per_layer, parity_stride;
@@ -145,8 +145,6 @@ typedef struct {
 } lx_place_expr;
 
 lx_place_expr lx_place_of(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t);
-/* C text of the byte offset, in terms of `mb`, `layer`, SLOTS and FIRST_LAYER. */
-void lx_place_expr_print(const lx_place_expr *e, char *buf, size_t size);
 const char *lx_region_name(lx_region r);
 /* How many bytes of each region the stage's tensors reach (the end of the
  * last buffer, without alignment padding): what a run must write, no more. */

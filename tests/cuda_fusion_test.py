@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 
+from emitted import unwrapped
 from tap import check, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -206,9 +207,9 @@ def check_configuration(tmp, model, args, expect=None, kinds=("forward", "backwa
     mixed = []
     for stage in stage_files(fused_dir):
         with open(os.path.join(fused_dir, stage)) as f:
-            fused_text = f.read()
+            fused_text = unwrapped(f.read())
         with open(os.path.join(plain_dir, stage)) as f:
-            plain_text = f.read()
+            plain_text = unwrapped(f.read())
         try:
             sites = compare(fused_text, plain_text)
         except ValueError as e:

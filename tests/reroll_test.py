@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 
+from emitted import unwrapped
 from tap import check, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,9 +115,9 @@ def check_plan(tmp, model, args, want_loops=True):
     problem = None if stages else "no stage sources"
     for stage in stages:
         with open(os.path.join(rolled_dir, stage)) as f:
-            rolled = f.read().split("\n")
+            rolled = unwrapped(f.read()).split("\n")
         with open(os.path.join(unrolled_dir, stage)) as f:
-            unrolled = f.read().split("\n")
+            unrolled = unwrapped(f.read()).split("\n")
         problem = difference(rolled, unrolled)
         if problem:
             problem = f"{stage}: {problem}"

@@ -37,6 +37,7 @@ LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 FORTUNES = "/usr/share/games/fortunes/fortunes"
 STEPS = 20
 EVERY = 4  # --checkpoint-every
+PREEMPTION_STEPS = 60  # three times the steps of the other runs: the signal comes long before the end
 
 GPT = """#include <lynx.h>
 static const struct lx_model model = { .vocab = 256, .seq_len = 64, .layers = 2, .hidden = 64, .heads = 2,
@@ -96,15 +97,15 @@ def generate(work, name, model_file, *args):
     return out
 
 
-def command(program, work, metrics, *args):
+def command(program, work, metrics, *args, steps=STEPS):
     return [os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--eval-interval",
-            "0", "--steps", str(STEPS), "--metrics", metrics, *args]
+            "0", "--steps", str(steps), "--metrics", metrics, *args]
 
 
-def start(program, work, metrics, *args):
+def start(program, work, metrics, *args, steps=STEPS):
     """run.sh in a session of its own, so that the whole job can be killed at once."""
     log = open(metrics + ".log", "w")
-    return subprocess.Popen(command(program, work, metrics, *args), cwd=work, stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen(command(program, work, metrics, *args, steps=steps), cwd=work, stdout=log, stderr=subprocess.STDOUT,
                             env=environment(), start_new_session=True)
 
 
@@ -201,9 +202,9 @@ def exact_resume(work, name, program, reference, rng):
           "%s: after the resumed run, %s holds step %d and no .tmp is left" % (name, os.path.basename(ckpt), STEPS))
 
 
-def uninterrupted(work, program):
-    metrics = os.path.join(program, "reference.jsonl")
-    r = run(command(program, work, metrics), work)
+def uninterrupted(work, program, steps=STEPS):
+    metrics = os.path.join(program, "reference-%d.jsonl" % steps)
+    r = run(command(program, work, metrics, steps=steps), work)
     if r.returncode != 0:
         print((r.stdout + r.stderr)[-2000:])
     return losses(metrics) if r.returncode == 0 else None
@@ -211,10 +212,12 @@ def uninterrupted(work, program):
 
 def preemption(work, program, reference, sig):
     """SIGTERM to run.sh, as a batch system or `kill` sends it; SIGINT to its
-    process group, as a terminal's Ctrl-C sends it."""
+    process group, as a terminal's Ctrl-C sends it. The run is PREEMPTION_STEPS
+    long (`reference` is its uninterrupted losses), so that the signal cannot
+    come after its last step however fast the steps are."""
     name = signal.Signals(sig).name
     metrics, ckpt = os.path.join(program, name + ".jsonl"), os.path.join(program, name + ".bin")
-    job = start(program, work, metrics, "--save", ckpt)
+    job = start(program, work, metrics, "--save", ckpt, steps=PREEMPTION_STEPS)
     reached = wait_for_step(job, metrics, 3)
     if sig == signal.SIGINT:
         os.killpg(job.pid, sig)
@@ -225,12 +228,12 @@ def preemption(work, program, reference, sig):
         log = f.read()
     stopped = max(losses(metrics), default=0)
     step = saved_step(ckpt)
-    check(reached and status == 0 and "stopped after step %d" % stopped in log and step == stopped < STEPS,
+    check(reached and status == 0 and "stopped after step %d" % stopped in log and step == stopped < PREEMPTION_STEPS,
           "%s: every rank finishes its step (%d), saves it and exits 0 with a message (status %s)" % (
               name, stopped, status))
     if status != 0 or step != stopped:
         print(log[-2000:])
-    r = run(command(program, work, metrics, "--resume", ckpt), work)
+    r = run(command(program, work, metrics, "--resume", ckpt, steps=PREEMPTION_STEPS), work)
     check(r.returncode == 0 and losses(metrics) == reference,
           "%s: the run resumed from its checkpoint gives the uninterrupted run's losses bitwise" % name)
 
@@ -290,8 +293,11 @@ def main():
             continue
         exact_resume(work, name, program, reference, rng)
         if name == "pp=2":
-            preemption(work, program, reference, signal.SIGTERM)
-            preemption(work, program, reference, signal.SIGINT)
+            long_reference = uninterrupted(work, program, steps=PREEMPTION_STEPS)
+            check(long_reference is not None and len(long_reference) == PREEMPTION_STEPS,
+                  "%s: trains %d steps uninterrupted" % (name, PREEMPTION_STEPS))
+            preemption(work, program, long_reference, signal.SIGTERM)
+            preemption(work, program, long_reference, signal.SIGINT)
             non_finite(work, program)
             save_preflight(work, program)
 

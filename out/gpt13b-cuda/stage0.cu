@@ -56,20 +56,198 @@ enum {
 #define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / PARAM_ELT * 4))
 #define GRAD_REGION ((float *)(arena + REGION_grads))
 
+/* The stage's tensors by name, at their places in the arena (plan.txt). */
+/* micro-batch mb's stash slot: what its forward keeps for its backward */
+static int64_t stash_slot(int mb) { return (mb % SLOTS) * 11492425728LL; }
+/* a layer's part of a stash slot */
+static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 1912602624LL; }
+/* a layer's parameters (and gradients: GRAD_OF) */
+static int64_t param_layer(int layer) { return (layer - FIRST_LAYER) * 100716544LL; }
+/* micro-batch mb's buffers to and from the neighbouring stages */
+static int64_t pipe_slot(int mb) { return (mb % SLOTS) * 33554432LL; }
+
+/* parameters, per layer of the stage */
+/* 103022592 elements: the weight of x = embedding(...)  gpt13b.model:57 */
+static lx_bf16 *prologue_embedding_0_weight(void) { return (lx_bf16 *)AT(REGION_params + 0LL); }
+/* 4194304 elements: the weight of position_embedding_0 = position_embedding(...)  gpt13b.model:58 */
+static lx_bf16 *prologue_position_embedding_0_weight(void) { return (lx_bf16 *)AT(REGION_params + 206045184LL); }
+/* 2048 elements: the weight of h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 214433792LL + param_layer(layer));
+}
+/* 2048 elements: the bias of h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 214437888LL + param_layer(layer));
+}
+/* 12582912 elements: the weight of qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_weight(int layer) { return (lx_bf16 *)AT(REGION_params + 214441984LL + param_layer(layer)); }
+/* 6144 elements: the bias of qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_bias(int layer) { return (lx_bf16 *)AT(REGION_params + 239607808LL + param_layer(layer)); }
+/* 4194304 elements: the weight of linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 239620096LL + param_layer(layer));
+}
+/* 2048 elements: the bias of linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 248008704LL + param_layer(layer));
+}
+/* 2048 elements: the weight of h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 248012800LL + param_layer(layer));
+}
+/* 2048 elements: the bias of h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 248016896LL + param_layer(layer));
+}
+/* 16777216 elements: the weight of linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 248020992LL + param_layer(layer));
+}
+/* 8192 elements: the bias of linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 281575424LL + param_layer(layer));
+}
+/* 16777216 elements: the weight of linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 281591808LL + param_layer(layer));
+}
+/* 2048 elements: the bias of linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 315146240LL + param_layer(layer));
+}
+
+/* kept from a micro-batch's forward to its backward: per stash slot and layer */
+/* (B, T): tokens, an argument of prologue()  gpt13b.model:56 */
+static int *prologue_tokens(int mb) { return (int *)AT(REGION_stash + 0LL + stash_slot(mb)); }
+/* 16777216 bytes: the dropout_mask of dropout_0 = dropout(...)  gpt13b.model:59 */
+static uint8_t *prologue_dropout_0_dropout_mask(int mb) {
+  return (uint8_t *)AT(REGION_stash + 32768LL + stash_slot(mb));
+}
+/* (B, T, 2048): x, an argument of block()  gpt13b.model:63 */
+static lx_bf16 *block_input_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 16809984LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): dropout_0 = dropout(...)  gpt13b.model:59 */
+static lx_bf16 *prologue_dropout_0(int mb) { return (lx_bf16 *)AT(REGION_stash + 16809984LL + stash_slot(mb)); }
+/* (B, T, 2048): h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 50364416LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 6144): qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 83918848LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 184582144LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 536870912 bytes: the softmax of a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_softmax(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 218136576LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 268435456 bytes: the dropout_mask of a = attention(...)  gpt13b.model:66 */
+static uint8_t *block_attention_0_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 755007488LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 536870912 bytes: the dropout_output of a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_dropout_output(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1023442944LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 16777216 bytes: the dropout_mask of a = dropout(...)  gpt13b.model:67 */
+static uint8_t *block_dropout_0_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 1560313856LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): x = add(...)  gpt13b.model:68 */
+static lx_bf16 *block_add_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1577091072LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1610645504LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 8192): linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1644199936LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 8192): h = gelu(...)  gpt13b.model:70 */
+static lx_bf16 *block_gelu_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1778417664LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 16777216 bytes: the dropout_mask of h = dropout(...)  gpt13b.model:71 */
+static uint8_t *block_dropout_1_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 1912635392LL + stash_slot(mb) + stash_layer(layer));
+}
+
+/* work: alive inside one forward or backward (or from a window to the backward) */
+/* (B, T, 2048): d h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): x = embedding(...)  gpt13b.model:57 */
+static lx_bf16 *prologue_embedding_0(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): d x = embedding(...)  gpt13b.model:57 */
+static lx_bf16 *prologue_embedding_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): a = dropout(...)  gpt13b.model:67 */
+static lx_bf16 *block_dropout_0(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 6144): d qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_grad(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 2048): position_embedding_0 = position_embedding(...)  gpt13b.model:58 */
+static lx_bf16 *prologue_position_embedding_0(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 2048): d position_embedding_0 = position_embedding(...)  gpt13b.model:58 */
+static lx_bf16 *prologue_position_embedding_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 2048): linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3(void) { return (lx_bf16 *)AT(REGION_work + 67108864LL); }
+/* (B, T, 2048): x = add(...)  gpt13b.model:58 */
+static lx_bf16 *prologue_add_0(void) { return (lx_bf16 *)AT(REGION_work + 67108864LL); }
+/* (B, T, 2048): d x = add(...)  gpt13b.model:58 */
+static lx_bf16 *prologue_add_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 67108864LL); }
+/* (B, T, 2048): h = dropout(...)  gpt13b.model:71 */
+static lx_bf16 *block_dropout_1(void) { return (lx_bf16 *)AT(REGION_work + 100663296LL); }
+/* (B, T, 2048): d a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 134217728LL); }
+/* (B, T, 2048): d linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 167772160LL); }
+/* (B, T, 2048): d a = dropout(...)  gpt13b.model:67 */
+static lx_bf16 *block_dropout_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 201326592LL); }
+/* (B, T, 2048): d x = add(...)  gpt13b.model:68 */
+static lx_bf16 *block_add_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 234881024LL); }
+/* (B, T, 2048): d h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 268435456LL); }
+/* (B, T, 8192): d linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_grad(void) { return (lx_bf16 *)AT(REGION_work + 301989888LL); }
+/* (B, T, 8192): d h = gelu(...)  gpt13b.model:70 */
+static lx_bf16 *block_gelu_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 436207616LL); }
+/* (B, T, 2048): d linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_grad(void) { return (lx_bf16 *)AT(REGION_work + 570425344LL); }
+/* (B, T, 2048): d h = dropout(...)  gpt13b.model:71 */
+static lx_bf16 *block_dropout_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 603979776LL); }
+
+/* pipeline buffers per slot, and the gradients between layers */
+/* (B, T, 2048): d dropout_0 = dropout(...)  gpt13b.model:59 */
+static lx_bf16 *prologue_dropout_0_grad(void) { return (lx_bf16 *)AT(REGION_boundary + 33554432LL); }
+/* (BOUNDARY_ELEMENTS): the activation sent to stage 1 */
+static lx_bf16 *send_activation(int mb) { return (lx_bf16 *)AT(REGION_boundary + 67108864LL + pipe_slot(mb)); }
+/* (BOUNDARY_ELEMENTS): the output gradient from stage 1 */
+static lx_bf16 *recv_output_grad(int mb) { return (lx_bf16 *)AT(REGION_boundary + 201326592LL + pipe_slot(mb)); }
+
 /* A layer's output is the next layer's input, or leaves the stage after its
  * last layer; gradients at the stage's edges come from and go to the
  * pipeline's buffers, between layers they alternate in the boundary region. */
-static void *block_output(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(54042943488LL + (mb % SLOTS) * 33554432LL) : AT(9298010112LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL);
+/* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  gpt13b.model:63 */
+static lx_bf16 *layer_output(int layer, int mb) {
+  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_boundary + 67108864LL + pipe_slot(mb));
+  return (lx_bf16 *)AT(REGION_stash + 1929412608LL + stash_slot(mb) + stash_layer(layer));
 }
-static void *block_output_grad(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(54177161216LL + (mb % SLOTS) * 33554432LL) : AT(53975834624LL + ((layer + 0) % 2) * 33554432LL);
+/* (BOUNDARY_ELEMENTS): d block()'s output  gpt13b.model:63 */
+static lx_bf16 *layer_output_grad(int layer, int mb) {
+  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_boundary + 201326592LL + pipe_slot(mb));
+  return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 33554432LL);
 }
-static void *block_input_grad(int layer, int mb) {
+/* (BOUNDARY_ELEMENTS): d block()'s input  gpt13b.model:63 */
+static lx_bf16 *layer_input_grad(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER ? AT(53975834624LL + ((layer + 1) % 2) * 33554432LL) : AT(53975834624LL + ((layer + 1) % 2) * 33554432LL);
+  if (layer == FIRST_LAYER) return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
+  return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
 }
 
 /* forward of prologue() (gpt13b.model:56) for one micro-batch, on `stream` with its scratch. */
@@ -79,19 +257,23 @@ static void forward_prologue(int mb, cudaStream_t stream, float *scratch) {
   (void)layer;
   /* FWD x = embedding(...)  gpt13b.model:57 */
   lx_prof_begin(1, 0, stream);
-  lx_cuda_embedding_forward(((lx_bf16 *)AT(53338300416LL)), ((int *)AT(7368597504LL + (mb % SLOTS) * 11492425728LL)), ((lx_bf16 *)AT(0LL)), B, T, 2048, VP, stream);
+  lx_cuda_embedding_forward(prologue_embedding_0(), prologue_tokens(mb), prologue_embedding_0_weight(), B, T, 2048, VP,
+      stream);
   lx_prof_end(stream);
   /* FWD position_embedding_0 = position_embedding(...)  gpt13b.model:58 */
   lx_prof_begin(2, 0, stream);
-  lx_cuda_position_embedding_forward(((lx_bf16 *)AT(53371854848LL)), ((lx_bf16 *)AT(206045184LL)), B, T, 2048, stream);
+  lx_cuda_position_embedding_forward(prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T,
+      2048, stream);
   lx_prof_end(stream);
   /* FWD x = add(...)  gpt13b.model:58 */
   lx_prof_begin(3, 0, stream);
-  lx_cuda_add_forward(((lx_bf16 *)AT(53405409280LL)), ((lx_bf16 *)AT(53338300416LL)), ((lx_bf16 *)AT(53371854848LL)), (size_t)BT * 2048, stream);
+  lx_cuda_add_forward(prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 2048,
+      stream);
   lx_prof_end(stream);
   /* FWD dropout_0 = dropout(...)  gpt13b.model:59 */
   lx_prof_begin(4, 0, stream);
-  lx_cuda_dropout_forward(((lx_bf16 *)AT(7385407488LL + (mb % SLOTS) * 11492425728LL)), ((uint8_t *)AT(7368630272LL + (mb % SLOTS) * 11492425728LL)), ((lx_bf16 *)AT(53405409280LL)), (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), 0, 4), stream);
+  lx_cuda_dropout_forward(prologue_dropout_0(mb), prologue_dropout_0_dropout_mask(mb), prologue_add_0(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), 0, 4), stream);
   lx_prof_end(stream);
 }
 
@@ -100,24 +282,28 @@ static void backward_prologue(int mb, cudaStream_t stream, float *scratch) {
   (void)scratch;
   const int layer = FIRST_LAYER;
   (void)layer;
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53338300416LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53371854848LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53405409280LL)), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(prologue_embedding_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(prologue_position_embedding_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(prologue_add_0_grad(), 0, 33554432, stream));
   /* BWD dropout_0 = dropout(...)  gpt13b.model:59 */
   lx_prof_begin(4, 1, stream);
-  lx_cuda_dropout_backward(((lx_bf16 *)AT(53405409280LL)), ((lx_bf16 *)AT(54009389056LL)), ((uint8_t *)AT(7368630272LL + (mb % SLOTS) * 11492425728LL)), (size_t)BT * 2048, DROPOUT, stream);
+  lx_cuda_dropout_backward(prologue_add_0_grad(), prologue_dropout_0_grad(), prologue_dropout_0_dropout_mask(mb),
+      (size_t)BT * 2048, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD x = add(...)  gpt13b.model:58 */
   lx_prof_begin(3, 1, stream);
-  lx_cuda_add_backward(((lx_bf16 *)AT(53338300416LL)), ((lx_bf16 *)AT(53371854848LL)), ((lx_bf16 *)AT(53405409280LL)), (size_t)BT * 2048, stream);
+  lx_cuda_add_backward(prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
+      (size_t)BT * 2048, stream);
   lx_prof_end(stream);
   /* BWD position_embedding_0 = position_embedding(...)  gpt13b.model:58 */
   lx_prof_begin(2, 1, stream);
-  lx_cuda_position_embedding_backward(GRAD_OF(((lx_bf16 *)AT(206045184LL))), ((lx_bf16 *)AT(53371854848LL)), B, T, 2048, stream);
+  lx_cuda_position_embedding_backward(GRAD_OF(prologue_position_embedding_0_weight()),
+      prologue_position_embedding_0_grad(), B, T, 2048, stream);
   lx_prof_end(stream);
   /* BWD x = embedding(...)  gpt13b.model:57 */
   lx_prof_begin(1, 1, stream);
-  lx_cuda_embedding_backward(GRAD_OF(((lx_bf16 *)AT(0LL))), ((lx_bf16 *)AT(53338300416LL)), ((int *)AT(7368597504LL + (mb % SLOTS) * 11492425728LL)), B, T, 2048, VP, stream);
+  lx_cuda_embedding_backward(GRAD_OF(prologue_embedding_0_weight()), prologue_embedding_0_grad(), prologue_tokens(mb),
+      B, T, 2048, VP, stream);
   lx_prof_end(stream);
 }
 
@@ -126,28 +312,36 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   (void)scratch;
   /* FWD h = layernorm(...)  gpt13b.model:64 */
   lx_prof_begin(6, 0, stream);
-  lx_cuda_layernorm_forward(((lx_bf16 *)AT(7418961920LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7385407488LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(214433792LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(214437888LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+      block_layernorm_0_bias(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* FWD qkv = linear(...)  gpt13b.model:65 */
   lx_prof_begin(7, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(7452516352LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7418961920LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(214441984LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(239607808LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 6144, stream);
+  lx_cuda_linear_forward(matmul, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      block_qkv_bias(layer), BT, 2048, 6144, stream);
   lx_prof_end(stream);
   /* FWD a = attention(...)  gpt13b.model:66 */
   lx_prof_begin(8, 0, stream);
-  lx_cuda_attention_forward(((lx_bf16 *)AT(7553179648LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7586734080LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8392040448LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((uint8_t *)AT(8123604992LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), scratch, ((lx_bf16 *)AT(7452516352LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), B, T, 16, 16, 128, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
+  lx_cuda_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
+      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), scratch,
+      block_qkv(layer, mb), B, T, 16, 16, 128, DROPOUT, seed,
+      lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
   lx_prof_end(stream);
   /* FWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(53338300416LL)), ((lx_bf16 *)AT(7553179648LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(239620096LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(248008704LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 2048, stream);
+  lx_cuda_linear_forward(matmul, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+      block_linear_1_bias(layer), BT, 2048, 2048, stream);
   lx_prof_end(stream);
   /* FWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 0, stream);
-  lx_cuda_dropout_forward(((lx_bf16 *)AT(53371854848LL)), ((uint8_t *)AT(8928911360LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(53338300416LL)), (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
+  lx_cuda_dropout_forward(block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
   lx_prof_end(stream);
   /* FWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 0, stream);
   /* with the layernorm below: one pass over each row writes the sum and its norm */
-  lx_cuda_residual_layernorm_forward(((lx_bf16 *)AT(8945688576LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8979243008LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7385407488LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(53371854848LL)), ((lx_bf16 *)AT(248012800LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(248016896LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_residual_layernorm_forward(block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
+      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* FWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 0, stream);
@@ -156,7 +350,8 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   /* FWD linear_2 = linear(...)  gpt13b.model:70 */
   lx_prof_begin(13, 0, stream);
   /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as linear_2's output */
-  lx_cuda_linear_gelu_forward(matmul, ((lx_bf16 *)AT(9147015168LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(9012797440LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8979243008LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(248020992LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(281575424LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 8192, stream);
+  lx_cuda_linear_gelu_forward(matmul, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192, stream);
   lx_prof_end(stream);
   /* FWD h = gelu(...)  gpt13b.model:70 */
   lx_prof_begin(14, 0, stream);
@@ -164,46 +359,52 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   lx_prof_end(stream);
   /* FWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(53405409280LL)), ((lx_bf16 *)AT(9147015168LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(281591808LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(315146240LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_forward(matmul, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      block_linear_3_bias(layer), BT, 8192, 2048, stream);
   lx_prof_end(stream);
   /* FWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 0, stream);
-  lx_cuda_dropout_forward(((lx_bf16 *)AT(53438963712LL)), ((uint8_t *)AT(9281232896LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(53405409280LL)), (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
+  lx_cuda_dropout_forward(block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
   lx_prof_end(stream);
   /* FWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 0, stream);
-  lx_cuda_add_forward(((lx_bf16 *)block_output(layer, mb)), ((lx_bf16 *)AT(8945688576LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(53438963712LL)), (size_t)BT * 2048, stream);
+  lx_cuda_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048, stream);
   lx_prof_end(stream);
 }
 
 /* backward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
 static void backward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
   (void)scratch;
-  CUDA_CHECK(cudaMemsetAsync(((char *)block_input_grad(layer, mb)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53338300416LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53371854848LL)), 0, 100663296, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53472518144LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53506072576LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53539627008LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53573181440LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53606735872LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53640290304LL)), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53774508032LL)), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53908725760LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(53942280192LL)), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 1, stream);
-  lx_cuda_add_backward(((lx_bf16 *)AT(53573181440LL)), ((lx_bf16 *)AT(53942280192LL)), ((lx_bf16 *)block_output_grad(layer, mb)), (size_t)BT * 2048, stream);
+  lx_cuda_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048,
+      stream);
   lx_prof_end(stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 1, stream);
-  lx_cuda_dropout_backward(((lx_bf16 *)AT(53908725760LL)), ((lx_bf16 *)AT(53942280192LL)), ((uint8_t *)AT(9281232896LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), (size_t)BT * 2048, DROPOUT, stream);
+  lx_cuda_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, stream);
-  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(((lx_bf16 *)AT(281591808LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(315146240LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(53908725760LL)), ((lx_bf16 *)AT(9147015168LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(281591808LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
+      scratch, block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048, stream);
   /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
-  lx_cuda_linear_dgelu_backward(matmul, ((lx_bf16 *)AT(53640290304LL)), ((lx_bf16 *)AT(53908725760LL)), ((lx_bf16 *)AT(281591808LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(9012797440LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_dgelu_backward(matmul, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
+      block_linear_2(layer, mb), BT, 8192, 2048, stream);
   lx_prof_end(stream);
   /* BWD h = gelu(...)  gpt13b.model:70 */
   lx_prof_begin(14, 1, stream);
@@ -211,35 +412,49 @@ static void backward_block(int layer, int mb, cudaStream_t stream, float *scratc
   lx_prof_end(stream);
   /* BWD linear_2 = linear(...)  gpt13b.model:70 */
   lx_prof_begin(13, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(53606735872LL)), GRAD_OF(((lx_bf16 *)AT(248020992LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(281575424LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(53640290304LL)), ((lx_bf16 *)AT(8979243008LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(248020992LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 8192, stream);
+  lx_cuda_linear_backward(matmul, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+      GRAD_OF(block_linear_2_bias(layer)), scratch, block_linear_2_grad(), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), BT, 2048, 8192, stream);
   lx_prof_end(stream);
   /* BWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 1, stream);
-  lx_cuda_layernorm_backward(((lx_bf16 *)AT(53573181440LL)), GRAD_OF(((lx_bf16 *)AT(248012800LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(248016896LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(53606735872LL)), ((lx_bf16 *)AT(8945688576LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(248012800LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+      GRAD_OF(block_layernorm_1_bias(layer)), scratch, block_layernorm_1_grad(), block_add_0(layer, mb),
+      block_layernorm_1_weight(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* BWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 1, stream);
-  lx_cuda_add_backward(((lx_bf16 *)block_input_grad(layer, mb)), ((lx_bf16 *)AT(53539627008LL)), ((lx_bf16 *)AT(53573181440LL)), (size_t)BT * 2048, stream);
+  lx_cuda_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048,
+      stream);
   lx_prof_end(stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 1, stream);
-  lx_cuda_dropout_backward(((lx_bf16 *)AT(53506072576LL)), ((lx_bf16 *)AT(53539627008LL)), ((uint8_t *)AT(8928911360LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), (size_t)BT * 2048, DROPOUT, stream);
+  lx_cuda_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(53472518144LL)), GRAD_OF(((lx_bf16 *)AT(239620096LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(248008704LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(53506072576LL)), ((lx_bf16 *)AT(7553179648LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(239620096LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 2048, stream);
+  lx_cuda_linear_backward(matmul, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+      GRAD_OF(block_linear_1_bias(layer)), scratch, block_linear_1_grad(), block_attention_0(layer, mb),
+      block_linear_1_weight(layer), BT, 2048, 2048, stream);
   lx_prof_end(stream);
   /* BWD a = attention(...)  gpt13b.model:66 */
   lx_prof_begin(8, 1, stream);
-  lx_cuda_attention_backward(((lx_bf16 *)AT(53371854848LL)), scratch, ((lx_bf16 *)AT(53472518144LL)), ((lx_bf16 *)AT(7452516352LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7586734080LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8392040448LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((uint8_t *)AT(8123604992LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), B, T, 16, 16, 128, DROPOUT, stream);
+  lx_cuda_attention_backward(block_qkv_grad(), scratch, block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), block_attention_0_dropout_output(layer, mb),
+      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD qkv = linear(...)  gpt13b.model:65 */
   lx_prof_begin(7, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(53338300416LL)), GRAD_OF(((lx_bf16 *)AT(214441984LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(239607808LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(53371854848LL)), ((lx_bf16 *)AT(7418961920LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(214441984LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 6144, stream);
+  lx_cuda_linear_backward(matmul, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)),
+      GRAD_OF(block_qkv_bias(layer)), scratch, block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      BT, 2048, 6144, stream);
   lx_prof_end(stream);
   /* BWD h = layernorm(...)  gpt13b.model:64 */
   lx_prof_begin(6, 1, stream);
-  lx_cuda_layernorm_backward(((lx_bf16 *)block_input_grad(layer, mb)), GRAD_OF(((lx_bf16 *)AT(214433792LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(214437888LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(53338300416LL)), ((lx_bf16 *)AT(7385407488LL + (mb % SLOTS) * 11492425728LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(214433792LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+      GRAD_OF(block_layernorm_0_bias(layer)), scratch, block_layernorm_0_grad(), block_input_0(layer, mb),
+      block_layernorm_0_weight(layer), BT, 2048, stream);
   lx_prof_end(stream);
 }
 
@@ -247,7 +462,7 @@ enum { LOADS_TOKENS = 1 }; /* the stage reads the token shards */
 /* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first
  * stage keeps inputs, the last targets. */
 static void load_micro_batch(int mb, cudaStream_t stream) {
-  lx_cuda_load(((int *)AT(7368597504LL + (mb % SLOTS) * 11492425728LL)), NULL, mb, BT, stream);
+  lx_cuda_load(prologue_tokens(mb), NULL, mb, BT, stream);
 }
 
 /* One optimizer step's forwards and backwards, in the order of the schedule
@@ -261,7 +476,8 @@ static void run_schedule(int step) {
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(54177161216LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(8 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(8 + 4 * i) */
@@ -275,19 +491,22 @@ static void run_schedule(int step) {
       forward_block((0 + j), (0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     }
     CUDA_CHECK(cudaEventRecord(events[(0 + 2 * i)], streams[STREAM_COMPUTE])); /* RECORD e(0 + 2 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(0 + 2 * i)], 0)); /* WAIT e(0 + 2 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(0 + 2 * i)],
+        0)); /* WAIT e(0 + 2 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* SEND_ACT mb(0 + i) to stage 1  gpt13b.model:63 */
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(((lx_bf16 *)AT(54042943488LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_SEND]));
+      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
+          streams[STREAM_SEND]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(1 + 2 * i)], streams[STREAM_SEND])); /* RECORD e(1 + 2 * i) */
   }
   for (int i = 0; i < 4; i++) { /* the 53 lines below, 4 times */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(8 + 4 * i)], 0)); /* WAIT e(8 + 4 * i) (from recv) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(8 + 4 * i)],
+        0)); /* WAIT e(8 + 4 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(5 - j) mb(0 + i) (12 instructions, compute stream)  gpt13b.model:72 */
       backward_block((5 - j), (0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
@@ -295,17 +514,20 @@ static void run_schedule(int step) {
     /* BWD prologue.dropout_0 mb(0 + i) (4 instructions, compute stream)  gpt13b.model:59 */
     backward_prologue((0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     CUDA_CHECK(cudaEventRecord(events[(9 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(9 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(9 + 4 * i)], 0)); /* WAIT e(9 + 4 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(9 + 4 * i)],
+        0)); /* WAIT e(9 + 4 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* RECV_GRAD mb(4 + i) from stage 1  gpt13b.model:63 */
       const int mb = (4 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(54177161216LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(24 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(24 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(1 + 2 * i)], 0)); /* WAIT e(1 + 2 * i) (from send) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(1 + 2 * i)],
+        0)); /* WAIT e(1 + 2 * i) (from send) */
     load_micro_batch((4 + i), streams[STREAM_COMPUTE]); /* LOAD mb(4 + i) */
     /* FWD prologue.embedding_0 mb(4 + i) (4 instructions, compute stream)  gpt13b.model:57 */
     forward_prologue((4 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
@@ -314,19 +536,22 @@ static void run_schedule(int step) {
       forward_block((0 + j), (4 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     }
     CUDA_CHECK(cudaEventRecord(events[(10 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(10 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(10 + 4 * i)], 0)); /* WAIT e(10 + 4 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(10 + 4 * i)],
+        0)); /* WAIT e(10 + 4 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* SEND_ACT mb(4 + i) to stage 1  gpt13b.model:63 */
       const int mb = (4 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(((lx_bf16 *)AT(54042943488LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_SEND]));
+      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
+          streams[STREAM_SEND]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(11 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(11 + 4 * i) */
   }
   for (int i = 0; i < 53; i++) { /* the 53 lines below, 53 times */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(24 + 4 * i)], 0)); /* WAIT e(24 + 4 * i) (from recv) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(24 + 4 * i)],
+        0)); /* WAIT e(24 + 4 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(5 - j) mb(4 + i) (12 instructions, compute stream)  gpt13b.model:72 */
       backward_block((5 - j), (4 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
@@ -334,17 +559,20 @@ static void run_schedule(int step) {
     /* BWD prologue.dropout_0 mb(4 + i) (4 instructions, compute stream)  gpt13b.model:59 */
     backward_prologue((4 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     CUDA_CHECK(cudaEventRecord(events[(25 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(25 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(25 + 4 * i)], 0)); /* WAIT e(25 + 4 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(25 + 4 * i)],
+        0)); /* WAIT e(25 + 4 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* RECV_GRAD mb(8 + i) from stage 1  gpt13b.model:63 */
       const int mb = (8 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(54177161216LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(40 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(40 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(11 + 4 * i)], 0)); /* WAIT e(11 + 4 * i) (from send) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(11 + 4 * i)],
+        0)); /* WAIT e(11 + 4 * i) (from send) */
     load_micro_batch((8 + i), streams[STREAM_COMPUTE]); /* LOAD mb(8 + i) */
     /* FWD prologue.embedding_0 mb(8 + i) (4 instructions, compute stream)  gpt13b.model:57 */
     forward_prologue((8 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
@@ -353,19 +581,22 @@ static void run_schedule(int step) {
       forward_block((0 + j), (8 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     }
     CUDA_CHECK(cudaEventRecord(events[(26 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(26 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(26 + 4 * i)], 0)); /* WAIT e(26 + 4 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(26 + 4 * i)],
+        0)); /* WAIT e(26 + 4 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* SEND_ACT mb(8 + i) to stage 1  gpt13b.model:63 */
       const int mb = (8 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(((lx_bf16 *)AT(54042943488LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_SEND]));
+      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
+          streams[STREAM_SEND]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(27 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(27 + 4 * i) */
   }
   for (int i = 0; i < 3; i++) { /* the 53 lines below, 3 times */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(236 + 4 * i)], 0)); /* WAIT e(236 + 4 * i) (from recv) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(236 + 4 * i)],
+        0)); /* WAIT e(236 + 4 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(5 - j) mb(57 + i) (12 instructions, compute stream)  gpt13b.model:72 */
       backward_block((5 - j), (57 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
@@ -373,17 +604,20 @@ static void run_schedule(int step) {
     /* BWD prologue.dropout_0 mb(57 + i) (4 instructions, compute stream)  gpt13b.model:59 */
     backward_prologue((57 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     CUDA_CHECK(cudaEventRecord(events[(237 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(237 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(237 + 4 * i)], 0)); /* WAIT e(237 + 4 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(237 + 4 * i)],
+        0)); /* WAIT e(237 + 4 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* RECV_GRAD mb(61 + i) from stage 1  gpt13b.model:63 */
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(54177161216LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(250 + 2 * i)], streams[STREAM_RECV])); /* RECORD e(250 + 2 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(223 + 4 * i)], 0)); /* WAIT e(223 + 4 * i) (from send) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(223 + 4 * i)],
+        0)); /* WAIT e(223 + 4 * i) (from send) */
     load_micro_batch((61 + i), streams[STREAM_COMPUTE]); /* LOAD mb(61 + i) */
     /* FWD prologue.embedding_0 mb(61 + i) (4 instructions, compute stream)  gpt13b.model:57 */
     forward_prologue((61 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
@@ -392,19 +626,22 @@ static void run_schedule(int step) {
       forward_block((0 + j), (61 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     }
     CUDA_CHECK(cudaEventRecord(events[(238 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(238 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(238 + 4 * i)], 0)); /* WAIT e(238 + 4 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(238 + 4 * i)],
+        0)); /* WAIT e(238 + 4 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* SEND_ACT mb(61 + i) to stage 1  gpt13b.model:63 */
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(((lx_bf16 *)AT(54042943488LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_SEND]));
+      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
+          streams[STREAM_SEND]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(239 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(239 + 4 * i) */
   }
   for (int i = 0; i < 3; i++) { /* the 16 lines below, 3 times */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(248 + 2 * i)], 0)); /* WAIT e(248 + 2 * i) (from recv) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(248 + 2 * i)],
+        0)); /* WAIT e(248 + 2 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(5 - j) mb(60 + i) (12 instructions, compute stream)  gpt13b.model:72 */
       backward_block((5 - j), (60 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
@@ -420,18 +657,21 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(255 + i)], streams[STREAM_COMPUTE])); /* RECORD e(255 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(255 + i)], 0)); /* WAIT e(255 + i) (from compute) */
     /* ALLREDUCE_DP block L(5 - i) */
-    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (359008256LL - 50358272LL * i), GRAD_REGION + (359008256LL - 50358272LL * i), 50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (359008256LL - 50358272LL * i), GRAD_REGION + (359008256LL - 50358272LL * i),
+        50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
   }
   /* BWD prologue.dropout_0 mb63 (4 instructions, compute stream)  gpt13b.model:59 */
   backward_prologue(63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
   CUDA_CHECK(cudaEventRecord(events[261], streams[STREAM_COMPUTE])); /* RECORD e261 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[261], 0)); /* WAIT e261 (from compute) */
   /* ALLREDUCE_DP tied embedding */
-  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 0LL, GRAD_REGION + 0LL, 103022592LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 0LL, GRAD_REGION + 0LL, 103022592LL, ncclFloat32, ncclSum, dp_comm,
+      streams[STREAM_DP]));
   CUDA_CHECK(cudaEventRecord(events[262], streams[STREAM_COMPUTE])); /* RECORD e262 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[262], 0)); /* WAIT e262 (from compute) */
   /* ALLREDUCE_DP prologue */
-  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 103022592LL, GRAD_REGION + 103022592LL, 4194304LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 103022592LL, GRAD_REGION + 103022592LL, 4194304LL, ncclFloat32, ncclSum,
+      dp_comm, streams[STREAM_DP]));
   CUDA_CHECK(cudaEventRecord(events[264], streams[STREAM_DP])); /* RECORD e264 */
   CUDA_CHECK(cudaEventRecord(events[263], streams[STREAM_COMPUTE])); /* RECORD e263 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[264], 0)); /* WAIT e264 (from dp) */
@@ -451,7 +691,7 @@ static void run_forward(int step) {
     load_micro_batch(mb, stream);
     forward_prologue(mb, stream, scratch);
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(54042943488LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));
+    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));
   }
 }
 

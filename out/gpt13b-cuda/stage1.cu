@@ -56,20 +56,171 @@ enum {
 #define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / PARAM_ELT * 4))
 #define GRAD_REGION ((float *)(arena + REGION_grads))
 
+/* The stage's tensors by name, at their places in the arena (plan.txt). */
+/* micro-batch mb's stash slot: what its forward keeps for its backward */
+static int64_t stash_slot(int mb) { return (mb % SLOTS) * 11475615744LL; }
+/* a layer's part of a stash slot */
+static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 1912602624LL; }
+/* a layer's parameters (and gradients: GRAD_OF) */
+static int64_t param_layer(int layer) { return (layer - FIRST_LAYER) * 100716544LL; }
+/* micro-batch mb's buffers to and from the neighbouring stages */
+static int64_t pipe_slot(int mb) { return (mb % SLOTS) * 33554432LL; }
+
+/* parameters, per layer of the stage */
+/* 2048 elements: the weight of h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_weight(int layer) { return (lx_bf16 *)AT(REGION_params + 0LL + param_layer(layer)); }
+/* 2048 elements: the bias of h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 4096LL + param_layer(layer));
+}
+/* 12582912 elements: the weight of qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_weight(int layer) { return (lx_bf16 *)AT(REGION_params + 8192LL + param_layer(layer)); }
+/* 6144 elements: the bias of qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_bias(int layer) { return (lx_bf16 *)AT(REGION_params + 25174016LL + param_layer(layer)); }
+/* 4194304 elements: the weight of linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 25186304LL + param_layer(layer));
+}
+/* 2048 elements: the bias of linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 33574912LL + param_layer(layer));
+}
+/* 2048 elements: the weight of h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 33579008LL + param_layer(layer));
+}
+/* 2048 elements: the bias of h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 33583104LL + param_layer(layer));
+}
+/* 16777216 elements: the weight of linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 33587200LL + param_layer(layer));
+}
+/* 8192 elements: the bias of linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 67141632LL + param_layer(layer));
+}
+/* 16777216 elements: the weight of linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 67158016LL + param_layer(layer));
+}
+/* 2048 elements: the bias of linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 100712448LL + param_layer(layer));
+}
+
+/* kept from a micro-batch's forward to its backward: per stash slot and layer */
+/* (B, T, 2048): x, an argument of block()  gpt13b.model:63 */
+static lx_bf16 *block_input_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 0LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 33554432LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 6144): qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 67108864LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 167772160LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 536870912 bytes: the softmax of a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_softmax(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 201326592LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 268435456 bytes: the dropout_mask of a = attention(...)  gpt13b.model:66 */
+static uint8_t *block_attention_0_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 738197504LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 536870912 bytes: the dropout_output of a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_dropout_output(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1006632960LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 16777216 bytes: the dropout_mask of a = dropout(...)  gpt13b.model:67 */
+static uint8_t *block_dropout_0_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 1543503872LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): x = add(...)  gpt13b.model:68 */
+static lx_bf16 *block_add_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1560281088LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1593835520LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 8192): linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1627389952LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 8192): h = gelu(...)  gpt13b.model:70 */
+static lx_bf16 *block_gelu_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1761607680LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 16777216 bytes: the dropout_mask of h = dropout(...)  gpt13b.model:71 */
+static uint8_t *block_dropout_1_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 1895825408LL + stash_slot(mb) + stash_layer(layer));
+}
+
+/* work: alive inside one forward or backward (or from a window to the backward) */
+/* (B, T, 2048): d h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): a = dropout(...)  gpt13b.model:67 */
+static lx_bf16 *block_dropout_0(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 6144): d qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_grad(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 2048): linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3(void) { return (lx_bf16 *)AT(REGION_work + 67108864LL); }
+/* (B, T, 2048): h = dropout(...)  gpt13b.model:71 */
+static lx_bf16 *block_dropout_1(void) { return (lx_bf16 *)AT(REGION_work + 100663296LL); }
+/* (B, T, 2048): d a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 134217728LL); }
+/* (B, T, 2048): d linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 167772160LL); }
+/* (B, T, 2048): d a = dropout(...)  gpt13b.model:67 */
+static lx_bf16 *block_dropout_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 201326592LL); }
+/* (B, T, 2048): d x = add(...)  gpt13b.model:68 */
+static lx_bf16 *block_add_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 234881024LL); }
+/* (B, T, 2048): d h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 268435456LL); }
+/* (B, T, 8192): d linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_grad(void) { return (lx_bf16 *)AT(REGION_work + 301989888LL); }
+/* (B, T, 8192): d h = gelu(...)  gpt13b.model:70 */
+static lx_bf16 *block_gelu_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 436207616LL); }
+/* (B, T, 2048): d linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_grad(void) { return (lx_bf16 *)AT(REGION_work + 570425344LL); }
+/* (B, T, 2048): d h = dropout(...)  gpt13b.model:71 */
+static lx_bf16 *block_dropout_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 603979776LL); }
+
+/* pipeline buffers per slot, and the gradients between layers */
+/* (BOUNDARY_ELEMENTS): the activation sent to stage 2 */
+static lx_bf16 *send_activation(int mb) { return (lx_bf16 *)AT(REGION_boundary + 67108864LL + pipe_slot(mb)); }
+/* (BOUNDARY_ELEMENTS): the output gradient from stage 2 */
+static lx_bf16 *recv_output_grad(int mb) { return (lx_bf16 *)AT(REGION_boundary + 167772160LL + pipe_slot(mb)); }
+/* (BOUNDARY_ELEMENTS): the input gradient sent to stage 0 */
+static lx_bf16 *send_input_grad(int mb) { return (lx_bf16 *)AT(REGION_boundary + 268435456LL + pipe_slot(mb)); }
+
 /* A layer's output is the next layer's input, or leaves the stage after its
  * last layer; gradients at the stage's edges come from and go to the
  * pipeline's buffers, between layers they alternate in the boundary region. */
-static void *block_output(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(40570183680LL + (mb % SLOTS) * 33554432LL) : AT(7351296000LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL);
+/* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  gpt13b.model:63 */
+static lx_bf16 *layer_output(int layer, int mb) {
+  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_boundary + 67108864LL + pipe_slot(mb));
+  return (lx_bf16 *)AT(REGION_stash + 1912602624LL + stash_slot(mb) + stash_layer(layer));
 }
-static void *block_output_grad(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(40670846976LL + (mb % SLOTS) * 33554432LL) : AT(40503074816LL + ((layer + 0) % 2) * 33554432LL);
+/* (BOUNDARY_ELEMENTS): d block()'s output  gpt13b.model:63 */
+static lx_bf16 *layer_output_grad(int layer, int mb) {
+  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_boundary + 167772160LL + pipe_slot(mb));
+  return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 33554432LL);
 }
-static void *block_input_grad(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER ? AT(40771510272LL + (mb % SLOTS) * 33554432LL) : AT(40503074816LL + ((layer + 1) % 2) * 33554432LL);
+/* (BOUNDARY_ELEMENTS): d block()'s input  gpt13b.model:63 */
+static lx_bf16 *layer_input_grad(int layer, int mb) {
+  if (layer == FIRST_LAYER) return (lx_bf16 *)AT(REGION_boundary + 268435456LL + pipe_slot(mb));
+  return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
 }
 
 /* forward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
@@ -77,28 +228,36 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   (void)scratch;
   /* FWD h = layernorm(...)  gpt13b.model:64 */
   lx_prof_begin(6, 0, stream);
-  lx_cuda_layernorm_forward(((lx_bf16 *)AT(5472247808LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(0LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(4096LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+      block_layernorm_0_bias(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* FWD qkv = linear(...)  gpt13b.model:65 */
   lx_prof_begin(7, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(5505802240LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(5472247808LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8192LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(25174016LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 6144, stream);
+  lx_cuda_linear_forward(matmul, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      block_qkv_bias(layer), BT, 2048, 6144, stream);
   lx_prof_end(stream);
   /* FWD a = attention(...)  gpt13b.model:66 */
   lx_prof_begin(8, 0, stream);
-  lx_cuda_attention_forward(((lx_bf16 *)AT(5606465536LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(5640019968LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(6445326336LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((uint8_t *)AT(6176890880LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), scratch, ((lx_bf16 *)AT(5505802240LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), B, T, 16, 16, 128, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
+  lx_cuda_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
+      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), scratch,
+      block_qkv(layer, mb), B, T, 16, 16, 128, DROPOUT, seed,
+      lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
   lx_prof_end(stream);
   /* FWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(39865540608LL)), ((lx_bf16 *)AT(5606465536LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(25186304LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(33574912LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 2048, stream);
+  lx_cuda_linear_forward(matmul, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+      block_linear_1_bias(layer), BT, 2048, 2048, stream);
   lx_prof_end(stream);
   /* FWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 0, stream);
-  lx_cuda_dropout_forward(((lx_bf16 *)AT(39899095040LL)), ((uint8_t *)AT(6982197248LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(39865540608LL)), (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
+  lx_cuda_dropout_forward(block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
   lx_prof_end(stream);
   /* FWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 0, stream);
   /* with the layernorm below: one pass over each row writes the sum and its norm */
-  lx_cuda_residual_layernorm_forward(((lx_bf16 *)AT(6998974464LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7032528896LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(39899095040LL)), ((lx_bf16 *)AT(33579008LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(33583104LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_residual_layernorm_forward(block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
+      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* FWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 0, stream);
@@ -107,7 +266,8 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   /* FWD linear_2 = linear(...)  gpt13b.model:70 */
   lx_prof_begin(13, 0, stream);
   /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as linear_2's output */
-  lx_cuda_linear_gelu_forward(matmul, ((lx_bf16 *)AT(7200301056LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7066083328LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7032528896LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33587200LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(67141632LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 8192, stream);
+  lx_cuda_linear_gelu_forward(matmul, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192, stream);
   lx_prof_end(stream);
   /* FWD h = gelu(...)  gpt13b.model:70 */
   lx_prof_begin(14, 0, stream);
@@ -115,46 +275,52 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   lx_prof_end(stream);
   /* FWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(39932649472LL)), ((lx_bf16 *)AT(7200301056LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(100712448LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_forward(matmul, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      block_linear_3_bias(layer), BT, 8192, 2048, stream);
   lx_prof_end(stream);
   /* FWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 0, stream);
-  lx_cuda_dropout_forward(((lx_bf16 *)AT(39966203904LL)), ((uint8_t *)AT(7334518784LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(39932649472LL)), (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
+  lx_cuda_dropout_forward(block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
   lx_prof_end(stream);
   /* FWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 0, stream);
-  lx_cuda_add_forward(((lx_bf16 *)block_output(layer, mb)), ((lx_bf16 *)AT(6998974464LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(39966203904LL)), (size_t)BT * 2048, stream);
+  lx_cuda_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048, stream);
   lx_prof_end(stream);
 }
 
 /* backward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
 static void backward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
   (void)scratch;
-  CUDA_CHECK(cudaMemsetAsync(((char *)block_input_grad(layer, mb)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(39865540608LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(39899095040LL)), 0, 100663296, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(39999758336LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(40033312768LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(40066867200LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(40100421632LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(40133976064LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(40167530496LL)), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(40301748224LL)), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(40435965952LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(40469520384LL)), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 1, stream);
-  lx_cuda_add_backward(((lx_bf16 *)AT(40100421632LL)), ((lx_bf16 *)AT(40469520384LL)), ((lx_bf16 *)block_output_grad(layer, mb)), (size_t)BT * 2048, stream);
+  lx_cuda_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048,
+      stream);
   lx_prof_end(stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 1, stream);
-  lx_cuda_dropout_backward(((lx_bf16 *)AT(40435965952LL)), ((lx_bf16 *)AT(40469520384LL)), ((uint8_t *)AT(7334518784LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), (size_t)BT * 2048, DROPOUT, stream);
+  lx_cuda_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, stream);
-  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(100712448LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(40435965952LL)), ((lx_bf16 *)AT(7200301056LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
+      scratch, block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048, stream);
   /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
-  lx_cuda_linear_dgelu_backward(matmul, ((lx_bf16 *)AT(40167530496LL)), ((lx_bf16 *)AT(40435965952LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(7066083328LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_dgelu_backward(matmul, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
+      block_linear_2(layer, mb), BT, 8192, 2048, stream);
   lx_prof_end(stream);
   /* BWD h = gelu(...)  gpt13b.model:70 */
   lx_prof_begin(14, 1, stream);
@@ -162,35 +328,49 @@ static void backward_block(int layer, int mb, cudaStream_t stream, float *scratc
   lx_prof_end(stream);
   /* BWD linear_2 = linear(...)  gpt13b.model:70 */
   lx_prof_begin(13, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(40133976064LL)), GRAD_OF(((lx_bf16 *)AT(33587200LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(67141632LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(40167530496LL)), ((lx_bf16 *)AT(7032528896LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33587200LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 8192, stream);
+  lx_cuda_linear_backward(matmul, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+      GRAD_OF(block_linear_2_bias(layer)), scratch, block_linear_2_grad(), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), BT, 2048, 8192, stream);
   lx_prof_end(stream);
   /* BWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 1, stream);
-  lx_cuda_layernorm_backward(((lx_bf16 *)AT(40100421632LL)), GRAD_OF(((lx_bf16 *)AT(33579008LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(33583104LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(40133976064LL)), ((lx_bf16 *)AT(6998974464LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33579008LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+      GRAD_OF(block_layernorm_1_bias(layer)), scratch, block_layernorm_1_grad(), block_add_0(layer, mb),
+      block_layernorm_1_weight(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* BWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 1, stream);
-  lx_cuda_add_backward(((lx_bf16 *)block_input_grad(layer, mb)), ((lx_bf16 *)AT(40066867200LL)), ((lx_bf16 *)AT(40100421632LL)), (size_t)BT * 2048, stream);
+  lx_cuda_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048,
+      stream);
   lx_prof_end(stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 1, stream);
-  lx_cuda_dropout_backward(((lx_bf16 *)AT(40033312768LL)), ((lx_bf16 *)AT(40066867200LL)), ((uint8_t *)AT(6982197248LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), (size_t)BT * 2048, DROPOUT, stream);
+  lx_cuda_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(39999758336LL)), GRAD_OF(((lx_bf16 *)AT(25186304LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(33574912LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(40033312768LL)), ((lx_bf16 *)AT(5606465536LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(25186304LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 2048, stream);
+  lx_cuda_linear_backward(matmul, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+      GRAD_OF(block_linear_1_bias(layer)), scratch, block_linear_1_grad(), block_attention_0(layer, mb),
+      block_linear_1_weight(layer), BT, 2048, 2048, stream);
   lx_prof_end(stream);
   /* BWD a = attention(...)  gpt13b.model:66 */
   lx_prof_begin(8, 1, stream);
-  lx_cuda_attention_backward(((lx_bf16 *)AT(39899095040LL)), scratch, ((lx_bf16 *)AT(39999758336LL)), ((lx_bf16 *)AT(5505802240LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(5640019968LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(6445326336LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((uint8_t *)AT(6176890880LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), B, T, 16, 16, 128, DROPOUT, stream);
+  lx_cuda_attention_backward(block_qkv_grad(), scratch, block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), block_attention_0_dropout_output(layer, mb),
+      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD qkv = linear(...)  gpt13b.model:65 */
   lx_prof_begin(7, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(39865540608LL)), GRAD_OF(((lx_bf16 *)AT(8192LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(25174016LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(39899095040LL)), ((lx_bf16 *)AT(5472247808LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8192LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 6144, stream);
+  lx_cuda_linear_backward(matmul, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)),
+      GRAD_OF(block_qkv_bias(layer)), scratch, block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      BT, 2048, 6144, stream);
   lx_prof_end(stream);
   /* BWD h = layernorm(...)  gpt13b.model:64 */
   lx_prof_begin(6, 1, stream);
-  lx_cuda_layernorm_backward(((lx_bf16 *)block_input_grad(layer, mb)), GRAD_OF(((lx_bf16 *)AT(0LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(4096LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(39865540608LL)), ((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(0LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+      GRAD_OF(block_layernorm_0_bias(layer)), scratch, block_layernorm_0_grad(), block_input_0(layer, mb),
+      block_layernorm_0_weight(layer), BT, 2048, stream);
   lx_prof_end(stream);
 }
 
@@ -207,7 +387,8 @@ static void run_schedule(int step) {
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(0 + 3 * i)], streams[STREAM_RECV])); /* RECORD e(0 + 3 * i) */
@@ -217,24 +398,27 @@ static void run_schedule(int step) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(40670846976LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[9], streams[STREAM_RECV])); /* RECORD e9 */
   for (int i = 0; i < 3; i++) { /* the 24 lines below, 3 times */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(0 + 3 * i)], 0)); /* WAIT e(0 + 3 * i) (from recv) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(0 + 3 * i)],
+        0)); /* WAIT e(0 + 3 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(6 + j) mb(0 + i) (12 instructions, compute stream)  gpt13b.model:64 */
       forward_block((6 + j), (0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     }
     CUDA_CHECK(cudaEventRecord(events[(1 + 3 * i)], streams[STREAM_COMPUTE])); /* RECORD e(1 + 3 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(1 + 3 * i)], 0)); /* WAIT e(1 + 3 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(1 + 3 * i)],
+        0)); /* WAIT e(1 + 3 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* SEND_ACT mb(0 + i) to stage 2  gpt13b.model:63 */
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40570183680LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
+          streams[STREAM_SEND]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(2 + 3 * i)], streams[STREAM_SEND])); /* RECORD e(2 + 3 * i) */
@@ -251,7 +435,7 @@ static void run_schedule(int step) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40771510272LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[11], streams[STREAM_SEND])); /* RECORD e11 */
@@ -262,7 +446,8 @@ static void run_schedule(int step) {
     const int mb = 3, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_RECV]));
+    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
+        streams[STREAM_RECV]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[13], streams[STREAM_RECV])); /* RECORD e13 */
@@ -271,7 +456,7 @@ static void run_schedule(int step) {
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(40670846976LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[16], streams[STREAM_RECV])); /* RECORD e16 */
@@ -288,7 +473,7 @@ static void run_schedule(int step) {
     const int mb = 3, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40570183680LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[15], streams[STREAM_SEND])); /* RECORD e15 */
@@ -304,7 +489,7 @@ static void run_schedule(int step) {
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40771510272LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[18], streams[STREAM_SEND])); /* RECORD e18 */
@@ -315,7 +500,8 @@ static void run_schedule(int step) {
     const int mb = 4, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_RECV]));
+    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
+        streams[STREAM_RECV]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[20], streams[STREAM_RECV])); /* RECORD e20 */
@@ -324,7 +510,7 @@ static void run_schedule(int step) {
     const int mb = 2, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(40670846976LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[23], streams[STREAM_RECV])); /* RECORD e23 */
@@ -341,66 +527,78 @@ static void run_schedule(int step) {
     const int mb = 4, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40570183680LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[22], streams[STREAM_SEND])); /* RECORD e22 */
   for (int i = 0; i < 58; i++) { /* the 71 lines below, 58 times */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(23 + 7 * i)], 0)); /* WAIT e(23 + 7 * i) (from recv) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(23 + 7 * i)],
+        0)); /* WAIT e(23 + 7 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(11 - j) mb(2 + i) (12 instructions, compute stream)  gpt13b.model:72 */
       backward_block((11 - j), (2 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     }
     CUDA_CHECK(cudaEventRecord(events[(24 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(24 + 7 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(24 + 7 * i)], 0)); /* WAIT e(24 + 7 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(24 + 7 * i)],
+        0)); /* WAIT e(24 + 7 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* SEND_GRAD mb(2 + i) to stage 0  gpt13b.model:63 */
       const int mb = (2 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40771510272LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+      NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
+          streams[STREAM_SEND]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(25 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(25 + 7 * i) */
     CUDA_CHECK(cudaEventRecord(events[(26 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(26 + 7 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(26 + 7 * i)], 0)); /* WAIT e(26 + 7 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(26 + 7 * i)],
+        0)); /* WAIT e(26 + 7 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* RECV_ACT mb(5 + i) from stage 0  gpt13b.model:63 */
       const int mb = (5 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(27 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(27 + 7 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(12 + 7 * i)], 0)); /* WAIT e(12 + 7 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(12 + 7 * i)],
+        0)); /* WAIT e(12 + 7 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* RECV_GRAD mb(3 + i) from stage 2  gpt13b.model:63 */
       const int mb = (3 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(40670846976LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(30 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(30 + 7 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(8 + 7 * i)], 0)); /* WAIT e(8 + 7 * i) (from send) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(27 + 7 * i)], 0)); /* WAIT e(27 + 7 * i) (from recv) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(8 + 7 * i)],
+        0)); /* WAIT e(8 + 7 * i) (from send) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(27 + 7 * i)],
+        0)); /* WAIT e(27 + 7 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(6 + j) mb(5 + i) (12 instructions, compute stream)  gpt13b.model:64 */
       forward_block((6 + j), (5 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     }
     CUDA_CHECK(cudaEventRecord(events[(28 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(28 + 7 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(28 + 7 * i)], 0)); /* WAIT e(28 + 7 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(28 + 7 * i)],
+        0)); /* WAIT e(28 + 7 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* SEND_ACT mb(5 + i) to stage 2  gpt13b.model:63 */
       const int mb = (5 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40570183680LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
+          streams[STREAM_SEND]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(29 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(29 + 7 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(11 + 7 * i)], 0)); /* WAIT e(11 + 7 * i) (from send) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(11 + 7 * i)],
+        0)); /* WAIT e(11 + 7 * i) (from send) */
   }
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[429], 0)); /* WAIT e429 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
@@ -414,7 +612,7 @@ static void run_schedule(int step) {
     const int mb = 60, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40771510272LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[431], streams[STREAM_SEND])); /* RECORD e431 */
@@ -425,18 +623,21 @@ static void run_schedule(int step) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_RECV]));
+    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
+        streams[STREAM_RECV]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[433], streams[STREAM_RECV])); /* RECORD e433 */
   for (int i = 0; i < 3; i++) { /* the 10 lines below, 3 times */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(418 + 7 * i)], 0)); /* WAIT e(418 + 7 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(418 + 7 * i)],
+        0)); /* WAIT e(418 + 7 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* RECV_GRAD mb(61 + i) from stage 2  gpt13b.model:63 */
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(40670846976LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(436 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(436 + 4 * i) */
@@ -454,7 +655,7 @@ static void run_schedule(int step) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40570183680LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[435], streams[STREAM_SEND])); /* RECORD e435 */
@@ -471,7 +672,7 @@ static void run_schedule(int step) {
     const int mb = 61, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40771510272LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[438], streams[STREAM_SEND])); /* RECORD e438 */
@@ -489,7 +690,7 @@ static void run_schedule(int step) {
     const int mb = 62, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40771510272LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[442], streams[STREAM_SEND])); /* RECORD e442 */
@@ -502,7 +703,8 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(445 + i)], streams[STREAM_COMPUTE])); /* RECORD e(445 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(445 + i)], 0)); /* WAIT e(445 + i) (from compute) */
     /* ALLREDUCE_DP block L(11 - i) */
-    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i), 50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
+        50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
   }
   CUDA_CHECK(cudaEventRecord(events[454], streams[STREAM_DP])); /* RECORD e454 */
   CUDA_CHECK(cudaEventRecord(events[451], streams[STREAM_COMPUTE])); /* RECORD e451 */
@@ -512,7 +714,7 @@ static void run_schedule(int step) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40771510272LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[452], streams[STREAM_SEND])); /* RECORD e452 */
@@ -533,10 +735,11 @@ static void run_forward(int step) {
   for (int mb = 0; mb < MICRO_BATCHES; mb++) {
     {
       const int layer = FIRST_LAYER;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(5438693376LL + (mb % SLOTS) * 11475615744LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm, stream));
+      (void)layer;
+      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm, stream));
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(40570183680LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));
+    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));
   }
 }
 

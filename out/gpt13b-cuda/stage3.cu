@@ -56,20 +56,192 @@ enum {
 #define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / PARAM_ELT * 4))
 #define GRAD_REGION ((float *)(arena + REGION_grads))
 
+/* The stage's tensors by name, at their places in the arena (plan.txt). */
+/* micro-batch mb's stash slot: what its forward keeps for its backward */
+static int64_t stash_slot(int mb) { return (mb % SLOTS) * 12366970880LL; }
+/* a layer's part of a stash slot */
+static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 1912602624LL; }
+/* a layer's parameters (and gradients: GRAD_OF) */
+static int64_t param_layer(int layer) { return (layer - FIRST_LAYER) * 100716544LL; }
+/* micro-batch mb's buffers to and from the neighbouring stages */
+static int64_t pipe_slot(int mb) { return (mb % SLOTS) * 33554432LL; }
+
+/* parameters, per layer of the stage */
+/* 2048 elements: the weight of h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_weight(int layer) { return (lx_bf16 *)AT(REGION_params + 0LL + param_layer(layer)); }
+/* 2048 elements: the bias of h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 4096LL + param_layer(layer));
+}
+/* 12582912 elements: the weight of qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_weight(int layer) { return (lx_bf16 *)AT(REGION_params + 8192LL + param_layer(layer)); }
+/* 6144 elements: the bias of qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_bias(int layer) { return (lx_bf16 *)AT(REGION_params + 25174016LL + param_layer(layer)); }
+/* 4194304 elements: the weight of linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 25186304LL + param_layer(layer));
+}
+/* 2048 elements: the bias of linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 33574912LL + param_layer(layer));
+}
+/* 2048 elements: the weight of h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 33579008LL + param_layer(layer));
+}
+/* 2048 elements: the bias of h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 33583104LL + param_layer(layer));
+}
+/* 16777216 elements: the weight of linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 33587200LL + param_layer(layer));
+}
+/* 8192 elements: the bias of linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 67141632LL + param_layer(layer));
+}
+/* 16777216 elements: the weight of linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_weight(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 67158016LL + param_layer(layer));
+}
+/* 2048 elements: the bias of linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_bias(int layer) {
+  return (lx_bf16 *)AT(REGION_params + 100712448LL + param_layer(layer));
+}
+/* 103022592 elements: the weight of logits = lm_head(...)  gpt13b.model:76 */
+static lx_bf16 *epilogue_logits_weight(void) { return (lx_bf16 *)AT(REGION_params + 604299264LL); }
+/* 2048 elements: the weight of layernorm_0 = layernorm(...)  gpt13b.model:76 */
+static lx_bf16 *epilogue_layernorm_0_weight(void) { return (lx_bf16 *)AT(REGION_params + 810344448LL); }
+/* 2048 elements: the bias of layernorm_0 = layernorm(...)  gpt13b.model:76 */
+static lx_bf16 *epilogue_layernorm_0_bias(void) { return (lx_bf16 *)AT(REGION_params + 810348544LL); }
+
+/* kept from a micro-batch's forward to its backward: per stash slot and layer */
+/* (B, T, 2048): x, an argument of block()  gpt13b.model:63 */
+static lx_bf16 *block_input_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 0LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 33554432LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 6144): qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 67108864LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 167772160LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 536870912 bytes: the softmax of a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_softmax(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 201326592LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 268435456 bytes: the dropout_mask of a = attention(...)  gpt13b.model:66 */
+static uint8_t *block_attention_0_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 738197504LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 536870912 bytes: the dropout_output of a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_dropout_output(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1006632960LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 16777216 bytes: the dropout_mask of a = dropout(...)  gpt13b.model:67 */
+static uint8_t *block_dropout_0_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 1543503872LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): x = add(...)  gpt13b.model:68 */
+static lx_bf16 *block_add_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1560281088LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1593835520LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 8192): linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1627389952LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 8192): h = gelu(...)  gpt13b.model:70 */
+static lx_bf16 *block_gelu_0(int layer, int mb) {
+  return (lx_bf16 *)AT(REGION_stash + 1761607680LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 16777216 bytes: the dropout_mask of h = dropout(...)  gpt13b.model:71 */
+static uint8_t *block_dropout_1_dropout_mask(int layer, int mb) {
+  return (uint8_t *)AT(REGION_stash + 1895825408LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 2048): x, an argument of epilogue()  gpt13b.model:75 */
+static lx_bf16 *epilogue_x(int mb) { return (lx_bf16 *)AT(REGION_stash + 11475615744LL + stash_slot(mb)); }
+/* (B, T): targets, an argument of epilogue()  gpt13b.model:75 */
+static int *epilogue_targets(int mb) { return (int *)AT(REGION_stash + 11509170176LL + stash_slot(mb)); }
+/* (B, T, 2048): layernorm_0 = layernorm(...)  gpt13b.model:76 */
+static lx_bf16 *epilogue_layernorm_0(int mb) { return (lx_bf16 *)AT(REGION_stash + 11509202944LL + stash_slot(mb)); }
+/* (B, T, 50304): logits = lm_head(...)  gpt13b.model:76 */
+static lx_bf16 *epilogue_logits(int mb) { return (lx_bf16 *)AT(REGION_stash + 11542757376LL + stash_slot(mb)); }
+/* 32768 bytes: the lse of cross_entropy_0 = cross_entropy(...)  gpt13b.model:77 */
+static float *epilogue_cross_entropy_0_lse(int mb) {
+  return (float *)AT(REGION_stash + 12366938112LL + stash_slot(mb));
+}
+
+/* work: alive inside one forward or backward (or from a window to the backward) */
+/* (B, T, 2048): d h = layernorm(...)  gpt13b.model:64 */
+static lx_bf16 *block_layernorm_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): d layernorm_0 = layernorm(...)  gpt13b.model:76 */
+static lx_bf16 *epilogue_layernorm_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 0LL); }
+/* (B, T, 2048): a = dropout(...)  gpt13b.model:67 */
+static lx_bf16 *block_dropout_0(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 6144): d qkv = linear(...)  gpt13b.model:65 */
+static lx_bf16 *block_qkv_grad(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 50304): d logits = lm_head(...)  gpt13b.model:76 */
+static lx_bf16 *epilogue_logits_grad(void) { return (lx_bf16 *)AT(REGION_work + 33554432LL); }
+/* (B, T, 2048): linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3(void) { return (lx_bf16 *)AT(REGION_work + 67108864LL); }
+/* (B, T, 2048): h = dropout(...)  gpt13b.model:71 */
+static lx_bf16 *block_dropout_1(void) { return (lx_bf16 *)AT(REGION_work + 100663296LL); }
+/* (B, T, 2048): d a = attention(...)  gpt13b.model:66 */
+static lx_bf16 *block_attention_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 134217728LL); }
+/* (B, T, 2048): d linear_1 = linear(...)  gpt13b.model:67 */
+static lx_bf16 *block_linear_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 167772160LL); }
+/* (B, T, 2048): d a = dropout(...)  gpt13b.model:67 */
+static lx_bf16 *block_dropout_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 201326592LL); }
+/* (B, T, 2048): d x = add(...)  gpt13b.model:68 */
+static lx_bf16 *block_add_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 234881024LL); }
+/* (B, T, 2048): d h = layernorm(...)  gpt13b.model:69 */
+static lx_bf16 *block_layernorm_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 268435456LL); }
+/* (B, T, 8192): d linear_2 = linear(...)  gpt13b.model:70 */
+static lx_bf16 *block_linear_2_grad(void) { return (lx_bf16 *)AT(REGION_work + 301989888LL); }
+/* (B, T, 8192): d h = gelu(...)  gpt13b.model:70 */
+static lx_bf16 *block_gelu_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 436207616LL); }
+/* (B, T, 2048): d linear_3 = linear(...)  gpt13b.model:71 */
+static lx_bf16 *block_linear_3_grad(void) { return (lx_bf16 *)AT(REGION_work + 570425344LL); }
+/* (B, T, 2048): d h = dropout(...)  gpt13b.model:71 */
+static lx_bf16 *block_dropout_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 603979776LL); }
+
+/* pipeline buffers per slot, and the gradients between layers */
+/* (B, T, 2048): d x = input(...)  gpt13b.model:75 */
+static lx_bf16 *epilogue_x_grad(void) { return (lx_bf16 *)AT(REGION_boundary + 33554432LL); }
+/* (BOUNDARY_ELEMENTS): the input gradient sent to stage 2 */
+static lx_bf16 *send_input_grad(int mb) { return (lx_bf16 *)AT(REGION_boundary + 67108864LL + pipe_slot(mb)); }
+
 /* A layer's output is the next layer's input, or leaves the stage after its
  * last layer; gradients at the stage's edges come from and go to the
  * pipeline's buffers, between layers they alternate in the boundary region. */
-static void *block_output(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(18768789504LL + (mb % SLOTS) * 12366970880LL) : AT(9205776384LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL);
+/* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  gpt13b.model:63 */
+static lx_bf16 *layer_output(int layer, int mb) {
+  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_stash + 11475615744LL + stash_slot(mb));
+  return (lx_bf16 *)AT(REGION_stash + 1912602624LL + stash_slot(mb) + stash_layer(layer));
 }
-static void *block_output_grad(int layer, int mb) {
+/* (BOUNDARY_ELEMENTS): d block()'s output  gpt13b.model:63 */
+static lx_bf16 *layer_output_grad(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(20517879808LL + ((layer + 0) % 2) * 33554432LL) : AT(20517879808LL + ((layer + 0) % 2) * 33554432LL);
+  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 33554432LL);
+  return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 33554432LL);
 }
-static void *block_input_grad(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER ? AT(20584988672LL + (mb % SLOTS) * 33554432LL) : AT(20517879808LL + ((layer + 1) % 2) * 33554432LL);
+/* (BOUNDARY_ELEMENTS): d block()'s input  gpt13b.model:63 */
+static lx_bf16 *layer_input_grad(int layer, int mb) {
+  if (layer == FIRST_LAYER) return (lx_bf16 *)AT(REGION_boundary + 67108864LL + pipe_slot(mb));
+  return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
 }
 
 /* forward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
@@ -77,28 +249,36 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   (void)scratch;
   /* FWD h = layernorm(...)  gpt13b.model:64 */
   lx_prof_begin(6, 0, stream);
-  lx_cuda_layernorm_forward(((lx_bf16 *)AT(7326728192LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(0LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(4096LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+      block_layernorm_0_bias(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* FWD qkv = linear(...)  gpt13b.model:65 */
   lx_prof_begin(7, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(7360282624LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7326728192LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8192LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(25174016LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 6144, stream);
+  lx_cuda_linear_forward(matmul, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      block_qkv_bias(layer), BT, 2048, 6144, stream);
   lx_prof_end(stream);
   /* FWD a = attention(...)  gpt13b.model:66 */
   lx_prof_begin(8, 0, stream);
-  lx_cuda_attention_forward(((lx_bf16 *)AT(7460945920LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7494500352LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8299806720LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((uint8_t *)AT(8031371264LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), scratch, ((lx_bf16 *)AT(7360282624LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), B, T, 16, 16, 128, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
+  lx_cuda_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
+      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), scratch,
+      block_qkv(layer, mb), B, T, 16, 16, 128, DROPOUT, seed,
+      lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
   lx_prof_end(stream);
   /* FWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(19660144640LL)), ((lx_bf16 *)AT(7460945920LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(25186304LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(33574912LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 2048, stream);
+  lx_cuda_linear_forward(matmul, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+      block_linear_1_bias(layer), BT, 2048, 2048, stream);
   lx_prof_end(stream);
   /* FWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 0, stream);
-  lx_cuda_dropout_forward(((lx_bf16 *)AT(19693699072LL)), ((uint8_t *)AT(8836677632LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(19660144640LL)), (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
+  lx_cuda_dropout_forward(block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
   lx_prof_end(stream);
   /* FWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 0, stream);
   /* with the layernorm below: one pass over each row writes the sum and its norm */
-  lx_cuda_residual_layernorm_forward(((lx_bf16 *)AT(8853454848LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8887009280LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(19693699072LL)), ((lx_bf16 *)AT(33579008LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(33583104LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_residual_layernorm_forward(block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
+      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* FWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 0, stream);
@@ -107,7 +287,8 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   /* FWD linear_2 = linear(...)  gpt13b.model:70 */
   lx_prof_begin(13, 0, stream);
   /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as linear_2's output */
-  lx_cuda_linear_gelu_forward(matmul, ((lx_bf16 *)AT(9054781440LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8920563712LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8887009280LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33587200LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(67141632LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 8192, stream);
+  lx_cuda_linear_gelu_forward(matmul, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192, stream);
   lx_prof_end(stream);
   /* FWD h = gelu(...)  gpt13b.model:70 */
   lx_prof_begin(14, 0, stream);
@@ -115,46 +296,52 @@ static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch
   lx_prof_end(stream);
   /* FWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(19727253504LL)), ((lx_bf16 *)AT(9054781440LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(100712448LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_forward(matmul, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      block_linear_3_bias(layer), BT, 8192, 2048, stream);
   lx_prof_end(stream);
   /* FWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 0, stream);
-  lx_cuda_dropout_forward(((lx_bf16 *)AT(19760807936LL)), ((uint8_t *)AT(9188999168LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(19727253504LL)), (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
+  lx_cuda_dropout_forward(block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
   lx_prof_end(stream);
   /* FWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 0, stream);
-  lx_cuda_add_forward(((lx_bf16 *)block_output(layer, mb)), ((lx_bf16 *)AT(8853454848LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(19760807936LL)), (size_t)BT * 2048, stream);
+  lx_cuda_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048, stream);
   lx_prof_end(stream);
 }
 
 /* backward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
 static void backward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
   (void)scratch;
-  CUDA_CHECK(cudaMemsetAsync(((char *)block_input_grad(layer, mb)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19660144640LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19693699072LL)), 0, 100663296, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19794362368LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19827916800LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19861471232LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19895025664LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19928580096LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19962134528LL)), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(20096352256LL)), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(20230569984LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(20264124416LL)), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 1, stream);
-  lx_cuda_add_backward(((lx_bf16 *)AT(19895025664LL)), ((lx_bf16 *)AT(20264124416LL)), ((lx_bf16 *)block_output_grad(layer, mb)), (size_t)BT * 2048, stream);
+  lx_cuda_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048,
+      stream);
   lx_prof_end(stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 1, stream);
-  lx_cuda_dropout_backward(((lx_bf16 *)AT(20230569984LL)), ((lx_bf16 *)AT(20264124416LL)), ((uint8_t *)AT(9188999168LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), (size_t)BT * 2048, DROPOUT, stream);
+  lx_cuda_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, stream);
-  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(100712448LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(20230569984LL)), ((lx_bf16 *)AT(9054781440LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
+      scratch, block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048, stream);
   /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
-  lx_cuda_linear_dgelu_backward(matmul, ((lx_bf16 *)AT(19962134528LL)), ((lx_bf16 *)AT(20230569984LL)), ((lx_bf16 *)AT(67158016LL + (layer - FIRST_LAYER) * 100716544LL)), ((lx_bf16 *)AT(8920563712LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), BT, 8192, 2048, stream);
+  lx_cuda_linear_dgelu_backward(matmul, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
+      block_linear_2(layer, mb), BT, 8192, 2048, stream);
   lx_prof_end(stream);
   /* BWD h = gelu(...)  gpt13b.model:70 */
   lx_prof_begin(14, 1, stream);
@@ -162,35 +349,49 @@ static void backward_block(int layer, int mb, cudaStream_t stream, float *scratc
   lx_prof_end(stream);
   /* BWD linear_2 = linear(...)  gpt13b.model:70 */
   lx_prof_begin(13, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(19928580096LL)), GRAD_OF(((lx_bf16 *)AT(33587200LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(67141632LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(19962134528LL)), ((lx_bf16 *)AT(8887009280LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33587200LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 8192, stream);
+  lx_cuda_linear_backward(matmul, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+      GRAD_OF(block_linear_2_bias(layer)), scratch, block_linear_2_grad(), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), BT, 2048, 8192, stream);
   lx_prof_end(stream);
   /* BWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 1, stream);
-  lx_cuda_layernorm_backward(((lx_bf16 *)AT(19895025664LL)), GRAD_OF(((lx_bf16 *)AT(33579008LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(33583104LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(19928580096LL)), ((lx_bf16 *)AT(8853454848LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(33579008LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+      GRAD_OF(block_layernorm_1_bias(layer)), scratch, block_layernorm_1_grad(), block_add_0(layer, mb),
+      block_layernorm_1_weight(layer), BT, 2048, stream);
   lx_prof_end(stream);
   /* BWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 1, stream);
-  lx_cuda_add_backward(((lx_bf16 *)block_input_grad(layer, mb)), ((lx_bf16 *)AT(19861471232LL)), ((lx_bf16 *)AT(19895025664LL)), (size_t)BT * 2048, stream);
+  lx_cuda_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048,
+      stream);
   lx_prof_end(stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 1, stream);
-  lx_cuda_dropout_backward(((lx_bf16 *)AT(19827916800LL)), ((lx_bf16 *)AT(19861471232LL)), ((uint8_t *)AT(8836677632LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), (size_t)BT * 2048, DROPOUT, stream);
+  lx_cuda_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(19794362368LL)), GRAD_OF(((lx_bf16 *)AT(25186304LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(33574912LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(19827916800LL)), ((lx_bf16 *)AT(7460945920LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(25186304LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 2048, stream);
+  lx_cuda_linear_backward(matmul, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+      GRAD_OF(block_linear_1_bias(layer)), scratch, block_linear_1_grad(), block_attention_0(layer, mb),
+      block_linear_1_weight(layer), BT, 2048, 2048, stream);
   lx_prof_end(stream);
   /* BWD a = attention(...)  gpt13b.model:66 */
   lx_prof_begin(8, 1, stream);
-  lx_cuda_attention_backward(((lx_bf16 *)AT(19693699072LL)), scratch, ((lx_bf16 *)AT(19794362368LL)), ((lx_bf16 *)AT(7360282624LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(7494500352LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8299806720LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((uint8_t *)AT(8031371264LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), B, T, 16, 16, 128, DROPOUT, stream);
+  lx_cuda_attention_backward(block_qkv_grad(), scratch, block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), block_attention_0_dropout_output(layer, mb),
+      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT, stream);
   lx_prof_end(stream);
   /* BWD qkv = linear(...)  gpt13b.model:65 */
   lx_prof_begin(7, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(19660144640LL)), GRAD_OF(((lx_bf16 *)AT(8192LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(25174016LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(19693699072LL)), ((lx_bf16 *)AT(7326728192LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(8192LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, 6144, stream);
+  lx_cuda_linear_backward(matmul, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)),
+      GRAD_OF(block_qkv_bias(layer)), scratch, block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      BT, 2048, 6144, stream);
   lx_prof_end(stream);
   /* BWD h = layernorm(...)  gpt13b.model:64 */
   lx_prof_begin(6, 1, stream);
-  lx_cuda_layernorm_backward(((lx_bf16 *)block_input_grad(layer, mb)), GRAD_OF(((lx_bf16 *)AT(0LL + (layer - FIRST_LAYER) * 100716544LL))), GRAD_OF(((lx_bf16 *)AT(4096LL + (layer - FIRST_LAYER) * 100716544LL))), scratch, ((lx_bf16 *)AT(19660144640LL)), ((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), ((lx_bf16 *)AT(0LL + (layer - FIRST_LAYER) * 100716544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+      GRAD_OF(block_layernorm_0_bias(layer)), scratch, block_layernorm_0_grad(), block_input_0(layer, mb),
+      block_layernorm_0_weight(layer), BT, 2048, stream);
   lx_prof_end(stream);
 }
 
@@ -201,15 +402,18 @@ static void forward_epilogue(int mb, cudaStream_t stream, float *scratch) {
   (void)layer;
   /* FWD layernorm_0 = layernorm(...)  gpt13b.model:76 */
   lx_prof_begin(20, 0, stream);
-  lx_cuda_layernorm_forward(((lx_bf16 *)AT(18802376704LL + (mb % SLOTS) * 12366970880LL)), ((lx_bf16 *)AT(18768789504LL + (mb % SLOTS) * 12366970880LL)), ((lx_bf16 *)AT(810344448LL)), ((lx_bf16 *)AT(810348544LL)), BT, 2048, stream);
+  lx_cuda_layernorm_forward(epilogue_layernorm_0(mb), epilogue_x(mb), epilogue_layernorm_0_weight(),
+      epilogue_layernorm_0_bias(), BT, 2048, stream);
   lx_prof_end(stream);
   /* FWD logits = lm_head(...)  gpt13b.model:76 */
   lx_prof_begin(21, 0, stream);
-  lx_cuda_linear_forward(matmul, ((lx_bf16 *)AT(18835931136LL + (mb % SLOTS) * 12366970880LL)), ((lx_bf16 *)AT(18802376704LL + (mb % SLOTS) * 12366970880LL)), ((lx_bf16 *)AT(604299264LL)), NULL, BT, 2048, VP / 1, stream);
+  lx_cuda_linear_forward(matmul, epilogue_logits(mb), epilogue_layernorm_0(mb), epilogue_logits_weight(), NULL, BT,
+      2048, VP / 1, stream);
   lx_prof_end(stream);
   /* FWD cross_entropy_0 = cross_entropy(...)  gpt13b.model:77 */
   lx_prof_begin(22, 0, stream);
-  lx_cuda_cross_entropy_forward(losses + mb, ((float *)AT(19660111872LL + (mb % SLOTS) * 12366970880LL)), scratch, ((lx_bf16 *)AT(18835931136LL + (mb % SLOTS) * 12366970880LL)), ((int *)AT(18802343936LL + (mb % SLOTS) * 12366970880LL)), BT, V, VP, stream);
+  lx_cuda_cross_entropy_forward(losses + mb, epilogue_cross_entropy_0_lse(mb), scratch, epilogue_logits(mb),
+      epilogue_targets(mb), BT, V, VP, stream);
   lx_prof_end(stream);
 }
 
@@ -218,20 +422,24 @@ static void backward_epilogue(int mb, cudaStream_t stream, float *scratch) {
   (void)scratch;
   const int layer = FIRST_LAYER;
   (void)layer;
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(20551434240LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19660144640LL)), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(((char *)AT(19693699072LL)), 0, 824180736, stream));
+  CUDA_CHECK(cudaMemsetAsync(epilogue_x_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(epilogue_layernorm_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(epilogue_logits_grad(), 0, 824180736, stream));
   /* BWD cross_entropy_0 = cross_entropy(...)  gpt13b.model:77 */
   lx_prof_begin(22, 1, stream);
-  lx_cuda_cross_entropy_backward(((lx_bf16 *)AT(19693699072LL)), ((lx_bf16 *)AT(18835931136LL + (mb % SLOTS) * 12366970880LL)), ((float *)AT(19660111872LL + (mb % SLOTS) * 12366970880LL)), ((int *)AT(18802343936LL + (mb % SLOTS) * 12366970880LL)), LOSS_SCALE, BT, V, VP, stream);
+  lx_cuda_cross_entropy_backward(epilogue_logits_grad(), epilogue_logits(mb), epilogue_cross_entropy_0_lse(mb),
+      epilogue_targets(mb), LOSS_SCALE, BT, V, VP, stream);
   lx_prof_end(stream);
   /* BWD logits = lm_head(...)  gpt13b.model:76 */
   lx_prof_begin(21, 1, stream);
-  lx_cuda_linear_backward(matmul, ((lx_bf16 *)AT(19660144640LL)), GRAD_OF(((lx_bf16 *)AT(604299264LL))), NULL, scratch, ((lx_bf16 *)AT(19693699072LL)), ((lx_bf16 *)AT(18802376704LL + (mb % SLOTS) * 12366970880LL)), ((lx_bf16 *)AT(604299264LL)), BT, 2048, VP / 1, stream);
+  lx_cuda_linear_backward(matmul, epilogue_layernorm_0_grad(), GRAD_OF(epilogue_logits_weight()), NULL, scratch,
+      epilogue_logits_grad(), epilogue_layernorm_0(mb), epilogue_logits_weight(), BT, 2048, VP / 1, stream);
   lx_prof_end(stream);
   /* BWD layernorm_0 = layernorm(...)  gpt13b.model:76 */
   lx_prof_begin(20, 1, stream);
-  lx_cuda_layernorm_backward(((lx_bf16 *)AT(20551434240LL)), GRAD_OF(((lx_bf16 *)AT(810344448LL))), GRAD_OF(((lx_bf16 *)AT(810348544LL))), scratch, ((lx_bf16 *)AT(19660144640LL)), ((lx_bf16 *)AT(18768789504LL + (mb % SLOTS) * 12366970880LL)), ((lx_bf16 *)AT(810344448LL)), BT, 2048, stream);
+  lx_cuda_layernorm_backward(epilogue_x_grad(), GRAD_OF(epilogue_layernorm_0_weight()),
+      GRAD_OF(epilogue_layernorm_0_bias()), scratch, epilogue_layernorm_0_grad(), epilogue_x(mb),
+      epilogue_layernorm_0_weight(), BT, 2048, stream);
   lx_prof_end(stream);
 }
 
@@ -239,7 +447,7 @@ enum { LOADS_TOKENS = 1 }; /* the stage reads the token shards */
 /* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first
  * stage keeps inputs, the last targets. */
 static void load_micro_batch(int mb, cudaStream_t stream) {
-  lx_cuda_load(NULL, ((int *)AT(18802343936LL + (mb % SLOTS) * 12366970880LL)), mb, BT, stream);
+  lx_cuda_load(NULL, epilogue_targets(mb), mb, BT, stream);
 }
 
 /* One optimizer step's forwards and backwards, in the order of the schedule
@@ -252,7 +460,8 @@ static void run_schedule(int step) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
+        streams[STREAM_RECV]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[0], streams[STREAM_RECV])); /* RECORD e0 */
@@ -272,28 +481,33 @@ static void run_schedule(int step) {
       backward_block((23 - j), (0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     }
     CUDA_CHECK(cudaEventRecord(events[(1 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(1 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(1 + 4 * i)], 0)); /* WAIT e(1 + 4 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(1 + 4 * i)],
+        0)); /* WAIT e(1 + 4 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* SEND_GRAD mb(0 + i) to stage 2  gpt13b.model:63 */
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(((lx_bf16 *)AT(20584988672LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+      NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
+          streams[STREAM_SEND]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(2 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(2 + 4 * i) */
     CUDA_CHECK(cudaEventRecord(events[(3 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(3 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(3 + 4 * i)], 0)); /* WAIT e(3 + 4 * i) (from compute) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(3 + 4 * i)],
+        0)); /* WAIT e(3 + 4 * i) (from compute) */
     NCCL_CHECK(ncclGroupStart());
     { /* RECV_ACT mb(1 + i) from stage 2  gpt13b.model:63 */
       const int mb = (1 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
+          streams[STREAM_RECV]));
     }
     NCCL_CHECK(ncclGroupEnd());
     CUDA_CHECK(cudaEventRecord(events[(4 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(4 + 4 * i) */
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(4 + 4 * i)], 0)); /* WAIT e(4 + 4 * i) (from recv) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(4 + 4 * i)],
+        0)); /* WAIT e(4 + 4 * i) (from recv) */
     load_micro_batch((1 + i), streams[STREAM_COMPUTE]); /* LOAD mb(1 + i) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(18 + j) mb(1 + i) (12 instructions, compute stream)  gpt13b.model:64 */
@@ -301,25 +515,29 @@ static void run_schedule(int step) {
     }
     /* FWD epilogue.layernorm_0 mb(1 + i) (3 instructions, compute stream)  gpt13b.model:76 */
     forward_epilogue((1 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
-    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(2 + 4 * i)], 0)); /* WAIT e(2 + 4 * i) (from send) */
+    CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(2 + 4 * i)],
+        0)); /* WAIT e(2 + 4 * i) (from send) */
   }
   /* BWD epilogue.cross_entropy_0 mb63 (3 instructions, compute stream)  gpt13b.model:77 */
   backward_epilogue(63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
   CUDA_CHECK(cudaEventRecord(events[253], streams[STREAM_COMPUTE])); /* RECORD e253 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[253], 0)); /* WAIT e253 (from compute) */
   /* ALLREDUCE_DP tied embedding */
-  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 302149632LL, GRAD_REGION + 302149632LL, 103022592LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 302149632LL, GRAD_REGION + 302149632LL, 103022592LL, ncclFloat32, ncclSum,
+      dp_comm, streams[STREAM_DP]));
   CUDA_CHECK(cudaEventRecord(events[254], streams[STREAM_COMPUTE])); /* RECORD e254 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[254], 0)); /* WAIT e254 (from compute) */
   /* ALLREDUCE_DP epilogue */
-  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 405172224LL, GRAD_REGION + 405172224LL, 4096LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 405172224LL, GRAD_REGION + 405172224LL, 4096LL, ncclFloat32, ncclSum, dp_comm,
+      streams[STREAM_DP]));
   for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
     /* BWD block.add_1 L(23 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
     backward_block((23 - i), 63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
     CUDA_CHECK(cudaEventRecord(events[(255 + i)], streams[STREAM_COMPUTE])); /* RECORD e(255 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(255 + i)], 0)); /* WAIT e(255 + i) (from compute) */
     /* ALLREDUCE_DP block L(23 - i) */
-    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i), 50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
+        50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
   }
   CUDA_CHECK(cudaEventRecord(events[264], streams[STREAM_DP])); /* RECORD e264 */
   CUDA_CHECK(cudaEventRecord(events[261], streams[STREAM_COMPUTE])); /* RECORD e261 */
@@ -329,7 +547,7 @@ static void run_schedule(int step) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(((lx_bf16 *)AT(20584988672LL + (mb % SLOTS) * 33554432LL)), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
   }
   NCCL_CHECK(ncclGroupEnd());
   CUDA_CHECK(cudaEventRecord(events[262], streams[STREAM_SEND])); /* RECORD e262 */
@@ -351,7 +569,8 @@ static void run_forward(int step) {
     load_micro_batch(mb, stream);
     {
       const int layer = FIRST_LAYER;
-      NCCL_CHECK(ncclRecv(((lx_bf16 *)AT(7293173760LL + (mb % SLOTS) * 12366970880LL + (layer - FIRST_LAYER) * 1912602624LL)), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm, stream));
+      (void)layer;
+      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm, stream));
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
     forward_epilogue(mb, stream, scratch);

@@ -74,20 +74,158 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define PARAMS ((real *)AT(REGION_params))
 #define GRADS ((real *)AT(REGION_grads))
 
+/* The stage's tensors by name, at their places in the arena (plan.txt). */
+/* micro-batch mb's stash slot: what its forward keeps for its backward */
+static int64_t stash_slot(int mb) { return (mb % SLOTS) * 1311232LL; }
+/* a layer's part of a stash slot */
+static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 655360LL; }
+/* a layer's parameters (and gradients: GRAD_OF) */
+static int64_t param_layer(int layer) { return (layer - FIRST_LAYER) * 199936LL; }
+/* micro-batch mb's buffers to and from the neighbouring stages */
+static int64_t pipe_slot(int mb) { return (mb % SLOTS) * 32768LL; }
+
+/* parameters, per layer of the stage */
+/* 16384 elements: the weight of x = embedding(...)  tiny.model:65 */
+static real *prologue_embedding_0_weight(void) { return (real *)AT(REGION_params + 0LL); }
+/* 4096 elements: the weight of position_embedding_0 = position_embedding(...)  tiny.model:66 */
+static real *prologue_position_embedding_0_weight(void) { return (real *)AT(REGION_params + 65536LL); }
+/* 64 elements: the weight of h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0_weight(int layer) { return (real *)AT(REGION_params + 81920LL + param_layer(layer)); }
+/* 64 elements: the bias of h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0_bias(int layer) { return (real *)AT(REGION_params + 82176LL + param_layer(layer)); }
+/* 12288 elements: the weight of qkv = linear(...)  tiny.model:73 */
+static real *block_qkv_weight(int layer) { return (real *)AT(REGION_params + 82432LL + param_layer(layer)); }
+/* 192 elements: the bias of qkv = linear(...)  tiny.model:73 */
+static real *block_qkv_bias(int layer) { return (real *)AT(REGION_params + 131584LL + param_layer(layer)); }
+/* 4096 elements: the weight of linear_1 = linear(...)  tiny.model:75 */
+static real *block_linear_1_weight(int layer) { return (real *)AT(REGION_params + 132352LL + param_layer(layer)); }
+/* 64 elements: the bias of linear_1 = linear(...)  tiny.model:75 */
+static real *block_linear_1_bias(int layer) { return (real *)AT(REGION_params + 148736LL + param_layer(layer)); }
+/* 64 elements: the weight of h = layernorm(...)  tiny.model:77 */
+static real *block_layernorm_1_weight(int layer) { return (real *)AT(REGION_params + 148992LL + param_layer(layer)); }
+/* 64 elements: the bias of h = layernorm(...)  tiny.model:77 */
+static real *block_layernorm_1_bias(int layer) { return (real *)AT(REGION_params + 149248LL + param_layer(layer)); }
+/* 16384 elements: the weight of linear_2 = linear(...)  tiny.model:78 */
+static real *block_linear_2_weight(int layer) { return (real *)AT(REGION_params + 149504LL + param_layer(layer)); }
+/* 256 elements: the bias of linear_2 = linear(...)  tiny.model:78 */
+static real *block_linear_2_bias(int layer) { return (real *)AT(REGION_params + 215040LL + param_layer(layer)); }
+/* 16384 elements: the weight of linear_3 = linear(...)  tiny.model:79 */
+static real *block_linear_3_weight(int layer) { return (real *)AT(REGION_params + 216064LL + param_layer(layer)); }
+/* 64 elements: the bias of linear_3 = linear(...)  tiny.model:79 */
+static real *block_linear_3_bias(int layer) { return (real *)AT(REGION_params + 281600LL + param_layer(layer)); }
+
+/* kept from a micro-batch's forward to its backward: per stash slot and layer */
+/* (B, T): tokens, an argument of prologue()  tiny.model:64 */
+static int *prologue_tokens(int mb) { return (int *)AT(REGION_stash + 0LL + stash_slot(mb)); }
+/* (B, T, 64): x, an argument of block()  tiny.model:71 */
+static real *block_input_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 512LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): dropout_0 = dropout(...)  tiny.model:67 */
+static real *prologue_dropout_0(int mb) { return (real *)AT(REGION_stash + 512LL + stash_slot(mb)); }
+/* (B, T, 64): h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 33280LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 192): qkv = linear(...)  tiny.model:73 */
+static real *block_qkv(int layer, int mb) {
+  return (real *)AT(REGION_stash + 66048LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): a = attention(...)  tiny.model:74 */
+static real *block_attention_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 164352LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 131072 bytes: the softmax of a = attention(...)  tiny.model:74 */
+static real *block_attention_0_softmax(int layer, int mb) {
+  return (real *)AT(REGION_stash + 197120LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): x = add(...)  tiny.model:76 */
+static real *block_add_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 328192LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): h = layernorm(...)  tiny.model:77 */
+static real *block_layernorm_1(int layer, int mb) {
+  return (real *)AT(REGION_stash + 360960LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 256): linear_2 = linear(...)  tiny.model:78 */
+static real *block_linear_2(int layer, int mb) {
+  return (real *)AT(REGION_stash + 393728LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 256): h = gelu(...)  tiny.model:78 */
+static real *block_gelu_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 524800LL + stash_slot(mb) + stash_layer(layer));
+}
+
+/* work: alive inside one forward or backward (or from a window to the backward) */
+/* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
+/* (B, T, 64): linear_1 = linear(...)  tiny.model:75 */
+static real *block_linear_1(void) { return (real *)AT(REGION_work + 0LL); }
+/* (B, T, 64): x = embedding(...)  tiny.model:65 */
+static real *prologue_embedding_0(void) { return (real *)AT(REGION_work + 0LL); }
+/* (B, T, 64): d x = embedding(...)  tiny.model:65 */
+static real *prologue_embedding_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
+/* (B, T, 64): a = dropout(...)  tiny.model:75 */
+static real *block_dropout_0(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 192): d qkv = linear(...)  tiny.model:73 */
+static real *block_qkv_grad(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 64): position_embedding_0 = position_embedding(...)  tiny.model:66 */
+static real *prologue_position_embedding_0(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 64): d position_embedding_0 = position_embedding(...)  tiny.model:66 */
+static real *prologue_position_embedding_0_grad(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 64): linear_3 = linear(...)  tiny.model:79 */
+static real *block_linear_3(void) { return (real *)AT(REGION_work + 65536LL); }
+/* (B, T, 64): x = add(...)  tiny.model:66 */
+static real *prologue_add_0(void) { return (real *)AT(REGION_work + 65536LL); }
+/* (B, T, 64): d x = add(...)  tiny.model:66 */
+static real *prologue_add_0_grad(void) { return (real *)AT(REGION_work + 65536LL); }
+/* (B, T, 64): h = dropout(...)  tiny.model:79 */
+static real *block_dropout_1(void) { return (real *)AT(REGION_work + 98304LL); }
+/* (B, T, 64): d a = attention(...)  tiny.model:74 */
+static real *block_attention_0_grad(void) { return (real *)AT(REGION_work + 131072LL); }
+/* (B, T, 64): d linear_1 = linear(...)  tiny.model:75 */
+static real *block_linear_1_grad(void) { return (real *)AT(REGION_work + 163840LL); }
+/* (B, T, 64): d a = dropout(...)  tiny.model:75 */
+static real *block_dropout_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
+/* (B, T, 64): d x = add(...)  tiny.model:76 */
+static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 229376LL); }
+/* (B, T, 64): d h = layernorm(...)  tiny.model:77 */
+static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 262144LL); }
+/* (B, T, 256): d linear_2 = linear(...)  tiny.model:78 */
+static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 294912LL); }
+/* (B, T, 256): d h = gelu(...)  tiny.model:78 */
+static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 425984LL); }
+/* (B, T, 64): d linear_3 = linear(...)  tiny.model:79 */
+static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 557056LL); }
+/* (B, T, 64): d h = dropout(...)  tiny.model:79 */
+static real *block_dropout_1_grad(void) { return (real *)AT(REGION_work + 589824LL); }
+
+/* pipeline buffers per slot, and the gradients between layers */
+/* (B, T, 64): d dropout_0 = dropout(...)  tiny.model:67 */
+static real *prologue_dropout_0_grad(void) { return (real *)AT(REGION_boundary + 32768LL); }
+/* (BOUNDARY_ELEMENTS): the activation sent to stage 1 */
+static real *send_activation(int mb) { return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb)); }
+/* (BOUNDARY_ELEMENTS): the output gradient from stage 1 */
+static real *recv_output_grad(int mb) { return (real *)AT(REGION_boundary + 131072LL + pipe_slot(mb)); }
+
 /* A layer's output is the next layer's input, or leaves the stage after its
  * last layer; gradients at the stage's edges come from and go to the
  * pipeline's buffers, between layers they alternate in the boundary region. */
-static void *block_output(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(5237760LL + (mb % SLOTS) * 32768LL) : AT(2583040LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL);
+/* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  tiny.model:71 */
+static real *layer_output(int layer, int mb) {
+  if (layer == FIRST_LAYER + LAYERS - 1) return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb));
+  return (real *)AT(REGION_stash + 655872LL + stash_slot(mb) + stash_layer(layer));
 }
-static void *block_output_grad(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(5303296LL + (mb % SLOTS) * 32768LL) : AT(5172224LL + ((layer + 0) % 2) * 32768LL);
+/* (BOUNDARY_ELEMENTS): d block()'s output  tiny.model:71 */
+static real *layer_output_grad(int layer, int mb) {
+  if (layer == FIRST_LAYER + LAYERS - 1) return (real *)AT(REGION_boundary + 131072LL + pipe_slot(mb));
+  return (real *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 32768LL);
 }
-static void *block_input_grad(int layer, int mb) {
+/* (BOUNDARY_ELEMENTS): d block()'s input  tiny.model:71 */
+static real *layer_input_grad(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER ? AT(5172224LL + ((layer + 1) % 2) * 32768LL) : AT(5172224LL + ((layer + 1) % 2) * 32768LL);
+  if (layer == FIRST_LAYER) return (real *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 32768LL);
+  return (real *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 32768LL);
 }
 
 /* forward of prologue() (tiny.model:64) for one micro-batch. */
@@ -95,98 +233,123 @@ static void forward_prologue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   /* x = embedding(...)  tiny.model:65 */
-  lx_embedding_forward(((real *)AT(4549632LL)), ((int *)AT(1927168LL + (mb % SLOTS) * 1311232LL)), ((real *)AT(0LL)), B, T, 64, VP);
+  lx_embedding_forward(prologue_embedding_0(), prologue_tokens(mb), prologue_embedding_0_weight(), B, T, 64, VP);
   /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
-  lx_position_embedding_forward(((real *)AT(4582400LL)), ((real *)AT(65536LL)), B, T, 64);
+  lx_position_embedding_forward(prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
   /* x = add(...)  tiny.model:66 */
-  lx_add_forward(((real *)AT(4615168LL)), ((real *)AT(4549632LL)), ((real *)AT(4582400LL)), (size_t)BT * 64);
+  lx_add_forward(prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
   /* dropout_0 = dropout(...)  tiny.model:67 */
-  lx_dropout_forward(((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL)), NULL, ((real *)AT(4615168LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_dropout_forward(prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
 }
 
 /* backward of prologue() (tiny.model:64) for one micro-batch. */
 static void backward_prologue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  memset(((char *)AT(4549632LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4582400LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4615168LL)), 0, 32768 * REAL_SCALE);
+  memset(prologue_embedding_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(prologue_position_embedding_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(prologue_add_0_grad(), 0, 32768 * REAL_SCALE);
   /* d dropout(...)  tiny.model:67 */
-  lx_dropout_backward(((real *)AT(4615168LL)), ((real *)AT(5204992LL)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(prologue_add_0_grad(), prologue_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d add(...)  tiny.model:66 */
-  lx_add_backward(((real *)AT(4549632LL)), ((real *)AT(4582400LL)), ((real *)AT(4615168LL)), (size_t)BT * 64);
+  lx_add_backward(prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
+      (size_t)BT * 64);
   /* d position_embedding(...)  tiny.model:66 */
-  lx_position_embedding_backward(GRAD_OF(((real *)AT(65536LL))), ((real *)AT(4582400LL)), B, T, 64);
+  lx_position_embedding_backward(GRAD_OF(prologue_position_embedding_0_weight()), prologue_position_embedding_0_grad(),
+      B, T, 64);
   /* d embedding(...)  tiny.model:65 */
-  lx_embedding_backward(GRAD_OF(((real *)AT(0LL))), ((real *)AT(4549632LL)), ((int *)AT(1927168LL + (mb % SLOTS) * 1311232LL)), B, T, 64, VP);
+  lx_embedding_backward(GRAD_OF(prologue_embedding_0_weight()), prologue_embedding_0_grad(), prologue_tokens(mb), B, T,
+      64, VP);
 }
 
 /* forward of block() (tiny.model:71) for one micro-batch. */
 static void forward_block(int layer, int mb) {
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(82176LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
+  lx_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+      block_layernorm_0_bias(layer), BT, 64);
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(131584LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
+  lx_linear_forward(block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 192);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2124288LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, ((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 4, 4);
+  lx_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 4, 4);
   /* linear_1 = linear(...)  tiny.model:75 */
-  lx_linear_forward(((real *)AT(4549632LL)), ((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(148736LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
+  lx_linear_forward(block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+      block_linear_1_bias(layer), BT, 64, 64);
   /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(((real *)AT(4582400LL)), NULL, ((real *)AT(4549632LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_dropout_forward(block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(4582400LL)), (size_t)BT * 64);
+  lx_add_forward(block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(149248LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
+  lx_layernorm_forward(block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
-  lx_linear_forward(((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(215040LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
+  lx_linear_forward(block_linear_2(layer, mb), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 256);
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
+  lx_gelu_forward(block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
   /* linear_3 = linear(...)  tiny.model:79 */
-  lx_linear_forward(((real *)AT(4615168LL)), ((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(281600LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
+  lx_linear_forward(block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer), block_linear_3_bias(layer),
+      BT, 256, 64);
   /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(((real *)AT(4647936LL)), NULL, ((real *)AT(4615168LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_dropout_forward(block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(((real *)block_output(layer, mb)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(4647936LL)), (size_t)BT * 64);
+  lx_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:71) for one micro-batch. */
 static void backward_block(int layer, int mb) {
-  memset(((char *)block_input_grad(layer, mb)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4549632LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4582400LL)), 0, 98304 * REAL_SCALE);
-  memset(((char *)AT(4680704LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4713472LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4746240LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4779008LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4811776LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(4844544LL)), 0, 131072 * REAL_SCALE);
-  memset(((char *)AT(4975616LL)), 0, 131072 * REAL_SCALE);
-  memset(((char *)AT(5106688LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(5139456LL)), 0, 32768 * REAL_SCALE);
+  memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
+  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_qkv_grad(), 0, 98304 * REAL_SCALE);
+  memset(block_attention_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_linear_2_grad(), 0, 131072 * REAL_SCALE);
+  memset(block_gelu_0_grad(), 0, 131072 * REAL_SCALE);
+  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(((real *)AT(4779008LL)), ((real *)AT(5139456LL)), ((real *)block_output_grad(layer, mb)), (size_t)BT * 64);
+  lx_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(((real *)AT(5106688LL)), ((real *)AT(5139456LL)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:79 */
-  lx_linear_backward(((real *)AT(4975616LL)), GRAD_OF(((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(281600LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(5106688LL)), ((real *)AT(2451968LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(216064LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
+  lx_linear_backward(block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
+      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 256, 64);
   /* d gelu(...)  tiny.model:78 */
-  lx_gelu_backward(((real *)AT(4844544LL)), ((real *)AT(4975616LL)), ((real *)AT(2320896LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
+  lx_gelu_backward(block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256);
   /* d linear(...)  tiny.model:78 */
-  lx_linear_backward(((real *)AT(4811776LL)), GRAD_OF(((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(215040LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4844544LL)), ((real *)AT(2288128LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(149504LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
+  lx_linear_backward(block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+      GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), BT, 64, 256);
   /* d layernorm(...)  tiny.model:77 */
-  lx_layernorm_backward(((real *)AT(4779008LL)), GRAD_OF(((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(149248LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4811776LL)), ((real *)AT(2255360LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(148992LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
+  lx_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(((real *)block_input_grad(layer, mb)), ((real *)AT(4746240LL)), ((real *)AT(4779008LL)), (size_t)BT * 64);
+  lx_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(((real *)AT(4713472LL)), ((real *)AT(4746240LL)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:75 */
-  lx_linear_backward(((real *)AT(4680704LL)), GRAD_OF(((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(148736LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4713472LL)), ((real *)AT(2091520LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(132352LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
+  lx_linear_backward(block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
+      block_linear_1_weight(layer), BT, 64, 64);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(((real *)AT(4582400LL)), ((real *)AT(4680704LL)), ((real *)AT(1993216LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2124288LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
+  lx_attention_backward(block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
-  lx_linear_backward(((real *)AT(4549632LL)), GRAD_OF(((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(131584LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4582400LL)), ((real *)AT(1960448LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(82432LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
+  lx_linear_backward(block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 192);
   /* d layernorm(...)  tiny.model:72 */
-  lx_layernorm_backward(((real *)block_input_grad(layer, mb)), GRAD_OF(((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(82176LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(4549632LL)), ((real *)AT(1927680LL + (mb % SLOTS) * 1311232LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(81920LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
+  lx_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+      GRAD_OF(block_layernorm_0_bias(layer)), block_layernorm_0_grad(), block_input_0(layer, mb),
+      block_layernorm_0_weight(layer), BT, 64);
 }
 
 /* the half of each (inputs, targets) pair this stage does not use */
@@ -196,7 +359,7 @@ static int scratch_tokens[BT];
 static lx_loader *loader;
 static void load_micro_batch(int mb) {
   (void)mb;
-  lx_loader_next(loader, ((int *)AT(1927168LL + (mb % SLOTS) * 1311232LL)), scratch_tokens);
+  lx_loader_next(loader, prologue_tokens(mb), scratch_tokens);
 }
 
 /* One optimizer step's forwards and backwards, in the order of the schedule
@@ -208,12 +371,12 @@ static void run_schedule(int step) {
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_GRAD mb0 from stage 1 */
     (void)layer;
-    lx_irecv(((real *)AT(5303296LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[0]);
+    lx_irecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[0]);
   }
   {
     const int mb = 1, layer = FIRST_LAYER;  /* RECV_GRAD mb1 from stage 1 */
     (void)layer;
-    lx_irecv(((real *)AT(5303296LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[1]);
+    lx_irecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[1]);
   }
   load_micro_batch(0);
   forward_prologue(0);
@@ -222,7 +385,7 @@ static void run_schedule(int step) {
   {
     const int mb = 0, layer = FIRST_LAYER;  /* SEND_ACT mb0 to stage 1 */
     (void)layer;
-    lx_isend(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[2]);
+    lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[2]);
   }
   load_micro_batch(1);
   forward_prologue(1);
@@ -231,7 +394,7 @@ static void run_schedule(int step) {
   {
     const int mb = 1, layer = FIRST_LAYER;  /* SEND_ACT mb1 to stage 1 */
     (void)layer;
-    lx_isend(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[3]);
+    lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[3]);
   }
   lx_wait(&requests[0]);
   backward_block(1, 0);
@@ -240,7 +403,7 @@ static void run_schedule(int step) {
   {
     const int mb = 2, layer = FIRST_LAYER;  /* RECV_GRAD mb2 from stage 1 */
     (void)layer;
-    lx_irecv(((real *)AT(5303296LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[4]);
+    lx_irecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[4]);
   }
   lx_wait(&requests[2]);
   load_micro_batch(2);
@@ -250,7 +413,7 @@ static void run_schedule(int step) {
   {
     const int mb = 2, layer = FIRST_LAYER;  /* SEND_ACT mb2 to stage 1 */
     (void)layer;
-    lx_isend(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[5]);
+    lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[5]);
   }
   lx_wait(&requests[1]);
   backward_block(1, 1);
@@ -259,7 +422,7 @@ static void run_schedule(int step) {
   {
     const int mb = 3, layer = FIRST_LAYER;  /* RECV_GRAD mb3 from stage 1 */
     (void)layer;
-    lx_irecv(((real *)AT(5303296LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[6]);
+    lx_irecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[6]);
   }
   lx_wait(&requests[3]);
   load_micro_batch(3);
@@ -269,7 +432,7 @@ static void run_schedule(int step) {
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_ACT mb3 to stage 1 */
     (void)layer;
-    lx_isend(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[7]);
+    lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[7]);
   }
   lx_wait(&requests[4]);
   backward_block(1, 2);
@@ -289,7 +452,7 @@ static void run_forward(int step) {
     load_micro_batch(mb);
     forward_prologue(mb);
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb);
-    lx_send(((real *)AT(5237760LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);
+    lx_send(send_activation(mb), BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);
   }
 }
 

@@ -74,88 +74,245 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define PARAMS ((real *)AT(REGION_params))
 #define GRADS ((real *)AT(REGION_grads))
 
+/* The stage's tensors by name, at their places in the arena (plan.txt). */
+/* micro-batch mb's stash slot: what its forward keeps for its backward */
+static int64_t stash_slot(int mb) { return (mb % SLOTS) * 1508352LL; }
+/* a layer's part of a stash slot */
+static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 655360LL; }
+/* a layer's parameters (and gradients: GRAD_OF) */
+static int64_t param_layer(int layer) { return (layer - FIRST_LAYER) * 199936LL; }
+/* micro-batch mb's buffers to and from the neighbouring stages */
+static int64_t pipe_slot(int mb) { return (mb % SLOTS) * 32768LL; }
+
+/* parameters, per layer of the stage */
+/* 64 elements: the weight of h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0_weight(int layer) { return (real *)AT(REGION_params + 0LL + param_layer(layer)); }
+/* 64 elements: the bias of h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0_bias(int layer) { return (real *)AT(REGION_params + 256LL + param_layer(layer)); }
+/* 12288 elements: the weight of qkv = linear(...)  tiny.model:73 */
+static real *block_qkv_weight(int layer) { return (real *)AT(REGION_params + 512LL + param_layer(layer)); }
+/* 192 elements: the bias of qkv = linear(...)  tiny.model:73 */
+static real *block_qkv_bias(int layer) { return (real *)AT(REGION_params + 49664LL + param_layer(layer)); }
+/* 4096 elements: the weight of linear_1 = linear(...)  tiny.model:75 */
+static real *block_linear_1_weight(int layer) { return (real *)AT(REGION_params + 50432LL + param_layer(layer)); }
+/* 64 elements: the bias of linear_1 = linear(...)  tiny.model:75 */
+static real *block_linear_1_bias(int layer) { return (real *)AT(REGION_params + 66816LL + param_layer(layer)); }
+/* 64 elements: the weight of h = layernorm(...)  tiny.model:77 */
+static real *block_layernorm_1_weight(int layer) { return (real *)AT(REGION_params + 67072LL + param_layer(layer)); }
+/* 64 elements: the bias of h = layernorm(...)  tiny.model:77 */
+static real *block_layernorm_1_bias(int layer) { return (real *)AT(REGION_params + 67328LL + param_layer(layer)); }
+/* 16384 elements: the weight of linear_2 = linear(...)  tiny.model:78 */
+static real *block_linear_2_weight(int layer) { return (real *)AT(REGION_params + 67584LL + param_layer(layer)); }
+/* 256 elements: the bias of linear_2 = linear(...)  tiny.model:78 */
+static real *block_linear_2_bias(int layer) { return (real *)AT(REGION_params + 133120LL + param_layer(layer)); }
+/* 16384 elements: the weight of linear_3 = linear(...)  tiny.model:79 */
+static real *block_linear_3_weight(int layer) { return (real *)AT(REGION_params + 134144LL + param_layer(layer)); }
+/* 64 elements: the bias of linear_3 = linear(...)  tiny.model:79 */
+static real *block_linear_3_bias(int layer) { return (real *)AT(REGION_params + 199680LL + param_layer(layer)); }
+/* 16384 elements: the weight of logits = lm_head(...)  tiny.model:84 */
+static real *epilogue_logits_weight(void) { return (real *)AT(REGION_params + 399872LL); }
+/* 64 elements: the weight of layernorm_0 = layernorm(...)  tiny.model:84 */
+static real *epilogue_layernorm_0_weight(void) { return (real *)AT(REGION_params + 465408LL); }
+/* 64 elements: the bias of layernorm_0 = layernorm(...)  tiny.model:84 */
+static real *epilogue_layernorm_0_bias(void) { return (real *)AT(REGION_params + 465664LL); }
+
+/* kept from a micro-batch's forward to its backward: per stash slot and layer */
+/* (B, T, 64): x, an argument of block()  tiny.model:71 */
+static real *block_input_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 0LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 32768LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 192): qkv = linear(...)  tiny.model:73 */
+static real *block_qkv(int layer, int mb) {
+  return (real *)AT(REGION_stash + 65536LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): a = attention(...)  tiny.model:74 */
+static real *block_attention_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 163840LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 131072 bytes: the softmax of a = attention(...)  tiny.model:74 */
+static real *block_attention_0_softmax(int layer, int mb) {
+  return (real *)AT(REGION_stash + 196608LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): x = add(...)  tiny.model:76 */
+static real *block_add_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 327680LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): h = layernorm(...)  tiny.model:77 */
+static real *block_layernorm_1(int layer, int mb) {
+  return (real *)AT(REGION_stash + 360448LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 256): linear_2 = linear(...)  tiny.model:78 */
+static real *block_linear_2(int layer, int mb) {
+  return (real *)AT(REGION_stash + 393216LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 256): h = gelu(...)  tiny.model:78 */
+static real *block_gelu_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 524288LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 64): x, an argument of epilogue()  tiny.model:83 */
+static real *epilogue_x(int mb) { return (real *)AT(REGION_stash + 1310720LL + stash_slot(mb)); }
+/* (B, T): targets, an argument of epilogue()  tiny.model:83 */
+static int *epilogue_targets(int mb) { return (int *)AT(REGION_stash + 1343488LL + stash_slot(mb)); }
+/* (B, T, 64): layernorm_0 = layernorm(...)  tiny.model:84 */
+static real *epilogue_layernorm_0(int mb) { return (real *)AT(REGION_stash + 1344000LL + stash_slot(mb)); }
+/* (B, T, 256): logits = lm_head(...)  tiny.model:84 */
+static real *epilogue_logits(int mb) { return (real *)AT(REGION_stash + 1376768LL + stash_slot(mb)); }
+/* 512 bytes: the lse of cross_entropy_0 = cross_entropy(...)  tiny.model:85 */
+static real *epilogue_cross_entropy_0_lse(int mb) { return (real *)AT(REGION_stash + 1507840LL + stash_slot(mb)); }
+
+/* work: alive inside one forward or backward (or from a window to the backward) */
+/* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
+/* (B, T, 64): linear_1 = linear(...)  tiny.model:75 */
+static real *block_linear_1(void) { return (real *)AT(REGION_work + 0LL); }
+/* (B, T, 64): d layernorm_0 = layernorm(...)  tiny.model:84 */
+static real *epilogue_layernorm_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
+/* (B, T, 64): a = dropout(...)  tiny.model:75 */
+static real *block_dropout_0(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 192): d qkv = linear(...)  tiny.model:73 */
+static real *block_qkv_grad(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 256): d logits = lm_head(...)  tiny.model:84 */
+static real *epilogue_logits_grad(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 64): linear_3 = linear(...)  tiny.model:79 */
+static real *block_linear_3(void) { return (real *)AT(REGION_work + 65536LL); }
+/* (B, T, 64): h = dropout(...)  tiny.model:79 */
+static real *block_dropout_1(void) { return (real *)AT(REGION_work + 98304LL); }
+/* (B, T, 64): d a = attention(...)  tiny.model:74 */
+static real *block_attention_0_grad(void) { return (real *)AT(REGION_work + 131072LL); }
+/* (B, T, 64): d linear_1 = linear(...)  tiny.model:75 */
+static real *block_linear_1_grad(void) { return (real *)AT(REGION_work + 163840LL); }
+/* (B, T, 64): d a = dropout(...)  tiny.model:75 */
+static real *block_dropout_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
+/* (B, T, 64): d x = add(...)  tiny.model:76 */
+static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 229376LL); }
+/* (B, T, 64): d h = layernorm(...)  tiny.model:77 */
+static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 262144LL); }
+/* (B, T, 256): d linear_2 = linear(...)  tiny.model:78 */
+static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 294912LL); }
+/* (B, T, 256): d h = gelu(...)  tiny.model:78 */
+static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 425984LL); }
+/* (B, T, 64): d linear_3 = linear(...)  tiny.model:79 */
+static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 557056LL); }
+/* (B, T, 64): d h = dropout(...)  tiny.model:79 */
+static real *block_dropout_1_grad(void) { return (real *)AT(REGION_work + 589824LL); }
+
+/* pipeline buffers per slot, and the gradients between layers */
+/* (B, T, 64): d x = input(...)  tiny.model:83 */
+static real *epilogue_x_grad(void) { return (real *)AT(REGION_boundary + 32768LL); }
+/* (BOUNDARY_ELEMENTS): the input gradient sent to stage 0 */
+static real *send_input_grad(int mb) { return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb)); }
+
 /* A layer's output is the next layer's input, or leaves the stage after its
  * last layer; gradients at the stage's edges come from and go to the
  * pipeline's buffers, between layers they alternate in the boundary region. */
-static void *block_output(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(3174400LL + (mb % SLOTS) * 1508352LL) : AT(2519040LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL);
+/* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  tiny.model:71 */
+static real *layer_output(int layer, int mb) {
+  if (layer == FIRST_LAYER + LAYERS - 1) return (real *)AT(REGION_stash + 1310720LL + stash_slot(mb));
+  return (real *)AT(REGION_stash + 655360LL + stash_slot(mb) + stash_layer(layer));
 }
-static void *block_output_grad(int layer, int mb) {
+/* (BOUNDARY_ELEMENTS): d block()'s output  tiny.model:71 */
+static real *layer_output_grad(int layer, int mb) {
   (void)mb;
-  return layer == FIRST_LAYER + LAYERS - 1 ? AT(3994624LL + ((layer + 0) % 2) * 32768LL) : AT(3994624LL + ((layer + 0) % 2) * 32768LL);
+  if (layer == FIRST_LAYER + LAYERS - 1) return (real *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 32768LL);
+  return (real *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 32768LL);
 }
-static void *block_input_grad(int layer, int mb) {
-  (void)mb;
-  return layer == FIRST_LAYER ? AT(4060160LL + (mb % SLOTS) * 32768LL) : AT(3994624LL + ((layer + 1) % 2) * 32768LL);
+/* (BOUNDARY_ELEMENTS): d block()'s input  tiny.model:71 */
+static real *layer_input_grad(int layer, int mb) {
+  if (layer == FIRST_LAYER) return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb));
+  return (real *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 32768LL);
 }
 
 /* forward of block() (tiny.model:71) for one micro-batch. */
 static void forward_block(int layer, int mb) {
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(256LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
+  lx_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+      block_layernorm_0_bias(layer), BT, 64);
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(49664LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
+  lx_linear_forward(block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 192);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2060288LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, ((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 4, 4);
+  lx_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 4, 4);
   /* linear_1 = linear(...)  tiny.model:75 */
-  lx_linear_forward(((real *)AT(3372032LL)), ((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(66816LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
+  lx_linear_forward(block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+      block_linear_1_bias(layer), BT, 64, 64);
   /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(((real *)AT(3404800LL)), NULL, ((real *)AT(3372032LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_dropout_forward(block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(3404800LL)), (size_t)BT * 64);
+  lx_add_forward(block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(67328LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
+  lx_layernorm_forward(block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
-  lx_linear_forward(((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(133120LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
+  lx_linear_forward(block_linear_2(layer, mb), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 256);
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
+  lx_gelu_forward(block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
   /* linear_3 = linear(...)  tiny.model:79 */
-  lx_linear_forward(((real *)AT(3437568LL)), ((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL)), ((real *)AT(199680LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
+  lx_linear_forward(block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer), block_linear_3_bias(layer),
+      BT, 256, 64);
   /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(((real *)AT(3470336LL)), NULL, ((real *)AT(3437568LL)), (size_t)BT * 64, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_dropout_forward(block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(((real *)block_output(layer, mb)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(3470336LL)), (size_t)BT * 64);
+  lx_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:71) for one micro-batch. */
 static void backward_block(int layer, int mb) {
-  memset(((char *)block_input_grad(layer, mb)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3372032LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3404800LL)), 0, 98304 * REAL_SCALE);
-  memset(((char *)AT(3503104LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3535872LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3568640LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3601408LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3634176LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3666944LL)), 0, 131072 * REAL_SCALE);
-  memset(((char *)AT(3798016LL)), 0, 131072 * REAL_SCALE);
-  memset(((char *)AT(3929088LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3961856LL)), 0, 32768 * REAL_SCALE);
+  memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
+  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_qkv_grad(), 0, 98304 * REAL_SCALE);
+  memset(block_attention_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_linear_2_grad(), 0, 131072 * REAL_SCALE);
+  memset(block_gelu_0_grad(), 0, 131072 * REAL_SCALE);
+  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
+  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(((real *)AT(3601408LL)), ((real *)AT(3961856LL)), ((real *)block_output_grad(layer, mb)), (size_t)BT * 64);
+  lx_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(((real *)AT(3929088LL)), ((real *)AT(3961856LL)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:79 */
-  lx_linear_backward(((real *)AT(3798016LL)), GRAD_OF(((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(199680LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3929088LL)), ((real *)AT(2387968LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(134144LL + (layer - FIRST_LAYER) * 199936LL)), BT, 256, 64);
+  lx_linear_backward(block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
+      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 256, 64);
   /* d gelu(...)  tiny.model:78 */
-  lx_gelu_backward(((real *)AT(3666944LL)), ((real *)AT(3798016LL)), ((real *)AT(2256896LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), (size_t)BT * 256);
+  lx_gelu_backward(block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256);
   /* d linear(...)  tiny.model:78 */
-  lx_linear_backward(((real *)AT(3634176LL)), GRAD_OF(((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(133120LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3666944LL)), ((real *)AT(2224128LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67584LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 256);
+  lx_linear_backward(block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+      GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), BT, 64, 256);
   /* d layernorm(...)  tiny.model:77 */
-  lx_layernorm_backward(((real *)AT(3601408LL)), GRAD_OF(((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(67328LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3634176LL)), ((real *)AT(2191360LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(67072LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
+  lx_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(((real *)block_input_grad(layer, mb)), ((real *)AT(3568640LL)), ((real *)AT(3601408LL)), (size_t)BT * 64);
+  lx_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(((real *)AT(3535872LL)), ((real *)AT(3568640LL)), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:75 */
-  lx_linear_backward(((real *)AT(3503104LL)), GRAD_OF(((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(66816LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3535872LL)), ((real *)AT(2027520LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(50432LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 64);
+  lx_linear_backward(block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
+      block_linear_1_weight(layer), BT, 64, 64);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(((real *)AT(3404800LL)), ((real *)AT(3503104LL)), ((real *)AT(1929216LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(2060288LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
+  lx_attention_backward(block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
-  lx_linear_backward(((real *)AT(3372032LL)), GRAD_OF(((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(49664LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3404800LL)), ((real *)AT(1896448LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(512LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64, 192);
+  lx_linear_backward(block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 192);
   /* d layernorm(...)  tiny.model:72 */
-  lx_layernorm_backward(((real *)block_input_grad(layer, mb)), GRAD_OF(((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL))), GRAD_OF(((real *)AT(256LL + (layer - FIRST_LAYER) * 199936LL))), ((real *)AT(3372032LL)), ((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), ((real *)AT(0LL + (layer - FIRST_LAYER) * 199936LL)), BT, 64);
+  lx_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+      GRAD_OF(block_layernorm_0_bias(layer)), block_layernorm_0_grad(), block_input_0(layer, mb),
+      block_layernorm_0_weight(layer), BT, 64);
 }
 
 /* forward of epilogue() (tiny.model:83) for one micro-batch. */
@@ -163,26 +320,31 @@ static void forward_epilogue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   /* layernorm_0 = layernorm(...)  tiny.model:84 */
-  lx_layernorm_forward(((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3174400LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(465408LL)), ((real *)AT(465664LL)), BT, 64);
+  lx_layernorm_forward(epilogue_layernorm_0(mb), epilogue_x(mb), epilogue_layernorm_0_weight(),
+      epilogue_layernorm_0_bias(), BT, 64);
   /* logits = lm_head(...)  tiny.model:84 */
-  lx_linear_forward(((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(399872LL)), NULL, BT, 64, VP / 1);
+  lx_linear_forward(epilogue_logits(mb), epilogue_layernorm_0(mb), epilogue_logits_weight(), NULL, BT, 64, VP / 1);
   /* cross_entropy_0 = cross_entropy(...)  tiny.model:85 */
-  loss_sum += lx_cross_entropy_forward(((real *)AT(3371520LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((int *)AT(3207168LL + (mb % SLOTS) * 1508352LL)), BT, V, VP);
+  loss_sum += lx_cross_entropy_forward(epilogue_cross_entropy_0_lse(mb), epilogue_logits(mb), epilogue_targets(mb), BT,
+      V, VP);
 }
 
 /* backward of epilogue() (tiny.model:83) for one micro-batch. */
 static void backward_epilogue(int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  memset(((char *)AT(4027392LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3372032LL)), 0, 32768 * REAL_SCALE);
-  memset(((char *)AT(3404800LL)), 0, 131072 * REAL_SCALE);
+  memset(epilogue_x_grad(), 0, 32768 * REAL_SCALE);
+  memset(epilogue_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
+  memset(epilogue_logits_grad(), 0, 131072 * REAL_SCALE);
   /* d cross_entropy(...)  tiny.model:85 */
-  lx_cross_entropy_backward(((real *)AT(3404800LL)), ((real *)AT(3240448LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(3371520LL + (mb % SLOTS) * 1508352LL)), ((int *)AT(3207168LL + (mb % SLOTS) * 1508352LL)), LOSS_SCALE, BT, V, VP);
+  lx_cross_entropy_backward(epilogue_logits_grad(), epilogue_logits(mb), epilogue_cross_entropy_0_lse(mb),
+      epilogue_targets(mb), LOSS_SCALE, BT, V, VP);
   /* d lm_head(...)  tiny.model:84 */
-  lx_linear_backward(((real *)AT(3372032LL)), GRAD_OF(((real *)AT(399872LL))), NULL, ((real *)AT(3404800LL)), ((real *)AT(3207680LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(399872LL)), BT, 64, VP / 1);
+  lx_linear_backward(epilogue_layernorm_0_grad(), GRAD_OF(epilogue_logits_weight()), NULL, epilogue_logits_grad(),
+      epilogue_layernorm_0(mb), epilogue_logits_weight(), BT, 64, VP / 1);
   /* d layernorm(...)  tiny.model:84 */
-  lx_layernorm_backward(((real *)AT(4027392LL)), GRAD_OF(((real *)AT(465408LL))), GRAD_OF(((real *)AT(465664LL))), ((real *)AT(3372032LL)), ((real *)AT(3174400LL + (mb % SLOTS) * 1508352LL)), ((real *)AT(465408LL)), BT, 64);
+  lx_layernorm_backward(epilogue_x_grad(), GRAD_OF(epilogue_layernorm_0_weight()), GRAD_OF(epilogue_layernorm_0_bias()),
+      epilogue_layernorm_0_grad(), epilogue_x(mb), epilogue_layernorm_0_weight(), BT, 64);
 }
 
 /* the half of each (inputs, targets) pair this stage does not use */
@@ -192,7 +354,7 @@ static int scratch_tokens[BT];
 static lx_loader *loader;
 static void load_micro_batch(int mb) {
   (void)mb;
-  lx_loader_next(loader, scratch_tokens, ((int *)AT(3207168LL + (mb % SLOTS) * 1508352LL)));
+  lx_loader_next(loader, scratch_tokens, epilogue_targets(mb));
 }
 
 /* One optimizer step's forwards and backwards, in the order of the schedule
@@ -204,7 +366,7 @@ static void run_schedule(int step) {
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_ACT mb0 from stage 0 */
     (void)layer;
-    lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[0]);
+    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[0]);
   }
   lx_wait(&requests[0]);
   load_micro_batch(0);
@@ -218,12 +380,12 @@ static void run_schedule(int step) {
     {
       const int mb = (0 + i), layer = FIRST_LAYER;  /* SEND_GRAD mb(0 + i) to stage 0 */
       (void)layer;
-      lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[(1 + 2 * i)]);
+      lx_isend(send_input_grad(mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[(1 + 2 * i)]);
     }
     {
       const int mb = (1 + i), layer = FIRST_LAYER;  /* RECV_ACT mb(1 + i) from stage 0 */
       (void)layer;
-      lx_irecv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[(2 + 2 * i)]);
+      lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, mb, &requests[(2 + 2 * i)]);
     }
     lx_wait(&requests[(2 + 2 * i)]);
     load_micro_batch((1 + i));
@@ -238,7 +400,7 @@ static void run_schedule(int step) {
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_GRAD mb3 to stage 0 */
     (void)layer;
-    lx_isend(((real *)AT(4060160LL + (mb % SLOTS) * 32768LL)), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[7]);
+    lx_isend(send_input_grad(mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, mb, &requests[7]);
   }
   for (int r = 0; r < 8; r++) lx_wait(&requests[r]);
 }
@@ -250,7 +412,8 @@ static void run_forward(int step) {
     load_micro_batch(mb);
     {
       const int layer = FIRST_LAYER;
-      lx_recv(((real *)AT(1863680LL + (mb % SLOTS) * 1508352LL + (layer - FIRST_LAYER) * 655360LL)), BOUNDARY_ELEMENTS, STAGE - 1, LX_TAG_USER, mb);
+      (void)layer;
+      lx_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, STAGE - 1, LX_TAG_USER, mb);
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb);
     forward_epilogue(mb);
