@@ -11,6 +11,7 @@
  * the emitted LayerNorm backward recomputes them from the saved input. */
 #include "analyze.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,7 +213,7 @@ static void check_relations(const lx_ir *ir) {
   if (m->heads % m->kv_heads)
     lx_error(field_or(ir, LX_F_KV_HEADS, heads_at), "kv_heads (%d) do not divide heads (%d)", m->kv_heads,
              m->heads);
-  if (p->tp) {
+  if (!ir->open_plan.tp) {
     lx_srcloc tp_at = field_or(ir, LX_F_TP, l->plan);
     if (m->heads % p->tp)
       lx_error(tp_at, "tp (%d) does not divide heads (%d)", p->tp, m->heads);
@@ -228,11 +229,12 @@ static void check_relations(const lx_ir *ir) {
     lx_error(field_or(ir, LX_F_PP, l->plan), "fewer layers (%d) than pipeline stages (pp = %d)", m->layers,
              p->pp);
   long long gpus = (long long)ir->cluster.nodes * ir->cluster.gpus_per_node;
-  if (p->tp && p->pp && p->dp && (long long)p->tp * p->pp * p->dp > gpus)
+  const lx_open_plan *open = &ir->open_plan; /* the search checks the fields it chooses */
+  if (!open->tp && !open->pp && !open->dp && (long long)p->tp * p->pp * p->dp > gpus)
     lx_error(l->plan, "tp x pp x dp = %d x %d x %d needs %lld GPUs; the cluster has %lld", p->tp, p->pp,
              p->dp, (long long)p->tp * p->pp * p->dp, gpus);
-  if (p->global_batch && p->micro_batch) {
-    long long per_step = (long long)p->micro_batch * (p->dp ? p->dp : 1);
+  if (p->global_batch && !open->micro_batch) {
+    long long per_step = (long long)p->micro_batch * p->dp;
     if (p->global_batch % per_step)
       lx_error(field_or(ir, LX_F_GLOBAL_BATCH, l->plan),
                "global_batch (%d) is not a multiple of micro_batch x dp (%lld)", p->global_batch, per_step);
@@ -649,12 +651,20 @@ static void check_column_inputs(const lx_graph *g) {
   }
 }
 
+/* What an earlier analysis (under another plan) filled in, cleared. */
+static void clear_analysis(lx_graph *g) {
+  for (int i = 0; i < g->n_ops; i++)
+    memset(&g->ops[i].out, 0, sizeof g->ops[i] - offsetof(lx_op, out));
+  memset(&g->activation_bytes, 0, sizeof *g - offsetof(lx_graph, activation_bytes));
+}
+
 static void analyze_graph(lx_ir *ir, lx_graph *g) {
+  clear_analysis(g);
   shape_ctx c = {.ir = ir,
                  .g = g,
-                 .b = ir->plan.micro_batch ? ir->plan.micro_batch : 1,
+                 .b = ir->plan.micro_batch,
                  .s = ir->model.seq_len,
-                 .t = ir->plan.tp ? ir->plan.tp : 1,
+                 .t = ir->plan.tp,
                  .sp = ir->plan.sequence_parallel,
                  .elt = lx_dtype_bytes(ir->training.dtype)};
   int errors_before = lx_error_count();
@@ -698,8 +708,8 @@ static void analyze_graph(lx_ir *ir, lx_graph *g) {
  * later passes add such terms up in int64_t. */
 static void check_totals(const lx_ir *ir) {
   const lx_plan *p = &ir->plan;
-  double per_step = (double)(p->micro_batch ? p->micro_batch : 1) * (p->dp ? p->dp : 1);
-  double micro_batches = p->global_batch ? p->global_batch / per_step : p->pp ? p->pp : 1;
+  double per_step = (double)p->micro_batch * p->dp;
+  double micro_batches = p->global_batch ? p->global_batch / per_step : p->pp;
   double saved = (double)ir->prologue.activation_bytes +
                  (double)ir->model.layers * (double)ir->block.activation_bytes +
                  (double)ir->epilogue.activation_bytes;
@@ -712,6 +722,17 @@ static void check_totals(const lx_ir *ir) {
         bytes);
 }
 
+/* An open field counts as 1 from here on, and open_plan says it was open.
+ * The plan search sets the fields it chooses before analysing again. */
+static void resolve_open_plan(lx_ir *ir) {
+  int *fields[] = {&ir->plan.tp, &ir->plan.pp, &ir->plan.dp, &ir->plan.micro_batch};
+  bool *open[] = {&ir->open_plan.tp, &ir->open_plan.pp, &ir->open_plan.dp, &ir->open_plan.micro_batch};
+  for (int k = 0; k < 4; k++) {
+    *open[k] = *fields[k] == LX_OPEN;
+    if (*open[k]) *fields[k] = 1;
+  }
+}
+
 int lx_analyze(lx_ir *ir) {
   int errors_before = lx_error_count();
   check_int_ranges(ir); /* first: defaults are computed from the values it bounds */
@@ -721,10 +742,10 @@ int lx_analyze(lx_ir *ir) {
   check_path(ir, LX_F_TRAIN_DATA, "train_data", ir->training.train_data);
   check_path(ir, LX_F_VAL_DATA, "val_data", ir->training.val_data);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
+  resolve_open_plan(ir);
   check_relations(ir);
   if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
-  int tp = ir->plan.tp ? ir->plan.tp : 1;
-  int vocab_multiple = 128 * tp;
+  int vocab_multiple = 128 * ir->plan.tp;
   ir->padded_vocab = (ir->model.vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
   analyze_graph(ir, &ir->prologue);
   analyze_graph(ir, &ir->block);
@@ -742,7 +763,6 @@ int lx_analyze(lx_ir *ir) {
   check_totals(ir);
   double fwd_per_micro_batch = ir->prologue.model_flops_fwd + (double)layers * ir->block.model_flops_fwd +
                                ir->epilogue.model_flops_fwd;
-  int b = ir->plan.micro_batch ? ir->plan.micro_batch : 1;
-  ir->model_flops_per_sequence = 3 * fwd_per_micro_batch / b; /* backward = 2x forward */
+  ir->model_flops_per_sequence = 3 * fwd_per_micro_batch / ir->plan.micro_batch; /* backward = 2x forward */
   return lx_error_count() - errors_before;
 }

@@ -83,7 +83,7 @@ void lx_cost_model_free(lx_cost_model *cm) {
 
 /* ---- shapes as the kernel sees them --------------------------------------- */
 
-static int64_t tp_degree(const lx_ir *ir) { return ir->plan.tp ? ir->plan.tp : 1; }
+static int64_t tp_degree(const lx_ir *ir) { return ir->plan.tp; }
 
 static int64_t rank_width(const lx_ir *ir, lx_shape s) { return lx_rank_width(ir, s); }
 

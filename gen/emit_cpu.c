@@ -317,7 +317,7 @@ static void print_header(const lx_printer *pr) {
              " * is recomputed and where every byte lives. Shapes, the arena layout and the\n"
              " * order of every instruction are compile-time facts here. Do not edit: change\n"
              " * the model file and generate again. */\n");
-  int dp = ir->plan.dp ? ir->plan.dp : 1;
+  int dp = ir->plan.dp;
   fprintf(f, "#define LX_RANK_LAYOUT \"tp %d x pp %d x dp %d\"\n", emit_tp(pr), pr->p->pp, dp);
   fprintf(f, "#include \"lx_runtime.h\"\n#include \"lx_kernels.h\"\n#include \"lx_tensor_parallel.h\"\n"
              "#include \"lx_train.h\"\n\n");
@@ -325,9 +325,8 @@ static void print_header(const lx_printer *pr) {
           pr->p->pp, st->first_layer, st->n_layers, ir->model.layers);
   fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d,\n",
           pr->p->micro_batches, pr->l->slots, emit_tp(pr), dp);
-  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n",
-          ir->plan.micro_batch ? ir->plan.micro_batch : 1, ir->model.seq_len, ir->model.hidden,
-          ir->model.vocab, ir->padded_vocab);
+  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch,
+          ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
   emit_boundary_sizes(pr);
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
   fprintf(

@@ -474,10 +474,9 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "enum {\n  STAGE = %d, STAGES = %d, FIRST_LAYER = %d, LAYERS = %d, MODEL_LAYERS = %d,\n", pr->s,
           pr->p->pp, st->first_layer, st->n_layers, ir->model.layers);
   fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d, EVENTS = %d,\n",
-          pr->p->micro_batches, pr->l->slots, emit_tp(pr), ir->plan.dp ? ir->plan.dp : 1, st->n_events + 1);
-  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n",
-          ir->plan.micro_batch ? ir->plan.micro_batch : 1, ir->model.seq_len, ir->model.hidden,
-          ir->model.vocab, ir->padded_vocab);
+          pr->p->micro_batches, pr->l->slots, emit_tp(pr), ir->plan.dp, st->n_events + 1);
+  fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch,
+          ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
   emit_boundary_sizes(pr);
   fputs("#define MODEL_FILE ", f);
   lx_put_c_string(f, lx_file_name(ir->model_path));

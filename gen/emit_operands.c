@@ -162,7 +162,7 @@ void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_
 
 /* ---- shapes of one op, as C expressions ----------------------------------- */
 
-int emit_tp(const lx_printer *pr) { return pr->ir->plan.tp ? pr->ir->plan.tp : 1; }
+int emit_tp(const lx_printer *pr) { return pr->ir->plan.tp; }
 
 int emit_rank_width(const lx_printer *pr, lx_shape s) { return (int)lx_rank_width(pr->ir, s); }
 

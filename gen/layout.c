@@ -25,7 +25,7 @@ const char *lx_region_name(lx_region r) {
 /* Parameter tensors of an op, in elements per tp rank: weight, then bias. */
 static void param_shapes(const lx_ir *ir, const lx_graph *g, const lx_op *op, int64_t out[2]) {
   out[0] = out[1] = 0;
-  int tp = ir->plan.tp ? ir->plan.tp : 1;
+  int tp = ir->plan.tp;
   int64_t w = op->out.width;
   switch (op->kind) {
   case LX_OP_LAYERNORM: out[0] = out[1] = w; break;
@@ -170,7 +170,7 @@ static int64_t sp_buffer_bytes(const lx_pipeline *p, int s) {
 void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_copy, lx_stage_layout *out) {
   const lx_ir *ir = p->ir;
   const lx_stage *st = &p->stages[s];
-  int dp = ir->plan.dp ? ir->plan.dp : 1;
+  int dp = ir->plan.dp;
   *out = (lx_stage_layout){.param_elt = param_elt,
                            .activation_elt = lx_dtype_bytes(ir->training.dtype),
                            .slots = st->stashed_micro_batches,

@@ -183,7 +183,8 @@ static lx_recompute_policy parse_policy(const char *arg) {
 
 static void add_override(options *o, lx_field field, const char *option, int value) {
   int i = 0;
-  while (i < o->n_overrides && o->overrides[i].field != field) i++;
+  while (i < o->n_overrides && o->overrides[i].field != field)
+    i++;
   if (i == o->n_overrides) o->n_overrides++;
   snprintf(o->override_text[i], sizeof o->override_text[i], "command line %s", option);
   o->overrides[i].field = field;
@@ -255,8 +256,10 @@ static options parse_options(int argc, char **argv) {
     case OPT_DUMP_IR: o.dump_ir = true; break;
     case OPT_PLAN: o.plan = true; break;
     case OPT_TARGET:
-      if (!strcmp(optarg, "cpu")) o.target = LX_TARGET_CPU;
-      else if (!strcmp(optarg, "cuda")) o.target = LX_TARGET_CUDA;
+      if (!strcmp(optarg, "cpu"))
+        o.target = LX_TARGET_CPU;
+      else if (!strcmp(optarg, "cuda"))
+        o.target = LX_TARGET_CUDA;
       else
         usage_error("unknown target '%s' (cuda or cpu)", optarg);
       break;
@@ -272,14 +275,19 @@ static options parse_options(int argc, char **argv) {
     case OPT_UNFUSED: o.unfused = true; break;
     case OPT_UNROLLED: o.unrolled = true; break;
     case OPT_PARTITION:
-      if (!strcmp(optarg, "dp")) o.partition = LX_PARTITION_DP;
-      else if (!strcmp(optarg, "uniform")) o.partition = LX_PARTITION_UNIFORM;
-      else usage_error("unknown partition '%s' (uniform or dp)", optarg);
+      if (!strcmp(optarg, "dp"))
+        o.partition = LX_PARTITION_DP;
+      else if (!strcmp(optarg, "uniform"))
+        o.partition = LX_PARTITION_UNIFORM;
+      else
+        usage_error("unknown partition '%s' (uniform or dp)", optarg);
       break;
     case OPT_TP: add_override(&o, LX_F_TP, "--tp", parse_count("--tp", optarg)); break;
     case OPT_PP: add_override(&o, LX_F_PP, "--pp", parse_count("--pp", optarg)); break;
     case OPT_DP: add_override(&o, LX_F_DP, "--dp", parse_count("--dp", optarg)); break;
-    case OPT_MICRO: add_override(&o, LX_F_MICRO_BATCH, "--micro-batch", parse_count("--micro-batch", optarg)); break;
+    case OPT_MICRO:
+      add_override(&o, LX_F_MICRO_BATCH, "--micro-batch", parse_count("--micro-batch", optarg));
+      break;
     case OPT_GLOBAL:
       add_override(&o, LX_F_GLOBAL_BATCH, "--global-batch", parse_count("--global-batch", optarg));
       break;
@@ -295,7 +303,8 @@ static options parse_options(int argc, char **argv) {
   if (optind == argc) usage_error("%s", "no model file given");
   if (optind + 1 < argc) usage_error("more than one model file given ('%s')", argv[optind + 1]);
   o.model_path = argv[optind];
-  if (!o.dump_ir && !o.output_dir && !o.plan) usage_error("%s", "nothing to do: give -o DIR, --plan or --dump-ir");
+  if (!o.dump_ir && !o.output_dir && !o.plan)
+    usage_error("%s", "nothing to do: give -o DIR, --plan or --dump-ir");
   if (o.json && !o.plan) usage_error("%s", "--json goes with --plan");
   if (o.cuda_graph && o.target != LX_TARGET_CUDA) usage_error("%s", "--cuda-graph goes with the cuda target");
   if (o.unfused && o.target != LX_TARGET_CUDA)
@@ -330,9 +339,9 @@ typedef struct {
   lx_stage_memory *memory;
   lx_stage_layout *layouts; /* one per stage, for the target */
   lx_target target;
-  bool cuda_graph;          /* run.sh passes --cuda-graph to the CUDA programs */
-  bool unfused;             /* --no-epilogue-fusion */
-  bool unrolled;            /* --unrolled-step */
+  bool cuda_graph; /* run.sh passes --cuda-graph to the CUDA programs */
+  bool unfused;    /* --no-epilogue-fusion */
+  bool unrolled;   /* --unrolled-step */
   lx_cost_model cost;
   lx_simulation sim;
   lx_report report;
@@ -382,8 +391,10 @@ static int program_stage; /* which stage write_stage prints; writers take only t
 
 static void write_stage(const products *out, FILE *f) {
   lx_program prog = program_of(out);
-  if (out->target == LX_TARGET_CUDA) lx_emit_stage_cuda(&prog, program_stage, f);
-  else lx_emit_stage_cpu(&prog, program_stage, f);
+  if (out->target == LX_TARGET_CUDA)
+    lx_emit_stage_cuda(&prog, program_stage, f);
+  else
+    lx_emit_stage_cpu(&prog, program_stage, f);
 }
 
 static void write_makefile(const products *out, FILE *f) {
@@ -427,8 +438,8 @@ static bool write_program(const char *dir, const products *out) {
     snprintf(slurm, sizeof slurm, "%s/run-slurm.sh", dir);
     if (!write_file(dir, "run-slurm.sh", write_slurm_script, out) || chmod(slurm, 0755) != 0) return false;
   }
-  return write_file(dir, "Makefile", write_makefile, out) && write_file(dir, "run.sh", write_run_script, out) &&
-         chmod(run, 0755) == 0;
+  return write_file(dir, "Makefile", write_makefile, out) &&
+         write_file(dir, "run.sh", write_run_script, out) && chmod(run, 0755) == 0;
 }
 
 /* Fills the fresh directory that becomes -o DIR (gen/output_dir.c). */
@@ -460,22 +471,23 @@ static void print_summary(const products *out) {
   printf("%s: %s parameters, %d stages, %d micro-batches, recompute %s\n",
          lx_text(ir->model_path, name, sizeof name), lx_count_text((double)ir->params_total, params),
          out->pipe.pp, out->pipe.micro_batches, lx_recompute_policy_name(out->pipe.policy));
-  printf("  predicted iteration %.1f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%\n", sim->iteration_time * 1e3,
-         100 * sim->bubble_fraction, sim->tokens_per_s, 100 * sim->mfu);
+  printf("  predicted iteration %.1f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%\n",
+         sim->iteration_time * 1e3, 100 * sim->bubble_fraction, sim->tokens_per_s, 100 * sim->mfu);
   for (int s = 0; s < out->pipe.pp; s++)
     printf("  stage %d peak memory %s of %s\n", s, lx_bytes_text((double)out->memory[s].peak, peak),
            lx_bytes_text(out->report.capacity_bytes, capacity));
 }
 
-static bool plan_is_open(const lx_plan *p) { return !p->tp || !p->pp || !p->dp || !p->micro_batch; }
+static bool plan_is_open(const lx_open_plan *p) { return p->tp || p->pp || p->dp || p->micro_batch; }
 
 /* When the model leaves parallel-plan fields open, the plan search picks them;
- * the IR is then built again for the chosen plan. */
+ * the IR is then analysed again for the chosen plan. */
 static bool choose_open_plan(const options *opts, lx_ir *ir) {
-  if (!plan_is_open(&ir->plan)) return true;
+  if (!plan_is_open(&ir->open_plan)) return true;
   if (!ir->plan.global_batch) {
-    lx_error(ir->locs.plan, "the plan search needs global_batch (sequences per step) to choose tp, pp, dp and "
-                            "micro_batch");
+    lx_error(ir->locs.plan,
+             "the plan search needs global_batch (sequences per step) to choose tp, pp, dp and "
+             "micro_batch");
     return false;
   }
   lx_search_request req = {opts->policy,           opts->partition,       opts->profile,
@@ -495,14 +507,12 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
     return false;
   }
   if (!found) {
-    lx_error(ir->locs.plan, "no parallel plan for the open fields fits this cluster's memory (try --explain)");
+    lx_error(ir->locs.plan,
+             "no parallel plan for the open fields fits this cluster's memory (try --explain)");
     return false;
   }
-  lx_ir_free(ir);
-  lx_ir_init(ir);
-  if (lx_parse_model(opts->model_path, NULL, 0, ir) != 0) return false;
-  apply_overrides(opts, ir);
-  ir->plan.tp = best.tp, ir->plan.pp = best.pp, ir->plan.dp = best.dp, ir->plan.micro_batch = best.micro_batch;
+  ir->plan.tp = best.tp, ir->plan.pp = best.pp, ir->plan.dp = best.dp,
+  ir->plan.micro_batch = best.micro_batch;
   return lx_analyze(ir) == 0;
 }
 
@@ -565,9 +575,11 @@ static int run_passes(const options *opts, products *out) {
 
 static void free_products(products *out) {
   lx_simulation_free(&out->sim);
-  for (int s = 0; out->layouts && s < out->pipe.pp; s++) lx_layout_free(&out->layouts[s]);
+  for (int s = 0; out->layouts && s < out->pipe.pp; s++)
+    lx_layout_free(&out->layouts[s]);
   free(out->layouts);
-  for (int s = 0; out->memory && s < out->pipe.pp; s++) lx_stage_memory_free(&out->memory[s]);
+  for (int s = 0; out->memory && s < out->pipe.pp; s++)
+    lx_stage_memory_free(&out->memory[s]);
   free(out->memory);
   lx_cost_model_free(&out->cost);
   lx_pipeline_free(&out->pipe);

@@ -54,7 +54,7 @@ double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int
 /* ---- the recompute-aware stage cost ---------------------------------------------- */
 
 static double graph_time(const lx_ir *ir, const lx_cost_model *cm, const lx_graph *g, double *window_s) {
-  int tp = ir->plan.tp ? ir->plan.tp : 1;
+  int tp = ir->plan.tp;
   double t = 0;
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
@@ -92,7 +92,7 @@ void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_co
                              lx_recompute_policy policy) {
   memset(m, 0, sizeof *m);
   m->ir = ir, m->cm = cm, m->policy = policy;
-  m->pp = ir->plan.pp ? ir->plan.pp : 1;
+  m->pp = ir->plan.pp;
   m->micro_batches = lx_micro_batches(ir);
   m->layer_s = graph_time(ir, cm, &ir->block, &m->layer_window_s);
   m->prologue_s = graph_time(ir, cm, &ir->prologue, NULL);

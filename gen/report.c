@@ -204,9 +204,8 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
   fprintf(out,
           "plan       tp %d x pp %d x dp %d, micro-batch %d, %d micro-batches per iteration, %s, recompute "
           "%s, %s\n",
-          plan->tp ? plan->tp : 1, p->pp, plan->dp ? plan->dp : 1, plan->micro_batch ? plan->micro_batch : 1,
-          p->micro_batches, lx_schedule_name(p->kind), lx_recompute_policy_name(p->policy),
-          lx_dtype_name(ir->training.dtype));
+          plan->tp, p->pp, plan->dp, plan->micro_batch, p->micro_batches, lx_schedule_name(p->kind),
+          lx_recompute_policy_name(p->policy), lx_dtype_name(ir->training.dtype));
   for (int s = 0; s < p->pp; s++)
     print_stage_text(r, s, out);
   fprintf(out, "\niteration  %.2f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%, HFU %.1f%%\n",
@@ -262,10 +261,10 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
   cJSON *doc = lx_json_document();
   lx_json_add_string(doc, "model_file", lx_file_name(ir->model_path));
   cJSON *plan = lx_json_add_object(doc, "plan");
-  lx_json_add_int(plan, "tp", ir->plan.tp ? ir->plan.tp : 1);
+  lx_json_add_int(plan, "tp", ir->plan.tp);
   lx_json_add_int(plan, "pp", p->pp);
-  lx_json_add_int(plan, "dp", ir->plan.dp ? ir->plan.dp : 1);
-  lx_json_add_int(plan, "micro_batch", ir->plan.micro_batch ? ir->plan.micro_batch : 1);
+  lx_json_add_int(plan, "dp", ir->plan.dp);
+  lx_json_add_int(plan, "micro_batch", ir->plan.micro_batch);
   lx_json_add_int(plan, "micro_batches", p->micro_batches);
   lx_json_add_string(plan, "schedule", lx_schedule_name(p->kind));
   lx_json_add_string(plan, "recompute", lx_recompute_policy_name(p->policy));

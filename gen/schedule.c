@@ -171,7 +171,7 @@ static int64_t tied_table_params(const lx_ir *ir, const lx_stage *st, lx_graph_i
     const lx_op *op = &g->ops[i];
     if (gid == LX_GRAPH_PROLOGUE && op->kind == LX_OP_EMBEDDING) return op->params_per_rank;
     if (gid == LX_GRAPH_EPILOGUE && op->kind == LX_OP_LM_HEAD && !st->has_prologue)
-      return (int64_t)ir->padded_vocab / (ir->plan.tp ? ir->plan.tp : 1) * g->ops[op->inputs[0]].out.width;
+      return (int64_t)ir->padded_vocab / ir->plan.tp * g->ops[op->inputs[0]].out.width;
   }
   return 0;
 }
@@ -325,8 +325,8 @@ static void schedule_stage(builder *b) {
 
 int lx_micro_batches(const lx_ir *ir) {
   const lx_plan *p = &ir->plan;
-  int b = p->micro_batch ? p->micro_batch : 1, dp = p->dp ? p->dp : 1;
-  int pp = p->pp ? p->pp : 1;
+  int b = p->micro_batch, dp = p->dp;
+  int pp = p->pp;
   return p->global_batch ? p->global_batch / (b * dp) : pp;
 }
 
@@ -364,12 +364,7 @@ static void schedule_one(const lx_ir *ir, lx_pipeline *p, int s) {
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     st->streams[k].count = 0;
   st->n_events = 0;
-  builder b = {.ir = ir,
-               .pipe = p,
-               .st = st,
-               .tp = ir->plan.tp ? ir->plan.tp : 1,
-               .dp = ir->plan.dp ? ir->plan.dp : 1,
-               .ordinal = -1};
+  builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp, .dp = ir->plan.dp, .ordinal = -1};
   int *events = lx_malloc(sizeof(int) * 3 * (size_t)p->micro_batches);
   for (int i = 0; i < 3 * p->micro_batches; i++)
     events[i] = -1;
@@ -609,7 +604,7 @@ static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx
 bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out) {
   const lx_plan *plan = &ir->plan;
   lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
-  int pp = plan->pp ? plan->pp : 1;
+  int pp = plan->pp;
   *out = (lx_pipeline){
       .ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = o->policy};
   if (!check_plan(ir, kind, pp, out->micro_batches)) return false;

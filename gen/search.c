@@ -3,9 +3,10 @@
  * the fastest that fits (PipeDream-2BW's planner, with recompute-aware
  * partitioning and the recompute policy in the loop).
  *
- * Each candidate is the model file parsed again with the open fields set, so
- * that analysis (which depends on tp and the micro-batch) starts clean; then
- * partition + policy + schedule, the memory model and a simulation. */
+ * Each candidate is a working copy of the analysed IR (the model file is
+ * parsed once) with the open fields set and analysed again, since analysis
+ * depends on tp and the micro-batch; then partition + policy + schedule, the
+ * memory model and a simulation. */
 #define _POSIX_C_SOURCE 200809L
 #include "search.h"
 
@@ -17,24 +18,22 @@
 #include "alloc.h"
 #include "analyze.h"
 #include "diag.h"
-#include "frontend.h"
 #include "memplan.h"
 #include "simulate.h"
 
 static bool divides(int a, int b) { return a > 0 && b % a == 0; }
 
-/* Runs one candidate; fills time, peak and why it failed, if it did. */
-static void evaluate(const char *path, const lx_search_request *req, lx_candidate *c) {
+/* Runs one candidate on a working copy of the analysed `ir`; fills time,
+ * peak and why it failed, if it did. */
+static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_candidate *c) {
   lx_ir ir;
-  lx_ir_init(&ir);
-  bool ok = lx_parse_model(path, NULL, 0, &ir) == 0;
+  lx_ir_working_copy(&ir, analysed);
   ir.plan.tp = c->tp, ir.plan.pp = c->pp, ir.plan.dp = c->dp, ir.plan.micro_batch = c->micro_batch;
-  if (req->global_batch) ir.plan.global_batch = req->global_batch;
   lx_cost_model cm;
-  ok = ok && lx_analyze(&ir) == 0 && lx_cost_model_init(&cm, &ir, req->profile);
+  bool ok = lx_analyze(&ir) == 0 && lx_cost_model_init(&cm, &ir, req->profile);
   if (!ok) {
     snprintf(c->why, sizeof c->why, "invalid for this model");
-    lx_ir_free(&ir);
+    lx_ir_free_working_copy(&ir);
     return;
   }
   if (req->gpu_memory_bytes > 0) cm.gpu.memory_bytes = req->gpu_memory_bytes;
@@ -57,12 +56,13 @@ static void evaluate(const char *path, const lx_search_request *req, lx_candidat
                  cm.gpu.memory_bytes / (1 << 30));
       lx_simulation_free(&sim);
     }
-    for (int s = 0; s < pipe.pp; s++) lx_stage_memory_free(&memory[s]);
+    for (int s = 0; s < pipe.pp; s++)
+      lx_stage_memory_free(&memory[s]);
     free(memory);
     lx_pipeline_free(&pipe);
   }
   lx_cost_model_free(&cm);
-  lx_ir_free(&ir);
+  lx_ir_free_working_copy(&ir);
 }
 
 static int by_time(const void *a, const void *b) {
@@ -77,19 +77,20 @@ static int by_time(const void *a, const void *b) {
  * their number; fills `out` unless it is NULL. */
 static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate *out) {
   const lx_plan *p = &ir->plan;
+  const lx_open_plan *open = &ir->open_plan;
   int gpus = ir->cluster.nodes * ir->cluster.gpus_per_node, n = 0;
   static const int micro_batches[] = {1, 2, 4, 8, 16};
   for (int tp = 1; tp <= ir->cluster.gpus_per_node; tp++) {
-    if ((p->tp && tp != p->tp) || !divides(tp, ir->model.heads) || !divides(tp, ir->model.kv_heads) ||
+    if ((!open->tp && tp != p->tp) || !divides(tp, ir->model.heads) || !divides(tp, ir->model.kv_heads) ||
         !divides(tp, gpus))
       continue;
     for (int pp = 1; pp <= ir->model.layers && tp * pp <= gpus; pp++) {
-      if ((p->pp && pp != p->pp) || !divides(tp * pp, gpus)) continue;
-      int dp = p->dp ? p->dp : gpus / (tp * pp);
+      if ((!open->pp && pp != p->pp) || !divides(tp * pp, gpus)) continue;
+      int dp = open->dp ? gpus / (tp * pp) : p->dp;
       if (tp * pp * dp > gpus) continue;
       for (size_t k = 0; k < sizeof micro_batches / sizeof micro_batches[0]; k++) {
         int b = micro_batches[k];
-        if ((p->micro_batch && b != p->micro_batch) || !divides(b * dp, req->global_batch)) continue;
+        if ((!open->micro_batch && b != p->micro_batch) || !divides(b * dp, req->global_batch)) continue;
         if (req->global_batch / (b * dp) < pp) continue;
         if (out) out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b};
         n++;
@@ -131,7 +132,7 @@ static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_can
       break;
     }
     lx_candidate *c = &all[stats->tried];
-    evaluate(ir->model_path, req, c);
+    evaluate(ir, req, c);
     if (c->fits && (!best_so_far || c->time_s < best.time_s)) best = *c, best_so_far = &best;
   }
   lx_on_out_of_memory(NULL);

@@ -200,8 +200,8 @@ static void summarize(const lx_pipeline *p, const lx_cost_model *cm, lx_simulati
   }
   out->bubble_fraction = idle / p->pp;
   const lx_ir *ir = p->ir;
-  int b = ir->plan.micro_batch ? ir->plan.micro_batch : 1, dp = ir->plan.dp ? ir->plan.dp : 1;
-  int tp = ir->plan.tp ? ir->plan.tp : 1;
+  int b = ir->plan.micro_batch, dp = ir->plan.dp;
+  int tp = ir->plan.tp;
   double sequences = (double)p->micro_batches * b * dp;
   if (out->iteration_time <= 0) return;
   out->tokens_per_s = sequences * ir->model.seq_len / out->iteration_time;
@@ -216,13 +216,13 @@ static void summarize(const lx_pipeline *p, const lx_cost_model *cm, lx_simulati
 
 static void rank_layout(const lx_pipeline *p, int stage, int *node) {
   const lx_ir *ir = p->ir;
-  int tp = ir->plan.tp ? ir->plan.tp : 1, dp = ir->plan.dp ? ir->plan.dp : 1;
+  int tp = ir->plan.tp, dp = ir->plan.dp;
   *node = stage * tp * dp / ir->cluster.gpus_per_node; /* ranks: tp fastest, then dp, then pp */
 }
 
 double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, const lx_instr *in) {
   const lx_ir *ir = p->ir;
-  int tp = ir->plan.tp ? ir->plan.tp : 1, dp = ir->plan.dp ? ir->plan.dp : 1;
+  int tp = ir->plan.tp, dp = ir->plan.dp;
   switch (in->kind) {
   case LX_I_FWD:
   case LX_I_RECOMPUTE: {

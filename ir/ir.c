@@ -31,6 +31,27 @@ void lx_ir_free(lx_ir *ir) {
   memset(ir, 0, sizeof *ir);
 }
 
+static void copy_ops(lx_graph *g) {
+  lx_op *ops = lx_calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *ops);
+  if (g->n_ops) memcpy(ops, g->ops, sizeof *ops * (size_t)g->n_ops);
+  g->ops = ops;
+  g->cap_ops = g->n_ops;
+}
+
+void lx_ir_working_copy(lx_ir *copy, const lx_ir *src) {
+  *copy = *src;
+  copy_ops(&copy->prologue);
+  copy_ops(&copy->block);
+  copy_ops(&copy->epilogue);
+}
+
+void lx_ir_free_working_copy(lx_ir *copy) {
+  free(copy->prologue.ops);
+  free(copy->block.ops);
+  free(copy->epilogue.ops);
+  memset(copy, 0, sizeof *copy);
+}
+
 lx_op *lx_graph_add(lx_graph *g, lx_op_kind kind) {
   if (g->n_ops == g->cap_ops) {
     g->cap_ops = g->cap_ops ? 2 * g->cap_ops : 16;
@@ -89,7 +110,7 @@ const char *lx_file_name(const char *path) {
 }
 
 int64_t lx_rank_width(const lx_ir *ir, lx_shape s) {
-  int64_t tp = ir->plan.tp ? ir->plan.tp : 1;
+  int64_t tp = ir->plan.tp;
   if (s.scalar) return 1;
   int64_t width = s.vocab ? ir->padded_vocab : s.width;
   return s.split ? width / tp : width;

@@ -74,11 +74,18 @@ typedef struct {
   lx_link intra_node_link, inter_node_link;
 } lx_cluster;
 
-/* LX_OPEN in an integer field: left for the planner. */
+/* LX_OPEN in an integer field: left for the planner. Analysis resolves an
+ * open tp, pp, dp or micro_batch to 1 and records that it was open
+ * (lx_ir.open_plan), so every later pass reads a complete plan; the plan
+ * search then sets the open fields and the IR is analysed again. */
 enum { LX_OPEN = 0 };
 
 typedef struct {
-  int tp, pp, dp, micro_batch, global_batch;
+  bool tp, pp, dp, micro_batch;
+} lx_open_plan;
+
+typedef struct {
+  int tp, pp, dp, micro_batch, global_batch; /* global_batch 0: not given */
   lx_schedule schedule;
   bool sequence_parallel;
   bool zero; /* ZeRO-1: AdamW state (and fp32 masters) sharded over the dp replicas */
@@ -249,6 +256,7 @@ typedef struct {
   lx_config_locs locs;
   lx_srcnote *notes; /* the notes of all locations above, owned */
   /* filled by the analysis pass */
+  lx_open_plan open_plan;          /* fields the plan analysed left open (now 1) */
   int64_t params_total;            /* whole model */
   int padded_vocab;                /* vocab rounded up to 128 * tp (Megatron-LM) */
   double model_flops_per_sequence; /* forward + backward matmul FLOPs, no recompute */
@@ -257,6 +265,11 @@ typedef struct {
 /* ---- ir.c ---------------------------------------------------------------- */
 void lx_ir_init(lx_ir *ir);
 void lx_ir_free(lx_ir *ir);
+/* A copy of `src` to analyse again under another plan (the plan search's
+ * candidates): its own op arrays; paths, strings and source locations
+ * borrowed from `src`, which must outlive it. */
+void lx_ir_working_copy(lx_ir *copy, const lx_ir *src);
+void lx_ir_free_working_copy(lx_ir *copy);
 lx_op *lx_graph_add(lx_graph *g, lx_op_kind kind);
 const char *lx_op_kind_name(lx_op_kind kind);
 const char *lx_gpu_name(lx_gpu gpu);

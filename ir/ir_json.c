@@ -6,9 +6,9 @@
 #include "ir.h"
 #include "json.h"
 
-/* An open plan field (0) is null. */
-static void put_int_or_open(cJSON *parent, const char *key, int value) {
-  if (value == LX_OPEN)
+/* An open plan field is null (analysis resolved it to 1: lx_ir.open_plan). */
+static void put_int_or_open(cJSON *parent, const char *key, int value, bool open) {
+  if (open || value == LX_OPEN)
     lx_json_add_null(parent, key);
   else
     lx_json_add_int(parent, key, value);
@@ -49,11 +49,11 @@ static void print_configs(cJSON *doc, const lx_ir *ir) {
 
   const lx_plan *p = &ir->plan;
   w = lx_json_add_object(doc, "plan");
-  put_int_or_open(w, "tp", p->tp);
-  put_int_or_open(w, "pp", p->pp);
-  put_int_or_open(w, "dp", p->dp);
-  put_int_or_open(w, "micro_batch", p->micro_batch);
-  put_int_or_open(w, "global_batch", p->global_batch);
+  put_int_or_open(w, "tp", p->tp, ir->open_plan.tp);
+  put_int_or_open(w, "pp", p->pp, ir->open_plan.pp);
+  put_int_or_open(w, "dp", p->dp, ir->open_plan.dp);
+  put_int_or_open(w, "micro_batch", p->micro_batch, ir->open_plan.micro_batch);
+  put_int_or_open(w, "global_batch", p->global_batch, false);
   lx_json_add_string(w, "schedule", p->schedule == LX_SCHEDULE_OPEN ? NULL : lx_schedule_name(p->schedule));
   lx_json_add_bool(w, "sequence_parallel", p->sequence_parallel);
   lx_json_add_bool(w, "zero", p->zero);
@@ -161,9 +161,9 @@ void lx_ir_print_json(const lx_ir *ir, FILE *out) {
   lx_json_add_string(doc, "model_file", lx_file_name(ir->model_path));
   print_configs(doc, ir);
   cJSON *w = lx_json_add_object(doc, "numbers_for");
-  lx_json_add_int(w, "micro_batch", ir->plan.micro_batch ? ir->plan.micro_batch : 1);
+  lx_json_add_int(w, "micro_batch", ir->plan.micro_batch);
   lx_json_add_int(w, "seq_len", ir->model.seq_len);
-  lx_json_add_int(w, "tp", ir->plan.tp ? ir->plan.tp : 1);
+  lx_json_add_int(w, "tp", ir->plan.tp);
   lx_json_add_bool(w, "sequence_parallel", ir->plan.sequence_parallel);
   lx_json_add_string(w, "dtype", lx_dtype_name(ir->training.dtype));
   lx_json_add_int(doc, "params_total", ir->params_total);

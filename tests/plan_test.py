@@ -97,6 +97,26 @@ check(best is not None and chosen is not None and abs(chosen["iteration_s"] - be
 r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", "--policy", "full"], capture_output=True, text=True)
 check(r.returncode == 0 and "chosen" in r.stdout and "slower" in r.stdout,
       "--explain lists the candidates, the chosen one and by how much the others lose")
+# The search plans each candidate under the command line's settings: with
+# --zero (AdamW state sharded over dp) every candidate with dp > 1 peaks lower
+# than without, and each peak is the one planning that candidate directly gives.
+peaks = {}
+for flags in ((), ("--zero",)):
+    r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", "--policy", "full", *flags], capture_output=True,
+                       text=True)
+    rows = re.findall(r"^  (\d+) +(\d+) +(\d+) +(\d+) +[\d.]+ ms +([\d.]+) ", r.stdout, re.M)
+    peaks[flags] = {tuple(map(int, row[:4])): float(row[4]) for row in rows}
+sharded = [c for c in peaks[()] if c[2] > 1 and c in peaks[("--zero",)]]
+check(sharded and all(peaks[("--zero",)][c] < peaks[()][c] for c in sharded),
+      "plan search with --zero: each of %d candidates with dp > 1 peaks lower than without" % len(sharded))
+if sharded:
+    tp, pp, dp, mb = sharded[0]
+    direct = plan(f.name, "--policy", "full", "--zero", "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
+                  "--micro-batch", str(mb))
+    peak = direct and max(st["peak_bytes"] for st in direct["stages"]) / 2**30
+    check(direct and abs(peak - peaks[("--zero",)][sharded[0]]) < 0.01,
+          "... and tp %d pp %d dp %d micro-batch %d peaks at %.2f GiB, as planning it with --zero directly gives"
+          % (tp, pp, dp, mb, peaks[("--zero",)][sharded[0]]))
 os.unlink(f.name)
 
 # Issue 5's acceptance: GPT-3 1.3B on 8 A100-80GB under 1F1B with full

@@ -102,11 +102,19 @@ def command(program, work, metrics, *args, steps=STEPS):
             "0", "--steps", str(steps), "--metrics", metrics, *args]
 
 
+def terminal_signals():
+    """SIGINT as a terminal's foreground job has it: a test run in the
+    background (make test &) inherits SIGINT ignored, and bash cannot trap a
+    signal that was ignored when it started, so run.sh would never see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(program, work, metrics, *args, steps=STEPS):
     """run.sh in a session of its own, so that the whole job can be killed at once."""
     log = open(metrics + ".log", "w")
-    return subprocess.Popen(command(program, work, metrics, *args, steps=steps), cwd=work, stdout=log, stderr=subprocess.STDOUT,
-                            env=environment(), start_new_session=True)
+    return subprocess.Popen(command(program, work, metrics, *args, steps=steps), cwd=work, stdout=log,
+                            stderr=subprocess.STDOUT, env=environment(), start_new_session=True,
+                            preexec_fn=terminal_signals)
 
 
 def losses(metrics):
