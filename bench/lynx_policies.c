@@ -25,6 +25,7 @@
 #include "frontend.h"
 #include "memplan.h"
 #include "overlap.h"
+#include "plan.h"
 #include "passes.h"
 #include "simulate.h"
 

@@ -16,6 +16,7 @@
 #include "emit_file.h"
 #include "emit_fusion.h"
 #include "emit_graphs.h"
+#include "emit_names.h"
 #include "emit_op.h"
 #include "emit_operands.h"
 #include "emit_reroll.h"

@@ -5,6 +5,8 @@
 #include "emit_names.h"
 
 #include "alloc.h"
+#include "escape.h"
+#include "passes.h"
 
 enum { BASE_MAX = 96, NAME_MAX_CHARS = BASE_MAX + 16 }; /* a base name, then a suffix */
 
@@ -43,6 +45,10 @@ void emit_names_free(lx_tensor_names *names) {
   free(names);
 }
 
+bool emit_sequence_sharded(const lx_printer *pr, lx_shape s) {
+  return lx_sequence_parallel(pr->ir) && !s.split && s.dtype != LX_DTYPE_INT32 && !s.scalar;
+}
+
 /* ---- names ------------------------------------------------------------------- */
 
 /* The model file's variable when no other op of the graph was assigned to
@@ -76,7 +82,7 @@ static void base_name(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t s
 /* Masks are bytes, the log-sum-exp is fp32 on every target, token ids are
  * int; the rest are activations (or weights) of the target's type. */
 static const char *element_type(const lx_printer *pr, lx_tensor_ref t) {
-  const lx_op *op = emit_op_at(pr, t.graph, t.op);
+  const lx_op *op = &lx_graph_of(pr->ir, t.graph)->ops[t.op];
   if (t.role == LX_T_INTERNAL && !strcmp(op->saved[t.index].what, "dropout_mask")) return "uint8_t";
   if (t.role == LX_T_INTERNAL && !strcmp(op->saved[t.index].what, "lse")) return pr->lse_type;
   if (t.role == LX_T_OUTPUT && op->out.dtype == LX_DTYPE_INT32) return "int";
@@ -181,7 +187,7 @@ void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf,
 /* "(B, T, 192)" of an activation on this rank; other tensors by size. */
 static void shape_text(const lx_printer *pr, const named_tensor *n, char *buf, size_t size) {
   lx_tensor_ref t = n->ref;
-  const lx_op *op = emit_op_at(pr, t.graph, t.op);
+  const lx_op *op = &lx_graph_of(pr->ir, t.graph)->ops[t.op];
   switch (t.role) {
   case LX_T_OUTPUT:
   case LX_T_RECOMPUTED:
@@ -191,9 +197,9 @@ static void shape_text(const lx_printer *pr, const named_tensor *n, char *buf, s
     else if (op->out.dtype == LX_DTYPE_INT32)
       snprintf(buf, size, "(B, T)");
     else if (emit_sequence_sharded(pr, op->out))
-      snprintf(buf, size, "(SEQ_ROWS, %d)", emit_rank_width(pr, op->out));
+      snprintf(buf, size, "(SEQ_ROWS, %lld)", (long long)lx_rank_width(pr->ir, op->out));
     else
-      snprintf(buf, size, "(B, T, %d)", emit_rank_width(pr, op->out));
+      snprintf(buf, size, "(B, T, %lld)", (long long)lx_rank_width(pr->ir, op->out));
     return;
   case LX_T_PARAM:
     snprintf(buf, size, "%lld elements", (long long)(pr->l->places[t.graph][t.op].param_elements[t.index]));
@@ -213,7 +219,7 @@ static void describe(const lx_printer *pr, const named_tensor *n, char *buf, siz
   char file[LX_TEXT_MAX];
   const char *kind = lx_op_kind_name(op->kind), *var = op->var[0] ? op->var : op->name;
   int line = op->src.line;
-  emit_file_name(pr->ir->model_path, file);
+  lx_text(lx_file_name(pr->ir->model_path), file, sizeof file);
   switch (t.role) {
   case LX_T_SEND_ACT: snprintf(buf, size, "the activation sent to stage %d", pr->s + 1); return;
   case LX_T_SEND_GRAD: snprintf(buf, size, "the input gradient sent to stage %d", pr->s - 1); return;

@@ -21,6 +21,8 @@ const char *emit_tensor_call(const lx_printer *pr, lx_tensor_ref t, char *buf, s
 /* "AT(REGION_stash + 512LL + stash_slot(mb))": the address of a place, with
  * the helpers the accessors use. */
 void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf, size_t size);
+/* Is this tensor a sequence shard (SEQ_ROWS of the BT rows on each rank)? */
+bool emit_sequence_sharded(const lx_printer *pr, lx_shape s);
 /* The helpers and accessors the code printed so far used, in the order of
  * the arena (parameters, kept activations, work, pipeline buffers). */
 void emit_names_print(const lx_printer *pr);

@@ -219,10 +219,6 @@ const char *emit_layer_text(const lx_instr *in, char *buf, size_t size) {
 
 /* ---- sequence parallelism ---- */
 
-bool emit_sequence_sharded(const lx_printer *pr, lx_shape s) {
-  return lx_sequence_parallel(pr->ir) && !s.split && s.dtype != LX_DTYPE_INT32 && !s.scalar;
-}
-
 bool emit_whole_gradient(const lx_printer *pr, lx_graph_id g, int i, char *buf, long long *bytes) {
   lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), true);
   if (!c.reduce_after || c.reduce != LX_COLL_REDUCE_SCATTER) return false;

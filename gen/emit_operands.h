@@ -102,8 +102,6 @@ const char *emit_layer_text(const lx_instr *in, char *buf, size_t size);
 /* ... its columns of the logits: count, first */
 #define VOCAB_SHARD_LAST "VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL)"
 /* ---- sequence parallelism ---- */
-/* Is this tensor a sequence shard (SEQ_ROWS of the BT rows on each rank)? */
-bool emit_sequence_sharded(const lx_printer *pr, lx_shape s);
 /* The whole input gradient a column-parallel backward of op i accumulates
  * into, which starts at zero: its address as a char pointer in buf (PTR)
  * and its bytes; false where the backward has none. */

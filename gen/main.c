@@ -23,6 +23,7 @@
 #include "memplan.h"
 #include "output_dir.h"
 #include "overlap.h"
+#include "plan.h"
 #include "passes.h"
 #include "report.h"
 #include "search.h"

@@ -84,27 +84,6 @@ int64_t lx_policy_bytes(const lx_stage_problem *pr, const lx_op_decision *d);
 bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr,
                      lx_op_decision *d, int *window_of, lx_policy_stats *stats);
 
-/* ---- planning (schedule.c) ---------------------------------------------- */
-
-typedef enum { LX_PARTITION_UNIFORM, LX_PARTITION_DP } lx_partition_kind;
-
-typedef struct {
-  lx_recompute_policy policy;
-  lx_partition_kind partition;
-  const lx_cost_model *cm; /* NULL: the datasheet model of the IR's cluster */
-  double opt_time_limit_s; /* lynx-opt per stage; 0: 20 s */
-} lx_plan_options;
-
-/* Partition, per-stage policy, schedule with recompute placed where the
- * policy put it. Returns false after a diagnostic. */
-bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out);
-
-/* Bytes a stage's block activations may take: capacity minus the static
- * bytes and what the stage needs besides (prologue / epilogue stash,
- * transient working set, one layer of on-demand regenerated tensors). */
-int64_t lx_stage_activation_budget(const lx_ir *ir, const lx_cost_model *cm, const lx_pipeline *keep_all,
-                                   const lx_stage_memory *keep_all_memory, int s);
-
 /* ---- partition.c -------------------------------------------------------- */
 
 /* Seconds per micro-batch of stage `stage` holding layers [first, first +

@@ -20,12 +20,10 @@ void lx_recompute_closure(const lx_graph *block, lx_op_decision *decisions);
  * micro-batch and tp rank, under these decisions. */
 int64_t lx_kept_bytes(const lx_graph *block, const lx_op_decision *decisions);
 
-/* schedule.c — the per-stage instruction lists of a pipeline schedule
- * (GPipe or 1F1B) for the plan in ir->plan, with recompute on demand just
- * before each layer's backward. Returns false after a diagnostic when the
- * plan asks for something not built yet. */
-bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out);
-/* The plan's micro-batches per iteration and per replica. */
+/* schedule.c — stage s's instruction lists of a pipeline schedule (GPipe
+ * or 1F1B) from its recompute decisions and windows (rebuilt from scratch). */
+void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s);
+/* parallel.c — the plan's micro-batches per iteration and per replica. */
 int lx_micro_batches(const lx_ir *ir);
 /* The tensor-parallel collectives around op's forward (or backward): the
  * all-gather before it that sequence parallelism needs (of its input shards,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "overlap.h"
+#include "plan.h"
 
 typedef struct {
   lx_recompute_policy policy;

@@ -32,6 +32,7 @@
 #include "fuzz_model.h"
 #include "fuzz_plan.h"
 #include "passes.h"
+#include "plan.h"
 #include "search.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

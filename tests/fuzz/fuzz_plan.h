@@ -7,6 +7,7 @@
 
 #include "cost.h"
 #include "overlap.h"
+#include "plan.h"
 #include "schedule.h"
 
 /* lynxgen's scheduling options, from the input's `// fuzz-options:` line

@@ -16,6 +16,7 @@
 #include "layout.h"
 #include "memplan.h"
 #include "overlap.h"
+#include "plan.h"
 #include "passes.h"
 
 static int64_t evaluate(const lx_place_expr *e, int layer, int first_layer, int mb, int slots) {

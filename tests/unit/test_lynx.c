@@ -24,6 +24,7 @@
 #include "frontend.h"
 #include "layout.h"
 #include "overlap.h"
+#include "plan.h"
 #include "passes.h"
 #include "verify.h"
 

@@ -15,6 +15,7 @@
 #include "frontend.h"
 #include "memplan.h"
 #include "passes.h"
+#include "plan.h"
 #include "simulate.h"
 
 static const char *model_text =

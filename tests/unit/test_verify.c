@@ -22,6 +22,7 @@
 #include "emit.h"
 #include "frontend.h"
 #include "passes.h"
+#include "plan.h"
 #include "verify.h"
 
 typedef struct {
