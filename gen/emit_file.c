@@ -1,41 +1,13 @@
 /* emit_file.c — a stage file's parts and its line width (emit_file.h). */
-#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <stdlib.h>
 #include <string.h>
 
 #include "emit_file.h"
+
+#include "alloc.h"
 #include "emit_names.h"
 
 enum { WIDTH = 120, CONTINUATION = 4 };
-
-static FILE *memory_stream(char **text, size_t *size) {
-  FILE *f = open_memstream(text, size);
-  if (!f) {
-    fputs("lynxgen: error: out of memory (a memory stream)\n", stderr);
-    exit(1);
-  }
-  return f;
-}
-
-void emit_stage_file(lx_printer *pr, FILE *out, lx_file_part head, lx_file_part code) {
-  char *code_text = NULL, *file_text = NULL;
-  size_t code_size = 0, file_size = 0;
-  pr->names = emit_names_new();
-  pr->out = memory_stream(&code_text, &code_size);
-  code(pr);
-  fclose(pr->out);
-  pr->out = memory_stream(&file_text, &file_size);
-  head(pr);
-  emit_names_print(pr);
-  fputs(code_text, pr->out);
-  fclose(pr->out);
-  emit_wrap(file_text, out, WIDTH);
-  pr->out = out;
-  free(code_text);
-  free(file_text);
-  emit_names_free(pr->names);
-  pr->names = NULL;
-}
 
 /* ---- wrapping ---------------------------------------------------------------- */
 
@@ -92,13 +64,12 @@ static void wrap_line(const char *line, size_t length, FILE *out, int width) {
   while ((size_t)indent < length && line[indent] == ' ')
     indent++;
   int start = 0, column = 0, b = 0;
-  while (b < n) {
-    /* the furthest break that keeps this line within the width */
-    int last = -1;
-    for (int k = b; k < n && column + (at[k] - start) - 1 <= width; k++)
+  while (b < n && column + (int)length - start > width) {
+    /* the furthest break that keeps this line within the width; one argument
+     * longer than the line stands alone */
+    int last = b;
+    for (int k = b + 1; k < n && column + (at[k] - start) - 1 <= width; k++)
       last = k;
-    if (last < 0) last = b; /* one argument longer than the line: it stands alone */
-    if (column + (int)length - start <= width) break;
     fwrite(line + start, 1, (size_t)(at[last] - 1 - start), out); /* without the space after the comma */
     fprintf(out, "\n%*s", indent + CONTINUATION, "");
     column = indent + CONTINUATION;
@@ -108,7 +79,10 @@ static void wrap_line(const char *line, size_t length, FILE *out, int width) {
   fwrite(line + start, 1, length - (size_t)start, out);
 }
 
-void emit_wrap(const char *text, FILE *out, int width) {
+/* `text` to `out`, each statement line longer than `width` continued on the
+ * next lines after a comma (comments, preprocessor lines and the rows of
+ * data tables stay as they are). */
+static void emit_wrap(const char *text, FILE *out, int width) {
   while (*text) {
     const char *end = strchr(text, '\n');
     size_t length = end ? (size_t)(end - text) : strlen(text);
@@ -120,4 +94,24 @@ void emit_wrap(const char *text, FILE *out, int width) {
     fputc('\n', out);
     text = end + 1;
   }
+}
+
+void emit_stage_file(lx_printer *pr, FILE *out, lx_file_part head, lx_file_part code) {
+  char *code_text = NULL, *file_text = NULL;
+  size_t code_size = 0, file_size = 0;
+  pr->names = emit_names_new();
+  pr->out = lx_memory_stream(&code_text, &code_size);
+  code(pr);
+  fclose(pr->out);
+  pr->out = lx_memory_stream(&file_text, &file_size);
+  head(pr);
+  emit_names_print(pr);
+  fputs(code_text, pr->out);
+  fclose(pr->out);
+  emit_wrap(file_text, out, WIDTH);
+  pr->out = out;
+  free(code_text);
+  free(file_text);
+  emit_names_free(pr->names);
+  pr->names = NULL;
 }

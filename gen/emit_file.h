@@ -13,9 +13,4 @@ typedef void (*lx_file_part)(const lx_printer *pr);
  * `head`, the accessors of every tensor `code` named, and `code` to `out`. */
 void emit_stage_file(lx_printer *pr, FILE *out, lx_file_part head, lx_file_part code);
 
-/* Writes `text` to `out` with each statement line longer than `width`
- * continued on the next lines after a comma (comments, preprocessor lines
- * and the rows of data tables are left as they are). */
-void emit_wrap(const char *text, FILE *out, int width);
-
 #endif

@@ -245,16 +245,10 @@ static void describe(const lx_printer *pr, const named_tensor *n, char *buf, siz
   }
 }
 
-static int region_rank(lx_region r) {
-  static const int order[LX_REGION_COUNT] = {
-      [LX_REGION_PARAMS] = 0, [LX_REGION_MASTER] = 1, [LX_REGION_GRADS] = 2, [LX_REGION_ADAM_M] = 3,
-      [LX_REGION_ADAM_V] = 4, [LX_REGION_STASH] = 5,  [LX_REGION_WORK] = 6,  [LX_REGION_BOUNDARY] = 7};
-  return order[r];
-}
-
 static int by_place(const void *a, const void *b) {
   const named_tensor *x = a, *y = b;
-  if (x->place.region != y->place.region) return region_rank(x->place.region) - region_rank(y->place.region);
+  if (x->place.region != y->place.region)
+    return (int)x->place.region - (int)y->place.region; /* arena order */
   if (x->place.constant != y->place.constant) return x->place.constant < y->place.constant ? -1 : 1;
   return strcmp(x->name, y->name);
 }

@@ -1,7 +1,7 @@
 /* emit_op.h — one op's kernel call, printed the same way for both targets.
  *
  * The kernel's name and pointer arguments come from the operand table
- * (op_signature.h, through emit_kernel_operands), its sizes from the op's
+ * (op_signature.h, through emit_kernel_call), its sizes from the op's
  * shapes on this rank. What differs between the CPU and the CUDA templates
  * is in one small table per target. */
 #ifndef LX_EMIT_OP_H

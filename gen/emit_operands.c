@@ -108,8 +108,12 @@ static bool bias_on_rank_zero(const lx_printer *pr, const lx_op *op, const lx_op
   return o->kind == LX_OPND_BIAS && !backward && emit_tp(pr) > 1 && op->tp_role == LX_TP_ROW;
 }
 
-void emit_kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
-                          const char *workspace, char *buf, size_t size) {
+/* The pointer arguments of op i's forward or backward kernel in the order of
+ * its row of the operand table (op_signature.h), comma-separated; a kernel
+ * with a workspace gets `workspace` between what it writes and what it reads.
+ * A row-parallel linear's bias is added by tensor-parallel rank 0 only. */
+static void kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                            bool backward, const char *workspace, char *buf, size_t size) {
   const lx_op *op = emit_op_at(pr, g, i);
   size_t used = 0;
   bool reads = false;
@@ -133,7 +137,7 @@ void emit_kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_
 void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
                       const char *workspace, lx_kernel_call *c) {
   c->op = emit_op_at(pr, g, i);
-  emit_kernel_operands(pr, g, i, out_role, backward, workspace, c->args, sizeof c->args);
+  kernel_operands(pr, g, i, out_role, backward, workspace, c->args, sizeof c->args);
   c->width = emit_rank_width(pr, c->op->out);
   c->sharded = emit_sequence_sharded(pr, c->op->out);
   c->rows = c->sharded ? "SEQ_ROWS" : "BT";

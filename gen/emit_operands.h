@@ -57,14 +57,8 @@ const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i);
  * for it (access.h lx_operand_access). */
 void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
                           lx_operands *o);
-/* The pointer arguments of op i's forward or backward kernel in the order of
- * its row of the operand table (op_signature.h), comma-separated; a kernel
- * with a workspace gets `workspace` between what it writes and what it reads.
- * A row-parallel linear's bias is added by tensor-parallel rank 0 only. */
-void emit_kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
-                          const char *workspace, char *buf, size_t size);
 /* What a printer needs for one kernel call of op i: its pointer arguments
- * (emit_kernel_operands), its output's width on this rank and its rows: a
+ * (in the order of its row of the operand table), its output's width on this rank and its rows: a
  * sequence shard's (SEQ_ROWS) or all of (B, T). */
 typedef struct {
   const lx_op *op;

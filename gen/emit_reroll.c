@@ -11,7 +11,6 @@
  * to the next, and prints each as a for loop whose literals are base + step *
  * i. A loop is taken only if expanding it gives back the original lines byte
  * for byte, so the program runs the same statements in the same order. */
-#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,12 +47,6 @@ typedef struct {
   int n_numbers, cap_numbers;
   char var; /* the loops' variable in this pass */
 } text;
-
-/* open_memstream's one way to fail, said as alloc.h says it */
-static void out_of_memory(void) {
-  fputs("lynxgen: error: out of memory (a memory stream)\n", stderr);
-  exit(1);
-}
 
 static bool name_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
@@ -316,8 +309,7 @@ void emit_reroll(const char *body, FILE *out) {
   for (int p = 0; vars[p]; p++) {
     char *next = NULL;
     size_t size = 0;
-    FILE *f = open_memstream(&next, &size);
-    if (!f) out_of_memory();
+    FILE *f = lx_memory_stream(&next, &size);
     int loops = reroll_pass(in, f, vars[p]);
     fclose(f);
     free(latest);
@@ -330,8 +322,7 @@ void emit_reroll(const char *body, FILE *out) {
 
 FILE *emit_step_begin(lx_step_text *step, FILE *out, bool reroll) {
   *step = (lx_step_text){.out = out, .reroll = reroll};
-  step->body = open_memstream(&step->text, &step->size);
-  if (!step->body) out_of_memory();
+  step->body = lx_memory_stream(&step->text, &step->size);
   return step->body;
 }
 

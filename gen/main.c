@@ -23,8 +23,8 @@
 #include "memplan.h"
 #include "output_dir.h"
 #include "overlap.h"
-#include "plan.h"
 #include "passes.h"
+#include "plan.h"
 #include "report.h"
 #include "search.h"
 #include "simulate.h"
@@ -491,8 +491,8 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
              "micro_batch");
     return false;
   }
-  lx_search_request req = {opts->policy,           opts->partition,       opts->profile,
-                           opts->gpu_memory_bytes, ir->plan.global_batch, opts->search_seconds};
+  lx_search_request req = {opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
+                           opts->search_seconds};
   lx_candidate best;
   lx_search_stats stats;
   bool found = lx_search_plan(ir, &req, &best, &stats, opts->explain ? stdout : NULL);

@@ -59,8 +59,11 @@ static bool fixed_policy(lx_recompute_policy p) { return p <= LX_RECOMPUTE_SELEC
 
 /* ---- planned policies ------------------------------------------------------- */
 
-int64_t lx_stage_activation_budget(const lx_ir *ir, const lx_cost_model *cm, const lx_pipeline *keep_all,
-                                   const lx_stage_memory *m, int s) {
+/* Bytes a stage's block activations may take: capacity minus the static
+ * bytes and what the stage needs besides (prologue / epilogue stash,
+ * transient working set, one layer of on-demand regenerated tensors). */
+static int64_t activation_budget(const lx_ir *ir, const lx_cost_model *cm, const lx_pipeline *keep_all,
+                                 const lx_stage_memory *m, int s) {
   const lx_stage *st = &keep_all->stages[s];
   lx_op_decision *none = lx_calloc((size_t)ir->block.n_ops, sizeof *none);
   int64_t block = (int64_t)st->stashed_micro_batches * st->n_layers * lx_kept_bytes(&ir->block, none);
@@ -102,7 +105,7 @@ static void compute_budgets(planner *pl) {
   lx_stage_memory *mem = lx_calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
   lx_plan_memory(pl->pipe, mem);
   for (int s = 0; s < pl->pipe->pp; s++) {
-    pl->budget[s] = lx_stage_activation_budget(pl->ir, pl->cm, pl->pipe, &mem[s], s);
+    pl->budget[s] = activation_budget(pl->ir, pl->cm, pl->pipe, &mem[s], s);
     lx_stage_memory_free(&mem[s]);
   }
   free(mem);

@@ -18,12 +18,6 @@ typedef struct {
  * policy put it. Returns false after a diagnostic. */
 bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out);
 
-/* Bytes a stage's block activations may take: capacity minus the static
- * bytes and what the stage needs besides (prologue / epilogue stash,
- * transient working set, one layer of on-demand regenerated tensors). */
-int64_t lx_stage_activation_budget(const lx_ir *ir, const lx_cost_model *cm, const lx_pipeline *keep_all,
-                                   const lx_stage_memory *keep_all_memory, int s);
-
 /* lx_plan_pipeline with `policy`, uniform stages and the datasheet's costs
  * (the shortcut of tests and tools). */
 bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out);

@@ -75,7 +75,7 @@ static int by_time(const void *a, const void *b) {
 /* tp inside a node and dividing the heads; pp at most the layers; dp the
  * rest of the cluster; micro-batches dividing the replica's batch. Returns
  * their number; fills `out` unless it is NULL. */
-static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate *out) {
+static int enumerate(const lx_ir *ir, lx_candidate *out) {
   const lx_plan *p = &ir->plan;
   const lx_open_plan *open = &ir->open_plan;
   int gpus = ir->cluster.nodes * ir->cluster.gpus_per_node, n = 0;
@@ -90,8 +90,8 @@ static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate
       if (tp * pp * dp > gpus) continue;
       for (size_t k = 0; k < sizeof micro_batches / sizeof micro_batches[0]; k++) {
         int b = micro_batches[k];
-        if ((!open->micro_batch && b != p->micro_batch) || !divides(b * dp, req->global_batch)) continue;
-        if (req->global_batch / (b * dp) < pp) continue;
+        if ((!open->micro_batch && b != p->micro_batch) || !divides(b * dp, p->global_batch)) continue;
+        if (p->global_batch / (b * dp) < pp) continue;
         if (out) out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b};
         n++;
       }
@@ -142,7 +142,7 @@ static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_can
 static void explain_search(const lx_ir *ir, const lx_search_request *req, const lx_candidate *all,
                            const lx_search_stats *stats, FILE *explain) {
   fprintf(explain, "plan search: %d candidates for %d GPUs, global batch %d, recompute %s\n", stats->feasible,
-          ir->cluster.nodes * ir->cluster.gpus_per_node, req->global_batch,
+          ir->cluster.nodes * ir->cluster.gpus_per_node, ir->plan.global_batch,
           lx_recompute_policy_name(req->policy));
   if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
   fprintf(explain, "  %-4s %-4s %-4s %-6s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "iteration",
@@ -163,9 +163,9 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
 
 bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, lx_search_stats *stats,
                     FILE *explain) {
-  int n = enumerate(ir, req, NULL);
+  int n = enumerate(ir, NULL);
   lx_candidate *all = lx_calloc((size_t)n + 1, sizeof *all);
-  *stats = (lx_search_stats){.feasible = enumerate(ir, req, all)};
+  *stats = (lx_search_stats){.feasible = enumerate(ir, all)};
   /* candidates report their own errors; a search reports only its verdict */
   FILE *quiet = fopen("/dev/null", "w");
   lx_diag_set_sink(quiet);

@@ -12,7 +12,6 @@ typedef struct {
   lx_partition_kind partition;
   const char *profile;     /* NULL: the datasheet model */
   double gpu_memory_bytes; /* 0: the datasheet's */
-  int global_batch;        /* sequences per step; the search needs it */
   double time_budget_s;    /* stop trying candidates after this long (lynxgen --search-time) */
 } lx_search_request;
 

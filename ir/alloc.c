@@ -1,5 +1,5 @@
 /* alloc.c — checked allocations (alloc.h). */
-#define _POSIX_C_SOURCE 200809L /* strdup */
+#define _POSIX_C_SOURCE 200809L /* strdup, open_memstream */
 #include "alloc.h"
 
 #include <stdio.h>
@@ -30,3 +30,9 @@ void *lx_calloc(size_t count, size_t size) {
 void *lx_realloc(void *p, size_t bytes) { return checked(realloc(p, bytes), bytes); }
 
 char *lx_strdup(const char *s) { return checked(strdup(s), strlen(s) + 1); }
+
+FILE *lx_memory_stream(char **text, size_t *size) {
+  FILE *f = open_memstream(text, size);
+  if (!f) checked(NULL, 1); /* it allocates its buffer: nothing else can fail */
+  return f;
+}

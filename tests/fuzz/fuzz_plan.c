@@ -20,14 +20,14 @@
  * MAX_MICRO_BATCHES micro-batches per step (clamped before analysis: a
  * smaller value of the same field, itself a valid model file), and an input
  * with more than MAX_OPS ops, or with an open plan on more than
- * MAX_SEARCH_GPUS GPUs or with fields that had to be clamped (the search
- * parses the file again, as written), only runs the front end. lynx-opt's
- * solver gets OPT_TIME_LIMIT_S per stage instead of 20 s. */
+ * MAX_SEARCH_GPUS GPUs, only runs the front end. lynx-opt's solver gets
+ * OPT_TIME_LIMIT_S per stage instead of 20 s. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "analyze.h"
 #include "diag.h"
 #include "fuzz_model.h"
 #include "fuzz_plan.h"
@@ -45,16 +45,13 @@ static void fail(const char *why) {
   abort();
 }
 
-static FILE *discarded;          /* /dev/null */
-static bool clamped;             /* the last clamp_sizes changed a field */
-static const lx_candidate *best; /* the plan search's choice, for choose_plan */
+static FILE *discarded; /* /dev/null */
 
 static void clamp(int *field, int max) {
-  if (*field > max) *field = max, clamped = true;
+  if (*field > max) *field = max;
 }
 
 static void clamp_sizes(lx_ir *ir) {
-  clamped = false;
   clamp(&ir->model.layers, MAX_LAYERS);
   clamp(&ir->plan.pp, MAX_STAGES);
   lx_plan *p = &ir->plan;
@@ -62,14 +59,7 @@ static void clamp_sizes(lx_ir *ir) {
   if (p->global_batch > 0 && p->global_batch / per_micro_batch > MAX_MICRO_BATCHES &&
       per_micro_batch * MAX_MICRO_BATCHES <=
           INT32_MAX) /* keeps a remainder: a non-dividing batch stays one */
-    p->global_batch = (int)(per_micro_batch * MAX_MICRO_BATCHES + p->global_batch % per_micro_batch),
-    clamped = true;
-}
-
-static void choose_plan(lx_ir *ir) {
-  clamp_sizes(ir);
-  ir->plan.tp = best->tp, ir->plan.pp = best->pp, ir->plan.dp = best->dp,
-  ir->plan.micro_batch = best->micro_batch;
+    p->global_batch = (int)(per_micro_batch * MAX_MICRO_BATCHES + p->global_batch % per_micro_batch);
 }
 
 static bool small_enough(const lx_ir *ir) {
@@ -77,19 +67,19 @@ static bool small_enough(const lx_ir *ir) {
          lx_micro_batches(ir) <= MAX_MICRO_BATCHES;
 }
 
-static bool plan_is_open(const lx_plan *p) { return !p->tp || !p->pp || !p->dp || !p->micro_batch; }
+static bool plan_is_open(const lx_open_plan *p) { return p->tp || p->pp || p->dp || p->micro_batch; }
 
-/* lynxgen's choose_open_plan: the search, then the model again with its choice.
- * Returns false when the plan is not to be made (rejected, or too large). */
-static bool search_open_plan(const char *path, const uint8_t *data, size_t size, const fuzz_options *o,
-                             lx_ir *ir) {
-  if (!plan_is_open(&ir->plan)) return true;
-  if (clamped || (int64_t)ir->cluster.nodes * ir->cluster.gpus_per_node > MAX_SEARCH_GPUS) return false;
+/* lynxgen's choose_open_plan: the search, then the model analysed again with
+ * its choice. Returns false when the plan is not to be made (rejected, or
+ * too large). */
+static bool search_open_plan(const fuzz_options *o, lx_ir *ir) {
+  if (!plan_is_open(&ir->open_plan)) return true;
+  if ((int64_t)ir->cluster.nodes * ir->cluster.gpus_per_node > MAX_SEARCH_GPUS) return false;
   if (!ir->plan.global_batch) {
     lx_error(ir->locs.plan, "the plan search needs global_batch");
     return false;
   }
-  lx_search_request req = {o->policy, o->partition, NULL, o->gpu_memory_bytes, ir->plan.global_batch, 0};
+  lx_search_request req = {o->policy, o->partition, NULL, o->gpu_memory_bytes, 0};
   lx_candidate chosen;
   lx_search_stats stats;
   bool found = lx_search_plan(ir, &req, &chosen, &stats, NULL);
@@ -98,12 +88,12 @@ static bool search_open_plan(const char *path, const uint8_t *data, size_t size,
     lx_error(ir->locs.plan, "no parallel plan for the open fields fits");
     return false;
   }
-  lx_ir_free(ir);
-  best = &chosen;
-  return fuzz_front_end(path, data, size, choose_plan, ir);
+  ir->plan.tp = chosen.tp, ir->plan.pp = chosen.pp, ir->plan.dp = chosen.dp,
+  ir->plan.micro_batch = chosen.micro_batch;
+  return lx_analyze(ir) == 0;
 }
 
-/* The input as a file on tmpfs, for the plan search, which parses it again. */
+/* The input as a file on tmpfs, at the path the front end is given. */
 static const char *input_file(const uint8_t *data, size_t size) {
   static char path[64];
   if (!path[0]) snprintf(path, sizeof path, "/dev/shm/lynxgen-fuzz-%d.model", (int)getpid());
@@ -130,8 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_options o = fuzz_plan_options(data, size);
   const char *path = input_file(data, size);
   lx_ir ir;
-  if (fuzz_front_end(path, data, size, clamp_sizes, &ir) && search_open_plan(path, data, size, &o, &ir) &&
-      small_enough(&ir))
+  if (fuzz_front_end(path, data, size, clamp_sizes, &ir) && search_open_plan(&o, &ir) && small_enough(&ir))
     plan(&ir, &o);
   if (lx_error_count() > 0 && lx_located_error_count() == 0)
     fail("a plan was rejected without a located error");
