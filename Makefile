@@ -15,9 +15,21 @@ WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 override CFLAGS += -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include
 LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm -lglpk -lcjson
 
-GEN_SRCS := gen/diag.c ir/op_signature.c gen/frontend.c gen/model_file.c gen/source_file.c gen/locate.c gen/constant.c gen/analyze.c gen/cost.c gen/hardware.c ir/ir.c ir/alloc.c ir/escape.c ir/ir_json.c ir/json.c ir/schedule.c gen/partition.c gen/recompute.c gen/schedule.c gen/plan.c gen/parallel.c gen/memplan.c gen/simulate.c gen/trace.c gen/trace_json.c gen/schedule_svg.c gen/memory_svg.c gen/report.c gen/layout.c gen/tokenize.c gen/emit.c gen/emit_cpu.c gen/manifest.c gen/output_dir.c gen/verify.c gen/verify_report.c gen/verify_comm.c gen/access.c gen/windows.c gen/policy.c gen/emit_walk.c gen/emit_operands.c gen/emit_op.c gen/emit_graphs.c gen/emit_fusion.c gen/emit_reroll.c gen/emit_names.c gen/emit_file.c gen/emit_cuda.c gen/search.c
+GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/op_signature.c ir/schedule.c \
+  gen/frontend/constant.c gen/frontend/frontend.c gen/frontend/locate.c gen/frontend/model_file.c \
+  gen/frontend/source_file.c gen/analysis/analyze.c gen/analysis/cost.c gen/analysis/hardware.c \
+  gen/planning/layout.c gen/planning/memplan.c gen/planning/parallel.c gen/planning/partition.c \
+  gen/planning/plan.c gen/planning/policy.c gen/planning/recompute.c gen/planning/schedule.c \
+  gen/planning/search.c gen/planning/simulate.c gen/planning/windows.c gen/verify/access.c \
+  gen/verify/verify.c gen/verify/verify_comm.c gen/verify/verify_report.c gen/emit/emit.c \
+  gen/emit/emit_cpu.c gen/emit/emit_cuda.c gen/emit/emit_file.c gen/emit/emit_fusion.c \
+  gen/emit/emit_graphs.c gen/emit/emit_names.c gen/emit/emit_op.c gen/emit/emit_operands.c \
+  gen/emit/emit_reroll.c gen/emit/emit_walk.c gen/report/manifest.c gen/report/memory_svg.c \
+  gen/report/output_dir.c gen/report/report.c gen/report/schedule_svg.c gen/report/trace.c \
+  gen/report/trace_json.c gen/tokenize.c
 GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
+.DELETE_ON_ERROR:
 .PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-cuda bench-step
 all: bin/lynxgen
 
@@ -25,7 +37,7 @@ bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: %.c $(wildcard ir/*.h gen/*.h)
+$(BUILD)/%.o: %.c $(wildcard ir/*.h gen/*/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -45,10 +57,10 @@ CUDA_TEMPLATES := $(sort $(wildcard templates/cuda/*.cuh templates/cuda/*.h temp
 $(BUILD)/templates.c: $(COMMON_TEMPLATES) $(CPU_TEMPLATES) $(CUDA_TEMPLATES) scripts/embed_templates.sh scripts/embed.sh
 	@mkdir -p $(@D)
 	sh scripts/embed_templates.sh lx_common_templates $(COMMON_TEMPLATES) > $@
-	sh scripts/embed_templates.sh lx_cpu_templates $(CPU_TEMPLATES) | grep -v '^#include "emit.h"' >> $@
-	sh scripts/embed_templates.sh lx_cuda_templates $(CUDA_TEMPLATES) | grep -v '^#include "emit.h"' >> $@
+	sh scripts/embed_templates.sh lx_cpu_templates $(CPU_TEMPLATES) | grep -v '^#include "emit/emit.h"' >> $@
+	sh scripts/embed_templates.sh lx_cuda_templates $(CUDA_TEMPLATES) | grep -v '^#include "emit/emit.h"' >> $@
 
-$(BUILD)/templates.o: $(BUILD)/templates.c gen/emit.h
+$(BUILD)/templates.o: $(BUILD)/templates.c gen/emit/emit.h
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # Both compilers must accept the sources with every warning an error.
@@ -81,7 +93,7 @@ bench-step:
 include tests/tests.mk
 
 format:
-	clang-format -i $(GEN_SRCS) gen/main.c gen/*.h ir/*.h tests/*.c tests/fuzz/*.c
+	clang-format -i $(GEN_SRCS) gen/main.c gen/*/*.h ir/*.h tests/*.c tests/fuzz/*.c
 
 clean:
 	rm -rf $(BUILD) bin

@@ -15,7 +15,7 @@ if [ $# -eq 0 ]; then
   [ -x "$NVCC" ] || { echo "no nvcc (set NVCC)" >&2; exit 2; }
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  # the emitted Makefile's flags (gen/emit.c), with --resource-usage
+  # the emitted Makefile's flags (gen/emit/emit.c), with --resource-usage
   "$NVCC" -std=c++17 -O2 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
     -isystem /usr/lib/x86_64-linux-gnu/openmpi/include -Itemplates/cuda -Itemplates/cpu \
     -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 --resource-usage \

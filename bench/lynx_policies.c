@@ -20,14 +20,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "diag.h"
-#include "frontend.h"
-#include "memplan.h"
-#include "overlap.h"
-#include "plan.h"
-#include "passes.h"
-#include "simulate.h"
+#include "frontend/frontend.h"
+#include "planning/memplan.h"
+#include "planning/overlap.h"
+#include "planning/plan.h"
+#include "planning/passes.h"
+#include "planning/simulate.h"
 
 typedef struct {
   const char *file;

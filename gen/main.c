@@ -12,24 +12,24 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "diag.h"
-#include "emit.h"
+#include "emit/emit.h"
 #include "escape.h"
-#include "frontend.h"
+#include "frontend/frontend.h"
 #include "ir.h"
-#include "layout.h"
-#include "manifest.h"
-#include "memplan.h"
-#include "output_dir.h"
-#include "overlap.h"
-#include "passes.h"
-#include "plan.h"
-#include "report.h"
-#include "search.h"
-#include "simulate.h"
-#include "trace.h"
-#include "verify.h"
+#include "planning/layout.h"
+#include "report/manifest.h"
+#include "planning/memplan.h"
+#include "report/output_dir.h"
+#include "planning/overlap.h"
+#include "planning/passes.h"
+#include "planning/plan.h"
+#include "report/report.h"
+#include "planning/search.h"
+#include "planning/simulate.h"
+#include "report/trace.h"
+#include "verify/verify.h"
 
 enum { EXIT_USER_ERROR = 1, EXIT_USAGE = 2 };
 
@@ -68,7 +68,7 @@ static const char usage_text[] =
     "\n"
     "Scheduling:\n"
     "      --policy P         recomputation: none | full | selective | checkmate | lynx-heu |\n"
-    "                         lynx-opt (default none; gen/overlap.h)\n"
+    "                         lynx-opt (default none; gen/planning/overlap.h)\n"
     "      --partition P      layers per stage: uniform (Megatron's even split, the\n"
     "                         default) | dp (recompute-aware, balances stage times)\n"
     "      --explain          when tp, pp, dp or micro_batch are left open, print the\n"
@@ -443,7 +443,7 @@ static bool write_program(const char *dir, const products *out) {
          write_file(dir, "run.sh", write_run_script, out) && chmod(run, 0755) == 0;
 }
 
-/* Fills the fresh directory that becomes -o DIR (gen/output_dir.c). */
+/* Fills the fresh directory that becomes -o DIR (gen/report/output_dir.c). */
 static bool write_all(const char *dir, const void *products_) {
   const products *out = products_;
   for (size_t i = 0; i < sizeof output_files / sizeof output_files[0]; i++)

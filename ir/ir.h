@@ -1,7 +1,7 @@
 /* ir.h — the intermediate representation every lynxgen pass shares.
  *
- * Read this first. The front end (gen/frontend.c) fills the configs and the
- * three op graphs from a model file; the analysis pass (gen/analyze.c) infers
+ * Read this first. The front end (gen/frontend/frontend.c) fills the configs and the
+ * three op graphs from a model file; the analysis pass (gen/analysis/analyze.c) infers
  * shapes and annotates every op with its FLOPs, bytes and parameters for the
  * plan's micro-batch, sequence length, tensor-parallel degree and dtype.
  * Later passes add their own annotations; none of them edits the graphs. */

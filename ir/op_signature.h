@@ -2,8 +2,8 @@
  *
  * One row per op kind (and attention implementation) names the tensors its
  * forward and its backward kernel take. It is the single source of both the
- * verifier's access lists (gen/access.c) and the pointer arguments the CPU
- * and CUDA printers pass (gen/emit_operands.c): what is verified is what is
+ * verifier's access lists (gen/verify/access.c) and the pointer arguments the CPU
+ * and CUDA printers pass (gen/emit/emit_operands.c): what is verified is what is
  * emitted. An operand that an instance lacks (a bias the op does not have, the
  * gradient of token ids, a dropout mask at dropout 0) is NULL in the call and
  * no access. tests/unit/test_op_signature.c checks every row against what

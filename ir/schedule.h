@@ -90,7 +90,7 @@ typedef struct {
 } lx_op_decision;
 
 /* A statically known idle interval of a stage's compute stream, measured by
- * simulating the schedule with on-demand recompute (gen/windows.c). */
+ * simulating the schedule with on-demand recompute (gen/planning/windows.c). */
 typedef enum {
   LX_WINDOW_TP_FORWARD,  /* a tensor-parallel all-reduce of a forward */
   LX_WINDOW_TP_BACKWARD, /* ... of a backward */

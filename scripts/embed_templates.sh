@@ -8,7 +8,7 @@ for f in "$@"; do
   sh "$(dirname "$0")/embed.sh" "${table}_$i" < "$f"
   i=$((i + 1))
 done
-echo "#include \"emit.h\""
+echo "#include \"emit/emit.h\""
 printf 'const lx_template %s[] = {\n' "$table"
 i=0
 for f in "$@"; do

@@ -9,7 +9,7 @@
 # max(8, pp + 1) micro-batches is generated with that many instead (a
 # smaller --global-batch): more only repeat the same statements, and pp + 1
 # keeps warm-up, steady state and cool-down of both schedules. The step is
-# printed with loops (gen/emit_reroll.c), so one case compiles a whole plan
+# printed with loops (gen/emit/emit_reroll.c), so one case compiles a whole plan
 # at its real size: GPT-23B, tp 4 x pp 8, 512 micro-batches, 1F1B, lynx-heu
 # (760 k lines a stage unrolled, 1.2 k rolled).
 #

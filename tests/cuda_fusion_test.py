@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fused calls in the emitted CUDA programs (gen/emit_fusion.c, emit_cuda.c).
+"""Fused calls in the emitted CUDA programs (gen/emit/emit_fusion.c, emit_cuda.c).
 
 Each fused program is compared, line by line, with the same program
 generated with --no-epilogue-fusion, where every op is its own call with the

@@ -2,7 +2,7 @@
 
 The printers continue a statement longer than 120 columns on lines indented
 four columns past it, each line but the last ending in a comma
-(gen/emit_file.c); tests that look at whole calls join them back."""
+(gen/emit/emit_file.c); tests that look at whole calls join them back."""
 
 
 def unwrapped(text):

@@ -2,7 +2,8 @@
 # The generator's modules call each other without a cycle (issue 14):
 # scripts/module_cycles.sh builds the call graph of gen/ and ir/ from the
 # symbols each object file defines and uses, and finds none. The script is
-# first shown to find a cycle planted in two objects of its own.
+# first shown to find a cycle planted in two objects of its own, and one
+# between two phase folders.
 set -u
 cd "$(dirname "$0")/.."
 . tests/tap.sh # $tmp, pass, fail
@@ -19,6 +20,24 @@ if [ $status = 1 ] && grep -qE '^cycle: (ping pong|pong ping)$' <<<"$found"; the
   pass "module_cycles.sh finds a planted cycle (ping <-> pong)"
 else
   fail "module_cycles.sh finds a planted cycle (ping <-> pong)" "exit $status" "$found"
+fi
+
+# Phases: emit/a calls planning/b, and planning/c calls emit/d; no two
+# modules call each other, but the two phases do.
+rm "$tmp"/gen/*.o
+mkdir -p "$tmp/gen/emit" "$tmp/gen/planning"
+printf 'int b(void);\nint a(void) { return b(); }\n' >"$tmp/a.c"
+printf 'int b(void) { return 1; }\n' >"$tmp/b.c"
+printf 'int d(void);\nint c(void) { return d(); }\n' >"$tmp/c.c"
+printf 'int d(void) { return 2; }\n' >"$tmp/d.c"
+cc -c -o "$tmp/gen/emit/a.o" "$tmp/a.c" && cc -c -o "$tmp/gen/planning/b.o" "$tmp/b.c" &&
+  cc -c -o "$tmp/gen/planning/c.o" "$tmp/c.c" && cc -c -o "$tmp/gen/emit/d.o" "$tmp/d.c"
+found=$(BUILD=$tmp scripts/module_cycles.sh)
+status=$?
+if [ $status = 1 ] && grep -qE '^cycle: (emit planning|planning emit)$' <<<"$found"; then
+  pass "module_cycles.sh finds a planted cycle between phases (emit <-> planning)"
+else
+  fail "module_cycles.sh finds a planted cycle between phases (emit <-> planning)" "exit $status" "$found"
 fi
 
 found=$(scripts/module_cycles.sh)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# -o DIR never loses a user's file (gen/output_dir.h; issue 19):
+# -o DIR never loses a user's file (gen/report/output_dir.h; issue 19):
 # - a non-empty directory lynxgen did not write is refused (exit 2), intact;
 # - regenerating a directory lynxgen wrote replaces its files and keeps the
 #   files a user added since (notes, build products), and refuses (exit 2)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loops in the emitted step (gen/emit_reroll.c).
+"""Loops in the emitted step (gen/emit/emit_reroll.c).
 
 lynxgen prints each stage's run_schedule with its repeating runs of lines as
 for loops (over i, then j and k around or inside them). This test expands

@@ -1,6 +1,6 @@
 /* lx_norm.h — layernorm and rmsnorm.
  *
- * The IR charges a norm only for its saved input (gen/analyze.c), so the
+ * The IR charges a norm only for its saved input (gen/analysis/analyze.c), so the
  * forward keeps no mean or rstd: the backward recomputes them from the input,
  * one cheap pass over a row, instead of holding 2 x (B, T) extra floats. */
 #ifndef LX_NORM_H

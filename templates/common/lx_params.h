@@ -1,5 +1,5 @@
 /* lx_params.h — the rows of the tables an emitted stage program of either
- * target prints (gen/emit_operands.c, emit_param_table): every parameter
+ * target prints (gen/emit/emit_operands.c, emit_param_table): every parameter
  * tensor of the stage and the gradient buckets of its params region. Valid
  * C11 and C++17. */
 #ifndef LX_PARAMS_H
@@ -29,7 +29,7 @@ typedef struct {
   long long piece_row[3], piece_rows[3];
 } lx_param_tensor;
 
-/* Gradients reduced across the dp replicas at once (gen/layout.h). */
+/* Gradients reduced across the dp replicas at once (gen/planning/layout.h). */
 typedef struct {
   long long first, elements; /* in the params region */
   long long shard_first;     /* ZeRO-1: this replica's share of their optimizer state */

@@ -6,7 +6,7 @@
  * each head D wide, so qkv is (B, T, (H + 2*KVH) * D); query head h reads kv
  * head h / (H / KVH), consecutive query heads sharing one kv head.
  *
- * Two implementations with different saved memory (gen/analyze.c):
+ * Two implementations with different saved memory (gen/analysis/analyze.c):
  *   lx_attention_*        saves qkv and the softmax probabilities (B, H, T, T),
  *                         and with dropout p > 0 the 1-byte mask and the
  *                         dropped probabilities; the backward reads them.

@@ -1,7 +1,7 @@
 /* lx_elementwise.h — gelu, swiglu, silu, residual add and dropout.
  *
  * gelu, swiglu and silu save their input; add saves nothing; dropout saves a
- * 1-byte mask (gen/analyze.c). Every loop is over independent elements. */
+ * 1-byte mask (gen/analysis/analyze.c). Every loop is over independent elements. */
 #ifndef LX_ELEMENTWISE_H
 #define LX_ELEMENTWISE_H
 

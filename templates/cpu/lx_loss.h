@@ -1,6 +1,6 @@
 /* lx_loss.h — fused softmax + cross-entropy, the mean over tokens.
  *
- * The forward saves the log-sum-exp of each row (gen/analyze.c: logits,
+ * The forward saves the log-sum-exp of each row (gen/analysis/analyze.c: logits,
  * targets and lse), so the backward forms softmax = exp(logit - lse) without
  * a second max/sum pass and without a (BT, V) probability tensor.
  * Logit rows may be padded to Vp >= V columns (llm.c pads the vocabulary to

@@ -4,14 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "emit.h"
+#include "emit/emit.h"
 #include "fuzz_plan.h"
-#include "layout.h"
-#include "memplan.h"
-#include "report.h"
-#include "simulate.h"
-#include "trace.h"
-#include "verify.h"
+#include "planning/layout.h"
+#include "planning/memplan.h"
+#include "report/report.h"
+#include "planning/simulate.h"
+#include "report/trace.h"
+#include "verify/verify.h"
 
 static void fail(const char *why, const char *what) {
   fprintf(stderr, "fuzz_plan: %s: %s\n", why, what);

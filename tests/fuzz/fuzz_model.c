@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "diag.h"
-#include "frontend.h"
+#include "frontend/frontend.h"
 
 static void fail(const char *why) {
   fprintf(stderr, "fuzz: %s\n", why);

@@ -27,13 +27,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "diag.h"
 #include "fuzz_model.h"
 #include "fuzz_plan.h"
-#include "passes.h"
-#include "plan.h"
-#include "search.h"
+#include "planning/passes.h"
+#include "planning/plan.h"
+#include "planning/search.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,9 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cost.h"
-#include "overlap.h"
-#include "plan.h"
+#include "analysis/cost.h"
+#include "planning/overlap.h"
+#include "planning/plan.h"
 #include "schedule.h"
 
 /* lynxgen's scheduling options, from the input's `// fuzz-options:` line

@@ -25,7 +25,7 @@ FUZZ_BIN := $(FUZZ_DIR)/fuzz_frontend
 FUZZ_PLAN_BIN := $(FUZZ_DIR)/fuzz_plan
 FUZZ_SECONDS ?= 600
 FUZZ_RUNS ?=
-FUZZ_HEADERS := $(wildcard ir/*.h gen/*.h tests/fuzz/*.h)
+FUZZ_HEADERS := $(wildcard ir/*.h gen/*/*.h tests/fuzz/*.h)
 
 $(FUZZ_DIR)/%.o: %.c $(FUZZ_HEADERS)
 	@mkdir -p $(@D)

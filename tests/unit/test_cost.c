@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "check.h"
-#include "cost.h"
+#include "analysis/cost.h"
 #include "diag.h"
-#include "frontend.h"
+#include "frontend/frontend.h"
 
 static const char *GPT13B = "examples/gpt13b.model";
 

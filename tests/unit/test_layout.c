@@ -9,15 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "check.h"
 #include "diag.h"
-#include "frontend.h"
-#include "layout.h"
-#include "memplan.h"
-#include "overlap.h"
-#include "plan.h"
-#include "passes.h"
+#include "frontend/frontend.h"
+#include "planning/layout.h"
+#include "planning/memplan.h"
+#include "planning/overlap.h"
+#include "planning/plan.h"
+#include "planning/passes.h"
 
 static int64_t evaluate(const lx_place_expr *e, int layer, int first_layer, int mb, int slots) {
   return e->constant + (int64_t)(mb % slots) * e->per_slot + (int64_t)(layer - first_layer) * e->per_layer +

@@ -18,15 +18,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "check.h"
 #include "diag.h"
-#include "frontend.h"
-#include "layout.h"
-#include "overlap.h"
-#include "plan.h"
-#include "passes.h"
-#include "verify.h"
+#include "frontend/frontend.h"
+#include "planning/layout.h"
+#include "planning/overlap.h"
+#include "planning/plan.h"
+#include "planning/passes.h"
+#include "verify/verify.h"
 
 static const char *model_text =
     "#include <lynx.h>\n"

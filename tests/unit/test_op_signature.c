@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "check.h"
 #include "diag.h"
-#include "frontend.h"
+#include "frontend/frontend.h"
 #include "op_signature.h"
 #include "schedule.h"
 

@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze.h"
+#include "analysis/analyze.h"
 #include "check.h"
 #include "diag.h"
-#include "frontend.h"
-#include "memplan.h"
-#include "passes.h"
-#include "plan.h"
-#include "simulate.h"
+#include "frontend/frontend.h"
+#include "planning/memplan.h"
+#include "planning/passes.h"
+#include "planning/plan.h"
+#include "planning/simulate.h"
 
 static const char *model_text =
     "#include <lynx.h>\n"

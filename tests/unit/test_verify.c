@@ -1,4 +1,4 @@
-/* The verifier (gen/verify.c) against the schedules the generator builds
+/* The verifier (gen/verify/verify.c) against the schedules the generator builds
  * and against planted bugs: every example model under GPipe and 1F1B,
  * pp 1, 2 and 4, every recompute policy, verifies clean; a dropped WAIT, two
  * swapped sends, a stash slot shared by micro-batches that are alive
@@ -15,15 +15,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "access.h"
-#include "analyze.h"
+#include "verify/access.h"
+#include "analysis/analyze.h"
 #include "check.h"
 #include "diag.h"
-#include "emit.h"
-#include "frontend.h"
-#include "passes.h"
-#include "plan.h"
-#include "verify.h"
+#include "emit/emit.h"
+#include "frontend/frontend.h"
+#include "planning/passes.h"
+#include "planning/plan.h"
+#include "verify/verify.h"
 
 typedef struct {
   lx_ir ir;

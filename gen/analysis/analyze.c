@@ -1,0 +1,768 @@
+/* analyze.c — defaults, value checks, shape inference and per-op numbers.
+ *
+ * After the front end has read a model file, this pass decides whether it
+ * describes a model that can be trained, and annotates every op with what the
+ * later passes price and place: output shape and bytes, FLOPs forward and
+ * backward, the bytes it keeps for its backward, and its parameters, all per
+ * tensor-parallel rank for one micro-batch in the training dtype.
+ *
+ * Memory accounting follows Korthikanti et al. 2022: 16-bit activations,
+ * 1-byte dropout masks, small buffers (LayerNorm mean and 1/std) not kept —
+ * the emitted LayerNorm backward recomputes them from the saved input. */
+#include "analysis/analyze.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "diag.h"
+#include "op_signature.h"
+
+/* ---- defaults and config checks ------------------------------------------ */
+
+/* Written in the model file or on the command line. */
+static bool given(const lx_ir *ir, lx_field f) { return ir->locs.field[f].file != NULL; }
+
+static lx_srcloc field_or(const lx_ir *ir, lx_field f, lx_srcloc fallback) {
+  return given(ir, f) ? ir->locs.field[f] : fallback;
+}
+
+static lx_link default_intra_link(lx_gpu gpu) {
+  switch (gpu) {
+  case LX_GPU_V100_32GB: return LX_LINK_NVLINK2;
+  case LX_GPU_A100_40GB:
+  case LX_GPU_A100_80GB: return LX_LINK_NVLINK3;
+  default: return LX_LINK_NVLINK4;
+  }
+}
+
+static lx_link default_inter_link(lx_gpu gpu) {
+  return gpu == LX_GPU_H100_80GB || gpu == LX_GPU_H200_141GB ? LX_LINK_IB_NDR : LX_LINK_IB_HDR;
+}
+
+static void apply_defaults(lx_ir *ir) {
+  lx_model_config *m = &ir->model;
+  if (!given(ir, LX_F_KV_HEADS)) m->kv_heads = m->heads;
+  if (!given(ir, LX_F_FFN_HIDDEN)) m->ffn_hidden = 4 * m->hidden;
+  if (!given(ir, LX_F_ROPE_THETA)) m->rope_theta = 10000; /* RoFormer, Llama 2 */
+  if (!given(ir, LX_F_NODES)) ir->cluster.nodes = 1;
+  if (!given(ir, LX_F_INTRA_LINK)) ir->cluster.intra_node_link = default_intra_link(ir->cluster.gpu);
+  if (!given(ir, LX_F_INTER_LINK)) ir->cluster.inter_node_link = default_inter_link(ir->cluster.gpu);
+  lx_training *t = &ir->training;
+  if (!given(ir, LX_F_STEPS)) t->steps = 100;
+  if (!given(ir, LX_F_LR)) t->lr = 3e-4;
+  if (!given(ir, LX_F_MIN_LR)) t->min_lr = t->lr / 10;
+  if (!given(ir, LX_F_LR_SCHEDULE)) t->lr_schedule = LX_LR_COSINE;
+  if (!given(ir, LX_F_BETA1)) t->beta1 = 0.9;
+  if (!given(ir, LX_F_BETA2)) t->beta2 = 0.95;
+  if (!given(ir, LX_F_EPS)) t->eps = 1e-8;
+  if (!given(ir, LX_F_WEIGHT_DECAY)) t->weight_decay = 0.1;
+  if (!given(ir, LX_F_GRAD_CLIP)) t->grad_clip = 1.0;
+  if (!given(ir, LX_F_SEED)) t->seed = 1337;
+  if (!given(ir, LX_F_DTYPE)) t->dtype = LX_DTYPE_BF16;
+}
+
+/* Every number of the configs has a range, checked where it was written (or
+ * on the command line). The ranges are generous for real models (GPT-3 175B:
+ * vocab 50257, seq_len 2048, hidden 12288, 96 layers; Llama 3 405B: vocab
+ * 128256, hidden 16384, ffn 53248, 126 layers) and keep the 64-bit integers
+ * that later passes compute from them exact:
+ *  - tokens per micro-batch b s <= 2^16 x 2^22 = 2^38, widths <= 2^24 (the
+ *    vocabulary; operator widths are bounded alike in the front end), so one
+ *    op's sizes are products of at most 2^38 x 2^24 x 4 bytes; sizes_fit()
+ *    rejects an op above 2^52 bytes before they are multiplied, and
+ *    check_totals() a plan whose stages would hold more than 2^60 bytes, so
+ *    that sums over layers (<= 2^12) and micro-batches (<= 2^24) fit;
+ *  - products of plan fields stay below 2^31 where they are ints: tp <= 64,
+ *    pp <= layers <= 2^12, dp <= 2^20 (tp pp dp <= nodes x gpus_per_node <=
+ *    2^22), micro_batch x dp <= global_batch <= 2^24 (check_relations());
+ *  - the padded vocabulary < 2^24 + 128 x 64, the default ffn_hidden 4 hidden
+ *    <= 2^19: ints;
+ *  - step counts stay below 2^30 so that the emitted programs' int counters
+ *    cannot overflow. */
+typedef struct {
+  lx_field field;
+  const char *name;
+  lx_srcloc *config;
+  int *value;
+  int min, max; /* inclusive */
+  bool required;
+} int_rule;
+
+static void check_int(const lx_ir *ir, const int_rule *r) {
+  if (!given(ir, r->field)) {
+    if (r->required) lx_error(*r->config, "missing field '.%s'", r->name);
+    return;
+  }
+  if (*r->value < r->min || *r->value > r->max)
+    lx_error(ir->locs.field[r->field], "field '.%s' = %d is out of range [%d, %d]", r->name, *r->value,
+             r->min, r->max);
+}
+
+static void check_int_ranges(lx_ir *ir) {
+  lx_config_locs *l = &ir->locs;
+  const int steps = 1 << 30;
+  const int_rule rules[] = {
+      {LX_F_VOCAB, "vocab", &l->model, &ir->model.vocab, 1, 1 << 24, true},
+      {LX_F_SEQ_LEN, "seq_len", &l->model, &ir->model.seq_len, 1, 1 << 22, true},
+      {LX_F_LAYERS, "layers", &l->model, &ir->model.layers, 1, 1 << 12, true},
+      {LX_F_HIDDEN, "hidden", &l->model, &ir->model.hidden, 1, 1 << 17, true},
+      {LX_F_HEADS, "heads", &l->model, &ir->model.heads, 1, 1 << 17, true},
+      {LX_F_KV_HEADS, "kv_heads", &l->model, &ir->model.kv_heads, 1, 1 << 17, false},
+      {LX_F_FFN_HIDDEN, "ffn_hidden", &l->model, &ir->model.ffn_hidden, 1, 1 << 20, false},
+      {LX_F_GPU, "gpu", &l->cluster, (int *)&ir->cluster.gpu, LX_GPU_V100_32GB, LX_GPU_H200_141GB, true},
+      {LX_F_NODES, "nodes", &l->cluster, &ir->cluster.nodes, 1, 1 << 16, false},
+      {LX_F_GPUS_PER_NODE, "gpus_per_node", &l->cluster, &ir->cluster.gpus_per_node, 1, 64, true},
+      {LX_F_INTRA_LINK, "intra_node_link", &l->cluster, (int *)&ir->cluster.intra_node_link, LX_LINK_NVLINK2,
+       LX_LINK_IB_NDR, false},
+      {LX_F_INTER_LINK, "inter_node_link", &l->cluster, (int *)&ir->cluster.inter_node_link, LX_LINK_NVLINK2,
+       LX_LINK_IB_NDR, false},
+      {LX_F_TP, "tp", &l->plan, &ir->plan.tp, 0, 64, false},
+      {LX_F_PP, "pp", &l->plan, &ir->plan.pp, 0, 1 << 12, false},
+      {LX_F_DP, "dp", &l->plan, &ir->plan.dp, 0, 1 << 20, false},
+      {LX_F_MICRO_BATCH, "micro_batch", &l->plan, &ir->plan.micro_batch, 0, 1 << 16, false},
+      {LX_F_GLOBAL_BATCH, "global_batch", &l->plan, &ir->plan.global_batch, 0, 1 << 24, false},
+      {LX_F_SCHEDULE, "schedule", &l->plan, (int *)&ir->plan.schedule, 0, LX_SCHEDULE_INTERLEAVED, false},
+      {LX_F_STEPS, "steps", &l->training, &ir->training.steps, 1, steps, false},
+      {LX_F_WARMUP, "warmup_steps", &l->training, &ir->training.warmup_steps, 0, steps, false},
+      {LX_F_LR_SCHEDULE, "lr_schedule", &l->training, (int *)&ir->training.lr_schedule, LX_LR_CONSTANT,
+       LX_LR_LINEAR, false},
+      {LX_F_DTYPE, "dtype", &l->training, (int *)&ir->training.dtype, LX_DTYPE_BF16, LX_DTYPE_FP32, false},
+      {LX_F_VAL_INTERVAL, "val_interval", &l->training, &ir->training.val_interval, 0, steps, false},
+      {LX_F_CHECKPOINT_INTERVAL, "checkpoint_interval", &l->training, &ir->training.checkpoint_interval, 0,
+       steps, false},
+  };
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+    check_int(ir, &rules[i]);
+}
+
+/* The double fields: finite (the front end made sure) and in these ranges.
+ * eps stays a normal number in fp32 and bf16 (>= 2^-126), or the emitted
+ * AdamW could divide 0 by 0. */
+typedef struct {
+  lx_field field;
+  const char *name;
+  double value, min, max;
+  bool open_min, open_max;
+} double_rule;
+
+static void check_double(const lx_ir *ir, const double_rule *r) {
+  double v = r->value;
+  bool below = r->open_min ? !(v > r->min) : !(v >= r->min);
+  bool above = r->open_max ? !(v < r->max) : !(v <= r->max);
+  if (given(ir, r->field) && (below || above))
+    lx_error(ir->locs.field[r->field], "field '.%s' = %g is out of range %c%g, %g%c", r->name, v,
+             r->open_min ? '(' : '[', r->min, r->max, r->open_max ? ')' : ']');
+}
+
+static void check_double_ranges(const lx_ir *ir) {
+  const lx_training *t = &ir->training;
+  const double_rule rules[] = {
+      {LX_F_DROPOUT, "dropout", ir->model.dropout, 0, 1, false, true},
+      {LX_F_ROPE_THETA, "rope_theta", ir->model.rope_theta, 1, 1e9, true, false},
+      {LX_F_LR, "lr", t->lr, 0, 1, true, false},
+      {LX_F_BETA1, "beta1", t->beta1, 0, 1, false, true},
+      {LX_F_BETA2, "beta2", t->beta2, 0, 1, false, true},
+      {LX_F_EPS, "eps", t->eps, 0x1p-126, 1, false, false},
+      {LX_F_WEIGHT_DECAY, "weight_decay", t->weight_decay, 0, 1, false, false},
+      {LX_F_GRAD_CLIP, "grad_clip", t->grad_clip, 0, 1e6, false, false},
+  };
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+    check_double(ir, &rules[i]);
+  if (given(ir, LX_F_MIN_LR) && !(t->min_lr >= 0 && t->min_lr <= t->lr))
+    lx_error(ir->locs.field[LX_F_MIN_LR], "field '.min_lr' = %g must be in [0, lr = %g]", t->min_lr, t->lr);
+}
+
+/* The data paths travel into C string literals and the run-time options of
+ * the emitted programs (escaped there, escape.h). A control character in one
+ * is a slip or an attack, never a file name a user wants; a path longer than
+ * Linux's PATH_MAX could not be opened. */
+enum { MAX_PATH_BYTES = 4096 };
+
+static void check_path(const lx_ir *ir, lx_field field, const char *name, const char *path) {
+  if (!path) return;
+  size_t len = strlen(path);
+  if (len == 0 || len >= MAX_PATH_BYTES) {
+    lx_error(ir->locs.field[field], "field '.%s' must be a path of 1 to %d bytes, not %zu", name,
+             MAX_PATH_BYTES - 1, len);
+    return;
+  }
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)path[i];
+    if (ch < 0x20 || ch == 0x7f) {
+      lx_error(ir->locs.field[field],
+               "field '.%s' holds control character 0x%02x at byte %zu; a path may not", name, ch, i + 1);
+      return;
+    }
+  }
+}
+
+/* Every micro-batch of a step is a run of instructions on every stage: the
+ * schedule of gpt-23b (8 stages) at 4096 takes 30 s and 1.2 GB to plan, and
+ * real runs use a few hundred. */
+enum { MAX_MICRO_BATCHES = 4096 };
+
+/* Relations between fields: each error names both numbers. */
+static void check_relations(const lx_ir *ir) {
+  const lx_model_config *m = &ir->model;
+  const lx_plan *p = &ir->plan;
+  const lx_config_locs *l = &ir->locs;
+  lx_srcloc heads_at = field_or(ir, LX_F_HEADS, l->model);
+  if (m->hidden % m->heads) lx_error(heads_at, "heads (%d) do not divide hidden (%d)", m->heads, m->hidden);
+  if (m->heads % m->kv_heads)
+    lx_error(field_or(ir, LX_F_KV_HEADS, heads_at), "kv_heads (%d) do not divide heads (%d)", m->kv_heads,
+             m->heads);
+  if (!ir->open_plan.tp) {
+    lx_srcloc tp_at = field_or(ir, LX_F_TP, l->plan);
+    if (m->heads % p->tp)
+      lx_error(tp_at, "tp (%d) does not divide heads (%d)", p->tp, m->heads);
+    else if (m->kv_heads % p->tp)
+      lx_error(tp_at, "tp (%d) does not divide kv_heads (%d)", p->tp, m->kv_heads);
+    else if (m->ffn_hidden % p->tp)
+      lx_error(tp_at, "tp (%d) does not divide ffn_hidden (%d)", p->tp, m->ffn_hidden);
+    if (p->tp > ir->cluster.gpus_per_node)
+      lx_error(tp_at, "tp (%d) exceeds gpus_per_node (%d): tensor parallelism stays inside a node", p->tp,
+               ir->cluster.gpus_per_node);
+  }
+  if (p->pp > m->layers)
+    lx_error(field_or(ir, LX_F_PP, l->plan), "fewer layers (%d) than pipeline stages (pp = %d)", m->layers,
+             p->pp);
+  long long gpus = (long long)ir->cluster.nodes * ir->cluster.gpus_per_node;
+  const lx_open_plan *open = &ir->open_plan; /* the search checks the fields it chooses */
+  if (!open->tp && !open->pp && !open->dp && (long long)p->tp * p->pp * p->dp > gpus)
+    lx_error(l->plan, "tp x pp x dp = %d x %d x %d needs %lld GPUs; the cluster has %lld", p->tp, p->pp,
+             p->dp, (long long)p->tp * p->pp * p->dp, gpus);
+  if (p->global_batch && !open->micro_batch) {
+    long long per_step = (long long)p->micro_batch * p->dp;
+    if (p->global_batch % per_step)
+      lx_error(field_or(ir, LX_F_GLOBAL_BATCH, l->plan),
+               "global_batch (%d) is not a multiple of micro_batch x dp (%lld)", p->global_batch, per_step);
+    else if (p->global_batch / per_step > MAX_MICRO_BATCHES)
+      lx_error(field_or(ir, LX_F_GLOBAL_BATCH, l->plan),
+               "global_batch / (micro_batch x dp) = %d / %lld is %lld micro-batches per step; lynxgen "
+               "schedules at "
+               "most %d (a larger micro_batch or dp makes fewer)",
+               p->global_batch, per_step, p->global_batch / per_step, MAX_MICRO_BATCHES);
+  }
+}
+
+/* ---- shapes and numbers -------------------------------------------------- */
+
+typedef struct {
+  lx_ir *ir;
+  lx_graph *g;
+  int64_t b, s, t; /* micro-batch, sequence, tensor-parallel degree */
+  bool sp;         /* sequence parallelism: replicated activations are sharded too */
+  int elt;         /* bytes per activation element */
+} shape_ctx;
+
+static const lx_shape TOKENS = {.width = 1, .dtype = LX_DTYPE_INT32};
+
+static int64_t rank_width(const shape_ctx *c, lx_shape s) { return lx_rank_width(c->ir, s); }
+
+/* Bytes of one activation tensor on one tp rank. */
+static int64_t tensor_bytes(const shape_ctx *c, lx_shape s) {
+  if (s.scalar) return 4;
+  int64_t bytes = c->b * c->s * rank_width(c, s) * lx_dtype_bytes(s.dtype);
+  return c->sp && !s.split && s.dtype != LX_DTYPE_INT32 ? bytes / c->t : bytes;
+}
+
+static const lx_shape *input_shape(const shape_ctx *c, const lx_op *op, int k) {
+  return &c->g->ops[op->inputs[k]].out;
+}
+
+static void save(lx_op *op, lx_save_kind kind, int input, const char *what, int64_t bytes) {
+  op->saved[op->n_saved++] = (lx_saved){kind, input, what, bytes};
+}
+
+static void save_input(const shape_ctx *c, lx_op *op, int k) {
+  save(op, LX_SAVE_INPUT, k, "input", tensor_bytes(c, *input_shape(c, op, k)));
+}
+
+static lx_shape activation(int width, bool split, const shape_ctx *c) {
+  return (lx_shape){.width = width, .split = split, .dtype = c->ir->training.dtype};
+}
+
+static bool expect_activation(const shape_ctx *c, lx_op *op, int k) {
+  const lx_shape *in = input_shape(c, op, k);
+  if (in->dtype == LX_DTYPE_INT32 || in->scalar) {
+    lx_error(op->src, "%s() expects activations as argument %d, got %s", lx_op_kind_name(op->kind), k + 1,
+             in->scalar ? "the loss" : "token ids");
+    return false;
+  }
+  return true;
+}
+
+static bool expect_tokens(const shape_ctx *c, lx_op *op, int k) {
+  if (input_shape(c, op, k)->dtype != LX_DTYPE_INT32) {
+    lx_error(op->src, "%s() expects token ids as argument %d", lx_op_kind_name(op->kind), k + 1);
+    return false;
+  }
+  return true;
+}
+
+static bool expect_replicated(const shape_ctx *c, lx_op *op) {
+  if (input_shape(c, op, 0)->split) {
+    lx_error(op->src,
+             "%s() needs its whole input on every tensor-parallel rank; this input is split (it comes "
+             "from a column-parallel linear)",
+             lx_op_kind_name(op->kind));
+    return false;
+  }
+  return true;
+}
+
+static bool divisible_by_tp(const shape_ctx *c, lx_op *op, int64_t n, const char *what) {
+  if (n % c->t) {
+    lx_error(op->src, "%s (%lld) of %s() is not divisible by tp (%lld)", what, (long long)n,
+             lx_op_kind_name(op->kind), (long long)c->t);
+    return false;
+  }
+  return true;
+}
+
+static void shape_input(shape_ctx *c, lx_op *op) {
+  bool tokens = !strcmp(c->g->name, "prologue") || (op->param == 1 && !strcmp(c->g->name, "epilogue"));
+  op->out = tokens ? TOKENS : activation(c->ir->model.hidden, false, c);
+}
+
+static void shape_embedding(shape_ctx *c, lx_op *op) {
+  if (!expect_tokens(c, op, 0)) return;
+  op->out = activation(op->out_width, false, c);
+  op->params = (int64_t)op->table_rows * op->out_width;
+  op->params_per_rank = (int64_t)c->ir->padded_vocab / c->t * op->out_width;
+  op->tp_role = LX_TP_VOCAB;
+  op->needs_tp_allreduce = c->t > 1;
+  if (op->table_rows != c->ir->model.vocab)
+    lx_error(op->src, "embedding() vocab (%d) differs from the model's vocab (%d)", op->table_rows,
+             c->ir->model.vocab);
+  save_input(c, op, 0); /* token ids, for the scatter-add of the weight gradient */
+  op->flops_bwd = (double)(c->b * c->s * op->out_width);
+}
+
+static void shape_position_embedding(shape_ctx *c, lx_op *op) {
+  if (!expect_tokens(c, op, 0)) return;
+  op->out = activation(op->out_width, false, c);
+  op->params = op->params_per_rank = c->s * op->out_width;
+  op->flops_fwd = op->flops_bwd = (double)(c->b * c->s * op->out_width);
+}
+
+static void shape_norm(shape_ctx *c, lx_op *op, int params_per_channel, double flops_per_element) {
+  if (!expect_activation(c, op, 0) || !expect_replicated(c, op)) return;
+  op->out = *input_shape(c, op, 0);
+  op->params = op->params_per_rank = (int64_t)params_per_channel * op->out.width;
+  save_input(c, op, 0);
+  double elements = (double)(c->b * c->s * op->out.width);
+  op->flops_fwd = flops_per_element * elements;
+  op->flops_bwd = 2 * op->flops_fwd;
+}
+
+static void shape_linear(shape_ctx *c, lx_op *op) {
+  if (!expect_activation(c, op, 0)) return;
+  const lx_shape in = *input_shape(c, op, 0);
+  int64_t k = in.width, n = op->out_width, bias = op->has_bias ? n : 0;
+  op->tp_role = in.split ? LX_TP_ROW : LX_TP_COLUMN;
+  if (op->tp_role == LX_TP_COLUMN && !divisible_by_tp(c, op, n, "output width")) return;
+  op->out = activation(op->out_width, !in.split, c);
+  op->params = k * n + bias;
+  op->params_per_rank = op->tp_role == LX_TP_COLUMN ? (k * n + bias) / c->t : k * n / c->t + bias;
+  op->needs_tp_allreduce = op->tp_role == LX_TP_ROW && c->t > 1;
+  save_input(c, op, 0);
+  int64_t k_rank = rank_width(c, in), n_rank = rank_width(c, op->out);
+  op->is_matmul = true;
+  op->flops_fwd = 2.0 * (double)(c->b * c->s) * (double)k_rank * (double)n_rank;
+  op->flops_bwd = 2 * op->flops_fwd;
+  op->model_flops_fwd = 2.0 * (double)(c->b * c->s) * (double)k * (double)n;
+}
+
+/* q, k and v packed along the width: (heads + 2 * kv_heads) * head_dim. */
+static bool check_qkv(shape_ctx *c, lx_op *op, int *head_dim) {
+  if (!expect_activation(c, op, 0)) return false;
+  const lx_shape in = *input_shape(c, op, 0);
+  if (op->heads % op->kv_heads) {
+    lx_error(op->src, "kv_heads (%d) do not divide heads (%d)", op->kv_heads, op->heads);
+    return false;
+  }
+  int groups = op->heads + 2 * op->kv_heads;
+  if (in.width % groups) {
+    lx_error(op->src,
+             "shape mismatch: %s() input width %d is not (heads + 2 * kv_heads) x head_dim = %d x head_dim",
+             lx_op_kind_name(op->kind), in.width, groups);
+    return false;
+  }
+  if (in.split &&
+      (!divisible_by_tp(c, op, op->heads, "heads") || !divisible_by_tp(c, op, op->kv_heads, "kv_heads")))
+    return false;
+  const lx_model_config *m = &c->ir->model;
+  if (op->heads != m->heads || op->kv_heads != m->kv_heads) {
+    lx_error(op->src, "%s() has %d heads and %d kv_heads; the model config says %d and %d",
+             lx_op_kind_name(op->kind), op->heads, op->kv_heads, m->heads, m->kv_heads);
+    return false;
+  }
+  *head_dim = in.width / groups;
+  return true;
+}
+
+static void shape_attention(shape_ctx *c, lx_op *op) {
+  int d;
+  if (!check_qkv(c, op, &d)) return;
+  const lx_shape in = *input_shape(c, op, 0);
+  op->out = activation(op->heads * d, in.split, c);
+  op->tp_role = in.split ? LX_TP_SPLIT_ELEMENTWISE : LX_TP_REPLICATED;
+  int64_t heads_rank = in.split ? op->heads / c->t : op->heads;
+  int64_t scores = c->b * heads_rank * c->s * c->s; /* one s x s matrix per head */
+  save_input(c, op, 0);
+  if (op->attention_impl == LX_ATTN_MATERIALIZED) {
+    save(op, LX_SAVE_INTERNAL, 0, "softmax", scores * c->elt);
+    if (c->ir->model.dropout > 0) {
+      save(op, LX_SAVE_INTERNAL, 0, "dropout_mask", scores);
+      save(op, LX_SAVE_INTERNAL, 0, "dropout_output", scores * c->elt);
+    }
+  } else {
+    save(op, LX_SAVE_OUTPUT, 0, "output", tensor_bytes(c, op->out));
+    save(op, LX_SAVE_INTERNAL, 0, "lse", c->b * heads_rank * c->s * 4);
+  }
+  op->is_matmul = true;
+  op->flops_fwd = 4.0 * (double)scores * d; /* Q K^T and P V */
+  /* a flash backward recomputes Q K^T: 2.5x the forward instead of 2x */
+  op->flops_bwd = (op->attention_impl == LX_ATTN_FLASH ? 2.5 : 2.0) * op->flops_fwd;
+  op->model_flops_fwd = 4.0 * (double)(c->b * op->heads * c->s * c->s) * d;
+}
+
+static void shape_rope(shape_ctx *c, lx_op *op) {
+  int d;
+  if (!check_qkv(c, op, &d)) return;
+  op->out = *input_shape(c, op, 0);
+  op->tp_role = op->out.split ? LX_TP_SPLIT_ELEMENTWISE : LX_TP_REPLICATED;
+  /* the backward is the inverse rotation: nothing saved */
+  op->flops_fwd = op->flops_bwd = 3.0 * (double)(c->b * c->s * rank_width(c, op->out));
+}
+
+static void shape_elementwise(shape_ctx *c, lx_op *op, double fwd_per_element, double bwd_per_element) {
+  if (!expect_activation(c, op, 0)) return;
+  op->out = *input_shape(c, op, 0);
+  op->tp_role = op->out.split ? LX_TP_SPLIT_ELEMENTWISE : LX_TP_REPLICATED;
+  double elements = (double)(c->b * c->s * rank_width(c, op->out));
+  op->flops_fwd = fwd_per_element * elements;
+  op->flops_bwd = bwd_per_element * elements;
+}
+
+/* An element-wise op of the operand table: its FLOPs from its row, and it
+ * saves the inputs its backward reads. */
+static void shape_elementwise_row(shape_ctx *c, lx_op *op) {
+  const lx_op_signature *sig = lx_op_signature_of(op);
+  shape_elementwise(c, op, sig->elementwise.flops_forward, sig->elementwise.flops_backward);
+  for (const lx_operand *o = sig->backward; op->out.dtype && o->kind != LX_OPND_END; o++)
+    if (o->kind == LX_OPND_IN) save_input(c, op, o->index);
+}
+
+static void shape_swiglu(shape_ctx *c, lx_op *op) {
+  shape_elementwise(c, op, 6, 12);
+  if (!op->out.dtype) return;
+  if (op->out.width % 2 || (op->out.split && (op->out.width / 2) % c->t)) {
+    lx_error(op->src, "shape mismatch: swiglu() needs an even width split evenly over tp, got %d",
+             op->out.width);
+    op->out.dtype = LX_DTYPE_NONE;
+    return;
+  }
+  op->out.width /= 2;
+  save_input(c, op, 0);
+}
+
+static void shape_dropout(shape_ctx *c, lx_op *op) {
+  shape_elementwise(c, op, 2, 1);
+  if (op->out.dtype && c->ir->model.dropout > 0)
+    save(op, LX_SAVE_INTERNAL, 0, "dropout_mask", tensor_bytes(c, op->out) / c->elt);
+}
+
+static void shape_add(shape_ctx *c, lx_op *op) {
+  if (!expect_activation(c, op, 0) || !expect_activation(c, op, 1)) return;
+  const lx_shape *a = input_shape(c, op, 0), *b = input_shape(c, op, 1);
+  if (a->width != b->width || a->split != b->split) {
+    lx_error(op->src, "shape mismatch: add() of width %d%s and width %d%s", a->width,
+             a->split ? " (split over tp)" : "", b->width, b->split ? " (split over tp)" : "");
+    return;
+  }
+  shape_elementwise(c, op, 1, 0);
+}
+
+static bool prologue_has_embedding(const lx_ir *ir, int vocab) {
+  for (int i = 0; i < ir->prologue.n_ops; i++)
+    if (ir->prologue.ops[i].kind == LX_OP_EMBEDDING && ir->prologue.ops[i].table_rows == vocab) return true;
+  return false;
+}
+
+static void shape_lm_head(shape_ctx *c, lx_op *op) {
+  if (!expect_activation(c, op, 0) || !expect_replicated(c, op)) return;
+  const lx_ir *ir = c->ir;
+  int64_t h = input_shape(c, op, 0)->width;
+  if (op->out_width != ir->model.vocab) {
+    lx_error(op->src, "lm_head() vocab (%d) differs from the model's vocab (%d)", op->out_width,
+             ir->model.vocab);
+    return;
+  }
+  if (ir->model.tied_embeddings && !prologue_has_embedding(ir, op->out_width)) {
+    lx_error(op->src, "tied lm_head() needs an embedding() of the same vocabulary in prologue()");
+    return;
+  }
+  op->out = activation(op->out_width, true, c);
+  op->out.vocab = true;
+  op->tp_role = LX_TP_COLUMN; /* split over the vocabulary */
+  int64_t v_rank = ir->padded_vocab / c->t;
+  op->params = ir->model.tied_embeddings ? 0 : op->out_width * h;
+  op->params_per_rank = ir->model.tied_embeddings ? 0 : v_rank * h;
+  save_input(c, op, 0);
+  op->is_matmul = true;
+  op->flops_fwd = 2.0 * (double)(c->b * c->s) * (double)h * (double)v_rank;
+  op->flops_bwd = 2 * op->flops_fwd;
+  op->model_flops_fwd = 2.0 * (double)(c->b * c->s) * (double)h * op->out_width;
+}
+
+static void shape_cross_entropy(shape_ctx *c, lx_op *op) {
+  if (!expect_activation(c, op, 0) || !expect_tokens(c, op, 1)) return;
+  if (input_shape(c, op, 0)->width != c->ir->model.vocab) {
+    lx_error(op->src, "shape mismatch: cross_entropy() needs logits of width vocab (%d), got %d",
+             c->ir->model.vocab, input_shape(c, op, 0)->width);
+    return;
+  }
+  op->out = (lx_shape){.scalar = true, .dtype = LX_DTYPE_FP32};
+  op->tp_role = LX_TP_SPLIT_ELEMENTWISE; /* vocab-parallel: max and sum all-reduced */
+  save_input(c, op, 0);
+  save_input(c, op, 1);
+  save(op, LX_SAVE_INTERNAL, 0, "lse", c->b * c->s * 4);
+  double logits = (double)(c->b * c->s * (c->ir->padded_vocab / c->t));
+  op->flops_fwd = 5 * logits;
+  op->flops_bwd = 2 * logits;
+}
+
+static double larger(double a, double b) { return a > b ? a : b; }
+
+/* What a stage could hold at most, in bytes, for its sums to stay exact in
+ * int64_t with room for the later passes' own additions. */
+#define TOO_MANY_BYTES 0x1p60
+
+/* Byte, element and parameter counts are int64_t products of widths up to
+ * 2^30, micro-batches and sequence lengths up to 2^20: an op no machine could
+ * hold is rejected before they are multiplied, so that they cannot overflow. */
+static bool sizes_fit(const shape_ctx *c, const lx_op *op) {
+  const double limit = 0x1p52;
+  double width = larger(op->out_width, op->table_rows);
+  for (int k = 0; k < op->n_inputs; k++)
+    width = larger(width, c->g->ops[op->inputs[k]].out.width);
+  if (op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_LM_HEAD || op->kind == LX_OP_CROSS_ENTROPY)
+    width = larger(width, c->ir->padded_vocab);
+  double per_token = larger(width, ((double)op->heads + op->kv_heads) * (double)c->s); /* attention scores */
+  double activation_bytes = (double)c->b * (double)c->s * per_token * 8;
+  double params = width * width;
+  if (activation_bytes <= limit && params <= limit) return true;
+  lx_error(op->src, "%s() is too large: about %.3g bytes of activations per micro-batch and %.3g parameters",
+           lx_op_kind_name(op->kind), activation_bytes, params);
+  return false;
+}
+
+static void shape_op(shape_ctx *c, lx_op *op) {
+  if (!sizes_fit(c, op)) return;
+  switch (op->kind) {
+  case LX_OP_INPUT: shape_input(c, op); break;
+  case LX_OP_EMBEDDING: shape_embedding(c, op); break;
+  case LX_OP_POSITION_EMBEDDING: shape_position_embedding(c, op); break;
+  case LX_OP_LAYERNORM: shape_norm(c, op, 2, 8); break;
+  case LX_OP_RMSNORM: shape_norm(c, op, 1, 4); break;
+  case LX_OP_LINEAR: shape_linear(c, op); break;
+  case LX_OP_ATTENTION: shape_attention(c, op); break;
+  case LX_OP_ROPE: shape_rope(c, op); break;
+  case LX_OP_SWIGLU: shape_swiglu(c, op); break;
+  case LX_OP_DROPOUT: shape_dropout(c, op); break;
+  case LX_OP_ADD: shape_add(c, op); break;
+  case LX_OP_LM_HEAD: shape_lm_head(c, op); break;
+  case LX_OP_CROSS_ENTROPY: shape_cross_entropy(c, op); break;
+  default:
+    if (lx_op_signature_of(op)->elementwise.is) shape_elementwise_row(c, op);
+    break;
+  }
+  op->out_bytes = op->out.dtype ? tensor_bytes(c, op->out) : 0;
+}
+
+/* A tensor saved by several ops is held once, charged to the first saver. */
+static void charge_saved_bytes(lx_graph *g) {
+  bool *charged = lx_calloc((size_t)(g->n_ops > 0 ? g->n_ops : 1), sizeof *charged);
+  for (int i = 0; i < g->n_ops; i++) {
+    lx_op *op = &g->ops[i];
+    op->saved_bytes = 0;
+    for (int k = 0; k < op->n_saved; k++) {
+      const lx_saved *sv = &op->saved[k];
+      int tensor = sv->kind == LX_SAVE_INPUT ? op->inputs[sv->input] : sv->kind == LX_SAVE_OUTPUT ? i : -1;
+      if (tensor >= 0 && charged[tensor]) continue;
+      if (tensor >= 0) charged[tensor] = true;
+      op->saved_bytes += sv->bytes;
+    }
+  }
+  free(charged);
+}
+
+static void check_all_used(const lx_graph *g) {
+  bool *used = lx_calloc((size_t)g->n_ops, sizeof *used);
+  used[g->output] = true;
+  for (int i = g->n_ops - 1; i >= 0; i--)
+    for (int k = 0; used[i] && k < g->ops[i].n_inputs; k++)
+      used[g->ops[i].inputs[k]] = true;
+  for (int i = 0; i < g->n_ops; i++)
+    if (!used[i] && g->ops[i].kind != LX_OP_INPUT)
+      lx_error(g->ops[i].src, "the result of %s() never reaches the value %s() returns",
+               lx_op_kind_name(g->ops[i].kind), g->name);
+  free(used);
+}
+
+static void check_output(const shape_ctx *c) {
+  const lx_graph *g = c->g;
+  const lx_op *out = &g->ops[g->output];
+  if (!strcmp(g->name, "epilogue")) {
+    if (!out->out.scalar)
+      lx_error(out->src, "epilogue() must return the loss, the result of cross_entropy()");
+    return;
+  }
+  int h = c->ir->model.hidden;
+  if (out->out.dtype == LX_DTYPE_INT32 || out->out.scalar || out->out.width != h || out->out.split)
+    lx_error(
+        out->src,
+        "%s() must return activations of width hidden (%d), whole on every rank; this is %s of width %d%s",
+        g->name, h, out->out.dtype == LX_DTYPE_INT32 ? "token ids" : "a tensor", out->out.width,
+        out->out.split ? " split over tp" : "");
+}
+
+/* A column-parallel op's input gradient is summed over the tp ranks (or
+ * reduce-scattered): it must be that op's alone, or the other uses' parts of
+ * it would be summed t times. */
+static void check_column_inputs(const lx_graph *g) {
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    if (op->tp_role != LX_TP_COLUMN || g->ops[op->inputs[0]].out.dtype == LX_DTYPE_INT32) continue;
+    for (int j = 0; j < g->n_ops; j++)
+      for (int k = 0; j != i && k < g->ops[j].n_inputs; k++)
+        if (g->ops[j].inputs[k] == op->inputs[0]) {
+          lx_error(
+              g->ops[j].src,
+              "under tensor parallelism the input of the column-parallel %s() at line %d must feed only it "
+              "(its gradient is summed over the tp ranks); give %s() its own copy, e.g. a second layernorm",
+              lx_op_kind_name(op->kind), op->src.line, lx_op_kind_name(g->ops[j].kind));
+          return;
+        }
+  }
+}
+
+/* What an earlier analysis (under another plan) filled in, cleared. */
+static void clear_analysis(lx_graph *g) {
+  for (int i = 0; i < g->n_ops; i++)
+    memset(&g->ops[i].out, 0, sizeof g->ops[i] - offsetof(lx_op, out));
+  memset(&g->activation_bytes, 0, sizeof *g - offsetof(lx_graph, activation_bytes));
+}
+
+static void analyze_graph(lx_ir *ir, lx_graph *g) {
+  clear_analysis(g);
+  shape_ctx c = {.ir = ir,
+                 .g = g,
+                 .b = ir->plan.micro_batch,
+                 .s = ir->model.seq_len,
+                 .t = ir->plan.tp,
+                 .sp = ir->plan.sequence_parallel,
+                 .elt = lx_dtype_bytes(ir->training.dtype)};
+  int errors_before = lx_error_count();
+  for (int i = 0; i < g->n_ops; i++) {
+    lx_op *op = &g->ops[i];
+    bool inputs_ok = true;
+    for (int k = 0; k < op->n_inputs; k++)
+      inputs_ok &= g->ops[op->inputs[k]].out.dtype != LX_DTYPE_NONE;
+    if (inputs_ok) shape_op(&c, op); /* a bad input was reported where it was made */
+  }
+  if (lx_error_count() != errors_before) return;
+  check_all_used(g);
+  check_output(&c);
+  if (c.t > 1) check_column_inputs(g);
+  charge_saved_bytes(g);
+  /* each op fits (sizes_fit); their sums are checked before they are added up */
+  double saved = 0, params = 0;
+  for (int i = 0; i < g->n_ops; i++) {
+    saved += (double)g->ops[i].saved_bytes;
+    params += (double)g->ops[i].params;
+  }
+  if (saved > TOO_MANY_BYTES || params > TOO_MANY_BYTES) {
+    lx_error(g->src, "%s() is too large: about %.3g bytes saved per micro-batch and %.3g parameters", g->name,
+             saved, params);
+    return;
+  }
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    g->activation_bytes += op->saved_bytes;
+    g->params += op->params;
+    g->params_per_rank += op->params_per_rank;
+    g->flops_fwd += op->flops_fwd;
+    g->flops_bwd += op->flops_bwd;
+    g->model_flops_fwd += op->model_flops_fwd;
+  }
+}
+
+/* The bytes a stage could hold, counted in double: the saved tensors of every
+ * layer for every micro-batch of a step (GPipe keeps them all), and 20 bytes
+ * per parameter (weights, gradients, fp32 master, two AdamW moments). The
+ * later passes add such terms up in int64_t. */
+static void check_totals(const lx_ir *ir) {
+  const lx_plan *p = &ir->plan;
+  double per_step = (double)p->micro_batch * p->dp;
+  double micro_batches = p->global_batch ? p->global_batch / per_step : p->pp;
+  double saved = (double)ir->prologue.activation_bytes +
+                 (double)ir->model.layers * (double)ir->block.activation_bytes +
+                 (double)ir->epilogue.activation_bytes;
+  double bytes = micro_batches * saved + 20.0 * (double)ir->params_total;
+  if (bytes > TOO_MANY_BYTES)
+    lx_error(
+        field_or(ir, LX_F_LAYERS, ir->locs.model),
+        "the plan would keep about %.3g bytes (saved tensors of every micro-batch, weights and optimizer "
+        "state), too many to count",
+        bytes);
+}
+
+/* An open field counts as 1 from here on, and open_plan says it was open.
+ * The plan search sets the fields it chooses before analysing again. */
+static void resolve_open_plan(lx_ir *ir) {
+  int *fields[] = {&ir->plan.tp, &ir->plan.pp, &ir->plan.dp, &ir->plan.micro_batch};
+  bool *open[] = {&ir->open_plan.tp, &ir->open_plan.pp, &ir->open_plan.dp, &ir->open_plan.micro_batch};
+  for (int k = 0; k < 4; k++) {
+    *open[k] = *fields[k] == LX_OPEN;
+    if (*open[k]) *fields[k] = 1;
+  }
+}
+
+int lx_analyze(lx_ir *ir) {
+  int errors_before = lx_error_count();
+  check_int_ranges(ir); /* first: defaults are computed from the values it bounds */
+  if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
+  apply_defaults(ir);
+  check_double_ranges(ir);
+  check_path(ir, LX_F_TRAIN_DATA, "train_data", ir->training.train_data);
+  check_path(ir, LX_F_VAL_DATA, "val_data", ir->training.val_data);
+  if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
+  resolve_open_plan(ir);
+  check_relations(ir);
+  if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
+  int vocab_multiple = 128 * ir->plan.tp;
+  ir->padded_vocab = (ir->model.vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+  analyze_graph(ir, &ir->prologue);
+  analyze_graph(ir, &ir->block);
+  analyze_graph(ir, &ir->epilogue);
+  if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
+  int64_t layers = ir->model.layers;
+  double params =
+      (double)ir->prologue.params + (double)layers * (double)ir->block.params + (double)ir->epilogue.params;
+  if (params > 0x1p62) { /* each graph fits (sizes_fit); the repeated block need not */
+    lx_error(field_or(ir, LX_F_LAYERS, ir->locs.model),
+             "the model would have %.3g parameters, too many to count", params);
+    return lx_error_count() - errors_before;
+  }
+  ir->params_total = ir->prologue.params + layers * ir->block.params + ir->epilogue.params;
+  check_totals(ir);
+  double fwd_per_micro_batch = ir->prologue.model_flops_fwd + (double)layers * ir->block.model_flops_fwd +
+                               ir->epilogue.model_flops_fwd;
+  ir->model_flops_per_sequence = 3 * fwd_per_micro_batch / ir->plan.micro_batch; /* backward = 2x forward */
+  return lx_error_count() - errors_before;
+}

@@ -1,0 +1,58 @@
+/* emit_graphs.c — a stage's graph functions (see emit_graphs.h). */
+#include "emit/emit_graphs.h"
+
+/* Always printed: the step and the forward-only pass call it. */
+static void print_forward_function(const lx_printer *pr, const lx_graph_printer *gp, lx_graph_id g) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  gp->head(pr, "forward", g);
+  for (int i = 0; i < graph->n_ops; i++)
+    if (graph->ops[i].kind != LX_OP_INPUT) {
+      gp->collective(pr, g, i, false, LX_T_OUTPUT, true);
+      gp->forward_op(pr, g, i, LX_T_OUTPUT);
+      gp->collective(pr, g, i, false, LX_T_OUTPUT, false);
+    }
+  fputs("}\n", pr->out);
+}
+
+/* On demand, before the layer's backward: what the policy dropped comes back. */
+static void print_recompute_function(const lx_printer *pr, const lx_graph_printer *gp) {
+  if (!emit_function_called(pr, LX_I_RECOMPUTE, LX_GRAPH_BLOCK)) return;
+  gp->head(pr, "recompute", LX_GRAPH_BLOCK);
+  for (int i = 0; i < pr->ir->block.n_ops; i++)
+    if (pr->st->decisions[i].recompute) {
+      gp->collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, true);
+      gp->forward_op(pr, LX_GRAPH_BLOCK, i, LX_T_RECOMPUTED);
+      gp->collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, false);
+    }
+  fputs("}\n", pr->out);
+}
+
+static void print_backward_function(const lx_printer *pr, const lx_graph_printer *gp, lx_graph_id g) {
+  if (!emit_function_called(pr, LX_I_BWD, g)) return;
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  gp->head(pr, "backward", g);
+  gp->zero_grads(pr, g);
+  for (int i = graph->n_ops - 1; i >= 0; i--)
+    if (graph->ops[i].kind != LX_OP_INPUT) {
+      gp->collective(pr, g, i, true, LX_T_OUTPUT, true);
+      gp->backward_op(pr, g, i);
+      gp->collective(pr, g, i, true, LX_T_OUTPUT, false);
+    }
+  fputs("}\n", pr->out);
+}
+
+void emit_graph_functions(const lx_printer *pr, const lx_graph_printer *gp) {
+  if (pr->st->has_prologue) {
+    print_forward_function(pr, gp, LX_GRAPH_PROLOGUE);
+    print_backward_function(pr, gp, LX_GRAPH_PROLOGUE);
+  }
+  if (pr->st->n_layers > 0) {
+    print_forward_function(pr, gp, LX_GRAPH_BLOCK);
+    print_recompute_function(pr, gp);
+    print_backward_function(pr, gp, LX_GRAPH_BLOCK);
+  }
+  if (pr->st->has_epilogue) {
+    print_forward_function(pr, gp, LX_GRAPH_EPILOGUE);
+    print_backward_function(pr, gp, LX_GRAPH_EPILOGUE);
+  }
+}

@@ -1,0 +1,303 @@
+/* emit_names.c — the tensors of a stage file by name (emit_names.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit/emit_names.h"
+
+#include "alloc.h"
+#include "escape.h"
+#include "planning/passes.h"
+
+enum { BASE_MAX = 96, NAME_MAX_CHARS = BASE_MAX + 16 }; /* a base name, then a suffix */
+
+typedef struct {
+  char name[NAME_MAX_CHARS];
+  lx_tensor_ref ref; /* the first use's: what the comment describes */
+  lx_place_expr place;
+} named_tensor;
+
+/* The helpers that compute a term of an address; each is printed with the
+ * stride its first use had, and a term with another stride is printed as
+ * arithmetic. */
+typedef enum { STASH_SLOT, STASH_LAYER, PARAM_LAYER, PIPE_SLOT, HELPER_COUNT } helper;
+
+static const struct {
+  const char *name, *arg, *variable, *why;
+} helpers[HELPER_COUNT] = {
+    {"stash_slot", "mb", "(mb % SLOTS)",
+     "micro-batch mb's stash slot: what its forward keeps for its backward"},
+    {"stash_layer", "layer", "(layer - FIRST_LAYER)", "a layer's part of a stash slot"},
+    {"param_layer", "layer", "(layer - FIRST_LAYER)", "a layer's parameters (and gradients: GRAD_OF)"},
+    {"pipe_slot", "mb", "(mb % SLOTS)", "micro-batch mb's buffers to and from the neighbouring stages"},
+};
+
+struct lx_tensor_names {
+  named_tensor *v;
+  int n, cap;
+  int64_t stride[HELPER_COUNT]; /* 0: not used */
+};
+
+lx_tensor_names *emit_names_new(void) { return lx_calloc(1, sizeof(lx_tensor_names)); }
+
+void emit_names_free(lx_tensor_names *names) {
+  if (!names) return;
+  free(names->v);
+  free(names);
+}
+
+bool emit_sequence_sharded(const lx_printer *pr, lx_shape s) {
+  return lx_sequence_parallel(pr->ir) && !s.split && s.dtype != LX_DTYPE_INT32 && !s.scalar;
+}
+
+/* ---- names ------------------------------------------------------------------- */
+
+/* The model file's variable when no other op of the graph was assigned to
+ * it, else the op's own unique name ("layernorm_1"). */
+static const char *op_name(const lx_graph *g, int i) {
+  const lx_op *op = &g->ops[i];
+  if (!op->var[0]) return op->name;
+  for (int k = 0; k < g->n_ops; k++)
+    if (k != i && !strcmp(g->ops[k].var, op->var)) return op->name;
+  return op->var;
+}
+
+static void base_name(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t size) {
+  const lx_graph *g = lx_graph_of(pr->ir, t.graph);
+  const lx_op *op = &g->ops[t.op];
+  const char *name = op_name(g, t.op);
+  switch (t.role) {
+  case LX_T_OUTPUT: snprintf(buf, size, "%s_%s", g->name, name); break;
+  case LX_T_RECOMPUTED: snprintf(buf, size, "%s_%s_recomputed", g->name, name); break;
+  case LX_T_INTERNAL: snprintf(buf, size, "%s_%s_%s", g->name, name, op->saved[t.index].what); break;
+  case LX_T_GRAD: snprintf(buf, size, "%s_%s_grad", g->name, name); break;
+  case LX_T_PARAM: snprintf(buf, size, "%s_%s_%s", g->name, name, t.index ? "bias" : "weight"); break;
+  case LX_T_SEND_ACT: snprintf(buf, size, "send_activation"); break;
+  case LX_T_SEND_GRAD: snprintf(buf, size, "send_input_grad"); break;
+  case LX_T_RECV_GRAD: snprintf(buf, size, "recv_output_grad"); break;
+  case LX_T_SP_GATHERED: snprintf(buf, size, "sp_gathered"); break;
+  case LX_T_SP_WHOLE: snprintf(buf, size, "sp_whole"); break;
+  }
+}
+
+/* Masks are bytes, the log-sum-exp is fp32 on every target, token ids are
+ * int; the rest are activations (or weights) of the target's type. */
+static const char *element_type(const lx_printer *pr, lx_tensor_ref t) {
+  const lx_op *op = &lx_graph_of(pr->ir, t.graph)->ops[t.op];
+  if (t.role == LX_T_INTERNAL && !strcmp(op->saved[t.index].what, "dropout_mask")) return "uint8_t";
+  if (t.role == LX_T_INTERNAL && !strcmp(op->saved[t.index].what, "lse")) return pr->lse_type;
+  if (t.role == LX_T_OUTPUT && op->out.dtype == LX_DTYPE_INT32) return "int";
+  return pr->act_type;
+}
+
+static bool same_place(const lx_place_expr *a, const lx_place_expr *b) {
+  return a->region == b->region && a->constant == b->constant && a->per_slot == b->per_slot &&
+         a->per_layer == b->per_layer && a->parity_stride == b->parity_stride &&
+         (a->parity_add - b->parity_add) % 2 == 0;
+}
+
+/* The registered tensor at place e named `base` (or `base_2`, ... when that
+ * name is another place's: a model variable may look like a derived name). */
+static const named_tensor *find_or_add(lx_tensor_names *names, const char *base, lx_tensor_ref t,
+                                       const lx_place_expr *e) {
+  for (int suffix = 1;; suffix++) {
+    char name[NAME_MAX_CHARS];
+    if (suffix == 1)
+      snprintf(name, sizeof name, "%s", base);
+    else
+      snprintf(name, sizeof name, "%s_%d", base, suffix);
+    bool taken = false;
+    for (int k = 0; k < names->n; k++) {
+      if (strcmp(names->v[k].name, name)) continue;
+      if (same_place(&names->v[k].place, e)) return &names->v[k];
+      taken = true;
+    }
+    if (taken) continue;
+    if (names->n == names->cap) {
+      names->cap = names->cap ? 2 * names->cap : 64;
+      names->v = lx_realloc(names->v, sizeof *names->v * (size_t)names->cap);
+    }
+    named_tensor *added = &names->v[names->n++];
+    snprintf(added->name, sizeof added->name, "%s", name);
+    added->ref = t;
+    added->place = *e;
+    return added;
+  }
+}
+
+static bool uses_layer(const lx_place_expr *e) { return e->per_layer || e->parity_stride; }
+
+static void parameters(const lx_place_expr *e, bool declare, char *buf, size_t size) {
+  const char *layer = declare ? "int layer" : "layer", *mb = declare ? "int mb" : "mb";
+  if (uses_layer(e) && e->per_slot)
+    snprintf(buf, size, "%s, %s", layer, mb);
+  else if (uses_layer(e))
+    snprintf(buf, size, "%s", layer);
+  else if (e->per_slot)
+    snprintf(buf, size, "%s", mb);
+  else
+    snprintf(buf, size, "%s", declare ? "void" : "");
+}
+
+const char *emit_tensor_call(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t size) {
+  char base[BASE_MAX], args[32];
+  lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, t);
+  if (t.role == LX_T_RECOMPUTED) { /* a scratch copy only when the output is also kept */
+    lx_tensor_ref output = t;
+    output.role = LX_T_OUTPUT;
+    lx_place_expr kept = lx_place_of(pr->p, pr->s, pr->l, output);
+    if (same_place(&kept, &e)) t = output;
+  }
+  base_name(pr, t, base, sizeof base);
+  const named_tensor *n = find_or_add(pr->names, base, t, &e);
+  parameters(&e, false, args, sizeof args);
+  snprintf(buf, size, "%s(%s)", n->name, args);
+  return buf;
+}
+
+/* ---- addresses ----------------------------------------------------------------- */
+
+/* " + helper(arg)" when the term's stride is the helper's, else the arithmetic. */
+static int term(lx_tensor_names *names, helper h, bool applies, int64_t stride, char *buf, size_t size) {
+  if (!stride) return 0;
+  if (applies && (!names->stride[h] || names->stride[h] == stride)) {
+    names->stride[h] = stride;
+    return snprintf(buf, size, " + %s(%s)", helpers[h].name, helpers[h].arg);
+  }
+  return snprintf(buf, size, " + %s * %lldLL", helpers[h].variable, (long long)stride);
+}
+
+void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf, size_t size) {
+  lx_tensor_names *names = pr->names;
+  int n = snprintf(buf, size, "AT(REGION_%s + %lldLL", lx_region_name(e->region),
+                   (long long)(e->constant - pr->l->region_offset[e->region]));
+  bool slot_helper = e->region == LX_REGION_STASH || e->region == LX_REGION_BOUNDARY;
+  helper slot = e->region == LX_REGION_STASH ? STASH_SLOT : PIPE_SLOT;
+  helper layer = e->region == LX_REGION_PARAMS ? PARAM_LAYER : STASH_LAYER;
+  n += term(names, slot, slot_helper, e->per_slot, buf + n, size - (size_t)n);
+  n += term(names, layer, e->region == LX_REGION_PARAMS || e->region == LX_REGION_STASH, e->per_layer,
+            buf + n, size - (size_t)n);
+  if (e->parity_stride)
+    n += snprintf(buf + n, size - (size_t)n, " + ((layer + %d) %% 2) * %lldLL", e->parity_add % 2,
+                  (long long)e->parity_stride);
+  snprintf(buf + n, size - (size_t)n, ")");
+}
+
+/* ---- the printed accessors ---------------------------------------------------- */
+
+/* "(B, T, 192)" of an activation on this rank; other tensors by size. */
+static void shape_text(const lx_printer *pr, const named_tensor *n, char *buf, size_t size) {
+  lx_tensor_ref t = n->ref;
+  const lx_op *op = &lx_graph_of(pr->ir, t.graph)->ops[t.op];
+  switch (t.role) {
+  case LX_T_OUTPUT:
+  case LX_T_RECOMPUTED:
+  case LX_T_GRAD:
+    if (op->out.scalar)
+      snprintf(buf, size, "a scalar");
+    else if (op->out.dtype == LX_DTYPE_INT32)
+      snprintf(buf, size, "(B, T)");
+    else if (emit_sequence_sharded(pr, op->out))
+      snprintf(buf, size, "(SEQ_ROWS, %lld)", (long long)lx_rank_width(pr->ir, op->out));
+    else
+      snprintf(buf, size, "(B, T, %lld)", (long long)lx_rank_width(pr->ir, op->out));
+    return;
+  case LX_T_PARAM:
+    snprintf(buf, size, "%lld elements", (long long)(pr->l->places[t.graph][t.op].param_elements[t.index]));
+    return;
+  case LX_T_SEND_ACT:
+  case LX_T_SEND_GRAD:
+  case LX_T_RECV_GRAD: snprintf(buf, size, "(BOUNDARY_ELEMENTS)"); return;
+  default: snprintf(buf, size, "%lld bytes", (long long)n->place.bytes);
+  }
+}
+
+/* What the tensor is, in the model file's words. */
+static void describe(const lx_printer *pr, const named_tensor *n, char *buf, size_t size) {
+  lx_tensor_ref t = n->ref;
+  const lx_graph *g = lx_graph_of(pr->ir, t.graph);
+  const lx_op *op = &g->ops[t.op];
+  char file[LX_TEXT_MAX];
+  const char *kind = lx_op_kind_name(op->kind), *var = op->var[0] ? op->var : op->name;
+  int line = op->src.line;
+  lx_text(lx_file_name(pr->ir->model_path), file, sizeof file);
+  switch (t.role) {
+  case LX_T_SEND_ACT: snprintf(buf, size, "the activation sent to stage %d", pr->s + 1); return;
+  case LX_T_SEND_GRAD: snprintf(buf, size, "the input gradient sent to stage %d", pr->s - 1); return;
+  case LX_T_RECV_GRAD: snprintf(buf, size, "the output gradient from stage %d", pr->s + 1); return;
+  case LX_T_SP_GATHERED:
+    snprintf(buf, size, "sequence parallelism: a whole tensor gathered from shards");
+    return;
+  case LX_T_SP_WHOLE: snprintf(buf, size, "sequence parallelism: a whole tensor to reduce-scatter"); return;
+  case LX_T_OUTPUT:
+    if (op->kind == LX_OP_INPUT)
+      snprintf(buf, size, "%s, an argument of %s()  %s:%d", var, g->name, file, line);
+    else
+      snprintf(buf, size, "%s = %s(...)  %s:%d", var, kind, file, line);
+    return;
+  case LX_T_RECOMPUTED: snprintf(buf, size, "%s = %s(...), recomputed  %s:%d", var, kind, file, line); return;
+  case LX_T_GRAD: snprintf(buf, size, "d %s = %s(...)  %s:%d", var, kind, file, line); return;
+  case LX_T_INTERNAL:
+    snprintf(buf, size, "the %s of %s = %s(...)  %s:%d", op->saved[t.index].what, var, kind, file, line);
+    return;
+  case LX_T_PARAM:
+    snprintf(buf, size, "the %s of %s = %s(...)  %s:%d", t.index ? "bias" : "weight", var, kind, file, line);
+    return;
+  }
+}
+
+static int by_place(const void *a, const void *b) {
+  const named_tensor *x = a, *y = b;
+  if (x->place.region != y->place.region)
+    return (int)x->place.region - (int)y->place.region; /* arena order */
+  if (x->place.constant != y->place.constant) return x->place.constant < y->place.constant ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+static const char *region_heading(lx_region r) {
+  switch (r) {
+  case LX_REGION_PARAMS: return "parameters, per layer of the stage";
+  case LX_REGION_STASH: return "kept from a micro-batch's forward to its backward: per stash slot and layer";
+  case LX_REGION_WORK: return "work: alive inside one forward or backward (or from a window to the backward)";
+  case LX_REGION_BOUNDARY: return "pipeline buffers per slot, and the gradients between layers";
+  default: return lx_region_name(r);
+  }
+}
+
+static void print_helpers(const lx_printer *pr) {
+  for (int h = 0; h < HELPER_COUNT; h++)
+    if (pr->names->stride[h])
+      fprintf(pr->out, "/* %s */\nstatic int64_t %s(int %s) { return %s * %lldLL; }\n", helpers[h].why,
+              helpers[h].name, helpers[h].arg, helpers[h].variable, (long long)pr->names->stride[h]);
+}
+
+void emit_names_print(const lx_printer *pr) {
+  lx_tensor_names *names = pr->names;
+  if (!names->n) return;
+  qsort(names->v, (size_t)names->n, sizeof *names->v, by_place);
+  char(*addresses)[256] = lx_calloc((size_t)names->n, sizeof *addresses);
+  for (int k = 0; k < names->n; k++) /* first, so that the helpers are known */
+    emit_place_address(pr, &names->v[k].place, addresses[k], sizeof addresses[k]);
+  fprintf(pr->out, "\n/* The stage's tensors by name, at their places in the arena (plan.txt). */\n");
+  print_helpers(pr);
+  int region = -1;
+  for (int k = 0; k < names->n; k++) {
+    const named_tensor *n = &names->v[k];
+    if ((int)n->place.region != region) {
+      region = (int)n->place.region;
+      fprintf(pr->out, "\n/* %s */\n", region_heading(n->place.region));
+    }
+    char shape[64], what[LX_TEXT_MAX + 256], params[32];
+    shape_text(pr, n, shape, sizeof shape);
+    describe(pr, n, what, sizeof what);
+    parameters(&n->place, true, params, sizeof params);
+    const char *type = element_type(pr, n->ref);
+    char head[NAME_MAX_CHARS + 64];
+    snprintf(head, sizeof head, "static %s *%s(%s) {", type, n->name, params);
+    fprintf(pr->out, "/* %s: %s */\n", shape, what);
+    if (strlen(head) + strlen(type) + strlen(addresses[k]) + 16 <= 120)
+      fprintf(pr->out, "%s return (%s *)%s; }\n", head, type, addresses[k]);
+    else
+      fprintf(pr->out, "%s\n  return (%s *)%s;\n}\n", head, type, addresses[k]);
+  }
+  free(addresses);
+}

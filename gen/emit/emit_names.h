@@ -1,0 +1,30 @@
+/* emit_names.h — the tensors of a stage file by name. Every place an emitted
+ * statement reads or writes gets a name from the model file (the variable an
+ * op's result was assigned to, or the op's own name when the variable is
+ * reused) and one accessor function with a shape comment, printed once ahead
+ * of the code: `block_qkv(layer, mb)` instead of an arena offset. The
+ * accessors take the arena offsets of the static memory plan (layout.h)
+ * unchanged; the micro-batch's slot and the layer's part of it are computed
+ * by small helpers printed with them. */
+#ifndef LX_EMIT_NAMES_H
+#define LX_EMIT_NAMES_H
+
+#include "emit/emit_operands.h"
+
+lx_tensor_names *emit_names_new(void);
+void emit_names_free(lx_tensor_names *names);
+
+/* "block_qkv(layer, mb)": the call of tensor t's accessor (registering it),
+ * for the instance named by the C variables `layer` and `mb` where the text
+ * is used; its arguments are those its place depends on. */
+const char *emit_tensor_call(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t size);
+/* "AT(REGION_stash + 512LL + stash_slot(mb))": the address of a place, with
+ * the helpers the accessors use. */
+void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf, size_t size);
+/* Is this tensor a sequence shard (SEQ_ROWS of the BT rows on each rank)? */
+bool emit_sequence_sharded(const lx_printer *pr, lx_shape s);
+/* The helpers and accessors the code printed so far used, in the order of
+ * the arena (parameters, kept activations, work, pipeline buffers). */
+void emit_names_print(const lx_printer *pr);
+
+#endif

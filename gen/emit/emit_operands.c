@@ -1,0 +1,536 @@
+/* emit_operands.c — what both printers say the same way: where a tensor of
+ * an instruction lives (C text from the static memory plan), the operands of
+ * one op, its shapes, the parameter table and the training settings. The
+ * targets differ only in the element types they name (lx_printer). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit/emit_names.h"
+#include "emit/emit_operands.h"
+#include "emit/emit_walk.h"
+#include "escape.h"
+
+/* ---- expressions ----------------------------------------------------------- */
+
+lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_role role, int index) {
+  return (lx_tensor_ref){g, g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, op, 0, role, index};
+}
+
+/* Three places of a block depend on whether the layer is the stage's first
+ * or last, not affinely on the layer: its output (the next layer's input, or
+ * what leaves the stage), that output's gradient, and its input's gradient.
+ * The stage file computes them in small functions (emit_block_boundaries). */
+static const char *emit_boundary_function(const lx_printer *pr, lx_tensor_ref t) {
+  if (t.graph != LX_GRAPH_BLOCK) return NULL;
+  const lx_graph *g = &pr->ir->block;
+  if (t.role == LX_T_OUTPUT && t.op == g->output) return "layer_output";
+  if (t.role == LX_T_GRAD && t.op == g->output) return "layer_output_grad";
+  if (t.role == LX_T_GRAD && g->ops[t.op].kind == LX_OP_INPUT) return "layer_input_grad";
+  return NULL;
+}
+
+const char *emit_at(const lx_printer *pr, char *buf, size_t size, lx_tensor_ref t) {
+  const char *function = emit_boundary_function(pr, t);
+  if (function) {
+    snprintf(buf, size, "%s(layer, mb)", function);
+    return buf;
+  }
+  return emit_tensor_call(pr, t, buf, size);
+}
+
+static void print_boundary_function(const lx_printer *pr, const char *name, const char *what,
+                                    lx_tensor_role role, int op, bool at_first) {
+  const lx_stage *st = pr->st;
+  int first = st->first_layer, last = first + st->n_layers - 1;
+  int special = at_first ? first : last;
+  int other = st->n_layers > 1 ? (at_first ? last : first) : special;
+  lx_place_expr special_place =
+      lx_place_of(pr->p, pr->s, pr->l, (lx_tensor_ref){LX_GRAPH_BLOCK, special, op, 0, role, 0});
+  lx_place_expr other_place =
+      lx_place_of(pr->p, pr->s, pr->l, (lx_tensor_ref){LX_GRAPH_BLOCK, other, op, 0, role, 0});
+  char special_text[256], other_text[256];
+  emit_place_address(pr, &special_place, special_text, sizeof special_text);
+  emit_place_address(pr, &other_place, other_text, sizeof other_text);
+  bool uses_mb = special_place.per_slot || other_place.per_slot;
+  char file[LX_TEXT_MAX];
+  fprintf(pr->out, "/* (BOUNDARY_ELEMENTS): %s  %s:%d */\nstatic %s *%s(int layer, int mb) {\n%s", what,
+          emit_file_name(pr->ir->model_path, file), pr->ir->block.src.line, pr->act_type, name,
+          uses_mb ? "" : "  (void)mb;\n");
+  fprintf(pr->out, "  if (layer == %s) return (%s *)%s;\n  return (%s *)%s;\n}\n",
+          at_first ? "FIRST_LAYER" : "FIRST_LAYER + LAYERS - 1", pr->act_type, special_text, pr->act_type,
+          other_text);
+}
+
+void emit_block_boundaries(const lx_printer *pr) {
+  if (pr->st->n_layers == 0) return;
+  int output = pr->ir->block.output;
+  fprintf(pr->out, "\n/* A layer's output is the next layer's input, or leaves the stage after its\n"
+                   " * last layer; gradients at the stage's edges come from and go to the\n"
+                   " * pipeline's buffers, between layers they alternate in the boundary region. */\n");
+  print_boundary_function(pr, "layer_output",
+                          "block()'s output, the next layer's input or what leaves the stage", LX_T_OUTPUT,
+                          output, false);
+  print_boundary_function(pr, "layer_output_grad", "d block()'s output", LX_T_GRAD, output, false);
+  print_boundary_function(pr, "layer_input_grad", "d block()'s input", LX_T_GRAD, 0, true);
+}
+
+const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i) {
+  return &lx_graph_of(pr->ir, g)->ops[i];
+}
+
+/* The instruction a printed call of op i stands for: the instance the C
+ * variables `layer` and `mb` name where the text is used. */
+static lx_instr printed_instr(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                              bool backward) {
+  lx_instr_kind kind = backward ? LX_I_BWD : out_role == LX_T_RECOMPUTED ? LX_I_RECOMPUTE : LX_I_FWD;
+  return (lx_instr){
+      .kind = kind, .graph = g, .layer = g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, .op = i};
+}
+
+/* The tensor verified for the operand (access.c), as C text; "NULL" where
+ * the op lacks it. */
+static void operand_text(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
+                         const lx_operand *o, char *buf, size_t size) {
+  lx_instr in = printed_instr(pr, g, i, out_role, backward);
+  lx_access a;
+  if (!lx_operand_access(pr->p, pr->s, pr->l, &in, o, &a)) {
+    snprintf(buf, size, "NULL");
+    return;
+  }
+  char at[PTR];
+  emit_at(pr, at, sizeof at, a.tensor);
+  snprintf(buf, size, a.target == LX_TARGET_PARAM_GRAD ? "GRAD_OF(%s)" : "%s", at);
+}
+
+/* A row-parallel output is a sum over the ranks: one of them adds the bias. */
+static bool bias_on_rank_zero(const lx_printer *pr, const lx_op *op, const lx_operand *o, bool backward) {
+  return o->kind == LX_OPND_BIAS && !backward && emit_tp(pr) > 1 && op->tp_role == LX_TP_ROW;
+}
+
+/* The pointer arguments of op i's forward or backward kernel in the order of
+ * its row of the operand table (op_signature.h), comma-separated; a kernel
+ * with a workspace gets `workspace` between what it writes and what it reads.
+ * A row-parallel linear's bias is added by tensor-parallel rank 0 only. */
+static void kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
+                            bool backward, const char *workspace, char *buf, size_t size) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  size_t used = 0;
+  bool reads = false;
+  buf[0] = 0;
+  for (const lx_operand *o = lx_op_operands(op, backward); o->kind != LX_OPND_END; o++) {
+    char text[PTR + 32], shown[PTR + 64];
+    operand_text(pr, g, i, out_role, backward, o, text, sizeof text);
+    if (bias_on_rank_zero(pr, op, o, backward) && strcmp(text, "NULL"))
+      snprintf(shown, sizeof shown, "TP_RANK == 0 ? %s : NULL", text);
+    else
+      snprintf(shown, sizeof shown, "%s", text);
+    bool first_read = !reads && lx_operand_mode(o->kind, backward) == LX_ACCESS_READ;
+    reads |= first_read;
+    used += (size_t)snprintf(buf + used, size - used, "%s%s%s%s", used ? ", " : "",
+                             first_read && workspace ? workspace : "", first_read && workspace ? ", " : "",
+                             shown);
+    if (used >= size) return;
+  }
+}
+
+void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
+                      const char *workspace, lx_kernel_call *c) {
+  c->op = emit_op_at(pr, g, i);
+  kernel_operands(pr, g, i, out_role, backward, workspace, c->args, sizeof c->args);
+  c->width = emit_rank_width(pr, c->op->out);
+  c->sharded = emit_sequence_sharded(pr, c->op->out);
+  c->rows = c->sharded ? "SEQ_ROWS" : "BT";
+}
+
+void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
+                          lx_operands *o) {
+  const lx_op *op = emit_op_at(pr, g, i);
+#define OPERAND(field, kind, index)                                                                          \
+  operand_text(pr, g, i, out_role, backward, &(lx_operand){kind, index, NULL}, field, sizeof field)
+  OPERAND(o->out, LX_OPND_OUT, 0);
+  OPERAND(o->dout, LX_OPND_DOUT, 0);
+  OPERAND(o->w, LX_OPND_WEIGHT, 0);
+  OPERAND(o->b, LX_OPND_BIAS, 0);
+  OPERAND(o->dw, LX_OPND_DWEIGHT, 0);
+  OPERAND(o->db, LX_OPND_DBIAS, 0);
+  for (int k = 0; k < LX_MAX_OP_INPUTS; k++) {
+    snprintf(o->in[k], PTR, "NULL");
+    snprintf(o->din[k], PTR, "NULL");
+    if (k >= op->n_inputs) continue;
+    OPERAND(o->in[k], LX_OPND_IN, k);
+    OPERAND(o->din[k], LX_OPND_DIN, k);
+  }
+#undef OPERAND
+}
+
+/* ---- shapes of one op, as C expressions ----------------------------------- */
+
+int emit_tp(const lx_printer *pr) { return pr->ir->plan.tp; }
+
+int emit_rank_width(const lx_printer *pr, lx_shape s) { return (int)lx_rank_width(pr->ir, s); }
+
+int emit_in_width(const lx_printer *pr, lx_graph_id g, const lx_op *op) {
+  return emit_rank_width(pr, emit_op_at(pr, g, op->inputs[0])->out);
+}
+
+void emit_attention_dims(const lx_printer *pr, lx_graph_id g, const lx_op *op, char *buf, size_t size) {
+  int groups = op->heads + 2 * op->kv_heads;
+  int d = emit_op_at(pr, g, op->inputs[0])->out.width / groups;
+  int t = emit_op_at(pr, g, op->inputs[0])->out.split ? emit_tp(pr) : 1;
+  snprintf(buf, size, "B, T, %d, %d, %d", op->heads / t, op->kv_heads / t, d);
+}
+
+/* The graph function a run of FWD, BWD or RECOMPUTE calls. */
+const char *emit_run_function(lx_instr_kind k) {
+  return k == LX_I_FWD ? "forward" : k == LX_I_BWD ? "backward" : "recompute";
+}
+
+/* Is the run exactly the body of its graph function (all ops of the instance,
+ * in order; for recompute, all the ops the stage recomputes)? */
+bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count) {
+  const lx_graph *g = lx_graph_of(pr->ir, run->graph);
+  int n = 0;
+  for (int j = 0; j < g->n_ops; j++) {
+    int i = run->kind == LX_I_BWD ? g->n_ops - 1 - j : j;
+    bool in_body =
+        g->ops[i].kind != LX_OP_INPUT && (run->kind != LX_I_RECOMPUTE || pr->st->decisions[i].recompute);
+    if (!in_body) continue;
+    if (n >= count || run[n].op != i) return false;
+    n++;
+  }
+  return n == count;
+}
+
+bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id g) {
+  for (int k = 0; k < LX_STREAM_COUNT; k++) {
+    const lx_instr_list *list = &pr->st->streams[k];
+    for (int at = 0, end; at < list->count; at = end) {
+      for (end = at + 1; end < list->count && lx_walk_same_run(&list->items[end], &list->items[at]);)
+        end++;
+      const lx_instr *run = &list->items[at];
+      if (run->kind == kind && run->graph == g && emit_run_is_function(pr, run, end - at)) return true;
+    }
+  }
+  return false;
+}
+
+const char *emit_layer_text(const lx_instr *in, char *buf, size_t size) {
+  if (in->layer < 0) return "FIRST_LAYER";
+  snprintf(buf, size, "%d", in->layer);
+  return buf;
+}
+
+/* ---- sequence parallelism ---- */
+
+bool emit_whole_gradient(const lx_printer *pr, lx_graph_id g, int i, char *buf, long long *bytes) {
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), true);
+  if (!c.reduce_after || c.reduce != LX_COLL_REDUCE_SCATTER) return false;
+  lx_tensor_ref whole = emit_ref(pr, g, i, LX_T_SP_WHOLE, 1);
+  emit_at(pr, buf, PTR, whole);
+  *bytes = (long long)lx_place_of(pr->p, pr->s, pr->l, whole).bytes;
+  return true;
+}
+
+void emit_tp_collective_operands(const lx_printer *pr, lx_graph_id g, int i, bool backward,
+                                 lx_tp_collective coll, lx_tensor_role role, lx_tp_operands *t) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  bool column = op->tp_role == LX_TP_COLUMN, input_side = coll == LX_COLL_ALLGATHER ? column : backward;
+  lx_tensor_ref shard = coll == LX_COLL_ALLGATHER ? (column ? emit_ref(pr, g, op->inputs[0], LX_T_OUTPUT, 0)
+                                                            : emit_ref(pr, g, i, LX_T_GRAD, 0))
+                        : backward                ? emit_ref(pr, g, op->inputs[0], LX_T_GRAD, 0)
+                                                  : emit_ref(pr, g, i, role, 0);
+  emit_at(pr, t->shard, PTR, shard);
+  t->width = input_side ? emit_in_width(pr, g, op) : emit_rank_width(pr, op->out);
+  t->rows = coll == LX_COLL_ALLREDUCE ? "BT" : "SEQ_ROWS";
+  if (coll == LX_COLL_ALLGATHER) emit_at(pr, t->whole, PTR, emit_ref(pr, g, i, LX_T_SP_GATHERED, !column));
+  if (coll == LX_COLL_REDUCE_SCATTER) emit_at(pr, t->whole, PTR, emit_ref(pr, g, i, LX_T_SP_WHOLE, backward));
+}
+
+void emit_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role,
+                              bool before, lx_tp_call_printer print, const char *arg) {
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), backward);
+  if (before ? !c.gather_before : !c.reduce_after) return;
+  lx_tp_collective coll = before ? LX_COLL_ALLGATHER : c.reduce;
+  lx_tp_operands t;
+  emit_tp_collective_operands(pr, g, i, backward, coll, role, &t);
+  fputs("  ", pr->out);
+  print(pr->out, coll, &t, arg);
+}
+
+void emit_boundary_sizes(const lx_printer *pr) {
+  if (lx_sequence_parallel(pr->ir))
+    fprintf(
+        pr->out,
+        "  SEQ_ROWS = BT / TENSOR_PARALLEL, /* sequence parallelism: this rank's rows of (B, T) */\n"
+        "  BOUNDARY_ELEMENTS = SEQ_ROWS * C, /* what crosses a stage boundary: a sequence shard */\n};\n\n");
+  else
+    fprintf(pr->out, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
+}
+
+/* The epilogue's input op that holds the targets. */
+static int targets_op(const lx_ir *ir) {
+  for (int i = 0; i < ir->epilogue.n_ops; i++)
+    if (ir->epilogue.ops[i].kind == LX_OP_INPUT && ir->epilogue.ops[i].param == 1) return i;
+  return -1;
+}
+
+void emit_load_operands(const lx_printer *pr, const char *absent, char tokens[PTR], char targets[PTR]) {
+  snprintf(tokens, PTR, "%s", absent);
+  snprintf(targets, PTR, "%s", absent);
+  if (pr->st->has_prologue) emit_at(pr, tokens, PTR, emit_ref(pr, LX_GRAPH_PROLOGUE, 0, LX_T_OUTPUT, 0));
+  if (pr->st->has_epilogue)
+    emit_at(pr, targets, PTR, emit_ref(pr, LX_GRAPH_EPILOGUE, targets_op(pr->ir), LX_T_OUTPUT, 0));
+}
+
+/* Does op i's output reach a residual add, through dropout at most? GPT-2
+ * scales the initial weights of such projections by 1 / sqrt(2 L). */
+static bool feeds_residual_add(const lx_graph *g, int i) {
+  for (int c = i + 1; c < g->n_ops; c++) {
+    const lx_op *user = &g->ops[c];
+    for (int k = 0; k < user->n_inputs; k++) {
+      if (user->inputs[k] != i) continue;
+      if (user->kind == LX_OP_ADD || (user->kind == LX_OP_DROPOUT && feeds_residual_add(g, c))) return true;
+    }
+  }
+  return false;
+}
+
+/* ---- llm.c's GPT-2 checkpoint: which file tensor a parameter is ------------------ */
+
+/* The block of a GPT-2 in llm.c's order: ln1, qkv, attproj, ln2, fc, fcproj. */
+static const lx_op_kind gpt2_block_params[] = {LX_OP_LAYERNORM, LX_OP_LINEAR, LX_OP_LINEAR,
+                                               LX_OP_LAYERNORM, LX_OP_LINEAR, LX_OP_LINEAR};
+
+static int param_ops(const lx_graph *g, int *ops, int max) {
+  int n = 0;
+  for (int i = 0; i < g->n_ops; i++)
+    if (g->ops[i].params > 0 || g->ops[i].kind == LX_OP_LM_HEAD) {
+      if (n < max) ops[n] = i;
+      n++;
+    }
+  return n;
+}
+
+static bool is_gpt2(const lx_ir *ir) {
+  int ops[8];
+  if (param_ops(&ir->block, ops, 8) != 6 || !ir->model.tied_embeddings) return false;
+  for (int k = 0; k < 6; k++)
+    if (ir->block.ops[ops[k]].kind != gpt2_block_params[k] || !ir->block.ops[ops[k]].has_bias) return false;
+  int pro[4], epi[4];
+  return param_ops(&ir->prologue, pro, 4) == 2 && ir->prologue.ops[pro[0]].kind == LX_OP_EMBEDDING &&
+         ir->prologue.ops[pro[1]].kind == LX_OP_POSITION_EMBEDDING && param_ops(&ir->epilogue, epi, 4) == 2 &&
+         ir->epilogue.ops[epi[0]].kind == LX_OP_LAYERNORM && ir->epilogue.ops[epi[1]].kind == LX_OP_LM_HEAD;
+}
+
+/* Element offset of a parameter in llm.c's file, or -1. */
+static long long gpt2_file_element(const lx_ir *ir, lx_graph_id g, int layer, int op, int k) {
+  long long C = ir->model.hidden, L = ir->model.layers, Vp = ir->padded_vocab, T = ir->model.seq_len;
+  long long per_layer[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  int ops[8], n;
+  if (g == LX_GRAPH_PROLOGUE) {
+    n = param_ops(&ir->prologue, ops, 8);
+    return ops[0] == op ? 0 : Vp * C;
+  }
+  long long base = Vp * C + T * C;
+  if (g == LX_GRAPH_EPILOGUE) {
+    n = param_ops(&ir->epilogue, ops, 8);
+    if (op == ops[1]) return 0; /* the tied head is wte */
+    long long end = base;
+    for (int t = 0; t < 12; t++)
+      end += L * per_layer[t];
+    return end + k * C;
+  }
+  n = param_ops(&ir->block, ops, 8);
+  int index = 0;
+  while (index < n && ops[index] != op)
+    index++;
+  int tensor = 2 * index + k;
+  for (int t = 0; t < tensor; t++)
+    base += L * per_layer[t];
+  return base + layer * per_layer[tensor];
+}
+
+/* ---- the parameter table ---------------------------------------------------------- */
+
+/* Init streams name the parameter, not the stage: every pipeline depth draws
+ * the same weights, and a tied head's copy the embedding's. */
+static long long init_stream(lx_graph_id g, int layer, int op, int k) {
+  return ((long long)g * 100003 + layer + 1) * 64 + op * 2 + k + 1;
+}
+
+static int embedding_op(const lx_ir *ir) {
+  for (int i = 0; i < ir->prologue.n_ops; i++)
+    if (ir->prologue.ops[i].kind == LX_OP_EMBEDDING) return i;
+  return 0;
+}
+
+/* ---- tensor-parallel shards ------------------------------------------------------ */
+
+/* Where a rank's part of a parameter sits in the whole tensor (lx_train.h). */
+typedef struct {
+  int split; /* 0 replicated, 1 runs of whole rows, 2 a slice of every row's columns, 3 replicated with
+                partial gradients (sequence parallelism) */
+  long long row_elements, whole_row;
+  int pieces;
+  long long piece_row[3], piece_rows[3];
+} param_shard;
+
+/* The row groups of a column-parallel output that its consumer reads as
+ * separate tensors (attention's q, k, v; swiglu's gate and up): each is
+ * split over the ranks on its own. */
+static int column_groups(const lx_graph *g, int i, long long rows, long long first[3], long long count[3]) {
+  for (int c = i + 1; c < g->n_ops; c++) {
+    const lx_op *user = &g->ops[c];
+    if (user->n_inputs < 1 || user->inputs[0] != i) continue;
+    if (user->kind == LX_OP_ATTENTION || user->kind == LX_OP_ROPE) {
+      long long d = rows / (user->heads + 2LL * user->kv_heads);
+      first[0] = 0, count[0] = user->heads * d;
+      first[1] = count[0], count[1] = user->kv_heads * d;
+      first[2] = first[1] + count[1], count[2] = count[1];
+      return 3;
+    }
+    if (user->kind == LX_OP_SWIGLU) {
+      first[0] = 0, first[1] = count[0] = count[1] = rows / 2;
+      return 2;
+    }
+  }
+  first[0] = 0, count[0] = rows;
+  return 1;
+}
+
+static param_shard shard_of(const lx_printer *pr, lx_graph_id gid, int i, int k) {
+  const lx_graph *g = lx_graph_of(pr->ir, gid);
+  const lx_op *op = &g->ops[i];
+  int tp = emit_tp(pr);
+  param_shard sh = {.row_elements = 1};
+  bool vocab = op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_LM_HEAD;
+  bool row_wise =
+      op->kind == LX_OP_LAYERNORM || op->kind == LX_OP_RMSNORM || op->kind == LX_OP_POSITION_EMBEDDING;
+  if (row_wise && lx_sequence_parallel(pr->ir)) {
+    sh.split = 3; /* replicated, its gradient summed over the ranks' sequence shards */
+    return sh;
+  }
+  if (tp == 1 || !(vocab || op->kind == LX_OP_LINEAR) || (op->tp_role == LX_TP_ROW && k == 1)) return sh;
+  long long in_width = vocab ? 0 : emit_op_at(pr, gid, op->inputs[0])->out.width;
+  if (op->tp_role == LX_TP_ROW) {
+    sh.split = 2, sh.whole_row = in_width, sh.row_elements = in_width / tp;
+    return sh;
+  }
+  sh.split = 1;
+  if (vocab) {
+    sh.row_elements =
+        op->kind == LX_OP_EMBEDDING ? op->out.width : emit_op_at(pr, gid, op->inputs[0])->out.width;
+    sh.pieces = 1, sh.piece_row[0] = 0, sh.piece_rows[0] = pr->ir->padded_vocab / tp;
+    return sh;
+  }
+  sh.row_elements = k == 0 ? in_width : 1;
+  sh.pieces = column_groups(g, i, op->out.width, sh.piece_row, sh.piece_rows);
+  for (int p = 0; p < sh.pieces; p++)
+    sh.piece_rows[p] /= tp;
+  return sh;
+}
+
+static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int i, int k, bool gpt2) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  const lx_op *op = &graph->ops[i];
+  const lx_op_place *pl = &pr->l->places[g][i];
+  if (pl->param_elements[k] <= 0) return;
+  lx_span span = lx_locate(pr->p, pr->s, pr->l, (lx_tensor_ref){g, layer, i, 0, LX_T_PARAM, k});
+  long long element = (span.offset - pr->l->region_offset[LX_REGION_PARAMS]) / pr->l->param_elt;
+  bool weight = k == 0 && op->kind != LX_OP_LAYERNORM && op->kind != LX_OP_RMSNORM;
+  bool tied_copy = op->kind == LX_OP_LM_HEAD && op->params_per_rank == 0;
+  bool residual_projection = op->kind == LX_OP_LINEAR && feeds_residual_add(graph, i);
+  double std = !weight ? 0 : residual_projection ? 0.02 / sqrt(2.0 * pr->ir->model.layers) : 0.02;
+  double constant = !weight && k == 0 ? 1 : 0; /* norm scales start at one, biases and shifts at zero */
+  long long stream =
+      tied_copy ? init_stream(LX_GRAPH_PROLOGUE, -1, embedding_op(pr->ir), 0) : init_stream(g, layer, i, k);
+  long long file = gpt2 ? gpt2_file_element(pr->ir, g, layer, i, k) : -1;
+  param_shard sh = shard_of(pr, g, i, k);
+  fprintf(pr->out, "  {\"%s%s%d %s.%s\", %lldLL, %lldLL, %.17g, %g, %d, %lldLL, %lldLL, %d, %d, %d",
+          graph->name, g == LX_GRAPH_BLOCK ? " layer " : "", g == LX_GRAPH_BLOCK ? layer : 0, op->name,
+          k ? "bias" : "weight", element, (long long)pl->param_elements[k], std, constant, weight ? 1 : 0,
+          stream, file, tied_copy ? 0 : 1, tied_copy || op->kind == LX_OP_EMBEDDING ? 1 : 0, sh.split);
+  fprintf(pr->out, ", %lldLL, %lldLL, %d, {%lldLL, %lldLL, %lldLL}, {%lldLL, %lldLL, %lldLL}",
+          sh.row_elements, sh.whole_row, sh.pieces, sh.piece_row[0], sh.piece_row[1], sh.piece_row[2],
+          sh.piece_rows[0], sh.piece_rows[1], sh.piece_rows[2]);
+  fputs("},\n", pr->out);
+}
+
+static void print_param_rows(const lx_printer *pr, lx_graph_id g, int layer, bool gpt2) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  for (int i = 0; i < graph->n_ops; i++)
+    for (int k = 0; k < 2; k++)
+      print_param_row(pr, g, layer, i, k, gpt2);
+}
+
+/* The data-parallel buckets of the params region (layout.h), in its order. */
+static void print_bucket_table(const lx_printer *pr) {
+  const lx_stage_layout *l = pr->l;
+  fprintf(pr->out, "\n/* Gradient buckets reduced across the dp replicas at once: first element,\n"
+                   " * elements, and (ZeRO-1) where this replica's share of their optimizer\n"
+                   " * state starts. */\nstatic const lx_param_bucket param_buckets[] = {\n");
+  for (int b = 0; b < l->n_buckets; b++)
+    fprintf(pr->out, "  {%lldLL, %lldLL, %lldLL},\n", (long long)l->buckets[b].first,
+            (long long)l->buckets[b].elements, (long long)l->buckets[b].shard_first);
+  if (!l->n_buckets) fputs("  {0, 0, 0},\n", pr->out);
+  /* a long long literal: an enum of a big model's element count would not be an int */
+  fprintf(pr->out, "};\nenum { PARAM_BUCKETS = %d, ZERO_SHARDS = %d };\n#define OPTIMIZER_ELEMENTS %lldLL\n",
+          l->n_buckets, l->shards, (long long)l->optimizer_elements);
+}
+
+void emit_param_table(const lx_printer *pr) {
+  bool gpt2 = is_gpt2(pr->ir);
+  fprintf(pr->out, "\n/* Every parameter tensor of the stage: name, element offset in the params\n"
+                   " * region, elements, init std (0: constant), init constant, weight decay,\n"
+                   " * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this\n"
+                   " * stage writes it there, whether it is the tied embedding table, and where\n"
+                   " * this rank's share sits in the whole tensor (tensor parallelism: split,\n"
+                   " * row elements, whole row, pieces, their first rows and row counts). */\n"
+                   "static const lx_param_tensor param_tensors[] = {\n");
+  if (pr->st->has_prologue) print_param_rows(pr, LX_GRAPH_PROLOGUE, -1, gpt2);
+  for (int l = pr->st->first_layer; l < pr->st->first_layer + pr->st->n_layers; l++)
+    print_param_rows(pr, LX_GRAPH_BLOCK, l, gpt2);
+  if (pr->st->has_epilogue) print_param_rows(pr, LX_GRAPH_EPILOGUE, -1, gpt2);
+  fprintf(pr->out, "};\nenum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };\n");
+  print_bucket_table(pr);
+  fprintf(pr->out, "#define GPT2_CHECKPOINT %d\n", gpt2 ? 1 : 0);
+  fprintf(pr->out, "static const lx_gpt2_header gpt2_header = {%d, %d, %d, %d, %d, %d};\n",
+          pr->ir->model.seq_len, pr->ir->model.vocab, pr->ir->model.layers, pr->ir->model.heads,
+          pr->ir->model.hidden, pr->ir->padded_vocab);
+}
+
+static void print_string_macro(FILE *f, const char *name, const char *value) {
+  fprintf(f, "#define %s ", name);
+  if (!value) {
+    fputs("NULL\n", f);
+    return;
+  }
+  lx_put_c_string(f, value);
+  fputc('\n', f);
+}
+
+const char *emit_file_name(const char *path, char name[LX_TEXT_MAX]) {
+  return lx_text(lx_file_name(path), name, LX_TEXT_MAX);
+}
+
+/* The model file's training settings: the defaults run.sh's options override. */
+void emit_training(const lx_printer *pr) {
+  const lx_training *t = &pr->ir->training;
+  FILE *f = pr->out;
+  fprintf(f, "\n/* training (struct lx_training of the model file) */\n");
+  fprintf(f, "#define TRAINING_STEPS %d\n#define TRAINING_LR %.17g\n#define TRAINING_MIN_LR %.17g\n",
+          t->steps, t->lr, t->min_lr);
+  fprintf(f, "#define TRAINING_WARMUP %d\n#define TRAINING_LR_SCHEDULE %d\n", t->warmup_steps,
+          (int)t->lr_schedule);
+  fprintf(f, "#define TRAINING_BETA1 %.17g\n#define TRAINING_BETA2 %.17g\n#define TRAINING_EPS %.17g\n",
+          t->beta1, t->beta2, t->eps);
+  fprintf(f, "#define TRAINING_WEIGHT_DECAY %.17g\n#define TRAINING_GRAD_CLIP %.17g\n", t->weight_decay,
+          t->grad_clip);
+  fprintf(
+      f,
+      "#define TRAINING_SEED %d\n#define TRAINING_VAL_INTERVAL %d\n#define TRAINING_CHECKPOINT_INTERVAL %d\n",
+      t->seed, t->val_interval, t->checkpoint_interval);
+  print_string_macro(f, "TRAINING_TRAIN_DATA", t->train_data ? t->train_data : "data/train_*.bin");
+  print_string_macro(f, "TRAINING_VAL_DATA", t->val_data);
+}

@@ -1,0 +1,188 @@
+/* memplan.c — the bytes each stage holds, instruction by instruction. */
+#include "planning/memplan.h"
+
+#include <stdlib.h>
+
+#include "alloc.h"
+
+/* Bytes per parameter: the training-dtype copy (+ an fp32 master copy when it
+ * is 16-bit), an fp32 gradient, and AdamW's two fp32 moments. ZeRO-1 keeps
+ * the master and the moments of one dp replica's share only. */
+static void static_bytes(const lx_ir *ir, int64_t params, lx_stage_memory *m) {
+  int elt = lx_dtype_bytes(ir->training.dtype);
+  int64_t shards = ir->plan.zero && ir->plan.dp > 1 ? ir->plan.dp : 1;
+  int64_t share = (params + shards - 1) / shards;
+  m->weights = params * elt + (elt < 4 ? share * 4 : 0);
+  m->grads = params * 4;
+  m->optimizer = share * 8;
+}
+
+static int first_computing_op(const lx_graph *g) {
+  for (int i = 0; i < g->n_ops; i++)
+    if (g->ops[i].kind != LX_OP_INPUT) return i;
+  return 0;
+}
+
+static int64_t saved_tensor_bytes(const lx_graph *g, int producer, int saver) {
+  const lx_op *op = &g->ops[saver];
+  for (int k = 0; k < op->n_saved; k++) {
+    const lx_saved *sv = &op->saved[k];
+    if ((sv->kind == LX_SAVE_OUTPUT && saver == producer) ||
+        (sv->kind == LX_SAVE_INPUT && op->inputs[sv->input] == producer))
+      return sv->bytes;
+  }
+  return 0;
+}
+
+static int64_t internal_bytes(const lx_op *op) {
+  int64_t bytes = 0;
+  for (int k = 0; k < op->n_saved; k++)
+    if (op->saved[k].kind == LX_SAVE_INTERNAL) bytes += op->saved[k].bytes;
+  return bytes;
+}
+
+/* decisions == NULL keeps everything (prologue and epilogue are not recomputed).
+ * What an in-window op regenerates lives in the window buffers, which are
+ * static (layout.h): it is counted once, in *window, not per instruction. */
+static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d, int64_t *window) {
+  size_t n = (size_t)g->n_ops;
+  lx_graph_memory gm = {lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t)),
+                        lx_calloc(n, sizeof(int64_t))};
+  int start = first_computing_op(g);
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    bool windowed = d && d[i].in_window;
+    int64_t internals = internal_bytes(op);
+    if (windowed && d[i].drop_internals)
+      *window += internals;
+    else if (d && d[i].drop_internals)
+      gm.alloc_recompute[i] += internals, gm.free_bwd[i] += internals;
+    else
+      gm.alloc_fwd[i] += internals, gm.free_bwd[i] += internals;
+    int saver = lx_last_saver(g, i);
+    if (saver < 0) continue;
+    int64_t bytes = saved_tensor_bytes(g, i, saver);
+    int producer_instr = op->kind == LX_OP_INPUT ? start : i; /* inputs arrive as the graph starts */
+    if (windowed && !d[i].drop_output && d[i].recompute) *window += op->out_bytes; /* the scratch copy */
+    if (windowed && d[i].drop_output) {
+      *window += op->out_bytes;
+      continue;
+    }
+    if (d && d[i].drop_output)
+      gm.alloc_recompute[i] += bytes;
+    else
+      gm.alloc_fwd[producer_instr] += bytes;
+    gm.free_bwd[saver] += bytes;
+  }
+  return gm;
+}
+
+static void free_graph_memory(lx_graph_memory *gm) {
+  free(gm->alloc_fwd);
+  free(gm->alloc_recompute);
+  free(gm->free_bwd);
+}
+
+int64_t lx_static_bytes(const lx_stage_memory *m) {
+  return m->weights + m->grads + m->optimizer + m->window_buffers;
+}
+
+static bool output_is_item(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
+
+static int64_t backward_working_set(const lx_graph *g, const lx_op *op) {
+  int64_t bytes = op->out_bytes; /* gradient of the output */
+  for (int k = 0; k < op->n_inputs; k++)
+    if (g->ops[op->inputs[k]].out.dtype != LX_DTYPE_INT32) bytes += g->ops[op->inputs[k]].out_bytes;
+  return bytes;
+}
+
+lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const lx_instr *in) {
+  lx_memory_delta d = {0, 0, 0};
+  if (in->kind != LX_I_FWD && in->kind != LX_I_BWD && in->kind != LX_I_RECOMPUTE) return d;
+  const lx_graph *g = lx_graph_of(ir, in->graph);
+  const lx_graph_memory *gm = &m->graphs[in->graph];
+  const lx_op *op = &g->ops[in->op];
+  bool output_held = output_is_item(g, in->op);
+  switch (in->kind) {
+  case LX_I_FWD:
+    d.alloc = gm->alloc_fwd[in->op];
+    d.transient = output_held ? 0 : op->out_bytes;
+    break;
+  case LX_I_RECOMPUTE:
+    d.alloc = gm->alloc_recompute[in->op];
+    d.transient = output_held ? 0 : op->out_bytes;
+    break;
+  default:
+    d.release = gm->free_bwd[in->op];
+    d.transient = backward_working_set(g, op);
+    break;
+  }
+  return d;
+}
+
+/* Micro-batch mb is in flight from its first forward to its last backward. */
+static int *count_backwards(const lx_instr_list *list, int micro_batches) {
+  int *n = lx_calloc((size_t)micro_batches, sizeof *n);
+  for (int i = 0; i < list->count; i++)
+    if (list->items[i].kind == LX_I_BWD) n[list->items[i].mb]++;
+  return n;
+}
+
+static void walk_program_order(const lx_pipeline *p, const lx_stage *st, lx_stage_memory *m) {
+  const lx_instr_list *list = &st->streams[LX_STREAM_COMPUTE];
+  int *backwards_left = count_backwards(list, p->micro_batches);
+  bool *started = lx_calloc((size_t)p->micro_batches, sizeof *started);
+  int64_t live = 0;
+  int in_flight = 0;
+  for (int i = 0; i < list->count; i++) {
+    const lx_instr *in = &list->items[i];
+    lx_memory_delta d = lx_instr_memory(p->ir, m, in);
+    live += d.alloc;
+    if (live + d.transient > m->activations_peak + m->transient_peak) {
+      m->activations_peak = live;
+      m->transient_peak = d.transient;
+    }
+    live -= d.release;
+    if (in->kind == LX_I_FWD && !started[in->mb]) {
+      started[in->mb] = true;
+      if (++in_flight > m->stashed_micro_batches) m->stashed_micro_batches = in_flight;
+    }
+    if (in->kind == LX_I_BWD && --backwards_left[in->mb] == 0) in_flight--;
+  }
+  m->peak = lx_static_bytes(m) + m->activations_peak + m->transient_peak;
+  free(backwards_left);
+  free(started);
+}
+
+static int64_t sum(const int64_t *v, int n) {
+  int64_t s = 0;
+  for (int i = 0; i < n; i++)
+    s += v[i];
+  return s;
+}
+
+void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
+  const lx_ir *ir = p->ir;
+  for (int s = 0; s < p->pp; s++) {
+    const lx_stage *st = &p->stages[s];
+    lx_stage_memory *m = &out[s];
+    *m = (lx_stage_memory){0};
+    static_bytes(ir, st->params_per_rank, m);
+    int64_t window = 0;
+    m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(&ir->prologue, NULL, &window);
+    m->graphs[LX_GRAPH_BLOCK] = graph_memory(&ir->block, st->decisions, &window);
+    m->graphs[LX_GRAPH_EPILOGUE] = graph_memory(&ir->epilogue, NULL, &window);
+    m->window_buffers = st->n_layers > 0 ? 2 * window : 0;
+    m->kept_per_micro_batch = st->n_layers * sum(m->graphs[LX_GRAPH_BLOCK].alloc_fwd, ir->block.n_ops);
+    if (st->has_prologue)
+      m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_PROLOGUE].alloc_fwd, ir->prologue.n_ops);
+    if (st->has_epilogue)
+      m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_EPILOGUE].alloc_fwd, ir->epilogue.n_ops);
+    walk_program_order(p, st, m);
+  }
+}
+
+void lx_stage_memory_free(lx_stage_memory *m) {
+  for (int g = 0; g < LX_GRAPH_COUNT; g++)
+    free_graph_memory(&m->graphs[g]);
+}

@@ -1,0 +1,120 @@
+/* overlap.h — overlapped recomputation: windows, the policies that use them,
+ * recompute-aware partitioning.
+ *
+ * The model, per stage. Every layer instance (layer l, micro-batch m) needs
+ * what its ops saved when its backward B(l, m) starts. For each block op a
+ * policy picks one of: keep (memory held from F(l, m) to B(l, m) in a stash
+ * slot), recompute on demand (on the compute stream just before B(l, m): on
+ * the critical path), or recompute in a window (on the recompute stream,
+ * while the compute stream idles on communication; the tensors then wait in
+ * one of two window buffers, chosen by layer parity, until B(l, m)).
+ * A recompute of op i drops everything i saves: once the op runs again,
+ * keeping part of what it makes saves nothing and costs memory.
+ *
+ *   exposed time  = N x r(on demand) + (N - served) x r(window)
+ *   memory        = stashed x layers x kept + buffers x window bytes
+ * where N = layers x micro-batches, r(.) sums the ops' forward times and
+ * `served` is how many layer instances the windows can take: each window w
+ * takes floor(capacity(w) / r(window)) instances whose admissible range
+ * [lo, due) holds w's position (lx_assign_windows, an earliest-deadline-first
+ * matching, optimal for equal-sized jobs on intervals). */
+#ifndef LX_OVERLAP_H
+#define LX_OVERLAP_H
+
+#include "analysis/cost.h"
+#include "planning/memplan.h"
+#include "schedule.h"
+#include "planning/simulate.h"
+
+/* ---- windows.c ---------------------------------------------------------- */
+
+/* The windows of stage s: every interval where its compute stream idles in
+ * the simulation `sim` of p, merged per position (the FWD/BWD it follows),
+ * with capacity length / interference. Replaces p->stages[s].windows. */
+void lx_find_windows(lx_pipeline *p, int s, const lx_simulation *sim, double interference);
+
+/* For every layer instance of stage s (index (layer - first_layer) *
+ * micro_batches + mb): the window positions it may use, lo <= after < due.
+ * lo is the last FWD/BWD of any layer of the same parity before its backward
+ * (its forward included: the inputs exist, and nothing else touches its
+ * window buffer afterwards); due is its first BWD. */
+void lx_instance_bounds(const lx_pipeline *p, int s, int *lo, int *due);
+
+/* ---- policy.c ----------------------------------------------------------- */
+
+/* One stage's choice, as the policies see it. */
+typedef struct {
+  const lx_graph *block;
+  int n_ops;
+  double *recompute_s; /* per op: its forward time, what running it again costs */
+  int64_t *drop_bytes; /* per op: kept bytes per micro-batch that dropping everything it saves frees */
+  bool *windowable;    /* per op: may run on the recompute stream (its output is saved, no TP all-reduce) */
+  int64_t kept_all;    /* one layer's kept bytes per micro-batch when nothing is dropped */
+  int n_layers, stashed, micro_batches;
+  int window_buffers;       /* copies of the window bytes the layout holds: 2, by layer parity */
+  int64_t avail_bytes;      /* for the block's activations; INT64_MAX: unlimited */
+  const lx_window *windows; /* sorted by `after`; may be NULL */
+  int n_windows;
+  int *lo, *due; /* per instance (n_layers x micro_batches), see lx_instance_bounds */
+  int n_instances;
+  double time_limit_s; /* lynx-opt's solver */
+} lx_stage_problem;
+
+/* Per-op numbers of the IR's block on the cost model; windows and bounds
+ * are left empty (lx_stage_problem_set_windows adds them). */
+void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int n_layers,
+                           int stashed, int micro_batches, int64_t avail_bytes);
+/* Takes the windows and instance bounds of stage s of p (not copied: p must outlive pr). */
+void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s);
+void lx_stage_problem_free(lx_stage_problem *pr);
+
+/* Fills window_of (n_instances) for in-window recompute of `window_s`
+ * seconds per instance; returns the instances served. */
+int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_of);
+
+/* Exposed recompute seconds and block activation bytes of decisions plus a
+ * window assignment (window_of may be NULL: all on demand). */
+double lx_policy_exposed(const lx_stage_problem *pr, const lx_op_decision *d, const int *window_of);
+int64_t lx_policy_bytes(const lx_stage_problem *pr, const lx_op_decision *d);
+
+/* Runs policy `policy` on one stage: fills decisions (n_ops), window_of
+ * (n_instances, -1 where on demand) and stats. Returns false when even
+ * recomputing everything does not fit (the decisions then recompute
+ * everything they can). Fixed policies are answered with lx_recompute_fixed. */
+bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr,
+                     lx_op_decision *d, int *window_of, lx_policy_stats *stats);
+
+/* ---- partition.c -------------------------------------------------------- */
+
+/* Seconds per micro-batch of stage `stage` holding layers [first, first +
+ * count) (with the prologue on stage 0, the epilogue on the last), or a
+ * negative number when it cannot fit memory. */
+typedef double (*lx_stage_cost_fn)(void *ctx, int stage, int first, int count);
+
+/* The split of `layers` over pp stages (each at least one layer) that
+ * minimises the slowest stage's cost: a DP over layer boundaries. Fills
+ * first_layer (pp + 1 entries); returns the bottleneck, or -1 if none fits. */
+double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int *first_layer);
+
+/* The recompute-aware stage cost on the IR's cluster: forward + backward of
+ * its graphs, exposed TP communication, and the exposed recompute that
+ * `policy` needs under the stage's budget (windows: the layer's own
+ * tensor-parallel all-reduces). */
+typedef struct {
+  const lx_ir *ir;
+  const lx_cost_model *cm;
+  lx_recompute_policy policy;
+  int pp, micro_batches;
+  double layer_s, prologue_s, epilogue_s; /* compute + exposed TP all-reduce, per micro-batch */
+  double layer_window_s;                  /* a layer's TP all-reduce capacity for window recompute */
+  int64_t static_per_layer, static_prologue, static_epilogue, capacity, reserve_first, reserve_last,
+      reserve_middle;
+  lx_stage_problem layer; /* per-op numbers */
+} lx_partition_model;
+
+void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_cost_model *cm,
+                             lx_recompute_policy policy);
+void lx_partition_model_free(lx_partition_model *m);
+double lx_partition_stage_cost(void *model, int stage, int first, int count);
+
+#endif

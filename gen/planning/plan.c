@@ -1,0 +1,284 @@
+/* plan.c — the planning loop: the layers of each stage (partition.c), the
+ * recompute policy of each (recompute.c for the fixed ones, policy.c for
+ * checkmate and Lynx, with budgets from the memory model and windows from a
+ * simulation), the instruction lists (schedule.c), and the repair rounds
+ * where the plan still overflows. The modules it calls do not call it back. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planning/plan.h"
+
+#include "alloc.h"
+#include "diag.h"
+#include "planning/memplan.h"
+#include "planning/passes.h"
+#include "planning/simulate.h"
+
+static int64_t stage_params(const lx_ir *ir, const lx_stage *st) {
+  return (st->has_prologue ? ir->prologue.params_per_rank : 0) + st->n_layers * ir->block.params_per_rank +
+         (st->has_epilogue ? ir->epilogue.params_per_rank : 0);
+}
+
+static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batches) {
+  if (kind != LX_SCHEDULE_GPIPE && kind != LX_SCHEDULE_1F1B) {
+    lx_error(ir->locs.field[LX_F_SCHEDULE], "schedule '%s' is not implemented yet (gpipe and 1f1b are)",
+             lx_schedule_name(kind));
+    return false;
+  }
+  if (micro_batches < pp) {
+    lx_error(ir->locs.plan, "%d micro-batches per iteration are fewer than the %d pipeline stages",
+             micro_batches, pp);
+    return false;
+  }
+  return true;
+}
+
+/* Stages over the layer split `first`, each with the decisions of a fixed policy. */
+static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *first, lx_pipeline *out) {
+  int pp = out->pp;
+  out->stages = lx_calloc((size_t)pp, sizeof *out->stages);
+  for (int s = 0; s < pp; s++) {
+    lx_stage *st = &out->stages[s];
+    *st = (lx_stage){.index = s,
+                     .first_layer = first[s],
+                     .n_layers = first[s + 1] - first[s],
+                     .has_prologue = s == 0,
+                     .has_epilogue = s == pp - 1};
+    st->params_per_rank = stage_params(ir, st);
+    st->stashed_micro_batches = out->kind == LX_SCHEDULE_GPIPE
+                                    ? out->micro_batches
+                                    : (pp - s < out->micro_batches ? pp - s : out->micro_batches);
+    st->decisions = lx_calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
+    lx_recompute_fixed(ir, fixed, st->decisions);
+    st->stats.status = "fixed";
+  }
+}
+
+static bool fixed_policy(lx_recompute_policy p) { return p <= LX_RECOMPUTE_SELECTIVE; }
+
+/* ---- planned policies ------------------------------------------------------- */
+
+/* Bytes a stage's block activations may take: capacity minus the static
+ * bytes and what the stage needs besides (prologue / epilogue stash,
+ * transient working set, one layer of on-demand regenerated tensors). */
+static int64_t activation_budget(const lx_ir *ir, const lx_cost_model *cm, const lx_pipeline *keep_all,
+                                 const lx_stage_memory *m, int s) {
+  const lx_stage *st = &keep_all->stages[s];
+  lx_op_decision *none = lx_calloc((size_t)ir->block.n_ops, sizeof *none);
+  int64_t block = (int64_t)st->stashed_micro_batches * st->n_layers * lx_kept_bytes(&ir->block, none);
+  free(none);
+  /* besides the block's stash: static bytes, the prologue / epilogue stash,
+   * the transient working set, and one layer regenerated on demand */
+  int64_t other = m->peak - block + ir->block.activation_bytes;
+  return (int64_t)cm->gpu.memory_bytes - other;
+}
+
+typedef struct {
+  const lx_ir *ir;
+  const lx_cost_model *cm;
+  lx_pipeline *pipe;
+  lx_recompute_policy policy;
+  double time_limit_s;
+  int64_t *budget;
+} planner;
+
+static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool with_windows) {
+  lx_stage *st = &pl->pipe->stages[s];
+  lx_stage_problem pr;
+  lx_stage_problem_init(&pr, pl->ir, pl->cm, st->n_layers, st->stashed_micro_batches, pl->pipe->micro_batches,
+                        pl->budget[s]);
+  pr.time_limit_s = pl->time_limit_s;
+  if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
+  free(st->window_of);
+  st->window_of =
+      with_windows ? lx_calloc((size_t)(pr.n_instances > 0 ? pr.n_instances : 0) + 1, sizeof(int)) : NULL;
+  double searched = st->stats.search_s; /* the plan's search time is every solve's, repairs included */
+  lx_policy_solve(pl->ir, policy, &pr, st->decisions, st->window_of, &st->stats);
+  st->stats.search_s += searched;
+  lx_stage_problem_free(&pr);
+  lx_schedule_stage(pl->ir, pl->pipe, s);
+}
+
+/* Budgets from the keep-everything plan of the same split. */
+static void compute_budgets(planner *pl) {
+  lx_stage_memory *mem = lx_calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
+  lx_plan_memory(pl->pipe, mem);
+  for (int s = 0; s < pl->pipe->pp; s++) {
+    pl->budget[s] = activation_budget(pl->ir, pl->cm, pl->pipe, &mem[s], s);
+    lx_stage_memory_free(&mem[s]);
+  }
+  free(mem);
+}
+
+/* Windows come from the schedule with checkmate's on-demand recompute; its
+ * iteration time is what the windowed plan must beat. One simulation gives
+ * both: simulating is most of a plan's time on long pipelines. */
+static double measure_windows(planner *pl) {
+  lx_simulation sim;
+  lx_simulate(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
+  for (int s = 0; s < pl->pipe->pp; s++)
+    lx_find_windows(pl->pipe, s, &sim, pl->cm->interference);
+  double t = sim.iteration_time;
+  lx_simulation_free(&sim);
+  return t;
+}
+
+/* The model's reserve is an estimate: where the plan still overflows, the
+ * stage's budget shrinks by the excess and the policy runs again. */
+static void repair(planner *pl) {
+  for (int round = 0; round < 3; round++) {
+    lx_stage_memory *mem = lx_calloc((size_t)(pl->pipe->pp > 0 ? pl->pipe->pp : 1), sizeof *mem);
+    lx_plan_memory(pl->pipe, mem);
+    bool again = false;
+    for (int s = 0; s < pl->pipe->pp; s++) {
+      int64_t excess = mem[s].peak - (int64_t)pl->cm->gpu.memory_bytes;
+      if (excess > 0 && pl->budget[s] > 0) {
+        pl->budget[s] -= excess + (1 << 20);
+        solve_stage(pl, s, pl->policy, pl->policy != LX_RECOMPUTE_CHECKMATE);
+        again = true;
+      }
+      lx_stage_memory_free(&mem[s]);
+    }
+    free(mem);
+    if (!again) return;
+  }
+}
+
+static double simulated_time(planner *pl) {
+  lx_simulation sim;
+  lx_simulate(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
+  double t = sim.iteration_time;
+  lx_simulation_free(&sim);
+  return t;
+}
+
+static bool fits_memory(planner *pl) {
+  int pp = pl->pipe->pp;
+  lx_stage_memory *mem = lx_calloc((size_t)(pp > 0 ? pp : 1), sizeof *mem);
+  lx_plan_memory(pl->pipe, mem);
+  bool fits = true;
+  for (int s = 0; s < pp; s++) {
+    fits &= mem[s].peak <= (int64_t)pl->cm->gpu.memory_bytes;
+    lx_stage_memory_free(&mem[s]);
+  }
+  free(mem);
+  return fits;
+}
+
+/* Megatron's selective plan drops the attention core's internals but keeps
+ * its output: a point of the decision space that the Lynx policies' per-op
+ * search (an op recomputed drops all it saves) does not enumerate. Where it
+ * fits and is faster than their plan, it stands. */
+static void consider_selective(planner *pl) {
+  if (pl->policy != LX_RECOMPUTE_LYNX_HEU && pl->policy != LX_RECOMPUTE_LYNX_OPT) return;
+  int pp = pl->pipe->pp, n = pl->ir->block.n_ops;
+  double planned = simulated_time(pl);
+  lx_op_decision *kept = lx_malloc(sizeof *kept * (size_t)(pp * n + 1));
+  int **windows = lx_malloc(sizeof *windows * (size_t)(pp + 1));
+  for (int s = 0; s < pp; s++) {
+    lx_stage *st = &pl->pipe->stages[s];
+    memcpy(kept + s * n, st->decisions, sizeof *kept * (size_t)n);
+    windows[s] = st->window_of;
+    st->window_of = NULL;
+    lx_recompute_fixed(pl->ir, LX_RECOMPUTE_SELECTIVE, st->decisions);
+    lx_schedule_stage(pl->ir, pl->pipe, s);
+  }
+  bool better = fits_memory(pl) && simulated_time(pl) < planned;
+  for (int s = 0; s < pp; s++) {
+    lx_stage *st = &pl->pipe->stages[s];
+    if (better) {
+      free(windows[s]);
+      st->stats.status = "Megatron's selective plan (faster than the per-op plan)";
+      continue;
+    }
+    memcpy(st->decisions, kept + s * n, sizeof *kept * (size_t)n);
+    st->window_of = windows[s];
+    lx_schedule_stage(pl->ir, pl->pipe, s);
+  }
+  free(kept);
+  free(windows);
+}
+
+static void plan_policy(planner *pl) {
+  int pp = pl->pipe->pp;
+  for (int s = 0; s < pp; s++)
+    lx_schedule_stage(pl->ir, pl->pipe, s);
+  compute_budgets(pl);
+  bool recomputes = false;
+  for (int s = 0; s < pp; s++) {
+    solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
+    for (int i = 0; i < pl->ir->block.n_ops; i++)
+      recomputes |= pl->pipe->stages[s].decisions[i].recompute;
+  }
+  if (pl->policy != LX_RECOMPUTE_CHECKMATE &&
+      recomputes) { /* with nothing to recompute, windows cannot help */
+    double on_demand = measure_windows(pl);
+    for (int s = 0; s < pp; s++)
+      solve_stage(pl, s, pl->policy, true);
+    repair(pl);
+    /* windows measured on the on-demand schedule can shrink once other
+     * stages speed up: if the plan lost, checkmate's on-demand plan (a
+     * choice within the policy's space) stands */
+    if (simulated_time(pl) > on_demand) {
+      for (int s = 0; s < pp; s++)
+        solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
+      for (int s = 0; s < pp; s++)
+        pl->pipe->stages[s].stats.status = "checkmate's plan (windows did not pay)";
+    }
+  }
+  repair(pl);
+  consider_selective(pl);
+}
+
+static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm, int pp,
+                             int *first) {
+  lx_partition_uniform(ir->model.layers, pp, first);
+  if (o->partition != LX_PARTITION_DP || pp < 2) return;
+  lx_partition_model m;
+  lx_partition_model_init(&m, ir, cm, o->policy);
+  int *dp = lx_malloc(sizeof(int) * (size_t)(pp + 1));
+  if (lx_partition_dp(ir->model.layers, pp, lx_partition_stage_cost, &m, dp) >= 0)
+    for (int s = 0; s <= pp; s++)
+      first[s] = dp[s];
+  free(dp);
+  lx_partition_model_free(&m);
+}
+
+bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out) {
+  const lx_plan *plan = &ir->plan;
+  lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
+  int pp = plan->pp;
+  *out = (lx_pipeline){
+      .ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = o->policy};
+  if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
+  lx_cost_model own;
+  const lx_cost_model *cm = o->cm;
+  bool needs_costs = !fixed_policy(o->policy) || o->partition == LX_PARTITION_DP;
+  if (!cm && needs_costs) {
+    if (!lx_cost_model_init(&own, ir, NULL)) return false;
+    cm = &own;
+  }
+  int *first = lx_malloc(sizeof *first * (size_t)(pp + 1));
+  if (needs_costs)
+    choose_partition(ir, o, cm, pp, first);
+  else
+    lx_partition_uniform(ir->model.layers, pp, first);
+  init_stages(ir, fixed_policy(o->policy) ? o->policy : LX_RECOMPUTE_NONE, first, out);
+  free(first);
+  if (fixed_policy(o->policy)) {
+    for (int s = 0; s < pp; s++)
+      lx_schedule_stage(ir, out, s);
+  } else {
+    planner pl = {ir, cm, out, o->policy, o->opt_time_limit_s, lx_calloc((size_t)pp, sizeof(int64_t))};
+    plan_policy(&pl);
+    free(pl.budget);
+  }
+  if (cm == &own) lx_cost_model_free(&own);
+  return true;
+}
+
+bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out) {
+  lx_plan_options o = {.policy = policy, .partition = LX_PARTITION_UNIFORM};
+  return lx_plan_pipeline(ir, &o, out);
+}

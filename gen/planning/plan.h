@@ -1,0 +1,25 @@
+/* plan.h — the planning loop (plan.c): partition -> policy -> schedule ->
+ * memory and simulation -> repair. The entry point of planning. */
+#ifndef LX_PLAN_H
+#define LX_PLAN_H
+
+#include "planning/overlap.h"
+
+typedef enum { LX_PARTITION_UNIFORM, LX_PARTITION_DP } lx_partition_kind;
+
+typedef struct {
+  lx_recompute_policy policy;
+  lx_partition_kind partition;
+  const lx_cost_model *cm; /* NULL: the datasheet model of the IR's cluster */
+  double opt_time_limit_s; /* lynx-opt per stage; 0: 20 s */
+} lx_plan_options;
+
+/* Partition, per-stage policy, schedule with recompute placed where the
+ * policy put it. Returns false after a diagnostic. */
+bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out);
+
+/* lx_plan_pipeline with `policy`, uniform stages and the datasheet's costs
+ * (the shortcut of tests and tools). */
+bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out);
+
+#endif

@@ -1,0 +1,351 @@
+/* schedule.c — per-stage instruction lists of a pipeline schedule.
+ *
+ * Each stage runs its micro-batches' forwards F(m) and backwards B(m) on the
+ * compute stream in the order of the schedule (GPipe: all F then all B;
+ * 1F1B: p - s - 1 warm-up forwards, then F and B alternating, then the
+ * remaining B). Receives, sends and collectives sit on their own streams,
+ * tied to the compute stream by RECORD/WAIT event pairs, so that the compute
+ * stream's idle intervals are explicit: the windows recomputation can use. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "diag.h"
+#include "planning/memplan.h"
+#include "planning/overlap.h"
+#include "planning/passes.h"
+
+typedef struct {
+  const lx_ir *ir;
+  lx_pipeline *pipe;
+  lx_stage *st;
+  int tp, dp;
+  bool dp_pending; /* bucket all-reduces the optimizer step must wait for */
+  /* per micro-batch: events recorded when its stash slot is free again and
+   * when its outgoing buffers have been sent; -1 until recorded */
+  int *slot_free, *act_sent, *grad_sent;
+  /* window placement: FWD/BWD emitted so far (minus one), the next window
+   * to open, per window the layer instances it recomputes (CSR, in the
+   * order they are due), and per instance the event its recompute records */
+  int ordinal, next_window;
+  int *window_start, *window_items, *recomputed;
+} builder;
+
+static void emit(builder *b, lx_stream s, lx_instr in) { lx_instr_append(&b->st->streams[s], in); }
+
+static int record(builder *b, lx_stream on) {
+  int e = b->st->n_events++;
+  emit(b, on, (lx_instr){.kind = LX_I_RECORD, .event = e, .layer = -1, .mb = -1});
+  return e;
+}
+
+static void wait_for(builder *b, lx_stream on, int event) {
+  emit(b, on, (lx_instr){.kind = LX_I_WAIT, .event = event, .layer = -1, .mb = -1});
+}
+
+/* `to` waits until everything issued so far on `from` is done. */
+static void sync_streams(builder *b, lx_stream from, lx_stream to) { wait_for(b, to, record(b, from)); }
+
+/* Buffers of micro-batch mb reuse those of mb - slots: wait until that one
+ * is done with them (`done` holds its events, -1 if there was none). */
+static void wait_for_reuse(builder *b, lx_stream on, const int *done, int mb) {
+  int previous = mb - b->st->stashed_micro_batches;
+  if (previous >= 0 && done[previous] >= 0) wait_for(b, on, done[previous]);
+}
+
+static int64_t input_bytes(const lx_graph *g, const lx_op *op) { return g->ops[op->inputs[0]].out_bytes; }
+
+/* Bytes of the whole tensor a collective of op moves: under sequence
+ * parallelism its sequence shard on every rank. */
+static int64_t whole_bytes(const builder *b, int64_t shard_bytes) {
+  return lx_sequence_parallel(b->ir) ? shard_bytes * b->tp : shard_bytes;
+}
+
+static void tp_collective(builder *b, lx_instr at, int64_t bytes, bool backward, lx_tp_collective coll) {
+  sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_TP);
+  emit(b, LX_STREAM_TP,
+       (lx_instr){.kind = LX_I_ALLREDUCE_TP,
+                  .graph = at.graph,
+                  .layer = at.layer,
+                  .op = at.op,
+                  .mb = at.mb,
+                  .bytes = bytes,
+                  .backward = backward,
+                  .recomputed = at.kind == LX_I_RECOMPUTE,
+                  .coll = coll});
+  sync_streams(b, LX_STREAM_TP, LX_STREAM_COMPUTE);
+}
+
+/* What a gather before op collects: its input, or in the backward of a
+ * row-parallel op its output's gradient. */
+static int64_t gathered_bytes(const builder *b, const lx_graph *g, const lx_op *op, bool backward) {
+  bool output_grad = backward && op->tp_role != LX_TP_COLUMN;
+  return whole_bytes(b, output_grad ? op->out_bytes : input_bytes(g, op));
+}
+
+static int instance_of(const builder *b, int layer, int mb) {
+  return (layer - b->st->first_layer) * b->pipe->micro_batches + mb;
+}
+
+/* In-window recompute of a layer instance: the ops the policy put in
+ * windows, on the recompute stream (they need no all-reduce: lynx.h). */
+static void recompute_in_window(builder *b, int inst) {
+  const lx_graph *g = &b->ir->block;
+  int layer = b->st->first_layer + inst / b->pipe->micro_batches, mb = inst % b->pipe->micro_batches;
+  for (int i = 0; i < g->n_ops; i++)
+    if (b->st->decisions[i].recompute && b->st->decisions[i].in_window)
+      emit(b, LX_STREAM_RECOMPUTE,
+           (lx_instr){.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb});
+  b->recomputed[inst] = record(b, LX_STREAM_RECOMPUTE);
+}
+
+/* A FWD or BWD is on the compute stream: if a window opens after it, the
+ * recompute stream starts there (an event recorded now, before the
+ * compute stream goes on to wait for its communication). */
+static void pass_emitted(builder *b) {
+  b->ordinal++;
+  const lx_stage *st = b->st;
+  if (!st->window_of) return;
+  while (b->next_window < st->n_windows && st->windows[b->next_window].after < b->ordinal)
+    b->next_window++;
+  int w = b->next_window;
+  if (w == st->n_windows || st->windows[w].after != b->ordinal ||
+      b->window_start[w] == b->window_start[w + 1])
+    return;
+  sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_RECOMPUTE);
+  for (int k = b->window_start[w]; k < b->window_start[w + 1]; k++)
+    recompute_in_window(b, b->window_items[k]);
+}
+
+static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int layer, int i, int mb) {
+  const lx_graph *g = lx_graph_of(b->ir, gid);
+  const lx_op *op = &g->ops[i];
+  lx_instr in = {.kind = kind, .graph = gid, .layer = layer, .op = i, .mb = mb};
+  lx_tp_collectives c = lx_tp_collectives_of(b->ir, op, false);
+  if (c.gather_before) tp_collective(b, in, gathered_bytes(b, g, op, false), false, LX_COLL_ALLGATHER);
+  emit(b, LX_STREAM_COMPUTE, in);
+  if (kind == LX_I_FWD) pass_emitted(b);
+  if (c.reduce_after) tp_collective(b, in, whole_bytes(b, op->out_bytes), false, c.reduce);
+}
+
+static void run_backward_op(builder *b, lx_graph_id gid, int layer, int i, int mb) {
+  const lx_graph *g = lx_graph_of(b->ir, gid);
+  const lx_op *op = &g->ops[i];
+  lx_instr in = {.kind = LX_I_BWD, .graph = gid, .layer = layer, .op = i, .mb = mb};
+  lx_tp_collectives c = lx_tp_collectives_of(b->ir, op, true);
+  if (c.gather_before) tp_collective(b, in, gathered_bytes(b, g, op, true), true, LX_COLL_ALLGATHER);
+  emit(b, LX_STREAM_COMPUTE, in);
+  pass_emitted(b);
+  if (c.reduce_after) tp_collective(b, in, whole_bytes(b, input_bytes(g, op)), true, c.reduce);
+}
+
+static void forward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
+  const lx_graph *g = lx_graph_of(b->ir, gid);
+  for (int i = 0; i < g->n_ops; i++)
+    if (g->ops[i].kind != LX_OP_INPUT) run_forward_op(b, LX_I_FWD, gid, layer, i, mb);
+}
+
+/* Parameters per rank of the tied embedding table in graph gid of the stage:
+ * the prologue's table, or the last stage's copy for its LM head. */
+static int64_t tied_table_params(const lx_ir *ir, const lx_stage *st, lx_graph_id gid) {
+  if (!ir->model.tied_embeddings) return 0;
+  const lx_graph *g = lx_graph_of(ir, gid);
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    if (gid == LX_GRAPH_PROLOGUE && op->kind == LX_OP_EMBEDDING) return op->params_per_rank;
+    if (gid == LX_GRAPH_EPILOGUE && op->kind == LX_OP_LM_HEAD && !st->has_prologue)
+      return (int64_t)ir->padded_vocab / ir->plan.tp * g->ops[op->inputs[0]].out.width;
+  }
+  return 0;
+}
+
+static int64_t graph_params(const lx_ir *ir, const lx_stage *st, lx_graph_id gid) {
+  int64_t copy = gid == LX_GRAPH_EPILOGUE ? tied_table_params(ir, st, gid) : 0;
+  return lx_graph_of(ir, gid)->params_per_rank + copy;
+}
+
+/* A bucket of parameter gradients is final once the last micro-batch's
+ * backward of its graph instance is done: its all-reduce across the dp
+ * replicas starts then and overlaps the rest of the backward. The tied
+ * embedding table (and the last stage's copy of it) is a bucket of its own,
+ * so that under ZeRO-1 both copies are sharded alike. */
+static void reduce_bucket(builder *b, lx_graph_id gid, int layer, bool tied, int64_t params) {
+  if (b->dp < 2 || params <= 0) return;
+  sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_DP);
+  emit(b, LX_STREAM_DP,
+       (lx_instr){.kind = LX_I_ALLREDUCE_DP,
+                  .graph = gid,
+                  .layer = layer,
+                  .mb = -1,
+                  .tied = tied,
+                  .bytes = params * 4});
+  b->dp_pending = true;
+}
+
+static void reduce_graph_buckets(builder *b, lx_graph_id gid, int layer) {
+  int64_t table = gid == LX_GRAPH_BLOCK ? 0 : tied_table_params(b->ir, b->st, gid);
+  reduce_bucket(b, gid, layer, true, table);
+  reduce_bucket(b, gid, layer, false, graph_params(b->ir, b->st, gid) - table);
+}
+
+static void backward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
+  const lx_graph *g = lx_graph_of(b->ir, gid);
+  for (int i = g->n_ops - 1; i >= 0; i--)
+    if (g->ops[i].kind != LX_OP_INPUT) run_backward_op(b, gid, layer, i, mb);
+  if (mb == b->pipe->micro_batches - 1) reduce_graph_buckets(b, gid, layer);
+}
+
+/* On demand: the dropped tensors of layer `layer` come back just before its
+ * backward, on the critical path (Megatron's full and selective recompute).
+ * What a window recomputed is waited for instead; in-window ops of an
+ * instance that got no window run here too. */
+static void recompute_layer(builder *b, int layer, int mb) {
+  const lx_graph *g = &b->ir->block;
+  int inst = instance_of(b, layer, mb);
+  bool windowed = b->st->window_of && b->st->window_of[inst] >= 0;
+  if (windowed) wait_for(b, LX_STREAM_COMPUTE, b->recomputed[inst]);
+  for (int i = 0; i < g->n_ops; i++)
+    if (b->st->decisions[i].recompute && !(windowed && b->st->decisions[i].in_window))
+      run_forward_op(b, LX_I_RECOMPUTE, LX_GRAPH_BLOCK, layer, i, mb);
+}
+
+/* The epilogue's second parameter: the targets. */
+static int targets_input(const lx_ir *ir) {
+  for (int i = 0; i < ir->epilogue.n_ops; i++)
+    if (ir->epilogue.ops[i].kind == LX_OP_INPUT && ir->epilogue.ops[i].param == 1) return i;
+  return 0;
+}
+
+static int64_t boundary_bytes(const builder *b) { return b->ir->block.ops[0].out_bytes; }
+
+static void forward_micro_batch(builder *b, int mb) {
+  lx_stage *st = b->st;
+  if (!st->has_epilogue) wait_for_reuse(b, LX_STREAM_COMPUTE, b->act_sent, mb);
+  if (st->index > 0) {
+    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
+    emit(
+        b, LX_STREAM_RECV,
+        (lx_instr){
+            .kind = LX_I_RECV_ACT, .mb = mb, .peer = st->index - 1, .bytes = boundary_bytes(b), .layer = -1});
+    sync_streams(b, LX_STREAM_RECV, LX_STREAM_COMPUTE);
+  }
+  if (st->has_prologue)
+    emit(b, LX_STREAM_COMPUTE,
+         (lx_instr){.kind = LX_I_LOAD, .graph = LX_GRAPH_PROLOGUE, .op = 0, .mb = mb, .layer = -1});
+  if (st->has_epilogue)
+    emit(b, LX_STREAM_COMPUTE,
+         (lx_instr){.kind = LX_I_LOAD,
+                    .graph = LX_GRAPH_EPILOGUE,
+                    .op = targets_input(b->ir),
+                    .mb = mb,
+                    .layer = -1});
+  if (st->has_prologue) forward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
+  for (int l = st->first_layer; l < st->first_layer + st->n_layers; l++)
+    forward_graph(b, LX_GRAPH_BLOCK, l, mb);
+  if (st->has_epilogue) {
+    forward_graph(b, LX_GRAPH_EPILOGUE, -1, mb);
+  } else {
+    sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_SEND);
+    emit(
+        b, LX_STREAM_SEND,
+        (lx_instr){
+            .kind = LX_I_SEND_ACT, .mb = mb, .peer = st->index + 1, .bytes = boundary_bytes(b), .layer = -1});
+    b->act_sent[mb] = record(b, LX_STREAM_SEND);
+  }
+}
+
+static void backward_micro_batch(builder *b, int mb) {
+  lx_stage *st = b->st;
+  if (st->index > 0) wait_for_reuse(b, LX_STREAM_COMPUTE, b->grad_sent, mb);
+  if (!st->has_epilogue) {
+    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
+    emit(b, LX_STREAM_RECV,
+         (lx_instr){.kind = LX_I_RECV_GRAD,
+                    .mb = mb,
+                    .peer = st->index + 1,
+                    .bytes = boundary_bytes(b),
+                    .layer = -1});
+    sync_streams(b, LX_STREAM_RECV, LX_STREAM_COMPUTE);
+  } else {
+    backward_graph(b, LX_GRAPH_EPILOGUE, -1, mb);
+  }
+  for (int l = st->first_layer + st->n_layers - 1; l >= st->first_layer; l--) {
+    recompute_layer(b, l, mb);
+    backward_graph(b, LX_GRAPH_BLOCK, l, mb);
+  }
+  if (st->has_prologue) backward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
+  if (st->index > 0) {
+    sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_SEND);
+    emit(b, LX_STREAM_SEND,
+         (lx_instr){.kind = LX_I_SEND_GRAD,
+                    .mb = mb,
+                    .peer = st->index - 1,
+                    .bytes = boundary_bytes(b),
+                    .layer = -1});
+    b->grad_sent[mb] = record(b, LX_STREAM_SEND);
+  }
+  b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
+}
+
+static void finish_step(builder *b) {
+  if (b->dp_pending) sync_streams(b, LX_STREAM_DP, LX_STREAM_COMPUTE);
+  emit(b, LX_STREAM_COMPUTE, (lx_instr){.kind = LX_I_OPTIMIZER_STEP, .mb = -1, .layer = -1});
+}
+
+static void schedule_stage(builder *b) {
+  int m = b->pipe->micro_batches, p = b->pipe->pp, s = b->st->index;
+  int warmup = b->pipe->kind == LX_SCHEDULE_GPIPE ? m : (p - s - 1 < m ? p - s - 1 : m);
+  for (int mb = 0; mb < warmup; mb++)
+    forward_micro_batch(b, mb);
+  for (int i = 0; i < m - warmup; i++) {
+    forward_micro_batch(b, warmup + i);
+    backward_micro_batch(b, i);
+  }
+  for (int mb = m - warmup; mb < m; mb++)
+    backward_micro_batch(b, mb);
+  finish_step(b);
+}
+
+/* Per window, the instances it recomputes, in the order they are due. */
+static void index_window_items(builder *b) {
+  const lx_stage *st = b->st;
+  int n = st->n_layers * b->pipe->micro_batches;
+  b->window_start = lx_calloc((size_t)st->n_windows + 2, sizeof(int));
+  b->window_items = lx_malloc(sizeof(int) * (size_t)(n + 1));
+  b->recomputed = lx_malloc(sizeof(int) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    b->recomputed[i] = -1;
+    if (st->window_of && st->window_of[i] >= 0) b->window_start[st->window_of[i] + 1]++;
+  }
+  for (int w = 0; w < st->n_windows; w++)
+    b->window_start[w + 1] += b->window_start[w];
+  int *fill = lx_calloc((size_t)st->n_windows + 1, sizeof(int));
+  /* backward order (both schedules): by micro-batch, then from the top layer down */
+  for (int mb = 0; mb < b->pipe->micro_batches; mb++)
+    for (int l = st->n_layers - 1; l >= 0; l--) {
+      int inst = l * b->pipe->micro_batches + mb, w = st->window_of ? st->window_of[inst] : -1;
+      if (w >= 0) b->window_items[b->window_start[w] + fill[w]++] = inst;
+    }
+  free(fill);
+}
+
+void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s) {
+  lx_stage *st = &p->stages[s];
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    st->streams[k].count = 0;
+  st->n_events = 0;
+  builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp, .dp = ir->plan.dp, .ordinal = -1};
+  int *events = lx_malloc(sizeof(int) * 3 * (size_t)p->micro_batches);
+  for (int i = 0; i < 3 * p->micro_batches; i++)
+    events[i] = -1;
+  b.slot_free = events;
+  b.act_sent = events + p->micro_batches;
+  b.grad_sent = events + 2 * p->micro_batches;
+  index_window_items(&b);
+  schedule_stage(&b);
+  free(events);
+  free(b.window_start);
+  free(b.window_items);
+  free(b.recomputed);
+}

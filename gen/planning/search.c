@@ -1,0 +1,182 @@
+/* search.c — plan search: when the model file leaves tp, pp, dp or the
+ * micro-batch open, try every feasible combination for the cluster and keep
+ * the fastest that fits (PipeDream-2BW's planner, with recompute-aware
+ * partitioning and the recompute policy in the loop).
+ *
+ * Each candidate is a working copy of the analysed IR (the model file is
+ * parsed once) with the open fields set and analysed again, since analysis
+ * depends on tp and the micro-batch; then partition + policy + schedule, the
+ * memory model and a simulation. */
+#define _POSIX_C_SOURCE 200809L
+#include "planning/search.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "analysis/analyze.h"
+#include "diag.h"
+#include "planning/memplan.h"
+#include "planning/simulate.h"
+
+static bool divides(int a, int b) { return a > 0 && b % a == 0; }
+
+/* Runs one candidate on a working copy of the analysed `ir`; fills time,
+ * peak and why it failed, if it did. */
+static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_candidate *c) {
+  lx_ir ir;
+  lx_ir_working_copy(&ir, analysed);
+  ir.plan.tp = c->tp, ir.plan.pp = c->pp, ir.plan.dp = c->dp, ir.plan.micro_batch = c->micro_batch;
+  lx_cost_model cm;
+  bool ok = lx_analyze(&ir) == 0 && lx_cost_model_init(&cm, &ir, req->profile);
+  if (!ok) {
+    snprintf(c->why, sizeof c->why, "invalid for this model");
+    lx_ir_free_working_copy(&ir);
+    return;
+  }
+  if (req->gpu_memory_bytes > 0) cm.gpu.memory_bytes = req->gpu_memory_bytes;
+  lx_pipeline pipe;
+  lx_plan_options options = {.policy = req->policy, .partition = req->partition, .cm = &cm};
+  if (!lx_plan_pipeline(&ir, &options, &pipe)) {
+    snprintf(c->why, sizeof c->why, "cannot be scheduled (fewer micro-batches than stages?)");
+  } else {
+    lx_stage_memory *memory = lx_calloc((size_t)pipe.pp, sizeof *memory);
+    lx_plan_memory(&pipe, memory);
+    lx_simulation sim;
+    if (lx_simulate(&pipe, &cm, NULL, NULL, memory, &sim)) {
+      c->time_s = sim.iteration_time;
+      c->mfu = sim.mfu;
+      for (int s = 0; s < pipe.pp; s++)
+        if ((double)memory[s].peak > c->peak_bytes) c->peak_bytes = (double)memory[s].peak;
+      c->fits = c->peak_bytes <= cm.gpu.memory_bytes;
+      if (!c->fits)
+        snprintf(c->why, sizeof c->why, "does not fit: %.1f GiB > %.1f GiB", c->peak_bytes / (1 << 30),
+                 cm.gpu.memory_bytes / (1 << 30));
+      lx_simulation_free(&sim);
+    }
+    for (int s = 0; s < pipe.pp; s++)
+      lx_stage_memory_free(&memory[s]);
+    free(memory);
+    lx_pipeline_free(&pipe);
+  }
+  lx_cost_model_free(&cm);
+  lx_ir_free_working_copy(&ir);
+}
+
+static int by_time(const void *a, const void *b) {
+  const lx_candidate *x = a, *y = b;
+  if (x->fits != y->fits) return x->fits ? -1 : 1;
+  if (x->time_s != y->time_s) return x->time_s < y->time_s ? -1 : 1;
+  return 0;
+}
+
+/* tp inside a node and dividing the heads; pp at most the layers; dp the
+ * rest of the cluster; micro-batches dividing the replica's batch. Returns
+ * their number; fills `out` unless it is NULL. */
+static int enumerate(const lx_ir *ir, lx_candidate *out) {
+  const lx_plan *p = &ir->plan;
+  const lx_open_plan *open = &ir->open_plan;
+  int gpus = ir->cluster.nodes * ir->cluster.gpus_per_node, n = 0;
+  static const int micro_batches[] = {1, 2, 4, 8, 16};
+  for (int tp = 1; tp <= ir->cluster.gpus_per_node; tp++) {
+    if ((!open->tp && tp != p->tp) || !divides(tp, ir->model.heads) || !divides(tp, ir->model.kv_heads) ||
+        !divides(tp, gpus))
+      continue;
+    for (int pp = 1; pp <= ir->model.layers && tp * pp <= gpus; pp++) {
+      if ((!open->pp && pp != p->pp) || !divides(tp * pp, gpus)) continue;
+      int dp = open->dp ? gpus / (tp * pp) : p->dp;
+      if (tp * pp * dp > gpus) continue;
+      for (size_t k = 0; k < sizeof micro_batches / sizeof micro_batches[0]; k++) {
+        int b = micro_batches[k];
+        if ((!open->micro_batch && b != p->micro_batch) || !divides(b * dp, p->global_batch)) continue;
+        if (p->global_batch / (b * dp) < pp) continue;
+        if (out) out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b};
+        n++;
+      }
+    }
+  }
+  return n;
+}
+
+/* The fastest fitting candidate so far, for the out-of-memory error. */
+static const lx_candidate *best_so_far;
+
+static void note_best_so_far(void) {
+  if (best_so_far)
+    fprintf(
+        stderr,
+        "lynxgen: note: the best plan the search had found: tp %d, pp %d, dp %d, micro-batch %d (%.1f ms)\n",
+        best_so_far->tp, best_so_far->pp, best_so_far->dp, best_so_far->micro_batch,
+        1e3 * best_so_far->time_s);
+  else
+    fputs("lynxgen: note: the plan search had found no plan that fits yet\n", stderr);
+}
+
+static double seconds_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Evaluates candidates in turn until the time budget runs out. */
+static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_candidate *all,
+                           lx_search_stats *stats) {
+  double start = seconds_now();
+  lx_candidate best = {0};
+  lx_on_out_of_memory(note_best_so_far);
+  for (stats->tried = 0; stats->tried < stats->feasible; stats->tried++) {
+    if (req->time_budget_s > 0 && seconds_now() - start > req->time_budget_s) {
+      stats->out_of_time = true;
+      break;
+    }
+    lx_candidate *c = &all[stats->tried];
+    evaluate(ir, req, c);
+    if (c->fits && (!best_so_far || c->time_s < best.time_s)) best = *c, best_so_far = &best;
+  }
+  lx_on_out_of_memory(NULL);
+  best_so_far = NULL;
+}
+
+static void explain_search(const lx_ir *ir, const lx_search_request *req, const lx_candidate *all,
+                           const lx_search_stats *stats, FILE *explain) {
+  fprintf(explain, "plan search: %d candidates for %d GPUs, global batch %d, recompute %s\n", stats->feasible,
+          ir->cluster.nodes * ir->cluster.gpus_per_node, ir->plan.global_batch,
+          lx_recompute_policy_name(req->policy));
+  if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
+  fprintf(explain, "  %-4s %-4s %-4s %-6s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "iteration",
+          "peak GiB", "MFU", "verdict");
+  for (int i = 0; i < stats->tried && i < 12; i++) {
+    const lx_candidate *c = &all[i];
+    char verdict[128];
+    if (i == 0 && c->fits)
+      snprintf(verdict, sizeof verdict, "chosen");
+    else if (c->fits)
+      snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
+    else
+      snprintf(verdict, sizeof verdict, "%s", c->why);
+    fprintf(explain, "  %-4d %-4d %-4d %-6d %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
+            c->micro_batch, 1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
+  }
+}
+
+bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, lx_search_stats *stats,
+                    FILE *explain) {
+  int n = enumerate(ir, NULL);
+  lx_candidate *all = lx_calloc((size_t)n + 1, sizeof *all);
+  *stats = (lx_search_stats){.feasible = enumerate(ir, all)};
+  /* candidates report their own errors; a search reports only its verdict */
+  FILE *quiet = fopen("/dev/null", "w");
+  lx_diag_set_sink(quiet);
+  try_candidates(ir, req, all, stats);
+  lx_diag_set_sink(NULL);
+  if (quiet) fclose(quiet);
+  lx_diag_reset(); /* a search starts from a model without errors */
+  qsort(all, (size_t)stats->tried, sizeof *all, by_time);
+  if (explain) explain_search(ir, req, all, stats, explain);
+  bool found = stats->tried > 0 && all[0].fits;
+  if (found) *best = all[0];
+  free(all);
+  return found;
+}

@@ -1,0 +1,38 @@
+/* search.h — plan search over the parallel plan fields a model leaves open. */
+#ifndef LX_SEARCH_H
+#define LX_SEARCH_H
+
+#include <stdio.h>
+
+#include "planning/overlap.h"
+#include "planning/plan.h"
+
+typedef struct {
+  lx_recompute_policy policy;
+  lx_partition_kind partition;
+  const char *profile;     /* NULL: the datasheet model */
+  double gpu_memory_bytes; /* 0: the datasheet's */
+  double time_budget_s;    /* stop trying candidates after this long (lynxgen --search-time) */
+} lx_search_request;
+
+typedef struct {
+  int tp, pp, dp, micro_batch;
+  double time_s, mfu, peak_bytes;
+  bool fits;
+  char why[96]; /* why it lost, when it cannot run */
+} lx_candidate;
+
+typedef struct {
+  int tried, feasible; /* candidates evaluated, of those enumerated */
+  bool out_of_time;    /* the time budget ran out before all were tried */
+} lx_search_stats;
+
+/* Tries every feasible (tp, pp, dp, micro_batch) the analysed `ir` leaves
+ * open (its set fields stay fixed), until the time budget runs out; prints
+ * the best candidates and why the others lost to `explain` (may be NULL).
+ * Returns whether one that fits was found: `best`, the fastest that fits of
+ * those tried. Should memory run out, the error names the best so far. */
+bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, lx_search_stats *stats,
+                    FILE *explain);
+
+#endif

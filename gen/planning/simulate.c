@@ -1,0 +1,315 @@
+/* simulate.c — one training iteration, event by event.
+ *
+ * Streams advance in order. A stream's head runs as soon as it can: a WAIT
+ * once its RECORD has happened, a SEND together with the matching RECV on the
+ * peer stage (NCCL point-to-point is a rendezvous), anything else when the
+ * stream is free. If no head can run before all streams are done, the
+ * schedule deadlocks: a generator bug, reported with the stuck heads. */
+#include "planning/simulate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "alloc.h"
+
+typedef struct {
+  const lx_pipeline *p;
+  lx_timing_fn timing;
+  void *timing_ctx;
+  double interference;        /* recompute-stream slowdown while it shares the GPU with NCCL */
+  int *next[LX_STREAM_COUNT]; /* per stage: index of the head */
+  double *free_at[LX_STREAM_COUNT];
+  double **record_time; /* per stage, per event; < 0 until recorded */
+  lx_simulation *out;
+} sim_state;
+
+static const lx_instr *head(const sim_state *s, int stage, lx_stream k) {
+  const lx_instr_list *list = &s->p->stages[stage].streams[k];
+  int i = s->next[k][stage];
+  return i < list->count ? &list->items[i] : NULL;
+}
+
+static void finish(sim_state *s, int stage, lx_stream k, double start, double end) {
+  int i = s->next[k][stage]++;
+  lx_instr_kind kind = s->p->stages[stage].streams[k].items[i].kind;
+  s->out->stages[stage].times[k][i] = (lx_interval){start, end};
+  if (kind != LX_I_WAIT && kind != LX_I_RECORD) s->out->stages[stage].busy[k] += end - start;
+  s->free_at[k][stage] = end;
+}
+
+static double duration(sim_state *s, int stage, lx_stream k, const lx_instr *in) {
+  double t = s->timing(s->timing_ctx, s->p, stage, in);
+  return k == LX_STREAM_RECOMPUTE ? t * s->interference : t;
+}
+
+static bool is_send(lx_instr_kind k) { return k == LX_I_SEND_ACT || k == LX_I_SEND_GRAD; }
+
+static lx_instr_kind matching_recv(lx_instr_kind send) {
+  return send == LX_I_SEND_ACT ? LX_I_RECV_ACT : LX_I_RECV_GRAD;
+}
+
+/* A send runs with its receive: both streams busy for the transfer. */
+static bool try_transfer(sim_state *s, int stage, const lx_instr *send) {
+  const lx_instr *recv = head(s, send->peer, LX_STREAM_RECV);
+  if (!recv || recv->kind != matching_recv(send->kind) || recv->mb != send->mb || recv->peer != stage)
+    return false;
+  double start = s->free_at[LX_STREAM_SEND][stage];
+  if (s->free_at[LX_STREAM_RECV][send->peer] > start) start = s->free_at[LX_STREAM_RECV][send->peer];
+  double end = start + duration(s, stage, LX_STREAM_SEND, send);
+  finish(s, stage, LX_STREAM_SEND, start, end);
+  finish(s, send->peer, LX_STREAM_RECV, start, end);
+  return true;
+}
+
+static bool try_head(sim_state *s, int stage, lx_stream k) {
+  const lx_instr *in = head(s, stage, k);
+  if (!in) return false;
+  double free = s->free_at[k][stage];
+  switch (in->kind) {
+  case LX_I_RECORD:
+    s->record_time[stage][in->event] = free;
+    finish(s, stage, k, free, free);
+    return true;
+  case LX_I_WAIT: {
+    double t = s->record_time[stage][in->event];
+    if (t < 0) return false;
+    finish(s, stage, k, free, t > free ? t : free);
+    return true;
+  }
+  case LX_I_RECV_ACT:
+  case LX_I_RECV_GRAD: return false; /* runs with its send */
+  default:
+    if (is_send(in->kind)) return try_transfer(s, stage, in);
+    finish(s, stage, k, free, free + duration(s, stage, k, in));
+    return true;
+  }
+}
+
+static bool all_done(const sim_state *s) {
+  for (int st = 0; st < s->p->pp; st++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      if (head(s, st, k)) return false;
+  return true;
+}
+
+static void report_deadlock(const sim_state *s) {
+  fprintf(stderr, "lynxgen: internal error: the schedule deadlocks; stuck stream heads:\n");
+  for (int st = 0; st < s->p->pp; st++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++) {
+      const lx_instr *in = head(s, st, k);
+      if (!in) continue;
+      char text[160];
+      lx_instr_describe(s->p->ir, in, text, sizeof text);
+      fprintf(stderr, "  stage %d %s: %s\n", st, lx_stream_name((lx_stream)k), text);
+    }
+}
+
+/* ---- memory over time ------------------------------------------------------ */
+
+typedef struct {
+  double time;
+  int order; /* at equal times, releases (0) come before allocations (1) */
+  int64_t bytes, transient;
+  int mb_delta;
+} memory_event;
+
+static int by_time(const void *a, const void *b) {
+  const memory_event *x = a, *y = b;
+  if (x->time != y->time) return x->time < y->time ? -1 : 1;
+  return x->order - y->order;
+}
+
+/* Index, per micro-batch, of its last backward on a stream (-1 if none): one pass. */
+static int *last_backwards(const lx_instr_list *list, int micro_batches) {
+  int *last = lx_malloc(sizeof(int) * (size_t)(micro_batches ? micro_batches : 1));
+  for (int mb = 0; mb < micro_batches; mb++)
+    last[mb] = -1;
+  for (int i = 0; i < list->count; i++)
+    if (list->items[i].kind == LX_I_BWD) last[list->items[i].mb] = i;
+  return last;
+}
+
+/* Replays the stage's allocations in simulated time. */
+static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory *m, lx_stage_timeline *tl) {
+  const lx_stage *st = &p->stages[stage];
+  int n = 0;
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    n += 2 * st->streams[k].count;
+  memory_event *ev = lx_malloc(sizeof *ev * (size_t)(n ? n : 1));
+  bool *started = lx_calloc((size_t)p->micro_batches, sizeof *started);
+  n = 0;
+  for (int k = 0; k < LX_STREAM_COUNT; k++) {
+    int *last = last_backwards(&st->streams[k], p->micro_batches);
+    for (int i = 0; i < st->streams[k].count; i++) {
+      const lx_instr *in = &st->streams[k].items[i];
+      lx_memory_delta d = m ? lx_instr_memory(p->ir, m, in) : (lx_memory_delta){0, 0, 0};
+      int starts_mb = in->kind == LX_I_FWD && !started[in->mb];
+      if (starts_mb) started[in->mb] = true;
+      int ends_mb = in->kind == LX_I_BWD && last[in->mb] == i;
+      ev[n++] = (memory_event){tl->times[k][i].start, 1, d.alloc, d.transient, starts_mb};
+      ev[n++] = (memory_event){tl->times[k][i].end, 0, -d.release, 0, -ends_mb};
+    }
+    free(last);
+  }
+  qsort(ev, (size_t)n, sizeof *ev, by_time);
+  int64_t live = 0, peak = 0;
+  int in_flight = 0;
+  for (int i = 0; i < n; i++) {
+    live += ev[i].bytes;
+    if (live + ev[i].transient > peak) peak = live + ev[i].transient;
+    in_flight += ev[i].mb_delta;
+    if (in_flight > tl->max_in_flight) tl->max_in_flight = in_flight;
+  }
+  tl->peak_bytes = (m ? lx_static_bytes(m) : 0) + peak;
+  free(ev);
+  free(started);
+}
+
+/* ---- summary ------------------------------------------------------------- */
+
+static void summarize_stage(const lx_pipeline *p, int stage, lx_stage_timeline *tl) {
+  const lx_instr_list *compute = &p->stages[stage].streams[LX_STREAM_COMPUTE];
+  for (int i = 0; i < compute->count; i++) {
+    lx_instr_kind kind = compute->items[i].kind;
+    lx_interval t = tl->times[LX_STREAM_COMPUTE][i];
+    if (kind == LX_I_FWD || kind == LX_I_BWD) tl->compute_time += t.end - t.start;
+    if (kind == LX_I_RECOMPUTE) tl->recompute_time += t.end - t.start;
+    if (kind == LX_I_WAIT) tl->exposed_comm_time += t.end - t.start;
+  }
+  tl->recompute_time += tl->busy[LX_STREAM_RECOMPUTE];
+}
+
+static double executed_flops(const lx_pipeline *p) {
+  double flops = 0;
+  for (int s = 0; s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      for (int i = 0; i < p->stages[s].streams[k].count; i++) {
+        const lx_instr *in = &p->stages[s].streams[k].items[i];
+        if (in->kind != LX_I_FWD && in->kind != LX_I_BWD && in->kind != LX_I_RECOMPUTE) continue;
+        const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
+        flops += in->kind == LX_I_BWD ? op->flops_bwd : op->flops_fwd;
+      }
+  return flops; /* per tp rank and replica */
+}
+
+static void summarize(const lx_pipeline *p, const lx_cost_model *cm, lx_simulation *out) {
+  double idle = 0;
+  for (int s = 0; s < p->pp; s++) {
+    summarize_stage(p, s, &out->stages[s]);
+    if (out->iteration_time > 0) idle += 1 - out->stages[s].busy[LX_STREAM_COMPUTE] / out->iteration_time;
+  }
+  out->bubble_fraction = idle / p->pp;
+  const lx_ir *ir = p->ir;
+  int b = ir->plan.micro_batch, dp = ir->plan.dp;
+  int tp = ir->plan.tp;
+  double sequences = (double)p->micro_batches * b * dp;
+  if (out->iteration_time <= 0) return;
+  out->tokens_per_s = sequences * ir->model.seq_len / out->iteration_time;
+  if (!cm) return;
+  double peak = ir->training.dtype == LX_DTYPE_FP32 ? cm->gpu.fp32_flops : cm->gpu.tensor_flops;
+  double gpus = (double)tp * p->pp * dp;
+  out->mfu = ir->model_flops_per_sequence * sequences / (out->iteration_time * gpus * peak);
+  out->hfu = executed_flops(p) / (out->iteration_time * p->pp * peak);
+}
+
+/* ---- entry points -------------------------------------------------------- */
+
+static void rank_layout(const lx_pipeline *p, int stage, int *node) {
+  const lx_ir *ir = p->ir;
+  int tp = ir->plan.tp, dp = ir->plan.dp;
+  *node = stage * tp * dp / ir->cluster.gpus_per_node; /* ranks: tp fastest, then dp, then pp */
+}
+
+double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, const lx_instr *in) {
+  const lx_ir *ir = p->ir;
+  int tp = ir->plan.tp, dp = ir->plan.dp;
+  switch (in->kind) {
+  case LX_I_FWD:
+  case LX_I_RECOMPUTE: {
+    const lx_graph *g = lx_graph_of(ir, in->graph);
+    return lx_cost_op_fwd(cm, ir, g, &g->ops[in->op]);
+  }
+  case LX_I_BWD: {
+    const lx_graph *g = lx_graph_of(ir, in->graph);
+    return lx_cost_op_bwd(cm, ir, g, &g->ops[in->op]);
+  }
+  case LX_I_SEND_ACT:
+  case LX_I_SEND_GRAD:
+  case LX_I_RECV_ACT:
+  case LX_I_RECV_GRAD: {
+    int a, b;
+    rank_layout(p, stage, &a);
+    rank_layout(p, in->peer, &b);
+    return lx_cost_p2p(cm, in->bytes, a != b);
+  }
+  case LX_I_ALLREDUCE_TP:
+    if (in->coll == LX_COLL_REDUCE_SCATTER) return lx_cost_reduce_scatter(cm, in->bytes, tp, false);
+    if (in->coll == LX_COLL_ALLGATHER) return lx_cost_all_gather(cm, in->bytes, tp, false);
+    return lx_cost_allreduce(cm, in->bytes, tp, false);
+  case LX_I_ALLREDUCE_DP: return lx_cost_allreduce(cm, in->bytes, dp, tp * dp > ir->cluster.gpus_per_node);
+  case LX_I_OPTIMIZER_STEP: {
+    /* AdamW streams weights, master weights, gradients and both moments */
+    double bytes = (double)p->stages[stage].params_per_rank * 36;
+    return bytes / (cm->gpu.hbm_bytes_per_s * cm->memory_efficiency) + cm->launch_s;
+  }
+  default: return 0;
+  }
+}
+
+static double cost_model_timing(void *ctx, const lx_pipeline *p, int stage, const lx_instr *in) {
+  return lx_instr_cost(ctx, p, stage, in);
+}
+
+bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
+                 const lx_stage_memory *memory, lx_simulation *out) {
+  *out = (lx_simulation){.pipe = p, .stages = lx_calloc((size_t)p->pp, sizeof *out->stages)};
+  sim_state s = {.p = p,
+                 .timing = timing ? timing : cost_model_timing,
+                 .timing_ctx = timing ? timing_ctx : (void *)cm,
+                 .interference = cm && !timing ? cm->interference : 1,
+                 .out = out};
+  s.record_time = lx_calloc((size_t)p->pp, sizeof *s.record_time);
+  for (int k = 0; k < LX_STREAM_COUNT; k++) {
+    s.next[k] = lx_calloc((size_t)p->pp, sizeof(int));
+    s.free_at[k] = lx_calloc((size_t)p->pp, sizeof(double));
+  }
+  for (int st = 0; st < p->pp; st++) {
+    s.record_time[st] = lx_malloc(sizeof(double) * (size_t)(p->stages[st].n_events + 1));
+    for (int e = 0; e <= p->stages[st].n_events; e++)
+      s.record_time[st][e] = -1;
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      out->stages[st].times[k] = lx_calloc((size_t)p->stages[st].streams[k].count + 1, sizeof(lx_interval));
+  }
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int st = 0; st < p->pp; st++)
+      for (int k = 0; k < LX_STREAM_COUNT; k++)
+        while (try_head(&s, st, (lx_stream)k))
+          progress = true;
+  }
+  out->deadlocked = !all_done(&s);
+  if (out->deadlocked) report_deadlock(&s);
+  for (int st = 0; st < p->pp; st++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      if (s.free_at[k][st] > out->iteration_time) out->iteration_time = s.free_at[k][st];
+  for (int st = 0; st < p->pp; st++)
+    track_memory(p, st, memory ? &memory[st] : NULL, &out->stages[st]);
+  summarize(p, timing ? NULL : cm, out);
+  for (int k = 0; k < LX_STREAM_COUNT; k++) {
+    free(s.next[k]);
+    free(s.free_at[k]);
+  }
+  for (int st = 0; st < p->pp; st++)
+    free(s.record_time[st]);
+  free(s.record_time);
+  return !out->deadlocked;
+}
+
+void lx_simulation_free(lx_simulation *sim) {
+  for (int st = 0; sim->stages && st < sim->pipe->pp; st++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      free(sim->stages[st].times[k]);
+  free(sim->stages);
+  sim->stages = NULL;
+}

@@ -1,0 +1,50 @@
+/* simulate.h — discrete-event simulation of one training iteration.
+ *
+ * Every stage's streams run their instruction lists in order; an instruction
+ * starts when its stream is free and its dependencies are met: WAIT after the
+ * matching RECORD, a SEND and its RECV together (a rendezvous, as NCCL
+ * point-to-point is), collectives when issued. Durations come from a timing
+ * function (the cost model by default; tests pass closed-form ones). */
+#ifndef LX_SIMULATE_H
+#define LX_SIMULATE_H
+
+#include "analysis/cost.h"
+#include "planning/memplan.h"
+#include "schedule.h"
+
+typedef struct {
+  double start, end; /* seconds from the iteration's start */
+} lx_interval;
+
+/* Seconds that instruction `in` of stage `stage` takes. */
+typedef double (*lx_timing_fn)(void *ctx, const lx_pipeline *p, int stage, const lx_instr *in);
+
+typedef struct {
+  lx_interval *times[LX_STREAM_COUNT]; /* parallel to the stage's instruction lists */
+  double busy[LX_STREAM_COUNT];        /* seconds each stream spends in instructions */
+  double compute_time;                 /* FWD + BWD on the compute stream */
+  double recompute_time;               /* RECOMPUTE, on either stream */
+  double exposed_comm_time;            /* compute stream idle waiting on a stream of communication */
+  int max_in_flight;                   /* micro-batches with activations alive at once */
+  int64_t peak_bytes;                  /* static + activations + transient, at its most */
+} lx_stage_timeline;
+
+typedef struct {
+  const lx_pipeline *pipe;
+  lx_stage_timeline *stages;
+  double iteration_time;
+  double bubble_fraction; /* idle share of the compute streams over the iteration */
+  double tokens_per_s, mfu, hfu;
+  bool deadlocked; /* a generator bug; the heads of the stuck streams were reported */
+} lx_simulation;
+
+/* Simulates p with the given timing (NULL: the cost model `cm`), applying
+ * the memory deltas of `memory` (one per stage; may be NULL). */
+bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
+                 const lx_stage_memory *memory, lx_simulation *out);
+void lx_simulation_free(lx_simulation *sim);
+
+/* The cost model's price of one instruction (the default timing). */
+double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, const lx_instr *in);
+
+#endif

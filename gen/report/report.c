@@ -1,0 +1,281 @@
+/* report.c — the plan, for people (plan.txt, --plan) and programs (--json).
+ *
+ * Per stage: the layers it holds, what every op of its layers keeps or
+ * recomputes and where, predicted compute / recompute / exposed
+ * communication, and the memory at its peak against the GPU's capacity;
+ * then the iteration: time, bubble, throughput, MFU and HFU. */
+#include "report/report.h"
+
+#include "alloc.h"
+#include "escape.h"
+#include "json.h"
+
+#include <stdlib.h>
+
+const char *lx_bytes_text(double bytes, char buf[LX_BYTES_TEXT]) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (u < 5 && bytes >= 1024)
+    bytes /= 1024, u++;
+  snprintf(buf, LX_BYTES_TEXT, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+  return buf;
+}
+
+const char *lx_count_text(double n, char buf[LX_BYTES_TEXT]) {
+  static const char *const units[] = {"", " K", " M", " B", " T"};
+  int u = 0;
+  while (u < 4 && n >= 1000)
+    n /= 1000, u++;
+  snprintf(buf, LX_BYTES_TEXT, u ? "%.3f%s" : "%.0f%s", n, units[u]);
+  return buf;
+}
+
+static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+static double ms(double seconds) { return seconds * 1e3; }
+
+static const char *decision_text(const lx_op_decision *d) {
+  if (!d->recompute) return "keep";
+  if (d->in_window)
+    return "recompute in a window on the recompute stream (on demand where the instance got none)";
+  if (d->drop_internals && !d->drop_output)
+    return "recompute internals on demand, before the layer's backward";
+  return "recompute on demand, before the layer's backward";
+}
+
+/* What the policy pass found (planned policies only): budget, windows used, search. */
+static void print_policy_stats(const lx_stage *st, FILE *out) {
+  if (!st->window_of && st->stats.budget_bytes == 0) return;
+  char budget[LX_BYTES_TEXT], used[LX_BYTES_TEXT];
+  fprintf(out,
+          "  policy     %s (gap %.2g), budget %s for the block's activations (uses %s), exposed "
+          "recompute %.2f ms, %.2f ms hidden in windows (%d found), search %.1f ms\n",
+          st->stats.status ? st->stats.status : "", st->stats.gap,
+          lx_bytes_text((double)st->stats.budget_bytes, budget),
+          lx_bytes_text((double)st->stats.used_bytes, used), ms(st->stats.exposed_s), ms(st->stats.window_s),
+          st->n_windows, ms(st->stats.search_s));
+}
+
+/* Per window, the layer instances that recompute in it (NULL without windows). */
+static int *instances_per_window(const lx_pipeline *p, const lx_stage *st) {
+  if (!st->window_of || st->n_windows <= 0) return NULL;
+  int *n = lx_calloc((size_t)st->n_windows, sizeof *n);
+  for (int i = 0; i < st->n_layers * p->micro_batches; i++)
+    if (st->window_of[i] >= 0 && st->window_of[i] < st->n_windows) n[st->window_of[i]]++;
+  return n;
+}
+
+/* Windows used and layer instances placed in them. */
+static void window_use(const lx_pipeline *p, const lx_stage *st, int *used, int *instances) {
+  int *n = instances_per_window(p, st);
+  *used = *instances = 0;
+  for (int w = 0; n && w < st->n_windows; w++)
+    *used += n[w] > 0, *instances += n[w];
+  free(n);
+}
+
+enum { LISTED_WINDOWS = 4 };
+
+/* Which layer instances (layer, micro-batch) recompute in window w. */
+static void print_window_items(const lx_pipeline *p, const lx_stage *st, int w, FILE *out) {
+  const lx_window *win = &st->windows[w];
+  fprintf(out, "\n             window %d (%s, %.3f ms measured at %.3f ms):", w,
+          lx_window_kind_name(win->kind), ms(win->length), ms(win->start));
+  const char *sep = " ";
+  for (int i = 0; i < st->n_layers * p->micro_batches; i++)
+    if (st->window_of[i] == w) {
+      fprintf(out, "%slayer %d mb %d", sep, st->first_layer + i / p->micro_batches, i % p->micro_batches);
+      sep = ", ";
+    }
+}
+
+/* Where the in-window recompute runs: the windows by kind, and the first
+ * few windows used with the layer instances each recomputes. */
+static void print_windows(const lx_pipeline *p, const lx_stage *st, FILE *out) {
+  int *n = instances_per_window(p, st);
+  if (!n) return;
+  int by_kind[LX_WINDOW_KIND_COUNT] = {0}, used, instances;
+  for (int w = 0; w < st->n_windows; w++)
+    by_kind[st->windows[w].kind]++;
+  window_use(p, st, &used, &instances);
+  fprintf(out, "  windows    %d found (", st->n_windows);
+  const char *sep = "";
+  for (int k = 0; k < LX_WINDOW_KIND_COUNT; k++)
+    if (by_kind[k]) {
+      fprintf(out, "%s%s %d", sep, lx_window_kind_name((lx_window_kind)k), by_kind[k]);
+      sep = ", ";
+    }
+  fprintf(out, "), %d used by %d of %d layer instances", used, instances, st->n_layers * p->micro_batches);
+  int listed = 0;
+  for (int w = 0; w < st->n_windows && listed < LISTED_WINDOWS; w++)
+    if (n[w]) print_window_items(p, st, w, out), listed++;
+  if (used > listed) fprintf(out, "\n             ... and %d more windows", used - listed);
+  fputc('\n', out);
+  free(n);
+}
+
+static void stage_layers(const lx_stage *st, char *buf, size_t size) {
+  snprintf(buf, size, "%s%s%d-%d%s", st->has_prologue ? "prologue + " : "", st->n_layers ? "layers " : "",
+           st->first_layer, st->first_layer + st->n_layers - 1, st->has_epilogue ? " + epilogue" : "");
+}
+
+static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out) {
+  fprintf(out, "  every layer of the stage, per micro-batch:\n");
+  fprintf(out, "    %-22s %-18s %12s  %s\n", "op", "kind", "saves", "decision");
+  for (int i = 0; i < ir->block.n_ops; i++) {
+    const lx_op *op = &ir->block.ops[i];
+    if (op->kind == LX_OP_INPUT) continue;
+    char file[LX_TEXT_MAX], saves[LX_BYTES_TEXT];
+    fprintf(out, "    %-22s %-18s %12s  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
+            lx_bytes_text((double)op->saved_bytes, saves), decision_text(&st->decisions[i]),
+            lx_text(lx_file_name(op->src.file), file, sizeof file), op->src.line);
+  }
+}
+
+/* The static memory plan of the emitted program: one arena, its regions. */
+static void print_arena(const lx_stage_layout *l, FILE *out) {
+  int64_t weights = l->region_bytes[LX_REGION_PARAMS] + l->region_bytes[LX_REGION_MASTER];
+  int64_t optimizer = l->region_bytes[LX_REGION_ADAM_M] + l->region_bytes[LX_REGION_ADAM_V];
+  int64_t transient = l->region_bytes[LX_REGION_WORK] + l->region_bytes[LX_REGION_BOUNDARY];
+  char total[LX_BYTES_TEXT];
+  fprintf(out,
+          "  arena      %lld bytes (%s), the emitted program's one allocation: weights %.2f MiB, grads "
+          "%.2f "
+          "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%d slots x %.2f MiB), transient %.2f MiB\n",
+          (long long)l->total, lx_bytes_text((double)l->total, total), mib(weights),
+          mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer), mib(l->region_bytes[LX_REGION_STASH]),
+          l->slots, mib(l->slot_bytes), mib(transient));
+  if (l->shards > 1)
+    fprintf(out,
+            "  ZeRO-1     optimizer state of 1/%d of the parameters per dp replica: %.2f MiB instead of %.2f "
+            "MiB\n",
+            l->shards, mib(optimizer), mib(l->param_elements * 8));
+  for (int k = 0; k < LX_REGION_COUNT; k++)
+    if (l->region_bytes[k])
+      fprintf(out, "             %-9s at %12lld, %12lld bytes\n", lx_region_name((lx_region)k),
+              (long long)l->region_offset[k], (long long)l->region_bytes[k]);
+}
+
+static void print_stage_text(const lx_report *r, int s, FILE *out) {
+  const lx_ir *ir = r->pipe->ir;
+  const lx_stage *st = &r->pipe->stages[s];
+  const lx_stage_memory *m = &r->memory[s];
+  const lx_stage_timeline *tl = &r->sim->stages[s];
+  char layers[96];
+  stage_layers(st, layers, sizeof layers);
+  fprintf(out, "\nstage %d: %s, %.1f M parameters per rank\n", s, layers, (double)st->params_per_rank / 1e6);
+  fprintf(
+      out,
+      "  time       compute %.2f ms, recompute %.2f ms, exposed communication %.2f ms, compute busy %.1f%%\n",
+      ms(tl->compute_time), ms(tl->recompute_time), ms(tl->exposed_comm_time),
+      100 * tl->busy[LX_STREAM_COMPUTE] / r->sim->iteration_time);
+  char peak[LX_BYTES_TEXT], capacity[LX_BYTES_TEXT], weights[LX_BYTES_TEXT], grads[LX_BYTES_TEXT],
+      optimizer[LX_BYTES_TEXT], activations[LX_BYTES_TEXT], kept[LX_BYTES_TEXT], transient[LX_BYTES_TEXT];
+  fprintf(out,
+          "  memory     modeled peak %s of %s%s (liveness of what each op keeps; the scheduler's model)\n",
+          lx_bytes_text((double)m->peak, peak), lx_bytes_text(r->capacity_bytes, capacity),
+          (double)m->peak > r->capacity_bytes ? "  -- DOES NOT FIT" : "");
+  fprintf(out,
+          "             weights %s, grads %s, optimizer %s, activations %s (%d micro-batches x %s kept), "
+          "transient %s\n",
+          lx_bytes_text((double)m->weights, weights), lx_bytes_text((double)m->grads, grads),
+          lx_bytes_text((double)m->optimizer, optimizer),
+          lx_bytes_text((double)m->activations_peak, activations), m->stashed_micro_batches,
+          lx_bytes_text((double)m->kept_per_micro_batch, kept),
+          lx_bytes_text((double)m->transient_peak, transient));
+  if (r->layouts) print_arena(&r->layouts[s], out);
+  print_layer_decisions(ir, st, out);
+  print_policy_stats(st, out);
+  print_windows(r->pipe, st, out);
+}
+
+void lx_print_plan_text(const lx_report *r, FILE *out) {
+  const lx_pipeline *p = r->pipe;
+  const lx_ir *ir = p->ir;
+  const lx_plan *plan = &ir->plan;
+  char name[LX_TEXT_MAX];
+  fprintf(out, "lynxgen plan for %s\n", lx_text(lx_file_name(ir->model_path), name, sizeof name));
+  char params[LX_BYTES_TEXT];
+  fprintf(out, "model      %d layers, hidden %d, %d heads, seq %d, vocab %d: %s parameters\n",
+          ir->model.layers, ir->model.hidden, ir->model.heads, ir->model.seq_len, ir->model.vocab,
+          lx_count_text((double)ir->params_total, params));
+  fprintf(out, "cluster    %d node(s) x %d %s (%s inside a node, %s across)\n", ir->cluster.nodes,
+          ir->cluster.gpus_per_node, lx_gpu_name(ir->cluster.gpu), lx_link_name(ir->cluster.intra_node_link),
+          lx_link_name(ir->cluster.inter_node_link));
+  fprintf(out,
+          "plan       tp %d x pp %d x dp %d, micro-batch %d, %d micro-batches per iteration, %s, recompute "
+          "%s, %s\n",
+          plan->tp, p->pp, plan->dp, plan->micro_batch, p->micro_batches, lx_schedule_name(p->kind),
+          lx_recompute_policy_name(p->policy), lx_dtype_name(ir->training.dtype));
+  for (int s = 0; s < p->pp; s++)
+    print_stage_text(r, s, out);
+  fprintf(out, "\niteration  %.2f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%, HFU %.1f%%\n",
+          ms(r->sim->iteration_time), 100 * r->sim->bubble_fraction, r->sim->tokens_per_s, 100 * r->sim->mfu,
+          100 * r->sim->hfu);
+}
+
+/* The block's ops whose decision passes `in_window_only` (all recomputed
+ * ones, or only those recomputed in windows), by name. */
+static void put_recomputed_ops(cJSON *parent, const char *key, const lx_ir *ir, const lx_stage *st,
+                               bool in_window_only) {
+  cJSON *names = lx_json_add_array(parent, key);
+  for (int i = 0; i < ir->block.n_ops; i++)
+    if (st->decisions[i].recompute && (!in_window_only || st->decisions[i].in_window))
+      lx_json_add_string(names, NULL, ir->block.ops[i].name);
+}
+
+static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
+  const lx_pipeline *p = r->pipe;
+  const lx_stage *st = &p->stages[s];
+  const lx_stage_memory *m = &r->memory[s];
+  const lx_stage_timeline *tl = &r->sim->stages[s];
+  cJSON *w = lx_json_add_object(stages, NULL);
+  lx_json_add_int(w, "stage", s);
+  lx_json_add_int(w, "first_layer", st->first_layer);
+  lx_json_add_int(w, "layers", st->n_layers);
+  lx_json_add_bool(w, "prologue", st->has_prologue);
+  lx_json_add_bool(w, "epilogue", st->has_epilogue);
+  lx_json_add_number(w, "compute_s", tl->compute_time);
+  lx_json_add_number(w, "recompute_s", tl->recompute_time);
+  lx_json_add_number(w, "exposed_comm_s", tl->exposed_comm_time);
+  lx_json_add_int(w, "peak_bytes", m->peak);
+  lx_json_add_int(w, "weights_bytes", m->weights);
+  lx_json_add_int(w, "grads_bytes", m->grads);
+  lx_json_add_int(w, "optimizer_bytes", m->optimizer);
+  lx_json_add_int(w, "activations_bytes", m->activations_peak);
+  lx_json_add_int(w, "transient_bytes", m->transient_peak);
+  lx_json_add_int(w, "stashed_micro_batches", m->stashed_micro_batches);
+  lx_json_add_bool(w, "fits", (double)m->peak <= r->capacity_bytes);
+  if (r->layouts) lx_json_add_int(w, "arena_bytes", r->layouts[s].total);
+  put_recomputed_ops(w, "recomputed_ops", p->ir, st, false);
+  put_recomputed_ops(w, "window_ops", p->ir, st, true);
+  int used, instances;
+  window_use(p, st, &used, &instances);
+  lx_json_add_int(w, "windows_found", st->window_of ? st->n_windows : 0);
+  lx_json_add_int(w, "windows_used", used);
+  lx_json_add_int(w, "windowed_instances", instances);
+}
+
+void lx_print_plan_json(const lx_report *r, FILE *out) {
+  const lx_pipeline *p = r->pipe;
+  const lx_ir *ir = p->ir;
+  cJSON *doc = lx_json_document();
+  lx_json_add_string(doc, "model_file", lx_file_name(ir->model_path));
+  cJSON *plan = lx_json_add_object(doc, "plan");
+  lx_json_add_int(plan, "tp", ir->plan.tp);
+  lx_json_add_int(plan, "pp", p->pp);
+  lx_json_add_int(plan, "dp", ir->plan.dp);
+  lx_json_add_int(plan, "micro_batch", ir->plan.micro_batch);
+  lx_json_add_int(plan, "micro_batches", p->micro_batches);
+  lx_json_add_string(plan, "schedule", lx_schedule_name(p->kind));
+  lx_json_add_string(plan, "recompute", lx_recompute_policy_name(p->policy));
+  lx_json_add_number(doc, "capacity_bytes", r->capacity_bytes);
+  cJSON *stages = lx_json_add_array(doc, "stages");
+  for (int s = 0; s < p->pp; s++)
+    put_stage_json(stages, r, s);
+  lx_json_add_number(doc, "iteration_s", r->sim->iteration_time);
+  lx_json_add_number(doc, "bubble_fraction", r->sim->bubble_fraction);
+  lx_json_add_number(doc, "tokens_per_s", r->sim->tokens_per_s);
+  lx_json_add_number(doc, "mfu", r->sim->mfu);
+  lx_json_add_number(doc, "hfu", r->sim->hfu);
+  lx_json_write(doc, true, out);
+}

@@ -1,0 +1,209 @@
+/* trace_json.c — trace.json, the simulated iteration in Chrome's trace-event
+ * format (trace.h): one process per stage, one thread per stream, one
+ * complete event per instruction that takes time, and a "windows" track.
+ *
+ * Written with cJSON (json.h) one event per line as the events are made:
+ * large plans have hundreds of thousands of them, too many to hold as one
+ * document. Times are microseconds rounded to the nanosecond, so that the
+ * same simulation gives the same bytes. */
+#include "json.h"
+#include "report/trace.h"
+#include "report/trace_draw.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+
+/* The trace-event category: both all-reduces are "collective". */
+static const char *category_name(lx_paint p) {
+  static const char *names[] = {"forward",    "backward",   "recompute", "p2p",
+                                "collective", "collective", "optimizer", "event"};
+  _Static_assert(sizeof names / sizeof names[0] == PAINT_COUNT, "one category per paint");
+  return names[p];
+}
+
+/* The window a RECOMPUTE on stream k runs in: its layer instance's, when it
+ * is on the recompute stream; -1 when it runs on demand. */
+static int window_of_instr(const lx_pipeline *p, const lx_stage *st, int k, const lx_instr *in) {
+  if (k != LX_STREAM_RECOMPUTE || in->kind != LX_I_RECOMPUTE || in->graph != LX_GRAPH_BLOCK || !st->window_of)
+    return -1;
+  return st->window_of[(in->layer - st->first_layer) * p->micro_batches + in->mb];
+}
+
+/* Microseconds rounded to the nanosecond; never negative. */
+static void put_us(cJSON *parent, const char *key, double seconds) {
+  double ns = seconds > 0 ? seconds * 1e9 : 0;
+  lx_json_add_number(parent, key, (double)(int64_t)(ns + 0.5) / 1e3);
+}
+
+/* The windows' track comes after the streams' threads. */
+enum { WINDOWS_TID = LX_STREAM_COUNT };
+
+/* A metadata event ("ph":"M") whose one argument is arg_key: text, or the
+ * number `value` when text is NULL. */
+static void put_metadata(lx_json_stream *trace, const char *name, int pid, int tid, const char *arg_key,
+                         const char *text, int value) {
+  cJSON *event = lx_json_document();
+  lx_json_add_string(event, "name", name);
+  lx_json_add_string(event, "ph", "M");
+  lx_json_add_int(event, "pid", pid);
+  lx_json_add_int(event, "tid", tid);
+  cJSON *args = lx_json_add_object(event, "args");
+  if (text)
+    lx_json_add_string(args, arg_key, text);
+  else
+    lx_json_add_int(args, arg_key, value);
+  lx_json_stream_element(trace, event);
+}
+
+static void put_thread_metadata(lx_json_stream *trace, int s, int tid, const char *name) {
+  put_metadata(trace, "thread_name", s, tid, "name", name, 0);
+  put_metadata(trace, "thread_sort_index", s, tid, "sort_index", NULL, tid);
+}
+
+static void put_process_metadata(lx_json_stream *trace, const lx_pipeline *p, int s, bool windows) {
+  char layers[64], name[96];
+  lx_layer_range(&p->stages[s], layers, sizeof layers);
+  snprintf(name, sizeof name, "stage %d (%s)", s, layers);
+  put_metadata(trace, "process_name", s, 0, "name", name, 0);
+  put_metadata(trace, "process_sort_index", s, 0, "sort_index", NULL, s);
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    put_thread_metadata(trace, s, k, lx_stream_name((lx_stream)k));
+  if (windows) put_thread_metadata(trace, s, WINDOWS_TID, "windows");
+}
+
+/* Where a recompute runs: in window w (on the recompute stream) or on demand. */
+static void put_placement(cJSON *args, const lx_stage *st, int w) {
+  if (w < 0) {
+    lx_json_add_string(args, "placement", "on demand");
+    return;
+  }
+  lx_json_add_string(args, "placement", "window");
+  lx_json_add_int(args, "window", w);
+  lx_json_add_string(args, "window_kind", lx_window_kind_name(st->windows[w].kind));
+}
+
+/* The instruction's fields that apply to its kind, for filtering in a viewer
+ * (Perfetto: args.kind = 'BWD' and args.layer = 3). */
+static void put_instr_args(cJSON *event, const lx_pipeline *p, int s, int k, const lx_instr *in) {
+  cJSON *args = lx_json_add_object(event, "args");
+  lx_json_add_string(args, "kind", lx_instr_kind_name(in->kind));
+  if (in->mb >= 0) lx_json_add_int(args, "mb", in->mb);
+  if (in->layer >= 0) lx_json_add_int(args, "layer", in->layer);
+  switch (in->kind) {
+  case LX_I_FWD:
+  case LX_I_BWD:
+  case LX_I_RECOMPUTE:
+  case LX_I_ALLREDUCE_TP: {
+    const lx_graph *g = lx_graph_of(p->ir, in->graph);
+    lx_json_add_string(args, "graph", g->name);
+    lx_json_add_string(args, "op", g->ops[in->op].name);
+    if (in->kind == LX_I_ALLREDUCE_TP) lx_json_add_bool(args, "backward", in->backward);
+    if (in->kind == LX_I_RECOMPUTE)
+      put_placement(args, &p->stages[s], window_of_instr(p, &p->stages[s], k, in));
+    break;
+  }
+  case LX_I_SEND_ACT:
+  case LX_I_RECV_ACT:
+  case LX_I_SEND_GRAD:
+  case LX_I_RECV_GRAD: lx_json_add_int(args, "peer", in->peer); break;
+  default: break;
+  }
+  if (in->bytes) lx_json_add_int(args, "bytes", in->bytes);
+}
+
+/* A complete event ("ph":"X") from start to end on thread tid of stage s. */
+static cJSON *span_event(const char *name, const char *category, int s, int tid, double start, double end) {
+  cJSON *event = lx_json_document();
+  lx_json_add_string(event, "name", name);
+  lx_json_add_string(event, "cat", category);
+  lx_json_add_string(event, "ph", "X");
+  lx_json_add_int(event, "pid", s);
+  lx_json_add_int(event, "tid", tid);
+  put_us(event, "ts", start);
+  put_us(event, "dur", end - start);
+  return event;
+}
+
+static void put_instr_event(lx_json_stream *trace, const lx_simulation *sim, int s, int k, int i) {
+  const lx_instr *in = &sim->pipe->stages[s].streams[k].items[i];
+  const lx_interval *t = lx_interval_of(sim, s, k, i);
+  lx_paint pt = lx_paint_of(in->kind);
+  if (pt == PAINT_NONE || !t) return; /* events take no time; unreached ones have none */
+  char name[160];
+  lx_instr_describe(sim->pipe->ir, in, name, sizeof name);
+  cJSON *event = span_event(name, category_name(pt), s, k, t->start, t->end);
+  put_instr_args(event, sim->pipe, s, k, in);
+  lx_json_stream_element(trace, event);
+}
+
+/* The file name of the model without ".model", whole however long it is. */
+static void put_model_name(cJSON *parent, const lx_ir *ir) {
+  size_t size = (ir->model_path ? strlen(ir->model_path) : 0) + sizeof "model";
+  char *name = lx_malloc(size);
+  lx_model_name(ir, name, size);
+  lx_json_add_string(parent, "model", name);
+  free(name);
+}
+
+/* What the trace is of (a deadlocked simulation has no finite times: 0). */
+static void put_trace_summary(cJSON *doc, const lx_simulation *sim) {
+  const lx_pipeline *p = sim->pipe;
+  cJSON *w = lx_json_add_object(doc, "otherData");
+  lx_json_add_string(w, "generator", "lynxgen");
+  put_model_name(w, p->ir);
+  lx_json_add_string(w, "schedule", lx_schedule_name(p->kind));
+  lx_json_add_string(w, "recompute", lx_recompute_policy_name(p->policy));
+  lx_json_add_int(w, "pp", p->pp);
+  lx_json_add_int(w, "tp", lx_plan_or_one(p->ir->plan.tp));
+  lx_json_add_int(w, "dp", lx_plan_or_one(p->ir->plan.dp));
+  lx_json_add_int(w, "micro_batches", p->micro_batches);
+  put_us(w, "iteration_time_us", lx_is_finite(sim->iteration_time) ? sim->iteration_time : 0);
+  lx_json_add_number(w, "bubble_fraction", lx_is_finite(sim->bubble_fraction) ? sim->bubble_fraction : 0);
+  lx_json_add_number(w, "mfu", lx_is_finite(sim->mfu) ? sim->mfu : 0);
+  lx_json_add_number(w, "hfu", lx_is_finite(sim->hfu) ? sim->hfu : 0);
+  lx_json_add_bool(w, "deadlocked", sim->deadlocked);
+}
+
+/* A window as a complete event on its stage's "windows" track: where the
+ * compute stream could idle, what kind of wait it is, and how many layer
+ * instances recompute there. */
+static void put_window_event(lx_json_stream *trace, const lx_stage *st, int s, int w,
+                             const lx_window_span *span) {
+  const lx_window *win = &st->windows[w];
+  char name[64];
+  snprintf(name, sizeof name, "window %d (%s)", w, lx_window_kind_name(win->kind));
+  cJSON *event = span_event(name, "window", s, WINDOWS_TID, span->start, span->end);
+  cJSON *args = lx_json_add_object(event, "args");
+  lx_json_add_string(args, "kind", "WINDOW");
+  lx_json_add_int(args, "window", w);
+  lx_json_add_string(args, "window_kind", lx_window_kind_name(win->kind));
+  lx_json_add_int(args, "after", win->after);
+  lx_json_add_int(args, "instances", span->instances);
+  put_us(args, "measured_us", win->length);
+  put_us(args, "capacity_us", win->capacity);
+  lx_json_stream_element(trace, event);
+}
+
+void lx_write_trace_json(const lx_simulation *sim, FILE *out) {
+  const lx_pipeline *p = sim->pipe;
+  cJSON *head = lx_json_document();
+  lx_json_add_string(head, "displayTimeUnit", "ms");
+  put_trace_summary(head, sim);
+  lx_json_stream trace;
+  lx_json_stream_begin(&trace, head, "traceEvents", out);
+  for (int s = 0; s < p->pp; s++)
+    put_process_metadata(&trace, p, s, p->stages[s].window_of && p->stages[s].n_windows > 0);
+  for (int s = 0; s < p->pp; s++) {
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      for (int i = 0; i < p->stages[s].streams[k].count; i++)
+        put_instr_event(&trace, sim, s, k, i);
+    lx_window_span *spans = lx_window_spans(sim, s);
+    for (int w = 0; spans && w < p->stages[s].n_windows; w++)
+      if (spans[w].reached) put_window_event(&trace, &p->stages[s], s, w, &spans[w]);
+    free(spans);
+  }
+  lx_json_stream_end(&trace);
+}

@@ -1,0 +1,266 @@
+/* access.c — the tensors an instruction touches (see access.h). */
+#include "verify/access.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "planning/passes.h"
+
+typedef struct {
+  lx_access *out;
+  int n, max;
+} access_list;
+
+static void add(access_list *list, lx_access a) {
+  if (list->n < list->max) list->out[list->n] = a;
+  list->n++;
+}
+
+static void add_tensor(access_list *list, lx_tensor_ref t, lx_access_mode mode) {
+  add(list, (lx_access){.target = LX_TARGET_TENSOR, .tensor = t, .mode = mode});
+}
+
+static void add_region(access_list *list, const lx_stage_layout *l, lx_region r, lx_access_mode mode) {
+  if (l->region_bytes[r] > 0) add(list, (lx_access){.target = LX_TARGET_REGION, .region = r, .mode = mode});
+}
+
+static lx_tensor_ref ref(const lx_instr *in, int op, lx_tensor_role role, int index) {
+  return (lx_tensor_ref){in->graph, in->layer, op, in->mb, role, index};
+}
+
+lx_tensor_ref lx_boundary_ref(const lx_pipeline *p, int stage, lx_tensor_role role, int mb) {
+  const lx_stage *st = &p->stages[stage];
+  /* lx_locate ignores the op of a boundary buffer; name the block's output of
+   * the stage's last layer so that the reference is valid and unique */
+  return (lx_tensor_ref){
+      LX_GRAPH_BLOCK, st->first_layer + st->n_layers - 1, p->ir->block.output, mb, role, 0};
+}
+
+/* The first embedding of the prologue: the table a tied LM head shares. */
+static int embedding_op(const lx_ir *ir) {
+  for (int i = 0; i < ir->prologue.n_ops; i++)
+    if (ir->prologue.ops[i].kind == LX_OP_EMBEDDING) return i;
+  return -1;
+}
+
+/* Parameter k (0 weight, 1 bias) that op `in->op` computes with: its own, or
+ * for a tied LM head that holds no copy (it shares the stage with the
+ * embedding) the table. False where the op has none. */
+static bool param_of(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in, int k,
+                     lx_tensor_ref *out) {
+  const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
+  if (l->places[in->graph][in->op].param_elements[k] > 0) {
+    *out = (lx_tensor_ref){in->graph, in->layer, in->op, -1, LX_T_PARAM, k};
+    return true;
+  }
+  bool tied_head = op->kind == LX_OP_LM_HEAD && k == 0 && p->stages[stage].has_prologue;
+  if (!tied_head || embedding_op(p->ir) < 0) return false;
+  *out = (lx_tensor_ref){LX_GRAPH_PROLOGUE, -1, embedding_op(p->ir), -1, LX_T_PARAM, 0};
+  return true;
+}
+
+/* Integer tensors (tokens, targets) have no gradient. */
+static bool has_gradient(const lx_op *producer) { return producer->out.dtype != LX_DTYPE_INT32; }
+
+/* Sequence parallelism: an op with an all-gather before it reads the whole
+ * gathered tensor instead of its shard, one with a reduce-scatter after it
+ * writes the whole partial result instead. */
+static lx_tensor_ref gathered(const lx_instr *in, int index) {
+  return ref(in, in->op, LX_T_SP_GATHERED, index);
+}
+static lx_tensor_ref whole(const lx_instr *in, int index) { return ref(in, in->op, LX_T_SP_WHOLE, index); }
+
+static int saved_index(const lx_op *op, const char *what) {
+  for (int k = 0; k < op->n_saved; k++)
+    if (op->saved[k].kind == LX_SAVE_INTERNAL && !strcmp(op->saved[k].what, what)) return k;
+  return -1;
+}
+
+/* The tensor of operand o, around the op's tensor-parallel collectives. */
+static bool operand_tensor(const lx_pipeline *p, const lx_instr *in, const lx_operand *o, bool backward,
+                           lx_tensor_ref *t) {
+  const lx_graph *g = lx_graph_of(p->ir, in->graph);
+  const lx_op *op = &g->ops[in->op];
+  lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, backward);
+  bool column = op->tp_role == LX_TP_COLUMN, scattered = c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER;
+  switch (o->kind) {
+  case LX_OPND_IN:
+    *t = o->index == 0 && c.gather_before && column ? gathered(in, 0)
+                                                    : ref(in, op->inputs[o->index], LX_T_OUTPUT, 0);
+    return true;
+  case LX_OPND_OUT:
+    if (op->out.scalar) return false;
+    *t = backward                     ? ref(in, in->op, LX_T_OUTPUT, 0)
+         : scattered                  ? whole(in, 0)
+         : in->kind == LX_I_RECOMPUTE ? ref(in, in->op, LX_T_RECOMPUTED, 0)
+                                      : ref(in, in->op, LX_T_OUTPUT, 0);
+    return true;
+  case LX_OPND_SAVED: {
+    int k = saved_index(op, o->saved);
+    if (k >= 0) *t = ref(in, in->op, LX_T_INTERNAL, k);
+    return k >= 0;
+  }
+  case LX_OPND_DOUT:
+    if (op->out.scalar) return false; /* the loss seeds the backward: no buffer */
+    *t = c.gather_before && !column ? gathered(in, 1) : ref(in, in->op, LX_T_GRAD, 0);
+    return true;
+  case LX_OPND_DIN:
+    if (!has_gradient(&g->ops[op->inputs[o->index]])) return false;
+    *t = o->index == 0 && scattered ? whole(in, 1) : ref(in, op->inputs[o->index], LX_T_GRAD, 0);
+    return true;
+  default: return false;
+  }
+}
+
+bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                       const lx_operand *o, lx_access *out) {
+  bool backward = in->kind == LX_I_BWD;
+  *out = (lx_access){.target = LX_TARGET_TENSOR, .mode = lx_operand_mode(o->kind, backward)};
+  switch (o->kind) {
+  case LX_OPND_WEIGHT:
+  case LX_OPND_BIAS: return param_of(p, stage, l, in, o->kind == LX_OPND_BIAS, &out->tensor);
+  case LX_OPND_DWEIGHT:
+  case LX_OPND_DBIAS:
+    out->target = LX_TARGET_PARAM_GRAD;
+    return param_of(p, stage, l, in, o->kind == LX_OPND_DBIAS, &out->tensor);
+  default: return operand_tensor(p, in, o, backward, &out->tensor);
+  }
+}
+
+/* A FWD, RECOMPUTE or BWD touches its kernel's operands (op_signature.h). */
+static void kernel_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                            access_list *list) {
+  const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
+  for (const lx_operand *o = lx_op_operands(op, in->kind == LX_I_BWD); o->kind != LX_OPND_END; o++) {
+    lx_access a;
+    if (lx_operand_access(p, stage, l, in, o, &a)) add(list, a);
+  }
+}
+
+/* The gradient buffers a graph instance's backward accumulates into: every
+ * float activation's but the graph output's (that one is the next graph's
+ * input gradient, or arrives from the next stage). */
+static bool has_gradient_buffer(const lx_graph *g, int i) {
+  const lx_op *op = &g->ops[i];
+  return i != g->output && has_gradient(op) && !op->out.scalar;
+}
+
+/* The backward of a graph instance runs its ops last to first; the first
+ * one zeroes the instance's gradient buffers before anything adds to them. */
+bool lx_starts_instance_backward(const lx_graph *g, int i) {
+  for (int j = g->n_ops - 1; j > i; j--)
+    if (g->ops[j].kind != LX_OP_INPUT) return false;
+  return true;
+}
+
+static void backward_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                              access_list *list) {
+  const lx_graph *g = lx_graph_of(p->ir, in->graph);
+  if (lx_starts_instance_backward(g, in->op))
+    for (int j = 0; j < g->n_ops; j++)
+      if (has_gradient_buffer(g, j)) add_tensor(list, ref(in, j, LX_T_GRAD, 0), LX_ACCESS_WRITE);
+  kernel_accesses(p, stage, l, in, list);
+}
+
+/* An all-reduce sums a tensor in place; under sequence parallelism a
+ * reduce-scatter makes the shard from the whole partial tensor and an
+ * all-gather the whole tensor from the shards. */
+static void allreduce_tp_accesses(const lx_pipeline *p, const lx_instr *in, access_list *list) {
+  const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
+  lx_tensor_ref reduced = in->backward     ? ref(in, op->inputs[0], LX_T_GRAD, 0)
+                          : in->recomputed ? ref(in, in->op, LX_T_RECOMPUTED, 0)
+                                           : ref(in, in->op, LX_T_OUTPUT, 0);
+  bool column = op->tp_role == LX_TP_COLUMN;
+  switch (in->coll) {
+  case LX_COLL_ALLREDUCE: add_tensor(list, reduced, LX_ACCESS_ACCUMULATE); break;
+  case LX_COLL_REDUCE_SCATTER:
+    add_tensor(list, whole(in, in->backward), LX_ACCESS_READ);
+    add_tensor(list, reduced, LX_ACCESS_WRITE);
+    break;
+  case LX_COLL_ALLGATHER: {
+    bool output_grad = in->backward && !column;
+    add_tensor(list, output_grad ? ref(in, in->op, LX_T_GRAD, 0) : ref(in, op->inputs[0], LX_T_OUTPUT, 0),
+               LX_ACCESS_READ);
+    add_tensor(list, gathered(in, output_grad), LX_ACCESS_WRITE);
+    break;
+  }
+  }
+}
+
+/* The bucket's gradients, and nothing else of the region. */
+static void allreduce_dp_accesses(const lx_stage_layout *l, const lx_instr *in, access_list *list) {
+  const lx_param_bucket *b = lx_find_bucket(l, in->graph, in->layer, in->tied);
+  if (!b) return;
+  lx_span span = {LX_REGION_GRADS, l->region_offset[LX_REGION_GRADS] + b->first * 4, b->elements * 4};
+  add(list, (lx_access){.target = LX_TARGET_SPAN, .span = span, .mode = LX_ACCESS_ACCUMULATE});
+}
+
+static void optimizer_accesses(const lx_stage_layout *l, access_list *list) {
+  add_region(list, l, LX_REGION_GRADS, LX_ACCESS_READ);
+  static const lx_region updated[] = {LX_REGION_PARAMS, LX_REGION_MASTER, LX_REGION_ADAM_M, LX_REGION_ADAM_V};
+  for (size_t k = 0; k < sizeof updated / sizeof updated[0]; k++)
+    add_region(list, l, updated[k], LX_ACCESS_WRITE);
+}
+
+int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                    lx_access *out, int max) {
+  access_list list = {out, 0, max};
+  const lx_stage *st = &p->stages[stage];
+  switch (in->kind) {
+  case LX_I_FWD:
+  case LX_I_RECOMPUTE: kernel_accesses(p, stage, l, in, &list); break;
+  case LX_I_BWD: backward_accesses(p, stage, l, in, &list); break;
+  case LX_I_LOAD: add_tensor(&list, ref(in, in->op, LX_T_OUTPUT, 0), LX_ACCESS_WRITE); break;
+  case LX_I_SEND_ACT:
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_ACT, in->mb), LX_ACCESS_READ);
+    break;
+  case LX_I_SEND_GRAD:
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_GRAD, in->mb), LX_ACCESS_READ);
+    break;
+  case LX_I_RECV_GRAD:
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_RECV_GRAD, in->mb), LX_ACCESS_WRITE);
+    break;
+  case LX_I_RECV_ACT: /* into the input of the stage's first layer */
+    add_tensor(&list, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, in->mb, LX_T_OUTPUT, 0},
+               LX_ACCESS_WRITE);
+    break;
+  case LX_I_ALLREDUCE_TP: allreduce_tp_accesses(p, in, &list); break;
+  case LX_I_ALLREDUCE_DP: allreduce_dp_accesses(l, in, &list); break;
+  case LX_I_OPTIMIZER_STEP: optimizer_accesses(l, &list); break;
+  default: break; /* RECORD, WAIT: no data */
+  }
+  return list.n;
+}
+
+lx_span lx_param_grad_span(const lx_pipeline *p, int stage, const lx_stage_layout *l, lx_tensor_ref param) {
+  lx_span weights = lx_locate(p, stage, l, param);
+  int64_t element = (weights.offset - l->region_offset[LX_REGION_PARAMS]) / l->param_elt;
+  int64_t elements = weights.bytes / l->param_elt;
+  return (lx_span){LX_REGION_GRADS, l->region_offset[LX_REGION_GRADS] + element * 4, elements * 4};
+}
+
+lx_span lx_access_span(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_access *a) {
+  switch (a->target) {
+  case LX_TARGET_TENSOR: return lx_locate(p, stage, l, a->tensor);
+  case LX_TARGET_PARAM_GRAD: return lx_param_grad_span(p, stage, l, a->tensor);
+  case LX_TARGET_REGION: return (lx_span){a->region, l->region_offset[a->region], l->region_bytes[a->region]};
+  case LX_TARGET_SPAN: return a->span;
+  }
+  return (lx_span){LX_REGION_COUNT, -1, 0};
+}
+
+void lx_tensor_describe(const lx_ir *ir, lx_tensor_ref t, char *buf, size_t size) {
+  static const char *roles[] = {"output",    "internal",  "grad",       "param",       "send_act",
+                                "send_grad", "recv_grad", "recomputed", "sp_gathered", "sp_whole"};
+  const char *role = (size_t)t.role < sizeof roles / sizeof roles[0] ? roles[t.role] : "?";
+  if (t.role == LX_T_SEND_ACT || t.role == LX_T_SEND_GRAD || t.role == LX_T_RECV_GRAD) {
+    snprintf(buf, size, "%s mb%d", role, t.mb);
+    return;
+  }
+  const lx_graph *g = lx_graph_of(ir, t.graph);
+  char layer[16] = "", mb[16] = "", index[16] = "";
+  if (t.layer >= 0) snprintf(layer, sizeof layer, " L%d", t.layer);
+  if (t.mb >= 0) snprintf(mb, sizeof mb, " mb%d", t.mb);
+  if (t.role == LX_T_INTERNAL || t.role == LX_T_PARAM) snprintf(index, sizeof index, " %d", t.index);
+  snprintf(buf, size, "%s.%s%s%s %s%s", g->name, g->ops[t.op].name, layer, mb, role, index);
+}
