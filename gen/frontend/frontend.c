@@ -4,7 +4,8 @@
  * from memory) and type-checks it; this pass then reads three things off the
  * AST: the designated-initializer configs, and the bodies of prologue(),
  * block() and epilogue(), each a straight line of tensor assignments that
- * becomes an op graph. Constant arguments are folded by clang_Cursor_Evaluate.
+ * becomes an op graph (configs.c reads the configs). Constant arguments are
+ * folded by clang_Cursor_Evaluate.
  * Nothing here judges values or shapes: gen/analysis/analyze.c does. */
 #define _POSIX_C_SOURCE 200809L
 #include "frontend/frontend.h"
@@ -16,304 +17,12 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "frontend/constant.h"
 #include "diag.h"
-#include "frontend/locate.h"
+#include "frontend/configs.h"
+#include "frontend/cursor.h"
 #include "frontend/model_file.h"
 #include "op_signature.h"
 
-/* ---- locations ----------------------------------------------------------- */
-
-typedef struct {
-  lx_ir *ir;
-  CXTranslationUnit tu;
-  lx_locator locator;
-} parse_ctx;
-
-static lx_srcloc location_at(parse_ctx *ctx, CXSourceLocation where) {
-  return lx_srcloc_at(&ctx->locator, where);
-}
-
-static lx_srcloc cursor_loc(parse_ctx *ctx, CXCursor c) {
-  return location_at(ctx, clang_getCursorLocation(c));
-}
-
-static lx_srcloc file_start(parse_ctx *ctx) { return (lx_srcloc){ctx->ir->model_path, 1, 1, NULL}; }
-
-static void copy_spelling(char *dst, size_t size, CXString s) {
-  snprintf(dst, size, "%s", clang_getCString(s));
-  clang_disposeString(s);
-}
-
-/* ---- children helpers ---------------------------------------------------- */
-
-/* Children of one cursor that the front end looks at: a function's
- * statements, an initializer's fields, a call's arguments. More is an error
- * that names the limit. */
-enum { MAX_CHILDREN = 1024 };
-
-typedef struct {
-  CXCursor items[MAX_CHILDREN];
-  int count;
-} children;
-
-static enum CXChildVisitResult collect_child(CXCursor c, CXCursor parent, CXClientData data) {
-  (void)parent;
-  children *kids = data;
-  if (kids->count < MAX_CHILDREN) kids->items[kids->count++] = c;
-  return CXChildVisit_Continue;
-}
-
-static children children_of(CXCursor c) {
-  children kids = {.count = 0};
-  clang_visitChildren(c, collect_child, &kids);
-  return kids;
-}
-
-/* Implicit casts and parentheses show up as single-child wrappers. */
-static CXCursor strip_wrappers(CXCursor c) {
-  for (;;) {
-    enum CXCursorKind k = clang_getCursorKind(c);
-    if (k != CXCursor_UnexposedExpr && k != CXCursor_ParenExpr) return c;
-    children kids = children_of(c);
-    if (kids.count != 1) return c;
-    c = kids.items[0];
-  }
-}
-
-/* The type an expression had before its implicit conversion to the type of
- * the parameter or field it initializes: clang converts 64.0 to int silently,
- * so the folded value alone cannot tell a float from an integer. */
-static CXType written_type(CXCursor expr) {
-  return clang_getCanonicalType(clang_getCursorType(strip_wrappers(expr)));
-}
-
-static bool is_integer_type(CXType t) {
-  return t.kind == CXType_Enum || (t.kind >= CXType_Bool && t.kind <= CXType_Int128);
-}
-
-/* An expression is located where it starts: the cursor location of `3 * W`
- * is its operator and that of `model.hidden` its member name. */
-static lx_srcloc expr_start_loc(parse_ctx *ctx, CXCursor expr) {
-  return location_at(ctx, clang_getRangeStart(clang_getCursorExtent(expr)));
-}
-
-/* Reports a value that is not an integer where one is needed; true if it is. */
-static bool expect_integer(parse_ctx *ctx, CXCursor expr, const char *what) {
-  CXType type = written_type(expr);
-  if (is_integer_type(type)) return true;
-  CXString spelling = clang_getTypeSpelling(type);
-  lx_error(expr_start_loc(ctx, expr), "%s must be an integer, not a value of type '%s'", what,
-           clang_getCString(spelling));
-  clang_disposeString(spelling);
-  return false;
-}
-
-/* ---- configs ------------------------------------------------------------- */
-
-typedef enum { FIELD_INT, FIELD_ENUM, FIELD_DOUBLE, FIELD_BOOL, FIELD_STRING } field_type;
-
-typedef struct {
-  const char *config; /* struct tag in lynx.h */
-  const char *name;
-  lx_field id;
-  field_type type;
-  size_t offset; /* into lx_ir */
-} field_desc;
-
-_Static_assert(sizeof(lx_gpu) == sizeof(int), "enum fields are stored as int");
-
-#define F(cfg, member, ident, type, path)                                                                    \
-  { cfg, #member, ident, type, offsetof(lx_ir, path) }
-static const field_desc fields[] = {
-    F("lx_model", vocab, LX_F_VOCAB, FIELD_INT, model.vocab),
-    F("lx_model", seq_len, LX_F_SEQ_LEN, FIELD_INT, model.seq_len),
-    F("lx_model", layers, LX_F_LAYERS, FIELD_INT, model.layers),
-    F("lx_model", hidden, LX_F_HIDDEN, FIELD_INT, model.hidden),
-    F("lx_model", heads, LX_F_HEADS, FIELD_INT, model.heads),
-    F("lx_model", kv_heads, LX_F_KV_HEADS, FIELD_INT, model.kv_heads),
-    F("lx_model", ffn_hidden, LX_F_FFN_HIDDEN, FIELD_INT, model.ffn_hidden),
-    F("lx_model", dropout, LX_F_DROPOUT, FIELD_DOUBLE, model.dropout),
-    F("lx_model", rope_theta, LX_F_ROPE_THETA, FIELD_DOUBLE, model.rope_theta),
-    F("lx_model", tied_embeddings, LX_F_TIED, FIELD_BOOL, model.tied_embeddings),
-    F("lx_cluster", gpu, LX_F_GPU, FIELD_ENUM, cluster.gpu),
-    F("lx_cluster", nodes, LX_F_NODES, FIELD_INT, cluster.nodes),
-    F("lx_cluster", gpus_per_node, LX_F_GPUS_PER_NODE, FIELD_INT, cluster.gpus_per_node),
-    F("lx_cluster", intra_node_link, LX_F_INTRA_LINK, FIELD_ENUM, cluster.intra_node_link),
-    F("lx_cluster", inter_node_link, LX_F_INTER_LINK, FIELD_ENUM, cluster.inter_node_link),
-    F("lx_parallel", tp, LX_F_TP, FIELD_INT, plan.tp),
-    F("lx_parallel", pp, LX_F_PP, FIELD_INT, plan.pp),
-    F("lx_parallel", dp, LX_F_DP, FIELD_INT, plan.dp),
-    F("lx_parallel", micro_batch, LX_F_MICRO_BATCH, FIELD_INT, plan.micro_batch),
-    F("lx_parallel", global_batch, LX_F_GLOBAL_BATCH, FIELD_INT, plan.global_batch),
-    F("lx_parallel", schedule, LX_F_SCHEDULE, FIELD_ENUM, plan.schedule),
-    F("lx_parallel", sequence_parallel, LX_F_SEQ_PARALLEL, FIELD_BOOL, plan.sequence_parallel),
-    F("lx_parallel", zero, LX_F_ZERO, FIELD_BOOL, plan.zero),
-    F("lx_training", steps, LX_F_STEPS, FIELD_INT, training.steps),
-    F("lx_training", lr, LX_F_LR, FIELD_DOUBLE, training.lr),
-    F("lx_training", min_lr, LX_F_MIN_LR, FIELD_DOUBLE, training.min_lr),
-    F("lx_training", warmup_steps, LX_F_WARMUP, FIELD_INT, training.warmup_steps),
-    F("lx_training", lr_schedule, LX_F_LR_SCHEDULE, FIELD_ENUM, training.lr_schedule),
-    F("lx_training", beta1, LX_F_BETA1, FIELD_DOUBLE, training.beta1),
-    F("lx_training", beta2, LX_F_BETA2, FIELD_DOUBLE, training.beta2),
-    F("lx_training", eps, LX_F_EPS, FIELD_DOUBLE, training.eps),
-    F("lx_training", weight_decay, LX_F_WEIGHT_DECAY, FIELD_DOUBLE, training.weight_decay),
-    F("lx_training", grad_clip, LX_F_GRAD_CLIP, FIELD_DOUBLE, training.grad_clip),
-    F("lx_training", seed, LX_F_SEED, FIELD_INT, training.seed),
-    F("lx_training", dtype, LX_F_DTYPE, FIELD_ENUM, training.dtype),
-    F("lx_training", train_data, LX_F_TRAIN_DATA, FIELD_STRING, training.train_data),
-    F("lx_training", val_data, LX_F_VAL_DATA, FIELD_STRING, training.val_data),
-    F("lx_training", val_interval, LX_F_VAL_INTERVAL, FIELD_INT, training.val_interval),
-    F("lx_training", checkpoint_interval, LX_F_CHECKPOINT_INTERVAL, FIELD_INT, training.checkpoint_interval),
-};
-#undef F
-
-static const field_desc *find_field(const char *config, const char *name) {
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-    if (!strcmp(fields[i].config, config) && !strcmp(fields[i].name, name)) return &fields[i];
-  return NULL;
-}
-
-/* The enum an enumeration constant belongs to (in C the constant itself has
- * type int), or an invalid type when `expr` is not one. */
-static CXType enum_of_constant(CXCursor expr) {
-  CXCursor ref = clang_getCursorReferenced(strip_wrappers(expr));
-  if (clang_getCursorKind(ref) != CXCursor_EnumConstantDecl) return (CXType){.kind = CXType_Invalid};
-  return clang_getCanonicalType(clang_getCursorType(clang_getCursorSemanticParent(ref)));
-}
-
-/* `.gpu = LINK_NVLINK3` would silently mean a GPU: an enum field takes the
- * constants of its own enum (or a plain integer, range-checked later). */
-static bool expect_own_enum(parse_ctx *ctx, CXCursor member, CXCursor value, const char *name) {
-  CXType given = enum_of_constant(value);
-  CXType wanted = clang_getCanonicalType(clang_getCursorType(clang_getCursorReferenced(member)));
-  if (given.kind == CXType_Invalid || clang_equalTypes(given, wanted)) return true;
-  CXString g = clang_getTypeSpelling(given), w = clang_getTypeSpelling(wanted);
-  lx_error(expr_start_loc(ctx, value), "field '%s' takes a constant of '%s', not of '%s'", name,
-           clang_getCString(w), clang_getCString(g));
-  clang_disposeString(g);
-  clang_disposeString(w);
-  return false;
-}
-
-/* The checked value of the number `expr` (written_type says whether an
- * integer is expected); reports what is wrong with it and returns false. */
-static bool number_of(parse_ctx *ctx, CXCursor expr, const char *what, lx_constant *value) {
-  *value = lx_evaluate_constant(strip_wrappers(expr));
-  lx_srcloc at = expr_start_loc(ctx, expr);
-  bool integer = is_integer_type(written_type(expr));
-  switch (value->kind) {
-  case LX_CONSTANT_INTEGER:
-  case LX_CONSTANT_REAL: return true;
-  case LX_CONSTANT_NONE:
-    lx_error(at, "%s must be %s", what,
-             integer ? "an integer constant expression" : "a constant numeric expression");
-    return false;
-  case LX_CONSTANT_WRAPS:
-    lx_error(cursor_loc(ctx, value->at), "overflow in %s: %s", what, value->why);
-    return false;
-  case LX_CONSTANT_HUGE: lx_error(at, "%s is too large: %s", what, value->why); return false;
-  case LX_CONSTANT_NOT_FINITE:
-    lx_error(at, "%s = %g is not a finite number", what, value->real);
-    return false;
-  }
-  return false;
-}
-
-static void store_string(lx_srcloc at, const field_desc *f, CXCursor value, char *slot) {
-  CXEvalResult r = clang_Cursor_Evaluate(value);
-  if (!r || clang_EvalResult_getKind(r) != CXEval_StrLiteral)
-    lx_error(at, "field '%s' must be a string literal", f->name);
-  else {
-    char *copy = lx_strdup(clang_EvalResult_getAsStr(r));
-    memcpy(slot, &copy, sizeof copy);
-  }
-  if (r) clang_EvalResult_dispose(r);
-}
-
-/* int, enum and bool fields: the value as written must fit the int the
- * prelude declares (C would convert it silently). */
-static void store_integer(lx_srcloc at, const field_desc *f, long long v, char *slot) {
-  if (f->type == FIELD_BOOL) {
-    bool b = v != 0;
-    memcpy(slot, &b, sizeof b);
-  } else if (v < INT_MIN || v > INT_MAX) {
-    lx_error(at, "field '%s' = %lld does not fit in an int", f->name, v);
-  } else {
-    int i = (int)v;
-    memcpy(slot, &i, sizeof i);
-  }
-}
-
-static void store_field(parse_ctx *ctx, const field_desc *f, CXCursor member, CXCursor value) {
-  char *slot = (char *)ctx->ir + f->offset;
-  bool integral = f->type == FIELD_INT || f->type == FIELD_ENUM || f->type == FIELD_BOOL;
-  char what[80];
-  snprintf(what, sizeof what, "field '%s'", f->name);
-  if (integral && !expect_integer(ctx, value, what)) return;
-  if (f->type == FIELD_ENUM && !expect_own_enum(ctx, member, value, f->name)) return;
-  lx_srcloc at = expr_start_loc(ctx, value);
-  lx_constant number;
-  if (f->type == FIELD_STRING)
-    store_string(at, f, value, slot);
-  else if (!number_of(ctx, value, what, &number))
-    return;
-  else if (f->type == FIELD_DOUBLE)
-    memcpy(slot, &number.real, sizeof number.real);
-  else
-    store_integer(at, f, number.integer, slot);
-}
-
-static void parse_config(parse_ctx *ctx, CXCursor var, const char *config, lx_srcloc *seen) {
-  lx_srcloc here = cursor_loc(ctx, var);
-  if (seen->line) {
-    lx_error(here, "second 'struct %s' configuration (the first is at line %d)", config, seen->line);
-    lx_note(*seen, "the first 'struct %s' configuration", config);
-    return;
-  }
-  *seen = here;
-  children kids = children_of(var);
-  CXCursor init = clang_getNullCursor();
-  for (int i = 0; i < kids.count; i++)
-    if (clang_getCursorKind(kids.items[i]) == CXCursor_InitListExpr) init = kids.items[i];
-  if (clang_Cursor_isNull(init)) {
-    lx_error(here, "'struct %s' configuration needs an initializer { .field = value, ... }", config);
-    return;
-  }
-  children entries = children_of(init);
-  for (int i = 0; i < entries.count; i++) {
-    children parts = children_of(entries.items[i]);
-    if (parts.count != 2 || clang_getCursorKind(parts.items[0]) != CXCursor_MemberRef) {
-      lx_error(cursor_loc(ctx, entries.items[i]),
-               "configuration values must be designated initializers (.field = value)");
-      continue;
-    }
-    char name[64];
-    copy_spelling(name, sizeof name, clang_getCursorSpelling(parts.items[0]));
-    const field_desc *f = find_field(config, name);
-    if (!f) { /* a field of lynx.h that lynxgen does not know is a prelude bug */
-      lx_error(cursor_loc(ctx, parts.items[0]), "field '%s' is not supported", name);
-      continue;
-    }
-    lx_srcloc *field_loc = &ctx->ir->locs.field[f->id];
-    if (field_loc->line) {
-      lx_error(cursor_loc(ctx, parts.items[0]), "field '%s' is given twice", name);
-      lx_note(*field_loc, "the first '.%s'", name);
-      continue;
-    }
-    *field_loc = cursor_loc(ctx, parts.items[0]);
-    store_field(ctx, f, parts.items[0], parts.items[1]);
-  }
-}
-
-/* The struct tag of a variable's type, e.g. "lx_model", or "" for others. */
-static void struct_tag_of(CXCursor var, char *tag, size_t size) {
-  CXType t = clang_getCanonicalType(clang_getCursorType(var));
-  tag[0] = '\0';
-  if (t.kind == CXType_Record) copy_spelling(tag, size, clang_getCursorSpelling(clang_getTypeDeclaration(t)));
-}
-
-/* ---- op graphs ----------------------------------------------------------- */
 
 typedef struct {
   const char *name;
@@ -364,7 +73,7 @@ enum { VAR_UNDEFINED = -1, VAR_FAILED = -2 };
  * Variables are told apart by their declarations, not their names, which
  * may be longer than any buffer (and are kept only for messages). */
 typedef struct {
-  parse_ctx *ctx;
+  lx_parse_ctx *ctx;
   lx_graph *graph;
   struct {
     CXCursor decl;
@@ -385,9 +94,9 @@ static int find_var(function_ctx *fn, CXCursor ref) {
 
 static int declare_var(function_ctx *fn, CXCursor decl) {
   char name[64];
-  copy_spelling(name, sizeof name, clang_getCursorSpelling(decl));
+  lx_copy_spelling(name, sizeof name, clang_getCursorSpelling(decl));
   if (fn->n_vars == MAX_VARS) {
-    lx_error(cursor_loc(fn->ctx, decl), "more than %d tensor variables in one function", MAX_VARS);
+    lx_error(lx_cursor_loc(fn->ctx, decl), "more than %d tensor variables in one function", MAX_VARS);
     return -1;
   }
   int v = fn->n_vars++;
@@ -409,12 +118,12 @@ static int eval_tensor(function_ctx *fn, CXCursor expr);
 /* The type an argument had before the implicit conversion to the parameter's
  * type: clang converts 64.0 to int silently, so the value alone cannot tell. */
 static bool eval_int_arg(function_ctx *fn, CXCursor arg, const operator_desc *od, int i, int *value) {
-  lx_srcloc at = expr_start_loc(fn->ctx, arg);
+  lx_srcloc at = lx_expr_start_loc(fn->ctx, arg);
   const char *arg_name = od->int_names[i];
   char what[96];
   snprintf(what, sizeof what, "argument '%s' of %s()", arg_name, od->name);
   lx_constant number;
-  if (!expect_integer(fn->ctx, arg, what) || !number_of(fn->ctx, arg, what, &number)) return false;
+  if (!lx_expect_integer(fn->ctx, arg, what) || !lx_number_of(fn->ctx, arg, what, &number)) return false;
   long long v = number.integer;
   if (v < 1 || v > (1LL << 24)) { /* the largest width is a vocabulary (gen/analysis/analyze.c, check_int_ranges) */
     lx_error(at, "argument '%s' of %s() must be between 1 and 2^24, got %lld", arg_name, od->name, v);
@@ -445,8 +154,8 @@ static void set_int_attr(lx_op *op, int i, int value) {
 
 static int eval_call(function_ctx *fn, CXCursor call) {
   char callee[64];
-  copy_spelling(callee, sizeof callee, clang_getCursorSpelling(call));
-  lx_srcloc at = cursor_loc(fn->ctx, call);
+  lx_copy_spelling(callee, sizeof callee, clang_getCursorSpelling(call));
+  lx_srcloc at = lx_cursor_loc(fn->ctx, call);
   operator_desc found;
   const operator_desc *od = &found;
   if (!find_operator(callee, &found)) {
@@ -478,23 +187,23 @@ static int eval_call(function_ctx *fn, CXCursor call) {
 
 /* The op an expression of type tensor evaluates to, or -1 after an error. */
 static int eval_tensor(function_ctx *fn, CXCursor expr) {
-  CXCursor e = strip_wrappers(expr);
+  CXCursor e = lx_strip_wrappers(expr);
   switch (clang_getCursorKind(e)) {
   case CXCursor_CallExpr: return eval_call(fn, e);
   case CXCursor_DeclRefExpr: {
     char name[64];
-    copy_spelling(name, sizeof name, clang_getCursorSpelling(e));
+    lx_copy_spelling(name, sizeof name, clang_getCursorSpelling(e));
     int v = find_var(fn, e);
     if (v < 0) {
-      lx_error(cursor_loc(fn->ctx, e), "'%s' is not a tensor of this function", name);
+      lx_error(lx_cursor_loc(fn->ctx, e), "'%s' is not a tensor of this function", name);
       return -1;
     }
     if (fn->vars[v].op == VAR_UNDEFINED)
-      lx_error(cursor_loc(fn->ctx, e), "tensor '%s' is used before it is defined", name);
+      lx_error(lx_cursor_loc(fn->ctx, e), "tensor '%s' is used before it is defined", name);
     return fn->vars[v].op < 0 ? -1 : fn->vars[v].op;
   }
   default:
-    lx_error(cursor_loc(fn->ctx, e), "expected a tensor (a variable or an operator call) here");
+    lx_error(lx_cursor_loc(fn->ctx, e), "expected a tensor (a variable or an operator call) here");
     return -1;
   }
 }
@@ -507,18 +216,18 @@ static void assign(function_ctx *fn, int var, int op) {
 }
 
 static void parse_decl_stmt(function_ctx *fn, CXCursor stmt) {
-  children decls = children_of(stmt);
+  lx_children decls = lx_children_of(stmt);
   for (int i = 0; i < decls.count; i++) {
     CXCursor d = decls.items[i];
     if (clang_getCursorKind(d) != CXCursor_VarDecl || !is_tensor_type(clang_getCursorType(d))) {
-      lx_error(cursor_loc(fn->ctx, d),
+      lx_error(lx_cursor_loc(fn->ctx, d),
                "only tensor variables may be declared in a model function (use #define or enum "
                "for constants)");
       continue;
     }
     int v = declare_var(fn, d);
     if (v < 0) continue;
-    children parts = children_of(d);
+    lx_children parts = lx_children_of(d);
     for (int j = 0; j < parts.count; j++)
       if (clang_getCursorKind(parts.items[j]) != CXCursor_TypeRef)
         assign(fn, v, eval_tensor(fn, parts.items[j]));
@@ -546,25 +255,25 @@ static bool is_plain_assignment(function_ctx *fn, CXCursor op, CXCursor lhs) {
 }
 
 static void parse_assignment(function_ctx *fn, CXCursor stmt) {
-  children parts = children_of(stmt);
-  CXCursor lhs = parts.count == 2 ? strip_wrappers(parts.items[0]) : clang_getNullCursor();
+  lx_children parts = lx_children_of(stmt);
+  CXCursor lhs = parts.count == 2 ? lx_strip_wrappers(parts.items[0]) : clang_getNullCursor();
   if (clang_Cursor_isNull(lhs) || clang_getCursorKind(lhs) != CXCursor_DeclRefExpr ||
       !is_plain_assignment(fn, stmt, parts.items[0])) {
-    lx_error(cursor_loc(fn->ctx, stmt), "expected an assignment 'tensor_name = operator(...)'");
+    lx_error(lx_cursor_loc(fn->ctx, stmt), "expected an assignment 'tensor_name = operator(...)'");
     return;
   }
   char name[64];
-  copy_spelling(name, sizeof name, clang_getCursorSpelling(lhs));
+  lx_copy_spelling(name, sizeof name, clang_getCursorSpelling(lhs));
   int v = find_var(fn, lhs);
   if (v < 0) {
-    lx_error(cursor_loc(fn->ctx, lhs), "'%s' is not a tensor of this function", name);
+    lx_error(lx_cursor_loc(fn->ctx, lhs), "'%s' is not a tensor of this function", name);
     return;
   }
   assign(fn, v, eval_tensor(fn, parts.items[1]));
 }
 
 static void parse_statement(function_ctx *fn, CXCursor stmt) {
-  lx_srcloc at = cursor_loc(fn->ctx, stmt);
+  lx_srcloc at = lx_cursor_loc(fn->ctx, stmt);
   if (fn->returned) {
     lx_error(at, "statement after return");
     return;
@@ -574,7 +283,7 @@ static void parse_statement(function_ctx *fn, CXCursor stmt) {
   case CXCursor_BinaryOperator: parse_assignment(fn, stmt); break;
   case CXCursor_NullStmt: break;
   case CXCursor_ReturnStmt: {
-    children parts = children_of(stmt);
+    lx_children parts = lx_children_of(stmt);
     fn->returned = true;
     if (parts.count != 1) {
       lx_error(at, "%s() must return a tensor", fn->graph->name);
@@ -607,9 +316,9 @@ static lx_graph *graph_named(lx_ir *ir, const char *name) {
   return &ir->epilogue;
 }
 
-static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_desc *desc) {
+static void parse_function(lx_parse_ctx *ctx, CXCursor fn_cursor, const function_desc *desc) {
   lx_graph *g = graph_named(ctx->ir, desc->name);
-  lx_srcloc at = cursor_loc(ctx, fn_cursor);
+  lx_srcloc at = lx_cursor_loc(ctx, fn_cursor);
   if (g->src.line) {
     lx_error(at, "second definition of %s() (the first is at line %d)", desc->name, g->src.line);
     lx_note(g->src, "the first definition of %s()", desc->name);
@@ -632,19 +341,19 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
     CXCursor param = clang_Cursor_getArgument(fn_cursor, (unsigned)i);
     int v = declare_var(fn, param);
     lx_op *input = lx_graph_add(g, LX_OP_INPUT);
-    input->src = cursor_loc(ctx, param);
+    input->src = lx_cursor_loc(ctx, param);
     input->param = i;
     assign(fn, v, g->n_ops - 1);
   }
-  children kids = children_of(fn_cursor);
+  lx_children kids = lx_children_of(fn_cursor);
   bool too_long = false;
   for (int i = 0; i < kids.count; i++) {
     if (clang_getCursorKind(kids.items[i]) != CXCursor_CompoundStmt) continue;
-    children body = children_of(kids.items[i]);
+    lx_children body = lx_children_of(kids.items[i]);
     for (int j = 0; j < body.count; j++)
       parse_statement(fn, body.items[j]);
-    if (body.count == MAX_CHILDREN) {
-      lx_error(at, "%s() has more than %d statements", desc->name, MAX_CHILDREN - 1);
+    if (body.count == LX_MAX_CHILDREN) {
+      lx_error(at, "%s() has more than %d statements", desc->name, LX_MAX_CHILDREN - 1);
       fn->returned = true; /* its return is among those not read */
       too_long = true;
     }
@@ -666,51 +375,51 @@ static void parse_function(parse_ctx *ctx, CXCursor fn_cursor, const function_de
  * function, so nothing of it is visited here. */
 static enum CXChildVisitResult visit_top_level(CXCursor c, CXCursor parent, CXClientData data) {
   (void)parent;
-  parse_ctx *ctx = data;
+  lx_parse_ctx *ctx = data;
   lx_ir *ir = ctx->ir;
   enum CXCursorKind kind = clang_getCursorKind(c);
   if (kind == CXCursor_VarDecl) {
     char tag[64];
-    struct_tag_of(c, tag, sizeof tag);
+    lx_struct_tag_of(c, tag, sizeof tag);
     if (!strcmp(tag, "lx_model"))
-      parse_config(ctx, c, tag, &ir->locs.model);
+      lx_parse_config(ctx, c, tag, &ir->locs.model);
     else if (!strcmp(tag, "lx_cluster"))
-      parse_config(ctx, c, tag, &ir->locs.cluster);
+      lx_parse_config(ctx, c, tag, &ir->locs.cluster);
     else if (!strcmp(tag, "lx_parallel"))
-      parse_config(ctx, c, tag, &ir->locs.plan);
+      lx_parse_config(ctx, c, tag, &ir->locs.plan);
     else if (!strcmp(tag, "lx_training"))
-      parse_config(ctx, c, tag, &ir->locs.training);
+      lx_parse_config(ctx, c, tag, &ir->locs.training);
     else
-      lx_error(cursor_loc(ctx, c), "only lx_model, lx_cluster, lx_parallel and lx_training configurations "
+      lx_error(lx_cursor_loc(ctx, c), "only lx_model, lx_cluster, lx_parallel and lx_training configurations "
                                    "may be declared at file scope");
   } else if (kind == CXCursor_FunctionDecl && clang_isCursorDefinition(c)) {
     char name[64];
-    copy_spelling(name, sizeof name, clang_getCursorSpelling(c));
+    lx_copy_spelling(name, sizeof name, clang_getCursorSpelling(c));
     for (size_t i = 0; i < sizeof model_functions / sizeof model_functions[0]; i++)
       if (!strcmp(name, model_functions[i].name)) {
         parse_function(ctx, c, &model_functions[i]);
         return CXChildVisit_Continue;
       }
-    lx_error(cursor_loc(ctx, c), "function '%s' is not part of a model (define prologue, block and epilogue)",
+    lx_error(lx_cursor_loc(ctx, c), "function '%s' is not part of a model (define prologue, block and epilogue)",
              name);
   }
   return CXChildVisit_Continue;
 }
 
 /* The first token of a source range, e.g. the operator named by a call. */
-static void first_token_of(parse_ctx *ctx, CXSourceRange range, char *dst, size_t size) {
+static void first_token_of(lx_parse_ctx *ctx, CXSourceRange range, char *dst, size_t size) {
   CXToken *tokens;
   unsigned n;
   clang_tokenize(ctx->tu, range, &tokens, &n);
   dst[0] = '\0';
-  if (n > 0) copy_spelling(dst, size, clang_getTokenSpelling(ctx->tu, tokens[0]));
+  if (n > 0) lx_copy_spelling(dst, size, clang_getTokenSpelling(ctx->tu, tokens[0]));
   clang_disposeTokens(ctx->tu, tokens, n);
 }
 
 /* clang says "too few arguments to function call, expected 2, have 1" at the
  * closing parenthesis; the user wants to know which operator, so the error
  * names it and points at it (the diagnostic's first range is the callee). */
-static bool report_argument_count(parse_ctx *ctx, CXDiagnostic d, const char *text) {
+static bool report_argument_count(lx_parse_ctx *ctx, CXDiagnostic d, const char *text) {
   int expected = 0, have = 0;
   bool counted =
       sscanf(text, "too %*s arguments to function call, expected %d, have %d", &expected, &have) == 2;
@@ -721,7 +430,7 @@ static bool report_argument_count(parse_ctx *ctx, CXDiagnostic d, const char *te
   char name[64];
   first_token_of(ctx, callee, name, sizeof name);
   if (!name[0]) return false;
-  lx_error(location_at(ctx, clang_getRangeStart(callee)), "%s() takes %d argument%s, got %d", name, expected,
+  lx_error(lx_location_at(ctx, clang_getRangeStart(callee)), "%s() takes %d argument%s, got %d", name, expected,
            expected == 1 ? "" : "s", have);
   return true;
 }
@@ -729,7 +438,7 @@ static bool report_argument_count(parse_ctx *ctx, CXDiagnostic d, const char *te
 /* clang's own errors (syntax, types, undeclared names), located. An unknown
  * operator is implicitly declared to return int, which clang then reports
  * again as an int passed for a tensor at the same place: that echo is dropped. */
-static int report_clang_errors(parse_ctx *ctx) {
+static int report_clang_errors(lx_parse_ctx *ctx) {
   int errors = 0;
   lx_srcloc unknown_operator_at = {NULL, 0, 0, NULL};
   unsigned n = clang_getNumDiagnostics(ctx->tu);
@@ -739,7 +448,7 @@ static int report_clang_errors(parse_ctx *ctx) {
       CXString msg = clang_getDiagnosticSpelling(d);
       const char *text = clang_getCString(msg);
       lx_srcloc at = lx_srcloc_of_diagnostic(&ctx->locator, d);
-      if (at.line == 0) at = file_start(ctx); /* e.g. "too many errors emitted" */
+      if (at.line == 0) at = lx_file_start(ctx); /* e.g. "too many errors emitted" */
       bool echo = at.line == unknown_operator_at.line && at.col == unknown_operator_at.col &&
                   strstr(text, "incompatible integer to pointer conversion") == text;
       char name[64];
@@ -759,18 +468,18 @@ static int report_clang_errors(parse_ctx *ctx) {
   return errors;
 }
 
-static void require_definitions(parse_ctx *ctx) {
+static void require_definitions(lx_parse_ctx *ctx) {
   lx_ir *ir = ctx->ir;
   if (!ir->locs.model.line)
-    lx_error(file_start(ctx), "missing model configuration 'static const struct lx_model model = {...};'");
+    lx_error(lx_file_start(ctx), "missing model configuration 'static const struct lx_model model = {...};'");
   if (!ir->locs.cluster.line)
-    lx_error(file_start(ctx),
+    lx_error(lx_file_start(ctx),
              "missing cluster configuration 'static const struct lx_cluster cluster = {...};'");
   if (!ir->locs.plan.line)
-    lx_error(file_start(ctx), "missing parallel plan 'static const struct lx_parallel parallel = {...};'");
+    lx_error(lx_file_start(ctx), "missing parallel plan 'static const struct lx_parallel parallel = {...};'");
   for (size_t i = 0; i < sizeof model_functions / sizeof model_functions[0]; i++)
     if (!graph_named(ir, model_functions[i].name)->src.line)
-      lx_error(file_start(ctx), "missing function '%s'", model_functions[i].signature);
+      lx_error(lx_file_start(ctx), "missing function '%s'", model_functions[i].signature);
 }
 
 int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir *ir) {
@@ -798,7 +507,7 @@ int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir 
                         "-Werror=incompatible-pointer-types",
                         LX_NUMBER_ERRORS};
   CXIndex index = clang_createIndex(0, 0);
-  parse_ctx ctx = {.ir = ir};
+  lx_parse_ctx ctx = {.ir = ir};
   /* the detailed preprocessing record finds the macro behind a location */
   enum CXErrorCode rc = clang_parseTranslationUnit2(
       index, path, args, sizeof args / sizeof args[0], files, 2,

@@ -6,7 +6,9 @@
  * layers are identical, and the static layout gives each op one place per
  * layer). A recompute of an op drops everything it saves: the op runs
  * anyway, so keeping part of it only costs memory. That makes the
- * op-level choice exact for checkmate's tensor-level question too. */
+ * op-level choice exact for checkmate's tensor-level question too.
+ * stage_problem.c holds the problem, its sets of ops and the window matching
+ * that every policy is measured by. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <glpk.h>
 #include <limits.h>
@@ -17,12 +19,8 @@
 #include <time.h>
 
 #include "alloc.h"
-#include "planning/overlap.h"
 #include "planning/passes.h"
-
-typedef uint64_t opmask; /* a set of block ops; blocks have fewer than 64 */
-
-static bool has(opmask m, int i) { return (m >> i) & 1; }
+#include "planning/stage_problem.h"
 
 static double now_s(void) {
   struct timespec t;
@@ -30,361 +28,10 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* ---- the problem ------------------------------------------------------------ */
-
-/* Ops with a tensor-parallel collective around their forward stay out of
- * windows: the recompute stream issues no communication. */
-static bool has_tp_collective(const lx_ir *ir, const lx_op *op) {
-  lx_tp_collectives c = lx_tp_collectives_of(ir, op, false);
-  return c.gather_before || c.reduce_after;
-}
-
-static bool output_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
-
-/* What dropping everything op i saves frees, measured with lx_kept_bytes so
- * that a tensor saved by several ops is counted once, as the plan does. */
-static int64_t drop_bytes_of(const lx_graph *g, int i, lx_op_decision *scratch) {
-  memset(scratch, 0, sizeof *scratch * (size_t)g->n_ops);
-  int64_t all = lx_kept_bytes(g, scratch);
-  scratch[i].drop_output = scratch[i].drop_internals = true;
-  return all - lx_kept_bytes(g, scratch);
-}
-
-void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int n_layers,
-                           int stashed, int micro_batches, int64_t avail_bytes) {
-  const lx_graph *g = &ir->block;
-  size_t n = (size_t)g->n_ops;
-  *pr = (lx_stage_problem){.block = g,
-                           .n_ops = g->n_ops,
-                           .n_layers = n_layers,
-                           .stashed = stashed,
-                           .micro_batches = micro_batches,
-                           .avail_bytes = avail_bytes,
-                           .window_buffers = 2,
-                           .time_limit_s = 20};
-  pr->recompute_s = lx_calloc(n, sizeof(double));
-  pr->drop_bytes = lx_calloc(n, sizeof(int64_t));
-  pr->windowable = lx_calloc(n, sizeof(bool));
-  lx_op_decision *scratch = lx_calloc(n, sizeof *scratch);
-  pr->kept_all = lx_kept_bytes(g, scratch);
-  for (int i = 0; i < g->n_ops; i++) {
-    const lx_op *op = &g->ops[i];
-    if (op->kind == LX_OP_INPUT) continue; /* the layer input is the checkpoint */
-    pr->recompute_s[i] = lx_cost_op_fwd(cm, ir, g, op);
-    pr->drop_bytes[i] = drop_bytes_of(g, i, scratch);
-    pr->windowable[i] = output_saved(g, i) && !has_tp_collective(ir, op);
-  }
-  free(scratch);
-}
-
-void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s) {
-  const lx_stage *st = &p->stages[s];
-  free(pr->lo);
-  free(pr->due);
-  pr->windows = st->windows;
-  pr->n_windows = st->n_windows;
-  pr->n_instances = st->n_layers * p->micro_batches;
-  pr->lo = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
-  pr->due = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
-  lx_instance_bounds(p, s, pr->lo, pr->due);
-}
-
-void lx_stage_problem_free(lx_stage_problem *pr) {
-  free(pr->recompute_s);
-  free(pr->drop_bytes);
-  free(pr->windowable);
-  free(pr->lo);
-  free(pr->due);
-  memset(pr, 0, sizeof *pr);
-}
-
-/* ---- sets of ops ---------------------------------------------------------- */
-
-static bool is_input(const lx_stage_problem *pr, int i) { return pr->block->ops[i].kind == LX_OP_INPUT; }
-
-/* A recomputed op needs its inputs: a producer whose output nobody keeps
- * runs again too. Inputs precede their users: one backward sweep. */
-static opmask close_recompute(const lx_stage_problem *pr, opmask rc) {
-  const lx_graph *g = pr->block;
-  for (int i = g->n_ops - 1; i >= 0; i--) {
-    if (!has(rc, i)) continue;
-    for (int k = 0; k < g->ops[i].n_inputs; k++) {
-      int j = g->ops[i].inputs[k];
-      if (!has(rc, j) && !is_input(pr, j) && !output_saved(g, j)) rc |= (opmask)1 << j;
-    }
-  }
-  return rc;
-}
-
-/* The ops of rc that may run in a window: windowable, and every recomputed
- * producer they read runs in the window before them. */
-static opmask window_candidates(const lx_stage_problem *pr, opmask rc) {
-  const lx_graph *g = pr->block;
-  opmask w = 0;
-  for (int i = 0; i < g->n_ops; i++) {
-    if (!has(rc, i) || !pr->windowable[i]) continue;
-    bool ok = true;
-    for (int k = 0; k < g->ops[i].n_inputs; k++) {
-      int j = g->ops[i].inputs[k];
-      if (has(rc, j) && !has(w, j)) ok = false;
-    }
-    if (ok) w |= (opmask)1 << i;
-  }
-  return w;
-}
-
-static bool window_closed(const lx_stage_problem *pr, opmask rc, opmask w) {
-  const lx_graph *g = pr->block;
-  for (int i = 0; i < g->n_ops; i++)
-    for (int k = 0; has(w, i) && k < g->ops[i].n_inputs; k++)
-      if (has(rc, g->ops[i].inputs[k]) && !has(w, g->ops[i].inputs[k])) return false;
-  return true;
-}
-
-/* The ops of a set in increasing order (the sums below add in op order, so
- * they are the same numbers however often they are taken). */
-static int next_op(opmask *m) {
-  int i = __builtin_ctzll(*m);
-  *m &= *m - 1;
-  return i;
-}
-
-static double seconds_of(const lx_stage_problem *pr, opmask m) {
-  double t = 0;
-  while (m)
-    t += pr->recompute_s[next_op(&m)];
-  return t;
-}
-
-static int64_t bytes_of(const lx_stage_problem *pr, opmask m) {
-  int64_t b = 0;
-  while (m)
-    b += pr->drop_bytes[next_op(&m)];
-  return b;
-}
-
-/* Block activation bytes: the stash of kept tensors plus the window buffers. */
-static int64_t memory_of(const lx_stage_problem *pr, opmask rc, opmask w) {
-  return (int64_t)pr->stashed * pr->n_layers * (pr->kept_all - bytes_of(pr, rc)) +
-         (int64_t)pr->window_buffers * bytes_of(pr, w);
-}
-
-static void masks_to_decisions(const lx_stage_problem *pr, opmask rc, opmask w, lx_op_decision *d) {
-  for (int i = 0; i < pr->n_ops; i++)
-    d[i] = (lx_op_decision){.drop_output = has(rc, i), .drop_internals = has(rc, i), .in_window = has(w, i)};
-  lx_recompute_closure(pr->block, d);
-  for (int i = 0; i < pr->n_ops; i++)
-    d[i].in_window &= d[i].recompute;
-}
-
-static void decisions_to_masks(const lx_stage_problem *pr, const lx_op_decision *d, opmask *rc, opmask *w) {
-  *rc = *w = 0;
-  for (int i = 0; i < pr->n_ops; i++) {
-    if (d[i].recompute) *rc |= (opmask)1 << i;
-    if (d[i].recompute && d[i].in_window) *w |= (opmask)1 << i;
-  }
-}
-
-/* ---- windows: an earliest-deadline-first matching ------------------------- */
-
-typedef struct {
-  int *items, n;
-  const int *key;
-} heap;
-
-static void heap_swap(heap *h, int a, int b) {
-  int t = h->items[a];
-  h->items[a] = h->items[b];
-  h->items[b] = t;
-}
-
-static void heap_push(heap *h, int v) {
-  int i = h->n++;
-  h->items[i] = v;
-  while (i > 0 && h->key[h->items[(i - 1) / 2]] > h->key[h->items[i]]) {
-    heap_swap(h, i, (i - 1) / 2);
-    i = (i - 1) / 2;
-  }
-}
-
-static int heap_pop(heap *h) {
-  int top = h->items[0], i = 0;
-  h->items[0] = h->items[--h->n];
-  for (;;) {
-    int l = 2 * i + 1, r = l + 1, m = i;
-    if (l < h->n && h->key[h->items[l]] < h->key[h->items[m]]) m = l;
-    if (r < h->n && h->key[h->items[r]] < h->key[h->items[m]]) m = r;
-    if (m == i) return top;
-    heap_swap(h, i, m);
-    i = m;
-  }
-}
-
-static const int *sort_keys; /* qsort has no context argument in C11 */
-
-/* By key, then by index: the same order whatever qsort's stability. */
-static int by_key(const void *a, const void *b) {
-  int i = *(const int *)a, j = *(const int *)b, x = sort_keys[i], y = sort_keys[j];
-  return x != y ? (x > y) - (x < y) : (i > j) - (i < j);
-}
-
-enum { TIERS = 24 };
-
-/* The instances in order of release (lo), the windows in tiers, and a
- * heap's room: what every matching of one stage problem shares, so a policy
- * that tries many recompute sets sorts and filters once. lynx-heu matches a
- * few dozen times a stage, and a long pipeline has tens of thousands of
- * windows, most of them tensor-parallel all-reduces too short for the
- * recompute at hand: tier t lists, in time order, the windows with a slot
- * for min_s x 2^t seconds, so a matching of r seconds walks the highest
- * tier with min_s x 2^t <= r and skips only windows it could not use. */
-typedef struct {
-  const lx_stage_problem *pr;
-  int *order, *heap;
-  int *tier[TIERS], n_tier[TIERS];
-  double min_s; /* the shortest windowable op's recompute; 0: none */
-} matcher;
-
-/* How many recomputations of window_s fit the window; a window that could
- * hold more than an int counts (4096 layers of 2^24-wide linears) holds INT_MAX. */
-static int slots_of(const lx_window *w, double window_s) {
-  double slots = w->capacity / window_s + 1e-9;
-  return slots < INT_MAX ? (int)slots : INT_MAX;
-}
-
-static double shortest_window_op(const lx_stage_problem *pr) {
-  double min_s = 0;
-  for (int i = 0; i < pr->n_ops; i++)
-    if (pr->windowable[i] && pr->recompute_s[i] > 0 && (min_s == 0 || pr->recompute_s[i] < min_s))
-      min_s = pr->recompute_s[i];
-  return min_s;
-}
-
-/* Tier t from tier t - 1 (or from every window): those with a slot at min_s x 2^t. */
-static void build_tiers(matcher *m) {
-  const lx_stage_problem *pr = m->pr;
-  for (int t = 0; t < TIERS; t++) {
-    m->tier[t] = lx_malloc(sizeof(int) * (size_t)(pr->n_windows + 1));
-    int from = t ? m->n_tier[t - 1] : pr->n_windows;
-    double r = ldexp(m->min_s, t);
-    m->n_tier[t] = 0;
-    for (int k = 0; k < from && m->min_s > 0; k++) {
-      int w = t ? m->tier[t - 1][k] : k;
-      if (slots_of(&pr->windows[w], r) > 0) m->tier[t][m->n_tier[t]++] = w;
-    }
-  }
-}
-
-static matcher matcher_init(const lx_stage_problem *pr) {
-  size_t n = (size_t)(pr->n_instances > 0 ? pr->n_instances : 0) + 1;
-  matcher m = {.pr = pr, .order = lx_malloc(sizeof(int) * n), .heap = lx_malloc(sizeof(int) * n)};
-  for (int i = 0; i < pr->n_instances; i++)
-    m.order[i] = i;
-  sort_keys = pr->lo;
-  if (pr->n_instances > 0) qsort(m.order, (size_t)pr->n_instances, sizeof *m.order, by_key);
-  m.min_s = shortest_window_op(pr);
-  build_tiers(&m);
-  return m;
-}
-
-static void matcher_free(matcher *m) {
-  free(m->order);
-  free(m->heap);
-  for (int t = 0; t < TIERS; t++)
-    free(m->tier[t]);
-}
-
-/* The highest tier whose windows include every one with a slot for window_s; -1: none does. */
-static int tier_for(const matcher *m, double window_s) {
-  if (m->min_s <= 0 || window_s < m->min_s) return -1;
-  int t = 0;
-  while (t + 1 < TIERS && ldexp(m->min_s, t + 1) <= window_s)
-    t++;
-  return t;
-}
-
-/* The first of windows list[k..n) (all windows when list is NULL; both in
- * time order) at or after position `after`: when no instance waits, the
- * windows before the next release have nothing to take (stretches of a
- * schedule where no backward is near, e.g. GPipe's forwards). */
-static int first_at(const lx_stage_problem *pr, const int *list, int k, int n, int after) {
-  while (k < n) {
-    int mid = k + (n - k) / 2;
-    if (pr->windows[list ? list[mid] : mid].after < after)
-      k = mid + 1;
-    else
-      n = mid;
-  }
-  return k;
-}
-
-/* Windows in time order; each takes the admissible instances that are due
- * first, as many as fit. For equal-sized jobs with release times and
- * deadlines on a line this serves as many as any assignment can. A window
- * too short to take one instance changes nothing: the next one that can
- * releases and expires the same instances (deadlines differ, so the heap
- * pops the same ones whatever the order of pushes). */
-static int match(const matcher *m, double window_s, int *window_of) {
-  const lx_stage_problem *pr = m->pr;
-  for (int i = 0; i < pr->n_instances; i++)
-    window_of[i] = -1;
-  if (window_s <= 0 || pr->n_windows == 0 || pr->n_instances == 0) return 0;
-  int t = tier_for(m, window_s), n_windows = t >= 0 ? m->n_tier[t] : pr->n_windows;
-  const int *list = t >= 0 ? m->tier[t] : NULL;
-  heap h = {m->heap, 0, pr->due};
-  int next = 0, served = 0;
-  for (int k = 0; k < n_windows && (h.n || next < pr->n_instances); k++) {
-    if (!h.n) k = first_at(pr, list, k, n_windows, pr->lo[m->order[next]]); /* nothing waits before then */
-    if (k >= n_windows) break;
-    int w = list ? list[k] : k, at = pr->windows[w].after, slots = slots_of(&pr->windows[w], window_s);
-    if (slots <= 0) continue;
-    while (next < pr->n_instances && pr->lo[m->order[next]] <= at) {
-      if (pr->due[m->order[next]] > at) heap_push(&h, m->order[next]);
-      next++;
-    }
-    while (h.n && pr->due[h.items[0]] <= at)
-      heap_pop(&h); /* too late for them now */
-    for (; slots > 0 && h.n; slots--, served++)
-      window_of[heap_pop(&h)] = w;
-  }
-  return served;
-}
-
-int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_of) {
-  matcher m = matcher_init(pr);
-  int served = match(&m, window_s, window_of);
-  matcher_free(&m);
-  return served;
-}
-
-static int served_count(const lx_stage_problem *pr, const int *window_of) {
-  int n = 0;
-  for (int i = 0; window_of && i < pr->n_instances; i++)
-    n += window_of[i] >= 0;
-  return n;
-}
-
-static double exposed_of(const lx_stage_problem *pr, opmask rc, opmask w, int served) {
-  double n = (double)pr->n_layers * pr->micro_batches;
-  return n * seconds_of(pr, rc & ~w) + (n - served) * seconds_of(pr, w);
-}
-
-double lx_policy_exposed(const lx_stage_problem *pr, const lx_op_decision *d, const int *window_of) {
-  opmask rc, w;
-  decisions_to_masks(pr, d, &rc, &w);
-  return exposed_of(pr, rc, w, served_count(pr, window_of));
-}
-
-int64_t lx_policy_bytes(const lx_stage_problem *pr, const lx_op_decision *d) {
-  opmask rc, w;
-  decisions_to_masks(pr, d, &rc, &w);
-  return memory_of(pr, rc, w);
-}
-
 /* ---- a choice, and how to compare two ---------------------------------------- */
 
 typedef struct {
-  opmask rc, w;
+  lx_opmask rc, w;
   double exposed;
   bool valid;
 } choice;
@@ -394,29 +41,29 @@ static int compare_choices(const lx_stage_problem *pr, const choice *a, const ch
   double scale = a->exposed > b->exposed ? a->exposed : b->exposed;
   if (a->exposed < b->exposed - 1e-12 * scale) return -1;
   if (b->exposed < a->exposed - 1e-12 * scale) return 1;
-  double ra = seconds_of(pr, a->rc), rb = seconds_of(pr, b->rc);
+  double ra = lx_seconds_of(pr, a->rc), rb = lx_seconds_of(pr, b->rc);
   if (ra != rb) return ra < rb ? -1 : 1;
-  int64_t ma = memory_of(pr, a->rc, a->w), mb = memory_of(pr, b->rc, b->w);
+  int64_t ma = lx_memory_of(pr, a->rc, a->w), mb = lx_memory_of(pr, b->rc, b->w);
   return (ma > mb) - (ma < mb);
 }
 
-static bool fits(const lx_stage_problem *pr, opmask rc, opmask w) {
-  return memory_of(pr, rc, w) <= pr->avail_bytes;
+static bool fits(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
+  return lx_memory_of(pr, rc, w) <= pr->avail_bytes;
 }
 
 /* The choice with its windows assigned for real. */
-static choice realize(const matcher *m, opmask rc, opmask w, int *window_of) {
+static choice realize(const lx_matcher *m, lx_opmask rc, lx_opmask w, int *window_of) {
   const lx_stage_problem *pr = m->pr;
-  int served = match(m, w ? seconds_of(pr, w) : 0, window_of);
-  return (choice){rc, w, exposed_of(pr, rc, w, served), fits(pr, rc, w)};
+  int served = lx_match_windows(m, w ? lx_seconds_of(pr, w) : 0, window_of);
+  return (choice){rc, w, lx_exposed_of(pr, rc, w, served), fits(pr, rc, w)};
 }
 
 /* Everything that can be dropped: the last resort. */
-static opmask drop_everything(const lx_stage_problem *pr) {
-  opmask rc = 0;
+static lx_opmask drop_everything(const lx_stage_problem *pr) {
+  lx_opmask rc = 0;
   for (int i = 0; i < pr->n_ops; i++)
-    if (pr->drop_bytes[i] > 0) rc |= (opmask)1 << i;
-  return close_recompute(pr, rc);
+    if (pr->drop_bytes[i] > 0) rc |= (lx_opmask)1 << i;
+  return lx_close_recompute(pr, rc);
 }
 
 /* ---- lynx-heu ---------------------------------------------------------------------- */
@@ -431,11 +78,11 @@ typedef struct {
   double r[GRID];
   int served[GRID]; /* -1: not matched yet */
   int n;
-  const matcher *m;
+  const lx_matcher *m;
   int *scratch;
 } served_curve;
 
-static void build_curve(const matcher *m, served_curve *c, int *scratch) {
+static void build_curve(const lx_matcher *m, served_curve *c, int *scratch) {
   const lx_stage_problem *pr = m->pr;
   double lo = 0, hi = 0;
   for (int i = 0; i < pr->n_ops; i++)
@@ -457,7 +104,7 @@ static int served_estimate(served_curve *c, double r) {
   if (r <= 0) return 0;
   for (int g = 0; g < c->n; g++)
     if (c->r[g] >= r * (1 - 1e-12)) {
-      if (c->served[g] < 0) c->served[g] = match(c->m, c->r[g], c->scratch);
+      if (c->served[g] < 0) c->served[g] = lx_match_windows(c->m, c->r[g], c->scratch);
       return c->served[g];
     }
   return 0;
@@ -482,14 +129,14 @@ static void shortlist_add(const lx_stage_problem *pr, shortlist *s, choice c) {
 
 /* Every chain-closed window subset of one recompute set that fits, scored
  * with the served curve. */
-static void consider_windows(const lx_stage_problem *pr, served_curve *c, opmask rc, shortlist *s) {
-  double n = (double)pr->n_layers * pr->micro_batches, all = seconds_of(pr, rc);
-  opmask cand = c->n ? window_candidates(pr, rc) : 0;
+static void consider_windows(const lx_stage_problem *pr, served_curve *c, lx_opmask rc, shortlist *s) {
+  double n = (double)pr->n_layers * pr->micro_batches, all = lx_seconds_of(pr, rc);
+  lx_opmask cand = c->n ? lx_window_candidates(pr, rc) : 0;
   int n_cand = __builtin_popcountll(cand);
-  for (opmask w = cand;; w = (w - 1) & cand) {
+  for (lx_opmask w = cand;; w = (w - 1) & cand) {
     bool enumerable = n_cand <= MAX_ENUM_WINDOW_OPS || w == cand || w == 0;
-    if (enumerable && window_closed(pr, rc, w) && fits(pr, rc, w)) {
-      double rw = seconds_of(pr, w);
+    if (enumerable && lx_window_closed(pr, rc, w) && fits(pr, rc, w)) {
+      double rw = lx_seconds_of(pr, w);
       shortlist_add(pr, s, (choice){rc, w, n * all - served_estimate(c, rw) * rw, true});
     }
     if (w == 0) break;
@@ -521,15 +168,15 @@ typedef struct {
 } served_memo;
 
 /* What realize says of a choice, without its assignment (scratch is overwritten). */
-static choice score(const matcher *m, served_memo *memo, opmask rc, opmask w, int *scratch) {
+static choice score(const lx_matcher *m, served_memo *memo, lx_opmask rc, lx_opmask w, int *scratch) {
   const lx_stage_problem *pr = m->pr;
-  double window_s = w ? seconds_of(pr, w) : 0;
+  double window_s = w ? lx_seconds_of(pr, w) : 0;
   int k = 0;
   while (k < memo->n && memo->window_s[k] != window_s)
     k++;
-  int served = k < memo->n ? memo->served[k] : match(m, window_s, scratch);
+  int served = k < memo->n ? memo->served[k] : lx_match_windows(m, window_s, scratch);
   if (k == memo->n && k < TOP + 1) memo->window_s[memo->n] = window_s, memo->served[memo->n++] = served;
-  return (choice){rc, w, exposed_of(pr, rc, w, served), fits(pr, rc, w)};
+  return (choice){rc, w, lx_exposed_of(pr, rc, w, served), fits(pr, rc, w)};
 }
 
 /* One layer decides for all: every subset of the droppable ops (or, for
@@ -541,16 +188,16 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
   int *ops = lx_malloc(sizeof(int) * (size_t)pr->n_ops);
   int n = droppable_ops(pr, ops);
   served_curve curve;
-  matcher m = matcher_init(pr);
+  lx_matcher m = lx_matcher_init(pr);
   build_curve(&m, &curve, window_of);
   shortlist s = {.n = 0};
   bool enumerate = n <= MAX_ENUM_OPS;
   uint64_t subsets = enumerate ? (uint64_t)1 << n : (uint64_t)n + 1;
   for (uint64_t k = 0; k < subsets; k++) {
-    opmask rc = 0;
+    lx_opmask rc = 0;
     for (int j = 0; j < n; j++)
-      if (enumerate ? (k >> j) & 1 : (uint64_t)j < k) rc |= (opmask)1 << ops[j];
-    rc = close_recompute(pr, rc);
+      if (enumerate ? (k >> j) & 1 : (uint64_t)j < k) rc |= (lx_opmask)1 << ops[j];
+    rc = lx_close_recompute(pr, rc);
     if (fits(pr, rc, 0)) consider_windows(pr, &curve, rc, &s);
   }
   free(ops);
@@ -561,8 +208,8 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
     if (compare_choices(pr, &c, &best) < 0) best = c;
   }
   realize(&m, best.rc, best.w, window_of);
-  matcher_free(&m);
-  masks_to_decisions(pr, best.rc, best.w, d);
+  lx_matcher_free(&m);
+  lx_masks_to_decisions(pr, best.rc, best.w, d);
   return best.valid;
 }
 
@@ -653,17 +300,17 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
   const lx_graph *g = pr->block;
   op_columns c = {lx_calloc((size_t)pr->n_ops, sizeof(int)), lx_calloc((size_t)pr->n_ops, sizeof(int))};
   for (int i = 0; i < pr->n_ops; i++) {
-    if (is_input(pr, i)) continue;
+    if (lx_is_input_op(pr, i)) continue;
     c.rc[i] = add_binary(lp, rc_cost * ms(pr->recompute_s[i]), true);
     c.w[i] = add_binary(lp, w_cost * ms(pr->recompute_s[i]), windows && pr->windowable[i]);
     int r = add_row(lp, GLP_UP, 0, 0); /* w <= rc */
     put(t, r, c.w[i], 1), put(t, r, c.rc[i], -1);
   }
   for (int i = 0; i < pr->n_ops; i++)
-    for (int k = 0; !is_input(pr, i) && k < g->ops[i].n_inputs; k++) {
+    for (int k = 0; !lx_is_input_op(pr, i) && k < g->ops[i].n_inputs; k++) {
       int j = g->ops[i].inputs[k];
-      if (is_input(pr, j)) continue;
-      if (!output_saved(g, j)) { /* rc_i <= rc_j */
+      if (lx_is_input_op(pr, j)) continue;
+      if (!lx_output_saved(g, j)) { /* rc_i <= rc_j */
         int r = add_row(lp, GLP_UP, 0, 0);
         put(t, r, c.rc[i], 1), put(t, r, c.rc[j], -1);
       }
@@ -682,11 +329,11 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
   return c;
 }
 
-static void read_masks(const lx_stage_problem *pr, glp_prob *lp, op_columns c, opmask *rc, opmask *w) {
+static void read_masks(const lx_stage_problem *pr, glp_prob *lp, op_columns c, lx_opmask *rc, lx_opmask *w) {
   *rc = *w = 0;
   for (int i = 0; i < pr->n_ops; i++) {
-    if (c.rc[i] && glp_mip_col_val(lp, c.rc[i]) > 0.5) *rc |= (opmask)1 << i;
-    if (c.w[i] && glp_mip_col_val(lp, c.w[i]) > 0.5) *w |= (opmask)1 << i;
+    if (c.rc[i] && glp_mip_col_val(lp, c.rc[i]) > 0.5) *rc |= (lx_opmask)1 << i;
+    if (c.w[i] && glp_mip_col_val(lp, c.w[i]) > 0.5) *w |= (lx_opmask)1 << i;
   }
 }
 
@@ -705,14 +352,14 @@ static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *
   triplets t = {0};
   op_columns c = add_op_model(pr, lp, &t, 1, 0, false);
   const char *status = solve_mip(lp, &t, pr->time_limit_s, &stats->gap);
-  opmask rc = drop_everything(pr), w = 0;
+  lx_opmask rc = drop_everything(pr), w = 0;
   int ok = glp_mip_status(lp);
   if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w);
-  rc = close_recompute(pr, rc);
-  matcher m = matcher_init(pr);
+  rc = lx_close_recompute(pr, rc);
+  lx_matcher m = lx_matcher_init(pr);
   choice best = realize(&m, rc, 0, window_of);
-  matcher_free(&m);
-  masks_to_decisions(pr, best.rc, 0, d);
+  lx_matcher_free(&m);
+  lx_masks_to_decisions(pr, best.rc, 0, d);
   stats->status = status;
   free(c.rc), free(c.w);
   free_triplets(&t);
@@ -769,21 +416,21 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
       if (c.w[i]) glp_set_col_bnds(lp, c.w[i], GLP_FX, 0, 0);
   const char *status = solve_mip(lp, &t, pr->time_limit_s, &stats->gap);
   int ok = glp_mip_status(lp);
-  opmask rc = drop_everything(pr), w = 0;
+  lx_opmask rc = drop_everything(pr), w = 0;
   if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w);
-  rc = close_recompute(pr, rc);
-  if (!window_closed(pr, rc, w)) w = 0;
-  matcher m = matcher_init(pr);
+  rc = lx_close_recompute(pr, rc);
+  if (!lx_window_closed(pr, rc, w)) w = 0;
+  lx_matcher m = lx_matcher_init(pr);
   choice milp = realize(&m, rc, w, window_of);
   bool heu_ok = solve_heu(pr, d, window_of);
-  opmask hrc, hw;
-  decisions_to_masks(pr, d, &hrc, &hw);
+  lx_opmask hrc, hw;
+  lx_decisions_to_masks(pr, d, &hrc, &hw);
   choice heu = {hrc, hw, lx_policy_exposed(pr, d, window_of), heu_ok};
   choice best = compare_choices(pr, &milp, &heu) <= 0 ? milp : heu;
   stats->status = best.rc == milp.rc && best.w == milp.w ? status : "heuristic incumbent (MILP no better)";
   realize(&m, best.rc, best.w, window_of);
-  matcher_free(&m);
-  masks_to_decisions(pr, best.rc, best.w, d);
+  lx_matcher_free(&m);
+  lx_masks_to_decisions(pr, best.rc, best.w, d);
   free(window_row);
   free(c.rc), free(c.w);
   free_triplets(&t);
@@ -802,7 +449,7 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
   bool planned =
       policy == LX_RECOMPUTE_CHECKMATE || policy == LX_RECOMPUTE_LYNX_HEU || policy == LX_RECOMPUTE_LYNX_OPT;
   if (planned && fits(pr, 0, 0)) { /* keeping everything fits: nothing is exposed and nothing beats it */
-    masks_to_decisions(pr, 0, 0, d);
+    lx_masks_to_decisions(pr, 0, 0, d);
     for (int i = 0; i < pr->n_instances; i++)
       scratch[i] = -1;
     stats->status = "optimal (everything kept)";
@@ -825,9 +472,9 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
   }
   stats->search_s = now_s() - start;
   stats->exposed_s = lx_policy_exposed(pr, d, scratch);
-  opmask rc, w;
-  decisions_to_masks(pr, d, &rc, &w);
-  stats->window_s = (double)served_count(pr, scratch) * seconds_of(pr, w);
+  lx_opmask rc, w;
+  lx_decisions_to_masks(pr, d, &rc, &w);
+  stats->window_s = (double)lx_served_count(pr, scratch) * lx_seconds_of(pr, w);
   stats->used_bytes = lx_policy_bytes(pr, d);
   if (!window_of) free(scratch);
   return ok;

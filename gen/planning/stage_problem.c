@@ -1,0 +1,348 @@
+/* stage_problem.c — a stage's recompute problem (stage_problem.h, overlap.h):
+ * its ops, their costs and bytes, sets of them, and the matching of window
+ * work to the stage's idle windows that every policy measures by. */
+#include "planning/stage_problem.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "planning/passes.h"
+
+static bool has(lx_opmask m, int i) { return (m >> i) & 1; }
+
+/* ---- the problem ------------------------------------------------------------ */
+
+/* Ops with a tensor-parallel collective around their forward stay out of
+ * windows: the recompute stream issues no communication. */
+static bool has_tp_collective(const lx_ir *ir, const lx_op *op) {
+  lx_tp_collectives c = lx_tp_collectives_of(ir, op, false);
+  return c.gather_before || c.reduce_after;
+}
+
+bool lx_output_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
+
+/* What dropping everything op i saves frees, measured with lx_kept_bytes so
+ * that a tensor saved by several ops is counted once, as the plan does. */
+static int64_t drop_bytes_of(const lx_graph *g, int i, lx_op_decision *scratch) {
+  memset(scratch, 0, sizeof *scratch * (size_t)g->n_ops);
+  int64_t all = lx_kept_bytes(g, scratch);
+  scratch[i].drop_output = scratch[i].drop_internals = true;
+  return all - lx_kept_bytes(g, scratch);
+}
+
+void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int n_layers,
+                           int stashed, int micro_batches, int64_t avail_bytes) {
+  const lx_graph *g = &ir->block;
+  size_t n = (size_t)g->n_ops;
+  *pr = (lx_stage_problem){.block = g,
+                           .n_ops = g->n_ops,
+                           .n_layers = n_layers,
+                           .stashed = stashed,
+                           .micro_batches = micro_batches,
+                           .avail_bytes = avail_bytes,
+                           .window_buffers = 2,
+                           .time_limit_s = 20};
+  pr->recompute_s = lx_calloc(n, sizeof(double));
+  pr->drop_bytes = lx_calloc(n, sizeof(int64_t));
+  pr->windowable = lx_calloc(n, sizeof(bool));
+  lx_op_decision *scratch = lx_calloc(n, sizeof *scratch);
+  pr->kept_all = lx_kept_bytes(g, scratch);
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    if (op->kind == LX_OP_INPUT) continue; /* the layer input is the checkpoint */
+    pr->recompute_s[i] = lx_cost_op_fwd(cm, ir, g, op);
+    pr->drop_bytes[i] = drop_bytes_of(g, i, scratch);
+    pr->windowable[i] = lx_output_saved(g, i) && !has_tp_collective(ir, op);
+  }
+  free(scratch);
+}
+
+void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s) {
+  const lx_stage *st = &p->stages[s];
+  free(pr->lo);
+  free(pr->due);
+  pr->windows = st->windows;
+  pr->n_windows = st->n_windows;
+  pr->n_instances = st->n_layers * p->micro_batches;
+  pr->lo = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  pr->due = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  lx_instance_bounds(p, s, pr->lo, pr->due);
+}
+
+void lx_stage_problem_free(lx_stage_problem *pr) {
+  free(pr->recompute_s);
+  free(pr->drop_bytes);
+  free(pr->windowable);
+  free(pr->lo);
+  free(pr->due);
+  memset(pr, 0, sizeof *pr);
+}
+
+/* ---- sets of ops ---------------------------------------------------------- */
+
+bool lx_is_input_op(const lx_stage_problem *pr, int i) { return pr->block->ops[i].kind == LX_OP_INPUT; }
+
+/* A recomputed op needs its inputs: a producer whose output nobody keeps
+ * runs again too. Inputs precede their users: one backward sweep. */
+lx_opmask lx_close_recompute(const lx_stage_problem *pr, lx_opmask rc) {
+  const lx_graph *g = pr->block;
+  for (int i = g->n_ops - 1; i >= 0; i--) {
+    if (!has(rc, i)) continue;
+    for (int k = 0; k < g->ops[i].n_inputs; k++) {
+      int j = g->ops[i].inputs[k];
+      if (!has(rc, j) && !lx_is_input_op(pr, j) && !lx_output_saved(g, j)) rc |= (lx_opmask)1 << j;
+    }
+  }
+  return rc;
+}
+
+/* The ops of rc that may run in a window: windowable, and every recomputed
+ * producer they read runs in the window before them. */
+lx_opmask lx_window_candidates(const lx_stage_problem *pr, lx_opmask rc) {
+  const lx_graph *g = pr->block;
+  lx_opmask w = 0;
+  for (int i = 0; i < g->n_ops; i++) {
+    if (!has(rc, i) || !pr->windowable[i]) continue;
+    bool ok = true;
+    for (int k = 0; k < g->ops[i].n_inputs; k++) {
+      int j = g->ops[i].inputs[k];
+      if (has(rc, j) && !has(w, j)) ok = false;
+    }
+    if (ok) w |= (lx_opmask)1 << i;
+  }
+  return w;
+}
+
+bool lx_window_closed(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
+  const lx_graph *g = pr->block;
+  for (int i = 0; i < g->n_ops; i++)
+    for (int k = 0; has(w, i) && k < g->ops[i].n_inputs; k++)
+      if (has(rc, g->ops[i].inputs[k]) && !has(w, g->ops[i].inputs[k])) return false;
+  return true;
+}
+
+/* The ops of a set in increasing order (the sums below add in op order, so
+ * they are the same numbers however often they are taken). */
+static int next_op(lx_opmask *m) {
+  int i = __builtin_ctzll(*m);
+  *m &= *m - 1;
+  return i;
+}
+
+double lx_seconds_of(const lx_stage_problem *pr, lx_opmask m) {
+  double t = 0;
+  while (m)
+    t += pr->recompute_s[next_op(&m)];
+  return t;
+}
+
+static int64_t bytes_of(const lx_stage_problem *pr, lx_opmask m) {
+  int64_t b = 0;
+  while (m)
+    b += pr->drop_bytes[next_op(&m)];
+  return b;
+}
+
+/* Block activation bytes: the stash of kept tensors plus the window buffers. */
+int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
+  return (int64_t)pr->stashed * pr->n_layers * (pr->kept_all - bytes_of(pr, rc)) +
+         (int64_t)pr->window_buffers * bytes_of(pr, w);
+}
+
+void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_op_decision *d) {
+  for (int i = 0; i < pr->n_ops; i++)
+    d[i] = (lx_op_decision){.drop_output = has(rc, i), .drop_internals = has(rc, i), .in_window = has(w, i)};
+  lx_recompute_closure(pr->block, d);
+  for (int i = 0; i < pr->n_ops; i++)
+    d[i].in_window &= d[i].recompute;
+}
+
+void lx_decisions_to_masks(const lx_stage_problem *pr, const lx_op_decision *d, lx_opmask *rc, lx_opmask *w) {
+  *rc = *w = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (d[i].recompute) *rc |= (lx_opmask)1 << i;
+    if (d[i].recompute && d[i].in_window) *w |= (lx_opmask)1 << i;
+  }
+}
+
+/* ---- windows: an earliest-deadline-first matching ------------------------- */
+
+typedef struct {
+  int *items, n;
+  const int *key;
+} heap;
+
+static void heap_swap(heap *h, int a, int b) {
+  int t = h->items[a];
+  h->items[a] = h->items[b];
+  h->items[b] = t;
+}
+
+static void heap_push(heap *h, int v) {
+  int i = h->n++;
+  h->items[i] = v;
+  while (i > 0 && h->key[h->items[(i - 1) / 2]] > h->key[h->items[i]]) {
+    heap_swap(h, i, (i - 1) / 2);
+    i = (i - 1) / 2;
+  }
+}
+
+static int heap_pop(heap *h) {
+  int top = h->items[0], i = 0;
+  h->items[0] = h->items[--h->n];
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && h->key[h->items[l]] < h->key[h->items[m]]) m = l;
+    if (r < h->n && h->key[h->items[r]] < h->key[h->items[m]]) m = r;
+    if (m == i) return top;
+    heap_swap(h, i, m);
+    i = m;
+  }
+}
+
+static const int *sort_keys; /* qsort has no context argument in C11 */
+
+/* By key, then by index: the same order whatever qsort's stability. */
+static int by_key(const void *a, const void *b) {
+  int i = *(const int *)a, j = *(const int *)b, x = sort_keys[i], y = sort_keys[j];
+  return x != y ? (x > y) - (x < y) : (i > j) - (i < j);
+}
+
+/* How many recomputations of window_s fit the window; a window that could
+ * hold more than an int counts (4096 layers of 2^24-wide linears) holds INT_MAX. */
+static int slots_of(const lx_window *w, double window_s) {
+  double slots = w->capacity / window_s + 1e-9;
+  return slots < INT_MAX ? (int)slots : INT_MAX;
+}
+
+static double shortest_window_op(const lx_stage_problem *pr) {
+  double min_s = 0;
+  for (int i = 0; i < pr->n_ops; i++)
+    if (pr->windowable[i] && pr->recompute_s[i] > 0 && (min_s == 0 || pr->recompute_s[i] < min_s))
+      min_s = pr->recompute_s[i];
+  return min_s;
+}
+
+/* Tier t from tier t - 1 (or from every window): those with a slot at min_s x 2^t. */
+static void build_tiers(lx_matcher *m) {
+  const lx_stage_problem *pr = m->pr;
+  for (int t = 0; t < LX_TIERS; t++) {
+    m->tier[t] = lx_malloc(sizeof(int) * (size_t)(pr->n_windows + 1));
+    int from = t ? m->n_tier[t - 1] : pr->n_windows;
+    double r = ldexp(m->min_s, t);
+    m->n_tier[t] = 0;
+    for (int k = 0; k < from && m->min_s > 0; k++) {
+      int w = t ? m->tier[t - 1][k] : k;
+      if (slots_of(&pr->windows[w], r) > 0) m->tier[t][m->n_tier[t]++] = w;
+    }
+  }
+}
+
+lx_matcher lx_matcher_init(const lx_stage_problem *pr) {
+  size_t n = (size_t)(pr->n_instances > 0 ? pr->n_instances : 0) + 1;
+  lx_matcher m = {.pr = pr, .order = lx_malloc(sizeof(int) * n), .heap = lx_malloc(sizeof(int) * n)};
+  for (int i = 0; i < pr->n_instances; i++)
+    m.order[i] = i;
+  sort_keys = pr->lo;
+  if (pr->n_instances > 0) qsort(m.order, (size_t)pr->n_instances, sizeof *m.order, by_key);
+  m.min_s = shortest_window_op(pr);
+  build_tiers(&m);
+  return m;
+}
+
+void lx_matcher_free(lx_matcher *m) {
+  free(m->order);
+  free(m->heap);
+  for (int t = 0; t < LX_TIERS; t++)
+    free(m->tier[t]);
+}
+
+/* The highest tier whose windows include every one with a slot for window_s; -1: none does. */
+static int tier_for(const lx_matcher *m, double window_s) {
+  if (m->min_s <= 0 || window_s < m->min_s) return -1;
+  int t = 0;
+  while (t + 1 < LX_TIERS && ldexp(m->min_s, t + 1) <= window_s)
+    t++;
+  return t;
+}
+
+/* The first of windows list[k..n) (all windows when list is NULL; both in
+ * time order) at or after position `after`: when no instance waits, the
+ * windows before the next release have nothing to take (stretches of a
+ * schedule where no backward is near, e.g. GPipe's forwards). */
+static int first_at(const lx_stage_problem *pr, const int *list, int k, int n, int after) {
+  while (k < n) {
+    int mid = k + (n - k) / 2;
+    if (pr->windows[list ? list[mid] : mid].after < after)
+      k = mid + 1;
+    else
+      n = mid;
+  }
+  return k;
+}
+
+/* Windows in time order; each takes the admissible instances that are due
+ * first, as many as fit. For equal-sized jobs with release times and
+ * deadlines on a line this serves as many as any assignment can. A window
+ * too short to take one instance changes nothing: the next one that can
+ * releases and expires the same instances (deadlines differ, so the heap
+ * pops the same ones whatever the order of pushes). */
+int lx_match_windows(const lx_matcher *m, double window_s, int *window_of) {
+  const lx_stage_problem *pr = m->pr;
+  for (int i = 0; i < pr->n_instances; i++)
+    window_of[i] = -1;
+  if (window_s <= 0 || pr->n_windows == 0 || pr->n_instances == 0) return 0;
+  int t = tier_for(m, window_s), n_windows = t >= 0 ? m->n_tier[t] : pr->n_windows;
+  const int *list = t >= 0 ? m->tier[t] : NULL;
+  heap h = {m->heap, 0, pr->due};
+  int next = 0, served = 0;
+  for (int k = 0; k < n_windows && (h.n || next < pr->n_instances); k++) {
+    if (!h.n) k = first_at(pr, list, k, n_windows, pr->lo[m->order[next]]); /* nothing waits before then */
+    if (k >= n_windows) break;
+    int w = list ? list[k] : k, at = pr->windows[w].after, slots = slots_of(&pr->windows[w], window_s);
+    if (slots <= 0) continue;
+    while (next < pr->n_instances && pr->lo[m->order[next]] <= at) {
+      if (pr->due[m->order[next]] > at) heap_push(&h, m->order[next]);
+      next++;
+    }
+    while (h.n && pr->due[h.items[0]] <= at)
+      heap_pop(&h); /* too late for them now */
+    for (; slots > 0 && h.n; slots--, served++)
+      window_of[heap_pop(&h)] = w;
+  }
+  return served;
+}
+
+int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_of) {
+  lx_matcher m = lx_matcher_init(pr);
+  int served = lx_match_windows(&m, window_s, window_of);
+  lx_matcher_free(&m);
+  return served;
+}
+
+int lx_served_count(const lx_stage_problem *pr, const int *window_of) {
+  int n = 0;
+  for (int i = 0; window_of && i < pr->n_instances; i++)
+    n += window_of[i] >= 0;
+  return n;
+}
+
+double lx_exposed_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, int served) {
+  double n = (double)pr->n_layers * pr->micro_batches;
+  return n * lx_seconds_of(pr, rc & ~w) + (n - served) * lx_seconds_of(pr, w);
+}
+
+double lx_policy_exposed(const lx_stage_problem *pr, const lx_op_decision *d, const int *window_of) {
+  lx_opmask rc, w;
+  lx_decisions_to_masks(pr, d, &rc, &w);
+  return lx_exposed_of(pr, rc, w, lx_served_count(pr, window_of));
+}
+
+int64_t lx_policy_bytes(const lx_stage_problem *pr, const lx_op_decision *d) {
+  lx_opmask rc, w;
+  lx_decisions_to_masks(pr, d, &rc, &w);
+  return lx_memory_of(pr, rc, w);
+}
