@@ -82,9 +82,21 @@ tensor epilogue(tensor x, tensor targets) {{
 """
 
 
-def run(cmd, cwd, env=None):
+def run(cmd, cwd, env=None, timeout=None):
+    """timeout: seconds, after which every process of the program (run.sh starts
+    mpirun in a session of its own) is killed and None returned: a hang fails
+    the check instead of the whole suite."""
     full_env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=full_env)
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=full_env) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            subprocess.run(["pkill", "-KILL", "-f", os.path.dirname(cmd[0]) + "/"])
+            p.kill()
+            p.communicate()
+            return None
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def generate(work, name, model_file, *args, target="all", quick=False):
@@ -102,10 +114,10 @@ def generate(work, name, model_file, *args, target="all", quick=False):
     return out
 
 
-def train(program, work, *args, variant=""):
+def train(program, work, *args, variant="", timeout=None):
     metrics = os.path.join(program, "metrics.jsonl")
     r = run([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--metrics", metrics,
-             *args], work, {"LX_VARIANT": variant})
+             *args], work, {"LX_VARIANT": variant}, timeout)
     return r, metrics
 
 
@@ -213,6 +225,43 @@ def tensor_and_data_parallel(work, model, reference):
 
 POLICIES = ("none", "full", "selective", "checkmate", "lynx-heu", "lynx-opt")
 
+LLAMA_MODEL = os.path.join(ROOT, "tests", "equivalence", "llama.model")
+
+
+def embedding_ties(work, gpt_model):
+    """GPT and Llama, tied and untied embeddings, at pp 1, 2 and 4: each trains
+    (an untied table once made the first stage wait forever for the last
+    stage's copy), deeper pipelines give pp = 1's losses, and untying changes
+    them (the head has weights of its own)."""
+    with open(gpt_model) as f:
+        gpt = f.read()
+    with open(LLAMA_MODEL) as f:
+        llama = f.read().replace(".layers = 2,", ".layers = 4,")
+    for family, text in (("gpt", gpt), ("llama", llama)):
+        by_tie = {}
+        for tied in (1, 0):
+            model = os.path.join(work, "%s-tied%d.model" % (family, tied))
+            with open(model, "w") as f:
+                f.write(text.replace(".tied_embeddings = 1", ".tied_embeddings = %d" % tied))
+            name = "%s %s" % (family, "tied" if tied else "untied")
+            for pp in (1, 2, 4):
+                program = generate(work, "tie-%s%d-pp%d" % (family, tied, pp), model, "--pp", str(pp), quick=True)
+                r, metrics = train(program, work, "--steps", "3", timeout=120) if program else (None, None)
+                if r is None or r.returncode != 0:
+                    check(False, "%s pp=%d trains 3 steps (%s)" % (name, pp, "timed out" if program else "no build"))
+                    continue
+                if pp == 1:
+                    by_tie[tied] = losses(metrics)
+                    check(len(by_tie[tied]) == 3, "%s pp=1 trains 3 steps" % name)
+                elif tied in by_tie:
+                    got = losses(metrics)
+                    worst = relative_difference(got, by_tie[tied])
+                    check(len(got) == 3 and worst <= CROSS_PP_BOUND, "%s pp=%d: losses equal pp=1's within %.0e "
+                          "(worst %.2e)" % (name, pp, CROSS_PP_BOUND, worst))
+        if len(by_tie) == 2:
+            check(by_tie[0] != by_tie[1], "%s: untied embeddings train other weights than tied ones (%s vs %s)" % (
+                family, by_tie[0][-1], by_tie[1][-1]))
+
 
 def main():
     if not os.path.exists(FORTUNES):
@@ -264,6 +313,7 @@ def main():
                   "pp=%d losses equal pp=1's within %.0e (worst relative difference %.2e)" % (pp, CROSS_PP_BOUND, worst))
 
     tensor_and_data_parallel(work, model, by_pp.get(1))
+    embedding_ties(work, model)
 
     # Gradients against central finite differences, double precision.
     for pp in (1, 2):

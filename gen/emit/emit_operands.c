@@ -431,6 +431,12 @@ static param_shard shard_of(const lx_printer *pr, lx_graph_id gid, int i, int k)
   return sh;
 }
 
+/* The embedding table a tied head reads too: the first and the last stage
+ * sum its gradients (an untied table has no copy to sum with). */
+static bool is_tied_table(const lx_ir *ir, const lx_op *op) {
+  return op->kind == LX_OP_EMBEDDING && ir->model.tied_embeddings;
+}
+
 static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int i, int k, bool gpt2) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   const lx_op *op = &graph->ops[i];
@@ -450,7 +456,7 @@ static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int 
   fprintf(pr->out, "  {\"%s%s%d %s.%s\", %lldLL, %lldLL, %.17g, %g, %d, %lldLL, %lldLL, %d, %d, %d",
           graph->name, g == LX_GRAPH_BLOCK ? " layer " : "", g == LX_GRAPH_BLOCK ? layer : 0, op->name,
           k ? "bias" : "weight", element, (long long)pl->param_elements[k], std, constant, weight ? 1 : 0,
-          stream, file, tied_copy ? 0 : 1, tied_copy || op->kind == LX_OP_EMBEDDING ? 1 : 0, sh.split);
+          stream, file, tied_copy ? 0 : 1, tied_copy || is_tied_table(pr->ir, op) ? 1 : 0, sh.split);
   fprintf(pr->out, ", %lldLL, %lldLL, %d, {%lldLL, %lldLL, %lldLL}, {%lldLL, %lldLL, %lldLL}",
           sh.row_elements, sh.whole_row, sh.pieces, sh.piece_row[0], sh.piece_row[1], sh.piece_row[2],
           sh.piece_rows[0], sh.piece_rows[1], sh.piece_rows[2]);
