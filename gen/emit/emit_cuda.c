@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "verify/access.h"
 #include "analysis/cost.h"
 #include "diag.h"
 #include "emit/emit_file.h"
@@ -22,6 +21,7 @@
 #include "emit/emit_reroll.h"
 #include "emit/emit_walk.h"
 #include "escape.h"
+#include "verify/access.h"
 
 /* ---- one op ------------------------------------------------------------------ */
 
@@ -81,7 +81,7 @@ static int prof_slot(const lx_printer *pr, lx_graph_id g, int i) {
  * gelu's saved input) is the epilogue's aux matrix. */
 static void print_linear_gelu_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
   lx_kernel_call linear_call, *linear = &linear_call;
-  emit_kernel_call(pr, g, i, out_role, false, NULL, linear);
+  emit_kernel_call(pr, g, i, out_role, false, linear);
   const lx_op *op = linear->op;
   lx_operands gelu;
   emit_gather_operands(pr, g, i + 1, out_role, false, &gelu);
@@ -180,19 +180,8 @@ static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
 
 /* ---- graph functions: one per graph and direction, on the caller's stream ---- */
 
-static void print_function_head(const lx_printer *pr, const char *what, lx_graph_id g) {
-  const lx_graph *graph = lx_graph_of(pr->ir, g);
-  char file[LX_TEXT_MAX];
-  fprintf(pr->out,
-          "\n/* %s of %s() (%s:%d) for one micro-batch, on `stream` with its scratch. */\n"
-          "static void %s_%s(%s, cudaStream_t stream, float *scratch) {\n  (void)scratch;\n",
-          what, graph->name, emit_file_name(graph->src.file, file), graph->src.line, what, graph->name,
-          g == LX_GRAPH_BLOCK ? "int layer, int mb" : "int mb");
-  if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
-}
-
-static const lx_graph_printer graph_printer = {print_function_head, print_forward_op, print_backward_op,
-                                               print_blocking_collective, print_zero_grads};
+static const lx_graph_printer graph_printer = {print_forward_op, print_backward_op, print_blocking_collective,
+                                               print_zero_grads};
 
 /* ---- the step: the walker's hooks --------------------------------------------- */
 
