@@ -169,7 +169,7 @@ LX_CUDA_API void lx_add_forward(const lx_ctx *ctx,
                                 const lx_bf16 *b, // (N)
                                 size_t N) {
   lx_cuda_add_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(out, a, b,
-                                                                                                        N);
+                                                                                                             N);
   LX_CUDA_LAUNCHED();
 }
 

@@ -59,7 +59,7 @@ LX_CUDA_API void lx_embedding_forward_shard(const lx_ctx *ctx,
                                             int B, int T, int C, int V, int first, int rows) {
   LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0 && first >= 0 && rows > 0);
   lx_cuda_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, ctx->stream>>>(out, tokens, wte, C, first,
-                                                                                rows);
+                                                                                     rows);
   LX_CUDA_LAUNCHED();
 }
 
@@ -118,7 +118,7 @@ LX_CUDA_API void lx_embedding_backward_shard(const lx_ctx *ctx,
   LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0 && first >= 0 && rows > 0);
   lx_cuda_embedding_backward_kernel<<<lx_ceil_div((size_t)rows, LX_CUDA_EMBED_ROWS_PER_BLOCK),
                                       LX_CUDA_EMBED_THREADS, 0, ctx->stream>>>(dwte, dout, tokens, B * T, C, first,
-                                                                          rows);
+                                                                               rows);
   LX_CUDA_LAUNCHED();
 }
 
@@ -161,7 +161,7 @@ LX_CUDA_API void lx_position_embedding_forward_rows(const lx_ctx *ctx,
                                                     const lx_bf16 *wpe, // (T, C)
                                                     int T, int C, int first, int rows) {
   lx_cuda_position_embedding_forward_kernel<<<rows, LX_CUDA_EMBED_THREADS, 0, ctx->stream>>>(out, wpe, T, C,
-                                                                                        first);
+                                                                                             first);
   LX_CUDA_LAUNCHED();
 }
 

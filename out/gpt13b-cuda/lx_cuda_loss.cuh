@@ -96,7 +96,7 @@ LX_CUDA_API void lx_cross_entropy_forward(const lx_ctx *ctx,
   float *losses = ctx->scratch; /* (BT): the rows' losses */
   LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
   lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, NULL, logits, targets, 0.0f,
-                                                                            V, Vp);
+                                                                             V, Vp);
   LX_CUDA_LAUNCHED();
   lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(loss, losses, BT);
   LX_CUDA_LAUNCHED();
@@ -128,7 +128,7 @@ LX_CUDA_API void lx_cross_entropy_forward_backward(const lx_ctx *ctx,
   float *losses = ctx->scratch; /* (BT): the rows' losses */
   LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
   lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, dlogits, logits, targets,
-                                                                            dloss / BT, V, Vp);
+                                                                             dloss / BT, V, Vp);
   LX_CUDA_LAUNCHED();
   lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(loss, losses, BT);
   LX_CUDA_LAUNCHED();
