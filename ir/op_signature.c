@@ -17,11 +17,9 @@
 /* clang-format on */
 
 /* A row: ROW(name, kernel, forward operands, backward operands), then what
- * sets it apart: a workspace, element-wise. */
+ * sets it apart: element-wise. */
 #define ROW(name_, kernel_, fwd, bwd) .name = name_, .kernel = kernel_, .forward = {fwd}, .backward = {bwd}
 #define OPS(...) __VA_ARGS__
-#define WORKSPACE_FORWARD .forward_workspace = true
-#define WORKSPACE_BACKWARD .backward_workspace = true
 #define ELEMENTWISE(flops_fwd, flops_bwd) .elementwise = {true, (flops_fwd), (flops_bwd)}
 
 /* Indexed by lx_op_kind; materialised attention here, flash attention below. */
@@ -31,17 +29,13 @@ static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
     [LX_OP_POSITION_EMBEDDING] = {ROW("position_embedding", "position_embedding", OPS(OUT, W),
                                       OPS(DW, DOUT))},
     [LX_OP_LAYERNORM] = {ROW("layernorm", "layernorm", OPS(OUT, IN(0), W, B),
-                             OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
-                         WORKSPACE_BACKWARD},
-    [LX_OP_RMSNORM] = {ROW("rmsnorm", "rmsnorm", OPS(OUT, IN(0), W), OPS(DIN(0), DW, DOUT, IN(0), W)),
-                       WORKSPACE_BACKWARD},
-    [LX_OP_LINEAR] = {ROW("linear", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
-                      WORKSPACE_BACKWARD},
-    [LX_OP_ATTENTION] =
-        {ROW("attention", "attention",
-             OPS(OUT, SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask"), IN(0)),
-             OPS(DIN(0), DOUT, IN(0), SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask"))),
-         WORKSPACE_FORWARD, WORKSPACE_BACKWARD},
+                             OPS(DIN(0), DW, DB, DOUT, IN(0), W))},
+    [LX_OP_RMSNORM] = {ROW("rmsnorm", "rmsnorm", OPS(OUT, IN(0), W), OPS(DIN(0), DW, DOUT, IN(0), W))},
+    [LX_OP_LINEAR] = {ROW("linear", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W))},
+    [LX_OP_ATTENTION] = {ROW(
+        "attention", "attention",
+        OPS(OUT, SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask"), IN(0)),
+        OPS(DIN(0), DOUT, IN(0), SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask")))},
     [LX_OP_ROPE] = {ROW("rope", "rope", OPS(OUT, IN(0)), OPS(DIN(0), DOUT))},
     /* GPT-2's tanh approximation: ~10 operations forward, ~20 backward */
     [LX_OP_GELU] = {ROW("gelu", "gelu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(10, 20)},
@@ -52,19 +46,16 @@ static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
                            OPS(DIN(0), DOUT, SAVED("dropout_mask")))},
     [LX_OP_ADD] = {ROW("add", "add", OPS(OUT, IN(0), IN(1)), OPS(DIN(0), DIN(1), DOUT))},
     /* the LM head is a linear without bias: its bias operands are NULL */
-    [LX_OP_LM_HEAD] = {ROW("lm_head", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
-                       WORKSPACE_BACKWARD},
+    [LX_OP_LM_HEAD] = {ROW("lm_head", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W))},
     /* the loss is a number summed outside the arena, and seeds the backward */
     [LX_OP_CROSS_ENTROPY] = {ROW("cross_entropy", "cross_entropy", OPS(SAVED("lse"), IN(0), IN(1)),
-                                 OPS(DIN(0), IN(0), SAVED("lse"), IN(1))),
-                             WORKSPACE_FORWARD},
+                                 OPS(DIN(0), IN(0), SAVED("lse"), IN(1)))},
 };
 
 /* The backward recomputes the probabilities from the saved log-sum-exp. */
 static const lx_op_signature flash_attention = {ROW("attention", "flash_attention",
                                                     OPS(OUT, SAVED("lse"), IN(0)),
-                                                    OPS(DIN(0), DOUT, IN(0), OUT, SAVED("lse"))),
-                                                WORKSPACE_BACKWARD};
+                                                    OPS(DIN(0), DOUT, IN(0), OUT, SAVED("lse")))};
 
 static const lx_op_signature unknown = {.name = "?"};
 

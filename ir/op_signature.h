@@ -37,13 +37,11 @@ typedef struct {
 enum { LX_MAX_OPERANDS = 8 };
 
 /* A row lists the operands a kernel writes or adds into first, then those
- * it reads; a kernel with a workspace (the GPU's reduction scratch) takes it
- * between the two. */
+ * it reads (a kernel's scratch is its target's context's, not an operand). */
 typedef struct {
   const char *name;   /* the op kind's name (ir.json, messages, emitted comments) */
-  const char *kernel; /* the kernels' common stem: lx_<kernel>_forward, lx_cuda_<kernel>_backward */
+  const char *kernel; /* both targets' kernels: lx_<kernel>_forward, lx_<kernel>_backward */
   lx_operand forward[LX_MAX_OPERANDS + 1], backward[LX_MAX_OPERANDS + 1]; /* each ends with LX_OPND_END */
-  bool forward_workspace, backward_workspace;
   /* An element-wise op, y = f(x) of one activation, width and split unchanged,
    * is its row and its two kernels, nothing else: the model language's
    * function `name` (frontend.c), its shape, FLOPs and saved input

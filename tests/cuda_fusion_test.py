@@ -42,7 +42,7 @@ ARRANGEMENTS = os.path.join(ROOT, "tests", "cuda", "gelu_arrangements.model")
 
 def call_of(line):
     """(function, [arguments]) of a one-line call statement, or (None, [])."""
-    m = re.match(r"\s*(lx_cuda_\w+)\((.*)\);\s*$", line)
+    m = re.match(r"\s*(lx_\w+)\((.*)\);\s*$", line)
     if not m:
         return None, []
     args, depth, current = [], 0, ""
@@ -84,46 +84,49 @@ def partner_after(fused, plain, f, p, name):
 
 def forward_site(fused, plain, i, j):
     """The forward fusion at fused[i] / plain[j]; returns the lines consumed."""
-    fused_call = expect_call(fused[i + 1], "lx_cuda_linear_gelu_forward")
-    linear = expect_call(plain[j], "lx_cuda_linear_forward")
-    gelu = partner_after(fused, plain, i + 2, j + 1, "lx_cuda_gelu_forward")
-    # linear_forward(matmul, out, in, w, bias, BT, C, OC, stream); gelu_forward(out, in, n, stream)
-    # linear_gelu_forward(matmul, out, pre_gelu, in, w, bias, BT, C, OC, stream)
-    want = [linear[0], gelu[0], linear[1], *linear[2:]]
-    require(gelu[1] == linear[1], "forward fusion of a gelu whose input is not the linear's output")
+    fused_call = expect_call(fused[i + 1], "lx_linear_gelu_forward")
+    linear = expect_call(plain[j], "lx_linear_forward")
+    gelu = partner_after(fused, plain, i + 2, j + 1, "lx_gelu_forward")
+    # linear_forward(ctx, out, in, w, bias, BT, C, OC); gelu_forward(ctx, out, in, n)
+    # linear_gelu_forward(ctx, out, pre_gelu, in, w, bias, BT, C, OC)
+    require(gelu[0] == linear[0], "forward fusion of a gelu in another context than the linear's")
+    want = [linear[0], gelu[1], linear[1], *linear[2:]]
+    require(gelu[2] == linear[1], "forward fusion of a gelu whose input is not the linear's output")
     require(fused_call == want, f"forward fusion operands {fused_call} differ from the separate calls' {want}")
-    require(gelu[2] == f"(size_t)BT * {linear[7]}", f"forward fusion: gelu size {gelu[2]} is not BT x {linear[7]}")
+    require(gelu[3] == f"(size_t)BT * {linear[7]}", f"forward fusion: gelu size {gelu[3]} is not BT x {linear[7]}")
     return 6, 5
 
 
 def residual_norm_site(fused, plain, i, j):
     """The residual add + norm fusion at fused[i] / plain[j]."""
     kind = re.search(r"with the (\w+) below", fused[i]).group(1)
-    fused_call = expect_call(fused[i + 1], f"lx_cuda_residual_{kind}_forward")
-    add = expect_call(plain[j], "lx_cuda_add_forward")
-    norm = partner_after(fused, plain, i + 2, j + 1, f"lx_cuda_{kind}_forward")
-    # add_forward(out, a, b, n, stream); layernorm_forward(out, in, w, b, rows, C, stream) (rmsnorm: no b)
-    # residual_layernorm_forward(sum, out, a, b, w, b, rows, C, stream)
-    require(norm[1] == add[0], "residual norm fusion of a norm whose input is not the add's output")
-    want = [add[0], norm[0], add[1], add[2], *norm[2:]]
+    fused_call = expect_call(fused[i + 1], f"lx_residual_{kind}_forward")
+    add = expect_call(plain[j], "lx_add_forward")
+    norm = partner_after(fused, plain, i + 2, j + 1, f"lx_{kind}_forward")
+    # add_forward(ctx, out, a, b, n); layernorm_forward(ctx, out, in, w, b, rows, C) (rmsnorm: no b)
+    # residual_layernorm_forward(ctx, sum, out, a, b, w, b, rows, C)
+    require(norm[0] == add[0], "residual norm fusion of a norm in another context than the add's")
+    require(norm[2] == add[1], "residual norm fusion of a norm whose input is not the add's output")
+    want = [add[0], add[1], norm[1], add[2], add[3], *norm[3:]]
     require(fused_call == want, f"residual norm fusion operands {fused_call} differ from the separate calls' {want}")
-    require(add[3] == f"(size_t){norm[-3]} * {norm[-2]}", f"residual norm fusion: add size {add[3]} is not rows x width")
+    require(add[4] == f"(size_t){norm[-2]} * {norm[-1]}", f"residual norm fusion: add size {add[4]} is not rows x width")
     return 6, 5
 
 
 def backward_site(fused, plain, i, j):
     """The backward fusion at fused[i] / plain[j]; returns the lines consumed."""
-    weights = expect_call(fused[i], "lx_cuda_linear_backward")
-    dgelu = expect_call(fused[i + 2], "lx_cuda_linear_dgelu_backward")
-    linear = expect_call(plain[j], "lx_cuda_linear_backward")
-    gelu = partner_after(fused, plain, i + 3, j + 1, "lx_cuda_gelu_backward")
-    # linear_backward(matmul, din, dw, db, scratch, dout, in, w, BT, C, OC, stream)
-    # gelu_backward(din, dout, in, n, stream)
-    # linear_dgelu_backward(matmul, dpre, dout, w, pre, BT, C, OC, stream)
-    require(gelu[1] == linear[1], "backward fusion of a gelu whose output gradient is not the linear's input gradient")
+    weights = expect_call(fused[i], "lx_linear_backward")
+    dgelu = expect_call(fused[i + 2], "lx_linear_dgelu_backward")
+    linear = expect_call(plain[j], "lx_linear_backward")
+    gelu = partner_after(fused, plain, i + 3, j + 1, "lx_gelu_backward")
+    # linear_backward(ctx, din, dw, db, dout, in, w, BT, C, OC)
+    # gelu_backward(ctx, din, dout, in, n)
+    # linear_dgelu_backward(ctx, dpre, dout, w, pre, BT, C, OC)
+    require(gelu[0] == linear[0], "backward fusion of a gelu in another context than the linear's")
+    require(gelu[2] == linear[1], "backward fusion of a gelu whose output gradient is not the linear's input gradient")
     require(weights == [linear[0], "NULL", *linear[2:]],
             f"backward fusion: weight-gradient call {weights} is not {linear} without its input gradient")
-    want = [linear[0], gelu[0], linear[5], linear[7], gelu[2], *linear[8:]]
+    want = [linear[0], gelu[1], linear[4], linear[6], gelu[3], *linear[7:]]
     require(dgelu == want, f"backward fusion operands {dgelu} differ from the separate calls' {want}")
     return 7, 5
 
@@ -144,7 +147,7 @@ def compare(fused_text, plain_text):
         elif "one pass over each row writes the sum" in fused[i]:
             di, dj = residual_norm_site(fused, plain, i, j)
             sites["norm"] += 1
-        elif call_of(fused[i])[0] == "lx_cuda_linear_backward" and "DGELU" in fused[i + 1]:
+        elif call_of(fused[i])[0] == "lx_linear_backward" and "DGELU" in fused[i + 1]:
             di, dj = backward_site(fused, plain, i, j)
             sites["backward"] += 1
         else:

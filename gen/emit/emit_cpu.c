@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "verify/access.h"
 #include "alloc.h"
 #include "diag.h"
 #include "emit/emit_file.h"
@@ -19,6 +18,7 @@
 #include "emit/emit_reroll.h"
 #include "emit/emit_walk.h"
 #include "escape.h"
+#include "verify/access.h"
 
 /* ---- sequence parallelism ---------------------------------------------------- */
 
@@ -93,21 +93,8 @@ static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
 
 /* ---- graph functions -------------------------------------------------------- */
 
-static const char *graph_params(lx_graph_id g) {
-  return g == LX_GRAPH_BLOCK ? "int layer, int mb" : "int mb";
-}
-
-static void print_function_head(const lx_printer *pr, const char *what, lx_graph_id g) {
-  const lx_graph *graph = lx_graph_of(pr->ir, g);
-  char file[LX_TEXT_MAX];
-  fprintf(pr->out, "\n/* %s of %s() (%s:%d) for one micro-batch. */\nstatic void %s_%s(%s) {\n", what,
-          graph->name, emit_file_name(graph->src.file, file), graph->src.line, what, graph->name,
-          graph_params(g));
-  if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
-}
-
-static const lx_graph_printer graph_printer = {print_function_head, print_forward_op, print_backward_op,
-                                               print_blocking_collective, print_zero_grads};
+static const lx_graph_printer graph_printer = {print_forward_op, print_backward_op, print_blocking_collective,
+                                               print_zero_grads};
 
 /* ---- the step: the schedule's streams, merged (emit_walk.c) ------------------- */
 
@@ -225,9 +212,10 @@ static void cpu_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
   if (!emit_run_is_function(w->pr, first, count))
     print_partial_run(w->pr, first, count);
   else if (first->graph == LX_GRAPH_BLOCK)
-    fprintf(w->pr->out, "  %s_%s(%d, %d);\n", emit_run_function(first->kind), graph, first->layer, first->mb);
+    fprintf(w->pr->out, "  %s_%s(ctx, %d, %d);\n", emit_run_function(first->kind), graph, first->layer,
+            first->mb);
   else
-    fprintf(w->pr->out, "  %s_%s(%d);\n", emit_run_function(first->kind), graph, first->mb);
+    fprintf(w->pr->out, "  %s_%s(ctx, %d);\n", emit_run_function(first->kind), graph, first->mb);
 }
 
 static void print_step(const lx_printer *pr) {
@@ -249,7 +237,7 @@ static void print_step(const lx_printer *pr) {
           "\n/* One optimizer step's forwards and backwards, in the order of the schedule\n"
           " * (%s, plan.txt): the compute stream, with the communication streams'\n"
           " * operations posted as soon as their waits allow. */\nstatic void run_schedule(int step) {\n"
-          "  current_step = step;\n  MPI_Request requests[%d];\n",
+          "  const lx_ctx *ctx = &kernel_ctx;\n  current_step = step;\n  MPI_Request requests[%d];\n",
           lx_schedule_name(pr->p->kind), comm > 0 ? comm : 1);
   body.out = emit_step_begin(&text, pr->out, pr->reroll);
   lx_walk_hooks hooks = {&w, cpu_run, cpu_load, cpu_comm, cpu_record, cpu_wait};
@@ -281,22 +269,22 @@ static void print_load(const lx_printer *pr) {
 static void print_eval(const lx_printer *pr) {
   FILE *f = pr->out;
   char buf[PTR];
-  fprintf(
-      f,
-      "\n/* Forward only: validation loss and gradient checks. */\nstatic void run_forward(int step) {\n"
-      "  current_step = step;\n  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n    load_micro_batch(mb);\n");
+  fprintf(f,
+          "\n/* Forward only: validation loss and gradient checks. */\nstatic void run_forward(int step) {\n"
+          "  const lx_ctx *ctx = &kernel_ctx;\n  current_step = step;\n"
+          "  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n    load_micro_batch(mb);\n");
   if (pr->s > 0)
     fprintf(f,
             "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n      lx_recv(%s, "
             "BOUNDARY_ELEMENTS, STAGE - 1, "
             "LX_TAG_USER, mb);\n    }\n",
             emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
-  if (pr->st->has_prologue) fprintf(f, "    forward_prologue(mb);\n");
+  if (pr->st->has_prologue) fprintf(f, "    forward_prologue(ctx, mb);\n");
   if (pr->st->n_layers)
     fprintf(f, "    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) "
-               "forward_block(layer, mb);\n");
+               "forward_block(ctx, layer, mb);\n");
   if (pr->st->has_epilogue)
-    fprintf(f, "    forward_epilogue(mb);\n");
+    fprintf(f, "    forward_epilogue(ctx, mb);\n");
   else
     fprintf(f, "    lx_send(%s, BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);\n",
             emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));

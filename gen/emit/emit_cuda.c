@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "verify/access.h"
 #include "analysis/cost.h"
 #include "diag.h"
 #include "emit/emit_file.h"
@@ -22,6 +21,7 @@
 #include "emit/emit_reroll.h"
 #include "emit/emit_walk.h"
 #include "escape.h"
+#include "verify/access.h"
 
 /* ---- one op ------------------------------------------------------------------ */
 
@@ -50,7 +50,7 @@ static void print_nccl_call(FILE *f, lx_tp_collective coll, const lx_tp_operands
  * it, in order on the function's stream. */
 static void print_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward,
                                       lx_tensor_role role, bool before) {
-  emit_blocking_collective(pr, g, i, backward, role, before, print_nccl_call, "stream");
+  emit_blocking_collective(pr, g, i, backward, role, before, print_nccl_call, "ctx->stream");
 }
 
 /* The whole input gradient a column-parallel backward accumulates into starts at zero. */
@@ -58,7 +58,7 @@ static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i
   char buf[PTR];
   long long bytes;
   if (emit_whole_gradient(pr, g, i, buf, &bytes))
-    fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, stream));\n", buf, bytes);
+    fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, ctx->stream));\n", buf, bytes);
 }
 
 static void print_op_comment(const lx_printer *pr, const lx_op *op, const char *what) {
@@ -81,13 +81,13 @@ static int prof_slot(const lx_printer *pr, lx_graph_id g, int i) {
  * gelu's saved input) is the epilogue's aux matrix. */
 static void print_linear_gelu_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
   lx_kernel_call linear_call, *linear = &linear_call;
-  emit_kernel_call(pr, g, i, out_role, false, NULL, linear);
+  emit_kernel_call(pr, g, i, out_role, false, linear);
   const lx_op *op = linear->op;
   lx_operands gelu;
   emit_gather_operands(pr, g, i + 1, out_role, false, &gelu);
   fprintf(pr->out,
           "  /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as %s's output */\n"
-          "  lx_cuda_linear_gelu_forward(matmul, %s, %s, BT, %d, %d, stream);\n",
+          "  lx_linear_gelu_forward(ctx, %s, %s, BT, %d, %d);\n",
           op->var[0] ? op->var : op->name, gelu.out, linear->args, emit_in_width(pr, g, op), linear->width);
 }
 
@@ -103,7 +103,7 @@ static void print_residual_norm_forward(const lx_printer *pr, lx_graph_id g, int
   const char *kind = lx_op_kind_name(op->kind);
   fprintf(pr->out,
           "  /* with the %s below: one pass over each row writes the sum and its norm */\n"
-          "  lx_cuda_residual_%s_forward(%s, %s, %s, %s, %s%s%s, %s, %d, stream);\n",
+          "  lx_residual_%s_forward(ctx, %s, %s, %s, %s, %s%s%s, %s, %d);\n",
           kind, kind, add.out, norm.out, add.in[0], add.in[1], norm.w, layernorm ? ", " : "",
           layernorm ? norm.b : "", rows, emit_rank_width(pr, op->out));
 }
@@ -118,9 +118,9 @@ static void print_linear_dgelu_backward(const lx_printer *pr, lx_graph_id g, int
   int in_width = emit_in_width(pr, g, op), width = emit_rank_width(pr, op->out);
   fprintf(
       pr->out,
-      "  lx_cuda_linear_backward(matmul, NULL, %s, %s, scratch, %s, %s, %s, BT, %d, %d, stream);\n"
+      "  lx_linear_backward(ctx, NULL, %s, %s, %s, %s, %s, BT, %d, %d);\n"
       "  /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */\n"
-      "  lx_cuda_linear_dgelu_backward(matmul, %s, %s, %s, %s, BT, %d, %d, stream);\n",
+      "  lx_linear_dgelu_backward(ctx, %s, %s, %s, %s, BT, %d, %d);\n",
       o.dw, o.db, o.dout, o.in[0], o.w, in_width, width, gelu.din[0], o.dout, o.w, gelu.in[0], in_width,
       width);
 }
@@ -132,7 +132,7 @@ static bool print_if_absorbed(const lx_printer *pr, lx_graph_id g, int i, bool b
   int partner = backward ? i + 1 : i - 1;
   if (!emit_fused(pr, g, partner, backward ? LX_FUSE_DGELU : LX_FUSE_FORWARD)) return false;
   const lx_op *op = emit_op_at(pr, g, i);
-  fprintf(pr->out, "  /* %s %s: done by the %s above, in the same call */\n  lx_prof_end(stream);\n",
+  fprintf(pr->out, "  /* %s %s: done by the %s above, in the same call */\n  lx_prof_end(ctx->stream);\n",
           backward ? "BWD" : "FWD", op->var[0] ? op->var : op->name,
           lx_op_kind_name(emit_op_at(pr, g, partner)->kind));
   return true;
@@ -141,7 +141,7 @@ static bool print_if_absorbed(const lx_printer *pr, lx_graph_id g, int i, bool b
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
   const lx_op *op = emit_op_at(pr, g, i);
   print_op_comment(pr, op, out_role == LX_T_RECOMPUTED ? "RECOMPUTE" : "FWD");
-  fprintf(pr->out, "  lx_prof_begin(%d, 0, stream);\n", prof_slot(pr, g, i));
+  fprintf(pr->out, "  lx_prof_begin(%d, 0, ctx->stream);\n", prof_slot(pr, g, i));
   if (print_if_absorbed(pr, g, i, false)) return;
   if (op->kind == LX_OP_LINEAR && emit_fused(pr, g, i, LX_FUSE_GELU))
     print_linear_gelu_forward(pr, g, i, out_role);
@@ -149,20 +149,20 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
     print_residual_norm_forward(pr, g, i, out_role);
   else
     emit_op_call(pr, &lx_cuda_kernels, g, i, out_role, false);
-  fputs("  lx_prof_end(stream);\n", pr->out);
+  fputs("  lx_prof_end(ctx->stream);\n", pr->out);
 }
 
 static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   const lx_op *op = emit_op_at(pr, g, i);
   print_op_comment(pr, op, "BWD");
   print_zero_whole_gradient(pr, g, i);
-  fprintf(pr->out, "  lx_prof_begin(%d, 1, stream);\n", prof_slot(pr, g, i));
+  fprintf(pr->out, "  lx_prof_begin(%d, 1, ctx->stream);\n", prof_slot(pr, g, i));
   if (print_if_absorbed(pr, g, i, true)) return;
   if (op->kind == LX_OP_LINEAR && emit_fused(pr, g, i, LX_FUSE_DGELU))
     print_linear_dgelu_backward(pr, g, i);
   else
     emit_op_call(pr, &lx_cuda_kernels, g, i, LX_T_OUTPUT, true);
-  fputs("  lx_prof_end(stream);\n", pr->out);
+  fputs("  lx_prof_end(ctx->stream);\n", pr->out);
 }
 
 /* Gradients accumulate (+=): zero every one this graph instance produces. */
@@ -174,25 +174,14 @@ static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
     if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar) continue;
     lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, emit_ref(pr, g, i, LX_T_GRAD, 0));
     emit_at(pr, buf, sizeof buf, emit_ref(pr, g, i, LX_T_GRAD, 0));
-    fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, stream));\n", buf, (long long)e.bytes);
+    fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, ctx->stream));\n", buf, (long long)e.bytes);
   }
 }
 
-/* ---- graph functions: one per graph and direction, on the caller's stream ---- */
+/* ---- graph functions: one per graph and direction, on the caller's context ---- */
 
-static void print_function_head(const lx_printer *pr, const char *what, lx_graph_id g) {
-  const lx_graph *graph = lx_graph_of(pr->ir, g);
-  char file[LX_TEXT_MAX];
-  fprintf(pr->out,
-          "\n/* %s of %s() (%s:%d) for one micro-batch, on `stream` with its scratch. */\n"
-          "static void %s_%s(%s, cudaStream_t stream, float *scratch) {\n  (void)scratch;\n",
-          what, graph->name, emit_file_name(graph->src.file, file), graph->src.line, what, graph->name,
-          g == LX_GRAPH_BLOCK ? "int layer, int mb" : "int mb");
-  if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
-}
-
-static const lx_graph_printer graph_printer = {print_function_head, print_forward_op, print_backward_op,
-                                               print_blocking_collective, print_zero_grads};
+static const lx_graph_printer graph_printer = {print_forward_op, print_backward_op, print_blocking_collective,
+                                               print_zero_grads};
 
 /* ---- the step: the walker's hooks --------------------------------------------- */
 
@@ -239,8 +228,8 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
      * part of a recomputation a window took): its ops inline */
     fprintf(pr->out,
             "  {\n    const int layer = %s, mb = %d;\n    (void)layer;\n    (void)mb;\n"
-            "    cudaStream_t stream = streams[%s];\n    float *scratch = scratch_of[%s];\n",
-            emit_layer_text(first, layer, sizeof layer), first->mb, stream_var(k), stream_var(k));
+            "    const lx_ctx *ctx = &ctx_of[%s];\n",
+            emit_layer_text(first, layer, sizeof layer), first->mb, stream_var(k));
     if (first->kind == LX_I_BWD && lx_starts_instance_backward(lx_graph_of(pr->ir, first->graph), first->op))
       print_zero_grads(pr, first->graph);
     for (int n = 0; n < count; n++)
@@ -249,13 +238,13 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
       else
         print_forward_op(pr, first->graph, first[n].op,
                          first->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT);
-    fputs("    (void)scratch;\n  }\n", pr->out);
+    fputs("  }\n", pr->out);
   } else if (first->graph == LX_GRAPH_BLOCK) {
-    fprintf(pr->out, "  %s_%s(%d, %d, streams[%s], scratch_of[%s]);\n", emit_run_function(first->kind), graph,
-            first->layer, first->mb, stream_var(k), stream_var(k));
+    fprintf(pr->out, "  %s_%s(&ctx_of[%s], %d, %d);\n", emit_run_function(first->kind), graph, stream_var(k),
+            first->layer, first->mb);
   } else {
-    fprintf(pr->out, "  %s_%s(%d, streams[%s], scratch_of[%s]);\n", emit_run_function(first->kind), graph,
-            first->mb, stream_var(k), stream_var(k));
+    fprintf(pr->out, "  %s_%s(&ctx_of[%s], %d);\n", emit_run_function(first->kind), graph, stream_var(k),
+            first->mb);
   }
 }
 
@@ -404,28 +393,28 @@ static void print_forward_pass(const lx_printer *pr) {
   char buf[PTR];
   fputs("\n/* Forward only (validation): the losses of the micro-batches staged for it. */\n"
         "static void run_forward(int step) {\n  current_step = step;\n"
-        "  cudaStream_t stream = streams[STREAM_COMPUTE];\n  float *scratch = scratch_of[STREAM_COMPUTE];\n"
+        "  const lx_ctx *ctx = &ctx_of[STREAM_COMPUTE];\n"
         "  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n",
         f);
-  if (loads_tokens(pr)) fputs("    load_micro_batch(mb, stream);\n", f);
+  if (loads_tokens(pr)) fputs("    load_micro_batch(mb, ctx->stream);\n", f);
   if (pr->s > 0)
     fprintf(f,
             "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n      NCCL_CHECK(ncclRecv(%s, "
             "BOUNDARY_ELEMENTS, "
-            "ncclBfloat16, STAGE - 1, pipeline_comm, stream));\n    }\n",
+            "ncclBfloat16, STAGE - 1, pipeline_comm, ctx->stream));\n    }\n",
             emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
-  if (pr->st->has_prologue) fputs("    forward_prologue(mb, stream, scratch);\n", f);
+  if (pr->st->has_prologue) fputs("    forward_prologue(ctx, mb);\n", f);
   if (pr->st->n_layers)
-    fputs("    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, "
-          "stream, scratch);\n",
+    fputs("    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, "
+          "layer, mb);\n",
           f);
   if (pr->st->has_epilogue)
-    fputs("    forward_epilogue(mb, stream, scratch);\n", f);
+    fputs("    forward_epilogue(ctx, mb);\n", f);
   else
-    fprintf(
-        f,
-        "    NCCL_CHECK(ncclSend(%s, BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));\n",
-        emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
+    fprintf(f,
+            "    NCCL_CHECK(ncclSend(%s, BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, "
+            "ctx->stream));\n",
+            emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
   fputs("  }\n}\n", f);
 }
 

@@ -1,10 +1,23 @@
 /* emit_graphs.c — a stage's graph functions (see emit_graphs.h). */
 #include "emit/emit_graphs.h"
 
+/* "static void forward_block(const lx_ctx *ctx, int layer, int mb) {": `what`
+ * is forward, recompute or backward; outside the block, layer is the stage's
+ * first (an accessor of the prologue or epilogue may name it). */
+static void print_head(const lx_printer *pr, const char *what, lx_graph_id g) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  char file[LX_TEXT_MAX];
+  fprintf(pr->out,
+          "\n/* %s of %s() (%s:%d) for one micro-batch. */\nstatic void %s_%s(const lx_ctx *ctx, %s) {\n",
+          what, graph->name, emit_file_name(graph->src.file, file), graph->src.line, what, graph->name,
+          g == LX_GRAPH_BLOCK ? "int layer, int mb" : "int mb");
+  if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
+}
+
 /* Always printed: the step and the forward-only pass call it. */
 static void print_forward_function(const lx_printer *pr, const lx_graph_printer *gp, lx_graph_id g) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
-  gp->head(pr, "forward", g);
+  print_head(pr, "forward", g);
   for (int i = 0; i < graph->n_ops; i++)
     if (graph->ops[i].kind != LX_OP_INPUT) {
       gp->collective(pr, g, i, false, LX_T_OUTPUT, true);
@@ -17,7 +30,7 @@ static void print_forward_function(const lx_printer *pr, const lx_graph_printer 
 /* On demand, before the layer's backward: what the policy dropped comes back. */
 static void print_recompute_function(const lx_printer *pr, const lx_graph_printer *gp) {
   if (!emit_function_called(pr, LX_I_RECOMPUTE, LX_GRAPH_BLOCK)) return;
-  gp->head(pr, "recompute", LX_GRAPH_BLOCK);
+  print_head(pr, "recompute", LX_GRAPH_BLOCK);
   for (int i = 0; i < pr->ir->block.n_ops; i++)
     if (pr->st->decisions[i].recompute) {
       gp->collective(pr, LX_GRAPH_BLOCK, i, false, LX_T_RECOMPUTED, true);
@@ -30,7 +43,7 @@ static void print_recompute_function(const lx_printer *pr, const lx_graph_printe
 static void print_backward_function(const lx_printer *pr, const lx_graph_printer *gp, lx_graph_id g) {
   if (!emit_function_called(pr, LX_I_BWD, g)) return;
   const lx_graph *graph = lx_graph_of(pr->ir, g);
-  gp->head(pr, "backward", g);
+  print_head(pr, "backward", g);
   gp->zero_grads(pr, g);
   for (int i = graph->n_ops - 1; i >= 0; i--)
     if (graph->ops[i].kind != LX_OP_INPUT) {

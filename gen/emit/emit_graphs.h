@@ -1,7 +1,10 @@
 /* emit_graphs.h — a stage's graph functions, for either target: per graph
  * the stage holds, its forward, the block's recompute (when the schedule
  * calls it whole) and its backward (likewise), one op after the other with
- * the tensor-parallel collectives that must complete between them. */
+ * the tensor-parallel collectives that must complete between them. Each
+ * takes the target's kernel context first (`const lx_ctx *ctx`: the CPU's
+ * thread pool, or a CUDA stream with its cuBLASLt handle and scratch) and
+ * passes it to every kernel it calls. */
 #ifndef LX_EMIT_GRAPHS_H
 #define LX_EMIT_GRAPHS_H
 
@@ -9,12 +12,11 @@
 
 /* What a target prints of them. */
 typedef struct {
-  /* "static void forward_block(...) {": `what` is forward, recompute or backward */
-  void (*head)(const lx_printer *pr, const char *what, lx_graph_id g);
   void (*forward_op)(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role);
   void (*backward_op)(const lx_printer *pr, lx_graph_id g, int i);
   /* the collective before (an all-gather) or after (a reduction) op i, if any */
-  void (*collective)(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role, bool before);
+  void (*collective)(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role,
+                     bool before);
   /* the backward's first statements: every gradient it accumulates into starts at zero */
   void (*zero_grads)(const lx_printer *pr, lx_graph_id g);
 } lx_graph_printer;

@@ -3,26 +3,21 @@
 
 #include <string.h>
 
+/* Both targets' kernels are lx_<kernel>_<direction>(ctx, pointers..., sizes...);
+ * what still differs is where the loss goes and the communicator's name. A
+ * CPU loss kernel returns the micro-batch's loss to the host's running sum;
+ * a CUDA one writes it to the device (losses + mb), so that a step never
+ * waits for the host and can be one CUDA graph. */
 const lx_kernel_target lx_cpu_kernels = {
-    .prefix = "lx_",
-    .matmul = "",
-    .workspace = NULL,
     .loss = "loss_sum += ",
     .loss_into = "",
     .tp_group = "groups.tp",
-    .rng = "lx_rng_stream",
-    .last = "",
 };
 
 const lx_kernel_target lx_cuda_kernels = {
-    .prefix = "lx_cuda_",
-    .matmul = "matmul, ",
-    .workspace = "scratch",
     .loss = "",
     .loss_into = "losses + mb, ",
     .tp_group = "tp_comm",
-    .rng = "lx_rng_stream_id",
-    .last = ", stream",
 };
 
 /* What follows the pointer arguments, and the variant of the kernel a
@@ -34,15 +29,14 @@ typedef struct {
 
 /* The random stream of op i of this instance: dropout masks are drawn from
  * (step, global micro-batch, layer, op), whatever the layout. */
-static int print_rng(const lx_kernel_target *t, lx_graph_id g, int i, char *buf, size_t size) {
+static int print_rng(lx_graph_id g, int i, char *buf, size_t size) {
   const char *layer = g == LX_GRAPH_BLOCK ? "layer + 1" : g == LX_GRAPH_PROLOGUE ? "0" : "MODEL_LAYERS + 1";
-  return snprintf(buf, size, "%s(current_step, GLOBAL_MB(mb), %s, %d)", t->rng, layer, i);
+  return snprintf(buf, size, "lx_rng_stream(current_step, GLOBAL_MB(mb), %s, %d)", layer, i);
 }
 
 /* An attention's dropout: its random stream and this rank's heads in the
  * whole model's numbering (the masks are drawn by them). */
-static void attention_tail(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i, bool random,
-                           call_tail *c) {
+static void attention_tail(const lx_printer *pr, lx_graph_id g, int i, bool random, call_tail *c) {
   const lx_op *op = emit_op_at(pr, g, i);
   char dims[96];
   emit_attention_dims(pr, g, op, dims, sizeof dims);
@@ -51,22 +45,23 @@ static void attention_tail(const lx_printer *pr, const lx_kernel_target *t, lx_g
     return;
   }
   int n = snprintf(c->sizes, sizeof c->sizes, "%s, DROPOUT, seed, ", dims);
-  n += print_rng(t, g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
-  snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", TP_RANK * %d, %d", op->heads / emit_tp(pr), op->heads);
+  n += print_rng(g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
+  snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", TP_RANK * %d, %d", op->heads / emit_tp(pr),
+           op->heads);
 }
 
-static void dropout_tail(const lx_kernel_target *t, lx_graph_id g, int i, const lx_kernel_call *k, bool backward,
-                         call_tail *c) {
+static void dropout_tail(lx_graph_id g, int i, const lx_kernel_call *k, bool backward, call_tail *c) {
   int n = snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d, DROPOUT", k->rows, k->width);
   if (backward) return;
   c->variant = k->sharded ? "_at" : "";
   n += snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", seed, ");
-  n += print_rng(t, g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
-  if (k->sharded) snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", k->width);
+  n += print_rng(g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
+  if (k->sharded)
+    snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", k->width);
 }
 
-static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i, const lx_kernel_call *k,
-                    bool backward, call_tail *c) {
+static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i,
+                    const lx_kernel_call *k, bool backward, call_tail *c) {
   const lx_op *op = k->op;
   bool tp = emit_tp(pr) > 1;
   int w = k->width;
@@ -90,7 +85,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
     break;
   case LX_OP_ATTENTION:
     /* a flash backward draws the forward's dropout mask again */
-    attention_tail(pr, t, g, i, !backward || op->attention_impl == LX_ATTN_FLASH, c);
+    attention_tail(pr, g, i, !backward || op->attention_impl == LX_ATTN_FLASH, c);
     break;
   case LX_OP_ROPE: {
     char dims[96];
@@ -99,7 +94,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
     break;
   }
   case LX_OP_ADD: snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d", k->rows, w); break;
-  case LX_OP_DROPOUT: dropout_tail(t, g, i, k, backward, c); break;
+  case LX_OP_DROPOUT: dropout_tail(g, i, k, backward, c); break;
   case LX_OP_CROSS_ENTROPY:
     c->variant = !tp ? "" : backward ? "_slice" : "_tp";
     snprintf(c->sizes, sizeof c->sizes, "%sBT, V, %s%s%s", backward ? "LOSS_SCALE, " : "",
@@ -111,18 +106,16 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   }
 }
 
-void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i, lx_tensor_role out_role,
-                  bool backward) {
+void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i,
+                  lx_tensor_role out_role, bool backward) {
   const lx_op *op = emit_op_at(pr, g, i);
   const lx_op_signature *sig = lx_op_signature_of(op);
   if (!sig->kernel) return;
-  bool workspace = backward ? sig->backward_workspace : sig->forward_workspace;
   lx_kernel_call k;
-  emit_kernel_call(pr, g, i, out_role, backward, workspace ? t->workspace : NULL, &k);
+  emit_kernel_call(pr, g, i, out_role, backward, &k);
   call_tail c;
   tail_of(pr, t, g, i, &k, backward, &c);
-  bool loss = op->kind == LX_OP_CROSS_ENTROPY && !backward, matmul = op->is_matmul && op->kind != LX_OP_ATTENTION;
-  fprintf(pr->out, "  %s%s%s_%s%s(%s%s%s, %s%s);\n", loss ? t->loss : "", t->prefix, sig->kernel,
-          backward ? "backward" : "forward", c.variant, matmul ? t->matmul : "", loss ? t->loss_into : "", k.args,
-          c.sizes, t->last);
+  bool loss = op->kind == LX_OP_CROSS_ENTROPY && !backward;
+  fprintf(pr->out, "  %slx_%s_%s%s(ctx, %s%s, %s);\n", loss ? t->loss : "", sig->kernel,
+          backward ? "backward" : "forward", c.variant, loss ? t->loss_into : "", k.args, c.sizes);
 }

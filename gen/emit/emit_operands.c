@@ -109,14 +109,12 @@ static bool bias_on_rank_zero(const lx_printer *pr, const lx_op *op, const lx_op
 }
 
 /* The pointer arguments of op i's forward or backward kernel in the order of
- * its row of the operand table (op_signature.h), comma-separated; a kernel
- * with a workspace gets `workspace` between what it writes and what it reads.
- * A row-parallel linear's bias is added by tensor-parallel rank 0 only. */
+ * its row of the operand table (op_signature.h), comma-separated. A
+ * row-parallel linear's bias is added by tensor-parallel rank 0 only. */
 static void kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
-                            bool backward, const char *workspace, char *buf, size_t size) {
+                            bool backward, char *buf, size_t size) {
   const lx_op *op = emit_op_at(pr, g, i);
   size_t used = 0;
-  bool reads = false;
   buf[0] = 0;
   for (const lx_operand *o = lx_op_operands(op, backward); o->kind != LX_OPND_END; o++) {
     char text[PTR + 32], shown[PTR + 64];
@@ -125,19 +123,15 @@ static void kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tenso
       snprintf(shown, sizeof shown, "TP_RANK == 0 ? %s : NULL", text);
     else
       snprintf(shown, sizeof shown, "%s", text);
-    bool first_read = !reads && lx_operand_mode(o->kind, backward) == LX_ACCESS_READ;
-    reads |= first_read;
-    used += (size_t)snprintf(buf + used, size - used, "%s%s%s%s", used ? ", " : "",
-                             first_read && workspace ? workspace : "", first_read && workspace ? ", " : "",
-                             shown);
+    used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", shown);
     if (used >= size) return;
   }
 }
 
 void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
-                      const char *workspace, lx_kernel_call *c) {
+                      lx_kernel_call *c) {
   c->op = emit_op_at(pr, g, i);
-  kernel_operands(pr, g, i, out_role, backward, workspace, c->args, sizeof c->args);
+  kernel_operands(pr, g, i, out_role, backward, c->args, sizeof c->args);
   c->width = emit_rank_width(pr, c->op->out);
   c->sharded = emit_sequence_sharded(pr, c->op->out);
   c->rows = c->sharded ? "SEQ_ROWS" : "BT";

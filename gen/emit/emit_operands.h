@@ -6,10 +6,10 @@
 
 #include <stdio.h>
 
-#include "verify/access.h"
 #include "emit/emit.h"
 #include "escape.h"
 #include "planning/passes.h"
+#include "verify/access.h"
 
 typedef struct lx_tensor_names lx_tensor_names; /* emit_names.h */
 
@@ -68,7 +68,7 @@ typedef struct {
   const char *rows;
 } lx_kernel_call;
 void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
-                      const char *workspace, lx_kernel_call *c);
+                      lx_kernel_call *c);
 
 int emit_tp(const lx_printer *pr);
 int emit_rank_width(const lx_printer *pr, lx_shape s);

@@ -19,87 +19,110 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "lx_cuda_context.h"
+
 typedef __nv_bfloat16 lx_bf16;
-typedef struct lx_cuda_matmul_context lx_cuda_matmul_context;
 
 /* A failing call names itself, its file and line, and takes every rank down. */
 void lx_cuda_fail_at(const char *file, int line, const char *call, const char *kind, const char *message);
 #include "lx_cuda_check.h"
 
-/* ---- the launchers (templates/cuda/lx_cuda_*.cuh) ---- */
+/* ---- the op kernels (templates/cuda/lx_cuda_*.cuh): their CPU twins' names
+ * and argument order, the context first (lx_cuda_context.h) ---- */
+void lx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, const lx_bf16 *qkv, int B, int T, int H,
+                                int KVH, int D, double p, uint64_t seed, uint64_t stream_id, int head_base,
+                                int heads_total);
+void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv,
+                                 const lx_bf16 *out, const float *lse, int B, int T, int H, int KVH, int D, double p,
+                                 uint64_t seed, uint64_t stream_id, int head_base, int heads_total);
+void lx_attention_forward(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *probs, lx_bf16 *dropped, uint8_t *mask,
+                          const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                          uint64_t stream_id, int head_base, int heads_total);
+void lx_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv,
+                           const lx_bf16 *probs, const lx_bf16 *dropped, const uint8_t *mask, int B, int T, int H,
+                           int KVH, int D, double p);
+void lx_rope_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, int B, int T, int H, int KVH, int D,
+                     double base);
+void lx_rope_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, int B, int T, int H, int KVH, int D,
+                      double base);
+void lx_gelu_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, size_t N);
+void lx_gelu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N);
+void lx_silu_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, size_t N);
+void lx_silu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N);
+void lx_swiglu_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, int BT, int F);
+void lx_swiglu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, int BT, int F);
+void lx_add_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t N);
+void lx_add_backward(const lx_ctx *ctx, lx_bf16 *da, lx_bf16 *db, const lx_bf16 *dout, size_t N);
+void lx_dropout_forward(const lx_ctx *ctx, lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p,
+                        uint64_t seed, uint64_t stream_id);
+void lx_dropout_forward_at(const lx_ctx *ctx, lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p,
+                           uint64_t seed, uint64_t stream_id, uint64_t first);
+void lx_dropout_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const uint8_t *mask, size_t N,
+                         double p);
+void lx_embedding_forward(const lx_ctx *ctx, lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T, int C,
+                          int V);
+void lx_embedding_backward(const lx_ctx *ctx, float *dwte, const lx_bf16 *dout, const int *tokens, int B, int T,
+                           int C, int V);
+void lx_embedding_forward_shard(const lx_ctx *ctx, lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T,
+                                int C, int V, int first, int rows);
+void lx_embedding_backward_shard(const lx_ctx *ctx, float *dwte, const lx_bf16 *dout, const int *tokens, int B,
+                                 int T, int C, int V, int first, int rows);
+void lx_position_embedding_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *wpe, int B, int T, int C);
+void lx_position_embedding_backward(const lx_ctx *ctx, float *dwpe, const lx_bf16 *dout, int B, int T, int C);
+void lx_position_embedding_forward_rows(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *wpe, int T, int C, int first,
+                                        int rows);
+void lx_position_embedding_backward_rows(const lx_ctx *ctx, float *dwpe, const lx_bf16 *dout, int T, int C,
+                                         int first, int rows);
+/* The loss kernels write the mean loss to the device (loss, one float)
+ * where the CPU ones return it: a step never waits for the host. */
+void lx_cross_entropy_forward(const lx_ctx *ctx, float *loss, float *lse, const lx_bf16 *logits, const int *targets,
+                              int BT, int V, int Vp);
+void lx_cross_entropy_backward(const lx_ctx *ctx, lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse,
+                               const int *targets, float dloss, int BT, int V, int Vp);
+void lx_cross_entropy_backward_slice(const lx_ctx *ctx, lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse,
+                                     const int *targets, float dloss, int BT, int V, int Vr, int first);
+void lx_cross_entropy_forward_backward(const lx_ctx *ctx, float *loss, float *lse, lx_bf16 *dlogits,
+                                       const lx_bf16 *logits, const int *targets, float dloss, int BT, int V, int Vp);
+void lx_linear_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight,
+                       const lx_bf16 *bias, int BT, int C, int OC);
+void lx_linear_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, float *dbias, const lx_bf16 *dout,
+                        const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C, int OC);
+void lx_layernorm_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight,
+                          const lx_bf16 *bias, int BT, int C);
+void lx_layernorm_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, float *dbias, const lx_bf16 *dout,
+                           const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C);
+void lx_rmsnorm_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C);
+void lx_rmsnorm_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, const lx_bf16 *dout, const lx_bf16 *inp,
+                         const lx_bf16 *weight, int BT, int C);
+/* Fused pairs, CUDA only (emit_fusion.c): a linear with the gelu after it,
+ * and the add before a norm, in one kernel. */
+void lx_linear_gelu_forward(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *pre_gelu, const lx_bf16 *inp,
+                            const lx_bf16 *weight, const lx_bf16 *bias, int BT, int C, int OC);
+void lx_linear_dgelu_backward(const lx_ctx *ctx, lx_bf16 *dpre_gelu, const lx_bf16 *dout, const lx_bf16 *weight,
+                              const lx_bf16 *pre_gelu, int BT, int C, int OC);
+void lx_residual_layernorm_forward(const lx_ctx *ctx, lx_bf16 *residual_out, lx_bf16 *out, const lx_bf16 *residual,
+                                   const lx_bf16 *branch, const lx_bf16 *weight, const lx_bf16 *bias, int BT, int C);
+void lx_residual_rmsnorm_forward(const lx_ctx *ctx, lx_bf16 *residual_out, lx_bf16 *out, const lx_bf16 *residual,
+                                 const lx_bf16 *branch, const lx_bf16 *weight, int BT, int C);
+
+/* ---- the other launchers: the optimizer's, the loss's parts, the scratch sizes ---- */
 size_t lx_cuda_grad_norm_scratch_floats(void);
 void lx_cuda_grad_norm_squared(float *total, float *scratch, const float *grads, size_t N, int accumulate, cudaStream_t stream);
 void lx_cuda_grad_clip_factor(float *factor, const float *norm_squared, double max_norm, cudaStream_t stream);
 void lx_cuda_scale(float *x, const float *factor, size_t N, cudaStream_t stream);
-void lx_cuda_flash_attention_forward(lx_bf16 *out, float *lse, const lx_bf16 *qkv, int B, int T, int H,
-                                     int KVH, int D, double p, uint64_t seed, uint64_t stream_id,
-                                     int head_base, int heads_total, cudaStream_t stream);
 size_t lx_cuda_attention_scratch_floats(int B, int T, int H);
-void lx_cuda_flash_attention_backward(lx_bf16 *dqkv, float *scratch, const lx_bf16 *dout, const lx_bf16 *qkv,
-                                      const lx_bf16 *out, const float *lse, int B, int T, int H, int KVH,
-                                      int D, double p, uint64_t seed, uint64_t stream_id, int head_base,
-                                      int heads_total, cudaStream_t stream);
-void lx_cuda_attention_forward(lx_bf16 *out, lx_bf16 *probs, lx_bf16 *dropped, uint8_t *mask, float *scratch,
-                               const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p,
-                               uint64_t seed, uint64_t stream_id, int head_base, int heads_total,
-                               cudaStream_t stream);
-void lx_cuda_attention_backward(lx_bf16 *dqkv, float *scratch, const lx_bf16 *dout, const lx_bf16 *qkv, const lx_bf16 *probs, const lx_bf16 *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D, double p, cudaStream_t stream);
-void lx_cuda_rope_forward(lx_bf16 *out, const lx_bf16 *inp, int B, int T, int H, int KVH, int D, double base, cudaStream_t stream);
-void lx_cuda_rope_backward(lx_bf16 *dinp, const lx_bf16 *dout, int B, int T, int H, int KVH, int D, double base, cudaStream_t stream);
-void lx_cuda_fail_at(const char *file, int line, const char *call, const char *kind, const char *message);
-void lx_cuda_gelu_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N, cudaStream_t stream);
-void lx_cuda_gelu_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N, cudaStream_t stream);
-void lx_cuda_silu_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N, cudaStream_t stream);
-void lx_cuda_silu_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N,
-                           cudaStream_t stream);
-void lx_cuda_swiglu_forward(lx_bf16 *out, const lx_bf16 *inp, int BT, int F, cudaStream_t stream);
-void lx_cuda_swiglu_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, int BT, int F, cudaStream_t stream);
-void lx_cuda_add_forward(lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t N, cudaStream_t stream);
-void lx_cuda_add_backward(lx_bf16 *da, lx_bf16 *db, const lx_bf16 *dout, size_t N, cudaStream_t stream);
-void lx_cuda_dropout_forward(lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p, uint64_t seed, uint64_t stream_id, cudaStream_t stream);
-void lx_cuda_dropout_forward_at(lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p,
-                                uint64_t seed, uint64_t stream_id, uint64_t first, cudaStream_t stream);
-void lx_cuda_dropout_backward(lx_bf16 *dinp, const lx_bf16 *dout, const uint8_t *mask, size_t N, double p, cudaStream_t stream);
 void lx_cuda_check_tokens(int *bad, const int *tokens, int BT, int V, cudaStream_t stream);
-void lx_cuda_embedding_forward(lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T, int C, int V, cudaStream_t stream);
-void lx_cuda_embedding_backward(float *dwte, const lx_bf16 *dout, const int *tokens, int B, int T, int C, int V, cudaStream_t stream);
-void lx_cuda_embedding_forward_shard(lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T, int C,
-                                     int V, int first, int rows, cudaStream_t stream);
-void lx_cuda_embedding_backward_shard(float *dwte, const lx_bf16 *dout, const int *tokens, int B, int T,
-                                      int C, int V, int first, int rows, cudaStream_t stream);
-void lx_cuda_position_embedding_forward(lx_bf16 *out, const lx_bf16 *wpe, int B, int T, int C, cudaStream_t stream);
-void lx_cuda_position_embedding_backward(float *dwpe, const lx_bf16 *dout, int B, int T, int C, cudaStream_t stream);
-void lx_cuda_position_embedding_forward_rows(lx_bf16 *out, const lx_bf16 *wpe, int T, int C, int first,
-                                             int rows, cudaStream_t stream);
-void lx_cuda_position_embedding_backward_rows(float *dwpe, const lx_bf16 *dout, int T, int C, int first,
-                                              int rows, cudaStream_t stream);
-void lx_cuda_cross_entropy_forward(float *loss, float *lse, float *losses, const lx_bf16 *logits, const int *targets, int BT, int V, int Vp, cudaStream_t stream);
-void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse, const int *targets, float dloss, int BT, int V, int Vp, cudaStream_t stream);
 void lx_cuda_vocab_cross_entropy_max(float *row_max, float *picked, const lx_bf16 *logits, const int *targets,
                                      int BT, int V, int Vr, int first, cudaStream_t stream);
 void lx_cuda_vocab_cross_entropy_sum(float *sums, const lx_bf16 *logits, const float *row_max, int BT, int V,
                                      int Vr, int first, cudaStream_t stream);
 void lx_cuda_vocab_cross_entropy_finish(float *loss, float *lse, float *losses, const float *row_max,
                                         const float *picked, int BT, cudaStream_t stream);
-void lx_cuda_cross_entropy_backward_slice(lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse,
-                                          const int *targets, float dloss, int BT, int V, int Vr, int first,
-                                          cudaStream_t stream);
-void lx_cuda_cross_entropy_forward_backward(float *loss, float *lse, float *losses, lx_bf16 *dlogits, const lx_bf16 *logits, const int *targets, float dloss, int BT, int V, int Vp, cudaStream_t stream);
 void lx_cuda_matmul_init(lx_cuda_matmul_context *ctx, void *workspace, size_t workspace_bytes);
 void lx_cuda_matmul_destroy(lx_cuda_matmul_context *ctx);
-void lx_cuda_linear_forward(lx_cuda_matmul_context *ctx, lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight, const lx_bf16 *bias, int BT, int C, int OC, cudaStream_t stream);
-void lx_cuda_linear_gelu_forward(lx_cuda_matmul_context *ctx, lx_bf16 *out, lx_bf16 *pre_gelu, const lx_bf16 *inp, const lx_bf16 *weight, const lx_bf16 *bias, int BT, int C, int OC, cudaStream_t stream);
 size_t lx_cuda_bias_backward_scratch_floats(int BT, int OC);
 void lx_cuda_bias_backward(float *dbias, float *scratch, const lx_bf16 *dout, int BT, int OC, cudaStream_t stream);
-void lx_cuda_linear_backward(lx_cuda_matmul_context *ctx, lx_bf16 *dinp, float *dweight, float *dbias, float *scratch, const lx_bf16 *dout, const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C, int OC, cudaStream_t stream);
-void lx_cuda_linear_dgelu_backward(lx_cuda_matmul_context *ctx, lx_bf16 *dpre_gelu, const lx_bf16 *dout, const lx_bf16 *weight, const lx_bf16 *pre_gelu, int BT, int C, int OC, cudaStream_t stream);
-void lx_cuda_layernorm_forward(lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight, const lx_bf16 *bias, int BT, int C, cudaStream_t stream);
-void lx_cuda_residual_layernorm_forward(lx_bf16 *residual_out, lx_bf16 *out, const lx_bf16 *residual, const lx_bf16 *branch, const lx_bf16 *weight, const lx_bf16 *bias, int BT, int C, cudaStream_t stream);
-void lx_cuda_rmsnorm_forward(lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C, cudaStream_t stream);
-void lx_cuda_residual_rmsnorm_forward(lx_bf16 *residual_out, lx_bf16 *out, const lx_bf16 *residual, const lx_bf16 *branch, const lx_bf16 *weight, int BT, int C, cudaStream_t stream);
 size_t lx_cuda_norm_backward_scratch_floats(int BT, int C);
-void lx_cuda_layernorm_backward(lx_bf16 *dinp, float *dweight, float *dbias, float *scratch, const lx_bf16 *dout, const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C, cudaStream_t stream);
-void lx_cuda_rmsnorm_backward(lx_bf16 *dinp, float *dweight, float *scratch, const lx_bf16 *dout, const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C, cudaStream_t stream);
 
 /* ---- defined in lx_kernels.cu for the emitted programs ---- */
 /* A matmul context with its cuBLASLt handle and workspace (cudaMalloc'd once). */

@@ -3,10 +3,12 @@
  * conversions, deterministic warp and block reductions, launch helpers.
  *
  * Conventions of all lx_cuda_*.cuh kernels (the GPU twins of templates/cpu):
- *   - the same math as the CPU kernel of the same name, and the same argument
- *     order, with a cudaStream_t last: every launcher runs on the stream it is
- *     given, never on the default stream, so the emitted program decides what
- *     overlaps (llm.c style);
+ *   - an op's kernel has its CPU twin's name, math and argument order:
+ *     lx_<op>_<forward|backward>(ctx, outputs..., inputs..., sizes...,
+ *     op parameters...), ctx the lx_ctx of lx_cuda_context.h; it launches on
+ *     ctx->stream, never on the default stream, so the emitted program
+ *     decides what overlaps (llm.c style); the kernels' helpers keep the
+ *     lx_cuda_ prefix and take their stream last;
  *   - a comment beside each pointer gives its shape, e.g. `lx_bf16 *out, // (B, T, C)`;
  *   - activations and their gradients are bf16; parameters are bf16 with an
  *     fp32 master copy; parameter gradients are fp32 (they accumulate over
@@ -17,9 +19,9 @@
  *     thread and every sum runs in an order fixed by the shapes alone (not by
  *     the GPU model or its SM count), so a step, and a recomputation inside
  *     it, reproduces bit for bit;
- *   - no cudaMalloc: scratch a kernel needs comes from the caller (the
- *     emitted program's static arena) with its size given by a
- *     lx_cuda_*_scratch_floats() function next to the launcher. */
+ *   - no cudaMalloc: scratch a kernel needs is ctx->scratch, allocated by
+ *     the caller with its size given by a lx_cuda_*_scratch_floats()
+ *     function next to the launcher. */
 #ifndef LX_CUDA_COMMON_CUH
 #define LX_CUDA_COMMON_CUH
 
@@ -38,6 +40,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "lx_cuda_context.h"
 
 typedef __nv_bfloat16 lx_bf16;
 

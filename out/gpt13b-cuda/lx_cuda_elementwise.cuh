@@ -72,13 +72,12 @@ inline void lx_cuda_map_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf
 
 /* The launchers of element-wise op `name`, y = f(x), dinp += derivative(x) dout. */
 #define LX_CUDA_MAP_OP(name, f, derivative)                                                                  \
-  LX_CUDA_API void lx_cuda_##name##_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N,                      \
-                                            cudaStream_t stream) {                                           \
-    lx_cuda_map_forward<f>(out, inp, N, stream);                                                             \
+  LX_CUDA_API void lx_##name##_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, size_t N) {      \
+    lx_cuda_map_forward<f>(out, inp, N, ctx->stream);                                                        \
   }                                                                                                          \
-  LX_CUDA_API void lx_cuda_##name##_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp,         \
-                                             size_t N, cudaStream_t stream) {                                \
-    lx_cuda_map_backward<derivative>(dinp, dout, inp, N, stream);                                            \
+  LX_CUDA_API void lx_##name##_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout,               \
+                                        const lx_bf16 *inp, size_t N) {                                      \
+    lx_cuda_map_backward<derivative>(dinp, dout, inp, N, ctx->stream);                                       \
   }
 
 LX_CUDA_MAP_OP(gelu, lx_gelu, lx_gelu_derivative)
@@ -121,21 +120,23 @@ __global__ void lx_cuda_swiglu_backward_kernel(lx_bf16 *dinp,       // (BT, 2F)
   }
 }
 
-LX_CUDA_API void lx_cuda_swiglu_forward(lx_bf16 *out,       // (BT, F)
-                                          const lx_bf16 *inp, // (BT, 2F)
-                                          int BT, int F, cudaStream_t stream) {
+LX_CUDA_API void lx_swiglu_forward(const lx_ctx *ctx,
+                                   lx_bf16 *out,       // (BT, F)
+                                   const lx_bf16 *inp, // (BT, 2F)
+                                   int BT, int F) {
   size_t N = (size_t)BT * F;
-  lx_cuda_swiglu_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, inp,
-                                                                                                          BT, F);
+  lx_cuda_swiglu_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
+      out, inp, BT, F);
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_swiglu_backward(lx_bf16 *dinp,       // (BT, 2F)
-                                           const lx_bf16 *dout, // (BT, F)
-                                           const lx_bf16 *inp,  // (BT, 2F)
-                                           int BT, int F, cudaStream_t stream) {
+LX_CUDA_API void lx_swiglu_backward(const lx_ctx *ctx,
+                                    lx_bf16 *dinp,       // (BT, 2F)
+                                    const lx_bf16 *dout, // (BT, F)
+                                    const lx_bf16 *inp,  // (BT, 2F)
+                                    int BT, int F) {
   size_t N = (size_t)BT * F;
-  lx_cuda_swiglu_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
+  lx_cuda_swiglu_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
       dinp, dout, inp, BT, F);
   LX_CUDA_LAUNCHED();
 }
@@ -162,20 +163,23 @@ __global__ void lx_cuda_add_backward_kernel(lx_bf16 *da,         // (N)
   }
 }
 
-LX_CUDA_API void lx_cuda_add_forward(lx_bf16 *out,     // (N)
-                                       const lx_bf16 *a, // (N)
-                                       const lx_bf16 *b, // (N)
-                                       size_t N, cudaStream_t stream) {
-  lx_cuda_add_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, a, b, N);
+LX_CUDA_API void lx_add_forward(const lx_ctx *ctx,
+                                lx_bf16 *out,     // (N)
+                                const lx_bf16 *a, // (N)
+                                const lx_bf16 *b, // (N)
+                                size_t N) {
+  lx_cuda_add_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(out, a, b,
+                                                                                                             N);
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_add_backward(lx_bf16 *da,         // (N)
-                                        lx_bf16 *db,         // (N)
-                                        const lx_bf16 *dout, // (N)
-                                        size_t N, cudaStream_t stream) {
-  lx_cuda_add_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(da, db, dout,
-                                                                                                        N);
+LX_CUDA_API void lx_add_backward(const lx_ctx *ctx,
+                                 lx_bf16 *da,         // (N)
+                                 lx_bf16 *db,         // (N)
+                                 const lx_bf16 *dout, // (N)
+                                 size_t N) {
+  lx_cuda_add_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
+      da, db, dout, N);
   LX_CUDA_LAUNCHED();
 }
 
@@ -206,31 +210,33 @@ __global__ void lx_cuda_dropout_backward_kernel(lx_bf16 *dinp,       // (N)
 }
 
 /* Sequence parallelism: element i draws counter first + i (lx_dropout_forward_at). */
-LX_CUDA_API void lx_cuda_dropout_forward_at(lx_bf16 *out,       // (N)
-                                            uint8_t *mask,      // (N) or NULL
-                                            const lx_bf16 *inp, // (N)
-                                            size_t N, double p, uint64_t seed, uint64_t stream_id,
-                                            uint64_t first, cudaStream_t stream) {
+LX_CUDA_API void lx_dropout_forward_at(const lx_ctx *ctx,
+                                       lx_bf16 *out,       // (N)
+                                       uint8_t *mask,      // (N) or NULL
+                                       const lx_bf16 *inp, // (N)
+                                       size_t N, double p, uint64_t seed, uint64_t stream_id,
+                                       uint64_t first) {
   uint32_t threshold = lx_cuda_dropout_threshold(p);
-  lx_cuda_dropout_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
+  lx_cuda_dropout_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
       out, mask, inp, N, lx_cuda_rng_key(seed, stream_id), threshold, (float)(1.0 / (1.0 - p)), first);
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_dropout_forward(lx_bf16 *out,       // (N)
-                                           uint8_t *mask,      // (N) or NULL
-                                           const lx_bf16 *inp, // (N)
-                                           size_t N, double p, uint64_t seed, uint64_t stream_id,
-                                           cudaStream_t stream) {
-  lx_cuda_dropout_forward_at(out, mask, inp, N, p, seed, stream_id, 0, stream);
+LX_CUDA_API void lx_dropout_forward(const lx_ctx *ctx,
+                                    lx_bf16 *out,       // (N)
+                                    uint8_t *mask,      // (N) or NULL
+                                    const lx_bf16 *inp, // (N)
+                                    size_t N, double p, uint64_t seed, uint64_t stream_id) {
+  lx_dropout_forward_at(ctx, out, mask, inp, N, p, seed, stream_id, 0);
 }
 
-LX_CUDA_API void lx_cuda_dropout_backward(lx_bf16 *dinp,       // (N)
-                                            const lx_bf16 *dout, // (N)
-                                            const uint8_t *mask, // (N), or NULL when p == 0
-                                            size_t N, double p, cudaStream_t stream) {
+LX_CUDA_API void lx_dropout_backward(const lx_ctx *ctx,
+                                     lx_bf16 *dinp,       // (N)
+                                     const lx_bf16 *dout, // (N)
+                                     const uint8_t *mask, // (N), or NULL when p == 0
+                                     size_t N, double p) {
   LX_CUDA_REQUIRE(mask != NULL || p == 0);
-  lx_cuda_dropout_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
+  lx_cuda_dropout_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
       dinp, dout, mask, N, (float)(1.0 / (1.0 - p)));
   LX_CUDA_LAUNCHED();
 }

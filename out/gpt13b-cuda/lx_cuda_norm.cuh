@@ -78,40 +78,44 @@ LX_CUDA_API void lx_cuda_norm_forward_launch(lx_bf16 *out, lx_bf16 *residual_out
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_layernorm_forward(lx_bf16 *out,          // (BT, C)
-                                             const lx_bf16 *inp,    // (BT, C)
-                                             const lx_bf16 *weight, // (C)
-                                             const lx_bf16 *bias,   // (C)
-                                             int BT, int C, cudaStream_t stream) {
-  lx_cuda_norm_forward_launch(out, NULL, inp, NULL, weight, bias, BT, C, 0, stream);
+LX_CUDA_API void lx_layernorm_forward(const lx_ctx *ctx,
+                                      lx_bf16 *out,          // (BT, C)
+                                      const lx_bf16 *inp,    // (BT, C)
+                                      const lx_bf16 *weight, // (C)
+                                      const lx_bf16 *bias,   // (C)
+                                      int BT, int C) {
+  lx_cuda_norm_forward_launch(out, NULL, inp, NULL, weight, bias, BT, C, 0, ctx->stream);
 }
 
 /* residual_out = residual + branch; out = layernorm(residual_out). */
-LX_CUDA_API void lx_cuda_residual_layernorm_forward(lx_bf16 *residual_out,  // (BT, C)
-                                                      lx_bf16 *out,           // (BT, C)
-                                                      const lx_bf16 *residual, // (BT, C)
-                                                      const lx_bf16 *branch,  // (BT, C)
-                                                      const lx_bf16 *weight,  // (C)
-                                                      const lx_bf16 *bias,    // (C)
-                                                      int BT, int C, cudaStream_t stream) {
-  lx_cuda_norm_forward_launch(out, residual_out, residual, branch, weight, bias, BT, C, 0, stream);
+LX_CUDA_API void lx_residual_layernorm_forward(const lx_ctx *ctx,
+                                               lx_bf16 *residual_out,   // (BT, C)
+                                               lx_bf16 *out,            // (BT, C)
+                                               const lx_bf16 *residual, // (BT, C)
+                                               const lx_bf16 *branch,   // (BT, C)
+                                               const lx_bf16 *weight,   // (C)
+                                               const lx_bf16 *bias,     // (C)
+                                               int BT, int C) {
+  lx_cuda_norm_forward_launch(out, residual_out, residual, branch, weight, bias, BT, C, 0, ctx->stream);
 }
 
-LX_CUDA_API void lx_cuda_rmsnorm_forward(lx_bf16 *out,          // (BT, C)
-                                           const lx_bf16 *inp,    // (BT, C)
-                                           const lx_bf16 *weight, // (C)
-                                           int BT, int C, cudaStream_t stream) {
-  lx_cuda_norm_forward_launch(out, NULL, inp, NULL, weight, NULL, BT, C, 1, stream);
+LX_CUDA_API void lx_rmsnorm_forward(const lx_ctx *ctx,
+                                    lx_bf16 *out,          // (BT, C)
+                                    const lx_bf16 *inp,    // (BT, C)
+                                    const lx_bf16 *weight, // (C)
+                                    int BT, int C) {
+  lx_cuda_norm_forward_launch(out, NULL, inp, NULL, weight, NULL, BT, C, 1, ctx->stream);
 }
 
 /* residual_out = residual + branch; out = rmsnorm(residual_out). */
-LX_CUDA_API void lx_cuda_residual_rmsnorm_forward(lx_bf16 *residual_out,   // (BT, C)
-                                                    lx_bf16 *out,            // (BT, C)
-                                                    const lx_bf16 *residual, // (BT, C)
-                                                    const lx_bf16 *branch,   // (BT, C)
-                                                    const lx_bf16 *weight,   // (C)
-                                                    int BT, int C, cudaStream_t stream) {
-  lx_cuda_norm_forward_launch(out, residual_out, residual, branch, weight, NULL, BT, C, 1, stream);
+LX_CUDA_API void lx_residual_rmsnorm_forward(const lx_ctx *ctx,
+                                             lx_bf16 *residual_out,   // (BT, C)
+                                             lx_bf16 *out,            // (BT, C)
+                                             const lx_bf16 *residual, // (BT, C)
+                                             const lx_bf16 *branch,   // (BT, C)
+                                             const lx_bf16 *weight,   // (C)
+                                             int BT, int C) {
+  lx_cuda_norm_forward_launch(out, residual_out, residual, branch, weight, NULL, BT, C, 1, ctx->stream);
 }
 
 /* ---- backward ---------------------------------------------------------------- */
@@ -205,25 +209,25 @@ LX_CUDA_API void lx_cuda_norm_backward_launch(lx_bf16 *dinp, float *dweight, flo
 
 /* dinp, dweight, dbias += the layernorm gradients; mean and rstd recomputed
  * from inp (the only thing the forward saved). */
-LX_CUDA_API void lx_cuda_layernorm_backward(lx_bf16 *dinp,         // (BT, C)
-                                              float *dweight,        // (C)
-                                              float *dbias,          // (C)
-                                              float *scratch,        // (lx_cuda_norm_backward_scratch_floats)
-                                              const lx_bf16 *dout,   // (BT, C)
-                                              const lx_bf16 *inp,    // (BT, C)
-                                              const lx_bf16 *weight, // (C)
-                                              int BT, int C, cudaStream_t stream) {
-  lx_cuda_norm_backward_launch(dinp, dweight, dbias, scratch, dout, inp, weight, BT, C, 0, stream);
+LX_CUDA_API void lx_layernorm_backward(const lx_ctx *ctx,
+                                       lx_bf16 *dinp,         // (BT, C)
+                                       float *dweight,        // (C)
+                                       float *dbias,          // (C)
+                                       const lx_bf16 *dout,   // (BT, C)
+                                       const lx_bf16 *inp,    // (BT, C)
+                                       const lx_bf16 *weight, // (C)
+                                       int BT, int C) {
+  lx_cuda_norm_backward_launch(dinp, dweight, dbias, ctx->scratch, dout, inp, weight, BT, C, 0, ctx->stream);
 }
 
-LX_CUDA_API void lx_cuda_rmsnorm_backward(lx_bf16 *dinp,         // (BT, C)
-                                            float *dweight,        // (C)
-                                            float *scratch,        // (lx_cuda_norm_backward_scratch_floats)
-                                            const lx_bf16 *dout,   // (BT, C)
-                                            const lx_bf16 *inp,    // (BT, C)
-                                            const lx_bf16 *weight, // (C)
-                                            int BT, int C, cudaStream_t stream) {
-  lx_cuda_norm_backward_launch(dinp, dweight, NULL, scratch, dout, inp, weight, BT, C, 1, stream);
+LX_CUDA_API void lx_rmsnorm_backward(const lx_ctx *ctx,
+                                     lx_bf16 *dinp,         // (BT, C)
+                                     float *dweight,        // (C)
+                                     const lx_bf16 *dout,   // (BT, C)
+                                     const lx_bf16 *inp,    // (BT, C)
+                                     const lx_bf16 *weight, // (C)
+                                     int BT, int C) {
+  lx_cuda_norm_backward_launch(dinp, dweight, NULL, ctx->scratch, dout, inp, weight, BT, C, 1, ctx->stream);
 }
 
 #endif

@@ -250,212 +250,202 @@ static lx_bf16 *layer_input_grad(int layer, int mb) {
   return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
 }
 
-/* forward of prologue() (gpt13b.model:56) for one micro-batch, on `stream` with its scratch. */
-static void forward_prologue(int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
+/* forward of prologue() (gpt13b.model:56) for one micro-batch. */
+static void forward_prologue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   /* FWD x = embedding(...)  gpt13b.model:57 */
-  lx_prof_begin(1, 0, stream);
-  lx_cuda_embedding_forward(prologue_embedding_0(), prologue_tokens(mb), prologue_embedding_0_weight(), B, T, 2048, VP,
-      stream);
-  lx_prof_end(stream);
+  lx_prof_begin(1, 0, ctx->stream);
+  lx_embedding_forward(ctx, prologue_embedding_0(), prologue_tokens(mb), prologue_embedding_0_weight(), B, T, 2048, VP);
+  lx_prof_end(ctx->stream);
   /* FWD position_embedding_0 = position_embedding(...)  gpt13b.model:58 */
-  lx_prof_begin(2, 0, stream);
-  lx_cuda_position_embedding_forward(prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T,
-      2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(2, 0, ctx->stream);
+  lx_position_embedding_forward(ctx, prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T,
+      2048);
+  lx_prof_end(ctx->stream);
   /* FWD x = add(...)  gpt13b.model:58 */
-  lx_prof_begin(3, 0, stream);
-  lx_cuda_add_forward(prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 2048,
-      stream);
-  lx_prof_end(stream);
+  lx_prof_begin(3, 0, ctx->stream);
+  lx_add_forward(ctx, prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
   /* FWD dropout_0 = dropout(...)  gpt13b.model:59 */
-  lx_prof_begin(4, 0, stream);
-  lx_cuda_dropout_forward(prologue_dropout_0(mb), prologue_dropout_0_dropout_mask(mb), prologue_add_0(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), 0, 4), stream);
-  lx_prof_end(stream);
+  lx_prof_begin(4, 0, ctx->stream);
+  lx_dropout_forward(ctx, prologue_dropout_0(mb), prologue_dropout_0_dropout_mask(mb), prologue_add_0(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_prof_end(ctx->stream);
 }
 
-/* backward of prologue() (gpt13b.model:56) for one micro-batch, on `stream` with its scratch. */
-static void backward_prologue(int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
+/* backward of prologue() (gpt13b.model:56) for one micro-batch. */
+static void backward_prologue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  CUDA_CHECK(cudaMemsetAsync(prologue_embedding_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(prologue_position_embedding_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(prologue_add_0_grad(), 0, 33554432, stream));
+  CUDA_CHECK(cudaMemsetAsync(prologue_embedding_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(prologue_position_embedding_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(prologue_add_0_grad(), 0, 33554432, ctx->stream));
   /* BWD dropout_0 = dropout(...)  gpt13b.model:59 */
-  lx_prof_begin(4, 1, stream);
-  lx_cuda_dropout_backward(prologue_add_0_grad(), prologue_dropout_0_grad(), prologue_dropout_0_dropout_mask(mb),
-      (size_t)BT * 2048, DROPOUT, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(4, 1, ctx->stream);
+  lx_dropout_backward(ctx, prologue_add_0_grad(), prologue_dropout_0_grad(), prologue_dropout_0_dropout_mask(mb),
+      (size_t)BT * 2048, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD x = add(...)  gpt13b.model:58 */
-  lx_prof_begin(3, 1, stream);
-  lx_cuda_add_backward(prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
-      (size_t)BT * 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(3, 1, ctx->stream);
+  lx_add_backward(ctx, prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
+      (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
   /* BWD position_embedding_0 = position_embedding(...)  gpt13b.model:58 */
-  lx_prof_begin(2, 1, stream);
-  lx_cuda_position_embedding_backward(GRAD_OF(prologue_position_embedding_0_weight()),
-      prologue_position_embedding_0_grad(), B, T, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(2, 1, ctx->stream);
+  lx_position_embedding_backward(ctx, GRAD_OF(prologue_position_embedding_0_weight()),
+      prologue_position_embedding_0_grad(), B, T, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD x = embedding(...)  gpt13b.model:57 */
-  lx_prof_begin(1, 1, stream);
-  lx_cuda_embedding_backward(GRAD_OF(prologue_embedding_0_weight()), prologue_embedding_0_grad(), prologue_tokens(mb),
-      B, T, 2048, VP, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(1, 1, ctx->stream);
+  lx_embedding_backward(ctx, GRAD_OF(prologue_embedding_0_weight()), prologue_embedding_0_grad(), prologue_tokens(mb),
+      B, T, 2048, VP);
+  lx_prof_end(ctx->stream);
 }
 
-/* forward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
-static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
+/* forward of block() (gpt13b.model:63) for one micro-batch. */
+static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* FWD h = layernorm(...)  gpt13b.model:64 */
-  lx_prof_begin(6, 0, stream);
-  lx_cuda_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
-      block_layernorm_0_bias(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(6, 0, ctx->stream);
+  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+      block_layernorm_0_bias(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD qkv = linear(...)  gpt13b.model:65 */
-  lx_prof_begin(7, 0, stream);
-  lx_cuda_linear_forward(matmul, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 2048, 6144, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(7, 0, ctx->stream);
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      block_qkv_bias(layer), BT, 2048, 6144);
+  lx_prof_end(ctx->stream);
   /* FWD a = attention(...)  gpt13b.model:66 */
-  lx_prof_begin(8, 0, stream);
-  lx_cuda_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
-      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), scratch,
-      block_qkv(layer, mb), B, T, 16, 16, 128, DROPOUT, seed,
-      lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(8, 0, ctx->stream);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
+      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), block_qkv(layer, mb), B,
+      T, 16, 16, 128, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16);
+  lx_prof_end(ctx->stream);
   /* FWD linear_1 = linear(...)  gpt13b.model:67 */
-  lx_prof_begin(9, 0, stream);
-  lx_cuda_linear_forward(matmul, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
-      block_linear_1_bias(layer), BT, 2048, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(9, 0, ctx->stream);
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+      block_linear_1_bias(layer), BT, 2048, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD a = dropout(...)  gpt13b.model:67 */
-  lx_prof_begin(10, 0, stream);
-  lx_cuda_dropout_forward(block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
-  lx_prof_end(stream);
+  lx_prof_begin(10, 0, ctx->stream);
+  lx_dropout_forward(ctx, block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_prof_end(ctx->stream);
   /* FWD x = add(...)  gpt13b.model:68 */
-  lx_prof_begin(11, 0, stream);
+  lx_prof_begin(11, 0, ctx->stream);
   /* with the layernorm below: one pass over each row writes the sum and its norm */
-  lx_cuda_residual_layernorm_forward(block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
-      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_residual_layernorm_forward(ctx, block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
+      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD h = layernorm(...)  gpt13b.model:69 */
-  lx_prof_begin(12, 0, stream);
+  lx_prof_begin(12, 0, ctx->stream);
   /* FWD h: done by the add above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* FWD linear_2 = linear(...)  gpt13b.model:70 */
-  lx_prof_begin(13, 0, stream);
+  lx_prof_begin(13, 0, ctx->stream);
   /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as linear_2's output */
-  lx_cuda_linear_gelu_forward(matmul, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
-      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192, stream);
-  lx_prof_end(stream);
+  lx_linear_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192);
+  lx_prof_end(ctx->stream);
   /* FWD h = gelu(...)  gpt13b.model:70 */
-  lx_prof_begin(14, 0, stream);
+  lx_prof_begin(14, 0, ctx->stream);
   /* FWD h: done by the linear above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* FWD linear_3 = linear(...)  gpt13b.model:71 */
-  lx_prof_begin(15, 0, stream);
-  lx_cuda_linear_forward(matmul, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      block_linear_3_bias(layer), BT, 8192, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(15, 0, ctx->stream);
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      block_linear_3_bias(layer), BT, 8192, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD h = dropout(...)  gpt13b.model:71 */
-  lx_prof_begin(16, 0, stream);
-  lx_cuda_dropout_forward(block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
-  lx_prof_end(stream);
+  lx_prof_begin(16, 0, ctx->stream);
+  lx_dropout_forward(ctx, block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_prof_end(ctx->stream);
   /* FWD add_1 = add(...)  gpt13b.model:72 */
-  lx_prof_begin(17, 0, stream);
-  lx_cuda_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(17, 0, ctx->stream);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
 }
 
-/* backward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
-static void backward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
-  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, stream));
+/* backward of block() (gpt13b.model:63) for one micro-batch. */
+static void backward_block(const lx_ctx *ctx, int layer, int mb) {
+  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, ctx->stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
-  lx_prof_begin(17, 1, stream);
-  lx_cuda_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048,
-      stream);
-  lx_prof_end(stream);
+  lx_prof_begin(17, 1, ctx->stream);
+  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
-  lx_prof_begin(16, 1, stream);
-  lx_cuda_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(16, 1, ctx->stream);
+  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
-  lx_prof_begin(15, 1, stream);
-  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
-      scratch, block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048, stream);
+  lx_prof_begin(15, 1, ctx->stream);
+  lx_linear_backward(ctx, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
+      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048);
   /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
-  lx_cuda_linear_dgelu_backward(matmul, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
-      block_linear_2(layer, mb), BT, 8192, 2048, stream);
-  lx_prof_end(stream);
+  lx_linear_dgelu_backward(ctx, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
+      block_linear_2(layer, mb), BT, 8192, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD h = gelu(...)  gpt13b.model:70 */
-  lx_prof_begin(14, 1, stream);
+  lx_prof_begin(14, 1, ctx->stream);
   /* BWD h: done by the linear above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* BWD linear_2 = linear(...)  gpt13b.model:70 */
-  lx_prof_begin(13, 1, stream);
-  lx_cuda_linear_backward(matmul, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
-      GRAD_OF(block_linear_2_bias(layer)), scratch, block_linear_2_grad(), block_layernorm_1(layer, mb),
-      block_linear_2_weight(layer), BT, 2048, 8192, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(13, 1, ctx->stream);
+  lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+      GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), BT, 2048, 8192);
+  lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:69 */
-  lx_prof_begin(12, 1, stream);
-  lx_cuda_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), scratch, block_layernorm_1_grad(), block_add_0(layer, mb),
-      block_layernorm_1_weight(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(12, 1, ctx->stream);
+  lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      block_layernorm_1_weight(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD x = add(...)  gpt13b.model:68 */
-  lx_prof_begin(11, 1, stream);
-  lx_cuda_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048,
-      stream);
-  lx_prof_end(stream);
+  lx_prof_begin(11, 1, ctx->stream);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
-  lx_prof_begin(10, 1, stream);
-  lx_cuda_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(10, 1, ctx->stream);
+  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
-  lx_prof_begin(9, 1, stream);
-  lx_cuda_linear_backward(matmul, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), scratch, block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 2048, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(9, 1, ctx->stream);
+  lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
+      block_linear_1_weight(layer), BT, 2048, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD a = attention(...)  gpt13b.model:66 */
-  lx_prof_begin(8, 1, stream);
-  lx_cuda_attention_backward(block_qkv_grad(), scratch, block_attention_0_grad(), block_qkv(layer, mb),
+  lx_prof_begin(8, 1, ctx->stream);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), block_attention_0_dropout_output(layer, mb),
-      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT, stream);
-  lx_prof_end(stream);
+      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD qkv = linear(...)  gpt13b.model:65 */
-  lx_prof_begin(7, 1, stream);
-  lx_cuda_linear_backward(matmul, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)),
-      GRAD_OF(block_qkv_bias(layer)), scratch, block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      BT, 2048, 6144, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(7, 1, ctx->stream);
+  lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 2048, 6144);
+  lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:64 */
-  lx_prof_begin(6, 1, stream);
-  lx_cuda_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
-      GRAD_OF(block_layernorm_0_bias(layer)), scratch, block_layernorm_0_grad(), block_input_0(layer, mb),
-      block_layernorm_0_weight(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(6, 1, ctx->stream);
+  lx_layernorm_backward(ctx, layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+      GRAD_OF(block_layernorm_0_bias(layer)), block_layernorm_0_grad(), block_input_0(layer, mb),
+      block_layernorm_0_weight(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
 }
 
 enum { LOADS_TOKENS = 1 }; /* the stage reads the token shards */
@@ -485,10 +475,10 @@ static void run_schedule(int step) {
   for (int i = 0; i < 4; i++) { /* the 26 lines below, 4 times */
     load_micro_batch((0 + i), streams[STREAM_COMPUTE]); /* LOAD mb(0 + i) */
     /* FWD prologue.embedding_0 mb(0 + i) (4 instructions, compute stream)  gpt13b.model:57 */
-    forward_prologue((0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_prologue(&ctx_of[STREAM_COMPUTE], (0 + i));
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(0 + j) mb(0 + i) (12 instructions, compute stream)  gpt13b.model:64 */
-      forward_block((0 + j), (0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      forward_block(&ctx_of[STREAM_COMPUTE], (0 + j), (0 + i));
     }
     CUDA_CHECK(cudaEventRecord(events[(0 + 2 * i)], streams[STREAM_COMPUTE])); /* RECORD e(0 + 2 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(0 + 2 * i)],
@@ -509,10 +499,10 @@ static void run_schedule(int step) {
         0)); /* WAIT e(8 + 4 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(5 - j) mb(0 + i) (12 instructions, compute stream)  gpt13b.model:72 */
-      backward_block((5 - j), (0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      backward_block(&ctx_of[STREAM_COMPUTE], (5 - j), (0 + i));
     }
     /* BWD prologue.dropout_0 mb(0 + i) (4 instructions, compute stream)  gpt13b.model:59 */
-    backward_prologue((0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_prologue(&ctx_of[STREAM_COMPUTE], (0 + i));
     CUDA_CHECK(cudaEventRecord(events[(9 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(9 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(9 + 4 * i)],
         0)); /* WAIT e(9 + 4 * i) (from compute) */
@@ -530,10 +520,10 @@ static void run_schedule(int step) {
         0)); /* WAIT e(1 + 2 * i) (from send) */
     load_micro_batch((4 + i), streams[STREAM_COMPUTE]); /* LOAD mb(4 + i) */
     /* FWD prologue.embedding_0 mb(4 + i) (4 instructions, compute stream)  gpt13b.model:57 */
-    forward_prologue((4 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_prologue(&ctx_of[STREAM_COMPUTE], (4 + i));
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(0 + j) mb(4 + i) (12 instructions, compute stream)  gpt13b.model:64 */
-      forward_block((0 + j), (4 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      forward_block(&ctx_of[STREAM_COMPUTE], (0 + j), (4 + i));
     }
     CUDA_CHECK(cudaEventRecord(events[(10 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(10 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(10 + 4 * i)],
@@ -554,10 +544,10 @@ static void run_schedule(int step) {
         0)); /* WAIT e(24 + 4 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(5 - j) mb(4 + i) (12 instructions, compute stream)  gpt13b.model:72 */
-      backward_block((5 - j), (4 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      backward_block(&ctx_of[STREAM_COMPUTE], (5 - j), (4 + i));
     }
     /* BWD prologue.dropout_0 mb(4 + i) (4 instructions, compute stream)  gpt13b.model:59 */
-    backward_prologue((4 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_prologue(&ctx_of[STREAM_COMPUTE], (4 + i));
     CUDA_CHECK(cudaEventRecord(events[(25 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(25 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(25 + 4 * i)],
         0)); /* WAIT e(25 + 4 * i) (from compute) */
@@ -575,10 +565,10 @@ static void run_schedule(int step) {
         0)); /* WAIT e(11 + 4 * i) (from send) */
     load_micro_batch((8 + i), streams[STREAM_COMPUTE]); /* LOAD mb(8 + i) */
     /* FWD prologue.embedding_0 mb(8 + i) (4 instructions, compute stream)  gpt13b.model:57 */
-    forward_prologue((8 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_prologue(&ctx_of[STREAM_COMPUTE], (8 + i));
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(0 + j) mb(8 + i) (12 instructions, compute stream)  gpt13b.model:64 */
-      forward_block((0 + j), (8 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      forward_block(&ctx_of[STREAM_COMPUTE], (0 + j), (8 + i));
     }
     CUDA_CHECK(cudaEventRecord(events[(26 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(26 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(26 + 4 * i)],
@@ -599,10 +589,10 @@ static void run_schedule(int step) {
         0)); /* WAIT e(236 + 4 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(5 - j) mb(57 + i) (12 instructions, compute stream)  gpt13b.model:72 */
-      backward_block((5 - j), (57 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      backward_block(&ctx_of[STREAM_COMPUTE], (5 - j), (57 + i));
     }
     /* BWD prologue.dropout_0 mb(57 + i) (4 instructions, compute stream)  gpt13b.model:59 */
-    backward_prologue((57 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_prologue(&ctx_of[STREAM_COMPUTE], (57 + i));
     CUDA_CHECK(cudaEventRecord(events[(237 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(237 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(237 + 4 * i)],
         0)); /* WAIT e(237 + 4 * i) (from compute) */
@@ -620,10 +610,10 @@ static void run_schedule(int step) {
         0)); /* WAIT e(223 + 4 * i) (from send) */
     load_micro_batch((61 + i), streams[STREAM_COMPUTE]); /* LOAD mb(61 + i) */
     /* FWD prologue.embedding_0 mb(61 + i) (4 instructions, compute stream)  gpt13b.model:57 */
-    forward_prologue((61 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_prologue(&ctx_of[STREAM_COMPUTE], (61 + i));
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(0 + j) mb(61 + i) (12 instructions, compute stream)  gpt13b.model:64 */
-      forward_block((0 + j), (61 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      forward_block(&ctx_of[STREAM_COMPUTE], (0 + j), (61 + i));
     }
     CUDA_CHECK(cudaEventRecord(events[(238 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(238 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(238 + 4 * i)],
@@ -644,16 +634,16 @@ static void run_schedule(int step) {
         0)); /* WAIT e(248 + 2 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(5 - j) mb(60 + i) (12 instructions, compute stream)  gpt13b.model:72 */
-      backward_block((5 - j), (60 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      backward_block(&ctx_of[STREAM_COMPUTE], (5 - j), (60 + i));
     }
     /* BWD prologue.dropout_0 mb(60 + i) (4 instructions, compute stream)  gpt13b.model:59 */
-    backward_prologue((60 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_prologue(&ctx_of[STREAM_COMPUTE], (60 + i));
     CUDA_CHECK(cudaEventRecord(events[(249 + 2 * i)], streams[STREAM_COMPUTE])); /* RECORD e(249 + 2 * i) */
   }
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[254], 0)); /* WAIT e254 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
     /* BWD block.add_1 L(5 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
-    backward_block((5 - i), 63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_block(&ctx_of[STREAM_COMPUTE], (5 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(255 + i)], streams[STREAM_COMPUTE])); /* RECORD e(255 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(255 + i)], 0)); /* WAIT e(255 + i) (from compute) */
     /* ALLREDUCE_DP block L(5 - i) */
@@ -661,7 +651,7 @@ static void run_schedule(int step) {
         50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
   }
   /* BWD prologue.dropout_0 mb63 (4 instructions, compute stream)  gpt13b.model:59 */
-  backward_prologue(63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+  backward_prologue(&ctx_of[STREAM_COMPUTE], 63);
   CUDA_CHECK(cudaEventRecord(events[261], streams[STREAM_COMPUTE])); /* RECORD e261 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[261], 0)); /* WAIT e261 (from compute) */
   /* ALLREDUCE_DP tied embedding */
@@ -685,13 +675,12 @@ static void run_schedule(int step) {
 /* Forward only (validation): the losses of the micro-batches staged for it. */
 static void run_forward(int step) {
   current_step = step;
-  cudaStream_t stream = streams[STREAM_COMPUTE];
-  float *scratch = scratch_of[STREAM_COMPUTE];
+  const lx_ctx *ctx = &ctx_of[STREAM_COMPUTE];
   for (int mb = 0; mb < MICRO_BATCHES; mb++) {
-    load_micro_batch(mb, stream);
-    forward_prologue(mb, stream, scratch);
-    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));
+    load_micro_batch(mb, ctx->stream);
+    forward_prologue(ctx, mb);
+    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
+    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, ctx->stream));
   }
 }
 

@@ -223,155 +223,149 @@ static lx_bf16 *layer_input_grad(int layer, int mb) {
   return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
 }
 
-/* forward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
-static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
+/* forward of block() (gpt13b.model:63) for one micro-batch. */
+static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* FWD h = layernorm(...)  gpt13b.model:64 */
-  lx_prof_begin(6, 0, stream);
-  lx_cuda_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
-      block_layernorm_0_bias(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(6, 0, ctx->stream);
+  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+      block_layernorm_0_bias(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD qkv = linear(...)  gpt13b.model:65 */
-  lx_prof_begin(7, 0, stream);
-  lx_cuda_linear_forward(matmul, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 2048, 6144, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(7, 0, ctx->stream);
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      block_qkv_bias(layer), BT, 2048, 6144);
+  lx_prof_end(ctx->stream);
   /* FWD a = attention(...)  gpt13b.model:66 */
-  lx_prof_begin(8, 0, stream);
-  lx_cuda_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
-      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), scratch,
-      block_qkv(layer, mb), B, T, 16, 16, 128, DROPOUT, seed,
-      lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(8, 0, ctx->stream);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
+      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), block_qkv(layer, mb), B,
+      T, 16, 16, 128, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16);
+  lx_prof_end(ctx->stream);
   /* FWD linear_1 = linear(...)  gpt13b.model:67 */
-  lx_prof_begin(9, 0, stream);
-  lx_cuda_linear_forward(matmul, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
-      block_linear_1_bias(layer), BT, 2048, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(9, 0, ctx->stream);
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+      block_linear_1_bias(layer), BT, 2048, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD a = dropout(...)  gpt13b.model:67 */
-  lx_prof_begin(10, 0, stream);
-  lx_cuda_dropout_forward(block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
-  lx_prof_end(stream);
+  lx_prof_begin(10, 0, ctx->stream);
+  lx_dropout_forward(ctx, block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_prof_end(ctx->stream);
   /* FWD x = add(...)  gpt13b.model:68 */
-  lx_prof_begin(11, 0, stream);
+  lx_prof_begin(11, 0, ctx->stream);
   /* with the layernorm below: one pass over each row writes the sum and its norm */
-  lx_cuda_residual_layernorm_forward(block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
-      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_residual_layernorm_forward(ctx, block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
+      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD h = layernorm(...)  gpt13b.model:69 */
-  lx_prof_begin(12, 0, stream);
+  lx_prof_begin(12, 0, ctx->stream);
   /* FWD h: done by the add above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* FWD linear_2 = linear(...)  gpt13b.model:70 */
-  lx_prof_begin(13, 0, stream);
+  lx_prof_begin(13, 0, ctx->stream);
   /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as linear_2's output */
-  lx_cuda_linear_gelu_forward(matmul, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
-      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192, stream);
-  lx_prof_end(stream);
+  lx_linear_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192);
+  lx_prof_end(ctx->stream);
   /* FWD h = gelu(...)  gpt13b.model:70 */
-  lx_prof_begin(14, 0, stream);
+  lx_prof_begin(14, 0, ctx->stream);
   /* FWD h: done by the linear above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* FWD linear_3 = linear(...)  gpt13b.model:71 */
-  lx_prof_begin(15, 0, stream);
-  lx_cuda_linear_forward(matmul, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      block_linear_3_bias(layer), BT, 8192, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(15, 0, ctx->stream);
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      block_linear_3_bias(layer), BT, 8192, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD h = dropout(...)  gpt13b.model:71 */
-  lx_prof_begin(16, 0, stream);
-  lx_cuda_dropout_forward(block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
-  lx_prof_end(stream);
+  lx_prof_begin(16, 0, ctx->stream);
+  lx_dropout_forward(ctx, block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_prof_end(ctx->stream);
   /* FWD add_1 = add(...)  gpt13b.model:72 */
-  lx_prof_begin(17, 0, stream);
-  lx_cuda_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(17, 0, ctx->stream);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
 }
 
-/* backward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
-static void backward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
-  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, stream));
+/* backward of block() (gpt13b.model:63) for one micro-batch. */
+static void backward_block(const lx_ctx *ctx, int layer, int mb) {
+  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, ctx->stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
-  lx_prof_begin(17, 1, stream);
-  lx_cuda_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048,
-      stream);
-  lx_prof_end(stream);
+  lx_prof_begin(17, 1, ctx->stream);
+  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
-  lx_prof_begin(16, 1, stream);
-  lx_cuda_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(16, 1, ctx->stream);
+  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
-  lx_prof_begin(15, 1, stream);
-  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
-      scratch, block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048, stream);
+  lx_prof_begin(15, 1, ctx->stream);
+  lx_linear_backward(ctx, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
+      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048);
   /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
-  lx_cuda_linear_dgelu_backward(matmul, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
-      block_linear_2(layer, mb), BT, 8192, 2048, stream);
-  lx_prof_end(stream);
+  lx_linear_dgelu_backward(ctx, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
+      block_linear_2(layer, mb), BT, 8192, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD h = gelu(...)  gpt13b.model:70 */
-  lx_prof_begin(14, 1, stream);
+  lx_prof_begin(14, 1, ctx->stream);
   /* BWD h: done by the linear above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* BWD linear_2 = linear(...)  gpt13b.model:70 */
-  lx_prof_begin(13, 1, stream);
-  lx_cuda_linear_backward(matmul, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
-      GRAD_OF(block_linear_2_bias(layer)), scratch, block_linear_2_grad(), block_layernorm_1(layer, mb),
-      block_linear_2_weight(layer), BT, 2048, 8192, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(13, 1, ctx->stream);
+  lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+      GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), BT, 2048, 8192);
+  lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:69 */
-  lx_prof_begin(12, 1, stream);
-  lx_cuda_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), scratch, block_layernorm_1_grad(), block_add_0(layer, mb),
-      block_layernorm_1_weight(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(12, 1, ctx->stream);
+  lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      block_layernorm_1_weight(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD x = add(...)  gpt13b.model:68 */
-  lx_prof_begin(11, 1, stream);
-  lx_cuda_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048,
-      stream);
-  lx_prof_end(stream);
+  lx_prof_begin(11, 1, ctx->stream);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
-  lx_prof_begin(10, 1, stream);
-  lx_cuda_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(10, 1, ctx->stream);
+  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
-  lx_prof_begin(9, 1, stream);
-  lx_cuda_linear_backward(matmul, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), scratch, block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 2048, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(9, 1, ctx->stream);
+  lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
+      block_linear_1_weight(layer), BT, 2048, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD a = attention(...)  gpt13b.model:66 */
-  lx_prof_begin(8, 1, stream);
-  lx_cuda_attention_backward(block_qkv_grad(), scratch, block_attention_0_grad(), block_qkv(layer, mb),
+  lx_prof_begin(8, 1, ctx->stream);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), block_attention_0_dropout_output(layer, mb),
-      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT, stream);
-  lx_prof_end(stream);
+      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD qkv = linear(...)  gpt13b.model:65 */
-  lx_prof_begin(7, 1, stream);
-  lx_cuda_linear_backward(matmul, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)),
-      GRAD_OF(block_qkv_bias(layer)), scratch, block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      BT, 2048, 6144, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(7, 1, ctx->stream);
+  lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 2048, 6144);
+  lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:64 */
-  lx_prof_begin(6, 1, stream);
-  lx_cuda_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
-      GRAD_OF(block_layernorm_0_bias(layer)), scratch, block_layernorm_0_grad(), block_input_0(layer, mb),
-      block_layernorm_0_weight(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(6, 1, ctx->stream);
+  lx_layernorm_backward(ctx, layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+      GRAD_OF(block_layernorm_0_bias(layer)), block_layernorm_0_grad(), block_input_0(layer, mb),
+      block_layernorm_0_weight(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
 }
 
 enum { LOADS_TOKENS = 0 }; /* the stage reads the token shards */
@@ -413,7 +407,7 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[0], 0)); /* WAIT e0 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
     /* FWD block.layernorm_0 L(12 + i) mb0 (12 instructions, compute stream)  gpt13b.model:64 */
-    forward_block((12 + i), 0, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_block(&ctx_of[STREAM_COMPUTE], (12 + i), 0);
   }
   CUDA_CHECK(cudaEventRecord(events[1], streams[STREAM_COMPUTE])); /* RECORD e1 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[1], 0)); /* WAIT e1 (from compute) */
@@ -429,7 +423,7 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[3], 0)); /* WAIT e3 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
     /* FWD block.layernorm_0 L(12 + i) mb1 (12 instructions, compute stream)  gpt13b.model:64 */
-    forward_block((12 + i), 1, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_block(&ctx_of[STREAM_COMPUTE], (12 + i), 1);
   }
   CUDA_CHECK(cudaEventRecord(events[4], streams[STREAM_COMPUTE])); /* RECORD e4 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[4], 0)); /* WAIT e4 (from compute) */
@@ -445,7 +439,7 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[6], 0)); /* WAIT e6 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
     /* BWD block.add_1 L(17 - i) mb0 (12 instructions, compute stream)  gpt13b.model:72 */
-    backward_block((17 - i), 0, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_block(&ctx_of[STREAM_COMPUTE], (17 - i), 0);
   }
   CUDA_CHECK(cudaEventRecord(events[7], streams[STREAM_COMPUTE])); /* RECORD e7 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[7], 0)); /* WAIT e7 (from compute) */
@@ -483,7 +477,7 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[10], 0)); /* WAIT e10 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
     /* FWD block.layernorm_0 L(12 + i) mb2 (12 instructions, compute stream)  gpt13b.model:64 */
-    forward_block((12 + i), 2, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_block(&ctx_of[STREAM_COMPUTE], (12 + i), 2);
   }
   CUDA_CHECK(cudaEventRecord(events[11], streams[STREAM_COMPUTE])); /* RECORD e11 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[11], 0)); /* WAIT e11 (from compute) */
@@ -501,7 +495,7 @@ static void run_schedule(int step) {
         0)); /* WAIT e(13 + 7 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(17 - j) mb(1 + i) (12 instructions, compute stream)  gpt13b.model:72 */
-      backward_block((17 - j), (1 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      backward_block(&ctx_of[STREAM_COMPUTE], (17 - j), (1 + i));
     }
     CUDA_CHECK(cudaEventRecord(events[(14 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(14 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(14 + 7 * i)],
@@ -547,7 +541,7 @@ static void run_schedule(int step) {
         0)); /* WAIT e(17 + 7 * i) (from recv) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(12 + j) mb(3 + i) (12 instructions, compute stream)  gpt13b.model:64 */
-      forward_block((12 + j), (3 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      forward_block(&ctx_of[STREAM_COMPUTE], (12 + j), (3 + i));
     }
     CUDA_CHECK(cudaEventRecord(events[(18 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(18 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(18 + 7 * i)],
@@ -568,7 +562,7 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[433], 0)); /* WAIT e433 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
     /* BWD block.add_1 L(17 - i) mb61 (12 instructions, compute stream)  gpt13b.model:72 */
-    backward_block((17 - i), 61, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_block(&ctx_of[STREAM_COMPUTE], (17 - i), 61);
   }
   CUDA_CHECK(cudaEventRecord(events[434], streams[STREAM_COMPUTE])); /* RECORD e434 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[434], 0)); /* WAIT e434 (from compute) */
@@ -617,7 +611,7 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[437], 0)); /* WAIT e437 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
     /* FWD block.layernorm_0 L(12 + i) mb63 (12 instructions, compute stream)  gpt13b.model:64 */
-    forward_block((12 + i), 63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_block(&ctx_of[STREAM_COMPUTE], (12 + i), 63);
   }
   CUDA_CHECK(cudaEventRecord(events[438], streams[STREAM_COMPUTE])); /* RECORD e438 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[438], 0)); /* WAIT e438 (from compute) */
@@ -634,7 +628,7 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[440], 0)); /* WAIT e440 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
     /* BWD block.add_1 L(17 - i) mb62 (12 instructions, compute stream)  gpt13b.model:72 */
-    backward_block((17 - i), 62, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_block(&ctx_of[STREAM_COMPUTE], (17 - i), 62);
   }
   CUDA_CHECK(cudaEventRecord(events[441], streams[STREAM_COMPUTE])); /* RECORD e441 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[441], 0)); /* WAIT e441 (from compute) */
@@ -652,7 +646,7 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[444], 0)); /* WAIT e444 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
     /* BWD block.add_1 L(17 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
-    backward_block((17 - i), 63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_block(&ctx_of[STREAM_COMPUTE], (17 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(445 + i)], streams[STREAM_COMPUTE])); /* RECORD e(445 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(445 + i)], 0)); /* WAIT e(445 + i) (from compute) */
     /* ALLREDUCE_DP block L(17 - i) */
@@ -683,16 +677,16 @@ static void run_schedule(int step) {
 /* Forward only (validation): the losses of the micro-batches staged for it. */
 static void run_forward(int step) {
   current_step = step;
-  cudaStream_t stream = streams[STREAM_COMPUTE];
-  float *scratch = scratch_of[STREAM_COMPUTE];
+  const lx_ctx *ctx = &ctx_of[STREAM_COMPUTE];
   for (int mb = 0; mb < MICRO_BATCHES; mb++) {
     {
       const int layer = FIRST_LAYER;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm, stream));
+      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm,
+          ctx->stream));
     }
-    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, stream));
+    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
+    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, ctx->stream));
   }
 }
 

@@ -244,203 +244,195 @@ static lx_bf16 *layer_input_grad(int layer, int mb) {
   return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
 }
 
-/* forward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
-static void forward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
+/* forward of block() (gpt13b.model:63) for one micro-batch. */
+static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* FWD h = layernorm(...)  gpt13b.model:64 */
-  lx_prof_begin(6, 0, stream);
-  lx_cuda_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
-      block_layernorm_0_bias(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(6, 0, ctx->stream);
+  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+      block_layernorm_0_bias(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD qkv = linear(...)  gpt13b.model:65 */
-  lx_prof_begin(7, 0, stream);
-  lx_cuda_linear_forward(matmul, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 2048, 6144, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(7, 0, ctx->stream);
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      block_qkv_bias(layer), BT, 2048, 6144);
+  lx_prof_end(ctx->stream);
   /* FWD a = attention(...)  gpt13b.model:66 */
-  lx_prof_begin(8, 0, stream);
-  lx_cuda_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
-      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), scratch,
-      block_qkv(layer, mb), B, T, 16, 16, 128, DROPOUT, seed,
-      lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(8, 0, ctx->stream);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb),
+      block_attention_0_dropout_output(layer, mb), block_attention_0_dropout_mask(layer, mb), block_qkv(layer, mb), B,
+      T, 16, 16, 128, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 16, 16);
+  lx_prof_end(ctx->stream);
   /* FWD linear_1 = linear(...)  gpt13b.model:67 */
-  lx_prof_begin(9, 0, stream);
-  lx_cuda_linear_forward(matmul, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
-      block_linear_1_bias(layer), BT, 2048, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(9, 0, ctx->stream);
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+      block_linear_1_bias(layer), BT, 2048, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD a = dropout(...)  gpt13b.model:67 */
-  lx_prof_begin(10, 0, stream);
-  lx_cuda_dropout_forward(block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 5), stream);
-  lx_prof_end(stream);
+  lx_prof_begin(10, 0, ctx->stream);
+  lx_dropout_forward(ctx, block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_prof_end(ctx->stream);
   /* FWD x = add(...)  gpt13b.model:68 */
-  lx_prof_begin(11, 0, stream);
+  lx_prof_begin(11, 0, ctx->stream);
   /* with the layernorm below: one pass over each row writes the sum and its norm */
-  lx_cuda_residual_layernorm_forward(block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
-      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_residual_layernorm_forward(ctx, block_add_0(layer, mb), block_layernorm_1(layer, mb), block_input_0(layer, mb),
+      block_dropout_0(), block_layernorm_1_weight(layer), block_layernorm_1_bias(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD h = layernorm(...)  gpt13b.model:69 */
-  lx_prof_begin(12, 0, stream);
+  lx_prof_begin(12, 0, ctx->stream);
   /* FWD h: done by the add above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* FWD linear_2 = linear(...)  gpt13b.model:70 */
-  lx_prof_begin(13, 0, stream);
+  lx_prof_begin(13, 0, ctx->stream);
   /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as linear_2's output */
-  lx_cuda_linear_gelu_forward(matmul, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
-      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192, stream);
-  lx_prof_end(stream);
+  lx_linear_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), block_linear_2_bias(layer), BT, 2048, 8192);
+  lx_prof_end(ctx->stream);
   /* FWD h = gelu(...)  gpt13b.model:70 */
-  lx_prof_begin(14, 0, stream);
+  lx_prof_begin(14, 0, ctx->stream);
   /* FWD h: done by the linear above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* FWD linear_3 = linear(...)  gpt13b.model:71 */
-  lx_prof_begin(15, 0, stream);
-  lx_cuda_linear_forward(matmul, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      block_linear_3_bias(layer), BT, 8192, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(15, 0, ctx->stream);
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      block_linear_3_bias(layer), BT, 8192, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD h = dropout(...)  gpt13b.model:71 */
-  lx_prof_begin(16, 0, stream);
-  lx_cuda_dropout_forward(block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream_id(current_step, GLOBAL_MB(mb), layer + 1, 11), stream);
-  lx_prof_end(stream);
+  lx_prof_begin(16, 0, ctx->stream);
+  lx_dropout_forward(ctx, block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
+      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_prof_end(ctx->stream);
   /* FWD add_1 = add(...)  gpt13b.model:72 */
-  lx_prof_begin(17, 0, stream);
-  lx_cuda_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(17, 0, ctx->stream);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
 }
 
-/* backward of block() (gpt13b.model:63) for one micro-batch, on `stream` with its scratch. */
-static void backward_block(int layer, int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
-  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, stream));
+/* backward of block() (gpt13b.model:63) for one micro-batch. */
+static void backward_block(const lx_ctx *ctx, int layer, int mb) {
+  CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, ctx->stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
-  lx_prof_begin(17, 1, stream);
-  lx_cuda_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048,
-      stream);
-  lx_prof_end(stream);
+  lx_prof_begin(17, 1, ctx->stream);
+  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
-  lx_prof_begin(16, 1, stream);
-  lx_cuda_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(16, 1, ctx->stream);
+  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
-  lx_prof_begin(15, 1, stream);
-  lx_cuda_linear_backward(matmul, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
-      scratch, block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048, stream);
+  lx_prof_begin(15, 1, ctx->stream);
+  lx_linear_backward(ctx, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
+      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048);
   /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
-  lx_cuda_linear_dgelu_backward(matmul, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
-      block_linear_2(layer, mb), BT, 8192, 2048, stream);
-  lx_prof_end(stream);
+  lx_linear_dgelu_backward(ctx, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
+      block_linear_2(layer, mb), BT, 8192, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD h = gelu(...)  gpt13b.model:70 */
-  lx_prof_begin(14, 1, stream);
+  lx_prof_begin(14, 1, ctx->stream);
   /* BWD h: done by the linear above, in the same call */
-  lx_prof_end(stream);
+  lx_prof_end(ctx->stream);
   /* BWD linear_2 = linear(...)  gpt13b.model:70 */
-  lx_prof_begin(13, 1, stream);
-  lx_cuda_linear_backward(matmul, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
-      GRAD_OF(block_linear_2_bias(layer)), scratch, block_linear_2_grad(), block_layernorm_1(layer, mb),
-      block_linear_2_weight(layer), BT, 2048, 8192, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(13, 1, ctx->stream);
+  lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+      GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
+      block_linear_2_weight(layer), BT, 2048, 8192);
+  lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:69 */
-  lx_prof_begin(12, 1, stream);
-  lx_cuda_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), scratch, block_layernorm_1_grad(), block_add_0(layer, mb),
-      block_layernorm_1_weight(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(12, 1, ctx->stream);
+  lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      block_layernorm_1_weight(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD x = add(...)  gpt13b.model:68 */
-  lx_prof_begin(11, 1, stream);
-  lx_cuda_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048,
-      stream);
-  lx_prof_end(stream);
+  lx_prof_begin(11, 1, ctx->stream);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048);
+  lx_prof_end(ctx->stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
-  lx_prof_begin(10, 1, stream);
-  lx_cuda_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(10, 1, ctx->stream);
+  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
+      (size_t)BT * 2048, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
-  lx_prof_begin(9, 1, stream);
-  lx_cuda_linear_backward(matmul, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), scratch, block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 2048, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(9, 1, ctx->stream);
+  lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
+      block_linear_1_weight(layer), BT, 2048, 2048);
+  lx_prof_end(ctx->stream);
   /* BWD a = attention(...)  gpt13b.model:66 */
-  lx_prof_begin(8, 1, stream);
-  lx_cuda_attention_backward(block_qkv_grad(), scratch, block_attention_0_grad(), block_qkv(layer, mb),
+  lx_prof_begin(8, 1, ctx->stream);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), block_attention_0_dropout_output(layer, mb),
-      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT, stream);
-  lx_prof_end(stream);
+      block_attention_0_dropout_mask(layer, mb), B, T, 16, 16, 128, DROPOUT);
+  lx_prof_end(ctx->stream);
   /* BWD qkv = linear(...)  gpt13b.model:65 */
-  lx_prof_begin(7, 1, stream);
-  lx_cuda_linear_backward(matmul, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)),
-      GRAD_OF(block_qkv_bias(layer)), scratch, block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      BT, 2048, 6144, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(7, 1, ctx->stream);
+  lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 2048, 6144);
+  lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:64 */
-  lx_prof_begin(6, 1, stream);
-  lx_cuda_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
-      GRAD_OF(block_layernorm_0_bias(layer)), scratch, block_layernorm_0_grad(), block_input_0(layer, mb),
-      block_layernorm_0_weight(layer), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(6, 1, ctx->stream);
+  lx_layernorm_backward(ctx, layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+      GRAD_OF(block_layernorm_0_bias(layer)), block_layernorm_0_grad(), block_input_0(layer, mb),
+      block_layernorm_0_weight(layer), BT, 2048);
+  lx_prof_end(ctx->stream);
 }
 
-/* forward of epilogue() (gpt13b.model:75) for one micro-batch, on `stream` with its scratch. */
-static void forward_epilogue(int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
+/* forward of epilogue() (gpt13b.model:75) for one micro-batch. */
+static void forward_epilogue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   /* FWD layernorm_0 = layernorm(...)  gpt13b.model:76 */
-  lx_prof_begin(20, 0, stream);
-  lx_cuda_layernorm_forward(epilogue_layernorm_0(mb), epilogue_x(mb), epilogue_layernorm_0_weight(),
-      epilogue_layernorm_0_bias(), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(20, 0, ctx->stream);
+  lx_layernorm_forward(ctx, epilogue_layernorm_0(mb), epilogue_x(mb), epilogue_layernorm_0_weight(),
+      epilogue_layernorm_0_bias(), BT, 2048);
+  lx_prof_end(ctx->stream);
   /* FWD logits = lm_head(...)  gpt13b.model:76 */
-  lx_prof_begin(21, 0, stream);
-  lx_cuda_linear_forward(matmul, epilogue_logits(mb), epilogue_layernorm_0(mb), epilogue_logits_weight(), NULL, BT,
-      2048, VP / 1, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(21, 0, ctx->stream);
+  lx_linear_forward(ctx, epilogue_logits(mb), epilogue_layernorm_0(mb), epilogue_logits_weight(), NULL, BT, 2048,
+      VP / 1);
+  lx_prof_end(ctx->stream);
   /* FWD cross_entropy_0 = cross_entropy(...)  gpt13b.model:77 */
-  lx_prof_begin(22, 0, stream);
-  lx_cuda_cross_entropy_forward(losses + mb, epilogue_cross_entropy_0_lse(mb), scratch, epilogue_logits(mb),
-      epilogue_targets(mb), BT, V, VP, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(22, 0, ctx->stream);
+  lx_cross_entropy_forward(ctx, losses + mb, epilogue_cross_entropy_0_lse(mb), epilogue_logits(mb),
+      epilogue_targets(mb), BT, V, VP);
+  lx_prof_end(ctx->stream);
 }
 
-/* backward of epilogue() (gpt13b.model:75) for one micro-batch, on `stream` with its scratch. */
-static void backward_epilogue(int mb, cudaStream_t stream, float *scratch) {
-  (void)scratch;
+/* backward of epilogue() (gpt13b.model:75) for one micro-batch. */
+static void backward_epilogue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  CUDA_CHECK(cudaMemsetAsync(epilogue_x_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(epilogue_layernorm_0_grad(), 0, 33554432, stream));
-  CUDA_CHECK(cudaMemsetAsync(epilogue_logits_grad(), 0, 824180736, stream));
+  CUDA_CHECK(cudaMemsetAsync(epilogue_x_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(epilogue_layernorm_0_grad(), 0, 33554432, ctx->stream));
+  CUDA_CHECK(cudaMemsetAsync(epilogue_logits_grad(), 0, 824180736, ctx->stream));
   /* BWD cross_entropy_0 = cross_entropy(...)  gpt13b.model:77 */
-  lx_prof_begin(22, 1, stream);
-  lx_cuda_cross_entropy_backward(epilogue_logits_grad(), epilogue_logits(mb), epilogue_cross_entropy_0_lse(mb),
-      epilogue_targets(mb), LOSS_SCALE, BT, V, VP, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(22, 1, ctx->stream);
+  lx_cross_entropy_backward(ctx, epilogue_logits_grad(), epilogue_logits(mb), epilogue_cross_entropy_0_lse(mb),
+      epilogue_targets(mb), LOSS_SCALE, BT, V, VP);
+  lx_prof_end(ctx->stream);
   /* BWD logits = lm_head(...)  gpt13b.model:76 */
-  lx_prof_begin(21, 1, stream);
-  lx_cuda_linear_backward(matmul, epilogue_layernorm_0_grad(), GRAD_OF(epilogue_logits_weight()), NULL, scratch,
-      epilogue_logits_grad(), epilogue_layernorm_0(mb), epilogue_logits_weight(), BT, 2048, VP / 1, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(21, 1, ctx->stream);
+  lx_linear_backward(ctx, epilogue_layernorm_0_grad(), GRAD_OF(epilogue_logits_weight()), NULL, epilogue_logits_grad(),
+      epilogue_layernorm_0(mb), epilogue_logits_weight(), BT, 2048, VP / 1);
+  lx_prof_end(ctx->stream);
   /* BWD layernorm_0 = layernorm(...)  gpt13b.model:76 */
-  lx_prof_begin(20, 1, stream);
-  lx_cuda_layernorm_backward(epilogue_x_grad(), GRAD_OF(epilogue_layernorm_0_weight()),
-      GRAD_OF(epilogue_layernorm_0_bias()), scratch, epilogue_layernorm_0_grad(), epilogue_x(mb),
-      epilogue_layernorm_0_weight(), BT, 2048, stream);
-  lx_prof_end(stream);
+  lx_prof_begin(20, 1, ctx->stream);
+  lx_layernorm_backward(ctx, epilogue_x_grad(), GRAD_OF(epilogue_layernorm_0_weight()),
+      GRAD_OF(epilogue_layernorm_0_bias()), epilogue_layernorm_0_grad(), epilogue_x(mb), epilogue_layernorm_0_weight(),
+      BT, 2048);
+  lx_prof_end(ctx->stream);
 }
 
 enum { LOADS_TOKENS = 1 }; /* the stage reads the token shards */
@@ -469,16 +461,16 @@ static void run_schedule(int step) {
   load_micro_batch(0, streams[STREAM_COMPUTE]); /* LOAD mb0 */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
     /* FWD block.layernorm_0 L(18 + i) mb0 (12 instructions, compute stream)  gpt13b.model:64 */
-    forward_block((18 + i), 0, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_block(&ctx_of[STREAM_COMPUTE], (18 + i), 0);
   }
   /* FWD epilogue.layernorm_0 mb0 (3 instructions, compute stream)  gpt13b.model:76 */
-  forward_epilogue(0, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+  forward_epilogue(&ctx_of[STREAM_COMPUTE], 0);
   for (int i = 0; i < 63; i++) { /* the 53 lines below, 63 times */
     /* BWD epilogue.cross_entropy_0 mb(0 + i) (3 instructions, compute stream)  gpt13b.model:77 */
-    backward_epilogue((0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_epilogue(&ctx_of[STREAM_COMPUTE], (0 + i));
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* BWD block.add_1 L(23 - j) mb(0 + i) (12 instructions, compute stream)  gpt13b.model:72 */
-      backward_block((23 - j), (0 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      backward_block(&ctx_of[STREAM_COMPUTE], (23 - j), (0 + i));
     }
     CUDA_CHECK(cudaEventRecord(events[(1 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(1 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(1 + 4 * i)],
@@ -511,15 +503,15 @@ static void run_schedule(int step) {
     load_micro_batch((1 + i), streams[STREAM_COMPUTE]); /* LOAD mb(1 + i) */
     for (int j = 0; j < 6; j++) { /* the 2 lines below, 6 times */
       /* FWD block.layernorm_0 L(18 + j) mb(1 + i) (12 instructions, compute stream)  gpt13b.model:64 */
-      forward_block((18 + j), (1 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+      forward_block(&ctx_of[STREAM_COMPUTE], (18 + j), (1 + i));
     }
     /* FWD epilogue.layernorm_0 mb(1 + i) (3 instructions, compute stream)  gpt13b.model:76 */
-    forward_epilogue((1 + i), streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    forward_epilogue(&ctx_of[STREAM_COMPUTE], (1 + i));
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(2 + 4 * i)],
         0)); /* WAIT e(2 + 4 * i) (from send) */
   }
   /* BWD epilogue.cross_entropy_0 mb63 (3 instructions, compute stream)  gpt13b.model:77 */
-  backward_epilogue(63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+  backward_epilogue(&ctx_of[STREAM_COMPUTE], 63);
   CUDA_CHECK(cudaEventRecord(events[253], streams[STREAM_COMPUTE])); /* RECORD e253 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[253], 0)); /* WAIT e253 (from compute) */
   /* ALLREDUCE_DP tied embedding */
@@ -532,7 +524,7 @@ static void run_schedule(int step) {
       streams[STREAM_DP]));
   for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
     /* BWD block.add_1 L(23 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
-    backward_block((23 - i), 63, streams[STREAM_COMPUTE], scratch_of[STREAM_COMPUTE]);
+    backward_block(&ctx_of[STREAM_COMPUTE], (23 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(255 + i)], streams[STREAM_COMPUTE])); /* RECORD e(255 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(255 + i)], 0)); /* WAIT e(255 + i) (from compute) */
     /* ALLREDUCE_DP block L(23 - i) */
@@ -563,17 +555,17 @@ static void run_schedule(int step) {
 /* Forward only (validation): the losses of the micro-batches staged for it. */
 static void run_forward(int step) {
   current_step = step;
-  cudaStream_t stream = streams[STREAM_COMPUTE];
-  float *scratch = scratch_of[STREAM_COMPUTE];
+  const lx_ctx *ctx = &ctx_of[STREAM_COMPUTE];
   for (int mb = 0; mb < MICRO_BATCHES; mb++) {
-    load_micro_batch(mb, stream);
+    load_micro_batch(mb, ctx->stream);
     {
       const int layer = FIRST_LAYER;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm, stream));
+      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm,
+          ctx->stream));
     }
-    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb, stream, scratch);
-    forward_epilogue(mb, stream, scratch);
+    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
+    forward_epilogue(ctx, mb);
   }
 }
 

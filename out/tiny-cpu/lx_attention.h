@@ -93,7 +93,8 @@ static inline void lx_attention_probs_row(real *prow,      // (T)
 }
 
 /* out = (B, T, H * D); with p > 0, dropped and mask must be given. */
-static inline void lx_attention_forward(real *out,       // (B, T, H * D)
+static inline void lx_attention_forward(const lx_ctx *ctx,
+                                        real *out,       // (B, T, H * D)
                                         real *probs,     // (B, H, T, T)
                                         real *dropped,   // (B, H, T, T), or NULL when p == 0
                                         uint8_t *mask,   // (B, H, T, T), or NULL when p == 0
@@ -104,7 +105,7 @@ static inline void lx_attention_forward(real *out,       // (B, T, H * D)
   LX_CHECK(p == 0 || (dropped && mask));
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p));
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(ctx->threads)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       int g = lx_kv_head(a, h);
@@ -149,7 +150,8 @@ static inline void lx_attention_pair_backward(real *dqkv,         // (B, T, (H +
 
 /* Parallel over (batch, kv head): every query head of a group adds into the
  * group's dk and dv, so a group is one task and the sums keep a fixed order. */
-static inline void lx_attention_backward(real *dqkv,          // (B, T, (H + 2*KVH) * D)
+static inline void lx_attention_backward(const lx_ctx *ctx,
+                                         real *dqkv,          // (B, T, (H + 2*KVH) * D)
                                          const real *dout,    // (B, T, H * D)
                                          const real *qkv,     // (B, T, (H + 2*KVH) * D)
                                          const real *probs,   // (B, H, T, T)
@@ -160,7 +162,7 @@ static inline void lx_attention_backward(real *dqkv,          // (B, T, (H + 2*K
   LX_CHECK(p == 0 || (dropped && mask));
   real dscale = (real)(1.0 / (1.0 - p));
   int group = H / KVH;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(ctx->threads)
   for (int b = 0; b < B; b++)
     for (int g = 0; g < KVH; g++)
       for (int h = g * group; h < (g + 1) * group; h++)
@@ -212,7 +214,8 @@ static inline void lx_flash_attention_row(real *o,         // (D)
   *lse = (real)(m + log(l));
 }
 
-static inline void lx_flash_attention_forward(real *out,       // (B, T, H * D)
+static inline void lx_flash_attention_forward(const lx_ctx *ctx,
+                                              real *out,       // (B, T, H * D)
                                               real *lse,       // (B, H, T)
                                               const real *qkv, // (B, T, (H + 2*KVH) * D)
                                               int B, int T, int H, int KVH, int D, double p, uint64_t seed,
@@ -220,7 +223,7 @@ static inline void lx_flash_attention_forward(real *out,       // (B, T, H * D)
   lx_attn_dims a = lx_attn_dims_of_rank(B, T, H, KVH, D, head_base, heads_total);
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p));
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(ctx->threads)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++)
       for (int i = 0; i < T; i++)
@@ -230,7 +233,8 @@ static inline void lx_flash_attention_forward(real *out,       // (B, T, H * D)
 
 /* Recomputes P_ij = exp(scale q_i . k_j - lse_i) and the dropout decision;
  * Di = dO_i . O_i comes from the saved output. Same task split as above. */
-static inline void lx_flash_attention_backward(real *dqkv,       // (B, T, (H + 2*KVH) * D)
+static inline void lx_flash_attention_backward(const lx_ctx *ctx,
+                                               real *dqkv,       // (B, T, (H + 2*KVH) * D)
                                                const real *dout, // (B, T, H * D)
                                                const real *qkv,  // (B, T, (H + 2*KVH) * D)
                                                const real *out,  // (B, T, H * D)
@@ -241,7 +245,7 @@ static inline void lx_flash_attention_backward(real *dqkv,       // (B, T, (H + 
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p)), scale = lx_attn_scale(a);
   int group = H / KVH;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(ctx->threads)
   for (int b = 0; b < B; b++)
     for (int g = 0; g < KVH; g++)
       for (int h = g * group; h < (g + 1) * group; h++)
@@ -265,11 +269,12 @@ static inline void lx_flash_attention_backward(real *dqkv,       // (B, T, (H + 
  * t * base^(-2m / D) (Su et al. 2021, interleaved pairs as in Meta's LLaMA);
  * v passes through. A rotation's inverse is its transpose, so the backward
  * turns dout back by the same angle and needs nothing saved. */
-static inline void lx_rope_rotate(real *out,       // (B, T, (H + 2*KVH) * D)
+static inline void lx_rope_rotate(const lx_ctx *ctx,
+                                  real *out,       // (B, T, (H + 2*KVH) * D)
                                   const real *inp, // (B, T, (H + 2*KVH) * D)
                                   lx_attn_dims a, double base, real direction, int accumulate) {
   size_t W = lx_qkv_width(a), rotated = (size_t)(a.H + a.KVH) * a.D;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) num_threads(ctx->threads)
   for (int b = 0; b < a.B; b++)
     for (int t = 0; t < a.T; t++) {
       const real *x = inp + lx_qkv_row(a, b, t);
@@ -289,20 +294,22 @@ static inline void lx_rope_rotate(real *out,       // (B, T, (H + 2*KVH) * D)
     }
 }
 
-static inline void lx_rope_forward(real *out,       // (B, T, (H + 2*KVH) * D)
+static inline void lx_rope_forward(const lx_ctx *ctx,
+                                   real *out,       // (B, T, (H + 2*KVH) * D)
                                    const real *inp, // (B, T, (H + 2*KVH) * D)
                                    int B, int T, int H, int KVH, int D, double base) {
   lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
   LX_CHECK(D % 2 == 0);
-  lx_rope_rotate(out, inp, a, base, 1, 0);
+  lx_rope_rotate(ctx, out, inp, a, base, 1, 0);
 }
 
-static inline void lx_rope_backward(real *dinp,       // (B, T, (H + 2*KVH) * D)
+static inline void lx_rope_backward(const lx_ctx *ctx,
+                                    real *dinp,       // (B, T, (H + 2*KVH) * D)
                                     const real *dout, // (B, T, (H + 2*KVH) * D)
                                     int B, int T, int H, int KVH, int D, double base) {
   lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
   LX_CHECK(D % 2 == 0);
-  lx_rope_rotate(dinp, dout, a, base, -1, 1);
+  lx_rope_rotate(ctx, dinp, dout, a, base, -1, 1);
 }
 
 #endif

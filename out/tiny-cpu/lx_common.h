@@ -7,6 +7,10 @@
  * enough to check every backward to ~1e-8.
  *
  * Conventions of all lx_*.h kernels:
+ *   - an op's kernel is lx_<op>_<forward|backward>(ctx, outputs..., inputs...,
+ *     sizes..., op parameters...), the name and argument order of its CUDA
+ *     twin (templates/cuda): ctx is the target's context, here the thread
+ *     pool every `omp parallel for` of the kernel runs on;
  *   - every function takes its shapes explicitly; a comment beside each
  *     pointer gives its shape, e.g. `real *out, // (B, T, C)`;
  *   - a _forward writes (=) its outputs; a _backward ADDS (+=) into every
@@ -53,6 +57,13 @@ typedef float real;
  * double even in the float build: they are cheap next to the matmuls and
  * keep long rows (a 50k vocabulary) accurate. */
 typedef double lx_acc;
+
+/* What every op kernel takes first. The pool is OpenMP's: `threads` wide
+ * (the emitted program gives it omp_get_max_threads(); results never depend
+ * on it). */
+typedef struct lx_ctx {
+  int threads;
+} lx_ctx;
 
 /* ---- small helpers -------------------------------------------------------- */
 

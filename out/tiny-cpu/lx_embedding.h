@@ -15,11 +15,12 @@
 /* A vocabulary-parallel rank holds rows [first, first + rows) of the table:
  * tokens outside them give zero rows, and the tensor-parallel all-reduce
  * after this op sums the ranks' outputs into the whole lookup. */
-static inline void lx_embedding_forward_shard(real *out,         // (B, T, C)
+static inline void lx_embedding_forward_shard(const lx_ctx *ctx,
+                                              real *out,         // (B, T, C)
                                               const int *tokens, // (B, T)
                                               const real *wte,   // (rows, C)
                                               int B, int T, int C, int V, int first, int rows) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < B * T; r++) {
     int tok = tokens[r];
     LX_CHECK(tok >= 0 && tok < V);
@@ -30,21 +31,23 @@ static inline void lx_embedding_forward_shard(real *out,         // (B, T, C)
   }
 }
 
-static inline void lx_embedding_forward(real *out,         // (B, T, C)
+static inline void lx_embedding_forward(const lx_ctx *ctx,
+                                        real *out,         // (B, T, C)
                                         const int *tokens, // (B, T)
                                         const real *wte,   // (V, C)
                                         int B, int T, int C, int V) {
-  lx_embedding_forward_shard(out, tokens, wte, B, T, C, V, 0, V);
+  lx_embedding_forward_shard(ctx, out, tokens, wte, B, T, C, V, 0, V);
 }
 
 /* dwte[tokens[r]] += dout[r]. Two positions may hold the same token, so rows
  * cannot be split over threads; channels can: each task owns a block of
  * channels and adds the rows in order, the same order for any thread count. */
-static inline void lx_embedding_backward_shard(real *dwte,        // (rows, C)
+static inline void lx_embedding_backward_shard(const lx_ctx *ctx,
+                                               real *dwte,        // (rows, C)
                                                const real *dout,  // (B, T, C)
                                                const int *tokens, // (B, T)
                                                int B, int T, int C, int V, int first, int rows) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int c0 = 0; c0 < C; c0 += LX_EMBED_CHANNEL_BLOCK) {
     int c1 = c0 + LX_EMBED_CHANNEL_BLOCK < C ? c0 + LX_EMBED_CHANNEL_BLOCK : C;
     for (int r = 0; r < B * T; r++) {
@@ -59,45 +62,50 @@ static inline void lx_embedding_backward_shard(real *dwte,        // (rows, C)
   }
 }
 
-static inline void lx_embedding_backward(real *dwte,        // (V, C)
+static inline void lx_embedding_backward(const lx_ctx *ctx,
+                                         real *dwte,        // (V, C)
                                          const real *dout,  // (B, T, C)
                                          const int *tokens, // (B, T)
                                          int B, int T, int C, int V) {
-  lx_embedding_backward_shard(dwte, dout, tokens, B, T, C, V, 0, V);
+  lx_embedding_backward_shard(ctx, dwte, dout, tokens, B, T, C, V, 0, V);
 }
 
 /* Rows [first, first + rows) of the (B, T) positions: a sequence shard. */
-static inline void lx_position_embedding_forward_rows(real *out,       // (rows, C)
+static inline void lx_position_embedding_forward_rows(const lx_ctx *ctx,
+                                                      real *out,       // (rows, C)
                                                       const real *wpe, // (T, C)
                                                       int T, int C, int first, int rows) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < rows; r++)
     memcpy(out + (size_t)r * C, wpe + (size_t)((first + r) % T) * C, (size_t)C * sizeof(real));
 }
 
 /* out[b, t] = wpe[t]: positions count from 0 in every sequence. */
-static inline void lx_position_embedding_forward(real *out,       // (B, T, C)
+static inline void lx_position_embedding_forward(const lx_ctx *ctx,
+                                                 real *out,       // (B, T, C)
                                                  const real *wpe, // (T, C)
                                                  int B, int T, int C) {
-  lx_position_embedding_forward_rows(out, wpe, T, C, 0, B * T);
+  lx_position_embedding_forward_rows(ctx, out, wpe, T, C, 0, B * T);
 }
 
 /* dwpe[t] += the sum of dout over the rows at position t, in row order:
  * rows [first, first + rows) of the (B, T) positions. */
-static inline void lx_position_embedding_backward_rows(real *dwpe,       // (T, C)
+static inline void lx_position_embedding_backward_rows(const lx_ctx *ctx,
+                                                       real *dwpe,       // (T, C)
                                                        const real *dout, // (rows, C)
                                                        int T, int C, int first, int rows) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int t = 0; t < T; t++)
     for (int r = (t - first % T + T) % T; r < rows; r += T)
       lx_axpy(dwpe + (size_t)t * C, 1, dout + (size_t)r * C, C);
 }
 
 /* dwpe[t] += sum over b of dout[b, t], b in order. */
-static inline void lx_position_embedding_backward(real *dwpe,       // (T, C)
+static inline void lx_position_embedding_backward(const lx_ctx *ctx,
+                                                  real *dwpe,       // (T, C)
                                                   const real *dout, // (B, T, C)
                                                   int B, int T, int C) {
-  lx_position_embedding_backward_rows(dwpe, dout, T, C, 0, B * T);
+  lx_position_embedding_backward_rows(ctx, dwpe, dout, T, C, 0, B * T);
 }
 
 #endif

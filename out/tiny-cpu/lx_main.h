@@ -9,6 +9,7 @@
 #ifndef LX_MAIN_H
 #define LX_MAIN_H
 
+#include <omp.h>
 #include <string.h>
 
 #define CHECKPOINT_FP32 (sizeof(real) == sizeof(float)) /* not in the gradient check's double build */
@@ -398,6 +399,7 @@ int main(int argc, char **argv) {
   lx_mpi_start(&argc, &argv, STAGES * TENSOR_PARALLEL * DATA_PARALLEL, &rank);
   groups = lx_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE);
   replica = groups.dp_rank;
+  kernel_ctx.threads = omp_get_max_threads();
   lx_run_options o = model_run_options(LX_PROGRAM_CPU, argc, argv);
   int color = STAGE == 0 || STAGE == STAGES - 1 ? 0 : MPI_UNDEFINED;
   if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(groups.pp, color, STAGE, &tied_comm));

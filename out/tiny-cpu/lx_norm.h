@@ -38,12 +38,13 @@ static inline lx_row_stats lx_rmsnorm_stats(const real *x, // (C)
 
 /* ---- layernorm ------------------------------------------------------------ */
 
-static inline void lx_layernorm_forward(real *out,          // (BT, C)
+static inline void lx_layernorm_forward(const lx_ctx *ctx,
+                                        real *out,          // (BT, C)
                                         const real *inp,    // (BT, C)
                                         const real *weight, // (C)
                                         const real *bias,   // (C)
                                         int BT, int C) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++) {
     const real *x = inp + (size_t)r * C;
     real *y = out + (size_t)r * C;
@@ -74,14 +75,15 @@ static inline void lx_layernorm_backward_row(real *dx,           // (C)
   }
 }
 
-static inline void lx_layernorm_backward(real *dinp,         // (BT, C)
+static inline void lx_layernorm_backward(const lx_ctx *ctx,
+                                         real *dinp,         // (BT, C)
                                          real *dweight,      // (C)
                                          real *dbias,        // (C)
                                          const real *dout,   // (BT, C)
                                          const real *inp,    // (BT, C)
                                          const real *weight, // (C)
                                          int BT, int C) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++)
     lx_layernorm_backward_row(dinp + (size_t)r * C, dout + (size_t)r * C, inp + (size_t)r * C, weight, C);
   /* Parameter gradients sum over rows in row order on one thread: the sum
@@ -99,11 +101,12 @@ static inline void lx_layernorm_backward(real *dinp,         // (BT, C)
 
 /* ---- rmsnorm -------------------------------------------------------------- */
 
-static inline void lx_rmsnorm_forward(real *out,          // (BT, C)
+static inline void lx_rmsnorm_forward(const lx_ctx *ctx,
+                                      real *out,          // (BT, C)
                                       const real *inp,    // (BT, C)
                                       const real *weight, // (C)
                                       int BT, int C) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++) {
     const real *x = inp + (size_t)r * C;
     real *y = out + (size_t)r * C;
@@ -128,13 +131,14 @@ static inline void lx_rmsnorm_backward_row(real *dx,           // (C)
     dx[i] += s.rstd * (weight[i] * dy[i] - x[i] * s.rstd * (real)mean_gx);
 }
 
-static inline void lx_rmsnorm_backward(real *dinp,         // (BT, C)
+static inline void lx_rmsnorm_backward(const lx_ctx *ctx,
+                                       real *dinp,         // (BT, C)
                                        real *dweight,      // (C)
                                        const real *dout,   // (BT, C)
                                        const real *inp,    // (BT, C)
                                        const real *weight, // (C)
                                        int BT, int C) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++)
     lx_rmsnorm_backward_row(dinp + (size_t)r * C, dout + (size_t)r * C, inp + (size_t)r * C, weight, C);
   for (int r = 0; r < BT; r++) { /* row order on one thread, as for layernorm */

@@ -229,80 +229,80 @@ static real *layer_input_grad(int layer, int mb) {
 }
 
 /* forward of prologue() (tiny.model:64) for one micro-batch. */
-static void forward_prologue(int mb) {
+static void forward_prologue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   /* x = embedding(...)  tiny.model:65 */
-  lx_embedding_forward(prologue_embedding_0(), prologue_tokens(mb), prologue_embedding_0_weight(), B, T, 64, VP);
+  lx_embedding_forward(ctx, prologue_embedding_0(), prologue_tokens(mb), prologue_embedding_0_weight(), B, T, 64, VP);
   /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
-  lx_position_embedding_forward(prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
+  lx_position_embedding_forward(ctx, prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
   /* x = add(...)  tiny.model:66 */
-  lx_add_forward(prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
   /* dropout_0 = dropout(...)  tiny.model:67 */
-  lx_dropout_forward(prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
+  lx_dropout_forward(ctx, prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
       lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
 }
 
 /* backward of prologue() (tiny.model:64) for one micro-batch. */
-static void backward_prologue(int mb) {
+static void backward_prologue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   memset(prologue_embedding_0_grad(), 0, 32768 * REAL_SCALE);
   memset(prologue_position_embedding_0_grad(), 0, 32768 * REAL_SCALE);
   memset(prologue_add_0_grad(), 0, 32768 * REAL_SCALE);
   /* d dropout(...)  tiny.model:67 */
-  lx_dropout_backward(prologue_add_0_grad(), prologue_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(ctx, prologue_add_0_grad(), prologue_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d add(...)  tiny.model:66 */
-  lx_add_backward(prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
+  lx_add_backward(ctx, prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
       (size_t)BT * 64);
   /* d position_embedding(...)  tiny.model:66 */
-  lx_position_embedding_backward(GRAD_OF(prologue_position_embedding_0_weight()), prologue_position_embedding_0_grad(),
-      B, T, 64);
+  lx_position_embedding_backward(ctx, GRAD_OF(prologue_position_embedding_0_weight()),
+      prologue_position_embedding_0_grad(), B, T, 64);
   /* d embedding(...)  tiny.model:65 */
-  lx_embedding_backward(GRAD_OF(prologue_embedding_0_weight()), prologue_embedding_0_grad(), prologue_tokens(mb), B, T,
-      64, VP);
+  lx_embedding_backward(ctx, GRAD_OF(prologue_embedding_0_weight()), prologue_embedding_0_grad(), prologue_tokens(mb),
+      B, T, 64, VP);
 }
 
 /* forward of block() (tiny.model:71) for one micro-batch. */
-static void forward_block(int layer, int mb) {
+static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
-      BT, 64, 192);
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      block_qkv_bias(layer), BT, 64, 192);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 4, 4);
   /* linear_1 = linear(...)  tiny.model:75 */
-  lx_linear_forward(block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       block_linear_1_bias(layer), BT, 64, 64);
   /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
+  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
       lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
-  lx_linear_forward(block_linear_2(layer, mb), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+  lx_linear_forward(ctx, block_linear_2(layer, mb), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 256);
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
   /* linear_3 = linear(...)  tiny.model:79 */
-  lx_linear_forward(block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer), block_linear_3_bias(layer),
-      BT, 256, 64);
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      block_linear_3_bias(layer), BT, 256, 64);
   /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
+  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
       lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:71) for one micro-batch. */
-static void backward_block(int layer, int mb) {
+static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 98304 * REAL_SCALE);
@@ -316,38 +316,39 @@ static void backward_block(int layer, int mb) {
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:79 */
-  lx_linear_backward(block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
-      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 256, 64);
+  lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 256, 64);
   /* d gelu(...)  tiny.model:78 */
-  lx_gelu_backward(block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256);
+  lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256);
   /* d linear(...)  tiny.model:78 */
-  lx_linear_backward(block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+  lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
       GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
       block_linear_2_weight(layer), BT, 64, 256);
   /* d layernorm(...)  tiny.model:77 */
-  lx_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+  lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:75 */
-  lx_linear_backward(block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+  lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 64, 64);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
-  lx_linear_backward(block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
+  lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 192);
   /* d layernorm(...)  tiny.model:72 */
-  lx_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+  lx_layernorm_backward(ctx, layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
       GRAD_OF(block_layernorm_0_bias(layer)), block_layernorm_0_grad(), block_input_0(layer, mb),
       block_layernorm_0_weight(layer), BT, 64);
 }
@@ -366,6 +367,7 @@ static void load_micro_batch(int mb) {
  * (1f1b, plan.txt): the compute stream, with the communication streams'
  * operations posted as soon as their waits allow. */
 static void run_schedule(int step) {
+  const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   MPI_Request requests[8];
   {
@@ -379,27 +381,27 @@ static void run_schedule(int step) {
     lx_irecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, mb, &requests[1]);
   }
   load_micro_batch(0);
-  forward_prologue(0);
-  forward_block(0, 0);
-  forward_block(1, 0);
+  forward_prologue(ctx, 0);
+  forward_block(ctx, 0, 0);
+  forward_block(ctx, 1, 0);
   {
     const int mb = 0, layer = FIRST_LAYER;  /* SEND_ACT mb0 to stage 1 */
     (void)layer;
     lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[2]);
   }
   load_micro_batch(1);
-  forward_prologue(1);
-  forward_block(0, 1);
-  forward_block(1, 1);
+  forward_prologue(ctx, 1);
+  forward_block(ctx, 0, 1);
+  forward_block(ctx, 1, 1);
   {
     const int mb = 1, layer = FIRST_LAYER;  /* SEND_ACT mb1 to stage 1 */
     (void)layer;
     lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[3]);
   }
   lx_wait(&requests[0]);
-  backward_block(1, 0);
-  backward_block(0, 0);
-  backward_prologue(0);
+  backward_block(ctx, 1, 0);
+  backward_block(ctx, 0, 0);
+  backward_prologue(ctx, 0);
   {
     const int mb = 2, layer = FIRST_LAYER;  /* RECV_GRAD mb2 from stage 1 */
     (void)layer;
@@ -407,18 +409,18 @@ static void run_schedule(int step) {
   }
   lx_wait(&requests[2]);
   load_micro_batch(2);
-  forward_prologue(2);
-  forward_block(0, 2);
-  forward_block(1, 2);
+  forward_prologue(ctx, 2);
+  forward_block(ctx, 0, 2);
+  forward_block(ctx, 1, 2);
   {
     const int mb = 2, layer = FIRST_LAYER;  /* SEND_ACT mb2 to stage 1 */
     (void)layer;
     lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[5]);
   }
   lx_wait(&requests[1]);
-  backward_block(1, 1);
-  backward_block(0, 1);
-  backward_prologue(1);
+  backward_block(ctx, 1, 1);
+  backward_block(ctx, 0, 1);
+  backward_prologue(ctx, 1);
   {
     const int mb = 3, layer = FIRST_LAYER;  /* RECV_GRAD mb3 from stage 1 */
     (void)layer;
@@ -426,32 +428,33 @@ static void run_schedule(int step) {
   }
   lx_wait(&requests[3]);
   load_micro_batch(3);
-  forward_prologue(3);
-  forward_block(0, 3);
-  forward_block(1, 3);
+  forward_prologue(ctx, 3);
+  forward_block(ctx, 0, 3);
+  forward_block(ctx, 1, 3);
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_ACT mb3 to stage 1 */
     (void)layer;
     lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[7]);
   }
   lx_wait(&requests[4]);
-  backward_block(1, 2);
-  backward_block(0, 2);
-  backward_prologue(2);
+  backward_block(ctx, 1, 2);
+  backward_block(ctx, 0, 2);
+  backward_prologue(ctx, 2);
   lx_wait(&requests[6]);
-  backward_block(1, 3);
-  backward_block(0, 3);
-  backward_prologue(3);
+  backward_block(ctx, 1, 3);
+  backward_block(ctx, 0, 3);
+  backward_prologue(ctx, 3);
   for (int r = 0; r < 8; r++) lx_wait(&requests[r]);
 }
 
 /* Forward only: validation loss and gradient checks. */
 static void run_forward(int step) {
+  const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   for (int mb = 0; mb < MICRO_BATCHES; mb++) {
     load_micro_batch(mb);
-    forward_prologue(mb);
-    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb);
+    forward_prologue(ctx, mb);
+    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
     lx_send(send_activation(mb), BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);
   }
 }

@@ -227,45 +227,45 @@ static real *layer_input_grad(int layer, int mb) {
 }
 
 /* forward of block() (tiny.model:71) for one micro-batch. */
-static void forward_block(int layer, int mb) {
+static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
-      BT, 64, 192);
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
+      block_qkv_bias(layer), BT, 64, 192);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 4, 4);
   /* linear_1 = linear(...)  tiny.model:75 */
-  lx_linear_forward(block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       block_linear_1_bias(layer), BT, 64, 64);
   /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
+  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
       lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
-  lx_linear_forward(block_linear_2(layer, mb), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+  lx_linear_forward(ctx, block_linear_2(layer, mb), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 256);
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
   /* linear_3 = linear(...)  tiny.model:79 */
-  lx_linear_forward(block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer), block_linear_3_bias(layer),
-      BT, 256, 64);
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      block_linear_3_bias(layer), BT, 256, 64);
   /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
+  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
       lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:71) for one micro-batch. */
-static void backward_block(int layer, int mb) {
+static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 98304 * REAL_SCALE);
@@ -279,72 +279,74 @@ static void backward_block(int layer, int mb) {
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:79 */
-  lx_linear_backward(block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
-      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 256, 64);
+  lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 256, 64);
   /* d gelu(...)  tiny.model:78 */
-  lx_gelu_backward(block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256);
+  lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256);
   /* d linear(...)  tiny.model:78 */
-  lx_linear_backward(block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
+  lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
       GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
       block_linear_2_weight(layer), BT, 64, 256);
   /* d layernorm(...)  tiny.model:77 */
-  lx_layernorm_backward(block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
+  lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:75 */
-  lx_linear_backward(block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
+  lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 64, 64);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
-  lx_linear_backward(block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
+  lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 192);
   /* d layernorm(...)  tiny.model:72 */
-  lx_layernorm_backward(layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
+  lx_layernorm_backward(ctx, layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
       GRAD_OF(block_layernorm_0_bias(layer)), block_layernorm_0_grad(), block_input_0(layer, mb),
       block_layernorm_0_weight(layer), BT, 64);
 }
 
 /* forward of epilogue() (tiny.model:83) for one micro-batch. */
-static void forward_epilogue(int mb) {
+static void forward_epilogue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   /* layernorm_0 = layernorm(...)  tiny.model:84 */
-  lx_layernorm_forward(epilogue_layernorm_0(mb), epilogue_x(mb), epilogue_layernorm_0_weight(),
+  lx_layernorm_forward(ctx, epilogue_layernorm_0(mb), epilogue_x(mb), epilogue_layernorm_0_weight(),
       epilogue_layernorm_0_bias(), BT, 64);
   /* logits = lm_head(...)  tiny.model:84 */
-  lx_linear_forward(epilogue_logits(mb), epilogue_layernorm_0(mb), epilogue_logits_weight(), NULL, BT, 64, VP / 1);
+  lx_linear_forward(ctx, epilogue_logits(mb), epilogue_layernorm_0(mb), epilogue_logits_weight(), NULL, BT, 64, VP / 1);
   /* cross_entropy_0 = cross_entropy(...)  tiny.model:85 */
-  loss_sum += lx_cross_entropy_forward(epilogue_cross_entropy_0_lse(mb), epilogue_logits(mb), epilogue_targets(mb), BT,
-      V, VP);
+  loss_sum += lx_cross_entropy_forward(ctx, epilogue_cross_entropy_0_lse(mb), epilogue_logits(mb), epilogue_targets(mb),
+      BT, V, VP);
 }
 
 /* backward of epilogue() (tiny.model:83) for one micro-batch. */
-static void backward_epilogue(int mb) {
+static void backward_epilogue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   memset(epilogue_x_grad(), 0, 32768 * REAL_SCALE);
   memset(epilogue_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(epilogue_logits_grad(), 0, 131072 * REAL_SCALE);
   /* d cross_entropy(...)  tiny.model:85 */
-  lx_cross_entropy_backward(epilogue_logits_grad(), epilogue_logits(mb), epilogue_cross_entropy_0_lse(mb),
+  lx_cross_entropy_backward(ctx, epilogue_logits_grad(), epilogue_logits(mb), epilogue_cross_entropy_0_lse(mb),
       epilogue_targets(mb), LOSS_SCALE, BT, V, VP);
   /* d lm_head(...)  tiny.model:84 */
-  lx_linear_backward(epilogue_layernorm_0_grad(), GRAD_OF(epilogue_logits_weight()), NULL, epilogue_logits_grad(),
+  lx_linear_backward(ctx, epilogue_layernorm_0_grad(), GRAD_OF(epilogue_logits_weight()), NULL, epilogue_logits_grad(),
       epilogue_layernorm_0(mb), epilogue_logits_weight(), BT, 64, VP / 1);
   /* d layernorm(...)  tiny.model:84 */
-  lx_layernorm_backward(epilogue_x_grad(), GRAD_OF(epilogue_layernorm_0_weight()), GRAD_OF(epilogue_layernorm_0_bias()),
-      epilogue_layernorm_0_grad(), epilogue_x(mb), epilogue_layernorm_0_weight(), BT, 64);
+  lx_layernorm_backward(ctx, epilogue_x_grad(), GRAD_OF(epilogue_layernorm_0_weight()),
+      GRAD_OF(epilogue_layernorm_0_bias()), epilogue_layernorm_0_grad(), epilogue_x(mb), epilogue_layernorm_0_weight(),
+      BT, 64);
 }
 
 /* the half of each (inputs, targets) pair this stage does not use */
@@ -361,6 +363,7 @@ static void load_micro_batch(int mb) {
  * (1f1b, plan.txt): the compute stream, with the communication streams'
  * operations posted as soon as their waits allow. */
 static void run_schedule(int step) {
+  const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   MPI_Request requests[8];
   {
@@ -370,13 +373,13 @@ static void run_schedule(int step) {
   }
   lx_wait(&requests[0]);
   load_micro_batch(0);
-  forward_block(2, 0);
-  forward_block(3, 0);
-  forward_epilogue(0);
+  forward_block(ctx, 2, 0);
+  forward_block(ctx, 3, 0);
+  forward_epilogue(ctx, 0);
   for (int i = 0; i < 3; i++) { /* the 19 lines below, 3 times */
-    backward_epilogue((0 + i));
-    backward_block(3, (0 + i));
-    backward_block(2, (0 + i));
+    backward_epilogue(ctx, (0 + i));
+    backward_block(ctx, 3, (0 + i));
+    backward_block(ctx, 2, (0 + i));
     {
       const int mb = (0 + i), layer = FIRST_LAYER;  /* SEND_GRAD mb(0 + i) to stage 0 */
       (void)layer;
@@ -389,14 +392,14 @@ static void run_schedule(int step) {
     }
     lx_wait(&requests[(2 + 2 * i)]);
     load_micro_batch((1 + i));
-    forward_block(2, (1 + i));
-    forward_block(3, (1 + i));
-    forward_epilogue((1 + i));
+    forward_block(ctx, 2, (1 + i));
+    forward_block(ctx, 3, (1 + i));
+    forward_epilogue(ctx, (1 + i));
     lx_wait(&requests[(1 + 2 * i)]);
   }
-  backward_epilogue(3);
-  backward_block(3, 3);
-  backward_block(2, 3);
+  backward_epilogue(ctx, 3);
+  backward_block(ctx, 3, 3);
+  backward_block(ctx, 2, 3);
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_GRAD mb3 to stage 0 */
     (void)layer;
@@ -407,6 +410,7 @@ static void run_schedule(int step) {
 
 /* Forward only: validation loss and gradient checks. */
 static void run_forward(int step) {
+  const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   for (int mb = 0; mb < MICRO_BATCHES; mb++) {
     load_micro_batch(mb);
@@ -415,8 +419,8 @@ static void run_forward(int step) {
       (void)layer;
       lx_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, STAGE - 1, LX_TAG_USER, mb);
     }
-    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(layer, mb);
-    forward_epilogue(mb);
+    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
+    forward_epilogue(ctx, mb);
   }
 }
 

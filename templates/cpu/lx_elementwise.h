@@ -13,21 +13,23 @@
 #define LX_GELU_K 0.7978845608028654 /* sqrt(2 / pi) */
 #define LX_GELU_C 0.044715
 
-static inline void lx_gelu_forward(real *out,       // (N)
+static inline void lx_gelu_forward(const lx_ctx *ctx,
+                                   real *out,       // (N)
                                    const real *inp, // (N)
                                    size_t N) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
     real x = inp[i];
     out[i] = (real)0.5 * x * (1 + lx_tanh((real)LX_GELU_K * (x + (real)LX_GELU_C * x * x * x)));
   }
 }
 
-static inline void lx_gelu_backward(real *dinp,       // (N)
+static inline void lx_gelu_backward(const lx_ctx *ctx,
+                                    real *dinp,       // (N)
                                     const real *dout, // (N)
                                     const real *inp,  // (N)
                                     size_t N) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
     real x = inp[i];
     real th = lx_tanh((real)LX_GELU_K * (x + (real)LX_GELU_C * x * x * x));
@@ -41,10 +43,11 @@ static inline void lx_gelu_backward(real *dinp,       // (N)
 
 static inline real lx_sigmoid(real x) { return 1 / (1 + lx_exp(-x)); }
 
-static inline void lx_swiglu_forward(real *out,       // (BT, F)
+static inline void lx_swiglu_forward(const lx_ctx *ctx,
+                                     real *out,       // (BT, F)
                                      const real *inp, // (BT, 2F): gate | up
                                      int BT, int F) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++) {
     const real *gate = inp + (size_t)r * 2 * F, *up = gate + F;
     real *y = out + (size_t)r * F;
@@ -53,11 +56,12 @@ static inline void lx_swiglu_forward(real *out,       // (BT, F)
   }
 }
 
-static inline void lx_swiglu_backward(real *dinp,       // (BT, 2F)
+static inline void lx_swiglu_backward(const lx_ctx *ctx,
+                                      real *dinp,       // (BT, 2F)
                                       const real *dout, // (BT, F)
                                       const real *inp,  // (BT, 2F)
                                       int BT, int F) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++) {
     const real *gate = inp + (size_t)r * 2 * F, *up = gate + F;
     real *dgate = dinp + (size_t)r * 2 * F, *dup = dgate + F;
@@ -73,19 +77,21 @@ static inline void lx_swiglu_backward(real *dinp,       // (BT, 2F)
 
 /* ---- silu: x sigmoid(x) ------------------------------------------------------ */
 
-static inline void lx_silu_forward(real *out,       // (N)
+static inline void lx_silu_forward(const lx_ctx *ctx,
+                                   real *out,       // (N)
                                    const real *inp, // (N)
                                    size_t N) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++)
     out[i] = inp[i] * lx_sigmoid(inp[i]);
 }
 
-static inline void lx_silu_backward(real *dinp,       // (N)
+static inline void lx_silu_backward(const lx_ctx *ctx,
+                                    real *dinp,       // (N)
                                     const real *dout, // (N)
                                     const real *inp,  // (N)
                                     size_t N) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
     real s = lx_sigmoid(inp[i]);
     dinp[i] += dout[i] * s * (1 + inp[i] * (1 - s));
@@ -94,21 +100,23 @@ static inline void lx_silu_backward(real *dinp,       // (N)
 
 /* ---- residual add ----------------------------------------------------------- */
 
-static inline void lx_add_forward(real *out,     // (N)
+static inline void lx_add_forward(const lx_ctx *ctx,
+                                  real *out,     // (N)
                                   const real *a, // (N)
                                   const real *b, // (N)
                                   size_t N) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++)
     out[i] = a[i] + b[i];
 }
 
 /* da and db may be the same buffer (add(x, x)); each gets dout once. */
-static inline void lx_add_backward(real *da,         // (N)
+static inline void lx_add_backward(const lx_ctx *ctx,
+                                   real *da,         // (N)
                                    real *db,         // (N)
                                    const real *dout, // (N)
                                    size_t N) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
     da[i] += dout[i];
     db[i] += dout[i];
@@ -122,13 +130,14 @@ static inline void lx_add_backward(real *da,         // (N)
  * mask may be NULL when p == 0 (the IR then saves none). */
 /* Element i draws counter first + i: a sequence shard of a tensor (sequence
  * parallelism) draws the whole tensor's mask for its rows. */
-static inline void lx_dropout_forward_at(real *out,       // (N)
+static inline void lx_dropout_forward_at(const lx_ctx *ctx,
+                                         real *out,       // (N)
                                          uint8_t *mask,   // (N) or NULL
                                          const real *inp, // (N)
                                          size_t N, double p, uint64_t seed, uint64_t stream, uint64_t first) {
   uint32_t threshold = lx_dropout_threshold(p);
   real scale = (real)(1.0 / (1.0 - p));
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
     int keep = lx_dropout_keep(seed, stream, first + i, threshold);
     if (mask) mask[i] = (uint8_t)keep;
@@ -136,20 +145,22 @@ static inline void lx_dropout_forward_at(real *out,       // (N)
   }
 }
 
-static inline void lx_dropout_forward(real *out,       // (N)
+static inline void lx_dropout_forward(const lx_ctx *ctx,
+                                      real *out,       // (N)
                                       uint8_t *mask,   // (N) or NULL
                                       const real *inp, // (N)
                                       size_t N, double p, uint64_t seed, uint64_t stream) {
-  lx_dropout_forward_at(out, mask, inp, N, p, seed, stream, 0);
+  lx_dropout_forward_at(ctx, out, mask, inp, N, p, seed, stream, 0);
 }
 
-static inline void lx_dropout_backward(real *dinp,          // (N)
+static inline void lx_dropout_backward(const lx_ctx *ctx,
+                                       real *dinp,          // (N)
                                        const real *dout,    // (N)
                                        const uint8_t *mask, // (N), or NULL when p == 0
                                        size_t N, double p) {
   LX_CHECK(mask || p == 0);
   real scale = (real)(1.0 / (1.0 - p));
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++)
     if (!mask || mask[i]) dinp[i] += dout[i] * scale;
 }

@@ -22,12 +22,13 @@ static inline real lx_logsumexp_row(const real *x, // (V)
 }
 
 /* Returns the mean of -log softmax(logits[r])[targets[r]] over the BT rows. */
-static inline real lx_cross_entropy_forward(real *lse,          // (BT)
+static inline real lx_cross_entropy_forward(const lx_ctx *ctx,
+                                            real *lse,          // (BT)
                                             const real *logits, // (BT, Vp)
                                             const int *targets, // (BT)
                                             int BT, int V, int Vp) {
   LX_CHECK(V > 0 && V <= Vp);
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++)
     lse[r] = lx_logsumexp_row(logits + (size_t)r * Vp, V);
   lx_acc total = 0; /* in row order: the loss is the same for any thread count */
@@ -48,14 +49,15 @@ static inline int lx_vocab_valid(int V, int Vr, int first) {
 
 /* The same on a slice of the vocabulary (a tensor-parallel rank's columns
  * first .. first + Vr - 1), given the whole rows' log-sum-exp. */
-static inline void lx_cross_entropy_backward_slice(real *dlogits,      // (BT, Vr)
+static inline void lx_cross_entropy_backward_slice(const lx_ctx *ctx,
+                                                   real *dlogits,      // (BT, Vr)
                                                    const real *logits, // (BT, Vr)
                                                    const real *lse,    // (BT)
                                                    const int *targets, // (BT)
                                                    real dloss, int BT, int V, int Vr, int first) {
   int valid = lx_vocab_valid(V, Vr, first);
   real scale = dloss / BT;
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++) {
     const real *x = logits + (size_t)r * Vr;
     real *dx = dlogits + (size_t)r * Vr;
@@ -64,12 +66,13 @@ static inline void lx_cross_entropy_backward_slice(real *dlogits,      // (BT, V
   }
 }
 
-static inline void lx_cross_entropy_backward(real *dlogits,      // (BT, Vp)
+static inline void lx_cross_entropy_backward(const lx_ctx *ctx,
+                                             real *dlogits,      // (BT, Vp)
                                              const real *logits, // (BT, Vp)
                                              const real *lse,    // (BT)
                                              const int *targets, // (BT)
                                              real dloss, int BT, int V, int Vp) {
-  lx_cross_entropy_backward_slice(dlogits, logits, lse, targets, dloss, BT, V, Vp, 0);
+  lx_cross_entropy_backward_slice(ctx, dlogits, logits, lse, targets, dloss, BT, V, Vp, 0);
 }
 
 #endif

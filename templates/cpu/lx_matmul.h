@@ -28,14 +28,15 @@ static inline void lx_gemm(int trans_a, int trans_b, int m, int n, int k, real a
 }
 
 /* out = inp W^T + bias; bias may be NULL (linear_nobias, lm_head). */
-static inline void lx_linear_forward(real *out,          // (BT, OC)
+static inline void lx_linear_forward(const lx_ctx *ctx,
+                                     real *out,          // (BT, OC)
                                      const real *inp,    // (BT, C)
                                      const real *weight, // (OC, C)
                                      const real *bias,   // (OC) or NULL
                                      int BT, int C, int OC) {
   /* seeding out with the bias lets the product add onto it (beta = 1) */
   if (bias) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
     for (int r = 0; r < BT; r++)
       memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(real));
   }
@@ -48,10 +49,11 @@ static inline void lx_linear_forward(real *out,          // (BT, OC)
  * rows in order, so the result is thread-count free. */
 #define LX_BIAS_CHANNEL_BLOCK 256
 
-static inline void lx_bias_backward(real *dbias,      // (OC)
+static inline void lx_bias_backward(const lx_ctx *ctx,
+                                    real *dbias,      // (OC)
                                     const real *dout, // (BT, OC)
                                     int BT, int OC) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int o0 = 0; o0 < OC; o0 += LX_BIAS_CHANNEL_BLOCK) {
     int n = OC - o0 < LX_BIAS_CHANNEL_BLOCK ? OC - o0 : LX_BIAS_CHANNEL_BLOCK;
     lx_acc s[LX_BIAS_CHANNEL_BLOCK] = {0};
@@ -67,7 +69,8 @@ static inline void lx_bias_backward(real *dbias,      // (OC)
 
 /* dinp += dout W; dweight += dout^T inp; dbias += sum over rows of dout.
  * dinp may be NULL (nothing upstream wants it); dbias is NULL without bias. */
-static inline void lx_linear_backward(real *dinp,         // (BT, C) or NULL
+static inline void lx_linear_backward(const lx_ctx *ctx,
+                                      real *dinp,         // (BT, C) or NULL
                                       real *dweight,      // (OC, C)
                                       real *dbias,        // (OC) or NULL
                                       const real *dout,   // (BT, OC)
@@ -76,7 +79,7 @@ static inline void lx_linear_backward(real *dinp,         // (BT, C) or NULL
                                       int BT, int C, int OC) {
   if (dinp) lx_gemm(0, 0, BT, C, OC, 1, dout, weight, 1, dinp);
   lx_gemm(1, 0, OC, C, BT, 1, dout, inp, 1, dweight);
-  if (dbias) lx_bias_backward(dbias, dout, BT, OC);
+  if (dbias) lx_bias_backward(ctx, dbias, dout, BT, OC);
 }
 
 #endif

@@ -12,14 +12,15 @@
 /* Returns the mean loss of the BT rows (the same on every rank of comm) and
  * keeps each row's log-sum-exp for the backward. */
 static inline real
-lx_cross_entropy_forward_tp(real *lse,          // (BT)
+lx_cross_entropy_forward_tp(const lx_ctx *ctx,
+                            real *lse,          // (BT)
                             const real *logits, // (BT, Vr): columns first .. first + Vr - 1
                             const int *targets, // (BT)
                             int BT, int V, int Vr, int first, MPI_Comm comm) {
   int valid = lx_vocab_valid(V, Vr, first);
   real *row_max = (real *)LX_MALLOC(sizeof(real) * (size_t)BT); // (BT)
   real *picked = (real *)LX_MALLOC(sizeof(real) * (size_t)BT);  // (BT): the target's logit, 0 elsewhere
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++) {
     const real *x = logits + (size_t)r * Vr;
     real max = -INFINITY;
@@ -31,7 +32,7 @@ lx_cross_entropy_forward_tp(real *lse,          // (BT)
     picked[r] = t >= 0 && t < valid ? x[t] : 0;
   }
   LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, row_max, BT, LX_MPI_REAL, MPI_MAX, comm));
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++) {
     const real *x = logits + (size_t)r * Vr;
     lx_acc sum = 0;

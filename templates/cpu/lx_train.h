@@ -7,6 +7,10 @@
 
 #include "lx_params.h"
 
+/* The context every kernel takes first (lx_common.h): one for the whole
+ * program, all of OpenMP's threads (main sets it). */
+static lx_ctx kernel_ctx;
+
 /* Blocking point-to-point, for the forward-only passes (validation, gradient
  * checks) that have no schedule to overlap with. */
 static inline void lx_send(const real *buf, // (n)

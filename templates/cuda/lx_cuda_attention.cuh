@@ -533,14 +533,14 @@ inline void lx_attn_forward_tiles(lx_bf16 *out, float *lse, const lx_bf16 *qkv, 
 
 /* out, lse = causal attention of qkv; dropout p on the weights, drawn from
  * (seed, stream_id) with the CPU's indices. */
-LX_CUDA_API void lx_cuda_flash_attention_forward(lx_bf16 *out,       // (B, T, H * D)
-                                                 float *lse,         // (B, H, T)
-                                                 const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
-                                                 int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                                 uint64_t stream_id, int head_base, int heads_total,
-                                                 cudaStream_t stream) {
+LX_CUDA_API void lx_flash_attention_forward(const lx_ctx *ctx,
+                                            lx_bf16 *out,       // (B, T, H * D)
+                                            float *lse,         // (B, H, T)
+                                            const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
+                                            int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                            uint64_t stream_id, int head_base, int heads_total) {
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
-  lx_attn_forward_tiles(out, lse, qkv, a, stream);
+  lx_attn_forward_tiles(out, lse, qkv, a, ctx->stream);
 }
 
 LX_CUDA_API size_t lx_cuda_attention_scratch_floats(int B, int T, int H) {
@@ -575,66 +575,65 @@ inline void lx_attn_backward_tiles(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_
 
 /* dqkv += the gradients of the flash forward; P recomputed from qkv and lse,
  * the dropout mask redrawn from (seed, stream_id). */
-LX_CUDA_API void lx_cuda_flash_attention_backward(lx_bf16 *dqkv,       // (B, T, (H + 2*KVH) * D)
-                                                  float *scratch,      // (lx_cuda_attention_scratch_floats)
-                                                  const lx_bf16 *dout, // (B, T, H * D)
-                                                  const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
-                                                  const lx_bf16 *out,  // (B, T, H * D)
-                                                  const float *lse,    // (B, H, T)
-                                                  int B, int T, int H, int KVH, int D, double p,
-                                                  uint64_t seed, uint64_t stream_id, int head_base,
-                                                  int heads_total, cudaStream_t stream) {
+LX_CUDA_API void lx_flash_attention_backward(const lx_ctx *ctx,
+                                             lx_bf16 *dqkv,       // (B, T, (H + 2*KVH) * D)
+                                             const lx_bf16 *dout, // (B, T, H * D)
+                                             const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
+                                             const lx_bf16 *out,  // (B, T, H * D)
+                                             const float *lse,    // (B, H, T)
+                                             int B, int T, int H, int KVH, int D, double p,
+                                             uint64_t seed, uint64_t stream_id, int head_base,
+                                             int heads_total) {
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
-  float *delta = scratch;
+  float *delta = ctx->scratch;
   size_t rows = (size_t)B * H * T;
   lx_attention_delta_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
-                              stream>>>(delta, dout, out, NULL, qkv, a);
+                              ctx->stream>>>(delta, dout, out, NULL, qkv, a);
   LX_CUDA_LAUNCHED();
   lx_attn_saved_probs none = {NULL, NULL, NULL};
-  lx_attn_backward_tiles(dqkv, dout, qkv, lse, delta, none, a, stream);
+  lx_attn_backward_tiles(dqkv, dout, qkv, lse, delta, none, a, ctx->stream);
 }
 
 /* The materialized form: out as the flash forward computes it, plus probs,
  * and with p > 0 the dropped probs and the mask (what the backward reads).
  * lse is not saved by this op (the IR charges probs instead); it lives in the
- * caller's scratch for the duration of the call. */
-LX_CUDA_API void lx_cuda_attention_forward(lx_bf16 *out,       // (B, T, H * D)
-                                           lx_bf16 *probs,     // (B, H, T, T)
-                                           lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
-                                           uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
-                                           float *scratch,     // (lx_cuda_attention_scratch_floats)
-                                           const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
-                                           int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                           uint64_t stream_id, int head_base, int heads_total,
-                                           cudaStream_t stream) {
+ * context's scratch (ctx->scratch) for the duration of the call. */
+LX_CUDA_API void lx_attention_forward(const lx_ctx *ctx,
+                                      lx_bf16 *out,       // (B, T, H * D)
+                                      lx_bf16 *probs,     // (B, H, T, T)
+                                      lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
+                                      uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
+                                      const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
+                                      int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                      uint64_t stream_id, int head_base, int heads_total) {
   LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
-  float *lse = scratch + (size_t)B * H * T;
-  lx_attn_forward_tiles(out, lse, qkv, a, stream);
+  float *lse = ctx->scratch + (size_t)B * H * T;
+  lx_attn_forward_tiles(out, lse, qkv, a, ctx->stream);
   size_t rows = (size_t)B * H * T;
   lx_attention_probs_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
-                              stream>>>(probs, p > 0 ? dropped : NULL, p > 0 ? mask : NULL, lse, qkv, a);
+                              ctx->stream>>>(probs, p > 0 ? dropped : NULL, p > 0 ? mask : NULL, lse, qkv, a);
   LX_CUDA_LAUNCHED();
 }
 
 /* dqkv += the gradients of the materialized forward, from its saved tensors. */
-LX_CUDA_API void lx_cuda_attention_backward(lx_bf16 *dqkv,          // (B, T, (H + 2*KVH) * D)
-                                              float *scratch,         // (lx_cuda_attention_scratch_floats)
-                                              const lx_bf16 *dout,    // (B, T, H * D)
-                                              const lx_bf16 *qkv,     // (B, T, (H + 2*KVH) * D)
-                                              const lx_bf16 *probs,   // (B, H, T, T)
-                                              const lx_bf16 *dropped, // (B, H, T, T), or NULL when p == 0
-                                              const uint8_t *mask,    // (B, H, T, T), or NULL when p == 0
-                                              int B, int T, int H, int KVH, int D, double p, cudaStream_t stream) {
+LX_CUDA_API void lx_attention_backward(const lx_ctx *ctx,
+                                       lx_bf16 *dqkv,          // (B, T, (H + 2*KVH) * D)
+                                       const lx_bf16 *dout,    // (B, T, H * D)
+                                       const lx_bf16 *qkv,     // (B, T, (H + 2*KVH) * D)
+                                       const lx_bf16 *probs,   // (B, H, T, T)
+                                       const lx_bf16 *dropped, // (B, H, T, T), or NULL when p == 0
+                                       const uint8_t *mask,    // (B, H, T, T), or NULL when p == 0
+                                       int B, int T, int H, int KVH, int D, double p) {
   LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, 0, 0, 0, H);
-  float *delta = scratch;
+  float *delta = ctx->scratch;
   size_t rows = (size_t)B * H * T;
   lx_attn_saved_probs saved = {probs, p > 0 ? dropped : NULL, p > 0 ? mask : NULL};
   lx_attention_delta_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
-                              stream>>>(delta, dout, NULL, saved.dropped ? saved.dropped : probs, qkv, a);
+                              ctx->stream>>>(delta, dout, NULL, saved.dropped ? saved.dropped : probs, qkv, a);
   LX_CUDA_LAUNCHED();
-  lx_attn_backward_tiles(dqkv, dout, qkv, NULL, delta, saved, a, stream);
+  lx_attn_backward_tiles(dqkv, dout, qkv, NULL, delta, saved, a, ctx->stream);
 }
 
 /* ---- rope: rotary position embeddings on the q and k heads --------------------- */
@@ -685,16 +684,18 @@ LX_CUDA_API void lx_cuda_rope_launch(lx_bf16 *out, const lx_bf16 *inp, int B, in
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_rope_forward(lx_bf16 *out,       // (B, T, (H + 2*KVH) * D)
-                                        const lx_bf16 *inp, // (B, T, (H + 2*KVH) * D)
-                                        int B, int T, int H, int KVH, int D, double base, cudaStream_t stream) {
-  lx_cuda_rope_launch(out, inp, B, T, H, KVH, D, base, 1.0f, 0, stream);
+LX_CUDA_API void lx_rope_forward(const lx_ctx *ctx,
+                                 lx_bf16 *out,       // (B, T, (H + 2*KVH) * D)
+                                 const lx_bf16 *inp, // (B, T, (H + 2*KVH) * D)
+                                 int B, int T, int H, int KVH, int D, double base) {
+  lx_cuda_rope_launch(out, inp, B, T, H, KVH, D, base, 1.0f, 0, ctx->stream);
 }
 
-LX_CUDA_API void lx_cuda_rope_backward(lx_bf16 *dinp,       // (B, T, (H + 2*KVH) * D)
-                                         const lx_bf16 *dout, // (B, T, (H + 2*KVH) * D)
-                                         int B, int T, int H, int KVH, int D, double base, cudaStream_t stream) {
-  lx_cuda_rope_launch(dinp, dout, B, T, H, KVH, D, base, -1.0f, 1, stream);
+LX_CUDA_API void lx_rope_backward(const lx_ctx *ctx,
+                                  lx_bf16 *dinp,       // (B, T, (H + 2*KVH) * D)
+                                  const lx_bf16 *dout, // (B, T, (H + 2*KVH) * D)
+                                  int B, int T, int H, int KVH, int D, double base) {
+  lx_cuda_rope_launch(dinp, dout, B, T, H, KVH, D, base, -1.0f, 1, ctx->stream);
 }
 
 #endif

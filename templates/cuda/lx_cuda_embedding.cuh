@@ -52,22 +52,23 @@ LX_CUDA_API void lx_cuda_check_tokens(int *bad,          // (1)
 /* A vocabulary-parallel rank's part: its rows first .. first + rows - 1 of
  * the table, zeros for the other tokens (the tensor-parallel all-reduce sums
  * the ranks' parts). */
-LX_CUDA_API void lx_cuda_embedding_forward_shard(lx_bf16 *out,       // (B, T, C)
-                                                 const int *tokens,  // (B, T)
-                                                 const lx_bf16 *wte, // (rows, C)
-                                                 int B, int T, int C, int V, int first, int rows,
-                                                 cudaStream_t stream) {
+LX_CUDA_API void lx_embedding_forward_shard(const lx_ctx *ctx,
+                                            lx_bf16 *out,       // (B, T, C)
+                                            const int *tokens,  // (B, T)
+                                            const lx_bf16 *wte, // (rows, C)
+                                            int B, int T, int C, int V, int first, int rows) {
   LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0 && first >= 0 && rows > 0);
-  lx_cuda_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, tokens, wte, C, first,
-                                                                                rows);
+  lx_cuda_embedding_forward_kernel<<<B * T, LX_CUDA_EMBED_THREADS, 0, ctx->stream>>>(out, tokens, wte, C, first,
+                                                                                     rows);
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_embedding_forward(lx_bf16 *out,       // (B, T, C)
-                                             const int *tokens,  // (B, T)
-                                             const lx_bf16 *wte, // (V, C)
-                                             int B, int T, int C, int V, cudaStream_t stream) {
-  lx_cuda_embedding_forward_shard(out, tokens, wte, B, T, C, V, 0, V, stream);
+LX_CUDA_API void lx_embedding_forward(const lx_ctx *ctx,
+                                      lx_bf16 *out,       // (B, T, C)
+                                      const int *tokens,  // (B, T)
+                                      const lx_bf16 *wte, // (V, C)
+                                      int B, int T, int C, int V) {
+  lx_embedding_forward_shard(ctx, out, tokens, wte, B, T, C, V, 0, V);
 }
 
 /* dwte[v] += dout[r] for every r with tokens[r] == v, r in increasing order.
@@ -109,23 +110,24 @@ __global__ void __launch_bounds__(LX_CUDA_EMBED_THREADS)
 }
 
 /* The same for a vocabulary-parallel rank's rows first .. first + rows - 1. */
-LX_CUDA_API void lx_cuda_embedding_backward_shard(float *dwte,         // (rows, C)
-                                                  const lx_bf16 *dout, // (B, T, C)
-                                                  const int *tokens,   // (B, T)
-                                                  int B, int T, int C, int V, int first, int rows,
-                                                  cudaStream_t stream) {
+LX_CUDA_API void lx_embedding_backward_shard(const lx_ctx *ctx,
+                                             float *dwte,         // (rows, C)
+                                             const lx_bf16 *dout, // (B, T, C)
+                                             const int *tokens,   // (B, T)
+                                             int B, int T, int C, int V, int first, int rows) {
   LX_CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && V > 0 && first >= 0 && rows > 0);
   lx_cuda_embedding_backward_kernel<<<lx_ceil_div((size_t)rows, LX_CUDA_EMBED_ROWS_PER_BLOCK),
-                                      LX_CUDA_EMBED_THREADS, 0, stream>>>(dwte, dout, tokens, B * T, C, first,
-                                                                          rows);
+                                      LX_CUDA_EMBED_THREADS, 0, ctx->stream>>>(dwte, dout, tokens, B * T, C, first,
+                                                                               rows);
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_embedding_backward(float *dwte,         // (V, C)
-                                              const lx_bf16 *dout, // (B, T, C)
-                                              const int *tokens,   // (B, T)
-                                              int B, int T, int C, int V, cudaStream_t stream) {
-  lx_cuda_embedding_backward_shard(dwte, dout, tokens, B, T, C, V, 0, V, stream);
+LX_CUDA_API void lx_embedding_backward(const lx_ctx *ctx,
+                                       float *dwte,         // (V, C)
+                                       const lx_bf16 *dout, // (B, T, C)
+                                       const int *tokens,   // (B, T)
+                                       int B, int T, int C, int V) {
+  lx_embedding_backward_shard(ctx, dwte, dout, tokens, B, T, C, V, 0, V);
 }
 
 /* out[r] = wpe[(first + r) % T]: rows [first, first + rows) of the (B, T)
@@ -154,35 +156,37 @@ __global__ void lx_cuda_position_embedding_backward_kernel(float *dwpe,         
 }
 
 /* Sequence parallelism: rows [first, first + rows) of the (B, T) positions. */
-LX_CUDA_API void lx_cuda_position_embedding_forward_rows(lx_bf16 *out,       // (rows, C)
-                                                         const lx_bf16 *wpe, // (T, C)
-                                                         int T, int C, int first, int rows,
-                                                         cudaStream_t stream) {
-  lx_cuda_position_embedding_forward_kernel<<<rows, LX_CUDA_EMBED_THREADS, 0, stream>>>(out, wpe, T, C,
-                                                                                        first);
+LX_CUDA_API void lx_position_embedding_forward_rows(const lx_ctx *ctx,
+                                                    lx_bf16 *out,       // (rows, C)
+                                                    const lx_bf16 *wpe, // (T, C)
+                                                    int T, int C, int first, int rows) {
+  lx_cuda_position_embedding_forward_kernel<<<rows, LX_CUDA_EMBED_THREADS, 0, ctx->stream>>>(out, wpe, T, C,
+                                                                                             first);
   LX_CUDA_LAUNCHED();
 }
 
-LX_CUDA_API void lx_cuda_position_embedding_forward(lx_bf16 *out,       // (B, T, C)
-                                                      const lx_bf16 *wpe, // (T, C)
-                                                      int B, int T, int C, cudaStream_t stream) {
-  lx_cuda_position_embedding_forward_rows(out, wpe, T, C, 0, B * T, stream);
+LX_CUDA_API void lx_position_embedding_forward(const lx_ctx *ctx,
+                                               lx_bf16 *out,       // (B, T, C)
+                                               const lx_bf16 *wpe, // (T, C)
+                                               int B, int T, int C) {
+  lx_position_embedding_forward_rows(ctx, out, wpe, T, C, 0, B * T);
 }
 
-LX_CUDA_API void lx_cuda_position_embedding_backward_rows(float *dwpe,         // (T, C)
-                                                          const lx_bf16 *dout, // (rows, C)
-                                                          int T, int C, int first, int rows,
-                                                          cudaStream_t stream) {
-  lx_cuda_position_embedding_backward_kernel<<<lx_ceil_div((size_t)T * C, 256), 256, 0, stream>>>(
+LX_CUDA_API void lx_position_embedding_backward_rows(const lx_ctx *ctx,
+                                                     float *dwpe,         // (T, C)
+                                                     const lx_bf16 *dout, // (rows, C)
+                                                     int T, int C, int first, int rows) {
+  lx_cuda_position_embedding_backward_kernel<<<lx_ceil_div((size_t)T * C, 256), 256, 0, ctx->stream>>>(
       dwpe, dout, T, C, first, rows);
   LX_CUDA_LAUNCHED();
 }
 
 /* dwpe[t] += sum over b of dout[b, t], b in order. */
-LX_CUDA_API void lx_cuda_position_embedding_backward(float *dwpe,         // (T, C)
-                                                       const lx_bf16 *dout, // (B, T, C)
-                                                       int B, int T, int C, cudaStream_t stream) {
-  lx_cuda_position_embedding_backward_rows(dwpe, dout, T, C, 0, B * T, stream);
+LX_CUDA_API void lx_position_embedding_backward(const lx_ctx *ctx,
+                                                float *dwpe,         // (T, C)
+                                                const lx_bf16 *dout, // (B, T, C)
+                                                int B, int T, int C) {
+  lx_position_embedding_backward_rows(ctx, dwpe, dout, T, C, 0, B * T);
 }
 
 #endif

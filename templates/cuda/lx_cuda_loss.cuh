@@ -84,49 +84,53 @@ __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
                             grad_scale, valid);
 }
 
-/* loss[0] = mean over rows of -log softmax(logits[r])[targets[r]], lse saved.
- * The targets are trusted here: lx_cuda_check_tokens validates them on load. */
-LX_CUDA_API void lx_cuda_cross_entropy_forward(float *loss,           // (1) on the device
-                                                 float *lse,            // (BT)
-                                                 float *losses,         // (BT) scratch, per-row losses
-                                                 const lx_bf16 *logits, // (BT, Vp)
-                                                 const int *targets,    // (BT)
-                                                 int BT, int V, int Vp, cudaStream_t stream) {
+/* loss[0] = mean over rows of -log softmax(logits[r])[targets[r]], lse saved;
+ * ctx->scratch holds the BT rows' losses. The targets are trusted here:
+ * lx_cuda_check_tokens validates them on load. */
+LX_CUDA_API void lx_cross_entropy_forward(const lx_ctx *ctx,
+                                          float *loss,           // (1) on the device
+                                          float *lse,            // (BT)
+                                          const lx_bf16 *logits, // (BT, Vp)
+                                          const int *targets,    // (BT)
+                                          int BT, int V, int Vp) {
+  float *losses = ctx->scratch; /* (BT): the rows' losses */
   LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
-  lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(lse, losses, NULL, logits, targets, 0.0f, V,
-                                                                       Vp);
+  lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, NULL, logits, targets, 0.0f,
+                                                                             V, Vp);
   LX_CUDA_LAUNCHED();
-  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, stream>>>(loss, losses, BT);
+  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(loss, losses, BT);
   LX_CUDA_LAUNCHED();
 }
 
 /* dlogits += dloss / BT * (softmax(logits) - onehot(target)); dloss as on the
  * CPU: 1 for one micro-batch, 1 / micro_batches when a step averages several. */
-LX_CUDA_API void lx_cuda_cross_entropy_backward(lx_bf16 *dlogits,      // (BT, Vp)
-                                                  const lx_bf16 *logits, // (BT, Vp)
-                                                  const float *lse,      // (BT)
-                                                  const int *targets,    // (BT)
-                                                  float dloss, int BT, int V, int Vp, cudaStream_t stream) {
+LX_CUDA_API void lx_cross_entropy_backward(const lx_ctx *ctx,
+                                           lx_bf16 *dlogits,      // (BT, Vp)
+                                           const lx_bf16 *logits, // (BT, Vp)
+                                           const float *lse,      // (BT)
+                                           const int *targets,    // (BT)
+                                           float dloss, int BT, int V, int Vp) {
   LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
-  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(
+  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(
       dlogits, logits, lse, targets, dloss / BT, V, Vp, 0);
   LX_CUDA_LAUNCHED();
 }
 
 /* Forward and backward in one pass over the logits, for schedules that run
  * the loss's backward right after its forward (the last stage's epilogue). */
-LX_CUDA_API void lx_cuda_cross_entropy_forward_backward(float *loss,           // (1) on the device
-                                                          float *lse,            // (BT)
-                                                          float *losses,         // (BT) scratch
-                                                          lx_bf16 *dlogits,      // (BT, Vp)
-                                                          const lx_bf16 *logits, // (BT, Vp)
-                                                          const int *targets,    // (BT)
-                                                          float dloss, int BT, int V, int Vp, cudaStream_t stream) {
+LX_CUDA_API void lx_cross_entropy_forward_backward(const lx_ctx *ctx,
+                                                   float *loss,           // (1) on the device
+                                                   float *lse,            // (BT)
+                                                   lx_bf16 *dlogits,      // (BT, Vp)
+                                                   const lx_bf16 *logits, // (BT, Vp)
+                                                   const int *targets,    // (BT)
+                                                   float dloss, int BT, int V, int Vp) {
+  float *losses = ctx->scratch; /* (BT): the rows' losses */
   LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
-  lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(lse, losses, dlogits, logits, targets,
-                                                                       dloss / BT, V, Vp);
+  lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, dlogits, logits, targets,
+                                                                             dloss / BT, V, Vp);
   LX_CUDA_LAUNCHED();
-  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, stream>>>(loss, losses, BT);
+  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(loss, losses, BT);
   LX_CUDA_LAUNCHED();
 }
 

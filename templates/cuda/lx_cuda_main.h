@@ -177,7 +177,7 @@ static double validation_loss(lx_loader *val, int batches, int step) {
 
 /* ---- main ------------------------------------------------------------------------- */
 
-/* The arena, streams, events, scratch and buffers of this rank's GPU. */
+/* The arena, streams and their kernel contexts, events and buffers of this rank's GPU. */
 static void allocate(void) {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -185,12 +185,15 @@ static void allocate(void) {
          ARENA_BYTES / 1073741824.0, free_bytes / 1073741824.0);
   CUDA_CHECK(cudaMalloc((void **)&arena, ARENA_BYTES));
   CUDA_CHECK(cudaMemset(arena, 0, ARENA_BYTES));
+  lx_cuda_matmul_context *matmul = lx_cuda_matmul_create();
   for (int k = 0; k < STREAM_COUNT; k++) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&streams[k], cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&stream_done[k], cudaEventDisableTiming));
     size_t floats = lx_cuda_attention_scratch_floats(B, T, 256) + lx_cuda_norm_backward_scratch_floats(BT, VP) +
                     lx_cuda_bias_backward_scratch_floats(BT, 4 * C) + (size_t)BT + lx_cuda_grad_norm_scratch_floats();
-    CUDA_CHECK(cudaMalloc((void **)&scratch_of[k], floats * sizeof(float)));
+    float *scratch = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&scratch, floats * sizeof(float)));
+    ctx_of[k] = lx_ctx{streams[k], matmul, scratch};
   }
   events = (cudaEvent_t *)calloc(EVENTS, sizeof(cudaEvent_t));
   for (int e = 0; e < EVENTS; e++) CUDA_CHECK(cudaEventCreateWithFlags(&events[e], cudaEventDisableTiming));
@@ -198,7 +201,6 @@ static void allocate(void) {
   CUDA_CHECK(cudaMalloc((void **)&losses, LOSS_SLOTS * sizeof(float)));
   CUDA_CHECK(cudaMemset(losses, 0, LOSS_SLOTS * sizeof(float))); /* a middle stage's are never written */
   CUDA_CHECK(cudaMallocHost((void **)&host_batches, sizeof(int) * (size_t)MICRO_BATCHES * 2 * BT));
-  matmul = lx_cuda_matmul_create();
 }
 
 int main(int argc, char **argv) {

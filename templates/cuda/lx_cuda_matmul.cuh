@@ -206,27 +206,27 @@ LX_CUDA_API void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)
 
 /* ---- linear layers: out = inp W^T + bias ----------------------------------- */
 
-LX_CUDA_API void lx_cuda_linear_forward(lx_cuda_matmul_context *ctx,
-                                          lx_bf16 *out,          // (BT, OC)
-                                          const lx_bf16 *inp,    // (BT, C)
-                                          const lx_bf16 *weight, // (OC, C)
-                                          const lx_bf16 *bias,   // (OC) or NULL
-                                          int BT, int C, int OC, cudaStream_t stream) {
-  lx_cuda_matmul(ctx, out, CUDA_R_16BF, inp, weight, BT, OC, C, 0, 1, 0, bias ? LX_EPILOGUE_BIAS : LX_EPILOGUE_NONE,
-                 bias, NULL, stream);
+LX_CUDA_API void lx_linear_forward(const lx_ctx *ctx,
+                                   lx_bf16 *out,          // (BT, OC)
+                                   const lx_bf16 *inp,    // (BT, C)
+                                   const lx_bf16 *weight, // (OC, C)
+                                   const lx_bf16 *bias,   // (OC) or NULL
+                                   int BT, int C, int OC) {
+  lx_cuda_matmul(ctx->matmul, out, CUDA_R_16BF, inp, weight, BT, OC, C, 0, 1, 0,
+                 bias ? LX_EPILOGUE_BIAS : LX_EPILOGUE_NONE, bias, NULL, ctx->stream);
 }
 
 /* out = gelu(inp W^T + bias), with the pre-activation saved in pre_gelu: the
  * fused form of linear + gelu (the gelu op saves its input, which is pre_gelu). */
-LX_CUDA_API void lx_cuda_linear_gelu_forward(lx_cuda_matmul_context *ctx,
-                                               lx_bf16 *out,          // (BT, OC)
-                                               lx_bf16 *pre_gelu,     // (BT, OC)
-                                               const lx_bf16 *inp,    // (BT, C)
-                                               const lx_bf16 *weight, // (OC, C)
-                                               const lx_bf16 *bias,   // (OC) or NULL
-                                               int BT, int C, int OC, cudaStream_t stream) {
-  lx_cuda_matmul(ctx, out, CUDA_R_16BF, inp, weight, BT, OC, C, 0, 1, 0,
-                 bias ? LX_EPILOGUE_GELU_BIAS : LX_EPILOGUE_GELU, bias, pre_gelu, stream);
+LX_CUDA_API void lx_linear_gelu_forward(const lx_ctx *ctx,
+                                        lx_bf16 *out,          // (BT, OC)
+                                        lx_bf16 *pre_gelu,     // (BT, OC)
+                                        const lx_bf16 *inp,    // (BT, C)
+                                        const lx_bf16 *weight, // (OC, C)
+                                        const lx_bf16 *bias,   // (OC) or NULL
+                                        int BT, int C, int OC) {
+  lx_cuda_matmul(ctx->matmul, out, CUDA_R_16BF, inp, weight, BT, OC, C, 0, 1, 0,
+                 bias ? LX_EPILOGUE_GELU_BIAS : LX_EPILOGUE_GELU, bias, pre_gelu, ctx->stream);
 }
 
 /* Rows per partial sum of the bias gradient: the partials are then added in
@@ -265,36 +265,38 @@ LX_CUDA_API void lx_cuda_bias_backward(float *dbias,        // (OC)
 
 /* dinp += dout W; dweight += dout^T inp (fp32); dbias += column sums of dout.
  * dinp may be NULL (nothing upstream wants it); dbias is NULL without bias. */
-LX_CUDA_API void lx_cuda_linear_backward(lx_cuda_matmul_context *ctx,
-                                           lx_bf16 *dinp,         // (BT, C) or NULL
-                                           float *dweight,        // (OC, C)
-                                           float *dbias,          // (OC) or NULL
-                                           float *scratch,        // (lx_cuda_bias_backward_scratch_floats) or NULL
-                                           const lx_bf16 *dout,   // (BT, OC)
-                                           const lx_bf16 *inp,    // (BT, C)
-                                           const lx_bf16 *weight, // (OC, C)
-                                           int BT, int C, int OC, cudaStream_t stream) {
-  if (dinp) lx_cuda_matmul(ctx, dinp, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 1, LX_EPILOGUE_NONE, NULL, NULL, stream);
-  lx_cuda_matmul(ctx, dweight, CUDA_R_32F, dout, inp, OC, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL, NULL, stream);
+LX_CUDA_API void lx_linear_backward(const lx_ctx *ctx,
+                                    lx_bf16 *dinp,         // (BT, C) or NULL
+                                    float *dweight,        // (OC, C)
+                                    float *dbias,          // (OC) or NULL
+                                    const lx_bf16 *dout,   // (BT, OC)
+                                    const lx_bf16 *inp,    // (BT, C)
+                                    const lx_bf16 *weight, // (OC, C)
+                                    int BT, int C, int OC) {
+  if (dinp)
+    lx_cuda_matmul(ctx->matmul, dinp, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
+                   ctx->stream);
+  lx_cuda_matmul(ctx->matmul, dweight, CUDA_R_32F, dout, inp, OC, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
+                 ctx->stream);
   if (dbias) {
-    LX_CUDA_REQUIRE(scratch != NULL);
-    lx_cuda_bias_backward(dbias, scratch, dout, BT, OC, stream);
+    LX_CUDA_REQUIRE(ctx->scratch != NULL);
+    lx_cuda_bias_backward(dbias, ctx->scratch, dout, BT, OC, ctx->stream);
   }
 }
 
 /* The backward of the next linear's input product fused with the backward of
- * the gelu in front of it (the pair lx_cuda_linear_gelu_forward made):
+ * the gelu in front of it (the pair lx_linear_gelu_forward made):
  *   dpre_gelu = (dout W) * gelu'(pre_gelu)
  * WRITTEN, not added: the epilogue scales the product itself, so the emitter
  * uses this only where dpre_gelu has no other contribution. */
-LX_CUDA_API void lx_cuda_linear_dgelu_backward(lx_cuda_matmul_context *ctx,
-                                                 lx_bf16 *dpre_gelu,        // (BT, C)
-                                                 const lx_bf16 *dout,       // (BT, OC) gradient of the next linear's output
-                                                 const lx_bf16 *weight,     // (OC, C) the next linear's weight
-                                                 const lx_bf16 *pre_gelu,   // (BT, C)
-                                                 int BT, int C, int OC, cudaStream_t stream) {
-  lx_cuda_matmul(ctx, dpre_gelu, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 0, LX_EPILOGUE_DGELU, NULL,
-                 (lx_bf16 *)pre_gelu, stream);
+LX_CUDA_API void lx_linear_dgelu_backward(const lx_ctx *ctx,
+                                          lx_bf16 *dpre_gelu,      // (BT, C)
+                                          const lx_bf16 *dout,     // (BT, OC) gradient of the next linear's output
+                                          const lx_bf16 *weight,   // (OC, C) the next linear's weight
+                                          const lx_bf16 *pre_gelu, // (BT, C)
+                                          int BT, int C, int OC) {
+  lx_cuda_matmul(ctx->matmul, dpre_gelu, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 0, LX_EPILOGUE_DGELU, NULL,
+                 (lx_bf16 *)pre_gelu, ctx->stream);
 }
 
 #endif

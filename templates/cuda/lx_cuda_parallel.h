@@ -69,21 +69,21 @@ static inline void lx_cuda_groups_finish(ncclComm_t pipeline, ncclComm_t data_pa
 
 /* The vocabulary-parallel cross-entropy (lx_cuda_vocab.cuh): loss[0] = the
  * mean loss of the BT rows, the same on every rank of comm, and lse saved for
- * the backward. The all-reduces run on `stream`, in order with the kernels. */
-static inline void lx_cuda_cross_entropy_forward_tp(float *loss,           // (1)
-                                                    float *lse,            // (BT)
-                                                    float *scratch,        // (3 BT)
-                                                    const lx_bf16 *logits, // (BT, Vr)
-                                                    const int *targets,    // (BT)
-                                                    int BT, int V, int Vr, int first, ncclComm_t comm,
-                                                    cudaStream_t stream) {
-  float *row_max = scratch, *picked = scratch + BT, *losses = scratch + 2 * (size_t)BT;
-  lx_cuda_vocab_cross_entropy_max(row_max, picked, logits, targets, BT, V, Vr, first, stream);
-  NCCL_CHECK(ncclAllReduce(row_max, row_max, (size_t)BT, ncclFloat32, ncclMax, comm, stream));
-  lx_cuda_vocab_cross_entropy_sum(lse, logits, row_max, BT, V, Vr, first, stream);
-  NCCL_CHECK(ncclAllReduce(lse, lse, (size_t)BT, ncclFloat32, ncclSum, comm, stream));
-  NCCL_CHECK(ncclAllReduce(picked, picked, (size_t)BT, ncclFloat32, ncclSum, comm, stream));
-  lx_cuda_vocab_cross_entropy_finish(loss, lse, losses, row_max, picked, BT, stream);
+ * the backward. The all-reduces run on ctx->stream, in order with the kernels;
+ * ctx->scratch holds 3 BT floats (row maxima, target logits, row losses). */
+static inline void lx_cross_entropy_forward_tp(const lx_ctx *ctx,
+                                               float *loss,           // (1)
+                                               float *lse,            // (BT)
+                                               const lx_bf16 *logits, // (BT, Vr)
+                                               const int *targets,    // (BT)
+                                               int BT, int V, int Vr, int first, ncclComm_t comm) {
+  float *row_max = ctx->scratch, *picked = ctx->scratch + BT, *losses = ctx->scratch + 2 * (size_t)BT;
+  lx_cuda_vocab_cross_entropy_max(row_max, picked, logits, targets, BT, V, Vr, first, ctx->stream);
+  NCCL_CHECK(ncclAllReduce(row_max, row_max, (size_t)BT, ncclFloat32, ncclMax, comm, ctx->stream));
+  lx_cuda_vocab_cross_entropy_sum(lse, logits, row_max, BT, V, Vr, first, ctx->stream);
+  NCCL_CHECK(ncclAllReduce(lse, lse, (size_t)BT, ncclFloat32, ncclSum, comm, ctx->stream));
+  NCCL_CHECK(ncclAllReduce(picked, picked, (size_t)BT, ncclFloat32, ncclSum, comm, ctx->stream));
+  lx_cuda_vocab_cross_entropy_finish(loss, lse, losses, row_max, picked, BT, ctx->stream);
 }
 
 #endif

@@ -223,7 +223,7 @@ static inline void global_grad_norm_squared(float *total, const float *grads, cu
     long long lo, hi;
     owned_part(t, &lo, &hi);
     if (hi > lo)
-      lx_cuda_grad_norm_squared(total, scratch_of[STREAM_COMPUTE], grads + lo, (size_t)(hi - lo), 1, s);
+      lx_cuda_grad_norm_squared(total, ctx_of[STREAM_COMPUTE].scratch, grads + lo, (size_t)(hi - lo), 1, s);
   }
   NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, tp_comm, s));
   NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, dp_comm, s));

@@ -24,14 +24,11 @@ static int current_step;
 static cudaStream_t streams[STREAM_COUNT];
 static cudaEvent_t *events;                  /* one per schedule event */
 static cudaEvent_t stream_done[STREAM_COUNT]; /* joins the streams at the end of a step */
-static float *scratch_of[STREAM_COUNT];      /* kernel scratch, one per stream: streams run concurrently */
-static float *losses;                        /* on the device: lx_cuda_shards.h's LOSS_SLOTS */
-static lx_cuda_matmul_context *matmul;
+/* The kernels' context on each stream (lx_cuda_context.h): the stream, the
+ * one matmul context, and the stream's own scratch (streams run concurrently). */
+static lx_ctx ctx_of[STREAM_COUNT];
+static float *losses; /* on the device: lx_cuda_shards.h's LOSS_SLOTS */
 static ncclComm_t pipeline_comm, dp_comm;
-
-static inline uint64_t lx_rng_stream_id(int step, int micro_batch, int layer, int op) {
-  return lx_rng_stream((uint64_t)step, (uint64_t)micro_batch, (uint64_t)layer, (uint64_t)op);
-}
 
 /* The step's tokens, (micro-batch, inputs and targets, BT) in pinned host
  * memory: read before the step is issued (lx_cuda_stage_tokens), copied in

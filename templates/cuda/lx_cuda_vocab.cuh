@@ -110,14 +110,14 @@ LX_CUDA_API void lx_cuda_vocab_cross_entropy_finish(float *loss,          // (1)
 
 /* dlogits += dloss / BT * (softmax - onehot) on the slice's columns, given
  * the whole rows' log-sum-exp (lx_cross_entropy_backward_slice). */
-LX_CUDA_API void lx_cuda_cross_entropy_backward_slice(lx_bf16 *dlogits,      // (BT, Vr)
-                                                      const lx_bf16 *logits, // (BT, Vr)
-                                                      const float *lse,      // (BT)
-                                                      const int *targets,    // (BT)
-                                                      float dloss, int BT, int V, int Vr, int first,
-                                                      cudaStream_t stream) {
+LX_CUDA_API void lx_cross_entropy_backward_slice(const lx_ctx *ctx,
+                                                 lx_bf16 *dlogits,      // (BT, Vr)
+                                                 const lx_bf16 *logits, // (BT, Vr)
+                                                 const float *lse,      // (BT)
+                                                 const int *targets,    // (BT)
+                                                 float dloss, int BT, int V, int Vr, int first) {
   LX_CUDA_REQUIRE(BT > 0 && V > 0 && Vr > 0 && first >= 0);
-  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, stream>>>(
+  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(
       dlogits, logits, lse, targets, dloss / BT, lx_cuda_vocab_valid(V, Vr, first), Vr, first);
   LX_CUDA_LAUNCHED();
 }

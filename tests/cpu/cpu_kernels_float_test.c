@@ -16,7 +16,7 @@ static void test_linear_against_loops(void) {
   real *x = random_tensor((size_t)BT * C, 1), *w = random_tensor((size_t)OC * C, 1),
        *b = random_tensor((size_t)OC, 1);
   real *y = zero_tensor((size_t)BT * OC);
-  lx_linear_forward(y, x, w, b, BT, C, OC);
+  lx_linear_forward(&test_ctx, y, x, w, b, BT, C, OC);
   double worst = 0;
   for (int r = 0; r < BT; r++)
     for (int o = 0; o < OC; o++) {
@@ -39,10 +39,10 @@ static void test_attention_forms_agree(void) {
   real *dropped = zero_tensor(scores), *lse = zero_tensor((size_t)B * H * T);
   real *dm = zero_tensor(nqkv), *df = zero_tensor(nqkv);
   uint8_t *mask = LX_MALLOC(scores);
-  lx_attention_forward(out_m, probs, dropped, mask, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
-  lx_attention_backward(dm, dout, qkv, probs, dropped, mask, B, T, H, KVH, D, p);
-  lx_flash_attention_forward(out_f, lse, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
-  lx_flash_attention_backward(df, dout, qkv, out_f, lse, B, T, H, KVH, D, p, 3, 4, 0, H);
+  lx_attention_forward(&test_ctx, out_m, probs, dropped, mask, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
+  lx_attention_backward(&test_ctx, dm, dout, qkv, probs, dropped, mask, B, T, H, KVH, D, p);
+  lx_flash_attention_forward(&test_ctx, out_f, lse, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
+  lx_flash_attention_backward(&test_ctx, df, dout, qkv, out_f, lse, B, T, H, KVH, D, p, 3, 4, 0, H);
   double out_err = max_abs_diff(out_m, out_f, nout) / max_abs(out_m, nout);
   double grad_err = max_abs_diff(dm, df, nqkv) / max_abs(dm, nqkv);
   CHECK(out_err < 1e-5 && grad_err < 1e-5, "float attention and flash_attention agree (out %.1e, grad %.1e)",
@@ -55,7 +55,7 @@ static void test_cross_entropy_uniform(void) {
   int BT = 4, V = 50, Vp = 64;
   real *logits = zero_tensor((size_t)BT * Vp), *lse = zero_tensor((size_t)BT);
   int targets[4] = {0, 7, 49, 3};
-  real loss = lx_cross_entropy_forward(lse, logits, targets, BT, V, Vp);
+  real loss = lx_cross_entropy_forward(&test_ctx, lse, logits, targets, BT, V, Vp);
   CHECK_CLOSE(loss, log(50.0), 1e-6, "float cross_entropy of uniform logits is log(V)");
   free(logits), free(lse);
 }

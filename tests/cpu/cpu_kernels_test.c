@@ -57,13 +57,13 @@ typedef struct {
 
 static double embedding_loss(void *p) {
   embed_case *c = p;
-  lx_embedding_forward(c->out, c->tokens, c->wte, c->B, c->T, c->C, c->V);
+  lx_embedding_forward(&test_ctx, c->out, c->tokens, c->wte, c->B, c->T, c->C, c->V);
   return weighted_sum(c->out, c->w, (size_t)c->B * c->T * c->C);
 }
 
 static double position_embedding_loss(void *p) {
   embed_case *c = p;
-  lx_position_embedding_forward(c->out, c->wpe, c->B, c->T, c->C);
+  lx_position_embedding_forward(&test_ctx, c->out, c->wpe, c->B, c->T, c->C);
   return weighted_sum(c->out, c->w, (size_t)c->B * c->T * c->C);
 }
 
@@ -77,8 +77,8 @@ static void test_embeddings(void) {
   c.out = zero_tensor(n);
   c.w = random_tensor(n, 1);
   real *dwte = zero_tensor((size_t)c.V * c.C), *dwpe = zero_tensor((size_t)c.T * c.C);
-  lx_embedding_backward(dwte, c.w, c.tokens, c.B, c.T, c.C, c.V);
-  lx_position_embedding_backward(dwpe, c.w, c.B, c.T, c.C);
+  lx_embedding_backward(&test_ctx, dwte, c.w, c.tokens, c.B, c.T, c.C, c.V);
+  lx_position_embedding_backward(&test_ctx, dwpe, c.w, c.B, c.T, c.C);
   check_gradient("embedding", "wte", embedding_loss, &c, c.wte, dwte, (size_t)c.V * c.C);
   check_gradient("position_embedding", "wpe", position_embedding_loss, &c, c.wpe, dwpe, (size_t)c.T * c.C);
   free(c.tokens), free(c.wte), free(c.wpe), free(c.out), free(c.w), free(dwte), free(dwpe);
@@ -93,13 +93,13 @@ typedef struct {
 
 static double layernorm_loss(void *p) {
   norm_case *c = p;
-  lx_layernorm_forward(c->out, c->inp, c->weight, c->bias, c->BT, c->C);
+  lx_layernorm_forward(&test_ctx, c->out, c->inp, c->weight, c->bias, c->BT, c->C);
   return weighted_sum(c->out, c->w, (size_t)c->BT * c->C);
 }
 
 static double rmsnorm_loss(void *p) {
   norm_case *c = p;
-  lx_rmsnorm_forward(c->out, c->inp, c->weight, c->BT, c->C);
+  lx_rmsnorm_forward(&test_ctx, c->out, c->inp, c->weight, c->BT, c->C);
   return weighted_sum(c->out, c->w, (size_t)c->BT * c->C);
 }
 
@@ -122,7 +122,7 @@ static void test_layernorm(void) {
   norm_case c = make_norm_case(6, 7);
   size_t n = (size_t)c.BT * c.C;
   real *dinp = zero_tensor(n), *dweight = zero_tensor((size_t)c.C), *dbias = zero_tensor((size_t)c.C);
-  lx_layernorm_backward(dinp, dweight, dbias, c.w, c.inp, c.weight, c.BT, c.C);
+  lx_layernorm_backward(&test_ctx, dinp, dweight, dbias, c.w, c.inp, c.weight, c.BT, c.C);
   check_gradient("layernorm", "input", layernorm_loss, &c, c.inp, dinp, n);
   check_gradient("layernorm", "weight", layernorm_loss, &c, c.weight, dweight, (size_t)c.C);
   check_gradient("layernorm", "bias", layernorm_loss, &c, c.bias, dbias, (size_t)c.C);
@@ -130,14 +130,14 @@ static void test_layernorm(void) {
   /* a backward adds into its gradients: a second call doubles them */
   real *again = copy_tensor(dinp, n);
   real *dweight2 = copy_tensor(dweight, (size_t)c.C), *dbias2 = copy_tensor(dbias, (size_t)c.C);
-  lx_layernorm_backward(again, dweight2, dbias2, c.w, c.inp, c.weight, c.BT, c.C);
+  lx_layernorm_backward(&test_ctx, again, dweight2, dbias2, c.w, c.inp, c.weight, c.BT, c.C);
   lx_scale(dinp, n, 2);
   CHECK(max_abs_diff(again, dinp, n) < 1e-14, "layernorm backward accumulates (+=) into its gradients");
 
   /* with unit scale and zero bias every row comes out with mean 0, variance ~1 */
   lx_init_constant(c.weight, (size_t)c.C, 1);
   lx_init_constant(c.bias, (size_t)c.C, 0);
-  lx_layernorm_forward(c.out, c.inp, c.weight, c.bias, c.BT, c.C);
+  lx_layernorm_forward(&test_ctx, c.out, c.inp, c.weight, c.bias, c.BT, c.C);
   double mean = 0, var = 0;
   for (int i = 0; i < c.C; i++)
     mean += c.out[i];
@@ -154,7 +154,7 @@ static void test_rmsnorm(void) {
   norm_case c = make_norm_case(5, 8);
   size_t n = (size_t)c.BT * c.C;
   real *dinp = zero_tensor(n), *dweight = zero_tensor((size_t)c.C);
-  lx_rmsnorm_backward(dinp, dweight, c.w, c.inp, c.weight, c.BT, c.C);
+  lx_rmsnorm_backward(&test_ctx, dinp, dweight, c.w, c.inp, c.weight, c.BT, c.C);
   check_gradient("rmsnorm", "input", rmsnorm_loss, &c, c.inp, dinp, n);
   check_gradient("rmsnorm", "weight", rmsnorm_loss, &c, c.weight, dweight, (size_t)c.C);
   free_norm_case(&c), free(dinp), free(dweight);
@@ -169,12 +169,12 @@ typedef struct {
 
 static double linear_loss(void *p) {
   linear_case *c = p;
-  lx_linear_forward(c->out, c->inp, c->weight, c->bias, c->BT, c->C, c->OC);
+  lx_linear_forward(&test_ctx, c->out, c->inp, c->weight, c->bias, c->BT, c->C, c->OC);
   return weighted_sum(c->out, c->w, (size_t)c->BT * c->OC);
 }
 
 static void test_linear_forward_against_loops(linear_case *c) {
-  lx_linear_forward(c->out, c->inp, c->weight, c->bias, c->BT, c->C, c->OC);
+  lx_linear_forward(&test_ctx, c->out, c->inp, c->weight, c->bias, c->BT, c->C, c->OC);
   double worst = 0;
   for (int r = 0; r < c->BT; r++)
     for (int o = 0; o < c->OC; o++) {
@@ -197,7 +197,7 @@ static void test_linear(int with_bias) {
   test_linear_forward_against_loops(&c);
   real *dinp = zero_tensor((size_t)c.BT * c.C), *dweight = zero_tensor((size_t)c.OC * c.C);
   real *dbias = with_bias ? zero_tensor((size_t)c.OC) : NULL;
-  lx_linear_backward(dinp, dweight, dbias, c.w, c.inp, c.weight, c.BT, c.C, c.OC);
+  lx_linear_backward(&test_ctx, dinp, dweight, dbias, c.w, c.inp, c.weight, c.BT, c.C, c.OC);
   const char *name = with_bias ? "linear" : "linear_nobias";
   check_gradient(name, "input", linear_loss, &c, c.inp, dinp, (size_t)c.BT * c.C);
   check_gradient(name, "weight", linear_loss, &c, c.weight, dweight, (size_t)c.OC * c.C);
@@ -237,21 +237,21 @@ static void free_attn_case(attn_case *c) {
 
 static void attn_forward(attn_case *c) {
   if (c->flash)
-    lx_flash_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed,
-                               c->stream, 0, c->H);
+    lx_flash_attention_forward(&test_ctx, c->out, c->lse, c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p,
+                               c->seed, c->stream, 0, c->H);
   else
-    lx_attention_forward(c->out, c->probs, c->p > 0 ? c->dropped : NULL, c->p > 0 ? c->mask : NULL, c->qkv,
-                         c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed, c->stream, 0, c->H);
+    lx_attention_forward(&test_ctx, c->out, c->probs, c->p > 0 ? c->dropped : NULL, c->p > 0 ? c->mask : NULL,
+                         c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed, c->stream, 0, c->H);
 }
 
 /* forward then backward with dout = w, from the current qkv */
 static void attn_backward(attn_case *c, real *dqkv) {
   attn_forward(c);
   if (c->flash)
-    lx_flash_attention_backward(dqkv, c->w, c->qkv, c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D, c->p,
-                                c->seed, c->stream, 0, c->H);
+    lx_flash_attention_backward(&test_ctx, dqkv, c->w, c->qkv, c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D,
+                                c->p, c->seed, c->stream, 0, c->H);
   else
-    lx_attention_backward(dqkv, c->w, c->qkv, c->probs, c->p > 0 ? c->dropped : NULL,
+    lx_attention_backward(&test_ctx, dqkv, c->w, c->qkv, c->probs, c->p > 0 ? c->dropped : NULL,
                           c->p > 0 ? c->mask : NULL, c->B, c->T, c->H, c->KVH, c->D, c->p);
 }
 
@@ -289,11 +289,11 @@ static void test_attention_split_over_ranks(int flash) {
       memcpy(dst + (H + KVH) * D, src + (size_t)(whole.H + whole.KVH + r * KVH) * D, sizeof(real) * KVH * D);
     }
     if (flash)
-      lx_flash_attention_forward(part.out, part.lse, part.qkv, part.B, part.T, H, KVH, D, part.p, whole.seed,
-                                 whole.stream, r * H, whole.H);
+      lx_flash_attention_forward(&test_ctx, part.out, part.lse, part.qkv, part.B, part.T, H, KVH, D, part.p,
+                                 whole.seed, whole.stream, r * H, whole.H);
     else
-      lx_attention_forward(part.out, part.probs, part.dropped, part.mask, part.qkv, part.B, part.T, H, KVH, D,
-                           part.p, whole.seed, whole.stream, r * H, whole.H);
+      lx_attention_forward(&test_ctx, part.out, part.probs, part.dropped, part.mask, part.qkv, part.B, part.T,
+                           H, KVH, D, part.p, whole.seed, whole.stream, r * H, whole.H);
     for (int row = 0; row < whole.B * whole.T; row++)
       for (int c = 0; c < H * D; c++)
         worst = fmax(worst, fabs(part.out[(size_t)row * H * D + c] -
@@ -397,7 +397,7 @@ static size_t rope_size(const rope_case *c) { return (size_t)c->B * c->T * (c->H
 
 static double rope_loss(void *p) {
   rope_case *c = p;
-  lx_rope_forward(c->out, c->inp, c->B, c->T, c->H, c->KVH, c->D, ROPE_BASE);
+  lx_rope_forward(&test_ctx, c->out, c->inp, c->B, c->T, c->H, c->KVH, c->D, ROPE_BASE);
   return weighted_sum(c->out, c->w, rope_size(c));
 }
 
@@ -406,10 +406,10 @@ static void test_rope(void) {
   size_t n = rope_size(&c), row = n / ((size_t)c.B * c.T);
   c.inp = random_tensor(n, 1), c.out = zero_tensor(n), c.w = random_tensor(n, 1);
   real *dinp = zero_tensor(n);
-  lx_rope_backward(dinp, c.w, c.B, c.T, c.H, c.KVH, c.D, ROPE_BASE);
+  lx_rope_backward(&test_ctx, dinp, c.w, c.B, c.T, c.H, c.KVH, c.D, ROPE_BASE);
   check_gradient("rope", "qkv", rope_loss, &c, c.inp, dinp, n);
 
-  lx_rope_forward(c.out, c.inp, c.B, c.T, c.H, c.KVH, c.D, ROPE_BASE);
+  lx_rope_forward(&test_ctx, c.out, c.inp, c.B, c.T, c.H, c.KVH, c.D, ROPE_BASE);
   CHECK(!memcmp(c.out, c.inp, row * sizeof(real)), "rope leaves position 0 unchanged");
   size_t v_start = (size_t)(c.H + c.KVH) * c.D;
   int v_same = 1;
@@ -421,7 +421,7 @@ static void test_rope(void) {
     pair_err = fmax(pair_err, fabs(hypot(c.out[e], c.out[e + 1]) - hypot(c.inp[e], c.inp[e + 1])));
   CHECK(pair_err < 1e-14, "rope rotates pairs: their lengths are kept (err %.1e)", pair_err);
   real *back = zero_tensor(n);
-  lx_rope_backward(back, c.out, c.B, c.T, c.H, c.KVH, c.D, ROPE_BASE);
+  lx_rope_backward(&test_ctx, back, c.out, c.B, c.T, c.H, c.KVH, c.D, ROPE_BASE);
   CHECK(max_abs_diff(back, c.inp, n) < 1e-14,
         "rope backward is the inverse rotation: it maps the output back");
   /* position 1, pair 0 turns by exactly 1 radian */
@@ -444,19 +444,19 @@ typedef struct {
 
 static double swiglu_loss(void *p) {
   elementwise_case *c = p;
-  lx_swiglu_forward(c->out, c->a, c->BT, c->F);
+  lx_swiglu_forward(&test_ctx, c->out, c->a, c->BT, c->F);
   return weighted_sum(c->out, c->w, (size_t)c->BT * c->F);
 }
 
 static double add_loss(void *p) {
   elementwise_case *c = p;
-  lx_add_forward(c->out, c->a, c->b, c->n);
+  lx_add_forward(&test_ctx, c->out, c->a, c->b, c->n);
   return weighted_sum(c->out, c->w, c->n);
 }
 
 static double dropout_loss(void *p) {
   elementwise_case *c = p;
-  lx_dropout_forward(c->out, c->mask, c->a, c->n, c->p, 5, 6);
+  lx_dropout_forward(&test_ctx, c->out, c->mask, c->a, c->n, c->p, 5, 6);
   return weighted_sum(c->out, c->w, c->n);
 }
 
@@ -477,8 +477,8 @@ static void free_elementwise_case(elementwise_case *c) {
  * its forward, and f(1) against its closed form. */
 typedef struct {
   const char *name;
-  void (*forward)(real *, const real *, size_t);
-  void (*backward)(real *, const real *, const real *, size_t);
+  void (*forward)(const lx_ctx *, real *, const real *, size_t);
+  void (*backward)(const lx_ctx *, real *, const real *, const real *, size_t);
   double at_one; /* f(1) */
   const char *formula;
 } map_op;
@@ -487,7 +487,7 @@ static const map_op *current_map;
 
 static double map_loss(void *p) {
   elementwise_case *c = p;
-  current_map->forward(c->out, c->a, c->n);
+  current_map->forward(&test_ctx, c->out, c->a, c->n);
   return weighted_sum(c->out, c->w, c->n);
 }
 
@@ -495,10 +495,10 @@ static void test_map(const map_op *m) {
   elementwise_case c = make_elementwise_case(40);
   real *da = zero_tensor(c.n);
   current_map = m;
-  m->backward(da, c.w, c.a, c.n);
+  m->backward(&test_ctx, da, c.w, c.a, c.n);
   check_gradient(m->name, "input", map_loss, &c, c.a, da, c.n);
   real x = 1, y;
-  m->forward(&y, &x, 1);
+  m->forward(&test_ctx, &y, &x, 1);
   CHECK_CLOSE(y, m->at_one, 1e-15, "%s(1) is %s", m->name, m->formula);
   free_elementwise_case(&c), free(da);
 }
@@ -518,10 +518,10 @@ static void test_swiglu(void) {
   elementwise_case c = make_elementwise_case(2 * 3 * 5);
   c.BT = 3, c.F = 5;
   real *da = zero_tensor(c.n);
-  lx_swiglu_backward(da, c.w, c.a, c.BT, c.F);
+  lx_swiglu_backward(&test_ctx, da, c.w, c.a, c.BT, c.F);
   check_gradient("swiglu", "input", swiglu_loss, &c, c.a, da, c.n);
   real in[2] = {1, 2}, out;
-  lx_swiglu_forward(&out, in, 1, 1);
+  lx_swiglu_forward(&test_ctx, &out, in, 1, 1);
   CHECK_CLOSE(out, 2 / (1 + exp(-1.0)), 1e-15, "swiglu(gate 1, up 2) = silu(1) * 2");
   free_elementwise_case(&c), free(da);
 }
@@ -529,7 +529,7 @@ static void test_swiglu(void) {
 static void test_add(void) {
   elementwise_case c = make_elementwise_case(12);
   real *da = zero_tensor(c.n), *db = zero_tensor(c.n);
-  lx_add_backward(da, db, c.w, c.n);
+  lx_add_backward(&test_ctx, da, db, c.w, c.n);
   check_gradient("add", "a", add_loss, &c, c.a, da, c.n);
   check_gradient("add", "b", add_loss, &c, c.b, db, c.n);
   free_elementwise_case(&c), free(da), free(db);
@@ -539,8 +539,8 @@ static void test_dropout_gradient(void) {
   elementwise_case c = make_elementwise_case(50);
   c.p = 0.25;
   real *da = zero_tensor(c.n);
-  lx_dropout_forward(c.out, c.mask, c.a, c.n, c.p, 5, 6);
-  lx_dropout_backward(da, c.w, c.mask, c.n, c.p);
+  lx_dropout_forward(&test_ctx, c.out, c.mask, c.a, c.n, c.p, 5, 6);
+  lx_dropout_backward(&test_ctx, da, c.w, c.mask, c.n, c.p);
   check_gradient("dropout (p 0.25)", "input", dropout_loss, &c, c.a, da, c.n);
   free_elementwise_case(&c), free(da);
 }
@@ -550,8 +550,8 @@ static void test_dropout_mask(void) {
   const double p = 0.1;
   real *x = random_tensor(n, 1), *y1 = zero_tensor(n), *y2 = zero_tensor(n);
   uint8_t *m1 = LX_MALLOC(n), *m2 = LX_MALLOC(n);
-  lx_dropout_forward(y1, m1, x, n, p, 42, 3);
-  lx_dropout_forward(y2, m2, x, n, p, 42, 3);
+  lx_dropout_forward(&test_ctx, y1, m1, x, n, p, 42, 3);
+  lx_dropout_forward(&test_ctx, y2, m2, x, n, p, 42, 3);
   CHECK(!memcmp(m1, m2, n) && !memcmp(y1, y2, n * sizeof(real)),
         "dropout recomputed with the same (seed, stream) regenerates mask and output bit for bit");
   size_t kept = 0;
@@ -572,20 +572,20 @@ static void test_dropout_mask(void) {
   CHECK(fabs(pair_rate - 0.81) < 5 * pair_sigma,
         "neighbouring elements are kept independently (%.4f, want 0.81)", pair_rate);
 
-  lx_dropout_forward(y2, m2, x, n, p, 42, 4);
+  lx_dropout_forward(&test_ctx, y2, m2, x, n, p, 42, 4);
   size_t same = 0;
   for (size_t i = 0; i < n; i++)
     same += m1[i] == m2[i];
   /* independent masks agree with probability p^2 + (1-p)^2 = 0.82 */
   CHECK(fabs((double)same / n - 0.82) < 0.005,
         "another stream draws an independent mask (agreement %.4f, want 0.82)", (double)same / n);
-  lx_dropout_forward(y2, m2, x, n, p, 43, 3);
+  lx_dropout_forward(&test_ctx, y2, m2, x, n, p, 43, 3);
   same = 0;
   for (size_t i = 0; i < n; i++)
     same += m1[i] == m2[i];
   CHECK(fabs((double)same / n - 0.82) < 0.005,
         "another seed draws an independent mask (agreement %.4f, want 0.82)", (double)same / n);
-  lx_dropout_forward(y2, NULL, x, n, 0, 42, 3);
+  lx_dropout_forward(&test_ctx, y2, NULL, x, n, 0, 42, 3);
   CHECK(!memcmp(y2, x, n * sizeof(real)), "dropout with p = 0 is the identity");
 
   /* Golden value shared with the float build (and any twin of the RNG): the
@@ -608,7 +608,7 @@ typedef struct {
 
 static double cross_entropy_loss(void *p) {
   ce_case *c = p;
-  return c->dloss * lx_cross_entropy_forward(c->lse, c->logits, c->targets, c->BT, c->V, c->Vp);
+  return c->dloss * lx_cross_entropy_forward(&test_ctx, c->lse, c->logits, c->targets, c->BT, c->V, c->Vp);
 }
 
 static void test_cross_entropy(void) {
@@ -618,8 +618,8 @@ static void test_cross_entropy(void) {
   c.logits = random_tensor(n, 3);
   c.lse = zero_tensor((size_t)c.BT);
   real *dlogits = zero_tensor(n);
-  lx_cross_entropy_forward(c.lse, c.logits, c.targets, c.BT, c.V, c.Vp);
-  lx_cross_entropy_backward(dlogits, c.logits, c.lse, c.targets, c.dloss, c.BT, c.V, c.Vp);
+  lx_cross_entropy_forward(&test_ctx, c.lse, c.logits, c.targets, c.BT, c.V, c.Vp);
+  lx_cross_entropy_backward(&test_ctx, dlogits, c.logits, c.lse, c.targets, c.dloss, c.BT, c.V, c.Vp);
   check_gradient("cross_entropy", "logits", cross_entropy_loss, &c, c.logits, dlogits, n);
   int padding_untouched = 1;
   for (int r = 0; r < c.BT; r++)
@@ -632,7 +632,7 @@ static void test_cross_entropy(void) {
   for (int r = 0; r < c.BT; r++)
     for (int v = 0; v < c.Vp; v++)
       c.logits[(size_t)r * c.Vp + v] = v < c.V ? (real)0.3 : 100;
-  real loss = lx_cross_entropy_forward(c.lse, c.logits, c.targets, c.BT, c.V, c.Vp);
+  real loss = lx_cross_entropy_forward(&test_ctx, c.lse, c.logits, c.targets, c.BT, c.V, c.Vp);
   CHECK_CLOSE(loss, log((double)c.V), 1e-14, "cross_entropy of uniform logits is log(V) = %.6f",
               log((double)c.V));
   free(c.targets), free(c.logits), free(c.lse), free(dlogits);
@@ -791,12 +791,12 @@ static void test_tiny_gpt_gradient(void) {
 
   /* Parameter sums run in a fixed order: any thread count, the same bits. */
 #ifdef _OPENMP
-  int threads = omp_get_max_threads();
-  omp_set_num_threads(2);
+  int threads = test_ctx.threads;
+  test_ctx.threads = 2;
   real *two = tiny_gpt_gradient(&c);
-  omp_set_num_threads(3);
+  test_ctx.threads = 3;
   real *three = tiny_gpt_gradient(&c);
-  omp_set_num_threads(threads);
+  test_ctx.threads = threads;
   CHECK(!memcmp(two, three, n * sizeof(real)) && !memcmp(two, dflat, n * sizeof(real)),
         "tiny GPT gradient is bit-identical with %d, 2 and 3 OpenMP threads", threads);
   free(two), free(three);

@@ -7,6 +7,10 @@
 
 #define TEST_SEED 20240601ull
 
+/* The context the kernels run in: one thread unless a test says otherwise
+ * (results never depend on it, and tiny kernels run faster on one). */
+static lx_ctx test_ctx = {1};
+
 static uint64_t test_stream_counter = 1000;
 
 /* Uniform in [-scale, scale), a fresh stream per tensor. */

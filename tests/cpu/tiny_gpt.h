@@ -97,52 +97,55 @@ static inline void acts_free(acts *a) {
 static inline real model_forward(acts *a, const params *p, const int *tokens, const int *targets,
                                  uint64_t step) {
   uint64_t stream_attn = lx_rng_stream(step, 0, 0, 5), stream_drop = lx_rng_stream(step, 0, 0, 7);
-  lx_embedding_forward(a->emb, tokens, p->t[WTE], TG_B, TG_T, TG_C, TG_V);
-  lx_position_embedding_forward(a->pos, p->t[WPE], TG_B, TG_T, TG_C);
-  lx_add_forward(a->x0, a->emb, a->pos, TG_BT * TG_C);
-  lx_layernorm_forward(a->h1, a->x0, p->t[LN1W], p->t[LN1B], TG_BT, TG_C);
-  lx_linear_forward(a->qkv, a->h1, p->t[WQKV], p->t[BQKV], TG_BT, TG_C, TG_QKV);
-  lx_rope_forward(a->qkv_r, a->qkv, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_ROPE_BASE);
-  lx_flash_attention_forward(a->att, a->lse, a->qkv_r, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_DROPOUT, 9,
-                             stream_attn, 0, TG_H);
-  lx_linear_forward(a->proj, a->att, p->t[WO], p->t[BO], TG_BT, TG_H * TG_D, TG_C);
-  lx_dropout_forward(a->proj_d, a->mask, a->proj, TG_BT * TG_C, TG_DROPOUT, 9, stream_drop);
-  lx_add_forward(a->x1, a->x0, a->proj_d, TG_BT * TG_C);
-  lx_rmsnorm_forward(a->h2, a->x1, p->t[RMSW], TG_BT, TG_C);
-  lx_linear_forward(a->up, a->h2, p->t[WUP], NULL, TG_BT, TG_C, 2 * TG_F);
-  lx_swiglu_forward(a->sw, a->up, TG_BT, TG_F);
-  lx_gelu_forward(a->ge, a->sw, TG_BT * TG_F);
-  lx_linear_forward(a->down, a->ge, p->t[WDOWN], p->t[BDOWN], TG_BT, TG_F, TG_C);
-  lx_add_forward(a->x2, a->x1, a->down, TG_BT * TG_C);
-  lx_layernorm_forward(a->hf, a->x2, p->t[LNFW], p->t[LNFB], TG_BT, TG_C);
-  lx_linear_forward(a->logits, a->hf, p->t[WTE], NULL, TG_BT, TG_C, TG_V); /* tied lm_head */
-  return lx_cross_entropy_forward(a->ce_lse, a->logits, targets, TG_BT, TG_V, TG_V);
+  lx_embedding_forward(&test_ctx, a->emb, tokens, p->t[WTE], TG_B, TG_T, TG_C, TG_V);
+  lx_position_embedding_forward(&test_ctx, a->pos, p->t[WPE], TG_B, TG_T, TG_C);
+  lx_add_forward(&test_ctx, a->x0, a->emb, a->pos, TG_BT * TG_C);
+  lx_layernorm_forward(&test_ctx, a->h1, a->x0, p->t[LN1W], p->t[LN1B], TG_BT, TG_C);
+  lx_linear_forward(&test_ctx, a->qkv, a->h1, p->t[WQKV], p->t[BQKV], TG_BT, TG_C, TG_QKV);
+  lx_rope_forward(&test_ctx, a->qkv_r, a->qkv, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_ROPE_BASE);
+  lx_flash_attention_forward(&test_ctx, a->att, a->lse, a->qkv_r, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_DROPOUT,
+                             9, stream_attn, 0, TG_H);
+  lx_linear_forward(&test_ctx, a->proj, a->att, p->t[WO], p->t[BO], TG_BT, TG_H * TG_D, TG_C);
+  lx_dropout_forward(&test_ctx, a->proj_d, a->mask, a->proj, TG_BT * TG_C, TG_DROPOUT, 9, stream_drop);
+  lx_add_forward(&test_ctx, a->x1, a->x0, a->proj_d, TG_BT * TG_C);
+  lx_rmsnorm_forward(&test_ctx, a->h2, a->x1, p->t[RMSW], TG_BT, TG_C);
+  lx_linear_forward(&test_ctx, a->up, a->h2, p->t[WUP], NULL, TG_BT, TG_C, 2 * TG_F);
+  lx_swiglu_forward(&test_ctx, a->sw, a->up, TG_BT, TG_F);
+  lx_gelu_forward(&test_ctx, a->ge, a->sw, TG_BT * TG_F);
+  lx_linear_forward(&test_ctx, a->down, a->ge, p->t[WDOWN], p->t[BDOWN], TG_BT, TG_F, TG_C);
+  lx_add_forward(&test_ctx, a->x2, a->x1, a->down, TG_BT * TG_C);
+  lx_layernorm_forward(&test_ctx, a->hf, a->x2, p->t[LNFW], p->t[LNFB], TG_BT, TG_C);
+  lx_linear_forward(&test_ctx, a->logits, a->hf, p->t[WTE], NULL, TG_BT, TG_C, TG_V); /* tied lm_head */
+  return lx_cross_entropy_forward(&test_ctx, a->ce_lse, a->logits, targets, TG_BT, TG_V, TG_V);
 }
 
 /* reverse order; g holds activation gradients, dp parameter gradients */
 static inline void model_backward(acts *g, params *dp, const acts *a, const params *p, const int *tokens,
                                   const int *targets, uint64_t step) {
   uint64_t stream_attn = lx_rng_stream(step, 0, 0, 5);
-  lx_cross_entropy_backward(g->logits, a->logits, a->ce_lse, targets, 1, TG_BT, TG_V, TG_V);
-  lx_linear_backward(g->hf, dp->t[WTE], NULL, g->logits, a->hf, p->t[WTE], TG_BT, TG_C, TG_V);
-  lx_layernorm_backward(g->x2, dp->t[LNFW], dp->t[LNFB], g->hf, a->x2, p->t[LNFW], TG_BT, TG_C);
-  lx_add_backward(g->x1, g->down, g->x2, TG_BT * TG_C);
-  lx_linear_backward(g->ge, dp->t[WDOWN], dp->t[BDOWN], g->down, a->ge, p->t[WDOWN], TG_BT, TG_F, TG_C);
-  lx_gelu_backward(g->sw, g->ge, a->sw, TG_BT * TG_F);
-  lx_swiglu_backward(g->up, g->sw, a->up, TG_BT, TG_F);
-  lx_linear_backward(g->h2, dp->t[WUP], NULL, g->up, a->h2, p->t[WUP], TG_BT, TG_C, 2 * TG_F);
-  lx_rmsnorm_backward(g->x1, dp->t[RMSW], g->h2, a->x1, p->t[RMSW], TG_BT, TG_C);
-  lx_add_backward(g->x0, g->proj_d, g->x1, TG_BT * TG_C);
-  lx_dropout_backward(g->proj, g->proj_d, a->mask, TG_BT * TG_C, TG_DROPOUT);
-  lx_linear_backward(g->att, dp->t[WO], dp->t[BO], g->proj, a->att, p->t[WO], TG_BT, TG_H * TG_D, TG_C);
-  lx_flash_attention_backward(g->qkv_r, g->att, a->qkv_r, a->att, a->lse, TG_B, TG_T, TG_H, TG_KVH, TG_D,
-                              TG_DROPOUT, 9, stream_attn, 0, TG_H);
-  lx_rope_backward(g->qkv, g->qkv_r, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_ROPE_BASE);
-  lx_linear_backward(g->h1, dp->t[WQKV], dp->t[BQKV], g->qkv, a->h1, p->t[WQKV], TG_BT, TG_C, TG_QKV);
-  lx_layernorm_backward(g->x0, dp->t[LN1W], dp->t[LN1B], g->h1, a->x0, p->t[LN1W], TG_BT, TG_C);
-  lx_add_backward(g->emb, g->pos, g->x0, TG_BT * TG_C);
-  lx_embedding_backward(dp->t[WTE], g->emb, tokens, TG_B, TG_T, TG_C, TG_V);
-  lx_position_embedding_backward(dp->t[WPE], g->pos, TG_B, TG_T, TG_C);
+  lx_cross_entropy_backward(&test_ctx, g->logits, a->logits, a->ce_lse, targets, 1, TG_BT, TG_V, TG_V);
+  lx_linear_backward(&test_ctx, g->hf, dp->t[WTE], NULL, g->logits, a->hf, p->t[WTE], TG_BT, TG_C, TG_V);
+  lx_layernorm_backward(&test_ctx, g->x2, dp->t[LNFW], dp->t[LNFB], g->hf, a->x2, p->t[LNFW], TG_BT, TG_C);
+  lx_add_backward(&test_ctx, g->x1, g->down, g->x2, TG_BT * TG_C);
+  lx_linear_backward(&test_ctx, g->ge, dp->t[WDOWN], dp->t[BDOWN], g->down, a->ge, p->t[WDOWN], TG_BT, TG_F,
+                     TG_C);
+  lx_gelu_backward(&test_ctx, g->sw, g->ge, a->sw, TG_BT * TG_F);
+  lx_swiglu_backward(&test_ctx, g->up, g->sw, a->up, TG_BT, TG_F);
+  lx_linear_backward(&test_ctx, g->h2, dp->t[WUP], NULL, g->up, a->h2, p->t[WUP], TG_BT, TG_C, 2 * TG_F);
+  lx_rmsnorm_backward(&test_ctx, g->x1, dp->t[RMSW], g->h2, a->x1, p->t[RMSW], TG_BT, TG_C);
+  lx_add_backward(&test_ctx, g->x0, g->proj_d, g->x1, TG_BT * TG_C);
+  lx_dropout_backward(&test_ctx, g->proj, g->proj_d, a->mask, TG_BT * TG_C, TG_DROPOUT);
+  lx_linear_backward(&test_ctx, g->att, dp->t[WO], dp->t[BO], g->proj, a->att, p->t[WO], TG_BT, TG_H * TG_D,
+                     TG_C);
+  lx_flash_attention_backward(&test_ctx, g->qkv_r, g->att, a->qkv_r, a->att, a->lse, TG_B, TG_T, TG_H, TG_KVH,
+                              TG_D, TG_DROPOUT, 9, stream_attn, 0, TG_H);
+  lx_rope_backward(&test_ctx, g->qkv, g->qkv_r, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_ROPE_BASE);
+  lx_linear_backward(&test_ctx, g->h1, dp->t[WQKV], dp->t[BQKV], g->qkv, a->h1, p->t[WQKV], TG_BT, TG_C,
+                     TG_QKV);
+  lx_layernorm_backward(&test_ctx, g->x0, dp->t[LN1W], dp->t[LN1B], g->h1, a->x0, p->t[LN1W], TG_BT, TG_C);
+  lx_add_backward(&test_ctx, g->emb, g->pos, g->x0, TG_BT * TG_C);
+  lx_embedding_backward(&test_ctx, dp->t[WTE], g->emb, tokens, TG_B, TG_T, TG_C, TG_V);
+  lx_position_embedding_backward(&test_ctx, dp->t[WPE], g->pos, TG_B, TG_T, TG_C);
 }
 
 static inline void init_params(params *p) {

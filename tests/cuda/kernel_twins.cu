@@ -129,10 +129,14 @@ static void expect_true(const char *what, bool ok) {
 }
 
 static cudaStream_t stream;
+static lx_cuda_matmul_context matmul;
+
+/* What the kernels take first: the test's stream and matmul context, with `scratch`. */
+static lx_ctx context(float *scratch) { return lx_ctx{stream, &matmul, scratch}; }
 
 /* ---- linear ---------------------------------------------------------------------- */
 
-static void test_linear(lx_cuda_matmul_context *ctx) {
+static void test_linear(void) {
   const int BT = 96, C = 64, OC = 136;
   floats inp = random_bf16((size_t)BT * C, 1), w = random_bf16((size_t)OC * C, 0.2f), bias = random_bf16(OC, 0.5f);
   floats dout = random_bf16((size_t)BT * OC, 1), dinp0 = random_bf16((size_t)BT * C, 0.1f);
@@ -142,14 +146,15 @@ static void test_linear(lx_cuda_matmul_context *ctx) {
   lx_bf16 *d_dinp = to_device_bf16(dinp0);
   float *d_dw = to_device_f32(dw0), *d_db = to_device_f32(db0);
   float *scratch = device_zeros_f32(lx_cuda_bias_backward_scratch_floats(BT, OC));
+  const lx_ctx ctx = context(scratch);
 
   floats out((size_t)BT * OC), dinp = dinp0, dw = dw0, db = db0;
   twin_linear_forward(out.data(), inp.data(), w.data(), bias.data(), BT, C, OC);
-  lx_cuda_linear_forward(ctx, d_out, d_inp, d_w, d_bias, BT, C, OC, stream);
+  lx_linear_forward(&ctx, d_out, d_inp, d_w, d_bias, BT, C, OC);
   compare("linear_forward", "out", from_device_bf16(d_out, out.size()), out, TOL_BF16);
 
   twin_linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), BT, C, OC);
-  lx_cuda_linear_backward(ctx, d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, BT, C, OC, stream);
+  lx_linear_backward(&ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, BT, C, OC);
   compare("linear_backward", "dinp", from_device_bf16(d_dinp, dinp.size()), dinp, TOL_BF16);
   compare("linear_backward", "dweight", from_device_f32(d_dw, dw.size()), dw, TOL_F32);
   compare("linear_backward", "dbias", from_device_f32(d_db, db.size()), db, TOL_F32);
@@ -158,7 +163,7 @@ static void test_linear(lx_cuda_matmul_context *ctx) {
   floats gelu_out(out.size());
   twin_gelu_forward(gelu_out.data(), out.data(), out.size());
   lx_bf16 *d_pre = to_device_bf16(floats(out.size()));
-  lx_cuda_linear_gelu_forward(ctx, d_out, d_pre, d_inp, d_w, d_bias, BT, C, OC, stream);
+  lx_linear_gelu_forward(&ctx, d_out, d_pre, d_inp, d_w, d_bias, BT, C, OC);
   compare("linear_gelu_forward", "out", from_device_bf16(d_out, out.size()), gelu_out, TOL_BF16);
   compare("linear_gelu_forward", "pre_gelu", from_device_bf16(d_pre, out.size()), out, TOL_BF16);
 
@@ -170,7 +175,7 @@ static void test_linear(lx_cuda_matmul_context *ctx) {
   twin_linear_backward(dpre_mm.data(), unused_dw.data(), NULL, dout2.data(), pre.data(), w2.data(), BT, OC, OC2);
   twin_gelu_backward(dpre.data(), dpre_mm.data(), pre.data(), dpre.size());
   lx_bf16 *d_w2 = to_device_bf16(w2), *d_dout2 = to_device_bf16(dout2), *d_dpre = to_device_bf16(floats(dpre.size()));
-  lx_cuda_linear_dgelu_backward(ctx, d_dpre, d_dout2, d_w2, d_pre, BT, OC, OC2, stream);
+  lx_linear_dgelu_backward(&ctx, d_dpre, d_dout2, d_w2, d_pre, BT, OC, OC2);
   compare("linear_dgelu_backward", "dpre_gelu", from_device_bf16(d_dpre, dpre.size()), dpre, TOL_BF16);
 }
 
@@ -185,17 +190,18 @@ static void test_norms(void) {
   lx_bf16 *d_b = to_device_bf16(b), *d_out = to_device_bf16(floats(N)), *d_res = to_device_bf16(floats(N));
   lx_bf16 *d_dout = to_device_bf16(dout);
   float *scratch = device_zeros_f32(lx_cuda_norm_backward_scratch_floats(BT, C));
+  const lx_ctx ctx = context(scratch);
 
   floats out(N);
   twin_layernorm_forward(out.data(), x.data(), w.data(), b.data(), BT, C);
-  lx_cuda_layernorm_forward(d_out, d_x, d_w, d_b, BT, C, stream);
+  lx_layernorm_forward(&ctx, d_out, d_x, d_w, d_b, BT, C);
   compare("layernorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
 
   floats sum(N);
   for (size_t i = 0; i < N; i++)
     sum[i] = lx_to_float(lx_to_bf16(x[i] + branch[i]));
   twin_layernorm_forward(out.data(), sum.data(), w.data(), b.data(), BT, C);
-  lx_cuda_residual_layernorm_forward(d_res, d_out, d_x, d_branch, d_w, d_b, BT, C, stream);
+  lx_residual_layernorm_forward(&ctx, d_res, d_out, d_x, d_branch, d_w, d_b, BT, C);
   compare("residual_layernorm_forward", "residual", from_device_bf16(d_res, N), sum, TOL_BF16);
   compare("residual_layernorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
 
@@ -203,23 +209,23 @@ static void test_norms(void) {
   lx_bf16 *d_dinp = to_device_bf16(dinp0);
   float *d_dw = to_device_f32(dw0), *d_db = to_device_f32(db0);
   twin_layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), BT, C);
-  lx_cuda_layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_x, d_w, BT, C, stream);
+  lx_layernorm_backward(&ctx, d_dinp, d_dw, d_db, d_dout, d_x, d_w, BT, C);
   compare("layernorm_backward", "dinp", from_device_bf16(d_dinp, N), dinp, TOL_BF16);
   compare("layernorm_backward", "dweight", from_device_f32(d_dw, C), dw, TOL_F32);
   compare("layernorm_backward", "dbias", from_device_f32(d_db, C), db, TOL_F32);
 
   twin_rmsnorm_forward(out.data(), x.data(), w.data(), BT, C);
-  lx_cuda_rmsnorm_forward(d_out, d_x, d_w, BT, C, stream);
+  lx_rmsnorm_forward(&ctx, d_out, d_x, d_w, BT, C);
   compare("rmsnorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
   twin_rmsnorm_forward(out.data(), sum.data(), w.data(), BT, C);
-  lx_cuda_residual_rmsnorm_forward(d_res, d_out, d_x, d_branch, d_w, BT, C, stream);
+  lx_residual_rmsnorm_forward(&ctx, d_res, d_out, d_x, d_branch, d_w, BT, C);
   compare("residual_rmsnorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
 
   dinp = dinp0, dw = dw0;
   lx_bf16 *d_dinp2 = to_device_bf16(dinp0);
   float *d_dw2 = to_device_f32(dw0);
   twin_rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), BT, C);
-  lx_cuda_rmsnorm_backward(d_dinp2, d_dw2, scratch, d_dout, d_x, d_w, BT, C, stream);
+  lx_rmsnorm_backward(&ctx, d_dinp2, d_dw2, d_dout, d_x, d_w, BT, C);
   compare("rmsnorm_backward", "dinp", from_device_bf16(d_dinp2, N), dinp, TOL_BF16);
   compare("rmsnorm_backward", "dweight", from_device_f32(d_dw2, C), dw, TOL_F32);
 }
@@ -236,13 +242,13 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
   floats qkv = random_bf16(qkv_n, 1.5f), dout = random_bf16(out_n, 1), dqkv0 = random_bf16(qkv_n, 0.05f);
   lx_bf16 *d_qkv = to_device_bf16(qkv), *d_dout = to_device_bf16(dout), *d_out = to_device_bf16(floats(out_n));
   float *d_lse = device_zeros_f32(rows), *scratch = device_zeros_f32(lx_cuda_attention_scratch_floats(B, T, H));
+  const lx_ctx ctx = context(scratch);
 
   /* flash */
   floats out(out_n), lse(rows), dqkv = dqkv0;
   twin_flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KVH, D, p, seed, stream_id,
                                head_base, heads_total);
-  lx_cuda_flash_attention_forward(d_out, d_lse, d_qkv, B, T, H, KVH, D, p, seed, stream_id, head_base,
-                                  heads_total, stream);
+  lx_flash_attention_forward(&ctx, d_out, d_lse, d_qkv, B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   snprintf(name, sizeof name, "flash_attention_forward D=%d p=%.1f heads %d+%d of %d", D, p, head_base, H,
            heads_total);
   compare(name, "out", from_device_bf16(d_out, out_n), out, TOL_BF16);
@@ -252,14 +258,14 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
   twin_flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KVH, D,
                                 p, seed, stream_id, head_base, heads_total);
   lx_bf16 *d_dqkv = to_device_bf16(dqkv0);
-  lx_cuda_flash_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed,
-                                   stream_id, head_base, heads_total, stream);
+  lx_flash_attention_backward(&ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed, stream_id,
+                              head_base, heads_total);
   floats first = from_device_bf16(d_dqkv, qkv_n);
   snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f", D, p);
   compare(name, "dqkv", first, dqkv, TOL_BF16);
   CUDA_CHECK(cudaMemcpy(d_dqkv, to_device_bf16(dqkv0), qkv_n * sizeof(lx_bf16), cudaMemcpyDeviceToDevice));
-  lx_cuda_flash_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed,
-                                   stream_id, head_base, heads_total, stream);
+  lx_flash_attention_backward(&ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed, stream_id,
+                              head_base, heads_total);
   floats second = from_device_bf16(d_dqkv, qkv_n);
   snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f is bitwise reproducible", D, p);
   expect_true(name, memcmp(first.data(), second.data(), qkv_n * sizeof(float)) == 0);
@@ -271,8 +277,8 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
                          qkv.data(), B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   lx_bf16 *d_probs = to_device_bf16(floats(scores)), *d_dropped = to_device_bf16(floats(scores));
   uint8_t *d_mask = to_device_raw(std::vector<uint8_t>(scores));
-  lx_cuda_attention_forward(d_out, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL, scratch, d_qkv,
-                            B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total, stream);
+  lx_attention_forward(&ctx, d_out, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL, d_qkv, B, T, H, KVH, D,
+                       p, seed, stream_id, head_base, heads_total);
   snprintf(name, sizeof name, "attention_forward D=%d p=%.1f", D, p);
   compare(name, "out", from_device_bf16(d_out, out_n), out, TOL_BF16);
   compare(name, "probs", from_device_bf16(d_probs, scores), probs, TOL_BF16);
@@ -285,29 +291,31 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
   twin_attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), p > 0 ? dropped.data() : NULL,
                           p > 0 ? mask.data() : NULL, B, T, H, KVH, D, p);
   CUDA_CHECK(cudaMemcpy(d_dqkv, to_device_bf16(dqkv0), qkv_n * sizeof(lx_bf16), cudaMemcpyDeviceToDevice));
-  lx_cuda_attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL,
-                             B, T, H, KVH, D, p, stream);
+  lx_attention_backward(&ctx, d_dqkv, d_dout, d_qkv, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL, B, T,
+                        H, KVH, D, p);
   snprintf(name, sizeof name, "attention_backward D=%d p=%.1f", D, p);
   compare(name, "dqkv", from_device_bf16(d_dqkv, qkv_n), dqkv, TOL_BF16);
 }
 
 static void test_rope(void) {
+  const lx_ctx ctx = context(NULL);
   const int B = 2, T = 50, H = 4, KVH = 2, D = 32;
   size_t N = (size_t)B * T * (H + 2 * KVH) * D;
   floats x = random_bf16(N, 1), dout = random_bf16(N, 1), dinp0 = random_bf16(N, 0.1f), out(N), dinp = dinp0;
   lx_bf16 *d_x = to_device_bf16(x), *d_out = to_device_bf16(floats(N)), *d_dout = to_device_bf16(dout);
   lx_bf16 *d_dinp = to_device_bf16(dinp0);
   twin_rope_forward(out.data(), x.data(), B, T, H, KVH, D, 10000.0);
-  lx_cuda_rope_forward(d_out, d_x, B, T, H, KVH, D, 10000.0, stream);
+  lx_rope_forward(&ctx, d_out, d_x, B, T, H, KVH, D, 10000.0);
   compare("rope_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
   twin_rope_backward(dinp.data(), dout.data(), B, T, H, KVH, D, 10000.0);
-  lx_cuda_rope_backward(d_dinp, d_dout, B, T, H, KVH, D, 10000.0, stream);
+  lx_rope_backward(&ctx, d_dinp, d_dout, B, T, H, KVH, D, 10000.0);
   compare("rope_backward", "dinp", from_device_bf16(d_dinp, N), dinp, TOL_BF16);
 }
 
 /* ---- elementwise ------------------------------------------------------------------- */
 
 static void test_elementwise(void) {
+  const lx_ctx ctx = context(NULL);
   const int BT = 33, F = 160;
   size_t N = (size_t)BT * F;
   floats x = random_bf16(2 * N, 3), dout = random_bf16(2 * N, 1), dinp0 = random_bf16(2 * N, 0.1f);
@@ -318,54 +326,52 @@ static void test_elementwise(void) {
     const char *forward_name, *backward_name;
     void (*twin_forward)(float *, const float *, size_t);
     void (*twin_backward)(float *, const float *, const float *, size_t);
-    void (*forward)(lx_bf16 *, const lx_bf16 *, size_t, cudaStream_t);
-    void (*backward)(lx_bf16 *, const lx_bf16 *, const lx_bf16 *, size_t, cudaStream_t);
+    void (*forward)(const lx_ctx *, lx_bf16 *, const lx_bf16 *, size_t);
+    void (*backward)(const lx_ctx *, lx_bf16 *, const lx_bf16 *, const lx_bf16 *, size_t);
   };
   const map_op maps[] = {
-      {"gelu_forward", "gelu_backward", twin_gelu_forward, twin_gelu_backward, lx_cuda_gelu_forward,
-       lx_cuda_gelu_backward},
-      {"silu_forward", "silu_backward", twin_silu_forward, twin_silu_backward, lx_cuda_silu_forward,
-       lx_cuda_silu_backward},
+      {"gelu_forward", "gelu_backward", twin_gelu_forward, twin_gelu_backward, lx_gelu_forward, lx_gelu_backward},
+      {"silu_forward", "silu_backward", twin_silu_forward, twin_silu_backward, lx_silu_forward, lx_silu_backward},
   };
   for (const map_op &m : maps) {
     m.twin_forward(out.data(), x.data(), 2 * N);
-    m.forward(d_out, d_x, 2 * N, stream);
+    m.forward(&ctx, d_out, d_x, 2 * N);
     compare(m.forward_name, "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
     dinp = dinp0;
     lx_bf16 *d_dinp = to_device_bf16(dinp0);
     m.twin_backward(dinp.data(), dout.data(), x.data(), 2 * N);
-    m.backward(d_dinp, d_dout, d_x, 2 * N, stream);
+    m.backward(&ctx, d_dinp, d_dout, d_x, 2 * N);
     compare(m.backward_name, "dinp", from_device_bf16(d_dinp, 2 * N), dinp, TOL_BF16);
   }
 
   floats swi(N);
   twin_swiglu_forward(swi.data(), x.data(), BT, F);
-  lx_cuda_swiglu_forward(d_out, d_x, BT, F, stream);
+  lx_swiglu_forward(&ctx, d_out, d_x, BT, F);
   compare("swiglu_forward", "out", from_device_bf16(d_out, N), swi, TOL_BF16);
   dinp = dinp0;
   lx_bf16 *d_dinp2 = to_device_bf16(dinp0);
   twin_swiglu_backward(dinp.data(), dout.data(), x.data(), BT, F);
-  lx_cuda_swiglu_backward(d_dinp2, d_dout, d_x, BT, F, stream);
+  lx_swiglu_backward(&ctx, d_dinp2, d_dout, d_x, BT, F);
   compare("swiglu_backward", "dinp", from_device_bf16(d_dinp2, 2 * N), dinp, TOL_BF16);
 
   const double p = 0.3;
   std::vector<uint8_t> mask(2 * N);
   twin_dropout_forward(out.data(), mask.data(), x.data(), 2 * N, p, 99, 5);
   uint8_t *d_mask = to_device_raw(std::vector<uint8_t>(2 * N));
-  lx_cuda_dropout_forward(d_out, d_mask, d_x, 2 * N, p, 99, 5, stream);
+  lx_dropout_forward(&ctx, d_out, d_mask, d_x, 2 * N, p, 99, 5);
   compare("dropout_forward", "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
   expect_true("dropout_forward mask equals the CPU's bit for bit",
               memcmp(from_device_raw(d_mask, 2 * N).data(), mask.data(), 2 * N) == 0);
   dinp = dinp0;
   lx_bf16 *d_dinp3 = to_device_bf16(dinp0);
   twin_dropout_backward(dinp.data(), dout.data(), mask.data(), 2 * N, p);
-  lx_cuda_dropout_backward(d_dinp3, d_dout, d_mask, 2 * N, p, stream);
+  lx_dropout_backward(&ctx, d_dinp3, d_dout, d_mask, 2 * N, p);
   compare("dropout_backward", "dinp", from_device_bf16(d_dinp3, 2 * N), dinp, TOL_BF16);
   /* sequence parallelism: the second half as a shard draws the whole tensor's mask from counter N */
   std::vector<uint8_t> shard_mask(N);
   floats shard_out(N);
   twin_dropout_forward_at(shard_out.data(), shard_mask.data(), x.data() + N, N, p, 99, 5, N);
-  lx_cuda_dropout_forward_at(d_out, d_mask, d_x + N, N, p, 99, 5, N, stream);
+  lx_dropout_forward_at(&ctx, d_out, d_mask, d_x + N, N, p, 99, 5, N);
   compare("dropout_forward_at", "out", from_device_bf16(d_out, N), shard_out, TOL_BF16);
   expect_true("dropout_forward_at mask equals the CPU's and the whole tensor's second half",
               memcmp(from_device_raw(d_mask, N).data(), shard_mask.data(), N) == 0 &&
@@ -375,16 +381,17 @@ static void test_elementwise(void) {
   floats sum(2 * N), da = dinp0;
   for (size_t i = 0; i < 2 * N; i++)
     sum[i] = x[i] + dout[i], da[i] += 2 * dout[i];
-  lx_cuda_add_forward(d_out, d_x, d_dout, 2 * N, stream);
+  lx_add_forward(&ctx, d_out, d_x, d_dout, 2 * N);
   compare("add_forward", "out", from_device_bf16(d_out, 2 * N), sum, TOL_BF16);
   lx_bf16 *d_da = to_device_bf16(dinp0);
-  lx_cuda_add_backward(d_da, d_da, d_dout, 2 * N, stream);
+  lx_add_backward(&ctx, d_da, d_da, d_dout, 2 * N);
   compare("add_backward (aliased)", "da", from_device_bf16(d_da, 2 * N), da, TOL_BF16);
 }
 
 /* ---- embeddings and loss -------------------------------------------------------------- */
 
 static void test_embedding(void) {
+  const lx_ctx ctx = context(NULL);
   const int B = 3, T = 40, C = 96, V = 150;
   floats wte = random_bf16((size_t)V * C, 1), wpe = random_bf16((size_t)T * C, 1);
   floats dout = random_bf16((size_t)B * T * C, 1), dwte0 = random_bf16((size_t)V * C, 0.1f);
@@ -399,26 +406,26 @@ static void test_embedding(void) {
 
   floats out((size_t)B * T * C), dwte = dwte0, dwpe = dwpe0;
   twin_embedding_forward(out.data(), tokens.data(), wte.data(), B, T, C, V);
-  lx_cuda_embedding_forward(d_out, d_tokens, d_wte, B, T, C, V, stream);
+  lx_embedding_forward(&ctx, d_out, d_tokens, d_wte, B, T, C, V);
   compare("embedding_forward", "out", from_device_bf16(d_out, out.size()), out, 0);
   twin_embedding_backward(dwte.data(), dout.data(), tokens.data(), B, T, C, V);
-  lx_cuda_embedding_backward(d_dwte, d_dout, d_tokens, B, T, C, V, stream);
+  lx_embedding_backward(&ctx, d_dwte, d_dout, d_tokens, B, T, C, V);
   compare("embedding_backward", "dwte", from_device_f32(d_dwte, dwte.size()), dwte, TOL_F32);
 
   twin_position_embedding_forward(out.data(), wpe.data(), B, T, C);
-  lx_cuda_position_embedding_forward(d_out, d_wpe, B, T, C, stream);
+  lx_position_embedding_forward(&ctx, d_out, d_wpe, B, T, C);
   compare("position_embedding_forward", "out", from_device_bf16(d_out, out.size()), out, 0);
   twin_position_embedding_backward(dwpe.data(), dout.data(), B, T, C);
-  lx_cuda_position_embedding_backward(d_dwpe, d_dout, B, T, C, stream);
+  lx_position_embedding_backward(&ctx, d_dwpe, d_dout, B, T, C);
   compare("position_embedding_backward", "dwpe", from_device_f32(d_dwpe, dwpe.size()), dwpe, TOL_F32);
   /* sequence parallelism: a shard of 50 rows from row 70 (positions 30 .. 39, 0 .. 39) */
   const int pos_first = 70, pos_rows = 50;
   floats pos_out((size_t)pos_rows * C);
   twin_position_embedding_forward_rows(pos_out.data(), wpe.data(), T, C, pos_first, pos_rows);
-  lx_cuda_position_embedding_forward_rows(d_out, d_wpe, T, C, pos_first, pos_rows, stream);
+  lx_position_embedding_forward_rows(&ctx, d_out, d_wpe, T, C, pos_first, pos_rows);
   compare("position_embedding_forward_rows", "out", from_device_bf16(d_out, pos_out.size()), pos_out, 0);
   twin_position_embedding_backward_rows(dwpe.data(), dout.data(), T, C, pos_first, pos_rows);
-  lx_cuda_position_embedding_backward_rows(d_dwpe, d_dout, T, C, pos_first, pos_rows, stream);
+  lx_position_embedding_backward_rows(&ctx, d_dwpe, d_dout, T, C, pos_first, pos_rows);
   compare("position_embedding_backward_rows", "dwpe", from_device_f32(d_dwpe, dwpe.size()), dwpe, TOL_F32);
 
   /* a vocabulary-parallel rank's rows 64 .. 127 of the table */
@@ -428,10 +435,10 @@ static void test_embedding(void) {
   lx_bf16 *d_shard = to_device_bf16(shard);
   float *d_dshard = to_device_f32(dshard0);
   twin_embedding_forward_shard(out.data(), tokens.data(), shard.data(), B, T, C, V, first, rows);
-  lx_cuda_embedding_forward_shard(d_out, d_tokens, d_shard, B, T, C, V, first, rows, stream);
+  lx_embedding_forward_shard(&ctx, d_out, d_tokens, d_shard, B, T, C, V, first, rows);
   compare("embedding_forward_shard", "out", from_device_bf16(d_out, out.size()), out, 0);
   twin_embedding_backward_shard(dshard.data(), dout.data(), tokens.data(), B, T, C, V, first, rows);
-  lx_cuda_embedding_backward_shard(d_dshard, d_dout, d_tokens, B, T, C, V, first, rows, stream);
+  lx_embedding_backward_shard(&ctx, d_dshard, d_dout, d_tokens, B, T, C, V, first, rows);
   compare("embedding_backward_shard", "dwte", from_device_f32(d_dshard, dshard.size()), dshard, TOL_F32);
 
   int *d_bad = to_device_raw(std::vector<int>(1, 0));
@@ -450,18 +457,18 @@ static void test_loss(void) {
   lx_bf16 *d_logits = to_device_bf16(logits), *d_dlogits = to_device_bf16(dlogits0);
   int *d_targets = to_device_raw(targets);
   float *d_loss = device_zeros_f32(1), *d_lse = device_zeros_f32(BT), *d_losses = device_zeros_f32(BT);
+  const lx_ctx ctx = context(d_losses); /* the loss kernels' scratch: the rows' losses */
 
   floats lse(BT), dlogits = dlogits0;
   floats loss(1, twin_cross_entropy_forward(lse.data(), logits.data(), targets.data(), BT, V, Vp));
-  lx_cuda_cross_entropy_forward(d_loss, d_lse, d_losses, d_logits, d_targets, BT, V, Vp, stream);
+  lx_cross_entropy_forward(&ctx, d_loss, d_lse, d_logits, d_targets, BT, V, Vp);
   compare("cross_entropy_forward", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
   compare("cross_entropy_forward", "lse", from_device_f32(d_lse, BT), lse, TOL_F32);
   twin_cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), 0.5f, BT, V, Vp);
-  lx_cuda_cross_entropy_backward(d_dlogits, d_logits, d_lse, d_targets, 0.5f, BT, V, Vp, stream);
+  lx_cross_entropy_backward(&ctx, d_dlogits, d_logits, d_lse, d_targets, 0.5f, BT, V, Vp);
   compare("cross_entropy_backward", "dlogits", from_device_bf16(d_dlogits, dlogits.size()), dlogits, TOL_BF16);
   lx_bf16 *d_dlogits2 = to_device_bf16(dlogits0);
-  lx_cuda_cross_entropy_forward_backward(d_loss, d_lse, d_losses, d_dlogits2, d_logits, d_targets, 0.5f, BT, V, Vp,
-                                         stream);
+  lx_cross_entropy_forward_backward(&ctx, d_loss, d_lse, d_dlogits2, d_logits, d_targets, 0.5f, BT, V, Vp);
   compare("cross_entropy_forward_backward", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
   compare("cross_entropy_forward_backward", "dlogits", from_device_bf16(d_dlogits2, dlogits.size()), dlogits,
           TOL_BF16);
@@ -471,6 +478,7 @@ static void test_loss(void) {
  * padding), the all-reduces done on the host, against the whole loss on
  * the CPU; the backward of each slice against lx_cross_entropy_backward_slice. */
 static void test_vocab_parallel(void) {
+  const lx_ctx ctx = context(NULL);
   const int BT = 21, V = 300, Vp = 320, RANKS = 2, Vr = Vp / RANKS;
   floats logits = random_bf16((size_t)BT * Vp, 4), dslice0 = random_bf16((size_t)BT * Vr, 0.01f);
   std::vector<int> targets(BT);
@@ -509,8 +517,7 @@ static void test_vocab_parallel(void) {
     twin_cross_entropy_backward_slice(dslice.data(), slice[k].data(), lse.data(), targets.data(), 0.5f, BT, V,
                                       Vr, k * Vr);
     lx_bf16 *d_dslice = to_device_bf16(dslice0);
-    lx_cuda_cross_entropy_backward_slice(d_dslice, d_slice[k], d_lse, d_targets, 0.5f, BT, V, Vr, k * Vr,
-                                         stream);
+    lx_cross_entropy_backward_slice(&ctx, d_dslice, d_slice[k], d_lse, d_targets, 0.5f, BT, V, Vr, k * Vr);
     compare(k ? "cross_entropy_backward_slice (second)" : "cross_entropy_backward_slice (first)", "dlogits",
             from_device_bf16(d_dslice, dslice.size()), dslice, TOL_BF16);
   }
@@ -571,10 +578,9 @@ int main(void) {
   CUDA_CHECK(cudaStreamCreate(&stream));
   void *workspace;
   CUDA_CHECK(cudaMalloc(&workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES));
-  static lx_cuda_matmul_context ctx;
-  lx_cuda_matmul_init(&ctx, workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES);
+  lx_cuda_matmul_init(&matmul, workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES);
 
-  test_linear(&ctx);
+  test_linear();
   test_norms();
   test_attention(2, 67, 4, 2, 64, 0.0, 0, 4);
   test_attention(2, 67, 4, 2, 64, 0.2, 0, 4);
@@ -589,7 +595,7 @@ int main(void) {
   test_vocab_parallel();
   test_adamw();
 
-  lx_cuda_matmul_destroy(&ctx);
+  lx_cuda_matmul_destroy(&matmul);
   printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
   return failures ? 1 : 0;
 }

@@ -36,10 +36,11 @@ static char *read_text(const char *path) {
   return buf;
 }
 
-/* Does one of the files declare `name(`? */
+/* Does one of the files declare `name(const lx_ctx *ctx, `: the kernel with
+ * its target's context first? */
 static bool declared(const char *const *files, const char *name) {
   char call[96];
-  snprintf(call, sizeof call, "%s(", name);
+  snprintf(call, sizeof call, "%s(const lx_ctx *ctx,", name);
   for (int k = 0; files[k]; k++) {
     const char *text = read_text(files[k]);
     if (text && strstr(text, call)) return true;
@@ -67,11 +68,10 @@ static void check_row(const lx_op *op) {
         "%s: each pass lists what it writes before what it reads", sig->kernel);
   for (int backward = 0; backward < 2; backward++) {
     const char *pass = backward ? "backward" : "forward";
-    char cpu[64], cuda[64];
-    snprintf(cpu, sizeof cpu, "lx_%s_%s", sig->kernel, pass);
-    snprintf(cuda, sizeof cuda, "lx_cuda_%s_%s", sig->kernel, pass);
-    CHECK(declared(cpu_templates, cpu) && declared(cuda_templates, cuda), "%s and %s are in the templates",
-          cpu, cuda);
+    char name[64];
+    snprintf(name, sizeof name, "lx_%s_%s", sig->kernel, pass);
+    CHECK(declared(cpu_templates, name) && declared(cuda_templates, name),
+          "%s, its context first, is in both targets' templates", name);
   }
 }
 
