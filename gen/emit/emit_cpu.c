@@ -78,23 +78,10 @@ static void print_blocking_collective(const lx_printer *pr, lx_graph_id g, int i
   emit_blocking_collective(pr, g, i, backward, role, before, print_tp_call, NULL);
 }
 
-/* Gradients accumulate (+=): zero every one this graph instance produces. */
-static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
-  const lx_graph *graph = lx_graph_of(pr->ir, g);
-  char buf[PTR];
-  for (int i = 0; i < graph->n_ops; i++) {
-    const lx_op *op = &graph->ops[i];
-    if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar) continue;
-    lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, emit_ref(pr, g, i, LX_T_GRAD, 0));
-    emit_at(pr, buf, sizeof buf, emit_ref(pr, g, i, LX_T_GRAD, 0));
-    fprintf(pr->out, "  memset(%s, 0, %lld * REAL_SCALE);\n", buf, (long long)e.bytes);
-  }
-}
-
 /* ---- graph functions -------------------------------------------------------- */
 
 static const lx_graph_printer graph_printer = {print_forward_op, print_backward_op, print_blocking_collective,
-                                               print_zero_grads};
+                                               "  memset(%s, 0, %lld * REAL_SCALE);\n"};
 
 /* ---- the step: the schedule's streams, merged (emit_walk.c) ------------------- */
 
@@ -191,7 +178,7 @@ static void print_partial_run(const lx_printer *pr, const lx_instr *run, int cou
   fprintf(pr->out, "  {\n    const int layer = %s, mb = %d;\n    (void)layer, (void)mb;\n",
           emit_layer_text(run, layer, sizeof layer), run->mb);
   if (run->kind == LX_I_BWD && lx_starts_instance_backward(lx_graph_of(pr->ir, run->graph), run->op))
-    print_zero_grads(pr, run->graph);
+    emit_zero_grads(pr, run->graph, graph_printer.zero_format);
   for (int n = 0; n < count; n++) {
     if (run->kind == LX_I_BWD)
       print_backward_op(pr, run->graph, run[n].op);

@@ -165,23 +165,10 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   fputs("  lx_prof_end(ctx->stream);\n", pr->out);
 }
 
-/* Gradients accumulate (+=): zero every one this graph instance produces. */
-static void print_zero_grads(const lx_printer *pr, lx_graph_id g) {
-  const lx_graph *graph = lx_graph_of(pr->ir, g);
-  char buf[PTR];
-  for (int i = 0; i < graph->n_ops; i++) {
-    const lx_op *op = &graph->ops[i];
-    if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar) continue;
-    lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, emit_ref(pr, g, i, LX_T_GRAD, 0));
-    emit_at(pr, buf, sizeof buf, emit_ref(pr, g, i, LX_T_GRAD, 0));
-    fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, ctx->stream));\n", buf, (long long)e.bytes);
-  }
-}
-
 /* ---- graph functions: one per graph and direction, on the caller's context ---- */
 
 static const lx_graph_printer graph_printer = {print_forward_op, print_backward_op, print_blocking_collective,
-                                               print_zero_grads};
+                                               "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, ctx->stream));\n"};
 
 /* ---- the step: the walker's hooks --------------------------------------------- */
 
@@ -231,7 +218,7 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
             "    const lx_ctx *ctx = &ctx_of[%s];\n",
             emit_layer_text(first, layer, sizeof layer), first->mb, stream_var(k));
     if (first->kind == LX_I_BWD && lx_starts_instance_backward(lx_graph_of(pr->ir, first->graph), first->op))
-      print_zero_grads(pr, first->graph);
+      emit_zero_grads(pr, first->graph, graph_printer.zero_format);
     for (int n = 0; n < count; n++)
       if (first->kind == LX_I_BWD)
         print_backward_op(pr, first->graph, first[n].op);

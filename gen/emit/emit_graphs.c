@@ -14,6 +14,18 @@ static void print_head(const lx_printer *pr, const char *what, lx_graph_id g) {
   if (g != LX_GRAPH_BLOCK) fputs("  const int layer = FIRST_LAYER;\n  (void)layer;\n", pr->out);
 }
 
+void emit_zero_grads(const lx_printer *pr, lx_graph_id g, const char *zero_format) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  char buf[PTR];
+  for (int i = 0; i < graph->n_ops; i++) {
+    const lx_op *op = &graph->ops[i];
+    if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar) continue;
+    lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, emit_ref(pr, g, i, LX_T_GRAD, 0));
+    emit_at(pr, buf, sizeof buf, emit_ref(pr, g, i, LX_T_GRAD, 0));
+    fprintf(pr->out, zero_format, buf, (long long)e.bytes);
+  }
+}
+
 /* Always printed: the step and the forward-only pass call it. */
 static void print_forward_function(const lx_printer *pr, const lx_graph_printer *gp, lx_graph_id g) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
@@ -44,7 +56,7 @@ static void print_backward_function(const lx_printer *pr, const lx_graph_printer
   if (!emit_function_called(pr, LX_I_BWD, g)) return;
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   print_head(pr, "backward", g);
-  gp->zero_grads(pr, g);
+  emit_zero_grads(pr, g, gp->zero_format);
   for (int i = graph->n_ops - 1; i >= 0; i--)
     if (graph->ops[i].kind != LX_OP_INPUT) {
       gp->collective(pr, g, i, true, LX_T_OUTPUT, true);

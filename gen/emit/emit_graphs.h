@@ -17,10 +17,15 @@ typedef struct {
   /* the collective before (an all-gather) or after (a reduction) op i, if any */
   void (*collective)(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role,
                      bool before);
-  /* the backward's first statements: every gradient it accumulates into starts at zero */
-  void (*zero_grads)(const lx_printer *pr, lx_graph_id g);
+  /* the statement that zeroes a gradient (printf: the buffer, its bytes in the
+   * model's dtype): the backward's first statements, since gradients accumulate */
+  const char *zero_format;
 } lx_graph_printer;
 
 void emit_graph_functions(const lx_printer *pr, const lx_graph_printer *gp);
+
+/* Zeroes every gradient graph g's backward accumulates into (+=), with the
+ * target's statement. */
+void emit_zero_grads(const lx_printer *pr, lx_graph_id g, const char *zero_format);
 
 #endif

@@ -78,6 +78,22 @@ __device__ inline void lx_attn_load_tile(float *tile, const lx_bf16 *src, // src
   }
 }
 
+/* acc[k] += sum over the tile's first `keys` rows jj of w_jj * tile[jj * pitch + d],
+ * for this lane's dimensions d = lane + 32 k, where lane jj holds w_jj: the
+ * weights are broadcast by shuffles, one key at a time. */
+template <int DIMS_PER_LANE>
+__device__ inline void lx_attn_accumulate(float (&acc)[DIMS_PER_LANE], float lane_weight, const float *tile,
+                                          int pitch, int keys, int lane, int D) {
+  for (int jj = 0; jj < keys; jj++) {
+    float w = __shfl_sync(LX_FULL_MASK, lane_weight, jj);
+#pragma unroll
+    for (int k = 0; k < DIMS_PER_LANE; k++) {
+      int d = lane + LX_WARP * k;
+      if (d < D) acc[k] += w * tile[jj * pitch + d];
+    }
+  }
+}
+
 /* ---- forward: tiled online softmax ------------------------------------------ */
 
 /* Block (query tile, b * H + h); warp w owns rows i0 + 4w .. i0 + 4w + 3; lane
@@ -140,15 +156,7 @@ __device__ inline void lx_flash_forward_body(lx_bf16 *out,       // (B, T, H * D
 #pragma unroll
       for (int k = 0; k < DIMS_PER_LANE; k++)
         o[r][k] *= shrink;
-      int keys = min(LX_ATTN_KEYS, i - j0 + 1);
-      for (int jj = 0; jj < keys; jj++) {
-        float w = __shfl_sync(LX_FULL_MASK, weight, jj);
-#pragma unroll
-        for (int k = 0; k < DIMS_PER_LANE; k++) {
-          int d = lane + LX_WARP * k;
-          if (d < D) o[r][k] += w * v_tile[jj * D + d];
-        }
-      }
+      lx_attn_accumulate<DIMS_PER_LANE>(o[r], weight, v_tile, D, min(LX_ATTN_KEYS, i - j0 + 1), lane, D);
     }
   }
 
@@ -332,15 +340,7 @@ __device__ inline void lx_attention_dq_body(lx_bf16 *dqkv,       // (B, T, (H + 
         float dprob = keep ? dov * a.dscale : 0.0f;
         dscore = prob * (dprob - row_delta[r]) * a.scale;
       }
-      int keys = min(LX_ATTN_KEYS, i - j0 + 1);
-      for (int jj = 0; jj < keys; jj++) {
-        float ds = __shfl_sync(LX_FULL_MASK, dscore, jj);
-#pragma unroll
-        for (int k = 0; k < DIMS_PER_LANE; k++) {
-          int d = lane + LX_WARP * k;
-          if (d < D) dq[r][k] += ds * k_tile[jj * pitch + d];
-        }
-      }
+      lx_attn_accumulate<DIMS_PER_LANE>(dq[r], dscore, k_tile, pitch, min(LX_ATTN_KEYS, i - j0 + 1), lane, D);
     }
   }
 
