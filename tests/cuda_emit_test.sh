@@ -24,15 +24,17 @@
 set -u
 cd "$(dirname "$0")/.."
 # lynxgen --cuda-graph: the launch scripts ask every stage for the graph.
-if bin/lynxgen examples/tiny.model --tp 1 --dp 1 --cuda-graph -o "${TMPDIR:-/tmp}/lx-graph.$$" > /dev/null 2>&1 &&
-  [ "$(grep -c 'stage[0-9]*"* --cuda-graph' "${TMPDIR:-/tmp}/lx-graph.$$/run.sh" "${TMPDIR:-/tmp}/lx-graph.$$/run-slurm.sh" |
-    awk -F: '{n += $2} END {print n}')" = 4 ]; then
+# run.sh names each stage's program; run-slurm.sh one command for every task.
+graph_dir=${TMPDIR:-/tmp}/lx-graph.$$
+if bin/lynxgen examples/tiny.model --tp 1 --dp 1 --cuda-graph -o "$graph_dir" > /dev/null 2>&1 &&
+  [ "$(grep -c 'stage[0-9]"* --cuda-graph "\$@"' "$graph_dir/run.sh")" = 2 ] &&
+  [ "$(grep -c 'stage$((SLURM_PROCID / 1))" --cuda-graph "\$@"' "$graph_dir/run-slurm.sh")" = 1 ]; then
   echo "ok - lynxgen --cuda-graph: run.sh and run-slurm.sh pass --cuda-graph to both stages"
 else
   echo "not ok - lynxgen --cuda-graph: run.sh / run-slurm.sh do not pass --cuda-graph to every stage"
   graph_failed=1
 fi
-rm -rf "${TMPDIR:-/tmp}/lx-graph.$$"
+rm -rf "$graph_dir"
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
 if [ ! -x "$NVCC" ]; then
   echo "ok - skipped: no CUDA toolkit"

@@ -128,14 +128,13 @@ static void cuda_run_script(const lx_program *prog, FILE *out, bool slurm) {
           "#   %s --help          the run-time options (steps, data, checkpoints, ...)\n"
           "#   %s --steps 50      every argument goes to every stage\n"
           "set -e\nhere=$(dirname \"$0\")\n",
-          prog->pipe->pp, per_stage, slurm ? " under Slurm (srun --multi-prog)" : " (mpirun)",
+          prog->pipe->pp, per_stage, slurm ? " under Slurm (srun)" : " (mpirun)",
           slurm ? "./run-slurm.sh" : "./run.sh", slurm ? "./run-slurm.sh" : "./run.sh");
-  if (slurm) {
-    fprintf(out, "conf=$(mktemp)\n");
-    for (int s = 0; s < prog->pipe->pp; s++)
-      fprintf(out, "echo \"%d-%d $here/stage%d%s $*\" >> \"$conf\"\n", s * per_stage, (s + 1) * per_stage - 1,
-              s, graph);
-    fprintf(out, "exec srun --ntasks=%d --gpus-per-task=1 --multi-prog \"$conf\"\n", ranks);
+  if (slurm) { /* every task runs its stage's program (task / ranks per stage) with the arguments as given */
+    fprintf(out,
+            "exec srun --ntasks=%d --gpus-per-task=1 \\\n  sh -c 'exec \"$0/stage$((SLURM_PROCID / %d))\"%s "
+            "\"$@\"' \"$here\" \"$@\"\n",
+            ranks, per_stage, graph);
     return;
   }
   fprintf(out, "root=\n[ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n" MPIRUN_IN_ITS_SESSION
