@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 
+from emitted import unwrapped
 from tap import check, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,8 +157,9 @@ with tempfile.TemporaryDirectory() as tmp:
             r = run([model, "--target", target, "--allow-oom-plan", "-o", out])
             calls = []
             for stage in glob.glob(os.path.join(out, "stage*.c*")):
-                calls += [line for line in open(stage) if "_rope_forward(" in line or "_rope_backward(" in line]
-            ends = {line.rstrip().rsplit(",", 2)[-2 if target == "cuda" else -1].strip(" );") for line in calls}
+                calls += [line for line in unwrapped(open(stage).read()).splitlines()
+                          if "lx_rope_forward(" in line or "lx_rope_backward(" in line]
+            ends = {line.rstrip().rsplit(",", 1)[-1].strip(" );") for line in calls}  # one argument order on both
             check(r.returncode == 0 and calls and ends == {theta},
                   f"{os.path.basename(model)} --target {target}: its {len(calls)} rope calls rotate by {theta} ({ends})")
 
