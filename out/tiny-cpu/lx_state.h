@@ -7,10 +7,11 @@
  * directory). Little-endian as the machine writes it:
  *
  *   offset 0      lx_state_run: magic "LYNXSTAT", version, the plan (ranks,
- *                 stages, tp, dp, B, T, micro-batches) and where the run is
- *                 (steps done, the run's step count, seed, peak lr: the
- *                 learning-rate schedule and the dropout masks are pure
- *                 functions of these and the step)
+ *                 stages, tp, dp, B, T, micro-batches), the steps done and
+ *                 the settings that decide the losses (lx_train_settings:
+ *                 steps, schedule, seed, AdamW's and the clip's; the
+ *                 learning rate and the dropout masks are pure functions of
+ *                 these and the step)
  *   offset 4096   int64 section offset of each world rank, in rank order
  *   sections      each at a multiple of 4096: an lx_state_section (the
  *                 rank's place, its data loader's next window, the names
@@ -29,11 +30,12 @@
 
 #include "lx_checkpoint.h" /* the create / write / commit protocol and PATH.tmp */
 #include "lx_data.h"
+#include "lx_options.h" /* lx_train_settings */
 
 #include <stdint.h>
 
 #define LX_STATE_MAGIC "LYNXSTAT"
-#define LX_STATE_VERSION 1
+#define LX_STATE_VERSION 2 /* 1: steps, seed and lr only */
 #define LX_STATE_ALIGN 4096
 #define LX_STATE_MAX_PARTS 8
 
@@ -43,10 +45,9 @@ typedef struct {
   int32_t version, ranks;
   int32_t stages, tensor_parallel, data_parallel, micro_batches;
   int32_t batch, seq_len;
-  int32_t step;  /* optimizer steps done */
-  int32_t steps; /* the run's length: the learning-rate schedule's */
-  uint64_t seed;
-  double lr;
+  int32_t step; /* optimizer steps done */
+  int32_t unused;
+  lx_train_settings train;
 } lx_state_run;
 
 /* One part of a rank's state, in memory. */
@@ -169,7 +170,7 @@ static inline void lx_state_read(int fd, const char *path, void *dst, int64_t by
 }
 
 /* The run header of the checkpoint at path, checked against the plan of
- * this program (expect: its plan fields; step, steps, seed, lr ignored). */
+ * this program (expect: its plan fields; step and train ignored). */
 static inline lx_state_run lx_state_read_run(const char *path, const lx_state_run *expect) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
