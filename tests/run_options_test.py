@@ -16,7 +16,8 @@ language's defaults, built once, and run through its run.sh:
   --resume the saved run's last validation loss; it writes no file, and
   without validation data, or with --save, it is a usage error;
 - --resume refuses a changed setting that decides the losses, naming it and
-  both values, and accepts a changed reporting setting.
+  both values, whether the saved run had the model file's value or one given
+  on its command line, and accepts a changed reporting setting.
 """
 import json
 import math
@@ -200,6 +201,14 @@ def resume(program):
               "--resume refuses %s %s (saved %s), naming both" % (flag, value, saved))
     r, _ = program.start("--steps", "4", "--resume", ckpt, "--print-every", "3", "--eval-interval", "0")
     check(r.returncode == 0, "--resume accepts changed reporting settings (--print-every, --eval-interval)")
+    # a checkpoint records a setting given on the command line: resuming needs it again
+    r, _ = program.start("--steps", "4", "--weight-decay", "0.2", "--save", ckpt)
+    r, _ = program.start("--steps", "4", "--resume", ckpt)
+    said = r.stderr + r.stdout
+    check(r.returncode != 0 and "--weight-decay 0.2" in said and "--weight-decay 0.05" in said,
+          "--resume of a run saved with --weight-decay 0.2 refuses the model file's 0.05, naming both")
+    r, _ = program.start("--steps", "4", "--resume", ckpt, "--weight-decay", "0.2")
+    check(r.returncode == 0, "--resume with the saved run's --weight-decay 0.2 continues")
 
 
 def main():

@@ -182,6 +182,11 @@ static inline int lx_option_decides_losses(const lx_option *opt) {
   return opt->offset >= LX_OPT_AT(train) && opt->offset < LX_OPT_AT(train) + sizeof(lx_train_settings);
 }
 
+/* The bytes of a setting's field (a number: int, uint64_t or double). */
+static inline size_t lx_setting_size(const lx_option *opt) {
+  return opt->kind == LX_OPT_U64 || opt->kind == LX_OPT_REAL ? 8 : sizeof(int);
+}
+
 /* Rank 0 of the job, or 0 outside MPI (a test that never called MPI_Init). */
 static inline int lx_options_rank(void) {
   int initialized = 0, finalized = 0, rank = 0;

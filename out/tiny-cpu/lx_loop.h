@@ -159,6 +159,45 @@ static void write_checkpoint(const char *path, const float *weights /* (PARAM_EL
 
 /* ---- the training state: --save and --resume (lx_state.h) ------------------------------- */
 
+/* Whether the header records opt's setting in overrides (lx_state_run),
+ * and where: at byte *at of lx_train_settings, *bytes long. Steps, seed
+ * and lr have fields of their own. */
+static int override_slot(const lx_option *opt, size_t *at, size_t *bytes) {
+  *at = opt->offset - LX_OPT_AT(train), *bytes = lx_setting_size(opt);
+  return lx_option_decides_losses(opt) && opt->offset != LX_OPT_AT(train.steps) &&
+         opt->offset != LX_OPT_AT(train.seed) && opt->offset != LX_OPT_AT(train.lr);
+}
+
+/* The settings of o that differ from the model file's, into the header. */
+static void record_overrides(lx_state_run *run, const lx_run_options *o) {
+  lx_train_settings defaults = model_defaults(o->program).train;
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    size_t at, bytes;
+    const char *value = (const char *)&o->train;
+    if (!override_slot(&table[i], &at, &bytes) || !memcmp(value + at, (const char *)&defaults + at, bytes))
+      continue;
+    memcpy((char *)&run->overrides + at, value + at, bytes);
+    run->overridden |= 1u << (at / 4);
+  }
+}
+
+/* The settings of the run that wrote the header: the model file's but
+ * where it recorded others. */
+static lx_train_settings saved_settings(const lx_state_run *run, lx_program program) {
+  lx_train_settings t = model_defaults(program).train;
+  t.steps = run->steps, t.seed = run->seed, t.lr = run->lr;
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    size_t at, bytes;
+    if (override_slot(&table[i], &at, &bytes) && (run->overridden >> (at / 4) & 1))
+      memcpy((char *)&t + at, (const char *)&run->overrides + at, bytes);
+  }
+  return t;
+}
+
 /* The plan of this program and where the run stands after `step` steps. */
 static lx_state_run this_run(const lx_run_options *o, int step) {
   lx_state_run run;
@@ -168,7 +207,8 @@ static lx_state_run this_run(const lx_run_options *o, int step) {
   run.ranks = STAGES * TENSOR_PARALLEL * DATA_PARALLEL;
   run.stages = STAGES, run.tensor_parallel = TENSOR_PARALLEL, run.data_parallel = DATA_PARALLEL;
   run.micro_batches = MICRO_BATCHES, run.batch = B, run.seq_len = T;
-  run.step = step, run.train = o->train;
+  run.step = step, run.steps = o->train.steps, run.seed = o->train.seed, run.lr = o->train.lr;
+  record_overrides(&run, o);
   return run;
 }
 
@@ -198,7 +238,7 @@ static void save_state(const lx_run_options *o, const lx_loader *data, int step)
  * in resume_state), validation, checkpoint interval, metrics, printing. */
 static void require_same_run(const char *path, const lx_state_run *saved, const lx_run_options *o) {
   lx_run_options was = *o;
-  was.train = saved->train;
+  was.train = saved_settings(saved, o->program);
   int n = 0;
   const lx_option *table = lx_run_option_table(&n);
   for (int i = 0; i < n; i++) {
