@@ -406,7 +406,7 @@ def main():
     with open(source, "r+b") as f:  # a header that does not match the model
         f.seek(4 * 4)
         f.write(struct.pack("<i", 5))
-    r, _ = train(program, work, "--init", source, "--steps", "0")
+    r, _ = train(program, work, "--init", source, "--export-llmc", saved, "--steps", "0")
     check(r.returncode != 0 and "layers" in r.stdout + r.stderr,
           "a checkpoint whose header does not match the model is refused, naming the field")
 

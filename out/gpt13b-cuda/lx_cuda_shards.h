@@ -236,24 +236,24 @@ enum { LOSS_SLOTS = MICRO_BATCHES + 2 };
 #define NORM_SQUARED (losses + MICRO_BATCHES)
 #define CLIP_FACTOR (losses + MICRO_BATCHES + 1)
 
-/* Tied and sequence-parallel sums, the global norm and its clip factor, AdamW on this replica's
+/* Tied and sequence-parallel sums, the global norm and its clip factor, AdamW (the run's settings) on this replica's
  * share of every tensor; under ZeRO-1 the replicas then hand each other
  * their updated bf16 shares (in-place all-gather). step counts from 1. */
-static inline void optimizer_step(int step, double lr) {
+static inline void optimizer_step(const lx_train_settings *train, int step, double lr) {
   cudaStream_t s = streams[STREAM_COMPUTE];
   float *grads = (float *)(arena + REGION_grads), *clip = CLIP_FACTOR;
   sum_tied_gradients(grads, s);
   sum_sequence_parallel_gradients(grads, s);
   global_grad_norm_squared(NORM_SQUARED, grads, s);
-  lx_cuda_grad_clip_factor(clip, NORM_SQUARED, TRAINING_GRAD_CLIP, s);
+  lx_cuda_grad_clip_factor(clip, NORM_SQUARED, train->grad_clip, s);
   for (int t = 0; t < PARAM_TENSORS; t++) {
     const lx_param_tensor *p = &param_tensors[t];
     long long lo, hi, state = owned_part(p, &lo, &hi);
     if (hi > lo)
       lx_cuda_adamw_tensor(PARAMS + lo, MASTER + state, grads + lo, (float *)(arena + REGION_adam_m) + state,
                            (float *)(arena + REGION_adam_v) + state, clip, (size_t)(hi - lo), lr,
-                           TRAINING_BETA1, TRAINING_BETA2, TRAINING_EPS,
-                           p->decay ? TRAINING_WEIGHT_DECAY : 0.0, step, s);
+                           train->beta1, train->beta2, train->eps, p->decay ? train->weight_decay : 0.0,
+                           step, s);
   }
   for (int b = 0; ZERO_SHARDS > 1 && b < PARAM_BUCKETS; b++) {
     lx_share share = share_of(&param_buckets[b]);

@@ -25,9 +25,10 @@
 
 #include <math.h>
 
-/* One optimizer step at learning rate lr: the mean loss of its micro-batches
- * over the replicas, and the global gradient norm, known on every rank. */
-static double train_step(int step, double lr, double *grad_norm);
+/* One optimizer step at learning rate lr under the run's AdamW and clip
+ * settings: the mean loss of its micro-batches over the replicas, and the
+ * global gradient norm, known on every rank. */
+static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm);
 /* The mean loss of `batches` forward-only steps on val from its start. */
 static double validation_loss(lx_loader *val, int batches, int step);
 /* Collective: the model as llm.c's GPT-2 checkpoint at path (write_checkpoint). */
@@ -61,20 +62,42 @@ static void require_llmc_checkpoints(const char *path) {
     lx_die("%s: checkpoints of tensor-parallel programs are not written or read yet", path);
 }
 
-/* The model file's training settings, overridden by the command line. */
-static lx_run_options model_run_options(lx_program program, int argc, char **argv) {
+/* The model file's training settings (its TRAINING_* macros): the defaults
+ * the command line overrides and --help shows. Only the result is read
+ * afterwards, so a flag changes everything the setting decides. */
+static lx_run_options model_defaults(lx_program program) {
   lx_run_options o = lx_run_options_default(program);
-  o.steps = TRAINING_STEPS;
+  lx_train_settings *t = &o.train;
+  t->steps = TRAINING_STEPS, t->warmup = TRAINING_WARMUP, t->lr_schedule = TRAINING_LR_SCHEDULE;
+  t->seed = TRAINING_SEED;
+  t->lr = TRAINING_LR, t->min_lr = TRAINING_MIN_LR;
+  t->beta1 = TRAINING_BETA1, t->beta2 = TRAINING_BETA2, t->eps = TRAINING_EPS;
+  t->weight_decay = TRAINING_WEIGHT_DECAY, t->grad_clip = TRAINING_GRAD_CLIP;
   o.train_data = TRAINING_TRAIN_DATA;
   o.val_data = TRAINING_VAL_DATA;
   o.val_interval = TRAINING_VAL_INTERVAL;
-  o.seed = TRAINING_SEED;
-  o.lr = TRAINING_LR;
   o.checkpoint_every = TRAINING_CHECKPOINT_INTERVAL;
+  return o;
+}
+
+/* --steps 0 evaluates the weights it starts from: it needs data to evaluate
+ * them on (or an export to do instead), and saves no training state, which
+ * would only copy the one it started from. */
+static void check_validation_only(const lx_run_options *o) {
+  if (o->train.steps > 0) return;
+  if (!o->val_data && !o->export_checkpoint)
+    lx_usage_error("--steps 0 only validates: give --val-data GLOB (the model file names no validation data)");
+  if (o->save_checkpoint) lx_usage_error("--steps 0 trains nothing: --save would have no new state to write");
+}
+
+/* The model file's training settings, overridden by the command line. */
+static lx_run_options model_run_options(lx_program program, int argc, char **argv) {
+  lx_run_options o = model_defaults(program);
   lx_parse_run_options(argc, argv, &o);
   lx_metrics_set_print_every(o.print_every);
   if (o.init_checkpoint && o.resume_checkpoint)
     lx_usage_error("--init starts a run from llm.c weights, --resume continues one: not both");
+  check_validation_only(&o);
   if (o.init_checkpoint) require_llmc_checkpoints(o.init_checkpoint);
   if (o.export_checkpoint) require_llmc_checkpoints(o.export_checkpoint);
   if (o.save_checkpoint) lx_check_save_path("--save", o.save_checkpoint);
@@ -91,9 +114,9 @@ static lx_loader *open_training_data(const lx_run_options *o) {
   return lx_loader_open(o->train_data, B, T, V, replica, DATA_PARALLEL, "training data");
 }
 
-/* NULL: no validation. */
+/* NULL: no validation (--steps 0 validates whatever the interval). */
 static lx_loader *open_validation_data(const lx_run_options *o) {
-  if (!o->val_data || o->val_interval <= 0) return NULL;
+  if (!o->val_data || (o->val_interval <= 0 && o->train.steps > 0)) return NULL;
   return lx_loader_open(o->val_data, B, T, V, replica, DATA_PARALLEL, "validation data");
 }
 
@@ -136,6 +159,45 @@ static void write_checkpoint(const char *path, const float *weights /* (PARAM_EL
 
 /* ---- the training state: --save and --resume (lx_state.h) ------------------------------- */
 
+/* Whether the header records opt's setting in overrides (lx_state_run),
+ * and where: at byte *at of lx_train_settings, *bytes long. Steps, seed
+ * and lr have fields of their own. */
+static int override_slot(const lx_option *opt, size_t *at, size_t *bytes) {
+  *at = opt->offset - LX_OPT_AT(train), *bytes = lx_setting_size(opt);
+  return lx_option_decides_losses(opt) && opt->offset != LX_OPT_AT(train.steps) &&
+         opt->offset != LX_OPT_AT(train.seed) && opt->offset != LX_OPT_AT(train.lr);
+}
+
+/* The settings of o that differ from the model file's, into the header. */
+static void record_overrides(lx_state_run *run, const lx_run_options *o) {
+  lx_train_settings defaults = model_defaults(o->program).train;
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    size_t at, bytes;
+    const char *value = (const char *)&o->train;
+    if (!override_slot(&table[i], &at, &bytes) || !memcmp(value + at, (const char *)&defaults + at, bytes))
+      continue;
+    memcpy((char *)&run->overrides + at, value + at, bytes);
+    run->overridden |= 1u << (at / 4);
+  }
+}
+
+/* The settings of the run that wrote the header: the model file's but
+ * where it recorded others. */
+static lx_train_settings saved_settings(const lx_state_run *run, lx_program program) {
+  lx_train_settings t = model_defaults(program).train;
+  t.steps = run->steps, t.seed = run->seed, t.lr = run->lr;
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    size_t at, bytes;
+    if (override_slot(&table[i], &at, &bytes) && (run->overridden >> (at / 4) & 1))
+      memcpy((char *)&t + at, (const char *)&run->overrides + at, bytes);
+  }
+  return t;
+}
+
 /* The plan of this program and where the run stands after `step` steps. */
 static lx_state_run this_run(const lx_run_options *o, int step) {
   lx_state_run run;
@@ -145,7 +207,8 @@ static lx_state_run this_run(const lx_run_options *o, int step) {
   run.ranks = STAGES * TENSOR_PARALLEL * DATA_PARALLEL;
   run.stages = STAGES, run.tensor_parallel = TENSOR_PARALLEL, run.data_parallel = DATA_PARALLEL;
   run.micro_batches = MICRO_BATCHES, run.batch = B, run.seq_len = T;
-  run.step = step, run.steps = o->steps, run.seed = o->seed, run.lr = o->lr;
+  run.step = step, run.steps = o->train.steps, run.seed = o->train.seed, run.lr = o->train.lr;
+  record_overrides(&run, o);
   return run;
 }
 
@@ -168,13 +231,27 @@ static void save_state(const lx_run_options *o, const lx_loader *data, int step)
   lx_state_save(o->save_checkpoint, &run, &section, parts, n);
 }
 
-/* The settings that decide the losses must be the saved run's. */
+/* The settings that decide the losses (every flag of lx_train_settings:
+ * --steps, which sets the schedule's length, included) must be the saved
+ * run's, or the resumed losses would not be the uninterrupted run's. The
+ * others may change: the data paths (the same number of windows, checked
+ * in resume_state), validation, checkpoint interval, metrics, printing. */
 static void require_same_run(const char *path, const lx_state_run *saved, const lx_run_options *o) {
-  if (saved->steps != o->steps || saved->seed != o->seed || saved->lr != o->lr)
-    lx_fail_all("checkpoint %s continues a run of %d steps, seed %llu, lr %.17g; this one has %d steps, seed "
-                "%llu, lr %.17g (pass the saved run's --steps, --seed and --lr)",
-                path, saved->steps, (unsigned long long)saved->seed, saved->lr, o->steps,
-                (unsigned long long)o->seed, o->lr);
+  lx_run_options was = *o;
+  was.train = saved_settings(saved, o->program);
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    const lx_option *opt = &table[i];
+    if (!lx_option_decides_losses(opt)) continue;
+    char before[64], now[64]; /* exact: a number's text reads back as the number */
+    lx_option_text(opt, &was, before, sizeof before);
+    lx_option_text(opt, o, now, sizeof now);
+    if (!strcmp(before, now)) continue;
+    lx_fail_all("checkpoint %s continues a run with %s %s; this one has %s %s (the settings that decide "
+                "the losses must be the saved run's)",
+                path, opt->flag, before, opt->flag, now);
+  }
 }
 
 /* Every rank reads its own section; returns the steps the run had done. */
@@ -182,7 +259,7 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
   const char *path = o->resume_checkpoint;
   lx_state_run expect = this_run(o, 0);
   lx_state_run saved = lx_state_read_run(path, &expect);
-  require_same_run(path, &saved, o);
+  if (o->train.steps > 0) require_same_run(path, &saved, o); /* --steps 0 only evaluates the weights */
   lx_state_part parts[LX_STATE_MAX_PARTS];
   int n = state_parts(parts, 0);
   lx_state_section section = lx_state_load(path, lx_world_rank(), expect.ranks, parts, n);
@@ -210,36 +287,53 @@ static void require_finite(const lx_run_options *o, int step, double loss, doubl
 
 static void announce_stop(const lx_run_options *o, int signal, int step) {
   if (lx_world_rank() != 0) return;
-  printf("lynx: asked to stop (%s): stopped after step %d of %d", lx_signal_name(signal), step, o->steps);
+  printf("lynx: asked to stop (%s): stopped after step %d of %d", lx_signal_name(signal), step, o->train.steps);
   if (o->save_checkpoint) printf("; saved, continue with --resume %s", o->save_checkpoint);
   printf("\n");
   fflush(stdout);
 }
 
-/* Steps 1 (or the one after a resumed checkpoint) to o->steps, each reported
+/* --steps 0: the weights it starts from (initialised, --init or --resume)
+ * evaluated on o->val_batches batches of the validation data, the loss
+ * printed by the reporting rank; no optimizer step, no metrics line, no
+ * training state saved; --export-llmc still writes the weights. */
+static void validate_only(const lx_run_options *o, lx_loader *data, lx_loader *val, int reports) {
+  int done = o->resume_checkpoint ? resume_state(o, data) : 0;
+  if (val) {
+    double loss = validation_loss(val, o->val_batches, done);
+    if (reports) printf("validation loss %.9g (%d batches, after step %d)\n", loss, o->val_batches, done);
+  }
+  if (o->export_checkpoint) save_checkpoint(o->export_checkpoint);
+}
+
+/* Steps 1 (or the one after a resumed checkpoint) to o->train.steps, each reported
  * by one rank (the last stage's tp rank 0 of replica 0, which knows the
  * loss; a resumed run appends to the metrics file); validation every
  * o->val_interval steps when val is open; the state saved every
  * o->checkpoint_every steps, after the last and when a stop signal came,
  * so that a crash loses at most an interval. */
 static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
-  int done = o->resume_checkpoint ? resume_state(o, data) : 0, stop = 0;
   int reports = STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0;
+  if (o->train.steps == 0) {
+    validate_only(o, data, val, reports);
+    return;
+  }
+  const lx_train_settings *t = &o->train;
+  int done = o->resume_checkpoint ? resume_state(o, data) : 0, stop = 0;
   if (reports) lx_metrics_open(o->metrics_path, done > 0);
-  for (int step = done + 1; step <= o->steps && !stop; step++) {
-    double lr =
-        lx_learning_rate(step, TRAINING_WARMUP, o->steps, o->lr, TRAINING_MIN_LR, TRAINING_LR_SCHEDULE);
+  for (int step = done + 1; step <= t->steps && !stop; step++) {
+    double lr = lx_learning_rate(step, t->warmup, t->steps, t->lr, t->min_lr, t->lr_schedule);
     double start = lx_now_ms(), grad_norm = 0;
-    double loss = train_step(step, lr, &grad_norm);
+    double loss = train_step(t, step, lr, &grad_norm);
     double ms = lx_now_ms() - start;
     double val_loss = val && every(step, o->val_interval) ? validation_loss(val, o->val_batches, step) : NAN;
     if (reports)
-      lx_metrics_step(step, o->steps, loss, val_loss, lr, grad_norm, ms,
+      lx_metrics_step(step, t->steps, loss, val_loss, lr, grad_norm, ms,
                       (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3));
     require_finite(o, step, loss, grad_norm);
     done = step;
     stop = lx_stop_requested();
-    if (o->save_checkpoint && !stop && step < o->steps && every(step, o->checkpoint_every))
+    if (o->save_checkpoint && !stop && step < t->steps && every(step, o->checkpoint_every))
       save_state(o, data, step);
   }
   if (o->save_checkpoint) save_state(o, data, done);

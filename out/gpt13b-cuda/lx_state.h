@@ -7,10 +7,11 @@
  * directory). Little-endian as the machine writes it:
  *
  *   offset 0      lx_state_run: magic "LYNXSTAT", version, the plan (ranks,
- *                 stages, tp, dp, B, T, micro-batches) and where the run is
- *                 (steps done, the run's step count, seed, peak lr: the
- *                 learning-rate schedule and the dropout masks are pure
- *                 functions of these and the step)
+ *                 stages, tp, dp, B, T, micro-batches), the steps done and
+ *                 the settings that decide the losses (steps, seed, peak
+ *                 lr, and those of lx_train_settings that differ from the
+ *                 model file's: the learning rate and the dropout masks
+ *                 are pure functions of these and the step)
  *   offset 4096   int64 section offset of each world rank, in rank order
  *   sections      each at a multiple of 4096: an lx_state_section (the
  *                 rank's place, its data loader's next window, the names
@@ -29,6 +30,7 @@
 
 #include "lx_checkpoint.h" /* the create / write / commit protocol and PATH.tmp */
 #include "lx_data.h"
+#include "lx_options.h" /* lx_train_settings */
 
 #include <stdint.h>
 
@@ -47,6 +49,15 @@ typedef struct {
   int32_t steps; /* the run's length: the learning-rate schedule's */
   uint64_t seed;
   double lr;
+  /* The run's other settings that decide the losses, where they differ
+   * from the program's defaults (its model file's): bit k of overridden
+   * says that the field at byte 4 k of lx_train_settings is in overrides.
+   * A run under the defaults writes zeros here, as before these were
+   * recorded, so that its checkpoint stays byte for byte the same; a
+   * program generated from other training values in the model file reads
+   * them as its own. */
+  uint32_t overridden, unused;
+  lx_train_settings overrides;
 } lx_state_run;
 
 /* One part of a rank's state, in memory. */
@@ -169,7 +180,7 @@ static inline void lx_state_read(int fd, const char *path, void *dst, int64_t by
 }
 
 /* The run header of the checkpoint at path, checked against the plan of
- * this program (expect: its plan fields; step, steps, seed, lr ignored). */
+ * this program (expect: its plan fields; the step and the settings ignored). */
 static inline lx_state_run lx_state_read_run(const char *path, const lx_state_run *expect) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));

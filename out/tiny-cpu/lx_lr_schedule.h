@@ -7,6 +7,12 @@
 
 enum { LX_SCHED_CONSTANT = 1, LX_SCHED_COSINE, LX_SCHED_LINEAR }; /* = enum lx_lr_schedule */
 
+/* The model language's name of a schedule (LR_COSINE: "cosine"), as --lr-schedule takes it. */
+static inline const char *lx_lr_schedule_label(int kind) {
+  static const char *const names[] = {"?", "constant", "cosine", "linear"};
+  return kind >= LX_SCHED_CONSTANT && kind <= LX_SCHED_LINEAR ? names[kind] : names[0];
+}
+
 /* Linear warm-up from lr / warmup to lr over the first `warmup` steps, then a
  * constant, cosine or linear decay to min_lr at the last step. step counts
  * from 1. */

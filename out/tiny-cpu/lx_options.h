@@ -8,12 +8,13 @@
  * lets the command line override them:
  *
  *   lx_run_options o = lx_run_options_default(LX_PROGRAM_CPU);
- *   o.steps = 200; o.train_data = "data/train_*.bin";    // from the model file
+ *   o.train.steps = 200; o.train_data = "data/train_*.bin";    // from the model file
  *   lx_parse_run_options(argc, argv, &o);                // after MPI_Init
  *
  * Every rank parses the same arguments and reaches the same verdict; only
  * rank 0 prints it. --help prints every option with its current default and
- * exits 0; a bad flag or value exits 2. Valid C11 and C++17. */
+ * exits 0; a bad flag or value (out of the model language's range, which
+ * lx_run_option_table repeats) exits 2. Valid C11 and C++17. */
 #ifndef LX_OPTIONS_H
 #define LX_OPTIONS_H
 
@@ -21,17 +22,35 @@
 
 #include "lx_mpi_errors.h"
 
+#include "lx_lr_schedule.h"
+
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 /* The program that parses: the flags it accepts and --help shows. */
 typedef enum { LX_PROGRAM_CPU, LX_PROGRAM_CUDA } lx_program;
 
+/* The settings that decide the losses of a run: a training-state checkpoint
+ * records them (lx_state.h) and --resume refuses to continue under others.
+ * Fixed-width fields: the checkpoint holds this struct as it is. */
+typedef struct {
+  int32_t steps;       /* optimizer steps: the schedule's length; 0: validate only */
+  int32_t warmup;      /* steps of linear warm-up */
+  int32_t lr_schedule; /* LX_SCHED_* */
+  int32_t unused;
+  uint64_t seed;       /* initialisation and dropout */
+  double lr, min_lr;   /* the schedule's peak and final learning rate */
+  double beta1, beta2, eps, weight_decay; /* AdamW */
+  double grad_clip;    /* bound of the global gradient norm; 0: no clipping */
+} lx_train_settings;
+
 typedef struct {
   lx_program program;          /* whose flags apply */
-  int steps;                   /* optimizer steps */
+  lx_train_settings train;     /* the one copy of the run's hyperparameters */
   const char *train_data;      /* glob of token shards */
   const char *val_data;        /* glob of token shards; NULL: no validation */
   const char *init_checkpoint; /* llm.c GPT-2 weights; NULL: random initialisation */
@@ -42,8 +61,6 @@ typedef struct {
   const char *metrics_path;    /* JSON lines, one per step */
   int val_interval;            /* validate every this many steps; 0: only never */
   int val_batches;             /* batches per validation */
-  uint64_t seed;               /* initialisation and dropout */
-  double lr;                   /* peak learning rate of the schedule */
   int print_every;             /* a progress line every this many steps */
   int gradcheck;               /* CPU: check gradients by finite differences, then exit */
   int gradcheck_samples;       /* CPU: elements checked per parameter tensor */
@@ -51,19 +68,123 @@ typedef struct {
   const char *profile_path;    /* CUDA: time every op and write this profile; NULL: no */
 } lx_run_options;
 
+/* The model language's defaults (analyze.c), for a caller without a model file. */
 static inline lx_run_options lx_run_options_default(lx_program program) {
   lx_run_options o;
   memset(&o, 0, sizeof o); /* NULL paths, switches off */
   o.program = program;
-  o.steps = 100;
+  o.train.steps = 100;
+  o.train.lr_schedule = LX_SCHED_COSINE;
+  o.train.seed = 1337;
+  o.train.lr = 3e-4, o.train.min_lr = 3e-5;
+  o.train.beta1 = 0.9, o.train.beta2 = 0.95, o.train.eps = 1e-8, o.train.weight_decay = 0.1;
+  o.train.grad_clip = 1.0;
   o.train_data = "data/train_*.bin";
   o.metrics_path = "metrics.jsonl";
   o.val_batches = 8;
-  o.seed = 1337;
-  o.lr = 3e-4;
   o.print_every = 1;
   o.gradcheck_samples = 8;
   return o;
+}
+
+/* ---- the table of flags: it drives parsing, validation, --help and --resume's check ---- */
+
+typedef enum { LX_OPT_INT, LX_OPT_U64, LX_OPT_REAL, LX_OPT_TEXT, LX_OPT_SCHEDULE, LX_OPT_SWITCH } lx_option_kind;
+typedef enum { LX_FOR_BOTH, LX_FOR_CPU, LX_FOR_CUDA } lx_option_programs;
+
+typedef struct {
+  const char *flag, *arg; /* "--steps", "N"; arg NULL: a switch */
+  lx_option_kind kind;
+  size_t offset;          /* of the field in lx_run_options */
+  double min, max;        /* a number's range; the model language's where it has one */
+  int open_min, open_max; /* the bound itself is out */
+  lx_option_programs programs;
+  const char *help;       /* one line of --help */
+} lx_option;
+
+#define LX_OPT_AT(field) offsetof(lx_run_options, field)
+#define LX_OPT_STEPS (1 << 30) /* the model language's bound: int step counters cannot overflow */
+
+static inline const lx_option *lx_run_option_table(int *n) {
+  static const lx_option table[] = {
+      {"--steps", "N", LX_OPT_INT, LX_OPT_AT(train.steps), 0, INT_MAX, 0, 0, LX_FOR_BOTH,
+       "optimizer steps; 0: validate (and export) only"},
+      {"--data", "GLOB", LX_OPT_TEXT, LX_OPT_AT(train_data), 0, 0, 0, 0, LX_FOR_BOTH,
+       "training token shards (`lynxgen tokenize`)"},
+      {"--val-data", "GLOB", LX_OPT_TEXT, LX_OPT_AT(val_data), 0, 0, 0, 0, LX_FOR_BOTH,
+       "validation token shards"},
+      {"--eval-interval", "N", LX_OPT_INT, LX_OPT_AT(val_interval), 0, INT_MAX, 0, 0, LX_FOR_BOTH,
+       "validate every N steps, 0 = never"},
+      {"--val-batches", "N", LX_OPT_INT, LX_OPT_AT(val_batches), 1, INT_MAX, 0, 0, LX_FOR_BOTH,
+       "batches per validation"},
+      {"--init", "CKPT", LX_OPT_TEXT, LX_OPT_AT(init_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
+       "start from this llm.c GPT-2 checkpoint"},
+      {"--save", "CKPT", LX_OPT_TEXT, LX_OPT_AT(save_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
+       "the training state, at the end and on SIGTERM"},
+      {"--checkpoint-every", "N", LX_OPT_INT, LX_OPT_AT(checkpoint_every), 0, INT_MAX, 0, 0, LX_FOR_BOTH,
+       "--save every N steps too, 0 = only at the end"},
+      {"--resume", "CKPT", LX_OPT_TEXT, LX_OPT_AT(resume_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
+       "continue the run that saved CKPT exactly"},
+      {"--export-llmc", "CKPT", LX_OPT_TEXT, LX_OPT_AT(export_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
+       "write llm.c GPT-2 weights at the end"},
+      {"--seed", "N", LX_OPT_U64, LX_OPT_AT(train.seed), 0, 0, 0, 0, LX_FOR_BOTH,
+       "seed of the initialisation and dropout"},
+      {"--lr", "X", LX_OPT_REAL, LX_OPT_AT(train.lr), 0, INFINITY, 1, 1, LX_FOR_BOTH,
+       "peak learning rate of the schedule"},
+      {"--min-lr", "X", LX_OPT_REAL, LX_OPT_AT(train.min_lr), 0, INFINITY, 0, 1, LX_FOR_BOTH,
+       "learning rate at the last step, <= --lr"},
+      {"--warmup", "N", LX_OPT_INT, LX_OPT_AT(train.warmup), 0, LX_OPT_STEPS, 0, 0, LX_FOR_BOTH,
+       "steps of linear warm-up to --lr"},
+      {"--lr-schedule", "NAME", LX_OPT_SCHEDULE, LX_OPT_AT(train.lr_schedule), 0, 0, 0, 0, LX_FOR_BOTH,
+       "decay after warm-up: constant, cosine, linear"},
+      {"--beta1", "X", LX_OPT_REAL, LX_OPT_AT(train.beta1), 0, 1, 0, 1, LX_FOR_BOTH,
+       "AdamW's first-moment decay"},
+      {"--beta2", "X", LX_OPT_REAL, LX_OPT_AT(train.beta2), 0, 1, 0, 1, LX_FOR_BOTH,
+       "AdamW's second-moment decay"},
+      /* a normal float in fp32 and bf16, or AdamW could divide 0 by 0 */
+      {"--eps", "X", LX_OPT_REAL, LX_OPT_AT(train.eps), 0x1p-126, 1, 0, 0, LX_FOR_BOTH,
+       "AdamW's epsilon"},
+      {"--weight-decay", "X", LX_OPT_REAL, LX_OPT_AT(train.weight_decay), 0, 1, 0, 0, LX_FOR_BOTH,
+       "AdamW decay of weights and embeddings"},
+      {"--grad-clip", "X", LX_OPT_REAL, LX_OPT_AT(train.grad_clip), 0, 1e6, 0, 0, LX_FOR_BOTH,
+       "bound of the global gradient norm, 0 = off"},
+      {"--metrics", "FILE", LX_OPT_TEXT, LX_OPT_AT(metrics_path), 0, 0, 0, 0, LX_FOR_BOTH,
+       "one JSON line per step"},
+      {"--print-every", "N", LX_OPT_INT, LX_OPT_AT(print_every), 1, INT_MAX, 0, 0, LX_FOR_BOTH,
+       "a progress line every N steps"},
+      {"--gradcheck", NULL, LX_OPT_SWITCH, LX_OPT_AT(gradcheck), 0, 0, 0, 0, LX_FOR_CPU,
+       "check gradients by finite differences, exit"},
+      {"--gradcheck-samples", "N", LX_OPT_INT, LX_OPT_AT(gradcheck_samples), 1, INT_MAX, 0, 0, LX_FOR_CPU,
+       "elements checked per parameter tensor"},
+      {"--cuda-graph", NULL, LX_OPT_SWITCH, LX_OPT_AT(cuda_graph), 0, 0, 0, 0, LX_FOR_CUDA,
+       "issue each step as one CUDA graph, replayed"},
+      {"--profile", "FILE", LX_OPT_TEXT, LX_OPT_AT(profile_path), 0, 0, 0, 0, LX_FOR_CUDA,
+       "time every op, write a `lynxgen --profile`"},
+  };
+  *n = (int)(sizeof table / sizeof table[0]);
+  return table;
+}
+
+/* The flag of the program that parses; NULL: it has no such flag. */
+static inline const lx_option *lx_find_option(lx_program program, const char *flag) {
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    int applies = table[i].programs == LX_FOR_BOTH ||
+                  table[i].programs == (program == LX_PROGRAM_CPU ? LX_FOR_CPU : LX_FOR_CUDA);
+    if (applies && !strcmp(table[i].flag, flag)) return &table[i];
+  }
+  return NULL;
+}
+
+/* Whether opt is one of the settings that decide the losses (in lx_train_settings). */
+static inline int lx_option_decides_losses(const lx_option *opt) {
+  return opt->offset >= LX_OPT_AT(train) && opt->offset < LX_OPT_AT(train) + sizeof(lx_train_settings);
+}
+
+/* The bytes of a setting's field (a number: int, uint64_t or double). */
+static inline size_t lx_setting_size(const lx_option *opt) {
+  return opt->kind == LX_OPT_U64 || opt->kind == LX_OPT_REAL ? 8 : sizeof(int);
 }
 
 /* Rank 0 of the job, or 0 outside MPI (a test that never called MPI_Init). */
@@ -89,56 +210,87 @@ static inline LX_NORETURN LX_PRINTF(1, 2) void lx_usage_error(const char *fmt, .
 
 static inline const char *lx_or_none(const char *s) { return s ? s : "none"; }
 
+/* The shortest of %g and %.17g that reads back as v: exact in --resume's
+ * messages, short in --help. */
+static inline void lx_format_real(char *out, // (cap)
+                                  size_t cap, double v) {
+  snprintf(out, cap, "%g", v);
+  if (strtod(out, NULL) != v) snprintf(out, cap, "%.17g", v);
+}
+
+/* The value of opt in o as --help and error messages show it. */
+static inline void lx_option_text(const lx_option *opt, const lx_run_options *o,
+                                  char *out, // (cap)
+                                  size_t cap) {
+  const void *field = (const char *)o + opt->offset;
+  switch (opt->kind) {
+  case LX_OPT_INT: snprintf(out, cap, "%d", *(const int *)field); break;
+  case LX_OPT_U64: snprintf(out, cap, "%" PRIu64, *(const uint64_t *)field); break;
+  case LX_OPT_REAL: lx_format_real(out, cap, *(const double *)field); break;
+  case LX_OPT_TEXT: snprintf(out, cap, "%s", lx_or_none(*(const char *const *)field)); break;
+  case LX_OPT_SCHEDULE: snprintf(out, cap, "%s", lx_lr_schedule_label(*(const int *)field)); break;
+  case LX_OPT_SWITCH: snprintf(out, cap, "%s", *(const int *)field ? "on" : "off"); break;
+  }
+}
+
 static inline void lx_print_run_options_help(const char *program, const lx_run_options *o) {
   printf("usage: %s [options]   (normally started by run.sh: tp x dp ranks per stage)\n"
          "\n"
-         "Trains the model it was generated for. Options [with their defaults]:\n"
-         "  --steps N          optimizer steps (0: load, evaluate, save)    [%d]\n"
-         "  --data GLOB        training token shards (`lynxgen tokenize`)   [%s]\n"
-         "  --val-data GLOB    validation token shards                      [%s]\n"
-         "  --eval-interval N  validate every N steps, 0 = never            [%d]\n"
-         "  --val-batches N    batches per validation                       [%d]\n"
-         "  --init CKPT        start from this llm.c GPT-2 checkpoint       [%s]\n"
-         "  --save CKPT        save the training state (weights, AdamW\n"
-         "                     moments, step, data position) at the end,\n"
-         "                     every --checkpoint-every steps, on SIGTERM   [%s]\n"
-         "  --checkpoint-every N  save every N steps, 0 = only at the end   [%d]\n"
-         "  --resume CKPT      continue the run that saved CKPT exactly     [%s]\n"
-         "  --export-llmc CKPT write llm.c GPT-2 weights at the end         [%s]\n"
-         "  --seed N           seed of the initialisation and dropout       [%" PRIu64 "]\n"
-         "  --lr X             peak learning rate of the schedule           [%g]\n"
-         "  --metrics FILE     one JSON line per step                       [%s]\n"
-         "  --print-every N    a progress line every N steps                [%d]\n",
-         program, o->steps, lx_or_none(o->train_data), lx_or_none(o->val_data), o->val_interval,
-         o->val_batches, lx_or_none(o->init_checkpoint), lx_or_none(o->save_checkpoint), o->checkpoint_every,
-         lx_or_none(o->resume_checkpoint), lx_or_none(o->export_checkpoint), o->seed, o->lr,
-         lx_or_none(o->metrics_path), o->print_every);
-  if (o->program == LX_PROGRAM_CPU)
-    printf("  --gradcheck        check gradients by finite differences, exit  [%s]\n"
-           "  --gradcheck-samples N  elements checked per parameter tensor    [%d]\n",
-           o->gradcheck ? "on" : "off", o->gradcheck_samples);
-  else
-    printf("  --cuda-graph       issue each step as one CUDA graph, replayed  [%s]\n"
-           "  --profile FILE     time every op, write a `lynxgen --profile`   [%s]\n",
-           o->cuda_graph ? "on" : "off", lx_or_none(o->profile_path));
-  printf("  --help             this text\n");
+         "Trains the model it was generated for. Options [with their defaults]:\n",
+         program);
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    if (lx_find_option(o->program, table[i].flag) != &table[i]) continue;
+    char usage[40], value[4096 + 8];
+    const char *arg = table[i].arg;
+    snprintf(usage, sizeof usage, "%s%s%s", table[i].flag, arg ? " " : "", arg ? arg : "");
+    lx_option_text(&table[i], o, value, sizeof value);
+    printf("  %-22s%-47s[%s]\n", usage, table[i].help, value);
+  }
+  printf("  %-22s%s\n", "--help", "this text");
 }
 
-static inline int lx_parse_int_option(const char *flag, const char *value, int min) {
+/* ">= 0", "> 0", "in [0, 1)": opt's range in its error message. */
+static inline void lx_range_text(const lx_option *opt,
+                                 char *out, // (cap)
+                                 size_t cap) {
+  char lo[32], hi[32];
+  lx_format_real(lo, sizeof lo, opt->min);
+  lx_format_real(hi, sizeof hi, opt->max);
+  if (opt->max == INFINITY || opt->max == INT_MAX)
+    snprintf(out, cap, "%s %s", opt->open_min ? ">" : ">=", lo);
+  else
+    snprintf(out, cap, "in %c%s, %s%c", opt->open_min ? '(' : '[', lo, hi, opt->open_max ? ')' : ']');
+}
+
+static inline int lx_in_range(const lx_option *opt, double v) {
+  int above_min = opt->open_min ? v > opt->min : v >= opt->min;
+  int below_max = opt->open_max ? v < opt->max : v <= opt->max;
+  return above_min && below_max;
+}
+
+static inline LX_NORETURN void lx_bad_number(const lx_option *opt, const char *what, const char *value) {
+  char range[80];
+  lx_range_text(opt, range, sizeof range);
+  lx_usage_error("%s wants %s %s, not '%s'", opt->flag, what, range, value);
+}
+
+static inline int lx_parse_int_option(const lx_option *opt, const char *value) {
   char *end = NULL;
   errno = 0;
   long v = strtol(value, &end, 10);
-  if (!*value || *end || errno == ERANGE || v < min || v > INT_MAX)
-    lx_usage_error("%s wants an integer >= %d, not '%s'", flag, min, value);
+  if (!*value || *end || errno == ERANGE || v > INT_MAX || !lx_in_range(opt, (double)v))
+    lx_bad_number(opt, "an integer", value);
   return (int)v;
 }
 
-static inline double lx_parse_positive_option(const char *flag, const char *value) {
+static inline double lx_parse_real_option(const lx_option *opt, const char *value) {
   char *end = NULL;
   errno = 0;
   double v = strtod(value, &end);
-  if (!*value || *end || errno == ERANGE || !(v > 0))
-    lx_usage_error("%s wants a number > 0, not '%s'", flag, value);
+  if (!*value || *end || errno == ERANGE || !isfinite(v) || !lx_in_range(opt, v))
+    lx_bad_number(opt, "a number", value);
   return v;
 }
 
@@ -151,52 +303,30 @@ static inline uint64_t lx_parse_u64_option(const char *flag, const char *value) 
   return (uint64_t)v;
 }
 
-/* The flags that take no value, of the program that parses; NULL: none. */
-static inline int *lx_run_switch(lx_run_options *o, const char *flag) {
-  if (o->program == LX_PROGRAM_CPU && !strcmp(flag, "--gradcheck")) return &o->gradcheck;
-  if (o->program == LX_PROGRAM_CUDA && !strcmp(flag, "--cuda-graph")) return &o->cuda_graph;
-  return NULL;
+static inline int lx_parse_schedule_option(const char *flag, const char *value) {
+  for (int kind = LX_SCHED_CONSTANT; kind <= LX_SCHED_LINEAR; kind++)
+    if (!strcmp(value, lx_lr_schedule_label(kind))) return kind;
+  lx_usage_error("%s wants constant, cosine or linear, not '%s'", flag, value);
 }
 
-/* Applies one flag with its value; returns 0 for a flag the program does
- * not have. */
-static inline int lx_apply_run_option(lx_run_options *o, const char *flag, const char *value) {
-  int cpu = o->program == LX_PROGRAM_CPU;
-  if (!strcmp(flag, "--steps"))
-    o->steps = lx_parse_int_option(flag, value, 0);
-  else if (!strcmp(flag, "--data"))
-    o->train_data = value;
-  else if (!strcmp(flag, "--val-data"))
-    o->val_data = value;
-  else if (!strcmp(flag, "--init"))
-    o->init_checkpoint = value;
-  else if (!strcmp(flag, "--save"))
-    o->save_checkpoint = value;
-  else if (!strcmp(flag, "--checkpoint-every"))
-    o->checkpoint_every = lx_parse_int_option(flag, value, 0);
-  else if (!strcmp(flag, "--resume"))
-    o->resume_checkpoint = value;
-  else if (!strcmp(flag, "--export-llmc"))
-    o->export_checkpoint = value;
-  else if (!strcmp(flag, "--eval-interval"))
-    o->val_interval = lx_parse_int_option(flag, value, 0);
-  else if (!strcmp(flag, "--val-batches"))
-    o->val_batches = lx_parse_int_option(flag, value, 1);
-  else if (!strcmp(flag, "--seed"))
-    o->seed = lx_parse_u64_option(flag, value);
-  else if (!strcmp(flag, "--lr"))
-    o->lr = lx_parse_positive_option(flag, value);
-  else if (!strcmp(flag, "--metrics"))
-    o->metrics_path = value;
-  else if (!strcmp(flag, "--print-every"))
-    o->print_every = lx_parse_int_option(flag, value, 1);
-  else if (cpu && !strcmp(flag, "--gradcheck-samples"))
-    o->gradcheck_samples = lx_parse_int_option(flag, value, 1);
-  else if (!cpu && !strcmp(flag, "--profile"))
-    o->profile_path = value;
-  else
-    return 0;
-  return 1;
+/* Sets opt's field in o from its value on the command line (not a switch). */
+static inline void lx_apply_run_option(const lx_option *opt, lx_run_options *o, const char *value) {
+  void *field = (char *)o + opt->offset;
+  switch (opt->kind) {
+  case LX_OPT_INT: *(int *)field = lx_parse_int_option(opt, value); break;
+  case LX_OPT_U64: *(uint64_t *)field = lx_parse_u64_option(opt->flag, value); break;
+  case LX_OPT_REAL: *(double *)field = lx_parse_real_option(opt, value); break;
+  case LX_OPT_TEXT: *(const char **)field = value; break;
+  case LX_OPT_SCHEDULE: *(int *)field = lx_parse_schedule_option(opt->flag, value); break;
+  case LX_OPT_SWITCH: *(int *)field = 1; break;
+  }
+}
+
+/* The settings checked together, once every flag is in. */
+static inline void lx_check_run_options(const lx_run_options *o) {
+  if (o->train.min_lr > o->train.lr)
+    lx_usage_error("--min-lr %g is above --lr %g: the schedule decays from --lr down to --min-lr",
+                   o->train.min_lr, o->train.lr);
 }
 
 /* Accepts "--flag value" and "--flag=value". */
@@ -217,23 +347,18 @@ static inline void lx_parse_run_options(int argc,
     if (flag_len >= sizeof flag) lx_usage_error("unknown option '%s'", arg);
     memcpy(flag, arg, flag_len);
     flag[flag_len] = '\0';
-    int *on = lx_run_switch(o, flag);
-    if (on && equals) lx_usage_error("%s takes no value", flag);
-    if (on) {
-      *on = 1;
-      continue;
-    }
-    if (equals)
-      value = equals + 1;
+    const lx_option *opt = lx_find_option(o->program, flag);
+    if (!opt) lx_usage_error("unknown option '%s'", flag);
+    if (opt->kind == LX_OPT_SWITCH && equals) lx_usage_error("%s takes no value", flag);
+    if (opt->kind == LX_OPT_SWITCH || equals)
+      value = equals ? equals + 1 : NULL;
     else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
       value = argv[++i];
-    else {
-      lx_run_options probe = *o; /* is it a known flag that lacks its value? */
-      if (lx_apply_run_option(&probe, flag, "1")) lx_usage_error("%s needs a value", flag);
-      lx_usage_error("unknown option '%s'", flag);
-    }
-    if (!lx_apply_run_option(o, flag, value)) lx_usage_error("unknown option '%s'", flag);
+    else
+      lx_usage_error("%s needs a value", flag);
+    lx_apply_run_option(opt, o, value);
   }
+  lx_check_run_options(o);
 }
 
 #endif

@@ -206,19 +206,20 @@ static double global_grad_norm(void) {
   return sqrt(sum);
 }
 
-/* AdamW on this replica's share of every tensor; under ZeRO-1 the replicas
- * then hand each other their updated shares. */
-static void optimizer_step(int step, double lr, double *grad_norm) {
+/* AdamW on this replica's share of every tensor, with the run's settings
+ * (weight decay only on the tensors that decay: lx_param_tensor); under
+ * ZeRO-1 the replicas then hand each other their updated shares. */
+static void optimizer_step(const lx_train_settings *train, int step, double lr, double *grad_norm) {
   sum_tied_gradients();
   sum_sequence_parallel_gradients();
   *grad_norm = global_grad_norm();
-  if (TRAINING_GRAD_CLIP > 0) {
-    double factor = lx_grad_clip_factor(*grad_norm, TRAINING_GRAD_CLIP);
+  if (train->grad_clip > 0) {
+    double factor = lx_grad_clip_factor(*grad_norm, train->grad_clip);
     if (factor < 1) lx_scale(GRADS, (size_t)PARAM_ELEMENTS, factor);
   }
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
-    lx_adamw_hparams hp = {TRAINING_BETA1, TRAINING_BETA2, TRAINING_EPS, t->decay ? TRAINING_WEIGHT_DECAY : 0};
+    lx_adamw_hparams hp = {train->beta1, train->beta2, train->eps, t->decay ? train->weight_decay : 0};
     long long lo, hi, state;
     long long grad = owned_part(t, &lo, &hi, &state);
     lx_adamw_update(PARAMS + lo, GRADS + grad, ADAM_M + state, ADAM_V + state, (size_t)(hi - lo), lr, hp, step);
@@ -246,12 +247,12 @@ static double step_loss(void) {
   return loss;
 }
 
-static double train_step(int step, double lr, double *grad_norm) {
+static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm) {
   memset(GRADS, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
   loss_sum = 0;
   run_schedule(step);
   double loss = step_loss();
-  optimizer_step(step, lr, grad_norm);
+  optimizer_step(train, step, lr, grad_norm);
   return loss;
 }
 
@@ -404,9 +405,9 @@ int main(int argc, char **argv) {
   int color = STAGE == 0 || STAGE == STAGES - 1 ? 0 : MPI_UNDEFINED;
   if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(groups.pp, color, STAGE, &tied_comm));
   allocate_arena();
-  seed = o.seed;
+  seed = o.train.seed;
   if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
-  else initialize_parameters(o.seed);
+  else initialize_parameters(o.train.seed);
   loader = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);
   if (o.gradcheck) {

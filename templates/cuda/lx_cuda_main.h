@@ -151,11 +151,11 @@ static void finish_pass(void) {
   wait_step(pass_done);
 }
 
-static double train_step(int step, double lr, double *grad_norm) {
+static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm) {
   stage_tokens(training_data);
   static int issued; /* steps this process ran: a resumed run's first step is not step 1 */
   issue_step(step, use_graph && issued++ > 0); /* the first eagerly: NCCL connects, cuBLASLt picks */
-  optimizer_step(step, lr);
+  optimizer_step(train, step, lr);
   finish_pass();
   if (prof_totals) profile_collect(issued > 1); /* not the first: it pays for start-up */
   *grad_norm = step_grad_norm();
@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
                        &dp_comm);
   allocate();
   if (o.profile_path) prof_totals = (lx_prof_total *)calloc(PROF_SLOTS, sizeof(lx_prof_total));
-  seed = o.seed;
+  seed = o.train.seed;
   if (o.init_checkpoint)
     load_checkpoint(o.init_checkpoint);
   else

@@ -339,7 +339,7 @@ static void test_checkpoint_errors(void) {
 
 static lx_run_options caller_defaults(lx_program program) {
   lx_run_options o = lx_run_options_default(program);
-  o.steps = 42;
+  o.train.steps = 42;
   o.train_data = "data/train_*.bin";
   return o;
 }
@@ -368,15 +368,16 @@ static void test_options_all_flags(void) {
                   "--print-every=4"};
   lx_run_options o = caller_defaults(LX_PROGRAM_CPU);
   lx_parse_run_options((int)(sizeof argv / sizeof argv[0]), argv, &o);
-  CHECK(o.steps == 7 && !strcmp(o.train_data, "d/*.bin") && !strcmp(o.val_data, "v/*.bin") &&
+  CHECK(o.train.steps == 7 && !strcmp(o.train_data, "d/*.bin") && !strcmp(o.val_data, "v/*.bin") &&
             !strcmp(o.init_checkpoint, "in.bin") && !strcmp(o.save_checkpoint, "out.bin") &&
-            o.val_interval == 5 && o.val_batches == 3 && o.seed == UINT64_MAX &&
-            !strcmp(o.metrics_path, "m.jsonl") && o.gradcheck == 1 && o.lr == 0.25 && o.print_every == 4,
+            o.val_interval == 5 && o.val_batches == 3 && o.train.seed == UINT64_MAX &&
+            !strcmp(o.metrics_path, "m.jsonl") && o.gradcheck == 1 && o.train.lr == 0.25 &&
+            o.print_every == 4,
         "every flag, as --flag value and --flag=value, sets its field");
   char *none[] = {"train"};
   lx_run_options d = caller_defaults(LX_PROGRAM_CPU);
   lx_parse_run_options(1, none, &d);
-  CHECK(d.steps == 42 && !strcmp(d.metrics_path, "metrics.jsonl") && !d.val_data && !d.gradcheck,
+  CHECK(d.train.steps == 42 && !strcmp(d.metrics_path, "metrics.jsonl") && !d.val_data && !d.gradcheck,
         "no flags keep the caller's defaults (metrics.jsonl)");
 }
 
@@ -413,12 +414,51 @@ static void test_options_errors(void) {
   expect_options_exit("--cuda-graph", 2, "unknown option '--cuda-graph'", "a CUDA flag on the CPU");
 }
 
+/* The optimizer and schedule flags: each sets its field of the run's
+ * settings, a value outside the model language's range is a usage error
+ * naming the flag and the value, and --help shows each with its default. */
+static void test_options_training_settings(void) {
+  char *argv[] = {"train",          "--min-lr",    "1e-5",        "--warmup", "4",     "--lr-schedule",
+                  "linear",         "--beta1=0.8", "--beta2",     "0.99",     "--eps", "1e-6",
+                  "--weight-decay", "0",           "--grad-clip", "0"};
+  lx_run_options o = caller_defaults(LX_PROGRAM_CUDA);
+  lx_parse_run_options((int)(sizeof argv / sizeof argv[0]), argv, &o);
+  const lx_train_settings *t = &o.train;
+  CHECK(t->min_lr == 1e-5 && t->warmup == 4 && t->lr_schedule == LX_SCHED_LINEAR && t->beta1 == 0.8 &&
+            t->beta2 == 0.99 && t->eps == 1e-6 && t->weight_decay == 0 && t->grad_clip == 0,
+        "--min-lr, --warmup, --lr-schedule, --beta1, --beta2, --eps, --weight-decay, --grad-clip set their "
+        "fields");
+  const char *bad[][3] = {
+      {"--beta1 1", "--beta1 wants a number in [0, 1), not '1'", "beta1 of 1"},
+      {"--beta2 nan", "--beta2 wants a number in [0, 1), not 'nan'", "a NaN beta2"},
+      {"--eps 0", "--eps wants a number in [1.17549", "eps of 0"},
+      {"--weight-decay -0.1", "--weight-decay wants a number in [0, 1], not '-0.1'",
+       "a negative weight decay"},
+      {"--grad-clip inf", "--grad-clip wants a number in [0, 1e+06], not 'inf'", "an infinite clip"},
+      {"--warmup -1", "--warmup wants an integer in [0, 1073741824], not '-1'", "a negative warm-up"},
+      {"--lr-schedule step", "--lr-schedule wants constant, cosine or linear, not 'step'",
+       "an unknown schedule"},
+      {"--lr 1e-3 --min-lr 1e-2", "--min-lr 0.01 is above --lr 0.001", "min_lr above lr"},
+      {"--min-lr", "--min-lr needs a value", "--min-lr without its value"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    expect_options_exit(bad[i][0], 2, bad[i][1], bad[i][2]);
+  const char *help_lines[] = {"--min-lr X",       "[3e-05]",       "--warmup N", "--lr-schedule NAME",
+                              "[cosine]",         "--beta1 X",     "[0.9]",      "--beta2 X",
+                              "[0.95]",           "--eps X",       "[1e-08]",    "[0.1]",
+                              "--weight-decay X", "--grad-clip X", "[1]"};
+  char out[8192];
+  run_self(out, sizeof out, "options --help");
+  for (size_t i = 0; i < sizeof help_lines / sizeof help_lines[0]; i++)
+    CHECK(strstr(out, help_lines[i]) != NULL, "--help shows \"%s\"", help_lines[i]);
+}
+
 /* The CUDA programs parse the same command line, with their own flags instead of the gradient check's. */
 static void test_options_cuda(void) {
   char *argv[] = {"train", "--steps", "3", "--cuda-graph", "--profile", "p.profile", "--lr", "0.5"};
   lx_run_options o = caller_defaults(LX_PROGRAM_CUDA);
   lx_parse_run_options((int)(sizeof argv / sizeof argv[0]), argv, &o);
-  CHECK(o.steps == 3 && o.cuda_graph == 1 && !strcmp(o.profile_path, "p.profile") && o.lr == 0.5,
+  CHECK(o.train.steps == 3 && o.cuda_graph == 1 && !strcmp(o.profile_path, "p.profile") && o.train.lr == 0.5,
         "CUDA: --steps, --cuda-graph, --profile and --lr set their fields");
   char out[8192];
   int status = run_self(out, sizeof out, "options-cuda --help");
@@ -558,7 +598,7 @@ static int options_mode(int argc, char **argv, lx_program program) {
   lx_run_options o = caller_defaults(program);
   argv[1] = argv[0]; /* the options start after the mode word */
   lx_parse_run_options(argc - 1, argv + 1, &o);
-  printf("parsed steps=%d\n", o.steps);
+  printf("parsed steps=%d\n", o.train.steps);
   return 0;
 }
 
@@ -621,6 +661,7 @@ int main(int argc, char **argv) {
   test_options_all_flags();
   test_options_errors();
   test_options_cuda();
+  test_options_training_settings();
   test_metrics();
 
   char command[512];
