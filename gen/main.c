@@ -19,15 +19,15 @@
 #include "frontend/frontend.h"
 #include "ir.h"
 #include "planning/layout.h"
-#include "report/manifest.h"
 #include "planning/memplan.h"
-#include "report/output_dir.h"
 #include "planning/overlap.h"
 #include "planning/passes.h"
 #include "planning/plan.h"
-#include "report/report.h"
 #include "planning/search.h"
 #include "planning/simulate.h"
+#include "report/manifest.h"
+#include "report/output_dir.h"
+#include "report/report.h"
 #include "report/trace.h"
 #include "verify/verify.h"
 
@@ -385,7 +385,13 @@ static bool write_text(const char *dir, const char *name, const char *text, unsi
 }
 
 static lx_program program_of(const products *out) {
-  return (lx_program){&out->pipe, out->layouts, out->target, out->cuda_graph, out->unfused, out->unrolled};
+  return (lx_program){.pipe = &out->pipe,
+                      .layouts = out->layouts,
+                      .target = out->target,
+                      .cuda_graph = out->cuda_graph,
+                      .unfused = out->unfused,
+                      .unrolled = out->unrolled,
+                      .predicted_step_s = out->sim.iteration_time};
 }
 
 static int program_stage; /* which stage write_stage prints; writers take only the products */

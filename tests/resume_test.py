@@ -15,7 +15,11 @@ stream matters:
 - a non-finite loss stops the run with a message and a non-zero status; the
   checkpoint on disk is the last good one (its step read from the file's
   header, whose layout docs/checkpoints.md gives);
-- a --save path that cannot be written is refused before step 1.
+- a --save path that cannot be written is refused before step 1;
+- a stage stopped by the kernel (SIGSTOP: alive and silent, as a wedged
+  peer is) leaves the others waiting: the watchdog of a waiting rank names
+  what it waits on (the receive, its micro-batch and stage) and the job ends
+  within seconds of the timeout, with no checkpoint written after the stop.
 
 The expected losses are those of the uninterrupted run of the same program,
 never numbers taken from the program under test's own resumed output.
@@ -274,6 +278,38 @@ def save_preflight(work, program):
             print((r.stdout + r.stderr)[-1500:])
 
 
+def stage_pids(program, stage):
+    return [int(pid) for pid in job_processes(program)
+            if os.readlink("/proc/%s/exe" % pid) == os.path.join(program, "stage%d" % stage)]
+
+
+def watchdog(work, program):
+    metrics, ckpt = os.path.join(program, "watchdog.jsonl"), os.path.join(program, "watchdog.bin")
+    timeout = 2
+    job = start(program, work, metrics, "--watchdog", str(timeout), "--save", ckpt, "--checkpoint-every", "1",
+                steps=PREEMPTION_STEPS)
+    running = wait_for_step(job, metrics, 3)
+    stopped = stage_pids(program, 1)
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    last_step, at_stop = max(losses(metrics), default=0), time.time()
+    try:
+        status = job.wait(timeout=timeout + 20)
+    except subprocess.TimeoutExpired:
+        status = None
+    took = time.time() - at_stop
+    with open(metrics + ".log") as f:
+        log = f.read()
+    named = [line for line in log.splitlines() if line.startswith("lynx: watchdog: rank 0 (stage 0) made no progress")]
+    check(running and stopped and status not in (None, 0) and named and "from stage 1" in named[0],
+          "a stopped stage: rank 0's watchdog names what it waits on and the job ends %.1f s after the stop "
+          "(--watchdog %d; status %s): %s" % (took, timeout, status, named[0] if named else log[-1500:]))
+    check(saved_step(ckpt) is not None and saved_step(ckpt) <= last_step,
+          "no checkpoint after the stop (saved step %s, last step reported before it %d)" % (saved_step(ckpt),
+                                                                                           last_step))
+    check(kill_job(job, program), "no rank of the stopped job is left")
+
+
 def main():
     if not os.path.exists(FORTUNES):
         check(False, "fortunes corpus installed (scripts/deps.sh installs fortunes-min)")
@@ -308,6 +344,7 @@ def main():
             preemption(work, program, long_reference, signal.SIGINT)
             non_finite(work, program)
             save_preflight(work, program)
+            watchdog(work, program)
 
 
 if __name__ == "__main__":

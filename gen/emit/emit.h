@@ -24,6 +24,7 @@ typedef struct {
   bool cuda_graph; /* CUDA: run.sh and run-slurm.sh pass --cuda-graph */
   bool unfused;    /* CUDA: no cuBLASLt epilogue fusions (--no-epilogue-fusion) */
   bool unrolled;   /* the step printed in full, no loops (--unrolled-step) */
+  double predicted_step_s; /* the simulator's iteration time: the watchdog's default derives from it */
 } lx_program;
 
 /* The source of stage `s`. */

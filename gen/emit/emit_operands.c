@@ -533,4 +533,6 @@ void emit_training(const lx_printer *pr) {
       t->seed, t->val_interval, t->checkpoint_interval);
   print_string_macro(f, "TRAINING_TRAIN_DATA", t->train_data ? t->train_data : "data/train_*.bin");
   print_string_macro(f, "TRAINING_VAL_DATA", t->val_data);
+  fprintf(f, "#define PREDICTED_STEP_SECONDS %.3g /* on the modeled GPU (plan.txt): the watchdog's default */\n",
+          pr->predicted_step_s);
 }

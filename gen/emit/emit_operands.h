@@ -28,6 +28,7 @@ typedef struct {
   const unsigned char *fusion[LX_GRAPH_COUNT];
   bool reroll;            /* the step's repeating runs of lines as loops (emit_reroll.c) */
   lx_tensor_names *names; /* the tensors the printed code names (emit_names.c) */
+  double predicted_step_s; /* lx_program's */
 } lx_printer;
 
 enum { PTR = 320 };

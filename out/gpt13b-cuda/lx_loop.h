@@ -22,6 +22,7 @@
 #include "lx_params.h"
 #include "lx_state.h"
 #include "lx_stop.h"
+#include "lx_watchdog.h"
 
 #include <math.h>
 
@@ -77,6 +78,7 @@ static lx_run_options model_defaults(lx_program program) {
   o.val_data = TRAINING_VAL_DATA;
   o.val_interval = TRAINING_VAL_INTERVAL;
   o.checkpoint_every = TRAINING_CHECKPOINT_INTERVAL;
+  o.watchdog_s = lx_watchdog_default_s(PREDICTED_STEP_SECONDS, program == LX_PROGRAM_CPU);
   return o;
 }
 
@@ -321,6 +323,7 @@ static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
   const lx_train_settings *t = &o->train;
   int done = o->resume_checkpoint ? resume_state(o, data) : 0, stop = 0;
   if (reports) lx_metrics_open(o->metrics_path, done > 0);
+  lx_watchdog_start(o->watchdog_s, lx_world_rank(), STAGE);
   for (int step = done + 1; step <= t->steps && !stop; step++) {
     double lr = lx_learning_rate(step, t->warmup, t->steps, t->lr, t->min_lr, t->lr_schedule);
     double start = lx_now_ms(), grad_norm = 0;
@@ -331,6 +334,7 @@ static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
       lx_metrics_step(step, t->steps, loss, val_loss, lr, grad_norm, ms,
                       (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3));
     require_finite(o, step, loss, grad_norm);
+    lx_watchdog_progress();
     done = step;
     stop = lx_stop_requested();
     if (o->save_checkpoint && !stop && step < t->steps && every(step, o->checkpoint_every))

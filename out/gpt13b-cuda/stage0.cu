@@ -51,6 +51,7 @@ enum {
 #define TRAINING_CHECKPOINT_INTERVAL 500
 #define TRAINING_TRAIN_DATA "data/train_*.bin"
 #define TRAINING_VAL_DATA "data/val_*.bin"
+#define PREDICTED_STEP_SECONDS 9.2 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset)))
 /* a parameter's fp32 gradient sits at the same element of the grads region */
 #define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / PARAM_ELT * 4))

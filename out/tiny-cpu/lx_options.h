@@ -66,6 +66,7 @@ typedef struct {
   int gradcheck_samples;       /* CPU: elements checked per parameter tensor */
   int cuda_graph;              /* CUDA: issue each step as one CUDA graph */
   const char *profile_path;    /* CUDA: time every op and write this profile; NULL: no */
+  double watchdog_s;           /* a rank without progress this long ends the job; 0: never */
 } lx_run_options;
 
 /* The model language's defaults (analyze.c), for a caller without a model file. */
@@ -152,6 +153,8 @@ static inline const lx_option *lx_run_option_table(int *n) {
        "one JSON line per step"},
       {"--print-every", "N", LX_OPT_INT, LX_OPT_AT(print_every), 1, INT_MAX, 0, 0, LX_FOR_BOTH,
        "a progress line every N steps"},
+      {"--watchdog", "SECONDS", LX_OPT_REAL, LX_OPT_AT(watchdog_s), 0, 1e9, 0, 0, LX_FOR_BOTH,
+       "end the job when a rank is stuck, 0 = off"},
       {"--gradcheck", NULL, LX_OPT_SWITCH, LX_OPT_AT(gradcheck), 0, 0, 0, 0, LX_FOR_CPU,
        "check gradients by finite differences, exit"},
       {"--gradcheck-samples", "N", LX_OPT_INT, LX_OPT_AT(gradcheck_samples), 1, INT_MAX, 0, 0, LX_FOR_CPU,

@@ -21,8 +21,10 @@
 
 #include "lx_common.h"
 #include "lx_mpi_errors.h"
+#include "lx_watchdog.h"
 
 #include <limits.h>
+#include <stdint.h>
 
 #ifdef LX_DOUBLE
 #define LX_MPI_REAL MPI_DOUBLE
@@ -101,12 +103,39 @@ static inline int lx_tag(int kind, int micro_batch) {
   return kind * LX_TAG_STRIDE + micro_batch;
 }
 
+/* What each pending request is, for the watchdog's message. The step's
+ * requests live in one array, so slots keyed by a request's address do. */
+enum { LX_POSTED_SLOTS = 256 };
+typedef struct {
+  const MPI_Request *req;
+  char what[96];
+} lx_posted_request;
+static lx_posted_request lx_posted[LX_POSTED_SLOTS];
+
+static inline lx_posted_request *lx_posted_slot(const MPI_Request *req) {
+  return &lx_posted[(uintptr_t)req / sizeof(MPI_Request) % LX_POSTED_SLOTS];
+}
+
+static inline LX_PRINTF(2, 3) void lx_post(const MPI_Request *req, const char *fmt, ...) {
+  lx_posted_request *slot = lx_posted_slot(req);
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(slot->what, sizeof slot->what, fmt, args);
+  va_end(args);
+  slot->req = req;
+}
+
+static inline const char *lx_payload(int kind) {
+  return kind == LX_TAG_ACTIVATION ? "activations" : kind == LX_TAG_GRADIENT ? "gradient" : "message";
+}
+
 /* Starts sending n reals to pipeline stage `peer`; buf must stay untouched
  * until lx_wait(req). */
 static inline void lx_isend(const real *buf, // (n)
                             int64_t n, int peer, int kind, int micro_batch, MPI_Request *req) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
   LX_MPI_CHECK(MPI_Isend(buf, (int)n, LX_MPI_REAL, peer, lx_tag(kind, micro_batch), lx_pipeline_comm, req));
+  lx_post(req, "sending micro-batch %d's %s to stage %d", micro_batch, lx_payload(kind), peer);
 }
 
 /* Starts receiving exactly n reals from pipeline stage `peer`. */
@@ -114,14 +143,21 @@ static inline void lx_irecv(real *buf, // (n)
                             int64_t n, int peer, int kind, int micro_batch, MPI_Request *req) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
   LX_MPI_CHECK(MPI_Irecv(buf, (int)n, LX_MPI_REAL, peer, lx_tag(kind, micro_batch), lx_pipeline_comm, req));
+  lx_post(req, "receiving micro-batch %d's %s from stage %d", micro_batch, lx_payload(kind), peer);
 }
 
-static inline void lx_wait(MPI_Request *req) { LX_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE)); }
+static inline void lx_wait(MPI_Request *req) {
+  lx_posted_request *slot = lx_posted_slot(req);
+  lx_watchdog_waiting("%s", slot->req == req ? slot->what : "a request of MPI");
+  LX_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+  if (slot->req == req) slot->req = NULL;
+}
 
 static inline void lx_waitall(int n,
                               MPI_Request *reqs // (n)
 ) {
-  LX_MPI_CHECK(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
+  for (int i = 0; i < n; i++)
+    lx_wait(&reqs[i]);
 }
 
 /* In place: buf = the sum of every rank's buf in comm (data-parallel
@@ -129,6 +165,7 @@ static inline void lx_waitall(int n,
 static inline void lx_allreduce_sum(real *buf, // (n)
                                     int64_t n, MPI_Comm comm) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
+  lx_watchdog_waiting("an all-reduce of %lld values over a tensor- or data-parallel group", (long long)n);
   LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm));
 }
 
@@ -137,6 +174,7 @@ static inline void lx_iallreduce_sum(real *buf, // (n)
                                      int64_t n, MPI_Comm comm, MPI_Request *req) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
   LX_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm, req));
+  lx_post(req, "an all-reduce of %lld values (tensor- or data-parallel)", (long long)n);
 }
 
 /* Sequence parallelism: starts summing `whole` over comm, rank r receiving
@@ -146,6 +184,7 @@ static inline void lx_ireduce_scatter(const real *whole, // (size(comm) * n)
                                       int64_t n, MPI_Comm comm, MPI_Request *req) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
   LX_MPI_CHECK(MPI_Ireduce_scatter_block(whole, shard, (int)n, LX_MPI_REAL, MPI_SUM, comm, req));
+  lx_post(req, "a reduce-scatter into %lld values (sequence parallelism)", (long long)n);
 }
 
 /* Sequence parallelism: starts gathering every rank's shard into whole, in rank order. */
@@ -154,6 +193,7 @@ static inline void lx_iallgather(const real *shard, // (n)
                                  int64_t n, MPI_Comm comm, MPI_Request *req) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
   LX_MPI_CHECK(MPI_Iallgather(shard, (int)n, LX_MPI_REAL, whole, (int)n, LX_MPI_REAL, comm, req));
+  lx_post(req, "an all-gather of %lld values (sequence parallelism)", (long long)n);
 }
 
 static inline void lx_reduce_scatter(const real *whole, // (size(comm) * n)
@@ -178,18 +218,21 @@ static inline void lx_ireduce_scatter_sum(real *buf, // (size(comm) * chunk)
                                           int64_t chunk, MPI_Comm comm, MPI_Request *req) {
   LX_CHECK(chunk >= 0 && chunk <= INT_MAX);
   LX_MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)chunk, LX_MPI_REAL, MPI_SUM, comm, req));
+  lx_post(req, "the ZeRO-1 reduce-scatter of %lld gradients", (long long)chunk);
 }
 
 /* ZeRO-1: every rank's chunk r of buf (its updated shard) to all, in place. */
 static inline void lx_allgather_chunks(real *buf, // (size(comm) * chunk)
                                        int64_t chunk, MPI_Comm comm) {
   LX_CHECK(chunk >= 0 && chunk <= INT_MAX);
+  lx_watchdog_waiting("the ZeRO-1 all-gather of the updated weights");
   LX_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, LX_MPI_REAL, comm));
 }
 
 /* The sum of x over comm (squared gradient norms of the stages, losses). */
 static inline double lx_allreduce_sum_double(double x, MPI_Comm comm) {
   double sum = 0;
+  lx_watchdog_waiting("the sum of the stages' losses or squared gradient norms");
   LX_MPI_CHECK(MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm));
   return sum;
 }

@@ -63,12 +63,11 @@ static void issue_step(int step, int as_graph) {
 }
 
 /* Waits for the end of a step (or a forward-only pass) without hanging: polls the event and NCCL's
- * asynchronous error state; an NCCL error, or a step still running after
- * LX_WATCHDOG_S seconds (default 600; a peer that died or stalls), aborts the
- * communicator and stops every rank with the call, file and line. */
+ * asynchronous error state; an NCCL error aborts the communicator and stops every rank with the
+ * call, file and line, and a peer that died or stalls leaves the step unfinished until the
+ * watchdog (--watchdog, lx_watchdog.h) ends the job. */
 static void wait_step(cudaEvent_t stop) {
-  const char *limit_text = getenv("LX_WATCHDOG_S");
-  double limit = limit_text ? atof(limit_text) : 600.0, start = MPI_Wtime();
+  lx_watchdog_waiting("the end of the step's kernels and NCCL calls on the GPU");
   for (;;) {
     cudaError_t status = cudaEventQuery(stop);
     if (status == cudaSuccess) return;
@@ -78,11 +77,6 @@ static void wait_step(cudaEvent_t stop) {
     if (async != ncclSuccess) {
       (void)ncclCommAbort(pipeline_comm);
       lx_cuda_fail_at(__FILE__, __LINE__, "ncclCommGetAsyncError(pipeline_comm)", "NCCL", ncclGetErrorString(async));
-    }
-    if (MPI_Wtime() - start > limit) {
-      (void)ncclCommAbort(pipeline_comm);
-      lx_cuda_fail_at(__FILE__, __LINE__, "cudaEventQuery(step end)", "watchdog",
-                      "the step did not finish within LX_WATCHDOG_S seconds: communicator aborted");
     }
     usleep(100);
   }
