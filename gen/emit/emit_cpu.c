@@ -350,17 +350,6 @@ static void print_code(const lx_printer *pr) {
 }
 
 void lx_emit_stage_cpu(const lx_program *prog, int s, FILE *out) {
-  const lx_pipeline *p = prog->pipe;
-  const lx_ir *ir = p->ir;
-  lx_printer pr = {.out = out,
-                   .p = p,
-                   .ir = ir,
-                   .s = s,
-                   .st = &p->stages[s],
-                   .l = &prog->layouts[s],
-                   .act_type = "real",
-                   .lse_type = "real",
-                   .reroll = !prog->unrolled,
-                   .predicted_step_s = prog->predicted_step_s};
+  lx_printer pr = emit_printer(prog, s, out, "real", "real");
   emit_stage_file(&pr, out, print_header, print_code);
 }

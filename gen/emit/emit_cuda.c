@@ -493,18 +493,7 @@ static void print_code(const lx_printer *pr) {
 }
 
 void lx_emit_stage_cuda(const lx_program *prog, int s, FILE *out) {
-  const lx_pipeline *p = prog->pipe;
-  const lx_ir *ir = p->ir;
-  lx_printer pr = {.out = out,
-                   .p = p,
-                   .ir = ir,
-                   .s = s,
-                   .st = &p->stages[s],
-                   .l = &prog->layouts[s],
-                   .act_type = "lx_bf16",
-                   .lse_type = "float",
-                   .reroll = !prog->unrolled,
-                   .predicted_step_s = prog->predicted_step_s};
+  lx_printer pr = emit_printer(prog, s, out, "lx_bf16", "float");
   unsigned char *fusion[LX_GRAPH_COUNT];
   emit_plan_fusions(&pr, !prog->unfused, fusion);
   for (int g = 0; g < LX_GRAPH_COUNT; g++)

@@ -13,6 +13,21 @@
 
 /* ---- expressions ----------------------------------------------------------- */
 
+lx_printer emit_printer(const lx_program *prog, int s, FILE *out, const char *act_type,
+                        const char *lse_type) {
+  const lx_pipeline *p = prog->pipe;
+  return (lx_printer){.out = out,
+                      .p = p,
+                      .ir = p->ir,
+                      .s = s,
+                      .st = &p->stages[s],
+                      .l = &prog->layouts[s],
+                      .act_type = act_type,
+                      .lse_type = lse_type,
+                      .reroll = !prog->unrolled,
+                      .predicted_step_s = prog->predicted_step_s};
+}
+
 lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_role role, int index) {
   return (lx_tensor_ref){g, g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, op, 0, role, index};
 }
@@ -533,6 +548,7 @@ void emit_training(const lx_printer *pr) {
       t->seed, t->val_interval, t->checkpoint_interval);
   print_string_macro(f, "TRAINING_TRAIN_DATA", t->train_data ? t->train_data : "data/train_*.bin");
   print_string_macro(f, "TRAINING_VAL_DATA", t->val_data);
-  fprintf(f, "#define PREDICTED_STEP_SECONDS %.3g /* on the modeled GPU (plan.txt): the watchdog's default */\n",
+  fprintf(f,
+          "#define PREDICTED_STEP_SECONDS %.3g /* on the modeled GPU (plan.txt): the watchdog's default */\n",
           pr->predicted_step_s);
 }

@@ -26,8 +26,8 @@ typedef struct {
   const char *lse_type; /* the attention's and the loss's saved log-sum-exp */
   /* per graph and op, the CUDA printer's cuBLASLt epilogue fusions (emit_cuda.c); NULL on the CPU */
   const unsigned char *fusion[LX_GRAPH_COUNT];
-  bool reroll;            /* the step's repeating runs of lines as loops (emit_reroll.c) */
-  lx_tensor_names *names; /* the tensors the printed code names (emit_names.c) */
+  bool reroll;             /* the step's repeating runs of lines as loops (emit_reroll.c) */
+  lx_tensor_names *names;  /* the tensors the printed code names (emit_names.c) */
   double predicted_step_s; /* lx_program's */
 } lx_printer;
 
@@ -42,6 +42,9 @@ typedef struct {
 
 /* Tensor `role`/`index` of op `op` of graph g, for the instance named by the
  * C variables `layer` and `mb` where the text is used. */
+/* The printer of stage s of prog into out; act_type names the activations
+ * and weights' element type, lse_type the saved log-sum-exp's. */
+lx_printer emit_printer(const lx_program *prog, int s, FILE *out, const char *act_type, const char *lse_type);
 lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_role role, int index);
 /* The tensor's accessor call ("block_qkv(layer, mb)", emit_names.h), or a
  * layer-boundary function's call; returns buf. */
