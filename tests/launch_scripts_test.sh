@@ -11,9 +11,11 @@ cd "$(dirname "$0")/.."
 out=$tmp/out
 bin/lynxgen examples/tiny.model --tp 2 --dp 1 --pp 2 -o "$out" >/dev/null || fail "lynxgen writes a CUDA program"
 mkdir -p "$tmp/bin"
-# srun stand-in: runs the command once per task with SLURM_PROCID set, as srun does.
+# srun stand-in: runs the command once per task with SLURM_PROCID set, as srun
+# does (after the stage programs' preflight, or it fails).
 cat >"$tmp/bin/srun" <<'EOF'
 #!/bin/sh
+[ -e "$LOG.preflight" ] || exit 9
 tasks=1
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,11 +31,13 @@ while [ "$task" -lt "$tasks" ]; do
   task=$((task + 1))
 done
 EOF
-# mpirun stand-in: one line per argument.
-printf '#!/bin/sh\nfor a in "$@"; do printf "%%s\\n" "$a"; done >"$LOG"\n' >"$tmp/bin/mpirun"
-# stage stand-ins: their stage, SLURM_PROCID and arguments, one per line.
+# mpirun stand-in: one line per argument (after the preflight, or it fails).
+printf '#!/bin/sh\n[ -e "$LOG.preflight" ] || exit 9\nfor a in "$@"; do printf "%%s\\n" "$a"; done >"$LOG"\n' \
+  >"$tmp/bin/mpirun"
+# stage stand-ins: their stage, SLURM_PROCID and arguments, one per line;
+# the preflight each script runs first goes to a log of its own.
 for s in 0 1; do
-  printf '#!/bin/sh\n{ echo "stage%d task ${SLURM_PROCID:-}"; for a in "$@"; do printf "%%s\\n" "$a"; done; } >>"$LOG"\n' \
+  printf '#!/bin/sh\nlog=$LOG; [ "$1" = --preflight ] && log=$LOG.preflight && shift\n{ echo "stage%d task ${SLURM_PROCID:-}"; for a in "$@"; do printf "%%s\\n" "$a"; done; } >>"$log"\n' \
     "$s" >"$out/stage$s"
 done
 chmod +x "$tmp/bin/srun" "$tmp/bin/mpirun" "$out/stage0" "$out/stage1"
@@ -57,6 +61,13 @@ else
     "$(cat slurm.log 2>/dev/null)"
 fi
 
+preflight="stage0 task "$'\n'"$expected_args"$'\n'"stage1 task "$'\n'"$expected_args"
+if [ "$(cat slurm.log.preflight)" = "$preflight" ]; then
+  pass "run-slurm.sh: each stage program's --preflight gets every argument intact, before srun"
+else
+  fail "run-slurm.sh: each stage program's --preflight gets every argument intact" "$(cat slurm.log.preflight)"
+fi
+
 LOG=$tmp/mpirun.log PATH=$tmp/bin:$PATH sh "$out/run.sh" "${args[@]}"
 status=$?
 # After each stage program: the arguments as given, then ':' or the end.
@@ -66,6 +77,22 @@ if [ $status = 0 ] && [ "$after_stage" = "$expected_args"$'\n'"$expected_args" ]
 else
   fail "run.sh: mpirun starts both stage programs with every argument intact" "exit $status" \
     "$(cat mpirun.log 2>/dev/null)"
+fi
+
+if [ "$(cat mpirun.log.preflight)" = "$preflight" ]; then
+  pass "run.sh: each stage program's --preflight gets every argument intact, before mpirun"
+else
+  fail "run.sh: each stage program's --preflight gets every argument intact" "$(cat mpirun.log.preflight)"
+fi
+
+# Inside a Slurm job of the wrong size, run-slurm.sh says so before srun.
+LOG=$tmp/small.log SLURM_NTASKS=3 PATH=$tmp/bin:$PATH sh "$out/run-slurm.sh" >"$tmp/small.out" 2>&1
+status=$?
+if [ $status = 1 ] && grep -q "this job has 3 tasks; the program needs 4 (2 stages x 2 ranks)" "$tmp/small.out" &&
+  [ ! -e small.log ]; then
+  pass "run-slurm.sh refuses a job of 3 tasks for a program of 4, before srun"
+else
+  fail "run-slurm.sh refuses a job of 3 tasks for a program of 4" "exit $status" "$(cat "$tmp/small.out")"
 fi
 
 if [ -z "$(find "$tmp" "$out" -name PWNED)" ]; then

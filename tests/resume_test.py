@@ -16,6 +16,9 @@ stream matters:
   checkpoint on disk is the last good one (its step read from the file's
   header, whose layout docs/checkpoints.md gives);
 - a --save path that cannot be written is refused before step 1;
+- run.sh's preflight: a data glob that matches nothing, or a job whose ranks
+  need more memory than the machine has (GPT 7B on the CPU: 290 GiB), stops
+  run.sh before mpirun starts a rank, naming what is wrong;
 - a stage stopped by the kernel (SIGSTOP: alive and silent, as a wedged
   peer is) leaves the others waiting: the watchdog of a waiting rank names
   what it waits on (the receive, its micro-batch and stage) and the job ends
@@ -278,6 +281,30 @@ def save_preflight(work, program):
             print((r.stdout + r.stderr)[-1500:])
 
 
+def launch_preflight(work, program):
+    metrics = os.path.join(program, "no-data.jsonl")
+    r = run(command(program, work, metrics)[:1] + ["--data", os.path.join(work, "nothing_*.bin"), "--steps", "1"], work)
+    check(r.returncode == 1 and "no file matches" in r.stderr and "nothing_*.bin" in r.stderr and
+          "mpirun" not in r.stdout + r.stderr and not os.path.exists(metrics),
+          "run.sh's preflight stops a job whose data glob matches nothing before mpirun (%d: %s)" % (
+              r.returncode, r.stderr.strip()[-200:]))
+    big = generate(work, "gpt7b-cpu", os.path.join(ROOT, "examples", "gpt-7b.model"), "--tp", "1", "--pp", "1",
+                   "--dp", "1", "--allow-oom-plan")
+    r = run([os.path.join(big, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--eval-interval", "0",
+             "--steps", "1"], work) if big else None
+    with open("/proc/meminfo") as f:
+        available = [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")][0]
+    # what the program's preflight says one rank needs; more than 7e9 * 16 bytes (fp32 weights, gradients,
+    # two AdamW moments), more than this machine has
+    needs = [int(w) for line in (r.stdout if r else "").splitlines() if line.startswith("preflight:")
+             for w in line.split() if w.isdigit()]
+    check(r is not None and needs and needs[-1] > max(available, 7e9 * 16) and r.returncode == 1 and
+          "need %d bytes" % needs[-1] in r.stderr and
+          "bytes available" in r.stderr and "mpirun" not in r.stdout + r.stderr,
+          "run.sh's preflight stops a job that needs more memory than this machine has (%s)" % (
+              r.stderr.strip()[-200:] if r else "no build"))
+
+
 def stage_pids(program, stage):
     return [int(pid) for pid in job_processes(program)
             if os.readlink("/proc/%s/exe" % pid) == os.path.join(program, "stage%d" % stage)]
@@ -344,6 +371,7 @@ def main():
             preemption(work, program, long_reference, signal.SIGINT)
             non_finite(work, program)
             save_preflight(work, program)
+            launch_preflight(work, program)
             watchdog(work, program)
 
 

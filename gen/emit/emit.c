@@ -64,6 +64,38 @@ static void print_stop_forwarding(FILE *out) {
                "exit \"$status\"\n");
 }
 
+/* Before the job starts, each stage program checks what the run would take
+ * (stageN --preflight: options, data, checkpoint paths; a CUDA program its
+ * GPU's memory); on the CPU, where every rank shares this machine, the
+ * script adds up what the ranks need and compares it with what is free. */
+static void print_preflight(const lx_program *prog, FILE *out, const char *variant) {
+  bool cpu = prog->target == LX_TARGET_CPU;
+  fprintf(out, "# preflight: every stage program checks the options, data and checkpoint paths first\n%s",
+          cpu ? "need=0\n" : "");
+  fprintf(out, "for stage in");
+  for (int s = 0; s < prog->pipe->pp; s++)
+    fprintf(out, " %d", s);
+  fprintf(out,
+          "; do\n  report=$(\"$here/stage$stage%s\" --preflight \"$@\") || exit $?\n"
+          "  printf '%%s\\n' \"$report\" | grep '^preflight:' || true\n",
+          variant);
+  if (cpu)
+    fprintf(out,
+            "  bytes=$(printf '%%s\\n' \"$report\" | sed -n 's/.* needs \\([0-9]*\\) bytes.*/\\1/p')\n"
+            "  need=$(( need + ${bytes:-0} * %d ))\n",
+            stage_ranks(prog));
+  fprintf(out, "done\n");
+  if (cpu)
+    fprintf(
+        out,
+        "avail=$(awk '/^MemAvailable:/ {printf \"%%.0f\", $2 * 1024}' /proc/meminfo 2>/dev/null || true)\n"
+        "if [ -n \"$avail\" ] && [ \"$need\" -gt \"$avail\" ]; then\n"
+        "  echo \"run.sh: the job's %d rank(s) need $need bytes of memory; this machine has $avail bytes "
+        "available\" >&2\n"
+        "  exit 1\nfi\n",
+        prog->pipe->pp * stage_ranks(prog));
+}
+
 static void cpu_run_script(const lx_program *prog, FILE *out) {
   int ranks = prog->pipe->pp * stage_ranks(prog);
   fprintf(out,
@@ -73,7 +105,10 @@ static void cpu_run_script(const lx_program *prog, FILE *out) {
           "#   ./run.sh --steps 50      every argument goes to every stage\n"
           "#   LX_VARIANT=-check ./run.sh   run the programs built by 'make check'\n"
           "set -e\nhere=$(dirname \"$0\")\n"
-          "variant=${LX_VARIANT:-}\n"
+          "variant=${LX_VARIANT:-}\n",
+          prog->pipe->pp, stage_ranks(prog));
+  print_preflight(prog, out, "$variant");
+  fprintf(out,
           "root=\n[ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n"
           "cores=$(nproc 2>/dev/null || echo 1)\n"
           "threads=$(( cores / %d ))\n[ \"$threads\" -ge 1 ] || threads=1\n"
@@ -84,7 +119,7 @@ static void cpu_run_script(const lx_program *prog, FILE *out) {
           " --oversubscribe --bind-to none \\\n"
           "  --mca btl self,vader --mca btl_vader_single_copy_mechanism none \\\n"
           "  -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY",
-          prog->pipe->pp, stage_ranks(prog), ranks);
+          ranks);
   for (int s = 0; s < prog->pipe->pp; s++)
     fprintf(out, " \\\n  %s-np %d \"$here/stage%d$variant\" \"$@\"", s ? ": " : "", stage_ranks(prog), s);
   print_stop_forwarding(out);
@@ -130,7 +165,15 @@ static void cuda_run_script(const lx_program *prog, FILE *out, bool slurm) {
           "set -e\nhere=$(dirname \"$0\")\n",
           prog->pipe->pp, per_stage, slurm ? " under Slurm (srun)" : " (mpirun)",
           slurm ? "./run-slurm.sh" : "./run.sh", slurm ? "./run-slurm.sh" : "./run.sh");
-  if (slurm) { /* every task runs its stage's program (task / ranks per stage) with the arguments as given */
+  print_preflight(prog, out, "");
+  if (slurm) {
+    fprintf(out,
+            "if [ -n \"${SLURM_NTASKS:-}\" ] && [ \"$SLURM_NTASKS\" -ne %d ]; then\n"
+            "  echo \"run-slurm.sh: this job has $SLURM_NTASKS tasks; the program needs %d (%d stages x %d "
+            "ranks)\" >&2\n"
+            "  exit 1\nfi\n",
+            ranks, ranks, prog->pipe->pp, per_stage); /* every task runs its stage's program (task / ranks per
+                                                         stage) with the arguments as given */
     fprintf(out,
             "exec srun --ntasks=%d --gpus-per-task=1 \\\n  sh -c 'exec \"$0/stage$((SLURM_PROCID / %d))\"%s "
             "\"$@\"' \"$here\" \"$@\"\n",

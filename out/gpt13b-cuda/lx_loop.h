@@ -92,8 +92,9 @@ static void check_validation_only(const lx_run_options *o) {
   if (o->save_checkpoint) lx_usage_error("--steps 0 trains nothing: --save would have no new state to write");
 }
 
-/* The model file's training settings, overridden by the command line. */
-static lx_run_options model_run_options(lx_program program, int argc, char **argv) {
+/* The model file's training settings, overridden by the command line and
+ * checked against each other (no MPI: --preflight runs without it). */
+static lx_run_options parsed_run_options(lx_program program, int argc, char **argv) {
   lx_run_options o = model_defaults(program);
   lx_parse_run_options(argc, argv, &o);
   lx_metrics_set_print_every(o.print_every);
@@ -102,6 +103,12 @@ static lx_run_options model_run_options(lx_program program, int argc, char **arg
   check_validation_only(&o);
   if (o.init_checkpoint) require_llmc_checkpoints(o.init_checkpoint);
   if (o.export_checkpoint) require_llmc_checkpoints(o.export_checkpoint);
+  return o;
+}
+
+/* The run's settings, with the paths it will save to tried by rank 0. */
+static lx_run_options model_run_options(lx_program program, int argc, char **argv) {
+  lx_run_options o = parsed_run_options(program, argc, argv);
   if (o.save_checkpoint) lx_check_save_path("--save", o.save_checkpoint);
   if (o.export_checkpoint) lx_check_save_path("--export-llmc", o.export_checkpoint);
   lx_catch_stop_signals();
@@ -120,6 +127,39 @@ static lx_loader *open_training_data(const lx_run_options *o) {
 static lx_loader *open_validation_data(const lx_run_options *o) {
   if (!o->val_data || (o->val_interval <= 0 && o->train.steps > 0)) return NULL;
   return lx_loader_open(o->val_data, B, T, V, replica, DATA_PARALLEL, "validation data");
+}
+
+/* ---- preflight: what the launch scripts check before they start the job ------------- */
+
+static void preflight_save_path(const char *flag, const char *path) {
+  char why[1024];
+  lx_probe_save_path(path, why, sizeof why);
+  if (why[0]) lx_die("%s %s: cannot save there: %s", flag, path, why);
+}
+
+static void preflight_readable(const char *flag, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) lx_die("%s %s: cannot read it: %s", flag, path, strerror(errno));
+  fclose(f);
+}
+
+/* `stageN --preflight ARGS`, without MPI, as run.sh and run-slurm.sh call it
+ * before they start the job: the options as the run would take them, the
+ * data it would read, the checkpoints it would read and the paths it would
+ * write; a failure is the run's own message and status. Prints what one rank
+ * of this stage needs of `memory` (the launch script adds the stages' up). */
+static int preflight(lx_program program, int argc, char **argv, long long rank_bytes, const char *memory) {
+  lx_run_options o = parsed_run_options(program, argc, argv);
+  lx_loader_close(open_training_data(&o));
+  lx_loader *val = open_validation_data(&o);
+  if (val) lx_loader_close(val);
+  if (o.init_checkpoint) preflight_readable("--init", o.init_checkpoint);
+  if (o.resume_checkpoint) preflight_readable("--resume", o.resume_checkpoint);
+  if (o.save_checkpoint) preflight_save_path("--save", o.save_checkpoint);
+  if (o.export_checkpoint) preflight_save_path("--export-llmc", o.export_checkpoint);
+  printf("preflight: stage %d: options, data and checkpoint paths ok; a rank needs %lld bytes of %s memory\n",
+         STAGE, rank_bytes, memory);
+  return 0;
 }
 
 /* ---- checkpoints -------------------------------------------------------------------- */

@@ -4,5 +4,14 @@
 #   ./run-slurm.sh --steps 50      every argument goes to every stage
 set -e
 here=$(dirname "$0")
+# preflight: every stage program checks the options, data and checkpoint paths first
+for stage in 0 1 2 3; do
+  report=$("$here/stage$stage" --preflight "$@") || exit $?
+  printf '%s\n' "$report" | grep '^preflight:' || true
+done
+if [ -n "${SLURM_NTASKS:-}" ] && [ "$SLURM_NTASKS" -ne 8 ]; then
+  echo "run-slurm.sh: this job has $SLURM_NTASKS tasks; the program needs 8 (4 stages x 2 ranks)" >&2
+  exit 1
+fi
 exec srun --ntasks=8 --gpus-per-task=1 \
   sh -c 'exec "$0/stage$((SLURM_PROCID / 2))" "$@"' "$here" "$@"

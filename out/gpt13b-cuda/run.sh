@@ -4,6 +4,11 @@
 #   ./run.sh --steps 50      every argument goes to every stage
 set -e
 here=$(dirname "$0")
+# preflight: every stage program checks the options, data and checkpoint paths first
+for stage in 0 1 2 3; do
+  report=$("$here/stage$stage" --preflight "$@") || exit $?
+  printf '%s\n' "$report" | grep '^preflight:' || true
+done
 root=
 [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 setsid=$(command -v setsid || true)

@@ -6,6 +6,19 @@
 set -e
 here=$(dirname "$0")
 variant=${LX_VARIANT:-}
+# preflight: every stage program checks the options, data and checkpoint paths first
+need=0
+for stage in 0 1; do
+  report=$("$here/stage$stage$variant" --preflight "$@") || exit $?
+  printf '%s\n' "$report" | grep '^preflight:' || true
+  bytes=$(printf '%s\n' "$report" | sed -n 's/.* needs \([0-9]*\) bytes.*/\1/p')
+  need=$(( need + ${bytes:-0} * 1 ))
+done
+avail=$(awk '/^MemAvailable:/ {printf "%.0f", $2 * 1024}' /proc/meminfo 2>/dev/null || true)
+if [ -n "$avail" ] && [ "$need" -gt "$avail" ]; then
+  echo "run.sh: the job's 2 rank(s) need $need bytes of memory; this machine has $avail bytes available" >&2
+  exit 1
+fi
 root=
 [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 cores=$(nproc 2>/dev/null || echo 1)

@@ -197,7 +197,25 @@ static void allocate(void) {
   CUDA_CHECK(cudaMallocHost((void **)&host_batches, sizeof(int) * (size_t)MICRO_BATCHES * 2 * BT));
 }
 
+/* --preflight on the launching node: its first GPU must hold a rank's arena
+ * (a node without a GPU, a login node, cannot tell). */
+static int preflight_gpu(int argc, char **argv) {
+  int status = preflight(LX_PROGRAM_CUDA, argc, argv, ARENA_BYTES, "GPU");
+  int devices = 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 || cudaSetDevice(0) != cudaSuccess ||
+      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    printf("preflight: stage %d: no GPU visible here, its memory is not checked\n", STAGE);
+    return status;
+  }
+  if ((long long)free_bytes < ARENA_BYTES)
+    lx_die("preflight: GPU 0 has %.2f GiB free of %.2f GiB; a rank of stage %d needs %.2f GiB (its arena, plan.txt)",
+           free_bytes / 1073741824.0, total_bytes / 1073741824.0, STAGE, ARENA_BYTES / 1073741824.0);
+  return status;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--preflight")) return preflight_gpu(argc - 1, argv + 1);
   LX_MPI_CHECK(MPI_Init(&argc, &argv));
   int rank = 0, ranks = 1;
   LX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

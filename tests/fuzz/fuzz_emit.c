@@ -8,8 +8,8 @@
 #include "fuzz_plan.h"
 #include "planning/layout.h"
 #include "planning/memplan.h"
-#include "report/report.h"
 #include "planning/simulate.h"
+#include "report/report.h"
 #include "report/trace.h"
 #include "verify/verify.h"
 
@@ -62,12 +62,12 @@ static void emit_target(const lx_pipeline *pipe, lx_report *report, const fuzz_o
                     &layouts[s]);
   if (lx_verify(pipe, layouts) != 0)
     fail("the verifier found a generator bug", target == LX_TARGET_CPU ? "cpu" : "cuda");
-  lx_program prog = {pipe,
-                     layouts,
-                     target,
-                     o->cuda_graph && target == LX_TARGET_CUDA,
-                     o->unfused && target == LX_TARGET_CUDA,
-                     o->unrolled};
+  lx_program prog = {.pipe = pipe,
+                     .layouts = layouts,
+                     .target = target,
+                     .cuda_graph = o->cuda_graph && target == LX_TARGET_CUDA,
+                     .unfused = o->unfused && target == LX_TARGET_CUDA,
+                     .unrolled = o->unrolled};
   report->layouts = layouts;
   sources in = {&prog, report, 0};
   for (in.stage = 0; in.stage < pipe->pp; in.stage++)

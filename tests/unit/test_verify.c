@@ -231,7 +231,7 @@ static void check_accesses(void) {
 /* ---- the printer's fusions against a schedule that splits a pair ------------ */
 
 static int count_in_cuda_stage(built *b, int s, const char *needle) {
-  lx_program prog = {&b->pipe, b->layouts, LX_TARGET_CUDA, false, false, false};
+  lx_program prog = {.pipe = &b->pipe, .layouts = b->layouts, .target = LX_TARGET_CUDA};
   char *text = NULL;
   size_t size = 0;
   FILE *f = open_memstream(&text, &size);
