@@ -403,6 +403,29 @@ def main():
     check(same, "an llm.c GPT-2 checkpoint loads and saves back byte-identical")
     if not same and r is not None:
         print(r.stdout[-2000:] + r.stderr[-2000:])
+    # llm.c's GPT-2 releases have a context of 1024 positions: a file with more
+    # position rows than the model's sequence loads its first rows, and every
+    # tensor after them from its place in the longer file. Built here from the
+    # file above: twice the rows, the extra ones 7.0; exported back, it must
+    # be that file again.
+    C, seq, padded = 64, 32, 256
+    with open(source, "rb") as f:
+        original = f.read()
+    wpe_end = 1024 + 4 * (padded + seq) * C
+    longer = os.path.join(work, "gpt2-longer.bin")
+    with open(longer, "wb") as f:
+        f.write(original[:8] + struct.pack("<i", 2 * seq) + original[12:wpe_end])
+        f.write(struct.pack("<%df" % (seq * C), *([7.0] * (seq * C))) + original[wpe_end:])
+    r, _ = train(program, work, "--init", longer, "--export-llmc", saved, "--steps", "0") if program else (None, None)
+    check(r is not None and r.returncode == 0 and open(saved, "rb").read() == original,
+          "an llm.c checkpoint of twice the model's context loads (its first position rows, the tensors after "
+          "them moved) and exports as the model's")
+    with open(longer, "r+b") as f:  # a shorter context than the model's cannot fit
+        f.seek(2 * 4)
+        f.write(struct.pack("<i", seq // 2))
+    r, _ = train(program, work, "--init", longer, "--export-llmc", saved, "--steps", "0") if program else (None, None)
+    check(r is not None and r.returncode != 0 and "max_seq_len is 16 in the file, expected 32" in r.stdout + r.stderr,
+          "an llm.c checkpoint of a shorter context than the model's is refused, naming max_seq_len")
     with open(source, "r+b") as f:  # a header that does not match the model
         f.seek(4 * 4)
         f.write(struct.pack("<i", 5))

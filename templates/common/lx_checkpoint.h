@@ -146,8 +146,10 @@ static inline int lx_gpt2_header_mismatches(const char *path, const lx_gpt2_head
   return bad;
 }
 
-/* Checks magic, version, shape and size; dies with a message otherwise. */
-static inline void lx_checkpoint_check(const char *path, int fd, const lx_gpt2_header *expect) {
+/* Checks magic, version, shape and size; dies with a message otherwise.
+ * A file of a longer context than the model's (llm.c's GPT-2 releases have
+ * max_seq_len 1024) fits too: *expect takes the file's max_seq_len. */
+static inline void lx_checkpoint_check(const char *path, int fd, lx_gpt2_header *expect) {
   int32_t header[LX_GPT2_HEADER_INTS];
   int64_t size = lx_file_size(fd);
   if (size < LX_GPT2_HEADER_BYTES || lx_pread_full(fd, header, LX_GPT2_HEADER_BYTES, 0) != 0)
@@ -158,6 +160,7 @@ static inline void lx_checkpoint_check(const char *path, int fd, const lx_gpt2_h
   if (header[1] != LX_GPT2_VERSION_FP32)
     lx_die("checkpoint %s has version %d; this program reads version %d (fp32 parameters)", path, header[1],
            LX_GPT2_VERSION_FP32);
+  if (header[2] > expect->max_seq_len) expect->max_seq_len = header[2]; /* the first rows are the model's */
   if (lx_gpt2_header_mismatches(path, expect, header)) exit(LX_EXIT_ERROR);
   int64_t want = lx_gpt2_file_bytes(expect);
   if (size != want)
@@ -181,13 +184,19 @@ static inline void lx_checkpoint_load(const char *path, const lx_gpt2_header *ex
 ) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
-  lx_checkpoint_check(path, fd, expect);
+  lx_gpt2_header file = *expect;
+  lx_checkpoint_check(path, fd, &file);
+  /* The slices are laid out for the model's context: a longer file's wpe
+   * holds more rows (the model reads the first), which moves every tensor
+   * after it by the extra rows. */
+  int64_t wpe_end = lx_gpt2_tensor_offset(expect, LX_GPT2_LN1W);
+  int64_t shift = lx_gpt2_tensor_offset(&file, LX_GPT2_LN1W) - wpe_end;
   for (int i = 0; i < n; i++) {
-    const lx_ckpt_slice *s = &slices[i];
-    lx_checkpoint_check_slice(expect, s);
-    if (lx_pread_full(fd, params + s->param_element, 4 * s->elements,
-                      LX_GPT2_HEADER_BYTES + 4 * s->file_element))
-      lx_die("checkpoint %s: cannot read %s: %s", path, s->name, errno ? strerror(errno) : "file shrank");
+    lx_ckpt_slice s = slices[i];
+    lx_checkpoint_check_slice(expect, &s);
+    if (s.file_element >= wpe_end) s.file_element += shift;
+    if (lx_pread_full(fd, params + s.param_element, 4 * s.elements, LX_GPT2_HEADER_BYTES + 4 * s.file_element))
+      lx_die("checkpoint %s: cannot read %s: %s", path, s.name, errno ? strerror(errno) : "file shrank");
   }
   close(fd);
 }
