@@ -19,6 +19,8 @@ stream matters:
 - run.sh's preflight: a data glob that matches nothing, or a job whose ranks
   need more memory than the machine has (GPT 7B on the CPU: 290 GiB), stops
   run.sh before mpirun starts a rank, naming what is wrong;
+- a rank that dies (kill -9 of stage 1's process alone) takes the job down
+  within seconds, mpirun naming the rank, with no checkpoint written after;
 - a stage stopped by the kernel (SIGSTOP: alive and silent, as a wedged
   peer is) leaves the others waiting: the watchdog of a waiting rank names
   what it waits on (the receive, its micro-batch and stage) and the job ends
@@ -310,6 +312,29 @@ def stage_pids(program, stage):
             if os.readlink("/proc/%s/exe" % pid) == os.path.join(program, "stage%d" % stage)]
 
 
+def dead_rank(work, program):
+    metrics, ckpt = os.path.join(program, "dead.jsonl"), os.path.join(program, "dead.bin")
+    job = start(program, work, metrics, "--save", ckpt, "--checkpoint-every", "1", steps=PREEMPTION_STEPS)
+    running = wait_for_step(job, metrics, 3)
+    killed = stage_pids(program, 1)
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    last_step, at_kill = max(losses(metrics), default=0), time.time()
+    try:
+        status = job.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        status = None
+    took = time.time() - at_kill
+    with open(metrics + ".log") as f:
+        log = f.read()
+    check(running and killed and status not in (None, 0) and took < 10 and "rank 1" in log and "signal 9" in log,
+          "a rank killed with kill -9: the job ends %.1f s later (status %s), mpirun naming rank 1" % (took, status))
+    check(saved_step(ckpt) is not None and saved_step(ckpt) <= last_step,
+          "no checkpoint after the rank died (saved step %s, last step reported before %d)" % (saved_step(ckpt),
+                                                                                              last_step))
+    check(kill_job(job, program), "no rank of the dead job is left")
+
+
 def watchdog(work, program):
     metrics, ckpt = os.path.join(program, "watchdog.jsonl"), os.path.join(program, "watchdog.bin")
     timeout = 2
@@ -328,7 +353,9 @@ def watchdog(work, program):
     with open(metrics + ".log") as f:
         log = f.read()
     named = [line for line in log.splitlines() if line.startswith("lynx: watchdog: rank 0 (stage 0) made no progress")]
-    check(running and stopped and status not in (None, 0) and named and "from stage 1" in named[0],
+    # it waits on stage 1's message, or in the tied embedding's all-reduce with it
+    waits_on_stage_1 = named and ("stage 1" in named[0] or "tied-embedding" in named[0])
+    check(running and stopped and status not in (None, 0) and waits_on_stage_1,
           "a stopped stage: rank 0's watchdog names what it waits on and the job ends %.1f s after the stop "
           "(--watchdog %d; status %s): %s" % (took, timeout, status, named[0] if named else log[-1500:]))
     check(saved_step(ckpt) is not None and saved_step(ckpt) <= last_step,
@@ -372,6 +399,7 @@ def main():
             non_finite(work, program)
             save_preflight(work, program)
             launch_preflight(work, program)
+            dead_rank(work, program)
             watchdog(work, program)
 
 

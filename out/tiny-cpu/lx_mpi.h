@@ -94,6 +94,10 @@ static inline lx_groups lx_groups_start(int world_rank, int tp, int dp, int stag
   LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.stage * dp + g.dp_rank, g.tp_rank, &g.tp));
   LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.stage * tp + g.tp_rank, g.dp_rank, &g.dp));
   LX_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp + g.tp_rank, g.stage, &g.pp));
+  /* names for the watchdog's message */
+  LX_MPI_CHECK(MPI_Comm_set_name(g.tp, "tensor-parallel"));
+  LX_MPI_CHECK(MPI_Comm_set_name(g.dp, "data-parallel"));
+  LX_MPI_CHECK(MPI_Comm_set_name(g.pp, "pipeline"));
   lx_pipeline_comm = g.pp;
   return g;
 }
@@ -160,12 +164,20 @@ static inline void lx_waitall(int n,
     lx_wait(&reqs[i]);
 }
 
+/* comm's name (set where it is made), for the watchdog's message. */
+static inline const char *lx_comm_name(MPI_Comm comm) {
+  static char name[MPI_MAX_OBJECT_NAME];
+  int length = 0;
+  if (MPI_Comm_get_name(comm, name, &length) != MPI_SUCCESS || length == 0) return "unnamed";
+  return name;
+}
+
 /* In place: buf = the sum of every rank's buf in comm (data-parallel
  * gradients, tensor-parallel partial sums). */
 static inline void lx_allreduce_sum(real *buf, // (n)
                                     int64_t n, MPI_Comm comm) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
-  lx_watchdog_waiting("an all-reduce of %lld values over a tensor- or data-parallel group", (long long)n);
+  lx_watchdog_waiting("an all-reduce of %lld values over the %s group", (long long)n, lx_comm_name(comm));
   LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm));
 }
 
@@ -174,7 +186,7 @@ static inline void lx_iallreduce_sum(real *buf, // (n)
                                      int64_t n, MPI_Comm comm, MPI_Request *req) {
   LX_CHECK(n >= 0 && n <= INT_MAX);
   LX_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm, req));
-  lx_post(req, "an all-reduce of %lld values (tensor- or data-parallel)", (long long)n);
+  lx_post(req, "an all-reduce of %lld values over the %s group", (long long)n, lx_comm_name(comm));
 }
 
 /* Sequence parallelism: starts summing `whole` over comm, rank r receiving
@@ -232,7 +244,7 @@ static inline void lx_allgather_chunks(real *buf, // (size(comm) * chunk)
 /* The sum of x over comm (squared gradient norms of the stages, losses). */
 static inline double lx_allreduce_sum_double(double x, MPI_Comm comm) {
   double sum = 0;
-  lx_watchdog_waiting("the sum of the stages' losses or squared gradient norms");
+  lx_watchdog_waiting("a sum over the %s group (losses, squared gradient norms)", lx_comm_name(comm));
   LX_MPI_CHECK(MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm));
   return sum;
 }

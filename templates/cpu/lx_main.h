@@ -406,6 +406,7 @@ int main(int argc, char **argv) {
   lx_run_options o = model_run_options(LX_PROGRAM_CPU, argc, argv);
   int color = STAGE == 0 || STAGE == STAGES - 1 ? 0 : MPI_UNDEFINED;
   if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(groups.pp, color, STAGE, &tied_comm));
+  if (tied_comm != MPI_COMM_NULL) LX_MPI_CHECK(MPI_Comm_set_name(tied_comm, "tied-embedding (first and last stage)"));
   allocate_arena();
   seed = o.train.seed;
   if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
