@@ -312,56 +312,45 @@ def stage_pids(program, stage):
             if os.readlink("/proc/%s/exe" % pid) == os.path.join(program, "stage%d" % stage)]
 
 
-def dead_rank(work, program):
-    metrics, ckpt = os.path.join(program, "dead.jsonl"), os.path.join(program, "dead.bin")
-    job = start(program, work, metrics, "--save", ckpt, "--checkpoint-every", "1", steps=PREEMPTION_STEPS)
-    running = wait_for_step(job, metrics, 3)
-    killed = stage_pids(program, 1)
-    for pid in killed:
-        os.kill(pid, signal.SIGKILL)
-    last_step, at_kill = max(losses(metrics), default=0), time.time()
+def signal_stage_1(work, program, name, sig, *args):
+    """Trains with --save every step, sends sig to stage 1's process after
+    step 3 and waits for the job to end. Returns whether stage 1 got it and
+    how the job ended: (hit, status or None, seconds after the signal, log)."""
+    metrics, ckpt = os.path.join(program, name + ".jsonl"), os.path.join(program, name + ".bin")
+    job = start(program, work, metrics, "--save", ckpt, "--checkpoint-every", "1", *args, steps=PREEMPTION_STEPS)
+    hit = wait_for_step(job, metrics, 3) and stage_pids(program, 1)
+    for pid in hit or []:
+        os.kill(pid, sig)
+    last_step, sent = max(losses(metrics), default=0), time.time()
     try:
         status = job.wait(timeout=30)
     except subprocess.TimeoutExpired:
         status = None
-    took = time.time() - at_kill
+    took = time.time() - sent
     with open(metrics + ".log") as f:
         log = f.read()
-    check(running and killed and status not in (None, 0) and took < 10 and "rank 1" in log and "signal 9" in log,
-          "a rank killed with kill -9: the job ends %.1f s later (status %s), mpirun naming rank 1" % (took, status))
     check(saved_step(ckpt) is not None and saved_step(ckpt) <= last_step,
-          "no checkpoint after the rank died (saved step %s, last step reported before %d)" % (saved_step(ckpt),
-                                                                                              last_step))
-    check(kill_job(job, program), "no rank of the dead job is left")
+          "%s: no checkpoint after the signal (saved step %s, last step reported before it %d)" % (
+              name, saved_step(ckpt), last_step))
+    check(kill_job(job, program), "%s: no rank of the job is left" % name)
+    return bool(hit), status, took, log
+
+
+def dead_rank(work, program):
+    hit, status, took, log = signal_stage_1(work, program, "dead-rank", signal.SIGKILL)
+    check(hit and status not in (None, 0) and took < 10 and "rank 1" in log and "signal 9" in log,
+          "a rank killed with kill -9: the job ends %.1f s later (status %s), mpirun naming rank 1" % (took, status))
 
 
 def watchdog(work, program):
-    metrics, ckpt = os.path.join(program, "watchdog.jsonl"), os.path.join(program, "watchdog.bin")
     timeout = 2
-    job = start(program, work, metrics, "--watchdog", str(timeout), "--save", ckpt, "--checkpoint-every", "1",
-                steps=PREEMPTION_STEPS)
-    running = wait_for_step(job, metrics, 3)
-    stopped = stage_pids(program, 1)
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
-    last_step, at_stop = max(losses(metrics), default=0), time.time()
-    try:
-        status = job.wait(timeout=timeout + 20)
-    except subprocess.TimeoutExpired:
-        status = None
-    took = time.time() - at_stop
-    with open(metrics + ".log") as f:
-        log = f.read()
+    hit, status, took, log = signal_stage_1(work, program, "stopped-rank", signal.SIGSTOP, "--watchdog", str(timeout))
     named = [line for line in log.splitlines() if line.startswith("lynx: watchdog: rank 0 (stage 0) made no progress")]
     # it waits on stage 1's message, or in the tied embedding's all-reduce with it
     waits_on_stage_1 = named and ("stage 1" in named[0] or "tied-embedding" in named[0])
-    check(running and stopped and status not in (None, 0) and waits_on_stage_1,
+    check(hit and status not in (None, 0) and waits_on_stage_1,
           "a stopped stage: rank 0's watchdog names what it waits on and the job ends %.1f s after the stop "
           "(--watchdog %d; status %s): %s" % (took, timeout, status, named[0] if named else log[-1500:]))
-    check(saved_step(ckpt) is not None and saved_step(ckpt) <= last_step,
-          "no checkpoint after the stop (saved step %s, last step reported before it %d)" % (saved_step(ckpt),
-                                                                                           last_step))
-    check(kill_job(job, program), "no rank of the stopped job is left")
 
 
 def main():
