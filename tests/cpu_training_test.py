@@ -403,6 +403,25 @@ def main():
     check(same, "an llm.c GPT-2 checkpoint loads and saves back byte-identical")
     if not same and r is not None:
         print(r.stdout[-2000:] + r.stderr[-2000:])
+    # Tensor parallelism: each rank reads its rows (column-parallel weights, the
+    # vocabulary shards) or its column block of every row (row-parallel) from
+    # the file; the first step's loss equals the tp = 1 program's from the same
+    # file (the reading is right), and the export is the file again (so is the
+    # writing).
+    tp2 = generate(work, "ckpt-tp2", model, "--pp", "2", "--tp", "2")
+    tp2_saved = os.path.join(work, "out-tp2.bin")
+    r, _ = train(tp2, work, "--init", source, "--export-llmc", tp2_saved, "--steps", "0") if tp2 else (None, None)
+    check(r is not None and r.returncode == 0 and open(tp2_saved, "rb").read() == open(source, "rb").read(),
+          "tp=2 pp=2: an llm.c GPT-2 checkpoint loads and saves back byte-identical")
+    runs = [train(p, work, "--init", source, "--steps", "2") if p else (None, None) for p in (program, tp2)]
+    if all(r is not None and r.returncode == 0 for r, _ in runs):
+        one, two = (losses(metrics) for _, metrics in runs)
+        worst = relative_difference(two, one)
+        check(len(one) == len(two) == 2 and worst <= CROSS_PARALLEL_BOUND,
+              "tp=2 from an llm.c checkpoint: losses equal tp=1's from it within %.0e (worst %.2e)" % (
+                  CROSS_PARALLEL_BOUND, worst))
+    else:
+        check(False, "tp=1 and tp=2 train from an llm.c checkpoint")
     # llm.c's GPT-2 releases have a context of 1024 positions: a file with more
     # position rows than the model's sequence loads its first rows, and every
     # tensor after them from its place in the longer file. Built here from the

@@ -59,8 +59,6 @@ static void require_llmc_checkpoints(const char *path) {
   if (!GPT2_CHECKPOINT || !CHECKPOINT_FP32)
     lx_die("%s: this model is not llm.c's GPT-2 (or this is a double build); checkpoints are llm.c's format",
            path);
-  if (TENSOR_PARALLEL > 1)
-    lx_die("%s: checkpoints of tensor-parallel programs are not written or read yet", path);
 }
 
 /* The model file's training settings (its TRAINING_* macros): the defaults
@@ -166,37 +164,76 @@ static int preflight(lx_program program, int argc, char **argv, long long rank_b
 
 /* The stage's slices of the file: reading, every tensor the file holds (the
  * last stage's tied copy of wte too); writing, the parts this rank writes. */
-static int checkpoint_slices(lx_ckpt_slice *out, // (PARAM_TENSORS)
-                             int writing) {
-  int n = 0;
+/* Tensor parallelism: the run of this rank's elements of t that starts at
+ * local element e (counted from t->element) and is contiguous in the file
+ * too: to the end of a row (split 2, columns) or of a run of rows (split 1);
+ * returns its end and puts its place in the file into *file. */
+static long long shard_run(const lx_param_tensor *t, long long e, long long *file) {
+  if (t->split == 1) {
+    long long first = 0;
+    for (int k = 0; k < t->pieces; k++) {
+      long long size = t->piece_rows[k] * t->row_elements;
+      if (e < first + size) {
+        *file = t->file_element + (t->piece_row[k] + TP_RANK * t->piece_rows[k]) * t->row_elements + (e - first);
+        return first + size;
+      }
+      first += size;
+    }
+    LX_FATAL("element past the pieces of a tensor-parallel tensor");
+  }
+  if (t->split == 2) {
+    long long row = e / t->row_elements, column = e % t->row_elements;
+    *file = t->file_element + row * t->whole_row + TP_RANK * t->row_elements + column;
+    return (row + 1) * t->row_elements;
+  }
+  *file = t->file_element + e; /* replicated: the whole tensor */
+  return t->elements;
+}
+
+/* This stage's slices of llm.c's file: per parameter tensor with a place in
+ * it, the runs of the rank's elements [lo, hi) that are contiguous in both
+ * (a tensor-parallel shard is rows of the file's, or a column block of each
+ * row); writing, only the parts this rank saves, a replicated tensor by tp
+ * rank 0. Returns them, malloc'd, and their number in *n. */
+static lx_ckpt_slice *checkpoint_slices(int writing, int *n) {
+  int cap = PARAM_TENSORS;
+  lx_ckpt_slice *out = (lx_ckpt_slice *)LX_MALLOC(sizeof(lx_ckpt_slice) * (size_t)cap);
+  *n = 0;
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
-    if (t->file_element < 0 || (writing && !t->writes_file)) continue;
+    int replicated = t->split == 0 || t->split == 3;
+    if (t->file_element < 0 || (writing && (!t->writes_file || (replicated && TP_RANK > 0)))) continue;
     long long lo = t->element, hi = t->element + t->elements;
     if (writing) saved_part(t, &lo, &hi);
-    if (hi <= lo) continue;
-    lx_ckpt_slice *s = &out[n++];
-    s->name = t->name;
-    s->file_element = t->file_element + (lo - t->element);
-    s->param_element = lo;
-    s->elements = hi - lo;
+    for (long long e = lo - t->element; e < hi - t->element;) {
+      long long file = 0, end = shard_run(t, e, &file);
+      if (end > hi - t->element) end = hi - t->element;
+      if (*n == cap) out = (lx_ckpt_slice *)realloc(out, sizeof(lx_ckpt_slice) * (size_t)(cap *= 2));
+      if (!out) LX_FATAL("out of memory");
+      lx_ckpt_slice *slice = &out[(*n)++];
+      slice->name = t->name, slice->file_element = file;
+      slice->param_element = t->element + e, slice->elements = end - e;
+      e = end;
+    }
   }
-  return n;
+  return out;
 }
 
 /* The stage's weights from the checkpoint at path, as fp32 at their
  * params-region indices. */
 static void read_checkpoint(const char *path, float *weights /* (PARAM_ELEMENTS) */) {
-  lx_ckpt_slice slices[PARAM_TENSORS];
-  int n = checkpoint_slices(slices, 0);
+  int n = 0;
+  lx_ckpt_slice *slices = checkpoint_slices(0, &n);
   lx_checkpoint_load(path, &gpt2_header, slices, n, weights);
+  free(slices);
 }
 
 /* Collective over every rank: each writes its saved parts of weights. */
 static void write_checkpoint(const char *path, const float *weights /* (PARAM_ELEMENTS) */) {
-  lx_ckpt_slice slices[PARAM_TENSORS];
-  int n = checkpoint_slices(slices, 1);
+  int n = 0;
+  lx_ckpt_slice *slices = checkpoint_slices(1, &n);
   lx_checkpoint_save_all(path, &gpt2_header, slices, n, weights, MPI_COMM_WORLD);
+  free(slices);
 }
 
 /* ---- the training state: --save and --resume (lx_state.h) ------------------------------- */
