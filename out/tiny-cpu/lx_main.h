@@ -50,18 +50,18 @@ static int replicated(const lx_param_tensor *t) { return t->split == 0 || t->spl
 static void initialize_normal(const lx_param_tensor *t, uint64_t seed) {
   real *w = PARAMS + t->element;
   if (replicated(t)) {
-    lx_init_normal(w, (size_t)t->elements, t->init_std, seed, (uint64_t)t->stream);
+    lx_init_normal(&kernel_ctx, w, (size_t)t->elements, t->init_std, seed, (uint64_t)t->stream);
   } else if (t->split == 1) {
     for (int k = 0; k < t->pieces; k++) {
       long long rows = t->piece_rows[k], first_row = t->piece_row[k] + TP_RANK * rows;
-      lx_init_normal_at(w, (size_t)(rows * t->row_elements), t->init_std, seed, (uint64_t)t->stream,
+      lx_init_normal_at(&kernel_ctx, w, (size_t)(rows * t->row_elements), t->init_std, seed, (uint64_t)t->stream,
                         (uint64_t)(first_row * t->row_elements));
       w += rows * t->row_elements;
     }
   } else {
     for (long long row = 0; row < t->elements / t->row_elements; row++)
-      lx_init_normal_at(w + row * t->row_elements, (size_t)t->row_elements, t->init_std, seed, (uint64_t)t->stream,
-                        (uint64_t)(row * t->whole_row + TP_RANK * t->row_elements));
+      lx_init_normal_at(&kernel_ctx, w + row * t->row_elements, (size_t)t->row_elements, t->init_std, seed,
+                        (uint64_t)t->stream, (uint64_t)(row * t->whole_row + TP_RANK * t->row_elements));
   }
 }
 
@@ -74,7 +74,7 @@ static void initialize_parameters(uint64_t seed) {
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
     if (t->init_std > 0) initialize_normal(t, seed);
-    else lx_init_constant(PARAMS + t->element, (size_t)t->elements, (real)t->init_value);
+    else lx_init_constant(&kernel_ctx, PARAMS + t->element, (size_t)t->elements, (real)t->init_value);
   }
   clear_optimizer_state();
 }
@@ -184,7 +184,7 @@ static double global_grad_norm(void) {
     long long lo, hi, state;
     long long grad = owned_part(t, &lo, &hi, &state);
     local[n][0] = (double)t->stream;
-    local[n][1] = lx_grad_norm_squared(GRADS + grad, (size_t)(hi - lo));
+    local[n][1] = lx_grad_norm_squared(&kernel_ctx, GRADS + grad, (size_t)(hi - lo));
     n++;
   }
   enum { RANKS = STAGES * TENSOR_PARALLEL * DATA_PARALLEL };
@@ -215,14 +215,15 @@ static void optimizer_step(const lx_train_settings *train, int step, double lr, 
   *grad_norm = global_grad_norm();
   if (train->grad_clip > 0) {
     double factor = lx_grad_clip_factor(*grad_norm, train->grad_clip);
-    if (factor < 1) lx_scale(GRADS, (size_t)PARAM_ELEMENTS, factor);
+    if (factor < 1) lx_scale(&kernel_ctx, GRADS, (size_t)PARAM_ELEMENTS, factor);
   }
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
     lx_adamw_hparams hp = {train->beta1, train->beta2, train->eps, t->decay ? train->weight_decay : 0};
     long long lo, hi, state;
     long long grad = owned_part(t, &lo, &hi, &state);
-    lx_adamw_update(PARAMS + lo, GRADS + grad, ADAM_M + state, ADAM_V + state, (size_t)(hi - lo), lr, hp, step);
+    lx_adamw_update(&kernel_ctx, PARAMS + lo, GRADS + grad, ADAM_M + state, ADAM_V + state, (size_t)(hi - lo), lr,
+                    hp, step);
   }
   for (int b = 0; ZERO_SHARDS > 1 && b < PARAM_BUCKETS; b++)
     lx_allgather_chunks(PARAMS + param_buckets[b].first, param_buckets[b].elements / ZERO_SHARDS, groups.dp);

@@ -19,7 +19,8 @@ typedef struct {
  * use vector lanes (which round exactly as scalar code, so the result stays
  * free of the thread count) where it may ignore errno (-fno-math-errno);
  * otherwise the sqrt keeps the loop scalar. */
-static inline void lx_adamw_update(real *params,      // (N)
+static inline void lx_adamw_update(const lx_ctx *ctx,
+                                   real *params,      // (N)
                                    const real *grads, // (N)
                                    real *m,           // (N) first moment, zero before step 1
                                    real *v,           // (N) second moment, zero before step 1
@@ -28,7 +29,7 @@ static inline void lx_adamw_update(real *params,      // (N)
   real b1 = (real)hp.beta1, b2 = (real)hp.beta2;
   real correction1 = (real)(1.0 - pow(hp.beta1, step)), correction2 = (real)(1.0 - pow(hp.beta2, step));
   real lr_r = (real)lr, eps = (real)hp.eps, wd = (real)hp.weight_decay;
-#pragma omp parallel for simd
+#pragma omp parallel for simd num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
     real g = grads[i];
     real mi = b1 * m[i] + (1 - b1) * g, vi = b2 * v[i] + (1 - b2) * g * g;
@@ -43,11 +44,12 @@ static inline void lx_adamw_update(real *params,      // (N)
  * tensors (and all-reduce them over pipeline stages) before the sqrt. */
 #define LX_NORM_CHUNKS 64
 
-static inline double lx_grad_norm_squared(const real *grads, // (N)
+static inline double lx_grad_norm_squared(const lx_ctx *ctx,
+                                          const real *grads, // (N)
                                           size_t N) {
   double partial[LX_NORM_CHUNKS];
   size_t chunk = (N + LX_NORM_CHUNKS - 1) / LX_NORM_CHUNKS;
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (int c = 0; c < LX_NORM_CHUNKS; c++) {
     size_t lo = (size_t)c * chunk, hi = lo + chunk < N ? lo + chunk : N;
     double s = 0;
@@ -68,11 +70,12 @@ static inline double lx_grad_clip_factor(double global_norm, double max_norm) {
   return max_norm / (global_norm + 1e-6);
 }
 
-static inline void lx_scale(real *x, // (N)
+static inline void lx_scale(const lx_ctx *ctx,
+                            real *x, // (N)
                             size_t N, double factor) {
   if (factor == 1.0) return;
   real f = (real)factor;
-#pragma omp parallel for simd
+#pragma omp parallel for simd num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++)
     x[i] *= f;
 }

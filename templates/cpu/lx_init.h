@@ -20,21 +20,24 @@ static inline double lx_gpt2_init_std(int is_residual_projection, int layers) {
 }
 
 /* w[i] = the value of element first + i of the whole tensor named by stream. */
-static inline void lx_init_normal_at(real *w, // (N)
+static inline void lx_init_normal_at(const lx_ctx *ctx,
+                                     real *w, // (N)
                                      size_t N, double std, uint64_t seed, uint64_t stream, uint64_t first) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++)
     w[i] = (real)(std * lx_rng_normal(seed, stream, first + i));
 }
 
-static inline void lx_init_normal(real *w, // (N)
+static inline void lx_init_normal(const lx_ctx *ctx,
+                                  real *w, // (N)
                                   size_t N, double std, uint64_t seed, uint64_t stream) {
-  lx_init_normal_at(w, N, std, seed, stream, 0);
+  lx_init_normal_at(ctx, w, N, std, seed, stream, 0);
 }
 
-static inline void lx_init_constant(real *w, // (N)
+static inline void lx_init_constant(const lx_ctx *ctx,
+                                    real *w, // (N)
                                     size_t N, real value) {
-#pragma omp parallel for
+#pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++)
     w[i] = value;
 }

@@ -89,10 +89,10 @@ static void test_tiny_gpt_overfits(void) {
     lx_zero(dflat, n);
     acts_zero(&g);
     model_backward(&g, &dp, &a, &p, tokens, targets, (uint64_t)step);
-    norm = sqrt(lx_grad_norm_squared(dflat, n));
+    norm = sqrt(lx_grad_norm_squared(&test_ctx, dflat, n));
     finite &= isfinite(loss) && isfinite(norm);
-    lx_scale(dflat, n, lx_grad_clip_factor(norm, 1.0));
-    lx_adamw_update(flat, dflat, m, v, n, lx_learning_rate(step, 5, 60, 1e-2, 1e-3, LX_SCHED_COSINE), hp,
+    lx_scale(&test_ctx, dflat, n, lx_grad_clip_factor(norm, 1.0));
+    lx_adamw_update(&test_ctx, flat, dflat, m, v, n, lx_learning_rate(step, 5, 60, 1e-2, 1e-3, LX_SCHED_COSINE), hp,
                     step);
   }
   CHECK(fabs(first - log((double)TG_V)) < 0.3, "tiny GPT starts near log(V) = %.3f (loss %.3f)",

@@ -131,12 +131,12 @@ static void test_layernorm(void) {
   real *again = copy_tensor(dinp, n);
   real *dweight2 = copy_tensor(dweight, (size_t)c.C), *dbias2 = copy_tensor(dbias, (size_t)c.C);
   lx_layernorm_backward(&test_ctx, again, dweight2, dbias2, c.w, c.inp, c.weight, c.BT, c.C);
-  lx_scale(dinp, n, 2);
+  lx_scale(&test_ctx, dinp, n, 2);
   CHECK(max_abs_diff(again, dinp, n) < 1e-14, "layernorm backward accumulates (+=) into its gradients");
 
   /* with unit scale and zero bias every row comes out with mean 0, variance ~1 */
-  lx_init_constant(c.weight, (size_t)c.C, 1);
-  lx_init_constant(c.bias, (size_t)c.C, 0);
+  lx_init_constant(&test_ctx, c.weight, (size_t)c.C, 1);
+  lx_init_constant(&test_ctx, c.bias, (size_t)c.C, 0);
   lx_layernorm_forward(&test_ctx, c.out, c.inp, c.weight, c.bias, c.BT, c.C);
   double mean = 0, var = 0;
   for (int i = 0; i < c.C; i++)
@@ -648,32 +648,32 @@ static void test_adamw(void) {
    *   m^ = 0.008 / (1 - 0.81), v^ = 0.00004996 / (1 - 0.998001) */
   lx_adamw_hparams hp = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
   real p = 0.5, g = 0.2, m = 0, v = 0;
-  lx_adamw_update(&p, &g, &m, &v, 1, 0.01, hp, 1);
+  lx_adamw_update(&test_ctx, &p, &g, &m, &v, 1, 0.01, hp, 1);
   double p1 = 0.5 - 0.01 * (0.2 / (0.2 + 1e-8) + 0.1 * 0.5);
   CHECK_CLOSE(p, p1, 1e-15, "AdamW step 1 matches the hand computation");
   CHECK_CLOSE(m, 0.02, 1e-15, "AdamW step 1 first moment");
   CHECK_CLOSE(v, 0.00004, 1e-15, "AdamW step 1 second moment");
   g = -0.1;
-  lx_adamw_update(&p, &g, &m, &v, 1, 0.01, hp, 2);
+  lx_adamw_update(&test_ctx, &p, &g, &m, &v, 1, 0.01, hp, 2);
   double mhat = 0.008 / 0.19, vhat = 0.00004996 / 0.001999;
   double p2 = p1 - 0.01 * (mhat / (sqrt(vhat) + 1e-8) + 0.1 * p1);
   CHECK_CLOSE(p, p2, 1e-14, "AdamW step 2 matches the hand computation (%.12f)", p2);
 
   /* weight decay is decoupled: a zero gradient still shrinks p by lr * wd * p */
   real q = 2, zero = 0, mq = 0, vq = 0;
-  lx_adamw_update(&q, &zero, &mq, &vq, 1, 0.01, hp, 1);
+  lx_adamw_update(&test_ctx, &q, &zero, &mq, &vq, 1, 0.01, hp, 1);
   CHECK_CLOSE(q, 2 - 0.01 * 0.1 * 2, 1e-15, "AdamW weight decay is decoupled from the gradient");
 }
 
 static void test_grad_clip(void) {
   real g[2] = {3, 4};
-  double norm = sqrt(lx_grad_norm_squared(g, 2));
+  double norm = sqrt(lx_grad_norm_squared(&test_ctx, g, 2));
   CHECK_CLOSE(norm, 5, 1e-15, "global gradient norm of (3, 4) is 5");
   real *ones = zero_tensor(1000);
-  lx_init_constant(ones, 1000, 1);
-  CHECK_CLOSE(lx_grad_norm_squared(ones, 1000) + lx_grad_norm_squared(g, 2), 1025, 1e-15,
+  lx_init_constant(&test_ctx, ones, 1000, 1);
+  CHECK_CLOSE(lx_grad_norm_squared(&test_ctx, ones, 1000) + lx_grad_norm_squared(&test_ctx, g, 2), 1025, 1e-15,
               "squared norms of several tensors add up (1000 + 25)");
-  lx_scale(g, 2, lx_grad_clip_factor(norm, 1.0));
+  lx_scale(&test_ctx, g, 2, lx_grad_clip_factor(norm, 1.0));
   CHECK(fabs(g[0] - 0.6) < 1e-6 && fabs(g[1] - 0.8) < 1e-6, "clipping to 1 scales (3, 4) to (0.6, 0.8)");
   CHECK(lx_grad_clip_factor(0.5, 1.0) == 1.0 && lx_grad_clip_factor(5, 0) == 1.0,
         "no clipping below the bound or when disabled");
@@ -697,8 +697,8 @@ static void test_gpt2_init(void) {
   const size_t n = 200000;
   real *w = zero_tensor(n), *again = zero_tensor(n);
   double std = lx_gpt2_init_std(0, 12);
-  lx_init_normal(w, n, std, 1234, 17);
-  lx_init_normal(again, n, std, 1234, 17);
+  lx_init_normal(&test_ctx, w, n, std, 1234, 17);
+  lx_init_normal(&test_ctx, again, n, std, 1234, 17);
   CHECK(!memcmp(w, again, n * sizeof(real)), "GPT-2 init is a pure function of (seed, tensor stream)");
   double mean = 0, var = 0;
   for (size_t i = 0; i < n; i++)
@@ -714,7 +714,7 @@ static void test_gpt2_init(void) {
     kurt += pow((w[i] - mean) / sd, 4);
   CHECK(fabs(kurt / n - 3) < 0.1, "GPT-2 init has a normal kurtosis (%.3f, want 3)", kurt / n);
   CHECK_CLOSE(lx_gpt2_init_std(1, 12), 0.02 / sqrt(24.0), 1e-15, "residual projections use 0.02 / sqrt(2 L)");
-  lx_init_normal(again, n, std, 1234, 18);
+  lx_init_normal(&test_ctx, again, n, std, 1234, 18);
   double corr = 0;
   for (size_t i = 0; i < n; i++)
     corr += w[i] * again[i];

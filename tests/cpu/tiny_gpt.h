@@ -153,11 +153,11 @@ static inline void init_params(params *p) {
     int is_norm = i == LN1W || i == RMSW || i == LNFW,
         is_bias = i == LN1B || i == BQKV || i == BO || i == BDOWN || i == LNFB;
     if (is_norm)
-      lx_init_constant(p->t[i], param_sizes[i], 1);
+      lx_init_constant(&test_ctx, p->t[i], param_sizes[i], 1);
     else if (is_bias)
-      lx_init_constant(p->t[i], param_sizes[i], 0);
+      lx_init_constant(&test_ctx, p->t[i], param_sizes[i], 0);
     else
-      lx_init_normal(p->t[i], param_sizes[i], lx_gpt2_init_std(i == WO || i == WDOWN, 1), 1234, (uint64_t)i);
+      lx_init_normal(&test_ctx, p->t[i], param_sizes[i], lx_gpt2_init_std(i == WO || i == WDOWN, 1), 1234, (uint64_t)i);
   }
 }
 

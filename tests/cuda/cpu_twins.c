@@ -132,9 +132,9 @@ void twin_cross_entropy_backward_slice(float *dlogits, const float *logits, cons
 void twin_adamw_update(float *params, const float *grads, float *m, float *v, size_t N, double lr,
                        double beta1, double beta2, double eps, double weight_decay, int step) {
   lx_adamw_hparams hp = {beta1, beta2, eps, weight_decay};
-  lx_adamw_update(params, grads, m, v, N, lr, hp, step);
+  lx_adamw_update(pool(), params, grads, m, v, N, lr, hp, step);
 }
-double twin_grad_norm_squared(const float *grads, size_t N) { return lx_grad_norm_squared(grads, N); }
+double twin_grad_norm_squared(const float *grads, size_t N) { return lx_grad_norm_squared(pool(), grads, N); }
 double twin_grad_clip_factor(double global_norm, double max_norm) {
   return lx_grad_clip_factor(global_norm, max_norm);
 }
