@@ -12,7 +12,9 @@ out=$tmp/out
 bin/lynxgen examples/tiny.model --tp 2 --dp 1 --pp 2 -o "$out" >/dev/null || fail "lynxgen writes a CUDA program"
 mkdir -p "$tmp/bin"
 # srun stand-in: runs the command once per task with SLURM_PROCID set, as srun
-# does (after the stage programs' preflight, or it fails).
+# does (after the stage programs' preflight, or it fails); it records whether
+# a task that fails ends the others (--kill-on-bad-exit=1: Slurm's default
+# lets them run on, waiting for the dead one).
 cat >"$tmp/bin/srun" <<'EOF'
 #!/bin/sh
 [ -e "$LOG.preflight" ] || exit 9
@@ -20,6 +22,7 @@ tasks=1
 while [ $# -gt 0 ]; do
   case $1 in
   --ntasks=*) tasks=${1#--ntasks=} ;;
+  --kill-on-bad-exit=1) echo kill-on-bad-exit >"$LOG.srun" ;;
   --*) ;;
   *) break ;;
   esac
@@ -83,6 +86,12 @@ if [ "$(cat mpirun.log.preflight)" = "$preflight" ]; then
   pass "run.sh: each stage program's --preflight gets every argument intact, before mpirun"
 else
   fail "run.sh: each stage program's --preflight gets every argument intact" "$(cat mpirun.log.preflight)"
+fi
+
+if [ "$(cat slurm.log.srun 2>/dev/null)" = kill-on-bad-exit ]; then
+  pass "run-slurm.sh: a task that dies ends the job's other tasks (srun --kill-on-bad-exit=1)"
+else
+  fail "run-slurm.sh: a task that dies ends the job's other tasks (srun --kill-on-bad-exit=1)"
 fi
 
 # Inside a Slurm job of the wrong size, run-slurm.sh says so before srun.

@@ -175,7 +175,7 @@ static void cuda_run_script(const lx_program *prog, FILE *out, bool slurm) {
             ranks, ranks, prog->pipe->pp, per_stage); /* every task runs its stage's program (task / ranks per
                                                          stage) with the arguments as given */
     fprintf(out,
-            "exec srun --ntasks=%d --gpus-per-task=1 \\\n  sh -c 'exec \"$0/stage$((SLURM_PROCID / %d))\"%s "
+            "exec srun --ntasks=%d --gpus-per-task=1 --kill-on-bad-exit=1 \\\n  sh -c 'exec \"$0/stage$((SLURM_PROCID / %d))\"%s "
             "\"$@\"' \"$here\" \"$@\"\n",
             ranks, per_stage, graph);
     return;

@@ -13,5 +13,5 @@ if [ -n "${SLURM_NTASKS:-}" ] && [ "$SLURM_NTASKS" -ne 8 ]; then
   echo "run-slurm.sh: this job has $SLURM_NTASKS tasks; the program needs 8 (4 stages x 2 ranks)" >&2
   exit 1
 fi
-exec srun --ntasks=8 --gpus-per-task=1 \
+exec srun --ntasks=8 --gpus-per-task=1 --kill-on-bad-exit=1 \
   sh -c 'exec "$0/stage$((SLURM_PROCID / 2))" "$@"' "$here" "$@"
