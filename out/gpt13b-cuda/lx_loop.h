@@ -162,8 +162,6 @@ static int preflight(lx_program program, int argc, char **argv, long long rank_b
 
 /* ---- checkpoints -------------------------------------------------------------------- */
 
-/* The stage's slices of the file: reading, every tensor the file holds (the
- * last stage's tied copy of wte too); writing, the parts this rank writes. */
 /* Tensor parallelism: the run of this rank's elements of t that starts at
  * local element e (counted from t->element) and is contiguous in the file
  * too: to the end of a row (split 2, columns) or of a run of rows (split 1);
@@ -193,8 +191,9 @@ static long long shard_run(const lx_param_tensor *t, long long e, long long *fil
 /* This stage's slices of llm.c's file: per parameter tensor with a place in
  * it, the runs of the rank's elements [lo, hi) that are contiguous in both
  * (a tensor-parallel shard is rows of the file's, or a column block of each
- * row); writing, only the parts this rank saves, a replicated tensor by tp
- * rank 0. Returns them, malloc'd, and their number in *n. */
+ * row); reading, every tensor the file holds (the last stage's tied copy of
+ * wte too); writing, only the parts this rank saves, a replicated tensor by
+ * tp rank 0. Returns them, malloc'd, and their number in *n. */
 static lx_ckpt_slice *checkpoint_slices(int writing, int *n) {
   int cap = PARAM_TENSORS;
   lx_ckpt_slice *out = (lx_ckpt_slice *)LX_MALLOC(sizeof(lx_ckpt_slice) * (size_t)cap);
