@@ -7,7 +7,7 @@ packages=(
   build-essential clang libclang-16-dev libclang-rt-14-dev
   openmpi-bin libopenmpi-dev
   libglpk-dev libopenblas-dev libssl-dev libcjson-dev
-  python3 fortunes-min
+  python3 python3-numpy fortunes-min
 )
 
 missing=()

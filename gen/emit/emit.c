@@ -29,7 +29,7 @@ static void cpu_makefile(const lx_program *prog, FILE *out) {
           "#   make gradcheck  double-precision builds for ./run.sh --gradcheck\n"
           "CC = mpicc\n# -fno-math-errno lets the optimizer step's square roots vectorize\n"
           "CFLAGS ?= -O2 -march=native -fno-math-errno\nWERROR ?= -Werror\n"
-          "override CFLAGS += -std=c11 -fopenmp -Wall -Wextra $(WERROR) -I.\nLDLIBS = -lopenblas -lm\n\n");
+          "override CFLAGS += -std=c11 -fopenmp -Wall -Wextra $(WERROR) -I.\nLDLIBS = -lopenblas -lcjson -lm\n\n");
   fprintf(out, "PROGRAMS =");
   list_stages(prog, out, "");
   fprintf(out, "\nall: $(PROGRAMS)\ncheck:");
@@ -139,7 +139,7 @@ static void cuda_makefile(const lx_program *prog, FILE *out) {
                "OPT ?= -O2\n"
                "NVFLAGS = -std=c++17 $(OPT) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -isystem "
                "$(MPI_INCLUDE) -I.\n"
-               "LDLIBS = -lcublasLt -lcublas -lnccl -L$(MPI_LIBDIR) -lmpi\n\n");
+               "LDLIBS = -lcublasLt -lcublas -lnccl -lcjson -L$(MPI_LIBDIR) -lmpi\n\n");
   fprintf(out, "PROGRAMS =");
   list_stages(prog, out, "");
   fprintf(out, "\nall: $(PROGRAMS)\n\n"

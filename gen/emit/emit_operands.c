@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+#include "emit/emit_formats.h"
 #include "emit/emit_names.h"
 #include "emit/emit_operands.h"
 #include "emit/emit_walk.h"
@@ -305,61 +307,6 @@ static bool feeds_residual_add(const lx_graph *g, int i) {
   return false;
 }
 
-/* ---- llm.c's GPT-2 checkpoint: which file tensor a parameter is ------------------ */
-
-/* The block of a GPT-2 in llm.c's order: ln1, qkv, attproj, ln2, fc, fcproj. */
-static const lx_op_kind gpt2_block_params[] = {LX_OP_LAYERNORM, LX_OP_LINEAR, LX_OP_LINEAR,
-                                               LX_OP_LAYERNORM, LX_OP_LINEAR, LX_OP_LINEAR};
-
-static int param_ops(const lx_graph *g, int *ops, int max) {
-  int n = 0;
-  for (int i = 0; i < g->n_ops; i++)
-    if (g->ops[i].params > 0 || g->ops[i].kind == LX_OP_LM_HEAD) {
-      if (n < max) ops[n] = i;
-      n++;
-    }
-  return n;
-}
-
-static bool is_gpt2(const lx_ir *ir) {
-  int ops[8];
-  if (param_ops(&ir->block, ops, 8) != 6 || !ir->model.tied_embeddings) return false;
-  for (int k = 0; k < 6; k++)
-    if (ir->block.ops[ops[k]].kind != gpt2_block_params[k] || !ir->block.ops[ops[k]].has_bias) return false;
-  int pro[4], epi[4];
-  return param_ops(&ir->prologue, pro, 4) == 2 && ir->prologue.ops[pro[0]].kind == LX_OP_EMBEDDING &&
-         ir->prologue.ops[pro[1]].kind == LX_OP_POSITION_EMBEDDING && param_ops(&ir->epilogue, epi, 4) == 2 &&
-         ir->epilogue.ops[epi[0]].kind == LX_OP_LAYERNORM && ir->epilogue.ops[epi[1]].kind == LX_OP_LM_HEAD;
-}
-
-/* Element offset of a parameter in llm.c's file, or -1. */
-static long long gpt2_file_element(const lx_ir *ir, lx_graph_id g, int layer, int op, int k) {
-  long long C = ir->model.hidden, L = ir->model.layers, Vp = ir->padded_vocab, T = ir->model.seq_len;
-  long long per_layer[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
-  int ops[8], n;
-  if (g == LX_GRAPH_PROLOGUE) {
-    n = param_ops(&ir->prologue, ops, 8);
-    return ops[0] == op ? 0 : Vp * C;
-  }
-  long long base = Vp * C + T * C;
-  if (g == LX_GRAPH_EPILOGUE) {
-    n = param_ops(&ir->epilogue, ops, 8);
-    if (op == ops[1]) return 0; /* the tied head is wte */
-    long long end = base;
-    for (int t = 0; t < 12; t++)
-      end += L * per_layer[t];
-    return end + k * C;
-  }
-  n = param_ops(&ir->block, ops, 8);
-  int index = 0;
-  while (index < n && ops[index] != op)
-    index++;
-  int tensor = 2 * index + k;
-  for (int t = 0; t < tensor; t++)
-    base += L * per_layer[t];
-  return base + layer * per_layer[tensor];
-}
-
 /* ---- the parameter table ---------------------------------------------------------- */
 
 /* Init streams name the parameter, not the stage: every pipeline depth draws
@@ -446,7 +393,34 @@ static bool is_tied_table(const lx_ir *ir, const lx_op *op) {
   return op->kind == LX_OP_EMBEDDING && ir->model.tied_embeddings;
 }
 
-static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int i, int k, bool gpt2) {
+/* The rows of the stage's parameters in the Hugging Face checkpoint
+ * (emit_formats.h), collected while the parameter table is printed. */
+typedef struct {
+  int param, tensor, layer;
+  long long first_row;
+} hf_part;
+
+typedef struct {
+  bool gpt2;
+  int params; /* rows printed so far */
+  hf_part *parts;
+  int n_parts, cap_parts;
+} param_rows;
+
+static void add_hf_parts(const lx_printer *pr, param_rows *rows, lx_graph_id g, int layer, int i, int k) {
+  int tensor[EMIT_HF_MAX_PARTS];
+  long long first_row[EMIT_HF_MAX_PARTS];
+  int n = emit_hf_parts(pr->ir, g, i, k, tensor, first_row);
+  for (int p = 0; p < n; p++) {
+    if (rows->n_parts == rows->cap_parts) {
+      rows->cap_parts = rows->cap_parts ? 2 * rows->cap_parts : 64;
+      rows->parts = lx_realloc(rows->parts, sizeof *rows->parts * (size_t)rows->cap_parts);
+    }
+    rows->parts[rows->n_parts++] = (hf_part){rows->params, tensor[p], layer, first_row[p]};
+  }
+}
+
+static void print_param_row(const lx_printer *pr, param_rows *rows, lx_graph_id g, int layer, int i, int k) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   const lx_op *op = &graph->ops[i];
   const lx_op_place *pl = &pr->l->places[g][i];
@@ -460,7 +434,7 @@ static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int 
   double constant = !weight && k == 0 ? 1 : 0; /* norm scales start at one, biases and shifts at zero */
   long long stream =
       tied_copy ? init_stream(LX_GRAPH_PROLOGUE, -1, embedding_op(pr->ir), 0) : init_stream(g, layer, i, k);
-  long long file = gpt2 ? gpt2_file_element(pr->ir, g, layer, i, k) : -1;
+  long long file = rows->gpt2 ? emit_llmc_element(pr->ir, g, layer, i, k) : -1;
   param_shard sh = shard_of(pr, g, i, k);
   fprintf(pr->out, "  {\"%s%s%d %s.%s\", %lldLL, %lldLL, %.17g, %g, %d, %lldLL, %lldLL, %d, %d, %d",
           graph->name, g == LX_GRAPH_BLOCK ? " layer " : "", g == LX_GRAPH_BLOCK ? layer : 0, op->name,
@@ -470,13 +444,28 @@ static void print_param_row(const lx_printer *pr, lx_graph_id g, int layer, int 
           sh.row_elements, sh.whole_row, sh.pieces, sh.piece_row[0], sh.piece_row[1], sh.piece_row[2],
           sh.piece_rows[0], sh.piece_rows[1], sh.piece_rows[2]);
   fputs("},\n", pr->out);
+  add_hf_parts(pr, rows, g, layer, i, k);
+  rows->params++;
 }
 
-static void print_param_rows(const lx_printer *pr, lx_graph_id g, int layer, bool gpt2) {
+static void print_param_rows(const lx_printer *pr, param_rows *rows, lx_graph_id g, int layer) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   for (int i = 0; i < graph->n_ops; i++)
     for (int k = 0; k < 2; k++)
-      print_param_row(pr, g, layer, i, k, gpt2);
+      print_param_row(pr, rows, g, layer, i, k);
+}
+
+/* Which rows of which parameter each Hugging Face tensor of the stage is. */
+static void print_hf_parts(const lx_printer *pr, const param_rows *rows) {
+  emit_hf_model(pr->out, pr->ir);
+  if (!rows->n_parts) return;
+  fprintf(pr->out, "\n/* The stage's parameters in that checkpoint: parameter (param_tensors),\n"
+                   " * tensor (hf_tensors), its layer (-1: none), the parameter's row where the\n"
+                   " * tensor's rows start. */\nstatic const lx_hf_part hf_parts[] = {\n");
+  for (int p = 0; p < rows->n_parts; p++)
+    fprintf(pr->out, "  {%d, %d, %d, %lldLL},\n", rows->parts[p].param, rows->parts[p].tensor,
+            rows->parts[p].layer, rows->parts[p].first_row);
+  fprintf(pr->out, "};\nenum { HF_PARTS = %d };\n", rows->n_parts);
 }
 
 /* The data-parallel buckets of the params region (layout.h), in its order. */
@@ -495,7 +484,7 @@ static void print_bucket_table(const lx_printer *pr) {
 }
 
 void emit_param_table(const lx_printer *pr) {
-  bool gpt2 = is_gpt2(pr->ir);
+  param_rows rows = {.gpt2 = emit_is_gpt2(pr->ir)};
   fprintf(pr->out, "\n/* Every parameter tensor of the stage: name, element offset in the params\n"
                    " * region, elements, init std (0: constant), init constant, weight decay,\n"
                    " * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this\n"
@@ -503,16 +492,18 @@ void emit_param_table(const lx_printer *pr) {
                    " * this rank's share sits in the whole tensor (tensor parallelism: split,\n"
                    " * row elements, whole row, pieces, their first rows and row counts). */\n"
                    "static const lx_param_tensor param_tensors[] = {\n");
-  if (pr->st->has_prologue) print_param_rows(pr, LX_GRAPH_PROLOGUE, -1, gpt2);
+  if (pr->st->has_prologue) print_param_rows(pr, &rows, LX_GRAPH_PROLOGUE, -1);
   for (int l = pr->st->first_layer; l < pr->st->first_layer + pr->st->n_layers; l++)
-    print_param_rows(pr, LX_GRAPH_BLOCK, l, gpt2);
-  if (pr->st->has_epilogue) print_param_rows(pr, LX_GRAPH_EPILOGUE, -1, gpt2);
+    print_param_rows(pr, &rows, LX_GRAPH_BLOCK, l);
+  if (pr->st->has_epilogue) print_param_rows(pr, &rows, LX_GRAPH_EPILOGUE, -1);
   fprintf(pr->out, "};\nenum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };\n");
   print_bucket_table(pr);
-  fprintf(pr->out, "#define GPT2_CHECKPOINT %d\n", gpt2 ? 1 : 0);
+  fprintf(pr->out, "#define GPT2_CHECKPOINT %d\n", rows.gpt2 ? 1 : 0);
   fprintf(pr->out, "static const lx_gpt2_header gpt2_header = {%d, %d, %d, %d, %d, %d};\n",
           pr->ir->model.seq_len, pr->ir->model.vocab, pr->ir->model.layers, pr->ir->model.heads,
           pr->ir->model.hidden, pr->ir->padded_vocab);
+  print_hf_parts(pr, &rows);
+  free(rows.parts);
 }
 
 static void print_string_macro(FILE *f, const char *name, const char *value) {

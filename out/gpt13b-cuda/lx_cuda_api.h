@@ -23,6 +23,10 @@
 
 typedef __nv_bfloat16 lx_bf16;
 
+/* The layer and RMS norms' epsilon: the kernels' (lx_cuda_norm.cuh) and the
+ * exported config.json's. */
+#define LX_CUDA_NORM_EPS 1e-5
+
 /* A failing call names itself, its file and line, and takes every rank down. */
 void lx_cuda_fail_at(const char *file, int line, const char *call, const char *kind, const char *message);
 #include "lx_cuda_check.h"

@@ -20,6 +20,7 @@
 #ifndef LX_CUDA_MAIN_H
 #define LX_CUDA_MAIN_H
 
+#define LX_TARGET_NORM_EPS LX_CUDA_NORM_EPS
 #include "lx_loop.h"
 
 #include "lx_cuda_shards.h"

@@ -10,9 +10,9 @@
 #ifndef LX_CUDA_NORM_CUH
 #define LX_CUDA_NORM_CUH
 
+#include "lx_cuda_api.h" /* LX_CUDA_NORM_EPS */
 #include "lx_cuda_common.cuh"
 
-#define LX_CUDA_NORM_EPS 1e-5f
 /* One block per row; a fixed block size fixes the order of the row sums. */
 #define LX_CUDA_NORM_THREADS 256
 #define LX_CUDA_NORM_ROWS_PER_CHUNK 256
@@ -43,7 +43,7 @@ __device__ inline float2 lx_norm_row_stats(const lx_bf16 *inp,    // (C)
     squares += centred * centred;
   }
   float var = lx_block_sum(squares, slots) / C;
-  return make_float2(mean, rsqrtf(var + LX_CUDA_NORM_EPS));
+  return make_float2(mean, rsqrtf(var + (float)LX_CUDA_NORM_EPS));
 }
 
 /* out = norm(x) * weight (+ bias), x = inp (+ branch, then also written to

@@ -53,10 +53,11 @@ typedef struct {
   lx_train_settings train;     /* the one copy of the run's hyperparameters */
   const char *train_data;      /* glob of token shards */
   const char *val_data;        /* glob of token shards; NULL: no validation */
-  const char *init_checkpoint; /* llm.c GPT-2 weights; NULL: random initialisation */
+  const char *init_checkpoint; /* llm.c or Hugging Face weights; NULL: random initialisation */
   const char *save_checkpoint; /* the training state (lx_state.h); NULL: save nothing */
   const char *resume_checkpoint; /* continue the run that saved this state; NULL: start */
   const char *export_checkpoint; /* llm.c GPT-2 weights after the last step; NULL: none */
+  const char *export_hf;         /* a Hugging Face checkpoint directory, likewise */
   int checkpoint_every;          /* save the state every this many steps too; 0: only at the end */
   const char *metrics_path;    /* JSON lines, one per step */
   int val_interval;            /* validate every this many steps; 0: only never */
@@ -119,7 +120,7 @@ static inline const lx_option *lx_run_option_table(int *n) {
       {"--val-batches", "N", LX_OPT_INT, LX_OPT_AT(val_batches), 1, INT_MAX, 0, 0, LX_FOR_BOTH,
        "batches per validation"},
       {"--init", "CKPT", LX_OPT_TEXT, LX_OPT_AT(init_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
-       "start from this llm.c GPT-2 checkpoint"},
+       "start from these weights: llm.c or safetensors"},
       {"--save", "CKPT", LX_OPT_TEXT, LX_OPT_AT(save_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
        "the training state, at the end and on SIGTERM"},
       {"--checkpoint-every", "N", LX_OPT_INT, LX_OPT_AT(checkpoint_every), 0, INT_MAX, 0, 0, LX_FOR_BOTH,
@@ -128,6 +129,8 @@ static inline const lx_option *lx_run_option_table(int *n) {
        "continue the run that saved CKPT exactly"},
       {"--export-llmc", "CKPT", LX_OPT_TEXT, LX_OPT_AT(export_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
        "write llm.c GPT-2 weights at the end"},
+      {"--export-hf", "DIR", LX_OPT_TEXT, LX_OPT_AT(export_hf), 0, 0, 0, 0, LX_FOR_BOTH,
+       "write DIR/model.safetensors + config.json at the end"},
       {"--seed", "N", LX_OPT_U64, LX_OPT_AT(train.seed), 0, 0, 0, 0, LX_FOR_BOTH,
        "seed of the initialisation and dropout"},
       {"--lr", "X", LX_OPT_REAL, LX_OPT_AT(train.lr), 0, INFINITY, 1, 1, LX_FOR_BOTH,

@@ -787,6 +787,129 @@ enum { PARAM_BUCKETS = 8, ZERO_SHARDS = 1 };
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {2048, 50257, 24, 16, 2048, 50304};
 
+/* The model as a Hugging Face checkpoint (--export-hf, --init): its tensors in
+ * file order, a block's once per layer; name, section (0 prologue, 1 block,
+ * 2 epilogue), dimensions, shape in the file, layout of the parameter's rows
+ * there, head size (rope pairs), whether a longer file fits (positions). */
+#define HF_CHECKPOINT 1
+static const lx_hf_tensor hf_tensors[] = {
+  {"transformer.wte.weight", 0, 2, {50257LL, 2048LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.wpe.weight", 0, 2, {2048LL, 2048LL}, LX_HF_ROWS, 0, 1},
+  {"transformer.h.%d.ln_1.weight", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_1.bias", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.attn.c_attn.weight", 1, 2, {2048LL, 6144LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.attn.c_attn.bias", 1, 1, {6144LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.attn.c_proj.weight", 1, 2, {2048LL, 2048LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.attn.c_proj.bias", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_2.weight", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_2.bias", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.mlp.c_fc.weight", 1, 2, {2048LL, 8192LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.mlp.c_fc.bias", 1, 1, {8192LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.mlp.c_proj.weight", 1, 2, {8192LL, 2048LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.mlp.c_proj.bias", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.ln_f.weight", 2, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.ln_f.bias", 2, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+};
+enum { HF_TENSORS = 16, HF_LAYERS = 24 };
+#define HF_NORM_EPS_KEY "layer_norm_epsilon"
+#define HF_CONFIG \
+  "{\"architectures\":[\"GPT2LMHeadModel\"]," \
+  "\"model_type\":\"gpt2\"," \
+  "\"vocab_size\":50257," \
+  "\"n_positions\":2048," \
+  "\"n_embd\":2048," \
+  "\"n_layer\":24," \
+  "\"n_head\":16," \
+  "\"n_inner\":8192," \
+  "\"activation_function\":\"gelu_new\"," \
+  "\"resid_pdrop\":0.1," \
+  "\"embd_pdrop\":0.1," \
+  "\"attn_pdrop\":0.1," \
+  "\"tie_word_embeddings\":true," \
+  "\"bos_token_id\":null," \
+  "\"eos_token_id\":null}"
+
+/* The stage's parameters in that checkpoint: parameter (param_tensors),
+ * tensor (hf_tensors), its layer (-1: none), the parameter's row where the
+ * tensor's rows start. */
+static const lx_hf_part hf_parts[] = {
+  {0, 0, -1, 0LL},
+  {1, 1, -1, 0LL},
+  {2, 2, 0, 0LL},
+  {3, 3, 0, 0LL},
+  {4, 4, 0, 0LL},
+  {5, 5, 0, 0LL},
+  {6, 6, 0, 0LL},
+  {7, 7, 0, 0LL},
+  {8, 8, 0, 0LL},
+  {9, 9, 0, 0LL},
+  {10, 10, 0, 0LL},
+  {11, 11, 0, 0LL},
+  {12, 12, 0, 0LL},
+  {13, 13, 0, 0LL},
+  {14, 2, 1, 0LL},
+  {15, 3, 1, 0LL},
+  {16, 4, 1, 0LL},
+  {17, 5, 1, 0LL},
+  {18, 6, 1, 0LL},
+  {19, 7, 1, 0LL},
+  {20, 8, 1, 0LL},
+  {21, 9, 1, 0LL},
+  {22, 10, 1, 0LL},
+  {23, 11, 1, 0LL},
+  {24, 12, 1, 0LL},
+  {25, 13, 1, 0LL},
+  {26, 2, 2, 0LL},
+  {27, 3, 2, 0LL},
+  {28, 4, 2, 0LL},
+  {29, 5, 2, 0LL},
+  {30, 6, 2, 0LL},
+  {31, 7, 2, 0LL},
+  {32, 8, 2, 0LL},
+  {33, 9, 2, 0LL},
+  {34, 10, 2, 0LL},
+  {35, 11, 2, 0LL},
+  {36, 12, 2, 0LL},
+  {37, 13, 2, 0LL},
+  {38, 2, 3, 0LL},
+  {39, 3, 3, 0LL},
+  {40, 4, 3, 0LL},
+  {41, 5, 3, 0LL},
+  {42, 6, 3, 0LL},
+  {43, 7, 3, 0LL},
+  {44, 8, 3, 0LL},
+  {45, 9, 3, 0LL},
+  {46, 10, 3, 0LL},
+  {47, 11, 3, 0LL},
+  {48, 12, 3, 0LL},
+  {49, 13, 3, 0LL},
+  {50, 2, 4, 0LL},
+  {51, 3, 4, 0LL},
+  {52, 4, 4, 0LL},
+  {53, 5, 4, 0LL},
+  {54, 6, 4, 0LL},
+  {55, 7, 4, 0LL},
+  {56, 8, 4, 0LL},
+  {57, 9, 4, 0LL},
+  {58, 10, 4, 0LL},
+  {59, 11, 4, 0LL},
+  {60, 12, 4, 0LL},
+  {61, 13, 4, 0LL},
+  {62, 2, 5, 0LL},
+  {63, 3, 5, 0LL},
+  {64, 4, 5, 0LL},
+  {65, 5, 5, 0LL},
+  {66, 6, 5, 0LL},
+  {67, 7, 5, 0LL},
+  {68, 8, 5, 0LL},
+  {69, 9, 5, 0LL},
+  {70, 10, 5, 0LL},
+  {71, 11, 5, 0LL},
+  {72, 12, 5, 0LL},
+  {73, 13, 5, 0LL},
+};
+enum { HF_PARTS = 74 };
+
 /* --profile: what each op's line of the profile file says before its times */
 enum { PROF_SLOTS = 23 };
 static const lx_prof_op prof_ops[PROF_SLOTS] = {

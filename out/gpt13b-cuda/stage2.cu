@@ -789,6 +789,127 @@ enum { PARAM_BUCKETS = 6, ZERO_SHARDS = 1 };
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {2048, 50257, 24, 16, 2048, 50304};
 
+/* The model as a Hugging Face checkpoint (--export-hf, --init): its tensors in
+ * file order, a block's once per layer; name, section (0 prologue, 1 block,
+ * 2 epilogue), dimensions, shape in the file, layout of the parameter's rows
+ * there, head size (rope pairs), whether a longer file fits (positions). */
+#define HF_CHECKPOINT 1
+static const lx_hf_tensor hf_tensors[] = {
+  {"transformer.wte.weight", 0, 2, {50257LL, 2048LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.wpe.weight", 0, 2, {2048LL, 2048LL}, LX_HF_ROWS, 0, 1},
+  {"transformer.h.%d.ln_1.weight", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_1.bias", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.attn.c_attn.weight", 1, 2, {2048LL, 6144LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.attn.c_attn.bias", 1, 1, {6144LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.attn.c_proj.weight", 1, 2, {2048LL, 2048LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.attn.c_proj.bias", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_2.weight", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_2.bias", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.mlp.c_fc.weight", 1, 2, {2048LL, 8192LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.mlp.c_fc.bias", 1, 1, {8192LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.mlp.c_proj.weight", 1, 2, {8192LL, 2048LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.mlp.c_proj.bias", 1, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.ln_f.weight", 2, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.ln_f.bias", 2, 1, {2048LL, 0LL}, LX_HF_ROWS, 0, 0},
+};
+enum { HF_TENSORS = 16, HF_LAYERS = 24 };
+#define HF_NORM_EPS_KEY "layer_norm_epsilon"
+#define HF_CONFIG \
+  "{\"architectures\":[\"GPT2LMHeadModel\"]," \
+  "\"model_type\":\"gpt2\"," \
+  "\"vocab_size\":50257," \
+  "\"n_positions\":2048," \
+  "\"n_embd\":2048," \
+  "\"n_layer\":24," \
+  "\"n_head\":16," \
+  "\"n_inner\":8192," \
+  "\"activation_function\":\"gelu_new\"," \
+  "\"resid_pdrop\":0.1," \
+  "\"embd_pdrop\":0.1," \
+  "\"attn_pdrop\":0.1," \
+  "\"tie_word_embeddings\":true," \
+  "\"bos_token_id\":null," \
+  "\"eos_token_id\":null}"
+
+/* The stage's parameters in that checkpoint: parameter (param_tensors),
+ * tensor (hf_tensors), its layer (-1: none), the parameter's row where the
+ * tensor's rows start. */
+static const lx_hf_part hf_parts[] = {
+  {0, 2, 12, 0LL},
+  {1, 3, 12, 0LL},
+  {2, 4, 12, 0LL},
+  {3, 5, 12, 0LL},
+  {4, 6, 12, 0LL},
+  {5, 7, 12, 0LL},
+  {6, 8, 12, 0LL},
+  {7, 9, 12, 0LL},
+  {8, 10, 12, 0LL},
+  {9, 11, 12, 0LL},
+  {10, 12, 12, 0LL},
+  {11, 13, 12, 0LL},
+  {12, 2, 13, 0LL},
+  {13, 3, 13, 0LL},
+  {14, 4, 13, 0LL},
+  {15, 5, 13, 0LL},
+  {16, 6, 13, 0LL},
+  {17, 7, 13, 0LL},
+  {18, 8, 13, 0LL},
+  {19, 9, 13, 0LL},
+  {20, 10, 13, 0LL},
+  {21, 11, 13, 0LL},
+  {22, 12, 13, 0LL},
+  {23, 13, 13, 0LL},
+  {24, 2, 14, 0LL},
+  {25, 3, 14, 0LL},
+  {26, 4, 14, 0LL},
+  {27, 5, 14, 0LL},
+  {28, 6, 14, 0LL},
+  {29, 7, 14, 0LL},
+  {30, 8, 14, 0LL},
+  {31, 9, 14, 0LL},
+  {32, 10, 14, 0LL},
+  {33, 11, 14, 0LL},
+  {34, 12, 14, 0LL},
+  {35, 13, 14, 0LL},
+  {36, 2, 15, 0LL},
+  {37, 3, 15, 0LL},
+  {38, 4, 15, 0LL},
+  {39, 5, 15, 0LL},
+  {40, 6, 15, 0LL},
+  {41, 7, 15, 0LL},
+  {42, 8, 15, 0LL},
+  {43, 9, 15, 0LL},
+  {44, 10, 15, 0LL},
+  {45, 11, 15, 0LL},
+  {46, 12, 15, 0LL},
+  {47, 13, 15, 0LL},
+  {48, 2, 16, 0LL},
+  {49, 3, 16, 0LL},
+  {50, 4, 16, 0LL},
+  {51, 5, 16, 0LL},
+  {52, 6, 16, 0LL},
+  {53, 7, 16, 0LL},
+  {54, 8, 16, 0LL},
+  {55, 9, 16, 0LL},
+  {56, 10, 16, 0LL},
+  {57, 11, 16, 0LL},
+  {58, 12, 16, 0LL},
+  {59, 13, 16, 0LL},
+  {60, 2, 17, 0LL},
+  {61, 3, 17, 0LL},
+  {62, 4, 17, 0LL},
+  {63, 5, 17, 0LL},
+  {64, 6, 17, 0LL},
+  {65, 7, 17, 0LL},
+  {66, 8, 17, 0LL},
+  {67, 9, 17, 0LL},
+  {68, 10, 17, 0LL},
+  {69, 11, 17, 0LL},
+  {70, 12, 17, 0LL},
+  {71, 13, 17, 0LL},
+};
+enum { HF_PARTS = 72 };
+
 /* --profile: what each op's line of the profile file says before its times */
 enum { PROF_SLOTS = 23 };
 static const lx_prof_op prof_ops[PROF_SLOTS] = {

@@ -6,7 +6,9 @@
  * Included by the target's main (lx_main.h, lx_cuda_main.h) once the stage
  * file has defined its sizes (STAGE, STAGES, MICRO_BATCHES, B, T, BT, V,
  * TENSOR_PARALLEL, DATA_PARALLEL), TRAINING_* settings, TP_RANK, replica,
- * param_tensors, GPT2_CHECKPOINT and gpt2_header. The target then defines
+ * param_tensors, GPT2_CHECKPOINT and gpt2_header, HF_CHECKPOINT and (when
+ * 1) hf_tensors, hf_parts and HF_CONFIG, and LX_TARGET_NORM_EPS (its norms'
+ * epsilon, which config.json states). The target then defines
  * the functions declared below, the only steps that differ. Every rank
  * runs the same loop, so each collective inside them is reached by all. */
 #ifndef LX_LOOP_H
@@ -20,6 +22,7 @@
 #include "lx_metrics.h"
 #include "lx_options.h"
 #include "lx_params.h"
+#include "lx_safetensors.h"
 #include "lx_state.h"
 #include "lx_stop.h"
 #include "lx_watchdog.h"
@@ -32,8 +35,10 @@
 static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm);
 /* The mean loss of `batches` forward-only steps on val from its start. */
 static double validation_loss(lx_loader *val, int batches, int step);
-/* Collective: the model as llm.c's GPT-2 checkpoint at path (write_checkpoint). */
-static void save_checkpoint(const char *path);
+/* Collective: the weights as llm.c's GPT-2 checkpoint at llmc
+ * (write_checkpoint) and as a Hugging Face checkpoint in directory hf
+ * (write_hf_checkpoint); NULL: not that one. */
+static void export_weights(const char *llmc, const char *hf);
 /* The elements [*lo, *hi) of tensor t (params-region indices, within the
  * whole tensor it is called with) that this rank writes into a checkpoint;
  * together the ranks write each element once. */
@@ -61,6 +66,21 @@ static void require_llmc_checkpoints(const char *path) {
            path);
 }
 
+static void require_hf_checkpoints(const char *path) {
+  if (!HF_CHECKPOINT || !CHECKPOINT_FP32)
+    lx_die("%s: this model is neither transformers' GPT-2 nor its Llama (or this is a double build): it has "
+           "no Hugging Face checkpoint",
+           path);
+}
+
+/* --init reads either format: the file says which. */
+static void require_init_checkpoint(const char *path) {
+  if (lx_hf_is_checkpoint(path))
+    require_hf_checkpoints(path);
+  else
+    require_llmc_checkpoints(path);
+}
+
 /* The model file's training settings (its TRAINING_* macros): the defaults
  * the command line overrides and --help shows. Only the result is read
  * afterwards, so a flag changes everything the setting decides. */
@@ -85,7 +105,7 @@ static lx_run_options model_defaults(lx_program program) {
  * would only copy the one it started from. */
 static void check_validation_only(const lx_run_options *o) {
   if (o->train.steps > 0) return;
-  if (!o->val_data && !o->export_checkpoint)
+  if (!o->val_data && !o->export_checkpoint && !o->export_hf)
     lx_usage_error("--steps 0 only validates: give --val-data GLOB (the model file names no validation data)");
   if (o->save_checkpoint) lx_usage_error("--steps 0 trains nothing: --save would have no new state to write");
 }
@@ -99,9 +119,18 @@ static lx_run_options parsed_run_options(lx_program program, int argc, char **ar
   if (o.init_checkpoint && o.resume_checkpoint)
     lx_usage_error("--init starts a run from llm.c weights, --resume continues one: not both");
   check_validation_only(&o);
-  if (o.init_checkpoint) require_llmc_checkpoints(o.init_checkpoint);
+  if (o.init_checkpoint) require_init_checkpoint(o.init_checkpoint);
   if (o.export_checkpoint) require_llmc_checkpoints(o.export_checkpoint);
+  if (o.export_hf) require_hf_checkpoints(o.export_hf);
   return o;
+}
+
+/* Collective: rank 0 makes the directory --export-hf writes into and tries it. */
+static void check_export_dir(const char *dir) {
+  char why[1024] = "";
+  if (lx_world_rank() == 0) lx_hf_probe_dir(dir, why, sizeof why);
+  LX_MPI_CHECK(MPI_Bcast(why, (int)sizeof why, MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (why[0]) lx_fail_all("--export-hf %s: cannot save there: %s", dir, why);
 }
 
 /* The run's settings, with the paths it will save to tried by rank 0. */
@@ -109,6 +138,7 @@ static lx_run_options model_run_options(lx_program program, int argc, char **arg
   lx_run_options o = parsed_run_options(program, argc, argv);
   if (o.save_checkpoint) lx_check_save_path("--save", o.save_checkpoint);
   if (o.export_checkpoint) lx_check_save_path("--export-llmc", o.export_checkpoint);
+  if (o.export_hf) check_export_dir(o.export_hf);
   lx_catch_stop_signals();
   return o;
 }
@@ -155,6 +185,11 @@ static int preflight(lx_program program, int argc, char **argv, long long rank_b
   if (o.resume_checkpoint) preflight_readable("--resume", o.resume_checkpoint);
   if (o.save_checkpoint) preflight_save_path("--save", o.save_checkpoint);
   if (o.export_checkpoint) preflight_save_path("--export-llmc", o.export_checkpoint);
+  if (o.export_hf) {
+    char why[1024];
+    lx_hf_probe_dir(o.export_hf, why, sizeof why);
+    if (why[0]) lx_die("--export-hf %s: cannot save there: %s", o.export_hf, why);
+  }
   printf("preflight: stage %d: options, data and checkpoint paths ok; a rank needs %lld bytes of %s memory\n",
          STAGE, rank_bytes, memory);
   return 0;
@@ -163,16 +198,17 @@ static int preflight(lx_program program, int argc, char **argv, long long rank_b
 /* ---- checkpoints -------------------------------------------------------------------- */
 
 /* Tensor parallelism: the run of this rank's elements of t that starts at
- * local element e (counted from t->element) and is contiguous in the file
- * too: to the end of a row (split 2, columns) or of a run of rows (split 1);
- * returns its end and puts its place in the file into *file. */
-static long long shard_run(const lx_param_tensor *t, long long e, long long *file) {
+ * local element e (counted from t->element) and is contiguous in the whole
+ * tensor too (row-major, as all ranks together hold it): to the end of a
+ * row (split 2, columns) or of a run of rows (split 1); returns its end and
+ * puts its place in the whole tensor into *whole. */
+static long long shard_run(const lx_param_tensor *t, long long e, long long *whole) {
   if (t->split == 1) {
     long long first = 0;
     for (int k = 0; k < t->pieces; k++) {
       long long size = t->piece_rows[k] * t->row_elements;
       if (e < first + size) {
-        *file = t->file_element + (t->piece_row[k] + TP_RANK * t->piece_rows[k]) * t->row_elements + (e - first);
+        *whole = (t->piece_row[k] + TP_RANK * t->piece_rows[k]) * t->row_elements + (e - first);
         return first + size;
       }
       first += size;
@@ -181,11 +217,23 @@ static long long shard_run(const lx_param_tensor *t, long long e, long long *fil
   }
   if (t->split == 2) {
     long long row = e / t->row_elements, column = e % t->row_elements;
-    *file = t->file_element + row * t->whole_row + TP_RANK * t->row_elements + column;
+    *whole = row * t->whole_row + TP_RANK * t->row_elements + column;
     return (row + 1) * t->row_elements;
   }
-  *file = t->file_element + e; /* replicated: the whole tensor */
+  *whole = e; /* replicated: the whole tensor */
   return t->elements;
+}
+
+/* The elements [*lo, *hi) of t (params-region indices) that this rank
+ * moves: reading, all it holds; writing, its saved part, none of a tied
+ * copy (the first stage writes the table) nor of a replicated tensor on tp
+ * ranks but the first. Returns whether there are any. */
+static int moved_part(const lx_param_tensor *t, int writing, long long *lo, long long *hi) {
+  int replicated = t->split == 0 || t->split == 3;
+  *lo = t->element, *hi = t->element + t->elements;
+  if (writing && (!t->writes_file || (replicated && TP_RANK > 0))) return 0;
+  if (writing) saved_part(t, lo, hi);
+  return *hi > *lo;
 }
 
 /* This stage's slices of llm.c's file: per parameter tensor with a place in
@@ -200,17 +248,15 @@ static lx_ckpt_slice *checkpoint_slices(int writing, int *n) {
   *n = 0;
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
-    int replicated = t->split == 0 || t->split == 3;
-    if (t->file_element < 0 || (writing && (!t->writes_file || (replicated && TP_RANK > 0)))) continue;
-    long long lo = t->element, hi = t->element + t->elements;
-    if (writing) saved_part(t, &lo, &hi);
+    long long lo, hi;
+    if (t->file_element < 0 || !moved_part(t, writing, &lo, &hi)) continue;
     for (long long e = lo - t->element; e < hi - t->element;) {
-      long long file = 0, end = shard_run(t, e, &file);
+      long long whole = 0, end = shard_run(t, e, &whole);
       if (end > hi - t->element) end = hi - t->element;
       if (*n == cap) out = (lx_ckpt_slice *)realloc(out, sizeof(lx_ckpt_slice) * (size_t)(cap *= 2));
       if (!out) LX_FATAL("out of memory");
       lx_ckpt_slice *slice = &out[(*n)++];
-      slice->name = t->name, slice->file_element = file;
+      slice->name = t->name, slice->file_element = t->file_element + whole;
       slice->param_element = t->element + e, slice->elements = end - e;
       e = end;
     }
@@ -218,9 +264,14 @@ static lx_ckpt_slice *checkpoint_slices(int writing, int *n) {
   return out;
 }
 
-/* The stage's weights from the checkpoint at path, as fp32 at their
- * params-region indices. */
+/* The stage's weights from the checkpoint at path (llm.c's or a Hugging
+ * Face checkpoint), as fp32 at their params-region indices. */
+static void read_hf_checkpoint(const char *path, float *weights);
 static void read_checkpoint(const char *path, float *weights /* (PARAM_ELEMENTS) */) {
+  if (lx_hf_is_checkpoint(path)) {
+    read_hf_checkpoint(path, weights);
+    return;
+  }
   int n = 0;
   lx_ckpt_slice *slices = checkpoint_slices(0, &n);
   lx_checkpoint_load(path, &gpt2_header, slices, n, weights);
@@ -234,6 +285,105 @@ static void write_checkpoint(const char *path, const float *weights /* (PARAM_EL
   lx_checkpoint_save_all(path, &gpt2_header, slices, n, weights, MPI_COMM_WORLD);
   free(slices);
 }
+
+/* ---- Hugging Face checkpoints (lx_safetensors.h) --------------------------------------- */
+
+/* This rank's elements [lo, hi) of the part's parameter that are the
+ * part's tensor, between weights and the file, in blocks (lx_hf_segment). */
+static void hf_move_part(lx_hf_io *io, const lx_hf_part *part, float *weights, long long lo, long long hi) {
+  const lx_param_tensor *t = &param_tensors[part->param];
+  lx_hf_blocks blocks;
+  memset(&blocks, 0, sizeof blocks);
+  for (long long e = lo - t->element; e < hi - t->element;) {
+    long long whole = 0, end = shard_run(t, e, &whole);
+    if (end > hi - t->element) end = hi - t->element;
+    for (long long w = whole; w < whole + (end - e);) {
+      long long row = w / io->cols, column = w % io->cols;
+      long long n = io->cols - column < whole + (end - e) - w ? io->cols - column : whole + (end - e) - w;
+      if (row >= part->first_row && row < part->first_row + io->rows)
+        lx_hf_segment(io, &blocks, weights + t->element + e + (w - whole), row - part->first_row, column, n);
+      w += n;
+    }
+    e = end;
+  }
+  lx_hf_flush(io, &blocks);
+}
+
+#if HF_CHECKPOINT
+/* Rank 0: dir/config.json, committed like a checkpoint; the norms' epsilon
+ * is the kernels'. */
+static void write_hf_config(const char *dir) {
+  cJSON *config = cJSON_Parse(HF_CONFIG);
+  if (!config) LX_FATAL("the generated config.json does not parse");
+  cJSON_AddNumberToObject(config, HF_NORM_EPS_KEY, LX_TARGET_NORM_EPS);
+  char *text = cJSON_Print(config), *path = lx_hf_join(dir, "config.json"),
+       *tmp = lx_checkpoint_tmp_path(path);
+  cJSON_Delete(config);
+  FILE *f = fopen(tmp, "w");
+  if (!f) lx_die("cannot create %s: %s", tmp, strerror(errno));
+  lx_pending_checkpoint(tmp);
+  if (fprintf(f, "%s\n", text) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
+    lx_die("cannot write %s: %s", tmp, strerror(errno));
+  lx_checkpoint_commit(path);
+  free(text), free(path), free(tmp);
+}
+
+/* Collective: the weights as dir/model.safetensors (F32) and its config.json. */
+static void write_hf_checkpoint(const char *dir, float *weights /* (PARAM_ELEMENTS) */) {
+  char *path = lx_hf_join(dir, "model.safetensors"), *tmp = lx_checkpoint_tmp_path(path);
+  lx_hf_file_plan plan = lx_hf_plan(hf_tensors, HF_TENSORS, HF_LAYERS);
+  if (lx_world_rank() == 0) lx_hf_create(path, &plan);
+  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* PATH.tmp exists at full size */
+  int fd = open(tmp, O_WRONLY);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", tmp, strerror(errno));
+  for (int i = 0; i < HF_PARTS; i++) {
+    const lx_hf_part *part = &hf_parts[i];
+    long long lo, hi;
+    if (!moved_part(&param_tensors[part->param], 1, &lo, &hi)) continue;
+    int64_t at =
+        8 + plan.header_bytes + plan.offsets[part->tensor * HF_LAYERS + (part->layer > 0 ? part->layer : 0)];
+    lx_hf_io io = lx_hf_io_open(fd, tmp, 1, at, LX_HF_F32, &hf_tensors[part->tensor]);
+    hf_move_part(&io, part, weights, lo, hi);
+    lx_hf_io_close(&io);
+  }
+  if (fsync(fd) != 0) lx_die("cannot flush checkpoint %s: %s", tmp, strerror(errno));
+  close(fd);
+  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* every part is on disk */
+  if (lx_world_rank() == 0) {
+    lx_checkpoint_commit(path);
+    write_hf_config(dir);
+  }
+  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* nobody reads them before the renames */
+  lx_hf_plan_free(&plan);
+  free(path), free(tmp);
+}
+
+/* Every element of a parameter the file holds rows of starts at zero: rows
+ * it does not hold (the vocabulary's padding) stay so, as in llm.c's files. */
+static void read_hf_checkpoint(const char *path, float *weights /* (PARAM_ELEMENTS) */) {
+  lx_hf_source src = lx_hf_source_open(path);
+  for (int i = 0; i < HF_PARTS; i++) {
+    const lx_param_tensor *t = &param_tensors[hf_parts[i].param];
+    memset(weights + t->element, 0, sizeof(float) * (size_t)t->elements);
+  }
+  for (int i = 0; i < HF_PARTS; i++) {
+    const lx_param_tensor *t = &param_tensors[hf_parts[i].param];
+    lx_hf_io io = lx_hf_find(&src, &hf_tensors[hf_parts[i].tensor], hf_parts[i].layer);
+    hf_move_part(&io, &hf_parts[i], weights, t->element, t->element + t->elements);
+    lx_hf_io_close(&io);
+  }
+  lx_hf_source_close(&src);
+}
+#else
+static void write_hf_checkpoint(const char *dir, float *weights) {
+  (void)dir, (void)weights;
+  LX_FATAL("no Hugging Face checkpoint for this model (require_hf_checkpoints)");
+}
+static void read_hf_checkpoint(const char *path, float *weights) {
+  (void)path, (void)weights;
+  LX_FATAL("no Hugging Face checkpoint for this model (require_init_checkpoint)");
+}
+#endif
 
 /* ---- the training state: --save and --resume (lx_state.h) ------------------------------- */
 
@@ -374,14 +524,14 @@ static void announce_stop(const lx_run_options *o, int signal, int step) {
 /* --steps 0: the weights it starts from (initialised, --init or --resume)
  * evaluated on o->val_batches batches of the validation data, the loss
  * printed by the reporting rank; no optimizer step, no metrics line, no
- * training state saved; --export-llmc still writes the weights. */
+ * training state saved; --export-llmc and --export-hf still write the weights. */
 static void validate_only(const lx_run_options *o, lx_loader *data, lx_loader *val, int reports) {
   int done = o->resume_checkpoint ? resume_state(o, data) : 0;
   if (val) {
     double loss = validation_loss(val, o->val_batches, done);
     if (reports) printf("validation loss %.9g (%d batches, after step %d)\n", loss, o->val_batches, done);
   }
-  if (o->export_checkpoint) save_checkpoint(o->export_checkpoint);
+  if (o->export_checkpoint || o->export_hf) export_weights(o->export_checkpoint, o->export_hf);
 }
 
 /* Steps 1 (or the one after a resumed checkpoint) to o->train.steps, each reported
@@ -417,7 +567,7 @@ static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
       save_state(o, data, step);
   }
   if (o->save_checkpoint) save_state(o, data, done);
-  if (o->export_checkpoint) save_checkpoint(o->export_checkpoint);
+  if (o->export_checkpoint || o->export_hf) export_weights(o->export_checkpoint, o->export_hf);
   if (stop) announce_stop(o, stop, done);
   if (reports) lx_metrics_close();
 }

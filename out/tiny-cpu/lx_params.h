@@ -1,7 +1,8 @@
 /* lx_params.h — the rows of the tables an emitted stage program of either
  * target prints (gen/emit/emit_operands.c, emit_param_table): every parameter
- * tensor of the stage and the gradient buckets of its params region. Valid
- * C11 and C++17. */
+ * tensor of the stage, the gradient buckets of its params region, and the
+ * model's tensors in a Hugging Face checkpoint (gen/emit/emit_formats.c,
+ * lx_safetensors.h). Valid C11 and C++17. */
 #ifndef LX_PARAMS_H
 #define LX_PARAMS_H
 
@@ -34,5 +35,29 @@ typedef struct {
   long long first, elements; /* in the params region */
   long long shard_first;     /* ZeRO-1: this replica's share of their optimizer state */
 } lx_param_bucket;
+
+/* How the rows of a parameter lie in the file's tensor. */
+typedef enum {
+  LX_HF_ROWS,       /* as they are */
+  LX_HF_TRANSPOSED, /* GPT-2's Conv1D: the file holds (in, out), the parameter (out, in) */
+  LX_HF_ROPE_PAIRS  /* Meta's interleaved rotary pairs (2m, 2m + 1) are transformers' (m, m + D/2) */
+} lx_hf_layout;
+
+typedef struct {
+  const char *name; /* a block's has %d: its layer */
+  int section;      /* 0 prologue, 1 block (once per layer), 2 epilogue */
+  int dims;
+  long long shape[2]; /* in the file */
+  lx_hf_layout layout;
+  int head_dim;  /* LX_HF_ROPE_PAIRS */
+  int positions; /* a file of a longer context fits: the model reads its first rows */
+} lx_hf_tensor;
+
+/* Rows [first_row, first_row + the tensor's) of param_tensors[param] are
+ * tensor hf_tensors[tensor] of layer `layer` (-1 outside the blocks). */
+typedef struct {
+  int param, tensor, layer;
+  long long first_row;
+} lx_hf_part;
 
 #endif

@@ -510,4 +510,79 @@ enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1 };
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {64, 256, 4, 4, 64, 256};
 
+/* The model as a Hugging Face checkpoint (--export-hf, --init): its tensors in
+ * file order, a block's once per layer; name, section (0 prologue, 1 block,
+ * 2 epilogue), dimensions, shape in the file, layout of the parameter's rows
+ * there, head size (rope pairs), whether a longer file fits (positions). */
+#define HF_CHECKPOINT 1
+static const lx_hf_tensor hf_tensors[] = {
+  {"transformer.wte.weight", 0, 2, {256LL, 64LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.wpe.weight", 0, 2, {64LL, 64LL}, LX_HF_ROWS, 0, 1},
+  {"transformer.h.%d.ln_1.weight", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_1.bias", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.attn.c_attn.weight", 1, 2, {64LL, 192LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.attn.c_attn.bias", 1, 1, {192LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.attn.c_proj.weight", 1, 2, {64LL, 64LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.attn.c_proj.bias", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_2.weight", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_2.bias", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.mlp.c_fc.weight", 1, 2, {64LL, 256LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.mlp.c_fc.bias", 1, 1, {256LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.mlp.c_proj.weight", 1, 2, {256LL, 64LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.mlp.c_proj.bias", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.ln_f.weight", 2, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.ln_f.bias", 2, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+};
+enum { HF_TENSORS = 16, HF_LAYERS = 4 };
+#define HF_NORM_EPS_KEY "layer_norm_epsilon"
+#define HF_CONFIG \
+  "{\"architectures\":[\"GPT2LMHeadModel\"]," \
+  "\"model_type\":\"gpt2\"," \
+  "\"vocab_size\":256," \
+  "\"n_positions\":64," \
+  "\"n_embd\":64," \
+  "\"n_layer\":4," \
+  "\"n_head\":4," \
+  "\"n_inner\":256," \
+  "\"activation_function\":\"gelu_new\"," \
+  "\"resid_pdrop\":0," \
+  "\"embd_pdrop\":0," \
+  "\"attn_pdrop\":0," \
+  "\"tie_word_embeddings\":true," \
+  "\"bos_token_id\":null," \
+  "\"eos_token_id\":null}"
+
+/* The stage's parameters in that checkpoint: parameter (param_tensors),
+ * tensor (hf_tensors), its layer (-1: none), the parameter's row where the
+ * tensor's rows start. */
+static const lx_hf_part hf_parts[] = {
+  {0, 0, -1, 0LL},
+  {1, 1, -1, 0LL},
+  {2, 2, 0, 0LL},
+  {3, 3, 0, 0LL},
+  {4, 4, 0, 0LL},
+  {5, 5, 0, 0LL},
+  {6, 6, 0, 0LL},
+  {7, 7, 0, 0LL},
+  {8, 8, 0, 0LL},
+  {9, 9, 0, 0LL},
+  {10, 10, 0, 0LL},
+  {11, 11, 0, 0LL},
+  {12, 12, 0, 0LL},
+  {13, 13, 0, 0LL},
+  {14, 2, 1, 0LL},
+  {15, 3, 1, 0LL},
+  {16, 4, 1, 0LL},
+  {17, 5, 1, 0LL},
+  {18, 6, 1, 0LL},
+  {19, 7, 1, 0LL},
+  {20, 8, 1, 0LL},
+  {21, 9, 1, 0LL},
+  {22, 10, 1, 0LL},
+  {23, 11, 1, 0LL},
+  {24, 12, 1, 0LL},
+  {25, 13, 1, 0LL},
+};
+enum { HF_PARTS = 26 };
+
 #include "lx_main.h"

@@ -476,4 +476,80 @@ enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1 };
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {64, 256, 4, 4, 64, 256};
 
+/* The model as a Hugging Face checkpoint (--export-hf, --init): its tensors in
+ * file order, a block's once per layer; name, section (0 prologue, 1 block,
+ * 2 epilogue), dimensions, shape in the file, layout of the parameter's rows
+ * there, head size (rope pairs), whether a longer file fits (positions). */
+#define HF_CHECKPOINT 1
+static const lx_hf_tensor hf_tensors[] = {
+  {"transformer.wte.weight", 0, 2, {256LL, 64LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.wpe.weight", 0, 2, {64LL, 64LL}, LX_HF_ROWS, 0, 1},
+  {"transformer.h.%d.ln_1.weight", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_1.bias", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.attn.c_attn.weight", 1, 2, {64LL, 192LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.attn.c_attn.bias", 1, 1, {192LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.attn.c_proj.weight", 1, 2, {64LL, 64LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.attn.c_proj.bias", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_2.weight", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.ln_2.bias", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.mlp.c_fc.weight", 1, 2, {64LL, 256LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.mlp.c_fc.bias", 1, 1, {256LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.h.%d.mlp.c_proj.weight", 1, 2, {256LL, 64LL}, LX_HF_TRANSPOSED, 0, 0},
+  {"transformer.h.%d.mlp.c_proj.bias", 1, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.ln_f.weight", 2, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+  {"transformer.ln_f.bias", 2, 1, {64LL, 0LL}, LX_HF_ROWS, 0, 0},
+};
+enum { HF_TENSORS = 16, HF_LAYERS = 4 };
+#define HF_NORM_EPS_KEY "layer_norm_epsilon"
+#define HF_CONFIG \
+  "{\"architectures\":[\"GPT2LMHeadModel\"]," \
+  "\"model_type\":\"gpt2\"," \
+  "\"vocab_size\":256," \
+  "\"n_positions\":64," \
+  "\"n_embd\":64," \
+  "\"n_layer\":4," \
+  "\"n_head\":4," \
+  "\"n_inner\":256," \
+  "\"activation_function\":\"gelu_new\"," \
+  "\"resid_pdrop\":0," \
+  "\"embd_pdrop\":0," \
+  "\"attn_pdrop\":0," \
+  "\"tie_word_embeddings\":true," \
+  "\"bos_token_id\":null," \
+  "\"eos_token_id\":null}"
+
+/* The stage's parameters in that checkpoint: parameter (param_tensors),
+ * tensor (hf_tensors), its layer (-1: none), the parameter's row where the
+ * tensor's rows start. */
+static const lx_hf_part hf_parts[] = {
+  {0, 2, 2, 0LL},
+  {1, 3, 2, 0LL},
+  {2, 4, 2, 0LL},
+  {3, 5, 2, 0LL},
+  {4, 6, 2, 0LL},
+  {5, 7, 2, 0LL},
+  {6, 8, 2, 0LL},
+  {7, 9, 2, 0LL},
+  {8, 10, 2, 0LL},
+  {9, 11, 2, 0LL},
+  {10, 12, 2, 0LL},
+  {11, 13, 2, 0LL},
+  {12, 2, 3, 0LL},
+  {13, 3, 3, 0LL},
+  {14, 4, 3, 0LL},
+  {15, 5, 3, 0LL},
+  {16, 6, 3, 0LL},
+  {17, 7, 3, 0LL},
+  {18, 8, 3, 0LL},
+  {19, 9, 3, 0LL},
+  {20, 10, 3, 0LL},
+  {21, 11, 3, 0LL},
+  {22, 12, 3, 0LL},
+  {23, 13, 3, 0LL},
+  {24, 14, -1, 0LL},
+  {25, 15, -1, 0LL},
+  {26, 0, -1, 0LL},
+};
+enum { HF_PARTS = 27 };
+
 #include "lx_main.h"

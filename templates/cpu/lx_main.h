@@ -13,6 +13,7 @@
 #include <string.h>
 
 #define CHECKPOINT_FP32 (sizeof(real) == sizeof(float)) /* not in the gradient check's double build */
+#define LX_TARGET_NORM_EPS LX_NORM_EPS
 #include "lx_loop.h"
 
 #define ADAM_M ((real *)AT(REGION_adam_m))
@@ -122,7 +123,10 @@ static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
   if (replica > 0) *hi = *lo;
 }
 
-static void save_checkpoint(const char *path) { write_checkpoint(path, (const float *)PARAMS); }
+static void export_weights(const char *llmc, const char *hf) {
+  if (llmc) write_checkpoint(llmc, (const float *)PARAMS);
+  if (hf) write_hf_checkpoint(hf, (float *)PARAMS);
+}
 
 /* The arena holds the whole state, in place: the weights (the tied copy
  * too) and this replica's share of the AdamW moments. */

@@ -130,10 +130,11 @@ static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
 }
 
 /* Between steps: the step that updated the masters has finished. */
-static void save_checkpoint(const char *path) {
+static void export_weights(const char *llmc, const char *hf) {
   float *weights = (float *)LX_CALLOC((size_t)PARAM_ELEMENTS, sizeof(float));
   copy_masters(weights, cudaMemcpyDeviceToHost);
-  write_checkpoint(path, weights);
+  if (llmc) write_checkpoint(llmc, weights);
+  if (hf) write_hf_checkpoint(hf, weights);
   free(weights);
 }
 
