@@ -229,14 +229,18 @@ LLAMA_MODEL = os.path.join(ROOT, "tests", "equivalence", "llama.model")
 
 
 def embedding_ties(work, gpt_model):
-    """GPT and Llama, tied and untied embeddings, at pp 1, 2 and 4: each trains
-    (an untied table once made the first stage wait forever for the last
-    stage's copy), deeper pipelines give pp = 1's losses, and untying changes
-    them (the head has weights of its own)."""
+    """GPT and Llama, tied and untied embeddings, at pp 1, 2 and 4 and at
+    tp 2 x pp 2 x dp 2: each trains (an untied table once made the first
+    stage wait forever for the last stage's copy), the other plans give pp =
+    1's losses (a Llama's prologue, the embedding alone, once had its tensor-
+    parallel all-reduce issued twice), and untying changes them (the head has
+    weights of its own)."""
     with open(gpt_model) as f:
         gpt = f.read()
     with open(LLAMA_MODEL) as f:
         llama = f.read().replace(".layers = 2,", ".layers = 4,")
+    plans = [("pp=1", ["--pp", "1"]), ("pp=2", ["--pp", "2"]), ("pp=4", ["--pp", "4"]),
+             ("tp=2 pp=2 dp=2", ["--tp", "2", "--pp", "2", "--dp", "2"])]
     for family, text in (("gpt", gpt), ("llama", llama)):
         by_tie = {}
         for tied in (1, 0):
@@ -244,20 +248,22 @@ def embedding_ties(work, gpt_model):
             with open(model, "w") as f:
                 f.write(text.replace(".tied_embeddings = 1", ".tied_embeddings = %d" % tied))
             name = "%s %s" % (family, "tied" if tied else "untied")
-            for pp in (1, 2, 4):
-                program = generate(work, "tie-%s%d-pp%d" % (family, tied, pp), model, "--pp", str(pp), quick=True)
+            for plan, args in plans:
+                label = plan.replace(" ", "").replace("=", "")
+                program = generate(work, "tie-%s%d-%s" % (family, tied, label), model, *args, quick=True)
                 r, metrics = train(program, work, "--steps", "3", timeout=120) if program else (None, None)
                 if r is None or r.returncode != 0:
-                    check(False, "%s pp=%d trains 3 steps (%s)" % (name, pp, "timed out" if program else "no build"))
+                    check(False, "%s %s trains 3 steps (%s)" % (name, plan, "timed out" if program else "no build"))
                     continue
-                if pp == 1:
+                if plan == "pp=1":
                     by_tie[tied] = losses(metrics)
                     check(len(by_tie[tied]) == 3, "%s pp=1 trains 3 steps" % name)
                 elif tied in by_tie:
                     got = losses(metrics)
                     worst = relative_difference(got, by_tie[tied])
-                    check(len(got) == 3 and worst <= CROSS_PP_BOUND, "%s pp=%d: losses equal pp=1's within %.0e "
-                          "(worst %.2e)" % (name, pp, CROSS_PP_BOUND, worst))
+                    bound = CROSS_PP_BOUND if plan.startswith("pp") else CROSS_PARALLEL_BOUND
+                    check(len(got) == 3 and worst <= bound, "%s %s: losses equal pp=1's within %.0e "
+                          "(worst %.2e)" % (name, plan, bound, worst))
         if len(by_tie) == 2:
             check(by_tie[0] != by_tie[1], "%s: untied embeddings train other weights than tied ones (%s vs %s)" % (
                 family, by_tie[0][-1], by_tie[1][-1]))

@@ -24,7 +24,11 @@ stream matters:
 - a stage stopped by the kernel (SIGSTOP: alive and silent, as a wedged
   peer is) leaves the others waiting: the watchdog of a waiting rank names
   what it waits on (the receive, its micro-batch and stage) and the job ends
-  within seconds of the timeout, with no checkpoint written after the stop.
+  within seconds of the timeout, with no checkpoint written after the stop;
+- resharding: a checkpoint saved under one plan (GPT pp 2, or tp 2 x pp 2 x
+  dp 2 with ZeRO-1; Llama pp 2, or tp 2 x dp 2 with ZeRO-1) and resumed under
+  the other continues with the other plan's uninterrupted losses, within
+  the bound of a change of plan (the sums run in another order).
 
 The expected losses are those of the uninterrupted run of the same program,
 never numbers taken from the program under test's own resumed output.
@@ -219,6 +223,31 @@ def exact_resume(work, name, program, reference, rng):
           "%s: after the resumed run, %s holds step %d and no .tmp is left" % (name, os.path.basename(ckpt), STEPS))
 
 
+RESHARD_BOUND = 1e-5  # another plan sums in another order (cpu_training_test's CROSS_PARALLEL_BOUND)
+
+
+def resharded_resume(work, writer_name, writer, reader_name, reader, reference):
+    """kill -9 after a checkpoint of one plan, resume under another: the
+    reader's plan continues from the saved step with its own uninterrupted
+    losses, within the bound of a change of plan."""
+    tag = (writer_name + "-to-" + reader_name).replace(" ", "_").replace("=", "")
+    metrics, ckpt = os.path.join(work, tag + ".jsonl"), os.path.join(work, tag + ".bin")
+    job = start(writer, work, metrics, "--save", ckpt, "--checkpoint-every", str(EVERY))
+    reached = wait_for_step(job, metrics, EVERY + 1)
+    gone = kill_job(job, writer)
+    step = saved_step(ckpt)
+    resumed = os.path.join(work, tag + "-resumed.jsonl")
+    r = run(command(reader, work, resumed, "--resume", ckpt), work)
+    got = losses(resumed)
+    worst = max((abs(got[s] - reference[s]) / abs(reference[s]) for s in got), default=float("inf"))
+    ok = (reached and gone and step is not None and r.returncode == 0 and "resuming" in r.stdout and
+          sorted(got) == list(range(step + 1, STEPS + 1)) and worst <= RESHARD_BOUND)
+    check(ok, "saved under %s at step %s, resumed under %s: its losses continue within %.0e (worst %.2e)" % (
+        writer_name, step, reader_name, RESHARD_BOUND, worst))
+    if not ok:
+        print((r.stdout + r.stderr)[-2000:])
+
+
 def uninterrupted(work, program, steps=STEPS):
     metrics = os.path.join(program, "reference-%d.jsonl" % steps)
     r = run(command(program, work, metrics, steps=steps), work)
@@ -370,7 +399,9 @@ def main():
     plans = (("pp=2", gpt, ("--pp", "2")),
              ("tp=2 pp=2 dp=2 ZeRO-1 lynx-heu", gpt,
               ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--policy", "lynx-heu", "--gpu-memory", "0.0015")),
-             ("llama pp=2", llama, ("--pp", "2")))
+             ("llama pp=2", llama, ("--pp", "2")),
+             ("llama tp=2 dp=2 ZeRO-1", llama, ("--tp", "2", "--pp", "1", "--dp", "2", "--zero")))
+    built = {}
     for name, model, args in plans:
         program = generate(work, name.replace(" ", "_").replace("=", ""), model, *args)
         reference = uninterrupted(work, program) if program else None
@@ -378,6 +409,9 @@ def main():
             name, STEPS))
         if reference is None:
             continue
+        built[name] = (program, reference)
+        if name == "llama tp=2 dp=2 ZeRO-1":
+            continue  # the resharding below resumes it
         exact_resume(work, name, program, reference, rng)
         if name == "pp=2":
             long_reference = uninterrupted(work, program, steps=PREEMPTION_STEPS)
@@ -390,6 +424,11 @@ def main():
             launch_preflight(work, program)
             dead_rank(work, program)
             watchdog(work, program)
+    # A checkpoint moves between plans (tp, pp, dp, ZeRO-1): users change plans between runs.
+    for writer, reader in (("pp=2", "tp=2 pp=2 dp=2 ZeRO-1 lynx-heu"), ("tp=2 pp=2 dp=2 ZeRO-1 lynx-heu", "pp=2"),
+                           ("llama pp=2", "llama tp=2 dp=2 ZeRO-1"), ("llama tp=2 dp=2 ZeRO-1", "llama pp=2")):
+        if writer in built and reader in built:
+            resharded_resume(work, writer, built[writer][0], reader, *built[reader])
 
 
 if __name__ == "__main__":

@@ -201,6 +201,13 @@ const char *emit_run_function(lx_instr_kind k) {
  * in order; for recompute, all the ops the stage recomputes)? */
 bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count) {
   const lx_graph *g = lx_graph_of(pr->ir, run->graph);
+  /* The function completes a tensor-parallel collective around its first
+   * or last op inside; the schedule issues those as instructions of their
+   * own (a collective between two ops splits the run anyway). */
+  bool backward = run->kind == LX_I_BWD;
+  lx_tp_collectives first = lx_tp_collectives_of(pr->ir, &g->ops[run[0].op], backward);
+  lx_tp_collectives last = lx_tp_collectives_of(pr->ir, &g->ops[run[count - 1].op], backward);
+  if (first.gather_before || last.reduce_after) return false;
   int n = 0;
   for (int j = 0; j < g->n_ops; j++) {
     int i = run->kind == LX_I_BWD ? g->n_ops - 1 - j : j;
@@ -420,6 +427,30 @@ static void add_hf_parts(const lx_printer *pr, param_rows *rows, lx_graph_id g, 
   }
 }
 
+/* A parameter's name in the tables and the training state: graph, layer, op, weight or bias. */
+static const char *param_name(const lx_ir *ir, lx_graph_id g, int layer, int i, int k, char name[128]) {
+  const lx_graph *graph = lx_graph_of(ir, g);
+  snprintf(name, 128, "%s%s%d %s.%s", graph->name, g == LX_GRAPH_BLOCK ? " layer " : "",
+           g == LX_GRAPH_BLOCK ? layer : 0, graph->ops[i].name, k ? "bias" : "weight");
+  return name;
+}
+
+/* The whole parameter as every plan holds it: rows of cols, the vocabulary
+ * unpadded (the padding's rows depend on tp), so that a training state
+ * moves between plans (lx_state.h). */
+static void whole_shape(const lx_printer *pr, lx_graph_id g, const lx_op *op, int k, long long shape[2]) {
+  long long vocab = pr->ir->model.vocab;
+  switch (op->kind) {
+  case LX_OP_LINEAR:
+    shape[0] = op->out.width, shape[1] = k ? 1 : emit_op_at(pr, g, op->inputs[0])->out.width;
+    return;
+  case LX_OP_EMBEDDING: shape[0] = vocab, shape[1] = op->out.width; return;
+  case LX_OP_POSITION_EMBEDDING: shape[0] = pr->ir->model.seq_len, shape[1] = op->out.width; return;
+  case LX_OP_LM_HEAD: shape[0] = vocab, shape[1] = emit_op_at(pr, g, op->inputs[0])->out.width; return;
+  default: shape[0] = op->out.width, shape[1] = 1; /* a norm's scale or shift */
+  }
+}
+
 static void print_param_row(const lx_printer *pr, param_rows *rows, lx_graph_id g, int layer, int i, int k) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   const lx_op *op = &graph->ops[i];
@@ -436,14 +467,17 @@ static void print_param_row(const lx_printer *pr, param_rows *rows, lx_graph_id 
       tied_copy ? init_stream(LX_GRAPH_PROLOGUE, -1, embedding_op(pr->ir), 0) : init_stream(g, layer, i, k);
   long long file = rows->gpt2 ? emit_llmc_element(pr->ir, g, layer, i, k) : -1;
   param_shard sh = shard_of(pr, g, i, k);
-  fprintf(pr->out, "  {\"%s%s%d %s.%s\", %lldLL, %lldLL, %.17g, %g, %d, %lldLL, %lldLL, %d, %d, %d",
-          graph->name, g == LX_GRAPH_BLOCK ? " layer " : "", g == LX_GRAPH_BLOCK ? layer : 0, op->name,
-          k ? "bias" : "weight", element, (long long)pl->param_elements[k], std, constant, weight ? 1 : 0,
-          stream, file, tied_copy ? 0 : 1, tied_copy || is_tied_table(pr->ir, op) ? 1 : 0, sh.split);
+  long long shape[2];
+  whole_shape(pr, g, op, k, shape);
+  char name[128];
+  fprintf(pr->out, "  {\"%s\", %lldLL, %lldLL, %.17g, %g, %d, %lldLL, %lldLL, %d, %d, %d",
+          param_name(pr->ir, g, layer, i, k, name), element, (long long)pl->param_elements[k], std, constant,
+          weight ? 1 : 0, stream, file, tied_copy ? 0 : 1, tied_copy || is_tied_table(pr->ir, op) ? 1 : 0,
+          sh.split);
   fprintf(pr->out, ", %lldLL, %lldLL, %d, {%lldLL, %lldLL, %lldLL}, {%lldLL, %lldLL, %lldLL}",
           sh.row_elements, sh.whole_row, sh.pieces, sh.piece_row[0], sh.piece_row[1], sh.piece_row[2],
           sh.piece_rows[0], sh.piece_rows[1], sh.piece_rows[2]);
-  fputs("},\n", pr->out);
+  fprintf(pr->out, ", %lldLL, %lldLL},\n", shape[0], shape[1]);
   add_hf_parts(pr, rows, g, layer, i, k);
   rows->params++;
 }
@@ -468,6 +502,8 @@ static void print_hf_parts(const lx_printer *pr, const param_rows *rows) {
   fprintf(pr->out, "};\nenum { HF_PARTS = %d };\n", rows->n_parts);
 }
 
+static void print_string_macro(FILE *f, const char *name, const char *value);
+
 /* The data-parallel buckets of the params region (layout.h), in its order. */
 static void print_bucket_table(const lx_printer *pr) {
   const lx_stage_layout *l = pr->l;
@@ -490,7 +526,8 @@ void emit_param_table(const lx_printer *pr) {
                    " * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this\n"
                    " * stage writes it there, whether it is the tied embedding table, and where\n"
                    " * this rank's share sits in the whole tensor (tensor parallelism: split,\n"
-                   " * row elements, whole row, pieces, their first rows and row counts). */\n"
+                   " * row elements, whole row, pieces, their first rows and row counts), and\n"
+                   " * the whole tensor's rows and columns. */\n"
                    "static const lx_param_tensor param_tensors[] = {\n");
   if (pr->st->has_prologue) print_param_rows(pr, &rows, LX_GRAPH_PROLOGUE, -1);
   for (int l = pr->st->first_layer; l < pr->st->first_layer + pr->st->n_layers; l++)
@@ -502,6 +539,13 @@ void emit_param_table(const lx_printer *pr) {
   fprintf(pr->out, "static const lx_gpt2_header gpt2_header = {%d, %d, %d, %d, %d, %d};\n",
           pr->ir->model.seq_len, pr->ir->model.vocab, pr->ir->model.layers, pr->ir->model.heads,
           pr->ir->model.hidden, pr->ir->padded_vocab);
+  char tied[128];
+  fprintf(pr->out,
+          "/* The tied embedding table: its copy on the last stage is this tensor in a training state. */\n");
+  print_string_macro(pr->out, "TIED_TABLE_NAME",
+                     pr->ir->model.tied_embeddings
+                         ? param_name(pr->ir, LX_GRAPH_PROLOGUE, -1, embedding_op(pr->ir), 0, tied)
+                         : NULL);
   print_hf_parts(pr, &rows);
   free(rows.parts);
 }

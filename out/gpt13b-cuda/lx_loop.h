@@ -43,13 +43,18 @@ static void export_weights(const char *llmc, const char *hf);
  * whole tensor it is called with) that this rank writes into a checkpoint;
  * together the ranks write each element once. */
 static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi);
-/* This rank's training state as parts in host memory (at most
- * LX_STATE_MAX_PARTS): its weights and AdamW moments. saving: fill them with
- * the current values first (the CUDA program copies them from the GPU). */
-static int state_parts(lx_state_part *parts, int saving);
-/* After a resume filled the parts: make them the state the steps use. */
+/* This rank's training state in host memory, as fp32 (lx_state.h): its
+ * weights at their params-region indices (*weights, PARAM_ELEMENTS; the
+ * CUDA program's fp32 masters, of the shares it updates) and the AdamW
+ * moments it holds (*m, *v: OPTIMIZER_ELEMENTS, at moments_of's indices).
+ * saving: fill them with the current values first. */
+static void state_arrays(float **weights, float **m, float **v, int saving);
+/* The elements [*lo, *hi) of t whose moments this rank holds (its replica's
+ * share under ZeRO-1); returns where the moments of *lo are. */
+static long long moments_of(const lx_param_tensor *t, long long *lo, long long *hi);
+/* After a resume filled the arrays: make them the state the steps use. */
 static void state_restored(void);
-/* After state_parts(parts, 1): is every weight this rank saves finite? */
+/* After state_arrays(..., 1): is every weight this rank saves finite? */
 static int weights_finite(void);
 
 /* ---- the command line ---------------------------------------------------------------- */
@@ -288,11 +293,13 @@ static void write_checkpoint(const char *path, const float *weights /* (PARAM_EL
 
 /* ---- Hugging Face checkpoints (lx_safetensors.h) --------------------------------------- */
 
-/* This rank's elements [lo, hi) of the part's parameter that are the
- * part's tensor, between weights and the file, in blocks (lx_hf_segment). */
-static void hf_move_part(lx_hf_io *io, const lx_hf_part *part, float *weights, long long lo, long long hi) {
-  const lx_param_tensor *t = &param_tensors[part->param];
-  lx_hf_blocks blocks;
+/* This rank's elements [lo, hi) (params-region indices) of parameter t
+ * that are rows [first_row, first_row + io->rows) of the whole tensor,
+ * between data (element e of t, counted from t->element, at
+ * data[e - first]) and the io's file, in blocks (lx_tensor_segment). */
+static void move_rows(lx_tensor_io *io, const lx_param_tensor *t, long long first_row, float *data,
+                      long long first, long long lo, long long hi) {
+  lx_tensor_blocks blocks;
   memset(&blocks, 0, sizeof blocks);
   for (long long e = lo - t->element; e < hi - t->element;) {
     long long whole = 0, end = shard_run(t, e, &whole);
@@ -300,13 +307,13 @@ static void hf_move_part(lx_hf_io *io, const lx_hf_part *part, float *weights, l
     for (long long w = whole; w < whole + (end - e);) {
       long long row = w / io->cols, column = w % io->cols;
       long long n = io->cols - column < whole + (end - e) - w ? io->cols - column : whole + (end - e) - w;
-      if (row >= part->first_row && row < part->first_row + io->rows)
-        lx_hf_segment(io, &blocks, weights + t->element + e + (w - whole), row - part->first_row, column, n);
+      if (row >= first_row && row < first_row + io->rows)
+        lx_tensor_segment(io, &blocks, data + e + (w - whole) - first, row - first_row, column, n);
       w += n;
     }
     e = end;
   }
-  lx_hf_flush(io, &blocks);
+  lx_tensor_flush(io, &blocks);
 }
 
 #if HF_CHECKPOINT
@@ -342,9 +349,10 @@ static void write_hf_checkpoint(const char *dir, float *weights /* (PARAM_ELEMEN
     if (!moved_part(&param_tensors[part->param], 1, &lo, &hi)) continue;
     int64_t at =
         8 + plan.header_bytes + plan.offsets[part->tensor * HF_LAYERS + (part->layer > 0 ? part->layer : 0)];
-    lx_hf_io io = lx_hf_io_open(fd, tmp, 1, at, LX_HF_F32, &hf_tensors[part->tensor]);
-    hf_move_part(&io, part, weights, lo, hi);
-    lx_hf_io_close(&io);
+    lx_tensor_io io = lx_hf_io(fd, tmp, 1, at, LX_FILE_F32, &hf_tensors[part->tensor]);
+    move_rows(&io, &param_tensors[part->param], part->first_row, weights + param_tensors[part->param].element,
+              0, lo, hi);
+    lx_tensor_io_close(&io);
   }
   if (fsync(fd) != 0) lx_die("cannot flush checkpoint %s: %s", tmp, strerror(errno));
   close(fd);
@@ -368,9 +376,9 @@ static void read_hf_checkpoint(const char *path, float *weights /* (PARAM_ELEMEN
   }
   for (int i = 0; i < HF_PARTS; i++) {
     const lx_param_tensor *t = &param_tensors[hf_parts[i].param];
-    lx_hf_io io = lx_hf_find(&src, &hf_tensors[hf_parts[i].tensor], hf_parts[i].layer);
-    hf_move_part(&io, &hf_parts[i], weights, t->element, t->element + t->elements);
-    lx_hf_io_close(&io);
+    lx_tensor_io io = lx_hf_find(&src, &hf_tensors[hf_parts[i].tensor], hf_parts[i].layer);
+    move_rows(&io, t, hf_parts[i].first_row, weights + t->element, 0, t->element, t->element + t->elements);
+    lx_tensor_io_close(&io);
   }
   lx_hf_source_close(&src);
 }
@@ -440,23 +448,122 @@ static lx_state_run this_run(const lx_run_options *o, int step) {
   return run;
 }
 
+/* The name of t in a training state: the tied table's copy is the table. */
+static const char *state_name(const lx_param_tensor *t) {
+  return t->tied && !t->writes_file ? TIED_TABLE_NAME : t->name;
+}
+
+/* Collective: the model's tensor table, the same on every rank: every
+ * rank's tensors, each once, sorted, with their places (lx_state_layout);
+ * malloc'd, its size in run->tensors and the file's in *bytes. */
+static lx_state_tensor *state_table(lx_state_run *run, int64_t *bytes) {
+  int mine = 0, ranks = run->ranks;
+  lx_state_tensor *own = (lx_state_tensor *)LX_CALLOC(PARAM_TENSORS, sizeof(lx_state_tensor));
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    if (t->tied && !t->writes_file) continue;
+    strncpy(own[mine].name, t->name, sizeof own[mine].name - 1);
+    own[mine].rows = t->rows, own[mine].cols = t->cols;
+    mine++;
+  }
+  int *counts = (int *)LX_MALLOC(sizeof(int) * (size_t)ranks),
+      *displs = (int *)LX_MALLOC(sizeof(int) * (size_t)ranks);
+  int bytes_mine = mine * (int)sizeof(lx_state_tensor), all = 0;
+  LX_MPI_CHECK(MPI_Allgather(&bytes_mine, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD));
+  for (int r = 0; r < ranks; r++)
+    displs[r] = all, all += counts[r];
+  lx_state_tensor *table = (lx_state_tensor *)LX_MALLOC((size_t)all);
+  LX_MPI_CHECK(MPI_Allgatherv(own, bytes_mine, MPI_BYTE, table, counts, displs, MPI_BYTE, MPI_COMM_WORLD));
+  run->tensors = lx_state_layout(run, table, all / (int)sizeof(lx_state_tensor), bytes);
+  free(own), free(counts), free(displs);
+  return table;
+}
+
+/* Collective: the next training window of each replica, by replica. */
+static int64_t *data_positions(const lx_loader *data, int ranks) {
+  int64_t mine[2] = {replica, data->next_window};
+  int64_t *all = (int64_t *)LX_MALLOC(16 * (size_t)ranks),
+          *positions = (int64_t *)LX_MALLOC(8 * DATA_PARALLEL);
+  LX_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, MPI_COMM_WORLD));
+  for (int r = 0; r < ranks; r++)
+    positions[all[2 * r]] = all[2 * r + 1];
+  free(all);
+  return positions;
+}
+
+/* The elements [*lo, *hi) of t whose weights (array 0) or moments (1, 2)
+ * this rank moves: reading, all it holds; writing, each element once over
+ * all ranks (the weights: moved_part; the moments: a replicated tensor's
+ * by tp rank 0, without ZeRO-1 by the first replica, the tied copy's by the
+ * table's stage). Returns whether there are any. */
+static int state_range(const lx_param_tensor *t, int array, int writing, long long *lo, long long *hi) {
+  if (array == 0) {
+    if (writing) return moved_part(t, 1, lo, hi);
+    *lo = t->element, *hi = t->element + t->elements;
+    return t->elements > 0;
+  }
+  moments_of(t, lo, hi);
+  int replicated = t->split == 0 || t->split == 3;
+  if (writing &&
+      ((t->tied && !t->writes_file) || (replicated && TP_RANK > 0) || (ZERO_SHARDS == 1 && replica > 0)))
+    return 0;
+  return *hi > *lo;
+}
+
+/* Between this rank's arrays and the state file's tensors; reading first
+ * zeroes what the rank holds (the vocabulary's padding is in no file). */
+static void move_state(int fd, const char *path, int writing, const lx_state_tensor *table, int64_t n,
+                       float *weights, float *m, float *v) {
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    const lx_state_tensor *entry = lx_state_find(table, n, state_name(t));
+    if (!entry) lx_die("checkpoint %s holds no tensor %s (a run of another model?)", path, state_name(t));
+    if (entry->rows != t->rows || entry->cols != t->cols)
+      lx_die("checkpoint %s: tensor %s is %lld x %lld there, %lld x %lld in this model", path, t->name,
+             (long long)entry->rows, (long long)entry->cols, t->rows, t->cols);
+    long long lo, hi, state_lo, state_hi, state = moments_of(t, &state_lo, &state_hi);
+    float *arrays[3] = {weights + t->element, m + state, v + state};
+    long long firsts[3] = {0, state_lo - t->element, state_lo - t->element}; /* arrays[a][e - firsts[a]] */
+    for (int a = 0; a < 3; a++) {
+      if (!state_range(t, a, writing, &lo, &hi)) continue;
+      if (!writing) memset(arrays[a] + (lo - t->element) - firsts[a], 0, sizeof(float) * (size_t)(hi - lo));
+      lx_tensor_io io =
+          lx_tensor_io_open(fd, path, entry->name, writing, entry->offset + a * lx_state_tensor_bytes(entry),
+                            LX_FILE_F32, LX_HF_ROWS, 0, t->rows, t->cols);
+      move_rows(&io, t, 0, arrays[a], firsts[a], lo, hi);
+      lx_tensor_io_close(&io);
+    }
+  }
+}
+
 /* Collective: the state after `step` steps into o->save_checkpoint, unless
  * a weight is not finite anywhere: then the run stops and the last
  * checkpoint stays as it was. */
 static void save_state(const lx_run_options *o, const lx_loader *data, int step) {
-  lx_state_part parts[LX_STATE_MAX_PARTS];
-  int n = state_parts(parts, 1), finite = weights_finite(), all_finite = 0;
+  float *weights, *m, *v;
+  state_arrays(&weights, &m, &v, 1);
+  int finite = weights_finite(), all_finite = 0;
   LX_MPI_CHECK(MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (!all_finite)
     lx_fail_all("the weights are not finite after step %d: not saved, %s keeps the last good checkpoint",
                 step, o->save_checkpoint);
-  lx_state_section section;
-  memset(&section, 0, sizeof section);
-  section.rank = lx_world_rank(), section.stage = STAGE, section.tp_rank = TP_RANK, section.replica = replica;
-  section.next_window = data->next_window, section.windows = data->windows;
-  lx_state_describe(&section, parts, n);
   lx_state_run run = this_run(o, step);
-  lx_state_save(o->save_checkpoint, &run, &section, parts, n);
+  run.windows = data->windows;
+  int64_t bytes = 0, *positions = data_positions(data, run.ranks);
+  lx_state_tensor *table = state_table(&run, &bytes);
+  const char *path = o->save_checkpoint;
+  if (lx_world_rank() == 0) lx_state_create(path, &run, positions, table, bytes);
+  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* PATH.tmp exists at full size */
+  char *tmp = lx_checkpoint_tmp_path(path);
+  int fd = open(tmp, O_WRONLY);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", tmp, strerror(errno));
+  move_state(fd, tmp, 1, table, run.tensors, weights, m, v);
+  if (fsync(fd) != 0) lx_die("cannot flush checkpoint %s: %s", tmp, strerror(errno));
+  close(fd);
+  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* every share is on disk */
+  if (lx_world_rank() == 0) lx_checkpoint_commit(path);
+  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* nobody reads PATH before the rename */
+  free(tmp), free(table), free(positions);
 }
 
 /* The settings that decide the losses (every flag of lx_train_settings:
@@ -482,20 +589,45 @@ static void require_same_run(const char *path, const lx_state_run *saved, const 
   }
 }
 
-/* Every rank reads its own section; returns the steps the run had done. */
+/* The window this replica continues at: its own under the same dp; under
+ * another, the saved replicas' common position (replica r at p + r, as
+ * long as none has wrapped around the data alone) moved to this one. */
+static int64_t resumed_window(const char *path, const lx_state_run *saved, const int64_t *positions) {
+  if (saved->data_parallel == DATA_PARALLEL) return positions[replica];
+  for (int r = 0; r < saved->data_parallel; r++)
+    if (positions[r] != positions[0] + r)
+      lx_die(
+          "checkpoint %s: its %d replicas stand at training windows that only dp %d continues (one wrapped "
+          "around the data before the others): resume with dp %d",
+          path, saved->data_parallel, saved->data_parallel, saved->data_parallel);
+  return positions[0] + replica;
+}
+
+/* Every rank reads the parts of the state its plan gives it (the plan that
+ * saved it may differ); returns the steps the run had done. */
 static int resume_state(const lx_run_options *o, lx_loader *data) {
   const char *path = o->resume_checkpoint;
   lx_state_run expect = this_run(o, 0);
   lx_state_run saved = lx_state_read_run(path, &expect);
   if (o->train.steps > 0) require_same_run(path, &saved, o); /* --steps 0 only evaluates the weights */
-  lx_state_part parts[LX_STATE_MAX_PARTS];
-  int n = state_parts(parts, 0);
-  lx_state_section section = lx_state_load(path, lx_world_rank(), expect.ranks, parts, n);
-  state_restored();
-  if (section.windows != data->windows)
+  if (saved.windows != data->windows)
     lx_die("checkpoint %s was trained on data of %lld batches; %s holds %lld: resume with the same --data",
-           path, (long long)section.windows, o->train_data, (long long)data->windows);
-  lx_loader_seek(data, section.next_window);
+           path, (long long)saved.windows, o->train_data, (long long)data->windows);
+  if (lx_world_rank() == 0 && (saved.stages != STAGES || saved.tensor_parallel != TENSOR_PARALLEL ||
+                               saved.data_parallel != DATA_PARALLEL))
+    printf("lynx: resuming %s, saved by tp %d x pp %d x dp %d, under tp %d x pp %d x dp %d\n", path,
+           saved.tensor_parallel, saved.stages, saved.data_parallel, TENSOR_PARALLEL, STAGES, DATA_PARALLEL);
+  float *weights, *m, *v;
+  state_arrays(&weights, &m, &v, 0);
+  lx_state_tensor *table = lx_state_read_tensors(path, &saved);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  move_state(fd, path, 0, table, saved.tensors, weights, m, v);
+  close(fd);
+  state_restored();
+  int64_t *positions = lx_state_read_positions(path, &saved);
+  lx_loader_seek(data, resumed_window(path, &saved, positions));
+  free(table), free(positions);
   return saved.step;
 }
 

@@ -9,7 +9,7 @@
  * The code printer describes the model as that file's tensors (hf_tensors,
  * gen/emit/emit_formats.c) and the stage's parameters as their rows
  * (hf_parts); lx_loop.h walks a rank's elements and moves them through
- * lx_hf_io, a run at a time. Writing is collective like lx_checkpoint.h's
+ * lx_tensor_io, a run at a time. Writing is collective like lx_checkpoint.h's
  * (PATH.tmp at full size, every rank pwrites its part, rank 0 renames);
  * reading takes F32, F16 and BF16 files, one file or a directory as
  * transformers saves it (model.safetensors, or the shards that
@@ -22,6 +22,7 @@
 #include "lx_checkpoint.h" /* the create / write / commit protocol, lx_pread_full */
 #include "lx_params.h"     /* lx_hf_tensor, lx_hf_part */
 #include "lx_stop.h"       /* lx_probe_save_path */
+#include "lx_tensor_io.h"
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -47,135 +48,11 @@ static inline void lx_hf_name(const lx_hf_tensor *t, int layer, char *buf, size_
   snprintf(buf, size, t->name, layer);
 }
 
-/* The file's row of the parameter's row `row` (of this tensor's rows). */
-static inline long long lx_hf_file_row(const lx_hf_tensor *t, long long row) {
-  if (t->layout != LX_HF_ROPE_PAIRS) return row;
-  long long D = t->head_dim, j = row % D;
-  return row - j + (j % 2) * (D / 2) + j / 2;
-}
-
-/* ---- element types ---------------------------------------------------------------- */
-
-typedef enum { LX_HF_F32, LX_HF_F16, LX_HF_BF16 } lx_hf_dtype;
-
-static inline int lx_hf_dtype_bytes(lx_hf_dtype d) { return d == LX_HF_F32 ? 4 : 2; }
-
-static inline float lx_hf_f16_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 31, mantissa = h & 1023;
-  float magnitude;
-  if (exponent == 0)
-    magnitude = ldexpf((float)mantissa, -24); /* subnormal */
-  else if (exponent == 31)
-    magnitude = mantissa ? NAN : INFINITY;
-  else
-    magnitude = ldexpf((float)(mantissa | 1024), (int)exponent - 25);
-  return sign ? -magnitude : magnitude;
-}
-
-static inline float lx_hf_bf16_to_float(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-/* ---- moving a tensor's rows between a rank's parameters and the file --------------- */
-
-typedef struct {
-  int fd;
-  const char *path;
-  int writing;
-  int64_t at; /* the tensor's first byte in the file */
-  lx_hf_dtype dtype;
-  const lx_hf_tensor *t;
-  long long rows, cols; /* as the parameter holds them */
-  char *raw;            /* reading: the file's bytes of a run */
-  float *gathered;      /* a transposed run, in file order */
-} lx_hf_io;
-
-static inline lx_hf_io lx_hf_io_open(int fd, const char *path, int writing, int64_t at, lx_hf_dtype dtype,
-                                     const lx_hf_tensor *t) {
-  lx_hf_io io;
-  io.fd = fd, io.path = path, io.writing = writing, io.at = at, io.dtype = dtype, io.t = t;
-  io.rows = lx_hf_rows(t), io.cols = lx_hf_cols(t);
-  long long run = io.rows > io.cols ? io.rows : io.cols;
-  io.raw = (char *)LX_MALLOC((size_t)(4 * run * (t->layout == LX_HF_TRANSPOSED ? 1 : io.rows)));
-  io.gathered = (float *)LX_MALLOC((size_t)(4 * io.rows));
-  return io;
-}
-
-static inline void lx_hf_io_close(lx_hf_io *io) {
-  free(io->raw);
-  free(io->gathered);
-}
-
-/* n values, contiguous in the file from element `element` of the tensor. */
-static inline void lx_hf_move(lx_hf_io *io, float *values, long long n, long long element) {
-  int size = lx_hf_dtype_bytes(io->dtype);
-  int64_t offset = io->at + (int64_t)size * element;
-  if (io->writing) {
-    if (lx_pwrite_full(io->fd, values, 4 * n, offset))
-      lx_die("cannot write checkpoint %s: %s", io->path, strerror(errno));
-    return;
-  }
-  if (lx_pread_full(io->fd, io->raw, (int64_t)size * n, offset))
-    lx_die("checkpoint %s: cannot read %s: %s", io->path, io->t->name, errno ? strerror(errno) : "truncated");
-  for (long long i = 0; i < n; i++) {
-    uint16_t half;
-    if (io->dtype == LX_HF_F32) {
-      memcpy(&values[i], io->raw + 4 * i, 4);
-      continue;
-    }
-    memcpy(&half, io->raw + 2 * i, 2);
-    values[i] = io->dtype == LX_HF_F16 ? lx_hf_f16_to_float(half) : lx_hf_bf16_to_float(half);
-  }
-}
-
-/* A block of the parameter: its rows [r0, r0 + nrows) of this tensor and
- * columns [c0, c0 + ncols), row after row at `local`. */
-static inline void lx_hf_block(lx_hf_io *io, float *local, long long r0, long long nrows, long long c0,
-                               long long ncols) {
-  if (io->t->layout == LX_HF_TRANSPOSED) { /* column c of the block is part of the file's row c */
-    for (long long c = 0; c < ncols; c++) {
-      if (io->writing)
-        for (long long r = 0; r < nrows; r++)
-          io->gathered[r] = local[r * ncols + c];
-      lx_hf_move(io, io->gathered, nrows, (c0 + c) * io->rows + r0);
-      if (!io->writing)
-        for (long long r = 0; r < nrows; r++)
-          local[r * ncols + c] = io->gathered[r];
-    }
-  } else if (io->t->layout == LX_HF_ROWS && ncols == io->cols) {
-    for (long long r = 0; r < nrows; r += io->rows) /* at most rows at once: the size of raw */
-      lx_hf_move(io, local + r * ncols, (nrows - r < io->rows ? nrows - r : io->rows) * ncols,
-                 (r0 + r) * io->cols);
-  } else {
-    for (long long r = 0; r < nrows; r++)
-      lx_hf_move(io, local + r * ncols, ncols, lx_hf_file_row(io->t, r0 + r) * io->cols + c0);
-  }
-}
-
-/* Runs of a row, gathered into the largest blocks that are contiguous in
- * the rank's memory, so that a transposed tensor moves a column at a time. */
-typedef struct {
-  float *local;
-  long long r0, nrows, c0, ncols;
-} lx_hf_blocks;
-
-static inline void lx_hf_flush(lx_hf_io *io, lx_hf_blocks *b) {
-  if (b->nrows) lx_hf_block(io, b->local, b->r0, b->nrows, b->c0, b->ncols);
-  b->nrows = 0;
-}
-
-/* Columns [c, c + n) of the tensor's row r, at local. */
-static inline void lx_hf_segment(lx_hf_io *io, lx_hf_blocks *b, float *local, long long r, long long c,
-                                 long long n) {
-  if (b->nrows && r == b->r0 + b->nrows && c == b->c0 && n == b->ncols && local == b->local + b->nrows * n) {
-    b->nrows++;
-    return;
-  }
-  lx_hf_flush(io, b);
-  b->local = local, b->r0 = r, b->nrows = 1, b->c0 = c, b->ncols = n;
+/* The file's tensor t as an lx_tensor_io (name: the pattern, for messages). */
+static inline lx_tensor_io lx_hf_io(int fd, const char *path, int writing, int64_t at, lx_file_dtype dtype,
+                                    const lx_hf_tensor *t) {
+  return lx_tensor_io_open(fd, path, t->name, writing, at, dtype, t->layout, t->head_dim, lx_hf_rows(t),
+                           lx_hf_cols(t));
 }
 
 /* ---- writing ---------------------------------------------------------------------- */
@@ -404,7 +281,7 @@ static inline int64_t lx_hf_integer(const lx_hf_file *f, const char *name, const
 }
 
 /* Where tensor t of `layer` is, checked against the model: opens io on it. */
-static inline lx_hf_io lx_hf_find(lx_hf_source *src, const lx_hf_tensor *t, int layer) {
+static inline lx_tensor_io lx_hf_find(lx_hf_source *src, const lx_hf_tensor *t, int layer) {
   char name[256];
   lx_hf_name(t, layer, name, sizeof name);
   /* A base model's checkpoint (GPT2Model, LlamaModel) names its tensors
@@ -416,11 +293,11 @@ static inline lx_hf_io lx_hf_find(lx_hf_source *src, const lx_hf_tensor *t, int 
     if ((f = lx_hf_file_of(src, names[i]))) entry = cJSON_GetObjectItemCaseSensitive(f->header, names[i]);
   if (!entry) lx_die("checkpoint %s holds no tensor %s (a model of another architecture?)", src->path, name);
   const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(entry, "dtype"));
-  lx_hf_dtype d = LX_HF_F32;
+  lx_file_dtype d = LX_FILE_F32;
   if (dtype && !strcmp(dtype, "F16"))
-    d = LX_HF_F16;
+    d = LX_FILE_F16;
   else if (dtype && !strcmp(dtype, "BF16"))
-    d = LX_HF_BF16;
+    d = LX_FILE_BF16;
   else if (!dtype || strcmp(dtype, "F32"))
     lx_die("checkpoint %s: tensor %s is %s; this program reads F32, F16 and BF16", f->path, name,
            dtype ? dtype : "of no dtype");
@@ -442,10 +319,10 @@ static inline lx_hf_io lx_hf_find(lx_hf_source *src, const lx_hf_tensor *t, int 
   if (end > f->data_bytes)
     lx_die("checkpoint %s: tensor %s's data ends %lld bytes past the end of the file (truncated?)", f->path,
            name, (long long)(end - f->data_bytes));
-  if (end - begin != elements * lx_hf_dtype_bytes(d))
+  if (end - begin != elements * lx_dtype_bytes(d))
     lx_die("checkpoint %s: tensor %s's data is %lld bytes, its shape and dtype make %lld", f->path, name,
-           (long long)(end - begin), (long long)(elements * lx_hf_dtype_bytes(d)));
-  return lx_hf_io_open(f->fd, f->path, 0, f->data_start + begin, d, t);
+           (long long)(end - begin), (long long)(elements * lx_dtype_bytes(d)));
+  return lx_hf_io(f->fd, f->path, 0, f->data_start + begin, d, t);
 }
 
 /* Is path a Hugging Face checkpoint rather than llm.c's (a directory, or a

@@ -465,34 +465,35 @@ static void run_forward(int step) {
  * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this
  * stage writes it there, whether it is the tied embedding table, and where
  * this rank's share sits in the whole tensor (tensor parallelism: split,
- * row elements, whole row, pieces, their first rows and row counts). */
+ * row elements, whole row, pieces, their first rows and row counts), and
+ * the whole tensor's rows and columns. */
 static const lx_param_tensor param_tensors[] = {
-  {"prologue0 embedding_0.weight", 0LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 1, 1, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"prologue0 position_embedding_0.weight", 16384LL, 4096LL, 0.02, 0, 1, 5LL, 16384LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 layernorm_0.weight", 20480LL, 64LL, 0, 1, 0, 6400259LL, 20480LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 layernorm_0.bias", 20544LL, 64LL, 0, 0, 0, 6400260LL, 20736LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 linear_0.weight", 20608LL, 12288LL, 0.02, 0, 1, 6400261LL, 20992LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 linear_0.bias", 32896LL, 192LL, 0, 0, 0, 6400262LL, 70144LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 linear_1.weight", 33088LL, 4096LL, 0.0070710678118654745, 0, 1, 6400265LL, 70912LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 linear_1.bias", 37184LL, 64LL, 0, 0, 0, 6400266LL, 87296LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 layernorm_1.weight", 37248LL, 64LL, 0, 1, 0, 6400271LL, 87552LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 layernorm_1.bias", 37312LL, 64LL, 0, 0, 0, 6400272LL, 87808LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 linear_2.weight", 37376LL, 16384LL, 0.02, 0, 1, 6400273LL, 88064LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 linear_2.bias", 53760LL, 256LL, 0, 0, 0, 6400274LL, 153600LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 linear_3.weight", 54016LL, 16384LL, 0.0070710678118654745, 0, 1, 6400277LL, 154624LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 0 linear_3.bias", 70400LL, 64LL, 0, 0, 0, 6400278LL, 220160LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 layernorm_0.weight", 70464LL, 64LL, 0, 1, 0, 6400323LL, 20544LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 layernorm_0.bias", 70528LL, 64LL, 0, 0, 0, 6400324LL, 20800LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 linear_0.weight", 70592LL, 12288LL, 0.02, 0, 1, 6400325LL, 33280LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 linear_0.bias", 82880LL, 192LL, 0, 0, 0, 6400326LL, 70336LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 linear_1.weight", 83072LL, 4096LL, 0.0070710678118654745, 0, 1, 6400329LL, 75008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 linear_1.bias", 87168LL, 64LL, 0, 0, 0, 6400330LL, 87360LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 layernorm_1.weight", 87232LL, 64LL, 0, 1, 0, 6400335LL, 87616LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 layernorm_1.bias", 87296LL, 64LL, 0, 0, 0, 6400336LL, 87872LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 linear_2.weight", 87360LL, 16384LL, 0.02, 0, 1, 6400337LL, 104448LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 linear_2.bias", 103744LL, 256LL, 0, 0, 0, 6400338LL, 153856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 linear_3.weight", 104000LL, 16384LL, 0.0070710678118654745, 0, 1, 6400341LL, 171008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 1 linear_3.bias", 120384LL, 64LL, 0, 0, 0, 6400342LL, 220224LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"prologue0 embedding_0.weight", 0LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 1, 1, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"prologue0 position_embedding_0.weight", 16384LL, 4096LL, 0.02, 0, 1, 5LL, 16384LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
+  {"block layer 0 layernorm_0.weight", 20480LL, 64LL, 0, 1, 0, 6400259LL, 20480LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 layernorm_0.bias", 20544LL, 64LL, 0, 0, 0, 6400260LL, 20736LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 linear_0.weight", 20608LL, 12288LL, 0.02, 0, 1, 6400261LL, 20992LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 64LL},
+  {"block layer 0 linear_0.bias", 32896LL, 192LL, 0, 0, 0, 6400262LL, 70144LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
+  {"block layer 0 linear_1.weight", 33088LL, 4096LL, 0.0070710678118654745, 0, 1, 6400265LL, 70912LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
+  {"block layer 0 linear_1.bias", 37184LL, 64LL, 0, 0, 0, 6400266LL, 87296LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 layernorm_1.weight", 37248LL, 64LL, 0, 1, 0, 6400271LL, 87552LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 layernorm_1.bias", 37312LL, 64LL, 0, 0, 0, 6400272LL, 87808LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 linear_2.weight", 37376LL, 16384LL, 0.02, 0, 1, 6400273LL, 88064LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 0 linear_2.bias", 53760LL, 256LL, 0, 0, 0, 6400274LL, 153600LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 0 linear_3.weight", 54016LL, 16384LL, 0.0070710678118654745, 0, 1, 6400277LL, 154624LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 0 linear_3.bias", 70400LL, 64LL, 0, 0, 0, 6400278LL, 220160LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 layernorm_0.weight", 70464LL, 64LL, 0, 1, 0, 6400323LL, 20544LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 layernorm_0.bias", 70528LL, 64LL, 0, 0, 0, 6400324LL, 20800LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 linear_0.weight", 70592LL, 12288LL, 0.02, 0, 1, 6400325LL, 33280LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 64LL},
+  {"block layer 1 linear_0.bias", 82880LL, 192LL, 0, 0, 0, 6400326LL, 70336LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
+  {"block layer 1 linear_1.weight", 83072LL, 4096LL, 0.0070710678118654745, 0, 1, 6400329LL, 75008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
+  {"block layer 1 linear_1.bias", 87168LL, 64LL, 0, 0, 0, 6400330LL, 87360LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 layernorm_1.weight", 87232LL, 64LL, 0, 1, 0, 6400335LL, 87616LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 layernorm_1.bias", 87296LL, 64LL, 0, 0, 0, 6400336LL, 87872LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 linear_2.weight", 87360LL, 16384LL, 0.02, 0, 1, 6400337LL, 104448LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 1 linear_2.bias", 103744LL, 256LL, 0, 0, 0, 6400338LL, 153856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 1 linear_3.weight", 104000LL, 16384LL, 0.0070710678118654745, 0, 1, 6400341LL, 171008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 1 linear_3.bias", 120384LL, 64LL, 0, 0, 0, 6400342LL, 220224LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
 };
 enum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };
 
@@ -509,6 +510,8 @@ enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1 };
 #define OPTIMIZER_ELEMENTS 120448LL
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {64, 256, 4, 4, 64, 256};
+/* The tied embedding table: its copy on the last stage is this tensor in a training state. */
+#define TIED_TABLE_NAME "prologue0 embedding_0.weight"
 
 /* The model as a Hugging Face checkpoint (--export-hf, --init): its tensors in
  * file order, a block's once per layer; name, section (0 prologue, 1 block,

@@ -430,35 +430,36 @@ static void run_forward(int step) {
  * init stream, element in llm.c's GPT-2 checkpoint (-1: none), whether this
  * stage writes it there, whether it is the tied embedding table, and where
  * this rank's share sits in the whole tensor (tensor parallelism: split,
- * row elements, whole row, pieces, their first rows and row counts). */
+ * row elements, whole row, pieces, their first rows and row counts), and
+ * the whole tensor's rows and columns. */
 static const lx_param_tensor param_tensors[] = {
-  {"block layer 2 layernorm_0.weight", 0LL, 64LL, 0, 1, 0, 6400387LL, 20608LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 layernorm_0.bias", 64LL, 64LL, 0, 0, 0, 6400388LL, 20864LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 linear_0.weight", 128LL, 12288LL, 0.02, 0, 1, 6400389LL, 45568LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 linear_0.bias", 12416LL, 192LL, 0, 0, 0, 6400390LL, 70528LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 linear_1.weight", 12608LL, 4096LL, 0.0070710678118654745, 0, 1, 6400393LL, 79104LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 linear_1.bias", 16704LL, 64LL, 0, 0, 0, 6400394LL, 87424LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 layernorm_1.weight", 16768LL, 64LL, 0, 1, 0, 6400399LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 layernorm_1.bias", 16832LL, 64LL, 0, 0, 0, 6400400LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 linear_2.weight", 16896LL, 16384LL, 0.02, 0, 1, 6400401LL, 120832LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 linear_2.bias", 33280LL, 256LL, 0, 0, 0, 6400402LL, 154112LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 linear_3.weight", 33536LL, 16384LL, 0.0070710678118654745, 0, 1, 6400405LL, 187392LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 2 linear_3.bias", 49920LL, 64LL, 0, 0, 0, 6400406LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 layernorm_0.weight", 49984LL, 64LL, 0, 1, 0, 6400451LL, 20672LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 layernorm_0.bias", 50048LL, 64LL, 0, 0, 0, 6400452LL, 20928LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 linear_0.weight", 50112LL, 12288LL, 0.02, 0, 1, 6400453LL, 57856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 linear_0.bias", 62400LL, 192LL, 0, 0, 0, 6400454LL, 70720LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 linear_1.weight", 62592LL, 4096LL, 0.0070710678118654745, 0, 1, 6400457LL, 83200LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 linear_1.bias", 66688LL, 64LL, 0, 0, 0, 6400458LL, 87488LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 layernorm_1.weight", 66752LL, 64LL, 0, 1, 0, 6400463LL, 87744LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 layernorm_1.bias", 66816LL, 64LL, 0, 0, 0, 6400464LL, 88000LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 linear_2.weight", 66880LL, 16384LL, 0.02, 0, 1, 6400465LL, 137216LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 linear_2.bias", 83264LL, 256LL, 0, 0, 0, 6400466LL, 154368LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 linear_3.weight", 83520LL, 16384LL, 0.0070710678118654745, 0, 1, 6400469LL, 203776LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"block layer 3 linear_3.bias", 99904LL, 64LL, 0, 0, 0, 6400470LL, 220352LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"epilogue0 layernorm_0.weight", 116352LL, 64LL, 0, 1, 0, 12800389LL, 220416LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"epilogue0 layernorm_0.bias", 116416LL, 64LL, 0, 0, 0, 12800390LL, 220480LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
-  {"epilogue0 lm_head_0.weight", 99968LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 0, 1, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}},
+  {"block layer 2 layernorm_0.weight", 0LL, 64LL, 0, 1, 0, 6400387LL, 20608LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_0.bias", 64LL, 64LL, 0, 0, 0, 6400388LL, 20864LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 linear_0.weight", 128LL, 12288LL, 0.02, 0, 1, 6400389LL, 45568LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 64LL},
+  {"block layer 2 linear_0.bias", 12416LL, 192LL, 0, 0, 0, 6400390LL, 70528LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
+  {"block layer 2 linear_1.weight", 12608LL, 4096LL, 0.0070710678118654745, 0, 1, 6400393LL, 79104LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
+  {"block layer 2 linear_1.bias", 16704LL, 64LL, 0, 0, 0, 6400394LL, 87424LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_1.weight", 16768LL, 64LL, 0, 1, 0, 6400399LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_1.bias", 16832LL, 64LL, 0, 0, 0, 6400400LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 linear_2.weight", 16896LL, 16384LL, 0.02, 0, 1, 6400401LL, 120832LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 2 linear_2.bias", 33280LL, 256LL, 0, 0, 0, 6400402LL, 154112LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 2 linear_3.weight", 33536LL, 16384LL, 0.0070710678118654745, 0, 1, 6400405LL, 187392LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 2 linear_3.bias", 49920LL, 64LL, 0, 0, 0, 6400406LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 layernorm_0.weight", 49984LL, 64LL, 0, 1, 0, 6400451LL, 20672LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 layernorm_0.bias", 50048LL, 64LL, 0, 0, 0, 6400452LL, 20928LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 linear_0.weight", 50112LL, 12288LL, 0.02, 0, 1, 6400453LL, 57856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 64LL},
+  {"block layer 3 linear_0.bias", 62400LL, 192LL, 0, 0, 0, 6400454LL, 70720LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
+  {"block layer 3 linear_1.weight", 62592LL, 4096LL, 0.0070710678118654745, 0, 1, 6400457LL, 83200LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
+  {"block layer 3 linear_1.bias", 66688LL, 64LL, 0, 0, 0, 6400458LL, 87488LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 layernorm_1.weight", 66752LL, 64LL, 0, 1, 0, 6400463LL, 87744LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 layernorm_1.bias", 66816LL, 64LL, 0, 0, 0, 6400464LL, 88000LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 linear_2.weight", 66880LL, 16384LL, 0.02, 0, 1, 6400465LL, 137216LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 3 linear_2.bias", 83264LL, 256LL, 0, 0, 0, 6400466LL, 154368LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 3 linear_3.weight", 83520LL, 16384LL, 0.0070710678118654745, 0, 1, 6400469LL, 203776LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 3 linear_3.bias", 99904LL, 64LL, 0, 0, 0, 6400470LL, 220352LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"epilogue0 layernorm_0.weight", 116352LL, 64LL, 0, 1, 0, 12800389LL, 220416LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"epilogue0 layernorm_0.bias", 116416LL, 64LL, 0, 0, 0, 12800390LL, 220480LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"epilogue0 lm_head_0.weight", 99968LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 0, 1, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
 };
 enum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };
 
@@ -475,6 +476,8 @@ enum { PARAM_BUCKETS = 4, ZERO_SHARDS = 1 };
 #define OPTIMIZER_ELEMENTS 116480LL
 #define GPT2_CHECKPOINT 1
 static const lx_gpt2_header gpt2_header = {64, 256, 4, 4, 64, 256};
+/* The tied embedding table: its copy on the last stage is this tensor in a training state. */
+#define TIED_TABLE_NAME "prologue0 embedding_0.weight"
 
 /* The model as a Hugging Face checkpoint (--export-hf, --init): its tensors in
  * file order, a block's once per layer; name, section (0 prologue, 1 block,

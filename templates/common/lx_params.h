@@ -28,6 +28,9 @@ typedef struct {
   long long row_elements, whole_row;
   int pieces;
   long long piece_row[3], piece_rows[3];
+  /* The whole tensor, as every plan holds it: rows of cols elements (the
+   * vocabulary unpadded), row-major as the split's rows and columns count. */
+  long long rows, cols;
 } lx_param_tensor;
 
 /* Gradients reduced across the dp replicas at once (gen/planning/layout.h). */

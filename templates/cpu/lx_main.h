@@ -130,12 +130,17 @@ static void export_weights(const char *llmc, const char *hf) {
 
 /* The arena holds the whole state, in place: the weights (the tied copy
  * too) and this replica's share of the AdamW moments. */
-static int state_parts(lx_state_part *parts, int saving) {
+static void state_arrays(float **weights, float **m, float **v, int saving) {
   (void)saving;
-  parts[0] = lx_state_part_of("weights", PARAMS, PARAM_ELEMENTS, sizeof(real));
-  parts[1] = lx_state_part_of("adam_m", ADAM_M, OPTIMIZER_ELEMENTS, sizeof(real));
-  parts[2] = lx_state_part_of("adam_v", ADAM_V, OPTIMIZER_ELEMENTS, sizeof(real));
-  return 3;
+  if (!CHECKPOINT_FP32)
+    lx_die("--save and --resume: the double build (the gradient check) has no training state");
+  *weights = (float *)PARAMS, *m = (float *)ADAM_M, *v = (float *)ADAM_V;
+}
+
+static long long moments_of(const lx_param_tensor *t, long long *lo, long long *hi) {
+  long long state = 0;
+  owned_part(t, lo, hi, &state);
+  return state;
 }
 
 static void state_restored(void) {}

@@ -138,51 +138,52 @@ static void export_weights(const char *llmc, const char *hf) {
   free(weights);
 }
 
-/* ---- the training state (--save, --resume): the arena's regions as they are ---- */
+/* ---- the training state (--save, --resume): fp32 masters and moments ---------- */
 
-/* The bf16 weights, this replica's fp32 master shares and their moments. */
-typedef struct {
-  const char *name;
-  long long region, elements;
-  int element_bytes;
-} lx_state_region;
+/* Host copies of this rank's fp32 weights (PARAM_ELEMENTS: the masters of
+ * its shares at their params-region indices) and moments (the arena's). */
+static float *state_host[3];
 
-enum { STATE_MASTER = 1 };
-static const lx_state_region state_regions[] = {{"weights_bf16", REGION_params, PARAM_ELEMENTS, 2},
-                                                {"master", REGION_master, OPTIMIZER_ELEMENTS, 4},
-                                                {"adam_m", REGION_adam_m, OPTIMIZER_ELEMENTS, 4},
-                                                {"adam_v", REGION_adam_v, OPTIMIZER_ELEMENTS, 4}};
-enum { STATE_REGIONS = sizeof state_regions / sizeof state_regions[0] };
-static void *state_host[STATE_REGIONS]; /* their copies in host memory */
-
-/* Between steps: the step that updated them has finished. */
-static int state_parts(lx_state_part *parts, int saving) {
-  for (int i = 0; i < STATE_REGIONS; i++) {
-    const lx_state_region *r = &state_regions[i];
-    size_t bytes = (size_t)r->elements * r->element_bytes;
-    if (!state_host[i]) state_host[i] = LX_MALLOC(bytes > 0 ? bytes : 1);
-    if (saving) CUDA_CHECK(cudaMemcpy(state_host[i], arena + r->region, bytes, cudaMemcpyDeviceToHost));
-    parts[i] = lx_state_part_of(r->name, state_host[i], r->elements, r->element_bytes);
+static void state_arrays(float **weights, float **m, float **v, int saving) {
+  const size_t sizes[3] = {(size_t)PARAM_ELEMENTS, (size_t)OPTIMIZER_ELEMENTS, (size_t)OPTIMIZER_ELEMENTS};
+  for (int i = 0; i < 3; i++)
+    if (!state_host[i]) state_host[i] = (float *)LX_CALLOC(sizes[i] > 0 ? sizes[i] : 1, sizeof(float));
+  if (saving) {
+    copy_masters(state_host[0], cudaMemcpyDeviceToHost);
+    CUDA_CHECK(cudaMemcpy(state_host[1], arena + REGION_adam_m, sizes[1] * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(state_host[2], arena + REGION_adam_v, sizes[2] * 4, cudaMemcpyDeviceToHost));
   }
-  return STATE_REGIONS;
+  *weights = state_host[0], *m = state_host[1], *v = state_host[2];
 }
 
-/* The fp32 masters of this replica's shares, as state_parts copied them. */
+static long long moments_of(const lx_param_tensor *t, long long *lo, long long *hi) {
+  return owned_part(t, lo, hi);
+}
+
+/* The fp32 masters of this replica's shares, as state_arrays copied them. */
 static int weights_finite(void) {
-  const float *master = (const float *)state_host[STATE_MASTER];
   for (int t = 0; t < PARAM_TENSORS; t++) {
-    long long lo, hi, state = owned_part(&param_tensors[t], &lo, &hi);
-    for (long long e = 0; e < hi - lo; e++)
-      if (!std::isfinite(master[state + e])) return 0;
+    long long lo, hi;
+    owned_part(&param_tensors[t], &lo, &hi);
+    for (long long e = lo; e < hi; e++)
+      if (!std::isfinite(state_host[0][e])) return 0;
   }
   return 1;
 }
 
+/* A resume read every weight of the rank: the masters of its shares, and
+ * the bf16 weights rounded from them (as every step makes them). */
 static void state_restored(void) {
-  for (int i = 0; i < STATE_REGIONS; i++)
-    CUDA_CHECK(cudaMemcpy(arena + state_regions[i].region, state_host[i],
-                          (size_t)state_regions[i].elements * state_regions[i].element_bytes,
-                          cudaMemcpyHostToDevice));
+  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC((size_t)PARAM_ELEMENTS * sizeof(lx_bf16));
+  for (long long i = 0; i < PARAM_ELEMENTS; i++)
+    rounded[i] = __float2bfloat16(state_host[0][i]);
+  CUDA_CHECK(cudaMemcpy(PARAMS, rounded, (size_t)PARAM_ELEMENTS * sizeof(lx_bf16), cudaMemcpyHostToDevice));
+  free(rounded);
+  copy_masters(state_host[0], cudaMemcpyHostToDevice);
+  CUDA_CHECK(cudaMemcpy(arena + REGION_adam_m, state_host[1], (size_t)OPTIMIZER_ELEMENTS * 4,
+                        cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(arena + REGION_adam_v, state_host[2], (size_t)OPTIMIZER_ELEMENTS * 4,
+                        cudaMemcpyHostToDevice));
 }
 
 /* ---- the optimizer step ---------------------------------------------------- */
