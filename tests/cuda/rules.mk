@@ -11,7 +11,11 @@
 #                         the same shard give the same losses within a bf16
 #                         bound (pp = 1, and pp = 2 on two GPUs); each prints
 #                         "skipped: no GPU" without one (LX_CPU_ONLY=1 runs
-#                         the training test's CPU half anywhere)
+#                         the training test's CPU half anywhere); then
+#                         cuda_resume_test.py: a CUDA run killed with kill -9
+#                         and resumed gives the uninterrupted run's losses
+#                         within a bound the two uninterrupted runs measure
+#                         (LX_RESUME_TARGET=cpu runs it on the CPU program)
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 MPI_INCLUDE ?= /usr/lib/x86_64-linux-gnu/openmpi/include
@@ -35,5 +39,6 @@ $(BUILD)/tests/cuda/kernel_twins: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda
 test-gpu: $(BUILD)/tests/cuda/kernel_twins bin/lynxgen
 	$(BUILD)/tests/cuda/kernel_twins
 	python3 tests/cuda/cuda_training_test.py
+	python3 tests/cuda/cuda_resume_test.py
 
 TEST_PROGRAMS += tests/cuda/cuda_compile_test.sh tests/cuda/cuda_profile_test.sh
