@@ -103,22 +103,21 @@ for name in sorted(GPT_SHAPED & set(irs)):
         check(abs(got - nominal) <= 0.03 * nominal,
               f"{name}: params_total {got / 1e9:.4f} B is within 3% of the nominal {nominal / 1e9:g} B")
 
-ir = irs.get("llama")
-if ir:
+def llama_checks(name, ir):
     m = ir["model"]
     want = llama_params(m)
     check(ir["params_total"] == want,
-          f"llama: params_total = L*(2h + (h + 2*kv*d)*h + h^2 + 3*ffn*h) + 2*V*h + h = {want} "
+          f"{name}: params_total = L*(2h + (h + 2*kv*d)*h + h^2 + 3*ffn*h) + 2*V*h + h = {want} "
           f"(got {ir['params_total']})")
     all_ops = [op for g in ir["graphs"].values() for op in g["ops"]]
     block = ir["graphs"]["block"]["ops"]
     kinds = {op["kind"] for op in block}
     for kind in ["rmsnorm", "rope", "swiglu", "attention"]:
-        check(kind in kinds, f"llama: the block has a {kind} op")
+        check(kind in kinds, f"{name}: the block has a {kind} op")
     check(not {"layernorm", "position_embedding", "dropout", "gelu"} & {op["kind"] for op in all_ops},
-          "llama: no layernorm, position_embedding, dropout or gelu anywhere")
+          f"{name}: no layernorm, position_embedding, dropout or gelu anywhere")
     check(m["kv_heads"] < m["heads"] and m["heads"] % m["kv_heads"] == 0,
-          f"llama: grouped-query attention, kv_heads {m['kv_heads']} < heads {m['heads']}")
+          f"{name}: grouped-query attention, kv_heads {m['kv_heads']} < heads {m['heads']}")
     d = m["hidden"] // m["heads"]
     by_name = {op["name"]: op for op in block}
     for op in block:
@@ -127,7 +126,7 @@ if ir:
         qkv = by_name[op["inputs"][0]]["shape"]["width"]
         want_qkv = (m["heads"] + 2 * m["kv_heads"]) * d
         check(qkv == want_qkv and op["shape"]["width"] == m["heads"] * d,
-              f"llama: {op['name']} reads q,k,v of width (heads + 2*kv_heads)*head_dim = {want_qkv} "
+              f"{name}: {op['name']} reads q,k,v of width (heads + 2*kv_heads)*head_dim = {want_qkv} "
               f"and writes heads*head_dim = {m['heads'] * d} (got {qkv} -> {op['shape']['width']})")
     for g in ir["graphs"].values():
         names_in_g = {op["name"]: op for op in g["ops"]}
@@ -135,11 +134,28 @@ if ir:
             if op["kind"] == "linear":
                 k = names_in_g[op["inputs"][0]]["shape"]["width"]
                 n = op["shape"]["width"]
-                check(op["params"] == k * n, f"llama: {op['name']} has no bias ({k} x {n} = {k * n} "
+                check(op["params"] == k * n, f"{name}: {op['name']} has no bias ({k} x {n} = {k * n} "
                                              f"parameters, got {op['params']})")
     heads = [op for op in ir["graphs"]["epilogue"]["ops"] if op["kind"] == "lm_head"]
     check(not m["tied_embeddings"] and len(heads) == 1 and heads[0]["params"] == m["vocab"] * m["hidden"],
-          "llama: the lm_head is untied and holds V*h parameters")
+          f"{name}: the lm_head is untied and holds V*h parameters")
+
+
+# Llama 3 8B as published (Meta, "The Llama 3 Herd of Models", 2024, table 3):
+# 8.03 B parameters, GQA with 8 key/value heads, FFN 14336, vocabulary 128256,
+# RoPE base 500000; the long-context example is the same model.
+LLAMA3 = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128256,
+          "rope_theta": 500000}
+for name in ("llama", "llama3-8b", "llama3-8b-32k"):
+    check(name in irs, f"examples/{name}.model dumps its IR")
+    if name in irs:
+        llama_checks(name, irs[name])
+    if name.startswith("llama3") and name in irs:
+        m = irs[name]["model"]
+        wrong = {k: (m.get(k), v) for k, v in LLAMA3.items() if m.get(k) != v}
+        check(not wrong and abs(irs[name]["params_total"] - 8.03e9) <= 0.005 * 8.03e9,
+              f"{name}: Llama 3 8B's published shape {wrong} and 8.03 B parameters "
+              f"(got {irs[name]['params_total'] / 1e9:.4f} B)")
 
 # The rotation base of rope(): Llama's default, or the model's .rope_theta,
 # reaches every rope call of both targets' programs.

@@ -208,6 +208,54 @@ static void test_loader_errors(void) {
                       "more replicas than windows");
 }
 
+/* llm.c's Llama 3 shards: uint32 tokens under magic 20240801, version 7. */
+static void write_u32_shard(const char *path, int32_t version, int32_t header_count, const uint32_t *tokens,
+                            int64_t n) {
+  int32_t header[LX_SHARD_HEADER_INTS] = {LX_SHARD_MAGIC_U32, version, header_count};
+  FILE *f = LX_FOPEN(path, "wb");
+  LX_FWRITE(header, sizeof header, 1, f);
+  LX_FWRITE(tokens, sizeof(uint32_t), (size_t)n, f);
+  fclose(f);
+}
+
+static void test_loader_uint32(void) {
+  enum { N = 100, BIG = 70000, BIG_VOCAB = 128256 };
+  uint32_t tokens[N];
+  for (int i = 0; i < N; i++)
+    tokens[i] = (uint32_t)token_at(0, i);
+  write_u32_shard(in_scratch("wide_000000.bin"), LX_SHARD_VERSION_U32, N, tokens, N);
+  lx_loader *narrow = lx_loader_open(in_scratch("tok_000000.bin"), B, T, VOCAB, 0, 1, "uint16");
+  lx_loader *wide = lx_loader_open(in_scratch("wide_000000.bin"), B, T, VOCAB, 0, 1, "uint32");
+  int same = narrow->windows == wide->windows;
+  for (int k = 0; k < shard_windows[0] && same; k++) {
+    int a[BT], b[BT], ta[BT], tb[BT];
+    lx_loader_next(narrow, a, ta);
+    lx_loader_next(wide, b, tb);
+    same = !memcmp(a, b, sizeof a) && !memcmp(ta, tb, sizeof ta);
+  }
+  lx_loader_close(narrow), lx_loader_close(wide);
+  CHECK(same, "a uint32 shard (magic %d) gives the batches of the uint16 shard of the same tokens",
+        LX_SHARD_MAGIC_U32);
+  for (int i = 0; i < N; i++)
+    tokens[i] = (uint32_t)(BIG + i);
+  write_u32_shard(in_scratch("big_000000.bin"), LX_SHARD_VERSION_U32, N, tokens, N);
+  lx_loader *big = lx_loader_open(in_scratch("big_000000.bin"), B, T, BIG_VOCAB, 0, 1, "uint32");
+  int inputs[BT], targets[BT], exact = 1;
+  lx_loader_next(big, inputs, targets);
+  lx_loader_next(big, inputs, targets);
+  for (int i = 0; i < BT; i++)
+    exact &= inputs[i] == BIG + BT + i && targets[i] == BIG + BT + i + 1;
+  lx_loader_close(big);
+  CHECK(exact, "tokens past 65535 (Llama 3's vocabulary of %d) read whole", BIG_VOCAB);
+  write_u32_shard(in_scratch("wideversion.bin"), 1, N, tokens, N);
+  expect_loader_error(in_scratch("wideversion.bin"), BIG_VOCAB, 1, "shard version 1",
+                      "a uint32 shard with another version");
+  write_u32_shard(in_scratch("widecut.bin"), LX_SHARD_VERSION_U32, N, tokens, N / 2);
+  expect_loader_error(in_scratch("widecut.bin"), BIG_VOCAB, 1, "truncated", "a truncated uint32 shard");
+  expect_loader_error(in_scratch("big_000000.bin"), 65536, 1, "token 70000 at position 0 is outside the vocabulary",
+                      "a uint32 token outside the vocabulary");
+}
+
 /* ---- checkpoints ------------------------------------------------------------------ */
 
 static const lx_gpt2_header small_model = {
@@ -654,6 +702,7 @@ int main(int argc, char **argv) {
     test_loader_replicas(replicas);
   test_loader_deterministic();
   test_loader_errors();
+  test_loader_uint32();
   test_checkpoint_layout();
   test_checkpoint_load();
   test_checkpoint_round_trip();
