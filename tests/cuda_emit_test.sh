@@ -165,7 +165,7 @@ if [ -n "$program" ]; then
   help_status=$?
   missing=$(for want in '--steps N' '--data GLOB' '[data/tiny/train_*.bin]' '--val-data GLOB' '[data/tiny/val_*.bin]' \
     '--eval-interval N' '[20]' '--init CKPT' '--save CKPT' '--seed N' '[1337]' '--lr X' '[0.001]' '--metrics FILE' \
-    '--print-every N' '--cuda-graph' '--profile FILE'; do
+    '--print-every N' '--cuda-graph' '--profile FILE' '--comm NAME'; do
     grep -qF -- "$want" <<< "$help" || echo "$want"
   done)
   if [ "$help_status" = 0 ] && [ -z "$missing" ]; then
@@ -179,6 +179,18 @@ if [ -n "$program" ]; then
     ok "the CUDA program refuses a flag it does not have (--gradcheck) with exit 2"
   else
     not_ok "the CUDA program given --gradcheck: exit $bad_status, $(head -c 300 "$work/bad-flag.out")"
+  fi
+  # the communication backend (lx_cuda_comm.h) is chosen before the program touches CUDA
+  "$program" --comm pigeon > "$work/bad-comm.out" 2>&1
+  comm_status=$?
+  "$program" --comm host --cuda-graph > "$work/graph-comm.out" 2>&1
+  graph_status=$?
+  if [ "$comm_status" = 2 ] && grep -q -- "--comm pigeon: the backends are nccl (the default) and host" "$work/bad-comm.out" &&
+    [ "$graph_status" = 2 ] && grep -q -- "--comm host waits on the host between kernels" "$work/graph-comm.out"; then
+    ok "the CUDA program names its communication backends for a wrong --comm, and refuses --comm host with --cuda-graph"
+  else
+    not_ok "--comm pigeon: exit $comm_status, $(head -c 300 "$work/bad-comm.out"); --comm host --cuda-graph:" \
+      "exit $graph_status, $(head -c 300 "$work/graph-comm.out")"
   fi
 else
   not_ok "no tiny.model stage0 was built: the command line is not checked"

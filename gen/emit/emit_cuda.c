@@ -31,16 +31,15 @@
 static void print_nccl_call(FILE *f, lx_tp_collective coll, const lx_tp_operands *t, const char *stream) {
   switch (coll) {
   case LX_COLL_ALLREDUCE:
-    fprintf(f, "NCCL_CHECK(ncclAllReduce(%s, %s, (size_t)%s * %d, ncclBfloat16, ncclSum, tp_comm, %s));\n",
+    fprintf(f, "lx_comm_all_reduce(%s, %s, (size_t)%s * %d, LX_COMM_BF16, LX_COMM_SUM, &tp_comm, %s);\n",
             t->shard, t->shard, t->rows, t->width, stream);
     break;
   case LX_COLL_REDUCE_SCATTER:
-    fprintf(f,
-            "NCCL_CHECK(ncclReduceScatter(%s, %s, (size_t)%s * %d, ncclBfloat16, ncclSum, tp_comm, %s));\n",
-            t->whole, t->shard, t->rows, t->width, stream);
+    fprintf(f, "lx_comm_reduce_scatter(%s, %s, (size_t)%s * %d, LX_COMM_BF16, &tp_comm, %s);\n", t->whole,
+            t->shard, t->rows, t->width, stream);
     break;
   case LX_COLL_ALLGATHER:
-    fprintf(f, "NCCL_CHECK(ncclAllGather(%s, %s, (size_t)%s * %d, ncclBfloat16, tp_comm, %s));\n", t->shard,
+    fprintf(f, "lx_comm_all_gather(%s, %s, (size_t)%s * %d, LX_COMM_BF16, &tp_comm, %s);\n", t->shard,
             t->whole, t->rows, t->width, stream);
     break;
   }
@@ -197,7 +196,7 @@ static int instr_line(const lx_printer *pr, const lx_instr *in) {
 
 static void close_group(cuda_step *w) {
   if (!w->nccl_group_open) return;
-  fputs("  NCCL_CHECK(ncclGroupEnd());\n", w->pr->out);
+  fputs("  lx_comm_group_end();\n", w->pr->out);
   w->nccl_group_open = false;
 }
 
@@ -254,16 +253,15 @@ static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
   if (in->kind == LX_I_SEND_GRAD) t.role = LX_T_SEND_GRAD;
   if (in->kind == LX_I_RECV_GRAD) t.role = LX_T_RECV_GRAD;
   bool send = in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD;
-  if (!w->nccl_group_open) fputs("  NCCL_CHECK(ncclGroupStart());\n", pr->out);
+  if (!w->nccl_group_open) fputs("  lx_comm_group_start();\n", pr->out);
   w->nccl_group_open = true;
   fprintf(
       pr->out,
       "  { /* %s  %s:%d */\n    const int mb = %d, layer = FIRST_LAYER;\n    (void)mb;\n    (void)layer;\n",
       what, emit_file_name(pr->ir->model_path, name), instr_line(pr, in), in->mb);
-  fprintf(
-      pr->out,
-      "    NCCL_CHECK(nccl%s(%s, BOUNDARY_ELEMENTS, ncclBfloat16, %d, pipeline_comm, streams[%s]));\n  }\n",
-      send ? "Send" : "Recv", emit_at(pr, buf, sizeof buf, t), in->peer, stream_var(k));
+  fprintf(pr->out,
+          "    lx_comm_%s(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, %d, &pipeline_comm, streams[%s]);\n  }\n",
+          send ? "send" : "recv", emit_at(pr, buf, sizeof buf, t), in->peer, stream_var(k));
 }
 
 /* A tensor-parallel collective the schedule placed on its stream. */
@@ -287,16 +285,16 @@ static void print_dp_reduce(const lx_printer *pr, lx_stream k, const lx_instr *i
   long long first = (long long)b->first, chunk = (long long)(b->elements / pr->l->shards);
   if (pr->l->shards > 1)
     fprintf(pr->out,
-            "  /* %s */\n  NCCL_CHECK(ncclReduceScatter(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL + replica "
-            "* %lldLL, "
-            "%lldLL, ncclFloat32, ncclSum, dp_comm, streams[%s]));\n",
+            "  /* %s */\n  lx_comm_reduce_scatter(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL + replica * "
+            "%lldLL,\n"
+            "      %lldLL, LX_COMM_F32, &dp_comm, streams[%s]);\n",
             what, first, first, chunk, chunk, stream_var(k));
   else
-    fprintf(pr->out,
-            "  /* %s */\n  NCCL_CHECK(ncclAllReduce(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL, %lldLL, "
-            "ncclFloat32, "
-            "ncclSum, dp_comm, streams[%s]));\n",
-            what, first, first, (long long)b->elements, stream_var(k));
+    fprintf(
+        pr->out,
+        "  /* %s */\n  lx_comm_all_reduce(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL, %lldLL, LX_COMM_F32,\n"
+        "      LX_COMM_SUM, &dp_comm, streams[%s]);\n",
+        what, first, first, (long long)b->elements, stream_var(k));
 }
 
 static void cuda_comm(void *ctx, lx_stream k, const lx_instr *in) {
@@ -385,11 +383,12 @@ static void print_forward_pass(const lx_printer *pr) {
         f);
   if (loads_tokens(pr)) fputs("    load_micro_batch(mb, ctx->stream);\n", f);
   if (pr->s > 0)
-    fprintf(f,
-            "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n      NCCL_CHECK(ncclRecv(%s, "
-            "BOUNDARY_ELEMENTS, "
-            "ncclBfloat16, STAGE - 1, pipeline_comm, ctx->stream));\n    }\n",
-            emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
+    fprintf(
+        f,
+        "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n"
+        "      lx_comm_recv(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE - 1, &pipeline_comm, ctx->stream);\n"
+        "    }\n",
+        emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
   if (pr->st->has_prologue) fputs("    forward_prologue(ctx, mb);\n", f);
   if (pr->st->n_layers)
     fputs("    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, "
@@ -398,10 +397,9 @@ static void print_forward_pass(const lx_printer *pr) {
   if (pr->st->has_epilogue)
     fputs("    forward_epilogue(ctx, mb);\n", f);
   else
-    fprintf(f,
-            "    NCCL_CHECK(ncclSend(%s, BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, "
-            "ctx->stream));\n",
-            emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
+    fprintf(
+        f, "    lx_comm_send(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE + 1, &pipeline_comm, ctx->stream);\n",
+        emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
   fputs("  }\n}\n", f);
 }
 

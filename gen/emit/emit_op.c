@@ -17,7 +17,7 @@ const lx_kernel_target lx_cpu_kernels = {
 const lx_kernel_target lx_cuda_kernels = {
     .loss = "",
     .loss_into = "losses + mb, ",
-    .tp_group = "tp_comm",
+    .tp_group = "&tp_comm",
 };
 
 /* What follows the pointer arguments, and the variant of the kernel a

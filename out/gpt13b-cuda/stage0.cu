@@ -462,15 +462,14 @@ static void load_micro_batch(int mb, cudaStream_t stream) {
 static void run_schedule(int step) {
   current_step = step;
   for (int i = 0; i < 4; i++) { /* the 9 lines below, 4 times */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_GRAD mb(0 + i) from stage 1  gpt13b.model:63 */
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(8 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(8 + 4 * i) */
   }
   for (int i = 0; i < 4; i++) { /* the 26 lines below, 4 times */
@@ -484,15 +483,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(0 + 2 * i)], streams[STREAM_COMPUTE])); /* RECORD e(0 + 2 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(0 + 2 * i)],
         0)); /* WAIT e(0 + 2 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_ACT mb(0 + i) to stage 1  gpt13b.model:63 */
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(1 + 2 * i)], streams[STREAM_SEND])); /* RECORD e(1 + 2 * i) */
   }
   for (int i = 0; i < 4; i++) { /* the 53 lines below, 4 times */
@@ -507,15 +505,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(9 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(9 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(9 + 4 * i)],
         0)); /* WAIT e(9 + 4 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_GRAD mb(4 + i) from stage 1  gpt13b.model:63 */
       const int mb = (4 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(24 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(24 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(1 + 2 * i)],
         0)); /* WAIT e(1 + 2 * i) (from send) */
@@ -529,15 +526,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(10 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(10 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(10 + 4 * i)],
         0)); /* WAIT e(10 + 4 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_ACT mb(4 + i) to stage 1  gpt13b.model:63 */
       const int mb = (4 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(11 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(11 + 4 * i) */
   }
   for (int i = 0; i < 53; i++) { /* the 53 lines below, 53 times */
@@ -552,15 +548,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(25 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(25 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(25 + 4 * i)],
         0)); /* WAIT e(25 + 4 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_GRAD mb(8 + i) from stage 1  gpt13b.model:63 */
       const int mb = (8 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(40 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(40 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(11 + 4 * i)],
         0)); /* WAIT e(11 + 4 * i) (from send) */
@@ -574,15 +569,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(26 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(26 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(26 + 4 * i)],
         0)); /* WAIT e(26 + 4 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_ACT mb(8 + i) to stage 1  gpt13b.model:63 */
       const int mb = (8 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(27 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(27 + 4 * i) */
   }
   for (int i = 0; i < 3; i++) { /* the 53 lines below, 3 times */
@@ -597,15 +591,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(237 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(237 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(237 + 4 * i)],
         0)); /* WAIT e(237 + 4 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_GRAD mb(61 + i) from stage 1  gpt13b.model:63 */
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(250 + 2 * i)], streams[STREAM_RECV])); /* RECORD e(250 + 2 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(223 + 4 * i)],
         0)); /* WAIT e(223 + 4 * i) (from send) */
@@ -619,15 +612,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(238 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(238 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(238 + 4 * i)],
         0)); /* WAIT e(238 + 4 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_ACT mb(61 + i) to stage 1  gpt13b.model:63 */
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(239 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(239 + 4 * i) */
   }
   for (int i = 0; i < 3; i++) { /* the 16 lines below, 3 times */
@@ -642,27 +634,28 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(249 + 2 * i)], streams[STREAM_COMPUTE])); /* RECORD e(249 + 2 * i) */
   }
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[254], 0)); /* WAIT e254 (from recv) */
-  for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
+  for (int i = 0; i < 6; i++) { /* the 7 lines below, 6 times */
     /* BWD block.add_1 L(5 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
     backward_block(&ctx_of[STREAM_COMPUTE], (5 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(255 + i)], streams[STREAM_COMPUTE])); /* RECORD e(255 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(255 + i)], 0)); /* WAIT e(255 + i) (from compute) */
     /* ALLREDUCE_DP block L(5 - i) */
-    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (359008256LL - 50358272LL * i), GRAD_REGION + (359008256LL - 50358272LL * i),
-        50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+    lx_comm_all_reduce(GRAD_REGION + (359008256LL - 50358272LL * i), GRAD_REGION + (359008256LL - 50358272LL * i),
+        50358272LL, LX_COMM_F32,
+        LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   }
   /* BWD prologue.dropout_0 mb63 (4 instructions, compute stream)  gpt13b.model:59 */
   backward_prologue(&ctx_of[STREAM_COMPUTE], 63);
   CUDA_CHECK(cudaEventRecord(events[261], streams[STREAM_COMPUTE])); /* RECORD e261 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[261], 0)); /* WAIT e261 (from compute) */
   /* ALLREDUCE_DP tied embedding */
-  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 0LL, GRAD_REGION + 0LL, 103022592LL, ncclFloat32, ncclSum, dp_comm,
-      streams[STREAM_DP]));
+  lx_comm_all_reduce(GRAD_REGION + 0LL, GRAD_REGION + 0LL, 103022592LL, LX_COMM_F32,
+      LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   CUDA_CHECK(cudaEventRecord(events[262], streams[STREAM_COMPUTE])); /* RECORD e262 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[262], 0)); /* WAIT e262 (from compute) */
   /* ALLREDUCE_DP prologue */
-  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 103022592LL, GRAD_REGION + 103022592LL, 4194304LL, ncclFloat32, ncclSum,
-      dp_comm, streams[STREAM_DP]));
+  lx_comm_all_reduce(GRAD_REGION + 103022592LL, GRAD_REGION + 103022592LL, 4194304LL, LX_COMM_F32,
+      LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   CUDA_CHECK(cudaEventRecord(events[264], streams[STREAM_DP])); /* RECORD e264 */
   CUDA_CHECK(cudaEventRecord(events[263], streams[STREAM_COMPUTE])); /* RECORD e263 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[264], 0)); /* WAIT e264 (from dp) */
@@ -681,7 +674,7 @@ static void run_forward(int step) {
     load_micro_batch(mb, ctx->stream);
     forward_prologue(ctx, mb);
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, ctx->stream));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE + 1, &pipeline_comm, ctx->stream);
   }
 }
 

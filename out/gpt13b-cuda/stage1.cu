@@ -377,25 +377,24 @@ enum { LOADS_TOKENS = 0 }; /* the stage reads the token shards */
 static void run_schedule(int step) {
   current_step = step;
   for (int i = 0; i < 3; i++) { /* the 9 lines below, 3 times */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_ACT mb(0 + i) from stage 0  gpt13b.model:63 */
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(0 + 3 * i)], streams[STREAM_RECV])); /* RECORD e(0 + 3 * i) */
   }
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_GRAD mb0 from stage 2  gpt13b.model:63 */
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[9], streams[STREAM_RECV])); /* RECORD e9 */
   for (int i = 0; i < 3; i++) { /* the 24 lines below, 3 times */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(0 + 3 * i)],
@@ -407,15 +406,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(1 + 3 * i)], streams[STREAM_COMPUTE])); /* RECORD e(1 + 3 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(1 + 3 * i)],
         0)); /* WAIT e(1 + 3 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_ACT mb(0 + i) to stage 2  gpt13b.model:63 */
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(2 + 3 * i)], streams[STREAM_SEND])); /* RECORD e(2 + 3 * i) */
   }
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[9], 0)); /* WAIT e9 (from recv) */
@@ -425,35 +423,34 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[10], streams[STREAM_COMPUTE])); /* RECORD e10 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[10], 0)); /* WAIT e10 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb0 to stage 0  gpt13b.model:63 */
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[11], streams[STREAM_SEND])); /* RECORD e11 */
   CUDA_CHECK(cudaEventRecord(events[12], streams[STREAM_COMPUTE])); /* RECORD e12 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[12], 0)); /* WAIT e12 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_ACT mb3 from stage 0  gpt13b.model:63 */
     const int mb = 3, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
-        streams[STREAM_RECV]));
+    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[13], streams[STREAM_RECV])); /* RECORD e13 */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_GRAD mb1 from stage 2  gpt13b.model:63 */
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[16], streams[STREAM_RECV])); /* RECORD e16 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[2], 0)); /* WAIT e2 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[13], 0)); /* WAIT e13 (from recv) */
@@ -463,14 +460,14 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[14], streams[STREAM_COMPUTE])); /* RECORD e14 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[14], 0)); /* WAIT e14 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_ACT mb3 to stage 2  gpt13b.model:63 */
     const int mb = 3, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[15], streams[STREAM_SEND])); /* RECORD e15 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[16], 0)); /* WAIT e16 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
@@ -479,35 +476,34 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[17], streams[STREAM_COMPUTE])); /* RECORD e17 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[17], 0)); /* WAIT e17 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb1 to stage 0  gpt13b.model:63 */
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[18], streams[STREAM_SEND])); /* RECORD e18 */
   CUDA_CHECK(cudaEventRecord(events[19], streams[STREAM_COMPUTE])); /* RECORD e19 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[19], 0)); /* WAIT e19 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_ACT mb4 from stage 0  gpt13b.model:63 */
     const int mb = 4, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
-        streams[STREAM_RECV]));
+    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[20], streams[STREAM_RECV])); /* RECORD e20 */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_GRAD mb2 from stage 2  gpt13b.model:63 */
     const int mb = 2, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_RECV]));
+    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[23], streams[STREAM_RECV])); /* RECORD e23 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[5], 0)); /* WAIT e5 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[20], 0)); /* WAIT e20 (from recv) */
@@ -517,14 +513,14 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[21], streams[STREAM_COMPUTE])); /* RECORD e21 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[21], 0)); /* WAIT e21 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_ACT mb4 to stage 2  gpt13b.model:63 */
     const int mb = 4, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[22], streams[STREAM_SEND])); /* RECORD e22 */
   for (int i = 0; i < 58; i++) { /* the 71 lines below, 58 times */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(23 + 7 * i)],
@@ -536,40 +532,37 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(24 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(24 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(24 + 7 * i)],
         0)); /* WAIT e(24 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_GRAD mb(2 + i) to stage 0  gpt13b.model:63 */
       const int mb = (2 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(25 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(25 + 7 * i) */
     CUDA_CHECK(cudaEventRecord(events[(26 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(26 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(26 + 7 * i)],
         0)); /* WAIT e(26 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_ACT mb(5 + i) from stage 0  gpt13b.model:63 */
       const int mb = (5 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(27 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(27 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(12 + 7 * i)],
         0)); /* WAIT e(12 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_GRAD mb(3 + i) from stage 2  gpt13b.model:63 */
       const int mb = (3 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(30 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(30 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(8 + 7 * i)],
         0)); /* WAIT e(8 + 7 * i) (from send) */
@@ -582,15 +575,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(28 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(28 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(28 + 7 * i)],
         0)); /* WAIT e(28 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_ACT mb(5 + i) to stage 2  gpt13b.model:63 */
       const int mb = (5 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(29 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(29 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(11 + 7 * i)],
         0)); /* WAIT e(11 + 7 * i) (from send) */
@@ -602,39 +594,37 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[430], streams[STREAM_COMPUTE])); /* RECORD e430 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[430], 0)); /* WAIT e430 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb60 to stage 0  gpt13b.model:63 */
     const int mb = 60, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[431], streams[STREAM_SEND])); /* RECORD e431 */
   CUDA_CHECK(cudaEventRecord(events[432], streams[STREAM_COMPUTE])); /* RECORD e432 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[432], 0)); /* WAIT e432 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_ACT mb63 from stage 0  gpt13b.model:63 */
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm,
-        streams[STREAM_RECV]));
+    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[433], streams[STREAM_RECV])); /* RECORD e433 */
   for (int i = 0; i < 3; i++) { /* the 10 lines below, 3 times */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(418 + 7 * i)],
         0)); /* WAIT e(418 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_GRAD mb(61 + i) from stage 2  gpt13b.model:63 */
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(436 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(436 + 4 * i) */
   }
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[414], 0)); /* WAIT e414 (from send) */
@@ -645,14 +635,14 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[434], streams[STREAM_COMPUTE])); /* RECORD e434 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[434], 0)); /* WAIT e434 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_ACT mb63 to stage 2  gpt13b.model:63 */
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[435], streams[STREAM_SEND])); /* RECORD e435 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[417], 0)); /* WAIT e417 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[436], 0)); /* WAIT e436 (from recv) */
@@ -662,14 +652,14 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[437], streams[STREAM_COMPUTE])); /* RECORD e437 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[437], 0)); /* WAIT e437 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb61 to stage 0  gpt13b.model:63 */
     const int mb = 61, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[438], streams[STREAM_SEND])); /* RECORD e438 */
   CUDA_CHECK(cudaEventRecord(events[439], streams[STREAM_COMPUTE])); /* RECORD e439 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[424], 0)); /* WAIT e424 (from send) */
@@ -680,38 +670,39 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[441], streams[STREAM_COMPUTE])); /* RECORD e441 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[441], 0)); /* WAIT e441 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb62 to stage 0  gpt13b.model:63 */
     const int mb = 62, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[442], streams[STREAM_SEND])); /* RECORD e442 */
   CUDA_CHECK(cudaEventRecord(events[443], streams[STREAM_COMPUTE])); /* RECORD e443 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[431], 0)); /* WAIT e431 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[444], 0)); /* WAIT e444 (from recv) */
-  for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
+  for (int i = 0; i < 6; i++) { /* the 7 lines below, 6 times */
     /* BWD block.add_1 L(11 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
     backward_block(&ctx_of[STREAM_COMPUTE], (11 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(445 + i)], streams[STREAM_COMPUTE])); /* RECORD e(445 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(445 + i)], 0)); /* WAIT e(445 + i) (from compute) */
     /* ALLREDUCE_DP block L(11 - i) */
-    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
-        50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+    lx_comm_all_reduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
+        50358272LL, LX_COMM_F32,
+        LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   }
   CUDA_CHECK(cudaEventRecord(events[454], streams[STREAM_DP])); /* RECORD e454 */
   CUDA_CHECK(cudaEventRecord(events[451], streams[STREAM_COMPUTE])); /* RECORD e451 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[451], 0)); /* WAIT e451 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb63 to stage 0  gpt13b.model:63 */
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 0, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[452], streams[STREAM_SEND])); /* RECORD e452 */
   CUDA_CHECK(cudaEventRecord(events[453], streams[STREAM_COMPUTE])); /* RECORD e453 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[454], 0)); /* WAIT e454 (from dp) */
@@ -730,11 +721,10 @@ static void run_forward(int step) {
     {
       const int layer = FIRST_LAYER;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm,
-          ctx->stream));
+      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE - 1, &pipeline_comm, ctx->stream);
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, ctx->stream));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE + 1, &pipeline_comm, ctx->stream);
   }
 }
 

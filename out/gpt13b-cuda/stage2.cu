@@ -376,34 +376,32 @@ enum { LOADS_TOKENS = 0 }; /* the stage reads the token shards */
  * issued so that each event is recorded before it is waited for. */
 static void run_schedule(int step) {
   current_step = step;
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_ACT mb0 from stage 1  gpt13b.model:63 */
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-        streams[STREAM_RECV]));
+    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[0], streams[STREAM_RECV])); /* RECORD e0 */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_ACT mb1 from stage 1  gpt13b.model:63 */
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-        streams[STREAM_RECV]));
+    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[3], streams[STREAM_RECV])); /* RECORD e3 */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_GRAD mb0 from stage 3  gpt13b.model:63 */
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm, streams[STREAM_RECV]));
+    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[6], streams[STREAM_RECV])); /* RECORD e6 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[0], 0)); /* WAIT e0 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
@@ -412,14 +410,14 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[1], streams[STREAM_COMPUTE])); /* RECORD e1 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[1], 0)); /* WAIT e1 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_ACT mb0 to stage 3  gpt13b.model:63 */
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[2], streams[STREAM_SEND])); /* RECORD e2 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[3], 0)); /* WAIT e3 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
@@ -428,14 +426,14 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[4], streams[STREAM_COMPUTE])); /* RECORD e4 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[4], 0)); /* WAIT e4 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_ACT mb1 to stage 3  gpt13b.model:63 */
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[5], streams[STREAM_SEND])); /* RECORD e5 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[6], 0)); /* WAIT e6 (from recv) */
   for (int i = 0; i < 6; i++) { /* the 2 lines below, 6 times */
@@ -444,35 +442,34 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[7], streams[STREAM_COMPUTE])); /* RECORD e7 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[7], 0)); /* WAIT e7 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb0 to stage 1  gpt13b.model:63 */
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[8], streams[STREAM_SEND])); /* RECORD e8 */
   CUDA_CHECK(cudaEventRecord(events[9], streams[STREAM_COMPUTE])); /* RECORD e9 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[9], 0)); /* WAIT e9 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_ACT mb2 from stage 1  gpt13b.model:63 */
     const int mb = 2, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-        streams[STREAM_RECV]));
+    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[10], streams[STREAM_RECV])); /* RECORD e10 */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_GRAD mb1 from stage 3  gpt13b.model:63 */
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm, streams[STREAM_RECV]));
+    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[13], streams[STREAM_RECV])); /* RECORD e13 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[2], 0)); /* WAIT e2 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[10], 0)); /* WAIT e10 (from recv) */
@@ -482,14 +479,14 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[11], streams[STREAM_COMPUTE])); /* RECORD e11 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[11], 0)); /* WAIT e11 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_ACT mb2 to stage 3  gpt13b.model:63 */
     const int mb = 2, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[12], streams[STREAM_SEND])); /* RECORD e12 */
   for (int i = 0; i < 60; i++) { /* the 71 lines below, 60 times */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(13 + 7 * i)],
@@ -501,40 +498,37 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(14 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(14 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(14 + 7 * i)],
         0)); /* WAIT e(14 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_GRAD mb(1 + i) to stage 1  gpt13b.model:63 */
       const int mb = (1 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(15 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(15 + 7 * i) */
     CUDA_CHECK(cudaEventRecord(events[(16 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(16 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(16 + 7 * i)],
         0)); /* WAIT e(16 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_ACT mb(3 + i) from stage 1  gpt13b.model:63 */
       const int mb = (3 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(17 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(17 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(9 + 7 * i)],
         0)); /* WAIT e(9 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_GRAD mb(2 + i) from stage 3  gpt13b.model:63 */
       const int mb = (2 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(20 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(20 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(5 + 7 * i)],
         0)); /* WAIT e(5 + 7 * i) (from send) */
@@ -547,15 +541,14 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(18 + 7 * i)], streams[STREAM_COMPUTE])); /* RECORD e(18 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(18 + 7 * i)],
         0)); /* WAIT e(18 + 7 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_ACT mb(3 + i) to stage 3  gpt13b.model:63 */
       const int mb = (3 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(19 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(19 + 7 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(8 + 7 * i)],
         0)); /* WAIT e(8 + 7 * i) (from send) */
@@ -567,46 +560,45 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[434], streams[STREAM_COMPUTE])); /* RECORD e434 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[434], 0)); /* WAIT e434 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb61 to stage 1  gpt13b.model:63 */
     const int mb = 61, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[435], streams[STREAM_SEND])); /* RECORD e435 */
   CUDA_CHECK(cudaEventRecord(events[436], streams[STREAM_COMPUTE])); /* RECORD e436 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[436], 0)); /* WAIT e436 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_ACT mb63 from stage 1  gpt13b.model:63 */
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm,
-        streams[STREAM_RECV]));
+    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[437], streams[STREAM_RECV])); /* RECORD e437 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[429], 0)); /* WAIT e429 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_GRAD mb62 from stage 3  gpt13b.model:63 */
     const int mb = 62, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm, streams[STREAM_RECV]));
+    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[440], streams[STREAM_RECV])); /* RECORD e440 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[436], 0)); /* WAIT e436 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_GRAD mb63 from stage 3  gpt13b.model:63 */
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(recv_output_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm, streams[STREAM_RECV]));
+    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[444], streams[STREAM_RECV])); /* RECORD e444 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[425], 0)); /* WAIT e425 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[437], 0)); /* WAIT e437 (from recv) */
@@ -616,14 +608,14 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[438], streams[STREAM_COMPUTE])); /* RECORD e438 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[438], 0)); /* WAIT e438 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_ACT mb63 to stage 3  gpt13b.model:63 */
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 3, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[439], streams[STREAM_SEND])); /* RECORD e439 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[428], 0)); /* WAIT e428 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[440], 0)); /* WAIT e440 (from recv) */
@@ -633,38 +625,39 @@ static void run_schedule(int step) {
   }
   CUDA_CHECK(cudaEventRecord(events[441], streams[STREAM_COMPUTE])); /* RECORD e441 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[441], 0)); /* WAIT e441 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb62 to stage 1  gpt13b.model:63 */
     const int mb = 62, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[442], streams[STREAM_SEND])); /* RECORD e442 */
   CUDA_CHECK(cudaEventRecord(events[443], streams[STREAM_COMPUTE])); /* RECORD e443 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[435], 0)); /* WAIT e435 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[444], 0)); /* WAIT e444 (from recv) */
-  for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
+  for (int i = 0; i < 6; i++) { /* the 7 lines below, 6 times */
     /* BWD block.add_1 L(17 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
     backward_block(&ctx_of[STREAM_COMPUTE], (17 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(445 + i)], streams[STREAM_COMPUTE])); /* RECORD e(445 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(445 + i)], 0)); /* WAIT e(445 + i) (from compute) */
     /* ALLREDUCE_DP block L(17 - i) */
-    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
-        50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
+    lx_comm_all_reduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
+        50358272LL, LX_COMM_F32,
+        LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   }
   CUDA_CHECK(cudaEventRecord(events[454], streams[STREAM_DP])); /* RECORD e454 */
   CUDA_CHECK(cudaEventRecord(events[451], streams[STREAM_COMPUTE])); /* RECORD e451 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[451], 0)); /* WAIT e451 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb63 to stage 1  gpt13b.model:63 */
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 1, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[452], streams[STREAM_SEND])); /* RECORD e452 */
   CUDA_CHECK(cudaEventRecord(events[453], streams[STREAM_COMPUTE])); /* RECORD e453 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[454], 0)); /* WAIT e454 (from dp) */
@@ -683,11 +676,10 @@ static void run_forward(int step) {
     {
       const int layer = FIRST_LAYER;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm,
-          ctx->stream));
+      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE - 1, &pipeline_comm, ctx->stream);
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
-    NCCL_CHECK(ncclSend(send_activation(mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE + 1, pipeline_comm, ctx->stream));
+    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE + 1, &pipeline_comm, ctx->stream);
   }
 }
 

@@ -448,15 +448,14 @@ static void load_micro_batch(int mb, cudaStream_t stream) {
  * issued so that each event is recorded before it is waited for. */
 static void run_schedule(int step) {
   current_step = step;
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* RECV_ACT mb0 from stage 2  gpt13b.model:63 */
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
-        streams[STREAM_RECV]));
+    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[0], streams[STREAM_RECV])); /* RECORD e0 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[0], 0)); /* WAIT e0 (from recv) */
   load_micro_batch(0, streams[STREAM_COMPUTE]); /* LOAD mb0 */
@@ -476,28 +475,26 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(1 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(1 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[(1 + 4 * i)],
         0)); /* WAIT e(1 + 4 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* SEND_GRAD mb(0 + i) to stage 2  gpt13b.model:63 */
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
-          streams[STREAM_SEND]));
+      lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(2 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(2 + 4 * i) */
     CUDA_CHECK(cudaEventRecord(events[(3 + 4 * i)], streams[STREAM_COMPUTE])); /* RECORD e(3 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_RECV], events[(3 + 4 * i)],
         0)); /* WAIT e(3 + 4 * i) (from compute) */
-    NCCL_CHECK(ncclGroupStart());
+    lx_comm_group_start();
     { /* RECV_ACT mb(1 + i) from stage 2  gpt13b.model:63 */
       const int mb = (1 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm,
-          streams[STREAM_RECV]));
+      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
     }
-    NCCL_CHECK(ncclGroupEnd());
+    lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(4 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(4 + 4 * i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[(4 + 4 * i)],
         0)); /* WAIT e(4 + 4 * i) (from recv) */
@@ -516,33 +513,34 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaEventRecord(events[253], streams[STREAM_COMPUTE])); /* RECORD e253 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[253], 0)); /* WAIT e253 (from compute) */
   /* ALLREDUCE_DP tied embedding */
-  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 302149632LL, GRAD_REGION + 302149632LL, 103022592LL, ncclFloat32, ncclSum,
-      dp_comm, streams[STREAM_DP]));
+  lx_comm_all_reduce(GRAD_REGION + 302149632LL, GRAD_REGION + 302149632LL, 103022592LL, LX_COMM_F32,
+      LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   CUDA_CHECK(cudaEventRecord(events[254], streams[STREAM_COMPUTE])); /* RECORD e254 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[254], 0)); /* WAIT e254 (from compute) */
   /* ALLREDUCE_DP epilogue */
-  NCCL_CHECK(ncclAllReduce(GRAD_REGION + 405172224LL, GRAD_REGION + 405172224LL, 4096LL, ncclFloat32, ncclSum, dp_comm,
-      streams[STREAM_DP]));
-  for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
+  lx_comm_all_reduce(GRAD_REGION + 405172224LL, GRAD_REGION + 405172224LL, 4096LL, LX_COMM_F32,
+      for (int i = 0; i < 6; i++) { /* the 7 lines below, 6 times */
+        LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
     /* BWD block.add_1 L(23 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
     backward_block(&ctx_of[STREAM_COMPUTE], (23 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(255 + i)], streams[STREAM_COMPUTE])); /* RECORD e(255 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(255 + i)], 0)); /* WAIT e(255 + i) (from compute) */
     /* ALLREDUCE_DP block L(23 - i) */
-    NCCL_CHECK(ncclAllReduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
-        50358272LL, ncclFloat32, ncclSum, dp_comm, streams[STREAM_DP]));
-  }
+    lx_comm_all_reduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
+        50358272LL, LX_COMM_F32,
+      }
+      LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   CUDA_CHECK(cudaEventRecord(events[264], streams[STREAM_DP])); /* RECORD e264 */
   CUDA_CHECK(cudaEventRecord(events[261], streams[STREAM_COMPUTE])); /* RECORD e261 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[261], 0)); /* WAIT e261 (from compute) */
-  NCCL_CHECK(ncclGroupStart());
+  lx_comm_group_start();
   { /* SEND_GRAD mb63 to stage 2  gpt13b.model:63 */
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    NCCL_CHECK(ncclSend(send_input_grad(mb), BOUNDARY_ELEMENTS, ncclBfloat16, 2, pipeline_comm, streams[STREAM_SEND]));
+    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
   }
-  NCCL_CHECK(ncclGroupEnd());
+  lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[262], streams[STREAM_SEND])); /* RECORD e262 */
   CUDA_CHECK(cudaEventRecord(events[263], streams[STREAM_COMPUTE])); /* RECORD e263 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[264], 0)); /* WAIT e264 (from dp) */
@@ -562,8 +560,7 @@ static void run_forward(int step) {
     {
       const int layer = FIRST_LAYER;
       (void)layer;
-      NCCL_CHECK(ncclRecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, ncclBfloat16, STAGE - 1, pipeline_comm,
-          ctx->stream));
+      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE - 1, &pipeline_comm, ctx->stream);
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
     forward_epilogue(ctx, mb);

@@ -1,9 +1,11 @@
 /* lx_data.h — token shards in llm.c's format, and the loader that cuts them
  * into batches: the same batches for the CPU and the CUDA programs.
  *
- * A shard is a 256-int32 header (magic 20240520, version 1, token count, then
- * zeros) followed by that many uint16 tokens, little-endian (`lynxgen
- * tokenize` writes them, as do llm.c's dev/data scripts).
+ * A shard is a 256-int32 header (magic, version, token count, then zeros)
+ * followed by that many tokens, little-endian: magic 20240520 version 1 for
+ * uint16 tokens (GPT-2's vocabulary; `lynxgen tokenize` writes them, as do
+ * llm.c's dev/data scripts), magic 20240801 version 7 for uint32 tokens
+ * (llm.c's Llama 3 shards: a vocabulary of 128256 needs them).
  *
  * Batches. Each shard of n tokens holds floor((n - 1) / (B*T)) windows of
  * B*T+1 consecutive tokens, window w starting at token w*B*T (neighbours
@@ -32,8 +34,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#define LX_SHARD_MAGIC 20240520
+#define LX_SHARD_MAGIC 20240520 /* uint16 tokens */
 #define LX_SHARD_VERSION 1
+#define LX_SHARD_MAGIC_U32 20240801 /* uint32 tokens */
+#define LX_SHARD_VERSION_U32 7
 #define LX_SHARD_HEADER_INTS 256
 #define LX_SHARD_HEADER_BYTES (LX_SHARD_HEADER_INTS * (int64_t)sizeof(int32_t))
 
@@ -86,6 +90,7 @@ static inline void lx_shard_header(int32_t header[LX_SHARD_HEADER_INTS], int64_t
 typedef struct {
   char *path;
   int64_t tokens;       /* from the header, checked against the file size */
+  int token_bytes;      /* 2 or 4 */
   int64_t first_window; /* global index of this shard's window 0 */
   int64_t windows;      /* floor((tokens - 1) / (B*T)), at least 1 */
 } lx_shard;
@@ -100,11 +105,20 @@ typedef struct {
   int64_t next_window; /* global index of the window lx_loader_next returns */
   int shard;           /* the shard holding next_window */
   int fd, fd_shard;    /* the open shard (-1: none) */
-  uint16_t *window;    /* (B*T+1) */
+  uint32_t *window;    /* (B*T+1) */
+  unsigned char *raw;  /* the window's bytes as the shard holds them */
 } lx_loader;
 
-/* Reads and checks a shard's header; returns its token count. */
-static inline int64_t lx_shard_check(const char *what, const char *path, int B, int T) {
+/* The bytes of a token of a shard whose header starts (magic, version); 0: not a shard. */
+static inline int lx_shard_token_bytes(int32_t magic, int32_t version) {
+  if (magic == LX_SHARD_MAGIC && version == LX_SHARD_VERSION) return 2;
+  if (magic == LX_SHARD_MAGIC_U32 && version == LX_SHARD_VERSION_U32) return 4;
+  return 0;
+}
+
+/* Reads and checks a shard's header into s (its token count and size). */
+static inline void lx_shard_check(const char *what, lx_shard *s, int B, int T) {
+  const char *path = s->path;
   int fd = open(path, O_RDONLY);
   if (fd < 0) lx_die("%s: cannot open %s: %s", what, path, strerror(errno));
   int32_t header[LX_SHARD_HEADER_INTS];
@@ -113,14 +127,15 @@ static inline int64_t lx_shard_check(const char *what, const char *path, int B, 
     lx_die("%s: %s is too short for a token shard header (%lld bytes, need %lld)", what, path,
            (long long)size, (long long)LX_SHARD_HEADER_BYTES);
   close(fd);
-  if (header[0] != LX_SHARD_MAGIC)
-    lx_die("%s: %s is not a token shard (magic %d, expected %d; make one with `lynxgen tokenize`)", what,
-           path, header[0], LX_SHARD_MAGIC);
-  if (header[1] != LX_SHARD_VERSION)
-    lx_die("%s: %s has shard version %d, expected %d (uint16 tokens)", what, path, header[1],
-           LX_SHARD_VERSION);
+  if (header[0] != LX_SHARD_MAGIC && header[0] != LX_SHARD_MAGIC_U32)
+    lx_die("%s: %s is not a token shard (magic %d, expected %d or %d; make one with `lynxgen tokenize`)", what,
+           path, header[0], LX_SHARD_MAGIC, LX_SHARD_MAGIC_U32);
+  s->token_bytes = lx_shard_token_bytes(header[0], header[1]);
+  if (!s->token_bytes)
+    lx_die("%s: %s has shard version %d, expected %d (uint16 tokens, magic %d) or %d (uint32, magic %d)", what,
+           path, header[1], LX_SHARD_VERSION, LX_SHARD_MAGIC, LX_SHARD_VERSION_U32, LX_SHARD_MAGIC_U32);
   int64_t tokens = header[2];
-  int64_t expected = LX_SHARD_HEADER_BYTES + 2 * tokens;
+  int64_t expected = LX_SHARD_HEADER_BYTES + s->token_bytes * tokens;
   if (tokens < 0 || size != expected)
     lx_die("%s: %s is %lld bytes but its header says %lld tokens (%lld bytes): truncated or corrupt", what,
            path, (long long)size, (long long)tokens, (long long)expected);
@@ -128,7 +143,7 @@ static inline int64_t lx_shard_check(const char *what, const char *path, int B, 
   if (tokens < batch)
     lx_die("%s: %s holds %lld tokens, fewer than one batch of B*T+1 = %lld (B=%d, T=%d)", what, path,
            (long long)tokens, (long long)batch, B, T);
-  return tokens;
+  s->tokens = tokens;
 }
 
 static inline char *lx_strdup(const char *s) {
@@ -156,7 +171,7 @@ static inline void lx_loader_find_shards(lx_loader *l, const char *pattern) {
  * read, so that opening a large data set stays cheap). */
 static inline lx_loader *lx_loader_open(const char *pattern, int B, int T, int vocab, int replica,
                                         int replicas, const char *what) {
-  LX_CHECK(B > 0 && T > 0 && vocab > 0 && vocab <= 65536);
+  LX_CHECK(B > 0 && T > 0 && vocab > 0);
   LX_CHECK(replicas > 0 && replica >= 0 && replica < replicas);
   lx_loader *l = (lx_loader *)LX_CALLOC(1, sizeof(lx_loader));
   l->B = B, l->T = T, l->vocab = vocab, l->replica = replica, l->replicas = replicas;
@@ -165,7 +180,7 @@ static inline lx_loader *lx_loader_open(const char *pattern, int B, int T, int v
   lx_loader_find_shards(l, pattern);
   for (int i = 0; i < l->num_shards; i++) {
     lx_shard *s = &l->shards[i];
-    s->tokens = lx_shard_check(l->what, s->path, B, T);
+    lx_shard_check(l->what, s, B, T);
     s->windows = (s->tokens - 1) / ((int64_t)B * T);
     s->first_window = l->windows;
     l->windows += s->windows;
@@ -173,7 +188,8 @@ static inline lx_loader *lx_loader_open(const char *pattern, int B, int T, int v
   if (l->windows < replicas)
     lx_die("%s: '%s' holds %lld batches of B*T+1 = %lld tokens, fewer than the %d data-parallel replicas",
            l->what, pattern, (long long)l->windows, (long long)B * T + 1, replicas);
-  l->window = (uint16_t *)LX_MALLOC(((size_t)B * T + 1) * sizeof(uint16_t));
+  l->window = (uint32_t *)LX_MALLOC(((size_t)B * T + 1) * sizeof(uint32_t));
+  l->raw = (unsigned char *)LX_MALLOC(((size_t)B * T + 1) * sizeof(uint32_t));
   l->next_window = replica;
   return l;
 }
@@ -211,13 +227,18 @@ static inline void lx_loader_read_window(lx_loader *l) {
   int64_t n = (int64_t)l->B * l->T + 1;
   int64_t first_token = (l->next_window - s->first_window) * ((int64_t)l->B * l->T);
   lx_loader_open_shard(l);
-  if (lx_pread_full(l->fd, l->window, 2 * n, LX_SHARD_HEADER_BYTES + 2 * first_token) != 0)
+  int size = s->token_bytes;
+  if (lx_pread_full(l->fd, l->raw, size * n, LX_SHARD_HEADER_BYTES + size * first_token) != 0)
     lx_die("%s: cannot read tokens %lld..%lld of %s: %s", l->what, (long long)first_token,
            (long long)(first_token + n - 1), s->path, errno ? strerror(errno) : "file shrank");
-  for (int64_t i = 0; i < n; i++)
-    if (l->window[i] >= l->vocab)
+  for (int64_t i = 0; i < n; i++) {
+    const unsigned char *b = l->raw + size * i; /* little-endian */
+    l->window[i] = size == 2 ? (uint32_t)(b[0] | b[1] << 8)
+                             : (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    if (l->window[i] >= (uint32_t)l->vocab)
       lx_die("%s: %s: token %u at position %lld is outside the vocabulary of %d tokens", l->what, s->path,
              (unsigned)l->window[i], (long long)(first_token + i), l->vocab);
+  }
 }
 
 /* The next batch of this replica: targets are the inputs shifted by one. */
@@ -242,6 +263,7 @@ static inline void lx_loader_close(lx_loader *l) {
     free(l->shards[i].path);
   free(l->shards);
   free(l->window);
+  free(l->raw);
   free(l->what);
   free(l);
 }

@@ -67,6 +67,7 @@ typedef struct {
   int gradcheck_samples;       /* CPU: elements checked per parameter tensor */
   int cuda_graph;              /* CUDA: issue each step as one CUDA graph */
   const char *profile_path;    /* CUDA: time every op and write this profile; NULL: no */
+  const char *comm;            /* CUDA: the communication backend, nccl or host; NULL: nccl */
   double watchdog_s;           /* a rank without progress this long ends the job; 0: never */
 } lx_run_options;
 
@@ -146,8 +147,7 @@ static inline const lx_option *lx_run_option_table(int *n) {
       {"--beta2", "X", LX_OPT_REAL, LX_OPT_AT(train.beta2), 0, 1, 0, 1, LX_FOR_BOTH,
        "AdamW's second-moment decay"},
       /* a normal float in fp32 and bf16, or AdamW could divide 0 by 0 */
-      {"--eps", "X", LX_OPT_REAL, LX_OPT_AT(train.eps), 0x1p-126, 1, 0, 0, LX_FOR_BOTH,
-       "AdamW's epsilon"},
+      {"--eps", "X", LX_OPT_REAL, LX_OPT_AT(train.eps), 0x1p-126, 1, 0, 0, LX_FOR_BOTH, "AdamW's epsilon"},
       {"--weight-decay", "X", LX_OPT_REAL, LX_OPT_AT(train.weight_decay), 0, 1, 0, 0, LX_FOR_BOTH,
        "AdamW decay of weights and embeddings"},
       {"--grad-clip", "X", LX_OPT_REAL, LX_OPT_AT(train.grad_clip), 0, 1e6, 0, 0, LX_FOR_BOTH,
@@ -166,6 +166,8 @@ static inline const lx_option *lx_run_option_table(int *n) {
        "issue each step as one CUDA graph, replayed"},
       {"--profile", "FILE", LX_OPT_TEXT, LX_OPT_AT(profile_path), 0, 0, 0, 0, LX_FOR_CUDA,
        "time every op, write a `lynxgen --profile`"},
+      {"--comm", "NAME", LX_OPT_TEXT, LX_OPT_AT(comm), 0, 0, 0, 0, LX_FOR_CUDA,
+       "nccl, or host: via host memory (ranks share a GPU)"},
   };
   *n = (int)(sizeof table / sizeof table[0]);
   return table;

@@ -73,12 +73,7 @@ static void wait_step(cudaEvent_t stop) {
     cudaError_t status = cudaEventQuery(stop);
     if (status == cudaSuccess) return;
     if (status != cudaErrorNotReady) CUDA_CHECK(status);
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(pipeline_comm, &async));
-    if (async != ncclSuccess) {
-      (void)ncclCommAbort(pipeline_comm);
-      lx_cuda_fail_at(__FILE__, __LINE__, "ncclCommGetAsyncError(pipeline_comm)", "NCCL", ncclGetErrorString(async));
-    }
+    lx_comm_check_async(&pipeline_comm, "ncclCommGetAsyncError(pipeline_comm)");
     usleep(100);
   }
 }
@@ -223,6 +218,11 @@ int main(int argc, char **argv) {
   LX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
   lx_run_options o = model_run_options(LX_PROGRAM_CUDA, argc, argv);
   if (o.cuda_graph && o.profile_path) lx_usage_error("--profile times ops one by one: not with --cuda-graph");
+  if (!lx_comm_choose(o.comm))
+    lx_usage_error("--comm %s: the backends are nccl (the default) and host (through host memory, with MPI)",
+                   o.comm);
+  if (o.cuda_graph && lx_comm_kind == LX_COMM_HOST)
+    lx_usage_error("--comm host waits on the host between kernels: not with --cuda-graph");
   use_graph = o.cuda_graph;
   if (ranks != STAGES * TENSOR_PARALLEL * DATA_PARALLEL) {
     if (rank == 0)
@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
   if (prof_totals) profile_write(o.profile_path, rank, ranks);
   lx_loader_close(training_data);
   lx_loader_close(val);
-  lx_cuda_groups_finish(pipeline_comm, dp_comm);
+  lx_cuda_groups_finish(&pipeline_comm, &dp_comm);
   LX_MPI_CHECK(MPI_Finalize());
   return 0;
 }

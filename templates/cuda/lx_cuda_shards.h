@@ -195,8 +195,7 @@ static inline void sum_tied_gradients(float *grads, cudaStream_t s) {
     long long lo, hi;
     owned_part(&param_tensors[t], &lo, &hi);
     if (param_tensors[t].tied && hi > lo)
-      NCCL_CHECK(
-          ncclAllReduce(grads + lo, grads + lo, (size_t)(hi - lo), ncclFloat32, ncclSum, tied_comm, s));
+      lx_comm_all_reduce(grads + lo, grads + lo, (size_t)(hi - lo), LX_COMM_F32, LX_COMM_SUM, &tied_comm, s);
   }
 }
 
@@ -207,7 +206,7 @@ static inline void sum_sequence_parallel_gradients(float *grads, cudaStream_t s)
     long long lo, hi;
     owned_part(&param_tensors[t], &lo, &hi);
     if (param_tensors[t].split == 3 && hi > lo)
-      NCCL_CHECK(ncclAllReduce(grads + lo, grads + lo, (size_t)(hi - lo), ncclFloat32, ncclSum, tp_comm, s));
+      lx_comm_all_reduce(grads + lo, grads + lo, (size_t)(hi - lo), LX_COMM_F32, LX_COMM_SUM, &tp_comm, s);
   }
 }
 
@@ -227,9 +226,9 @@ static inline void global_grad_norm_squared(float *total, const float *grads, cu
     if (hi > lo)
       lx_cuda_grad_norm_squared(total, ctx_of[STREAM_COMPUTE].scratch, grads + lo, (size_t)(hi - lo), 1, s);
   }
-  NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, tp_comm, s));
-  NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, dp_comm, s));
-  NCCL_CHECK(ncclAllReduce(total, total, 1, ncclFloat32, ncclSum, pipeline_comm, s));
+  lx_comm_all_reduce(total, total, 1, LX_COMM_F32, LX_COMM_SUM, &tp_comm, s);
+  lx_comm_all_reduce(total, total, 1, LX_COMM_F32, LX_COMM_SUM, &dp_comm, s);
+  lx_comm_all_reduce(total, total, 1, LX_COMM_F32, LX_COMM_SUM, &pipeline_comm, s);
 }
 
 /* What `losses` holds: each micro-batch's loss, then the optimizer step's
@@ -259,8 +258,8 @@ static inline void optimizer_step(const lx_train_settings *train, int step, doub
   }
   for (int b = 0; ZERO_SHARDS > 1 && b < PARAM_BUCKETS; b++) {
     lx_share share = share_of(&param_buckets[b]);
-    NCCL_CHECK(ncclAllGather(PARAMS + share.own_first, PARAMS + param_buckets[b].first,
-                             (size_t)share.own_elements, ncclBfloat16, dp_comm, s));
+    lx_comm_all_gather(PARAMS + share.own_first, PARAMS + param_buckets[b].first, (size_t)share.own_elements,
+                       LX_COMM_BF16, &dp_comm, s);
   }
   CUDA_CHECK(cudaMemsetAsync(grads, 0, (size_t)PARAM_ELEMENTS * 4, s));
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lx_checkpoint.h" /* lx_gpt2_header, of the stage's table */
+#include "lx_cuda_comm.h"
 #include "lx_data.h"
 #include "lx_params.h"
 #include "lx_rng.h"
@@ -28,7 +29,7 @@ static cudaEvent_t stream_done[STREAM_COUNT]; /* joins the streams at the end of
  * one matmul context, and the stream's own scratch (streams run concurrently). */
 static lx_ctx ctx_of[STREAM_COUNT];
 static float *losses; /* on the device: lx_cuda_shards.h's LOSS_SLOTS */
-static ncclComm_t pipeline_comm, dp_comm;
+static lx_comm pipeline_comm, dp_comm;
 
 /* The step's tokens, (micro-batch, inputs and targets, BT) in pinned host
  * memory: read before the step is issued (lx_cuda_stage_tokens), copied in

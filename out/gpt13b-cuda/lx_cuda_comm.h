@@ -1,0 +1,265 @@
+/* lx_cuda_comm.h — the communication backend of a CUDA stage program: every
+ * transfer between ranks goes through these calls (host C++, included by
+ * stageN.cu through lx_cuda_parallel.h).
+ *
+ * Two backends, chosen once at start (`--comm`, run.sh passes it on):
+ *   nccl  (default) NCCL on the GPUs' links, enqueued on the caller's stream
+ *         like a kernel: the schedule's streams and events order it.
+ *   host  the same transfers through host memory with Open MPI: a call waits
+ *         for its stream, copies to the host, runs the MPI collective or the
+ *         grouped sends and receives, copies back on the same stream. Slow,
+ *         and the host thread waits, but the order of every stream's work is
+ *         the one NCCL gives. It exists because NCCL refuses two ranks on one
+ *         GPU: with it, tp x pp x dp layouts run as several ranks on a single
+ *         GPU (make test-gpu). It cannot be captured in a CUDA graph.
+ * Reductions of bf16 run in fp32 on the host and round back to bf16 once.
+ * A call between lx_comm_group_start and lx_comm_group_end (sends and
+ * receives of one pipeline step) is posted at once and completed at the end,
+ * as in an NCCL group, so that a send and a receive between two stages never
+ * wait for each other. */
+#ifndef LX_CUDA_COMM_H
+#define LX_CUDA_COMM_H
+
+#include "lx_check.h" /* LX_MALLOC */
+#include "lx_cuda_api.h"
+#include "lx_mpi_errors.h"
+
+#include <string.h>
+
+typedef enum { LX_COMM_NCCL, LX_COMM_HOST } lx_comm_backend;
+typedef enum { LX_COMM_BF16, LX_COMM_F32 } lx_comm_type;
+typedef enum { LX_COMM_SUM, LX_COMM_MAX } lx_comm_op;
+
+/* A group of ranks: the NCCL communicator (nccl backend) over the ranks of
+ * an MPI one. */
+typedef struct {
+  ncclComm_t nccl;
+  MPI_Comm mpi;
+  int rank, size;
+} lx_comm;
+
+static lx_comm_backend lx_comm_kind = LX_COMM_NCCL;
+
+/* "nccl" or "host" (--comm; NULL: nccl); returns whether name is one. */
+static inline int lx_comm_choose(const char *name) {
+  if (!name || !strcmp(name, "nccl"))
+    lx_comm_kind = LX_COMM_NCCL;
+  else if (!strcmp(name, "host"))
+    lx_comm_kind = LX_COMM_HOST;
+  else
+    return 0;
+  return 1;
+}
+
+static inline size_t lx_comm_type_bytes(lx_comm_type t) { return t == LX_COMM_BF16 ? 2 : 4; }
+static inline ncclDataType_t lx_comm_nccl_type(lx_comm_type t) {
+  return t == LX_COMM_BF16 ? ncclBfloat16 : ncclFloat32;
+}
+
+static inline lx_comm lx_comm_create(MPI_Comm group) {
+  lx_comm c;
+  c.mpi = group, c.nccl = NULL;
+  LX_MPI_CHECK(MPI_Comm_rank(group, &c.rank));
+  LX_MPI_CHECK(MPI_Comm_size(group, &c.size));
+  if (lx_comm_kind == LX_COMM_HOST) return c;
+  ncclUniqueId id;
+  if (c.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  LX_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));
+  NCCL_CHECK(ncclCommInitRank(&c.nccl, c.size, id, c.rank));
+  return c;
+}
+
+static inline void lx_comm_destroy(lx_comm *c) {
+  if (c->nccl) NCCL_CHECK(ncclCommDestroy(c->nccl));
+  c->nccl = NULL;
+}
+
+/* An NCCL error raised asynchronously (a peer gone): abort and stop every rank. */
+static inline void lx_comm_check_async(lx_comm *c, const char *name) {
+  if (!c->nccl) return;
+  ncclResult_t async = ncclSuccess;
+  NCCL_CHECK(ncclCommGetAsyncError(c->nccl, &async));
+  if (async == ncclSuccess) return;
+  (void)ncclCommAbort(c->nccl);
+  lx_cuda_fail_at(__FILE__, __LINE__, name, "NCCL", ncclGetErrorString(async));
+}
+
+/* ---- the host backend's staging -------------------------------------------------- */
+
+/* count elements of type at dev, on the host once stream s has written them. */
+static inline void *lx_comm_to_host(const void *dev, size_t bytes, cudaStream_t s) {
+  void *host = LX_MALLOC(bytes > 0 ? bytes : 1);
+  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return host;
+}
+
+/* host's bytes to dev, in order on stream s; frees host. */
+static inline void lx_comm_to_device(void *dev, void *host, size_t bytes, cudaStream_t s) {
+  CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaStreamSynchronize(s)); /* host is freed next */
+  free(host);
+}
+
+static inline int lx_comm_int_count(size_t count) {
+  if (count > (size_t)INT32_MAX)
+    lx_cuda_fail_at(__FILE__, __LINE__, "lx_comm", "host",
+                    "a transfer of over 2^31 elements (use --comm nccl)");
+  return (int)count;
+}
+
+/* bf16 to fp32 and back, for the host's reductions. */
+static inline float *lx_comm_widen(const void *host, size_t count, lx_comm_type type) {
+  float *wide = (float *)LX_MALLOC(sizeof(float) * (count > 0 ? count : 1));
+  if (type == LX_COMM_F32) {
+    memcpy(wide, host, sizeof(float) * count);
+  } else {
+    for (size_t i = 0; i < count; i++)
+      wide[i] = __bfloat162float(((const lx_bf16 *)host)[i]);
+  }
+  return wide;
+}
+
+/* wide (count floats) as type, into a new host buffer; frees wide. */
+static inline void *lx_comm_narrow(float *wide, size_t count, lx_comm_type type) {
+  if (type == LX_COMM_F32) return wide;
+  lx_bf16 *narrow = (lx_bf16 *)LX_MALLOC(sizeof(lx_bf16) * (count > 0 ? count : 1));
+  for (size_t i = 0; i < count; i++)
+    narrow[i] = __float2bfloat16(wide[i]);
+  free(wide);
+  return narrow;
+}
+
+/* The host backend's sends and receives of an open group. */
+typedef struct {
+  MPI_Request request;
+  void *host, *dev;
+  size_t bytes;
+  cudaStream_t stream;
+  int receive;
+} lx_comm_transfer;
+
+static lx_comm_transfer *lx_comm_pending;
+static int lx_comm_pending_count, lx_comm_pending_cap, lx_comm_group_depth;
+
+static inline void lx_comm_complete(void) {
+  for (int i = 0; i < lx_comm_pending_count; i++) {
+    lx_comm_transfer *t = &lx_comm_pending[i];
+    LX_MPI_CHECK(MPI_Wait(&t->request, MPI_STATUS_IGNORE));
+    if (t->receive)
+      lx_comm_to_device(t->dev, t->host, t->bytes, t->stream);
+    else
+      free(t->host);
+  }
+  lx_comm_pending_count = 0;
+}
+
+static inline void lx_comm_post(const lx_comm_transfer *t) {
+  if (lx_comm_pending_count == lx_comm_pending_cap) {
+    lx_comm_pending_cap = lx_comm_pending_cap ? 2 * lx_comm_pending_cap : 16;
+    lx_comm_pending = (lx_comm_transfer *)realloc(lx_comm_pending, sizeof *t * (size_t)lx_comm_pending_cap);
+    if (!lx_comm_pending) LX_FATAL("out of memory");
+  }
+  lx_comm_pending[lx_comm_pending_count++] = *t;
+  if (!lx_comm_group_depth) lx_comm_complete();
+}
+
+/* ---- the calls ---------------------------------------------------------------------- */
+
+static inline void lx_comm_group_start(void) {
+  if (lx_comm_kind == LX_COMM_NCCL)
+    NCCL_CHECK(ncclGroupStart());
+  else
+    lx_comm_group_depth++;
+}
+
+static inline void lx_comm_group_end(void) {
+  if (lx_comm_kind == LX_COMM_NCCL) {
+    NCCL_CHECK(ncclGroupEnd());
+  } else if (--lx_comm_group_depth == 0) {
+    lx_comm_complete();
+  }
+}
+
+/* recv = send reduced over the group, count elements (in place when equal). */
+static inline void lx_comm_all_reduce(const void *send, void *recv, size_t count, lx_comm_type type,
+                                      lx_comm_op op, lx_comm *c, cudaStream_t s) {
+  if (lx_comm_kind == LX_COMM_NCCL) {
+    NCCL_CHECK(ncclAllReduce(send, recv, count, lx_comm_nccl_type(type),
+                             op == LX_COMM_SUM ? ncclSum : ncclMax, c->nccl, s));
+    return;
+  }
+  void *host = lx_comm_to_host(send, count * lx_comm_type_bytes(type), s);
+  float *wide = lx_comm_widen(host, count, type);
+  free(host);
+  LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, wide, lx_comm_int_count(count), MPI_FLOAT,
+                             op == LX_COMM_SUM ? MPI_SUM : MPI_MAX, c->mpi));
+  lx_comm_to_device(recv, lx_comm_narrow(wide, count, type), count * lx_comm_type_bytes(type), s);
+}
+
+/* recv (count) = this rank's count-element block of send (size x count) summed over the group. */
+static inline void lx_comm_reduce_scatter(const void *send, void *recv, size_t count, lx_comm_type type,
+                                          lx_comm *c, cudaStream_t s) {
+  if (lx_comm_kind == LX_COMM_NCCL) {
+    NCCL_CHECK(ncclReduceScatter(send, recv, count, lx_comm_nccl_type(type), ncclSum, c->nccl, s));
+    return;
+  }
+  size_t whole = count * (size_t)c->size;
+  void *host = lx_comm_to_host(send, whole * lx_comm_type_bytes(type), s);
+  float *wide = lx_comm_widen(host, whole, type);
+  free(host);
+  LX_MPI_CHECK(
+      MPI_Reduce_scatter_block(MPI_IN_PLACE, wide, lx_comm_int_count(count), MPI_FLOAT, MPI_SUM, c->mpi));
+  lx_comm_to_device(recv, lx_comm_narrow(wide, count, type), count * lx_comm_type_bytes(type), s);
+}
+
+/* recv (size x count) = every rank's send (count), in rank order. */
+static inline void lx_comm_all_gather(const void *send, void *recv, size_t count, lx_comm_type type,
+                                      lx_comm *c, cudaStream_t s) {
+  if (lx_comm_kind == LX_COMM_NCCL) {
+    NCCL_CHECK(ncclAllGather(send, recv, count, lx_comm_nccl_type(type), c->nccl, s));
+    return;
+  }
+  size_t bytes = count * lx_comm_type_bytes(type);
+  void *mine = lx_comm_to_host(send, bytes, s);
+  void *all = LX_MALLOC(bytes * (size_t)c->size + 1);
+  int n = lx_comm_int_count(bytes);
+  LX_MPI_CHECK(MPI_Allgather(mine, n, MPI_BYTE, all, n, MPI_BYTE, c->mpi));
+  free(mine);
+  lx_comm_to_device(recv, all, bytes * (size_t)c->size, s);
+}
+
+/* count elements of buf to (send) or from (receive) the group's rank peer. */
+static inline void lx_comm_point_to_point(int receive, void *buf, size_t count, lx_comm_type type, int peer,
+                                          lx_comm *c, cudaStream_t s) {
+  if (lx_comm_kind == LX_COMM_NCCL) {
+    if (receive)
+      NCCL_CHECK(ncclRecv(buf, count, lx_comm_nccl_type(type), peer, c->nccl, s));
+    else
+      NCCL_CHECK(ncclSend(buf, count, lx_comm_nccl_type(type), peer, c->nccl, s));
+    return;
+  }
+  lx_comm_transfer t;
+  t.bytes = count * lx_comm_type_bytes(type), t.dev = buf, t.stream = s, t.receive = receive;
+  int n = lx_comm_int_count(t.bytes);
+  if (receive) {
+    t.host = LX_MALLOC(t.bytes > 0 ? t.bytes : 1);
+    LX_MPI_CHECK(MPI_Irecv(t.host, n, MPI_BYTE, peer, 0, c->mpi, &t.request));
+  } else {
+    t.host = lx_comm_to_host(buf, t.bytes, s);
+    LX_MPI_CHECK(MPI_Isend(t.host, n, MPI_BYTE, peer, 0, c->mpi, &t.request));
+  }
+  lx_comm_post(&t);
+}
+
+static inline void lx_comm_send(const void *buf, size_t count, lx_comm_type type, int peer, lx_comm *c,
+                                cudaStream_t s) {
+  lx_comm_point_to_point(0, (void *)buf, count, type, peer, c, s);
+}
+
+static inline void lx_comm_recv(void *buf, size_t count, lx_comm_type type, int peer, lx_comm *c,
+                                cudaStream_t s) {
+  lx_comm_point_to_point(1, buf, count, type, peer, c, s);
+}
+
+#endif
