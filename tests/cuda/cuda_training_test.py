@@ -7,6 +7,13 @@ shard, validating every VAL_INTERVAL steps; the per-step losses and
 validation losses of the two metrics.jsonl files must agree within
 LOSS_BOUND, and the worst relative difference is printed.
 
+Then every parallel layout runs on the one GPU, its ranks talking through
+host memory (--comm host; NCCL refuses two ranks on a device): tiny and the
+Llama at tp 2 x pp 2 x dp 2 with ZeRO-1, sequence parallelism and lynx-heu
+recomputing in the pipeline's windows, and tiny at pp 4 with checkmate, each
+within LOSS_BOUND of the CPU program of the same plan; the first one's saved
+state reloads (--resume, --steps 0) to its last validation loss.
+
 Without a GPU it prints "skipped: no GPU" and exits 0. LX_CPU_ONLY=1 runs
 the CPU half alone, GPU or not (the shard, generation, builds, runs and
 parsing), and the check below that the data can tell a data error from
@@ -113,10 +120,11 @@ def build(target, pp, work):
     return out
 
 
-def train(program, train_data, val_data, metrics):
+def train(program, train_data, val_data, metrics, *args):
     """metrics.jsonl of a STEPS-step run, as a list of records (None: it failed)."""
     r = run([os.path.join(program, "run.sh"), "--steps", str(STEPS), "--data", train_data, "--val-data", val_data,
-             "--eval-interval", str(VAL_INTERVAL), "--val-batches", str(VAL_BATCHES), "--metrics", metrics], program)
+             "--eval-interval", str(VAL_INTERVAL), "--val-batches", str(VAL_BATCHES), "--metrics", metrics, *args],
+            program)
     records = []
     if r.returncode == 0 and os.path.exists(metrics):
         with open(metrics) as f:
@@ -174,6 +182,59 @@ def build_and_train(target, pp, work, data):
     return records
 
 
+# Every parallel layout on one GPU: NCCL refuses two ranks on a device, so
+# the CUDA ranks talk through host memory (--comm host, lx_cuda_comm.h); the
+# schedule's streams and events stay as they are. lynx-heu's GPU memory is
+# squeezed so that it recomputes in the pipeline's windows.
+LLAMA = os.path.join(ROOT, "tests", "equivalence", "llama.model")
+WINDOWED = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel", "--policy", "lynx-heu",
+            "--gpu-memory", "0.0015", "--allow-oom-plan")
+LAYOUTS = (
+    ("tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu", MODEL, WINDOWED),
+    ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),
+    ("tiny pp4 checkmate", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--policy", "checkmate")),
+)
+RELOAD_BOUND = 1e-6  # the same weights through the same kernels: the saved run's last validation loss
+
+
+def build_layout(target, name, model, args, work):
+    out = os.path.join(work, "%s-%s" % (target, name.replace(" ", "-")))
+    r = run([LYNXGEN, model, "--target", target, *args, "-o", out], work)
+    if r.returncode == 0:
+        r = run(["make", "-C", out], work)
+    check(r.returncode == 0, "%s %s: generates and builds" % (target, name))
+    if r.returncode != 0:
+        print("     " + (r.stdout + r.stderr)[-2000:].replace("\n", "\n     "))
+        return None
+    return out
+
+
+def reload_checkpoint(program, data, records, comm):
+    """--resume of the run's final state, validation only: its last validation loss again."""
+    r = run([os.path.join(program, "run.sh"), "--steps", "0", "--resume", os.path.join(program, "state.bin"),
+             "--data", data["train"], "--val-data", data["val"], "--val-batches", str(VAL_BATCHES), *comm], program)
+    got = [float(line.split()[2]) for line in r.stdout.splitlines() if line.startswith("validation loss")]
+    want = records[-1].get("val_loss")
+    ok = r.returncode == 0 and len(got) == 1 and want is not None and abs(got[0] - want) <= RELOAD_BOUND * abs(want)
+    check(ok, "%s: the saved state reloads (--resume, --steps 0) to the last validation loss %s (got %s)" % (
+        os.path.basename(program), want, got))
+    if not ok:
+        print("     exit %d: %s" % (r.returncode, (r.stdout + r.stderr)[-2000:].replace("\n", "\n     ")))
+
+
+def run_layout(target, name, model, args, work, data):
+    """A layout's metrics records on target (CUDA: all ranks on one GPU), with a checkpoint reload."""
+    program = build_layout(target, name, model, args, work)
+    if program is None:
+        return None
+    comm = ("--comm", "host") if target == "cuda" else ()
+    records = train(program, data["train"], data["val"], os.path.join(program, "metrics.jsonl"),
+                    "--save", os.path.join(program, "state.bin"), *comm)
+    if records and name == LAYOUTS[0][0]:
+        reload_checkpoint(program, data, records, comm)
+    return records
+
+
 def compare(cpu, cuda, pp):
     worst, where = worst_relative_difference(cpu, cuda)
     check(worst <= LOSS_BOUND,
@@ -201,6 +262,16 @@ def main():
             cuda = build_and_train("cuda", pp, work, data)
             if cpu and cuda:
                 compare(cpu, cuda, pp)
+        for name, model, args in LAYOUTS:
+            cpu = run_layout("cpu", name, model, args, work, data)
+            if cpu_only:
+                continue
+            cuda = run_layout("cuda", name, model, args, work, data)
+            if cpu and cuda:
+                worst, where = worst_relative_difference(cpu, cuda)
+                check(worst <= LOSS_BOUND,
+                      "%s, its ranks on one GPU (--comm host): CUDA and CPU losses agree within %.0f%% over %d "
+                      "steps; worst relative difference %.2e (%s)" % (name, 100 * LOSS_BOUND, STEPS, worst, where))
     return exit_status()
 
 

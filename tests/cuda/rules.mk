@@ -9,8 +9,9 @@
 #                         tolerances; then cuda_training_test.py: the CUDA
 #                         and CPU programs of examples/tiny.model trained on
 #                         the same shard give the same losses within a bf16
-#                         bound (pp = 1, and pp = 2 on two GPUs); each prints
-#                         "skipped: no GPU" without one (LX_CPU_ONLY=1 runs
+#                         bound (pp = 1, and pp = 2 on two GPUs; the tp x pp
+#                         x dp layouts as ranks sharing one GPU through
+#                         --comm host); each prints "skipped: no GPU" without one (LX_CPU_ONLY=1 runs
 #                         the training test's CPU half anywhere); then
 #                         cuda_resume_test.py: a CUDA run killed with kill -9
 #                         and resumed gives the uninterrupted run's losses
