@@ -14,9 +14,9 @@
  *         GPU (make test-gpu). It cannot be captured in a CUDA graph.
  * Reductions of bf16 run in fp32 on the host and round back to bf16 once.
  * A call between lx_comm_group_start and lx_comm_group_end (sends and
- * receives of one pipeline step) is posted at once and completed at the end,
- * as in an NCCL group, so that a send and a receive between two stages never
- * wait for each other. */
+ * receives of one pipeline step) is posted at once and its receives
+ * complete at the end, as in an NCCL group; sends complete in the
+ * background (lx_comm_complete). */
 #ifndef LX_CUDA_COMM_H
 #define LX_CUDA_COMM_H
 
@@ -69,7 +69,10 @@ static inline lx_comm lx_comm_create(MPI_Comm group) {
   return c;
 }
 
+static inline void lx_comm_drain(void);
+
 static inline void lx_comm_destroy(lx_comm *c) {
+  lx_comm_drain();
   if (c->nccl) NCCL_CHECK(ncclCommDestroy(c->nccl));
   c->nccl = NULL;
 }
@@ -142,14 +145,34 @@ typedef struct {
 static lx_comm_transfer *lx_comm_pending;
 static int lx_comm_pending_count, lx_comm_pending_cap, lx_comm_group_depth;
 
+/* A group's end: every receive lands on its stream; a send's host copy is
+ * freed once MPI has sent it. Sends never make the host wait: a stage whose
+ * send waited for the peer's receive while the peer's send waited for its
+ * own would deadlock, where NCCL's streams do not. */
 static inline void lx_comm_complete(void) {
+  int kept = 0;
   for (int i = 0; i < lx_comm_pending_count; i++) {
     lx_comm_transfer *t = &lx_comm_pending[i];
-    LX_MPI_CHECK(MPI_Wait(&t->request, MPI_STATUS_IGNORE));
-    if (t->receive)
+    int done = 0;
+    if (t->receive) {
+      LX_MPI_CHECK(MPI_Wait(&t->request, MPI_STATUS_IGNORE));
       lx_comm_to_device(t->dev, t->host, t->bytes, t->stream);
-    else
+      continue;
+    }
+    LX_MPI_CHECK(MPI_Test(&t->request, &done, MPI_STATUS_IGNORE));
+    if (done)
       free(t->host);
+    else
+      lx_comm_pending[kept++] = *t; /* a send still in flight */
+  }
+  lx_comm_pending_count = kept;
+}
+
+/* At the end of the program: every send delivered. */
+static inline void lx_comm_drain(void) {
+  for (int i = 0; i < lx_comm_pending_count; i++) {
+    LX_MPI_CHECK(MPI_Wait(&lx_comm_pending[i].request, MPI_STATUS_IGNORE));
+    free(lx_comm_pending[i].host);
   }
   lx_comm_pending_count = 0;
 }
