@@ -285,16 +285,14 @@ static void print_dp_reduce(const lx_printer *pr, lx_stream k, const lx_instr *i
   long long first = (long long)b->first, chunk = (long long)(b->elements / pr->l->shards);
   if (pr->l->shards > 1)
     fprintf(pr->out,
-            "  /* %s */\n  lx_comm_reduce_scatter(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL + replica * "
-            "%lldLL,\n"
-            "      %lldLL, LX_COMM_F32, &dp_comm, streams[%s]);\n",
+            "  /* %s */\n  lx_comm_reduce_scatter(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL + replica * %lldLL, "
+            "%lldLL, LX_COMM_F32, &dp_comm, streams[%s]);\n",
             what, first, first, chunk, chunk, stream_var(k));
   else
-    fprintf(
-        pr->out,
-        "  /* %s */\n  lx_comm_all_reduce(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL, %lldLL, LX_COMM_F32,\n"
-        "      LX_COMM_SUM, &dp_comm, streams[%s]);\n",
-        what, first, first, (long long)b->elements, stream_var(k));
+    fprintf(pr->out,
+            "  /* %s */\n  lx_comm_all_reduce(GRAD_REGION + %lldLL, GRAD_REGION + %lldLL, %lldLL, LX_COMM_F32, "
+            "LX_COMM_SUM, &dp_comm, streams[%s]);\n",
+            what, first, first, (long long)b->elements, stream_var(k));
 }
 
 static void cuda_comm(void *ctx, lx_stream k, const lx_instr *in) {

@@ -634,28 +634,27 @@ static void run_schedule(int step) {
     CUDA_CHECK(cudaEventRecord(events[(249 + 2 * i)], streams[STREAM_COMPUTE])); /* RECORD e(249 + 2 * i) */
   }
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[254], 0)); /* WAIT e254 (from recv) */
-  for (int i = 0; i < 6; i++) { /* the 7 lines below, 6 times */
+  for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
     /* BWD block.add_1 L(5 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
     backward_block(&ctx_of[STREAM_COMPUTE], (5 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(255 + i)], streams[STREAM_COMPUTE])); /* RECORD e(255 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(255 + i)], 0)); /* WAIT e(255 + i) (from compute) */
     /* ALLREDUCE_DP block L(5 - i) */
     lx_comm_all_reduce(GRAD_REGION + (359008256LL - 50358272LL * i), GRAD_REGION + (359008256LL - 50358272LL * i),
-        50358272LL, LX_COMM_F32,
-        LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
+        50358272LL, LX_COMM_F32, LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   }
   /* BWD prologue.dropout_0 mb63 (4 instructions, compute stream)  gpt13b.model:59 */
   backward_prologue(&ctx_of[STREAM_COMPUTE], 63);
   CUDA_CHECK(cudaEventRecord(events[261], streams[STREAM_COMPUTE])); /* RECORD e261 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[261], 0)); /* WAIT e261 (from compute) */
   /* ALLREDUCE_DP tied embedding */
-  lx_comm_all_reduce(GRAD_REGION + 0LL, GRAD_REGION + 0LL, 103022592LL, LX_COMM_F32,
-      LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
+  lx_comm_all_reduce(GRAD_REGION + 0LL, GRAD_REGION + 0LL, 103022592LL, LX_COMM_F32, LX_COMM_SUM, &dp_comm,
+      streams[STREAM_DP]);
   CUDA_CHECK(cudaEventRecord(events[262], streams[STREAM_COMPUTE])); /* RECORD e262 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[262], 0)); /* WAIT e262 (from compute) */
   /* ALLREDUCE_DP prologue */
-  lx_comm_all_reduce(GRAD_REGION + 103022592LL, GRAD_REGION + 103022592LL, 4194304LL, LX_COMM_F32,
-      LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
+  lx_comm_all_reduce(GRAD_REGION + 103022592LL, GRAD_REGION + 103022592LL, 4194304LL, LX_COMM_F32, LX_COMM_SUM,
+      &dp_comm, streams[STREAM_DP]);
   CUDA_CHECK(cudaEventRecord(events[264], streams[STREAM_DP])); /* RECORD e264 */
   CUDA_CHECK(cudaEventRecord(events[263], streams[STREAM_COMPUTE])); /* RECORD e263 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[264], 0)); /* WAIT e264 (from dp) */

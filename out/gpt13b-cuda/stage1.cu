@@ -682,15 +682,14 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaEventRecord(events[443], streams[STREAM_COMPUTE])); /* RECORD e443 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[431], 0)); /* WAIT e431 (from send) */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_COMPUTE], events[444], 0)); /* WAIT e444 (from recv) */
-  for (int i = 0; i < 6; i++) { /* the 7 lines below, 6 times */
+  for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
     /* BWD block.add_1 L(11 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
     backward_block(&ctx_of[STREAM_COMPUTE], (11 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(445 + i)], streams[STREAM_COMPUTE])); /* RECORD e(445 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(445 + i)], 0)); /* WAIT e(445 + i) (from compute) */
     /* ALLREDUCE_DP block L(11 - i) */
     lx_comm_all_reduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
-        50358272LL, LX_COMM_F32,
-        LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
+        50358272LL, LX_COMM_F32, LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
   }
   CUDA_CHECK(cudaEventRecord(events[454], streams[STREAM_DP])); /* RECORD e454 */
   CUDA_CHECK(cudaEventRecord(events[451], streams[STREAM_COMPUTE])); /* RECORD e451 */

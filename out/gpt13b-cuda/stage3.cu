@@ -513,23 +513,22 @@ static void run_schedule(int step) {
   CUDA_CHECK(cudaEventRecord(events[253], streams[STREAM_COMPUTE])); /* RECORD e253 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[253], 0)); /* WAIT e253 (from compute) */
   /* ALLREDUCE_DP tied embedding */
-  lx_comm_all_reduce(GRAD_REGION + 302149632LL, GRAD_REGION + 302149632LL, 103022592LL, LX_COMM_F32,
-      LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
+  lx_comm_all_reduce(GRAD_REGION + 302149632LL, GRAD_REGION + 302149632LL, 103022592LL, LX_COMM_F32, LX_COMM_SUM,
+      &dp_comm, streams[STREAM_DP]);
   CUDA_CHECK(cudaEventRecord(events[254], streams[STREAM_COMPUTE])); /* RECORD e254 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[254], 0)); /* WAIT e254 (from compute) */
   /* ALLREDUCE_DP epilogue */
-  lx_comm_all_reduce(GRAD_REGION + 405172224LL, GRAD_REGION + 405172224LL, 4096LL, LX_COMM_F32,
-      for (int i = 0; i < 6; i++) { /* the 7 lines below, 6 times */
-        LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
+  lx_comm_all_reduce(GRAD_REGION + 405172224LL, GRAD_REGION + 405172224LL, 4096LL, LX_COMM_F32, LX_COMM_SUM, &dp_comm,
+      streams[STREAM_DP]);
+  for (int i = 0; i < 6; i++) { /* the 6 lines below, 6 times */
     /* BWD block.add_1 L(23 - i) mb63 (12 instructions, compute stream)  gpt13b.model:72 */
     backward_block(&ctx_of[STREAM_COMPUTE], (23 - i), 63);
     CUDA_CHECK(cudaEventRecord(events[(255 + i)], streams[STREAM_COMPUTE])); /* RECORD e(255 + i) */
     CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_DP], events[(255 + i)], 0)); /* WAIT e(255 + i) (from compute) */
     /* ALLREDUCE_DP block L(23 - i) */
     lx_comm_all_reduce(GRAD_REGION + (251791360LL - 50358272LL * i), GRAD_REGION + (251791360LL - 50358272LL * i),
-        50358272LL, LX_COMM_F32,
-      }
-      LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
+        50358272LL, LX_COMM_F32, LX_COMM_SUM, &dp_comm, streams[STREAM_DP]);
+  }
   CUDA_CHECK(cudaEventRecord(events[264], streams[STREAM_DP])); /* RECORD e264 */
   CUDA_CHECK(cudaEventRecord(events[261], streams[STREAM_COMPUTE])); /* RECORD e261 */
   CUDA_CHECK(cudaStreamWaitEvent(streams[STREAM_SEND], events[261], 0)); /* WAIT e261 (from compute) */
