@@ -25,7 +25,9 @@ file's plan and at tp 2 x pp 2 x dp 2 with ZeRO-1 and sequence parallelism:
 - a hostile or broken file (truncated, a header size past the end, a header
   that is not JSON, a missing tensor, a wrong shape or dtype, offsets past
   the data, an index naming a file outside the directory) ends the program
-  with one error line that says what is wrong, exit status 1.
+  with one error line that says what is wrong, exit status 1;
+- before step 1: an export directory that cannot be made, and a model that
+  transformers has no class for (an untied GPT-2), are refused.
 """
 import json
 import os
@@ -560,6 +562,31 @@ def hostile_checks(work, program, trained, other):
     refuses(work, program, "a checkpoint of another architecture", other, "holds no tensor transformer.wte.weight")
 
 
+def usage_checks(work, program, trained):
+    """What is refused before step 1: an export directory that cannot be
+    made, and a model that is neither transformers' GPT-2 nor its Llama (an
+    untied GPT-2 has no GPT2LMHeadModel), for --export-hf and for --init."""
+    blocker = os.path.join(work, "not-a-directory")
+    with open(blocker, "w") as f:
+        f.write("a file where the export's parent directory would be\n")
+    metrics = os.path.join(program, "metrics.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    r, _ = program_run(program, work, "--steps", "1", "--export-hf", os.path.join(blocker, "hf"))
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    check(r.returncode != 0 and any("--export-hf" in e and "cannot save there" in e for e in errors) and
+          not os.path.exists(metrics),
+          "--export-hf into a path that cannot be a directory stops the run before step 1: %s" % (
+              errors[0] if errors else r.stderr[-300:]))
+    untied = generate(work, "gpt-untied", GPT.replace(".tied_embeddings = 1", ".tied_embeddings = 0"))
+    if untied is None:
+        return
+    for flag, path in (("--export-hf", os.path.join(work, "untied-hf")), ("--init", trained)):
+        r, _ = program_run(untied, work, "--steps", "0", flag, path)
+        check(r.returncode != 0 and "no Hugging Face checkpoint" in r.stderr,
+              "an untied GPT-2 refuses %s: %s" % (flag, (r.stderr.strip().splitlines() or ["(no message)"])[-1]))
+
+
 def main():
     if np is None:
         check(False, "numpy installed (scripts/deps.sh installs python3-numpy)")
@@ -581,6 +608,7 @@ def main():
             variant_checks(work, name, *result, s)
     if results["gpt"][0] and results["llama"][0]:
         hostile_checks(work, results["gpt"][0][0], results["gpt"][0][1], results["llama"][0][1])
+        usage_checks(work, results["gpt"][0][0], results["gpt"][0][1])
     shutil.rmtree(work, ignore_errors=True)
 
 
