@@ -33,7 +33,6 @@ stream matters:
 The expected losses are those of the uninterrupted run of the same program,
 never numbers taken from the program under test's own resumed output.
 """
-import json
 import os
 import random
 import signal
@@ -44,6 +43,7 @@ import tempfile
 import time
 
 from tap import check, exit_status
+from training_metrics import losses_by_step as losses
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
@@ -128,18 +128,6 @@ def start(program, work, metrics, *args, steps=STEPS):
     return subprocess.Popen(command(program, work, metrics, *args, steps=steps), cwd=work, stdout=log,
                             stderr=subprocess.STDOUT, env=environment(), start_new_session=True,
                             preexec_fn=terminal_signals)
-
-
-def losses(metrics):
-    """step -> loss; a resumed run appends, its lines come last and win."""
-    by_step = {}
-    if os.path.exists(metrics):
-        with open(metrics) as f:
-            for line in f:
-                if line.strip():
-                    entry = json.loads(line)
-                    by_step[entry["step"]] = entry["loss"]
-    return by_step
 
 
 def saved_step(path):

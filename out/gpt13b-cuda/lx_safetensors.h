@@ -130,12 +130,9 @@ static inline void lx_hf_create(const char *path, const lx_hf_file_plan *plan) {
   unsigned char size[8];
   for (int i = 0; i < 8; i++)
     size[i] = (unsigned char)((uint64_t)plan->header_bytes >> (8 * i)); /* little-endian */
-  char *tmp = lx_checkpoint_tmp_path(path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) lx_die("cannot create checkpoint %s: %s", tmp, strerror(errno));
-  lx_pending_checkpoint(tmp);
-  if (ftruncate(fd, (off_t)plan->file_bytes) != 0 || lx_pwrite_full(fd, size, 8, 0) != 0 ||
-      lx_pwrite_full(fd, plan->header, plan->header_bytes, 8) != 0)
+  char *tmp = NULL;
+  int fd = lx_checkpoint_create_tmp(path, plan->file_bytes, &tmp);
+  if (lx_pwrite_full(fd, size, 8, 0) != 0 || lx_pwrite_full(fd, plan->header, plan->header_bytes, 8) != 0)
     lx_die("cannot write checkpoint %s: %s", tmp, strerror(errno));
   close(fd);
   free(tmp);
@@ -235,8 +232,10 @@ static inline lx_hf_source lx_hf_source_open(const char *path) {
   FILE *f = fopen(index, "rb");
   src.dir = lx_strdup(path);
   if (f) {
-    char *text = (char *)LX_MALLOC((size_t)LX_HF_MAX_HEADER);
-    size_t n = fread(text, 1, (size_t)LX_HF_MAX_HEADER, f);
+    int64_t size = lx_file_size(fileno(f));
+    if (size < 0 || size > LX_HF_MAX_HEADER) lx_die("%s is larger than %lld bytes", index, LX_HF_MAX_HEADER);
+    char *text = (char *)LX_MALLOC((size_t)size + 1);
+    size_t n = fread(text, 1, (size_t)size, f);
     fclose(f);
     src.index = lx_hf_parse(index, text, n);
     free(text);

@@ -130,20 +130,12 @@ static lx_run_options parsed_run_options(lx_program program, int argc, char **ar
   return o;
 }
 
-/* Collective: rank 0 makes the directory --export-hf writes into and tries it. */
-static void check_export_dir(const char *dir) {
-  char why[1024] = "";
-  if (lx_world_rank() == 0) lx_hf_probe_dir(dir, why, sizeof why);
-  LX_MPI_CHECK(MPI_Bcast(why, (int)sizeof why, MPI_CHAR, 0, MPI_COMM_WORLD));
-  if (why[0]) lx_fail_all("--export-hf %s: cannot save there: %s", dir, why);
-}
-
 /* The run's settings, with the paths it will save to tried by rank 0. */
 static lx_run_options model_run_options(lx_program program, int argc, char **argv) {
   lx_run_options o = parsed_run_options(program, argc, argv);
-  if (o.save_checkpoint) lx_check_save_path("--save", o.save_checkpoint);
-  if (o.export_checkpoint) lx_check_save_path("--export-llmc", o.export_checkpoint);
-  if (o.export_hf) check_export_dir(o.export_hf);
+  if (o.save_checkpoint) lx_check_save_path("--save", o.save_checkpoint, lx_probe_save_path);
+  if (o.export_checkpoint) lx_check_save_path("--export-llmc", o.export_checkpoint, lx_probe_save_path);
+  if (o.export_hf) lx_check_save_path("--export-hf", o.export_hf, lx_hf_probe_dir); /* makes the directory */
   lx_catch_stop_signals();
   return o;
 }
@@ -164,9 +156,9 @@ static lx_loader *open_validation_data(const lx_run_options *o) {
 
 /* ---- preflight: what the launch scripts check before they start the job ------------- */
 
-static void preflight_save_path(const char *flag, const char *path) {
+static void preflight_save_path(const char *flag, const char *path, lx_save_probe probe) {
   char why[1024];
-  lx_probe_save_path(path, why, sizeof why);
+  probe(path, why, sizeof why);
   if (why[0]) lx_die("%s %s: cannot save there: %s", flag, path, why);
 }
 
@@ -188,13 +180,9 @@ static int preflight(lx_program program, int argc, char **argv, long long rank_b
   if (val) lx_loader_close(val);
   if (o.init_checkpoint) preflight_readable("--init", o.init_checkpoint);
   if (o.resume_checkpoint) preflight_readable("--resume", o.resume_checkpoint);
-  if (o.save_checkpoint) preflight_save_path("--save", o.save_checkpoint);
-  if (o.export_checkpoint) preflight_save_path("--export-llmc", o.export_checkpoint);
-  if (o.export_hf) {
-    char why[1024];
-    lx_hf_probe_dir(o.export_hf, why, sizeof why);
-    if (why[0]) lx_die("--export-hf %s: cannot save there: %s", o.export_hf, why);
-  }
+  if (o.save_checkpoint) preflight_save_path("--save", o.save_checkpoint, lx_probe_save_path);
+  if (o.export_checkpoint) preflight_save_path("--export-llmc", o.export_checkpoint, lx_probe_save_path);
+  if (o.export_hf) preflight_save_path("--export-hf", o.export_hf, lx_hf_probe_dir);
   printf("preflight: stage %d: options, data and checkpoint paths ok; a rank needs %lld bytes of %s memory\n",
          STAGE, rank_bytes, memory);
   return 0;
@@ -335,35 +323,42 @@ static void write_hf_config(const char *dir) {
   free(text), free(path), free(tmp);
 }
 
-/* Collective: the weights as dir/model.safetensors (F32) and its config.json. */
-static void write_hf_checkpoint(const char *dir, float *weights /* (PARAM_ELEMENTS) */) {
-  char *path = lx_hf_join(dir, "model.safetensors"), *tmp = lx_checkpoint_tmp_path(path);
-  lx_hf_file_plan plan = lx_hf_plan(hf_tensors, HF_TENSORS, HF_LAYERS);
-  if (lx_world_rank() == 0) lx_hf_create(path, &plan);
-  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* PATH.tmp exists at full size */
-  int fd = open(tmp, O_WRONLY);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", tmp, strerror(errno));
+/* What write_hf_checkpoint hands lx_checkpoint_collective. */
+typedef struct {
+  const lx_hf_file_plan *plan;
+  float *weights; /* (PARAM_ELEMENTS) */
+} hf_export;
+
+static void create_hf_file(const char *path, void *ctx) {
+  lx_hf_create(path, ((const hf_export *)ctx)->plan);
+}
+
+/* This rank's rows of every tensor of the stage, into the open PATH.tmp. */
+static void write_hf_parts(int fd, const char *tmp, void *ctx) {
+  const hf_export *e = (const hf_export *)ctx;
   for (int i = 0; i < HF_PARTS; i++) {
     const lx_hf_part *part = &hf_parts[i];
+    const lx_param_tensor *t = &param_tensors[part->param];
     long long lo, hi;
-    if (!moved_part(&param_tensors[part->param], 1, &lo, &hi)) continue;
-    int64_t at =
-        8 + plan.header_bytes + plan.offsets[part->tensor * HF_LAYERS + (part->layer > 0 ? part->layer : 0)];
+    if (!moved_part(t, 1, &lo, &hi)) continue;
+    int64_t at = 8 + e->plan->header_bytes +
+                 e->plan->offsets[part->tensor * HF_LAYERS + (part->layer > 0 ? part->layer : 0)];
     lx_tensor_io io = lx_hf_io(fd, tmp, 1, at, LX_FILE_F32, &hf_tensors[part->tensor]);
-    move_rows(&io, &param_tensors[part->param], part->first_row, weights + param_tensors[part->param].element,
-              0, lo, hi);
+    move_rows(&io, t, part->first_row, e->weights + t->element, 0, lo, hi);
     lx_tensor_io_close(&io);
   }
-  if (fsync(fd) != 0) lx_die("cannot flush checkpoint %s: %s", tmp, strerror(errno));
-  close(fd);
-  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* every part is on disk */
-  if (lx_world_rank() == 0) {
-    lx_checkpoint_commit(path);
-    write_hf_config(dir);
-  }
-  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* nobody reads them before the renames */
+}
+
+/* Collective: the weights as dir/model.safetensors (F32) and its config.json. */
+static void write_hf_checkpoint(const char *dir, float *weights /* (PARAM_ELEMENTS) */) {
+  char *path = lx_hf_join(dir, "model.safetensors");
+  lx_hf_file_plan plan = lx_hf_plan(hf_tensors, HF_TENSORS, HF_LAYERS);
+  hf_export export_ctx = {&plan, weights};
+  lx_checkpoint_collective(path, MPI_COMM_WORLD, create_hf_file, write_hf_parts, &export_ctx);
+  if (lx_world_rank() == 0) write_hf_config(dir);
+  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* nobody reads config.json before its rename */
   lx_hf_plan_free(&plan);
-  free(path), free(tmp);
+  free(path);
 }
 
 /* Every element of a parameter the file holds rows of starts at zero: rows
@@ -536,12 +531,31 @@ static void move_state(int fd, const char *path, int writing, const lx_state_ten
   }
 }
 
+/* What save_state hands lx_checkpoint_collective. */
+typedef struct {
+  const lx_state_run *run;
+  const int64_t *positions;
+  const lx_state_tensor *table;
+  int64_t bytes;
+  float *weights, *m, *v;
+} state_save;
+
+static void create_state_file(const char *path, void *ctx) {
+  const state_save *s = (const state_save *)ctx;
+  lx_state_create(path, s->run, s->positions, s->table, s->bytes);
+}
+
+static void write_state_shares(int fd, const char *tmp, void *ctx) {
+  const state_save *s = (const state_save *)ctx;
+  move_state(fd, tmp, 1, s->table, s->run->tensors, s->weights, s->m, s->v);
+}
+
 /* Collective: the state after `step` steps into o->save_checkpoint, unless
  * a weight is not finite anywhere: then the run stops and the last
  * checkpoint stays as it was. */
 static void save_state(const lx_run_options *o, const lx_loader *data, int step) {
-  float *weights, *m, *v;
-  state_arrays(&weights, &m, &v, 1);
+  state_save s;
+  state_arrays(&s.weights, &s.m, &s.v, 1);
   int finite = weights_finite(), all_finite = 0;
   LX_MPI_CHECK(MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (!all_finite)
@@ -549,21 +563,11 @@ static void save_state(const lx_run_options *o, const lx_loader *data, int step)
                 step, o->save_checkpoint);
   lx_state_run run = this_run(o, step);
   run.windows = data->windows;
-  int64_t bytes = 0, *positions = data_positions(data, run.ranks);
-  lx_state_tensor *table = state_table(&run, &bytes);
-  const char *path = o->save_checkpoint;
-  if (lx_world_rank() == 0) lx_state_create(path, &run, positions, table, bytes);
-  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* PATH.tmp exists at full size */
-  char *tmp = lx_checkpoint_tmp_path(path);
-  int fd = open(tmp, O_WRONLY);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", tmp, strerror(errno));
-  move_state(fd, tmp, 1, table, run.tensors, weights, m, v);
-  if (fsync(fd) != 0) lx_die("cannot flush checkpoint %s: %s", tmp, strerror(errno));
-  close(fd);
-  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* every share is on disk */
-  if (lx_world_rank() == 0) lx_checkpoint_commit(path);
-  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* nobody reads PATH before the rename */
-  free(tmp), free(table), free(positions);
+  int64_t *positions = data_positions(data, run.ranks);
+  lx_state_tensor *table = state_table(&run, &s.bytes);
+  s.run = &run, s.positions = positions, s.table = table;
+  lx_checkpoint_collective(o->save_checkpoint, MPI_COMM_WORLD, create_state_file, write_state_shares, &s);
+  free(table), free(positions);
 }
 
 /* The settings that decide the losses (every flag of lx_train_settings:

@@ -22,7 +22,8 @@
  *   all ranks:  lx_checkpoint_save(path, h, slices, n, params, rank == 0);
  *   all ranks:  MPI_Barrier                           every slice is on disk
  *   rank 0:     lx_checkpoint_commit(path);           rename PATH.tmp -> PATH
- * (lx_checkpoint_save_all does exactly this.) A crash at any
+ * (lx_checkpoint_save_all does exactly this, through lx_checkpoint_collective,
+ * which the training state and the Hugging Face export use too.) A crash at any
  * point leaves the previous PATH intact. Slices of different ranks must not
  * overlap, except where they hold equal values (a tied wte kept by the first
  * and the last stage: let one of them list it). Loading a file and saving the
@@ -232,32 +233,50 @@ static inline void lx_checkpoint_write_header(int fd, const char *tmp, const lx_
     lx_die("cannot write checkpoint %s: %s", tmp, strerror(errno));
 }
 
+/* Rank 0, before the first barrier: a new PATH.tmp of `bytes` zeros, open for
+ * writing its head, removed should the rank exit before the commit. Returns
+ * the descriptor and the malloc'd name in *tmp. */
+static inline int lx_checkpoint_create_tmp(const char *path, int64_t bytes, char **tmp) {
+  *tmp = lx_checkpoint_tmp_path(path);
+  int fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) lx_die("cannot create checkpoint %s: %s", *tmp, strerror(errno));
+  lx_pending_checkpoint(*tmp);
+  if (ftruncate(fd, (off_t)bytes) != 0)
+    lx_die("cannot size checkpoint %s to %lld bytes: %s", *tmp, (long long)bytes, strerror(errno));
+  return fd;
+}
+
+/* Every rank, between the barriers: PATH.tmp open for writing its part. */
+static inline int lx_checkpoint_open_tmp(const char *path, char **tmp) {
+  *tmp = lx_checkpoint_tmp_path(path);
+  int fd = open(*tmp, O_WRONLY);
+  if (fd < 0)
+    lx_die("cannot open checkpoint %s: %s (rank 0 creates it before a barrier)", *tmp, strerror(errno));
+  return fd;
+}
+
+/* The part written: on disk before the rename commits it. Frees tmp. */
+static inline void lx_checkpoint_flush_tmp(int fd, char *tmp) {
+  if (fsync(fd) != 0) lx_die("cannot flush checkpoint %s: %s", tmp, strerror(errno));
+  close(fd);
+  free(tmp);
+}
+
 /* Rank 0, before the first barrier: PATH.tmp at its full size, with header. */
 static inline void lx_checkpoint_create(const char *path, const lx_gpt2_header *h) {
-  char *tmp = lx_checkpoint_tmp_path(path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) lx_die("cannot create checkpoint %s: %s", tmp, strerror(errno));
-  lx_pending_checkpoint(tmp);
-  if (ftruncate(fd, (off_t)lx_gpt2_file_bytes(h)) != 0)
-    lx_die("cannot size checkpoint %s to %lld bytes: %s", tmp, (long long)lx_gpt2_file_bytes(h),
-           strerror(errno));
+  char *tmp = NULL;
+  int fd = lx_checkpoint_create_tmp(path, lx_gpt2_file_bytes(h), &tmp);
   lx_checkpoint_write_header(fd, tmp, h);
   close(fd);
   free(tmp);
 }
 
-/* Every rank, between the barriers: writes its slices into PATH.tmp and
- * flushes them to disk (so that the rename commits complete data). */
-static inline void lx_checkpoint_save(const char *path, const lx_gpt2_header *h,
-                                      const lx_ckpt_slice *slices, // (n)
-                                      int n,
-                                      const float *params, // (stage parameter count)
-                                      int writes_header) {
-  char *tmp = lx_checkpoint_tmp_path(path);
-  int fd = open(tmp, O_WRONLY);
-  if (fd < 0)
-    lx_die("cannot open checkpoint %s: %s (rank 0 creates it with lx_checkpoint_create before a barrier)",
-           tmp, strerror(errno));
+/* This rank's slices into the open PATH.tmp (tmp: its name, for messages). */
+static inline void lx_checkpoint_write_slices(int fd, const char *tmp, const lx_gpt2_header *h,
+                                              const lx_ckpt_slice *slices, // (n)
+                                              int n,
+                                              const float *params, // (stage parameter count)
+                                              int writes_header) {
   if (lx_file_size(fd) != lx_gpt2_file_bytes(h))
     lx_die("checkpoint %s is %lld bytes, expected %lld: was it created for this model?", tmp,
            (long long)lx_file_size(fd), (long long)lx_gpt2_file_bytes(h));
@@ -269,9 +288,19 @@ static inline void lx_checkpoint_save(const char *path, const lx_gpt2_header *h,
                        LX_GPT2_HEADER_BYTES + 4 * s->file_element))
       lx_die("cannot write %s into checkpoint %s: %s", s->name, tmp, strerror(errno));
   }
-  if (fsync(fd) != 0) lx_die("cannot flush checkpoint %s: %s", tmp, strerror(errno));
-  close(fd);
-  free(tmp);
+}
+
+/* Every rank, between the barriers: writes its slices into PATH.tmp and
+ * flushes them to disk (so that the rename commits complete data). */
+static inline void lx_checkpoint_save(const char *path, const lx_gpt2_header *h,
+                                      const lx_ckpt_slice *slices, // (n)
+                                      int n,
+                                      const float *params, // (stage parameter count)
+                                      int writes_header) {
+  char *tmp = NULL;
+  int fd = lx_checkpoint_open_tmp(path, &tmp);
+  lx_checkpoint_write_slices(fd, tmp, h, slices, n, params, writes_header);
+  lx_checkpoint_flush_tmp(fd, tmp);
 }
 
 /* Rank 0, after the second barrier: PATH.tmp replaces PATH in one step. The
@@ -292,6 +321,46 @@ static inline void lx_checkpoint_commit(const char *path) {
   free(dir);
 }
 
+/* The protocol of the file comment for any file, collective over comm:
+ * rank 0 of comm calls create_head(path, ctx) (PATH.tmp at full size with its
+ * head: lx_checkpoint_create_tmp), every rank write_part(fd, tmp, ctx) into the
+ * open PATH.tmp, rank 0 commits. */
+typedef void (*lx_checkpoint_creator)(const char *path, void *ctx);
+typedef void (*lx_checkpoint_writer)(int fd, const char *tmp, void *ctx);
+
+static inline void lx_checkpoint_collective(const char *path, MPI_Comm comm,
+                                            lx_checkpoint_creator create_head,
+                                            lx_checkpoint_writer write_part, void *ctx) {
+  int rank = 0;
+  LX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) create_head(path, ctx);
+  LX_MPI_CHECK(MPI_Barrier(comm)); /* PATH.tmp exists at full size */
+  char *tmp = NULL;
+  int fd = lx_checkpoint_open_tmp(path, &tmp);
+  write_part(fd, tmp, ctx);
+  lx_checkpoint_flush_tmp(fd, tmp);
+  LX_MPI_CHECK(MPI_Barrier(comm)); /* every part is on disk */
+  if (rank == 0) lx_checkpoint_commit(path);
+  LX_MPI_CHECK(MPI_Barrier(comm)); /* nobody reads PATH before the rename */
+}
+
+/* lx_checkpoint_save_all's slices, for lx_checkpoint_collective. */
+typedef struct {
+  const lx_gpt2_header *h;
+  const lx_ckpt_slice *slices;
+  int n, writes_header;
+  const float *params;
+} lx_checkpoint_slices;
+
+static inline void lx_checkpoint_create_gpt2(const char *path, void *ctx) {
+  lx_checkpoint_create(path, ((const lx_checkpoint_slices *)ctx)->h);
+}
+
+static inline void lx_checkpoint_write_gpt2(int fd, const char *tmp, void *ctx) {
+  const lx_checkpoint_slices *s = (const lx_checkpoint_slices *)ctx;
+  lx_checkpoint_write_slices(fd, tmp, s->h, s->slices, s->n, s->params, s->writes_header);
+}
+
 /* The protocol of the file comment, collective over comm: every rank passes
  * its own slices; rank 0 of comm creates and commits. */
 static inline void lx_checkpoint_save_all(const char *path, const lx_gpt2_header *h,
@@ -301,12 +370,8 @@ static inline void lx_checkpoint_save_all(const char *path, const lx_gpt2_header
                                           MPI_Comm comm) {
   int rank = 0;
   LX_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  if (rank == 0) lx_checkpoint_create(path, h);
-  LX_MPI_CHECK(MPI_Barrier(comm)); /* PATH.tmp exists at full size */
-  lx_checkpoint_save(path, h, slices, n, params, rank == 0);
-  LX_MPI_CHECK(MPI_Barrier(comm)); /* every slice is on disk */
-  if (rank == 0) lx_checkpoint_commit(path);
-  LX_MPI_CHECK(MPI_Barrier(comm)); /* nobody reads PATH before the rename */
+  lx_checkpoint_slices ctx = {h, slices, n, rank == 0, params};
+  lx_checkpoint_collective(path, comm, lx_checkpoint_create_gpt2, lx_checkpoint_write_gpt2, &ctx);
 }
 
 #endif

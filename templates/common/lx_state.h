@@ -105,11 +105,9 @@ static inline int lx_state_layout(const lx_state_run *run, lx_state_tensor *tens
  * positions and the tensor table. */
 static inline void lx_state_create(const char *path, const lx_state_run *run, const int64_t *positions,
                                    const lx_state_tensor *tensors, int64_t total_bytes) {
-  char *tmp = lx_checkpoint_tmp_path(path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) lx_die("cannot create checkpoint %s: %s", tmp, strerror(errno));
-  lx_pending_checkpoint(tmp);
-  if (ftruncate(fd, (off_t)total_bytes) != 0 || lx_pwrite_full(fd, run, sizeof *run, 0) != 0 ||
+  char *tmp = NULL;
+  int fd = lx_checkpoint_create_tmp(path, total_bytes, &tmp);
+  if (lx_pwrite_full(fd, run, sizeof *run, 0) != 0 ||
       lx_pwrite_full(fd, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN) != 0 ||
       lx_pwrite_full(fd, tensors, (int64_t)sizeof *tensors * run->tensors, lx_state_table_offset(run)) != 0)
     lx_die("cannot write checkpoint %s: %s", tmp, strerror(errno));

@@ -96,10 +96,13 @@ static inline void lx_probe_save_path(const char *path, char *why, size_t cap) {
   free(dir);
 }
 
-/* Collective: rank 0 tries the path, every rank takes its verdict. */
-static inline void lx_check_save_path(const char *flag, const char *path) {
+/* How a save destination is tried: why[0] stays '\0' when it will do. */
+typedef void (*lx_save_probe)(const char *path, char *why, size_t cap);
+
+/* Collective: rank 0 tries the path with probe, every rank takes its verdict. */
+static inline void lx_check_save_path(const char *flag, const char *path, lx_save_probe probe) {
   char why[1024] = "";
-  if (lx_world_rank() == 0) lx_probe_save_path(path, why, sizeof why);
+  if (lx_world_rank() == 0) probe(path, why, sizeof why);
   LX_MPI_CHECK(MPI_Bcast(why, (int)sizeof why, MPI_CHAR, 0, MPI_COMM_WORLD));
   if (why[0]) lx_fail_all("%s %s: cannot save there: %s", flag, path, why);
 }

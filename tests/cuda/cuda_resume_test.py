@@ -13,7 +13,6 @@ runs the same flow on the CPU program, GPU or not, where the bound is 0 (bit
 for bit, as tests/resume_test.py checks for more plans): that is how the
 script itself is tested on machines without a GPU.
 """
-import json
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from tap import check, exit_status  # tests/tap.py
+from training_metrics import losses_by_step as losses
 
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 MODEL = os.path.join(ROOT, "examples", "tiny.model")
@@ -54,18 +54,6 @@ def gpu_count():
 
 def run(command, cwd):
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-
-
-def losses(metrics):
-    """step -> loss; a resumed run appends, its lines come last and win."""
-    by_step = {}
-    if os.path.exists(metrics):
-        with open(metrics) as f:
-            for line in f:
-                if line.strip():
-                    record = json.loads(line)
-                    by_step[record["step"]] = record["loss"]
-    return by_step
 
 
 def command(program, data, metrics, *args):

@@ -107,17 +107,23 @@ def run(command, cwd):
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True)
 
 
-def build(target, pp, work):
-    """The program of examples/tiny.model for target with pp stages, built."""
-    out = os.path.join(work, "%s-pp%d" % (target, pp))
-    r = run([LYNXGEN, MODEL, "--target", target, "--tp", "1", "--dp", "1", "--pp", str(pp), "-o", out], work)
+def build_program(out, model, target, args, work, what):
+    """lynxgen model --target target args -o out, built; `what` names the check."""
+    r = run([LYNXGEN, model, "--target", target, *args, "-o", out], work)
     if r.returncode == 0:
         r = run(["make", "-C", out], work)
-    check(r.returncode == 0, "%s pp=%d: lynxgen generates examples/tiny.model and make builds it" % (target, pp))
+    check(r.returncode == 0, what)
     if r.returncode != 0:
         print("     " + (r.stdout + r.stderr)[-2000:].replace("\n", "\n     "))
         return None
     return out
+
+
+def build(target, pp, work):
+    """The program of examples/tiny.model for target with pp stages, built."""
+    return build_program(os.path.join(work, "%s-pp%d" % (target, pp)), MODEL, target,
+                         ("--tp", "1", "--dp", "1", "--pp", str(pp)), work,
+                         "%s pp=%d: lynxgen generates examples/tiny.model and make builds it" % (target, pp))
 
 
 def train(program, train_data, val_data, metrics, *args):
@@ -197,18 +203,6 @@ LAYOUTS = (
 RELOAD_BOUND = 1e-6  # the same weights through the same kernels: the saved run's last validation loss
 
 
-def build_layout(target, name, model, args, work):
-    out = os.path.join(work, "%s-%s" % (target, name.replace(" ", "-")))
-    r = run([LYNXGEN, model, "--target", target, *args, "-o", out], work)
-    if r.returncode == 0:
-        r = run(["make", "-C", out], work)
-    check(r.returncode == 0, "%s %s: generates and builds" % (target, name))
-    if r.returncode != 0:
-        print("     " + (r.stdout + r.stderr)[-2000:].replace("\n", "\n     "))
-        return None
-    return out
-
-
 def reload_checkpoint(program, data, records, comm):
     """--resume of the run's final state, validation only: its last validation loss again."""
     r = run([os.path.join(program, "run.sh"), "--steps", "0", "--resume", os.path.join(program, "state.bin"),
@@ -224,7 +218,8 @@ def reload_checkpoint(program, data, records, comm):
 
 def run_layout(target, name, model, args, work, data):
     """A layout's metrics records on target (CUDA: all ranks on one GPU), with a checkpoint reload."""
-    program = build_layout(target, name, model, args, work)
+    program = build_program(os.path.join(work, "%s-%s" % (target, name.replace(" ", "-"))), model, target, args,
+                            work, "%s %s: generates and builds" % (target, name))
     if program is None:
         return None
     comm = ("--comm", "host") if target == "cuda" else ()

@@ -44,15 +44,22 @@ static int run_self(char *out, size_t cap, const char *fmt, ...) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* A shard with an arbitrary header (to build broken ones) and n tokens. */
-static void write_shard(const char *path, int32_t magic, int32_t version, int32_t header_count,
-                        const uint16_t *tokens, // (n)
-                        int64_t n) {
+/* A shard with an arbitrary header (to build broken ones) and n tokens of
+ * token_bytes each. */
+static void write_shard_of(const char *path, int32_t magic, int32_t version, int32_t header_count,
+                           const void *tokens, // (n)
+                           size_t token_bytes, int64_t n) {
   int32_t header[LX_SHARD_HEADER_INTS] = {magic, version, header_count};
   FILE *f = LX_FOPEN(path, "wb");
   LX_FWRITE(header, sizeof header, 1, f);
-  LX_FWRITE(tokens, sizeof(uint16_t), (size_t)n, f);
+  LX_FWRITE(tokens, token_bytes, (size_t)n, f);
   fclose(f);
+}
+
+static void write_shard(const char *path, int32_t magic, int32_t version, int32_t header_count,
+                        const uint16_t *tokens, // (n)
+                        int64_t n) {
+  write_shard_of(path, magic, version, header_count, tokens, sizeof(uint16_t), n);
 }
 
 /* Token i of shard s names its own position, so a window tells where it came from. */
@@ -211,11 +218,7 @@ static void test_loader_errors(void) {
 /* llm.c's Llama 3 shards: uint32 tokens under magic 20240801, version 7. */
 static void write_u32_shard(const char *path, int32_t version, int32_t header_count, const uint32_t *tokens,
                             int64_t n) {
-  int32_t header[LX_SHARD_HEADER_INTS] = {LX_SHARD_MAGIC_U32, version, header_count};
-  FILE *f = LX_FOPEN(path, "wb");
-  LX_FWRITE(header, sizeof header, 1, f);
-  LX_FWRITE(tokens, sizeof(uint32_t), (size_t)n, f);
-  fclose(f);
+  write_shard_of(path, LX_SHARD_MAGIC_U32, version, header_count, tokens, sizeof(uint32_t), n);
 }
 
 static void test_loader_uint32(void) {
