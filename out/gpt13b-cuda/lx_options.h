@@ -67,7 +67,7 @@ typedef struct {
   int gradcheck_samples;       /* CPU: elements checked per parameter tensor */
   int cuda_graph;              /* CUDA: issue each step as one CUDA graph */
   const char *profile_path;    /* CUDA: time every op and write this profile; NULL: no */
-  const char *comm;            /* CUDA: the communication backend, nccl or host; NULL: nccl */
+  const char *comm;            /* CUDA: the communication backend, nccl (the default) or host */
   double watchdog_s;           /* a rank without progress this long ends the job; 0: never */
 } lx_run_options;
 
@@ -254,7 +254,7 @@ static inline void lx_print_run_options_help(const char *program, const lx_run_o
     const char *arg = table[i].arg;
     snprintf(usage, sizeof usage, "%s%s%s", table[i].flag, arg ? " " : "", arg ? arg : "");
     lx_option_text(&table[i], o, value, sizeof value);
-    printf("  %-22s%-47s[%s]\n", usage, table[i].help, value);
+    printf("  %-22s%-46s [%s]\n", usage, table[i].help, value);
   }
   printf("  %-22s%s\n", "--help", "this text");
 }

@@ -20,6 +20,7 @@
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,7 +86,7 @@ static inline void *lx_watchdog_run(void *unused) {
  * whose cores are about a thousand times slower than the modeled GPU, twenty
  * thousand). */
 static inline double lx_watchdog_default_s(double predicted_step_s, int cpu) {
-  return 600 + 20 * predicted_step_s * (cpu ? 1000 : 1);
+  return ceil(600 + 20 * predicted_step_s * (cpu ? 1000 : 1)); /* whole seconds: --help prints it */
 }
 
 /* Starts watching this rank; timeout_s <= 0 leaves it unwatched. */

@@ -102,6 +102,7 @@ static lx_run_options model_defaults(lx_program program) {
   o.val_interval = TRAINING_VAL_INTERVAL;
   o.checkpoint_every = TRAINING_CHECKPOINT_INTERVAL;
   o.watchdog_s = lx_watchdog_default_s(PREDICTED_STEP_SECONDS, program == LX_PROGRAM_CPU);
+  if (program == LX_PROGRAM_CUDA) o.comm = "nccl";
   return o;
 }
 

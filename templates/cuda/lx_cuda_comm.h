@@ -5,18 +5,24 @@
  * Two backends, chosen once at start (`--comm`, run.sh passes it on):
  *   nccl  (default) NCCL on the GPUs' links, enqueued on the caller's stream
  *         like a kernel: the schedule's streams and events order it.
- *   host  the same transfers through host memory with Open MPI: a call waits
- *         for its stream, copies to the host, runs the MPI collective or the
- *         grouped sends and receives, copies back on the same stream. Slow,
- *         and the host thread waits, but the order of every stream's work is
- *         the one NCCL gives. It exists because NCCL refuses two ranks on one
+ *   host  the same transfers through host memory with Open MPI. A collective
+ *         or a send waits for its stream, copies to the host and runs the
+ *         MPI call (a collective's result is copied back on the same
+ *         stream). A receive is enqueued on its stream as ncclRecv is: the
+ *         stream, not the host, waits for the message (a host function
+ *         that waits on the MPI request, then the copy to the device), so a
+ *         schedule that posts a receive long before its data is sent (1F1B
+ *         posts its gradient receives first) runs as it does on NCCL. Slow,
+ *         but the order of every stream's work is the one NCCL gives; it
+ *         needs MPI_THREAD_MULTIPLE (the host function runs on CUDA's own
+ *         thread) and a thread that keeps MPI moving while the host waits
+ *         on CUDA (lx_comm_host_start). It exists because NCCL refuses two ranks on one
  *         GPU: with it, tp x pp x dp layouts run as several ranks on a single
  *         GPU (make test-gpu). It cannot be captured in a CUDA graph.
  * Reductions of bf16 run in fp32 on the host and round back to bf16 once.
- * A call between lx_comm_group_start and lx_comm_group_end (sends and
- * receives of one pipeline step) is posted at once and its receives
- * complete at the end, as in an NCCL group; sends complete in the
- * background (lx_comm_complete). */
+ * Sends and receives are posted at once, inside a group or not; their host
+ * buffers are freed once MPI has sent them or the stream has copied them
+ * (lx_comm_complete). */
 #ifndef LX_CUDA_COMM_H
 #define LX_CUDA_COMM_H
 
@@ -24,7 +30,11 @@
 #include "lx_cuda_api.h"
 #include "lx_mpi_errors.h"
 
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <atomic>
 
 typedef enum { LX_COMM_NCCL, LX_COMM_HOST } lx_comm_backend;
 typedef enum { LX_COMM_BF16, LX_COMM_F32 } lx_comm_type;
@@ -133,46 +143,60 @@ static inline void *lx_comm_narrow(float *wide, size_t count, lx_comm_type type)
   return narrow;
 }
 
-/* The host backend's sends and receives of an open group. */
+/* A host-backend send or receive in flight, until its host buffer can go. */
 typedef struct {
-  MPI_Request request;
-  void *host, *dev;
-  size_t bytes;
-  cudaStream_t stream;
+  MPI_Request *request; /* heap: a receive's host function waits on it */
+  void *host;           /* pinned for a receive: its copy to the device is asynchronous */
+  cudaEvent_t copied;   /* a receive: the device has its data */
   int receive;
 } lx_comm_transfer;
 
 static lx_comm_transfer *lx_comm_pending;
-static int lx_comm_pending_count, lx_comm_pending_cap, lx_comm_group_depth;
+static int lx_comm_pending_count, lx_comm_pending_cap;
 
-/* A group's end: every receive lands on its stream; a send's host copy is
- * freed once MPI has sent it. Sends never make the host wait: a stage whose
- * send waited for the peer's receive while the peer's send waited for its
- * own would deadlock, where NCCL's streams do not. */
+static inline void lx_comm_release(lx_comm_transfer *t) {
+  if (t->receive) {
+    CUDA_CHECK(cudaFreeHost(t->host));
+    CUDA_CHECK(cudaEventDestroy(t->copied));
+  } else {
+    free(t->host);
+  }
+  free(t->request);
+}
+
+/* Frees what is done: a send's buffer once MPI has sent it, a receive's once
+ * its stream copied it. Never waits: a stage whose send waited for the peer's
+ * receive while the peer's send waited for its own would deadlock, where
+ * NCCL's streams do not. */
 static inline void lx_comm_complete(void) {
   int kept = 0;
   for (int i = 0; i < lx_comm_pending_count; i++) {
     lx_comm_transfer *t = &lx_comm_pending[i];
     int done = 0;
     if (t->receive) {
-      LX_MPI_CHECK(MPI_Wait(&t->request, MPI_STATUS_IGNORE));
-      lx_comm_to_device(t->dev, t->host, t->bytes, t->stream);
-      continue;
+      cudaError_t query = cudaEventQuery(t->copied);
+      if (query != cudaErrorNotReady) CUDA_CHECK(query);
+      done = query == cudaSuccess;
+    } else {
+      LX_MPI_CHECK(MPI_Test(t->request, &done, MPI_STATUS_IGNORE));
     }
-    LX_MPI_CHECK(MPI_Test(&t->request, &done, MPI_STATUS_IGNORE));
     if (done)
-      free(t->host);
+      lx_comm_release(t);
     else
-      lx_comm_pending[kept++] = *t; /* a send still in flight */
+      lx_comm_pending[kept++] = *t;
   }
   lx_comm_pending_count = kept;
 }
 
-/* At the end of the program: every send delivered. */
+/* At the end of the program: every send delivered, every receive landed. */
 static inline void lx_comm_drain(void) {
   for (int i = 0; i < lx_comm_pending_count; i++) {
-    LX_MPI_CHECK(MPI_Wait(&lx_comm_pending[i].request, MPI_STATUS_IGNORE));
-    free(lx_comm_pending[i].host);
+    lx_comm_transfer *t = &lx_comm_pending[i];
+    if (t->receive)
+      CUDA_CHECK(cudaEventSynchronize(t->copied));
+    else
+      LX_MPI_CHECK(MPI_Wait(t->request, MPI_STATUS_IGNORE));
+    lx_comm_release(t);
   }
   lx_comm_pending_count = 0;
 }
@@ -184,24 +208,83 @@ static inline void lx_comm_post(const lx_comm_transfer *t) {
     if (!lx_comm_pending) LX_FATAL("out of memory");
   }
   lx_comm_pending[lx_comm_pending_count++] = *t;
-  if (!lx_comm_group_depth) lx_comm_complete();
+  lx_comm_complete();
+}
+
+/* A receive's host function: its stream waits here for the message, as it
+ * would inside ncclRecv (CUDA's host-function thread; no CUDA call). */
+static void CUDART_CB lx_comm_wait_message(void *request) {
+  LX_MPI_CHECK(MPI_Wait((MPI_Request *)request, MPI_STATUS_IGNORE));
+}
+
+/* buf (bytes) from the group's rank peer, enqueued on stream s. */
+static inline void lx_comm_host_receive(void *buf, size_t bytes, int peer, lx_comm *c, cudaStream_t s) {
+  lx_comm_transfer t;
+  t.receive = 1;
+  t.request = (MPI_Request *)LX_MALLOC(sizeof(MPI_Request));
+  CUDA_CHECK(cudaMallocHost(&t.host, bytes > 0 ? bytes : 1));
+  CUDA_CHECK(cudaEventCreateWithFlags(&t.copied, cudaEventDisableTiming));
+  LX_MPI_CHECK(MPI_Irecv(t.host, lx_comm_int_count(bytes), MPI_BYTE, peer, 0, c->mpi, t.request));
+  CUDA_CHECK(cudaLaunchHostFunc(s, lx_comm_wait_message, t.request));
+  CUDA_CHECK(cudaMemcpyAsync(buf, t.host, bytes, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaEventRecord(t.copied, s));
+  lx_comm_post(&t);
+}
+
+/* buf (bytes) to the group's rank peer once stream s has written it; the host goes on. */
+static inline void lx_comm_host_send(const void *buf, size_t bytes, int peer, lx_comm *c, cudaStream_t s) {
+  lx_comm_transfer t;
+  t.receive = 0;
+  t.request = (MPI_Request *)LX_MALLOC(sizeof(MPI_Request));
+  t.host = lx_comm_to_host(buf, bytes, s);
+  LX_MPI_CHECK(MPI_Isend(t.host, lx_comm_int_count(bytes), MPI_BYTE, peer, 0, c->mpi, t.request));
+  lx_comm_post(&t);
+}
+
+/* Without a single-copy path between processes (Linux CMA, XPMEM), Open MPI
+ * moves a message over its eager size only while the sender is inside an MPI
+ * call. The host backend's main thread spends its waits in CUDA, so from
+ * lx_comm_host_start to lx_comm_host_stop a thread probes a communicator of
+ * its own, which drives MPI's progress for every transfer of the rank. */
+static std::atomic<bool> lx_comm_progressing(false);
+static pthread_t lx_comm_progress_thread;
+static MPI_Comm lx_comm_progress_comm;
+
+static void *lx_comm_progress(void *) {
+  while (lx_comm_progressing.load()) {
+    int flag = 0;
+    LX_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, lx_comm_progress_comm, &flag, MPI_STATUS_IGNORE));
+    usleep(20);
+  }
+  return NULL;
+}
+
+/* Collective over MPI_COMM_WORLD, after lx_comm_choose; nothing for nccl. */
+static inline void lx_comm_host_start(void) {
+  if (lx_comm_kind != LX_COMM_HOST) return;
+  LX_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &lx_comm_progress_comm));
+  lx_comm_progressing.store(true);
+  if (pthread_create(&lx_comm_progress_thread, NULL, lx_comm_progress, NULL) != 0)
+    LX_FATAL("cannot start the host backend's progress thread");
+}
+
+/* Before MPI_Finalize, once every transfer is drained. */
+static inline void lx_comm_host_stop(void) {
+  if (!lx_comm_progressing.load()) return;
+  lx_comm_progressing.store(false);
+  pthread_join(lx_comm_progress_thread, NULL);
+  LX_MPI_CHECK(MPI_Comm_free(&lx_comm_progress_comm));
 }
 
 /* ---- the calls ---------------------------------------------------------------------- */
 
+/* An NCCL group of sends and receives; the host backend posts each at once. */
 static inline void lx_comm_group_start(void) {
-  if (lx_comm_kind == LX_COMM_NCCL)
-    NCCL_CHECK(ncclGroupStart());
-  else
-    lx_comm_group_depth++;
+  if (lx_comm_kind == LX_COMM_NCCL) NCCL_CHECK(ncclGroupStart());
 }
 
 static inline void lx_comm_group_end(void) {
-  if (lx_comm_kind == LX_COMM_NCCL) {
-    NCCL_CHECK(ncclGroupEnd());
-  } else if (--lx_comm_group_depth == 0) {
-    lx_comm_complete();
-  }
+  if (lx_comm_kind == LX_COMM_NCCL) NCCL_CHECK(ncclGroupEnd());
 }
 
 /* recv = send reduced over the group, count elements (in place when equal). */
@@ -262,17 +345,11 @@ static inline void lx_comm_point_to_point(int receive, void *buf, size_t count, 
       NCCL_CHECK(ncclSend(buf, count, lx_comm_nccl_type(type), peer, c->nccl, s));
     return;
   }
-  lx_comm_transfer t;
-  t.bytes = count * lx_comm_type_bytes(type), t.dev = buf, t.stream = s, t.receive = receive;
-  int n = lx_comm_int_count(t.bytes);
-  if (receive) {
-    t.host = LX_MALLOC(t.bytes > 0 ? t.bytes : 1);
-    LX_MPI_CHECK(MPI_Irecv(t.host, n, MPI_BYTE, peer, 0, c->mpi, &t.request));
-  } else {
-    t.host = lx_comm_to_host(buf, t.bytes, s);
-    LX_MPI_CHECK(MPI_Isend(t.host, n, MPI_BYTE, peer, 0, c->mpi, &t.request));
-  }
-  lx_comm_post(&t);
+  size_t bytes = count * lx_comm_type_bytes(type);
+  if (receive)
+    lx_comm_host_receive(buf, bytes, peer, c, s);
+  else
+    lx_comm_host_send(buf, bytes, peer, c, s);
 }
 
 static inline void lx_comm_send(const void *buf, size_t count, lx_comm_type type, int peer, lx_comm *c,

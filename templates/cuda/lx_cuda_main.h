@@ -212,7 +212,8 @@ static int preflight_gpu(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--preflight")) return preflight_gpu(argc - 1, argv + 1);
-  LX_MPI_CHECK(MPI_Init(&argc, &argv));
+  int threads = MPI_THREAD_SINGLE; /* --comm host waits for messages on CUDA's host-function thread too */
+  LX_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &threads));
   int rank = 0, ranks = 1;
   LX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   LX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
@@ -223,6 +224,9 @@ int main(int argc, char **argv) {
                    o.comm);
   if (o.cuda_graph && lx_comm_kind == LX_COMM_HOST)
     lx_usage_error("--comm host waits on the host between kernels: not with --cuda-graph");
+  if (lx_comm_kind == LX_COMM_HOST && threads < MPI_THREAD_MULTIPLE)
+    lx_usage_error("--comm host needs an MPI library with MPI_THREAD_MULTIPLE; this one gives level %d", threads);
+  lx_comm_host_start();
   use_graph = o.cuda_graph;
   if (ranks != STAGES * TENSOR_PARALLEL * DATA_PARALLEL) {
     if (rank == 0)
@@ -253,6 +257,7 @@ int main(int argc, char **argv) {
   lx_loader_close(training_data);
   lx_loader_close(val);
   lx_cuda_groups_finish(&pipeline_comm, &dp_comm);
+  lx_comm_host_stop();
   LX_MPI_CHECK(MPI_Finalize());
   return 0;
 }

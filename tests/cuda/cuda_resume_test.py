@@ -11,19 +11,21 @@ RESUME_BOUND, and no CKPT.tmp may be left.
 Without a GPU it prints "skipped: no GPU" and exits 0. LX_RESUME_TARGET=cpu
 runs the same flow on the CPU program, GPU or not, where the bound is 0 (bit
 for bit, as tests/resume_test.py checks for more plans): that is how the
-script itself is tested on machines without a GPU.
+script itself is tested on machines without a GPU. LX_KIT_PHASE=prepare /
+device builds the program here and runs it on a lent GPU (tests/cuda/gpu_kit.py).
 """
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from tap import check, exit_status  # tests/tap.py
 from training_metrics import losses_by_step as losses
+
+import gpu_kit  # tests/cuda/gpu_kit.py
 
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 MODEL = os.path.join(ROOT, "examples", "tiny.model")
@@ -42,14 +44,6 @@ KILL_AFTER = 8
 # the moments left unread), so 2e-4 tells a broken resume from the
 # nondeterminism of a few float atomics.
 RESUME_BOUND = {"cuda": 2e-4, "cpu": 0.0}
-
-
-def gpu_count():
-    try:
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU ")) if listing.returncode == 0 else 0
 
 
 def run(command, cwd):
@@ -74,7 +68,7 @@ def killed_run(program, data, ckpt):
                            cwd=program, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and job.poll() is None and len(losses(metrics)) < KILL_AFTER:
-        time.sleep(0.05)
+        time.sleep(0.002)  # a CUDA step of tiny.model takes milliseconds
     reached = len(losses(metrics)) >= KILL_AFTER and job.poll() is None
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
@@ -84,19 +78,23 @@ def killed_run(program, data, ckpt):
 
 def main():
     target = os.environ.get("LX_RESUME_TARGET", "cuda")
-    if target == "cuda" and gpu_count() == 0:
+    if target == "cuda" and gpu_kit.RUNS_GPU and gpu_kit.gpu_count() == 0:
         print("skipped: no GPU")
         return
-    with tempfile.TemporaryDirectory(prefix="lx_cuda_resume_") as work:
-        r = run([LYNXGEN, "tokenize", FORTUNES, "-o", os.path.join(work, "data")], work)
+    with gpu_kit.work_dir("cuda_resume") as work:
         data = os.path.join(work, "data", "train_*.bin")
         program = os.path.join(work, target)
-        if r.returncode == 0:
-            r = run([LYNXGEN, MODEL, "--target", target, "--tp", "1", "--pp", "1", "--dp", "1", "-o", program], work)
-        if r.returncode == 0:
-            r = run(["make", "-C", program], work)
-        if not check(r.returncode == 0, "%s: examples/tiny.model generates and builds" % target):
-            print((r.stdout + r.stderr)[-2000:])
+        if gpu_kit.BUILDS:
+            r = run([LYNXGEN, "tokenize", FORTUNES, "-o", os.path.join(work, "data")], work)
+            if r.returncode == 0:
+                r = run([LYNXGEN, MODEL, "--target", target, "--tp", "1", "--pp", "1", "--dp", "1", "-o", program],
+                        work)
+            if r.returncode == 0:
+                r = run(["make", "-C", program], work)
+            if not check(r.returncode == 0, "%s: examples/tiny.model generates and builds" % target):
+                print((r.stdout + r.stderr)[-2000:])
+                return
+        if target == "cuda" and not gpu_kit.RUNS_GPU:
             return
         runs = []
         for i in range(2):

@@ -17,7 +17,8 @@ state reloads (--resume, --steps 0) to its last validation loss.
 Without a GPU it prints "skipped: no GPU" and exits 0. LX_CPU_ONLY=1 runs
 the CPU half alone, GPU or not (the shard, generation, builds, runs and
 parsing), and the check below that the data can tell a data error from
-bf16 rounding.
+bf16 rounding. LX_KIT_PHASE=prepare / device runs it in two halves, on
+this machine and then on a lent GPU (tests/cuda/gpu_kit.py).
 
 The data: window w of the shard (B*T = 128 tokens, the loader's unit) is
 either one token repeated or uniform over the 256 bytes, by a seeded coin.
@@ -35,12 +36,13 @@ import random
 import struct
 import subprocess
 import sys
-import tempfile
 from array import array
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from tap import check, exit_status  # tests/tap.py
+
+import gpu_kit  # tests/cuda/gpu_kit.py
 
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 MODEL = os.path.join(ROOT, "examples", "tiny.model")
@@ -62,16 +64,6 @@ VAL_BATCHES = 2
 # stays below what a data error does here (checked, SHIFT_FACTOR).
 LOSS_BOUND = 0.02
 SHIFT_FACTOR = 3
-
-def gpu_count():
-    try:
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    if listing.returncode != 0:
-        return 0
-    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
-
 
 def write_shard(path, windows, seed, skip_windows=0):
     """An llm.c shard of windows + 1 windows (the loader needs B*T + 1 tokens
@@ -95,10 +87,12 @@ def make_data(work):
     """Training shards (and a copy one window late), validation shards."""
     data = {}
     for name, skip in (("train", 0), ("late", 1)):
-        os.makedirs(os.path.join(work, name))
-        write_shard(os.path.join(work, name, "train_000000.bin"), 100, 1, skip)
+        if gpu_kit.BUILDS:
+            os.makedirs(os.path.join(work, name))
+            write_shard(os.path.join(work, name, "train_000000.bin"), 100, 1, skip)
         data[name] = os.path.join(work, name, "train_*.bin")
-    write_shard(os.path.join(work, "val_000000.bin"), 8, 2)
+    if gpu_kit.BUILDS:
+        write_shard(os.path.join(work, "val_000000.bin"), 8, 2)
     data["val"] = os.path.join(work, "val_*.bin")
     return data
 
@@ -109,6 +103,8 @@ def run(command, cwd):
 
 def build_program(out, model, target, args, work, what):
     """lynxgen model --target target args -o out, built; `what` names the check."""
+    if not gpu_kit.BUILDS:  # a kit on the GPU machine: built when it was prepared
+        return out if check(os.path.exists(os.path.join(out, "run.sh")), what + " (when the kit was prepared)") else None
     r = run([LYNXGEN, model, "--target", target, *args, "-o", out], work)
     if r.returncode == 0:
         r = run(["make", "-C", out], work)
@@ -126,19 +122,23 @@ def build(target, pp, work):
                          "%s pp=%d: lynxgen generates examples/tiny.model and make builds it" % (target, pp))
 
 
-def train(program, train_data, val_data, metrics, *args):
-    """metrics.jsonl of a STEPS-step run, as a list of records (None: it failed)."""
-    r = run([os.path.join(program, "run.sh"), "--steps", str(STEPS), "--data", train_data, "--val-data", val_data,
-             "--eval-interval", str(VAL_INTERVAL), "--val-batches", str(VAL_BATCHES), "--metrics", metrics, *args],
-            program)
+def train(program, target, train_data, val_data, metrics, *args):
+    """metrics.jsonl of a STEPS-step run, as a list of records (None: it failed).
+    A kit's CPU runs are read back on the GPU machine, not run again."""
+    r = None
+    if target == "cuda" or gpu_kit.RUNS_CPU:
+        r = run([os.path.join(program, "run.sh"), "--steps", str(STEPS), "--data", train_data, "--val-data",
+                 val_data, "--eval-interval", str(VAL_INTERVAL), "--val-batches", str(VAL_BATCHES), "--metrics",
+                 metrics, *args], program)
     records = []
-    if r.returncode == 0 and os.path.exists(metrics):
+    if (r is None or r.returncode == 0) and os.path.exists(metrics):
         with open(metrics) as f:
             records = [json.loads(line) for line in f]
     ok = len(records) == STEPS and all(rec["step"] == i + 1 for i, rec in enumerate(records))
     check(ok, "%s: %d steps on %s run, one metrics.jsonl line each" % (os.path.basename(program), STEPS, train_data))
     if not ok:
-        print("     exit %d: %s" % (r.returncode, (r.stdout + r.stderr)[-2000:].replace("\n", "\n     ")))
+        if r is not None:
+            print("     exit %d: %s" % (r.returncode, (r.stdout + r.stderr)[-2000:].replace("\n", "\n     ")))
         return None
     return records
 
@@ -167,7 +167,7 @@ def worst_relative_difference(a, b):
 
 
 def check_data_discriminates(program, data, reference):
-    late = train(program, data["late"], data["val"], os.path.join(program, "late.jsonl"))
+    late = train(program, "cpu", data["late"], data["val"], os.path.join(program, "late.jsonl"))
     if late is None:
         return
     shift, where = worst_relative_difference(reference, late)
@@ -180,9 +180,9 @@ def build_and_train(target, pp, work, data):
     """The run's metrics records (None: it did not build or run); the first
     CPU program also checks that the data discriminates."""
     program = build(target, pp, work)
-    if program is None:
+    if program is None or (target == "cuda" and not gpu_kit.RUNS_GPU):
         return None
-    records = train(program, data["train"], data["val"], os.path.join(program, "metrics.jsonl"))
+    records = train(program, target, data["train"], data["val"], os.path.join(program, "metrics.jsonl"))
     if records and target == "cpu" and pp == 1:
         check_data_discriminates(program, data, records)
     return records
@@ -220,12 +220,12 @@ def run_layout(target, name, model, args, work, data):
     """A layout's metrics records on target (CUDA: all ranks on one GPU), with a checkpoint reload."""
     program = build_program(os.path.join(work, "%s-%s" % (target, name.replace(" ", "-"))), model, target, args,
                             work, "%s %s: generates and builds" % (target, name))
-    if program is None:
+    if program is None or (target == "cuda" and not gpu_kit.RUNS_GPU):
         return None
     comm = ("--comm", "host") if target == "cuda" else ()
-    records = train(program, data["train"], data["val"], os.path.join(program, "metrics.jsonl"),
+    records = train(program, target, data["train"], data["val"], os.path.join(program, "metrics.jsonl"),
                     "--save", os.path.join(program, "state.bin"), *comm)
-    if records and name == LAYOUTS[0][0]:
+    if records and name == LAYOUTS[0][0] and (target == "cuda" or gpu_kit.RUNS_CPU):
         reload_checkpoint(program, data, records, comm)
     return records
 
@@ -239,14 +239,14 @@ def compare(cpu, cuda, pp):
 
 def main():
     cpu_only = os.environ.get("LX_CPU_ONLY") == "1"
-    gpus = gpu_count()
+    gpus = gpu_kit.gpu_count() if gpu_kit.RUNS_GPU else 1  # a kit is prepared for a one-GPU machine
     if gpus == 0 and not cpu_only:
         print("skipped: no GPU")
         return 0
     pipelines = [1, 2] if gpus >= 2 or cpu_only else [1]
     if not cpu_only and gpus < 2:
         print("# pp=2 skipped: nvidia-smi lists %d GPU, pp=2 needs 2" % gpus)
-    with tempfile.TemporaryDirectory(prefix="lx_cuda_training_") as work:
+    with gpu_kit.work_dir("cuda_training") as work:
         data = make_data(work)
         for pp in pipelines:
             cpu = build_and_train("cpu", pp, work, data)

@@ -16,7 +16,9 @@
 #                         cuda_resume_test.py: a CUDA run killed with kill -9
 #                         and resumed gives the uninterrupted run's losses
 #                         within a bound the two uninterrupted runs measure
-#                         (LX_RESUME_TARGET=cpu runs it on the CPU program)
+#                         (LX_RESUME_TARGET=cpu runs it on the CPU program);
+#                         LX_KIT_PHASE splits both tests between this machine
+#                         and a lent GPU (gpu_kit.py, bench/gpu/kit.sh)
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 MPI_INCLUDE ?= /usr/lib/x86_64-linux-gnu/openmpi/include

@@ -1,0 +1,152 @@
+"""bench/gpu/collect.py RESULTS_TGZ... — bench/results/gpu.json from device runs.
+
+Reads what bench/gpu/device.sh left in results.tgz (one log per step, the
+benchmark programs' metrics.jsonl, the 1.3B program's profile and memory
+samples) and writes the keys issue 13 asks for. Given several archives
+(a lease's calls, each with LX_STEPS), a step's files come from the last
+archive that ran it. The 1.3B predictions are
+lynxgen's own, from the kit's model file: the cost model alone, and with
+the measured profile fed back (lynxgen --profile).
+
+MFU counts the model FLOPs of Narayanan et al. 2021 (shared/reference/
+formulas.md) over the dense bf16 peak of the device (989 TFLOP/s for the
+H100 and H200 SXM); HFU adds what the plan recomputes (its plan.txt).
+"""
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "cuda"))
+from cuda_training_test import LAYOUTS, LOSS_BOUND  # tests/cuda/cuda_training_test.py
+KIT = os.path.join(ROOT, "build", "gpu-kit")
+PEAK_BF16 = 989e12
+SKIP_STEPS = 2  # the first steps pay for start-up (cuBLASLt heuristics, allocations)
+
+
+def read(path):
+    return open(path).read() if os.path.exists(path) else ""
+
+
+def records(path):
+    return [json.loads(line) for line in read(path).splitlines() if line.strip()]
+
+
+def steady(values):
+    return statistics.median(values[SKIP_STEPS:]) if len(values) > SKIP_STEPS else None
+
+
+def last_number(text, key):
+    found = re.findall(r"^%s\s+([0-9.eE+-]+)" % key, text, re.M)
+    return float(found[-1]) if found else None
+
+
+def attention(results):
+    """{(seq, head_dim): {impl: fwd+bwd TFLOP/s}} of the three attention benchmarks."""
+    rows = {}
+    for log in ("attention_lynx.log", "attention_torch.log"):
+        for line in read(os.path.join(results, log)).splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                rows.setdefault((r["seq"], r["head_dim"]), {})[r["impl"]] = r.get("fwd_bwd_tflops")
+    return [{"seq": seq, "head_dim": d, "lynxgen_tflops": v.get("lynxgen"), "fa2_tflops": v.get("fa2"),
+             "cudnn_tflops": v.get("cudnn")} for (seq, d), v in sorted(rows.items())]
+
+
+def plan_ms(*extra):
+    """lynxgen's predicted iteration time of the kit's 1.3B program, in ms."""
+    r = subprocess.run([os.path.join(ROOT, "bin", "lynxgen"), os.path.join(KIT, "bench", "gpt13b-flash.model"),
+                        "--tp", "1", "--dp", "1", "--pp", "1", "--global-batch", "32", "--plan", *extra],
+                       capture_output=True, text=True)
+    found = re.search(r"^iteration *([0-9.]+) ms", r.stdout, re.M)
+    return float(found.group(1)) if found else None
+
+
+def gpt13b(results):
+    steps = records(os.path.join(results, "gpt13b.jsonl"))
+    step_ms = steady([r["ms"] for r in steps])
+    # examples/gpt13b.model: L 24, h 2048, V 50257 (padded to a multiple of 128 in the program), s 2048, B 32
+    L, h, V, s, B = 24, 2048, 50257, 2048, 32
+    model_flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    memory = [int(x) for x in read(os.path.join(results, "gpt13b_memory.csv")).split() if x.isdigit()]
+    arena = re.search(r"arena ([0-9.]+) GiB predicted", read(os.path.join(results, "gpt13b.log")))
+    profile = os.path.join(results, "gpt13b.profile")
+    return {
+        "step_ms": step_ms,
+        "predicted_ms": plan_ms("--profile", profile) if os.path.exists(profile) else None,
+        "cost_model_ms": plan_ms(),
+        "mfu": model_flops / (step_ms / 1e3) / PEAK_BF16 if step_ms else None,
+        # device memory in use at the peak, less what was in use before the run (nvidia-smi, MiB)
+        "peak_bytes": (max(memory) - memory[0]) * 2**20 if memory else None,
+        "planned_bytes": round(float(arena.group(1)) * 2**30) if arena else None,
+    }
+
+
+def multi_rank(results):
+    """The worst relative loss difference of each layout against the CPU program, from the TAP lines;
+    a layout whose comparison never printed (the run failed or hung) has none."""
+    rows = []
+    pattern = re.compile(r"^(ok|not ok) - (.*?)(?:, its ranks on one GPU \(--comm host\))?: CUDA and CPU losses.*"
+                         r"within (\d+)%.*worst relative difference ([0-9.e+-]+|inf)")
+    for line in read(os.path.join(results, "cuda_training_test.log")).splitlines():
+        m = pattern.match(line)
+        if m:
+            rows.append({"layout": m.group(2), "max_rel_loss_diff": float(m.group(4)),
+                         "bound": int(m.group(3)) / 100, "ok": m.group(1) == "ok"})
+    compared = {row["layout"] for row in rows}
+    rows += [{"layout": name, "max_rel_loss_diff": None, "bound": LOSS_BOUND, "ok": False}
+             for name, _, _ in LAYOUTS if name not in compared]
+    return rows
+
+
+def tap_counts(results, log):
+    lines = read(os.path.join(results, log)).splitlines()
+    return {"ok": sum(l.startswith("ok - ") for l in lines), "not_ok": sum(l.startswith("not ok - ") for l in lines)}
+
+
+def main():
+    archives, out = sys.argv[1:], os.path.join(ROOT, "bench", "results", "gpu.json")
+    with tempfile.TemporaryDirectory() as work:
+        results = os.path.join(work, "lx-results")
+        steps = []
+        for archive in archives:
+            with tempfile.TemporaryDirectory() as one:
+                with tarfile.open(archive) as tar:
+                    tar.extractall(one, filter="data")
+                for name in os.listdir(os.path.join(one, "lx-results")):
+                    if name != "summary.txt":
+                        os.makedirs(results, exist_ok=True)
+                        os.replace(os.path.join(one, "lx-results", name), os.path.join(results, name))
+                steps += read(os.path.join(one, "lx-results", "summary.txt")).splitlines()
+        inventory = read(os.path.join(results, "inventory.log"))
+        device = re.search(r"^name, .*\n([^,]*),", inventory, re.M)
+        lynx = steady([r["tokens_per_s"] for r in records(os.path.join(results, "gpt2_lynxgen.jsonl"))])
+        report = {
+            "device": device.group(1) if device else None,
+            "date": datetime.date.today().isoformat(),
+            "attention": attention(results),
+            "gpt2_124m": {"lynxgen_tok_s": lynx,
+                          "llmc_tok_s": last_number(read(os.path.join(results, "gpt2_llmc.log")), "llmc_tok_s"),
+                          "pytorch_tok_s": last_number(read(os.path.join(results, "gpt2_pytorch.log")),
+                                                       "pytorch_tok_s")},
+            "gpt13b_pp1": gpt13b(results),
+            "multi_rank": multi_rank(results),
+            "tests": {log[:-4]: tap_counts(results, log) for log in
+                      ("kernel_twins.log", "cuda_training_test.log", "cuda_resume_test.log")},
+            "steps": steps,
+        }
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
