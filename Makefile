@@ -30,7 +30,7 @@ GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/o
 GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
 .DELETE_ON_ERROR:
-.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-cuda bench-step
+.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-cuda bench-step bench-gpu
 all: bin/lynxgen
 
 bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
@@ -89,6 +89,13 @@ bench-cuda:
 # The step rolled into loops against --unrolled-step: lines and compile time of a large stage.
 bench-step:
 	bench/step_compile_time.sh
+
+# On a GPU node: make test-gpu's checks and the GPU benchmarks against llm.c and PyTorch, into
+# bench/results/gpu.json (bench/README.md; a lent GPU runs the middle step alone, bench/gpu/).
+bench-gpu: bin/lynxgen
+	bash bench/gpu/kit.sh
+	OUT=$(BUILD)/gpu-results bash bench/gpu/device.sh
+	python3 bench/gpu/collect.py $(BUILD)/gpu-results/results.tgz
 
 include tests/tests.mk
 

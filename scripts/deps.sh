@@ -7,7 +7,7 @@ packages=(
   build-essential clang libclang-16-dev libclang-rt-14-dev
   openmpi-bin libopenmpi-dev
   libglpk-dev libopenblas-dev libssl-dev libcjson-dev
-  python3 python3-numpy fortunes-min
+  python3 python3-numpy python3-pip fortunes-min
 )
 
 missing=()
@@ -24,6 +24,17 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "deps: all Debian packages present"
+fi
+
+# The CUDA programs' attention (ATTENTION=cudnn) compiles against the cuDNN
+# frontend's headers, which PyPI ships; its Python dependencies are not needed.
+frontend=nvidia-cudnn-frontend==1.32.0
+if python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("cudnn") is None)'; then
+  echo "deps: the cuDNN frontend's headers are present"
+else
+  echo "deps: installing $frontend (headers only, --no-deps)"
+  python3 -m pip install -q --no-deps --break-system-packages "$frontend" ||
+    python3 -m pip install -q --no-deps "$frontend"
 fi
 
 cuda_home=${CUDA_HOME:-}

@@ -45,6 +45,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export work
 JOBS=${JOBS:-2}
+# flash_attention() builds with lynx's kernels here (ATTENTION=lynx); cuDNN's attention, whose
+# frontend headers take minutes, builds once in tests/cuda/cuda_compile_test.sh
+export ATTENTION=lynx
 failures=${graph_failed:-0}
 ok() { echo "ok - $*"; }
 not_ok() { echo "not ok - $*"; failures=$((failures + 1)); }

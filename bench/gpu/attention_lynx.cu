@@ -1,6 +1,9 @@
-/* attention_lynx.cu — how fast lynxgen's own flash attention kernels
- * (templates/cuda/lx_cuda_attention.cuh) run: causal, bf16, no dropout,
- * H = KVH (no grouped queries), forward alone and forward + backward.
+/* attention_lynx.cu — how fast an emitted program's flash attention runs:
+ * lynx's own kernels (templates/cuda/lx_cuda_attention.cuh; "impl":
+ * "lynxgen-kernels"), or, built with -DLX_CUDNN_ATTENTION and linked with
+ * lx_cuda_cudnn_attention.o, cuDNN's fused attention as the program calls it
+ * ("impl": "lynxgen", what ATTENTION=cudnn programs run). Causal, bf16, no
+ * dropout, H = KVH (no grouped queries), forward alone and forward + backward.
  *
  * Sizes: head dim D in {64, 128}, sequence T in {1024, 2048, 4096, 8192},
  * B * T = 16384 tokens and H * D = 2048 throughout (H = 32 for D = 64, 16 for
@@ -33,7 +36,17 @@
 #include <string>
 #include <vector>
 
+#ifdef LX_CUDNN_ATTENTION /* lx_cuda_cudnn_attention.o calls lynx's launchers and error path: define them    \
+                             here */
+#define LX_CUDA_API
+#endif
 #include "lx_cuda_attention.cuh"
+
+#ifdef LX_CUDNN_ATTENTION
+#define IMPL "lynxgen"
+#else
+#define IMPL "lynxgen-kernels"
+#endif
 
 static const int WARMUP = 3, ITERS = 10;
 static const int TOKENS = 16384; /* B * T */
@@ -215,13 +228,14 @@ int main(int argc, char **argv) {
       if (!ok) {
         cudaGetLastError(); /* clear a non-sticky error (out of memory) before the next size */
         failures++;
-        printf("{\"impl\": \"lynxgen\", \"device\": \"%s\", \"seq\": %d, \"head_dim\": %d, \"error\": \"%s\"}\n",
+        printf("{\"impl\": \"" IMPL
+               "\", \"device\": \"%s\", \"seq\": %d, \"head_dim\": %d, \"error\": \"%s\"}\n",
                device.c_str(), T, D, json_safe(error).c_str());
         fflush(stdout);
         continue;
       }
       double fwd_flops = 4.0 * B * H * (double)T * T * D / 2;
-      printf("{\"impl\": \"lynxgen\", \"device\": \"%s\", \"seq\": %d, \"head_dim\": %d, \"batch\": %d, "
+      printf("{\"impl\": \"" IMPL "\", \"device\": \"%s\", \"seq\": %d, \"head_dim\": %d, \"batch\": %d, "
              "\"heads\": %d, \"fwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.3f, "
              "\"fwd_bwd_tflops\": %.3f}\n",
              device.c_str(), T, D, B, H, r.fwd_ms, r.fwd_bwd_ms, fwd_flops / (r.fwd_ms * 1e9),

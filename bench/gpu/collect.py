@@ -48,15 +48,17 @@ def last_number(text, key):
 
 
 def attention(results):
-    """{(seq, head_dim): {impl: fwd+bwd TFLOP/s}} of the three attention benchmarks."""
+    """Per (seq, head_dim), fwd+bwd TFLOP/s: the programs' attention ("lynxgen": cuDNN through
+    lx_cuda_cudnn_attention.cu; before it, lynx's kernels), lynx's own kernels, PyTorch's FA2 and cuDNN."""
     rows = {}
-    for log in ("attention_lynx.log", "attention_torch.log"):
+    for log in ("attention_lynx.log", "attention_cudnn.log", "attention_torch.log"):
         for line in read(os.path.join(results, log)).splitlines():
             if line.startswith("{"):
                 r = json.loads(line)
                 rows.setdefault((r["seq"], r["head_dim"]), {})[r["impl"]] = r.get("fwd_bwd_tflops")
     return [{"seq": seq, "head_dim": d, "lynxgen_tflops": v.get("lynxgen"), "fa2_tflops": v.get("fa2"),
-             "cudnn_tflops": v.get("cudnn")} for (seq, d), v in sorted(rows.items())]
+             "cudnn_tflops": v.get("cudnn"), "lynxgen_kernels_tflops": v.get("lynxgen-kernels")}
+            for (seq, d), v in sorted(rows.items())]
 
 
 def plan_ms(*extra):
@@ -138,7 +140,8 @@ def main():
             "gpt13b_pp1": gpt13b(results),
             "multi_rank": multi_rank(results),
             "tests": {log[:-4]: tap_counts(results, log) for log in
-                      ("kernel_twins.log", "cuda_training_test.log", "cuda_resume_test.log")},
+                      ("kernel_twins.log", "kernel_twins_cudnn.log", "cuda_training_test.log",
+                       "cuda_resume_test.log")},
             "steps": steps,
         }
     os.makedirs(os.path.dirname(out), exist_ok=True)

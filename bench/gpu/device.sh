@@ -22,7 +22,7 @@ tar -C build -xJf build/gpu-carry/kit.tar.xz
 lib_dir() { find /usr/local/cuda* /opt /usr/lib -name "$1" 2>/dev/null | head -1 | xargs -r dirname; }
 ompi=$kit/ompi/usr
 libs=$kit/lib:$ompi/lib/x86_64-linux-gnu:$ompi/lib/x86_64-linux-gnu/openmpi/lib
-for lib in libnccl.so.2 libcublasLt.so.13 libcublas.so.13; do libs=$libs:$(lib_dir $lib); done
+for lib in libnccl.so.2 libcublasLt.so.13 libcublas.so.13 libcudnn.so.9; do libs=$libs:$(lib_dir $lib); done
 with_kit() {
   env LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PATH="$kit/bin:$ompi/bin:$PATH" OPAL_PREFIX="$ompi" \
     PMIX_MCA_mca_base_component_path="$ompi/lib/x86_64-linux-gnu/pmix2/lib/pmix" \
@@ -85,8 +85,10 @@ export -f with_kit inventory with_memory train kit_test
 
 step inventory 60 inventory
 step kernel_twins 90 with_kit "$kit/bin/kernel_twins"
+step kernel_twins_cudnn 90 with_kit "$kit/bin/kernel_twins_cudnn"
 step cuda_training_test 120 kit_test tests/cuda/cuda_training_test.py
 step cuda_resume_test 90 kit_test tests/cuda/cuda_resume_test.py
+step attention_cudnn 60 with_kit "$kit/bin/attention_cudnn"
 step attention_lynx 60 with_kit "$kit/bin/attention_lynx"
 step attention_torch 60 python3 bench/gpu/attention_torch.py
 step gpt2_lynxgen 90 train "$kit/bench/gpt2-124m" "$results/gpt2_lynxgen.jsonl" 12

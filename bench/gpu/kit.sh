@@ -9,10 +9,11 @@
 # build/gpu-carry/kit.tar.xz (64 MiB is what travels). bench/gpu/device.sh
 # unpacks and runs it there; bench/gpu/collect.py reads what comes back.
 #
-#   bench/gpu/kit.sh           about 10 minutes on 2 cores
+#   bench/gpu/kit.sh           about 15 minutes on 2 cores (cuDNN's attention compiles for minutes)
 #
 # Needs what make test needs (scripts/deps.sh), the CUDA toolkit and, for the
-# llm.c baseline, its source in build/llmc-src (git archive of karpathy/llm.c).
+# llm.c baseline, its source in build/llmc-src (git-ignored; measured at
+# karpathy/llm.c f1e2ace6: git clone https://github.com/karpathy/llm.c build/llmc-src).
 set -eu
 cd "$(dirname "$0")/../.."
 kit=build/gpu-kit
@@ -28,8 +29,8 @@ make -j2 bin/lynxgen >/dev/null
 export ARCH="$hopper" # the emitted Makefiles' ARCH
 LX_KIT_PHASE=prepare LX_KIT_DIR="$kit" python3 tests/cuda/cuda_training_test.py
 LX_KIT_PHASE=prepare LX_KIT_DIR="$kit" python3 tests/cuda/cuda_resume_test.py
-make .build/tests/cuda/kernel_twins CUDA_ARCH_FLAGS="$hopper" >/dev/null
-cp .build/tests/cuda/kernel_twins "$kit/bin/"
+make .build/tests/cuda/kernel_twins .build/tests/cuda/kernel_twins_cudnn CUDA_ARCH_FLAGS="$hopper" >/dev/null
+cp .build/tests/cuda/kernel_twins .build/tests/cuda/kernel_twins_cudnn "$kit/bin/"
 find "$kit" -path '*/cpu*' -name 'stage[0-9]*' -type f -delete # the device reads the CPU runs' metrics
 
 # benchmark programs: GPT-2 124M and GPT-3 1.3B as in examples/, with flash attention
@@ -46,9 +47,15 @@ rm -f "$kit"/bench/*/*.o
 python3 bench/make_shard.py "$kit/data/gpt2_train_000000.bin" 1200000 50257 1
 python3 bench/make_shard.py "$kit/data/gpt2_val_000000.bin" 100000 50257 2
 
-$nvcc -std=c++17 -O2 $hopper -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Itemplates/cuda \
-  -isystem /usr/lib/x86_64-linux-gnu/openmpi/include -o "$kit/bin/attention_lynx" bench/gpu/attention_lynx.cu \
-  -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi
+attention_bench() { # NAME FLAGS...: bench/gpu/attention_lynx.cu, lynx's kernels or (with the cuDNN object) cuDNN's
+  name=$1
+  shift
+  $nvcc -std=c++17 -O2 $hopper -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Itemplates/cuda \
+    -isystem /usr/lib/x86_64-linux-gnu/openmpi/include -o "$kit/bin/$name" bench/gpu/attention_lynx.cu "$@" \
+    -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi
+}
+attention_bench attention_lynx
+attention_bench attention_cudnn -DLX_CUDNN_ATTENTION .build/tests/cuda/lx_cuda_cudnn_attention.o -lcudnn
 if [ -d build/llmc-src ]; then # CUDA 13: no NVML here, and the old cudaMemAdvise (bench/gpu/llmc_cuda13.h)
   make -C build/llmc-src train_gpt2cu GPU_COMPUTE_CAPABILITY=90 USE_CUDNN=0 NO_MULTI_GPU=1 NO_USE_MPI=1 \
     NVCC_LDFLAGS="-lcublas -lcublasLt" PFLAGS="-DENABLE_BF16 -include $PWD/bench/gpu/llmc_cuda13.h" >/dev/null

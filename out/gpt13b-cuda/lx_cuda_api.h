@@ -39,6 +39,14 @@ void lx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, con
 void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv,
                                  const lx_bf16 *out, const float *lse, int B, int T, int H, int KVH, int D, double p,
                                  uint64_t seed, uint64_t stream_id, int head_base, int heads_total);
+/* lynx's own flash kernels, which the two above call unless cuDNN runs them */
+void lx_lynx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, const lx_bf16 *qkv, int B,
+                                     int T, int H, int KVH, int D, double p, uint64_t seed,
+                                     uint64_t stream_id, int head_base, int heads_total);
+void lx_lynx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout,
+                                      const lx_bf16 *qkv, const lx_bf16 *out, const float *lse, int B, int T,
+                                      int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id,
+                                      int head_base, int heads_total);
 void lx_attention_forward(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *probs, lx_bf16 *dropped, uint8_t *mask,
                           const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
                           uint64_t stream_id, int head_base, int heads_total);

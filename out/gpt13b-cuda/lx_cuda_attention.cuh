@@ -533,12 +533,12 @@ inline void lx_attn_forward_tiles(lx_bf16 *out, float *lse, const lx_bf16 *qkv, 
 
 /* out, lse = causal attention of qkv; dropout p on the weights, drawn from
  * (seed, stream_id) with the CPU's indices. */
-LX_CUDA_API void lx_flash_attention_forward(const lx_ctx *ctx,
-                                            lx_bf16 *out,       // (B, T, H * D)
-                                            float *lse,         // (B, H, T)
-                                            const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
-                                            int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                            uint64_t stream_id, int head_base, int heads_total) {
+LX_CUDA_API void lx_lynx_flash_attention_forward(const lx_ctx *ctx,
+                                                 lx_bf16 *out,       // (B, T, H * D)
+                                                 float *lse,         // (B, H, T)
+                                                 const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
+                                                 int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                                 uint64_t stream_id, int head_base, int heads_total) {
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   lx_attn_forward_tiles(out, lse, qkv, a, ctx->stream);
 }
@@ -575,15 +575,15 @@ inline void lx_attn_backward_tiles(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_
 
 /* dqkv += the gradients of the flash forward; P recomputed from qkv and lse,
  * the dropout mask redrawn from (seed, stream_id). */
-LX_CUDA_API void lx_flash_attention_backward(const lx_ctx *ctx,
-                                             lx_bf16 *dqkv,       // (B, T, (H + 2*KVH) * D)
-                                             const lx_bf16 *dout, // (B, T, H * D)
-                                             const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
-                                             const lx_bf16 *out,  // (B, T, H * D)
-                                             const float *lse,    // (B, H, T)
-                                             int B, int T, int H, int KVH, int D, double p,
-                                             uint64_t seed, uint64_t stream_id, int head_base,
-                                             int heads_total) {
+LX_CUDA_API void lx_lynx_flash_attention_backward(const lx_ctx *ctx,
+                                                  lx_bf16 *dqkv,       // (B, T, (H + 2*KVH) * D)
+                                                  const lx_bf16 *dout, // (B, T, H * D)
+                                                  const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
+                                                  const lx_bf16 *out,  // (B, T, H * D)
+                                                  const float *lse,    // (B, H, T)
+                                                  int B, int T, int H, int KVH, int D, double p,
+                                                  uint64_t seed, uint64_t stream_id, int head_base,
+                                                  int heads_total) {
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   float *delta = ctx->scratch;
   size_t rows = (size_t)B * H * T;
@@ -593,6 +593,28 @@ LX_CUDA_API void lx_flash_attention_backward(const lx_ctx *ctx,
   lx_attn_saved_probs none = {NULL, NULL, NULL};
   lx_attn_backward_tiles(dqkv, dout, qkv, lse, delta, none, a, ctx->stream);
 }
+
+#ifndef LX_CUDNN_ATTENTION
+/* A program's flash attention: lynx's kernels, unless it is built with
+ * ATTENTION=cudnn (LX_CUDNN_ATTENTION), whose lx_cuda_cudnn_attention.cu
+ * defines these two instead. */
+LX_CUDA_API void lx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, const lx_bf16 *qkv,
+                                            int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                            uint64_t stream_id, int head_base, int heads_total) {
+  lx_lynx_flash_attention_forward(ctx, out, lse, qkv, B, T, H, KVH, D, p, seed, stream_id, head_base,
+                                  heads_total);
+}
+
+LX_CUDA_API void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout,
+                                             const lx_bf16 *qkv, const lx_bf16 *out, const float *lse, int B,
+                                             int T, int H, int KVH, int D, double p, uint64_t seed,
+                                             uint64_t stream_id, int head_base, int heads_total) {
+  lx_lynx_flash_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream_id,
+                                   head_base, heads_total);
+}
+#else
+#include "lx_cuda_api.h" /* their prototypes */
+#endif
 
 /* The materialized form: out as the flash forward computes it, plus probs,
  * and with p > 0 the dropped probs and the mask (what the backward reads).

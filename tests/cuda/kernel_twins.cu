@@ -16,6 +16,10 @@
 
 #include <vector>
 
+#ifdef LX_CUDNN_ATTENTION /* lx_cuda_cudnn_attention.o calls lynx's launchers and error path: define them    \
+                             here */
+#define LX_CUDA_API
+#endif
 #include "lx_cuda_adamw.cuh"
 #include "lx_cuda_attention.cuh"
 #include "lx_cuda_elementwise.cuh"
@@ -232,6 +236,16 @@ static void test_norms(void) {
 
 /* ---- attention ------------------------------------------------------------------- */
 
+#ifdef LX_CUDNN_ATTENTION
+/* Built against lx_cuda_cudnn_attention.cu (kernel_twins_cudnn): cuDNN runs the
+ * flash launchers. Its dropout is its own stream, not the CPU twin's, so only
+ * p = 0 is compared, and its backward writes dqkv (the step zeroes it first)
+ * where lynx's kernels add to it. */
+static const bool cudnn_flash = true;
+#else
+static const bool cudnn_flash = false;
+#endif
+
 /* head_base, heads_total: a tensor-parallel rank's heads, whose dropout draws
  * are numbered in the whole model's heads. */
 static void test_attention(int B, int T, int H, int KVH, int D, double p, int head_base, int heads_total) {
@@ -245,30 +259,35 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
   const lx_ctx ctx = context(scratch);
 
   /* flash */
-  floats out(out_n), lse(rows), dqkv = dqkv0;
-  twin_flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KVH, D, p, seed, stream_id,
-                               head_base, heads_total);
-  lx_flash_attention_forward(&ctx, d_out, d_lse, d_qkv, B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
-  snprintf(name, sizeof name, "flash_attention_forward D=%d p=%.1f heads %d+%d of %d", D, p, head_base, H,
-           heads_total);
-  compare(name, "out", from_device_bf16(d_out, out_n), out, TOL_BF16);
-  compare(name, "lse", from_device_f32(d_lse, rows), lse, TOL_F32);
+  floats out(out_n), lse(rows);
+  if (!cudnn_flash || p == 0) {
+    floats flash_dqkv0 = cudnn_flash ? floats(qkv_n) : dqkv0, dqkv = flash_dqkv0;
+    twin_flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KVH, D, p, seed, stream_id,
+                                 head_base, heads_total);
+    lx_flash_attention_forward(&ctx, d_out, d_lse, d_qkv, B, T, H, KVH, D, p, seed, stream_id, head_base,
+                               heads_total);
+    snprintf(name, sizeof name, "flash_attention_forward D=%d p=%.1f heads %d+%d of %d", D, p, head_base, H,
+             heads_total);
+    compare(name, "out", from_device_bf16(d_out, out_n), out, TOL_BF16);
+    compare(name, "lse", from_device_f32(d_lse, rows), lse, TOL_F32);
 
-  /* the backward reads the GPU's own saved out and lse, the CPU its own */
-  twin_flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KVH, D,
-                                p, seed, stream_id, head_base, heads_total);
-  lx_bf16 *d_dqkv = to_device_bf16(dqkv0);
-  lx_flash_attention_backward(&ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed, stream_id,
-                              head_base, heads_total);
-  floats first = from_device_bf16(d_dqkv, qkv_n);
-  snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f", D, p);
-  compare(name, "dqkv", first, dqkv, TOL_BF16);
-  CUDA_CHECK(cudaMemcpy(d_dqkv, to_device_bf16(dqkv0), qkv_n * sizeof(lx_bf16), cudaMemcpyDeviceToDevice));
-  lx_flash_attention_backward(&ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed, stream_id,
-                              head_base, heads_total);
-  floats second = from_device_bf16(d_dqkv, qkv_n);
-  snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f is bitwise reproducible", D, p);
-  expect_true(name, memcmp(first.data(), second.data(), qkv_n * sizeof(float)) == 0);
+    /* the backward reads the GPU's own saved out and lse, the CPU its own */
+    twin_flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KVH,
+                                  D, p, seed, stream_id, head_base, heads_total);
+    lx_bf16 *d_dqkv = to_device_bf16(flash_dqkv0);
+    lx_flash_attention_backward(&ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed,
+                                stream_id, head_base, heads_total);
+    floats first = from_device_bf16(d_dqkv, qkv_n);
+    snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f", D, p);
+    compare(name, "dqkv", first, dqkv, TOL_BF16);
+    CUDA_CHECK(
+        cudaMemcpy(d_dqkv, to_device_bf16(flash_dqkv0), qkv_n * sizeof(lx_bf16), cudaMemcpyDeviceToDevice));
+    lx_flash_attention_backward(&ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, H, KVH, D, p, seed,
+                                stream_id, head_base, heads_total);
+    floats second = from_device_bf16(d_dqkv, qkv_n);
+    snprintf(name, sizeof name, "flash_attention_backward D=%d p=%.1f is bitwise reproducible", D, p);
+    expect_true(name, memcmp(first.data(), second.data(), qkv_n * sizeof(float)) == 0);
+  }
 
   /* materialized */
   floats probs(scores), dropped(scores);
@@ -287,10 +306,10 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
     snprintf(name, sizeof name, "attention_forward D=%d p=%.1f dropout mask equals the CPU's", D, p);
     expect_true(name, memcmp(gpu_mask.data(), mask.data(), scores) == 0);
   }
-  dqkv = dqkv0;
+  floats dqkv = dqkv0;
+  lx_bf16 *d_dqkv = to_device_bf16(dqkv0);
   twin_attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), p > 0 ? dropped.data() : NULL,
                           p > 0 ? mask.data() : NULL, B, T, H, KVH, D, p);
-  CUDA_CHECK(cudaMemcpy(d_dqkv, to_device_bf16(dqkv0), qkv_n * sizeof(lx_bf16), cudaMemcpyDeviceToDevice));
   lx_attention_backward(&ctx, d_dqkv, d_dout, d_qkv, d_probs, p > 0 ? d_dropped : NULL, p > 0 ? d_mask : NULL, B, T,
                         H, KVH, D, p);
   snprintf(name, sizeof name, "attention_backward D=%d p=%.1f", D, p);

@@ -6,7 +6,9 @@
 #                         (any spill fails)
 #   make test-gpu         builds and runs kernel_twins: each CUDA kernel
 #                         against its CPU twin (templates/cpu) with bf16
-#                         tolerances; then cuda_training_test.py: the CUDA
+#                         tolerances, and kernel_twins_cudnn, the same with
+#                         cuDNN running flash attention (p = 0: its dropout
+#                         is its own); then cuda_training_test.py: the CUDA
 #                         and CPU programs of examples/tiny.model trained on
 #                         the same shard give the same losses within a bf16
 #                         bound (pp = 1, and pp = 2 on two GPUs; the tp x pp
@@ -39,9 +41,22 @@ $(BUILD)/tests/cuda/kernel_twins: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda
 	@mkdir -p $(@D)
 	$(NVCC) $(CUDA_TEST_NVFLAGS) -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_TEST_LIBS)
 
-test-gpu: $(BUILD)/tests/cuda/kernel_twins bin/lynxgen
+# the same twins with cuDNN running the flash launchers (lx_cuda_cudnn_attention.cu)
+CUDNN_FRONTEND ?= $(shell python3 -c 'import importlib.util as u, os; s = u.find_spec("cudnn"); \
+  print(os.path.join(os.path.dirname(os.path.dirname(s.origin)), "include") if s else "")' 2>/dev/null)
+$(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o: templates/cuda/lx_cuda_cudnn_attention.cu templates/cuda/lx_cuda_api.h
+	@mkdir -p $(@D)
+	$(NVCC) $(CUDA_TEST_NVFLAGS) -isystem $(CUDNN_FRONTEND) -c -o $@ $<
+
+$(BUILD)/tests/cuda/kernel_twins_cudnn: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_HEADERS) \
+    tests/cuda/cpu_twins.h $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o
+	$(NVCC) $(CUDA_TEST_NVFLAGS) -DLX_CUDNN_ATTENTION -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o \
+	  $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o $(CUDA_TEST_LIBS) -lcudnn
+
+test-gpu: $(BUILD)/tests/cuda/kernel_twins $(BUILD)/tests/cuda/kernel_twins_cudnn bin/lynxgen
 	$(BUILD)/tests/cuda/kernel_twins
+	$(BUILD)/tests/cuda/kernel_twins_cudnn
 	python3 tests/cuda/cuda_training_test.py
 	python3 tests/cuda/cuda_resume_test.py
 
-TEST_PROGRAMS += tests/cuda/cuda_compile_test.sh tests/cuda/cuda_profile_test.sh
+TEST_PROGRAMS += tests/cuda/cuda_compile_test.sh tests/cuda/cuda_profile_test.sh tests/cuda/cudnn_attention_test.sh
