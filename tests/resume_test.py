@@ -298,6 +298,21 @@ def save_preflight(work, program):
               "--save %s is refused before step 1 (%s)" % (os.path.relpath(path, work), why))
         if r.returncode != 1 or why not in r.stderr:
             print((r.stdout + r.stderr)[-1500:])
+    # the check of --save's directory never opens a file of the user's: not PATH.tmp, which the save
+    # itself writes later, and nothing of its own is left beside it
+    probed = os.path.join(work, "probed")
+    os.makedirs(probed)
+    users = os.path.join(probed, "ck.bin.tmp")
+    with open(users, "w") as f:
+        f.write("the user's own notes\n")
+    r = subprocess.run([os.path.join(program, "stage0"), "--preflight", "--save", os.path.join(probed, "ck.bin")],
+                       cwd=work, capture_output=True, text=True, env=environment())
+    kept = open(users).read() == "the user's own notes\n"
+    check(r.returncode == 0 and kept and os.listdir(probed) == ["ck.bin.tmp"],
+          "--save's preflight leaves the user's ck.bin.tmp as it was, and no file of its own (%s)" % (
+              sorted(os.listdir(probed))))
+    if r.returncode != 0:
+        print((r.stdout + r.stderr)[-1500:])
 
 
 def launch_preflight(work, program):

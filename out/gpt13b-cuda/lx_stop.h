@@ -17,7 +17,6 @@
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
-#include "lx_checkpoint.h" /* lx_checkpoint_tmp_path */
 #include "lx_mpi_errors.h"
 
 #include <signal.h>
@@ -70,7 +69,9 @@ static inline LX_NORETURN LX_PRINTF(1, 2) void lx_fail_all(const char *fmt, ...)
 }
 
 /* Why a save at path would fail, into why (empty: it would not): the
- * directory must exist and take a new file, PATH must not be a directory. */
+ * directory must exist and take a new file, PATH must not be a directory.
+ * The new file is one of the probe's own (mkstemp's unique name, removed at
+ * once): a file of the user's, PATH.tmp too, is never opened. */
 static inline void lx_probe_save_path(const char *path, char *why, size_t cap) {
   char *dir = lx_strdup(path);
   char *slash = strrchr(dir, '/');
@@ -85,13 +86,16 @@ static inline void lx_probe_save_path(const char *path, char *why, size_t cap) {
   else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
     snprintf(why, cap, "it is a directory");
   else {
-    char *tmp = lx_checkpoint_tmp_path(path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t n = strlen(path) + sizeof ".probe-XXXXXX";
+    char *probe = (char *)malloc(n);
+    if (!probe) lx_die("out of memory");
+    snprintf(probe, n, "%s.probe-XXXXXX", path);
+    int fd = mkstemp(probe);
     if (fd < 0)
-      snprintf(why, cap, "cannot create %s: %s", tmp, strerror(errno));
+      snprintf(why, cap, "cannot create a file there (%s): %s", probe, strerror(errno));
     else
-      close(fd), unlink(tmp);
-    free(tmp);
+      close(fd), unlink(probe);
+    free(probe);
   }
   free(dir);
 }
