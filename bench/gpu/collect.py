@@ -77,15 +77,20 @@ def gpt13b(results):
     L, h, V, s, B = 24, 2048, 50257, 2048, 32
     model_flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
     memory = [int(x) for x in read(os.path.join(results, "gpt13b_memory.csv")).split() if x.isdigit()]
-    arena = re.search(r"arena ([0-9.]+) GiB predicted", read(os.path.join(results, "gpt13b.log")))
+    log = read(os.path.join(results, "gpt13b.log"))
+    arena = re.search(r"arena ([0-9.]+) GiB predicted", log)
+    reported = re.search(r"device memory after step 1: ([0-9.]+) GiB more in use", log)  # lx_cuda_main.h
     profile = os.path.join(results, "gpt13b.profile")
     return {
         "step_ms": step_ms,
         "predicted_ms": plan_ms("--profile", profile) if os.path.exists(profile) else None,
         "cost_model_ms": plan_ms(),
         "mfu": model_flops / (step_ms / 1e3) / PEAK_BF16 if step_ms else None,
-        # device memory in use at the peak, less what was in use before the run (nvidia-smi, MiB)
-        "peak_bytes": (max(memory) - memory[0]) * 2**20 if memory else None,
+        # the program's own count (its allocations are static: after step 1 is its peak), else nvidia-smi's
+        "peak_bytes": round(float(reported.group(1)) * 2**30) if reported else
+        (max(memory) - memory[0]) * 2**20 if memory else None,
+        # device memory in use at the peak, less what was in use before the run (nvidia-smi, MiB; with the context)
+        "nvidia_smi_peak_bytes": (max(memory) - memory[0]) * 2**20 if memory else None,
         "planned_bytes": round(float(arena.group(1)) * 2**30) if arena else None,
     }
 

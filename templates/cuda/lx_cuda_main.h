@@ -124,6 +124,27 @@ static void profile_write(const char *path, int rank, int ranks) {
   free(text);
 }
 
+/* Device memory in use before this rank allocated anything (the CUDA
+ * context, and other processes sharing the GPU), and what it allocates
+ * beyond the arena: what the first step's report measures against. */
+static long long used_at_start, allocated_beyond_arena;
+
+static long long device_bytes_in_use(void) {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return (long long)(total_bytes - free_bytes);
+}
+
+/* After the first step, which allocates the library workspaces it needs
+ * (cuDNN's per stream): two lines, so that a run shows its device memory
+ * against the plan's arena (bench/gpu/collect.py reads it). */
+static void report_device_memory(void) {
+  double gib = 1073741824.0, in_use = (double)(device_bytes_in_use() - used_at_start);
+  printf("stage %d: device memory after step 1: %.3f GiB more in use than at start (arena %.3f GiB + %.3f GiB\n"
+         "  of scratch and workspaces allocated with it: %+.2f%% over the arena; ranks sharing the GPU count too)\n",
+         STAGE, in_use / gib, ARENA_BYTES / gib, allocated_beyond_arena / gib, 100.0 * (in_use / ARENA_BYTES - 1));
+}
+
 /* ---- the steps lx_loop.h takes ----------------------------------------------- */
 
 static lx_loader *training_data;
@@ -148,6 +169,7 @@ static double train_step(const lx_train_settings *train, int step, double lr, do
   optimizer_step(train, step, lr);
   finish_pass();
   if (prof_totals) profile_collect(issued > 1); /* not the first: it pays for start-up */
+  if (issued == 1) report_device_memory();
   *grad_norm = step_grad_norm();
   return step_loss();
 }
@@ -171,6 +193,7 @@ static double validation_loss(lx_loader *val, int batches, int step) {
 static void allocate(void) {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  used_at_start = (long long)(total_bytes - free_bytes);
   printf("stage %d: arena %.3f GiB predicted by the plan, %.3f GiB free on the device\n", STAGE,
          ARENA_BYTES / 1073741824.0, free_bytes / 1073741824.0);
   CUDA_CHECK(cudaMalloc((void **)&arena, ARENA_BYTES));
@@ -191,6 +214,7 @@ static void allocate(void) {
   CUDA_CHECK(cudaMalloc((void **)&losses, LOSS_SLOTS * sizeof(float)));
   CUDA_CHECK(cudaMemset(losses, 0, LOSS_SLOTS * sizeof(float))); /* a middle stage's are never written */
   CUDA_CHECK(cudaMallocHost((void **)&host_batches, sizeof(int) * (size_t)MICRO_BATCHES * 2 * BT));
+  allocated_beyond_arena = device_bytes_in_use() - used_at_start - ARENA_BYTES;
 }
 
 /* --preflight on the launching node: its first GPU must hold a rank's arena
