@@ -25,7 +25,12 @@ void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decis
     decisions[i] = (lx_op_decision){0};
     if (policy == LX_RECOMPUTE_FULL && droppable)
       decisions[i].drop_output = decisions[i].drop_internals = true;
-    if (policy == LX_RECOMPUTE_SELECTIVE && op->kind == LX_OP_ATTENTION) decisions[i].drop_internals = true;
+    /* Megatron's selective recompute drops the attention core's s x s internals (scores,
+     * probabilities, dropout). A flash attention keeps none: its one internal, the
+     * log-sum-exp, is (b, a, s) floats that would cost a whole attention forward to drop. */
+    if (policy == LX_RECOMPUTE_SELECTIVE && op->kind == LX_OP_ATTENTION &&
+        op->attention_impl == LX_ATTN_MATERIALIZED)
+      decisions[i].drop_internals = true;
   }
   lx_recompute_closure(g, decisions);
 }

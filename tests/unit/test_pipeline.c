@@ -33,14 +33,22 @@ static const char *model_text =
     "}\n"
     "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 128), y); }\n";
 
-static bool load(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int tp) {
+/* The model above, its attention() a flash_attention() when flash. */
+static bool load_model(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int tp, bool flash) {
+  char text[2048];
+  const char *at = strstr(model_text, "attention(");
+  snprintf(text, sizeof text, "%.*s%s%s", (int)(at - model_text), model_text, flash ? "flash_" : "", at);
   lx_ir_init(ir);
-  if (lx_parse_model("pipeline.model", model_text, strlen(model_text), ir)) return false;
+  if (lx_parse_model("pipeline.model", text, strlen(text), ir)) return false;
   ir->plan.pp = pp;
   ir->plan.tp = tp;
   ir->plan.global_batch = micro_batches * 2;
   ir->plan.schedule = schedule;
   return lx_analyze(ir) == 0;
+}
+
+static bool load(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int tp) {
+  return load_model(ir, pp, micro_batches, schedule, tp, false);
 }
 
 /* Uniform stages: the whole forward (tf) on the stage's first block op, the
@@ -169,6 +177,27 @@ static void check_policies(int tp) {
   lx_ir_free(&ir);
 }
 
+/* A flash attention keeps no s x s internals: selective, which drops only
+ * those, recomputes nothing and keeps what none keeps. */
+static void check_selective_flash(int tp) {
+  lx_ir ir;
+  CHECK(load_model(&ir, 1, 1, LX_SCHEDULE_1F1B, tp, true), "the flash_attention model loads");
+  const lx_graph *g = &ir.block;
+  lx_op_decision *d = calloc((size_t)g->n_ops, sizeof *d);
+  lx_recompute_fixed(&ir, LX_RECOMPUTE_NONE, d);
+  int64_t none = lx_kept_bytes(g, d);
+  lx_recompute_fixed(&ir, LX_RECOMPUTE_SELECTIVE, d);
+  int recomputed = 0;
+  for (int i = 0; i < g->n_ops; i++)
+    recomputed += d[i].recompute;
+  CHECK(
+      recomputed == 0 && lx_kept_bytes(g, d) == none,
+      "tp=%d flash_attention: selective recomputes nothing (%d ops) and keeps what none keeps (%lld of %lld)",
+      tp, recomputed, (long long)lx_kept_bytes(g, d), (long long)none);
+  free(d);
+  lx_ir_free(&ir);
+}
+
 int main(void) {
   check_closed_forms(LX_SCHEDULE_GPIPE, 4, 8);
   check_closed_forms(LX_SCHEDULE_1F1B, 4, 8);
@@ -183,5 +212,7 @@ int main(void) {
   check_memory(LX_SCHEDULE_1F1B, 4, 4, LX_RECOMPUTE_NONE);
   check_policies(1);
   check_policies(2);
+  check_selective_flash(1);
+  check_selective_flash(2);
   return check_exit_status();
 }
