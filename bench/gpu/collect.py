@@ -139,7 +139,11 @@ def main():
             "date": datetime.date.today().isoformat(),
             "attention": attention(results),
             "gpt2_124m": {"lynxgen_tok_s": lynx,
-                          "llmc_tok_s": last_number(read(os.path.join(results, "gpt2_llmc.log")), "llmc_tok_s"),
+                          # llm.c at its fastest: with cuDNN's attention where that build ran
+                          "llmc_tok_s": last_number(read(os.path.join(results, "gpt2_llmc_cudnn.log")), "llmc_tok_s")
+                          or last_number(read(os.path.join(results, "gpt2_llmc.log")), "llmc_tok_s"),
+                          "llmc_own_kernels_tok_s": last_number(read(os.path.join(results, "gpt2_llmc.log")),
+                                                                "llmc_tok_s"),
                           "pytorch_tok_s": last_number(read(os.path.join(results, "gpt2_pytorch.log")),
                                                        "pytorch_tok_s")},
             "gpt13b_pp1": gpt13b(results),

@@ -93,6 +93,7 @@ step attention_lynx 60 with_kit "$kit/bin/attention_lynx"
 step attention_torch 60 python3 bench/gpu/attention_torch.py
 step gpt2_lynxgen 90 train "$kit/bench/gpt2-124m" "$results/gpt2_lynxgen.jsonl" 12
 step gpt2_llmc 90 with_kit sh bench/gpu/llmc_gpt2.sh "$kit/bin/train_gpt2cu" "$gpt2_data" "$gpt2_val" 4 15
+step gpt2_llmc_cudnn 90 with_kit sh bench/gpu/llmc_gpt2.sh "$kit/bin/train_gpt2cu_cudnn" "$gpt2_data" "$gpt2_val" 4 15
 step gpt13b 90 with_memory "$results/gpt13b_memory.csv" train "$kit/bench/gpt13b" "$results/gpt13b.jsonl" 5
 step gpt13b_profile 60 train "$kit/bench/gpt13b" "$results/gpt13b_profile.jsonl" 4 \
   --profile "$results/gpt13b.profile"

@@ -56,10 +56,22 @@ attention_bench() { # NAME FLAGS...: bench/gpu/attention_lynx.cu, lynx's kernels
 }
 attention_bench attention_lynx
 attention_bench attention_cudnn -DLX_CUDNN_ATTENTION .build/tests/cuda/lx_cuda_cudnn_attention.o -lcudnn
-if [ -d build/llmc-src ]; then # CUDA 13: no NVML here, and the old cudaMemAdvise (bench/gpu/llmc_cuda13.h)
-  make -C build/llmc-src train_gpt2cu GPU_COMPUTE_CAPABILITY=90 USE_CUDNN=0 NO_MULTI_GPU=1 NO_USE_MPI=1 \
-    NVCC_LDFLAGS="-lcublas -lcublasLt" PFLAGS="-DENABLE_BF16 -include $PWD/bench/gpu/llmc_cuda13.h" >/dev/null
-  cp build/llmc-src/train_gpt2cu "$kit/bin/"
+# llm.c's train_gpt2cu, with its own attention kernels and with cuDNN's (its fastest build). CUDA 13: no
+# NVML here, and the old cudaMemAdvise (bench/gpu/llmc_cuda13.h); its Makefile looks for the cuDNN
+# frontend in ./cudnn-frontend/include.
+llmc() { # NAME USE_CUDNN LIBS
+  make -C build/llmc-src clean >/dev/null 2>&1
+  make -C build/llmc-src train_gpt2cu GPU_COMPUTE_CAPABILITY=90 USE_CUDNN="$2" NO_MULTI_GPU=1 NO_USE_MPI=1 \
+    NVCC_LDFLAGS="-lcublas -lcublasLt $3" PFLAGS="-DENABLE_BF16 -include $PWD/bench/gpu/llmc_cuda13.h" >/dev/null
+  cp build/llmc-src/train_gpt2cu "$kit/bin/$1"
+}
+if [ -d build/llmc-src ]; then
+  frontend=$(python3 -c 'import importlib.util as u, os; s = u.find_spec("cudnn")
+print(os.path.join(os.path.dirname(os.path.dirname(s.origin)), "include"))')
+  mkdir -p build/llmc-src/cudnn-frontend
+  ln -sfn "$frontend" build/llmc-src/cudnn-frontend/include
+  llmc train_gpt2cu 0 ""
+  llmc train_gpt2cu_cudnn 1 "-lcudnn -lnvrtc"
 else
   echo "kit.sh: no build/llmc-src: the llm.c baseline is left out"
 fi
