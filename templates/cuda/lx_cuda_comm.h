@@ -29,6 +29,7 @@
 #include "lx_check.h" /* LX_MALLOC */
 #include "lx_cuda_api.h"
 #include "lx_mpi_errors.h"
+#include "lx_watchdog.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -287,6 +288,15 @@ static inline void lx_comm_group_end(void) {
   if (lx_comm_kind == LX_COMM_NCCL) NCCL_CHECK(ncclGroupEnd());
 }
 
+/* What the host thread waits on next, for --watchdog to name: the stream's
+ * work before the call (which may wait on a receive), then MPI's. */
+static inline void lx_comm_host_waiting(const char *call, size_t count, const lx_comm *c) {
+  lx_watchdog_waiting(
+      "the host backend's %s of %zu elements (group of %d ranks): first its stream's earlier work, "
+      "then MPI",
+      call, count, c->size);
+}
+
 /* recv = send reduced over the group, count elements (in place when equal). */
 static inline void lx_comm_all_reduce(const void *send, void *recv, size_t count, lx_comm_type type,
                                       lx_comm_op op, lx_comm *c, cudaStream_t s) {
@@ -295,6 +305,7 @@ static inline void lx_comm_all_reduce(const void *send, void *recv, size_t count
                              op == LX_COMM_SUM ? ncclSum : ncclMax, c->nccl, s));
     return;
   }
+  lx_comm_host_waiting("all-reduce", count, c);
   void *host = lx_comm_to_host(send, count * lx_comm_type_bytes(type), s);
   float *wide = lx_comm_widen(host, count, type);
   free(host);
@@ -310,6 +321,7 @@ static inline void lx_comm_reduce_scatter(const void *send, void *recv, size_t c
     NCCL_CHECK(ncclReduceScatter(send, recv, count, lx_comm_nccl_type(type), ncclSum, c->nccl, s));
     return;
   }
+  lx_comm_host_waiting("reduce-scatter", count, c);
   size_t whole = count * (size_t)c->size;
   void *host = lx_comm_to_host(send, whole * lx_comm_type_bytes(type), s);
   float *wide = lx_comm_widen(host, whole, type);
@@ -326,6 +338,7 @@ static inline void lx_comm_all_gather(const void *send, void *recv, size_t count
     NCCL_CHECK(ncclAllGather(send, recv, count, lx_comm_nccl_type(type), c->nccl, s));
     return;
   }
+  lx_comm_host_waiting("all-gather", count, c);
   size_t bytes = count * lx_comm_type_bytes(type);
   void *mine = lx_comm_to_host(send, bytes, s);
   void *all = LX_MALLOC(bytes * (size_t)c->size + 1);
@@ -346,10 +359,12 @@ static inline void lx_comm_point_to_point(int receive, void *buf, size_t count, 
     return;
   }
   size_t bytes = count * lx_comm_type_bytes(type);
-  if (receive)
+  if (receive) {
     lx_comm_host_receive(buf, bytes, peer, c, s);
-  else
+  } else {
+    lx_comm_host_waiting("send", count, c);
     lx_comm_host_send(buf, bytes, peer, c, s);
+  }
 }
 
 static inline void lx_comm_send(const void *buf, size_t count, lx_comm_type type, int peer, lx_comm *c,
