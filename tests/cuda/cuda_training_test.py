@@ -222,7 +222,8 @@ def run_layout(target, name, model, args, work, data):
                             work, "%s %s: generates and builds" % (target, name))
     if program is None or (target == "cuda" and not gpu_kit.RUNS_GPU):
         return None
-    comm = ("--comm", "host") if target == "cuda" else ()
+    # a stuck rank ends the job within a minute and names what it waits on (lx_cuda_comm.h)
+    comm = ("--comm", "host", "--watchdog", "60") if target == "cuda" else ()
     records = train(program, target, data["train"], data["val"], os.path.join(program, "metrics.jsonl"),
                     "--save", os.path.join(program, "state.bin"), *comm)
     if records and name == LAYOUTS[0][0] and (target == "cuda" or gpu_kit.RUNS_CPU):
