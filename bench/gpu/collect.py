@@ -117,6 +117,35 @@ def tap_counts(results, log):
     return {"ok": sum(l.startswith("ok - ") for l in lines), "not_ok": sum(l.startswith("not ok - ") for l in lines)}
 
 
+def ratio(a, b):
+    return round(a / b, 4) if a and b else None
+
+
+def targets(report):
+    """Issue 13's targets, each as its measured figure, the bar and whether it is met (None: not measured)."""
+    long_d128 = [r for r in report["attention"] if r["seq"] >= 2048 and r["head_dim"] == 128]
+    fa2 = min((ratio(r["lynxgen_tflops"], r["fa2_tflops"]) or 0 for r in long_d128), default=None)
+    cudnn = min((ratio(r["lynxgen_tflops"], r["cudnn_tflops"]) or 0 for r in long_d128), default=None)
+    gpt2, big = report["gpt2_124m"], report["gpt13b_pp1"]
+    rows = {
+        "gpt13b_mfu": (big["mfu"], ">= 0.50", None if big["mfu"] is None else big["mfu"] >= 0.5),
+        "gpt13b_step_over_prediction": (ratio(big["step_ms"], big["predicted_ms"]), "within 1 +- 0.10",
+                                        None if not big["predicted_ms"] else
+                                        abs(big["step_ms"] / big["predicted_ms"] - 1) <= 0.1),
+        "attention_vs_fa2_min_seq2k_d128": (fa2, ">= 1.5", None if fa2 is None else fa2 >= 1.5),
+        "attention_vs_cudnn_min_seq2k_d128": (cudnn, ">= 1.0", None if cudnn is None else cudnn >= 1.0),
+        "gpt2_vs_llmc": (ratio(gpt2["lynxgen_tok_s"], gpt2["llmc_tok_s"]), ">= 1.0",
+                         None if not gpt2["llmc_tok_s"] else gpt2["lynxgen_tok_s"] >= gpt2["llmc_tok_s"]),
+        "peak_over_plan": (ratio(big["peak_bytes"], big["planned_bytes"]), "within 1 +- 0.02",
+                           None if not big["planned_bytes"] else
+                           abs(big["peak_bytes"] / big["planned_bytes"] - 1) <= 0.02),
+        "multi_rank_within_bound": ("%d of %d" % (sum(r["ok"] for r in report["multi_rank"]),
+                                                  len(report["multi_rank"])), "all layouts",
+                                    all(r["ok"] for r in report["multi_rank"]) if report["multi_rank"] else None),
+    }
+    return {name: {"measured": m, "target": t, "met": met} for name, (m, t, met) in rows.items()}
+
+
 def main():
     archives, out = sys.argv[1:], os.path.join(ROOT, "bench", "results", "gpu.json")
     with tempfile.TemporaryDirectory() as work:
@@ -153,6 +182,7 @@ def main():
                        "cuda_resume_test.log")},
             "steps": steps,
         }
+        report["targets"] = targets(report)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(report, f, indent=2)
