@@ -22,7 +22,7 @@ tar -C build -xJf build/gpu-carry/kit.tar.xz
 lib_dir() { find /usr/local/cuda* /opt /usr/lib -name "$1" 2>/dev/null | head -1 | xargs -r dirname; }
 ompi=$kit/ompi/usr
 libs=$kit/lib:$ompi/lib/x86_64-linux-gnu:$ompi/lib/x86_64-linux-gnu/openmpi/lib
-for lib in libnccl.so.2 libcublasLt.so.13 libcublas.so.13 libcudnn.so.9; do libs=$libs:$(lib_dir $lib); done
+for lib in libnccl.so.2 libcublasLt.so.13 libcublas.so.13 libcudnn.so.9 libnvrtc.so.13; do libs=$libs:$(lib_dir $lib); done
 with_kit() {
   env LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PATH="$kit/bin:$ompi/bin:$PATH" OPAL_PREFIX="$ompi" \
     PMIX_MCA_mca_base_component_path="$ompi/lib/x86_64-linux-gnu/pmix2/lib/pmix" \

@@ -55,7 +55,7 @@ attention_bench() { # NAME FLAGS...: bench/gpu/attention_lynx.cu, lynx's kernels
     -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi
 }
 attention_bench attention_lynx
-attention_bench attention_cudnn -DLX_CUDNN_ATTENTION .build/tests/cuda/lx_cuda_cudnn_attention.o -lcudnn
+attention_bench attention_cudnn -DLX_CUDNN_ATTENTION .build/tests/cuda/lx_cuda_cudnn_attention.o -lcudnn -lnvrtc
 # llm.c's train_gpt2cu, with its own attention kernels and with cuDNN's (its fastest build). CUDA 13: no
 # NVML here, and the old cudaMemAdvise (bench/gpu/llmc_cuda13.h); its Makefile looks for the cuDNN
 # frontend in ./cudnn-frontend/include.

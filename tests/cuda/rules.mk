@@ -51,7 +51,7 @@ $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o: templates/cuda/lx_cuda_cudnn_atte
 $(BUILD)/tests/cuda/kernel_twins_cudnn: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_HEADERS) \
     tests/cuda/cpu_twins.h $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o
 	$(NVCC) $(CUDA_TEST_NVFLAGS) -DLX_CUDNN_ATTENTION -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o \
-	  $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o $(CUDA_TEST_LIBS) -lcudnn
+	  $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o $(CUDA_TEST_LIBS) -lcudnn -lnvrtc
 
 test-gpu: $(BUILD)/tests/cuda/kernel_twins $(BUILD)/tests/cuda/kernel_twins_cudnn bin/lynxgen
 	$(BUILD)/tests/cuda/kernel_twins
