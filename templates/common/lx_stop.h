@@ -17,6 +17,7 @@
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
+#include "lx_data.h" /* lx_strdup */
 #include "lx_mpi_errors.h"
 
 #include <signal.h>
