@@ -93,6 +93,9 @@ xargs -P "$JOBS" -L 1 bash -c 'generate "$@"' _ < "$work/cases"
 
 # ---- hashes: what the kernels and each stage are built from -----------------
 rules() { grep -v '^PROGRAMS =' "$1/Makefile"; } # the stage list is the only per-program line
+# what builds lx_kernels.o: the compiler settings and its rule (a flash model's Makefile differs
+# elsewhere, in its ATTENTION choice, and builds the same lx_kernels.o under ATTENTION=lynx)
+kernel_rules() { sed -n '/^\(CUDA_HOME\|NVCC\|ARCH\|MPI_INCLUDE\|OPT\|NVFLAGS\) /p; /^lx_kernels\.o:/,+1p' "$1/Makefile"; }
 : > "$work/stages"
 while read -r case model schedule policy gb overrides; do
   if grep -qx "$case" "$work/gen-failed" 2> /dev/null; then
@@ -101,7 +104,7 @@ while read -r case model schedule policy gb overrides; do
     continue
   fi
   dir=$work/$case
-  kernels=$( (cat "$dir"/lx_kernels.cu "$dir"/lx_cuda_*.cuh "$dir"/lx_cuda_api.h; rules "$dir") | sha256sum | cut -c1-16)
+  kernels=$( (cat "$dir"/lx_kernels.cu "$dir"/lx_cuda_*.cuh "$dir"/lx_cuda_api.h; kernel_rules "$dir") | sha256sum | cut -c1-16)
   for src in "$dir"/stage*.cu; do
     stage=$(basename "$src" .cu)
     key=$( (echo "$kernels"; cat "$src" "$dir"/lx_*.h; rules "$dir") | sha256sum | cut -c1-16)
