@@ -43,7 +43,6 @@ bin/lynxgen "$kit/bench/gpt13b-flash.model" --target cuda --tp 1 --dp 1 --pp 1 -
   -o "$kit/bench/gpt13b" >/dev/null
 make -C "$kit/bench/gpt2-124m" >/dev/null
 make -C "$kit/bench/gpt13b" >/dev/null
-rm -f "$kit"/bench/*/*.o
 python3 bench/make_shard.py "$kit/data/gpt2_train_000000.bin" 1200000 50257 1
 python3 bench/make_shard.py "$kit/data/gpt2_val_000000.bin" 100000 50257 2
 
@@ -90,12 +89,14 @@ find "$kit" -path "$kit/ompi" -prune -o -type f -perm -u+x -print | while read -
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | libstdc++* | libgcc_s* | libz.so* | \
-      libudev* | libcuda.so* | libcudart* | libcublas* | libnccl* | libcudnn* | libmpi* | libopen-* | libhwloc* | \
+      libudev* | libcuda.so* | libcudart* | libcublas* | libnccl* | libcudnn* | libnvrtc* | libmpi* | libopen-* | \
+      libhwloc* | \
       libevent*) ;; # the C/C++ runtime, CUDA's, and the Open MPI of $kit/ompi
     *) cp -L "$lib" "$kit/lib/" ;;
   esac
 done
 ls "$kit/lib"
 
+find "$kit" -name '*.o' -type f -delete # linked already
 tar -C build -cf - gpu-kit | xz -T2 -6 > "$carry/kit.tar.xz"
 du -sh "$kit" "$carry/kit.tar.xz"
