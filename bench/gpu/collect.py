@@ -80,6 +80,8 @@ def gpt13b(results):
     log = read(os.path.join(results, "gpt13b.log"))
     arena = re.search(r"arena ([0-9.]+) GiB predicted", log)
     reported = re.search(r"device memory after step 1: ([0-9.]+) GiB more in use", log)  # lx_cuda_main.h
+    # device memory in use at the peak, less what was in use before the run (nvidia-smi, MiB; with the context)
+    smi_peak = (max(memory) - memory[0]) * 2**20 if memory else None
     profile = os.path.join(results, "gpt13b.profile")
     return {
         "step_ms": step_ms,
@@ -87,10 +89,8 @@ def gpt13b(results):
         "cost_model_ms": plan_ms(),
         "mfu": model_flops / (step_ms / 1e3) / PEAK_BF16 if step_ms else None,
         # the program's own count (its allocations are static: after step 1 is its peak), else nvidia-smi's
-        "peak_bytes": round(float(reported.group(1)) * 2**30) if reported else
-        (max(memory) - memory[0]) * 2**20 if memory else None,
-        # device memory in use at the peak, less what was in use before the run (nvidia-smi, MiB; with the context)
-        "nvidia_smi_peak_bytes": (max(memory) - memory[0]) * 2**20 if memory else None,
+        "peak_bytes": round(float(reported.group(1)) * 2**30) if reported else smi_peak,
+        "nvidia_smi_peak_bytes": smi_peak,
         "planned_bytes": round(float(arena.group(1)) * 2**30) if arena else None,
     }
 

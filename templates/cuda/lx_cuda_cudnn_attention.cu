@@ -39,11 +39,13 @@ namespace {
 
 enum Uid : int64_t { Q = 1, K, V, O, STATS, DO, DQ, DK, DV, SEED, OFFSET };
 
+/* A graph's key: the sizes and the dropout probability, which its graphs hold. */
 struct Shape {
   int B, T, H, KVH, D;
-  bool dropout;
+  float p;
+  bool dropout() const { return p > 0; }
   bool operator<(const Shape &o) const {
-    return std::tie(B, T, H, KVH, D, dropout) < std::tie(o.B, o.T, o.H, o.KVH, o.D, o.dropout);
+    return std::tie(B, T, H, KVH, D, p) < std::tie(o.B, o.T, o.H, o.KVH, o.D, o.p);
   }
 };
 
@@ -108,7 +110,7 @@ std::shared_ptr<fe::graph::Graph> new_graph() {
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> forward_graph(const Shape &s, float p) {
+std::shared_ptr<fe::graph::Graph> forward_graph(const Shape &s) {
   auto g = new_graph();
   auto q = packed(*g, "q", Q, s, s.H), k = packed(*g, "k", K, s, s.KVH), v = packed(*g, "v", V, s, s.KVH);
   auto options = fe::graph::SDPA_attributes()
@@ -116,14 +118,14 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Shape &s, float p) {
                      .set_generate_stats(true)
                      .set_causal_mask(true)
                      .set_attn_scale((float)(1.0 / sqrt((double)s.D)));
-  if (s.dropout) options.set_dropout(p, scalar(*g, "seed", SEED), scalar(*g, "offset", OFFSET));
+  if (s.dropout()) options.set_dropout(s.p, scalar(*g, "seed", SEED), scalar(*g, "offset", OFFSET));
   auto [o, stats] = g->sdpa(q, k, v, options);
   o->set_output(true).set_uid(O).set_dim({s.B, s.H, s.T, s.D}).set_stride(out_stride(s));
   as_statistics(*stats, s).set_output(true);
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const Shape &s, float p) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const Shape &s) {
   auto g = new_graph();
   auto q = packed(*g, "q", Q, s, s.H), k = packed(*g, "k", K, s, s.KVH), v = packed(*g, "v", V, s, s.KVH);
   auto view = fe::graph::Tensor_attributes().set_dim({s.B, s.H, s.T, s.D}).set_stride(out_stride(s));
@@ -136,7 +138,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Shape &s, float p) {
                      .set_causal_mask(true)
                      .set_deterministic_algorithm(true) /* a step's gradients are the same bits every run */
                      .set_attn_scale((float)(1.0 / sqrt((double)s.D)));
-  if (s.dropout) options.set_dropout(p, scalar(*g, "seed", SEED), scalar(*g, "offset", OFFSET));
+  if (s.dropout()) options.set_dropout(s.p, scalar(*g, "seed", SEED), scalar(*g, "offset", OFFSET));
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
   dq->set_output(true).set_uid(DQ).set_dim({s.B, s.H, s.T, s.D}).set_stride(qkv_stride(s));
   dk->set_output(true).set_uid(DK).set_dim({s.B, s.KVH, s.T, s.D}).set_stride(qkv_stride(s));
@@ -155,11 +157,11 @@ std::string build(fe::graph::Graph &g) {
 }
 
 /* The shape's graphs, built on first use; both empty when cuDNN cannot run it. */
-const Graphs &graphs_of(const Shape &s, double p) {
+const Graphs &graphs_of(const Shape &s) {
   auto found = graphs.find(s);
   if (found != graphs.end()) return found->second;
   if (!handle) CUDNN_CHECK(cudnnCreate(&handle));
-  Graphs made = {forward_graph(s, (float)p), backward_graph(s, (float)p)};
+  Graphs made = {forward_graph(s), backward_graph(s)};
   std::string why = build(*made.forward);
   if (why.empty()) why = build(*made.backward);
   if (!why.empty()) {
@@ -196,7 +198,7 @@ Shape shape_of(int B, int T, int H, int KVH, int D, double p) {
   if (!(B > 0 && T > 0 && H > 0 && KVH > 0 && H % KVH == 0 && D > 0 && p >= 0 && p < 1))
     lx_cuda_fail_at(__FILE__, __LINE__, "lx_flash_attention", "shape",
                     "B, T, H, KVH, D > 0, KVH divides H, 0 <= p < 1");
-  return Shape{B, T, H, KVH, D, p > 0};
+  return Shape{B, T, H, KVH, D, (float)p};
 }
 
 /* cuDNN's dropout stream of this call: a splitmix64 mix of (seed, stream_id),
@@ -214,7 +216,7 @@ void lx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, con
                                 int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id,
                                 int head_base, int heads_total) {
   Shape s = shape_of(B, T, H, KVH, D, p);
-  const Graphs &g = graphs_of(s, p);
+  const Graphs &g = graphs_of(s);
   if (!g.forward) {
     lx_lynx_flash_attention_forward(ctx, out, lse, qkv, B, T, H, KVH, D, p, seed, stream_id, head_base,
                                     heads_total);
@@ -224,7 +226,7 @@ void lx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, con
   lx_bf16 *q = (lx_bf16 *)qkv;
   std::unordered_map<int64_t, void *> pack = {
       {Q, q}, {K, q + (size_t)H * D}, {V, q + (size_t)(H + KVH) * D}, {O, out}, {STATS, lse}};
-  if (s.dropout) pack[SEED] = &dseed, pack[OFFSET] = &offset;
+  if (s.dropout()) pack[SEED] = &dseed, pack[OFFSET] = &offset;
   execute(*g.forward, pack, ctx->stream);
 }
 
@@ -233,7 +235,7 @@ void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16
                                  double p, uint64_t seed, uint64_t stream_id, int head_base,
                                  int heads_total) {
   Shape s = shape_of(B, T, H, KVH, D, p);
-  const Graphs &g = graphs_of(s, p);
+  const Graphs &g = graphs_of(s);
   if (!g.backward) {
     lx_lynx_flash_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream_id,
                                      head_base, heads_total);
@@ -245,6 +247,6 @@ void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16
       {Q, q},           {K, q + (size_t)H * D},   {V, q + (size_t)(H + KVH) * D},
       {O, (void *)out}, {DO, (void *)dout},       {STATS, (void *)lse},
       {DQ, dq},         {DK, dq + (size_t)H * D}, {DV, dq + (size_t)(H + KVH) * D}};
-  if (s.dropout) pack[SEED] = &dseed, pack[OFFSET] = &offset;
+  if (s.dropout()) pack[SEED] = &dseed, pack[OFFSET] = &offset;
   execute(*g.backward, pack, ctx->stream);
 }
