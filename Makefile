@@ -30,7 +30,7 @@ GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/o
 GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
 .DELETE_ON_ERROR:
-.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-cuda bench-step bench-gpu
+.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-schedules bench-cuda bench-step bench-gpu
 all: bin/lynxgen
 
 bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
@@ -75,12 +75,20 @@ out: bin/lynxgen
 	rm out/gpt13b-cuda/trace.json # 7 MB of timeline; manifest.txt still holds its SHA-256
 
 # The recompute policies on the GPT configurations (bench/lynx_policies.c).
-$(BUILD)/bench/lynx_policies: bench/lynx_policies.c $(GEN_OBJS)
+$(BUILD)/bench/lynx_policies: bench/lynx_policies.c bench/gpt_configs.h $(GEN_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(GEN_OBJS) $(LDLIBS)
 
 bench-lynx: $(BUILD)/bench/lynx_policies
 	$(BUILD)/bench/lynx_policies
+
+# The pipeline schedules under the recompute policies on the GPT configurations (bench/schedules.c).
+$(BUILD)/bench/schedules: bench/schedules.c bench/gpt_configs.h $(GEN_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(GEN_OBJS) $(LDLIBS)
+
+bench-schedules: $(BUILD)/bench/schedules
+	$(BUILD)/bench/schedules
 
 # Registers, shared memory and spills of the CUDA kernels (fails on a spill).
 bench-cuda:

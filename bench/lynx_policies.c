@@ -29,49 +29,7 @@
 #include "planning/passes.h"
 #include "planning/simulate.h"
 
-typedef struct {
-  const char *file;
-  int tp, pp, dp, micro_batch;
-} config;
-
-static const config configs[] = {
-    {"examples/gpt13b.model", 1, 4, 2, 4}, {"examples/gpt-2.7b.model", 2, 4, 1, 2},
-    {"examples/gpt-7b.model", 2, 4, 2, 2}, {"examples/gpt-13b.model", 4, 4, 1, 1},
-    {"examples/gpt-20b.model", 4, 8, 1, 1}, {"examples/gpt-23b.model", 4, 8, 1, 1},
-};
-
-typedef struct {
-  const char *name;
-  lx_gpu gpu;
-  lx_link intra, inter;
-} cluster_kind;
-
-static const cluster_kind clusters[] = {
-    {"A100-80GB", LX_GPU_A100_80GB, LX_LINK_NVLINK3, LX_LINK_IB_HDR},
-    {"H100", LX_GPU_H100_80GB, LX_LINK_NVLINK4, LX_LINK_IB_NDR},
-};
-
-typedef enum { VARIANT_PLAN, VARIANT_BIG_MICRO, VARIANT_SEQ4096, VARIANT_COUNT } variant;
-static const char *variant_names[] = {"plan", "micro x4", "seq 4096"};
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static bool load(const config *c, const cluster_kind *k, variant v, lx_ir *ir) {
-  lx_ir_init(ir);
-  if (lx_parse_model(c->file, NULL, 0, ir)) return false;
-  ir->cluster.gpu = k->gpu;
-  ir->cluster.intra_node_link = k->intra;
-  ir->cluster.inter_node_link = k->inter;
-  ir->plan.tp = c->tp, ir->plan.pp = c->pp, ir->plan.dp = c->dp;
-  ir->plan.micro_batch = c->micro_batch * (v == VARIANT_BIG_MICRO ? 4 : 1);
-  if (v == VARIANT_SEQ4096) ir->model.seq_len = 4096;
-  ir->cluster.nodes = (c->tp * c->pp * c->dp + ir->cluster.gpus_per_node - 1) / ir->cluster.gpus_per_node;
-  return lx_analyze(ir) == 0;
-}
+#include "gpt_configs.h"
 
 typedef struct {
   double time, search_s, plan_s, exposed_s;
@@ -105,33 +63,21 @@ static outcome run_policy(const lx_ir *ir, const lx_cost_model *cm, lx_recompute
   return o;
 }
 
-static const char *short_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
-}
-
 /* Totals against the targets, over every configuration. */
 typedef struct {
-  int configs, heu_slower_than_baseline, heu_over_opt_3pct;
+  int heu_slower_than_baseline, heu_over_opt_3pct;
   double worst_heu_vs_baseline, worst_heu_vs_opt, max_heu_search, max_opt_search, max_heu_overhead_windowed;
   double max_heu_plan, max_none_plan;
   double sum_full_overhead;
   int full_counted;
 } summary;
 
-static void print_config(const config *c, const cluster_kind *k, variant v, summary *sum) {
-  lx_ir ir;
-  if (!load(c, k, v, &ir)) {
-    printf("%s: does not load\n", c->file);
-    return;
-  }
-  lx_cost_model cm;
-  lx_cost_model_init(&cm, &ir, NULL);
+static void print_config(lx_ir *ir, const lx_cost_model *cm, void *ctx) {
+  summary *sum = ctx;
   outcome out[LX_RECOMPUTE_POLICY_COUNT];
-  for (int pol = 0; pol < LX_RECOMPUTE_POLICY_COUNT; pol++) out[pol] = run_policy(&ir, &cm, (lx_recompute_policy)pol);
+  for (int pol = 0; pol < LX_RECOMPUTE_POLICY_COUNT; pol++)
+    out[pol] = run_policy(ir, cm, (lx_recompute_policy)pol);
   double ideal = out[LX_RECOMPUTE_NONE].time, full = out[LX_RECOMPUTE_FULL].time;
-  printf("\n%s on %s, tp %d x pp %d x dp %d, micro-batch %d, seq %d (%s), %d micro-batches\n", short_name(c->file),
-         k->name, c->tp, c->pp, c->dp, ir.plan.micro_batch, ir.model.seq_len, variant_names[v], lx_micro_batches(&ir));
   printf("  %-10s %11s %9s %5s %8s %9s %11s %10s\n", "policy", "iteration", "peak GiB", "fits", "vs full",
          "overhead", "search ms", "plan ms");
   double best_baseline = 0;
@@ -144,7 +90,6 @@ static void print_config(const config *c, const cluster_kind *k, variant v, summ
       best_baseline = o->time;
   }
   const outcome *heu = &out[LX_RECOMPUTE_LYNX_HEU], *opt = &out[LX_RECOMPUTE_LYNX_OPT];
-  sum->configs++;
   if (best_baseline > 0) {
     double r = heu->time / best_baseline - 1;
     if (r > 1e-6) sum->heu_slower_than_baseline++;
@@ -165,20 +110,11 @@ static void print_config(const config *c, const cluster_kind *k, variant v, summ
     sum->sum_full_overhead += full / ideal - 1;
     sum->full_counted++;
   }
-  lx_cost_model_free(&cm);
-  lx_ir_free(&ir);
 }
 
 int main(int argc, char **argv) {
-  const char *only = argc > 1 ? argv[1] : NULL;
   summary sum = {0};
-  double start = now_s();
-  for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
-    if (only && !strstr(configs[i].file, only)) continue;
-    for (size_t k = 0; k < sizeof clusters / sizeof clusters[0]; k++)
-      for (int v = 0; v < VARIANT_COUNT; v++) print_config(&configs[i], &clusters[k], (variant)v, &sum);
-  }
-  printf("\nsummary over %d configurations (%.0f s):\n", sum.configs, now_s() - start);
+  run_configs(argc, argv, print_config, &sum);
   printf("  lynx-heu slower than the best baseline that fits: %d (worst %+.2f%%)\n", sum.heu_slower_than_baseline,
          100 * sum.worst_heu_vs_baseline);
   printf("  lynx-heu more than 3%% slower than lynx-opt: %d (worst %+.2f%%)\n", sum.heu_over_opt_3pct,

@@ -95,7 +95,12 @@ static const char usage_text[] =
     "      --dp N             data-parallel replicas\n"
     "      --micro-batch N    sequences per micro-batch\n"
     "      --global-batch N   sequences per optimizer step\n"
-    "      --schedule S       gpipe | 1f1b | 2bw | interleaved\n"
+    "      --schedule S       auto | gpipe | 1f1b | zb-h1; auto (the default where the model\n"
+    "                         file leaves it open): the plan search picks 1f1b or zb-h1.\n"
+    "                         zb-h1: zero bubble (Qi et al. 2024), 1F1B whose later\n"
+    "                         stages compute their linears' weight gradients in the drain's\n"
+    "                         waits: a third of 1F1B's bubble, the same training (bitwise).\n"
+    "                         2bw and interleaved are not implemented yet\n"
     "      --sequence-parallel  Megatron sequence parallelism\n"
     "      --zero             ZeRO-1: shard AdamW state over the dp replicas\n"
     "                         (reduce-scatter gradients, update the shard, all-gather)\n"
@@ -154,10 +159,12 @@ static int parse_count(const char *option, const char *arg) {
   return (int)v;
 }
 
+/* "auto" leaves the schedule open, whatever the model file says: the plan search picks it. */
 static int parse_schedule(const char *arg) {
-  for (int s = LX_SCHEDULE_GPIPE; s <= LX_SCHEDULE_INTERLEAVED; s++)
+  if (!strcmp(arg, "auto")) return LX_SCHEDULE_OPEN;
+  for (int s = LX_SCHEDULE_GPIPE; s < LX_SCHEDULE_COUNT; s++)
     if (!strcmp(arg, lx_schedule_name((lx_schedule)s))) return s;
-  usage_error("unknown schedule '%s' (gpipe, 1f1b, 2bw or interleaved)", arg);
+  usage_error("unknown schedule '%s' (auto, gpipe, 1f1b, zb-h1, 2bw or interleaved)", arg);
 }
 
 /* A number in (0, 10^6] of `unit`s. */
@@ -490,8 +497,8 @@ static bool plan_is_open(const lx_open_plan *p) { return p->tp || p->pp || p->dp
 /* When the model leaves parallel-plan fields open, the plan search picks them;
  * the IR is then analysed again for the chosen plan. */
 static bool choose_open_plan(const options *opts, lx_ir *ir) {
-  if (!plan_is_open(&ir->open_plan)) return true;
-  if (!ir->plan.global_batch) {
+  if (!plan_is_open(&ir->open_plan) && !ir->open_plan.schedule) return true;
+  if (plan_is_open(&ir->open_plan) && !ir->plan.global_batch) {
     lx_error(ir->locs.plan,
              "the plan search needs global_batch (sequences per step) to choose tp, pp, dp and "
              "micro_batch");
@@ -505,8 +512,8 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
   if (stats.out_of_time) {
     char plan[128] = "none that fits";
     if (found)
-      snprintf(plan, sizeof plan, "tp %d, pp %d, dp %d, micro-batch %d (%.1f ms)", best.tp, best.pp, best.dp,
-               best.micro_batch, 1e3 * best.time_s);
+      snprintf(plan, sizeof plan, "tp %d, pp %d, dp %d, micro-batch %d, %s (%.1f ms)", best.tp, best.pp,
+               best.dp, best.micro_batch, lx_schedule_name(best.schedule), 1e3 * best.time_s);
     lx_error(ir->locs.plan,
              "the plan search's time budget (--search-time %g s) ran out after %d of %d candidates; the best "
              "found so far: %s; set the open fields, or give it more time",
@@ -519,7 +526,7 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
     return false;
   }
   ir->plan.tp = best.tp, ir->plan.pp = best.pp, ir->plan.dp = best.dp,
-  ir->plan.micro_batch = best.micro_batch;
+  ir->plan.micro_batch = best.micro_batch, ir->plan.schedule = best.schedule;
   return lx_analyze(ir) == 0;
 }
 

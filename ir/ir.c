@@ -84,7 +84,7 @@ const char *lx_link_name(lx_link link) {
 }
 
 const char *lx_schedule_name(lx_schedule schedule) {
-  static const char *names[] = {"open", "gpipe", "1f1b", "2bw", "interleaved"};
+  static const char *names[] = {"open", "gpipe", "1f1b", "2bw", "interleaved", "zb-h1"};
   return NAME_OF(names, schedule);
 }
 

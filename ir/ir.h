@@ -56,7 +56,9 @@ typedef enum {
   LX_SCHEDULE_GPIPE,
   LX_SCHEDULE_1F1B,
   LX_SCHEDULE_2BW,
-  LX_SCHEDULE_INTERLEAVED
+  LX_SCHEDULE_INTERLEAVED,
+  LX_SCHEDULE_ZB_H1, /* zero bubble (Qi et al. 2024): 1F1B with weight gradients deferred into the drain */
+  LX_SCHEDULE_COUNT
 } lx_schedule;
 typedef enum { LX_DTYPE_NONE, LX_DTYPE_BF16, LX_DTYPE_FP16, LX_DTYPE_FP32, LX_DTYPE_INT32 } lx_dtype;
 typedef enum { LX_LR_NONE, LX_LR_CONSTANT, LX_LR_COSINE, LX_LR_LINEAR } lx_lr_schedule;
@@ -82,6 +84,7 @@ enum { LX_OPEN = 0 };
 
 typedef struct {
   bool tp, pp, dp, micro_batch;
+  bool schedule; /* the plan search weighs 1F1B and ZB-H1 */
 } lx_open_plan;
 
 typedef struct {

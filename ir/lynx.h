@@ -23,7 +23,7 @@ enum lx_link {
 };
 
 /* 0 (left out) means: open, the planner chooses. */
-enum lx_schedule { SCHEDULE_GPIPE = 1, SCHEDULE_1F1B, SCHEDULE_2BW, SCHEDULE_INTERLEAVED };
+enum lx_schedule { SCHEDULE_GPIPE = 1, SCHEDULE_1F1B, SCHEDULE_2BW, SCHEDULE_INTERLEAVED, SCHEDULE_ZB_H1 };
 
 enum lx_dtype { DTYPE_BF16 = 1, DTYPE_FP16, DTYPE_FP32 };
 

@@ -79,6 +79,18 @@ const lx_operand *lx_op_operands(const lx_op *op, bool backward) {
   return backward ? s->backward : s->forward;
 }
 
+/* W needs the products' other factors (inputs, saved tensors) and the output
+ * gradient; B everything but the parameter gradients. */
+bool lx_operand_in_part(lx_operand_kind kind, lx_kernel_part part) {
+  bool parameter_grad = kind == LX_OPND_DWEIGHT || kind == LX_OPND_DBIAS;
+  switch (part) {
+  case LX_PART_INPUT: return !parameter_grad;
+  case LX_PART_WEIGHT:
+    return parameter_grad || (kind != LX_OPND_DIN && kind != LX_OPND_WEIGHT && kind != LX_OPND_BIAS);
+  default: return true;
+  }
+}
+
 lx_access_mode lx_operand_mode(lx_operand_kind kind, bool backward) {
   switch (kind) {
   case LX_OPND_OUT:

@@ -64,6 +64,12 @@ const lx_op_signature *lx_op_signature_of(const lx_op *op);
 /* The operands of op's forward or backward kernel, ending with LX_OPND_END. */
 const lx_operand *lx_op_operands(const lx_op *op, bool backward);
 
+/* What part of a backward kernel an instruction runs: all of it, or under
+ * zero bubble the input gradient (B) and the parameter gradients (W) apart.
+ * The same kernel runs either, with the other part's operands NULL. */
+typedef enum { LX_PART_WHOLE, LX_PART_INPUT, LX_PART_WEIGHT } lx_kernel_part;
+bool lx_operand_in_part(lx_operand_kind kind, lx_kernel_part part);
+
 /* How a kernel uses an operand: a forward writes its output and saved
  * buffers and reads the rest; a backward adds into the gradients of its
  * inputs and parameters and reads the rest. */

@@ -16,9 +16,9 @@ const char *lx_stream_name(lx_stream s) {
 }
 
 const char *lx_instr_kind_name(lx_instr_kind k) {
-  static const char *names[] = {"FWD",       "BWD",       "RECOMPUTE",    "SEND_ACT",     "RECV_ACT",
-                                "SEND_GRAD", "RECV_GRAD", "ALLREDUCE_TP", "ALLREDUCE_DP", "OPTIMIZER_STEP",
-                                "LOAD",      "RECORD",    "WAIT"};
+  static const char *names[] = {
+      "FWD",       "BWD",          "BWD_WEIGHT",   "RECOMPUTE",      "SEND_ACT", "RECV_ACT", "SEND_GRAD",
+      "RECV_GRAD", "ALLREDUCE_TP", "ALLREDUCE_DP", "OPTIMIZER_STEP", "LOAD",     "RECORD",   "WAIT"};
   _Static_assert(sizeof names / sizeof names[0] == LX_I_KIND_COUNT, "one name per instruction");
   return NAME_OF(names, k);
 }
@@ -66,6 +66,7 @@ void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t si
   switch (in->kind) {
   case LX_I_FWD:
   case LX_I_BWD:
+  case LX_I_BWD_WEIGHT:
   case LX_I_RECOMPUTE:
   case LX_I_ALLREDUCE_TP: {
     const lx_graph *g = lx_graph_of(ir, in->graph);

@@ -9,6 +9,7 @@
 #define LX_SCHEDULE_H
 
 #include "ir.h"
+#include "op_signature.h"
 
 typedef enum { LX_GRAPH_PROLOGUE, LX_GRAPH_BLOCK, LX_GRAPH_EPILOGUE, LX_GRAPH_COUNT } lx_graph_id;
 
@@ -25,10 +26,11 @@ typedef enum {
 } lx_stream;
 
 typedef enum {
-  LX_I_FWD,       /* forward of op `op` of graph `graph` (layer `layer`), micro-batch `mb` */
-  LX_I_BWD,       /* its backward: input gradients and parameter gradients */
-  LX_I_RECOMPUTE, /* its forward again, to regenerate what was not kept */
-  LX_I_SEND_ACT,  /* the stage's output activation of `mb` to stage `peer` */
+  LX_I_FWD,        /* forward of op `op` of graph `graph` (layer `layer`), micro-batch `mb` */
+  LX_I_BWD,        /* its backward: input gradients, and parameter gradients unless the stage defers them */
+  LX_I_BWD_WEIGHT, /* the parameter gradients of a BWD that left them out (zero bubble's W pass) */
+  LX_I_RECOMPUTE,  /* its forward again, to regenerate what was not kept */
+  LX_I_SEND_ACT,   /* the stage's output activation of `mb` to stage `peer` */
   LX_I_RECV_ACT,
   LX_I_SEND_GRAD, /* the gradient of the stage's input of `mb` to stage `peer` */
   LX_I_RECV_GRAD,
@@ -133,6 +135,8 @@ typedef struct {
                      its in-window recompute runs in, or -1 (on demand); NULL: all on demand */
   lx_policy_stats stats;
   int stashed_micro_batches; /* activations of this many micro-batches alive at once */
+  int weight_lag; /* zero bubble: micro-batch m's W passes run after the B of m + weight_lag (so the
+                     drain has W to fill its waits); 0: each BWD computes its parameter gradients */
   lx_instr_list streams[LX_STREAM_COUNT];
   int n_events;
 } lx_stage;

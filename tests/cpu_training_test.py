@@ -29,16 +29,11 @@ import json
 import math
 import os
 import struct
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 
 from tap import check, exit_status
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
-FORTUNES = "/usr/share/games/fortunes/fortunes"
+from training_metrics import LYNXGEN, ROOT, fortunes_shards, generate, losses, run, train
 
 # pp = 1 accumulates the tied embedding's gradient from the LM head and the
 # embedding micro-batch by micro-batch into one buffer; pp > 1 sums each on its
@@ -80,50 +75,6 @@ tensor epilogue(tensor x, tensor targets) {{
   return cross_entropy(lm_head(layernorm(x), V), targets);
 }}
 """
-
-
-def run(cmd, cwd, env=None, timeout=None):
-    """timeout: seconds, after which every process of the program (run.sh starts
-    mpirun in a session of its own) is killed and None returned: a hang fails
-    the check instead of the whole suite."""
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
-    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=full_env) as p:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            subprocess.run(["pkill", "-KILL", "-f", os.path.dirname(cmd[0]) + "/"])
-            p.kill()
-            p.communicate()
-            return None
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
-
-
-def generate(work, name, model_file, *args, target="all", quick=False):
-    """quick: -O1, which halves the build time of these many small programs."""
-    out = os.path.join(work, name)
-    r = run([LYNXGEN, model_file, "-o", out, "--target", "cpu", *args], work)
-    if r.returncode != 0:
-        print(r.stdout + r.stderr)
-        return None
-    flags = ["CFLAGS=-O1 -march=native -fno-math-errno"] if quick else []
-    r = run(["make", "-s", "-j2", "-C", out, target, *flags], work)
-    if r.returncode != 0:
-        print(r.stdout + r.stderr)
-        return None
-    return out
-
-
-def train(program, work, *args, variant="", timeout=None):
-    metrics = os.path.join(program, "metrics.jsonl")
-    r = run([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--metrics", metrics,
-             *args], work, {"LX_VARIANT": variant}, timeout)
-    return r, metrics
-
-
-def losses(metrics):
-    with open(metrics) as f:
-        return [json.loads(line)["loss"] for line in f]
 
 
 def unigram_entropy(shard):
@@ -270,12 +221,9 @@ def embedding_ties(work, gpt_model):
 
 
 def main():
-    if not os.path.exists(FORTUNES):
-        check(False, "fortunes corpus installed (scripts/deps.sh installs fortunes-min)")
+    work = fortunes_shards("lynx-train-")
+    if work is None:
         return
-    work = tempfile.mkdtemp(prefix="lynx-train-")
-    r = run([LYNXGEN, "tokenize", FORTUNES, "-o", os.path.join(work, "data")], work)
-    check(r.returncode == 0, "lynxgen tokenize makes byte-level shards of fortunes")
     model = os.path.join(work, "train.model")
     with open(model, "w") as f:
         f.write(MODEL.format(dropout="0.1", lr="3e-3", vocab=256))

@@ -104,7 +104,7 @@ peaks = {}
 for flags in ((), ("--zero",)):
     r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", "--policy", "full", *flags], capture_output=True,
                        text=True)
-    rows = re.findall(r"^  (\d+) +(\d+) +(\d+) +(\d+) +[\d.]+ ms +([\d.]+) ", r.stdout, re.M)
+    rows = re.findall(r"^  (\d+) +(\d+) +(\d+) +(\d+) +\S+ +[\d.]+ ms +([\d.]+) ", r.stdout, re.M)
     peaks[flags] = {tuple(map(int, row[:4])): float(row[4]) for row in rows}
 sharded = [c for c in peaks[()] if c[2] > 1 and c in peaks[("--zero",)]]
 check(sharded and all(peaks[("--zero",)][c] < peaks[()][c] for c in sharded),
@@ -117,6 +117,25 @@ if sharded:
     check(direct and abs(peak - peaks[("--zero",)][sharded[0]]) < 0.01,
           "... and tp %d pp %d dp %d micro-batch %d peaks at %.2f GiB, as planning it with --zero directly gives"
           % (tp, pp, dp, mb, peaks[("--zero",)][sharded[0]]))
+
+# An open schedule: the search weighs 1F1B and ZB-H1 and keeps the faster, as
+# planning each directly says (a tie goes to 1F1B); one stage has nothing to
+# defer, so 1F1B alone is tried.
+with open(f.name, "w") as g:
+    g.write(OPEN.replace(".global_batch = 16, .schedule = SCHEDULE_1F1B", ".tp = 1, .dp = 1, .global_batch = 16"))
+for pp in (4, 1):
+    mb = 2
+    fixed = ("--policy", "none", "--pp", str(pp), "--micro-batch", str(mb))
+    direct = {s: plan(f.name, *fixed, "--schedule", s) for s in ("1f1b", "zb-h1")}
+    chosen = plan(f.name, *fixed)
+    times = {s: p and p["iteration_s"] for s, p in direct.items()}
+    want = "zb-h1" if pp > 1 and times["zb-h1"] < times["1f1b"] else "1f1b"
+    r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", *fixed], capture_output=True, text=True)
+    tried = sorted(set(re.findall(r"^  \d+ +\d+ +\d+ +\d+ +(\S+) ", r.stdout, re.M)))
+    check(chosen and chosen["plan"]["schedule"] == want and tried == (["1f1b", "zb-h1"] if pp > 1 else ["1f1b"]),
+          "pp=%d, schedule left open: the search tries %s and picks %s (1f1b %.3f ms, zb-h1 %.3f ms)" % (
+              pp, tried, chosen and chosen["plan"]["schedule"], 1e3 * (times["1f1b"] or 0),
+              1e3 * (times["zb-h1"] or 0)))
 os.unlink(f.name)
 
 # Issue 5's acceptance: GPT-3 1.3B on 8 A100-80GB under 1F1B with full

@@ -1,7 +1,16 @@
 """The metrics.jsonl an emitted training program writes (lx_metrics.h), as
-the tests read it."""
+the tests read it, and how the training tests generate, build and run the
+CPU programs that write it."""
 import json
 import os
+import subprocess
+import tempfile
+
+from tap import check
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
+FORTUNES = "/usr/share/games/fortunes/fortunes"
 
 
 def losses_by_step(metrics):
@@ -14,3 +23,59 @@ def losses_by_step(metrics):
                     record = json.loads(line)
                     by_step[record["step"]] = record["loss"]
     return by_step
+
+
+def run(cmd, cwd, env=None, timeout=None):
+    """timeout: seconds, after which every process of the program (run.sh starts
+    mpirun in a session of its own) is killed and None returned: a hang fails
+    the check instead of the whole suite."""
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=full_env) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            subprocess.run(["pkill", "-KILL", "-f", os.path.dirname(cmd[0]) + "/"])
+            p.kill()
+            p.communicate()
+            return None
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def generate(work, name, model_file, *args, target="all", quick=False):
+    """quick: -O1, which halves the build time of these many small programs."""
+    out = os.path.join(work, name)
+    r = run([LYNXGEN, model_file, "-o", out, "--target", "cpu", *args], work)
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        return None
+    flags = ["CFLAGS=-O1 -march=native -fno-math-errno"] if quick else []
+    r = run(["make", "-s", "-j2", "-C", out, target, *flags], work)
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        return None
+    return out
+
+
+def train(program, work, *args, variant="", timeout=None):
+    metrics = os.path.join(program, "metrics.jsonl")
+    r = run([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--metrics", metrics,
+             *args], work, {"LX_VARIANT": variant}, timeout)
+    return r, metrics
+
+
+def losses(metrics):
+    with open(metrics) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def fortunes_shards(prefix):
+    """A fresh work directory whose data/ holds byte-level shards of Debian's
+    fortunes (lynxgen tokenize), or None when the corpus is missing."""
+    if not os.path.exists(FORTUNES):
+        check(False, "fortunes corpus installed (scripts/deps.sh installs fortunes-min)")
+        return None
+    work = tempfile.mkdtemp(prefix=prefix)
+    r = run([LYNXGEN, "tokenize", FORTUNES, "-o", os.path.join(work, "data")], work)
+    check(r.returncode == 0, "lynxgen tokenize makes byte-level shards of fortunes")
+    return work

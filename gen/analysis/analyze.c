@@ -123,7 +123,7 @@ static void check_int_ranges(lx_ir *ir) {
       {LX_F_DP, "dp", &l->plan, &ir->plan.dp, 0, 1 << 20, false},
       {LX_F_MICRO_BATCH, "micro_batch", &l->plan, &ir->plan.micro_batch, 0, 1 << 16, false},
       {LX_F_GLOBAL_BATCH, "global_batch", &l->plan, &ir->plan.global_batch, 0, 1 << 24, false},
-      {LX_F_SCHEDULE, "schedule", &l->plan, (int *)&ir->plan.schedule, 0, LX_SCHEDULE_INTERLEAVED, false},
+      {LX_F_SCHEDULE, "schedule", &l->plan, (int *)&ir->plan.schedule, 0, LX_SCHEDULE_COUNT - 1, false},
       {LX_F_STEPS, "steps", &l->training, &ir->training.steps, 1, steps, false},
       {LX_F_WARMUP, "warmup_steps", &l->training, &ir->training.warmup_steps, 0, steps, false},
       {LX_F_LR_SCHEDULE, "lr_schedule", &l->training, (int *)&ir->training.lr_schedule, LX_LR_CONSTANT,
@@ -722,7 +722,8 @@ static void check_totals(const lx_ir *ir) {
         bytes);
 }
 
-/* An open field counts as 1 from here on, and open_plan says it was open.
+/* An open field counts as 1 from here on (an open schedule as 1F1B), and
+ * open_plan says it was open.
  * The plan search sets the fields it chooses before analysing again. */
 static void resolve_open_plan(lx_ir *ir) {
   int *fields[] = {&ir->plan.tp, &ir->plan.pp, &ir->plan.dp, &ir->plan.micro_batch};
@@ -731,6 +732,8 @@ static void resolve_open_plan(lx_ir *ir) {
     *open[k] = *fields[k] == LX_OPEN;
     if (*open[k]) *fields[k] = 1;
   }
+  ir->open_plan.schedule = ir->plan.schedule == LX_SCHEDULE_OPEN;
+  if (ir->open_plan.schedule) ir->plan.schedule = LX_SCHEDULE_1F1B;
 }
 
 int lx_analyze(lx_ir *ir) {

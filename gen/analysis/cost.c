@@ -309,6 +309,11 @@ double lx_cost_op_bwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *
   return e ? e->bwd_s : roofline(cm, ir, g, op, true);
 }
 
+double lx_cost_op_weight_grad(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {
+  if (op->flops_bwd <= 0) return 0;
+  return lx_cost_op_bwd(cm, ir, g, op) * op->flops_fwd / op->flops_bwd;
+}
+
 /* ---- communication --------------------------------------------------------- */
 
 static const lx_link_spec *link_for(const lx_cost_model *cm, bool cross_node) {

@@ -80,6 +80,10 @@ double lx_cost_gemm_efficiency(const lx_cost_model *cm, double m, double n, doub
 /* One op of graph g for one micro-batch on one tp rank; recompute = fwd. */
 double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
 double lx_cost_op_bwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
+/* The part of a linear's backward that is its weight gradient (zero bubble's
+ * W): the product dY^T X has the forward's FLOPs, so its share of the
+ * backward's time is theirs of its FLOPs. */
+double lx_cost_op_weight_grad(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
 
 /* The fields of a profile `op` line (docs/cost-model.md) that match op: KIND
  * to DTYPE in `key` (before the times), seq=, heads= and impl= in `attrs`

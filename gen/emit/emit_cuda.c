@@ -108,20 +108,22 @@ static void print_residual_norm_forward(const lx_printer *pr, lx_graph_id g, int
 }
 
 /* Linear i's backward with the gelu in front of it: the weight and bias
- * gradients as usual, the input gradient through the DGELU epilogue. */
+ * gradients as usual (unless a W pass computes them), the input gradient
+ * through the DGELU epilogue. */
 static void print_linear_dgelu_backward(const lx_printer *pr, lx_graph_id g, int i) {
   const lx_op *op = emit_op_at(pr, g, i);
   lx_operands o, gelu;
   emit_gather_operands(pr, g, i, LX_T_OUTPUT, true, &o);
   emit_gather_operands(pr, g, i - 1, LX_T_OUTPUT, true, &gelu);
   int in_width = emit_in_width(pr, g, op), width = emit_rank_width(pr, op->out);
+  if (!lx_defers_weight_grad(pr->ir, pr->st, g, i))
+    fprintf(pr->out, "  lx_linear_backward(ctx, NULL, %s, %s, %s, %s, %s, BT, %d, %d);\n", o.dw, o.db, o.dout,
+            o.in[0], o.w, in_width, width);
   fprintf(
       pr->out,
-      "  lx_linear_backward(ctx, NULL, %s, %s, %s, %s, %s, BT, %d, %d);\n"
       "  /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */\n"
       "  lx_linear_dgelu_backward(ctx, %s, %s, %s, %s, BT, %d, %d);\n",
-      o.dw, o.db, o.dout, o.in[0], o.w, in_width, width, gelu.din[0], o.dout, o.w, gelu.in[0], in_width,
-      width);
+      gelu.din[0], o.dout, o.w, gelu.in[0], in_width, width);
 }
 
 /* An op whose work the fused call of the op before it (forward) or after it
@@ -153,11 +155,11 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
 
 static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   const lx_op *op = emit_op_at(pr, g, i);
-  print_op_comment(pr, op, "BWD");
-  print_zero_whole_gradient(pr, g, i);
+  print_op_comment(pr, op, pr->weight_pass ? "BWD_WEIGHT" : "BWD");
+  if (!pr->weight_pass) print_zero_whole_gradient(pr, g, i);
   fprintf(pr->out, "  lx_prof_begin(%d, 1, ctx->stream);\n", prof_slot(pr, g, i));
-  if (print_if_absorbed(pr, g, i, true)) return;
-  if (op->kind == LX_OP_LINEAR && emit_fused(pr, g, i, LX_FUSE_DGELU))
+  if (!pr->weight_pass && print_if_absorbed(pr, g, i, true)) return;
+  if (!pr->weight_pass && op->kind == LX_OP_LINEAR && emit_fused(pr, g, i, LX_FUSE_DGELU))
     print_linear_dgelu_backward(pr, g, i);
   else
     emit_op_call(pr, &lx_cuda_kernels, g, i, LX_T_OUTPUT, true);
@@ -188,8 +190,8 @@ static void describe(const cuda_step *w, const lx_instr *in, char *buf, size_t s
 
 /* The model-file line an instruction comes from: its op's, or the graph's. */
 static int instr_line(const lx_printer *pr, const lx_instr *in) {
-  if (in->op >= 0 &&
-      (in->kind == LX_I_FWD || in->kind == LX_I_BWD || in->kind == LX_I_RECOMPUTE || in->kind == LX_I_LOAD))
+  if (in->op >= 0 && (in->kind == LX_I_FWD || in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT ||
+                      in->kind == LX_I_RECOMPUTE || in->kind == LX_I_LOAD))
     return emit_op_at(pr, in->graph, in->op)->src.line;
   return lx_graph_of(pr->ir, LX_GRAPH_BLOCK)->src.line;
 }
@@ -218,9 +220,11 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
             emit_layer_text(first, layer, sizeof layer), first->mb, stream_var(k));
     if (first->kind == LX_I_BWD && lx_starts_instance_backward(lx_graph_of(pr->ir, first->graph), first->op))
       emit_zero_grads(pr, first->graph, graph_printer.zero_format);
+    lx_printer weights = *pr;
+    weights.weight_pass = first->kind == LX_I_BWD_WEIGHT;
     for (int n = 0; n < count; n++)
-      if (first->kind == LX_I_BWD)
-        print_backward_op(pr, first->graph, first[n].op);
+      if (first->kind == LX_I_BWD || first->kind == LX_I_BWD_WEIGHT)
+        print_backward_op(&weights, first->graph, first[n].op);
       else
         print_forward_op(pr, first->graph, first[n].op,
                          first->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT);

@@ -2,7 +2,7 @@
 #include "emit/emit_graphs.h"
 
 /* "static void forward_block(const lx_ctx *ctx, int layer, int mb) {": `what`
- * is forward, recompute or backward; outside the block, layer is the stage's
+ * is forward, recompute, backward or weights; outside the block, layer is the stage's
  * first (an accessor of the prologue or epilogue may name it). */
 static void print_head(const lx_printer *pr, const char *what, lx_graph_id g) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
@@ -66,6 +66,19 @@ static void print_backward_function(const lx_printer *pr, const lx_graph_printer
   fputs("}\n", pr->out);
 }
 
+/* Zero bubble's W pass of a layer: the parameter gradients its backward left
+ * out, from the gradients of the outputs kept in the stash slot. */
+static void print_weights_function(const lx_printer *pr, const lx_graph_printer *gp) {
+  if (!emit_function_called(pr, LX_I_BWD_WEIGHT, LX_GRAPH_BLOCK)) return;
+  lx_printer weights = *pr;
+  weights.weight_pass = true;
+  print_head(pr, "weights", LX_GRAPH_BLOCK);
+  for (int i = pr->ir->block.n_ops - 1; i >= 0; i--)
+    if (lx_defers_weight_grad(pr->ir, pr->st, LX_GRAPH_BLOCK, i))
+      gp->backward_op(&weights, LX_GRAPH_BLOCK, i);
+  fputs("}\n", pr->out);
+}
+
 void emit_graph_functions(const lx_printer *pr, const lx_graph_printer *gp) {
   if (pr->st->has_prologue) {
     print_forward_function(pr, gp, LX_GRAPH_PROLOGUE);
@@ -75,6 +88,7 @@ void emit_graph_functions(const lx_printer *pr, const lx_graph_printer *gp) {
     print_forward_function(pr, gp, LX_GRAPH_BLOCK);
     print_recompute_function(pr, gp);
     print_backward_function(pr, gp, LX_GRAPH_BLOCK);
+    print_weights_function(pr, gp);
   }
   if (pr->st->has_epilogue) {
     print_forward_function(pr, gp, LX_GRAPH_EPILOGUE);

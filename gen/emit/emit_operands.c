@@ -100,18 +100,22 @@ const lx_op *emit_op_at(const lx_printer *pr, lx_graph_id g, int i) {
  * variables `layer` and `mb` name where the text is used. */
 static lx_instr printed_instr(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
                               bool backward) {
-  lx_instr_kind kind = backward ? LX_I_BWD : out_role == LX_T_RECOMPUTED ? LX_I_RECOMPUTE : LX_I_FWD;
+  lx_instr_kind kind = !backward         ? (out_role == LX_T_RECOMPUTED ? LX_I_RECOMPUTE : LX_I_FWD)
+                       : pr->weight_pass ? LX_I_BWD_WEIGHT
+                                         : LX_I_BWD;
   return (lx_instr){
       .kind = kind, .graph = g, .layer = g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, .op = i};
 }
 
 /* The tensor verified for the operand (access.c), as C text; "NULL" where
- * the op lacks it. */
+ * the op lacks it, or the part of the kernel the instruction runs does not
+ * use it. */
 static void operand_text(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
                          const lx_operand *o, char *buf, size_t size) {
   lx_instr in = printed_instr(pr, g, i, out_role, backward);
   lx_access a;
-  if (!lx_operand_access(pr->p, pr->s, pr->l, &in, o, &a)) {
+  if (!lx_operand_in_part(o->kind, lx_instr_part(pr->ir, pr->st, &in)) ||
+      !lx_operand_access(pr->p, pr->s, pr->l, &in, o, &a)) {
     snprintf(buf, size, "NULL");
     return;
   }
@@ -192,28 +196,39 @@ void emit_attention_dims(const lx_printer *pr, lx_graph_id g, const lx_op *op, c
   snprintf(buf, size, "B, T, %d, %d, %d", op->heads / t, op->kv_heads / t, d);
 }
 
-/* The graph function a run of FWD, BWD or RECOMPUTE calls. */
+/* The graph function a run of FWD, BWD, BWD_WEIGHT or RECOMPUTE calls. */
 const char *emit_run_function(lx_instr_kind k) {
-  return k == LX_I_FWD ? "forward" : k == LX_I_BWD ? "backward" : "recompute";
+  return k == LX_I_FWD          ? "forward"
+         : k == LX_I_BWD        ? "backward"
+         : k == LX_I_BWD_WEIGHT ? "weights"
+                                : "recompute";
+}
+
+/* Whether op i is in the body of the graph function a run of `kind` calls. */
+static bool in_function_body(const lx_printer *pr, lx_instr_kind kind, lx_graph_id g, int i) {
+  if (lx_graph_of(pr->ir, g)->ops[i].kind == LX_OP_INPUT) return false;
+  if (kind == LX_I_RECOMPUTE) return pr->st->decisions[i].recompute;
+  if (kind == LX_I_BWD_WEIGHT) return lx_defers_weight_grad(pr->ir, pr->st, g, i);
+  return true;
 }
 
 /* Is the run exactly the body of its graph function (all ops of the instance,
- * in order; for recompute, all the ops the stage recomputes)? */
+ * in order; for recompute, all the ops the stage recomputes; for weights, all
+ * whose weight gradients wait)? */
 bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count) {
   const lx_graph *g = lx_graph_of(pr->ir, run->graph);
   /* The function completes a tensor-parallel collective around its first
    * or last op inside; the schedule issues those as instructions of their
-   * own (a collective between two ops splits the run anyway). */
-  bool backward = run->kind == LX_I_BWD;
+   * own (a collective between two ops splits the run anyway). A W pass
+   * has none. */
+  bool backward = run->kind == LX_I_BWD || run->kind == LX_I_BWD_WEIGHT;
   lx_tp_collectives first = lx_tp_collectives_of(pr->ir, &g->ops[run[0].op], backward);
   lx_tp_collectives last = lx_tp_collectives_of(pr->ir, &g->ops[run[count - 1].op], backward);
-  if (first.gather_before || last.reduce_after) return false;
+  if (run->kind != LX_I_BWD_WEIGHT && (first.gather_before || last.reduce_after)) return false;
   int n = 0;
   for (int j = 0; j < g->n_ops; j++) {
-    int i = run->kind == LX_I_BWD ? g->n_ops - 1 - j : j;
-    bool in_body =
-        g->ops[i].kind != LX_OP_INPUT && (run->kind != LX_I_RECOMPUTE || pr->st->decisions[i].recompute);
-    if (!in_body) continue;
+    int i = backward ? g->n_ops - 1 - j : j;
+    if (!in_function_body(pr, run->kind, run->graph, i)) continue;
     if (n >= count || run[n].op != i) return false;
     n++;
   }

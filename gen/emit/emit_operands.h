@@ -27,6 +27,7 @@ typedef struct {
   /* per graph and op, the CUDA printer's cuBLASLt epilogue fusions (emit_cuda.c); NULL on the CPU */
   const unsigned char *fusion[LX_GRAPH_COUNT];
   bool reroll;             /* the step's repeating runs of lines as loops (emit_reroll.c) */
+  bool weight_pass;        /* a backward printed now is a W pass (zero bubble): its parameter gradients */
   lx_tensor_names *names;  /* the tensors the printed code names (emit_names.c) */
   double predicted_step_s; /* lx_program's */
 } lx_printer;

@@ -21,7 +21,9 @@ bool lx_walk_same_run(const lx_instr *a, const lx_instr *b) {
   return a->kind == b->kind && a->graph == b->graph && a->layer == b->layer && a->mb == b->mb;
 }
 
-static bool is_compute(lx_instr_kind k) { return k == LX_I_FWD || k == LX_I_BWD || k == LX_I_RECOMPUTE; }
+static bool is_compute(lx_instr_kind k) {
+  return k == LX_I_FWD || k == LX_I_BWD || k == LX_I_BWD_WEIGHT || k == LX_I_RECOMPUTE;
+}
 
 /* Hands the run starting at stream k's index `at` to the printer; returns
  * the index after it. */

@@ -5,7 +5,8 @@
  *       the stage's parameters, same element layout in each region;
  *   stash: `slots` copies of everything one micro-batch keeps from its
  *       forward to its backward (micro-batch mb uses slot mb % slots; the
- *       schedule never has more in flight than there are slots);
+ *       schedule never has more in flight than there are slots), and under
+ *       zero bubble the output gradients its W passes read after it;
  *   work: what lives only inside one F(mb) or B(mb) — op outputs nobody
  *       keeps, recomputed tensors, activation gradients. Forward outputs and
  *       backward buffers never live at once, so they share the region.
@@ -79,6 +80,7 @@ typedef struct {
   bool in_window;         /* the op's work-placed tensors (dropped output and internals, scratch) are in
                              the window buffer of the layer's parity, not the recompute part */
   int64_t grad_offset;    /* gradient of the output in work; -1 for inputs and int tensors */
+  bool grad_in_slot;      /* that offset is in the stash slot: the op's W pass reads it after the backward */
   int64_t param_offset[2]; /* element offset of weight, bias in the layer's block; -1 if none */
   int64_t param_elements[2];
 } lx_op_place;

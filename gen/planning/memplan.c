@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "alloc.h"
+#include "planning/passes.h"
 
 /* Bytes per parameter: the training-dtype copy (+ an fp32 master copy when it
  * is 16-bit), an fp32 gradient, and AdamW's two fp32 moments. ZeRO-1 keeps
@@ -41,13 +42,35 @@ static int64_t internal_bytes(const lx_op *op) {
   return bytes;
 }
 
+/* The op whose backward or W pass is the last to need the tensor op
+ * `producer` makes: the last saver, unless a saver defers its weight gradient
+ * (every W of a micro-batch follows all its backwards, in the backwards'
+ * order): then the last such. *weight says which. */
+static int releaser(const lx_ir *ir, const lx_stage *st, lx_graph_id gid, const lx_graph *g, int producer,
+                    bool *weight) {
+  *weight = false;
+  int last = lx_last_saver(g, producer);
+  for (int c = g->n_ops - 1; c >= 0; c--) {
+    const lx_op *op = &g->ops[c];
+    for (int k = 0; k < op->n_saved; k++) {
+      const lx_saved *sv = &op->saved[k];
+      bool saves = (sv->kind == LX_SAVE_INPUT && op->inputs[sv->input] == producer) ||
+                   (sv->kind == LX_SAVE_OUTPUT && c == producer);
+      if (saves && lx_defers_weight_grad(ir, st, gid, c)) *weight = true, last = c;
+    }
+  }
+  return last;
+}
+
 /* decisions == NULL keeps everything (prologue and epilogue are not recomputed).
  * What an in-window op regenerates lives in the window buffers, which are
  * static (layout.h): it is counted once, in *window, not per instruction. */
-static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d, int64_t *window) {
+static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_graph_id gid,
+                                    const lx_op_decision *d, int64_t *window) {
+  const lx_graph *g = lx_graph_of(ir, gid);
   size_t n = (size_t)g->n_ops;
   lx_graph_memory gm = {lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t)),
-                        lx_calloc(n, sizeof(int64_t))};
+                        lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t))};
   int start = first_computing_op(g);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
@@ -62,6 +85,8 @@ static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d, 
     int saver = lx_last_saver(g, i);
     if (saver < 0) continue;
     int64_t bytes = saved_tensor_bytes(g, i, saver);
+    bool by_weight;
+    int last = releaser(ir, st, gid, g, i, &by_weight);
     int producer_instr = op->kind == LX_OP_INPUT ? start : i; /* inputs arrive as the graph starts */
     if (windowed && !d[i].drop_output && d[i].recompute) *window += op->out_bytes; /* the scratch copy */
     if (windowed && d[i].drop_output) {
@@ -72,7 +97,7 @@ static lx_graph_memory graph_memory(const lx_graph *g, const lx_op_decision *d, 
       gm.alloc_recompute[i] += bytes;
     else
       gm.alloc_fwd[producer_instr] += bytes;
-    gm.free_bwd[saver] += bytes;
+    *(by_weight ? &gm.free_weight[last] : &gm.free_bwd[last]) += bytes;
   }
   return gm;
 }
@@ -81,6 +106,7 @@ static void free_graph_memory(lx_graph_memory *gm) {
   free(gm->alloc_fwd);
   free(gm->alloc_recompute);
   free(gm->free_bwd);
+  free(gm->free_weight);
 }
 
 int64_t lx_static_bytes(const lx_stage_memory *m) {
@@ -96,9 +122,12 @@ static int64_t backward_working_set(const lx_graph *g, const lx_op *op) {
   return bytes;
 }
 
-lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const lx_instr *in) {
+lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage *st, const lx_stage_memory *m,
+                                const lx_instr *in) {
   lx_memory_delta d = {0, 0, 0};
-  if (in->kind != LX_I_FWD && in->kind != LX_I_BWD && in->kind != LX_I_RECOMPUTE) return d;
+  if (in->kind != LX_I_FWD && in->kind != LX_I_BWD && in->kind != LX_I_RECOMPUTE &&
+      in->kind != LX_I_BWD_WEIGHT)
+    return d;
   const lx_graph *g = lx_graph_of(ir, in->graph);
   const lx_graph_memory *gm = &m->graphs[in->graph];
   const lx_op *op = &g->ops[in->op];
@@ -112,7 +141,11 @@ lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const
     d.alloc = gm->alloc_recompute[in->op];
     d.transient = output_held ? 0 : op->out_bytes;
     break;
+  case LX_I_BWD_WEIGHT: /* the output's gradient, held since the backward */
+    d.release = gm->free_weight[in->op] + op->out_bytes;
+    break;
   default:
+    d.alloc = lx_defers_weight_grad(ir, st, in->graph, in->op) ? op->out_bytes : 0;
     d.release = gm->free_bwd[in->op];
     d.transient = backward_working_set(g, op);
     break;
@@ -120,11 +153,13 @@ lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const
   return d;
 }
 
-/* Micro-batch mb is in flight from its first forward to its last backward. */
+static bool is_backward(lx_instr_kind k) { return k == LX_I_BWD || k == LX_I_BWD_WEIGHT; }
+
+/* Micro-batch mb is in flight from its first forward to its last backward (or W pass). */
 static int *count_backwards(const lx_instr_list *list, int micro_batches) {
   int *n = lx_calloc((size_t)micro_batches, sizeof *n);
   for (int i = 0; i < list->count; i++)
-    if (list->items[i].kind == LX_I_BWD) n[list->items[i].mb]++;
+    if (is_backward(list->items[i].kind)) n[list->items[i].mb]++;
   return n;
 }
 
@@ -136,7 +171,7 @@ static void walk_program_order(const lx_pipeline *p, const lx_stage *st, lx_stag
   int in_flight = 0;
   for (int i = 0; i < list->count; i++) {
     const lx_instr *in = &list->items[i];
-    lx_memory_delta d = lx_instr_memory(p->ir, m, in);
+    lx_memory_delta d = lx_instr_memory(p->ir, st, m, in);
     live += d.alloc;
     if (live + d.transient > m->activations_peak + m->transient_peak) {
       m->activations_peak = live;
@@ -147,7 +182,7 @@ static void walk_program_order(const lx_pipeline *p, const lx_stage *st, lx_stag
       started[in->mb] = true;
       if (++in_flight > m->stashed_micro_batches) m->stashed_micro_batches = in_flight;
     }
-    if (in->kind == LX_I_BWD && --backwards_left[in->mb] == 0) in_flight--;
+    if (is_backward(in->kind) && --backwards_left[in->mb] == 0) in_flight--;
   }
   m->peak = lx_static_bytes(m) + m->activations_peak + m->transient_peak;
   free(backwards_left);
@@ -169,9 +204,9 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
     *m = (lx_stage_memory){0};
     static_bytes(ir, st->params_per_rank, m);
     int64_t window = 0;
-    m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(&ir->prologue, NULL, &window);
-    m->graphs[LX_GRAPH_BLOCK] = graph_memory(&ir->block, st->decisions, &window);
-    m->graphs[LX_GRAPH_EPILOGUE] = graph_memory(&ir->epilogue, NULL, &window);
+    m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(ir, st, LX_GRAPH_PROLOGUE, NULL, &window);
+    m->graphs[LX_GRAPH_BLOCK] = graph_memory(ir, st, LX_GRAPH_BLOCK, st->decisions, &window);
+    m->graphs[LX_GRAPH_EPILOGUE] = graph_memory(ir, st, LX_GRAPH_EPILOGUE, NULL, &window);
     m->window_buffers = st->n_layers > 0 ? 2 * window : 0;
     m->kept_per_micro_batch = st->n_layers * sum(m->graphs[LX_GRAPH_BLOCK].alloc_fwd, ir->block.n_ops);
     if (st->has_prologue)

@@ -2,10 +2,11 @@
  *
  * Every activation an op saves for its backward is an item: allocated by the
  * FWD (or RECOMPUTE) that produces it, freed by the BWD of the last op that
- * needs it. Instructions also hold a transient working set while they run
- * (an op output nobody keeps; the gradients flowing through a backward).
- * The plan walks each stage's instructions in program order; the simulator
- * applies the same deltas in simulated time, so the two peaks must agree. */
+ * needs it, or by the W pass of one that defers its weight gradient (which
+ * also holds the gradient of its output from its BWD to its W). Instructions also hold a transient working
+ * set while they run (an op output nobody keeps; the gradients flowing through a backward). The plan walks
+ * each stage's instructions in program order; the simulator applies the same deltas in simulated time, so the
+ * two peaks must agree. */
 #ifndef LX_MEMPLAN_H
 #define LX_MEMPLAN_H
 
@@ -15,6 +16,7 @@ typedef struct {
   int64_t *alloc_fwd;       /* per op: kept bytes its forward produces */
   int64_t *alloc_recompute; /* per op: dropped bytes its recompute regenerates */
   int64_t *free_bwd;        /* per op: bytes released when its backward is done */
+  int64_t *free_weight;     /* per op: bytes released when its W pass is done (zero bubble) */
 } lx_graph_memory;
 
 typedef struct {
@@ -41,6 +43,7 @@ typedef struct {
   int64_t alloc, transient, release;
 } lx_memory_delta;
 
-lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const lx_instr *in);
+lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage *st, const lx_stage_memory *m,
+                                const lx_instr *in);
 
 #endif

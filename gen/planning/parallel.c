@@ -1,6 +1,8 @@
 /* parallel.c — facts of the parallel plan every pass reads: micro-batches
- * per step, whether sequence parallelism is in effect, and the
- * tensor-parallel collectives around an op (passes.h). */
+ * per step, whether sequence parallelism is in effect, the
+ * tensor-parallel collectives around an op, and the pipeline schedule's
+ * per-stage facts (slots, zero bubble's weight lag and split backwards)
+ * (passes.h). */
 #include "planning/passes.h"
 
 bool lx_sequence_parallel(const lx_ir *ir) { return ir->plan.sequence_parallel && ir->plan.tp > 1; }
@@ -24,4 +26,27 @@ int lx_micro_batches(const lx_ir *ir) {
   int b = p->micro_batch, dp = p->dp;
   int pp = p->pp;
   return p->global_batch ? p->global_batch / (b * dp) : pp;
+}
+
+int lx_weight_lag(lx_schedule kind, int pp, int s) {
+  (void)pp;
+  return kind == LX_SCHEDULE_ZB_H1 ? s : 0;
+}
+
+int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches) {
+  int held = kind == LX_SCHEDULE_GPIPE ? micro_batches : lx_weight_lag(kind, pp, s) > 0 ? pp : pp - s;
+  return held < micro_batches ? held : micro_batches;
+}
+
+bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id graph, int op) {
+  if (st->weight_lag == 0 || graph != LX_GRAPH_BLOCK) return false;
+  const lx_op *o = &ir->block.ops[op];
+  return o->kind == LX_OP_LINEAR && !st->decisions[o->inputs[0]].drop_output &&
+         !lx_tp_collectives_of(ir, o, true).gather_before;
+}
+
+lx_kernel_part lx_instr_part(const lx_ir *ir, const lx_stage *st, const lx_instr *in) {
+  if (in->kind == LX_I_BWD_WEIGHT) return LX_PART_WEIGHT;
+  if (in->kind == LX_I_BWD && lx_defers_weight_grad(ir, st, in->graph, in->op)) return LX_PART_INPUT;
+  return LX_PART_WHOLE;
 }

@@ -35,6 +35,22 @@ typedef struct {
   lx_tp_collective reduce; /* all-reduce, or reduce-scatter into the sequence shard */
 } lx_tp_collectives;
 lx_tp_collectives lx_tp_collectives_of(const lx_ir *ir, const lx_op *op, bool backward);
+/* Stage s of a pp-stage schedule: how many micro-batches' W passes wait for
+ * later backwards (zero bubble ZB-H1: s, so that stage s, which finishes its
+ * last B s backwards before stage 0, fills that drain with W), and how many
+ * micro-batches it holds at once: all under GPipe; under 1F1B p - s, from a
+ * forward to its backward; under ZB-H1 p once W lags (from a forward to its W). */
+int lx_weight_lag(lx_schedule kind, int pp, int s);
+/* Whether the BWD of op `op` of graph `graph` leaves its parameter gradients
+ * to a BWD_WEIGHT instruction on stage st: a block linear (its weight
+ * product is half its backward) where the stage has a weight lag, whose
+ * input the stage keeps (a recomputed one is gone by the W pass) and whose
+ * output gradient is its own (not one sequence parallelism gathered into a
+ * shared buffer). */
+bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id graph, int op);
+/* Which part of its op's kernel an instruction runs (op_signature.h). */
+lx_kernel_part lx_instr_part(const lx_ir *ir, const lx_stage *st, const lx_instr *in);
+int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches);
 /* Sequence parallelism in effect (tp > 1): replicated activations are sequence shards. */
 bool lx_sequence_parallel(const lx_ir *ir);
 

@@ -21,9 +21,9 @@ static int64_t stage_params(const lx_ir *ir, const lx_stage *st) {
 }
 
 static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batches) {
-  if (kind != LX_SCHEDULE_GPIPE && kind != LX_SCHEDULE_1F1B) {
-    lx_error(ir->locs.field[LX_F_SCHEDULE], "schedule '%s' is not implemented yet (gpipe and 1f1b are)",
-             lx_schedule_name(kind));
+  if (kind == LX_SCHEDULE_2BW || kind == LX_SCHEDULE_INTERLEAVED) {
+    lx_error(ir->locs.field[LX_F_SCHEDULE],
+             "schedule '%s' is not implemented yet (gpipe, 1f1b and zb-h1 are)", lx_schedule_name(kind));
     return false;
   }
   if (micro_batches < pp) {
@@ -46,9 +46,8 @@ static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *f
                      .has_prologue = s == 0,
                      .has_epilogue = s == pp - 1};
     st->params_per_rank = stage_params(ir, st);
-    st->stashed_micro_batches = out->kind == LX_SCHEDULE_GPIPE
-                                    ? out->micro_batches
-                                    : (pp - s < out->micro_batches ? pp - s : out->micro_batches);
+    st->weight_lag = lx_weight_lag(out->kind, pp, s);
+    st->stashed_micro_batches = lx_stashed_micro_batches(out->kind, pp, s, out->micro_batches);
     st->decisions = lx_calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
     lx_recompute_fixed(ir, fixed, st->decisions);
     st->stats.status = "fixed";

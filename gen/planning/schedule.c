@@ -3,9 +3,11 @@
  * Each stage runs its micro-batches' forwards F(m) and backwards B(m) on the
  * compute stream in the order of the schedule (GPipe: all F then all B;
  * 1F1B: p - s - 1 warm-up forwards, then F and B alternating, then the
- * remaining B). Receives, sends and collectives sit on their own streams,
- * tied to the compute stream by RECORD/WAIT event pairs, so that the compute
- * stream's idle intervals are explicit: the windows recomputation can use. */
+ * remaining B; ZB-H1: 1F1B whose block linears leave their weight gradients
+ * to W passes that run weight_lag micro-batches late, so that the drain,
+ * where stage s waits for gradients, has W to fill it). Receives, sends and collectives sit on their own
+ * streams, tied to the compute stream by RECORD/WAIT event pairs, so that the compute stream's idle intervals
+ * are explicit: the windows recomputation can use. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +102,7 @@ static void recompute_in_window(builder *b, int inst) {
   b->recomputed[inst] = record(b, LX_STREAM_RECOMPUTE);
 }
 
-/* A FWD or BWD is on the compute stream: if a window opens after it, the
+/* A FWD or BWD is on the compute stream (windows.c counts only those): if a window opens after it, the
  * recompute stream starts there (an event recorded now, before the
  * compute stream goes on to wait for its communication). */
 static void pass_emitted(builder *b) {
@@ -189,11 +191,31 @@ static void reduce_graph_buckets(builder *b, lx_graph_id gid, int layer) {
   reduce_bucket(b, gid, layer, false, graph_params(b->ir, b->st, gid) - table);
 }
 
+/* A graph instance's gradients are final after its last micro-batch's
+ * backward, or where the stage defers weight gradients, after its W pass. */
 static void backward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
   const lx_graph *g = lx_graph_of(b->ir, gid);
   for (int i = g->n_ops - 1; i >= 0; i--)
     if (g->ops[i].kind != LX_OP_INPUT) run_backward_op(b, gid, layer, i, mb);
-  if (mb == b->pipe->micro_batches - 1) reduce_graph_buckets(b, gid, layer);
+  bool weights_later = gid == LX_GRAPH_BLOCK && b->st->weight_lag > 0;
+  if (mb == b->pipe->micro_batches - 1 && !weights_later) reduce_graph_buckets(b, gid, layer);
+}
+
+/* Zero bubble's W pass of micro-batch mb: the parameter gradients its
+ * backward left out, layer by layer from the top as the backward went. Its
+ * stash slot is free only after it. */
+static void weight_pass(builder *b, int mb) {
+  const lx_graph *g = &b->ir->block;
+  const lx_stage *st = b->st;
+  for (int l = st->first_layer + st->n_layers - 1; l >= st->first_layer; l--) {
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+      if (!lx_defers_weight_grad(b->ir, st, LX_GRAPH_BLOCK, i)) continue;
+      emit(b, LX_STREAM_COMPUTE,
+           (lx_instr){.kind = LX_I_BWD_WEIGHT, .graph = LX_GRAPH_BLOCK, .layer = l, .op = i, .mb = mb});
+    }
+    if (mb == b->pipe->micro_batches - 1) reduce_graph_buckets(b, LX_GRAPH_BLOCK, l);
+  }
+  b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
 }
 
 /* On demand: the dropped tensors of layer `layer` come back just before its
@@ -285,7 +307,13 @@ static void backward_micro_batch(builder *b, int mb) {
                     .layer = -1});
     b->grad_sent[mb] = record(b, LX_STREAM_SEND);
   }
-  b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
+  if (st->weight_lag == 0) b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
+}
+
+/* B of micro-batch mb, then the W pass that has waited weight_lag backwards. */
+static void backward_then_weights(builder *b, int mb) {
+  backward_micro_batch(b, mb);
+  if (b->st->weight_lag > 0 && mb - b->st->weight_lag >= 0) weight_pass(b, mb - b->st->weight_lag);
 }
 
 static void finish_step(builder *b) {
@@ -300,10 +328,13 @@ static void schedule_stage(builder *b) {
     forward_micro_batch(b, mb);
   for (int i = 0; i < m - warmup; i++) {
     forward_micro_batch(b, warmup + i);
-    backward_micro_batch(b, i);
+    backward_then_weights(b, i);
   }
   for (int mb = m - warmup; mb < m; mb++)
-    backward_micro_batch(b, mb);
+    backward_then_weights(b, mb);
+  int lag = b->st->weight_lag;
+  for (int mb = m - lag > 0 ? m - lag : 0; lag > 0 && mb < m; mb++)
+    weight_pass(b, mb);
   finish_step(b);
 }
 
@@ -330,8 +361,23 @@ static void index_window_items(builder *b) {
   free(fill);
 }
 
+/* Under ZB-H1, a stage whose decisions leave no weight gradient to defer
+ * (full recompute drops every linear's input) runs 1F1B's whole backwards,
+ * with 1F1B's slots. */
+static void settle_weight_lag(const lx_ir *ir, const lx_pipeline *p, lx_stage *st) {
+  if (p->kind != LX_SCHEDULE_ZB_H1) return;
+  st->weight_lag = lx_weight_lag(p->kind, p->pp, st->index);
+  bool defers = false;
+  for (int i = 0; i < ir->block.n_ops; i++)
+    defers |= lx_defers_weight_grad(ir, st, LX_GRAPH_BLOCK, i);
+  if (!defers) st->weight_lag = 0;
+  lx_schedule slots_of = defers ? LX_SCHEDULE_ZB_H1 : LX_SCHEDULE_1F1B;
+  st->stashed_micro_batches = lx_stashed_micro_batches(slots_of, p->pp, st->index, p->micro_batches);
+}
+
 void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s) {
   lx_stage *st = &p->stages[s];
+  settle_weight_lag(ir, p, st);
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     st->streams[k].count = 0;
   st->n_events = 0;

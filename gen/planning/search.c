@@ -1,5 +1,5 @@
-/* search.c — plan search: when the model file leaves tp, pp, dp or the
- * micro-batch open, try every feasible combination for the cluster and keep
+/* search.c — plan search: when the model file leaves tp, pp, dp, the
+ * micro-batch or the schedule open, try every feasible combination for the cluster and keep
  * the fastest that fits (PipeDream-2BW's planner, with recompute-aware
  * partitioning and the recompute policy in the loop).
  *
@@ -29,6 +29,7 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   lx_ir ir;
   lx_ir_working_copy(&ir, analysed);
   ir.plan.tp = c->tp, ir.plan.pp = c->pp, ir.plan.dp = c->dp, ir.plan.micro_batch = c->micro_batch;
+  ir.plan.schedule = c->schedule;
   lx_cost_model cm;
   bool ok = lx_analyze(&ir) == 0 && lx_cost_model_init(&cm, &ir, req->profile);
   if (!ok) {
@@ -69,12 +70,20 @@ static int by_time(const void *a, const void *b) {
   const lx_candidate *x = a, *y = b;
   if (x->fits != y->fits) return x->fits ? -1 : 1;
   if (x->time_s != y->time_s) return x->time_s < y->time_s ? -1 : 1;
-  return 0;
+  return (int)x->schedule - (int)y->schedule; /* a tie goes to the simpler schedule */
+}
+
+/* The schedules a plan of pp stages may take: the model's, or if it left
+ * the schedule open 1F1B and (with more than one stage) ZB-H1. */
+static int schedules_for(const lx_ir *ir, int pp, lx_schedule *out) {
+  if (!ir->open_plan.schedule) return out[0] = ir->plan.schedule, 1;
+  out[0] = LX_SCHEDULE_1F1B, out[1] = LX_SCHEDULE_ZB_H1;
+  return pp > 1 ? 2 : 1;
 }
 
 /* tp inside a node and dividing the heads; pp at most the layers; dp the
- * rest of the cluster; micro-batches dividing the replica's batch. Returns
- * their number; fills `out` unless it is NULL. */
+ * rest of the cluster; micro-batches dividing the replica's batch; the
+ * schedules. Returns their number; fills `out` unless it is NULL. */
 static int enumerate(const lx_ir *ir, lx_candidate *out) {
   const lx_plan *p = &ir->plan;
   const lx_open_plan *open = &ir->open_plan;
@@ -91,9 +100,11 @@ static int enumerate(const lx_ir *ir, lx_candidate *out) {
       for (size_t k = 0; k < sizeof micro_batches / sizeof micro_batches[0]; k++) {
         int b = micro_batches[k];
         if ((!open->micro_batch && b != p->micro_batch) || !divides(b * dp, p->global_batch)) continue;
-        if (p->global_batch / (b * dp) < pp) continue;
-        if (out) out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b};
-        n++;
+        if ((p->global_batch ? p->global_batch / (b * dp) : pp) < pp) continue;
+        lx_schedule schedules[2];
+        for (int s = 0, count = schedules_for(ir, pp, schedules); s < count; s++, n++)
+          if (out)
+            out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b, .schedule = schedules[s]};
       }
     }
   }
@@ -105,11 +116,11 @@ static const lx_candidate *best_so_far;
 
 static void note_best_so_far(void) {
   if (best_so_far)
-    fprintf(
-        stderr,
-        "lynxgen: note: the best plan the search had found: tp %d, pp %d, dp %d, micro-batch %d (%.1f ms)\n",
-        best_so_far->tp, best_so_far->pp, best_so_far->dp, best_so_far->micro_batch,
-        1e3 * best_so_far->time_s);
+    fprintf(stderr,
+            "lynxgen: note: the best plan the search had found: tp %d, pp %d, dp %d, micro-batch %d, %s "
+            "(%.1f ms)\n",
+            best_so_far->tp, best_so_far->pp, best_so_far->dp, best_so_far->micro_batch,
+            lx_schedule_name(best_so_far->schedule), 1e3 * best_so_far->time_s);
   else
     fputs("lynxgen: note: the plan search had found no plan that fits yet\n", stderr);
 }
@@ -145,8 +156,8 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
           ir->cluster.nodes * ir->cluster.gpus_per_node, ir->plan.global_batch,
           lx_recompute_policy_name(req->policy));
   if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
-  fprintf(explain, "  %-4s %-4s %-4s %-6s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "iteration",
-          "peak GiB", "MFU", "verdict");
+  fprintf(explain, "  %-4s %-4s %-4s %-6s %-8s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "schedule",
+          "iteration", "peak GiB", "MFU", "verdict");
   for (int i = 0; i < stats->tried && i < 12; i++) {
     const lx_candidate *c = &all[i];
     char verdict[128];
@@ -156,8 +167,9 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
       snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
     else
       snprintf(verdict, sizeof verdict, "%s", c->why);
-    fprintf(explain, "  %-4d %-4d %-4d %-6d %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
-            c->micro_batch, 1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
+    fprintf(explain, "  %-4d %-4d %-4d %-6d %-8s %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
+            c->micro_batch, lx_schedule_name(c->schedule), 1e3 * c->time_s, c->peak_bytes / (1 << 30),
+            100 * c->mfu, verdict);
   }
 }
 

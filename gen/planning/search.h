@@ -17,6 +17,7 @@ typedef struct {
 
 typedef struct {
   int tp, pp, dp, micro_batch;
+  lx_schedule schedule;
   double time_s, mfu, peak_bytes;
   bool fits;
   char why[96]; /* why it lost, when it cannot run */
@@ -27,8 +28,9 @@ typedef struct {
   bool out_of_time;    /* the time budget ran out before all were tried */
 } lx_search_stats;
 
-/* Tries every feasible (tp, pp, dp, micro_batch) the analysed `ir` leaves
- * open (its set fields stay fixed), until the time budget runs out; prints
+/* Tries every feasible (tp, pp, dp, micro_batch, schedule) the analysed `ir`
+ * leaves open (its set fields stay fixed; an open schedule is 1F1B or, with
+ * more than one stage, ZB-H1), until the time budget runs out; prints
  * the best candidates and why the others lost to `explain` (may be NULL).
  * Returns whether one that fits was found: `best`, the fastest that fits of
  * those tried. Should memory run out, the error names the best so far. */

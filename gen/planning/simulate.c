@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "alloc.h"
+#include "planning/passes.h"
 
 typedef struct {
   const lx_pipeline *p;
@@ -119,13 +120,14 @@ static int by_time(const void *a, const void *b) {
   return x->order - y->order;
 }
 
-/* Index, per micro-batch, of its last backward on a stream (-1 if none): one pass. */
+/* Index, per micro-batch, of its last backward or W pass on a stream (-1 if none): one pass. */
 static int *last_backwards(const lx_instr_list *list, int micro_batches) {
   int *last = lx_malloc(sizeof(int) * (size_t)(micro_batches ? micro_batches : 1));
   for (int mb = 0; mb < micro_batches; mb++)
     last[mb] = -1;
   for (int i = 0; i < list->count; i++)
-    if (list->items[i].kind == LX_I_BWD) last[list->items[i].mb] = i;
+    if (list->items[i].kind == LX_I_BWD || list->items[i].kind == LX_I_BWD_WEIGHT)
+      last[list->items[i].mb] = i;
   return last;
 }
 
@@ -142,10 +144,10 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
     int *last = last_backwards(&st->streams[k], p->micro_batches);
     for (int i = 0; i < st->streams[k].count; i++) {
       const lx_instr *in = &st->streams[k].items[i];
-      lx_memory_delta d = m ? lx_instr_memory(p->ir, m, in) : (lx_memory_delta){0, 0, 0};
+      lx_memory_delta d = m ? lx_instr_memory(p->ir, st, m, in) : (lx_memory_delta){0, 0, 0};
       int starts_mb = in->kind == LX_I_FWD && !started[in->mb];
       if (starts_mb) started[in->mb] = true;
-      int ends_mb = in->kind == LX_I_BWD && last[in->mb] == i;
+      int ends_mb = (in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT) && last[in->mb] == i;
       ev[n++] = (memory_event){tl->times[k][i].start, 1, d.alloc, d.transient, starts_mb};
       ev[n++] = (memory_event){tl->times[k][i].end, 0, -d.release, 0, -ends_mb};
     }
@@ -172,23 +174,32 @@ static void summarize_stage(const lx_pipeline *p, int stage, lx_stage_timeline *
   for (int i = 0; i < compute->count; i++) {
     lx_instr_kind kind = compute->items[i].kind;
     lx_interval t = tl->times[LX_STREAM_COMPUTE][i];
-    if (kind == LX_I_FWD || kind == LX_I_BWD) tl->compute_time += t.end - t.start;
+    if (kind == LX_I_FWD || kind == LX_I_BWD || kind == LX_I_BWD_WEIGHT) tl->compute_time += t.end - t.start;
     if (kind == LX_I_RECOMPUTE) tl->recompute_time += t.end - t.start;
     if (kind == LX_I_WAIT) tl->exposed_comm_time += t.end - t.start;
   }
   tl->recompute_time += tl->busy[LX_STREAM_RECOMPUTE];
 }
 
+/* FLOPs of a compute instruction: a W pass has the forward's (lx_cost_op_weight_grad). */
+static double instr_flops(const lx_pipeline *p, const lx_stage *st, const lx_instr *in) {
+  const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
+  switch (in->kind) {
+  case LX_I_FWD:
+  case LX_I_RECOMPUTE:
+  case LX_I_BWD_WEIGHT: return op->flops_fwd;
+  case LX_I_BWD:
+    return op->flops_bwd - (lx_defers_weight_grad(p->ir, st, in->graph, in->op) ? op->flops_fwd : 0);
+  default: return 0;
+  }
+}
+
 static double executed_flops(const lx_pipeline *p) {
   double flops = 0;
   for (int s = 0; s < p->pp; s++)
     for (int k = 0; k < LX_STREAM_COUNT; k++)
-      for (int i = 0; i < p->stages[s].streams[k].count; i++) {
-        const lx_instr *in = &p->stages[s].streams[k].items[i];
-        if (in->kind != LX_I_FWD && in->kind != LX_I_BWD && in->kind != LX_I_RECOMPUTE) continue;
-        const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
-        flops += in->kind == LX_I_BWD ? op->flops_bwd : op->flops_fwd;
-      }
+      for (int i = 0; i < p->stages[s].streams[k].count; i++)
+        flops += instr_flops(p, &p->stages[s], &p->stages[s].streams[k].items[i]);
   return flops; /* per tp rank and replica */
 }
 
@@ -231,7 +242,13 @@ double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, c
   }
   case LX_I_BWD: {
     const lx_graph *g = lx_graph_of(ir, in->graph);
-    return lx_cost_op_bwd(cm, ir, g, &g->ops[in->op]);
+    const lx_op *op = &g->ops[in->op];
+    bool deferred = lx_defers_weight_grad(ir, &p->stages[stage], in->graph, in->op);
+    return lx_cost_op_bwd(cm, ir, g, op) - (deferred ? lx_cost_op_weight_grad(cm, ir, g, op) : 0);
+  }
+  case LX_I_BWD_WEIGHT: {
+    const lx_graph *g = lx_graph_of(ir, in->graph);
+    return lx_cost_op_weight_grad(cm, ir, g, &g->ops[in->op]);
   }
   case LX_I_SEND_ACT:
   case LX_I_SEND_GRAD:

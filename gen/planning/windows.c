@@ -5,7 +5,9 @@
  * on-demand recompute says how long each compute-stream WAIT idles. Its
  * position is the FWD/BWD it follows, counted over FWD and BWD only, so
  * that it names the same point of a schedule rebuilt with recompute moved
- * around (placing recompute never adds or removes FWD or BWD). */
+ * around (placing recompute never adds or removes FWD or BWD; zero bubble's
+ * W passes, which come and go with which linear inputs the plan keeps, are
+ * not counted either). */
 #include <stdlib.h>
 
 #include "alloc.h"

@@ -9,6 +9,7 @@
 #include "alloc.h"
 #include "escape.h"
 #include "json.h"
+#include "planning/passes.h"
 
 #include <stdlib.h>
 
@@ -155,6 +156,23 @@ static void print_arena(const lx_stage_layout *l, FILE *out) {
               (long long)l->region_offset[k], (long long)l->region_bytes[k]);
 }
 
+/* Zero bubble: which weight gradients wait for the drain, or why none does. */
+static void print_weight_passes(const lx_pipeline *p, const lx_stage *st, FILE *out) {
+  if (p->kind != LX_SCHEDULE_ZB_H1) return;
+  int deferred = 0;
+  for (int i = 0; i < p->ir->block.n_ops; i++)
+    deferred += lx_defers_weight_grad(p->ir, st, LX_GRAPH_BLOCK, i);
+  if (deferred)
+    fprintf(out,
+            "  W passes   the weight gradients of %d linear%s per layer run %d micro-batch%s after their "
+            "backward, in the drain's waits; the output gradients they read wait in the stash slots\n",
+            deferred, deferred == 1 ? "" : "s", st->weight_lag, st->weight_lag == 1 ? "" : "es");
+  else
+    fprintf(out, "  W passes   none: %s\n",
+            st->index == 0 ? "the first stage's drain has no wait to fill (lag 0), its backwards stay whole"
+                           : "the policy recomputes every linear's input, which a W pass would read");
+}
+
 static void print_stage_text(const lx_report *r, int s, FILE *out) {
   const lx_ir *ir = r->pipe->ir;
   const lx_stage *st = &r->pipe->stages[s];
@@ -183,6 +201,7 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
           lx_bytes_text((double)m->kept_per_micro_batch, kept),
           lx_bytes_text((double)m->transient_peak, transient));
   if (r->layouts) print_arena(&r->layouts[s], out);
+  print_weight_passes(r->pipe, st, out);
   print_layer_decisions(ir, st, out);
   print_policy_stats(st, out);
   print_windows(r->pipe, st, out);

@@ -15,6 +15,7 @@ lx_paint lx_paint_of(lx_instr_kind k) {
   switch (k) {
   case LX_I_FWD: return PAINT_FORWARD;
   case LX_I_BWD: return PAINT_BACKWARD;
+  case LX_I_BWD_WEIGHT: return PAINT_WEIGHTS;
   case LX_I_RECOMPUTE: return PAINT_RECOMPUTE;
   case LX_I_SEND_ACT:
   case LX_I_RECV_ACT:

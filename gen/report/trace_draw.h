@@ -14,6 +14,7 @@
 typedef enum {
   PAINT_FORWARD,
   PAINT_BACKWARD,
+  PAINT_WEIGHTS, /* zero bubble's W passes */
   PAINT_RECOMPUTE,
   PAINT_P2P,
   PAINT_TP,

@@ -18,7 +18,7 @@
 
 /* The trace-event category: both all-reduces are "collective". */
 static const char *category_name(lx_paint p) {
-  static const char *names[] = {"forward",    "backward",   "recompute", "p2p",
+  static const char *names[] = {"forward",    "backward",   "weights",   "recompute", "p2p",
                                 "collective", "collective", "optimizer", "event"};
   _Static_assert(sizeof names / sizeof names[0] == PAINT_COUNT, "one category per paint");
   return names[p];
@@ -95,6 +95,7 @@ static void put_instr_args(cJSON *event, const lx_pipeline *p, int s, int k, con
   switch (in->kind) {
   case LX_I_FWD:
   case LX_I_BWD:
+  case LX_I_BWD_WEIGHT:
   case LX_I_RECOMPUTE:
   case LX_I_ALLREDUCE_TP: {
     const lx_graph *g = lx_graph_of(p->ir, in->graph);

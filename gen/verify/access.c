@@ -114,7 +114,7 @@ static bool operand_tensor(const lx_pipeline *p, const lx_instr *in, const lx_op
 
 bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
                        const lx_operand *o, lx_access *out) {
-  bool backward = in->kind == LX_I_BWD;
+  bool backward = in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT;
   *out = (lx_access){.target = LX_TARGET_TENSOR, .mode = lx_operand_mode(o->kind, backward)};
   switch (o->kind) {
   case LX_OPND_WEIGHT:
@@ -127,13 +127,16 @@ bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l
   }
 }
 
-/* A FWD, RECOMPUTE or BWD touches its kernel's operands (op_signature.h). */
+/* A FWD, RECOMPUTE, BWD or BWD_WEIGHT touches its kernel's operands, those
+ * of the part it runs (op_signature.h). */
 static void kernel_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
                             access_list *list) {
   const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
-  for (const lx_operand *o = lx_op_operands(op, in->kind == LX_I_BWD); o->kind != LX_OPND_END; o++) {
+  lx_kernel_part part = lx_instr_part(p->ir, &p->stages[stage], in);
+  bool backward = in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT;
+  for (const lx_operand *o = lx_op_operands(op, backward); o->kind != LX_OPND_END; o++) {
     lx_access a;
-    if (lx_operand_access(p, stage, l, in, o, &a)) add(list, a);
+    if (lx_operand_in_part(o->kind, part) && lx_operand_access(p, stage, l, in, o, &a)) add(list, a);
   }
 }
 
@@ -208,7 +211,8 @@ int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, c
   const lx_stage *st = &p->stages[stage];
   switch (in->kind) {
   case LX_I_FWD:
-  case LX_I_RECOMPUTE: kernel_accesses(p, stage, l, in, &list); break;
+  case LX_I_RECOMPUTE:
+  case LX_I_BWD_WEIGHT: kernel_accesses(p, stage, l, in, &list); break;
   case LX_I_BWD: backward_accesses(p, stage, l, in, &list); break;
   case LX_I_LOAD: add_tensor(&list, ref(in, in->op, LX_T_OUTPUT, 0), LX_ACCESS_WRITE); break;
   case LX_I_SEND_ACT:

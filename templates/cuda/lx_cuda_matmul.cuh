@@ -264,10 +264,11 @@ LX_CUDA_API void lx_cuda_bias_backward(float *dbias,        // (OC)
 }
 
 /* dinp += dout W; dweight += dout^T inp (fp32); dbias += column sums of dout.
- * dinp may be NULL (nothing upstream wants it); dbias is NULL without bias. */
+ * dinp may be NULL (nothing upstream wants it, or zero bubble's W pass),
+ * dweight NULL (zero bubble's B pass); dbias is NULL without bias, and in the B pass. */
 LX_CUDA_API void lx_linear_backward(const lx_ctx *ctx,
                                     lx_bf16 *dinp,         // (BT, C) or NULL
-                                    float *dweight,        // (OC, C)
+                                    float *dweight,        // (OC, C) or NULL (zero bubble's B pass)
                                     float *dbias,          // (OC) or NULL
                                     const lx_bf16 *dout,   // (BT, OC)
                                     const lx_bf16 *inp,    // (BT, C)
@@ -276,8 +277,9 @@ LX_CUDA_API void lx_linear_backward(const lx_ctx *ctx,
   if (dinp)
     lx_cuda_matmul(ctx->matmul, dinp, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
                    ctx->stream);
-  lx_cuda_matmul(ctx->matmul, dweight, CUDA_R_32F, dout, inp, OC, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
-                 ctx->stream);
+  if (dweight)
+    lx_cuda_matmul(ctx->matmul, dweight, CUDA_R_32F, dout, inp, OC, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL,
+                   NULL, ctx->stream);
   if (dbias) {
     LX_CUDA_REQUIRE(ctx->scratch != NULL);
     lx_cuda_bias_backward(dbias, ctx->scratch, dout, BT, OC, ctx->stream);

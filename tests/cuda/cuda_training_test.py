@@ -191,7 +191,8 @@ def build_and_train(target, pp, work, data):
 # Every parallel layout on one GPU: NCCL refuses two ranks on a device, so
 # the CUDA ranks talk through host memory (--comm host, lx_cuda_comm.h); the
 # schedule's streams and events stay as they are. lynx-heu's GPU memory is
-# squeezed so that it recomputes in the pipeline's windows.
+# squeezed so that it recomputes in the pipeline's windows; ZB-H1's later
+# stages run their linears' weight gradients as W passes in the drain.
 LLAMA = os.path.join(ROOT, "tests", "equivalence", "llama.model")
 WINDOWED = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel", "--policy", "lynx-heu",
             "--gpu-memory", "0.0015", "--allow-oom-plan")
@@ -199,6 +200,7 @@ LAYOUTS = (
     ("tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu", MODEL, WINDOWED),
     ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),
     ("tiny pp4 checkmate", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--policy", "checkmate")),
+    ("tiny pp4 zb-h1", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--schedule", "zb-h1", "--policy", "none")),
 )
 RELOAD_BOUND = 1e-6  # the same weights through the same kernels: the saved run's last validation loss
 

@@ -110,6 +110,7 @@ static const char *const enum_values[] = {
     "SCHEDULE_1F1B",
     "SCHEDULE_2BW",
     "SCHEDULE_INTERLEAVED",
+    "SCHEDULE_ZB_H1",
     "LR_CONSTANT",
     "LR_COSINE",
     "LR_LINEAR",

@@ -4,8 +4,10 @@
  * (p - 1) / (m + p - 1) of the iteration, a point-to-point latency alpha
  * adds 2 (p - 1) alpha under GPipe and (m + 1) alpha under two-stage 1F1B
  * (at least 2 (p - 1) alpha deeper), stage i of 1F1B stashes min(p - i, m)
- * micro-batches, and the recompute policies keep the bytes Korthikanti et
- * al. give (full: 2sbh, selective: sbh(10 + 24/t)). */
+ * micro-batches (ZB-H1's later stages p, from a forward to its W pass),
+ * ZB-H1's iteration has the zero-bubble paper's closed form, and the
+ * recompute policies keep the bytes Korthikanti et al. give (full: 2sbh,
+ * selective: sbh(10 + 24/t)). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,15 +56,25 @@ static bool load(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int
 /* Uniform stages: the whole forward (tf) on the stage's first block op, the
  * whole backward (tb) on it too; everything else free, transfers take alpha. */
 typedef struct {
-  double tf, tb, alpha;
+  double tf, tb, tw, alpha; /* tw: the W part of a backward, in tb's place where the stage defers it */
 } uniform_timing;
+
+/* The first block op whose W pass the stage defers. */
+static int first_deferred(const lx_ir *ir, const lx_stage *st) {
+  for (int i = 0; i < ir->block.n_ops; i++)
+    if (lx_defers_weight_grad(ir, st, LX_GRAPH_BLOCK, i)) return i;
+  return -1;
+}
 
 static double uniform(void *ctx, const lx_pipeline *p, int stage, const lx_instr *in) {
   const uniform_timing *u = ctx;
-  bool first_op = in->graph == LX_GRAPH_BLOCK && in->op == 1 && in->layer == p->stages[stage].first_layer;
+  const lx_stage *st = &p->stages[stage];
+  bool first_op = in->graph == LX_GRAPH_BLOCK && in->op == 1 && in->layer == st->first_layer;
   switch (in->kind) {
   case LX_I_FWD: return first_op ? u->tf : 0;
-  case LX_I_BWD: return first_op ? u->tb : 0;
+  case LX_I_BWD: return first_op ? u->tb + (st->weight_lag ? 0 : u->tw) : 0;
+  case LX_I_BWD_WEIGHT:
+    return in->layer == st->first_layer && in->op == first_deferred(p->ir, st) ? u->tw : 0;
   case LX_I_SEND_ACT:
   case LX_I_SEND_GRAD: return u->alpha;
   default: return 0;
@@ -75,7 +87,7 @@ static void check_closed_forms(lx_schedule schedule, int p, int m) {
   lx_pipeline pipe;
   CHECK(lx_build_pipeline(&ir, LX_RECOMPUTE_NONE, &pipe), "pipeline builds");
   const char *name = lx_schedule_name(schedule);
-  uniform_timing u = {1.0, 2.0, 0};
+  uniform_timing u = {1.0, 2.0, 0, 0};
   lx_simulation sim;
   CHECK(lx_simulate(&pipe, NULL, uniform, &u, NULL, &sim), "%s p=%d m=%d simulates without deadlock", name, p, m);
   double want = (m + p - 1) * (u.tf + u.tb);
@@ -119,7 +131,8 @@ static void check_closed_forms(lx_schedule schedule, int p, int m) {
   lx_ir_free(&ir);
 }
 
-static void check_memory(lx_schedule schedule, int p, int m, lx_recompute_policy policy) {
+/* Returns the highest stage's planned peak. */
+static int64_t check_memory(lx_schedule schedule, int p, int m, lx_recompute_policy policy) {
   lx_ir ir;
   load(&ir, p, m, schedule, 1);
   lx_pipeline pipe;
@@ -132,7 +145,8 @@ static void check_memory(lx_schedule schedule, int p, int m, lx_recompute_policy
   lx_simulate(&pipe, &cm, NULL, NULL, mem, &sim);
   const char *name = lx_schedule_name(schedule), *pol = lx_recompute_policy_name(policy);
   for (int s = 0; s < p; s++) {
-    int want = schedule == LX_SCHEDULE_GPIPE ? m : (p - s < m ? p - s : m);
+    int held = schedule == LX_SCHEDULE_GPIPE ? m : schedule == LX_SCHEDULE_ZB_H1 && s > 0 ? p : p - s;
+    int want = held < m ? held : m;
     CHECK(mem[s].stashed_micro_batches == want && sim.stages[s].max_in_flight == want,
           "%s/%s p=%d m=%d stage %d stashes %d micro-batches (plan %d, simulated %d)", name, pol, p, m, s, want,
           mem[s].stashed_micro_batches, sim.stages[s].max_in_flight);
@@ -140,11 +154,16 @@ static void check_memory(lx_schedule schedule, int p, int m, lx_recompute_policy
           pol, s, (long long)sim.stages[s].peak_bytes, (long long)mem[s].peak);
   }
   lx_simulation_free(&sim);
-  for (int s = 0; s < p; s++) lx_stage_memory_free(&mem[s]);
+  int64_t highest = 0;
+  for (int s = 0; s < p; s++) {
+    if (mem[s].peak > highest) highest = mem[s].peak;
+    lx_stage_memory_free(&mem[s]);
+  }
   free(mem);
   lx_cost_model_free(&cm);
   lx_pipeline_free(&pipe);
   lx_ir_free(&ir);
+  return highest;
 }
 
 /* What each policy keeps per layer, against Korthikanti et al.'s forms. */
@@ -198,7 +217,44 @@ static void check_selective_flash(int tp) {
   lx_ir_free(&ir);
 }
 
+/* ZB-H1 (Qi et al. 2024, sec. 3.1): stage s defers its W passes by s
+ * micro-batches. The drain's chain of gradients then carries B alone, and
+ * the deferred W passes fill the waits along it; with tw <= tb the iteration
+ * is m(tf+tb+tw) + (p-1)(tf+tb-tw), where 1F1B (whole backwards of tb+tw)
+ * takes (m+p-1)(tf+tb+tw): a third of its bubble when tf = tb = tw. */
+static void check_zero_bubble(int p, int m, double tf, double tb, double tw) {
+  lx_ir ir;
+  CHECK(load(&ir, p, m, LX_SCHEDULE_ZB_H1, 1), "model loads (p=%d m=%d)", p, m);
+  lx_pipeline pipe;
+  CHECK(lx_build_pipeline(&ir, LX_RECOMPUTE_NONE, &pipe), "pipeline builds");
+  uniform_timing u = {tf, tb, tw, 0};
+  lx_simulation sim;
+  CHECK(lx_simulate(&pipe, NULL, uniform, &u, NULL, &sim), "zb-h1 p=%d m=%d simulates without deadlock", p,
+        m);
+  double want = m * (tf + tb + tw) + (p - 1) * (tf + tb - tw);
+  CHECK_CLOSE(sim.iteration_time, want, 1e-12,
+              "zb-h1 p=%d m=%d tf=%g tb=%g tw=%g: iteration = m(tf+tb+tw) + "
+              "(p-1)(tf+tb-tw) = %g",
+              p, m, tf, tb, tw, want);
+  if (tf == tb && tb == tw) {
+    double bubble = sim.iteration_time - m * (tf + tb + tw), one_f_one_b = (p - 1) * (tf + tb + tw);
+    CHECK_CLOSE(bubble, one_f_one_b / 3, 1e-12,
+                "zb-h1 p=%d m=%d, tf = tb = tw: the bubble %g is a third of 1F1B's %g", p, m, bubble,
+                one_f_one_b);
+  }
+  lx_simulation_free(&sim);
+  lx_pipeline_free(&pipe);
+  lx_ir_free(&ir);
+}
+
 int main(void) {
+  check_zero_bubble(4, 8, 1, 1, 1);
+  check_zero_bubble(4, 4, 1, 1, 1);
+  check_zero_bubble(2, 8, 1, 1, 1);
+  check_zero_bubble(8, 16, 1, 1, 1);
+  check_zero_bubble(4, 8, 1, 1, 0.5);
+  check_zero_bubble(4, 8, 1, 2, 1);
+  check_zero_bubble(4, 8, 2, 1, 1);
   check_closed_forms(LX_SCHEDULE_GPIPE, 4, 8);
   check_closed_forms(LX_SCHEDULE_1F1B, 4, 8);
   check_closed_forms(LX_SCHEDULE_1F1B, 2, 2);
@@ -210,6 +266,15 @@ int main(void) {
     check_memory(LX_SCHEDULE_GPIPE, 2, 4, pol);
   }
   check_memory(LX_SCHEDULE_1F1B, 4, 4, LX_RECOMPUTE_NONE);
+  check_memory(LX_SCHEDULE_ZB_H1, 4, 8, LX_RECOMPUTE_LYNX_HEU);
+  /* ZB-H1's later stages hold p micro-batches (from a forward to its W
+   * pass), but after a B only what W reads (the linears' inputs and output
+   * gradients), so no stage's peak passes the highest of 1F1B's (stage 0's,
+   * whose lag is 0 and whose instructions are 1F1B's). */
+  int64_t zb = check_memory(LX_SCHEDULE_ZB_H1, 4, 8, LX_RECOMPUTE_NONE);
+  int64_t one_f_one_b = check_memory(LX_SCHEDULE_1F1B, 4, 8, LX_RECOMPUTE_NONE);
+  CHECK(zb == one_f_one_b, "p=4 m=8: ZB-H1's highest stage peak %lld is 1F1B's %lld", (long long)zb,
+        (long long)one_f_one_b);
   check_policies(1);
   check_policies(2);
   check_selective_flash(1);

@@ -1,9 +1,10 @@
 /* The verifier (gen/verify/verify.c) against the schedules the generator builds
- * and against planted bugs: every example model under GPipe and 1F1B,
- * pp 1, 2 and 4, every recompute policy, verifies clean; a dropped WAIT, two
- * swapped sends, a stash slot shared by micro-batches that are alive
- * together, two boundary buffers laid over each other, and a dropped
- * receive are each reported. The CUDA printer fuses a linear and its gelu
+ * and against planted bugs: every example model under GPipe, 1F1B and
+ * ZB-H1, pp 1, 2 and 4, every recompute policy, verifies clean; a dropped
+ * WAIT, two swapped sends, a stash slot shared by micro-batches that are
+ * alive together, two boundary buffers laid over each other, a dropped
+ * receive, and (ZB-H1) the output gradients a W pass reads left in the work
+ * region that later backwards reuse, are each reported. The CUDA printer fuses a linear and its gelu
  * into one cuBLASLt call only where every instance runs them back to back:
  * an event recorded between them in one micro-batch keeps them apart in all.
  * Layers and micro-batches are cut down so that the whole run takes about a
@@ -81,21 +82,24 @@ static int verify_quietly(const built *b) {
   return n;
 }
 
+static const lx_schedule schedules[] = {LX_SCHEDULE_GPIPE, LX_SCHEDULE_1F1B, LX_SCHEDULE_ZB_H1};
+enum { SCHEDULES = sizeof schedules / sizeof schedules[0] };
+
 static void check_examples(void) {
   glob_t models;
   CHECK(glob("examples/*.model", 0, NULL, &models) == 0 && models.gl_pathc > 0, "examples/*.model found");
   static const int pps[] = {1, 2, 4};
   for (size_t i = 0; i < models.gl_pathc; i++)
-    for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
+    for (int k_sched = 0; k_sched < SCHEDULES; k_sched++)
       for (int policy = 0; policy < LX_RECOMPUTE_POLICY_COUNT; policy++)
         for (size_t k = 0; k < sizeof pps / sizeof pps[0]; k++) {
           int pp = pps[k], m = 2 * pp + 1; /* an odd count: slots wrap around unevenly */
           built b;
-          bool ok =
-              build(models.gl_pathv[i], 2 * pp, pp, m, (lx_schedule)sched, (lx_recompute_policy)policy, &b);
+          lx_schedule sched = schedules[k_sched];
+          bool ok = build(models.gl_pathv[i], 2 * pp, pp, m, sched, (lx_recompute_policy)policy, &b);
           int violations = ok ? lx_verify(&b.pipe, b.layouts) : -1;
           CHECK(violations == 0, "%s %s recompute %s pp=%d m=%d verifies clean (%d violations)",
-                models.gl_pathv[i], lx_schedule_name((lx_schedule)sched),
+                models.gl_pathv[i], lx_schedule_name(sched),
                 lx_recompute_policy_name((lx_recompute_policy)policy), pp, m, violations);
           release(&b);
         }
@@ -163,6 +167,16 @@ static void drop_first_wait_of(built *b, lx_stream k) {
 }
 static void drop_tp_wait(built *b) { drop_first_wait_of(b, LX_STREAM_TP); }
 static void drop_dp_wait(built *b) { drop_first_wait_of(b, LX_STREAM_DP); }
+
+/* The last stage's W passes read their linears' output gradients from the
+ * start of the work region's gradients, which the next backwards reuse. */
+static void weight_grads_in_work(built *b) {
+  int s = b->pipe.pp - 1;
+  for (int i = 0; i < b->ir.block.n_ops; i++) {
+    lx_op_place *pl = &b->layouts[s].places[LX_GRAPH_BLOCK][i];
+    if (pl->grad_in_slot) pl->grad_in_slot = false, pl->grad_offset = 0;
+  }
+}
 
 /* ZeRO-1's optimizer reads the gradients' reduced shares: the compute
  * stream must wait for the last bucket. */
@@ -290,8 +304,8 @@ int main(void) {
   check_split_pair_not_fused();
   check_accesses();
   check_examples();
-  for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++) {
-    lx_schedule s = (lx_schedule)sched;
+  for (int k = 0; k < SCHEDULES; k++) {
+    lx_schedule s = schedules[k];
     check_planted("a dropped WAIT", drop_wait, s, LX_RECOMPUTE_NONE);
     check_planted("two swapped sends", swap_sends, s, LX_RECOMPUTE_NONE);
     check_planted("a shared stash slot", share_stash_slot, s, LX_RECOMPUTE_NONE);
@@ -300,6 +314,10 @@ int main(void) {
     check_planted("a dropped receive", drop_recv, s, LX_RECOMPUTE_NONE);
   }
   check_planted("a dropped slot-reuse wait", drop_slot_reuse_wait, LX_SCHEDULE_1F1B, LX_RECOMPUTE_NONE);
+  check_planted("W passes' output gradients in the work region", weight_grads_in_work, LX_SCHEDULE_ZB_H1,
+                LX_RECOMPUTE_NONE);
+  check_planted("W passes' output gradients in the work region", weight_grads_in_work, LX_SCHEDULE_ZB_H1,
+                LX_RECOMPUTE_LYNX_HEU);
   check_planted_parallel("a tensor-parallel all-reduce before its op", drop_tp_wait, LX_SCHEDULE_1F1B,
                          LX_RECOMPUTE_FULL, 2, 1);
   check_planted_parallel("a gradient bucket reduced before its backward", drop_dp_wait, LX_SCHEDULE_1F1B,

@@ -1,0 +1,141 @@
+"""Pipeline schedules beyond 1F1B, trained on the CPU target (issue: schedules).
+
+ZB-H1 (Qi et al. 2024, zero bubble) splits the backward of a stage's block
+linears into B (the input gradient, on the critical path) and W (the weight
+gradient), and runs W `weight_lag` micro-batches late. It computes the same
+sums as 1F1B, in the same order: each weight gradient is the same products of
+the same inputs and output gradients, added into the same fp32 buffer one
+micro-batch after the other, and the W passes run in micro-batch order. So
+the per-step losses must be bitwise 1F1B's; any difference is an error (a
+gradient read from another micro-batch's slot, a W pass run twice or
+skipped), not rounding.
+
+Checks, for a GPT (layernorm, gelu, learned positions, dropout) and a Llama
+(rmsnorm, rope, grouped-query flash attention, swiglu), at pp = 2 and 4, with
+the recompute policies none, full and lynx-heu (3 MiB GPUs, so that Lynx
+recomputes in windows):
+
+- the generated programs are ZB-H1's: W passes on every stage but the first
+  (whose lag is 0: its backwards stay whole), except under full recompute,
+  which drops every linear's input that a W pass would read;
+- 6 steps of ZB-H1 give bitwise 1F1B's per-step losses;
+- ZB-H1's arena is used exactly to the planned extents with dead memory
+  poisoned (make check), where W reads output gradients kept in stash slots.
+"""
+import os
+import sys
+
+from tap import check, exit_status
+
+from training_metrics import fortunes_shards, generate, losses, train
+
+GPT = """#include <lynx.h>
+#define V 256
+#define H 64
+static const struct lx_model model = { .vocab = V, .seq_len = 32, .layers = 4, .hidden = H, .heads = 4,
+  .dropout = 0.1, .tied_embeddings = 1 };
+static const struct lx_cluster cluster = { .gpu = GPU_A100_80GB, .gpus_per_node = 8 };
+static const struct lx_parallel parallel = { .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 8 };
+static const struct lx_training training = { .steps = 10, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 5,
+  .lr_schedule = LR_COSINE, .weight_decay = 0.0, .grad_clip = 1.0, .seed = 7, .dtype = DTYPE_FP32 };
+tensor prologue(tensor tokens) {
+  return dropout(add(embedding(tokens, V, H), position_embedding(tokens, H)));
+}
+tensor block(tensor x) {
+  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);
+  x = add(x, dropout(linear(a, H)));
+  tensor m = linear(gelu(linear(layernorm(x), 4 * H)), H);
+  return add(x, dropout(m));
+}
+tensor epilogue(tensor x, tensor targets) {
+  return cross_entropy(lm_head(layernorm(x), V), targets);
+}
+"""
+
+LLAMA = """#include <lynx.h>
+#define V 256
+#define H 64
+#define HEADS 4
+#define KV 2
+#define FFN 160
+static const struct lx_model model = { .vocab = V, .seq_len = 32, .layers = 4, .hidden = H, .heads = HEADS,
+  .kv_heads = KV, .ffn_hidden = FFN, .dropout = 0.0, .tied_embeddings = 0 };
+static const struct lx_cluster cluster = { .gpu = GPU_H100_80GB, .gpus_per_node = 8 };
+static const struct lx_parallel parallel = { .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 8 };
+static const struct lx_training training = { .steps = 10, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 5,
+  .lr_schedule = LR_COSINE, .weight_decay = 0.1, .grad_clip = 1.0, .seed = 11, .dtype = DTYPE_FP32 };
+tensor prologue(tensor tokens) {
+  return embedding(tokens, V, H);
+}
+tensor block(tensor x) {
+  tensor qkv = rope(linear_nobias(rmsnorm(x), (HEADS + 2 * KV) * (H / HEADS)), HEADS, KV);
+  x = add(x, linear_nobias(flash_attention(qkv, HEADS, KV), H));
+  tensor h = linear_nobias(swiglu(linear_nobias(rmsnorm(x), 2 * FFN)), H);
+  return add(x, h);
+}
+tensor epilogue(tensor x, tensor targets) {
+  return cross_entropy(lm_head(rmsnorm(x), V), targets);
+}
+"""
+
+POLICIES = {
+    "none": ("--policy", "none"),
+    "full": ("--policy", "full"),
+    "lynx-heu": ("--policy", "lynx-heu", "--gpu-memory", "0.003", "--allow-oom-plan"),
+}
+
+
+def main():
+    work = fortunes_shards("lynx-schedules-")
+    if work is None:
+        return
+    for name, text in (("gpt", GPT), ("llama", LLAMA)):
+        model = os.path.join(work, name + ".model")
+        with open(model, "w") as f:
+            f.write(text)
+        for pp in (2, 4):
+            for policy, args in POLICIES.items():
+                layout = ("--pp", str(pp), *args)
+                label = "%s pp=%d %s" % (name, pp, policy)
+                reference = generate(work, "%s-pp%d-%s-1f1b" % (name, pp, policy), model, *layout, "--schedule", "1f1b",
+                                     quick=True)
+                zb = generate(work, "%s-pp%d-%s-zb" % (name, pp, policy), model, *layout, "--schedule", "zb-h1",
+                              quick=True)
+                if reference is None or zb is None:
+                    check(False, "%s: 1F1B and ZB-H1 generate and build" % label)
+                    continue
+                with open(os.path.join(zb, "stage%d.c" % (pp - 1))) as f:
+                    last_stage = f.read()
+                with open(os.path.join(zb, "stage0.c")) as f:
+                    first_stage = f.read()
+                if policy == "full":
+                    check("weights_block(" not in last_stage + first_stage,
+                          "%s: no W pass (full recompute drops the linears' inputs)" % label)
+                else:
+                    check("weights_block(" in last_stage and "weights_block(" not in first_stage,
+                          "%s: ZB-H1's last stage runs W passes, its first stage whole backwards" % label)
+                r1, m1 = train(reference, work, "--steps", "6")
+                r2, m2 = train(zb, work, "--steps", "6")
+                if r1.returncode != 0 or r2.returncode != 0:
+                    check(False, "%s: 1F1B and ZB-H1 train 6 steps" % label)
+                    print((r1.stdout + r1.stderr)[-2000:] + (r2.stdout + r2.stderr)[-2000:])
+                    continue
+                a, b = losses(m1), losses(m2)
+                check(len(a) == 6 and a == b, "%s: ZB-H1 gives bitwise 1F1B's losses %s" % (label, b))
+    # The memory plan, measured, where W reads gradients kept in stash slots.
+    model = os.path.join(work, "gpt.model")
+    for policy in ("none", "lynx-heu"):
+        program = generate(work, "mem-zb-%s" % policy, model, "--pp", "4", "--schedule", "zb-h1",
+                           *POLICIES[policy], target="check", quick=True)
+        r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
+        out = r.stdout if r else ""
+        stages = [l for l in out.splitlines() if l.startswith("memory: stage")]
+        ok = r is not None and r.returncode == 0 and len(stages) == 4 and all("as planned" in l for l in stages)
+        check(ok, "ZB-H1 pp=4 %s: each stage's arena is used exactly to the planned extents, poison never read"
+              % policy)
+        if not ok:
+            print(out[-3000:] + (r.stderr[-2000:] if r else ""))
+
+
+main()
+sys.exit(exit_status())
