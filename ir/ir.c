@@ -126,14 +126,19 @@ int lx_dtype_bytes(lx_dtype dtype) {
   }
 }
 
+bool lx_op_saves(const lx_graph *g, int c, int producer) {
+  for (int k = 0; k < g->ops[c].n_saved; k++) {
+    const lx_saved *sv = &g->ops[c].saved[k];
+    if ((sv->kind == LX_SAVE_INPUT && g->ops[c].inputs[sv->input] == producer) ||
+        (sv->kind == LX_SAVE_OUTPUT && c == producer))
+      return true;
+  }
+  return false;
+}
+
 int lx_last_saver(const lx_graph *g, int producer) {
   for (int c = 0; c < g->n_ops; c++)
-    for (int k = 0; k < g->ops[c].n_saved; k++) {
-      const lx_saved *sv = &g->ops[c].saved[k];
-      if ((sv->kind == LX_SAVE_INPUT && g->ops[c].inputs[sv->input] == producer) ||
-          (sv->kind == LX_SAVE_OUTPUT && c == producer))
-        return c;
-    }
+    if (lx_op_saves(g, c, producer)) return c;
   return -1;
 }
 

@@ -290,6 +290,8 @@ int64_t lx_rank_width(const lx_ir *ir, lx_shape s);
 /* The op whose backward is the last to need the output of op `producer`
  * (the earliest op in forward order that saves it), or -1 if none saves it. */
 int lx_last_saver(const lx_graph *g, int producer);
+/* Whether op c saves the output of op `producer` (as its input or output) for its backward. */
+bool lx_op_saves(const lx_graph *g, int c, int producer);
 /* Structural checks of an analysed IR (a generator bug if any fails):
  * inputs precede their users, shapes are set, totals add up. Returns the
  * number of problems, each printed to stderr. */

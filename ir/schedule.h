@@ -134,9 +134,12 @@ typedef struct {
   int *window_of; /* per layer instance ((layer - first_layer) * micro_batches + mb): the window
                      its in-window recompute runs in, or -1 (on demand); NULL: all on demand */
   lx_policy_stats stats;
-  int stashed_micro_batches; /* activations of this many micro-batches alive at once */
+  int stashed_micro_batches; /* activations of this many micro-batches alive at once (forward to backward) */
   int weight_lag; /* zero bubble: micro-batch m's W passes run after the B of m + weight_lag (so the
                      drain has W to fill its waits); 0: each BWD computes its parameter gradients */
+  int held_micro_batches;        /* zero bubble: micro-batches whose W passes' inputs are alive at once
+                                    (forward to W pass); 0 without W passes */
+  int weight_grad_micro_batches; /* ... whose W passes' output gradients are (backward to W pass) */
   lx_instr_list streams[LX_STREAM_COUNT];
   int n_events;
 } lx_stage;

@@ -13,6 +13,7 @@
 #include "diag.h"
 #include "emit/emit_file.h"
 #include "emit/emit_graphs.h"
+#include "emit/emit_names.h"
 #include "emit/emit_op.h"
 #include "emit/emit_operands.h"
 #include "emit/emit_reroll.h"
@@ -302,6 +303,7 @@ static void print_header(const lx_printer *pr) {
           pr->p->pp, st->first_layer, st->n_layers, ir->model.layers);
   fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d,\n",
           pr->p->micro_batches, pr->l->slots, emit_tp(pr), dp);
+  emit_pool_slots(pr);
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
   emit_boundary_sizes(pr);

@@ -452,6 +452,7 @@ static void print_header(const lx_printer *pr) {
           pr->p->pp, st->first_layer, st->n_layers, ir->model.layers);
   fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d, EVENTS = %d,\n",
           pr->p->micro_batches, pr->l->slots, emit_tp(pr), ir->plan.dp, st->n_events + 1);
+  emit_pool_slots(pr);
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
   emit_boundary_sizes(pr);

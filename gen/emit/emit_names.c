@@ -19,14 +19,30 @@ typedef struct {
 /* The helpers that compute a term of an address; each is printed with the
  * stride its first use had, and a term with another stride is printed as
  * arithmetic. */
-typedef enum { STASH_SLOT, STASH_LAYER, PARAM_LAYER, PIPE_SLOT, HELPER_COUNT } helper;
+typedef enum {
+  STASH_SLOT,
+  HELD_SLOT,
+  WEIGHT_GRAD_SLOT,
+  STASH_LAYER,
+  HELD_LAYER,
+  WEIGHT_GRAD_LAYER,
+  PARAM_LAYER,
+  PIPE_SLOT,
+  HELPER_COUNT
+} helper;
 
 static const struct {
   const char *name, *arg, *variable, *why;
 } helpers[HELPER_COUNT] = {
     {"stash_slot", "mb", "(mb % SLOTS)",
      "micro-batch mb's stash slot: what its forward keeps for its backward"},
+    {"held_slot", "mb", "(mb % HELD_SLOTS)",
+     "micro-batch mb's held slot: the inputs its W passes read, kept from its forward"},
+    {"weight_grad_slot", "mb", "(mb % WEIGHT_GRAD_SLOTS)",
+     "micro-batch mb's weight-gradient slot: the output gradients its W passes read"},
     {"stash_layer", "layer", "(layer - FIRST_LAYER)", "a layer's part of a stash slot"},
+    {"held_layer", "layer", "(layer - FIRST_LAYER)", "a layer's part of a held slot"},
+    {"weight_grad_layer", "layer", "(layer - FIRST_LAYER)", "a layer's part of a weight-gradient slot"},
     {"param_layer", "layer", "(layer - FIRST_LAYER)", "a layer's parameters (and gradients: GRAD_OF)"},
     {"pipe_slot", "mb", "(mb % SLOTS)", "micro-batch mb's buffers to and from the neighbouring stages"},
 };
@@ -171,8 +187,8 @@ void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf,
   int n = snprintf(buf, size, "AT(REGION_%s + %lldLL", lx_region_name(e->region),
                    (long long)(e->constant - pr->l->region_offset[e->region]));
   bool slot_helper = e->region == LX_REGION_STASH || e->region == LX_REGION_BOUNDARY;
-  helper slot = e->region == LX_REGION_STASH ? STASH_SLOT : PIPE_SLOT;
-  helper layer = e->region == LX_REGION_PARAMS ? PARAM_LAYER : STASH_LAYER;
+  helper slot = e->region == LX_REGION_STASH ? STASH_SLOT + (helper)e->pool : PIPE_SLOT;
+  helper layer = e->region == LX_REGION_PARAMS ? PARAM_LAYER : STASH_LAYER + (helper)e->pool;
   n += term(names, slot, slot_helper, e->per_slot, buf + n, size - (size_t)n);
   n += term(names, layer, e->region == LX_REGION_PARAMS || e->region == LX_REGION_STASH, e->per_layer,
             buf + n, size - (size_t)n);
@@ -268,6 +284,13 @@ static void print_helpers(const lx_printer *pr) {
     if (pr->names->stride[h])
       fprintf(pr->out, "/* %s */\nstatic int64_t %s(int %s) { return %s * %lldLL; }\n", helpers[h].why,
               helpers[h].name, helpers[h].arg, helpers[h].variable, (long long)pr->names->stride[h]);
+}
+
+void emit_pool_slots(const lx_printer *pr) {
+  const lx_stage_layout *l = pr->l;
+  if (l->pool_slots[LX_POOL_HELD] || l->pool_slots[LX_POOL_WEIGHT_GRAD])
+    fprintf(pr->out, "  HELD_SLOTS = %d, WEIGHT_GRAD_SLOTS = %d, /* zero bubble's W passes read these */\n",
+            l->pool_slots[LX_POOL_HELD], l->pool_slots[LX_POOL_WEIGHT_GRAD]);
 }
 
 void emit_names_print(const lx_printer *pr) {

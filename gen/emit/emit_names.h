@@ -26,5 +26,8 @@ bool emit_sequence_sharded(const lx_printer *pr, lx_shape s);
 /* The helpers and accessors the code printed so far used, in the order of
  * the arena (parameters, kept activations, work, pipeline buffers). */
 void emit_names_print(const lx_printer *pr);
+/* The slot counts of the held and weight-gradient pools (layout.h), as
+ * enumerators, where the stage has them. */
+void emit_pool_slots(const lx_printer *pr);
 
 #endif

@@ -113,7 +113,16 @@ static void add_graph_buckets(lx_stage_layout *out, lx_graph_id gid, int first_l
 
 typedef struct {
   int64_t slot, recompute, forward, grads, window;
+  int64_t pool[LX_POOL_COUNT]; /* the held and weight-gradient pools' parts of a layer (pool[0] unused) */
 } cursors;
+
+/* Whether a W pass of the stage reads the output of op `producer`. */
+static bool read_by_weight_pass(const lx_pipeline *p, int s, lx_graph_id gid, int producer) {
+  const lx_graph *g = lx_graph_of(p->ir, gid);
+  for (int c = 0; c < g->n_ops; c++)
+    if (lx_op_saves(g, c, producer) && lx_defers_weight_grad(p->ir, &p->stages[s], gid, c)) return true;
+  return false;
+}
 
 /* Block decisions apply to the block; prologue and epilogue keep everything. */
 static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_op_place *places, cursors *c) {
@@ -127,8 +136,9 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
     bool dropped = d && d[i].drop_output && op->kind != LX_OP_INPUT;
     pl->in_window = d && d[i].in_window;
     int64_t *regenerated = pl->in_window ? &c->window : &c->recompute;
+    pl->item_held = saved && !dropped && read_by_weight_pass(p, s, gid, i);
     if (saved && !dropped)
-      pl->item_offset = take(&c->slot, op->out_bytes);
+      pl->item_offset = take(pl->item_held ? &c->pool[LX_POOL_HELD] : &c->slot, op->out_bytes);
     else if (saved)
       pl->output_work_offset = take(regenerated, op->out_bytes);
     else if (i != g->output && !op->out.scalar)
@@ -142,7 +152,8 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
     bool has_grad =
         op->kind != LX_OP_INPUT && i != g->output && op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
     pl->grad_in_slot = has_grad && lx_defers_weight_grad(p->ir, &p->stages[s], gid, i);
-    if (has_grad) pl->grad_offset = take(pl->grad_in_slot ? &c->slot : &c->grads, op->out_bytes);
+    if (has_grad)
+      pl->grad_offset = take(pl->grad_in_slot ? &c->pool[LX_POOL_WEIGHT_GRAD] : &c->grads, op->out_bytes);
   }
 }
 
@@ -168,6 +179,21 @@ static int64_t sp_buffer_bytes(const lx_pipeline *p, int s) {
   return most;
 }
 
+/* The stash region: the stash slots, then the held and the weight-gradient
+ * pools, whose slots hold every block layer of the stage. */
+static void place_pools(const lx_stage *st, lx_stage_layout *out) {
+  int counts[LX_POOL_COUNT] = {out->slots, st->held_micro_batches, st->weight_grad_micro_batches};
+  int64_t cursor = 0;
+  for (int pool = 0; pool < LX_POOL_COUNT; pool++) {
+    int64_t slot =
+        pool == LX_POOL_STASH ? out->slot_bytes : aligned(st->n_layers * out->pool_layer_bytes[pool]);
+    out->pool_slots[pool] = slot > 0 ? counts[pool] : 0;
+    out->pool_offset[pool] = cursor;
+    out->pool_slot_bytes[pool] = slot;
+    cursor += out->pool_slots[pool] * slot;
+  }
+}
+
 void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_copy, lx_stage_layout *out) {
   const lx_ir *ir = p->ir;
   const lx_stage *st = &p->stages[s];
@@ -179,13 +205,13 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   static const lx_graph_id order[] = {LX_GRAPH_PROLOGUE, LX_GRAPH_BLOCK, LX_GRAPH_EPILOGUE};
   bool present[LX_GRAPH_COUNT] = {st->has_prologue, st->n_layers > 0, st->has_epilogue};
   int64_t param_cursor = 0;
-  cursors c = {0, 0, 0, 0, 0};
+  cursors c = {0};
   for (int k = 0; k < LX_GRAPH_COUNT; k++) {
     lx_graph_id gid = order[k];
     const lx_graph *g = lx_graph_of(ir, gid);
     out->places[gid] = lx_calloc((size_t)g->n_ops, sizeof(lx_op_place));
     int64_t params_before = param_cursor, slot_before = c.slot;
-    cursors graph_work = {0, 0, 0, 0, 0}; /* offsets within the graph's part of a slot */
+    cursors graph_work = {0}; /* offsets within the graph's part of a slot */
     int64_t table = place_params(p, s, gid, out->places[gid], &param_cursor, out->shards);
     place_activations(p, s, gid, out->places[gid], &graph_work);
     out->graph_param_offset[gid] = params_before;
@@ -195,6 +221,8 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
     if (gid == LX_GRAPH_BLOCK) {
       out->layer_param_elements = param_cursor - params_before;
       out->layer_slot_bytes = graph_work.slot;
+      for (int pool = LX_POOL_HELD; pool < LX_POOL_COUNT; pool++)
+        out->pool_layer_bytes[pool] = graph_work.pool[pool];
     }
     add_graph_buckets(out, gid, st->first_layer, copies, params_before, param_cursor - params_before, table);
     param_cursor = params_before + copies * (param_cursor - params_before);
@@ -213,6 +241,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
     out->optimizer_elements += out->buckets[b].elements / out->shards;
   }
   out->slot_bytes = aligned(c.slot);
+  place_pools(st, out);
   out->forward_work_bytes = c.forward;
   out->backward_work_bytes = c.recompute + c.grads;
   out->recompute_work_bytes = c.recompute;
@@ -234,7 +263,8 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       [LX_REGION_GRADS] = out->param_elements * 4,
       [LX_REGION_ADAM_M] = fp32_optimizer,
       [LX_REGION_ADAM_V] = fp32_optimizer,
-      [LX_REGION_STASH] = out->slots * out->slot_bytes,
+      [LX_REGION_STASH] = out->pool_offset[LX_POOL_COUNT - 1] +
+                          out->pool_slots[LX_POOL_COUNT - 1] * out->pool_slot_bytes[LX_POOL_COUNT - 1],
       [LX_REGION_WORK] = out->sp_buffer_offset[1] + out->sp_buffer_bytes,
       [LX_REGION_BOUNDARY] =
           out->send_offset + (int64_t)per_slot_buffers * out->slots * aligned(out->boundary_bytes),
@@ -282,6 +312,20 @@ static lx_place_expr in_slot(const lx_stage_layout *l, lx_tensor_ref t, int64_t 
   e.per_slot = l->slot_bytes;
   e.per_layer = varies_by_layer(t) ? l->layer_slot_bytes : 0;
   return e;
+}
+
+/* In the held or weight-gradient pool (block layers only). */
+static lx_place_expr in_pool(const lx_stage_layout *l, lx_slot_pool pool, int64_t inner, int64_t bytes) {
+  lx_place_expr e =
+      fixed(LX_REGION_STASH, l->region_offset[LX_REGION_STASH] + l->pool_offset[pool] + inner, bytes);
+  e.per_slot = l->pool_slot_bytes[pool];
+  e.per_layer = l->pool_layer_bytes[pool];
+  e.pool = pool;
+  return e;
+}
+
+int lx_place_slots(const lx_stage_layout *l, const lx_place_expr *e) {
+  return e->per_slot && l->pool_slots[e->pool] > 0 ? l->pool_slots[e->pool] : 1;
 }
 
 /* Boundary gradients alternate with the pipeline position of the graph
@@ -364,7 +408,7 @@ static lx_place_expr place_grad(const lx_pipeline *p, int s, const lx_stage_layo
   if (op->kind == LX_OP_INPUT) return boundary_grad(p, l, t, 0);
   if (t.op == g->output) return boundary_grad(p, l, t, 1);
   if (l->places[t.graph][t.op].grad_in_slot)
-    return in_slot(l, t, l->places[t.graph][t.op].grad_offset, LX_REGION_STASH, op->out_bytes);
+    return in_pool(l, LX_POOL_WEIGHT_GRAD, l->places[t.graph][t.op].grad_offset, op->out_bytes);
   return fixed(LX_REGION_WORK,
                l->region_offset[LX_REGION_WORK] + l->recompute_work_bytes +
                    l->places[t.graph][t.op].grad_offset,
@@ -413,6 +457,8 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
     if (pl->scratch_offset >= 0) return regenerated(l, pl, pl->scratch_offset, op->out_bytes);
     return place(p, s, l, (lx_tensor_ref){t.graph, t.layer, t.op, t.mb, LX_T_OUTPUT, 0});
   case LX_T_OUTPUT:
+    if (pl->item_offset >= 0 && pl->item_held)
+      return in_pool(l, LX_POOL_HELD, pl->item_offset, op->out_bytes);
     if (pl->item_offset >= 0) return in_slot(l, t, pl->item_offset, LX_REGION_STASH, op->out_bytes);
     if (pl->output_work_offset >= 0 && pl->output_recomputed)
       return regenerated(l, pl, pl->output_work_offset, op->out_bytes);
@@ -430,7 +476,7 @@ lx_place_expr lx_place_of(const lx_pipeline *p, int s, const lx_stage_layout *l,
 lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
   lx_place_expr e = place(p, s, l, t);
   int layer = varies_by_layer(t) ? t.layer : 0;
-  int64_t offset = e.constant + (int64_t)(t.mb % l->slots) * e.per_slot +
+  int64_t offset = e.constant + (int64_t)(t.mb % lx_place_slots(l, &e)) * e.per_slot +
                    (int64_t)(layer - p->stages[s].first_layer) * e.per_layer +
                    (int64_t)((layer + e.parity_add) % 2) * e.parity_stride;
   return (lx_span){e.region, offset, e.bytes};
@@ -489,7 +535,10 @@ void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
   const lx_stage *st = &p->stages[s];
   for (int r = 0; r < LX_REGION_COUNT; r++)
     extents[r] = 0;
-  for (int mb = 0; mb < l->slots; mb++) {
+  int slots = 0; /* every slot of every pool */
+  for (int pool = 0; pool < LX_POOL_COUNT; pool++)
+    if (l->pool_slots[pool] > slots) slots = l->pool_slots[pool];
+  for (int mb = 0; mb < slots; mb++) {
     for (int g = 0; g < LX_GRAPH_COUNT; g++) {
       bool present = g == LX_GRAPH_PROLOGUE   ? st->has_prologue
                      : g == LX_GRAPH_EPILOGUE ? st->has_epilogue

@@ -5,8 +5,12 @@
  *       the stage's parameters, same element layout in each region;
  *   stash: `slots` copies of everything one micro-batch keeps from its
  *       forward to its backward (micro-batch mb uses slot mb % slots; the
- *       schedule never has more in flight than there are slots), and under
- *       zero bubble the output gradients its W passes read after it;
+ *       schedule never has more in flight than there are slots); under
+ *       zero bubble two more pools of slots follow, for what W passes read
+ *       after the backward: the held pool (the deferred linears' inputs,
+ *       from the forward to the W pass) and the weight-gradient pool (their
+ *       output gradients, from the backward to the W pass), each with as
+ *       many slots as micro-batches live there at once;
  *   work: what lives only inside one F(mb) or B(mb) — op outputs nobody
  *       keeps, recomputed tensors, activation gradients. Forward outputs and
  *       backward buffers never live at once, so they share the region.
@@ -72,6 +76,7 @@ typedef struct {
  * the work region, and its parameters within one layer's parameter block. */
 typedef struct {
   int64_t item_offset;                   /* output kept in the stash slot; -1 if not kept */
+  bool item_held;                        /* that offset is in the held pool: a W pass reads it */
   int64_t internal_offset[LX_MAX_SAVED]; /* in the slot, or in work when dropped */
   bool internals_in_work;                /* dropped: regenerated into work by recompute */
   int64_t output_work_offset;            /* output in work (transient or recomputed); -1 if none */
@@ -80,7 +85,7 @@ typedef struct {
   bool in_window;         /* the op's work-placed tensors (dropped output and internals, scratch) are in
                              the window buffer of the layer's parity, not the recompute part */
   int64_t grad_offset;    /* gradient of the output in work; -1 for inputs and int tensors */
-  bool grad_in_slot;      /* that offset is in the stash slot: the op's W pass reads it after the backward */
+  bool grad_in_slot;      /* that offset is in the weight-gradient pool: the op's W pass reads it */
   int64_t param_offset[2]; /* element offset of weight, bias in the layer's block; -1 if none */
   int64_t param_elements[2];
 } lx_op_place;
@@ -99,6 +104,9 @@ typedef struct {
   int64_t shard_first;     /* ZeRO-1: in the optimizer regions; else == first */
 } lx_param_bucket;
 
+/* The stash region's pools of slots (see above). */
+typedef enum { LX_POOL_STASH, LX_POOL_HELD, LX_POOL_WEIGHT_GRAD, LX_POOL_COUNT } lx_slot_pool;
+
 typedef struct {
   int64_t activation_elt, param_elt; /* bytes per element */
   int64_t region_offset[LX_REGION_COUNT], region_bytes[LX_REGION_COUNT];
@@ -107,6 +115,10 @@ typedef struct {
   int64_t slot_bytes;
   int64_t graph_slot_offset[LX_GRAPH_COUNT];  /* within a slot; the block's layer 0 */
   int64_t layer_slot_bytes;                   /* slot bytes of one block layer */
+  /* the held and weight-gradient pools (block layers only; pool_slots 0 when
+   * unused), after the stash slots in the stash region */
+  int pool_slots[LX_POOL_COUNT];
+  int64_t pool_offset[LX_POOL_COUNT], pool_slot_bytes[LX_POOL_COUNT], pool_layer_bytes[LX_POOL_COUNT];
   int64_t graph_param_offset[LX_GRAPH_COUNT]; /* elements; the block's layer 0 */
   int64_t layer_param_elements;
   int64_t param_elements;     /* all of the stage */
@@ -143,11 +155,14 @@ typedef struct {
   lx_region region;
   int64_t constant, per_slot, per_layer, parity_stride;
   int parity_add;
+  lx_slot_pool pool; /* with per_slot: whose slot count the micro-batch wraps at */
   int64_t bytes;
 } lx_place_expr;
 
 lx_place_expr lx_place_of(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t);
 const char *lx_region_name(lx_region r);
+/* The slot count a place's micro-batch term wraps at. */
+int lx_place_slots(const lx_stage_layout *l, const lx_place_expr *e);
 /* How many bytes of each region the stage's tensors reach (the end of the
  * last buffer, without alignment padding): what a run must write, no more. */
 void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,

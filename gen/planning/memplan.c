@@ -50,15 +50,8 @@ static int releaser(const lx_ir *ir, const lx_stage *st, lx_graph_id gid, const 
                     bool *weight) {
   *weight = false;
   int last = lx_last_saver(g, producer);
-  for (int c = g->n_ops - 1; c >= 0; c--) {
-    const lx_op *op = &g->ops[c];
-    for (int k = 0; k < op->n_saved; k++) {
-      const lx_saved *sv = &op->saved[k];
-      bool saves = (sv->kind == LX_SAVE_INPUT && op->inputs[sv->input] == producer) ||
-                   (sv->kind == LX_SAVE_OUTPUT && c == producer);
-      if (saves && lx_defers_weight_grad(ir, st, gid, c)) *weight = true, last = c;
-    }
-  }
+  for (int c = g->n_ops - 1; c >= 0; c--)
+    if (lx_op_saves(g, c, producer) && lx_defers_weight_grad(ir, st, gid, c)) *weight = true, last = c;
   return last;
 }
 

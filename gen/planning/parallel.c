@@ -34,7 +34,7 @@ int lx_weight_lag(lx_schedule kind, int pp, int s) {
 }
 
 int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches) {
-  int held = kind == LX_SCHEDULE_GPIPE ? micro_batches : lx_weight_lag(kind, pp, s) > 0 ? pp : pp - s;
+  int held = kind == LX_SCHEDULE_GPIPE ? micro_batches : pp - s;
   return held < micro_batches ? held : micro_batches;
 }
 

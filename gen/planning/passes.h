@@ -38,8 +38,9 @@ lx_tp_collectives lx_tp_collectives_of(const lx_ir *ir, const lx_op *op, bool ba
 /* Stage s of a pp-stage schedule: how many micro-batches' W passes wait for
  * later backwards (zero bubble ZB-H1: s, so that stage s, which finishes its
  * last B s backwards before stage 0, fills that drain with W), and how many
- * micro-batches it holds at once: all under GPipe; under 1F1B p - s, from a
- * forward to its backward; under ZB-H1 p once W lags (from a forward to its W). */
+ * micro-batches' activations it holds from a forward to its backward: all
+ * under GPipe, p - s under 1F1B and ZB-H1 (whose W passes' inputs and
+ * gradients have slots of their own: layout.h). */
 int lx_weight_lag(lx_schedule kind, int pp, int s);
 /* Whether the BWD of op `op` of graph `graph` leaves its parameter gradients
  * to a BWD_WEIGHT instruction on stage st: a block linear (its weight

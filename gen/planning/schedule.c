@@ -24,9 +24,10 @@ typedef struct {
   lx_stage *st;
   int tp, dp;
   bool dp_pending; /* bucket all-reduces the optimizer step must wait for */
-  /* per micro-batch: events recorded when its stash slot is free again and
-   * when its outgoing buffers have been sent; -1 until recorded */
-  int *slot_free, *act_sent, *grad_sent;
+  /* per micro-batch: events recorded when its stash slot is free again, when
+   * its outgoing buffers have been sent, and when its W passes are done (its
+   * held and weight-gradient slots free); -1 until recorded */
+  int *slot_free, *act_sent, *grad_sent, *weights_done;
   /* window placement: FWD/BWD emitted so far (minus one), the next window
    * to open, per window the layer instances it recomputes (CSR, in the
    * order they are due), and per instance the event its recompute records */
@@ -51,9 +52,13 @@ static void sync_streams(builder *b, lx_stream from, lx_stream to) { wait_for(b,
 
 /* Buffers of micro-batch mb reuse those of mb - slots: wait until that one
  * is done with them (`done` holds its events, -1 if there was none). */
+static void wait_for_slot(builder *b, lx_stream on, const int *done, int mb, int slots) {
+  int previous = mb - slots;
+  if (slots > 0 && previous >= 0 && done[previous] >= 0) wait_for(b, on, done[previous]);
+}
+
 static void wait_for_reuse(builder *b, lx_stream on, const int *done, int mb) {
-  int previous = mb - b->st->stashed_micro_batches;
-  if (previous >= 0 && done[previous] >= 0) wait_for(b, on, done[previous]);
+  wait_for_slot(b, on, done, mb, b->st->stashed_micro_batches);
 }
 
 static int64_t input_bytes(const lx_graph *g, const lx_op *op) { return g->ops[op->inputs[0]].out_bytes; }
@@ -203,7 +208,7 @@ static void backward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
 
 /* Zero bubble's W pass of micro-batch mb: the parameter gradients its
  * backward left out, layer by layer from the top as the backward went. Its
- * stash slot is free only after it. */
+ * held and weight-gradient slots are free after it. */
 static void weight_pass(builder *b, int mb) {
   const lx_graph *g = &b->ir->block;
   const lx_stage *st = b->st;
@@ -215,7 +220,7 @@ static void weight_pass(builder *b, int mb) {
     }
     if (mb == b->pipe->micro_batches - 1) reduce_graph_buckets(b, LX_GRAPH_BLOCK, l);
   }
-  b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
+  b->weights_done[mb] = record(b, LX_STREAM_COMPUTE);
 }
 
 /* On demand: the dropped tensors of layer `layer` come back just before its
@@ -246,6 +251,7 @@ static void forward_micro_batch(builder *b, int mb) {
   if (!st->has_epilogue) wait_for_reuse(b, LX_STREAM_COMPUTE, b->act_sent, mb);
   if (st->index > 0) {
     wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
+    wait_for_slot(b, LX_STREAM_RECV, b->weights_done, mb, st->held_micro_batches); /* a held first input */
     emit(
         b, LX_STREAM_RECV,
         (lx_instr){
@@ -307,7 +313,7 @@ static void backward_micro_batch(builder *b, int mb) {
                     .layer = -1});
     b->grad_sent[mb] = record(b, LX_STREAM_SEND);
   }
-  if (st->weight_lag == 0) b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
+  b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
 }
 
 /* B of micro-batch mb, then the W pass that has waited weight_lag backwards. */
@@ -361,9 +367,13 @@ static void index_window_items(builder *b) {
   free(fill);
 }
 
+static int at_most(int a, int b) { return a < b ? a : b; }
+
 /* Under ZB-H1, a stage whose decisions leave no weight gradient to defer
- * (full recompute drops every linear's input) runs 1F1B's whole backwards,
- * with 1F1B's slots. */
+ * (full recompute drops every linear's input) runs 1F1B's whole backwards.
+ * Where W passes lag, what they read lives longer than a backward: the
+ * linears' inputs from the forward (the micro-batches in flight, plus the
+ * lag) and their output gradients from the backward (the lag, plus one). */
 static void settle_weight_lag(const lx_ir *ir, const lx_pipeline *p, lx_stage *st) {
   if (p->kind != LX_SCHEDULE_ZB_H1) return;
   st->weight_lag = lx_weight_lag(p->kind, p->pp, st->index);
@@ -371,8 +381,9 @@ static void settle_weight_lag(const lx_ir *ir, const lx_pipeline *p, lx_stage *s
   for (int i = 0; i < ir->block.n_ops; i++)
     defers |= lx_defers_weight_grad(ir, st, LX_GRAPH_BLOCK, i);
   if (!defers) st->weight_lag = 0;
-  lx_schedule slots_of = defers ? LX_SCHEDULE_ZB_H1 : LX_SCHEDULE_1F1B;
-  st->stashed_micro_batches = lx_stashed_micro_batches(slots_of, p->pp, st->index, p->micro_batches);
+  int lag = st->weight_lag, m = p->micro_batches;
+  st->held_micro_batches = lag ? at_most(st->stashed_micro_batches + lag, m) : 0;
+  st->weight_grad_micro_batches = lag ? at_most(lag + 1, m) : 0;
 }
 
 void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s) {
@@ -382,12 +393,13 @@ void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s) {
     st->streams[k].count = 0;
   st->n_events = 0;
   builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp, .dp = ir->plan.dp, .ordinal = -1};
-  int *events = lx_malloc(sizeof(int) * 3 * (size_t)p->micro_batches);
-  for (int i = 0; i < 3 * p->micro_batches; i++)
+  int *events = lx_malloc(sizeof(int) * 4 * (size_t)p->micro_batches);
+  for (int i = 0; i < 4 * p->micro_batches; i++)
     events[i] = -1;
   b.slot_free = events;
   b.act_sent = events + p->micro_batches;
   b.grad_sent = events + 2 * p->micro_batches;
+  b.weights_done = events + 3 * p->micro_batches;
   index_window_items(&b);
   schedule_stage(&b);
   free(events);

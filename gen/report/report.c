@@ -143,8 +143,8 @@ static void print_arena(const lx_stage_layout *l, FILE *out) {
           "%.2f "
           "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%d slots x %.2f MiB), transient %.2f MiB\n",
           (long long)l->total, lx_bytes_text((double)l->total, total), mib(weights),
-          mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer), mib(l->region_bytes[LX_REGION_STASH]),
-          l->slots, mib(l->slot_bytes), mib(transient));
+          mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer), mib(l->slots * l->slot_bytes), l->slots,
+          mib(l->slot_bytes), mib(transient));
   if (l->shards > 1)
     fprintf(out,
             "  ZeRO-1     optimizer state of 1/%d of the parameters per dp replica: %.2f MiB instead of %.2f "
@@ -156,8 +156,20 @@ static void print_arena(const lx_stage_layout *l, FILE *out) {
               (long long)l->region_offset[k], (long long)l->region_bytes[k]);
 }
 
-/* Zero bubble: which weight gradients wait for the drain, or why none does. */
-static void print_weight_passes(const lx_pipeline *p, const lx_stage *st, FILE *out) {
+/* Zero bubble: which weight gradients wait for the drain, or why none does,
+ * and the arena's pools for what the W passes read. */
+static void print_pools(const lx_stage_layout *l, FILE *out) {
+  fprintf(out,
+          "             in the stash region: the inputs they read %.2f MiB (%d slots x %.2f MiB), the output "
+          "gradients %.2f MiB (%d slots x %.2f MiB)\n",
+          mib(l->pool_slots[LX_POOL_HELD] * l->pool_slot_bytes[LX_POOL_HELD]), l->pool_slots[LX_POOL_HELD],
+          mib(l->pool_slot_bytes[LX_POOL_HELD]),
+          mib(l->pool_slots[LX_POOL_WEIGHT_GRAD] * l->pool_slot_bytes[LX_POOL_WEIGHT_GRAD]),
+          l->pool_slots[LX_POOL_WEIGHT_GRAD], mib(l->pool_slot_bytes[LX_POOL_WEIGHT_GRAD]));
+}
+
+static void print_weight_passes(const lx_pipeline *p, const lx_stage *st, const lx_stage_layout *l,
+                                FILE *out) {
   if (p->kind != LX_SCHEDULE_ZB_H1) return;
   int deferred = 0;
   for (int i = 0; i < p->ir->block.n_ops; i++)
@@ -165,8 +177,10 @@ static void print_weight_passes(const lx_pipeline *p, const lx_stage *st, FILE *
   if (deferred)
     fprintf(out,
             "  W passes   the weight gradients of %d linear%s per layer run %d micro-batch%s after their "
-            "backward, in the drain's waits; the output gradients they read wait in the stash slots\n",
+            "backward, in the drain's waits\n",
             deferred, deferred == 1 ? "" : "s", st->weight_lag, st->weight_lag == 1 ? "" : "es");
+  if (deferred && l)
+    print_pools(l, out);
   else
     fprintf(out, "  W passes   none: %s\n",
             st->index == 0 ? "the first stage's drain has no wait to fill (lag 0), its backwards stay whole"
@@ -201,7 +215,7 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
           lx_bytes_text((double)m->kept_per_micro_batch, kept),
           lx_bytes_text((double)m->transient_peak, transient));
   if (r->layouts) print_arena(&r->layouts[s], out);
-  print_weight_passes(r->pipe, st, out);
+  print_weight_passes(r->pipe, st, r->layouts ? &r->layouts[s] : NULL, out);
   print_layer_decisions(ir, st, out);
   print_policy_stats(st, out);
   print_windows(r->pipe, st, out);

@@ -47,7 +47,7 @@ static void check_tensor(const lx_pipeline *p, int s, const lx_stage_layout *l, 
   int layer = t.graph == LX_GRAPH_BLOCK ? t.layer : 0;
   int first = t.graph == LX_GRAPH_BLOCK ? p->stages[s].first_layer : 0;
   lx_span located = lx_locate(p, s, l, t);
-  int64_t printed = evaluate(&e, layer, first, t.mb, l->slots);
+  int64_t printed = evaluate(&e, layer, first, t.mb, lx_place_slots(l, &e));
   if (printed != located.offset && mismatches++ < 5)
     printf("     stage %d graph %d layer %d op %d mb %d role %d: expression %lld, located %lld\n", s, t.graph,
            t.layer, t.op, t.mb, t.role, (long long)printed, (long long)located.offset);
@@ -70,7 +70,10 @@ static void check_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_t
 static int check_stage(const lx_pipeline *p, int s, const lx_stage_layout *l) {
   const lx_stage *st = &p->stages[s];
   int checked = 0;
-  for (int mb = 0; mb < 2 * l->slots + 1 && mb < p->micro_batches; mb++)
+  int slots = l->slots; /* the most of any pool's */
+  for (int pool = 0; pool < LX_POOL_COUNT; pool++)
+    if (l->pool_slots[pool] > slots) slots = l->pool_slots[pool];
+  for (int mb = 0; mb < 2 * slots + 1 && mb < p->micro_batches; mb++)
     for (int g = 0; g < LX_GRAPH_COUNT; g++) {
       bool present = g == LX_GRAPH_PROLOGUE ? st->has_prologue : g == LX_GRAPH_EPILOGUE ? st->has_epilogue : true;
       int first = g == LX_GRAPH_BLOCK ? st->first_layer : -1, count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
@@ -81,12 +84,14 @@ static int check_stage(const lx_pipeline *p, int s, const lx_stage_layout *l) {
   return checked;
 }
 
-static void check_model(const char *path, int pp, lx_recompute_policy policy, double gpu_memory) {
+static void check_schedule(const char *path, int pp, lx_schedule schedule, lx_recompute_policy policy,
+                           double gpu_memory) {
   lx_ir ir;
   lx_ir_init(&ir);
   lx_diag_set_sink(NULL);
   bool ok = lx_parse_model(path, NULL, 0, &ir) == 0;
   ir.plan.pp = pp;
+  if (schedule) ir.plan.schedule = schedule;
   ir.cluster.gpus_per_node = 8; /* room for every depth tried here */
   ok = ok && lx_analyze(&ir) == 0;
   lx_cost_model cm;
@@ -95,7 +100,8 @@ static void check_model(const char *path, int pp, lx_recompute_policy policy, do
   lx_pipeline pipe;
   lx_plan_options options = {.policy = policy, .partition = LX_PARTITION_UNIFORM, .cm = &cm};
   ok = ok && lx_plan_pipeline(&ir, &options, &pipe);
-  CHECK(ok, "%s pp=%d %s plans", path, pp, lx_recompute_policy_name(policy));
+  CHECK(ok, "%s pp=%d %s %s plans", path, pp, lx_schedule_name(ir.plan.schedule),
+        lx_recompute_policy_name(policy));
   if (!ok) return;
   mismatches = 0;
   int checked = 0;
@@ -107,11 +113,61 @@ static void check_model(const char *path, int pp, lx_recompute_policy policy, do
       lx_layout_free(&l);
     }
   }
-  CHECK(mismatches == 0, "%s pp=%d %s: the printed expression of every tensor (%d ops x roles x micro-batches) is its "
-                         "located offset (%d mismatches)",
-        path, pp, lx_recompute_policy_name(policy), checked, mismatches);
+  CHECK(mismatches == 0,
+        "%s pp=%d %s %s: the printed expression of every tensor (%d ops x roles x micro-batches) is its "
+        "located offset (%d mismatches)",
+        path, pp, lx_schedule_name(ir.plan.schedule), lx_recompute_policy_name(policy), checked, mismatches);
   lx_pipeline_free(&pipe);
   lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
+static void check_model(const char *path, int pp, lx_recompute_policy policy, double gpu_memory) {
+  check_schedule(path, pp, LX_SCHEDULE_OPEN, policy, gpu_memory);
+}
+
+/* ZB-H1's pools, against what a W pass reads, summed here from the IR: per
+ * layer the outputs of the block linears (their output gradients) and the
+ * inputs they read; stage s holds p - s micro-batches from a forward to its
+ * backward (1F1B's stash), p from a forward to its W pass (the inputs) and
+ * s + 1 from a backward to its W pass (the output gradients). */
+static void check_zero_bubble_pools(int pp, int micro_batches) {
+  lx_ir ir;
+  lx_ir_init(&ir);
+  bool ok = lx_parse_model("examples/tiny.model", NULL, 0, &ir) == 0;
+  ir.plan.pp = pp, ir.plan.tp = ir.plan.dp = 1, ir.plan.schedule = LX_SCHEDULE_ZB_H1;
+  ir.plan.global_batch = micro_batches * ir.plan.micro_batch;
+  lx_pipeline pipe;
+  ok = ok && lx_analyze(&ir) == 0 && lx_build_pipeline(&ir, LX_RECOMPUTE_NONE, &pipe);
+  CHECK(ok, "tiny pp=%d zb-h1 with %d micro-batches builds", pp, micro_batches);
+  if (!ok) return;
+  const lx_graph *g = &ir.block;
+  int64_t outputs = 0, inputs = 0;
+  for (int i = 0; i < g->n_ops; i++) {
+    if (g->ops[i].kind != LX_OP_LINEAR) continue;
+    outputs += g->ops[i].out_bytes;
+    inputs += g->ops[g->ops[i].inputs[0]].out_bytes; /* tiny's linears read distinct tensors */
+  }
+  for (int s = 1; s < pp; s++) {
+    lx_stage_layout l;
+    lx_layout_stage(&pipe, s, 4, false, &l);
+    int n = pipe.stages[s].n_layers, m = micro_batches;
+    int want_stash = pp - s < m ? pp - s : m, want_held = pp < m ? pp : m, want_grads = s + 1 < m ? s + 1 : m;
+    CHECK(l.slots == want_stash && l.pool_slots[LX_POOL_HELD] == want_held &&
+              l.pool_slots[LX_POOL_WEIGHT_GRAD] == want_grads,
+          "zb-h1 pp=%d m=%d stage %d: %d stash, %d held and %d weight-gradient slots (want %d, %d, %d)", pp,
+          m, s, l.slots, l.pool_slots[LX_POOL_HELD], l.pool_slots[LX_POOL_WEIGHT_GRAD], want_stash, want_held,
+          want_grads);
+    CHECK(l.pool_slot_bytes[LX_POOL_HELD] == n * inputs &&
+              l.pool_slot_bytes[LX_POOL_WEIGHT_GRAD] == n * outputs,
+          "zb-h1 pp=%d stage %d: a held slot is %lld bytes (the linears' inputs: %lld), a weight-gradient "
+          "slot %lld "
+          "(their outputs: %lld)",
+          pp, s, (long long)l.pool_slot_bytes[LX_POOL_HELD], (long long)(n * inputs),
+          (long long)l.pool_slot_bytes[LX_POOL_WEIGHT_GRAD], (long long)(n * outputs));
+    lx_layout_free(&l);
+  }
+  lx_pipeline_free(&pipe);
   lx_ir_free(&ir);
 }
 
@@ -127,5 +183,13 @@ int main(void) {
   check_model("examples/tiny.model", 2, LX_RECOMPUTE_LYNX_HEU, 0.003 * 1024 * 1024 * 1024);
   check_model("examples/tiny.model", 2, LX_RECOMPUTE_LYNX_OPT, 0.003 * 1024 * 1024 * 1024);
   check_model("examples/llama.model", 4, LX_RECOMPUTE_SELECTIVE, 0);
+  /* zero bubble: W passes read from the held and weight-gradient pools */
+  check_schedule("examples/tiny.model", 4, LX_SCHEDULE_ZB_H1, LX_RECOMPUTE_NONE, 0);
+  check_schedule("examples/gpt13b.model", 4, LX_SCHEDULE_ZB_H1, LX_RECOMPUTE_SELECTIVE, 0);
+  check_schedule("examples/llama.model", 4, LX_SCHEDULE_ZB_H1, LX_RECOMPUTE_NONE, 0);
+  check_schedule("examples/tiny.model", 2, LX_SCHEDULE_ZB_H1, LX_RECOMPUTE_LYNX_HEU,
+                 0.003 * 1024 * 1024 * 1024);
+  check_zero_bubble_pools(4, 8);
+  check_zero_bubble_pools(2, 5);
   return check_exit_status();
 }

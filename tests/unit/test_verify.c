@@ -4,7 +4,8 @@
  * WAIT, two swapped sends, a stash slot shared by micro-batches that are
  * alive together, two boundary buffers laid over each other, a dropped
  * receive, and (ZB-H1) the output gradients a W pass reads left in the work
- * region that later backwards reuse, are each reported. The CUDA printer fuses a linear and its gelu
+ * region that later backwards reuse, or its inputs or output gradients in
+ * a pool of one slot too few, are each reported. The CUDA printer fuses a linear and its gelu
  * into one cuBLASLt call only where every instance runs them back to back:
  * an event recorded between them in one micro-batch keeps them apart in all.
  * Layers and micro-batches are cut down so that the whole run takes about a
@@ -178,6 +179,17 @@ static void weight_grads_in_work(built *b) {
   }
 }
 
+/* The last stage's W passes' inputs, or their output gradients, in a pool
+ * of one slot too few: a later micro-batch overwrites them before they are read. */
+static void short_pool(built *b, lx_slot_pool pool) {
+  lx_stage_layout *l = &b->layouts[b->pipe.pp - 1];
+  CHECK(l->pool_slots[pool] > 1, "the %s pool has %d slots before planting",
+        pool == LX_POOL_HELD ? "held" : "weight-gradient", l->pool_slots[pool]);
+  l->pool_slots[pool]--;
+}
+static void short_held_pool(built *b) { short_pool(b, LX_POOL_HELD); }
+static void short_weight_grad_pool(built *b) { short_pool(b, LX_POOL_WEIGHT_GRAD); }
+
 /* ZeRO-1's optimizer reads the gradients' reduced shares: the compute
  * stream must wait for the last bucket. */
 static void drop_optimizer_wait(built *b) {
@@ -318,6 +330,9 @@ int main(void) {
                 LX_RECOMPUTE_NONE);
   check_planted("W passes' output gradients in the work region", weight_grads_in_work, LX_SCHEDULE_ZB_H1,
                 LX_RECOMPUTE_LYNX_HEU);
+  check_planted("a held pool of one slot too few", short_held_pool, LX_SCHEDULE_ZB_H1, LX_RECOMPUTE_NONE);
+  check_planted("a weight-gradient pool of one slot too few", short_weight_grad_pool, LX_SCHEDULE_ZB_H1,
+                LX_RECOMPUTE_NONE);
   check_planted_parallel("a tensor-parallel all-reduce before its op", drop_tp_wait, LX_SCHEDULE_1F1B,
                          LX_RECOMPUTE_FULL, 2, 1);
   check_planted_parallel("a gradient bucket reduced before its backward", drop_dp_wait, LX_SCHEDULE_1F1B,
