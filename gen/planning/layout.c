@@ -151,9 +151,9 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
         pl->internal_offset[k] = take(pl->internals_in_work ? regenerated : &c->slot, op->saved[k].bytes);
     bool has_grad =
         op->kind != LX_OP_INPUT && i != g->output && op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
-    pl->grad_in_slot = has_grad && lx_defers_weight_grad(p->ir, &p->stages[s], gid, i);
+    pl->grad_in_pool = has_grad && lx_defers_weight_grad(p->ir, &p->stages[s], gid, i);
     if (has_grad)
-      pl->grad_offset = take(pl->grad_in_slot ? &c->pool[LX_POOL_WEIGHT_GRAD] : &c->grads, op->out_bytes);
+      pl->grad_offset = take(pl->grad_in_pool ? &c->pool[LX_POOL_WEIGHT_GRAD] : &c->grads, op->out_bytes);
   }
 }
 
@@ -407,7 +407,7 @@ static lx_place_expr place_grad(const lx_pipeline *p, int s, const lx_stage_layo
     return slot_buffer(p, s, l, LX_T_RECV_GRAD);
   if (op->kind == LX_OP_INPUT) return boundary_grad(p, l, t, 0);
   if (t.op == g->output) return boundary_grad(p, l, t, 1);
-  if (l->places[t.graph][t.op].grad_in_slot)
+  if (l->places[t.graph][t.op].grad_in_pool)
     return in_pool(l, LX_POOL_WEIGHT_GRAD, l->places[t.graph][t.op].grad_offset, op->out_bytes);
   return fixed(LX_REGION_WORK,
                l->region_offset[LX_REGION_WORK] + l->recompute_work_bytes +

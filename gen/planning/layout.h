@@ -85,7 +85,7 @@ typedef struct {
   bool in_window;         /* the op's work-placed tensors (dropped output and internals, scratch) are in
                              the window buffer of the layer's parity, not the recompute part */
   int64_t grad_offset;    /* gradient of the output in work; -1 for inputs and int tensors */
-  bool grad_in_slot;      /* that offset is in the weight-gradient pool: the op's W pass reads it */
+  bool grad_in_pool;      /* that offset is in the weight-gradient pool: the op's W pass reads it */
   int64_t param_offset[2]; /* element offset of weight, bias in the layer's block; -1 if none */
   int64_t param_elements[2];
 } lx_op_place;

@@ -28,10 +28,7 @@ int lx_micro_batches(const lx_ir *ir) {
   return p->global_batch ? p->global_batch / (b * dp) : pp;
 }
 
-int lx_weight_lag(lx_schedule kind, int pp, int s) {
-  (void)pp;
-  return kind == LX_SCHEDULE_ZB_H1 ? s : 0;
-}
+int lx_weight_lag(lx_schedule kind, int s) { return kind == LX_SCHEDULE_ZB_H1 ? s : 0; }
 
 int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches) {
   int held = kind == LX_SCHEDULE_GPIPE ? micro_batches : pp - s;

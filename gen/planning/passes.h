@@ -41,7 +41,8 @@ lx_tp_collectives lx_tp_collectives_of(const lx_ir *ir, const lx_op *op, bool ba
  * micro-batches' activations it holds from a forward to its backward: all
  * under GPipe, p - s under 1F1B and ZB-H1 (whose W passes' inputs and
  * gradients have slots of their own: layout.h). */
-int lx_weight_lag(lx_schedule kind, int pp, int s);
+int lx_weight_lag(lx_schedule kind, int s);
+int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches);
 /* Whether the BWD of op `op` of graph `graph` leaves its parameter gradients
  * to a BWD_WEIGHT instruction on stage st: a block linear (its weight
  * product is half its backward) where the stage has a weight lag, whose
@@ -51,7 +52,6 @@ int lx_weight_lag(lx_schedule kind, int pp, int s);
 bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id graph, int op);
 /* Which part of its op's kernel an instruction runs (op_signature.h). */
 lx_kernel_part lx_instr_part(const lx_ir *ir, const lx_stage *st, const lx_instr *in);
-int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches);
 /* Sequence parallelism in effect (tp > 1): replicated activations are sequence shards. */
 bool lx_sequence_parallel(const lx_ir *ir);
 

@@ -376,7 +376,7 @@ static int at_most(int a, int b) { return a < b ? a : b; }
  * lag) and their output gradients from the backward (the lag, plus one). */
 static void settle_weight_lag(const lx_ir *ir, const lx_pipeline *p, lx_stage *st) {
   if (p->kind != LX_SCHEDULE_ZB_H1) return;
-  st->weight_lag = lx_weight_lag(p->kind, p->pp, st->index);
+  st->weight_lag = lx_weight_lag(p->kind, st->index);
   bool defers = false;
   for (int i = 0; i < ir->block.n_ops; i++)
     defers |= lx_defers_weight_grad(ir, st, LX_GRAPH_BLOCK, i);

@@ -175,7 +175,7 @@ static void weight_grads_in_work(built *b) {
   int s = b->pipe.pp - 1;
   for (int i = 0; i < b->ir.block.n_ops; i++) {
     lx_op_place *pl = &b->layouts[s].places[LX_GRAPH_BLOCK][i];
-    if (pl->grad_in_slot) pl->grad_in_slot = false, pl->grad_offset = 0;
+    if (pl->grad_in_pool) pl->grad_in_pool = false, pl->grad_offset = 0;
   }
 }
 
