@@ -71,6 +71,7 @@ check-clang:
 # to generated code shows in review; tests/out_test.sh fails when it is stale.
 out: bin/lynxgen
 	bin/lynxgen examples/tiny.model --target cpu -o out/tiny-cpu > /dev/null
+	bin/lynxgen examples/tiny.model --target cpu --pp 4 --schedule zb-h1 -o out/tiny-zb-h1-cpu > /dev/null
 	bin/lynxgen examples/gpt13b.model -o out/gpt13b-cuda > /dev/null
 	rm out/gpt13b-cuda/trace.json # 7 MB of timeline; manifest.txt still holds its SHA-256
 

@@ -21,6 +21,8 @@ check() { # name, model, args...
   fi
 }
 check tiny-cpu examples/tiny.model --target cpu
+# zero bubble: the W passes (weights_block) and the pools they read from
+check tiny-zb-h1-cpu examples/tiny.model --target cpu --pp 4 --schedule zb-h1
 # the README's example, CUDA (the default target); its trace.json is not kept in out/ (7 MB), but
 # manifest.txt, which is compared, holds the SHA-256 of the one lynxgen writes
 check gpt13b-cuda examples/gpt13b.model

@@ -1,0 +1,712 @@
+/* lx_loop.h — the training loop of an emitted stage program, CPU or CUDA:
+ * the command line with the model file's defaults, the data, the learning-
+ * rate schedule, the per-step report, validation and checkpoints. Valid C11
+ * and C++17.
+ *
+ * Included by the target's main (lx_main.h, lx_cuda_main.h) once the stage
+ * file has defined its sizes (STAGE, STAGES, MICRO_BATCHES, B, T, BT, V,
+ * TENSOR_PARALLEL, DATA_PARALLEL), TRAINING_* settings, TP_RANK, replica,
+ * param_tensors, GPT2_CHECKPOINT and gpt2_header, HF_CHECKPOINT and (when
+ * 1) hf_tensors, hf_parts and HF_CONFIG, and LX_TARGET_NORM_EPS (its norms'
+ * epsilon, which config.json states). The target then defines
+ * the functions declared below, the only steps that differ. Every rank
+ * runs the same loop, so each collective inside them is reached by all. */
+#ifndef LX_LOOP_H
+#define LX_LOOP_H
+
+#include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
+
+#include "lx_checkpoint.h"
+#include "lx_data.h"
+#include "lx_lr_schedule.h"
+#include "lx_metrics.h"
+#include "lx_options.h"
+#include "lx_params.h"
+#include "lx_safetensors.h"
+#include "lx_state.h"
+#include "lx_stop.h"
+#include "lx_watchdog.h"
+
+#include <math.h>
+
+/* One optimizer step at learning rate lr under the run's AdamW and clip
+ * settings: the mean loss of its micro-batches over the replicas, and the
+ * global gradient norm, known on every rank. */
+static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm);
+/* The mean loss of `batches` forward-only steps on val from its start. */
+static double validation_loss(lx_loader *val, int batches, int step);
+/* Collective: the weights as llm.c's GPT-2 checkpoint at llmc
+ * (write_checkpoint) and as a Hugging Face checkpoint in directory hf
+ * (write_hf_checkpoint); NULL: not that one. */
+static void export_weights(const char *llmc, const char *hf);
+/* The elements [*lo, *hi) of tensor t (params-region indices, within the
+ * whole tensor it is called with) that this rank writes into a checkpoint;
+ * together the ranks write each element once. */
+static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi);
+/* This rank's training state in host memory, as fp32 (lx_state.h): its
+ * weights at their params-region indices (*weights, PARAM_ELEMENTS; the
+ * CUDA program's fp32 masters, of the shares it updates) and the AdamW
+ * moments it holds (*m, *v: OPTIMIZER_ELEMENTS, at moments_of's indices).
+ * saving: fill them with the current values first. */
+static void state_arrays(float **weights, float **m, float **v, int saving);
+/* The elements [*lo, *hi) of t whose moments this rank holds (its replica's
+ * share under ZeRO-1); returns where the moments of *lo are. */
+static long long moments_of(const lx_param_tensor *t, long long *lo, long long *hi);
+/* After a resume filled the arrays: make them the state the steps use. */
+static void state_restored(void);
+/* After state_arrays(..., 1): is every weight this rank saves finite? */
+static int weights_finite(void);
+
+/* ---- the command line ---------------------------------------------------------------- */
+
+/* A double build (the CPU's gradient check) defines it 0: llm.c's files hold fp32. */
+#ifndef CHECKPOINT_FP32
+#define CHECKPOINT_FP32 1
+#endif
+
+/* Checked before the first step rather than at the first save. */
+static void require_llmc_checkpoints(const char *path) {
+  if (!GPT2_CHECKPOINT || !CHECKPOINT_FP32)
+    lx_die("%s: this model is not llm.c's GPT-2 (or this is a double build); checkpoints are llm.c's format",
+           path);
+}
+
+static void require_hf_checkpoints(const char *path) {
+  if (!HF_CHECKPOINT || !CHECKPOINT_FP32)
+    lx_die("%s: this model is neither transformers' GPT-2 nor its Llama (or this is a double build): it has "
+           "no Hugging Face checkpoint",
+           path);
+}
+
+/* --init reads either format: the file says which. */
+static void require_init_checkpoint(const char *path) {
+  if (lx_hf_is_checkpoint(path))
+    require_hf_checkpoints(path);
+  else
+    require_llmc_checkpoints(path);
+}
+
+/* The model file's training settings (its TRAINING_* macros): the defaults
+ * the command line overrides and --help shows. Only the result is read
+ * afterwards, so a flag changes everything the setting decides. */
+static lx_run_options model_defaults(lx_program program) {
+  lx_run_options o = lx_run_options_default(program);
+  lx_train_settings *t = &o.train;
+  t->steps = TRAINING_STEPS, t->warmup = TRAINING_WARMUP, t->lr_schedule = TRAINING_LR_SCHEDULE;
+  t->seed = TRAINING_SEED;
+  t->lr = TRAINING_LR, t->min_lr = TRAINING_MIN_LR;
+  t->beta1 = TRAINING_BETA1, t->beta2 = TRAINING_BETA2, t->eps = TRAINING_EPS;
+  t->weight_decay = TRAINING_WEIGHT_DECAY, t->grad_clip = TRAINING_GRAD_CLIP;
+  o.train_data = TRAINING_TRAIN_DATA;
+  o.val_data = TRAINING_VAL_DATA;
+  o.val_interval = TRAINING_VAL_INTERVAL;
+  o.checkpoint_every = TRAINING_CHECKPOINT_INTERVAL;
+  o.watchdog_s = lx_watchdog_default_s(PREDICTED_STEP_SECONDS, program == LX_PROGRAM_CPU);
+  if (program == LX_PROGRAM_CUDA) o.comm = "nccl";
+  return o;
+}
+
+/* --steps 0 evaluates the weights it starts from: it needs data to evaluate
+ * them on (or an export to do instead), and saves no training state, which
+ * would only copy the one it started from. */
+static void check_validation_only(const lx_run_options *o) {
+  if (o->train.steps > 0) return;
+  if (!o->val_data && !o->export_checkpoint && !o->export_hf)
+    lx_usage_error("--steps 0 only validates: give --val-data GLOB (the model file names no validation data)");
+  if (o->save_checkpoint) lx_usage_error("--steps 0 trains nothing: --save would have no new state to write");
+}
+
+/* The model file's training settings, overridden by the command line and
+ * checked against each other (no MPI: --preflight runs without it). */
+static lx_run_options parsed_run_options(lx_program program, int argc, char **argv) {
+  lx_run_options o = model_defaults(program);
+  lx_parse_run_options(argc, argv, &o);
+  lx_metrics_set_print_every(o.print_every);
+  if (o.init_checkpoint && o.resume_checkpoint)
+    lx_usage_error("--init starts a run from llm.c weights, --resume continues one: not both");
+  check_validation_only(&o);
+  if (o.init_checkpoint) require_init_checkpoint(o.init_checkpoint);
+  if (o.export_checkpoint) require_llmc_checkpoints(o.export_checkpoint);
+  if (o.export_hf) require_hf_checkpoints(o.export_hf);
+  return o;
+}
+
+/* The run's settings, with the paths it will save to tried by rank 0. */
+static lx_run_options model_run_options(lx_program program, int argc, char **argv) {
+  lx_run_options o = parsed_run_options(program, argc, argv);
+  if (o.save_checkpoint) lx_check_save_path("--save", o.save_checkpoint, lx_probe_save_path);
+  if (o.export_checkpoint) lx_check_save_path("--export-llmc", o.export_checkpoint, lx_probe_save_path);
+  if (o.export_hf) lx_check_save_path("--export-hf", o.export_hf, lx_hf_probe_dir); /* makes the directory */
+  lx_catch_stop_signals();
+  return o;
+}
+
+/* ---- data -------------------------------------------------------------------------- */
+
+/* Replica r reads windows r, r + DATA_PARALLEL, ... (lx_data.h): the same
+ * tokens per micro-batch on either target, whatever the pipeline depth. */
+static lx_loader *open_training_data(const lx_run_options *o) {
+  return lx_loader_open(o->train_data, B, T, V, replica, DATA_PARALLEL, "training data");
+}
+
+/* NULL: no validation (--steps 0 validates whatever the interval). */
+static lx_loader *open_validation_data(const lx_run_options *o) {
+  if (!o->val_data || (o->val_interval <= 0 && o->train.steps > 0)) return NULL;
+  return lx_loader_open(o->val_data, B, T, V, replica, DATA_PARALLEL, "validation data");
+}
+
+/* ---- preflight: what the launch scripts check before they start the job ------------- */
+
+static void preflight_save_path(const char *flag, const char *path, lx_save_probe probe) {
+  char why[1024];
+  probe(path, why, sizeof why);
+  if (why[0]) lx_die("%s %s: cannot save there: %s", flag, path, why);
+}
+
+static void preflight_readable(const char *flag, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) lx_die("%s %s: cannot read it: %s", flag, path, strerror(errno));
+  fclose(f);
+}
+
+/* `stageN --preflight ARGS`, without MPI, as run.sh and run-slurm.sh call it
+ * before they start the job: the options as the run would take them, the
+ * data it would read, the checkpoints it would read and the paths it would
+ * write; a failure is the run's own message and status. Prints what one rank
+ * of this stage needs of `memory` (the launch script adds the stages' up). */
+static int preflight(lx_program program, int argc, char **argv, long long rank_bytes, const char *memory) {
+  lx_run_options o = parsed_run_options(program, argc, argv);
+  lx_loader_close(open_training_data(&o));
+  lx_loader *val = open_validation_data(&o);
+  if (val) lx_loader_close(val);
+  if (o.init_checkpoint) preflight_readable("--init", o.init_checkpoint);
+  if (o.resume_checkpoint) preflight_readable("--resume", o.resume_checkpoint);
+  if (o.save_checkpoint) preflight_save_path("--save", o.save_checkpoint, lx_probe_save_path);
+  if (o.export_checkpoint) preflight_save_path("--export-llmc", o.export_checkpoint, lx_probe_save_path);
+  if (o.export_hf) preflight_save_path("--export-hf", o.export_hf, lx_hf_probe_dir);
+  printf("preflight: stage %d: options, data and checkpoint paths ok; a rank needs %lld bytes of %s memory\n",
+         STAGE, rank_bytes, memory);
+  return 0;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------- */
+
+/* Tensor parallelism: the run of this rank's elements of t that starts at
+ * local element e (counted from t->element) and is contiguous in the whole
+ * tensor too (row-major, as all ranks together hold it): to the end of a
+ * row (split 2, columns) or of a run of rows (split 1); returns its end and
+ * puts its place in the whole tensor into *whole. */
+static long long shard_run(const lx_param_tensor *t, long long e, long long *whole) {
+  if (t->split == 1) {
+    long long first = 0;
+    for (int k = 0; k < t->pieces; k++) {
+      long long size = t->piece_rows[k] * t->row_elements;
+      if (e < first + size) {
+        *whole = (t->piece_row[k] + TP_RANK * t->piece_rows[k]) * t->row_elements + (e - first);
+        return first + size;
+      }
+      first += size;
+    }
+    LX_FATAL("element past the pieces of a tensor-parallel tensor");
+  }
+  if (t->split == 2) {
+    long long row = e / t->row_elements, column = e % t->row_elements;
+    *whole = row * t->whole_row + TP_RANK * t->row_elements + column;
+    return (row + 1) * t->row_elements;
+  }
+  *whole = e; /* replicated: the whole tensor */
+  return t->elements;
+}
+
+/* The elements [*lo, *hi) of t (params-region indices) that this rank
+ * moves: reading, all it holds; writing, its saved part, none of a tied
+ * copy (the first stage writes the table) nor of a replicated tensor on tp
+ * ranks but the first. Returns whether there are any. */
+static int moved_part(const lx_param_tensor *t, int writing, long long *lo, long long *hi) {
+  int replicated = t->split == 0 || t->split == 3;
+  *lo = t->element, *hi = t->element + t->elements;
+  if (writing && (!t->writes_file || (replicated && TP_RANK > 0))) return 0;
+  if (writing) saved_part(t, lo, hi);
+  return *hi > *lo;
+}
+
+/* This stage's slices of llm.c's file: per parameter tensor with a place in
+ * it, the runs of the rank's elements [lo, hi) that are contiguous in both
+ * (a tensor-parallel shard is rows of the file's, or a column block of each
+ * row); reading, every tensor the file holds (the last stage's tied copy of
+ * wte too); writing, only the parts this rank saves, a replicated tensor by
+ * tp rank 0. Returns them, malloc'd, and their number in *n. */
+static lx_ckpt_slice *checkpoint_slices(int writing, int *n) {
+  int cap = PARAM_TENSORS;
+  lx_ckpt_slice *out = (lx_ckpt_slice *)LX_MALLOC(sizeof(lx_ckpt_slice) * (size_t)cap);
+  *n = 0;
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    long long lo, hi;
+    if (t->file_element < 0 || !moved_part(t, writing, &lo, &hi)) continue;
+    for (long long e = lo - t->element; e < hi - t->element;) {
+      long long whole = 0, end = shard_run(t, e, &whole);
+      if (end > hi - t->element) end = hi - t->element;
+      if (*n == cap) out = (lx_ckpt_slice *)realloc(out, sizeof(lx_ckpt_slice) * (size_t)(cap *= 2));
+      if (!out) LX_FATAL("out of memory");
+      lx_ckpt_slice *slice = &out[(*n)++];
+      slice->name = t->name, slice->file_element = t->file_element + whole;
+      slice->param_element = t->element + e, slice->elements = end - e;
+      e = end;
+    }
+  }
+  return out;
+}
+
+/* The stage's weights from the checkpoint at path (llm.c's or a Hugging
+ * Face checkpoint), as fp32 at their params-region indices. */
+static void read_hf_checkpoint(const char *path, float *weights);
+static void read_checkpoint(const char *path, float *weights /* (PARAM_ELEMENTS) */) {
+  if (lx_hf_is_checkpoint(path)) {
+    read_hf_checkpoint(path, weights);
+    return;
+  }
+  int n = 0;
+  lx_ckpt_slice *slices = checkpoint_slices(0, &n);
+  lx_checkpoint_load(path, &gpt2_header, slices, n, weights);
+  free(slices);
+}
+
+/* Collective over every rank: each writes its saved parts of weights. */
+static void write_checkpoint(const char *path, const float *weights /* (PARAM_ELEMENTS) */) {
+  int n = 0;
+  lx_ckpt_slice *slices = checkpoint_slices(1, &n);
+  lx_checkpoint_save_all(path, &gpt2_header, slices, n, weights, MPI_COMM_WORLD);
+  free(slices);
+}
+
+/* ---- Hugging Face checkpoints (lx_safetensors.h) --------------------------------------- */
+
+/* This rank's elements [lo, hi) (params-region indices) of parameter t
+ * that are rows [first_row, first_row + io->rows) of the whole tensor,
+ * between data (element e of t, counted from t->element, at
+ * data[e - first]) and the io's file, in blocks (lx_tensor_segment). */
+static void move_rows(lx_tensor_io *io, const lx_param_tensor *t, long long first_row, float *data,
+                      long long first, long long lo, long long hi) {
+  lx_tensor_blocks blocks;
+  memset(&blocks, 0, sizeof blocks);
+  for (long long e = lo - t->element; e < hi - t->element;) {
+    long long whole = 0, end = shard_run(t, e, &whole);
+    if (end > hi - t->element) end = hi - t->element;
+    for (long long w = whole; w < whole + (end - e);) {
+      long long row = w / io->cols, column = w % io->cols;
+      long long n = io->cols - column < whole + (end - e) - w ? io->cols - column : whole + (end - e) - w;
+      if (row >= first_row && row < first_row + io->rows)
+        lx_tensor_segment(io, &blocks, data + e + (w - whole) - first, row - first_row, column, n);
+      w += n;
+    }
+    e = end;
+  }
+  lx_tensor_flush(io, &blocks);
+}
+
+#if HF_CHECKPOINT
+/* Rank 0: dir/config.json, committed like a checkpoint; the norms' epsilon
+ * is the kernels'. */
+static void write_hf_config(const char *dir) {
+  cJSON *config = cJSON_Parse(HF_CONFIG);
+  if (!config) LX_FATAL("the generated config.json does not parse");
+  cJSON_AddNumberToObject(config, HF_NORM_EPS_KEY, LX_TARGET_NORM_EPS);
+  char *text = cJSON_Print(config), *path = lx_hf_join(dir, "config.json"),
+       *tmp = lx_checkpoint_tmp_path(path);
+  cJSON_Delete(config);
+  FILE *f = fopen(tmp, "w");
+  if (!f) lx_die("cannot create %s: %s", tmp, strerror(errno));
+  lx_pending_checkpoint(tmp);
+  if (fprintf(f, "%s\n", text) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
+    lx_die("cannot write %s: %s", tmp, strerror(errno));
+  lx_checkpoint_commit(path);
+  free(text), free(path), free(tmp);
+}
+
+/* What write_hf_checkpoint hands lx_checkpoint_collective. */
+typedef struct {
+  const lx_hf_file_plan *plan;
+  float *weights; /* (PARAM_ELEMENTS) */
+} hf_export;
+
+static void create_hf_file(const char *path, void *ctx) {
+  lx_hf_create(path, ((const hf_export *)ctx)->plan);
+}
+
+/* This rank's rows of every tensor of the stage, into the open PATH.tmp. */
+static void write_hf_parts(int fd, const char *tmp, void *ctx) {
+  const hf_export *e = (const hf_export *)ctx;
+  for (int i = 0; i < HF_PARTS; i++) {
+    const lx_hf_part *part = &hf_parts[i];
+    const lx_param_tensor *t = &param_tensors[part->param];
+    long long lo, hi;
+    if (!moved_part(t, 1, &lo, &hi)) continue;
+    int64_t at = 8 + e->plan->header_bytes +
+                 e->plan->offsets[part->tensor * HF_LAYERS + (part->layer > 0 ? part->layer : 0)];
+    lx_tensor_io io = lx_hf_io(fd, tmp, 1, at, LX_FILE_F32, &hf_tensors[part->tensor]);
+    move_rows(&io, t, part->first_row, e->weights + t->element, 0, lo, hi);
+    lx_tensor_io_close(&io);
+  }
+}
+
+/* Collective: the weights as dir/model.safetensors (F32) and its config.json. */
+static void write_hf_checkpoint(const char *dir, float *weights /* (PARAM_ELEMENTS) */) {
+  char *path = lx_hf_join(dir, "model.safetensors");
+  lx_hf_file_plan plan = lx_hf_plan(hf_tensors, HF_TENSORS, HF_LAYERS);
+  hf_export export_ctx = {&plan, weights};
+  lx_checkpoint_collective(path, MPI_COMM_WORLD, create_hf_file, write_hf_parts, &export_ctx);
+  if (lx_world_rank() == 0) write_hf_config(dir);
+  LX_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* nobody reads config.json before its rename */
+  lx_hf_plan_free(&plan);
+  free(path);
+}
+
+/* Every element of a parameter the file holds rows of starts at zero: rows
+ * it does not hold (the vocabulary's padding) stay so, as in llm.c's files. */
+static void read_hf_checkpoint(const char *path, float *weights /* (PARAM_ELEMENTS) */) {
+  lx_hf_source src = lx_hf_source_open(path);
+  for (int i = 0; i < HF_PARTS; i++) {
+    const lx_param_tensor *t = &param_tensors[hf_parts[i].param];
+    memset(weights + t->element, 0, sizeof(float) * (size_t)t->elements);
+  }
+  for (int i = 0; i < HF_PARTS; i++) {
+    const lx_param_tensor *t = &param_tensors[hf_parts[i].param];
+    lx_tensor_io io = lx_hf_find(&src, &hf_tensors[hf_parts[i].tensor], hf_parts[i].layer);
+    move_rows(&io, t, hf_parts[i].first_row, weights + t->element, 0, t->element, t->element + t->elements);
+    lx_tensor_io_close(&io);
+  }
+  lx_hf_source_close(&src);
+}
+#else
+static void write_hf_checkpoint(const char *dir, float *weights) {
+  (void)dir, (void)weights;
+  LX_FATAL("no Hugging Face checkpoint for this model (require_hf_checkpoints)");
+}
+static void read_hf_checkpoint(const char *path, float *weights) {
+  (void)path, (void)weights;
+  LX_FATAL("no Hugging Face checkpoint for this model (require_init_checkpoint)");
+}
+#endif
+
+/* ---- the training state: --save and --resume (lx_state.h) ------------------------------- */
+
+/* Whether the header records opt's setting in overrides (lx_state_run),
+ * and where: at byte *at of lx_train_settings, *bytes long. Steps, seed
+ * and lr have fields of their own. */
+static int override_slot(const lx_option *opt, size_t *at, size_t *bytes) {
+  *at = opt->offset - LX_OPT_AT(train), *bytes = lx_setting_size(opt);
+  return lx_option_decides_losses(opt) && opt->offset != LX_OPT_AT(train.steps) &&
+         opt->offset != LX_OPT_AT(train.seed) && opt->offset != LX_OPT_AT(train.lr);
+}
+
+/* The settings of o that differ from the model file's, into the header. */
+static void record_overrides(lx_state_run *run, const lx_run_options *o) {
+  lx_train_settings defaults = model_defaults(o->program).train;
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    size_t at, bytes;
+    const char *value = (const char *)&o->train;
+    if (!override_slot(&table[i], &at, &bytes) || !memcmp(value + at, (const char *)&defaults + at, bytes))
+      continue;
+    memcpy((char *)&run->overrides + at, value + at, bytes);
+    run->overridden |= 1u << (at / 4);
+  }
+}
+
+/* The settings of the run that wrote the header: the model file's but
+ * where it recorded others. */
+static lx_train_settings saved_settings(const lx_state_run *run, lx_program program) {
+  lx_train_settings t = model_defaults(program).train;
+  t.steps = run->steps, t.seed = run->seed, t.lr = run->lr;
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    size_t at, bytes;
+    if (override_slot(&table[i], &at, &bytes) && (run->overridden >> (at / 4) & 1))
+      memcpy((char *)&t + at, (const char *)&run->overrides + at, bytes);
+  }
+  return t;
+}
+
+/* The plan of this program and where the run stands after `step` steps. */
+static lx_state_run this_run(const lx_run_options *o, int step) {
+  lx_state_run run;
+  memset(&run, 0, sizeof run);
+  memcpy(run.magic, LX_STATE_MAGIC, sizeof run.magic);
+  run.version = LX_STATE_VERSION;
+  run.ranks = STAGES * TENSOR_PARALLEL * DATA_PARALLEL;
+  run.stages = STAGES, run.tensor_parallel = TENSOR_PARALLEL, run.data_parallel = DATA_PARALLEL;
+  run.micro_batches = MICRO_BATCHES, run.batch = B, run.seq_len = T;
+  run.step = step, run.steps = o->train.steps, run.seed = o->train.seed, run.lr = o->train.lr;
+  record_overrides(&run, o);
+  return run;
+}
+
+/* The name of t in a training state: the tied table's copy is the table. */
+static const char *state_name(const lx_param_tensor *t) {
+  return t->tied && !t->writes_file ? TIED_TABLE_NAME : t->name;
+}
+
+/* Collective: the model's tensor table, the same on every rank: every
+ * rank's tensors, each once, sorted, with their places (lx_state_layout);
+ * malloc'd, its size in run->tensors and the file's in *bytes. */
+static lx_state_tensor *state_table(lx_state_run *run, int64_t *bytes) {
+  int mine = 0, ranks = run->ranks;
+  lx_state_tensor *own = (lx_state_tensor *)LX_CALLOC(PARAM_TENSORS, sizeof(lx_state_tensor));
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    if (t->tied && !t->writes_file) continue;
+    strncpy(own[mine].name, t->name, sizeof own[mine].name - 1);
+    own[mine].rows = t->rows, own[mine].cols = t->cols;
+    mine++;
+  }
+  int *counts = (int *)LX_MALLOC(sizeof(int) * (size_t)ranks),
+      *displs = (int *)LX_MALLOC(sizeof(int) * (size_t)ranks);
+  int bytes_mine = mine * (int)sizeof(lx_state_tensor), all = 0;
+  LX_MPI_CHECK(MPI_Allgather(&bytes_mine, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD));
+  for (int r = 0; r < ranks; r++)
+    displs[r] = all, all += counts[r];
+  lx_state_tensor *table = (lx_state_tensor *)LX_MALLOC((size_t)all);
+  LX_MPI_CHECK(MPI_Allgatherv(own, bytes_mine, MPI_BYTE, table, counts, displs, MPI_BYTE, MPI_COMM_WORLD));
+  run->tensors = lx_state_layout(run, table, all / (int)sizeof(lx_state_tensor), bytes);
+  free(own), free(counts), free(displs);
+  return table;
+}
+
+/* Collective: the next training window of each replica, by replica. */
+static int64_t *data_positions(const lx_loader *data, int ranks) {
+  int64_t mine[2] = {replica, data->next_window};
+  int64_t *all = (int64_t *)LX_MALLOC(16 * (size_t)ranks),
+          *positions = (int64_t *)LX_MALLOC(8 * DATA_PARALLEL);
+  LX_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, MPI_COMM_WORLD));
+  for (int r = 0; r < ranks; r++)
+    positions[all[2 * r]] = all[2 * r + 1];
+  free(all);
+  return positions;
+}
+
+/* The elements [*lo, *hi) of t whose weights (array 0) or moments (1, 2)
+ * this rank moves: reading, all it holds; writing, each element once over
+ * all ranks (the weights: moved_part; the moments: a replicated tensor's
+ * by tp rank 0, without ZeRO-1 by the first replica, the tied copy's by the
+ * table's stage). Returns whether there are any. */
+static int state_range(const lx_param_tensor *t, int array, int writing, long long *lo, long long *hi) {
+  if (array == 0) {
+    if (writing) return moved_part(t, 1, lo, hi);
+    *lo = t->element, *hi = t->element + t->elements;
+    return t->elements > 0;
+  }
+  moments_of(t, lo, hi);
+  int replicated = t->split == 0 || t->split == 3;
+  if (writing &&
+      ((t->tied && !t->writes_file) || (replicated && TP_RANK > 0) || (ZERO_SHARDS == 1 && replica > 0)))
+    return 0;
+  return *hi > *lo;
+}
+
+/* Between this rank's arrays and the state file's tensors; reading first
+ * zeroes what the rank holds (the vocabulary's padding is in no file). */
+static void move_state(int fd, const char *path, int writing, const lx_state_tensor *table, int64_t n,
+                       float *weights, float *m, float *v) {
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    const lx_state_tensor *entry = lx_state_find(table, n, state_name(t));
+    if (!entry) lx_die("checkpoint %s holds no tensor %s (a run of another model?)", path, state_name(t));
+    if (entry->rows != t->rows || entry->cols != t->cols)
+      lx_die("checkpoint %s: tensor %s is %lld x %lld there, %lld x %lld in this model", path, t->name,
+             (long long)entry->rows, (long long)entry->cols, t->rows, t->cols);
+    long long lo, hi, state_lo, state_hi, state = moments_of(t, &state_lo, &state_hi);
+    float *arrays[3] = {weights + t->element, m + state, v + state};
+    long long firsts[3] = {0, state_lo - t->element, state_lo - t->element}; /* arrays[a][e - firsts[a]] */
+    for (int a = 0; a < 3; a++) {
+      if (!state_range(t, a, writing, &lo, &hi)) continue;
+      if (!writing) memset(arrays[a] + (lo - t->element) - firsts[a], 0, sizeof(float) * (size_t)(hi - lo));
+      lx_tensor_io io =
+          lx_tensor_io_open(fd, path, entry->name, writing, entry->offset + a * lx_state_tensor_bytes(entry),
+                            LX_FILE_F32, LX_HF_ROWS, 0, t->rows, t->cols);
+      move_rows(&io, t, 0, arrays[a], firsts[a], lo, hi);
+      lx_tensor_io_close(&io);
+    }
+  }
+}
+
+/* What save_state hands lx_checkpoint_collective. */
+typedef struct {
+  const lx_state_run *run;
+  const int64_t *positions;
+  const lx_state_tensor *table;
+  int64_t bytes;
+  float *weights, *m, *v;
+} state_save;
+
+static void create_state_file(const char *path, void *ctx) {
+  const state_save *s = (const state_save *)ctx;
+  lx_state_create(path, s->run, s->positions, s->table, s->bytes);
+}
+
+static void write_state_shares(int fd, const char *tmp, void *ctx) {
+  const state_save *s = (const state_save *)ctx;
+  move_state(fd, tmp, 1, s->table, s->run->tensors, s->weights, s->m, s->v);
+}
+
+/* Collective: the state after `step` steps into o->save_checkpoint, unless
+ * a weight is not finite anywhere: then the run stops and the last
+ * checkpoint stays as it was. */
+static void save_state(const lx_run_options *o, const lx_loader *data, int step) {
+  state_save s;
+  state_arrays(&s.weights, &s.m, &s.v, 1);
+  int finite = weights_finite(), all_finite = 0;
+  LX_MPI_CHECK(MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (!all_finite)
+    lx_fail_all("the weights are not finite after step %d: not saved, %s keeps the last good checkpoint",
+                step, o->save_checkpoint);
+  lx_state_run run = this_run(o, step);
+  run.windows = data->windows;
+  int64_t *positions = data_positions(data, run.ranks);
+  lx_state_tensor *table = state_table(&run, &s.bytes);
+  s.run = &run, s.positions = positions, s.table = table;
+  lx_checkpoint_collective(o->save_checkpoint, MPI_COMM_WORLD, create_state_file, write_state_shares, &s);
+  free(table), free(positions);
+}
+
+/* The settings that decide the losses (every flag of lx_train_settings:
+ * --steps, which sets the schedule's length, included) must be the saved
+ * run's, or the resumed losses would not be the uninterrupted run's. The
+ * others may change: the data paths (the same number of windows, checked
+ * in resume_state), validation, checkpoint interval, metrics, printing. */
+static void require_same_run(const char *path, const lx_state_run *saved, const lx_run_options *o) {
+  lx_run_options was = *o;
+  was.train = saved_settings(saved, o->program);
+  int n = 0;
+  const lx_option *table = lx_run_option_table(&n);
+  for (int i = 0; i < n; i++) {
+    const lx_option *opt = &table[i];
+    if (!lx_option_decides_losses(opt)) continue;
+    char before[64], now[64]; /* exact: a number's text reads back as the number */
+    lx_option_text(opt, &was, before, sizeof before);
+    lx_option_text(opt, o, now, sizeof now);
+    if (!strcmp(before, now)) continue;
+    lx_fail_all("checkpoint %s continues a run with %s %s; this one has %s %s (the settings that decide "
+                "the losses must be the saved run's)",
+                path, opt->flag, before, opt->flag, now);
+  }
+}
+
+/* The window this replica continues at: its own under the same dp; under
+ * another, the saved replicas' common position (replica r at p + r, as
+ * long as none has wrapped around the data alone) moved to this one. */
+static int64_t resumed_window(const char *path, const lx_state_run *saved, const int64_t *positions) {
+  if (saved->data_parallel == DATA_PARALLEL) return positions[replica];
+  for (int r = 0; r < saved->data_parallel; r++)
+    if (positions[r] != positions[0] + r)
+      lx_die(
+          "checkpoint %s: its %d replicas stand at training windows that only dp %d continues (one wrapped "
+          "around the data before the others): resume with dp %d",
+          path, saved->data_parallel, saved->data_parallel, saved->data_parallel);
+  return positions[0] + replica;
+}
+
+/* Every rank reads the parts of the state its plan gives it (the plan that
+ * saved it may differ); returns the steps the run had done. */
+static int resume_state(const lx_run_options *o, lx_loader *data) {
+  const char *path = o->resume_checkpoint;
+  lx_state_run expect = this_run(o, 0);
+  lx_state_run saved = lx_state_read_run(path, &expect);
+  if (o->train.steps > 0) require_same_run(path, &saved, o); /* --steps 0 only evaluates the weights */
+  if (saved.windows != data->windows)
+    lx_die("checkpoint %s was trained on data of %lld batches; %s holds %lld: resume with the same --data",
+           path, (long long)saved.windows, o->train_data, (long long)data->windows);
+  if (lx_world_rank() == 0 && (saved.stages != STAGES || saved.tensor_parallel != TENSOR_PARALLEL ||
+                               saved.data_parallel != DATA_PARALLEL))
+    printf("lynx: resuming %s, saved by tp %d x pp %d x dp %d, under tp %d x pp %d x dp %d\n", path,
+           saved.tensor_parallel, saved.stages, saved.data_parallel, TENSOR_PARALLEL, STAGES, DATA_PARALLEL);
+  float *weights, *m, *v;
+  state_arrays(&weights, &m, &v, 0);
+  lx_state_tensor *table = lx_state_read_tensors(path, &saved);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  move_state(fd, path, 0, table, saved.tensors, weights, m, v);
+  close(fd);
+  state_restored();
+  int64_t *positions = lx_state_read_positions(path, &saved);
+  lx_loader_seek(data, resumed_window(path, &saved, positions));
+  free(table), free(positions);
+  return saved.step;
+}
+
+/* ---- the loop ----------------------------------------------------------------------- */
+
+/* Is it time for something done every `interval` steps (0: never)? */
+static int every(int step, int interval) { return interval > 0 && step % interval == 0; }
+
+/* A non-finite loss or gradient norm (known alike on every rank) ends the
+ * run before anything is saved. */
+static void require_finite(const lx_run_options *o, int step, double loss, double grad_norm) {
+  if (isfinite(loss) && isfinite(grad_norm)) return;
+  lx_fail_all("the loss is %g and the gradient norm %g at step %d: stopping without saving%s%s", loss,
+              grad_norm, step, o->save_checkpoint ? "; the last good checkpoint stays in " : "",
+              o->save_checkpoint ? o->save_checkpoint : "");
+}
+
+static void announce_stop(const lx_run_options *o, int signal, int step) {
+  if (lx_world_rank() != 0) return;
+  printf("lynx: asked to stop (%s): stopped after step %d of %d", lx_signal_name(signal), step, o->train.steps);
+  if (o->save_checkpoint) printf("; saved, continue with --resume %s", o->save_checkpoint);
+  printf("\n");
+  fflush(stdout);
+}
+
+/* --steps 0: the weights it starts from (initialised, --init or --resume)
+ * evaluated on o->val_batches batches of the validation data, the loss
+ * printed by the reporting rank; no optimizer step, no metrics line, no
+ * training state saved; --export-llmc and --export-hf still write the weights. */
+static void validate_only(const lx_run_options *o, lx_loader *data, lx_loader *val, int reports) {
+  int done = o->resume_checkpoint ? resume_state(o, data) : 0;
+  if (val) {
+    double loss = validation_loss(val, o->val_batches, done);
+    if (reports) printf("validation loss %.9g (%d batches, after step %d)\n", loss, o->val_batches, done);
+  }
+  if (o->export_checkpoint || o->export_hf) export_weights(o->export_checkpoint, o->export_hf);
+}
+
+/* Steps 1 (or the one after a resumed checkpoint) to o->train.steps, each reported
+ * by one rank (the last stage's tp rank 0 of replica 0, which knows the
+ * loss; a resumed run appends to the metrics file); validation every
+ * o->val_interval steps when val is open; the state saved every
+ * o->checkpoint_every steps, after the last and when a stop signal came,
+ * so that a crash loses at most an interval. */
+static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
+  int reports = STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0;
+  if (o->train.steps == 0) {
+    validate_only(o, data, val, reports);
+    return;
+  }
+  const lx_train_settings *t = &o->train;
+  int done = o->resume_checkpoint ? resume_state(o, data) : 0, stop = 0;
+  if (reports) lx_metrics_open(o->metrics_path, done > 0);
+  lx_watchdog_start(o->watchdog_s, lx_world_rank(), STAGE);
+  for (int step = done + 1; step <= t->steps && !stop; step++) {
+    double lr = lx_learning_rate(step, t->warmup, t->steps, t->lr, t->min_lr, t->lr_schedule);
+    double start = lx_now_ms(), grad_norm = 0;
+    double loss = train_step(t, step, lr, &grad_norm);
+    double ms = lx_now_ms() - start;
+    double val_loss = val && every(step, o->val_interval) ? validation_loss(val, o->val_batches, step) : NAN;
+    if (reports)
+      lx_metrics_step(step, t->steps, loss, val_loss, lr, grad_norm, ms,
+                      (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3));
+    require_finite(o, step, loss, grad_norm);
+    lx_watchdog_progress();
+    done = step;
+    stop = lx_stop_requested();
+    if (o->save_checkpoint && !stop && step < t->steps && every(step, o->checkpoint_every))
+      save_state(o, data, step);
+  }
+  if (o->save_checkpoint) save_state(o, data, done);
+  if (o->export_checkpoint || o->export_hf) export_weights(o->export_checkpoint, o->export_hf);
+  if (stop) announce_stop(o, stop, done);
+  if (reports) lx_metrics_close();
+}
+
+#endif

@@ -1,0 +1,87 @@
+/* lx_matmul.h — linear layers (x W^T + b), their matrix products on OpenBLAS.
+ *
+ * Weights are row-major (out, in), as in llm.c's checkpoints, so a tied
+ * lm_head is lx_linear_forward on the token embedding (V, C) itself.
+ * OpenBLAS runs its own threads: the products are called from serial code
+ * and only the bias loops use OpenMP, so the two never multiply. */
+#ifndef LX_MATMUL_H
+#define LX_MATMUL_H
+
+#include <cblas.h>
+
+#include "lx_common.h"
+
+/* C = alpha * op(A) op(B) + beta * C, all row-major; op(X) = X or X^T. */
+static inline void lx_gemm(int trans_a, int trans_b, int m, int n, int k, real alpha,
+                           const real *a, // (m, k), or (k, m) when trans_a
+                           const real *b, // (k, n), or (n, k) when trans_b
+                           real beta,
+                           real *c) { // (m, n)
+  enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+  enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+  int lda = trans_a ? m : k, ldb = trans_b ? k : n;
+#ifdef LX_DOUBLE
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+#else
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+#endif
+}
+
+/* out = inp W^T + bias; bias may be NULL (linear_nobias, lm_head). */
+static inline void lx_linear_forward(const lx_ctx *ctx,
+                                     real *out,          // (BT, OC)
+                                     const real *inp,    // (BT, C)
+                                     const real *weight, // (OC, C)
+                                     const real *bias,   // (OC) or NULL
+                                     int BT, int C, int OC) {
+  /* seeding out with the bias lets the product add onto it (beta = 1) */
+  if (bias) {
+#pragma omp parallel for num_threads(ctx->threads)
+    for (int r = 0; r < BT; r++)
+      memcpy(out + (size_t)r * OC, bias, (size_t)OC * sizeof(real));
+  }
+  lx_gemm(0, 1, BT, OC, C, 1, inp, weight, bias ? 1 : 0, out);
+}
+
+/* The bias gradient sums dout over rows. Each task owns a block of channels
+ * and walks the rows in order, reading each row's block contiguously (a
+ * column-at-a-time walk strides OC floats per row); every channel sums its
+ * rows in order, so the result is thread-count free. */
+#define LX_BIAS_CHANNEL_BLOCK 256
+
+static inline void lx_bias_backward(const lx_ctx *ctx,
+                                    real *dbias,      // (OC)
+                                    const real *dout, // (BT, OC)
+                                    int BT, int OC) {
+#pragma omp parallel for num_threads(ctx->threads)
+  for (int o0 = 0; o0 < OC; o0 += LX_BIAS_CHANNEL_BLOCK) {
+    int n = OC - o0 < LX_BIAS_CHANNEL_BLOCK ? OC - o0 : LX_BIAS_CHANNEL_BLOCK;
+    lx_acc s[LX_BIAS_CHANNEL_BLOCK] = {0};
+    for (int r = 0; r < BT; r++) {
+      const real *row = dout + (size_t)r * OC + o0;
+      for (int o = 0; o < n; o++)
+        s[o] += row[o];
+    }
+    for (int o = 0; o < n; o++)
+      dbias[o0 + o] += (real)s[o];
+  }
+}
+
+/* dinp += dout W; dweight += dout^T inp; dbias += sum over rows of dout.
+ * dinp may be NULL (nothing upstream wants it, or zero bubble's W pass),
+ * dweight NULL (zero bubble's B pass: the W pass computes it); dbias is NULL
+ * without bias, and in the B pass. */
+static inline void lx_linear_backward(const lx_ctx *ctx,
+                                      real *dinp,         // (BT, C) or NULL
+                                      real *dweight,      // (OC, C) or NULL
+                                      real *dbias,        // (OC) or NULL
+                                      const real *dout,   // (BT, OC)
+                                      const real *inp,    // (BT, C)
+                                      const real *weight, // (OC, C)
+                                      int BT, int C, int OC) {
+  if (dinp) lx_gemm(0, 0, BT, C, OC, 1, dout, weight, 1, dinp);
+  if (dweight) lx_gemm(1, 0, OC, C, BT, 1, dout, inp, 1, dweight);
+  if (dbias) lx_bias_backward(ctx, dbias, dout, BT, OC);
+}
+
+#endif

@@ -1,0 +1,119 @@
+/* lx_metrics.h — what a training run reports per step: a line on stdout for
+ * the person watching, and the same numbers as a JSON line in the metrics
+ * file for plots and for tests that compare runs. One rank calls these (the
+ * one that knows the loss). Both outputs are flushed every step, so a run
+ * that dies still leaves its last step behind.
+ *
+ * The metrics file is truncated when opened: it describes this run only.
+ * JSON keys: step, loss, val_loss (only on steps that validated), lr,
+ * grad_norm, ms, tokens_per_s; a non-finite value (a diverged loss) is
+ * written as null, since JSON has no NaN. */
+#ifndef LX_METRICS_H
+#define LX_METRICS_H
+
+#include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* Wall-clock milliseconds on a monotonic clock, for step timing. */
+static inline double lx_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+typedef struct {
+  FILE *file;      /* NULL: stdout only */
+  int print_every; /* stdout line every this many steps */
+  double ms_sum;   /* over the timed steps, for the ETA */
+  int timed_steps; /* steps after the first, which pays for warm-up */
+  double first_ms;
+} lx_metrics_state;
+
+/* Header-only: one instance per program (the emitted program is one file). */
+static inline lx_metrics_state *lx_metrics(void) {
+  static lx_metrics_state state = {NULL, 1, 0, 0, 0};
+  return &state;
+}
+
+/* path NULL: report on stdout only. append: after the lines of the run this
+ * one resumes (its steps after the checkpoint appear twice, the resumed
+ * run's last). */
+static inline void lx_metrics_open(const char *path, int append) {
+  lx_metrics_state *m = lx_metrics();
+  if (m->file) fclose(m->file);
+  int print_every = m->print_every;
+  memset(m, 0, sizeof *m);
+  m->print_every = print_every;
+  if (path && !(m->file = fopen(path, append ? "a" : "w")))
+    lx_die("cannot write metrics file %s: %s", path, strerror(errno));
+}
+
+static inline void lx_metrics_set_print_every(int n) { lx_metrics()->print_every = n > 0 ? n : 1; }
+
+static inline void lx_metrics_close(void) {
+  lx_metrics_state *m = lx_metrics();
+  if (m->file) fclose(m->file);
+  m->file = NULL;
+}
+
+/* "2h05m", "3m07s", "12s". */
+static inline void lx_format_duration(double seconds,
+                                      char *out, // (cap)
+                                      size_t cap) {
+  long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
+  if (s >= 3600)
+    snprintf(out, cap, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else if (s >= 60)
+    snprintf(out, cap, "%ldm%02lds", s / 60, s % 60);
+  else
+    snprintf(out, cap, "%lds", s);
+}
+
+/* The first step pays for page faults and thread start-up: the ETA uses the
+ * mean of the later ones once there are any. */
+static inline double lx_metrics_eta_seconds(lx_metrics_state *m, int step, int steps, double ms) {
+  if (step <= 1)
+    m->first_ms = ms;
+  else
+    m->ms_sum += ms, m->timed_steps++;
+  double mean_ms = m->timed_steps ? m->ms_sum / m->timed_steps : m->first_ms;
+  return (steps - step) * mean_ms / 1000.0;
+}
+
+static inline void lx_json_number(FILE *f, const char *key, double v) {
+  if (isfinite(v))
+    fprintf(f, ", \"%s\": %.9g", key, v);
+  else
+    fprintf(f, ", \"%s\": null", key);
+}
+
+static inline void lx_metrics_step(int step, int steps, double loss,
+                                   double val_loss /* NAN if not computed */, double lr, double grad_norm,
+                                   double ms, double tokens_per_s) {
+  lx_metrics_state *m = lx_metrics();
+  char eta[32];
+  lx_format_duration(lx_metrics_eta_seconds(m, step, steps, ms), eta, sizeof eta);
+  int has_val = !isnan(val_loss);
+  if (step == 1 || step == steps || has_val || step % m->print_every == 0) {
+    printf("step %5d/%d | loss %.6f", step, steps, loss);
+    if (has_val) printf(" | val %.6f", val_loss);
+    printf(" | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | eta %s\n", lr, grad_norm, ms, tokens_per_s, eta);
+    fflush(stdout);
+  }
+  if (!m->file) return;
+  fprintf(m->file, "{\"step\": %d", step);
+  lx_json_number(m->file, "loss", loss);
+  if (has_val) lx_json_number(m->file, "val_loss", val_loss);
+  lx_json_number(m->file, "lr", lr);
+  lx_json_number(m->file, "grad_norm", grad_norm);
+  lx_json_number(m->file, "ms", ms);
+  lx_json_number(m->file, "tokens_per_s", tokens_per_s);
+  fputs("}\n", m->file);
+  if (fflush(m->file) != 0) lx_die("cannot write the metrics file: %s", strerror(errno));
+}
+
+#endif

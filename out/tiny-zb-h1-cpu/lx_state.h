@@ -1,0 +1,201 @@
+/* lx_state.h — training-state checkpoints (--save, --resume): everything a
+ * run needs to continue where it stopped, for every plan and model, laid
+ * out so that a run saved under one plan (tp, pp, dp, ZeRO-1, sequence
+ * parallelism) continues under another.
+ *
+ * One file, written by all ranks at once and committed atomically (the
+ * protocol of lx_checkpoint.h: PATH.tmp at full size, every rank pwrites its
+ * share and fsyncs, rank 0 renames PATH.tmp to PATH and syncs the
+ * directory). Little-endian as the machine writes it:
+ *
+ *   offset 0      lx_state_run: magic "LYNXSTAT", version, the plan that
+ *                 wrote it (ranks, stages, tp, dp, B, T, micro-batches),
+ *                 the steps done, the settings that decide the losses
+ *                 (steps, seed, peak lr, and those of lx_train_settings
+ *                 that differ from the model file's: the learning rate and
+ *                 the dropout masks are pure functions of these and the
+ *                 step), the number of tensors and of training windows
+ *   offset 4096   int64 next training window of each data-parallel replica
+ *   then          lx_state_tensor of every parameter tensor of the model,
+ *                 sorted by name: its whole shape and where its data lie
+ *   data          from a multiple of 4096: per tensor, its weights, AdamW
+ *                 m and AdamW v, each the whole tensor as fp32 rows x cols,
+ *                 row-major, the vocabulary unpadded (lx_param_tensor's
+ *                 rows and cols: the same under every plan)
+ *
+ * Every rank writes the rows and columns it holds (a tensor-parallel rank
+ * its shard, a ZeRO-1 replica its share of the moments, the CUDA program
+ * its fp32 masters) with lx_tensor_io.h and reads back those the plan that
+ * resumes gives it. Valid C11 and C++17. */
+#ifndef LX_STATE_H
+#define LX_STATE_H
+
+#include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
+
+#include "lx_checkpoint.h" /* the create / write / commit protocol and PATH.tmp */
+#include "lx_data.h"
+#include "lx_options.h" /* lx_train_settings */
+
+#include <stdint.h>
+
+#define LX_STATE_MAGIC "LYNXSTAT"
+#define LX_STATE_VERSION 2
+#define LX_STATE_ALIGN 4096
+
+/* The run, the same on every rank. */
+typedef struct {
+  char magic[8];
+  int32_t version, ranks;
+  int32_t stages, tensor_parallel, data_parallel, micro_batches;
+  int32_t batch, seq_len;
+  int32_t step;  /* optimizer steps done */
+  int32_t steps; /* the run's length: the learning-rate schedule's */
+  uint64_t seed;
+  double lr;
+  /* The run's other settings that decide the losses, where they differ
+   * from the program's defaults (its model file's): bit k of overridden
+   * says that the field at byte 4 k of lx_train_settings is in overrides.
+   * A program generated from other training values in the model file
+   * reads them as its own. */
+  uint32_t overridden, unused;
+  lx_train_settings overrides;
+  int64_t tensors; /* entries of the tensor table */
+  int64_t windows; /* of the training data, which a resumed run must have too */
+} lx_state_run;
+
+/* A parameter tensor of the model: weights, m and v at offset, offset +
+ * bytes, offset + 2 bytes (bytes: 4 rows cols). */
+typedef struct {
+  char name[64];
+  int64_t rows, cols, offset;
+} lx_state_tensor;
+
+static inline int64_t lx_state_round_up(int64_t bytes) {
+  return (bytes + LX_STATE_ALIGN - 1) / LX_STATE_ALIGN * LX_STATE_ALIGN;
+}
+
+static inline int64_t lx_state_tensor_bytes(const lx_state_tensor *t) { return 4 * t->rows * t->cols; }
+
+static inline int64_t lx_state_table_offset(const lx_state_run *run) {
+  return LX_STATE_ALIGN + 8 * (int64_t)run->data_parallel;
+}
+
+static int lx_state_by_name(const void *a, const void *b) {
+  return strncmp(((const lx_state_tensor *)a)->name, ((const lx_state_tensor *)b)->name, 64);
+}
+
+/* Sorts the tensors by name, keeps each once (every tp rank and replica
+ * lists the tensors it holds a part of) and gives them their places;
+ * returns their number and the file's size in *bytes. */
+static inline int lx_state_layout(const lx_state_run *run, lx_state_tensor *tensors, int n, int64_t *bytes) {
+  qsort(tensors, (size_t)n, sizeof *tensors, lx_state_by_name);
+  int unique = 0;
+  for (int i = 0; i < n; i++)
+    if (!unique || lx_state_by_name(&tensors[unique - 1], &tensors[i])) tensors[unique++] = tensors[i];
+  int64_t at = lx_state_round_up(lx_state_table_offset(run) + (int64_t)sizeof(lx_state_tensor) * unique);
+  for (int i = 0; i < unique; i++) {
+    tensors[i].offset = at;
+    at += 3 * lx_state_tensor_bytes(&tensors[i]);
+  }
+  *bytes = at;
+  return unique;
+}
+
+/* Rank 0: PATH.tmp at its full size with the header, the replicas' data
+ * positions and the tensor table. */
+static inline void lx_state_create(const char *path, const lx_state_run *run, const int64_t *positions,
+                                   const lx_state_tensor *tensors, int64_t total_bytes) {
+  char *tmp = NULL;
+  int fd = lx_checkpoint_create_tmp(path, total_bytes, &tmp);
+  if (lx_pwrite_full(fd, run, sizeof *run, 0) != 0 ||
+      lx_pwrite_full(fd, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN) != 0 ||
+      lx_pwrite_full(fd, tensors, (int64_t)sizeof *tensors * run->tensors, lx_state_table_offset(run)) != 0)
+    lx_die("cannot write checkpoint %s: %s", tmp, strerror(errno));
+  close(fd);
+  free(tmp);
+}
+
+/* ---- reading --------------------------------------------------------------------- */
+
+static inline void lx_state_read(int fd, const char *path, void *dst, int64_t bytes, int64_t offset,
+                                 const char *what) {
+  if (lx_pread_full(fd, dst, bytes, offset) != 0)
+    lx_die("checkpoint %s: cannot read %s: %s", path, what,
+           errno ? strerror(errno) : "the file is truncated");
+}
+
+/* The run header of the checkpoint at path, checked against this program
+ * (expect): the plan may differ, but not what makes the training windows
+ * and the steps (the micro-batch's sequences and length, the sequences of
+ * a step, micro-batches times replicas). */
+static inline lx_state_run lx_state_read_run(const char *path, const lx_state_run *expect) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  lx_state_run run;
+  lx_state_read(fd, path, &run, sizeof run, 0, "its header");
+  int64_t size = lx_file_size(fd);
+  close(fd);
+  if (memcmp(run.magic, LX_STATE_MAGIC, 8) != 0)
+    lx_die("%s is not a training-state checkpoint of lynx (written by --save); weights load with --init",
+           path);
+  if (run.version != LX_STATE_VERSION)
+    lx_die("checkpoint %s has version %d; this program reads version %d", path, run.version,
+           LX_STATE_VERSION);
+  const char *fields[] = {"micro-batch size", "sequence length", "sequences per step (micro-batches x dp)"};
+  const int64_t found[] = {run.batch, run.seq_len, (int64_t)run.micro_batches * run.data_parallel};
+  const int64_t want[] = {expect->batch, expect->seq_len,
+                          (int64_t)expect->micro_batches * expect->data_parallel};
+  for (int i = 0; i < 3; i++)
+    if (found[i] != want[i])
+      lx_die("checkpoint %s was written by a run of another %s: %lld, this program has %lld", path, fields[i],
+             (long long)found[i], (long long)want[i]);
+  if (run.data_parallel < 1 || run.tensors < 1 ||
+      lx_state_table_offset(&run) + (int64_t)sizeof(lx_state_tensor) * run.tensors > size)
+    lx_die("checkpoint %s is corrupt: %d replicas and %lld tensors do not fit its %lld bytes", path,
+           run.data_parallel, (long long)run.tensors, (long long)size);
+  return run;
+}
+
+/* The next training window of each replica of the run that wrote path (malloc'd). */
+static inline int64_t *lx_state_read_positions(const char *path, const lx_state_run *run) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  int64_t *positions = (int64_t *)LX_MALLOC(8 * (size_t)run->data_parallel);
+  lx_state_read(fd, path, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN, "its data positions");
+  close(fd);
+  return positions;
+}
+
+/* The tensor table (malloc'd, sorted by name), each entry checked to lie in the file. */
+static inline lx_state_tensor *lx_state_read_tensors(const char *path, const lx_state_run *run) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  int64_t size = lx_file_size(fd);
+  lx_state_tensor *tensors = (lx_state_tensor *)LX_MALLOC(sizeof(lx_state_tensor) * (size_t)run->tensors);
+  lx_state_read(fd, path, tensors, (int64_t)sizeof(lx_state_tensor) * run->tensors,
+                lx_state_table_offset(run), "its tensor table");
+  close(fd);
+  for (int64_t i = 0; i < run->tensors; i++) {
+    lx_state_tensor *t = &tensors[i];
+    t->name[sizeof t->name - 1] = '\0';
+    if (t->rows < 1 || t->cols < 1 || t->rows > INT32_MAX || t->cols > INT32_MAX || t->offset < 0 ||
+        t->offset + 3 * lx_state_tensor_bytes(t) > size ||
+        (i > 0 && lx_state_by_name(&tensors[i - 1], t) >= 0))
+      lx_die("checkpoint %s is corrupt: its tensor %s (%lld x %lld at byte %lld) does not fit its %lld "
+             "bytes, or "
+             "its table is not sorted",
+             path, t->name, (long long)t->rows, (long long)t->cols, (long long)t->offset, (long long)size);
+  }
+  return tensors;
+}
+
+/* The table's entry of `name`, or NULL. */
+static inline const lx_state_tensor *lx_state_find(const lx_state_tensor *tensors, int64_t n,
+                                                   const char *name) {
+  lx_state_tensor key;
+  memset(&key, 0, sizeof key);
+  strncpy(key.name, name, sizeof key.name - 1);
+  return (const lx_state_tensor *)bsearch(&key, tensors, (size_t)n, sizeof key, lx_state_by_name);
+}
+
+#endif

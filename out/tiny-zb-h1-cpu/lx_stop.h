@@ -1,0 +1,115 @@
+/* lx_stop.h — how a run stops without losing anything.
+ *
+ * Preemption: SIGTERM, SIGINT or SIGUSR1 asks the run to stop. The signal
+ * only sets a flag; every rank finishes the step it is in, and at the step's
+ * end the ranks agree (one all-reduce) on whether any of them was asked, so
+ * that all save the same step and stop together. mpirun kills its ranks on
+ * SIGTERM rather than forwarding it, so run.sh turns a SIGTERM or SIGINT it
+ * receives into SIGUSR1, which mpirun forwards to every rank (srun delivers
+ * SIGTERM to the ranks themselves).
+ *
+ * Preflight: every path a save writes (PATH, and PATH.tmp beside it) is
+ * checked before step 1, so that a bad --save fails at once, not at the
+ * first checkpoint hours in; a PATH.tmp left by a killed run is removed.
+ * Valid C11 and C++17. */
+#ifndef LX_STOP_H
+#define LX_STOP_H
+
+#include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
+
+#include "lx_data.h" /* lx_strdup */
+#include "lx_mpi_errors.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+static volatile sig_atomic_t lx_stop_signal; /* the first stop signal received; 0: none */
+
+static void lx_note_stop_signal(int sig) {
+  if (!lx_stop_signal) lx_stop_signal = sig;
+}
+
+/* After MPI_Init, which may install handlers of its own. */
+static inline void lx_catch_stop_signals(void) {
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = lx_note_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART; /* a read or write in progress goes on */
+  const int signals[] = {SIGTERM, SIGINT, SIGUSR1};
+  for (int i = 0; i < 3; i++)
+    if (sigaction(signals[i], &action, NULL) != 0)
+      lx_die("cannot catch signal %d: %s", signals[i], strerror(errno));
+}
+
+/* Collective: the stop signal some rank received (the same number on every
+ * rank), or 0. */
+static inline int lx_stop_requested(void) {
+  int mine = lx_stop_signal, any = 0;
+  LX_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return any;
+}
+
+static inline const char *lx_signal_name(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+static inline int lx_world_rank(void) {
+  int rank = 0;
+  LX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  return rank;
+}
+
+/* An error every rank reaches alike: one line (from rank 0), exit 1. */
+static inline LX_NORETURN LX_PRINTF(1, 2) void lx_fail_all(const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  if (lx_world_rank() == 0) lx_print_error(fmt, args);
+  va_end(args);
+  lx_mpi_exit(LX_EXIT_ERROR);
+}
+
+/* Why a save at path would fail, into why (empty: it would not): the
+ * directory must exist and take a new file, PATH must not be a directory.
+ * The new file is one of the probe's own (mkstemp's unique name, removed at
+ * once): a file of the user's, PATH.tmp too, is never opened. */
+static inline void lx_probe_save_path(const char *path, char *why, size_t cap) {
+  char *dir = lx_strdup(path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+  const char *where = slash ? dir : ".";
+  struct stat st;
+  why[0] = '\0';
+  if (stat(where, &st) != 0)
+    snprintf(why, cap, "directory %s: %s", where, strerror(errno));
+  else if (!S_ISDIR(st.st_mode))
+    snprintf(why, cap, "%s is not a directory", where);
+  else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    snprintf(why, cap, "it is a directory");
+  else {
+    size_t n = strlen(path) + sizeof ".probe-XXXXXX";
+    char *probe = (char *)malloc(n);
+    if (!probe) lx_die("out of memory");
+    snprintf(probe, n, "%s.probe-XXXXXX", path);
+    int fd = mkstemp(probe);
+    if (fd < 0)
+      snprintf(why, cap, "cannot create a file there (%s): %s", probe, strerror(errno));
+    else
+      close(fd), unlink(probe);
+    free(probe);
+  }
+  free(dir);
+}
+
+/* How a save destination is tried: why[0] stays '\0' when it will do. */
+typedef void (*lx_save_probe)(const char *path, char *why, size_t cap);
+
+/* Collective: rank 0 tries the path with probe, every rank takes its verdict. */
+static inline void lx_check_save_path(const char *flag, const char *path, lx_save_probe probe) {
+  char why[1024] = "";
+  if (lx_world_rank() == 0) probe(path, why, sizeof why);
+  LX_MPI_CHECK(MPI_Bcast(why, (int)sizeof why, MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (why[0]) lx_fail_all("%s %s: cannot save there: %s", flag, path, why);
+}
+
+#endif
