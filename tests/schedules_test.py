@@ -19,6 +19,11 @@ recomputes in windows):
   (whose lag is 0: its backwards stay whole), except under full recompute,
   which drops every linear's input that a W pass would read;
 - 6 steps of ZB-H1 give bitwise 1F1B's per-step losses;
+- so do 4 steps at tp 2 x pp 2 x dp 2 with ZeRO-1 (the GPT; W passes of
+  column- and row-parallel linears, buckets reduced after the last W), and
+  with sequence parallelism too, where no W pass is deferred (a linear's
+  backward there reads a tensor gathered into a shared buffer, gone by the
+  W pass);
 - ZB-H1's arena is used exactly to the planned extents with dead memory
   poisoned (make check), where W reads output gradients kept in stash slots.
 """
@@ -122,8 +127,22 @@ def main():
                     continue
                 a, b = losses(m1), losses(m2)
                 check(len(a) == 6 and a == b, "%s: ZB-H1 gives bitwise 1F1B's losses %s" % (label, b))
-    # The memory plan, measured, where W reads gradients kept in stash slots.
     model = os.path.join(work, "gpt.model")
+    for label, extra in (("ZeRO-1", ()), ("ZeRO-1 sequence-parallel", ("--sequence-parallel",))):
+        layout = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", *extra)
+        programs = {s: generate(work, "%s-%s" % (label.replace(" ", "-"), s), model, *layout, "--schedule", s,
+                                quick=True) for s in ("1f1b", "zb-h1")}
+        runs = {s: train(p, work, "--steps", "4") if p else (None, None) for s, p in programs.items()}
+        ok = all(r is not None and r.returncode == 0 for r, _ in runs.values())
+        got = {s: losses(m) if ok else None for s, (_, m) in runs.items()}
+        deferred = False
+        if ok:
+            with open(os.path.join(programs["zb-h1"], "stage1.c")) as f:
+                deferred = "weights_block(" in f.read()
+        check(ok and got["1f1b"] == got["zb-h1"] and len(got["1f1b"]) == 4 and deferred == (not extra),
+              "gpt tp=2 pp=2 dp=2 %s: ZB-H1 (%s) gives bitwise 1F1B's losses %s" % (
+                  label, "W passes" if deferred else "no W pass", got["zb-h1"]))
+    # The memory plan, measured, where W reads what it keeps in its pools.
     for policy in ("none", "lynx-heu"):
         program = generate(work, "mem-zb-%s" % policy, model, "--pp", "4", "--schedule", "zb-h1",
                            *POLICIES[policy], target="check", quick=True)
