@@ -67,7 +67,8 @@ static void print_backward_function(const lx_printer *pr, const lx_graph_printer
 }
 
 /* Zero bubble's W pass of a layer: the parameter gradients its backward left
- * out, from the gradients of the outputs kept in the stash slot. */
+ * out, from the inputs and output gradients kept in the stash region's held
+ * and weight-gradient pools. */
 static void print_weights_function(const lx_printer *pr, const lx_graph_printer *gp) {
   if (!emit_function_called(pr, LX_I_BWD_WEIGHT, LX_GRAPH_BLOCK)) return;
   lx_printer weights = *pr;

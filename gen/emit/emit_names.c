@@ -18,7 +18,8 @@ typedef struct {
 
 /* The helpers that compute a term of an address; each is printed with the
  * stride its first use had, and a term with another stride is printed as
- * arithmetic. */
+ * arithmetic. The stash region's slot and layer helpers come in the order
+ * of its pools (lx_slot_pool). */
 typedef enum {
   STASH_SLOT,
   HELD_SLOT,
@@ -30,6 +31,12 @@ typedef enum {
   PIPE_SLOT,
   HELPER_COUNT
 } helper;
+
+_Static_assert(HELD_SLOT == STASH_SLOT + LX_POOL_HELD &&
+                   WEIGHT_GRAD_SLOT == STASH_SLOT + LX_POOL_WEIGHT_GRAD &&
+                   HELD_LAYER == STASH_LAYER + LX_POOL_HELD &&
+                   WEIGHT_GRAD_LAYER == STASH_LAYER + LX_POOL_WEIGHT_GRAD,
+               "one slot and one layer helper per pool, in the pools' order");
 
 static const struct {
   const char *name, *arg, *variable, *why;
