@@ -7,17 +7,21 @@ instruction counts derived below from the model and the plan alone:
 
 - trace.json parses as JSON; one process per stage named "stage N (layers a-b)",
   one thread per stream named compute, recompute, send, recv, tp, dp
-- per stage, the FWD, BWD, RECOMPUTE, SEND_*, RECV_*, ALLREDUCE_TP, ALLREDUCE_DP and
-  OPTIMIZER_STEP complete events number exactly what the schedule must contain
+- per stage, the FWD, BWD, BWD_WEIGHT, RECOMPUTE, SEND_*, RECV_*, ALLREDUCE_TP,
+  ALLREDUCE_DP and OPTIMIZER_STEP complete events number exactly what the schedule
+  must contain
 - every event lies inside [0, iteration time]; no two events of one stream overlap
-- the order of forwards and backwards on each compute stream is the schedule's
-  (GPipe: all F then all B; 1F1B: p - s - 1 warm-up forwards, then F/B pairs)
+- the order of forwards, backwards and W passes on each compute stream is the
+  schedule's (GPipe: all F then all B; 1F1B: p - s - 1 warm-up forwards, then F/B
+  pairs; ZB-H1: 1F1B with micro-batch i's W after the B of i + s, the last s in the
+  drain)
 - every event names its kind, micro-batch, layer and op in "args"
 - the same run twice gives byte-identical files
 - schedule.svg is SVG 1.1 with one row per stage, a legend naming what it draws, a
   title with iteration time, bubble and MFU; with tp 1 each run of one kind and
   micro-batch on a compute stream is one box (with no recompute: one forward and one
-  backward box per micro-batch), with the micro-batch numbers inside
+  backward box per micro-batch; W passes in boxes of their own, which the legend
+  names), with the micro-batch numbers inside
 - memory.svg is SVG 1.1 with one bar per stage, a legend and a capacity line
 - examples/gpt13b.model: tens of thousands of events in trace.json, a schedule.svg
   under 1 MB with far fewer boxes than instructions
@@ -91,6 +95,7 @@ tensor epilogue(tensor x, tensor targets) {
 # Ops of each graph, counted from the model text above (graph inputs excluded).
 PROLOGUE_OPS = 4  # embedding, position_embedding, add, dropout
 BLOCK_OPS = 12  # 2 layernorm, 4 linear, attention, gelu, 2 dropout, 2 add
+LINEARS = 4  # ZB-H1 defers their weight gradients (W passes) where their inputs are kept
 EPILOGUE_OPS = 3  # layernorm, lm_head, cross_entropy
 
 # Megatron-LM tensor parallelism, with tp > 1: a layer's forward all-reduces the
@@ -146,19 +151,35 @@ def expected_counts(case, recomputed=None):
             # one bucket per graph instance, the tied table (and the last stage's copy) apart
             "ALLREDUCE_DP": n + 2 * first + (2 if pp > 1 else 1) * last if dp > 1 else 0,
             "OPTIMIZER_STEP": 1,
+            # zero bubble: stage s > 0 runs a W pass per linear, layer and micro-batch (none: every input kept)
+            "BWD_WEIGHT": m * n * LINEARS if case["schedule"] == "zb-h1" and s > 0 else 0,
         })
     return m, counts
 
 
 def expected_order(schedule, pp, s, m):
-    """The (F|B, micro-batch) sequence of stage s's compute stream."""
+    """The (F|B|W, micro-batch) sequence of stage s's compute stream. ZB-H1
+    (Qi et al. 2024): 1F1B whose stage s runs micro-batch i's W pass after
+    the B of i + s, and the last s in the drain."""
     if schedule == "gpipe":
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
     warmup = min(pp - s - 1, m)
+    lag = s if schedule == "zb-h1" else 0
+    backward = []
+    for i in range(m):
+        backward.append(("B", i))
+        if lag and i - lag >= 0:
+            backward.append(("W", i - lag))
+    backward += [("W", i) for i in range(max(m - lag, 0), m)] if lag else []
     order = [("F", i) for i in range(warmup)]
-    for i in range(m - warmup):
-        order += [("F", warmup + i), ("B", i)]
-    return order + [("B", i) for i in range(m - warmup, m)]
+    for i in range(m - warmup):  # each forward of the steady state precedes the next backward and its W
+        order.append(("F", warmup + i))
+        while backward and backward[0][0] == "W":
+            order.append(backward.pop(0))
+        order.append(backward.pop(0))
+        while backward and backward[0][0] == "W":
+            order.append(backward.pop(0))
+    return order + backward
 
 
 def run_lynxgen(model_path, out_dir, args):
@@ -242,13 +263,16 @@ def check_timing(name, spans, iteration_us):
     check(overlaps == 0, f"{name}: no two events of one stream overlap ({overlaps} do)")
 
 
+PASSES = {"FWD": "F", "BWD": "B", "BWD_WEIGHT": "W"}
+
+
 def check_order(name, spans, case, pp, m):
     for s in range(pp):
-        compute = [e for e in spans if e["pid"] == s and e["tid"] == 0 and e["args"]["kind"] in ("FWD", "BWD")]
+        compute = [e for e in spans if e["pid"] == s and e["tid"] == 0 and e["args"]["kind"] in PASSES]
         compute.sort(key=lambda e: e["ts"])  # stable: ties keep the file's (program) order
         seq = []
         for e in compute:
-            step = (e["args"]["kind"][0], e["args"]["mb"])
+            step = (PASSES[e["args"]["kind"]], e["args"]["mb"])
             if not seq or seq[-1] != step:
                 seq.append(step)
         want = expected_order(case["schedule"], pp, s, m)
@@ -264,12 +288,12 @@ def check_args(name, spans):
                     and a["window_kind"] in WINDOW_KINDS and e["tid"] == len(STREAMS)):
                 bad.append(e["name"])
             continue
-        ok = e["name"].startswith(kind) and e["cat"] in ("forward", "backward", "recompute", "p2p", "collective",
-                                                          "optimizer")
+        ok = e["name"].startswith(kind) and e["cat"] in ("forward", "backward", "weights", "recompute", "p2p",
+                                                          "collective", "optimizer")
         if kind == "RECOMPUTE":  # where it runs: a window on the recompute stream, else on demand
             ok = ok and a["placement"] == ("window" if e["tid"] == 1 else "on demand")
             ok = ok and (("window" in a) == (e["tid"] == 1)) and a.get("window_kind", "tp-forward") in WINDOW_KINDS
-        if kind in ("FWD", "BWD", "RECOMPUTE", "ALLREDUCE_TP"):
+        if kind in ("FWD", "BWD", "BWD_WEIGHT", "RECOMPUTE", "ALLREDUCE_TP"):
             ok = ok and "mb" in a and "op" in a and a["graph"] in ("prologue", "block", "epilogue")
             ok = ok and (("layer" in a) == (a["graph"] == "block"))
             ok = ok and f"mb{a['mb']}" in e["name"] and a["op"] in e["name"]
@@ -401,6 +425,7 @@ def check_schedule_svg(name, out_dir, case, m, runs, spans, plan=None):
     legend = [g for g in root.iter(SVG + "g") if g.get("id") == "legend"]
     words = texts(legend[0]) if legend else []
     want = {"forward", "backward", "idle (bubble)"} | ({"recompute"} if case["policy"] != "none" else set())
+    want |= {"weight gradients (W)"} if case["schedule"] == "zb-h1" else set()
     check(want <= set(words), f"{name}: the legend names {sorted(want)} ({words})")
     boxes = groups(root, "boxes")
     labels = [t for g in boxes for t in texts(g)]
@@ -414,7 +439,8 @@ def check_schedule_svg(name, out_dir, case, m, runs, spans, plan=None):
     # is recomputed in the middle of it.
     for s, g in enumerate(boxes):
         classes = [r.get("class", "").split()[0] for r in g.iter(SVG + "rect")]
-        want = {"fwd": runs[s].get("FWD", 0), "bwd": runs[s].get("BWD", 0), "rec": runs[s].get("RECOMPUTE", 0)}
+        want = {"fwd": runs[s].get("FWD", 0), "bwd": runs[s].get("BWD", 0), "rec": runs[s].get("RECOMPUTE", 0),
+                "wgt": runs[s].get("BWD_WEIGHT", 0)}
         got = {c: classes.count(c) for c in want}
         check(got == want, f"{name}: stage {s} draws one box per run of a kind and micro-batch ({got} vs {want})")
         if case["policy"] == "none":
@@ -471,6 +497,8 @@ CASES = [
          extra=["--gpu-memory", "0.003"]),
     dict(layers=6, pp=3, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="1f1b", policy="lynx-heu",
          extra=["--gpu-memory", "0.003"]),
+    # zero bubble: W passes s micro-batches late on stage s, drawn apart from the backwards
+    dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),
 ]
 
 
