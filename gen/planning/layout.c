@@ -324,6 +324,13 @@ static lx_place_expr in_pool(const lx_stage_layout *l, lx_slot_pool pool, int64_
   return e;
 }
 
+int lx_most_slots(const lx_stage_layout *l) {
+  int slots = 0;
+  for (int pool = 0; pool < LX_POOL_COUNT; pool++)
+    if (l->pool_slots[pool] > slots) slots = l->pool_slots[pool];
+  return slots;
+}
+
 int lx_place_slots(const lx_stage_layout *l, const lx_place_expr *e) {
   return e->per_slot && l->pool_slots[e->pool] > 0 ? l->pool_slots[e->pool] : 1;
 }
@@ -535,10 +542,7 @@ void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
   const lx_stage *st = &p->stages[s];
   for (int r = 0; r < LX_REGION_COUNT; r++)
     extents[r] = 0;
-  int slots = 0; /* every slot of every pool */
-  for (int pool = 0; pool < LX_POOL_COUNT; pool++)
-    if (l->pool_slots[pool] > slots) slots = l->pool_slots[pool];
-  for (int mb = 0; mb < slots; mb++) {
+  for (int mb = 0; mb < lx_most_slots(l); mb++) {
     for (int g = 0; g < LX_GRAPH_COUNT; g++) {
       bool present = g == LX_GRAPH_PROLOGUE   ? st->has_prologue
                      : g == LX_GRAPH_EPILOGUE ? st->has_epilogue

@@ -163,6 +163,8 @@ lx_place_expr lx_place_of(const lx_pipeline *p, int s, const lx_stage_layout *l,
 const char *lx_region_name(lx_region r);
 /* The slot count a place's micro-batch term wraps at. */
 int lx_place_slots(const lx_stage_layout *l, const lx_place_expr *e);
+/* The most slots of any pool: micro-batches 0 .. this - 1 reach every slot. */
+int lx_most_slots(const lx_stage_layout *l);
 /* How many bytes of each region the stage's tensors reach (the end of the
  * last buffer, without alignment padding): what a run must write, no more. */
 void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,

@@ -43,13 +43,13 @@ static int64_t internal_bytes(const lx_op *op) {
 }
 
 /* The op whose backward or W pass is the last to need the tensor op
- * `producer` makes: the last saver, unless a saver defers its weight gradient
+ * `producer` makes: its last saver, unless a saver defers its weight gradient
  * (every W of a micro-batch follows all its backwards, in the backwards'
  * order): then the last such. *weight says which. */
 static int releaser(const lx_ir *ir, const lx_stage *st, lx_graph_id gid, const lx_graph *g, int producer,
-                    bool *weight) {
+                    int last_saver, bool *weight) {
   *weight = false;
-  int last = lx_last_saver(g, producer);
+  int last = last_saver;
   for (int c = g->n_ops - 1; c >= 0; c--)
     if (lx_op_saves(g, c, producer) && lx_defers_weight_grad(ir, st, gid, c)) *weight = true, last = c;
   return last;
@@ -79,7 +79,7 @@ static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_grap
     if (saver < 0) continue;
     int64_t bytes = saved_tensor_bytes(g, i, saver);
     bool by_weight;
-    int last = releaser(ir, st, gid, g, i, &by_weight);
+    int last = releaser(ir, st, gid, g, i, saver, &by_weight);
     int producer_instr = op->kind == LX_OP_INPUT ? start : i; /* inputs arrive as the graph starts */
     if (windowed && !d[i].drop_output && d[i].recompute) *window += op->out_bytes; /* the scratch copy */
     if (windowed && d[i].drop_output) {

@@ -46,7 +46,6 @@ static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *f
                      .has_prologue = s == 0,
                      .has_epilogue = s == pp - 1};
     st->params_per_rank = stage_params(ir, st);
-    st->weight_lag = lx_weight_lag(out->kind, s);
     st->stashed_micro_batches = lx_stashed_micro_batches(out->kind, pp, s, out->micro_batches);
     st->decisions = lx_calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
     lx_recompute_fixed(ir, fixed, st->decisions);

@@ -5,9 +5,10 @@
  * 1F1B: p - s - 1 warm-up forwards, then F and B alternating, then the
  * remaining B; ZB-H1: 1F1B whose block linears leave their weight gradients
  * to W passes that run weight_lag micro-batches late, so that the drain,
- * where stage s waits for gradients, has W to fill it). Receives, sends and collectives sit on their own
- * streams, tied to the compute stream by RECORD/WAIT event pairs, so that the compute stream's idle intervals
- * are explicit: the windows recomputation can use. */
+ * where stage s waits for gradients, has W to fill it). Receives, sends and
+ * collectives sit on their own streams, tied to the compute stream by
+ * RECORD/WAIT event pairs, so that the compute stream's idle intervals are
+ * explicit: the windows recomputation can use. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,9 +108,10 @@ static void recompute_in_window(builder *b, int inst) {
   b->recomputed[inst] = record(b, LX_STREAM_RECOMPUTE);
 }
 
-/* A FWD or BWD is on the compute stream (windows.c counts only those): if a window opens after it, the
- * recompute stream starts there (an event recorded now, before the
- * compute stream goes on to wait for its communication). */
+/* A FWD or BWD is on the compute stream (windows.c counts only those): if a
+ * window opens after it, the recompute stream starts there (an event
+ * recorded now, before the compute stream goes on to wait for its
+ * communication). */
 static void pass_emitted(builder *b) {
   b->ordinal++;
   const lx_stage *st = b->st;

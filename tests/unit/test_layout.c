@@ -70,10 +70,7 @@ static void check_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_t
 static int check_stage(const lx_pipeline *p, int s, const lx_stage_layout *l) {
   const lx_stage *st = &p->stages[s];
   int checked = 0;
-  int slots = l->slots; /* the most of any pool's */
-  for (int pool = 0; pool < LX_POOL_COUNT; pool++)
-    if (l->pool_slots[pool] > slots) slots = l->pool_slots[pool];
-  for (int mb = 0; mb < 2 * slots + 1 && mb < p->micro_batches; mb++)
+  for (int mb = 0; mb < 2 * lx_most_slots(l) + 1 && mb < p->micro_batches; mb++)
     for (int g = 0; g < LX_GRAPH_COUNT; g++) {
       bool present = g == LX_GRAPH_PROLOGUE ? st->has_prologue : g == LX_GRAPH_EPILOGUE ? st->has_epilogue : true;
       int first = g == LX_GRAPH_BLOCK ? st->first_layer : -1, count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
