@@ -73,6 +73,8 @@ out: bin/lynxgen
 	bin/lynxgen examples/tiny.model --target cpu -o out/tiny-cpu > /dev/null
 	bin/lynxgen examples/tiny.model --target cpu --pp 4 --schedule zb-h1 -o out/tiny-zb-h1-cpu > /dev/null
 	rm out/tiny-zb-h1-cpu/lx_*.h # out/tiny-cpu's headers, byte for byte; manifest.txt still holds their SHA-256
+	bin/lynxgen examples/tiny.model --target cpu --pp 4 --schedule 2bw -o out/tiny-2bw-cpu > /dev/null
+	rm out/tiny-2bw-cpu/lx_*.h
 	bin/lynxgen examples/gpt13b.model -o out/gpt13b-cuda > /dev/null
 	rm out/gpt13b-cuda/trace.json # 7 MB of timeline; manifest.txt still holds its SHA-256
 

@@ -72,7 +72,9 @@ static const char usage_text[] =
     "      --partition P      layers per stage: uniform (Megatron's even split, the\n"
     "                         default) | dp (recompute-aware, balances stage times)\n"
     "      --explain          when tp, pp, dp or micro_batch are left open, print the\n"
-    "                         plan search's best candidates and why the others lost\n"
+    "                         plan search's best candidates and why the others lost;\n"
+    "                         under --schedule 2bw also 2BW against 1F1B on the plan,\n"
+    "                         under each recompute policy, and why 2BW wins or loses\n"
     "      --gpu-memory GIB   plan for GPUs with this much memory instead of the\n"
     "                         datasheet's (what-if studies; forcing recomputation);\n"
     "                         more than 0, at most 10^6\n"
@@ -95,14 +97,20 @@ static const char usage_text[] =
     "      --dp N             data-parallel replicas\n"
     "      --micro-batch N    sequences per micro-batch\n"
     "      --global-batch N   sequences per optimizer step\n"
-    "      --schedule S       auto | gpipe | 1f1b | zb-h1; auto (the default where the model\n"
+    "      --schedule S       auto | gpipe | 1f1b | zb-h1 | 2bw; auto (the default where the model\n"
     "                         file leaves it open): the plan search picks 1f1b or zb-h1.\n"
     "                         zb-h1: zero bubble (Qi et al. 2024), 1F1B whose later\n"
     "                         stages compute their linears' weight gradients in the drain's\n"
     "                         waits: the same training (bitwise), a smaller bubble (a third\n"
     "                         of 1F1B's where forward, input and weight gradients take\n"
-    "                         equal time; docs/schedules.md). 2bw and interleaved are not\n"
-    "                         implemented yet\n"
+    "                         equal time; docs/schedules.md).\n"
+    "                         2bw: PipeDream-2BW (Narayanan et al. 2021), opt-in: 1F1B that\n"
+    "                         never drains between steps (the next step's first forwards\n"
+    "                         run in this one's drain) and keeps two weight versions. NOT\n"
+    "                         synchronous training: step t computes with the weights before\n"
+    "                         the last update, W(t+1) = W(t) - AdamW(gradient at W(t-1)),\n"
+    "                         which a 2026 study found degrades AdamW at scale. interleaved\n"
+    "                         is not implemented yet\n"
     "      --sequence-parallel  Megatron sequence parallelism\n"
     "      --zero             ZeRO-1: shard AdamW state over the dp replicas\n"
     "                         (reduce-scatter gradients, update the shard, all-gather)\n"
@@ -532,6 +540,14 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
   return lx_analyze(ir) == 0;
 }
 
+/* --explain under 2BW: what it gains or costs against 1F1B, policy by policy. */
+static void explain_2bw(const options *opts, const lx_ir *ir) {
+  if (!opts->explain || ir->plan.schedule != LX_SCHEDULE_2BW) return;
+  lx_search_request req = {opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
+                           opts->search_seconds};
+  lx_explain_2bw(ir, &req, stdout);
+}
+
 /* Front end and analysis; then, unless only the IR is wanted, the schedule,
  * its memory and its simulation. Returns the exit status. */
 /* A stage whose modeled peak exceeds the GPU's memory would run out of it:
@@ -562,13 +578,14 @@ static int run_passes(const options *opts, products *out) {
     fprintf(stderr, "lynxgen: %d error%s\n", lx_error_count(), lx_error_count() == 1 ? "" : "s");
     return EXIT_USER_ERROR;
   }
+  if (schedule) explain_2bw(opts, ir);
   lx_plan_options plan = {.policy = opts->policy, .partition = opts->partition, .cm = &out->cost};
   bool costed = schedule && lx_cost_model_init(&out->cost, ir, opts->profile);
   if (costed && opts->gpu_memory_bytes > 0) out->cost.gpu.memory_bytes = opts->gpu_memory_bytes;
   if (costed && lx_plan_pipeline(ir, &plan, &out->pipe)) {
     out->memory = lx_calloc((size_t)out->pipe.pp, sizeof *out->memory);
     lx_plan_memory(&out->pipe, out->memory);
-    if (!lx_simulate(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
+    if (!lx_simulate_training(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
     out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
     out->target = opts->target;
     out->cuda_graph = opts->cuda_graph;

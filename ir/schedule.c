@@ -57,6 +57,85 @@ void lx_pipeline_free(lx_pipeline *p) {
   memset(p, 0, sizeof *p);
 }
 
+int lx_micro_batch_ids(const lx_pipeline *p) {
+  int steps = p->steps > 1 ? p->steps : 1;
+  return p->micro_batches * (steps + (p->kind == LX_SCHEDULE_2BW));
+}
+
+/* The events of a stage whose RECORD step k leaves out (fill or ahead). */
+static bool *skipped_records(const lx_stage *st, bool fill, bool ahead) {
+  bool *skipped = lx_calloc((size_t)st->n_events + 1, sizeof *skipped);
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    for (int i = 0; i < st->streams[k].count; i++) {
+      const lx_instr *in = &st->streams[k].items[i];
+      if (in->kind == LX_I_RECORD && ((in->fill && !fill) || (in->ahead && !ahead)))
+        skipped[in->event] = true;
+    }
+  return skipped;
+}
+
+/* A skipped instruction is gone; so is a WAIT for what it would have
+ * recorded, which the previous step, done by now, recorded instead. */
+static void append_step(const lx_stage *st, int k, bool fill, bool ahead, int micro_batches, lx_stage *out) {
+  bool *skipped = skipped_records(st, fill, ahead);
+  for (int s = 0; s < LX_STREAM_COUNT; s++)
+    for (int i = 0; i < st->streams[s].count; i++) {
+      lx_instr in = st->streams[s].items[i];
+      if ((in.fill && !fill) || (in.ahead && !ahead)) continue;
+      if (in.kind == LX_I_WAIT && skipped[in.event]) continue;
+      if (in.kind == LX_I_RECORD || in.kind == LX_I_WAIT) in.event += k * st->n_events;
+      if (in.mb >= 0) in.mb += k * micro_batches;
+      in.step = k;
+      lx_instr_append(&out->streams[s], in);
+    }
+  free(skipped);
+}
+
+/* The programs end a step with every stream drained and the host reading
+ * the loss: no instruction of the next step starts before all of this one
+ * are done. Events `first` on are the barrier's. */
+static void append_barrier(lx_stage *st, int first) {
+  lx_instr mark = {.layer = -1, .mb = -1};
+  for (int s = 1; s < LX_STREAM_COUNT; s++) {
+    mark.event = first + s;
+    mark.kind = LX_I_RECORD;
+    lx_instr_append(&st->streams[s], mark);
+    mark.kind = LX_I_WAIT;
+    lx_instr_append(&st->streams[LX_STREAM_COMPUTE], mark);
+  }
+  mark.event = first;
+  mark.kind = LX_I_RECORD;
+  lx_instr_append(&st->streams[LX_STREAM_COMPUTE], mark);
+  mark.kind = LX_I_WAIT;
+  for (int s = 1; s < LX_STREAM_COUNT; s++)
+    lx_instr_append(&st->streams[s], mark);
+}
+
+void lx_unroll_steps(const lx_pipeline *p, int steps, const bool *fill, const bool *ahead, lx_pipeline *out) {
+  *out = *p;
+  out->steps = steps;
+  out->stages = lx_calloc((size_t)p->pp, sizeof *out->stages);
+  for (int s = 0; s < p->pp; s++) {
+    lx_stage *st = &out->stages[s];
+    *st = p->stages[s];
+    memset(st->streams, 0, sizeof st->streams);
+    int events = p->stages[s].n_events;
+    st->n_events = steps * (events + LX_STREAM_COUNT);
+    for (int k = 0; k < steps; k++) {
+      append_step(&p->stages[s], k, fill[k], ahead[k], p->micro_batches, st);
+      if (k + 1 < steps) append_barrier(st, steps * events + k * LX_STREAM_COUNT);
+    }
+  }
+}
+
+void lx_unrolled_free(lx_pipeline *p) {
+  for (int s = 0; p->stages && s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      free(p->stages[s].streams[k].items);
+  free(p->stages);
+  memset(p, 0, sizeof *p);
+}
+
 const lx_graph *lx_graph_of(const lx_ir *ir, lx_graph_id id) {
   return id == LX_GRAPH_PROLOGUE ? &ir->prologue : id == LX_GRAPH_BLOCK ? &ir->block : &ir->epilogue;
 }

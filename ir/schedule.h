@@ -63,6 +63,13 @@ typedef struct {
   bool recomputed;   /* ALLREDUCE_TP: of a RECOMPUTE's output (where it regenerates it) */
   lx_tp_collective coll; /* ALLREDUCE_TP */
   bool tied;         /* ALLREDUCE_DP: the bucket of the tied embedding table (or its copy) alone */
+  /* PipeDream-2BW, which does not drain between steps: a `fill` instruction belongs to the step's
+   * first forwards, which run only where the pipeline starts empty (at the first step, after a
+   * drain); an `ahead` one to the next step's first forwards, which run in this step's drain
+   * unless the pipeline drains (before validation, a checkpoint, the end). An ahead micro-batch
+   * is numbered micro_batches + its number in the next step. */
+  bool fill, ahead;
+  int step; /* in a pipeline unrolled over consecutive steps (lx_unroll_steps): which one; else 0 */
 } lx_instr;
 
 typedef struct {
@@ -146,7 +153,8 @@ typedef struct {
 
 typedef struct {
   const lx_ir *ir;
-  int pp, micro_batches;
+  int pp, micro_batches; /* micro-batches per optimizer step */
+  int steps;             /* optimizer steps the instruction lists span: 1, or more where unrolled */
   lx_schedule kind;
   lx_recompute_policy policy;
   lx_stage *stages;
@@ -158,6 +166,17 @@ const char *lx_recompute_policy_name(lx_recompute_policy p);
 const char *lx_window_kind_name(lx_window_kind k);
 lx_instr *lx_instr_append(lx_instr_list *list, lx_instr instr);
 void lx_pipeline_free(lx_pipeline *p);
+/* Bound on the micro-batch numbers of p's instructions: one step's, 2BW's
+ * ahead ones, and those of the steps it is unrolled over. */
+int lx_micro_batch_ids(const lx_pipeline *p);
+/* The instruction lists of `steps` consecutive steps of p, one after the
+ * other on every stream, as a pipeline of their own: step k runs its fill
+ * where fill[k] and its ahead forwards where ahead[k] (2BW); its
+ * micro-batches are numbered from k * micro_batches, its events from
+ * k * n_events. The stages' other fields are p's, borrowed: free it with
+ * lx_unrolled_free. The simulator and the verifier see 2BW's steps so. */
+void lx_unroll_steps(const lx_pipeline *p, int steps, const bool *fill, const bool *ahead, lx_pipeline *out);
+void lx_unrolled_free(lx_pipeline *p);
 const lx_graph *lx_graph_of(const lx_ir *ir, lx_graph_id id);
 /* "FWD block.linear_2 L3 mb5", for traces, plans and diagnostics. */
 void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t size);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA target's emitted program of every example, for the schedules
-# gpipe and 1f1b with every recompute policy, and zb-h1 (W passes) with
-# lynx-heu (its deferred linears next to Lynx's windows), compiles and links with nvcc
+# gpipe and 1f1b with every recompute policy, and zb-h1 (W passes) and 2bw
+# (fill and ahead forwards, two weight versions) with lynx-heu (next to
+# Lynx's windows), compiles and links with nvcc
 # for sm_80 and sm_90 with warnings as errors (host and device), against
 # cuBLASLt, NCCL and Open MPI, with the emitted Makefile's own rules.
 # No GPU is needed; `make test-gpu` runs what a GPU can check.
@@ -72,6 +73,7 @@ for model in examples/*.model; do
     done
   done
   echo "$name-zb-h1-lynx-heu $model zb-h1 lynx-heu $gb" >> "$work/cases"
+  echo "$name-2bw-lynx-heu $model 2bw lynx-heu $gb" >> "$work/cases"
 done
 
 # tensor x pipeline x data parallelism, ZeRO-1 and sequence parallelism (lynxgen verifies each
@@ -81,6 +83,7 @@ tiny-tp2-pp2-dp2-full examples/tiny.model 1f1b full 8 --tp 2 --pp 2 --dp 2
 tiny-tp2-pp2-dp2-zero-selective examples/tiny.model 1f1b selective 8 --tp 2 --pp 2 --dp 2 --zero
 tiny-tp2-pp2-dp2-zero-sp-lynx-heu examples/tiny.model 1f1b lynx-heu 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
 tiny-tp2-pp2-dp2-zero-sp-zb-h1 examples/tiny.model zb-h1 none 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
+tiny-tp2-pp2-dp2-zero-sp-2bw examples/tiny.model 2bw lynx-heu 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
 gpt13b-tp2-pp2-dp2-none examples/gpt13b.model 1f1b none 32 --tp 2 --pp 2 --dp 2
 gpt13b-tp2-pp2-dp2-zero-lynx-heu examples/gpt13b.model 1f1b lynx-heu 32 --tp 2 --pp 2 --dp 2 --zero
 gpt-23b-as-planned examples/gpt-23b.model 1f1b lynx-heu 512 --tp 4 --dp 1

@@ -33,6 +33,8 @@ check() { # name, model, args...
 check tiny-cpu examples/tiny.model --target cpu
 # zero bubble: the W passes (weights_block) and the pools they read from
 SHARED_HEADERS=out/tiny-cpu check tiny-zb-h1-cpu examples/tiny.model --target cpu --pp 4 --schedule zb-h1
+# PipeDream-2BW: the fill and ahead forwards under their ifs, the two weight versions
+SHARED_HEADERS=out/tiny-cpu check tiny-2bw-cpu examples/tiny.model --target cpu --pp 4 --schedule 2bw
 # the README's example, CUDA (the default target); its trace.json is not kept in out/ (7 MB), but
 # manifest.txt, which is compared, holds the SHA-256 of the one lynxgen writes
 check gpt13b-cuda examples/gpt13b.model

@@ -72,6 +72,7 @@ tensor block(tensor x) {
 }
 tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 1024), y); }
 """
+POLICY_NAMES = ["none", "full", "selective", "checkmate", "lynx-heu", "lynx-opt"]
 import tempfile
 with tempfile.NamedTemporaryFile("w", suffix=".model", delete=False) as f:
     f.write(OPEN)
@@ -136,6 +137,44 @@ for pp in (4, 1):
           "pp=%d, schedule left open: the search tries %s and picks %s (1f1b %.3f ms, zb-h1 %.3f ms)" % (
               pp, tried, chosen and chosen["plan"]["schedule"], 1e3 * (times["1f1b"] or 0),
               1e3 * (times["zb-h1"] or 0)))
+
+# 2BW is opt-in (it is not synchronous training): with the schedule 2bw and
+# the layout open, the search picks the fastest 2BW plan, as planning each
+# directly says, and lists 1F1B beside it for comparison only; --explain then
+# weighs 2BW against 1F1B on the chosen plan under every recompute policy,
+# each time as planning both directly says, and says why.
+with open(f.name, "w") as g:
+    g.write(OPEN.replace(".global_batch = 16, .schedule = SCHEDULE_1F1B",
+                         ".tp = 1, .dp = 1, .global_batch = 16, .schedule = SCHEDULE_2BW"))
+brute = []
+for pp in (1, 2, 4):
+    for mb in (1, 2, 4, 8, 16):
+        if 16 % mb == 0 and 16 // mb >= pp:
+            p = plan(f.name, "--policy", "none", "--pp", str(pp), "--micro-batch", str(mb))
+            if p and all(st["fits"] for st in p["stages"]):
+                brute.append((p["iteration_s"], pp, mb))
+chosen = plan(f.name, "--policy", "none")
+best = min(brute) if brute else None
+check(chosen and best and chosen["plan"]["schedule"] == "2bw" and
+      abs(chosen["iteration_s"] - best[0]) <= 1e-9 * best[0],
+      "2bw requested, layout open: the search picks the fastest 2BW plan of %d, pp %s micro-batch %s" % (
+          len(brute), chosen and chosen["plan"]["pp"], chosen and chosen["plan"]["micro_batch"]))
+r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", "--policy", "none"], capture_output=True, text=True)
+rows = re.findall(r"^  (\S+) +([\d.]+) ms +([\d.]+) +([\d.]+) ms +([\d.]+)  (.*)$", r.stdout, re.M)
+compared = "synchronous, for comparison" in r.stdout
+check(r.returncode == 0 and compared and [row[0] for row in rows] == POLICY_NAMES,
+      "--explain under 2bw: 1F1B rows for comparison, and 2BW against 1F1B under each of %d policies" % len(rows))
+if chosen:
+    layout = ("--pp", str(chosen["plan"]["pp"]), "--micro-batch", str(chosen["plan"]["micro_batch"]))
+    for policy, sync_ms, _, bw_ms, _, verdict in rows:
+        direct = {s: plan(f.name, "--policy", policy, *layout, "--schedule", s) for s in ("1f1b", "2bw")}
+        ok = all(direct.values()) and abs(float(sync_ms) - 1e3 * direct["1f1b"]["iteration_s"]) < 0.05 and \
+            abs(float(bw_ms) - 1e3 * direct["2bw"]["iteration_s"]) < 0.05
+        faster = float(bw_ms) <= float(sync_ms)
+        why = ("faster: it does not drain between steps" in verdict) if faster else (
+            "slower" in verdict or "does not fit" in verdict)
+        check(ok and why, "%s: 2bw %s ms against 1f1b %s ms, as planning each says; %s" % (
+            policy, bw_ms, sync_ms, verdict))
 os.unlink(f.name)
 
 # Issue 5's acceptance: GPT-3 1.3B on 8 A100-80GB under 1F1B with full

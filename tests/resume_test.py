@@ -12,6 +12,9 @@ stream matters:
 - preemption: SIGTERM to run.sh, or SIGINT to its process group (Ctrl-C),
   lets every rank finish its step, save and exit 0 with a message; the run
   resumed from that checkpoint gives the uninterrupted run's losses;
+- both for PipeDream-2BW too (pp = 2), whose steps overlap and whose state
+  holds two weight versions: a checkpoint, and a stop signal, drain its
+  pipeline first, and the resumed losses are the uninterrupted run's;
 - a non-finite loss stops the run with a message and a non-zero status; the
   checkpoint on disk is the last good one (its step read from the file's
   header, whose layout docs/checkpoints.md gives);
@@ -402,6 +405,7 @@ def main():
     plans = (("pp=2", gpt, ("--pp", "2")),
              ("tp=2 pp=2 dp=2 ZeRO-1 lynx-heu", gpt,
               ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--policy", "lynx-heu", "--gpu-memory", "0.0015")),
+             ("2bw pp=2", gpt, ("--pp", "2", "--schedule", "2bw")),
              ("llama pp=2", llama, ("--pp", "2")),
              ("llama tp=2 dp=2 ZeRO-1", llama, ("--tp", "2", "--pp", "1", "--dp", "2", "--zero")))
     built = {}
@@ -416,6 +420,11 @@ def main():
         if name == "llama tp=2 dp=2 ZeRO-1":
             continue  # the resharding below resumes it
         exact_resume(work, name, program, reference, rng)
+        if name == "2bw pp=2":  # a stop between overlapping steps: the pipeline drains first
+            long_reference = uninterrupted(work, program, steps=PREEMPTION_STEPS)
+            check(long_reference is not None and len(long_reference) == PREEMPTION_STEPS,
+                  "%s: trains %d steps uninterrupted" % (name, PREEMPTION_STEPS))
+            preemption(work, program, long_reference, signal.SIGTERM)
         if name == "pp=2":
             long_reference = uninterrupted(work, program, steps=PREEMPTION_STEPS)
             check(long_reference is not None and len(long_reference) == PREEMPTION_STEPS,

@@ -26,12 +26,31 @@ recomputes in windows):
   W pass);
 - ZB-H1's arena is used exactly to the planned extents with dead memory
   poisoned (make check), where W reads output gradients kept in stash slots.
+
+PipeDream-2BW (Narayanan et al. 2021) is not the same training: a step
+computes with the weights before the last update. Its reference is
+tests/gpt_reference.py, a GPT-2 trained in float64 numpy from the published
+model and optimizer, here with the delayed update W(t+1) = W(t) -
+AdamW(gradient at W(t-1)), and both start from weights drawn here (--init).
+The programs compute in fp32, the reference in float64; over 5 steps their
+losses agree to about 1e-7 relative (fp32 rounding), so 1e-5 bounds them,
+while the delay itself changes step 2's loss by about 3e-2 relative. Checks:
+
+- the reference is right where lynxgen is known to be: the 1F1B program's
+  losses match its synchronous variant (delay 0);
+- 2BW at pp = 2 (none), pp = 4 (full, and lynx-heu recomputing in
+  windows) and tp 2 x pp 2 x dp 2 with ZeRO-1 and sequence parallelism
+  matches the delayed reference, and not the synchronous one;
+- its programs run the next step's first forwards in this step's drain
+  (`if (ahead)`), and its plan.txt says the training is not synchronous;
+- its arena, with the second weight version, is used exactly as planned.
 """
 import os
 import sys
 
 from tap import check, exit_status
 
+import gpt_reference
 from training_metrics import fortunes_shards, generate, losses, train
 
 GPT = """#include <lynx.h>
@@ -82,6 +101,34 @@ tensor epilogue(tensor x, tensor targets) {
   return cross_entropy(lm_head(rmsnorm(x), V), targets);
 }
 """
+
+# 2BW against the numpy reference: no dropout (the reference has none), a
+# constant learning rate and no clipping (nothing the reference would have
+# to mirror besides AdamW itself).
+GPT_2BW = """#include <lynx.h>
+#define V 256
+#define H 32
+static const struct lx_model model = { .vocab = V, .seq_len = 32, .layers = 4, .hidden = H, .heads = 2,
+  .dropout = 0.0, .tied_embeddings = 1 };
+static const struct lx_cluster cluster = { .gpu = GPU_A100_80GB, .gpus_per_node = 8 };
+static const struct lx_parallel parallel = { .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 8 };
+static const struct lx_training training = { .steps = 5, .lr = 3e-3, .min_lr = 3e-3, .warmup_steps = 0,
+  .lr_schedule = LR_CONSTANT, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0, .grad_clip = 0.0,
+  .seed = 7, .dtype = DTYPE_FP32 };
+tensor prologue(tensor tokens) {
+  return add(embedding(tokens, V, H), position_embedding(tokens, H));
+}
+tensor block(tensor x) {
+  tensor a = attention(linear(layernorm(x), 3 * H), 2, 2);
+  x = add(x, linear(a, H));
+  tensor m = linear(gelu(linear(layernorm(x), 4 * H)), H);
+  return add(x, m);
+}
+tensor epilogue(tensor x, tensor targets) {
+  return cross_entropy(lm_head(layernorm(x), V), targets);
+}
+"""
+REFERENCE_BOUND = 1e-5  # fp32 programs against float64 numpy (see the docstring)
 
 POLICIES = {
     "none": ("--policy", "none"),
@@ -154,6 +201,71 @@ def main():
               % policy)
         if not ok:
             print(out[-3000:] + (r.stderr[-2000:] if r else ""))
+    pipedream_2bw(work)
+
+
+def relative_difference(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b)) if len(a) == len(b) and a else float("inf")
+
+
+def pipedream_2bw(work):
+    model = os.path.join(work, "gpt-2bw.model")
+    with open(model, "w") as f:
+        f.write(GPT_2BW)
+    weights = gpt_reference.random_weights(32, 256, 4, 32, 256, seed=1)
+    init = os.path.join(work, "gpt-2bw-init.bin")
+    gpt_reference.write_checkpoint(init, weights, 32, 256, 4, 2, 32, 256)
+    data = gpt_reference.windows(os.path.join(work, "data", "train_*.bin"), 2, 32)
+    reference = {delay: gpt_reference.train(weights, data, 5, 4, 2, 256, 3e-3, 0.9, 0.95, 1e-8, delay=delay)
+                 for delay in (0, 1)}
+    check(relative_difference(reference[1], reference[0]) > 1000 * REFERENCE_BOUND,
+          "the delayed update changes the losses far beyond the bound: %s vs %s" % (reference[1], reference[0]))
+    zero_sp = ("--tp", "2", "--dp", "2", "--zero", "--sequence-parallel")
+    cases = (("1f1b", 2, "none", (), 0), ("2bw", 2, "none", (), 1), ("2bw", 4, "full", (), 1),
+             ("2bw", 4, "lynx-heu", (), 1), ("2bw", 2, "none", zero_sp, 1))
+    # the exact cases: step 1 is synchronous training's; step 2 takes the loss of its batch at the
+    # initial weights, whose gradient is its update's
+    step2_at_w0 = sum(gpt_reference.loss_and_gradients(weights, *data[4 + j], 2, 256)[0] for j in range(4)) / 4
+    first = {}
+    for schedule, pp, policy, layout, delay in cases:
+        label = "gpt %s pp=%d %s%s" % (schedule, pp, policy, " tp=2 dp=2 ZeRO-1 sequence-parallel" if layout else "")
+        program = generate(work, "2bw-ref-%s-pp%d-%s%s" % (schedule, pp, policy, "-tp2dp2" if layout else ""), model,
+                           "--pp", str(pp), *layout, "--schedule", schedule, *POLICIES[policy], quick=True)
+        r, metrics = train(program, work, "--init", init) if program else (None, None)
+        if r is None or r.returncode != 0:
+            check(False, "%s: generates, builds and trains from --init" % label)
+            print((r.stdout + r.stderr)[-2000:] if r else "")
+            continue
+        got = losses(metrics)
+        first[label] = got[0]
+        off = relative_difference(got, reference[delay])
+        check(off < REFERENCE_BOUND, "%s: the losses %s match the numpy reference with %s (%.1e relative)" % (
+            label, got, "the delayed update" if delay else "synchronous updates", off))
+        if schedule != "2bw":
+            continue
+        check(relative_difference(got, reference[0]) > 1000 * REFERENCE_BOUND,
+              "%s: and not the synchronous reference" % label)
+        same_layout = "gpt 1f1b pp=%d %s" % (pp, policy)  # the same sums in the same order: bitwise
+        step1 = got[0] == first[same_layout] if same_layout in first else \
+            abs(got[0] - reference[0][0]) < REFERENCE_BOUND * reference[0][0]
+        check(step1 and abs(got[1] - step2_at_w0) < REFERENCE_BOUND * step2_at_w0,
+              "%s: step 1's loss is synchronous training's (%s), step 2's that of its batch at the initial "
+              "weights (%.8f)" % (label, got[0], step2_at_w0))
+        with open(os.path.join(program, "stage0.c")) as f:
+            ahead = "if (ahead) {" in f.read()
+        with open(os.path.join(program, "plan.txt")) as f:
+            plan = f.read()
+        check(ahead and "not synchronous training" in plan,
+              "%s: stage 0 runs the next step's forwards ahead; plan.txt says it is not synchronous training" % label)
+    program = generate(work, "mem-2bw", model, "--pp", "4", "--schedule", "2bw", *POLICIES["lynx-heu"],
+                       target="check", quick=True)
+    r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
+    out = r.stdout if r else ""
+    stages = [l for l in out.splitlines() if l.startswith("memory: stage")]
+    ok = r is not None and r.returncode == 0 and len(stages) == 4 and all("as planned" in l for l in stages)
+    check(ok, "2BW pp=4 lynx-heu: each stage's arena, both weight versions included, is used exactly as planned")
+    if not ok:
+        print(out[-3000:] + (r.stderr[-2000:] if r else ""))
 
 
 main()

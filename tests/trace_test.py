@@ -10,11 +10,13 @@ instruction counts derived below from the model and the plan alone:
 - per stage, the FWD, BWD, BWD_WEIGHT, RECOMPUTE, SEND_*, RECV_*, ALLREDUCE_TP,
   ALLREDUCE_DP and OPTIMIZER_STEP complete events number exactly what the schedule
   must contain
-- every event lies inside [0, iteration time]; no two events of one stream overlap
+- every event lies inside [0, iteration time] (2BW: inside the steps drawn); no two
+  events of one stream overlap
 - the order of forwards, backwards and W passes on each compute stream is the
   schedule's (GPipe: all F then all B; 1F1B: p - s - 1 warm-up forwards, then F/B
   pairs; ZB-H1: 1F1B with micro-batch i's W after the B of i + s, the last s in the
-  drain)
+  drain; 2BW: four steps back to back, 1F1B without a drain, each step's forwards
+  followed by the next step's first p - s - 1, each event naming its step)
 - every event names its kind, micro-batch, layer and op in "args"
 - the same run twice gives byte-identical files
 - schedule.svg is SVG 1.1 with one row per stage, a legend naming what it draws, a
@@ -95,6 +97,7 @@ tensor epilogue(tensor x, tensor targets) {
 # Ops of each graph, counted from the model text above (graph inputs excluded).
 PROLOGUE_OPS = 4  # embedding, position_embedding, add, dropout
 BLOCK_OPS = 12  # 2 layernorm, 4 linear, attention, gelu, 2 dropout, 2 add
+STEPS_2BW = 4  # steps a 2BW trace draws: the first fills the pipeline, the last drains it
 LINEARS = 4  # ZB-H1 defers their weight gradients (W passes) where their inputs are kept
 EPILOGUE_OPS = 3  # layernorm, lm_head, cross_entropy
 
@@ -128,9 +131,15 @@ def stage_layers(layers, pp):
     return out
 
 
+def steps_drawn(case):
+    """2BW's steps overlap: the trace draws STEPS_2BW of them back to back."""
+    return STEPS_2BW if case["schedule"] == "2bw" else 1
+
+
 def expected_counts(case, recomputed=None):
     """Instructions of each kind per stage, from the model and the plan alone
-    (for a searched policy, with the ops plan.txt says each stage recomputes)."""
+    (for a searched policy, with the ops plan.txt says each stage recomputes);
+    2BW's steps drawn each hold every micro-batch of theirs once."""
     pp, tp, dp, layers = case["pp"], case["tp"], case["dp"], case["layers"]
     m = case["global_batch"] // (case["micro_batch"] * dp)
     counts = []
@@ -154,13 +163,27 @@ def expected_counts(case, recomputed=None):
             # zero bubble: stage s > 0 runs a W pass per linear, layer and micro-batch (none: every input kept)
             "BWD_WEIGHT": m * n * LINEARS if case["schedule"] == "zb-h1" and s > 0 else 0,
         })
+    counts = [{kind: n * steps_drawn(case) for kind, n in c.items()} for c in counts]
     return m, counts
 
 
 def expected_order(schedule, pp, s, m):
     """The (F|B|W, micro-batch) sequence of stage s's compute stream. ZB-H1
     (Qi et al. 2024): 1F1B whose stage s runs micro-batch i's W pass after
-    the B of i + s, and the last s in the drain."""
+    the B of i + s, and the last s in the drain. 2BW (Narayanan et al. 2021),
+    as (F|B, step, micro-batch) over the steps drawn: 1F1B's warm-up once,
+    then F and B alternating without a drain, each step's forwards followed by
+    the next step's first pp - s - 1, except in the last step drawn."""
+    if schedule == "2bw":
+        warmup = pp - s - 1
+        order = [("F", 0, j) for j in range(warmup)]
+        for k in range(STEPS_2BW):
+            for i in range(m):
+                n = k * m + warmup + i
+                if n < (k + 1) * m or k < STEPS_2BW - 1:
+                    order.append(("F", n // m, n % m))
+                order.append(("B", k, i))
+        return order
     if schedule == "gpipe":
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
     warmup = min(pp - s - 1, m)
@@ -273,6 +296,8 @@ def check_order(name, spans, case, pp, m):
         seq = []
         for e in compute:
             step = (PASSES[e["args"]["kind"]], e["args"]["mb"])
+            if case["schedule"] == "2bw":
+                step = (step[0], e["args"]["step"], step[1])
             if not seq or seq[-1] != step:
                 seq.append(step)
         want = expected_order(case["schedule"], pp, s, m)
@@ -304,6 +329,11 @@ def check_args(name, spans):
     check(not bad, f"{name}: every event names its kind, micro-batch, layer and op ({bad[:3]})")
 
 
+def drawn_us(trace):
+    """What the trace spans: one iteration, or (2BW) the steps drawn."""
+    return trace["otherData"].get("span_us", trace["otherData"]["iteration_time_us"])
+
+
 def check_trace(name, out_dir, case, plan=None):
     with open(os.path.join(out_dir, "trace.json")) as f:
         trace = json.load(f)
@@ -317,7 +347,7 @@ def check_trace(name, out_dir, case, plan=None):
     check_metadata(name, events, pp, case["layers"], windowed)
     spans = [e for e in events if e.get("ph") == "X"]
     check_counts(name, spans, pp, counts)
-    check_timing(name, spans, trace["otherData"]["iteration_time_us"])
+    check_timing(name, spans, drawn_us(trace))
     check_order(name, spans, case, pp, m)
     check_args(name, spans)
     return trace
@@ -444,7 +474,9 @@ def check_schedule_svg(name, out_dir, case, m, runs, spans, plan=None):
         got = {c: classes.count(c) for c in want}
         check(got == want, f"{name}: stage {s} draws one box per run of a kind and micro-batch ({got} vs {want})")
         if case["policy"] == "none":
-            check(got["fwd"] == m and got["bwd"] == m, f"{name}: stage {s}: one forward, one backward box per micro-batch")
+            n = m * steps_drawn(case)
+            check(got["fwd"] == n and got["bwd"] == n,
+                  f"{name}: stage {s}: one forward, one backward box per micro-batch (of {steps_drawn(case)} steps)")
 
 
 def compute_runs(spans, pp, iteration_us):
@@ -499,6 +531,8 @@ CASES = [
          extra=["--gpu-memory", "0.003"]),
     # zero bubble: W passes s micro-batches late on stage s, drawn apart from the backwards
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),
+    # PipeDream-2BW: steps that overlap, drawn back to back, the next step's first forwards in the drain
+    dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="2bw", policy="none"),
 ]
 
 
@@ -524,7 +558,7 @@ def run_case(tmp, i, case):
     if plan is not None:
         check_windows(name, out, spans, plan)
     m, _ = expected_counts(case, [0] * case["pp"])
-    runs = compute_runs(spans, case["pp"], trace["otherData"]["iteration_time_us"])
+    runs = compute_runs(spans, case["pp"], drawn_us(trace))
     check_schedule_svg(name, out, case, m, runs, spans, plan)
     check_memory_svg(name, out, case["pp"])
     run_lynxgen(model, again, plan_args(case))

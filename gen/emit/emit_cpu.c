@@ -93,12 +93,13 @@ typedef struct {
   int *event_request;                /* per event: the last request before its RECORD on its stream, or -1 */
   bool *waited;
   int requests;
+  lx_walk_guard guard; /* 2BW: a wait inside an `if` may not run, so it does not count as done */
 } cpu_step;
 
 static void print_wait(cpu_step *w, int request) {
   if (w->waited[request]) return;
   fprintf(w->pr->out, "  lx_wait(&requests[%d]);\n", request);
-  w->waited[request] = true;
+  w->waited[request] = w->guard.open == LX_GUARD_NONE;
 }
 
 static void print_tp_collective(cpu_step *w, const lx_instr *in, const char *what) {
@@ -147,10 +148,13 @@ static void cpu_comm(void *ctx, lx_stream k, const lx_instr *in) {
   default: t.role = LX_T_OUTPUT; break; /* RECV_ACT: the first layer's input */
   }
   bool send = in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD;
+  /* under 2BW a message sent ahead is received as the next step's */
+  const char *tag = pr->p->kind == LX_SCHEDULE_2BW ? "mb % MICRO_BATCHES" : "mb";
   fprintf(f, "  {\n    const int mb = %d, layer = FIRST_LAYER;  /* %s */\n    (void)layer;\n", in->mb, what);
-  fprintf(f, "    lx_%s(%s, BOUNDARY_ELEMENTS, %d, LX_TAG_%s, mb, &requests[%d]);\n  }\n",
+  fprintf(f, "    lx_%s(%s, BOUNDARY_ELEMENTS, %d, LX_TAG_%s, %s, &requests[%d]);\n  }\n",
           send ? "isend" : "irecv", emit_at(pr, buf, sizeof buf, t), in->peer,
-          in->kind == LX_I_SEND_ACT || in->kind == LX_I_RECV_ACT ? "ACTIVATION" : "GRADIENT", w->requests);
+          in->kind == LX_I_SEND_ACT || in->kind == LX_I_RECV_ACT ? "ACTIVATION" : "GRADIENT", tag,
+          w->requests);
   w->last_request[k] = w->requests++;
 }
 
@@ -226,14 +230,20 @@ static void print_step(const lx_printer *pr) {
   fprintf(pr->out,
           "\n/* One optimizer step's forwards and backwards, in the order of the schedule\n"
           " * (%s, plan.txt): the compute stream, with the communication streams'\n"
-          " * operations posted as soon as their waits allow. */\nstatic void run_schedule(int step) {\n"
+          " * operations posted as soon as their waits allow. */\nstatic void run_schedule(int step, int "
+          "ahead) {\n"
           "  const lx_ctx *ctx = &kernel_ctx;\n  current_step = step;\n  MPI_Request requests[%d];\n",
           lx_schedule_name(pr->p->kind), comm > 0 ? comm : 1);
+  emit_step_pipeline(pr, "  for (int r = 0; r < (int)(sizeof requests / sizeof *requests); r++) "
+                         "requests[r] = MPI_REQUEST_NULL; /* posted or not */\n");
   body.out = emit_step_begin(&text, pr->out, pr->reroll);
-  lx_walk_hooks hooks = {&w, cpu_run, cpu_load, cpu_comm, cpu_record, cpu_wait};
+  w.guard.out = &body.out;
+  lx_walk_hooks hooks = {&w, cpu_run, cpu_load, cpu_comm, cpu_record, cpu_wait, &w.guard, NULL};
   lx_walk_stage(pr->st, &hooks);
   emit_step_end(&text);
-  fprintf(pr->out, "  for (int r = 0; r < %d; r++) lx_wait(&requests[r]);\n}\n", w.requests);
+  fprintf(pr->out, "  for (int r = 0; r < %d; r++) lx_wait(&requests[r]);\n", w.requests);
+  emit_step_pipeline_end(pr);
+  fprintf(pr->out, "}\n");
   free(w.event_request);
   free(w.waited);
 }
@@ -262,7 +272,8 @@ static void print_eval(const lx_printer *pr) {
   fprintf(f,
           "\n/* Forward only: validation loss and gradient checks. */\nstatic void run_forward(int step) {\n"
           "  const lx_ctx *ctx = &kernel_ctx;\n  current_step = step;\n"
-          "  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n    load_micro_batch(mb);\n");
+          "  for (int mb = %s; mb++) {\n    load_micro_batch(mb);\n",
+          emit_forward_only_range(pr));
   if (pr->s > 0)
     fprintf(f,
             "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n      lx_recv(%s, "
@@ -311,9 +322,7 @@ static void print_header(const lx_printer *pr) {
   fprintf(
       f,
       "#define LOSS_SCALE ((real)1 / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
-  fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"
-             " * replica r windows r, r + DATA_PARALLEL, ... (lx_data.h) */\n");
-  fprintf(f, "#define GLOBAL_MB(mb) ((mb) * DATA_PARALLEL + replica)\n\n");
+  emit_micro_batch_macros(pr);
   fprintf(f,
           "/* The arena: the static memory plan (plan.txt), in bytes of the model's dtype\n"
           " * (%s); REAL_SCALE stretches it to the element this build computes in. */\n",
@@ -339,8 +348,10 @@ static void print_header(const lx_printer *pr) {
   emit_training(pr);
   fprintf(f, "#define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))\n");
   fprintf(f, "/* a parameter's gradient sits at the same element in the grads region */\n");
-  fprintf(f, "#define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))\n");
+  fprintf(f, "#define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_%s) * REAL_SCALE))\n",
+          emit_gradient_weights(pr));
   fprintf(f, "#define PARAMS ((real *)AT(REGION_params))\n#define GRADS ((real *)AT(REGION_grads))\n");
+  emit_weight_versions(pr);
 }
 
 static void print_code(const lx_printer *pr) {

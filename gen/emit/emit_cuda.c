@@ -202,6 +202,8 @@ static void close_group(cuda_step *w) {
   w->nccl_group_open = false;
 }
 
+static void cuda_close_group(void *ctx) { close_group(ctx); }
+
 static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
   cuda_step *w = ctx;
   const lx_printer *pr = w->pr;
@@ -335,16 +337,20 @@ static void print_step(const lx_printer *pr) {
           "\n/* One optimizer step's forwards and backwards, in the order of the schedule\n"
           " * (%s, plan.txt): every stream's instructions on its own cudaStream_t,\n"
           " * issued so that each event is recorded before it is waited for. */\n"
-          "static void run_schedule(int step) {\n  current_step = step;\n",
+          "static void run_schedule(int step, int ahead) {\n  current_step = step;\n",
           lx_schedule_name(pr->p->kind));
+  emit_step_pipeline(pr, "");
   lx_step_text text;
   lx_printer body = *pr;
   body.out = emit_step_begin(&text, pr->out, pr->reroll);
   cuda_step w = {&body, false};
-  lx_walk_hooks hooks = {&w, cuda_run, cuda_load, cuda_comm, cuda_record, cuda_wait};
+  lx_walk_guard guard = {.out = &body.out};
+  lx_walk_hooks hooks = {&w,          cuda_run,  cuda_load, cuda_comm,
+                         cuda_record, cuda_wait, &guard,    cuda_close_group};
   lx_walk_stage(pr->st, &hooks);
   close_group(&w);
   emit_step_end(&text);
+  emit_step_pipeline_end(pr);
   fputs("  /* the step ends when every stream has drained into the compute stream */\n"
         "  for (int k = 1; k < STREAM_COUNT; k++) {\n"
         "    CUDA_CHECK(cudaEventRecord(stream_done[k], streams[k]));\n"
@@ -368,8 +374,10 @@ static void print_load(const lx_printer *pr) {
           "/* LOAD: micro-batch mb's tokens (B, T) and targets (B, T); only the first\n"
           " * stage keeps inputs, the last targets. */\n"
           "static void load_micro_batch(int mb, cudaStream_t stream) {\n"
-          "  lx_cuda_load(%s, %s, mb, BT, stream);\n}\n",
-          tokens, targets);
+          "  lx_cuda_load(%s, %s, %s, BT, stream);\n}\n",
+          tokens, targets,
+          pr->p->kind == LX_SCHEDULE_2BW ? "(int)(RUN_MB(mb) % (2 * MICRO_BATCHES)) /* the staged ring */"
+                                         : "mb");
 }
 
 /* Forward only, micro-batch after micro-batch on the compute stream, for
@@ -380,9 +388,9 @@ static void print_forward_pass(const lx_printer *pr) {
   char buf[PTR];
   fputs("\n/* Forward only (validation): the losses of the micro-batches staged for it. */\n"
         "static void run_forward(int step) {\n  current_step = step;\n"
-        "  const lx_ctx *ctx = &ctx_of[STREAM_COMPUTE];\n"
-        "  for (int mb = 0; mb < MICRO_BATCHES; mb++) {\n",
+        "  const lx_ctx *ctx = &ctx_of[STREAM_COMPUTE];\n",
         f);
+  fprintf(f, "  for (int mb = %s; mb++) {\n", emit_forward_only_range(pr));
   if (loads_tokens(pr)) fputs("    load_micro_batch(mb, ctx->stream);\n", f);
   if (pr->s > 0)
     fprintf(
@@ -462,9 +470,7 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "#define DROPOUT %.17g\n", ir->model.dropout);
   fprintf(f,
           "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
-  fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"
-             " * replica r windows r, r + DATA_PARALLEL, ... (lx_data.h) */\n");
-  fprintf(f, "#define GLOBAL_MB(mb) ((mb) * DATA_PARALLEL + replica)\n\n");
+  emit_micro_batch_macros(pr);
   fprintf(f, "/* The arena: the static memory plan (plan.txt), bf16 weights and activations,\n"
              " * fp32 master weights, gradients and AdamW moments. */\n");
   fprintf(f, "#define ARENA_BYTES %lldLL\n", (long long)pr->l->total);
@@ -477,9 +483,12 @@ static void print_header(const lx_printer *pr) {
   emit_training(pr);
   fprintf(f, "#define AT(offset) ((void *)(arena + (size_t)(offset)))\n");
   fprintf(f, "/* a parameter's fp32 gradient sits at the same element of the grads region */\n");
-  fprintf(f, "#define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / "
-             "PARAM_ELT * 4))\n");
+  fprintf(f,
+          "#define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_%s)) / "
+          "PARAM_ELT * 4))\n",
+          emit_gradient_weights(pr));
   fprintf(f, "#define GRAD_REGION ((float *)(arena + REGION_grads))\n");
+  emit_weight_versions(pr);
 }
 
 static void print_code(const lx_printer *pr) {

@@ -115,3 +115,31 @@ void emit_stage_file(lx_printer *pr, FILE *out, lx_file_part head, lx_file_part 
   emit_names_free(pr->names);
   pr->names = NULL;
 }
+
+static bool has_fill(const lx_stage *st) {
+  for (int k = 0; k < LX_STREAM_COUNT; k++)
+    for (int i = 0; i < st->streams[k].count; i++)
+      if (st->streams[k].items[i].fill) return true;
+  return false;
+}
+
+void emit_step_pipeline(const lx_printer *pr, const char *init_2bw) {
+  if (pr->p->kind != LX_SCHEDULE_2BW) {
+    fprintf(pr->out, "  (void)ahead; /* %s drains the pipeline every step */\n",
+            lx_schedule_name(pr->p->kind));
+    return;
+  }
+  if (has_fill(pr->st))
+    fprintf(pr->out,
+            "  const int fill = !pipeline_filled; /* the first step, or the one before drained it */\n");
+  fputs(init_2bw, pr->out);
+}
+
+void emit_step_pipeline_end(const lx_printer *pr) {
+  if (pr->p->kind == LX_SCHEDULE_2BW)
+    fprintf(pr->out, "  pipeline_filled = ahead; /* the next step's first forwards are done */\n");
+}
+
+const char *emit_forward_only_range(const lx_printer *pr) {
+  return pr->p->kind == LX_SCHEDULE_2BW ? "MICRO_BATCHES; mb < 2 * MICRO_BATCHES" : "0; mb < MICRO_BATCHES";
+}

@@ -13,4 +13,14 @@ typedef void (*lx_file_part)(const lx_printer *pr);
  * `head`, the accessors of every tensor `code` named, and `code` to `out`. */
 void emit_stage_file(lx_printer *pr, FILE *out, lx_file_part head, lx_file_part code);
 
+/* The start of run_schedule(step, ahead) after its declarations: under 2BW
+ * whether the step runs its fill (the pipeline is empty), then `init_2bw`;
+ * elsewhere that `ahead` is not used (the pipeline drains every step). */
+void emit_step_pipeline(const lx_printer *pr, const char *init_2bw);
+/* Its end: under 2BW whether the pipeline now holds the next step's first forwards. */
+void emit_step_pipeline_end(const lx_printer *pr);
+/* The micro-batch numbers of the forward-only passes ("first; mb < end"):
+ * under 2BW the next step's, so that they use the live weights. */
+const char *emit_forward_only_range(const lx_printer *pr);
+
 #endif

@@ -54,6 +54,18 @@ static const struct {
     {"pipe_slot", "mb", "(mb % SLOTS)", "micro-batch mb's buffers to and from the neighbouring stages"},
 };
 
+/* Under 2BW a step's micro-batches share slots with the next step's, which
+ * run ahead: the slot follows the micro-batch's number in the run (RUN_MB). */
+static bool steps_overlap(const lx_printer *pr) { return pr->p->kind == LX_SCHEDULE_2BW; }
+
+static const char *helper_variable(const lx_printer *pr, helper h) {
+  static const char *run_numbered[HELPER_COUNT] = {
+      [STASH_SLOT] = "(RUN_MB(mb) % SLOTS)",
+      [PIPE_SLOT] = "(RUN_MB(mb) % SLOTS)",
+  };
+  return steps_overlap(pr) && run_numbered[h] ? run_numbered[h] : helpers[h].variable;
+}
+
 struct lx_tensor_names {
   named_tensor *v;
   int n, cap;
@@ -149,13 +161,15 @@ static const named_tensor *find_or_add(lx_tensor_names *names, const char *base,
 
 static bool uses_layer(const lx_place_expr *e) { return e->per_layer || e->parity_stride; }
 
+static bool uses_mb(const lx_place_expr *e) { return e->per_slot || e->versioned; }
+
 static void parameters(const lx_place_expr *e, bool declare, char *buf, size_t size) {
   const char *layer = declare ? "int layer" : "layer", *mb = declare ? "int mb" : "mb";
-  if (uses_layer(e) && e->per_slot)
+  if (uses_layer(e) && uses_mb(e))
     snprintf(buf, size, "%s, %s", layer, mb);
   else if (uses_layer(e))
     snprintf(buf, size, "%s", layer);
-  else if (e->per_slot)
+  else if (uses_mb(e))
     snprintf(buf, size, "%s", mb);
   else
     snprintf(buf, size, "%s", declare ? "void" : "");
@@ -180,25 +194,27 @@ const char *emit_tensor_call(const lx_printer *pr, lx_tensor_ref t, char *buf, s
 /* ---- addresses ----------------------------------------------------------------- */
 
 /* " + helper(arg)" when the term's stride is the helper's, else the arithmetic. */
-static int term(lx_tensor_names *names, helper h, bool applies, int64_t stride, char *buf, size_t size) {
+static int term(const lx_printer *pr, helper h, bool applies, int64_t stride, char *buf, size_t size) {
+  lx_tensor_names *names = pr->names;
   if (!stride) return 0;
   if (applies && (!names->stride[h] || names->stride[h] == stride)) {
     names->stride[h] = stride;
     return snprintf(buf, size, " + %s(%s)", helpers[h].name, helpers[h].arg);
   }
-  return snprintf(buf, size, " + %s * %lldLL", helpers[h].variable, (long long)stride);
+  return snprintf(buf, size, " + %s * %lldLL", helper_variable(pr, h), (long long)stride);
 }
 
 void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf, size_t size) {
-  lx_tensor_names *names = pr->names;
-  int n = snprintf(buf, size, "AT(REGION_%s + %lldLL", lx_region_name(e->region),
-                   (long long)(e->constant - pr->l->region_offset[e->region]));
+  int64_t offset = e->constant - pr->l->region_offset[e->region];
+  int n = e->versioned
+              ? snprintf(buf, size, "AT(weights_of(mb) + %lldLL", (long long)offset)
+              : snprintf(buf, size, "AT(REGION_%s + %lldLL", lx_region_name(e->region), (long long)offset);
   bool slot_helper = e->region == LX_REGION_STASH || e->region == LX_REGION_BOUNDARY;
   helper slot = e->region == LX_REGION_STASH ? STASH_SLOT + (helper)e->pool : PIPE_SLOT;
   helper layer = e->region == LX_REGION_PARAMS ? PARAM_LAYER : STASH_LAYER + (helper)e->pool;
-  n += term(names, slot, slot_helper, e->per_slot, buf + n, size - (size_t)n);
-  n += term(names, layer, e->region == LX_REGION_PARAMS || e->region == LX_REGION_STASH, e->per_layer,
-            buf + n, size - (size_t)n);
+  n += term(pr, slot, slot_helper, e->per_slot, buf + n, size - (size_t)n);
+  n += term(pr, layer, e->region == LX_REGION_PARAMS || e->region == LX_REGION_STASH, e->per_layer, buf + n,
+            size - (size_t)n);
   if (e->parity_stride)
     n += snprintf(buf + n, size - (size_t)n, " + ((layer + %d) %% 2) * %lldLL", e->parity_add % 2,
                   (long long)e->parity_stride);
@@ -290,8 +306,41 @@ static void print_helpers(const lx_printer *pr) {
   for (int h = 0; h < HELPER_COUNT; h++)
     if (pr->names->stride[h])
       fprintf(pr->out, "/* %s */\nstatic int64_t %s(int %s) { return %s * %lldLL; }\n", helpers[h].why,
-              helpers[h].name, helpers[h].arg, helpers[h].variable, (long long)pr->names->stride[h]);
+              helpers[h].name, helpers[h].arg, helper_variable(pr, h), (long long)pr->names->stride[h]);
 }
+
+/* How a micro-batch's number reads: its step and its number in that step's
+ * whole batch (dropout masks are drawn by both), and under 2BW its number
+ * in the run and the weights it computes with. */
+void emit_micro_batch_macros(const lx_printer *pr) {
+  FILE *f = pr->out;
+  fprintf(f, "/* the micro-batch's number in the step of the whole batch: the loader gives\n"
+             " * replica r windows r, r + DATA_PARALLEL, ... (lx_data.h) */\n");
+  if (!steps_overlap(pr)) {
+    fprintf(f, "#define GLOBAL_MB(mb) ((mb) * DATA_PARALLEL + replica)\n\n");
+    return;
+  }
+  fprintf(f, "#define GLOBAL_MB(mb) (((mb) %% MICRO_BATCHES) * DATA_PARALLEL + replica)\n"
+             "/* PipeDream-2BW: micro-batches MICRO_BATCHES on are the next step's, run ahead */\n"
+             "#define STEP_OF(mb) (current_step + (mb) / MICRO_BATCHES)\n"
+             "#define RUN_MB(mb) ((int64_t)current_step * MICRO_BATCHES + (mb))\n\n");
+}
+
+/* 2BW: the weights micro-batch mb computes with; its forward and backward
+ * use the same ones. This step's micro-batches use the version before the
+ * last update; the next step's, run ahead, the live one. */
+void emit_weight_versions(const lx_printer *pr) {
+  if (!steps_overlap(pr)) return;
+  fprintf(pr->out, "#define STEPS_OVERLAP 1 /* PipeDream-2BW: lx_loop.h */\n"
+                   "static int pipeline_filled; /* the next step's first forwards are done */\n");
+  fprintf(pr->out, "\n/* PipeDream-2BW: the weights micro-batch mb computes with, the same in its forward\n"
+                   " * and backward: this step's use the version before the last update, the next\n"
+                   " * step's (run ahead) the live one. */\n"
+                   "static int64_t weights_of(int mb) { return mb < MICRO_BATCHES ? REGION_previous : "
+                   "REGION_params; }\n");
+}
+
+const char *emit_gradient_weights(const lx_printer *pr) { return steps_overlap(pr) ? "previous" : "params"; }
 
 void emit_pool_slots(const lx_printer *pr) {
   const lx_stage_layout *l = pr->l;

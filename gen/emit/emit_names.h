@@ -29,5 +29,11 @@ void emit_names_print(const lx_printer *pr);
 /* The slot counts of the held and weight-gradient pools (layout.h), as
  * enumerators, where the stage has them. */
 void emit_pool_slots(const lx_printer *pr);
+/* GLOBAL_MB, and under 2BW STEP_OF and RUN_MB: how a micro-batch's number reads. */
+void emit_micro_batch_macros(const lx_printer *pr);
+/* Under 2BW, weights_of(mb): the weights version a micro-batch computes with. */
+void emit_weight_versions(const lx_printer *pr);
+/* The region of the weights that backwards take gradients at (GRAD_OF's base). */
+const char *emit_gradient_weights(const lx_printer *pr);
 
 #endif

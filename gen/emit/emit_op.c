@@ -6,7 +6,7 @@
 /* Both targets' kernels are lx_<kernel>_<direction>(ctx, pointers..., sizes...);
  * what still differs is where the loss goes and the communicator's name. A
  * CPU loss kernel returns the micro-batch's loss to the host's running sum;
- * a CUDA one writes it to the device (losses + mb), so that a step never
+ * a CUDA one writes it to the device (losses + mb % MICRO_BATCHES), so that a step never
  * waits for the host and can be one CUDA graph. */
 const lx_kernel_target lx_cpu_kernels = {
     .loss = "loss_sum += ",
@@ -16,7 +16,7 @@ const lx_kernel_target lx_cpu_kernels = {
 
 const lx_kernel_target lx_cuda_kernels = {
     .loss = "",
-    .loss_into = "losses + mb, ",
+    .loss_into = "losses + mb % MICRO_BATCHES, ", /* 2BW numbers the next step's on from MICRO_BATCHES */
     .tp_group = "&tp_comm",
 };
 
@@ -29,9 +29,10 @@ typedef struct {
 
 /* The random stream of op i of this instance: dropout masks are drawn from
  * (step, global micro-batch, layer, op), whatever the layout. */
-static int print_rng(lx_graph_id g, int i, char *buf, size_t size) {
+static int print_rng(const lx_printer *pr, lx_graph_id g, int i, char *buf, size_t size) {
   const char *layer = g == LX_GRAPH_BLOCK ? "layer + 1" : g == LX_GRAPH_PROLOGUE ? "0" : "MODEL_LAYERS + 1";
-  return snprintf(buf, size, "lx_rng_stream(current_step, GLOBAL_MB(mb), %s, %d)", layer, i);
+  const char *step = pr->p->kind == LX_SCHEDULE_2BW ? "STEP_OF(mb)" : "current_step";
+  return snprintf(buf, size, "lx_rng_stream(%s, GLOBAL_MB(mb), %s, %d)", step, layer, i);
 }
 
 /* An attention's dropout: its random stream and this rank's heads in the
@@ -45,17 +46,18 @@ static void attention_tail(const lx_printer *pr, lx_graph_id g, int i, bool rand
     return;
   }
   int n = snprintf(c->sizes, sizeof c->sizes, "%s, DROPOUT, seed, ", dims);
-  n += print_rng(g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
+  n += print_rng(pr, g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
   snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", TP_RANK * %d, %d", op->heads / emit_tp(pr),
            op->heads);
 }
 
-static void dropout_tail(lx_graph_id g, int i, const lx_kernel_call *k, bool backward, call_tail *c) {
+static void dropout_tail(const lx_printer *pr, lx_graph_id g, int i, const lx_kernel_call *k, bool backward,
+                         call_tail *c) {
   int n = snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d, DROPOUT", k->rows, k->width);
   if (backward) return;
   c->variant = k->sharded ? "_at" : "";
   n += snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", seed, ");
-  n += print_rng(g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
+  n += print_rng(pr, g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
   if (k->sharded)
     snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", k->width);
 }
@@ -94,7 +96,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
     break;
   }
   case LX_OP_ADD: snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d", k->rows, w); break;
-  case LX_OP_DROPOUT: dropout_tail(g, i, k, backward, c); break;
+  case LX_OP_DROPOUT: dropout_tail(pr, g, i, k, backward, c); break;
   case LX_OP_CROSS_ENTROPY:
     c->variant = !tp ? "" : backward ? "_slice" : "_tp";
     snprintf(c->sizes, sizeof c->sizes, "%sBT, V, %s%s%s", backward ? "LOSS_SCALE, " : "",

@@ -14,7 +14,8 @@
 
 typedef struct {
   const char *loss;      /* before a loss kernel: "loss_sum += " (it returns the loss) or "" */
-  const char *loss_into; /* a loss kernel's first pointer: "" or "losses + mb, " (it writes the loss) */
+  const char *loss_into; /* a loss kernel's first pointer: "" or "losses + mb % MICRO_BATCHES, " (it writes
+                            the loss) */
   const char *tp_group;  /* a tensor-parallel loss's communicator */
 } lx_kernel_target;
 

@@ -9,7 +9,22 @@
 #ifndef LX_EMIT_WALK_H
 #define LX_EMIT_WALK_H
 
+#include <stdio.h>
+
 #include "schedule.h"
+
+/* 2BW: what an instruction runs under (lx_instr's fill and ahead). */
+typedef enum { LX_GUARD_NONE, LX_GUARD_FILL, LX_GUARD_AHEAD } lx_guard;
+
+/* Where the hooks print, and the walker's `if` around guarded instructions:
+ * while one is open, *out is a buffer that becomes its body. */
+typedef struct {
+  FILE **out;
+  lx_guard open;
+  FILE *outer;
+  char *text;
+  size_t size;
+} lx_walk_guard;
 
 typedef struct {
   void *ctx; /* the printer's state, passed to every hook */
@@ -23,6 +38,9 @@ typedef struct {
   void (*record)(void *ctx, lx_stream stream, const lx_instr *in);
   /* `stream` waits for in->event, recorded earlier on `recorded_on`. */
   void (*wait)(void *ctx, lx_stream stream, const lx_instr *in, lx_stream recorded_on);
+  lx_walk_guard *guard; /* its out is the printer's output, which the hooks print to */
+  /* Before a guard opens or closes: what the printer must not leave open across it; may be NULL. */
+  void (*guard_changes)(void *ctx);
 } lx_walk_hooks;
 
 /* Do a and b belong to one run: the same pass of one graph instance and micro-batch? */

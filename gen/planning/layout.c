@@ -17,7 +17,8 @@ static int64_t take(int64_t *cursor, int64_t bytes) {
 }
 
 const char *lx_region_name(lx_region r) {
-  static const char *names[] = {"params", "master", "grads", "adam_m", "adam_v", "stash", "work", "boundary"};
+  static const char *names[] = {"params", "previous", "master", "grads",   "adam_m",
+                                "adam_v", "stash",    "work",   "boundary"};
   _Static_assert(sizeof names / sizeof names[0] == LX_REGION_COUNT, "one name per region");
   return (size_t)r < LX_REGION_COUNT ? names[r] : "?";
 }
@@ -259,6 +260,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   int64_t fp32_optimizer = out->optimizer_elements * 4;
   int64_t sizes[LX_REGION_COUNT] = {
       [LX_REGION_PARAMS] = out->param_elements * param_elt,
+      [LX_REGION_PREVIOUS] = p->kind == LX_SCHEDULE_2BW ? out->param_elements * param_elt : 0,
       [LX_REGION_MASTER] = master_copy ? fp32_optimizer : 0,
       [LX_REGION_GRADS] = out->param_elements * 4,
       [LX_REGION_ADAM_M] = fp32_optimizer,
@@ -443,6 +445,7 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
     lx_place_expr e = fixed(LX_REGION_PARAMS, l->region_offset[LX_REGION_PARAMS] + element * l->param_elt,
                             pl->param_elements[t.index] * l->param_elt);
     e.per_layer = varies_by_layer(t) ? l->layer_param_elements * l->param_elt : 0;
+    e.versioned = l->region_bytes[LX_REGION_PREVIOUS] > 0;
     return e;
   }
   case LX_T_INTERNAL:
@@ -563,4 +566,6 @@ void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
   extents[LX_REGION_GRADS] = l->param_elements * 4;
   extents[LX_REGION_ADAM_M] = extents[LX_REGION_ADAM_V] = l->optimizer_elements * 4;
   extents[LX_REGION_MASTER] = l->region_bytes[LX_REGION_MASTER] ? l->optimizer_elements * 4 : 0;
+  extents[LX_REGION_PREVIOUS] =
+      l->region_bytes[LX_REGION_PREVIOUS] ? extents[LX_REGION_PARAMS] : 0; /* a copy */
 }

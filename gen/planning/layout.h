@@ -30,7 +30,8 @@
 
 typedef enum {
   LX_REGION_PARAMS,
-  LX_REGION_MASTER, /* fp32 master weights; empty when weights are fp32 */
+  LX_REGION_PREVIOUS, /* PipeDream-2BW: the weights before the last update, which the step computes with */
+  LX_REGION_MASTER,   /* fp32 master weights; empty when weights are fp32 */
   LX_REGION_GRADS,
   LX_REGION_ADAM_M,
   LX_REGION_ADAM_V,
@@ -156,6 +157,8 @@ typedef struct {
   int64_t constant, per_slot, per_layer, parity_stride;
   int parity_add;
   lx_slot_pool pool; /* with per_slot: whose slot count the micro-batch wraps at */
+  bool versioned;    /* a weight under 2BW: in the version the micro-batch computes with (constant is
+                        relative to the params region, which holds the live one) */
   int64_t bytes;
 } lx_place_expr;
 

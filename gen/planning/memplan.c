@@ -6,14 +6,15 @@
 #include "alloc.h"
 #include "planning/passes.h"
 
-/* Bytes per parameter: the training-dtype copy (+ an fp32 master copy when it
+/* Bytes per parameter: the training-dtype copy (two under 2BW) (+ an fp32 master copy when it
  * is 16-bit), an fp32 gradient, and AdamW's two fp32 moments. ZeRO-1 keeps
  * the master and the moments of one dp replica's share only. */
-static void static_bytes(const lx_ir *ir, int64_t params, lx_stage_memory *m) {
+static void static_bytes(const lx_ir *ir, lx_schedule kind, int64_t params, lx_stage_memory *m) {
   int elt = lx_dtype_bytes(ir->training.dtype);
   int64_t shards = ir->plan.zero && ir->plan.dp > 1 ? ir->plan.dp : 1;
   int64_t share = (params + shards - 1) / shards;
-  m->weights = params * elt + (elt < 4 ? share * 4 : 0);
+  int versions = kind == LX_SCHEDULE_2BW ? 2 : 1; /* 2BW keeps the previous weights too */
+  m->weights = versions * params * elt + (elt < 4 ? share * 4 : 0);
   m->grads = params * 4;
   m->optimizer = share * 8;
 }
@@ -158,8 +159,8 @@ static int *count_backwards(const lx_instr_list *list, int micro_batches) {
 
 static void walk_program_order(const lx_pipeline *p, const lx_stage *st, lx_stage_memory *m) {
   const lx_instr_list *list = &st->streams[LX_STREAM_COMPUTE];
-  int *backwards_left = count_backwards(list, p->micro_batches);
-  bool *started = lx_calloc((size_t)p->micro_batches, sizeof *started);
+  int *backwards_left = count_backwards(list, lx_micro_batch_ids(p));
+  bool *started = lx_calloc((size_t)lx_micro_batch_ids(p), sizeof *started);
   int64_t live = 0;
   int in_flight = 0;
   for (int i = 0; i < list->count; i++) {
@@ -195,7 +196,7 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
     const lx_stage *st = &p->stages[s];
     lx_stage_memory *m = &out[s];
     *m = (lx_stage_memory){0};
-    static_bytes(ir, st->params_per_rank, m);
+    static_bytes(ir, p->kind, st->params_per_rank, m);
     int64_t window = 0;
     m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(ir, st, LX_GRAPH_PROLOGUE, NULL, &window);
     m->graphs[LX_GRAPH_BLOCK] = graph_memory(ir, st, LX_GRAPH_BLOCK, st->decisions, &window);

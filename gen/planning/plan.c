@@ -21,9 +21,9 @@ static int64_t stage_params(const lx_ir *ir, const lx_stage *st) {
 }
 
 static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batches) {
-  if (kind == LX_SCHEDULE_2BW || kind == LX_SCHEDULE_INTERLEAVED) {
+  if (kind == LX_SCHEDULE_INTERLEAVED) {
     lx_error(ir->locs.field[LX_F_SCHEDULE],
-             "schedule '%s' is not implemented yet (gpipe, 1f1b and zb-h1 are)", lx_schedule_name(kind));
+             "schedule '%s' is not implemented yet (gpipe, 1f1b, zb-h1 and 2bw are)", lx_schedule_name(kind));
     return false;
   }
   if (micro_batches < pp) {
@@ -109,9 +109,19 @@ static void compute_budgets(planner *pl) {
   free(mem);
 }
 
+static double simulated_time(planner *pl) {
+  lx_simulation sim;
+  lx_simulate_training(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
+  double t = sim.iteration_time;
+  lx_simulation_free(&sim);
+  return t;
+}
+
 /* Windows come from the schedule with checkmate's on-demand recompute; its
  * iteration time is what the windowed plan must beat. One simulation gives
- * both: simulating is most of a plan's time on long pipelines. */
+ * both: simulating is most of a plan's time on long pipelines. Under 2BW
+ * the windows are those of one step's instruction lists run alone, where
+ * the pipeline fills and drains; the time is the steady state's. */
 static double measure_windows(planner *pl) {
   lx_simulation sim;
   lx_simulate(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
@@ -119,7 +129,7 @@ static double measure_windows(planner *pl) {
     lx_find_windows(pl->pipe, s, &sim, pl->cm->interference);
   double t = sim.iteration_time;
   lx_simulation_free(&sim);
-  return t;
+  return pl->pipe->kind == LX_SCHEDULE_2BW ? simulated_time(pl) : t;
 }
 
 /* The model's reserve is an estimate: where the plan still overflows, the
@@ -143,13 +153,6 @@ static void repair(planner *pl) {
   }
 }
 
-static double simulated_time(planner *pl) {
-  lx_simulation sim;
-  lx_simulate(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
-  double t = sim.iteration_time;
-  lx_simulation_free(&sim);
-  return t;
-}
 
 static bool fits_memory(planner *pl) {
   int pp = pl->pipe->pp;

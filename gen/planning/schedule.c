@@ -5,7 +5,9 @@
  * 1F1B: p - s - 1 warm-up forwards, then F and B alternating, then the
  * remaining B; ZB-H1: 1F1B whose block linears leave their weight gradients
  * to W passes that run weight_lag micro-batches late, so that the drain,
- * where stage s waits for gradients, has W to fill it). Receives, sends and
+ * where stage s waits for gradients, has W to fill it; PipeDream-2BW: 1F1B
+ * that does not drain, the next step's warm-up forwards running in this
+ * step's drain). Receives, sends and
  * collectives sit on their own streams, tied to the compute stream by
  * RECORD/WAIT event pairs, so that the compute stream's idle intervals are
  * explicit: the windows recomputation can use. */
@@ -34,9 +36,14 @@ typedef struct {
    * order they are due), and per instance the event its recompute records */
   int ordinal, next_window;
   int *window_start, *window_items, *recomputed;
+  bool fill, ahead; /* 2BW: what the instructions emitted now belong to (lx_instr) */
 } builder;
 
-static void emit(builder *b, lx_stream s, lx_instr in) { lx_instr_append(&b->st->streams[s], in); }
+static void emit(builder *b, lx_stream s, lx_instr in) {
+  in.fill = b->fill;
+  in.ahead = b->ahead;
+  lx_instr_append(&b->st->streams[s], in);
+}
 
 static int record(builder *b, lx_stream on) {
   int e = b->st->n_events++;
@@ -122,9 +129,14 @@ static void pass_emitted(builder *b) {
   if (w == st->n_windows || st->windows[w].after != b->ordinal ||
       b->window_start[w] == b->window_start[w + 1])
     return;
+  /* a window's recompute serves this step's backwards: it runs whether or
+   * not the 2BW forward it follows does */
+  bool fill = b->fill, ahead = b->ahead;
+  b->fill = b->ahead = false;
   sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_RECOMPUTE);
   for (int k = b->window_start[w]; k < b->window_start[w + 1]; k++)
     recompute_in_window(b, b->window_items[k]);
+  b->fill = fill, b->ahead = ahead;
 }
 
 static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int layer, int i, int mb) {
@@ -248,18 +260,23 @@ static int targets_input(const lx_ir *ir) {
 
 static int64_t boundary_bytes(const builder *b) { return b->ir->block.ops[0].out_bytes; }
 
-static void forward_micro_batch(builder *b, int mb) {
+/* The stage's input activation of mb, into its stash slot once free; the
+ * compute stream waits for it (the event returned). */
+static int receive_activation(builder *b, int mb) {
+  lx_stage *st = b->st;
+  wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
+  wait_for_slot(b, LX_STREAM_RECV, b->weights_done, mb, st->held_micro_batches); /* a held first input */
+  emit(b, LX_STREAM_RECV,
+       (lx_instr){
+           .kind = LX_I_RECV_ACT, .mb = mb, .peer = st->index - 1, .bytes = boundary_bytes(b), .layer = -1});
+  return record(b, LX_STREAM_RECV);
+}
+
+/* Forward of mb; its input is received first unless `received` already did. */
+static void forward_micro_batch(builder *b, int mb, bool received) {
   lx_stage *st = b->st;
   if (!st->has_epilogue) wait_for_reuse(b, LX_STREAM_COMPUTE, b->act_sent, mb);
-  if (st->index > 0) {
-    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
-    wait_for_slot(b, LX_STREAM_RECV, b->weights_done, mb, st->held_micro_batches); /* a held first input */
-    emit(
-        b, LX_STREAM_RECV,
-        (lx_instr){
-            .kind = LX_I_RECV_ACT, .mb = mb, .peer = st->index - 1, .bytes = boundary_bytes(b), .layer = -1});
-    sync_streams(b, LX_STREAM_RECV, LX_STREAM_COMPUTE);
-  }
+  if (st->index > 0 && !received) wait_for(b, LX_STREAM_COMPUTE, receive_activation(b, mb));
   if (st->has_prologue)
     emit(b, LX_STREAM_COMPUTE,
          (lx_instr){.kind = LX_I_LOAD, .graph = LX_GRAPH_PROLOGUE, .op = 0, .mb = mb, .layer = -1});
@@ -329,13 +346,46 @@ static void finish_step(builder *b) {
   emit(b, LX_STREAM_COMPUTE, (lx_instr){.kind = LX_I_OPTIMIZER_STEP, .mb = -1, .layer = -1});
 }
 
+/* PipeDream-2BW: 1F1B's warm-up forwards are the fill; in the steady part,
+ * once this step's forwards are done, the next step's warm-up forwards take
+ * their place (ahead), so that the drain has forwards to alternate with and
+ * the pipeline never empties. The previous stage runs one warm-up forward
+ * more: its last one ahead is this stage's first steady forward, received
+ * at the end of the step (ahead) or in the fill, so that no message is in
+ * flight between steps. The optimizer step ends the stage's part. */
+static void schedule_2bw_stage(builder *b) {
+  int m = b->pipe->micro_batches, warmup = b->pipe->pp - b->st->index - 1; /* m >= pp: plan.c */
+  bool receives = b->st->index > 0;
+  b->fill = true;
+  for (int mb = 0; mb < warmup; mb++)
+    forward_micro_batch(b, mb, false);
+  int first_input = receives ? receive_activation(b, warmup) : -1;
+  b->fill = false;
+  for (int i = 0; i < m; i++) {
+    b->ahead = warmup + i >= m;
+    if (i == 0 && receives)
+      wait_for(b, LX_STREAM_COMPUTE, first_input); /* a no-op where the fill did not run */
+    forward_micro_batch(b, warmup + i, i == 0);
+    b->ahead = false;
+    backward_micro_batch(b, i);
+  }
+  b->ahead = true;
+  if (receives) receive_activation(b, m + warmup);
+  b->ahead = false;
+  finish_step(b);
+}
+
 static void schedule_stage(builder *b) {
+  if (b->pipe->kind == LX_SCHEDULE_2BW) {
+    schedule_2bw_stage(b);
+    return;
+  }
   int m = b->pipe->micro_batches, p = b->pipe->pp, s = b->st->index;
   int warmup = b->pipe->kind == LX_SCHEDULE_GPIPE ? m : (p - s - 1 < m ? p - s - 1 : m);
   for (int mb = 0; mb < warmup; mb++)
-    forward_micro_batch(b, mb);
+    forward_micro_batch(b, mb, false);
   for (int i = 0; i < m - warmup; i++) {
-    forward_micro_batch(b, warmup + i);
+    forward_micro_batch(b, warmup + i, false);
     backward_then_weights(b, i);
   }
   for (int mb = m - warmup; mb < m; mb++)
@@ -395,13 +445,14 @@ void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s) {
     st->streams[k].count = 0;
   st->n_events = 0;
   builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp, .dp = ir->plan.dp, .ordinal = -1};
-  int *events = lx_malloc(sizeof(int) * 4 * (size_t)p->micro_batches);
-  for (int i = 0; i < 4 * p->micro_batches; i++)
+  int ids = lx_micro_batch_ids(p);
+  int *events = lx_malloc(sizeof(int) * 4 * (size_t)ids);
+  for (int i = 0; i < 4 * ids; i++)
     events[i] = -1;
   b.slot_free = events;
-  b.act_sent = events + p->micro_batches;
-  b.grad_sent = events + 2 * p->micro_batches;
-  b.weights_done = events + 3 * p->micro_batches;
+  b.act_sent = events + ids;
+  b.grad_sent = events + 2 * ids;
+  b.weights_done = events + 3 * ids;
   index_window_items(&b);
   schedule_stage(&b);
   free(events);

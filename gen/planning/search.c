@@ -46,11 +46,17 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
     lx_stage_memory *memory = lx_calloc((size_t)pipe.pp, sizeof *memory);
     lx_plan_memory(&pipe, memory);
     lx_simulation sim;
-    if (lx_simulate(&pipe, &cm, NULL, NULL, memory, &sim)) {
+    if (lx_simulate_training(&pipe, &cm, NULL, NULL, memory, &sim)) {
       c->time_s = sim.iteration_time;
       c->mfu = sim.mfu;
-      for (int s = 0; s < pipe.pp; s++)
+      c->micro_batches = pipe.micro_batches;
+      int elt = lx_dtype_bytes(ir.training.dtype);
+      for (int s = 0; s < pipe.pp; s++) {
         if ((double)memory[s].peak > c->peak_bytes) c->peak_bytes = (double)memory[s].peak;
+        if (sim.stages[s].recompute_time > c->recompute_s) c->recompute_s = sim.stages[s].recompute_time;
+        double copy = c->schedule == LX_SCHEDULE_2BW ? (double)pipe.stages[s].params_per_rank * elt : 0;
+        if (copy > c->versions_bytes) c->versions_bytes = copy;
+      }
       c->fits = c->peak_bytes <= cm.gpu.memory_bytes;
       if (!c->fits)
         snprintf(c->why, sizeof c->why, "does not fit: %.1f GiB > %.1f GiB", c->peak_bytes / (1 << 30),
@@ -68,14 +74,17 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
 
 static int by_time(const void *a, const void *b) {
   const lx_candidate *x = a, *y = b;
+  if (x->comparison != y->comparison) return x->comparison ? 1 : -1; /* what may be chosen first */
   if (x->fits != y->fits) return x->fits ? -1 : 1;
   if (x->time_s != y->time_s) return x->time_s < y->time_s ? -1 : 1;
   return (int)x->schedule - (int)y->schedule; /* a tie goes to the simpler schedule */
 }
 
 /* The schedules a plan of pp stages may take: the model's, or if it left
- * the schedule open 1F1B and (with more than one stage) ZB-H1. */
+ * the schedule open 1F1B and (with more than one stage) ZB-H1. A requested
+ * 2BW comes with 1F1B, for comparison. */
 static int schedules_for(const lx_ir *ir, int pp, lx_schedule *out) {
+  if (ir->plan.schedule == LX_SCHEDULE_2BW) return out[0] = LX_SCHEDULE_2BW, out[1] = LX_SCHEDULE_1F1B, 2;
   if (!ir->open_plan.schedule) return out[0] = ir->plan.schedule, 1;
   out[0] = LX_SCHEDULE_1F1B, out[1] = LX_SCHEDULE_ZB_H1;
   return pp > 1 ? 2 : 1;
@@ -104,7 +113,13 @@ static int enumerate(const lx_ir *ir, lx_candidate *out) {
         lx_schedule schedules[2];
         for (int s = 0, count = schedules_for(ir, pp, schedules); s < count; s++, n++)
           if (out)
-            out[n] = (lx_candidate){.tp = tp, .pp = pp, .dp = dp, .micro_batch = b, .schedule = schedules[s]};
+            out[n] =
+                (lx_candidate){.tp = tp,
+                               .pp = pp,
+                               .dp = dp,
+                               .micro_batch = b,
+                               .schedule = schedules[s],
+                               .comparison = schedules[s] != schedules[0] && schedules[0] == LX_SCHEDULE_2BW};
       }
     }
   }
@@ -144,7 +159,8 @@ static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_can
     }
     lx_candidate *c = &all[stats->tried];
     evaluate(ir, req, c);
-    if (c->fits && (!best_so_far || c->time_s < best.time_s)) best = *c, best_so_far = &best;
+    if (c->fits && !c->comparison && (!best_so_far || c->time_s < best.time_s))
+      best = *c, best_so_far = &best;
   }
   lx_on_out_of_memory(NULL);
   best_so_far = NULL;
@@ -158,11 +174,16 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
   if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
   fprintf(explain, "  %-4s %-4s %-4s %-6s %-8s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "schedule",
           "iteration", "peak GiB", "MFU", "verdict");
-  for (int i = 0; i < stats->tried && i < 12; i++) {
+  /* the best that may be chosen, then the best of those listed for comparison (sorted after them) */
+  for (int i = 0, listed[2] = {0, 0}; i < stats->tried; i++) {
     const lx_candidate *c = &all[i];
+    if (listed[c->comparison]++ >= (c->comparison ? 4 : 12)) continue;
     char verdict[128];
-    if (i == 0 && c->fits)
+    if (i == 0 && c->fits && !c->comparison)
       snprintf(verdict, sizeof verdict, "chosen");
+    else if (c->comparison && c->fits)
+      snprintf(verdict, sizeof verdict, "synchronous, for comparison: %+.1f%% against the chosen 2bw",
+               100 * (c->time_s / all[0].time_s - 1));
     else if (c->fits)
       snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
     else
@@ -187,8 +208,67 @@ bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate 
   lx_diag_reset(); /* a search starts from a model without errors */
   qsort(all, (size_t)stats->tried, sizeof *all, by_time);
   if (explain) explain_search(ir, req, all, stats, explain);
-  bool found = stats->tried > 0 && all[0].fits;
+  bool found = stats->tried > 0 && all[0].fits && !all[0].comparison;
   if (found) *best = all[0];
   free(all);
   return found;
+}
+
+/* ---- 2BW against 1F1B, policy by policy ----------------------------------------------- */
+
+static lx_candidate on_plan(const lx_ir *ir, lx_schedule schedule) {
+  const lx_plan *p = &ir->plan;
+  return (lx_candidate){
+      .tp = p->tp, .pp = p->pp, .dp = p->dp, .micro_batch = p->micro_batch, .schedule = schedule};
+}
+
+/* Why 2BW wins or loses against 1F1B (sync) under one policy: 1F1B fills
+ * and drains the pipeline every step, on equal stages (p - 1) / (m + p - 1)
+ * of it. */
+static void verdict_2bw(const lx_candidate *sync, const lx_candidate *bw, char *buf, size_t size) {
+  int p = sync->pp, m = sync->micro_batches;
+  double gib = 1 << 30;
+  if (!bw->fits && !sync->fits)
+    snprintf(buf, size, "neither fits");
+  else if (!bw->fits)
+    snprintf(buf, size, "2bw does not fit: its second weight version (%.2f GiB) tips the fullest stage over",
+             bw->versions_bytes / gib);
+  else if (!sync->fits)
+    snprintf(buf, size, "only 2bw fits");
+  else if (bw->time_s <= sync->time_s)
+    snprintf(buf, size,
+             "2bw %.1f%% faster: it does not drain between steps (1f1b fills and drains every step: "
+             "(p-1)/(m+p-1) = %.1f%% of it on equal stages)",
+             100 * (1 - bw->time_s / sync->time_s), m + p > 1 ? 100.0 * (p - 1) / (m + p - 1) : 0);
+  else
+    snprintf(buf, size,
+             "2bw %.1f%% slower: its second weight version (%.2f GiB) leaves less for activations, so a "
+             "stage recomputes %.1f ms a step (1f1b: %.1f ms)",
+             100 * (bw->time_s / sync->time_s - 1), bw->versions_bytes / gib, 1e3 * bw->recompute_s,
+             1e3 * sync->recompute_s);
+}
+
+void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain) {
+  fprintf(explain,
+          "2bw against 1f1b at tp %d x pp %d x dp %d, micro-batch %d, under each recompute policy:\n",
+          ir->plan.tp, ir->plan.pp, ir->plan.dp, ir->plan.micro_batch);
+  fprintf(explain, "  %-10s %12s %9s %12s %9s  %s\n", "policy", "1f1b", "peak GiB", "2bw", "peak GiB",
+          "verdict");
+  FILE *quiet = fopen("/dev/null", "w");
+  for (int k = 0; k < LX_RECOMPUTE_POLICY_COUNT; k++) {
+    lx_search_request one = *req;
+    one.policy = (lx_recompute_policy)k;
+    lx_candidate sync = on_plan(ir, LX_SCHEDULE_1F1B), bw = on_plan(ir, LX_SCHEDULE_2BW);
+    lx_diag_set_sink(quiet);
+    evaluate(ir, &one, &sync);
+    evaluate(ir, &one, &bw);
+    lx_diag_set_sink(NULL);
+    char verdict[224];
+    verdict_2bw(&sync, &bw, verdict, sizeof verdict);
+    fprintf(explain, "  %-10s %9.1f ms %9.2f %9.1f ms %9.2f  %s\n", lx_recompute_policy_name(one.policy),
+            1e3 * sync.time_s, sync.peak_bytes / (1 << 30), 1e3 * bw.time_s, bw.peak_bytes / (1 << 30),
+            verdict);
+  }
+  if (quiet) fclose(quiet);
+  lx_diag_reset();
 }

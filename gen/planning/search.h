@@ -18,7 +18,11 @@ typedef struct {
 typedef struct {
   int tp, pp, dp, micro_batch;
   lx_schedule schedule;
+  bool comparison; /* the synchronous 1F1B beside a requested 2BW: listed, never chosen */
   double time_s, mfu, peak_bytes;
+  int micro_batches;     /* a step's, per replica */
+  double recompute_s;    /* the most recompute a stage runs in a step */
+  double versions_bytes; /* 2BW: the second weight version on the stage that holds the most */
   bool fits;
   char why[96]; /* why it lost, when it cannot run */
 } lx_candidate;
@@ -30,11 +34,18 @@ typedef struct {
 
 /* Tries every feasible (tp, pp, dp, micro_batch, schedule) the analysed `ir`
  * leaves open (its set fields stay fixed; an open schedule is 1F1B or, with
- * more than one stage, ZB-H1), until the time budget runs out; prints
- * the best candidates and why the others lost to `explain` (may be NULL).
+ * more than one stage, ZB-H1; a requested 2BW is weighed beside 1F1B, which
+ * is listed but not chosen: 2BW changes what is trained), until the time
+ * budget runs out; prints the best candidates and why the others lost to
+ * `explain` (may be NULL).
  * Returns whether one that fits was found: `best`, the fastest that fits of
  * those tried. Should memory run out, the error names the best so far. */
 bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, lx_search_stats *stats,
                     FILE *explain);
+
+/* 2BW against 1F1B on the analysed `ir`'s plan, under every recompute
+ * policy: their step times and peaks, and why 2BW wins or loses (its bubble
+ * saved, or its second weight version's memory), to `explain`. */
+void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain);
 
 #endif

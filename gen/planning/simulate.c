@@ -18,6 +18,7 @@ typedef struct {
   lx_timing_fn timing;
   void *timing_ctx;
   double interference;        /* recompute-stream slowdown while it shares the GPU with NCCL */
+  int measured;               /* the step whose busy times count (an unrolled pipeline's), or -1: all */
   int *next[LX_STREAM_COUNT]; /* per stage: index of the head */
   double *free_at[LX_STREAM_COUNT];
   double **record_time; /* per stage, per event; < 0 until recorded */
@@ -34,7 +35,8 @@ static void finish(sim_state *s, int stage, lx_stream k, double start, double en
   int i = s->next[k][stage]++;
   lx_instr_kind kind = s->p->stages[stage].streams[k].items[i].kind;
   s->out->stages[stage].times[k][i] = (lx_interval){start, end};
-  if (kind != LX_I_WAIT && kind != LX_I_RECORD) s->out->stages[stage].busy[k] += end - start;
+  bool counted = s->measured < 0 || s->p->stages[stage].streams[k].items[i].step == s->measured;
+  if (kind != LX_I_WAIT && kind != LX_I_RECORD && counted) s->out->stages[stage].busy[k] += end - start;
   s->free_at[k][stage] = end;
 }
 
@@ -138,10 +140,10 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     n += 2 * st->streams[k].count;
   memory_event *ev = lx_malloc(sizeof *ev * (size_t)(n ? n : 1));
-  bool *started = lx_calloc((size_t)p->micro_batches, sizeof *started);
+  bool *started = lx_calloc((size_t)lx_micro_batch_ids(p), sizeof *started);
   n = 0;
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
-    int *last = last_backwards(&st->streams[k], p->micro_batches);
+    int *last = last_backwards(&st->streams[k], lx_micro_batch_ids(p));
     for (int i = 0; i < st->streams[k].count; i++) {
       const lx_instr *in = &st->streams[k].items[i];
       lx_memory_delta d = m ? lx_instr_memory(p->ir, st, m, in) : (lx_memory_delta){0, 0, 0};
@@ -169,9 +171,12 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
 
 /* ---- summary ------------------------------------------------------------- */
 
-static void summarize_stage(const lx_pipeline *p, int stage, lx_stage_timeline *tl) {
+static bool in_step(const lx_instr *in, int measured) { return measured < 0 || in->step == measured; }
+
+static void summarize_stage(const lx_pipeline *p, int stage, int measured, lx_stage_timeline *tl) {
   const lx_instr_list *compute = &p->stages[stage].streams[LX_STREAM_COMPUTE];
   for (int i = 0; i < compute->count; i++) {
+    if (!in_step(&compute->items[i], measured)) continue;
     lx_instr_kind kind = compute->items[i].kind;
     lx_interval t = tl->times[LX_STREAM_COMPUTE][i];
     if (kind == LX_I_FWD || kind == LX_I_BWD || kind == LX_I_BWD_WEIGHT) tl->compute_time += t.end - t.start;
@@ -194,19 +199,20 @@ static double instr_flops(const lx_pipeline *p, const lx_stage *st, const lx_ins
   }
 }
 
-static double executed_flops(const lx_pipeline *p) {
+static double executed_flops(const lx_pipeline *p, int measured) {
   double flops = 0;
   for (int s = 0; s < p->pp; s++)
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       for (int i = 0; i < p->stages[s].streams[k].count; i++)
-        flops += instr_flops(p, &p->stages[s], &p->stages[s].streams[k].items[i]);
+        if (in_step(&p->stages[s].streams[k].items[i], measured))
+          flops += instr_flops(p, &p->stages[s], &p->stages[s].streams[k].items[i]);
   return flops; /* per tp rank and replica */
 }
 
-static void summarize(const lx_pipeline *p, const lx_cost_model *cm, lx_simulation *out) {
+static void summarize(const lx_pipeline *p, const lx_cost_model *cm, int measured, lx_simulation *out) {
   double idle = 0;
   for (int s = 0; s < p->pp; s++) {
-    summarize_stage(p, s, &out->stages[s]);
+    summarize_stage(p, s, measured, &out->stages[s]);
     if (out->iteration_time > 0) idle += 1 - out->stages[s].busy[LX_STREAM_COMPUTE] / out->iteration_time;
   }
   out->bubble_fraction = idle / p->pp;
@@ -220,7 +226,7 @@ static void summarize(const lx_pipeline *p, const lx_cost_model *cm, lx_simulati
   double peak = ir->training.dtype == LX_DTYPE_FP32 ? cm->gpu.fp32_flops : cm->gpu.tensor_flops;
   double gpus = (double)tp * p->pp * dp;
   out->mfu = ir->model_flops_per_sequence * sequences / (out->iteration_time * gpus * peak);
-  out->hfu = executed_flops(p) / (out->iteration_time * p->pp * peak);
+  out->hfu = executed_flops(p, measured) / (out->iteration_time * p->pp * peak);
 }
 
 /* ---- entry points -------------------------------------------------------- */
@@ -277,13 +283,32 @@ static double cost_model_timing(void *ctx, const lx_pipeline *p, int stage, cons
   return lx_instr_cost(ctx, p, stage, in);
 }
 
-bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
-                 const lx_stage_memory *memory, lx_simulation *out) {
+/* The time from the end of the step before `measured` to the end of it:
+ * where a stage's optimizer steps end (the last instruction of each of its
+ * steps), the longest such gap over the stages. */
+static double step_time(const lx_pipeline *p, const lx_simulation *sim, int measured) {
+  double longest = 0;
+  for (int s = 0; s < p->pp; s++) {
+    const lx_instr_list *compute = &p->stages[s].streams[LX_STREAM_COMPUTE];
+    double before = 0, end = 0;
+    for (int i = 0; i < compute->count; i++) {
+      if (compute->items[i].kind != LX_I_OPTIMIZER_STEP) continue;
+      if (compute->items[i].step == measured - 1) before = sim->stages[s].times[LX_STREAM_COMPUTE][i].end;
+      if (compute->items[i].step == measured) end = sim->stages[s].times[LX_STREAM_COMPUTE][i].end;
+    }
+    if (end - before > longest) longest = end - before;
+  }
+  return longest;
+}
+
+static bool simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
+                     const lx_stage_memory *memory, int measured, lx_simulation *out) {
   *out = (lx_simulation){.pipe = p, .stages = lx_calloc((size_t)p->pp, sizeof *out->stages)};
   sim_state s = {.p = p,
                  .timing = timing ? timing : cost_model_timing,
                  .timing_ctx = timing ? timing_ctx : (void *)cm,
                  .interference = cm && !timing ? cm->interference : 1,
+                 .measured = measured,
                  .out = out};
   s.record_time = lx_calloc((size_t)p->pp, sizeof *s.record_time);
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
@@ -310,9 +335,10 @@ bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn tim
   for (int st = 0; st < p->pp; st++)
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       if (s.free_at[k][st] > out->iteration_time) out->iteration_time = s.free_at[k][st];
+  if (measured >= 0) out->iteration_time = step_time(p, out, measured);
   for (int st = 0; st < p->pp; st++)
     track_memory(p, st, memory ? &memory[st] : NULL, &out->stages[st]);
-  summarize(p, timing ? NULL : cm, out);
+  summarize(p, timing ? NULL : cm, measured, out);
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
     free(s.next[k]);
     free(s.free_at[k]);
@@ -323,10 +349,37 @@ bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn tim
   return !out->deadlocked;
 }
 
+bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
+                 const lx_stage_memory *memory, lx_simulation *out) {
+  return simulate(p, cm, timing, timing_ctx, memory, -1, out);
+}
+
+/* 2BW's steps overlap: four of them, the pipeline filling in the first and
+ * draining in the last, and the third measured, in the steady state. */
+enum { STEPS_2BW = 4, MEASURED_2BW = 2 };
+
+bool lx_simulate_training(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing,
+                          void *timing_ctx, const lx_stage_memory *memory, lx_simulation *out) {
+  if (p->kind != LX_SCHEDULE_2BW) return lx_simulate(p, cm, timing, timing_ctx, memory, out);
+  static const bool fill[STEPS_2BW] = {true, false, false, false},
+                    ahead[STEPS_2BW] = {true, true, true, false};
+  lx_pipeline *steps = lx_malloc(sizeof *steps);
+  lx_unroll_steps(p, STEPS_2BW, fill, ahead, steps);
+  bool ok = simulate(steps, cm, timing, timing_ctx, memory, MEASURED_2BW, out);
+  out->unrolled = true;
+  return ok;
+}
+
 void lx_simulation_free(lx_simulation *sim) {
   for (int st = 0; sim->stages && st < sim->pipe->pp; st++)
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       free(sim->stages[st].times[k]);
   free(sim->stages);
   sim->stages = NULL;
+  if (sim->unrolled) {
+    lx_pipeline *steps = (lx_pipeline *)sim->pipe;
+    lx_unrolled_free(steps);
+    free(steps);
+    sim->unrolled = false;
+  }
 }

@@ -36,12 +36,19 @@ typedef struct {
   double bubble_fraction; /* idle share of the compute streams over the iteration */
   double tokens_per_s, mfu, hfu;
   bool deadlocked; /* a generator bug; the heads of the stuck streams were reported */
+  bool unrolled;   /* pipe is the simulation's own, unrolled over several steps (2BW) */
 } lx_simulation;
 
 /* Simulates p with the given timing (NULL: the cost model `cm`), applying
  * the memory deltas of `memory` (one per stage; may be NULL). */
 bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
                  const lx_stage_memory *memory, lx_simulation *out);
+/* The same for the steady state of training: p itself, or for a schedule
+ * whose steps overlap (2BW) p unrolled over several steps, with
+ * iteration_time, the busy times and the rates those of one step in the
+ * middle, and pipe the unrolled pipeline (what traces draw). */
+bool lx_simulate_training(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing,
+                          void *timing_ctx, const lx_stage_memory *memory, lx_simulation *out);
 void lx_simulation_free(lx_simulation *sim);
 
 /* The cost model's price of one instruction (the default timing). */

@@ -134,7 +134,8 @@ static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out
 
 /* The static memory plan of the emitted program: one arena, its regions. */
 static void print_arena(const lx_stage_layout *l, FILE *out) {
-  int64_t weights = l->region_bytes[LX_REGION_PARAMS] + l->region_bytes[LX_REGION_MASTER];
+  int64_t weights = l->region_bytes[LX_REGION_PARAMS] + l->region_bytes[LX_REGION_PREVIOUS] +
+                    l->region_bytes[LX_REGION_MASTER];
   int64_t optimizer = l->region_bytes[LX_REGION_ADAM_M] + l->region_bytes[LX_REGION_ADAM_V];
   int64_t transient = l->region_bytes[LX_REGION_WORK] + l->region_bytes[LX_REGION_BOUNDARY];
   char total[LX_BYTES_TEXT];
@@ -239,6 +240,11 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
           "%s, %s\n",
           plan->tp, p->pp, plan->dp, plan->micro_batch, p->micro_batches, lx_schedule_name(p->kind),
           lx_recompute_policy_name(p->policy), lx_dtype_name(ir->training.dtype));
+  if (p->kind == LX_SCHEDULE_2BW)
+    fprintf(out,
+            "semantics  PipeDream-2BW, not synchronous training: the pipeline does not drain between steps,\n"
+            "           and step t computes with the weights before the last update,\n"
+            "           W(t+1) = W(t) - AdamW(gradient at W(t-1)) (docs/schedules.md)\n");
   for (int s = 0; s < p->pp; s++)
     print_stage_text(r, s, out);
   fprintf(out, "\niteration  %.2f ms, bubble %.1f%%, %.0f tokens/s, MFU %.1f%%, HFU %.1f%%\n",

@@ -121,9 +121,12 @@ static void put_schedule_title(const timeline *tl) {
   fprintf(
       out,
       "<text class=\"sub\" x=\"12\" y=\"44\">iteration %.*f ms \xc2\xb7 bubble %.1f%% \xc2\xb7 MFU %.1f%% "
-      "\xc2\xb7 hatched: compute stream idle</text>\n",
+      "\xc2\xb7 hatched: compute stream idle%s</text>\n",
       sim->iteration_time >= 0.1 ? 1 : 3, sim->iteration_time * 1e3, sim->bubble_fraction * 100,
-      sim->mfu * 100);
+      sim->mfu * 100,
+      p->steps > 1
+          ? " \xc2\xb7 steps overlap: drawn back to back, the iteration is one with the pipeline full"
+          : "");
 }
 
 static void put_stage_labels(const timeline *tl, int s) {
@@ -168,12 +171,13 @@ typedef struct {
 static void put_box_tooltip(const timeline *tl, int s, int k, const box *b) {
   const lx_instr *first = &tl->sim->pipe->stages[s].streams[k].items[b->first];
   char what[160];
-  lx_instr_describe(tl->sim->pipe->ir, first, what, sizeof what);
+  lx_describe_shown(tl->sim->pipe, first, what, sizeof what);
   fputs("<title>", tl->out);
   if (b->count == 1)
     lx_put_xml_text(tl->out, what);
   else if (b->mb >= 0)
-    fprintf(tl->out, "%s mb%d: %d instructions", lx_instr_kind_name(b->kind), b->mb, b->count);
+    fprintf(tl->out, "%s mb%d: %d instructions", lx_instr_kind_name(b->kind),
+            lx_shown_mb(tl->sim->pipe, b->mb), b->count);
   else
     fprintf(tl->out, "%s: %d instructions", lx_instr_kind_name(b->kind), b->count);
   fprintf(tl->out, ", %.3f-%.3f ms</title>", b->start * 1e3, b->end * 1e3);
@@ -195,7 +199,7 @@ static void put_box_label(const timeline *tl, const box *b, double x, double wid
   if (b->kind == LX_I_OPTIMIZER_STEP)
     snprintf(label, sizeof label, "opt");
   else if (b->mb >= 0)
-    snprintf(label, sizeof label, "%d", b->mb);
+    snprintf(label, sizeof label, "%d", lx_shown_mb(tl->sim->pipe, b->mb));
   else
     return;
   double text_width = 6.0 * (double)strlen(label) + 4;

@@ -48,6 +48,17 @@ double lx_drawn_span(const lx_simulation *sim) {
   return span > 0 ? span : 1e-6;
 }
 
+int lx_shown_mb(const lx_pipeline *p, int mb) { return p->steps > 1 && mb >= 0 ? mb % p->micro_batches : mb; }
+
+void lx_describe_shown(const lx_pipeline *p, const lx_instr *in, char *buf, size_t size) {
+  lx_instr shown = *in;
+  shown.mb = lx_shown_mb(p, in->mb);
+  lx_instr_describe(p->ir, &shown, buf, size);
+  size_t n = strlen(buf);
+  if (p->steps > 1 && in->mb >= 0 && n < size)
+    snprintf(buf + n, size - n, " (step %d)", in->mb / p->micro_batches);
+}
+
 void lx_model_name(const lx_ir *ir, char *buf, size_t size) {
   const char *path = ir->model_path ? lx_file_name(ir->model_path) : "model";
   const char *base = strrchr(path, '/');
@@ -92,7 +103,10 @@ lx_window_span *lx_window_spans(const lx_simulation *sim, int s) {
 }
 
 const char *lx_schedule_label(lx_schedule k) {
-  return k == LX_SCHEDULE_GPIPE ? "GPipe" : k == LX_SCHEDULE_1F1B ? "1F1B" : lx_schedule_name(k);
+  return k == LX_SCHEDULE_GPIPE  ? "GPipe"
+         : k == LX_SCHEDULE_1F1B ? "1F1B"
+         : k == LX_SCHEDULE_2BW  ? "PipeDream-2BW"
+                                 : lx_schedule_name(k);
 }
 
 int lx_plan_or_one(int v) { return v > 0 ? v : 1; }

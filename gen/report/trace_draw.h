@@ -36,6 +36,11 @@ double lx_drawn_span(const lx_simulation *sim);
 
 /* "tiny" for "examples/tiny.model" (at most size - 1 bytes of it). */
 void lx_model_name(const lx_ir *ir, char *buf, size_t size);
+/* A micro-batch as the drawings show it: where the pipeline is unrolled over
+ * several steps (2BW), its number in its step; else itself. */
+int lx_shown_mb(const lx_pipeline *p, int mb);
+/* lx_instr_describe of an instruction as drawn: unrolled, "... mb1 (step 2)". */
+void lx_describe_shown(const lx_pipeline *p, const lx_instr *in, char *buf, size_t size);
 /* "layers 2-3" */
 void lx_layer_range(const lx_stage *st, char *buf, size_t size);
 /* "GPipe", "1F1B", ... */

@@ -29,7 +29,8 @@ static const char *category_name(lx_paint p) {
 static int window_of_instr(const lx_pipeline *p, const lx_stage *st, int k, const lx_instr *in) {
   if (k != LX_STREAM_RECOMPUTE || in->kind != LX_I_RECOMPUTE || in->graph != LX_GRAPH_BLOCK || !st->window_of)
     return -1;
-  return st->window_of[(in->layer - st->first_layer) * p->micro_batches + in->mb];
+  int mb = in->mb % p->micro_batches; /* a step's, where the pipeline is unrolled over several */
+  return st->window_of[(in->layer - st->first_layer) * p->micro_batches + mb];
 }
 
 /* Microseconds rounded to the nanosecond; never negative. */
@@ -90,7 +91,12 @@ static void put_placement(cJSON *args, const lx_stage *st, int w) {
 static void put_instr_args(cJSON *event, const lx_pipeline *p, int s, int k, const lx_instr *in) {
   cJSON *args = lx_json_add_object(event, "args");
   lx_json_add_string(args, "kind", lx_instr_kind_name(in->kind));
-  if (in->mb >= 0) lx_json_add_int(args, "mb", in->mb);
+  if (p->steps >
+      1) { /* unrolled (2BW): the step an instruction runs in, a micro-batch's own step and number */
+    lx_json_add_int(args, "in_step", in->step);
+    if (in->mb >= 0) lx_json_add_int(args, "step", in->mb / p->micro_batches);
+  }
+  if (in->mb >= 0) lx_json_add_int(args, "mb", lx_shown_mb(p, in->mb));
   if (in->layer >= 0) lx_json_add_int(args, "layer", in->layer);
   switch (in->kind) {
   case LX_I_FWD:
@@ -134,7 +140,7 @@ static void put_instr_event(lx_json_stream *trace, const lx_simulation *sim, int
   lx_paint pt = lx_paint_of(in->kind);
   if (pt == PAINT_NONE || !t) return; /* events take no time; unreached ones have none */
   char name[160];
-  lx_instr_describe(sim->pipe->ir, in, name, sizeof name);
+  lx_describe_shown(sim->pipe, in, name, sizeof name);
   cJSON *event = span_event(name, category_name(pt), s, k, t->start, t->end);
   put_instr_args(event, sim->pipe, s, k, in);
   lx_json_stream_element(trace, event);
@@ -162,6 +168,10 @@ static void put_trace_summary(cJSON *doc, const lx_simulation *sim) {
   lx_json_add_int(w, "dp", lx_plan_or_one(p->ir->plan.dp));
   lx_json_add_int(w, "micro_batches", p->micro_batches);
   put_us(w, "iteration_time_us", lx_is_finite(sim->iteration_time) ? sim->iteration_time : 0);
+  if (p->steps > 1) { /* steps that overlap (2BW), drawn back to back: the iteration is one in the middle */
+    lx_json_add_int(w, "steps", p->steps);
+    put_us(w, "span_us", lx_drawn_span(sim));
+  }
   lx_json_add_number(w, "bubble_fraction", lx_is_finite(sim->bubble_fraction) ? sim->bubble_fraction : 0);
   lx_json_add_number(w, "mfu", lx_is_finite(sim->mfu) ? sim->mfu : 0);
   lx_json_add_number(w, "hfu", lx_is_finite(sim->hfu) ? sim->hfu : 0);

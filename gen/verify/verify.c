@@ -442,6 +442,16 @@ static int first_at_or_after(const stage_check *c, const int *items, int from, i
   return from;
 }
 
+static bool is_parameter(const access_rec *a) {
+  return a->target == LX_TARGET_TENSOR && a->tensor.role == LX_T_PARAM;
+}
+
+/* The optimizer step, in a pipeline unrolled over steps, gives the weights
+ * the values that the next step's reads of them need. */
+static bool updates_weights_before(const stage_check *c, const access_rec *w, const access_rec *read) {
+  return is_parameter(read) && w->target == LX_TARGET_REGION && access_before(c, w, read);
+}
+
 /* Between the latest (re)definition of the value that happens before the
  * read and the read itself, no write to an overlapping span of another
  * value may run. On each stream the writes ordered before one of those
@@ -455,7 +465,7 @@ static void check_not_clobbered(stage_check *c, const access_rec *a, const int d
       for (; j < c->write_start[b + 1]; j++) {
         const access_rec *w = &c->acc[c->writes[j]];
         if (access_before(c, a, w)) break;
-        if (!compare_keys(&w->key, &a->key)) continue;
+        if (!compare_keys(&w->key, &a->key) || updates_weights_before(c, w, a)) continue;
         char what[TEXT], other[TEXT / 2];
         lx_tensor_describe(c->p->ir, w->tensor, other, sizeof other);
         snprintf(what, sizeof what, "buffer reused by %s while still needed: read of", other);
@@ -465,9 +475,6 @@ static void check_not_clobbered(stage_check *c, const access_rec *a, const int d
     }
 }
 
-static bool is_parameter(const access_rec *a) {
-  return a->target == LX_TARGET_TENSOR && a->tensor.role == LX_T_PARAM;
-}
 
 static void check_read(stage_check *c, const access_rec *a) {
   int first, end;
@@ -532,16 +539,21 @@ static bool must_precede_region_access(const access_rec *region, const access_re
   return b->target != LX_TARGET_REGION || (region->mode == LX_ACCESS_READ && is_write(b->mode));
 }
 
+/* On stream k the accesses at positions below clock(a)[k] precede `a`; of
+ * the others, the first that must precede it decides (the later ones on the
+ * stream follow that one): it must be a later step's, ordered after `a`. */
 static void check_region(stage_check *c, const access_rec *a) {
+  const int *ca = clock_of(c, a->stream, a->pos);
   for (int o = c->overlap_start[a->span]; o < c->overlap_start[a->span + 1]; o++)
     for (int k = 0; k < NS; k++) {
       int b = c->overlap[o] * NS + k;
-      for (int j = c->place_start[b + 1] - 1; j >= c->place_start[b]; j--) {
+      int j = first_at_or_after(c, c->place, c->place_start[b], c->place_start[b + 1], ca[k]);
+      for (; j < c->place_start[b + 1]; j++) {
         const access_rec *other = &c->acc[c->place[j]];
         if (!must_precede_region_access(a, other)) continue;
-        if (!access_before(c, other, a))
+        if (!access_before(c, a, other))
           report_tensor(c, "whole-region access not after every use of", a, access_at(c, other));
-        break; /* the latest one decides: the earlier ones on this stream precede it */
+        break;
       }
     }
 }
@@ -643,7 +655,7 @@ static bool events_in_range(const lx_pipeline *p) {
   return true;
 }
 
-int lx_verify(const lx_pipeline *p, const lx_stage_layout *layouts) {
+static int verify_pipeline(const lx_pipeline *p, const lx_stage_layout *layouts) {
   reporter r = {p, 0, 0};
   for (int s = 0; s < p->pp; s++)
     verify_stage(&r, p, s, &layouts[s]);
@@ -653,4 +665,19 @@ int lx_verify(const lx_pipeline *p, const lx_stage_layout *layouts) {
     fprintf(stderr, "lynxgen: internal error: verify: %d more violations not shown\n",
             r.printed - MAX_PRINTED);
   return r.violations;
+}
+
+/* 2BW's steps overlap: a step's backwards read what the step before wrote
+ * ahead. The program runs a step with or without its fill and with or
+ * without the next step's forwards; these four in a row hold each kind of
+ * step after each kind that can precede it. */
+static const bool fill_2bw[] = {true, false, false, true}, ahead_2bw[] = {true, true, false, false};
+
+int lx_verify(const lx_pipeline *p, const lx_stage_layout *layouts) {
+  if (p->kind != LX_SCHEDULE_2BW) return verify_pipeline(p, layouts);
+  lx_pipeline steps;
+  lx_unroll_steps(p, (int)(sizeof fill_2bw / sizeof *fill_2bw), fill_2bw, ahead_2bw, &steps);
+  int violations = verify_pipeline(&steps, layouts);
+  lx_unrolled_free(&steps);
+  return violations;
 }

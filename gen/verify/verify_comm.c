@@ -15,7 +15,8 @@ static bool is_recv(lx_instr_kind k) { return k == LX_I_RECV_ACT || k == LX_I_RE
 /* Does point-to-point instruction `in` of stage `s` name a real peer and micro-batch? */
 static bool well_formed_p2p(reporter *r, const lx_pipeline *p, instr_at at) {
   const lx_instr *in = lx_verify_instr(p, at);
-  if (in->peer >= 0 && in->peer < p->pp && in->peer != at.stage && in->mb >= 0 && in->mb < p->micro_batches)
+  if (in->peer >= 0 && in->peer < p->pp && in->peer != at.stage && in->mb >= 0 &&
+      in->mb < lx_micro_batch_ids(p))
     return true;
   lx_verify_report(r, "send or receive names no valid peer stage or micro-batch", at, NO_INSTR);
   return false;
@@ -29,13 +30,13 @@ typedef struct {
 
 /* The receive slot of (sender, kind, mb) on a receiving stage. */
 static int slot_of(const lx_pipeline *p, int sender, bool grad, int mb) {
-  return (sender * 2 + grad) * p->micro_batches + mb;
+  return (sender * 2 + grad) * lx_micro_batch_ids(p) + mb;
 }
 
 /* Receives of stage `t`, indexed by (sender, kind, mb): their position in
  * t's order of receives from that sender, or -1; duplicates are reported. */
 static int *index_receives(reporter *r, const lx_pipeline *p, int t, instr_at *where, bool *valid) {
-  int n = p->pp * 2 * p->micro_batches;
+  int n = p->pp * 2 * lx_micro_batch_ids(p);
   int *order = lx_malloc(sizeof *order * (size_t)n),
       *per_sender = lx_calloc((size_t)p->pp, sizeof *per_sender);
   for (int i = 0; i < n; i++)
@@ -96,7 +97,7 @@ static void check_stage_sends(reporter *r, const lx_pipeline *p, int s, int *con
  * then cannot follow it). */
 bool lx_verify_matching(reporter *r, const lx_pipeline *p) {
   bool valid = true;
-  int n = p->pp * 2 * p->micro_batches;
+  int n = p->pp * 2 * lx_micro_batch_ids(p);
   int **order = lx_malloc(sizeof *order * (size_t)p->pp),
       **matched = lx_malloc(sizeof *matched * (size_t)p->pp);
   instr_at **where = lx_malloc(sizeof *where * (size_t)p->pp);

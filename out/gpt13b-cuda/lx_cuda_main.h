@@ -38,18 +38,19 @@ static int local_rank(void) {
  * starts on the compute stream, which every other stream first waits for, so
  * that all of them are captured; run_schedule joins them back at its end. */
 static cudaGraphExec_t step_graph;
-static void issue_step(int step, int as_graph) {
+static void issue_step(int step, int ahead, int as_graph) {
   cudaStream_t s = streams[STREAM_COMPUTE];
   if (!as_graph) {
-    run_schedule(step);
+    run_schedule(step, ahead);
     return;
   }
-  if (!step_graph || DROPOUT > 0) { /* dropout masks name the step: capture it again */
+  /* dropout masks name the step, and 2BW's slots and fill follow it: capture it again */
+  if (!step_graph || DROPOUT > 0 || STEPS_OVERLAP) {
     cudaGraph_t graph;
     CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CUDA_CHECK(cudaEventRecord(stream_done[STREAM_COMPUTE], s));
     for (int k = 1; k < STREAM_COUNT; k++) CUDA_CHECK(cudaStreamWaitEvent(streams[k], stream_done[STREAM_COMPUTE], 0));
-    run_schedule(step);
+    run_schedule(step, ahead);
     CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     cudaGraphExecUpdateResultInfo info;
     if (step_graph && cudaGraphExecUpdate(step_graph, graph, &info) != cudaSuccess) {
@@ -148,13 +149,29 @@ static void report_device_memory(void) {
 /* ---- the steps lx_loop.h takes ----------------------------------------------- */
 
 static lx_loader *training_data;
+/* The micro-batches staged at once: a step's, and under 2BW the next one's,
+ * whose first ones it runs ahead (a ring indexed by the run's numbering). */
+#define STAGED_BATCHES ((1 + STEPS_OVERLAP) * MICRO_BATCHES)
 static int use_graph;         /* --cuda-graph */
 static cudaEvent_t pass_done; /* recorded on the compute stream after a step or a forward-only pass */
 
-/* This stage's tokens of the next MICRO_BATCHES micro-batches of `data`
- * (none on a middle stage, which loads nothing). */
-static void stage_tokens(lx_loader *data) {
-  if (LOADS_TOKENS) lx_cuda_stage_tokens(data, MICRO_BATCHES, BT);
+/* This stage's tokens of the next `count` micro-batches of `data`, the
+ * first of them numbered `first` in the run (none on a middle stage, which
+ * loads nothing). */
+static void stage_tokens(lx_loader *data, long long first, int count) {
+  if (LOADS_TOKENS) lx_cuda_stage_tokens(data, first, count, STAGED_BATCHES, BT);
+}
+
+/* The micro-batches of the run staged so far: 2BW's steps load the next
+ * one's first micro-batches, so a step that goes on stages the next whole
+ * step's tokens too (the loader reads them in the run's order). */
+static long long staged_until;
+static void stage_step_tokens(int step, int continues) {
+  long long first = (long long)step * MICRO_BATCHES; /* RUN_MB's numbering */
+  long long end = first + (continues && STEPS_OVERLAP ? 2 : 1) * MICRO_BATCHES;
+  if (staged_until < first) staged_until = first; /* the first step of this process */
+  stage_tokens(training_data, staged_until, (int)(end - staged_until));
+  staged_until = end;
 }
 
 static void finish_pass(void) {
@@ -162,10 +179,10 @@ static void finish_pass(void) {
   wait_step(pass_done);
 }
 
-static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm) {
-  stage_tokens(training_data);
+static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm, int continues) {
+  stage_step_tokens(step, continues);
   static int issued; /* steps this process ran: a resumed run's first step is not step 1 */
-  issue_step(step, use_graph && issued++ > 0); /* the first eagerly: NCCL connects, cuBLASLt picks */
+  issue_step(step, continues, use_graph && issued++ > 0); /* the first eagerly: NCCL connects, cuBLASLt picks */
   optimizer_step(train, step, lr);
   finish_pass();
   if (prof_totals) profile_collect(issued > 1); /* not the first: it pays for start-up */
@@ -178,7 +195,7 @@ static double validation_loss(lx_loader *val, int batches, int step) {
   lx_loader_reset(val);
   double sum = 0;
   for (int b = 0; b < batches; b++) {
-    stage_tokens(val);
+    stage_tokens(val, STEPS_OVERLAP ? (long long)(step + 1) * MICRO_BATCHES : 0, MICRO_BATCHES); /* run_forward's */
     run_forward(step);
     finish_pass();
     sum += step_loss();
@@ -213,7 +230,7 @@ static void allocate(void) {
   CUDA_CHECK(cudaEventCreateWithFlags(&pass_done, cudaEventDisableTiming));
   CUDA_CHECK(cudaMalloc((void **)&losses, LOSS_SLOTS * sizeof(float)));
   CUDA_CHECK(cudaMemset(losses, 0, LOSS_SLOTS * sizeof(float))); /* a middle stage's are never written */
-  CUDA_CHECK(cudaMallocHost((void **)&host_batches, sizeof(int) * (size_t)MICRO_BATCHES * 2 * BT));
+  CUDA_CHECK(cudaMallocHost((void **)&host_batches, sizeof(int) * (size_t)STAGED_BATCHES * 2 * BT));
   allocated_beyond_arena = device_bytes_in_use() - used_at_start - ARENA_BYTES;
 }
 
@@ -273,6 +290,7 @@ int main(int argc, char **argv) {
     load_checkpoint(o.init_checkpoint);
   else
     init_params();
+  start_weight_versions(); /* a resumed run reads both versions */
   training_data = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);
   train(&o, training_data, val);

@@ -141,19 +141,36 @@ static void export_weights(const char *llmc, const char *hf) {
 /* ---- the training state (--save, --resume): fp32 masters and moments ---------- */
 
 /* Host copies of this rank's fp32 weights (PARAM_ELEMENTS: the masters of
- * its shares at their params-region indices) and moments (the arena's). */
-static float *state_host[3];
+ * its shares at their params-region indices), moments (the arena's) and,
+ * under 2BW, previous weights (the bf16 ones the steps compute with). */
+static float *state_host[4];
 
-static void state_arrays(float **weights, float **m, float **v, int saving) {
-  const size_t sizes[3] = {(size_t)PARAM_ELEMENTS, (size_t)OPTIMIZER_ELEMENTS, (size_t)OPTIMIZER_ELEMENTS};
-  for (int i = 0; i < 3; i++)
+/* 2BW's previous weights, between the arena's bf16 and the host's fp32. */
+static inline void copy_previous_weights(float *host, int upload) {
+  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC((size_t)PARAM_ELEMENTS * sizeof(lx_bf16));
+  lx_bf16 *previous = (lx_bf16 *)(arena + REGION_previous);
+  if (upload) {
+    for (long long i = 0; i < PARAM_ELEMENTS; i++) rounded[i] = __float2bfloat16(host[i]);
+    CUDA_CHECK(cudaMemcpy(previous, rounded, (size_t)PARAM_ELEMENTS * sizeof(lx_bf16), cudaMemcpyHostToDevice));
+  } else {
+    CUDA_CHECK(cudaMemcpy(rounded, previous, (size_t)PARAM_ELEMENTS * sizeof(lx_bf16), cudaMemcpyDeviceToHost));
+    for (long long i = 0; i < PARAM_ELEMENTS; i++) host[i] = __bfloat162float(rounded[i]);
+  }
+  free(rounded);
+}
+
+static void state_arrays(float *arrays[4], int saving) {
+  const size_t sizes[4] = {(size_t)PARAM_ELEMENTS, (size_t)OPTIMIZER_ELEMENTS, (size_t)OPTIMIZER_ELEMENTS,
+                           (size_t)PARAM_ELEMENTS};
+  for (int i = 0; i < 3 + STEPS_OVERLAP; i++)
     if (!state_host[i]) state_host[i] = (float *)LX_CALLOC(sizes[i] > 0 ? sizes[i] : 1, sizeof(float));
   if (saving) {
     copy_masters(state_host[0], cudaMemcpyDeviceToHost);
     CUDA_CHECK(cudaMemcpy(state_host[1], arena + REGION_adam_m, sizes[1] * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(state_host[2], arena + REGION_adam_v, sizes[2] * 4, cudaMemcpyDeviceToHost));
+    if (STEPS_OVERLAP) copy_previous_weights(state_host[3], 0);
   }
-  *weights = state_host[0], *m = state_host[1], *v = state_host[2];
+  for (int i = 0; i < 4; i++) arrays[i] = state_host[i];
 }
 
 static long long moments_of(const lx_param_tensor *t, long long *lo, long long *hi) {
@@ -184,6 +201,15 @@ static void state_restored(void) {
                         cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(arena + REGION_adam_v, state_host[2], (size_t)OPTIMIZER_ELEMENTS * 4,
                         cudaMemcpyHostToDevice));
+  if (STEPS_OVERLAP) copy_previous_weights(state_host[3], 1);
+}
+
+/* PipeDream-2BW: the version the steps compute with starts as the live one
+ * (W(-1) = W(0): the first two steps take gradients at the initial weights). */
+static void start_weight_versions(void) {
+  if (STEPS_OVERLAP)
+    CUDA_CHECK(cudaMemcpy(arena + REGION_previous, arena + REGION_params, (size_t)PARAM_ELEMENTS * PARAM_ELT,
+                          cudaMemcpyDeviceToDevice));
 }
 
 /* ---- the optimizer step ---------------------------------------------------- */
@@ -243,6 +269,10 @@ enum { LOSS_SLOTS = MICRO_BATCHES + 2 };
 static inline void optimizer_step(const lx_train_settings *train, int step, double lr) {
   cudaStream_t s = streams[STREAM_COMPUTE];
   float *grads = (float *)(arena + REGION_grads), *clip = CLIP_FACTOR;
+  /* 2BW: W(t+1) = W(t) - update(gradient at W(t-1)); the next step computes with W(t) */
+  if (STEPS_OVERLAP)
+    CUDA_CHECK(cudaMemcpyAsync(arena + REGION_previous, arena + REGION_params, (size_t)PARAM_ELEMENTS * PARAM_ELT,
+                               cudaMemcpyDeviceToDevice, s));
   sum_tied_gradients(grads, s);
   sum_sequence_parallel_gradients(grads, s);
   global_grad_norm_squared(NORM_SQUARED, grads, s);

@@ -25,6 +25,7 @@ enum {
  * fp32 master weights, gradients and AdamW moments. */
 #define ARENA_BYTES 40872173568LL
 #define REGION_params 0LL /* 604299264 bytes */
+#define REGION_previous 604299264LL /* 0 bytes */
 #define REGION_master 604299264LL /* 1208598528 bytes */
 #define REGION_grads 1812897792LL /* 1208598528 bytes */
 #define REGION_adam_m 3021496320LL /* 1208598528 bytes */
@@ -374,8 +375,9 @@ enum { LOADS_TOKENS = 0 }; /* the stage reads the token shards */
 /* One optimizer step's forwards and backwards, in the order of the schedule
  * (1f1b, plan.txt): every stream's instructions on its own cudaStream_t,
  * issued so that each event is recorded before it is waited for. */
-static void run_schedule(int step) {
+static void run_schedule(int step, int ahead) {
   current_step = step;
+  (void)ahead; /* 1f1b drains the pipeline every step */
   for (int i = 0; i < 3; i++) { /* the 9 lines below, 3 times */
     lx_comm_group_start();
     { /* RECV_ACT mb(0 + i) from stage 0  gpt13b.model:63 */

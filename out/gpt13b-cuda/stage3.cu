@@ -25,6 +25,7 @@ enum {
  * fp32 master weights, gradients and AdamW moments. */
 #define ARENA_BYTES 20618543104LL
 #define REGION_params 0LL /* 810352640 bytes */
+#define REGION_previous 810352640LL /* 0 bytes */
 #define REGION_master 810352640LL /* 1620705280 bytes */
 #define REGION_grads 2431057920LL /* 1620705280 bytes */
 #define REGION_adam_m 4051763200LL /* 1620705280 bytes */
@@ -406,7 +407,7 @@ static void forward_epilogue(const lx_ctx *ctx, int mb) {
   lx_prof_end(ctx->stream);
   /* FWD cross_entropy_0 = cross_entropy(...)  gpt13b.model:77 */
   lx_prof_begin(22, 0, ctx->stream);
-  lx_cross_entropy_forward(ctx, losses + mb, epilogue_cross_entropy_0_lse(mb), epilogue_logits(mb),
+  lx_cross_entropy_forward(ctx, losses + mb % MICRO_BATCHES, epilogue_cross_entropy_0_lse(mb), epilogue_logits(mb),
       epilogue_targets(mb), BT, V, VP);
   lx_prof_end(ctx->stream);
 }
@@ -446,8 +447,9 @@ static void load_micro_batch(int mb, cudaStream_t stream) {
 /* One optimizer step's forwards and backwards, in the order of the schedule
  * (1f1b, plan.txt): every stream's instructions on its own cudaStream_t,
  * issued so that each event is recorded before it is waited for. */
-static void run_schedule(int step) {
+static void run_schedule(int step, int ahead) {
   current_step = step;
+  (void)ahead; /* 1f1b drains the pipeline every step */
   lx_comm_group_start();
   { /* RECV_ACT mb0 from stage 2  gpt13b.model:63 */
     const int mb = 0, layer = FIRST_LAYER;

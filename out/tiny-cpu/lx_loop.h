@@ -29,10 +29,18 @@
 
 #include <math.h>
 
+/* PipeDream-2BW programs define it: consecutive steps overlap, the next
+ * one's first forwards running in this one's drain, and the weights have a
+ * second version (the one before the last update) that the steps use. */
+#ifndef STEPS_OVERLAP
+#define STEPS_OVERLAP 0
+#endif
+
 /* One optimizer step at learning rate lr under the run's AdamW and clip
  * settings: the mean loss of its micro-batches over the replicas, and the
- * global gradient norm, known on every rank. */
-static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm);
+ * global gradient norm, known on every rank. `continues`: the next step
+ * follows on this one's pipeline (under 2BW it starts in this one's drain). */
+static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm, int continues);
 /* The mean loss of `batches` forward-only steps on val from its start. */
 static double validation_loss(lx_loader *val, int batches, int step);
 /* Collective: the weights as llm.c's GPT-2 checkpoint at llmc
@@ -44,11 +52,12 @@ static void export_weights(const char *llmc, const char *hf);
  * together the ranks write each element once. */
 static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi);
 /* This rank's training state in host memory, as fp32 (lx_state.h): its
- * weights at their params-region indices (*weights, PARAM_ELEMENTS; the
- * CUDA program's fp32 masters, of the shares it updates) and the AdamW
- * moments it holds (*m, *v: OPTIMIZER_ELEMENTS, at moments_of's indices).
- * saving: fill them with the current values first. */
-static void state_arrays(float **weights, float **m, float **v, int saving);
+ * weights at their params-region indices (arrays[0], PARAM_ELEMENTS; the
+ * CUDA program's fp32 masters, of the shares it updates), the AdamW
+ * moments it holds (arrays[1], arrays[2]: OPTIMIZER_ELEMENTS, at
+ * moments_of's indices), and under 2BW the previous weights (arrays[3],
+ * PARAM_ELEMENTS; else NULL). saving: fill them with the current values first. */
+static void state_arrays(float *arrays[4], int saving);
 /* The elements [*lo, *hi) of t whose moments this rank holds (its replica's
  * share under ZeRO-1); returns where the moments of *lo are. */
 static long long moments_of(const lx_param_tensor *t, long long *lo, long long *hi);
@@ -440,6 +449,7 @@ static lx_state_run this_run(const lx_run_options *o, int step) {
   run.stages = STAGES, run.tensor_parallel = TENSOR_PARALLEL, run.data_parallel = DATA_PARALLEL;
   run.micro_batches = MICRO_BATCHES, run.batch = B, run.seq_len = T;
   run.step = step, run.steps = o->train.steps, run.seed = o->train.seed, run.lr = o->train.lr;
+  run.delayed_update = STEPS_OVERLAP;
   record_overrides(&run, o);
   return run;
 }
@@ -487,13 +497,13 @@ static int64_t *data_positions(const lx_loader *data, int ranks) {
   return positions;
 }
 
-/* The elements [*lo, *hi) of t whose weights (array 0) or moments (1, 2)
- * this rank moves: reading, all it holds; writing, each element once over
- * all ranks (the weights: moved_part; the moments: a replicated tensor's
- * by tp rank 0, without ZeRO-1 by the first replica, the tied copy's by the
- * table's stage). Returns whether there are any. */
+/* The elements [*lo, *hi) of t whose weights (array 0, and 3: the previous
+ * ones) or moments (1, 2) this rank moves: reading, all it holds; writing,
+ * each element once over all ranks (the weights: moved_part; the moments: a
+ * replicated tensor's by tp rank 0, without ZeRO-1 by the first replica,
+ * the tied copy's by the table's stage). Returns whether there are any. */
 static int state_range(const lx_param_tensor *t, int array, int writing, long long *lo, long long *hi) {
-  if (array == 0) {
+  if (array == 0 || array == 3) {
     if (writing) return moved_part(t, 1, lo, hi);
     *lo = t->element, *hi = t->element + t->elements;
     return t->elements > 0;
@@ -509,7 +519,7 @@ static int state_range(const lx_param_tensor *t, int array, int writing, long lo
 /* Between this rank's arrays and the state file's tensors; reading first
  * zeroes what the rank holds (the vocabulary's padding is in no file). */
 static void move_state(int fd, const char *path, int writing, const lx_state_tensor *table, int64_t n,
-                       float *weights, float *m, float *v) {
+                       float *const state[4]) {
   for (int i = 0; i < PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
     const lx_state_tensor *entry = lx_state_find(table, n, state_name(t));
@@ -517,10 +527,11 @@ static void move_state(int fd, const char *path, int writing, const lx_state_ten
     if (entry->rows != t->rows || entry->cols != t->cols)
       lx_die("checkpoint %s: tensor %s is %lld x %lld there, %lld x %lld in this model", path, t->name,
              (long long)entry->rows, (long long)entry->cols, t->rows, t->cols);
-    long long lo, hi, state_lo, state_hi, state = moments_of(t, &state_lo, &state_hi);
-    float *arrays[3] = {weights + t->element, m + state, v + state};
-    long long firsts[3] = {0, state_lo - t->element, state_lo - t->element}; /* arrays[a][e - firsts[a]] */
-    for (int a = 0; a < 3; a++) {
+    long long lo, hi, state_lo, state_hi, moments = moments_of(t, &state_lo, &state_hi);
+    float *arrays[4] = {state[0] + t->element, state[1] + moments, state[2] + moments,
+                        state[3] ? state[3] + t->element : NULL};
+    long long firsts[4] = {0, state_lo - t->element, state_lo - t->element, 0}; /* arrays[a][e - firsts[a]] */
+    for (int a = 0; a < 4 && arrays[a]; a++) {
       if (!state_range(t, a, writing, &lo, &hi)) continue;
       if (!writing) memset(arrays[a] + (lo - t->element) - firsts[a], 0, sizeof(float) * (size_t)(hi - lo));
       lx_tensor_io io =
@@ -538,7 +549,7 @@ typedef struct {
   const int64_t *positions;
   const lx_state_tensor *table;
   int64_t bytes;
-  float *weights, *m, *v;
+  float *arrays[4];
 } state_save;
 
 static void create_state_file(const char *path, void *ctx) {
@@ -548,7 +559,7 @@ static void create_state_file(const char *path, void *ctx) {
 
 static void write_state_shares(int fd, const char *tmp, void *ctx) {
   const state_save *s = (const state_save *)ctx;
-  move_state(fd, tmp, 1, s->table, s->run->tensors, s->weights, s->m, s->v);
+  move_state(fd, tmp, 1, s->table, s->run->tensors, s->arrays);
 }
 
 /* Collective: the state after `step` steps into o->save_checkpoint, unless
@@ -556,7 +567,7 @@ static void write_state_shares(int fd, const char *tmp, void *ctx) {
  * checkpoint stays as it was. */
 static void save_state(const lx_run_options *o, const lx_loader *data, int step) {
   state_save s;
-  state_arrays(&s.weights, &s.m, &s.v, 1);
+  state_arrays(s.arrays, 1);
   int finite = weights_finite(), all_finite = 0;
   LX_MPI_CHECK(MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (!all_finite)
@@ -622,12 +633,18 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
                                saved.data_parallel != DATA_PARALLEL))
     printf("lynx: resuming %s, saved by tp %d x pp %d x dp %d, under tp %d x pp %d x dp %d\n", path,
            saved.tensor_parallel, saved.stages, saved.data_parallel, TENSOR_PARALLEL, STAGES, DATA_PARALLEL);
-  float *weights, *m, *v;
-  state_arrays(&weights, &m, &v, 0);
+  int versions = saved.delayed_update ? 2 : 1;
+  if (versions != (STEPS_OVERLAP ? 2 : 1) && o->train.steps > 0) /* evaluating needs the live weights only */
+    lx_die("checkpoint %s was saved by a run %s PipeDream-2BW and this program %s: a 2BW run's state holds two "
+           "weight versions, and its losses follow the delayed update; resume it with the schedule that saved it",
+           path, versions == 2 ? "under" : "without", STEPS_OVERLAP ? "runs 2BW" : "does not");
+  float *arrays[4];
+  state_arrays(arrays, 0);
+  if (versions == 1) arrays[3] = NULL;
   lx_state_tensor *table = lx_state_read_tensors(path, &saved);
   int fd = open(path, O_RDONLY);
   if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
-  move_state(fd, path, 0, table, saved.tensors, weights, m, v);
+  move_state(fd, path, 0, table, saved.tensors, arrays);
   close(fd);
   state_restored();
   int64_t *positions = lx_state_read_positions(path, &saved);
@@ -640,6 +657,18 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
 
 /* Is it time for something done every `interval` steps (0: never)? */
 static int every(int step, int interval) { return interval > 0 && step % interval == 0; }
+
+/* Whether the next step runs on this one's pipeline, so that under 2BW its
+ * first forwards start in this one's drain: not after the last step, nor
+ * where validation or a checkpoint comes between, nor once a stop signal
+ * came (asked here, before the step: a step that started the next one
+ * cannot be the last). Without 2BW every step drains. Collective. */
+static int next_step_follows(const lx_run_options *o, int step, int validates, int *stop) {
+  if (!STEPS_OVERLAP || step >= o->train.steps || validates) return 0;
+  if (o->save_checkpoint && every(step, o->checkpoint_every)) return 0;
+  *stop = lx_stop_requested();
+  return !*stop;
+}
 
 /* A non-finite loss or gradient norm (known alike on every rank) ends the
  * run before anything is saved. */
@@ -690,16 +719,18 @@ static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
   for (int step = done + 1; step <= t->steps && !stop; step++) {
     double lr = lx_learning_rate(step, t->warmup, t->steps, t->lr, t->min_lr, t->lr_schedule);
     double start = lx_now_ms(), grad_norm = 0;
-    double loss = train_step(t, step, lr, &grad_norm);
+    int validates = val && every(step, o->val_interval);
+    int continues = next_step_follows(o, step, validates, &stop);
+    double loss = train_step(t, step, lr, &grad_norm, continues);
     double ms = lx_now_ms() - start;
-    double val_loss = val && every(step, o->val_interval) ? validation_loss(val, o->val_batches, step) : NAN;
+    double val_loss = validates ? validation_loss(val, o->val_batches, step) : NAN;
     if (reports)
       lx_metrics_step(step, t->steps, loss, val_loss, lr, grad_norm, ms,
                       (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3));
     require_finite(o, step, loss, grad_norm);
     lx_watchdog_progress();
     done = step;
-    stop = lx_stop_requested();
+    if (!continues) stop = lx_stop_requested();
     if (o->save_checkpoint && !stop && step < t->steps && every(step, o->checkpoint_every))
       save_state(o, data, step);
   }

@@ -18,6 +18,7 @@
 
 #define ADAM_M ((real *)AT(REGION_adam_m))
 #define ADAM_V ((real *)AT(REGION_adam_v))
+#define PREVIOUS_WEIGHTS ((real *)AT(REGION_previous)) /* 2BW: the weights before the last update */
 
 /* The tied embedding lives on the first stage and, as a copy, on the last:
  * their gradients are summed so both copies take the same steps. */
@@ -112,6 +113,12 @@ static long long owned_part(const lx_param_tensor *t, long long *lo, long long *
   return s.grad_first + (*lo - s.own_first);
 }
 
+/* PipeDream-2BW: the version the steps compute with starts as the live one
+ * (W(-1) = W(0): the first two steps take gradients at the initial weights). */
+static void start_weight_versions(void) {
+  if (STEPS_OVERLAP) memcpy(PREVIOUS_WEIGHTS, PARAMS, (size_t)PARAM_ELEMENTS * sizeof(real));
+}
+
 static void load_checkpoint(const char *path) {
   read_checkpoint(path, (float *)PARAMS);
   clear_optimizer_state();
@@ -130,11 +137,12 @@ static void export_weights(const char *llmc, const char *hf) {
 
 /* The arena holds the whole state, in place: the weights (the tied copy
  * too) and this replica's share of the AdamW moments. */
-static void state_arrays(float **weights, float **m, float **v, int saving) {
+static void state_arrays(float *arrays[4], int saving) {
   (void)saving;
   if (!CHECKPOINT_FP32)
     lx_die("--save and --resume: the double build (the gradient check) has no training state");
-  *weights = (float *)PARAMS, *m = (float *)ADAM_M, *v = (float *)ADAM_V;
+  arrays[0] = (float *)PARAMS, arrays[1] = (float *)ADAM_M, arrays[2] = (float *)ADAM_V;
+  arrays[3] = STEPS_OVERLAP ? (float *)PREVIOUS_WEIGHTS : NULL;
 }
 
 static long long moments_of(const lx_param_tensor *t, long long *lo, long long *hi) {
@@ -219,6 +227,8 @@ static double global_grad_norm(void) {
  * (weight decay only on the tensors that decay: lx_param_tensor); under
  * ZeRO-1 the replicas then hand each other their updated shares. */
 static void optimizer_step(const lx_train_settings *train, int step, double lr, double *grad_norm) {
+  /* 2BW: W(t+1) = W(t) - update(gradient at W(t-1)); the next step computes with W(t) */
+  if (STEPS_OVERLAP) memcpy(PREVIOUS_WEIGHTS, PARAMS, (size_t)PARAM_ELEMENTS * sizeof(real));
   sum_tied_gradients();
   sum_sequence_parallel_gradients();
   *grad_norm = global_grad_norm();
@@ -257,10 +267,10 @@ static double step_loss(void) {
   return loss;
 }
 
-static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm) {
+static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm, int continues) {
   memset(GRADS, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
   loss_sum = 0;
-  run_schedule(step);
+  run_schedule(step, continues);
   double loss = step_loss();
   optimizer_step(train, step, lr, grad_norm);
   return loss;
@@ -308,7 +318,7 @@ static int gradient_check(int samples) {
   lx_loader_reset(loader);
   memset(GRADS, 0, (size_t)PARAM_ELEMENTS * sizeof(real));
   loss_sum = 0;
-  run_schedule(1);
+  run_schedule(1, 0);
   sum_tied_gradients();
   sum_sequence_parallel_gradients();
   gather_reduced_gradients();
@@ -374,15 +384,17 @@ static int gradient_check(int samples) {
 /* Each region must be written exactly up to the extent the plan gives it:
  * past it would overwrite a neighbour, short of it means the plan is wrong. */
 static int check_memory_extents(void) {
-  static const long long starts[] = {REGION_params, REGION_master, REGION_grads, REGION_adam_m,
-                                     REGION_adam_v, REGION_stash,  REGION_work,  REGION_boundary};
-  static const long long planned[] = {EXTENT_params, EXTENT_master, EXTENT_grads, EXTENT_adam_m,
-                                      EXTENT_adam_v, EXTENT_stash,  EXTENT_work,  EXTENT_boundary};
-  static const char *names[] = {"params", "master", "grads", "adam_m", "adam_v", "stash", "work", "boundary"};
+  static const long long starts[] = {REGION_params, REGION_previous, REGION_master, REGION_grads, REGION_adam_m,
+                                     REGION_adam_v, REGION_stash,    REGION_work,   REGION_boundary};
+  static const long long planned[] = {EXTENT_params, EXTENT_previous, EXTENT_master, EXTENT_grads, EXTENT_adam_m,
+                                      EXTENT_adam_v, EXTENT_stash,    EXTENT_work,   EXTENT_boundary};
+  static const char *names[] = {"params", "previous", "master", "grads", "adam_m",
+                                "adam_v", "stash",    "work",   "boundary"};
+  enum { REGIONS = sizeof starts / sizeof *starts };
   int bad = 0;
   long long used_total = 0;
-  for (int r = 0; r < 8; r++) {
-    long long end = r + 1 < 8 ? starts[r + 1] : ARENA_BYTES;
+  for (int r = 0; r < REGIONS; r++) {
+    long long end = r + 1 < REGIONS ? starts[r + 1] : ARENA_BYTES;
     long long last = -1;
     for (long long b = (end - starts[r]) * (long long)REAL_SCALE - 1; b >= 0; b--)
       if ((unsigned char)arena[starts[r] * REAL_SCALE + b] != LX_POISON_BYTE) {
@@ -421,6 +433,7 @@ int main(int argc, char **argv) {
   seed = o.train.seed;
   if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
   else initialize_parameters(o.train.seed);
+  start_weight_versions(); /* a resumed run reads both versions */
   loader = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);
   if (o.gradcheck) {

@@ -19,7 +19,8 @@
  *   then          lx_state_tensor of every parameter tensor of the model,
  *                 sorted by name: its whole shape and where its data lie
  *   data          from a multiple of 4096: per tensor, its weights, AdamW
- *                 m and AdamW v, each the whole tensor as fp32 rows x cols,
+ *                 m and AdamW v (and under PipeDream-2BW the weights before
+ *                 the last update), each the whole tensor as fp32 rows x cols,
  *                 row-major, the vocabulary unpadded (lx_param_tensor's
  *                 rows and cols: the same under every plan)
  *
@@ -57,14 +58,16 @@ typedef struct {
    * says that the field at byte 4 k of lx_train_settings is in overrides.
    * A program generated from other training values in the model file
    * reads them as its own. */
-  uint32_t overridden, unused;
+  uint32_t overridden;
+  uint32_t delayed_update; /* 1: a PipeDream-2BW run's, whose previous weights follow v; else 0 */
   lx_train_settings overrides;
   int64_t tensors; /* entries of the tensor table */
   int64_t windows; /* of the training data, which a resumed run must have too */
 } lx_state_run;
 
-/* A parameter tensor of the model: weights, m and v at offset, offset +
- * bytes, offset + 2 bytes (bytes: 4 rows cols). */
+/* A parameter tensor of the model: weights, m and v (and the previous
+ * weights) at offset, offset + bytes, offset + 2 bytes (offset + 3 bytes;
+ * bytes: 4 rows cols). */
 typedef struct {
   char name[64];
   int64_t rows, cols, offset;
@@ -75,6 +78,9 @@ static inline int64_t lx_state_round_up(int64_t bytes) {
 }
 
 static inline int64_t lx_state_tensor_bytes(const lx_state_tensor *t) { return 4 * t->rows * t->cols; }
+
+/* The arrays each tensor has: weights, m, v, and under 2BW the previous weights. */
+static inline int lx_state_arrays(const lx_state_run *run) { return run->delayed_update ? 4 : 3; }
 
 static inline int64_t lx_state_table_offset(const lx_state_run *run) {
   return LX_STATE_ALIGN + 8 * (int64_t)run->data_parallel;
@@ -95,7 +101,7 @@ static inline int lx_state_layout(const lx_state_run *run, lx_state_tensor *tens
   int64_t at = lx_state_round_up(lx_state_table_offset(run) + (int64_t)sizeof(lx_state_tensor) * unique);
   for (int i = 0; i < unique; i++) {
     tensors[i].offset = at;
-    at += 3 * lx_state_tensor_bytes(&tensors[i]);
+    at += lx_state_arrays(run) * lx_state_tensor_bytes(&tensors[i]);
   }
   *bytes = at;
   return unique;
@@ -179,7 +185,7 @@ static inline lx_state_tensor *lx_state_read_tensors(const char *path, const lx_
     lx_state_tensor *t = &tensors[i];
     t->name[sizeof t->name - 1] = '\0';
     if (t->rows < 1 || t->cols < 1 || t->rows > INT32_MAX || t->cols > INT32_MAX || t->offset < 0 ||
-        t->offset + 3 * lx_state_tensor_bytes(t) > size ||
+        t->offset + lx_state_arrays(run) * lx_state_tensor_bytes(t) > size ||
         (i > 0 && lx_state_by_name(&tensors[i - 1], t) >= 0))
       lx_die("checkpoint %s is corrupt: its tensor %s (%lld x %lld at byte %lld) does not fit its %lld "
              "bytes, or "

@@ -28,6 +28,7 @@ enum {
 #define ARENA_BYTES 5368832LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 481792 bytes */
+#define REGION_previous 481792LL /* 0 bytes */
 #define REGION_master 481792LL /* 0 bytes */
 #define REGION_grads 481792LL /* 481792 bytes */
 #define REGION_adam_m 963584LL /* 481792 bytes */
@@ -36,6 +37,7 @@ enum {
 #define REGION_work 4549632LL /* 622592 bytes */
 #define REGION_boundary 5172224LL /* 196608 bytes */
 #define EXTENT_params 481792LL /* bytes its tensors reach */
+#define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
 #define EXTENT_grads 481792LL /* bytes its tensors reach */
 #define EXTENT_adam_m 481792LL /* bytes its tensors reach */
@@ -367,10 +369,11 @@ static void load_micro_batch(int mb) {
 /* One optimizer step's forwards and backwards, in the order of the schedule
  * (1f1b, plan.txt): the compute stream, with the communication streams'
  * operations posted as soon as their waits allow. */
-static void run_schedule(int step) {
+static void run_schedule(int step, int ahead) {
   const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   MPI_Request requests[8];
+  (void)ahead; /* 1f1b drains the pipeline every step */
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_GRAD mb0 from stage 1 */
     (void)layer;

@@ -28,6 +28,7 @@ enum {
 #define ARENA_BYTES 4092928LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 465920 bytes */
+#define REGION_previous 465920LL /* 0 bytes */
 #define REGION_master 465920LL /* 0 bytes */
 #define REGION_grads 465920LL /* 465920 bytes */
 #define REGION_adam_m 931840LL /* 465920 bytes */
@@ -36,6 +37,7 @@ enum {
 #define REGION_work 3372032LL /* 622592 bytes */
 #define REGION_boundary 3994624LL /* 98304 bytes */
 #define EXTENT_params 465920LL /* bytes its tensors reach */
+#define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
 #define EXTENT_grads 465920LL /* bytes its tensors reach */
 #define EXTENT_adam_m 465920LL /* bytes its tensors reach */
@@ -363,10 +365,11 @@ static void load_micro_batch(int mb) {
 /* One optimizer step's forwards and backwards, in the order of the schedule
  * (1f1b, plan.txt): the compute stream, with the communication streams'
  * operations posted as soon as their waits allow. */
-static void run_schedule(int step) {
+static void run_schedule(int step, int ahead) {
   const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   MPI_Request requests[8];
+  (void)ahead; /* 1f1b drains the pipeline every step */
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_ACT mb0 from stage 0 */
     (void)layer;

@@ -28,6 +28,7 @@ enum {
 #define ARENA_BYTES 4701184LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 281856 bytes */
+#define REGION_previous 281856LL /* 0 bytes */
 #define REGION_master 281856LL /* 0 bytes */
 #define REGION_grads 281856LL /* 281856 bytes */
 #define REGION_adam_m 563712LL /* 281856 bytes */
@@ -36,6 +37,7 @@ enum {
 #define REGION_work 3750912LL /* 622592 bytes */
 #define REGION_boundary 4373504LL /* 327680 bytes */
 #define EXTENT_params 281856LL /* bytes its tensors reach */
+#define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
 #define EXTENT_grads 281856LL /* bytes its tensors reach */
 #define EXTENT_adam_m 281856LL /* bytes its tensors reach */
@@ -367,10 +369,11 @@ static void load_micro_batch(int mb) {
 /* One optimizer step's forwards and backwards, in the order of the schedule
  * (zb-h1, plan.txt): the compute stream, with the communication streams'
  * operations posted as soon as their waits allow. */
-static void run_schedule(int step) {
+static void run_schedule(int step, int ahead) {
   const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   MPI_Request requests[8];
+  (void)ahead; /* zb-h1 drains the pipeline every step */
   for (int i = 0; i < 4; i++) { /* the 5 lines below, 4 times */
     {
       const int mb = (0 + i), layer = FIRST_LAYER;  /* RECV_GRAD mb(0 + i) from stage 1 */

@@ -29,6 +29,7 @@ enum {
 #define ARENA_BYTES 4043776LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 199936 bytes */
+#define REGION_previous 199936LL /* 0 bytes */
 #define REGION_master 199936LL /* 0 bytes */
 #define REGION_grads 199936LL /* 199936 bytes */
 #define REGION_adam_m 399872LL /* 199936 bytes */
@@ -37,6 +38,7 @@ enum {
 #define REGION_work 3453952LL /* 327680 bytes */
 #define REGION_boundary 3781632LL /* 262144 bytes */
 #define EXTENT_params 199936LL /* bytes its tensors reach */
+#define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
 #define EXTENT_grads 199936LL /* bytes its tensors reach */
 #define EXTENT_adam_m 199936LL /* bytes its tensors reach */
@@ -342,10 +344,11 @@ static void load_micro_batch(int mb) {
 /* One optimizer step's forwards and backwards, in the order of the schedule
  * (zb-h1, plan.txt): the compute stream, with the communication streams'
  * operations posted as soon as their waits allow. */
-static void run_schedule(int step) {
+static void run_schedule(int step, int ahead) {
   const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   MPI_Request requests[16];
+  (void)ahead; /* zb-h1 drains the pipeline every step */
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_ACT mb0 from stage 1 */
     (void)layer;

@@ -29,6 +29,7 @@ enum {
 #define ARENA_BYTES 4210688LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 265984 bytes */
+#define REGION_previous 265984LL /* 0 bytes */
 #define REGION_master 265984LL /* 0 bytes */
 #define REGION_grads 265984LL /* 265984 bytes */
 #define REGION_adam_m 531968LL /* 265984 bytes */
@@ -37,6 +38,7 @@ enum {
 #define REGION_work 3784704LL /* 327680 bytes */
 #define REGION_boundary 4112384LL /* 98304 bytes */
 #define EXTENT_params 265984LL /* bytes its tensors reach */
+#define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
 #define EXTENT_grads 265984LL /* bytes its tensors reach */
 #define EXTENT_adam_m 265984LL /* bytes its tensors reach */
@@ -394,10 +396,11 @@ static void load_micro_batch(int mb) {
 /* One optimizer step's forwards and backwards, in the order of the schedule
  * (zb-h1, plan.txt): the compute stream, with the communication streams'
  * operations posted as soon as their waits allow. */
-static void run_schedule(int step) {
+static void run_schedule(int step, int ahead) {
   const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
   MPI_Request requests[8];
+  (void)ahead; /* zb-h1 drains the pipeline every step */
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_ACT mb0 from stage 2 */
     (void)layer;

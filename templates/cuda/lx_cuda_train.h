@@ -37,17 +37,19 @@ static lx_comm pipeline_comm, dp_comm;
  * CUDA graph. */
 static int *host_batches;
 
-/* The next micro_batches batches of the loader, as the CPU program's LOADs
- * take them one by one: micro-batch mb is the loader's mb-th next window. */
-static inline void lx_cuda_stage_tokens(lx_loader *loader, int micro_batches, int bt) {
-  for (int mb = 0; mb < micro_batches; mb++) {
-    int *inputs = host_batches + (size_t)mb * 2 * (size_t)bt;
+/* The loader's next `count` batches, as the CPU program's LOADs take them
+ * one by one: the run's micro-batch first + i is the loader's i-th next
+ * window, at slot (first + i) % slots of the ring host_batches. */
+static inline void lx_cuda_stage_tokens(lx_loader *loader, long long first, int count, int slots, int bt) {
+  for (int i = 0; i < count; i++) {
+    int *inputs = host_batches + (size_t)((first + i) % slots) * 2 * (size_t)bt;
     lx_loader_next(loader, inputs, inputs + bt);
   }
 }
 
-static inline void lx_cuda_load(int *tokens, int *targets, int mb, int bt, cudaStream_t stream) {
-  const int *inputs = host_batches + (size_t)mb * 2 * (size_t)bt;
+/* slot: the micro-batch's staged slot (its number in the run, modulo). */
+static inline void lx_cuda_load(int *tokens, int *targets, int slot, int bt, cudaStream_t stream) {
+  const int *inputs = host_batches + (size_t)slot * 2 * (size_t)bt;
   size_t bytes = sizeof(int) * (size_t)bt;
   if (tokens) CUDA_CHECK(cudaMemcpyAsync(tokens, inputs, bytes, cudaMemcpyHostToDevice, stream));
   if (targets) CUDA_CHECK(cudaMemcpyAsync(targets, inputs + bt, bytes, cudaMemcpyHostToDevice, stream));

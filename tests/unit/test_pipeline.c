@@ -5,12 +5,15 @@
  * adds 2 (p - 1) alpha under GPipe and (m + 1) alpha under two-stage 1F1B
  * (at least 2 (p - 1) alpha deeper), stage i of 1F1B stashes min(p - i, m)
  * micro-batches (ZB-H1's later stages p, from a forward to its W pass),
- * ZB-H1's iteration has the zero-bubble paper's closed form, and the
+ * ZB-H1's iteration has the zero-bubble paper's closed form, PipeDream-2BW's
+ * steady-state step is m (tf + tb), with no bubble, and its memory plan is
+ * 1F1B's plus a second copy of the stage's weights, and the
  * recompute policies keep the bytes Korthikanti et al. give (full: 2sbh,
  * selective: sbh(10 + 24/t)). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "analysis/analyze.h"
 #include "check.h"
 #include "diag.h"
@@ -247,7 +250,54 @@ static void check_zero_bubble(int p, int m, double tf, double tb, double tw) {
   lx_ir_free(&ir);
 }
 
+/* PipeDream-2BW (Narayanan et al. 2021): the next step's first forwards run
+ * in this step's drain, so in the steady state (the third of four steps
+ * simulated back to back) every stage computes all the time: a step takes
+ * m (tf + tb), against 1F1B's (m + p - 1)(tf + tb). Its memory plan is
+ * 1F1B's on every stage plus one more copy of the stage's weights (in the
+ * training dtype; the fp32 masters are not copied). */
+static void check_2bw(int p, int m, double tf, double tb) {
+  lx_ir ir;
+  CHECK(load(&ir, p, m, LX_SCHEDULE_2BW, 1), "model loads (p=%d m=%d)", p, m);
+  lx_pipeline pipe;
+  CHECK(lx_build_pipeline(&ir, LX_RECOMPUTE_NONE, &pipe), "2bw pipeline builds");
+  uniform_timing u = {tf, tb, 0, 0};
+  lx_simulation sim;
+  CHECK(lx_simulate_training(&pipe, NULL, uniform, &u, NULL, &sim),
+        "2bw p=%d m=%d simulates without deadlock", p, m);
+  CHECK_CLOSE(sim.iteration_time, m * (tf + tb), 1e-12,
+              "2bw p=%d m=%d tf=%g tb=%g: a steady step = m(tf+tb) = %g", p, m, tf, tb, m * (tf + tb));
+  CHECK(sim.unrolled && sim.pipe->steps == 4, "2bw p=%d m=%d: the simulation holds four steps", p, m);
+  lx_simulation_free(&sim);
+  lx_ir one_f_one_b_ir;
+  CHECK(load(&one_f_one_b_ir, p, m, LX_SCHEDULE_1F1B, 1), "model loads (p=%d m=%d)", p, m);
+  lx_pipeline one_f_one_b;
+  CHECK(lx_build_pipeline(&one_f_one_b_ir, LX_RECOMPUTE_NONE, &one_f_one_b), "1f1b pipeline builds");
+  lx_stage_memory *a = lx_calloc((size_t)p, sizeof *a), *b = lx_calloc((size_t)p, sizeof *b);
+  lx_plan_memory(&pipe, a);
+  lx_plan_memory(&one_f_one_b, b);
+  for (int s = 0; s < p; s++) {
+    int64_t second_copy = pipe.stages[s].params_per_rank * lx_dtype_bytes(ir.training.dtype);
+    CHECK(a[s].peak == b[s].peak + second_copy,
+          "2bw p=%d m=%d stage %d: modeled peak %lld = 1F1B's %lld + the second weight version %lld", p, m, s,
+          (long long)a[s].peak, (long long)b[s].peak, (long long)second_copy);
+    lx_stage_memory_free(&a[s]);
+    lx_stage_memory_free(&b[s]);
+  }
+  free(a);
+  free(b);
+  lx_pipeline_free(&one_f_one_b);
+  lx_ir_free(&one_f_one_b_ir);
+  lx_pipeline_free(&pipe);
+  lx_ir_free(&ir);
+}
+
 int main(void) {
+  check_2bw(4, 8, 1, 2);
+  check_2bw(4, 4, 1, 1);
+  check_2bw(2, 5, 1, 2);
+  check_2bw(8, 16, 2, 3);
+  check_2bw(1, 3, 1, 2);
   check_zero_bubble(4, 8, 1, 1, 1);
   check_zero_bubble(4, 4, 1, 1, 1);
   check_zero_bubble(2, 8, 1, 1, 1);

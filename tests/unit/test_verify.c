@@ -1,11 +1,13 @@
 /* The verifier (gen/verify/verify.c) against the schedules the generator builds
- * and against planted bugs: every example model under GPipe, 1F1B and
- * ZB-H1, pp 1, 2 and 4, every recompute policy, verifies clean; a dropped
+ * and against planted bugs: every example model under GPipe, 1F1B, ZB-H1
+ * and 2BW, pp 1, 2 and 4, every recompute policy, verifies clean; a dropped
  * WAIT, two swapped sends, a stash slot shared by micro-batches that are
  * alive together, two boundary buffers laid over each other, a dropped
  * receive, and (ZB-H1) the output gradients a W pass reads left in the work
  * region that later backwards reuse, or its inputs or output gradients in
- * a pool of one slot too few, are each reported. The CUDA printer fuses a linear and its gelu
+ * a pool of one slot too few, and (2BW) the next step's first activation
+ * received into a slot still in use, or not received at all, are each
+ * reported. The CUDA printer fuses a linear and its gelu
  * into one cuBLASLt call only where every instance runs them back to back:
  * an event recorded between them in one micro-batch keeps them apart in all.
  * Layers and micro-batches are cut down so that the whole run takes about a
@@ -83,7 +85,8 @@ static int verify_quietly(const built *b) {
   return n;
 }
 
-static const lx_schedule schedules[] = {LX_SCHEDULE_GPIPE, LX_SCHEDULE_1F1B, LX_SCHEDULE_ZB_H1};
+static const lx_schedule schedules[] = {LX_SCHEDULE_GPIPE, LX_SCHEDULE_1F1B, LX_SCHEDULE_ZB_H1,
+                                        LX_SCHEDULE_2BW};
 enum { SCHEDULES = sizeof schedules / sizeof schedules[0] };
 
 static void check_examples(void) {
@@ -189,6 +192,25 @@ static void short_pool(built *b, lx_slot_pool pool) {
 }
 static void short_held_pool(built *b) { short_pool(b, LX_POOL_HELD); }
 static void short_weight_grad_pool(built *b) { short_pool(b, LX_POOL_WEIGHT_GRAD); }
+
+/* 2BW: stage 1's receive, at the end of a step, of the next step's first
+ * activation (ahead) no longer waits for the last backward to free its slot. */
+static int ahead_receive(const lx_instr_list *recv) {
+  for (int i = recv->count - 1; i >= 0; i--)
+    if (recv->items[i].kind == LX_I_RECV_ACT && recv->items[i].ahead) return i;
+  return -1;
+}
+static void ahead_receive_unwaited(built *b) {
+  lx_instr_list *recv = &b->pipe.stages[1].streams[LX_STREAM_RECV];
+  int at = ahead_receive(recv);
+  CHECK(at > 0 && recv->items[at - 1].kind == LX_I_WAIT, "stage 1's ahead receive follows its slot wait");
+  remove_instr(recv, at - 1);
+}
+/* ... or is gone: the previous stage's last forward ahead is never received. */
+static void ahead_receive_dropped(built *b) {
+  lx_instr_list *recv = &b->pipe.stages[1].streams[LX_STREAM_RECV];
+  remove_instr(recv, ahead_receive(recv));
+}
 
 /* ZeRO-1's optimizer reads the gradients' reduced shares: the compute
  * stream must wait for the last bucket. */
@@ -332,6 +354,10 @@ int main(void) {
                 LX_RECOMPUTE_LYNX_HEU);
   check_planted("a held pool of one slot too few", short_held_pool, LX_SCHEDULE_ZB_H1, LX_RECOMPUTE_NONE);
   check_planted("a weight-gradient pool of one slot too few", short_weight_grad_pool, LX_SCHEDULE_ZB_H1,
+                LX_RECOMPUTE_NONE);
+  check_planted("the next step's first activation received into a slot in use", ahead_receive_unwaited,
+                LX_SCHEDULE_2BW, LX_RECOMPUTE_NONE);
+  check_planted("the next step's first activation not received", ahead_receive_dropped, LX_SCHEDULE_2BW,
                 LX_RECOMPUTE_NONE);
   check_planted_parallel("a tensor-parallel all-reduce before its op", drop_tp_wait, LX_SCHEDULE_1F1B,
                          LX_RECOMPUTE_FULL, 2, 1);
