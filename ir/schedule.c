@@ -91,11 +91,11 @@ static void append_step(const lx_stage *st, int k, bool fill, bool ahead, int mi
   free(skipped);
 }
 
-/* The programs end a step with every stream drained and the host reading
- * the loss: no instruction of the next step starts before all of this one
- * are done. Events `first` on are the barrier's. */
-static void append_barrier(lx_stage *st, int first) {
-  lx_instr mark = {.layer = -1, .mb = -1};
+/* The programs end a step (k) with every stream drained and the host
+ * reading the loss: no instruction of the next step starts before all of
+ * this one are done. Events `first` on are the barrier's. */
+static void append_barrier(lx_stage *st, int k, int first) {
+  lx_instr mark = {.layer = -1, .mb = -1, .step = k};
   for (int s = 1; s < LX_STREAM_COUNT; s++) {
     mark.event = first + s;
     mark.kind = LX_I_RECORD;
@@ -123,7 +123,7 @@ void lx_unroll_steps(const lx_pipeline *p, int steps, const bool *fill, const bo
     st->n_events = steps * (events + LX_STREAM_COUNT);
     for (int k = 0; k < steps; k++) {
       append_step(&p->stages[s], k, fill[k], ahead[k], p->micro_batches, st);
-      if (k + 1 < steps) append_barrier(st, steps * events + k * LX_STREAM_COUNT);
+      if (k + 1 < steps) append_barrier(st, k, steps * events + k * LX_STREAM_COUNT);
     }
   }
 }

@@ -29,9 +29,10 @@
 /* ---- windows.c ---------------------------------------------------------- */
 
 /* The windows of stage s: every interval where its compute stream idles in
- * the simulation `sim` of p, merged per position (the FWD/BWD it follows),
+ * a simulation of p (`compute_times`: per instruction of the stage's compute
+ * stream, lx_compute_times), merged per position (the FWD/BWD it follows),
  * with capacity length / interference. Replaces p->stages[s].windows. */
-void lx_find_windows(lx_pipeline *p, int s, const lx_simulation *sim, double interference);
+void lx_find_windows(lx_pipeline *p, int s, const lx_interval *compute_times, double interference);
 
 /* For every layer instance of stage s (index (layer - first_layer) *
  * micro_batches + mb): the window positions it may use, lo <= after < due.

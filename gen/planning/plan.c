@@ -120,16 +120,18 @@ static double simulated_time(planner *pl) {
 /* Windows come from the schedule with checkmate's on-demand recompute; its
  * iteration time is what the windowed plan must beat. One simulation gives
  * both: simulating is most of a plan's time on long pipelines. Under 2BW
- * the windows are those of one step's instruction lists run alone, where
- * the pipeline fills and drains; the time is the steady state's. */
+ * both are the steady state's, where the pipeline never drains. */
 static double measure_windows(planner *pl) {
   lx_simulation sim;
-  lx_simulate(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
-  for (int s = 0; s < pl->pipe->pp; s++)
-    lx_find_windows(pl->pipe, s, &sim, pl->cm->interference);
+  lx_simulate_training(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
+  for (int s = 0; s < pl->pipe->pp; s++) {
+    lx_interval *times = lx_compute_times(&sim, pl->pipe, s);
+    lx_find_windows(pl->pipe, s, times, pl->cm->interference);
+    free(times);
+  }
   double t = sim.iteration_time;
   lx_simulation_free(&sim);
-  return pl->pipe->kind == LX_SCHEDULE_2BW ? simulated_time(pl) : t;
+  return t;
 }
 
 /* The model's reserve is an estimate: where the plan still overflows, the

@@ -367,7 +367,35 @@ bool lx_simulate_training(const lx_pipeline *p, const lx_cost_model *cm, lx_timi
   lx_unroll_steps(p, STEPS_2BW, fill, ahead, steps);
   bool ok = simulate(steps, cm, timing, timing_ctx, memory, MEASURED_2BW, out);
   out->unrolled = true;
+  out->measured = MEASURED_2BW;
   return ok;
+}
+
+/* Is u, of step k of p's unrolled lists (lx_unroll_steps), instruction `in` of p? */
+static bool same_instr(const lx_pipeline *p, int s, int k, const lx_instr *in, const lx_instr *u) {
+  int events = p->stages[s].n_events;
+  bool event = in->kind == LX_I_RECORD || in->kind == LX_I_WAIT;
+  return u->step == k && u->kind == in->kind && u->graph == in->graph && u->layer == in->layer &&
+         u->op == in->op && u->mb == (in->mb >= 0 ? in->mb + k * p->micro_batches : in->mb) &&
+         (!event || u->event == in->event + k * events);
+}
+
+lx_interval *lx_compute_times(const lx_simulation *sim, const lx_pipeline *p, int s) {
+  const lx_instr_list *mine = &p->stages[s].streams[LX_STREAM_COMPUTE];
+  const lx_instr_list *theirs = &sim->pipe->stages[s].streams[LX_STREAM_COMPUTE];
+  const lx_interval *times = sim->stages[s].times[LX_STREAM_COMPUTE];
+  lx_interval *out = lx_calloc((size_t)mine->count + 1, sizeof *out);
+  for (int i = 0, j = 0; i < mine->count; i++) {
+    if (!sim->unrolled) {
+      out[i] = times[i];
+      continue;
+    }
+    while (j < theirs->count && theirs->items[j].step < sim->measured)
+      j++;
+    if (j < theirs->count && same_instr(p, s, sim->measured, &mine->items[i], &theirs->items[j]))
+      out[i] = times[j++];
+  }
+  return out;
 }
 
 void lx_simulation_free(lx_simulation *sim) {

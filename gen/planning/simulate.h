@@ -37,6 +37,7 @@ typedef struct {
   double tokens_per_s, mfu, hfu;
   bool deadlocked; /* a generator bug; the heads of the stuck streams were reported */
   bool unrolled;   /* pipe is the simulation's own, unrolled over several steps (2BW) */
+  int measured;    /* then: the step whose times are the iteration's */
 } lx_simulation;
 
 /* Simulates p with the given timing (NULL: the cost model `cm`), applying
@@ -50,6 +51,12 @@ bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn tim
 bool lx_simulate_training(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing,
                           void *timing_ctx, const lx_stage_memory *memory, lx_simulation *out);
 void lx_simulation_free(lx_simulation *sim);
+
+/* Per instruction of stage s's compute stream in p, its interval in `sim`
+ * of p (malloc'd): of p itself, or, unrolled, in the measured step, zero
+ * for what a step with a full pipeline does not run (2BW's fill and the
+ * waits for it). */
+lx_interval *lx_compute_times(const lx_simulation *sim, const lx_pipeline *p, int s);
 
 /* The cost model's price of one instruction (the default timing). */
 double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, const lx_instr *in);

@@ -59,10 +59,9 @@ static int forwards_in(const lx_instr_list *list) {
   return n;
 }
 
-void lx_find_windows(lx_pipeline *p, int s, const lx_simulation *sim, double interference) {
+void lx_find_windows(lx_pipeline *p, int s, const lx_interval *times, double interference) {
   lx_stage *st = &p->stages[s];
   const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
-  const lx_interval *times = sim->stages[s].times[LX_STREAM_COMPUTE];
   int *rec_stream = lx_malloc(sizeof(int) * (size_t)(st->n_events + 1)),
       *rec_pos = lx_malloc(sizeof(int) * (size_t)(st->n_events + 1));
   index_records(st, rec_stream, rec_pos);
