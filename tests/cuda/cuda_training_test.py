@@ -192,7 +192,8 @@ def build_and_train(target, pp, work, data):
 # the CUDA ranks talk through host memory (--comm host, lx_cuda_comm.h); the
 # schedule's streams and events stay as they are. lynx-heu's GPU memory is
 # squeezed so that it recomputes in the pipeline's windows; ZB-H1's later
-# stages run their linears' weight gradients as W passes in the drain.
+# stages run their linears' weight gradients as W passes in the drain; 2BW's
+# steps overlap, and validation drains its pipeline.
 LLAMA = os.path.join(ROOT, "tests", "equivalence", "llama.model")
 WINDOWED = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel", "--policy", "lynx-heu",
             "--gpu-memory", "0.0015", "--allow-oom-plan")
@@ -201,6 +202,8 @@ LAYOUTS = (
     ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),
     ("tiny pp4 checkmate", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--policy", "checkmate")),
     ("tiny pp4 zb-h1", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--schedule", "zb-h1", "--policy", "none")),
+    # PipeDream-2BW: overlapping steps, two weight versions, the delayed update (the CPU run is its reference)
+    ("tiny pp4 2bw", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--schedule", "2bw", "--policy", "none")),
 )
 RELOAD_BOUND = 1e-6  # the same weights through the same kernels: the saved run's last validation loss
 
