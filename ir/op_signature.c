@@ -84,7 +84,7 @@ const lx_operand *lx_op_operands(const lx_op *op, bool backward) {
 bool lx_operand_in_part(lx_operand_kind kind, lx_kernel_part part) {
   bool parameter_grad = kind == LX_OPND_DWEIGHT || kind == LX_OPND_DBIAS;
   switch (part) {
-  case LX_PART_INPUT: return !parameter_grad;
+  case LX_PART_INPUT: return !parameter_grad && kind != LX_OPND_IN; /* dX = dY W: the input is W's */
   case LX_PART_WEIGHT:
     return parameter_grad || (kind != LX_OPND_DIN && kind != LX_OPND_WEIGHT && kind != LX_OPND_BIAS);
   default: return true;

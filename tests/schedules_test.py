@@ -21,9 +21,10 @@ recomputes in windows):
 - 6 steps of ZB-H1 give bitwise 1F1B's per-step losses;
 - so do 4 steps at tp 2 x pp 2 x dp 2 with ZeRO-1 (the GPT; W passes of
   column- and row-parallel linears, buckets reduced after the last W), and
-  with sequence parallelism too, where no W pass is deferred (a linear's
-  backward there reads a tensor gathered into a shared buffer, gone by the
-  W pass);
+  with sequence parallelism too, where each W pass gathers the whole tensor
+  it reads again from the shard kept for it (a column-parallel linear's
+  input, a row-parallel one's output gradient), and its arena is used
+  exactly as planned;
 - ZB-H1's arena is used exactly to the planned extents with dead memory
   poisoned (make check), where W reads output gradients kept in stash slots.
 
@@ -184,21 +185,24 @@ def main():
         got = {s: losses(m) if ok else None for s, (_, m) in runs.items()}
         deferred = False
         if ok:
-            with open(os.path.join(programs["zb-h1"], "stage1.c")) as f:
-                deferred = "weights_block(" in f.read()
-        check(ok and got["1f1b"] == got["zb-h1"] and len(got["1f1b"]) == 4 and deferred == (not extra),
+            with open(os.path.join(programs["zb-h1"], "plan.txt")) as f:  # stage 1's line (stage 0's lag is 0)
+                deferred = "W passes   the weight gradients of 4 linears per layer" in f.read()
+        check(ok and got["1f1b"] == got["zb-h1"] and len(got["1f1b"]) == 4 and deferred,
               "gpt tp=2 pp=2 dp=2 %s: ZB-H1 (%s) gives bitwise 1F1B's losses %s" % (
                   label, "W passes" if deferred else "no W pass", got["zb-h1"]))
     # The memory plan, measured, where W reads what it keeps in its pools.
-    for policy in ("none", "lynx-heu"):
-        program = generate(work, "mem-zb-%s" % policy, model, "--pp", "4", "--schedule", "zb-h1",
-                           *POLICIES[policy], target="check", quick=True)
+    sp = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel")
+    for label, layout, policy, stages_of in (("pp=4 none", ("--pp", "4"), "none", 4),
+                                             ("pp=4 lynx-heu", ("--pp", "4"), "lynx-heu", 4),
+                                             ("tp=2 pp=2 dp=2 ZeRO-1 sequence-parallel", sp, "none", 2)):
+        program = generate(work, "mem-zb-%s" % label.replace(" ", "-").replace("=", ""), model, *layout,
+                           "--schedule", "zb-h1", *POLICIES[policy], target="check", quick=True)
         r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
         out = r.stdout if r else ""
         stages = [l for l in out.splitlines() if l.startswith("memory: stage")]
-        ok = r is not None and r.returncode == 0 and len(stages) == 4 and all("as planned" in l for l in stages)
-        check(ok, "ZB-H1 pp=4 %s: each stage's arena is used exactly to the planned extents, poison never read"
-              % policy)
+        ranks = stages_of * (4 if layout == sp else 1)
+        ok = r is not None and r.returncode == 0 and len(stages) == ranks and all("as planned" in l for l in stages)
+        check(ok, "ZB-H1 %s: each stage's arena is used exactly to the planned extents, poison never read" % label)
         if not ok:
             print(out[-3000:] + (r.stderr[-2000:] if r else ""))
     pipedream_2bw(work)

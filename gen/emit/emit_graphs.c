@@ -75,8 +75,10 @@ static void print_weights_function(const lx_printer *pr, const lx_graph_printer 
   weights.weight_pass = true;
   print_head(pr, "weights", LX_GRAPH_BLOCK);
   for (int i = pr->ir->block.n_ops - 1; i >= 0; i--)
-    if (lx_defers_weight_grad(pr->ir, pr->st, LX_GRAPH_BLOCK, i))
+    if (lx_defers_weight_grad(pr->ir, pr->st, LX_GRAPH_BLOCK, i)) {
+      gp->collective(&weights, LX_GRAPH_BLOCK, i, true, LX_T_OUTPUT, true);
       gp->backward_op(&weights, LX_GRAPH_BLOCK, i);
+    }
   fputs("}\n", pr->out);
 }
 

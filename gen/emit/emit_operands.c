@@ -282,7 +282,12 @@ void emit_tp_collective_operands(const lx_printer *pr, lx_graph_id g, int i, boo
 
 void emit_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role,
                               bool before, lx_tp_call_printer print, const char *arg) {
-  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, emit_op_at(pr, g, i), backward);
+  const lx_op *op = emit_op_at(pr, g, i);
+  lx_tp_collectives c = lx_tp_collectives_of(pr->ir, op, backward);
+  if (before && backward) {
+    lx_instr in = printed_instr(pr, g, i, role, true);
+    c.gather_before = lx_backward_gathers(pr->ir, op, lx_instr_part(pr->ir, pr->st, &in));
+  }
   if (before ? !c.gather_before : !c.reduce_after) return;
   lx_tp_collective coll = before ? LX_COLL_ALLGATHER : c.reduce;
   lx_tp_operands t;

@@ -38,8 +38,12 @@ int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches)
 bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id graph, int op) {
   if (st->weight_lag == 0 || graph != LX_GRAPH_BLOCK) return false;
   const lx_op *o = &ir->block.ops[op];
-  return o->kind == LX_OP_LINEAR && !st->decisions[o->inputs[0]].drop_output &&
-         !lx_tp_collectives_of(ir, o, true).gather_before;
+  return o->kind == LX_OP_LINEAR && !st->decisions[o->inputs[0]].drop_output;
+}
+
+bool lx_backward_gathers(const lx_ir *ir, const lx_op *op, lx_kernel_part part) {
+  return lx_tp_collectives_of(ir, op, true).gather_before &&
+         !(part == LX_PART_INPUT && op->tp_role == LX_TP_COLUMN);
 }
 
 lx_kernel_part lx_instr_part(const lx_ir *ir, const lx_stage *st, const lx_instr *in) {

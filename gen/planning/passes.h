@@ -46,12 +46,16 @@ int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches)
 /* Whether the BWD of op `op` of graph `graph` leaves its parameter gradients
  * to a BWD_WEIGHT instruction on stage st: a block linear (its weight
  * product is half its backward) where the stage has a weight lag, whose
- * input the stage keeps (a recomputed one is gone by the W pass) and whose
- * output gradient is its own (not one sequence parallelism gathered into a
- * shared buffer). */
+ * input the stage keeps (a recomputed one is gone by the W pass). */
 bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id graph, int op);
 /* Which part of its op's kernel an instruction runs (op_signature.h). */
 lx_kernel_part lx_instr_part(const lx_ir *ir, const lx_stage *st, const lx_instr *in);
+/* Under sequence parallelism, whether `part` of op's backward reads a whole
+ * tensor gathered from shards just before it: a column-parallel linear's
+ * input (for its weight gradient), a row-parallel one's output gradient (for
+ * both). A zero-bubble B of a column-parallel linear needs no gather; its W
+ * pass gathers the input again, from the shard held for it. */
+bool lx_backward_gathers(const lx_ir *ir, const lx_op *op, lx_kernel_part part);
 /* Sequence parallelism in effect (tp > 1): replicated activations are sequence shards. */
 bool lx_sequence_parallel(const lx_ir *ir);
 

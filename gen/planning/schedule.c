@@ -150,12 +150,20 @@ static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int 
   if (c.reduce_after) tp_collective(b, in, whole_bytes(b, op->out_bytes), false, c.reduce);
 }
 
+/* Under sequence parallelism: the whole tensor (part of) op's backward reads, gathered. */
+static void gather_for_backward(builder *b, lx_instr in) {
+  const lx_graph *g = lx_graph_of(b->ir, in.graph);
+  const lx_op *op = &g->ops[in.op];
+  if (lx_backward_gathers(b->ir, op, lx_instr_part(b->ir, b->st, &in)))
+    tp_collective(b, in, gathered_bytes(b, g, op, true), true, LX_COLL_ALLGATHER);
+}
+
 static void run_backward_op(builder *b, lx_graph_id gid, int layer, int i, int mb) {
   const lx_graph *g = lx_graph_of(b->ir, gid);
   const lx_op *op = &g->ops[i];
   lx_instr in = {.kind = LX_I_BWD, .graph = gid, .layer = layer, .op = i, .mb = mb};
   lx_tp_collectives c = lx_tp_collectives_of(b->ir, op, true);
-  if (c.gather_before) tp_collective(b, in, gathered_bytes(b, g, op, true), true, LX_COLL_ALLGATHER);
+  gather_for_backward(b, in);
   emit(b, LX_STREAM_COMPUTE, in);
   pass_emitted(b);
   if (c.reduce_after) tp_collective(b, in, whole_bytes(b, input_bytes(g, op)), true, c.reduce);
@@ -221,16 +229,18 @@ static void backward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
 }
 
 /* Zero bubble's W pass of micro-batch mb: the parameter gradients its
- * backward left out, layer by layer from the top as the backward went. Its
- * held and weight-gradient slots are free after it. */
+ * backward left out, layer by layer from the top as the backward went (under
+ * sequence parallelism each after gathering the whole tensor it reads from
+ * its shard). Its held and weight-gradient slots are free after it. */
 static void weight_pass(builder *b, int mb) {
   const lx_graph *g = &b->ir->block;
   const lx_stage *st = b->st;
   for (int l = st->first_layer + st->n_layers - 1; l >= st->first_layer; l--) {
     for (int i = g->n_ops - 1; i >= 0; i--) {
       if (!lx_defers_weight_grad(b->ir, st, LX_GRAPH_BLOCK, i)) continue;
-      emit(b, LX_STREAM_COMPUTE,
-           (lx_instr){.kind = LX_I_BWD_WEIGHT, .graph = LX_GRAPH_BLOCK, .layer = l, .op = i, .mb = mb});
+      lx_instr in = {.kind = LX_I_BWD_WEIGHT, .graph = LX_GRAPH_BLOCK, .layer = l, .op = i, .mb = mb};
+      gather_for_backward(b, in);
+      emit(b, LX_STREAM_COMPUTE, in);
     }
     if (mb == b->pipe->micro_batches - 1) reduce_graph_buckets(b, LX_GRAPH_BLOCK, l);
   }

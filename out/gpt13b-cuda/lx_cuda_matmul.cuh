@@ -271,7 +271,7 @@ LX_CUDA_API void lx_linear_backward(const lx_ctx *ctx,
                                     float *dweight,        // (OC, C) or NULL (zero bubble's B pass)
                                     float *dbias,          // (OC) or NULL
                                     const lx_bf16 *dout,   // (BT, OC)
-                                    const lx_bf16 *inp,    // (BT, C)
+                                    const lx_bf16 *inp,    // (BT, C), or NULL when dweight is
                                     const lx_bf16 *weight, // (OC, C)
                                     int BT, int C, int OC) {
   if (dinp)

@@ -76,7 +76,7 @@ static inline void lx_linear_backward(const lx_ctx *ctx,
                                       real *dweight,      // (OC, C) or NULL
                                       real *dbias,        // (OC) or NULL
                                       const real *dout,   // (BT, OC)
-                                      const real *inp,    // (BT, C)
+                                      const real *inp,    // (BT, C), or NULL when dweight is
                                       const real *weight, // (OC, C)
                                       int BT, int C, int OC) {
   if (dinp) lx_gemm(0, 0, BT, C, OC, 1, dout, weight, 1, dinp);

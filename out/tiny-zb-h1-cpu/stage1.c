@@ -284,14 +284,14 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   /* d dropout(...)  tiny.model:79 */
   lx_dropout_backward(ctx, block_linear_3_grad(layer, mb), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:79 */
-  lx_linear_backward(ctx, block_gelu_0_grad(), NULL, NULL, block_linear_3_grad(layer, mb), block_gelu_0(layer, mb),
+  lx_linear_backward(ctx, block_gelu_0_grad(), NULL, NULL, block_linear_3_grad(layer, mb), NULL,
       block_linear_3_weight(layer), BT, 256, 64);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(layer, mb), block_gelu_0_grad(), block_linear_2(layer, mb),
       (size_t)BT * 256);
   /* d linear(...)  tiny.model:78 */
-  lx_linear_backward(ctx, block_layernorm_1_grad(), NULL, NULL, block_linear_2_grad(layer, mb),
-      block_layernorm_1(layer, mb), block_linear_2_weight(layer), BT, 64, 256);
+  lx_linear_backward(ctx, block_layernorm_1_grad(), NULL, NULL, block_linear_2_grad(layer, mb), NULL,
+      block_linear_2_weight(layer), BT, 64, 256);
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
@@ -301,13 +301,13 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   /* d dropout(...)  tiny.model:75 */
   lx_dropout_backward(ctx, block_linear_1_grad(layer, mb), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d linear(...)  tiny.model:75 */
-  lx_linear_backward(ctx, block_attention_0_grad(), NULL, NULL, block_linear_1_grad(layer, mb),
-      block_attention_0(layer, mb), block_linear_1_weight(layer), BT, 64, 64);
+  lx_linear_backward(ctx, block_attention_0_grad(), NULL, NULL, block_linear_1_grad(layer, mb), NULL,
+      block_linear_1_weight(layer), BT, 64, 64);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(layer, mb), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
-  lx_linear_backward(ctx, block_layernorm_0_grad(), NULL, NULL, block_qkv_grad(layer, mb), block_layernorm_0(layer, mb),
+  lx_linear_backward(ctx, block_layernorm_0_grad(), NULL, NULL, block_qkv_grad(layer, mb), NULL,
       block_qkv_weight(layer), BT, 64, 192);
   /* d layernorm(...)  tiny.model:72 */
   lx_layernorm_backward(ctx, layer_input_grad(layer, mb), GRAD_OF(block_layernorm_0_weight(layer)),
