@@ -44,6 +44,7 @@ while the delay itself changes step 2's loss by about 3e-2 relative. Checks:
   matches the delayed reference, and not the synchronous one;
 - its programs run the next step's first forwards in this step's drain
   (`if (ahead)`), and its plan.txt says the training is not synchronous;
+- its gradients match central finite differences of the loss (--gradcheck);
 - its arena, with the second weight version, is used exactly as planned.
 """
 import os
@@ -261,6 +262,12 @@ def pipedream_2bw(work):
             plan = f.read()
         check(ahead and "not synchronous training" in plan,
               "%s: stage 0 runs the next step's forwards ahead; plan.txt says it is not synchronous training" % label)
+    # the backward takes its gradients at the weights its forward used (the previous version): central
+    # differences of the forward-only pass (the live weights, equal to them before the first step) agree
+    program = generate(work, "grad-2bw", model, "--pp", "2", "--schedule", "2bw", target="gradcheck")
+    r, _ = train(program, work, "--gradcheck", variant="-gradcheck") if program else (None, None)
+    check(r is not None and r.returncode == 0 and " 0 failed" in r.stdout,
+          "2BW pp=2: every parameter's gradient matches central finite differences of the loss (--gradcheck)")
     program = generate(work, "mem-2bw", model, "--pp", "4", "--schedule", "2bw", *POLICIES["lynx-heu"],
                        target="check", quick=True)
     r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
