@@ -456,6 +456,7 @@ def check_schedule_svg(name, out_dir, case, m, runs, spans, plan=None):
     words = texts(legend[0]) if legend else []
     want = {"forward", "backward", "idle (bubble)"} | ({"recompute"} if case["policy"] != "none" else set())
     want |= {"weight gradients (W)"} if case["schedule"] == "zb-h1" else set()
+    want |= {"next step's forward (2BW)"} if case["schedule"] == "2bw" else set()
     check(want <= set(words), f"{name}: the legend names {sorted(want)} ({words})")
     boxes = groups(root, "boxes")
     labels = [t for g in boxes for t in texts(g)]

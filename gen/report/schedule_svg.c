@@ -11,15 +11,17 @@
 
 /* CSS class in schedule.svg, and the legend's words for it. */
 static const char *paint_class(lx_paint p) {
-  static const char *names[] = {"fwd", "bwd", "wgt", "rec", "p2p", "tp", "dp", "opt", "evt"};
+  static const char *names[] = {"fwd", "fwd ahead", "bwd", "wgt", "rec", "p2p", "tp", "dp", "opt", "evt"};
   _Static_assert(sizeof names / sizeof names[0] == PAINT_COUNT, "one class per paint");
   return names[p];
 }
 
 static const char *paint_legend(lx_paint p) {
-  static const char *names[] = {"forward",       "backward",       "weight gradients (W)",
-                                "recompute",     "send / recv",    "tp all-reduce",
-                                "dp all-reduce", "optimizer step", "event"};
+  static const char *names[] = {"forward",        "next step's forward (2BW)",
+                                "backward",       "weight gradients (W)",
+                                "recompute",      "send / recv",
+                                "tp all-reduce",  "dp all-reduce",
+                                "optimizer step", "event"};
   _Static_assert(sizeof names / sizeof names[0] == PAINT_COUNT, "one legend entry per paint");
   return names[p];
 }
@@ -53,7 +55,7 @@ static double time_x(const timeline *tl, double t) { return LABEL_WIDTH + t * tl
 static bool stream_takes_time(const lx_pipeline *p, int k) {
   for (int s = 0; s < p->pp; s++)
     for (int i = 0; i < p->stages[s].streams[k].count; i++)
-      if (lx_paint_of(p->stages[s].streams[k].items[i].kind) != PAINT_NONE) return true;
+      if (lx_paint_of(&p->stages[s].streams[k].items[i]) != PAINT_NONE) return true;
   return false;
 }
 
@@ -91,7 +93,8 @@ static void put_svg_style(FILE *out) {
         ".title{font-size:16px;font-weight:bold}.sub{font-size:12px;fill:#444}\n"
         ".stage{font-size:12px;font-weight:bold}.layers{font-size:10px;fill:#555}\n"
         ".lane{font-size:8px;fill:#666}.tick{font-size:10px;fill:#444}.mb{font-size:10px;fill:#fff}\n"
-        ".fwd{fill:#4e79a7}.bwd{fill:#59a14f}.wgt{fill:#8cd17d}.rec{fill:#f28e2b}.p2p{fill:#76b7b2}\n"
+        ".fwd{fill:#4e79a7}.ahead{fill:#a0cbe8}.bwd{fill:#59a14f}.wgt{fill:#8cd17d}.rec{fill:#f28e2b}.p2p{"
+        "fill:#76b7b2}\n"
         ".tp{fill:#edc948}.dp{fill:#b07aa1}.opt{fill:#9c755f}.edge{stroke:#fff;stroke-width:0.6}\n"
         ".grid{stroke:#e3e3e3;stroke-width:1}.axis{stroke:#444;stroke-width:1}\n"
         ".win{fill:#f28e2b;fill-opacity:0.2;stroke:#c0392b;stroke-width:1.2;stroke-dasharray:3 2}\n"
@@ -162,6 +165,7 @@ static void put_lane_backgrounds(const timeline *tl, int s) {
  * as one box. */
 typedef struct {
   lx_instr_kind kind;
+  lx_paint paint;
   int mb;
   double start, end;
   int count;
@@ -210,7 +214,7 @@ static void put_box_label(const timeline *tl, const box *b, double x, double wid
 }
 
 static void put_box(timeline *tl, int s, int k, const box *b, lane_labels *labels) {
-  lx_paint pt = lx_paint_of(b->kind);
+  lx_paint pt = b->paint;
   double x = time_x(tl, b->start), width = (b->end - b->start) * tl->px_per_s;
   int y = row_y(tl, s) + lane_y(tl, k);
   int height = k == LX_STREAM_COMPUTE ? MAIN_LANE : SUB_LANE;
@@ -238,14 +242,20 @@ static void put_lane_boxes(timeline *tl, int s, int k) {
   for (int i = 0; i < list->count; i++) {
     const lx_instr *in = &list->items[i];
     const lx_interval *t = lx_interval_of(tl->sim, s, k, i);
-    if (lx_paint_of(in->kind) == PAINT_NONE || !t) continue;
+    if (lx_paint_of(in) == PAINT_NONE || !t) continue;
     if (extends(tl, &b, in, t)) {
       if (t->end > b.end) b.end = t->end;
       b.count++;
       continue;
     }
     if (b.count) put_box(tl, s, k, &b, &labels);
-    b = (box){.kind = in->kind, .mb = in->mb, .start = t->start, .end = t->end, .count = 1, .first = i};
+    b = (box){.kind = in->kind,
+              .paint = lx_paint_of(in),
+              .mb = in->mb,
+              .start = t->start,
+              .end = t->end,
+              .count = 1,
+              .first = i};
   }
   if (b.count) put_box(tl, s, k, &b, &labels);
 }

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-lx_paint lx_paint_of(lx_instr_kind k) {
-  switch (k) {
-  case LX_I_FWD: return PAINT_FORWARD;
+lx_paint lx_paint_of(const lx_instr *in) {
+  switch (in->kind) {
+  case LX_I_FWD: return in->ahead ? PAINT_AHEAD : PAINT_FORWARD;
   case LX_I_BWD: return PAINT_BACKWARD;
   case LX_I_BWD_WEIGHT: return PAINT_WEIGHTS;
   case LX_I_RECOMPUTE: return PAINT_RECOMPUTE;

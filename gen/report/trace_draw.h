@@ -13,6 +13,7 @@
 /* What a trace viewer groups by ("cat") and what the SVGs colour by. */
 typedef enum {
   PAINT_FORWARD,
+  PAINT_AHEAD, /* 2BW: a forward of the next step, run in this one's drain */
   PAINT_BACKWARD,
   PAINT_WEIGHTS, /* zero bubble's W passes */
   PAINT_RECOMPUTE,
@@ -24,7 +25,7 @@ typedef enum {
   PAINT_COUNT
 } lx_paint;
 
-lx_paint lx_paint_of(lx_instr_kind k);
+lx_paint lx_paint_of(const lx_instr *in);
 
 bool lx_is_finite(double x);
 /* The interval of instruction i of a stream, or NULL when the simulation did

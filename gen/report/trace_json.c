@@ -18,8 +18,8 @@
 
 /* The trace-event category: both all-reduces are "collective". */
 static const char *category_name(lx_paint p) {
-  static const char *names[] = {"forward",    "backward",   "weights",   "recompute", "p2p",
-                                "collective", "collective", "optimizer", "event"};
+  static const char *names[] = {"forward", "forward",    "backward",   "weights",   "recompute",
+                                "p2p",     "collective", "collective", "optimizer", "event"};
   _Static_assert(sizeof names / sizeof names[0] == PAINT_COUNT, "one category per paint");
   return names[p];
 }
@@ -137,7 +137,7 @@ static cJSON *span_event(const char *name, const char *category, int s, int tid,
 static void put_instr_event(lx_json_stream *trace, const lx_simulation *sim, int s, int k, int i) {
   const lx_instr *in = &sim->pipe->stages[s].streams[k].items[i];
   const lx_interval *t = lx_interval_of(sim, s, k, i);
-  lx_paint pt = lx_paint_of(in->kind);
+  lx_paint pt = lx_paint_of(in);
   if (pt == PAINT_NONE || !t) return; /* events take no time; unreached ones have none */
   char name[160];
   lx_describe_shown(sim->pipe, in, name, sizeof name);
