@@ -504,6 +504,11 @@ static void print_summary(const products *out) {
 
 static bool plan_is_open(const lx_open_plan *p) { return p->tp || p->pp || p->dp || p->micro_batch; }
 
+static lx_search_request search_request(const options *opts) {
+  return (lx_search_request){opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
+                             opts->search_seconds};
+}
+
 /* When the model leaves parallel-plan fields open, the plan search picks them;
  * the IR is then analysed again for the chosen plan. */
 static bool choose_open_plan(const options *opts, lx_ir *ir) {
@@ -514,8 +519,7 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
              "micro_batch");
     return false;
   }
-  lx_search_request req = {opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
-                           opts->search_seconds};
+  lx_search_request req = search_request(opts);
   lx_candidate best;
   lx_search_stats stats;
   bool found = lx_search_plan(ir, &req, &best, &stats, opts->explain ? stdout : NULL);
@@ -543,8 +547,7 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
 /* --explain under 2BW: what it gains or costs against 1F1B, policy by policy. */
 static void explain_2bw(const options *opts, const lx_ir *ir) {
   if (!opts->explain || ir->plan.schedule != LX_SCHEDULE_2BW) return;
-  lx_search_request req = {opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
-                           opts->search_seconds};
+  lx_search_request req = search_request(opts);
   lx_explain_2bw(ir, &req, stdout);
 }
 

@@ -155,7 +155,6 @@ static void repair(planner *pl) {
   }
 }
 
-
 static bool fits_memory(planner *pl) {
   int pp = pl->pipe->pp;
   lx_stage_memory *mem = lx_calloc((size_t)(pp > 0 ? pp : 1), sizeof *mem);

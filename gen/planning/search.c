@@ -23,6 +23,20 @@
 
 static bool divides(int a, int b) { return a > 0 && b % a == 0; }
 
+/* Candidates report their own errors; a search reports only its verdict.
+ * The sink to give back to unmute, which also forgets what was counted. */
+static FILE *mute_diagnostics(void) {
+  FILE *quiet = fopen("/dev/null", "w");
+  lx_diag_set_sink(quiet);
+  return quiet;
+}
+
+static void unmute_diagnostics(FILE *quiet) {
+  lx_diag_set_sink(NULL);
+  if (quiet) fclose(quiet);
+  lx_diag_reset(); /* a search starts from a model without errors */
+}
+
 /* Runs one candidate on a working copy of the analysed `ir`; fills time,
  * peak and why it failed, if it did. */
 static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_candidate *c) {
@@ -199,13 +213,9 @@ bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate 
   int n = enumerate(ir, NULL);
   lx_candidate *all = lx_calloc((size_t)n + 1, sizeof *all);
   *stats = (lx_search_stats){.feasible = enumerate(ir, all)};
-  /* candidates report their own errors; a search reports only its verdict */
-  FILE *quiet = fopen("/dev/null", "w");
-  lx_diag_set_sink(quiet);
+  FILE *quiet = mute_diagnostics();
   try_candidates(ir, req, all, stats);
-  lx_diag_set_sink(NULL);
-  if (quiet) fclose(quiet);
-  lx_diag_reset(); /* a search starts from a model without errors */
+  unmute_diagnostics(quiet);
   qsort(all, (size_t)stats->tried, sizeof *all, by_time);
   if (explain) explain_search(ir, req, all, stats, explain);
   bool found = stats->tried > 0 && all[0].fits && !all[0].comparison;
@@ -254,21 +264,18 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
           ir->plan.tp, ir->plan.pp, ir->plan.dp, ir->plan.micro_batch);
   fprintf(explain, "  %-10s %12s %9s %12s %9s  %s\n", "policy", "1f1b", "peak GiB", "2bw", "peak GiB",
           "verdict");
-  FILE *quiet = fopen("/dev/null", "w");
   for (int k = 0; k < LX_RECOMPUTE_POLICY_COUNT; k++) {
     lx_search_request one = *req;
     one.policy = (lx_recompute_policy)k;
     lx_candidate sync = on_plan(ir, LX_SCHEDULE_1F1B), bw = on_plan(ir, LX_SCHEDULE_2BW);
-    lx_diag_set_sink(quiet);
+    FILE *quiet = mute_diagnostics();
     evaluate(ir, &one, &sync);
     evaluate(ir, &one, &bw);
-    lx_diag_set_sink(NULL);
+    unmute_diagnostics(quiet);
     char verdict[224];
     verdict_2bw(&sync, &bw, verdict, sizeof verdict);
     fprintf(explain, "  %-10s %9.1f ms %9.2f %9.1f ms %9.2f  %s\n", lx_recompute_policy_name(one.policy),
             1e3 * sync.time_s, sync.peak_bytes / (1 << 30), 1e3 * bw.time_s, bw.peak_bytes / (1 << 30),
             verdict);
   }
-  if (quiet) fclose(quiet);
-  lx_diag_reset();
 }

@@ -31,11 +31,14 @@ static const lx_instr *head(const sim_state *s, int stage, lx_stream k) {
   return i < list->count ? &list->items[i] : NULL;
 }
 
+/* Does `in` count in the step measured (-1: every step counts)? */
+static bool in_step(const lx_instr *in, int measured) { return measured < 0 || in->step == measured; }
+
 static void finish(sim_state *s, int stage, lx_stream k, double start, double end) {
   int i = s->next[k][stage]++;
   lx_instr_kind kind = s->p->stages[stage].streams[k].items[i].kind;
   s->out->stages[stage].times[k][i] = (lx_interval){start, end};
-  bool counted = s->measured < 0 || s->p->stages[stage].streams[k].items[i].step == s->measured;
+  bool counted = in_step(&s->p->stages[stage].streams[k].items[i], s->measured);
   if (kind != LX_I_WAIT && kind != LX_I_RECORD && counted) s->out->stages[stage].busy[k] += end - start;
   s->free_at[k][stage] = end;
 }
@@ -170,8 +173,6 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
 }
 
 /* ---- summary ------------------------------------------------------------- */
-
-static bool in_step(const lx_instr *in, int measured) { return measured < 0 || in->step == measured; }
 
 static void summarize_stage(const lx_pipeline *p, int stage, int measured, lx_stage_timeline *tl) {
   const lx_instr_list *compute = &p->stages[stage].streams[LX_STREAM_COMPUTE];

@@ -475,7 +475,6 @@ static void check_not_clobbered(stage_check *c, const access_rec *a, const int d
     }
 }
 
-
 static void check_read(stage_check *c, const access_rec *a) {
   int first, end;
   writers_of(c, &a->key, &first, &end);

@@ -113,9 +113,10 @@ static long long owned_part(const lx_param_tensor *t, long long *lo, long long *
   return s.grad_first + (*lo - s.own_first);
 }
 
-/* PipeDream-2BW: the version the steps compute with starts as the live one
- * (W(-1) = W(0): the first two steps take gradients at the initial weights). */
-static void start_weight_versions(void) {
+/* 2BW: the live weights become the previous version, the one the next step
+ * computes with. At the start (W(-1) = W(0)) the first two steps take their
+ * gradients at the initial weights. */
+static void keep_previous_weights(void) {
   if (STEPS_OVERLAP) memcpy(PREVIOUS_WEIGHTS, PARAMS, (size_t)PARAM_ELEMENTS * sizeof(real));
 }
 
@@ -227,8 +228,7 @@ static double global_grad_norm(void) {
  * (weight decay only on the tensors that decay: lx_param_tensor); under
  * ZeRO-1 the replicas then hand each other their updated shares. */
 static void optimizer_step(const lx_train_settings *train, int step, double lr, double *grad_norm) {
-  /* 2BW: W(t+1) = W(t) - update(gradient at W(t-1)); the next step computes with W(t) */
-  if (STEPS_OVERLAP) memcpy(PREVIOUS_WEIGHTS, PARAMS, (size_t)PARAM_ELEMENTS * sizeof(real));
+  keep_previous_weights(); /* 2BW: W(t+1) = W(t) - update(gradient at W(t-1)) */
   sum_tied_gradients();
   sum_sequence_parallel_gradients();
   *grad_norm = global_grad_norm();
@@ -433,7 +433,7 @@ int main(int argc, char **argv) {
   seed = o.train.seed;
   if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
   else initialize_parameters(o.train.seed);
-  start_weight_versions(); /* a resumed run reads both versions */
+  keep_previous_weights(); /* a resumed run reads both versions */
   loader = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);
   if (o.gradcheck) {

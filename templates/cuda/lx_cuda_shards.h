@@ -108,17 +108,28 @@ static inline void copy_masters(float *weights, cudaMemcpyKind direction) {
   }
 }
 
+/* PARAM_ELEMENTS weights between the host's fp32 and a bf16 array of the
+ * arena (the live weights, or 2BW's previous ones), rounded on the way in. */
+static inline void copy_bf16_weights(lx_bf16 *device, float *host, cudaMemcpyKind direction) {
+  size_t bytes = (size_t)PARAM_ELEMENTS * sizeof(lx_bf16);
+  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC(bytes);
+  if (direction == cudaMemcpyHostToDevice) {
+    for (long long i = 0; i < PARAM_ELEMENTS; i++) rounded[i] = __float2bfloat16(host[i]);
+    CUDA_CHECK(cudaMemcpy(device, rounded, bytes, cudaMemcpyHostToDevice));
+  } else {
+    CUDA_CHECK(cudaMemcpy(rounded, device, bytes, cudaMemcpyDeviceToHost));
+    for (long long i = 0; i < PARAM_ELEMENTS; i++) host[i] = __bfloat162float(rounded[i]);
+  }
+  free(rounded);
+}
+
 /* The file's fp32 weights become the masters as they are and, rounded, the
  * bf16 weights; the optimizer state stays zero. */
 static inline void load_checkpoint(const char *path) {
   float *weights = (float *)LX_CALLOC((size_t)PARAM_ELEMENTS, sizeof(float));
-  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC((size_t)PARAM_ELEMENTS * sizeof(lx_bf16));
   read_checkpoint(path, weights);
-  for (long long i = 0; i < PARAM_ELEMENTS; i++)
-    rounded[i] = __float2bfloat16(weights[i]);
-  CUDA_CHECK(cudaMemcpy(PARAMS, rounded, (size_t)PARAM_ELEMENTS * sizeof(lx_bf16), cudaMemcpyHostToDevice));
+  copy_bf16_weights(PARAMS, weights, cudaMemcpyHostToDevice);
   copy_masters(weights, cudaMemcpyHostToDevice);
-  free(rounded);
   free(weights);
 }
 
@@ -145,19 +156,7 @@ static void export_weights(const char *llmc, const char *hf) {
  * under 2BW, previous weights (the bf16 ones the steps compute with). */
 static float *state_host[4];
 
-/* 2BW's previous weights, between the arena's bf16 and the host's fp32. */
-static inline void copy_previous_weights(float *host, int upload) {
-  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC((size_t)PARAM_ELEMENTS * sizeof(lx_bf16));
-  lx_bf16 *previous = (lx_bf16 *)(arena + REGION_previous);
-  if (upload) {
-    for (long long i = 0; i < PARAM_ELEMENTS; i++) rounded[i] = __float2bfloat16(host[i]);
-    CUDA_CHECK(cudaMemcpy(previous, rounded, (size_t)PARAM_ELEMENTS * sizeof(lx_bf16), cudaMemcpyHostToDevice));
-  } else {
-    CUDA_CHECK(cudaMemcpy(rounded, previous, (size_t)PARAM_ELEMENTS * sizeof(lx_bf16), cudaMemcpyDeviceToHost));
-    for (long long i = 0; i < PARAM_ELEMENTS; i++) host[i] = __bfloat162float(rounded[i]);
-  }
-  free(rounded);
-}
+#define PREVIOUS_WEIGHTS ((lx_bf16 *)(arena + REGION_previous)) /* 2BW: the weights before the last update */
 
 static void state_arrays(float *arrays[4], int saving) {
   const size_t sizes[4] = {(size_t)PARAM_ELEMENTS, (size_t)OPTIMIZER_ELEMENTS, (size_t)OPTIMIZER_ELEMENTS,
@@ -168,7 +167,7 @@ static void state_arrays(float *arrays[4], int saving) {
     copy_masters(state_host[0], cudaMemcpyDeviceToHost);
     CUDA_CHECK(cudaMemcpy(state_host[1], arena + REGION_adam_m, sizes[1] * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(state_host[2], arena + REGION_adam_v, sizes[2] * 4, cudaMemcpyDeviceToHost));
-    if (STEPS_OVERLAP) copy_previous_weights(state_host[3], 0);
+    if (STEPS_OVERLAP) copy_bf16_weights(PREVIOUS_WEIGHTS, state_host[3], cudaMemcpyDeviceToHost);
   }
   for (int i = 0; i < 4; i++) arrays[i] = state_host[i];
 }
@@ -191,25 +190,27 @@ static int weights_finite(void) {
 /* A resume read every weight of the rank: the masters of its shares, and
  * the bf16 weights rounded from them (as every step makes them). */
 static void state_restored(void) {
-  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC((size_t)PARAM_ELEMENTS * sizeof(lx_bf16));
-  for (long long i = 0; i < PARAM_ELEMENTS; i++)
-    rounded[i] = __float2bfloat16(state_host[0][i]);
-  CUDA_CHECK(cudaMemcpy(PARAMS, rounded, (size_t)PARAM_ELEMENTS * sizeof(lx_bf16), cudaMemcpyHostToDevice));
-  free(rounded);
+  copy_bf16_weights(PARAMS, state_host[0], cudaMemcpyHostToDevice);
   copy_masters(state_host[0], cudaMemcpyHostToDevice);
   CUDA_CHECK(cudaMemcpy(arena + REGION_adam_m, state_host[1], (size_t)OPTIMIZER_ELEMENTS * 4,
                         cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(arena + REGION_adam_v, state_host[2], (size_t)OPTIMIZER_ELEMENTS * 4,
                         cudaMemcpyHostToDevice));
-  if (STEPS_OVERLAP) copy_previous_weights(state_host[3], 1);
+  if (STEPS_OVERLAP) copy_bf16_weights(PREVIOUS_WEIGHTS, state_host[3], cudaMemcpyHostToDevice);
+}
+
+/* 2BW: the live weights become the previous version, the one the next step computes with. */
+static void keep_previous_weights(cudaStream_t s) {
+  if (STEPS_OVERLAP)
+    CUDA_CHECK(cudaMemcpyAsync(PREVIOUS_WEIGHTS, PARAMS, (size_t)PARAM_ELEMENTS * PARAM_ELT,
+                               cudaMemcpyDeviceToDevice, s));
 }
 
 /* PipeDream-2BW: the version the steps compute with starts as the live one
  * (W(-1) = W(0): the first two steps take gradients at the initial weights). */
 static void start_weight_versions(void) {
-  if (STEPS_OVERLAP)
-    CUDA_CHECK(cudaMemcpy(arena + REGION_previous, arena + REGION_params, (size_t)PARAM_ELEMENTS * PARAM_ELT,
-                          cudaMemcpyDeviceToDevice));
+  keep_previous_weights(streams[STREAM_COMPUTE]);
+  CUDA_CHECK(cudaStreamSynchronize(streams[STREAM_COMPUTE]));
 }
 
 /* ---- the optimizer step ---------------------------------------------------- */
@@ -269,10 +270,7 @@ enum { LOSS_SLOTS = MICRO_BATCHES + 2 };
 static inline void optimizer_step(const lx_train_settings *train, int step, double lr) {
   cudaStream_t s = streams[STREAM_COMPUTE];
   float *grads = (float *)(arena + REGION_grads), *clip = CLIP_FACTOR;
-  /* 2BW: W(t+1) = W(t) - update(gradient at W(t-1)); the next step computes with W(t) */
-  if (STEPS_OVERLAP)
-    CUDA_CHECK(cudaMemcpyAsync(arena + REGION_previous, arena + REGION_params, (size_t)PARAM_ELEMENTS * PARAM_ELT,
-                               cudaMemcpyDeviceToDevice, s));
+  keep_previous_weights(s); /* 2BW: W(t+1) = W(t) - update(gradient at W(t-1)) */
   sum_tied_gradients(grads, s);
   sum_sequence_parallel_gradients(grads, s);
   global_grad_norm_squared(NORM_SQUARED, grads, s);
