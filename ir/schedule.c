@@ -136,6 +136,65 @@ void lx_unrolled_free(lx_pipeline *p) {
   memset(p, 0, sizeof *p);
 }
 
+int lx_chunk_last_layer(const lx_chunk *c) { return c->first_layer + c->n_layers - 1; }
+
+void lx_chunk_ranges(const lx_stage *st, char *buf, size_t size) {
+  int used = 0;
+  buf[0] = '\0';
+  for (int v = 0; v < st->n_chunks && used >= 0 && (size_t)used < size; v++)
+    used += snprintf(buf + used, size - (size_t)used, "%s%d-%d", v ? ", " : "", st->chunks[v].first_layer,
+                     lx_chunk_last_layer(&st->chunks[v]));
+}
+
+bool lx_next_instance(const lx_stage *st, lx_graph_id graph, int layer, lx_graph_id *next_graph,
+                      int *next_layer) {
+  int v = graph == LX_GRAPH_BLOCK ? lx_chunk_of(st, layer) : -1;
+  if (graph == LX_GRAPH_PROLOGUE && st->chunks[0].n_layers > 0)
+    return *next_graph = LX_GRAPH_BLOCK, *next_layer = st->chunks[0].first_layer, true;
+  if (v >= 0 && layer < lx_chunk_last_layer(&st->chunks[v]))
+    return *next_graph = LX_GRAPH_BLOCK, *next_layer = layer + 1, true;
+  if (graph != LX_GRAPH_EPILOGUE && st->has_epilogue && (v < 0 || v == st->n_chunks - 1))
+    return *next_graph = LX_GRAPH_EPILOGUE, *next_layer = -1, true;
+  return false;
+}
+
+bool lx_is_chunk_entry(const lx_stage *st, lx_graph_id graph, int layer) {
+  if (graph == LX_GRAPH_PROLOGUE) return st->has_prologue;
+  int v = graph == LX_GRAPH_BLOCK ? lx_chunk_of(st, layer) : -1;
+  return v >= 0 && layer == st->chunks[v].first_layer && !(v == 0 && st->has_prologue);
+}
+
+bool lx_is_chunk_exit(const lx_stage *st, lx_graph_id graph, int layer) {
+  if (graph == LX_GRAPH_EPILOGUE) return st->has_epilogue;
+  int v = graph == LX_GRAPH_BLOCK ? lx_chunk_of(st, layer) : -1;
+  return v >= 0 && layer == lx_chunk_last_layer(&st->chunks[v]) &&
+         !(v == st->n_chunks - 1 && st->has_epilogue);
+}
+
+int lx_chunk_of(const lx_stage *st, int layer) {
+  for (int v = 0; v < st->n_chunks; v++)
+    if (layer >= st->chunks[v].first_layer && layer <= lx_chunk_last_layer(&st->chunks[v])) return v;
+  return -1;
+}
+
+int lx_layer_slot(const lx_stage *st, int layer) {
+  int before = 0;
+  for (int v = 0; v < st->n_chunks; v++) {
+    const lx_chunk *c = &st->chunks[v];
+    if (layer >= c->first_layer && layer <= lx_chunk_last_layer(c)) return before + layer - c->first_layer;
+    before += c->n_layers;
+  }
+  return -1;
+}
+
+int lx_slot_layer(const lx_stage *st, int slot) {
+  for (int v = 0; v < st->n_chunks; v++) {
+    if (slot < st->chunks[v].n_layers) return st->chunks[v].first_layer + slot;
+    slot -= st->chunks[v].n_layers;
+  }
+  return -1;
+}
+
 const lx_graph *lx_graph_of(const lx_ir *ir, lx_graph_id id) {
   return id == LX_GRAPH_PROLOGUE ? &ir->prologue : id == LX_GRAPH_BLOCK ? &ir->block : &ir->epilogue;
 }

@@ -57,6 +57,7 @@ typedef struct {
   int op;            /* op index in its graph */
   int mb;            /* micro-batch, or -1 for once-per-step instructions */
   int peer;          /* SEND/RECV: the other stage */
+  int chunk;         /* SEND/RECV: which of the stage's chunks sends or receives (interleaved 1F1B) */
   int event;         /* RECORD/WAIT: event id, unique in the stage */
   int64_t bytes;     /* communication payload per rank */
   bool backward;     /* ALLREDUCE_TP: the conjugate in the backward pass */
@@ -130,15 +131,26 @@ typedef struct {
   const char *status;   /* solver status: "optimal", "feasible (time limit)", "heuristic", ... */
   double gap;           /* relative MIP gap; 0 when proven optimal or not a MIP */
 } lx_policy_stats;
+/* Consecutive block layers [first_layer, first_layer + n_layers) of one
+ * model chunk. A stage holds one chunk, or under interleaved 1F1B one per
+ * virtual stage: chunk v of stage s is the model's chunk v * pp + s. */
+typedef struct {
+  int first_layer, n_layers;
+} lx_chunk;
+
+enum { LX_MAX_CHUNKS = 8 };
+
 typedef struct {
   int index;
-  int first_layer, n_layers; /* block layers [first_layer, first_layer + n_layers) */
+  int n_chunks;
+  lx_chunk chunks[LX_MAX_CHUNKS]; /* in model order */
+  int n_layers;                   /* of all its chunks */
   bool has_prologue, has_epilogue;
   int64_t params_per_rank;
   lx_op_decision *decisions; /* one per block op, the same for all of the stage's layers */
   lx_window *windows;        /* the compute stream's windows, by `after`; NULL for fixed policies */
   int n_windows;
-  int *window_of; /* per layer instance ((layer - first_layer) * micro_batches + mb): the window
+  int *window_of; /* per layer instance (lx_layer_slot(layer) * micro_batches + mb): the window
                      its in-window recompute runs in, or -1 (on demand); NULL: all on demand */
   lx_policy_stats stats;
   int stashed_micro_batches; /* activations of this many micro-batches alive at once (forward to backward) */
@@ -154,6 +166,7 @@ typedef struct {
 typedef struct {
   const lx_ir *ir;
   int pp, micro_batches; /* micro-batches per optimizer step */
+  int virtual_stages;    /* chunks per stage: 1, or V under interleaved 1F1B */
   int steps;             /* optimizer steps the instruction lists span: 1, or more where unrolled */
   lx_schedule kind;
   lx_recompute_policy policy;
@@ -177,6 +190,26 @@ int lx_micro_batch_ids(const lx_pipeline *p);
  * lx_unrolled_free. The simulator and the verifier see 2BW's steps so. */
 void lx_unroll_steps(const lx_pipeline *p, int steps, const bool *fill, const bool *ahead, lx_pipeline *out);
 void lx_unrolled_free(lx_pipeline *p);
+/* Where block layer `layer` is among the stage's layers, chunk after chunk
+ * (its parameter and stash block), or -1 where the stage does not hold it. */
+int lx_layer_slot(const lx_stage *st, int layer);
+/* The stage's layer at that position. */
+int lx_slot_layer(const lx_stage *st, int slot);
+/* The stage's chunk that holds `layer`, or -1. */
+int lx_chunk_of(const lx_stage *st, int layer);
+int lx_chunk_last_layer(const lx_chunk *c);
+/* "0-3" for a stage of one chunk, "0-1, 4-5" for two: its layers as text
+ * (LX_RANGES_TEXT bytes hold any). */
+enum { LX_RANGES_TEXT = 8 * 24 };
+void lx_chunk_ranges(const lx_stage *st, char *buf, size_t size);
+/* A stage's graph instances in forward order, chunk by chunk: the prologue
+ * leads into chunk 0, the last chunk into the epilogue. The instance after
+ * (graph, layer) in its chunk; false where the chunk ends (the stage sends). */
+bool lx_next_instance(const lx_stage *st, lx_graph_id graph, int layer, lx_graph_id *next_graph,
+                      int *next_layer);
+/* Where a chunk begins and ends: the pipeline enters and leaves the stage there. */
+bool lx_is_chunk_entry(const lx_stage *st, lx_graph_id graph, int layer);
+bool lx_is_chunk_exit(const lx_stage *st, lx_graph_id graph, int layer);
 const lx_graph *lx_graph_of(const lx_ir *ir, lx_graph_id id);
 /* "FWD block.linear_2 L3 mb5", for traces, plans and diagnostics. */
 void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t size);

@@ -31,7 +31,7 @@ lx_printer emit_printer(const lx_program *prog, int s, FILE *out, const char *ac
 }
 
 lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_role role, int index) {
-  return (lx_tensor_ref){g, g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, op, 0, role, index};
+  return (lx_tensor_ref){g, g == LX_GRAPH_BLOCK ? pr->st->chunks[0].first_layer : -1, op, 0, role, index};
 }
 
 /* Three places of a block depend on whether the layer is the stage's first
@@ -59,7 +59,7 @@ const char *emit_at(const lx_printer *pr, char *buf, size_t size, lx_tensor_ref 
 static void print_boundary_function(const lx_printer *pr, const char *name, const char *what,
                                     lx_tensor_role role, int op, bool at_first) {
   const lx_stage *st = pr->st;
-  int first = st->first_layer, last = first + st->n_layers - 1;
+  int first = st->chunks[0].first_layer, last = first + st->n_layers - 1;
   int special = at_first ? first : last;
   int other = st->n_layers > 1 ? (at_first ? last : first) : special;
   lx_place_expr special_place =
@@ -104,7 +104,7 @@ static lx_instr printed_instr(const lx_printer *pr, lx_graph_id g, int i, lx_ten
                        : pr->weight_pass ? LX_I_BWD_WEIGHT
                                          : LX_I_BWD;
   return (lx_instr){
-      .kind = kind, .graph = g, .layer = g == LX_GRAPH_BLOCK ? pr->st->first_layer : -1, .op = i};
+      .kind = kind, .graph = g, .layer = g == LX_GRAPH_BLOCK ? pr->st->chunks[0].first_layer : -1, .op = i};
 }
 
 /* The tensor verified for the operand (access.c), as C text; "NULL" where
@@ -550,8 +550,8 @@ void emit_param_table(const lx_printer *pr) {
                    " * the whole tensor's rows and columns. */\n"
                    "static const lx_param_tensor param_tensors[] = {\n");
   if (pr->st->has_prologue) print_param_rows(pr, &rows, LX_GRAPH_PROLOGUE, -1);
-  for (int l = pr->st->first_layer; l < pr->st->first_layer + pr->st->n_layers; l++)
-    print_param_rows(pr, &rows, LX_GRAPH_BLOCK, l);
+  for (int slot = 0; slot < pr->st->n_layers; slot++)
+    print_param_rows(pr, &rows, LX_GRAPH_BLOCK, lx_slot_layer(pr->st, slot));
   if (pr->st->has_epilogue) print_param_rows(pr, &rows, LX_GRAPH_EPILOGUE, -1);
   fprintf(pr->out, "};\nenum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };\n");
   print_bucket_table(pr);

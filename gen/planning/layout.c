@@ -101,12 +101,13 @@ static void add_bucket(lx_stage_layout *out, lx_graph_id gid, int layer, bool ti
   out->buckets[out->n_buckets++] = (lx_param_bucket){gid, layer, tied, first, elements, first};
 }
 
-/* The buckets of the `copies` instances of a graph whose first block starts
- * at `start`, and where each replica's optimizer shard of them goes. */
-static void add_graph_buckets(lx_stage_layout *out, lx_graph_id gid, int first_layer, int copies,
+/* The buckets of the `copies` instances of a graph (a block's: the stage's
+ * layers in order) whose first block starts at `start`, and where each
+ * replica's optimizer shard of them goes. */
+static void add_graph_buckets(lx_stage_layout *out, const lx_stage *st, lx_graph_id gid, int copies,
                               int64_t start, int64_t block, int64_t table) {
   for (int c = 0; c < copies; c++) {
-    int layer = gid == LX_GRAPH_BLOCK ? first_layer + c : -1;
+    int layer = gid == LX_GRAPH_BLOCK ? lx_slot_layer(st, c) : -1;
     add_bucket(out, gid, layer, true, start + c * block, table);
     add_bucket(out, gid, layer, false, start + c * block + table, block - table);
   }
@@ -195,6 +196,17 @@ static void place_pools(const lx_stage *st, lx_stage_layout *out) {
   }
 }
 
+/* Whether the stage's chunks send activations (and receive their gradients)
+ * to a next stage, and receive activations (sending their gradients) from a
+ * previous one: under interleaved 1F1B every stage does both. */
+static bool sends_forward(const lx_pipeline *p, int s) { return s + 1 < p->pp || p->virtual_stages > 1; }
+static bool receives_forward(const lx_pipeline *p, int s) { return s > 0 || p->virtual_stages > 1; }
+
+/* Per chunk and slot: [send act][recv grad] where it sends forward, then [send grad]. */
+static int per_slot_buffers(const lx_pipeline *p, int s) {
+  return (sends_forward(p, s) ? 2 : 0) + (receives_forward(p, s) ? 1 : 0);
+}
+
 void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_copy, lx_stage_layout *out) {
   const lx_ir *ir = p->ir;
   const lx_stage *st = &p->stages[s];
@@ -225,7 +237,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       for (int pool = LX_POOL_HELD; pool < LX_POOL_COUNT; pool++)
         out->pool_layer_bytes[pool] = graph_work.pool[pool];
     }
-    add_graph_buckets(out, gid, st->first_layer, copies, params_before, param_cursor - params_before, table);
+    add_graph_buckets(out, st, gid, copies, params_before, param_cursor - params_before, table);
     param_cursor = params_before + copies * (param_cursor - params_before);
     c.slot = slot_before + copies * graph_work.slot;
     /* work buffers are per graph instance: one layer at a time */
@@ -252,10 +264,10 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   out->sp_buffer_bytes = aligned(sp_buffer_bytes(p, s));
   out->sp_buffer_offset[0] = out->window_work_offset + 2 * out->window_buffer_bytes;
   out->sp_buffer_offset[1] = out->sp_buffer_offset[0] + out->sp_buffer_bytes;
-  int per_slot_buffers = (s + 1 < p->pp ? 2 : 0) + (s > 0 ? 1 : 0); /* send act + recv grad, send grad */
   out->boundary_grad_offset[0] = 0;
   out->boundary_grad_offset[1] = aligned(out->boundary_bytes);
   out->send_offset = 2 * aligned(out->boundary_bytes);
+  out->chunk_send_bytes = (int64_t)per_slot_buffers(p, s) * out->slots * aligned(out->boundary_bytes);
 
   int64_t fp32_optimizer = out->optimizer_elements * 4;
   int64_t sizes[LX_REGION_COUNT] = {
@@ -268,8 +280,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       [LX_REGION_STASH] = out->pool_offset[LX_POOL_COUNT - 1] +
                           out->pool_slots[LX_POOL_COUNT - 1] * out->pool_slot_bytes[LX_POOL_COUNT - 1],
       [LX_REGION_WORK] = out->sp_buffer_offset[1] + out->sp_buffer_bytes,
-      [LX_REGION_BOUNDARY] =
-          out->send_offset + (int64_t)per_slot_buffers * out->slots * aligned(out->boundary_bytes),
+      [LX_REGION_BOUNDARY] = out->send_offset + st->n_chunks * out->chunk_send_bytes,
   };
   int64_t cursor = 0;
   for (int r = 0; r < LX_REGION_COUNT; r++) {
@@ -296,7 +307,7 @@ void lx_layout_free(lx_stage_layout *l) {
 /* ---- locating tensors ------------------------------------------------------ */
 
 /* Every location is affine in the instruction's micro-batch slot and layer:
- * constant + (mb % slots) * per_slot + (layer - first_layer) * per_layer
+ * constant + (mb % slots) * per_slot + (layer's slot in the stage) * per_layer
  *   + ((layer + parity_add) % 2) * parity_stride,
  * which lx_locate evaluates and lx_locate_expr prints as C. */
 
@@ -353,27 +364,13 @@ static lx_place_expr boundary_grad(const lx_pipeline *p, const lx_stage_layout *
   return fixed(LX_REGION_BOUNDARY, base + ((pos + shift) % 2) * stride, l->boundary_bytes);
 }
 
-/* The stage's first and last graph instances: where the pipeline enters and leaves. */
-static bool is_stage_entry(const lx_pipeline *p, int s, lx_tensor_ref t) {
-  const lx_stage *st = &p->stages[s];
-  return st->has_prologue ? t.graph == LX_GRAPH_PROLOGUE
-                          : t.graph == LX_GRAPH_BLOCK && t.layer == st->first_layer;
-}
-
-static bool is_stage_exit(const lx_pipeline *p, int s, lx_tensor_ref t) {
-  const lx_stage *st = &p->stages[s];
-  return st->has_epilogue ? t.graph == LX_GRAPH_EPILOGUE
-                          : t.graph == LX_GRAPH_BLOCK && t.layer == st->first_layer + st->n_layers - 1;
-}
-
-/* Where the output of a graph's last op goes: the next graph's input. */
+/* Where the output of a graph's last op goes: the next graph's input, or
+ * where its chunk ends, the outgoing activation. */
 static lx_tensor_ref next_graph_input(const lx_pipeline *p, int s, lx_tensor_ref t) {
-  const lx_stage *st = &p->stages[s];
-  int last_layer = st->first_layer + st->n_layers - 1;
-  if (t.graph == LX_GRAPH_PROLOGUE)
-    return (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, t.mb, LX_T_OUTPUT, 0};
-  if (t.layer < last_layer) return (lx_tensor_ref){LX_GRAPH_BLOCK, t.layer + 1, 0, t.mb, LX_T_OUTPUT, 0};
-  if (st->has_epilogue) return (lx_tensor_ref){LX_GRAPH_EPILOGUE, -1, 0, t.mb, LX_T_OUTPUT, 0};
+  lx_graph_id g;
+  int layer;
+  if (lx_next_instance(&p->stages[s], t.graph, t.layer, &g, &layer))
+    return (lx_tensor_ref){g, layer, 0, t.mb, LX_T_OUTPUT, 0};
   return (lx_tensor_ref){LX_GRAPH_BLOCK, t.layer, 0, t.mb, LX_T_SEND_ACT, 0};
 }
 
@@ -388,7 +385,7 @@ static lx_place_expr rebased(const lx_pipeline *p, int s, const lx_stage_layout 
     e.constant += delta * e.per_layer;
     e.parity_add += delta;
   } else if (varies_by_layer(to)) { /* fixed layer seen from a prologue or epilogue */
-    e.constant += (to.layer - p->stages[s].first_layer) * e.per_layer +
+    e.constant += lx_layer_slot(&p->stages[s], to.layer) * e.per_layer +
                   ((to.layer + e.parity_add) % 2) * e.parity_stride;
     e.per_layer = e.parity_stride = e.parity_add = 0;
   }
@@ -396,23 +393,23 @@ static lx_place_expr rebased(const lx_pipeline *p, int s, const lx_stage_layout 
 }
 
 static lx_place_expr slot_buffer(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_role role) {
-  /* per-slot buffers: [send act][recv grad] when there is a next stage, then [send grad] */
-  bool has_next = s + 1 < p->pp;
-  int64_t block = role == LX_T_SEND_ACT ? 0 : role == LX_T_RECV_GRAD ? 1 : (has_next ? 2 : 0);
+  int64_t block = role == LX_T_SEND_ACT ? 0 : role == LX_T_RECV_GRAD ? 1 : (sends_forward(p, s) ? 2 : 0);
   int64_t stride = aligned(l->boundary_bytes);
   lx_place_expr e = fixed(LX_REGION_BOUNDARY,
                           l->region_offset[LX_REGION_BOUNDARY] + l->send_offset + block * l->slots * stride,
                           l->boundary_bytes);
   e.per_slot = stride;
+  e.per_chunk = p->virtual_stages > 1 ? l->chunk_send_bytes : 0;
   return e;
 }
 
 static lx_place_expr place_grad(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
   const lx_graph *g = lx_graph_of(p->ir, t.graph);
   const lx_op *op = &g->ops[t.op];
-  if (op->kind == LX_OP_INPUT && s > 0 && is_stage_entry(p, s, t))
+  const lx_stage *st = &p->stages[s];
+  if (op->kind == LX_OP_INPUT && t.graph == LX_GRAPH_BLOCK && lx_is_chunk_entry(st, t.graph, t.layer))
     return slot_buffer(p, s, l, LX_T_SEND_GRAD);
-  if (t.op == g->output && s + 1 < p->pp && is_stage_exit(p, s, t))
+  if (t.op == g->output && lx_is_chunk_exit(st, t.graph, t.layer))
     return slot_buffer(p, s, l, LX_T_RECV_GRAD);
   if (op->kind == LX_OP_INPUT) return boundary_grad(p, l, t, 0);
   if (t.op == g->output) return boundary_grad(p, l, t, 1);
@@ -485,10 +482,12 @@ lx_place_expr lx_place_of(const lx_pipeline *p, int s, const lx_stage_layout *l,
 
 lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
   lx_place_expr e = place(p, s, l, t);
-  int layer = varies_by_layer(t) ? t.layer : 0;
+  const lx_stage *st = &p->stages[s];
+  int layer = varies_by_layer(t) ? t.layer : 0, slot = varies_by_layer(t) ? lx_layer_slot(st, layer) : 0;
+  int chunk = varies_by_layer(t) ? lx_chunk_of(st, layer) : 0;
   int64_t offset = e.constant + (int64_t)(t.mb % lx_place_slots(l, &e)) * e.per_slot +
-                   (int64_t)(layer - p->stages[s].first_layer) * e.per_layer +
-                   (int64_t)((layer + e.parity_add) % 2) * e.parity_stride;
+                   (int64_t)slot * e.per_layer + (int64_t)((layer + e.parity_add) % 2) * e.parity_stride +
+                   (int64_t)chunk * e.per_chunk;
   return (lx_span){e.region, offset, e.bytes};
 }
 
@@ -550,17 +549,22 @@ void lx_layout_extents(const lx_pipeline *p, int s, const lx_stage_layout *l,
       bool present = g == LX_GRAPH_PROLOGUE   ? st->has_prologue
                      : g == LX_GRAPH_EPILOGUE ? st->has_epilogue
                                               : true;
-      int first = g == LX_GRAPH_BLOCK ? st->first_layer : -1, count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
-      for (int layer = first; present && layer < first + count; layer++)
-        for (int i = 0; i < lx_graph_of(p->ir, (lx_graph_id)g)->n_ops; i++) {
+      int count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
+      for (int k = 0; present && k < count; k++)
+        for (int i = 0, layer = g == LX_GRAPH_BLOCK ? lx_slot_layer(st, k) : -1;
+             i < lx_graph_of(p->ir, (lx_graph_id)g)->n_ops; i++) {
           extend_op(p, s, l, (lx_tensor_ref){(lx_graph_id)g, layer, i, mb, LX_T_OUTPUT, 0}, extents);
           extend_sequence_parallel(p, s, l, (lx_tensor_ref){(lx_graph_id)g, layer, i, mb, LX_T_OUTPUT, 0},
                                    extents);
         }
     }
-    if (s + 1 < p->pp) /* the outgoing activation is also where the last layer writes */
-      extend(l, lx_locate(p, s, l, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, mb, LX_T_SEND_ACT, 0}),
-             extents);
+    for (int v = 0; v < st->n_chunks;
+         v++) /* the outgoing activation is also where a chunk's last layer writes */
+      if (lx_is_chunk_exit(st, LX_GRAPH_BLOCK, lx_chunk_last_layer(&st->chunks[v])))
+        extend(l,
+               lx_locate(p, s, l,
+                         (lx_tensor_ref){LX_GRAPH_BLOCK, st->chunks[v].first_layer, 0, mb, LX_T_SEND_ACT, 0}),
+               extents);
   }
   /* the step clears every gradient and the start every optimizer state, padding included */
   extents[LX_REGION_GRADS] = l->param_elements * 4;

@@ -136,7 +136,8 @@ typedef struct {
   int64_t sp_buffer_offset[2];     /* in work: the gathered and the whole buffers of sequence parallelism */
   int64_t sp_buffer_bytes;         /* 0 without sequence parallelism */
   int64_t boundary_grad_offset[2]; /* in the boundary region */
-  int64_t send_offset;             /* in the boundary region: the per-slot buffers */
+  int64_t send_offset;             /* in the boundary region: the per-slot buffers, chunk after chunk */
+  int64_t chunk_send_bytes;        /* one chunk's per-slot buffers */
   int64_t boundary_bytes;          /* one boundary tensor */
 } lx_stage_layout;
 
@@ -156,6 +157,7 @@ typedef struct {
   lx_region region;
   int64_t constant, per_slot, per_layer, parity_stride;
   int parity_add;
+  int64_t per_chunk; /* interleaved 1F1B: per chunk of the stage (its pipeline buffers) */
   lx_slot_pool pool; /* with per_slot: whose slot count the micro-batch wraps at */
   bool versioned;    /* a weight under 2BW: in the version the micro-batch computes with (constant is
                         relative to the params region, which holds the live one) */

@@ -34,7 +34,7 @@
  * with capacity length / interference. Replaces p->stages[s].windows. */
 void lx_find_windows(lx_pipeline *p, int s, const lx_interval *compute_times, double interference);
 
-/* For every layer instance of stage s (index (layer - first_layer) *
+/* For every layer instance of stage s (index lx_layer_slot(layer) *
  * micro_batches + mb): the window positions it may use, lo <= after < due.
  * lo is the last FWD/BWD of any layer of the same parity before its backward
  * (its forward included: the inputs exist, and nothing else touches its

@@ -34,17 +34,21 @@ static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batc
   return true;
 }
 
-/* Stages over the layer split `first`, each with the decisions of a fixed policy. */
+/* Stages over the layer split `first` (model chunk c holds layers
+ * [first[c], first[c + 1]); stage s chunks s, s + pp, ...), each with the
+ * decisions of a fixed policy. */
 static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *first, lx_pipeline *out) {
   int pp = out->pp;
   out->stages = lx_calloc((size_t)pp, sizeof *out->stages);
   for (int s = 0; s < pp; s++) {
     lx_stage *st = &out->stages[s];
-    *st = (lx_stage){.index = s,
-                     .first_layer = first[s],
-                     .n_layers = first[s + 1] - first[s],
-                     .has_prologue = s == 0,
-                     .has_epilogue = s == pp - 1};
+    *st = (lx_stage){
+        .index = s, .n_chunks = out->virtual_stages, .has_prologue = s == 0, .has_epilogue = s == pp - 1};
+    for (int v = 0; v < st->n_chunks; v++) {
+      int c = v * pp + s;
+      st->chunks[v] = (lx_chunk){first[c], first[c + 1] - first[c]};
+      st->n_layers += st->chunks[v].n_layers;
+    }
     st->params_per_rank = stage_params(ir, st);
     st->stashed_micro_batches = lx_stashed_micro_batches(out->kind, pp, s, out->micro_batches);
     st->decisions = lx_calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
@@ -251,8 +255,12 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
   const lx_plan *plan = &ir->plan;
   lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
   int pp = plan->pp;
-  *out = (lx_pipeline){
-      .ir = ir, .pp = pp, .micro_batches = lx_micro_batches(ir), .kind = kind, .policy = o->policy};
+  *out = (lx_pipeline){.ir = ir,
+                       .pp = pp,
+                       .micro_batches = lx_micro_batches(ir),
+                       .virtual_stages = 1,
+                       .kind = kind,
+                       .policy = o->policy};
   if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
   lx_cost_model own;
   const lx_cost_model *cm = o->cm;

@@ -100,14 +100,14 @@ static int64_t gathered_bytes(const builder *b, const lx_graph *g, const lx_op *
 }
 
 static int instance_of(const builder *b, int layer, int mb) {
-  return (layer - b->st->first_layer) * b->pipe->micro_batches + mb;
+  return lx_layer_slot(b->st, layer) * b->pipe->micro_batches + mb;
 }
 
 /* In-window recompute of a layer instance: the ops the policy put in
  * windows, on the recompute stream (they need no all-reduce: lynx.h). */
 static void recompute_in_window(builder *b, int inst) {
   const lx_graph *g = &b->ir->block;
-  int layer = b->st->first_layer + inst / b->pipe->micro_batches, mb = inst % b->pipe->micro_batches;
+  int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
   for (int i = 0; i < g->n_ops; i++)
     if (b->st->decisions[i].recompute && b->st->decisions[i].in_window)
       emit(b, LX_STREAM_RECOMPUTE,
@@ -235,7 +235,8 @@ static void backward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
 static void weight_pass(builder *b, int mb) {
   const lx_graph *g = &b->ir->block;
   const lx_stage *st = b->st;
-  for (int l = st->first_layer + st->n_layers - 1; l >= st->first_layer; l--) {
+  for (int k = st->n_layers - 1; k >= 0; k--) {
+    int l = lx_slot_layer(st, k);
     for (int i = g->n_ops - 1; i >= 0; i--) {
       if (!lx_defers_weight_grad(b->ir, st, LX_GRAPH_BLOCK, i)) continue;
       lx_instr in = {.kind = LX_I_BWD_WEIGHT, .graph = LX_GRAPH_BLOCK, .layer = l, .op = i, .mb = mb};
@@ -298,8 +299,8 @@ static void forward_micro_batch(builder *b, int mb, bool received) {
                     .mb = mb,
                     .layer = -1});
   if (st->has_prologue) forward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
-  for (int l = st->first_layer; l < st->first_layer + st->n_layers; l++)
-    forward_graph(b, LX_GRAPH_BLOCK, l, mb);
+  for (int k = 0; k < st->n_layers; k++)
+    forward_graph(b, LX_GRAPH_BLOCK, lx_slot_layer(st, k), mb);
   if (st->has_epilogue) {
     forward_graph(b, LX_GRAPH_EPILOGUE, -1, mb);
   } else {
@@ -327,9 +328,9 @@ static void backward_micro_batch(builder *b, int mb) {
   } else {
     backward_graph(b, LX_GRAPH_EPILOGUE, -1, mb);
   }
-  for (int l = st->first_layer + st->n_layers - 1; l >= st->first_layer; l--) {
-    recompute_layer(b, l, mb);
-    backward_graph(b, LX_GRAPH_BLOCK, l, mb);
+  for (int k = st->n_layers - 1; k >= 0; k--) {
+    recompute_layer(b, lx_slot_layer(st, k), mb);
+    backward_graph(b, LX_GRAPH_BLOCK, lx_slot_layer(st, k), mb);
   }
   if (st->has_prologue) backward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
   if (st->index > 0) {

@@ -111,7 +111,7 @@ void lx_instance_bounds(const lx_pipeline *p, int s, int *lo, int *due) {
     if (!is_pass(in->kind)) continue;
     ordinal++;
     if (in->graph != LX_GRAPH_BLOCK) continue;
-    int parity = in->layer % 2, inst = (in->layer - st->first_layer) * p->micro_batches + in->mb;
+    int parity = in->layer % 2, inst = lx_layer_slot(st, in->layer) * p->micro_batches + in->mb;
     if (in->kind == LX_I_BWD && due[inst] < 0) {
       due[inst] = ordinal;
       lo[inst] = last_touch[parity];

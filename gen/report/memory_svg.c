@@ -124,7 +124,7 @@ static void put_stage_bar(const bar_chart *c, int s) {
   stage_parts(m, parts);
   double width = c->slot * 0.6, x = MEM_LEFT + s * c->slot + (c->slot - width) / 2;
   bool over = c->capacity > 0 && (double)m->peak > c->capacity;
-  char peak[32], layers[64];
+  char peak[32], layers[LX_RANGES_TEXT + 16];
   fprintf(c->out, "<g class=\"bar\" id=\"bar-%d\">\n", s);
   for (int i = 0; i < PART_COUNT; i++) {
     put_bar_segment(c, s, i, x, width, below, parts[i]);

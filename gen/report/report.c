@@ -84,7 +84,7 @@ static void print_window_items(const lx_pipeline *p, const lx_stage *st, int w, 
   const char *sep = " ";
   for (int i = 0; i < st->n_layers * p->micro_batches; i++)
     if (st->window_of[i] == w) {
-      fprintf(out, "%slayer %d mb %d", sep, st->first_layer + i / p->micro_batches, i % p->micro_batches);
+      fprintf(out, "%slayer %d mb %d", sep, lx_slot_layer(st, i / p->micro_batches), i % p->micro_batches);
       sep = ", ";
     }
 }
@@ -115,8 +115,10 @@ static void print_windows(const lx_pipeline *p, const lx_stage *st, FILE *out) {
 }
 
 static void stage_layers(const lx_stage *st, char *buf, size_t size) {
-  snprintf(buf, size, "%s%s%d-%d%s", st->has_prologue ? "prologue + " : "", st->n_layers ? "layers " : "",
-           st->first_layer, st->first_layer + st->n_layers - 1, st->has_epilogue ? " + epilogue" : "");
+  char ranges[LX_RANGES_TEXT];
+  lx_chunk_ranges(st, ranges, sizeof ranges);
+  snprintf(buf, size, "%s%s%s%s", st->has_prologue ? "prologue + " : "", st->n_layers ? "layers " : "",
+           ranges, st->has_epilogue ? " + epilogue" : "");
 }
 
 static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out) {
@@ -193,7 +195,7 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
   const lx_stage *st = &r->pipe->stages[s];
   const lx_stage_memory *m = &r->memory[s];
   const lx_stage_timeline *tl = &r->sim->stages[s];
-  char layers[96];
+  char layers[LX_RANGES_TEXT + 32];
   stage_layers(st, layers, sizeof layers);
   fprintf(out, "\nstage %d: %s, %.1f M parameters per rank\n", s, layers, (double)st->params_per_rank / 1e6);
   fprintf(
@@ -262,6 +264,16 @@ static void put_recomputed_ops(cJSON *parent, const char *key, const lx_ir *ir, 
       lx_json_add_string(names, NULL, ir->block.ops[i].name);
 }
 
+/* Interleaved 1F1B: the stage's model chunks. */
+static void put_chunks_json(cJSON *stage, const lx_stage *st) {
+  cJSON *chunks = lx_json_add_array(stage, "chunks");
+  for (int v = 0; v < st->n_chunks; v++) {
+    cJSON *c = lx_json_add_object(chunks, NULL);
+    lx_json_add_int(c, "first_layer", st->chunks[v].first_layer);
+    lx_json_add_int(c, "layers", st->chunks[v].n_layers);
+  }
+}
+
 static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
   const lx_pipeline *p = r->pipe;
   const lx_stage *st = &p->stages[s];
@@ -269,8 +281,9 @@ static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
   const lx_stage_timeline *tl = &r->sim->stages[s];
   cJSON *w = lx_json_add_object(stages, NULL);
   lx_json_add_int(w, "stage", s);
-  lx_json_add_int(w, "first_layer", st->first_layer);
+  lx_json_add_int(w, "first_layer", st->chunks[0].first_layer);
   lx_json_add_int(w, "layers", st->n_layers);
+  if (st->n_chunks > 1) put_chunks_json(w, st);
   lx_json_add_bool(w, "prologue", st->has_prologue);
   lx_json_add_bool(w, "epilogue", st->has_epilogue);
   lx_json_add_number(w, "compute_s", tl->compute_time);

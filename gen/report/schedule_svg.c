@@ -136,7 +136,7 @@ static void put_stage_labels(const timeline *tl, int s) {
   const lx_stage *st = &tl->sim->pipe->stages[s];
   FILE *out = tl->out;
   int y = row_y(tl, s);
-  char layers[64];
+  char layers[LX_RANGES_TEXT + 16];
   lx_layer_range(st, layers, sizeof layers);
   fprintf(out, "<text class=\"stage\" x=\"12\" y=\"%d\">stage %d</text>\n", y + 12, s);
   fprintf(out, "<text class=\"layers\" x=\"12\" y=\"%d\">%s%s%s</text>\n", y + 23, layers,

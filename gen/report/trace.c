@@ -68,12 +68,14 @@ void lx_model_name(const lx_ir *ir, char *buf, size_t size) {
 }
 
 void lx_layer_range(const lx_stage *st, char *buf, size_t size) {
+  char ranges[LX_RANGES_TEXT];
+  lx_chunk_ranges(st, ranges, sizeof ranges);
   if (st->n_layers == 0)
     snprintf(buf, size, "no layers");
   else if (st->n_layers == 1)
-    snprintf(buf, size, "layer %d", st->first_layer);
+    snprintf(buf, size, "layer %d", st->chunks[0].first_layer);
   else
-    snprintf(buf, size, "layers %d-%d", st->first_layer, st->first_layer + st->n_layers - 1);
+    snprintf(buf, size, "layers %s", ranges);
 }
 
 static bool is_pass(lx_instr_kind k) { return k == LX_I_FWD || k == LX_I_BWD; }

@@ -30,7 +30,7 @@ static int window_of_instr(const lx_pipeline *p, const lx_stage *st, int k, cons
   if (k != LX_STREAM_RECOMPUTE || in->kind != LX_I_RECOMPUTE || in->graph != LX_GRAPH_BLOCK || !st->window_of)
     return -1;
   int mb = in->mb % p->micro_batches; /* a step's, where the pipeline is unrolled over several */
-  return st->window_of[(in->layer - st->first_layer) * p->micro_batches + mb];
+  return st->window_of[lx_layer_slot(st, in->layer) * p->micro_batches + mb];
 }
 
 /* Microseconds rounded to the nanosecond; never negative. */
@@ -65,7 +65,7 @@ static void put_thread_metadata(lx_json_stream *trace, int s, int tid, const cha
 }
 
 static void put_process_metadata(lx_json_stream *trace, const lx_pipeline *p, int s, bool windows) {
-  char layers[64], name[96];
+  char layers[LX_RANGES_TEXT + 16], name[LX_RANGES_TEXT + 48];
   lx_layer_range(&p->stages[s], layers, sizeof layers);
   snprintf(name, sizeof name, "stage %d (%s)", s, layers);
   put_metadata(trace, "process_name", s, 0, "name", name, 0);

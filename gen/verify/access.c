@@ -28,12 +28,12 @@ static lx_tensor_ref ref(const lx_instr *in, int op, lx_tensor_role role, int in
   return (lx_tensor_ref){in->graph, in->layer, op, in->mb, role, index};
 }
 
-lx_tensor_ref lx_boundary_ref(const lx_pipeline *p, int stage, lx_tensor_role role, int mb) {
+lx_tensor_ref lx_boundary_ref(const lx_pipeline *p, int stage, lx_tensor_role role, int chunk, int mb) {
   const lx_stage *st = &p->stages[stage];
   /* lx_locate ignores the op of a boundary buffer; name the block's output of
-   * the stage's last layer so that the reference is valid and unique */
+   * the chunk's last layer so that the reference is valid and unique */
   return (lx_tensor_ref){
-      LX_GRAPH_BLOCK, st->first_layer + st->n_layers - 1, p->ir->block.output, mb, role, 0};
+      LX_GRAPH_BLOCK, lx_chunk_last_layer(&st->chunks[chunk]), p->ir->block.output, mb, role, 0};
 }
 
 /* The first embedding of the prologue: the table a tied LM head shares. */
@@ -216,16 +216,17 @@ int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, c
   case LX_I_BWD: backward_accesses(p, stage, l, in, &list); break;
   case LX_I_LOAD: add_tensor(&list, ref(in, in->op, LX_T_OUTPUT, 0), LX_ACCESS_WRITE); break;
   case LX_I_SEND_ACT:
-    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_ACT, in->mb), LX_ACCESS_READ);
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_ACT, in->chunk, in->mb), LX_ACCESS_READ);
     break;
   case LX_I_SEND_GRAD:
-    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_GRAD, in->mb), LX_ACCESS_READ);
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_SEND_GRAD, in->chunk, in->mb), LX_ACCESS_READ);
     break;
   case LX_I_RECV_GRAD:
-    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_RECV_GRAD, in->mb), LX_ACCESS_WRITE);
+    add_tensor(&list, lx_boundary_ref(p, stage, LX_T_RECV_GRAD, in->chunk, in->mb), LX_ACCESS_WRITE);
     break;
-  case LX_I_RECV_ACT: /* into the input of the stage's first layer */
-    add_tensor(&list, (lx_tensor_ref){LX_GRAPH_BLOCK, st->first_layer, 0, in->mb, LX_T_OUTPUT, 0},
+  case LX_I_RECV_ACT: /* into the input of the chunk's first layer */
+    add_tensor(&list,
+               (lx_tensor_ref){LX_GRAPH_BLOCK, st->chunks[in->chunk].first_layer, 0, in->mb, LX_T_OUTPUT, 0},
                LX_ACCESS_WRITE);
     break;
   case LX_I_ALLREDUCE_TP: allreduce_tp_accesses(p, in, &list); break;

@@ -62,7 +62,7 @@ lx_span lx_param_grad_span(const lx_pipeline *p, int stage, const lx_stage_layou
 
 /* The stage's per-micro-batch pipeline buffers (role LX_T_SEND_ACT,
  * LX_T_SEND_GRAD or LX_T_RECV_GRAD), named the same way by every caller. */
-lx_tensor_ref lx_boundary_ref(const lx_pipeline *p, int stage, lx_tensor_role role, int mb);
+lx_tensor_ref lx_boundary_ref(const lx_pipeline *p, int stage, lx_tensor_role role, int chunk, int mb);
 /* Does op i start its graph instance's backward (the last op that is not an input)? */
 bool lx_starts_instance_backward(const lx_graph *g, int i);
 

@@ -182,39 +182,27 @@ static int activation_input(const lx_graph *g) {
   return 0;
 }
 
-/* The graph instance after (graph, layer) on this stage; false at the stage's end. */
-static bool next_instance(const lx_stage *st, lx_graph_id graph, int layer, lx_graph_id *g, int *l) {
-  int last = st->first_layer + st->n_layers - 1;
-  if (graph == LX_GRAPH_PROLOGUE && st->n_layers > 0) return *g = LX_GRAPH_BLOCK, *l = st->first_layer, true;
-  if (graph == LX_GRAPH_BLOCK && layer < last) return *g = LX_GRAPH_BLOCK, *l = layer + 1, true;
-  if (graph != LX_GRAPH_EPILOGUE && st->has_epilogue) return *g = LX_GRAPH_EPILOGUE, *l = -1, true;
-  return false;
-}
-
-static bool is_first_instance(const lx_stage *st, lx_graph_id graph, int layer) {
-  return st->has_prologue ? graph == LX_GRAPH_PROLOGUE : graph == LX_GRAPH_BLOCK && layer == st->first_layer;
-}
-
 /* The other name the layout gives a graph output's value or gradient, or a
  * stage input's gradient: the neighbouring graph's input, or the stage's
  * pipeline buffer. */
 static bool boundary_alias(const stage_check *c, lx_tensor_ref t, lx_tensor_ref *alias) {
   const lx_graph *g = lx_graph_of(c->p->ir, t.graph);
-  bool last_stage = c->s + 1 == c->p->pp;
   if (t.op == g->output && !g->ops[t.op].out.scalar) {
     lx_graph_id ng;
     int nl;
-    if (next_instance(c->st, t.graph, t.layer, &ng, &nl)) {
+    if (lx_next_instance(c->st, t.graph, t.layer, &ng, &nl)) {
       *alias = (lx_tensor_ref){ng, nl, activation_input(lx_graph_of(c->p->ir, ng)), t.mb, t.role, 0};
       return true;
     }
-    if (last_stage) return false;
-    *alias = lx_boundary_ref(c->p, c->s, t.role == LX_T_OUTPUT ? LX_T_SEND_ACT : LX_T_RECV_GRAD, t.mb);
+    if (!lx_is_chunk_exit(c->st, t.graph, t.layer)) return false;
+    *alias = lx_boundary_ref(c->p, c->s, t.role == LX_T_OUTPUT ? LX_T_SEND_ACT : LX_T_RECV_GRAD,
+                             lx_chunk_of(c->st, t.layer), t.mb);
     return true;
   }
-  bool stage_input = t.op == activation_input(g) && is_first_instance(c->st, t.graph, t.layer) && c->s > 0;
+  bool stage_input =
+      t.op == activation_input(g) && t.graph == LX_GRAPH_BLOCK && lx_is_chunk_entry(c->st, t.graph, t.layer);
   if (t.role == LX_T_GRAD && stage_input) {
-    *alias = lx_boundary_ref(c->p, c->s, LX_T_SEND_GRAD, t.mb);
+    *alias = lx_boundary_ref(c->p, c->s, LX_T_SEND_GRAD, lx_chunk_of(c->st, t.layer), t.mb);
     return true;
   }
   return false;
@@ -222,7 +210,7 @@ static bool boundary_alias(const stage_check *c, lx_tensor_ref t, lx_tensor_ref 
 
 static lx_tensor_ref canonical(const stage_check *c, lx_tensor_ref t) {
   if (t.role == LX_T_SEND_ACT || t.role == LX_T_SEND_GRAD || t.role == LX_T_RECV_GRAD)
-    return lx_boundary_ref(c->p, c->s, t.role, t.mb);
+    return lx_boundary_ref(c->p, c->s, t.role, lx_chunk_of(c->st, t.layer), t.mb);
   if (t.role == LX_T_RECOMPUTED) {
     lx_tensor_ref original = t;
     original.role = LX_T_OUTPUT;

@@ -19,16 +19,17 @@
 #include "planning/plan.h"
 #include "planning/passes.h"
 
-static int64_t evaluate(const lx_place_expr *e, int layer, int first_layer, int mb, int slots) {
-  return e->constant + (int64_t)(mb % slots) * e->per_slot + (int64_t)(layer - first_layer) * e->per_layer +
-         (int64_t)((layer + e->parity_add) % 2) * e->parity_stride;
+/* The printed expression at a layer, which is the stage's slot-th and in its chunk-th chunk. */
+static int64_t evaluate(const lx_place_expr *e, int layer, int slot, int chunk, int mb, int slots) {
+  return e->constant + (int64_t)(mb % slots) * e->per_slot + (int64_t)slot * e->per_layer +
+         (int64_t)((layer + e->parity_add) % 2) * e->parity_stride + (int64_t)chunk * e->per_chunk;
 }
 
 /* The reference layer the printers use for this tensor at this layer. */
 static int reference_layer(const lx_pipeline *p, int s, lx_tensor_ref t) {
   const lx_stage *st = &p->stages[s];
   const lx_graph *g = &p->ir->block;
-  int first = st->first_layer, last = first + st->n_layers - 1;
+  int first = st->chunks[0].first_layer, last = lx_chunk_last_layer(&st->chunks[st->n_chunks - 1]);
   if (t.graph != LX_GRAPH_BLOCK) return -1;
   bool output_side = (t.role == LX_T_OUTPUT || t.role == LX_T_GRAD) && t.op == g->output;
   bool input_grad = t.role == LX_T_GRAD && g->ops[t.op].kind == LX_OP_INPUT;
@@ -44,10 +45,12 @@ static void check_tensor(const lx_pipeline *p, int s, const lx_stage_layout *l, 
   reference.layer = reference_layer(p, s, t);
   reference.mb = 0;
   lx_place_expr e = lx_place_of(p, s, l, reference);
-  int layer = t.graph == LX_GRAPH_BLOCK ? t.layer : 0;
-  int first = t.graph == LX_GRAPH_BLOCK ? p->stages[s].first_layer : 0;
+  bool block = t.graph == LX_GRAPH_BLOCK;
+  int layer = block ? t.layer : 0;
+  int slot = block ? lx_layer_slot(&p->stages[s], layer) : 0,
+      chunk = block ? lx_chunk_of(&p->stages[s], layer) : 0;
   lx_span located = lx_locate(p, s, l, t);
-  int64_t printed = evaluate(&e, layer, first, t.mb, lx_place_slots(l, &e));
+  int64_t printed = evaluate(&e, layer, slot, chunk, t.mb, lx_place_slots(l, &e));
   if (printed != located.offset && mismatches++ < 5)
     printf("     stage %d graph %d layer %d op %d mb %d role %d: expression %lld, located %lld\n", s, t.graph,
            t.layer, t.op, t.mb, t.role, (long long)printed, (long long)located.offset);
@@ -73,10 +76,12 @@ static int check_stage(const lx_pipeline *p, int s, const lx_stage_layout *l) {
   for (int mb = 0; mb < 2 * lx_most_slots(l) + 1 && mb < p->micro_batches; mb++)
     for (int g = 0; g < LX_GRAPH_COUNT; g++) {
       bool present = g == LX_GRAPH_PROLOGUE ? st->has_prologue : g == LX_GRAPH_EPILOGUE ? st->has_epilogue : true;
-      int first = g == LX_GRAPH_BLOCK ? st->first_layer : -1, count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
-      for (int layer = first; present && layer < first + count; layer++)
+      int count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
+      for (int k = 0; present && k < count; k++)
         for (int i = 0; i < lx_graph_of(p->ir, (lx_graph_id)g)->n_ops; i++, checked++)
-          check_op(p, s, l, (lx_tensor_ref){(lx_graph_id)g, layer, i, mb, LX_T_OUTPUT, 0});
+          check_op(p, s, l,
+                   (lx_tensor_ref){(lx_graph_id)g, g == LX_GRAPH_BLOCK ? lx_slot_layer(st, k) : -1, i, mb,
+                                   LX_T_OUTPUT, 0});
     }
   return checked;
 }

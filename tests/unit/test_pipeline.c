@@ -72,12 +72,12 @@ static int first_deferred(const lx_ir *ir, const lx_stage *st) {
 static double uniform(void *ctx, const lx_pipeline *p, int stage, const lx_instr *in) {
   const uniform_timing *u = ctx;
   const lx_stage *st = &p->stages[stage];
-  bool first_op = in->graph == LX_GRAPH_BLOCK && in->op == 1 && in->layer == st->first_layer;
+  bool first_op = in->graph == LX_GRAPH_BLOCK && in->op == 1 && in->layer == st->chunks[0].first_layer;
   switch (in->kind) {
   case LX_I_FWD: return first_op ? u->tf : 0;
   case LX_I_BWD: return first_op ? u->tb + (st->weight_lag ? 0 : u->tw) : 0;
   case LX_I_BWD_WEIGHT:
-    return in->layer == st->first_layer && in->op == first_deferred(p->ir, st) ? u->tw : 0;
+    return in->layer == st->chunks[0].first_layer && in->op == first_deferred(p->ir, st) ? u->tw : 0;
   case LX_I_SEND_ACT:
   case LX_I_SEND_GRAD: return u->alpha;
   default: return 0;
