@@ -97,8 +97,14 @@ static const char usage_text[] =
     "      --dp N             data-parallel replicas\n"
     "      --micro-batch N    sequences per micro-batch\n"
     "      --global-batch N   sequences per optimizer step\n"
-    "      --schedule S       auto | gpipe | 1f1b | zb-h1 | 2bw; auto (the default where the model\n"
-    "                         file leaves it open): the plan search picks 1f1b or zb-h1.\n"
+    "      --schedule S       auto | gpipe | 1f1b | zb-h1 | interleaved | 2bw; auto (the default\n"
+    "                         where the model file leaves it open): the plan search picks\n"
+    "                         1f1b or zb-h1.\n"
+    "                         interleaved: Megatron's interleaved 1F1B (Narayanan et al.\n"
+    "                         2021): each stage holds --virtual-stages V chunks of layers\n"
+    "                         (stage s: chunks s, s + pp, ...), which shrinks the bubble\n"
+    "                         V-fold for more, smaller sends; the same training as 1f1b.\n"
+    "                         Needs micro-batches per step a multiple of pp.\n"
     "                         zb-h1: zero bubble (Qi et al. 2024), 1F1B whose later\n"
     "                         stages compute their linears' weight gradients in the drain's\n"
     "                         waits: the same training (bitwise), a smaller bubble (a third\n"
@@ -109,8 +115,9 @@ static const char usage_text[] =
     "                         run in this one's drain) and keeps two weight versions. NOT\n"
     "                         synchronous training: step t computes with the weights before\n"
     "                         the last update, W(t+1) = W(t) - AdamW(gradient at W(t-1)),\n"
-    "                         which a 2026 study found degrades AdamW at scale. interleaved\n"
-    "                         is not implemented yet\n"
+    "                         which a 2026 study found degrades AdamW at scale.\n"
+    "      --virtual-stages V  chunks per stage under --schedule interleaved (2 to 8;\n"
+    "                         default 2)\n"
     "      --sequence-parallel  Megatron sequence parallelism\n"
     "      --zero             ZeRO-1: shard AdamW state over the dp replicas\n"
     "                         (reduce-scatter gradients, update the shard, all-gather)\n"
@@ -224,6 +231,7 @@ static options parse_options(int argc, char **argv) {
     OPT_MICRO,
     OPT_GLOBAL,
     OPT_SCHEDULE,
+    OPT_VIRTUAL_STAGES,
     OPT_SP,
     OPT_ZERO,
     OPT_VERSION,
@@ -250,6 +258,7 @@ static options parse_options(int argc, char **argv) {
                                            {"micro-batch", required_argument, 0, OPT_MICRO},
                                            {"global-batch", required_argument, 0, OPT_GLOBAL},
                                            {"schedule", required_argument, 0, OPT_SCHEDULE},
+                                           {"virtual-stages", required_argument, 0, OPT_VIRTUAL_STAGES},
                                            {"sequence-parallel", no_argument, 0, OPT_SP},
                                            {"zero", no_argument, 0, OPT_ZERO},
                                            {"partition", required_argument, 0, OPT_PARTITION},
@@ -310,6 +319,9 @@ static options parse_options(int argc, char **argv) {
       add_override(&o, LX_F_GLOBAL_BATCH, "--global-batch", parse_count("--global-batch", optarg));
       break;
     case OPT_SCHEDULE: add_override(&o, LX_F_SCHEDULE, "--schedule", parse_schedule(optarg)); break;
+    case OPT_VIRTUAL_STAGES:
+      add_override(&o, LX_F_VIRTUAL_STAGES, "--virtual-stages", parse_count("--virtual-stages", optarg));
+      break;
     case OPT_SP: add_override(&o, LX_F_SEQ_PARALLEL, "--sequence-parallel", 1); break;
     case OPT_ZERO: add_override(&o, LX_F_ZERO, "--zero", 1); break;
     case 'h': fputs(usage_text, stdout); exit(0);
@@ -340,6 +352,7 @@ static void apply_overrides(const options *o, lx_ir *ir) {
     case LX_F_MICRO_BATCH: ir->plan.micro_batch = v; break;
     case LX_F_GLOBAL_BATCH: ir->plan.global_batch = v; break;
     case LX_F_SCHEDULE: ir->plan.schedule = (lx_schedule)v; break;
+    case LX_F_VIRTUAL_STAGES: ir->plan.virtual_stages = v; break;
     case LX_F_SEQ_PARALLEL: ir->plan.sequence_parallel = v; break;
     case LX_F_ZERO: ir->plan.zero = v; break;
     default: break;

@@ -82,6 +82,9 @@ typedef struct {
  * search then sets the open fields and the IR is analysed again. */
 enum { LX_OPEN = 0 };
 
+/* Interleaved 1F1B: the most model chunks a stage may hold. */
+enum { LX_MAX_VIRTUAL_STAGES = 8 };
+
 typedef struct {
   bool tp, pp, dp, micro_batch;
   bool schedule; /* the plan search weighs 1F1B and ZB-H1 */
@@ -90,6 +93,7 @@ typedef struct {
 typedef struct {
   int tp, pp, dp, micro_batch, global_batch; /* global_batch 0: not given */
   lx_schedule schedule;
+  int virtual_stages; /* model chunks per stage: 1, or V >= 2 under interleaved 1F1B */
   bool sequence_parallel;
   bool zero; /* ZeRO-1: AdamW state (and fp32 masters) sharded over the dp replicas */
 } lx_plan;
@@ -222,6 +226,7 @@ typedef enum {
   LX_F_MICRO_BATCH,
   LX_F_GLOBAL_BATCH,
   LX_F_SCHEDULE,
+  LX_F_VIRTUAL_STAGES,
   LX_F_SEQ_PARALLEL,
   LX_F_ZERO,
   LX_F_STEPS,

@@ -55,6 +55,7 @@ static void print_configs(cJSON *doc, const lx_ir *ir) {
   put_int_or_open(w, "micro_batch", p->micro_batch, ir->open_plan.micro_batch);
   put_int_or_open(w, "global_batch", p->global_batch, false);
   lx_json_add_string(w, "schedule", ir->open_plan.schedule ? NULL : lx_schedule_name(p->schedule));
+  lx_json_add_int(w, "virtual_stages", p->virtual_stages);
   lx_json_add_bool(w, "sequence_parallel", p->sequence_parallel);
   lx_json_add_bool(w, "zero", p->zero);
 

@@ -58,6 +58,7 @@ struct lx_parallel {
   int micro_batch;        /* sequences per micro-batch */
   int global_batch;       /* sequences per optimizer step, all replicas */
   enum lx_schedule schedule;
+  int virtual_stages;     /* SCHEDULE_INTERLEAVED: model chunks per stage (default 2) */
   int sequence_parallel;  /* 1: Megatron sequence parallelism */
   int zero;               /* 1: ZeRO-1, AdamW state sharded over the dp replicas */
 };

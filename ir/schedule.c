@@ -138,12 +138,30 @@ void lx_unrolled_free(lx_pipeline *p) {
 
 int lx_chunk_last_layer(const lx_chunk *c) { return c->first_layer + c->n_layers - 1; }
 
+int lx_peer_chunk(const lx_pipeline *p, int sender, const lx_instr *send) {
+  if (send->kind == LX_I_SEND_ACT && sender == p->pp - 1) return send->chunk + 1;
+  if (send->kind == LX_I_SEND_GRAD && sender == 0) return send->chunk - 1;
+  return send->chunk;
+}
+
+bool lx_transfer_matches(const lx_pipeline *p, int sender, const lx_instr *send, const lx_instr *recv) {
+  lx_instr_kind want = send->kind == LX_I_SEND_ACT ? LX_I_RECV_ACT : LX_I_RECV_GRAD;
+  return recv->kind == want && recv->mb == send->mb && recv->peer == sender &&
+         recv->chunk == lx_peer_chunk(p, sender, send);
+}
+
 void lx_chunk_ranges(const lx_stage *st, char *buf, size_t size) {
   int used = 0;
   buf[0] = '\0';
-  for (int v = 0; v < st->n_chunks && used >= 0 && (size_t)used < size; v++)
-    used += snprintf(buf + used, size - (size_t)used, "%s%d-%d", v ? ", " : "", st->chunks[v].first_layer,
-                     lx_chunk_last_layer(&st->chunks[v]));
+  for (int v = 0; v < st->n_chunks && used >= 0 && (size_t)used < size; v++) {
+    const lx_chunk *c = &st->chunks[v];
+    const char *sep = v ? ", " : "";
+    if (c->n_layers == 1 && st->n_chunks > 1)
+      used += snprintf(buf + used, size - (size_t)used, "%s%d", sep, c->first_layer);
+    else
+      used +=
+          snprintf(buf + used, size - (size_t)used, "%s%d-%d", sep, c->first_layer, lx_chunk_last_layer(c));
+  }
 }
 
 bool lx_next_instance(const lx_stage *st, lx_graph_id graph, int layer, lx_graph_id *next_graph,

@@ -138,12 +138,10 @@ typedef struct {
   int first_layer, n_layers;
 } lx_chunk;
 
-enum { LX_MAX_CHUNKS = 8 };
-
 typedef struct {
   int index;
   int n_chunks;
-  lx_chunk chunks[LX_MAX_CHUNKS]; /* in model order */
+  lx_chunk chunks[LX_MAX_VIRTUAL_STAGES]; /* in model order */
   int n_layers;                   /* of all its chunks */
   bool has_prologue, has_epilogue;
   int64_t params_per_rank;
@@ -182,6 +180,13 @@ void lx_pipeline_free(lx_pipeline *p);
 /* Bound on the micro-batch numbers of p's instructions: one step's, 2BW's
  * ahead ones, and those of the steps it is unrolled over. */
 int lx_micro_batch_ids(const lx_pipeline *p);
+/* The receiver's chunk of what SEND `send` of stage `sender` carries: the
+ * same chunk, except around the ring of interleaved 1F1B (the last stage's
+ * activations of chunk v feed the first stage's chunk v + 1, and the first
+ * stage's input gradients of chunk v go back to the last stage's v - 1). */
+int lx_peer_chunk(const lx_pipeline *p, int sender, const lx_instr *send);
+/* Whether `recv` on send->peer is the receive of that send: one message. */
+bool lx_transfer_matches(const lx_pipeline *p, int sender, const lx_instr *send, const lx_instr *recv);
 /* The instruction lists of `steps` consecutive steps of p, one after the
  * other on every stream, as a pipeline of their own: step k runs its fill
  * where fill[k] and its ahead forwards where ahead[k] (2BW); its

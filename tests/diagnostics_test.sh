@@ -160,6 +160,11 @@ check_override "--global-batch 100" "global_batch (100)" "micro_batch x dp" --gl
 check_override "--micro-batch 65537" "field '.micro_batch' = 65537" "out of range [0, 65536]" --micro-batch 65537
 check_override "--tp 128" "field '.tp' = 128" "out of range [0, 64]" --tp 128
 check_override "--pp 4097" "field '.pp' = 4097" "out of range [0, 4096]" --pp 4097
+check_override "--virtual-stages 9" "field '.virtual_stages' = 9" "out of range [0, 8]" --virtual-stages 9 \
+  --schedule interleaved
+check_override "--virtual-stages 3 under 1f1b" "virtual_stages (3)" "schedule interleaved" --virtual-stages 3
+check_override "--virtual-stages 1 under interleaved" "schedule interleaved needs virtual_stages of 2 or more" \
+  "(it is 1)" --virtual-stages 1 --schedule interleaved
 
 # Every override given twice (more than there are fields): the last of each wins.
 plan=$(bin/lynxgen "$EXAMPLE" --plan --tp 1 --pp 1 --dp 1 --micro-batch 1 --global-batch 8 --schedule gpipe \

@@ -1,5 +1,17 @@
 """Pipeline schedules beyond 1F1B, trained on the CPU target (issue: schedules).
 
+Interleaved 1F1B (Narayanan et al., SC 2021) gives each stage V chunks of
+layers and runs the micro-batches through them in Megatron's order. Each
+layer still sees micro-batches 0, 1, ... in order in its forwards and its
+backwards, and adds their weight gradients into the same fp32 buffer in that
+order, so its per-step losses must be bitwise 1F1B's too. Checks: at pp = 2
+(4 layers, chunks of 2) and pp = 4 (8 layers, chunks of 1), for the GPT and
+the Llama, with none, full and lynx-heu; at pp = 4 with Lynx recomputing in
+the windows it finds (a GPT of 8 layers, 5 MiB GPUs, 8 micro-batches); at
+tp 2 x pp 2 x dp 2 with ZeRO-1 and sequence parallelism; and each stage's
+arena is used exactly to the planned extents (make check), with its chunks'
+pipeline buffers and the layers of all its chunks in its stash slots.
+
 ZB-H1 (Qi et al. 2024, zero bubble) splits the backward of a stage's block
 linears into B (the input gradient, on the critical path) and W (the weight
 gradient), and runs W `weight_lag` micro-batches late. It computes the same
@@ -144,10 +156,10 @@ def main():
     if work is None:
         return
     for name, text in (("gpt", GPT), ("llama", LLAMA)):
-        model = os.path.join(work, name + ".model")
-        with open(model, "w") as f:
-            f.write(text)
         for pp in (2, 4):
+            model = os.path.join(work, "%s-%d.model" % (name, 2 * pp))  # interleaved: 2 chunks per stage
+            with open(model, "w") as f:
+                f.write(text.replace(".layers = 4", ".layers = %d" % (2 * pp)))
             for policy, args in POLICIES.items():
                 layout = ("--pp", str(pp), *args)
                 label = "%s pp=%d %s" % (name, pp, policy)
@@ -176,11 +188,13 @@ def main():
                     continue
                 a, b = losses(m1), losses(m2)
                 check(len(a) == 6 and a == b, "%s: ZB-H1 gives bitwise 1F1B's losses %s" % (label, b))
-    model = os.path.join(work, "gpt.model")
+                interleaved(work, label, model, layout, a)
+    model = os.path.join(work, "gpt-4.model")
+    windowed_interleaved(work)
     for label, extra in (("ZeRO-1", ()), ("ZeRO-1 sequence-parallel", ("--sequence-parallel",))):
         layout = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", *extra)
         programs = {s: generate(work, "%s-%s" % (label.replace(" ", "-"), s), model, *layout, "--schedule", s,
-                                quick=True) for s in ("1f1b", "zb-h1")}
+                                quick=True) for s in ("1f1b", "zb-h1", "interleaved")}
         runs = {s: train(p, work, "--steps", "4") if p else (None, None) for s, p in programs.items()}
         ok = all(r is not None and r.returncode == 0 for r, _ in runs.values())
         got = {s: losses(m) if ok else None for s, (_, m) in runs.items()}
@@ -191,6 +205,8 @@ def main():
         check(ok and got["1f1b"] == got["zb-h1"] and len(got["1f1b"]) == 4 and deferred,
               "gpt tp=2 pp=2 dp=2 %s: ZB-H1 (%s) gives bitwise 1F1B's losses %s" % (
                   label, "W passes" if deferred else "no W pass", got["zb-h1"]))
+        check(ok and got["1f1b"] == got["interleaved"],
+              "gpt tp=2 pp=2 dp=2 %s: interleaved 1F1B gives bitwise 1F1B's losses %s" % (label, got["interleaved"]))
     # The memory plan, measured, where W reads what it keeps in its pools.
     sp = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel")
     for label, layout, policy, stages_of in (("pp=4 none", ("--pp", "4"), "none", 4),
@@ -206,7 +222,62 @@ def main():
         check(ok, "ZB-H1 %s: each stage's arena is used exactly to the planned extents, poison never read" % label)
         if not ok:
             print(out[-3000:] + (r.stderr[-2000:] if r else ""))
+    interleaved_memory(work)
     pipedream_2bw(work)
+
+
+def interleaved(work, label, model, layout, one_f_one_b):
+    """Interleaved 1F1B (2 chunks per stage) against 1F1B's losses of the same layout."""
+    program = generate(work, label.replace(" ", "-").replace("=", "") + "-interleaved", model, *layout,
+                       "--schedule", "interleaved", quick=True)
+    r, m = train(program, work, "--steps", "6") if program else (None, None)
+    if r is None or r.returncode != 0:
+        check(False, "%s: interleaved 1F1B generates, builds and trains 6 steps" % label)
+        print((r.stdout + r.stderr)[-2000:] if r else "")
+        return
+    with open(os.path.join(program, "plan.txt")) as f:
+        plan = f.read()
+    check("stage 0: prologue + layers 0-" in plan and ", " in plan.split("stage 0: ")[1].split("\n")[0],
+          "%s: stage 0 holds two chunks of layers (plan.txt)" % label)
+    got = losses(m)
+    check(len(got) == 6 and got == one_f_one_b, "%s: interleaved 1F1B gives bitwise 1F1B's losses %s" % (label, got))
+
+
+WINDOWED = ("--pp", "4", "--policy", "lynx-heu", "--gpu-memory", "0.005", "--allow-oom-plan", "--global-batch", "16")
+
+
+def windowed_interleaved(work):
+    """Lynx's windows under interleaved 1F1B: recompute on the recompute stream, same losses."""
+    model = os.path.join(work, "gpt-8.model")
+    programs = {s: generate(work, "windowed-" + s, model, *WINDOWED, "--schedule", s, quick=True)
+                for s in ("1f1b", "interleaved")}
+    runs = {s: train(p, work, "--steps", "4") if p else (None, None) for s, p in programs.items()}
+    ok = all(r is not None and r.returncode == 0 for r, _ in runs.values())
+    hidden = []
+    if ok:
+        with open(os.path.join(programs["interleaved"], "plan.txt")) as f:
+            hidden = [float(x.split(" ms hidden")[0].split(", ")[-1]) for x in f.read().splitlines()
+                      if " ms hidden in windows" in x]
+    check(ok and any(h > 0 for h in hidden), "gpt pp=4 lynx-heu interleaved: recompute hidden in windows %s" % hidden)
+    got = {s: losses(m) if ok else None for s, (_, m) in runs.items()}
+    check(ok and len(got["1f1b"]) == 4 and got["1f1b"] == got["interleaved"],
+          "gpt pp=4 lynx-heu in windows: interleaved 1F1B gives bitwise 1F1B's losses %s" % got["interleaved"])
+
+
+def interleaved_memory(work):
+    model = os.path.join(work, "gpt-8.model")
+    for label, layout, ranks in (("pp=2 V=4 none", ("--pp", "2", "--virtual-stages", "4"), 2),
+                                 ("pp=4 lynx-heu in windows", WINDOWED, 4)):
+        program = generate(work, "mem-il-%d" % ranks, model, *layout, "--schedule", "interleaved", target="check",
+                           quick=True)
+        r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
+        out = r.stdout if r else ""
+        stages = [l for l in out.splitlines() if l.startswith("memory: stage")]
+        ok = r is not None and r.returncode == 0 and len(stages) == ranks and all("as planned" in l for l in stages)
+        check(ok, "interleaved %s: each stage's arena is used exactly to the planned extents, poison never read"
+              % label)
+        if not ok:
+            print(out[-3000:] + (r.stderr[-2000:] if r else ""))
 
 
 def relative_difference(a, b):

@@ -124,6 +124,8 @@ static void check_int_ranges(lx_ir *ir) {
       {LX_F_MICRO_BATCH, "micro_batch", &l->plan, &ir->plan.micro_batch, 0, 1 << 16, false},
       {LX_F_GLOBAL_BATCH, "global_batch", &l->plan, &ir->plan.global_batch, 0, 1 << 24, false},
       {LX_F_SCHEDULE, "schedule", &l->plan, (int *)&ir->plan.schedule, 0, LX_SCHEDULE_COUNT - 1, false},
+      {LX_F_VIRTUAL_STAGES, "virtual_stages", &l->plan, &ir->plan.virtual_stages, 0, LX_MAX_VIRTUAL_STAGES,
+       false},
       {LX_F_STEPS, "steps", &l->training, &ir->training.steps, 1, steps, false},
       {LX_F_WARMUP, "warmup_steps", &l->training, &ir->training.warmup_steps, 0, steps, false},
       {LX_F_LR_SCHEDULE, "lr_schedule", &l->training, (int *)&ir->training.lr_schedule, LX_LR_CONSTANT,
@@ -203,6 +205,27 @@ static void check_path(const lx_ir *ir, lx_field field, const char *name, const 
  * real runs use a few hundred. */
 enum { MAX_MICRO_BATCHES = 4096 };
 
+/* Interleaved 1F1B (Megatron): at least two chunks per stage on at least
+ * two stages, each chunk at least one layer. */
+static void check_virtual_stages(const lx_ir *ir) {
+  const lx_plan *p = &ir->plan;
+  lx_srcloc at = field_or(ir, LX_F_VIRTUAL_STAGES, field_or(ir, LX_F_SCHEDULE, ir->locs.plan));
+  if (p->schedule != LX_SCHEDULE_INTERLEAVED) {
+    if (p->virtual_stages > 1)
+      lx_error(at, "virtual_stages (%d) goes with schedule interleaved (the plan's is %s)", p->virtual_stages,
+               lx_schedule_name(p->schedule));
+    return;
+  }
+  if (p->virtual_stages < 2)
+    lx_error(at, "schedule interleaved needs virtual_stages of 2 or more (it is %d)", p->virtual_stages);
+  else if (!ir->open_plan.pp && p->pp < 2)
+    lx_error(field_or(ir, LX_F_PP, ir->locs.plan), "schedule interleaved needs pp of 2 or more (it is %d)",
+             p->pp);
+  else if (!ir->open_plan.pp && (long long)p->pp * p->virtual_stages > ir->model.layers)
+    lx_error(at, "fewer layers (%d) than model chunks (pp x virtual_stages = %d x %d)", ir->model.layers,
+             p->pp, p->virtual_stages);
+}
+
 /* Relations between fields: each error names both numbers. */
 static void check_relations(const lx_ir *ir) {
   const lx_model_config *m = &ir->model;
@@ -228,6 +251,7 @@ static void check_relations(const lx_ir *ir) {
   if (p->pp > m->layers)
     lx_error(field_or(ir, LX_F_PP, l->plan), "fewer layers (%d) than pipeline stages (pp = %d)", m->layers,
              p->pp);
+  check_virtual_stages(ir);
   long long gpus = (long long)ir->cluster.nodes * ir->cluster.gpus_per_node;
   const lx_open_plan *open = &ir->open_plan; /* the search checks the fields it chooses */
   if (!open->tp && !open->pp && !open->dp && (long long)p->tp * p->pp * p->dp > gpus)
@@ -734,6 +758,8 @@ static void resolve_open_plan(lx_ir *ir) {
   }
   ir->open_plan.schedule = ir->plan.schedule == LX_SCHEDULE_OPEN;
   if (ir->open_plan.schedule) ir->plan.schedule = LX_SCHEDULE_1F1B;
+  if (ir->plan.virtual_stages == LX_OPEN)
+    ir->plan.virtual_stages = ir->plan.schedule == LX_SCHEDULE_INTERLEAVED ? 2 : 1;
 }
 
 int lx_analyze(lx_ir *ir) {

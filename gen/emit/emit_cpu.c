@@ -148,9 +148,17 @@ static void cpu_comm(void *ctx, lx_stream k, const lx_instr *in) {
   default: t.role = LX_T_OUTPUT; break; /* RECV_ACT: the first layer's input */
   }
   bool send = in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD;
-  /* under 2BW a message sent ahead is received as the next step's */
-  const char *tag = pr->p->kind == LX_SCHEDULE_2BW ? "mb % MICRO_BATCHES" : "mb";
-  fprintf(f, "  {\n    const int mb = %d, layer = FIRST_LAYER;  /* %s */\n    (void)layer;\n", in->mb, what);
+  /* under 2BW a message sent ahead is received as the next step's; under
+   * interleaved 1F1B the tag names the receiving chunk too */
+  char tag[64], layer[16];
+  if (pr->p->kind == LX_SCHEDULE_2BW)
+    snprintf(tag, sizeof tag, "mb %% MICRO_BATCHES");
+  else if (pr->st->n_chunks > 1)
+    snprintf(tag, sizeof tag, "%d * MICRO_BATCHES + mb", send ? lx_peer_chunk(pr->p, pr->s, in) : in->chunk);
+  else
+    snprintf(tag, sizeof tag, "mb");
+  fprintf(f, "  {\n    const int mb = %d, layer = %s;  /* %s */\n    (void)layer;\n", in->mb,
+          emit_chunk_layer(pr, in->chunk, layer, sizeof layer), what);
   fprintf(f, "    lx_%s(%s, BOUNDARY_ELEMENTS, %d, LX_TAG_%s, %s, &requests[%d]);\n  }\n",
           send ? "isend" : "irecv", emit_at(pr, buf, sizeof buf, t), in->peer,
           in->kind == LX_I_SEND_ACT || in->kind == LX_I_RECV_ACT ? "ACTIVATION" : "GRADIENT", tag,
@@ -268,27 +276,13 @@ static void print_load(const lx_printer *pr) {
 /* Forward only, micro-batch after micro-batch, for validation and gradient checks. */
 static void print_eval(const lx_printer *pr) {
   FILE *f = pr->out;
-  char buf[PTR];
   fprintf(f,
           "\n/* Forward only: validation loss and gradient checks. */\nstatic void run_forward(int step) {\n"
           "  const lx_ctx *ctx = &kernel_ctx;\n  current_step = step;\n"
           "  for (int mb = %s; mb++) {\n    load_micro_batch(mb);\n",
           emit_forward_only_range(pr));
-  if (pr->s > 0)
-    fprintf(f,
-            "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n      lx_recv(%s, "
-            "BOUNDARY_ELEMENTS, STAGE - 1, "
-            "LX_TAG_USER, mb);\n    }\n",
-            emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
-  if (pr->st->has_prologue) fprintf(f, "    forward_prologue(ctx, mb);\n");
-  if (pr->st->n_layers)
-    fprintf(f, "    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) "
-               "forward_block(ctx, layer, mb);\n");
-  if (pr->st->has_epilogue)
-    fprintf(f, "    forward_epilogue(ctx, mb);\n");
-  else
-    fprintf(f, "    lx_send(%s, BOUNDARY_ELEMENTS, STAGE + 1, LX_TAG_USER, mb);\n",
-            emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
+  emit_forward_only_chunks(pr, "lx_recv(%s, BOUNDARY_ELEMENTS, %s, LX_TAG_USER, mb);",
+                           "lx_send(%s, BOUNDARY_ELEMENTS, %s, LX_TAG_USER, mb);");
   fprintf(f, "  }\n}\n");
 }
 
@@ -325,6 +319,7 @@ static void print_header(const lx_printer *pr) {
       f,
       "#define LOSS_SCALE ((real)1 / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
   emit_micro_batch_macros(pr);
+  emit_chunk_table(pr);
   fprintf(f,
           "/* The arena: the static memory plan (plan.txt), in bytes of the model's dtype\n"
           " * (%s); REAL_SCALE stretches it to the element this build computes in. */\n",

@@ -261,10 +261,11 @@ static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
   bool send = in->kind == LX_I_SEND_ACT || in->kind == LX_I_SEND_GRAD;
   if (!w->nccl_group_open) fputs("  lx_comm_group_start();\n", pr->out);
   w->nccl_group_open = true;
-  fprintf(
-      pr->out,
-      "  { /* %s  %s:%d */\n    const int mb = %d, layer = FIRST_LAYER;\n    (void)mb;\n    (void)layer;\n",
-      what, emit_file_name(pr->ir->model_path, name), instr_line(pr, in), in->mb);
+  char layer[16];
+  fprintf(pr->out,
+          "  { /* %s  %s:%d */\n    const int mb = %d, layer = %s;\n    (void)mb;\n    (void)layer;\n", what,
+          emit_file_name(pr->ir->model_path, name), instr_line(pr, in), in->mb,
+          emit_chunk_layer(pr, in->chunk, layer, sizeof layer));
   fprintf(pr->out,
           "    lx_comm_%s(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, %d, &pipeline_comm, streams[%s]);\n  }\n",
           send ? "send" : "recv", emit_at(pr, buf, sizeof buf, t), in->peer, stream_var(k));
@@ -385,31 +386,15 @@ static void print_load(const lx_printer *pr) {
  * output to the next with NCCL calls in the same order on both sides. */
 static void print_forward_pass(const lx_printer *pr) {
   FILE *f = pr->out;
-  char buf[PTR];
   fputs("\n/* Forward only (validation): the losses of the micro-batches staged for it. */\n"
         "static void run_forward(int step) {\n  current_step = step;\n"
         "  const lx_ctx *ctx = &ctx_of[STREAM_COMPUTE];\n",
         f);
   fprintf(f, "  for (int mb = %s; mb++) {\n", emit_forward_only_range(pr));
   if (loads_tokens(pr)) fputs("    load_micro_batch(mb, ctx->stream);\n", f);
-  if (pr->s > 0)
-    fprintf(
-        f,
-        "    {\n      const int layer = FIRST_LAYER;\n      (void)layer;\n"
-        "      lx_comm_recv(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE - 1, &pipeline_comm, ctx->stream);\n"
-        "    }\n",
-        emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_OUTPUT, 0)));
-  if (pr->st->has_prologue) fputs("    forward_prologue(ctx, mb);\n", f);
-  if (pr->st->n_layers)
-    fputs("    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, "
-          "layer, mb);\n",
-          f);
-  if (pr->st->has_epilogue)
-    fputs("    forward_epilogue(ctx, mb);\n", f);
-  else
-    fprintf(
-        f, "    lx_comm_send(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE + 1, &pipeline_comm, ctx->stream);\n",
-        emit_at(pr, buf, sizeof buf, emit_ref(pr, LX_GRAPH_BLOCK, 0, LX_T_SEND_ACT, 0)));
+  emit_forward_only_chunks(
+      pr, "lx_comm_recv(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, %s, &pipeline_comm, ctx->stream);",
+      "lx_comm_send(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, %s, &pipeline_comm, ctx->stream);");
   fputs("  }\n}\n", f);
 }
 
@@ -473,6 +458,7 @@ static void print_header(const lx_printer *pr) {
   fprintf(f,
           "#define LOSS_SCALE (1.0f / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */\n");
   emit_micro_batch_macros(pr);
+  emit_chunk_table(pr);
   fprintf(f, "/* The arena: the static memory plan (plan.txt), bf16 weights and activations,\n"
              " * fp32 master weights, gradients and AdamW moments. */\n");
   fprintf(f, "#define ARENA_BYTES %lldLL\n", (long long)pr->l->total);

@@ -58,11 +58,16 @@ static const struct {
  * run ahead: the slot follows the micro-batch's number in the run (RUN_MB). */
 static bool steps_overlap(const lx_printer *pr) { return pr->p->kind == LX_SCHEDULE_2BW; }
 
+/* Under interleaved 1F1B a stage's layers are not consecutive: a layer's
+ * place among them comes from the chunk table (emit_chunk_table). */
+static bool chunked(const lx_printer *pr) { return pr->st->n_chunks > 1; }
+
 static const char *helper_variable(const lx_printer *pr, helper h) {
   static const char *run_numbered[HELPER_COUNT] = {
       [STASH_SLOT] = "(RUN_MB(mb) % SLOTS)",
       [PIPE_SLOT] = "(RUN_MB(mb) % SLOTS)",
   };
+  if (chunked(pr) && h >= STASH_LAYER && h <= PARAM_LAYER) return "layer_slot(layer)";
   return steps_overlap(pr) && run_numbered[h] ? run_numbered[h] : helpers[h].variable;
 }
 
@@ -124,10 +129,10 @@ static const char *element_type(const lx_printer *pr, lx_tensor_ref t) {
   return pr->act_type;
 }
 
-static bool same_place(const lx_place_expr *a, const lx_place_expr *b) {
+bool emit_same_place(const lx_place_expr *a, const lx_place_expr *b) {
   return a->region == b->region && a->constant == b->constant && a->per_slot == b->per_slot &&
          a->per_layer == b->per_layer && a->parity_stride == b->parity_stride &&
-         (a->parity_add - b->parity_add) % 2 == 0;
+         (a->parity_add - b->parity_add) % 2 == 0 && a->per_chunk == b->per_chunk;
 }
 
 /* The registered tensor at place e named `base` (or `base_2`, ... when that
@@ -143,7 +148,7 @@ static const named_tensor *find_or_add(lx_tensor_names *names, const char *base,
     bool taken = false;
     for (int k = 0; k < names->n; k++) {
       if (strcmp(names->v[k].name, name)) continue;
-      if (same_place(&names->v[k].place, e)) return &names->v[k];
+      if (emit_same_place(&names->v[k].place, e)) return &names->v[k];
       taken = true;
     }
     if (taken) continue;
@@ -159,7 +164,7 @@ static const named_tensor *find_or_add(lx_tensor_names *names, const char *base,
   }
 }
 
-static bool uses_layer(const lx_place_expr *e) { return e->per_layer || e->parity_stride; }
+static bool uses_layer(const lx_place_expr *e) { return e->per_layer || e->parity_stride || e->per_chunk; }
 
 static bool uses_mb(const lx_place_expr *e) { return e->per_slot || e->versioned; }
 
@@ -182,7 +187,7 @@ const char *emit_tensor_call(const lx_printer *pr, lx_tensor_ref t, char *buf, s
     lx_tensor_ref output = t;
     output.role = LX_T_OUTPUT;
     lx_place_expr kept = lx_place_of(pr->p, pr->s, pr->l, output);
-    if (same_place(&kept, &e)) t = output;
+    if (emit_same_place(&kept, &e)) t = output;
   }
   base_name(pr, t, base, sizeof base);
   const named_tensor *n = find_or_add(pr->names, base, t, &e);
@@ -218,6 +223,8 @@ void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf,
   if (e->parity_stride)
     n += snprintf(buf + n, size - (size_t)n, " + ((layer + %d) %% 2) * %lldLL", e->parity_add % 2,
                   (long long)e->parity_stride);
+  if (e->per_chunk)
+    n += snprintf(buf + n, size - (size_t)n, " + chunk_of(layer) * %lldLL", (long long)e->per_chunk);
   snprintf(buf + n, size - (size_t)n, ")");
 }
 
@@ -338,6 +345,33 @@ void emit_weight_versions(const lx_printer *pr) {
                    " * step's (run ahead) the live one. */\n"
                    "static int64_t weights_of(int mb) { return mb < MICRO_BATCHES ? REGION_previous : "
                    "REGION_params; }\n");
+}
+
+void emit_chunk_table(const lx_printer *pr) {
+  const lx_stage *st = pr->st;
+  if (!chunked(pr)) return;
+  FILE *f = pr->out;
+  fprintf(f,
+          "\n/* Interleaved 1F1B: the stage holds CHUNKS chunks of layers (plan.txt), model\n"
+          " * chunks STAGE, STAGE + STAGES, ...; its parameters and stash hold their layers\n"
+          " * one chunk after the other. */\nenum { CHUNKS = %d };\n",
+          st->n_chunks);
+  fprintf(f, "static const int chunk_first_layer[CHUNKS] = {");
+  for (int v = 0; v < st->n_chunks; v++)
+    fprintf(f, "%s%d", v ? ", " : "", st->chunks[v].first_layer);
+  fprintf(f, "};\n/* the stage's layers before each chunk */\nstatic const int chunk_slot[CHUNKS] = {");
+  for (int v = 0, before = 0; v < st->n_chunks; before += st->chunks[v].n_layers, v++)
+    fprintf(f, "%s%d", v ? ", " : "", before);
+  fprintf(f, "};\n");
+  fprintf(f, "static int chunk_of(int layer) {\n"
+             "  int v = CHUNKS - 1;\n"
+             "  while (v > 0 && layer < chunk_first_layer[v])\n"
+             "    v--;\n"
+             "  return v;\n"
+             "}\n"
+             "/* where the layer sits among the stage's */\n"
+             "static int layer_slot(int layer) { return chunk_slot[chunk_of(layer)] + layer - "
+             "chunk_first_layer[chunk_of(layer)]; }\n");
 }
 
 const char *emit_gradient_weights(const lx_printer *pr) { return steps_overlap(pr) ? "previous" : "params"; }

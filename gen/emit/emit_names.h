@@ -31,6 +31,10 @@ void emit_names_print(const lx_printer *pr);
 void emit_pool_slots(const lx_printer *pr);
 /* GLOBAL_MB, and under 2BW STEP_OF and RUN_MB: how a micro-batch's number reads. */
 void emit_micro_batch_macros(const lx_printer *pr);
+/* Interleaved 1F1B: the stage's chunks, chunk_of(layer) and layer_slot(layer). */
+void emit_chunk_table(const lx_printer *pr);
+/* Whether two places are the same expression (in layer and micro-batch). */
+bool emit_same_place(const lx_place_expr *a, const lx_place_expr *b);
 /* Under 2BW, weights_of(mb): the weights version a micro-batch computes with. */
 void emit_weight_versions(const lx_printer *pr);
 /* The region of the weights that backwards take gradients at (GRAD_OF's base). */

@@ -56,27 +56,54 @@ const char *emit_at(const lx_printer *pr, char *buf, size_t size, lx_tensor_ref 
   return emit_tensor_call(pr, t, buf, size);
 }
 
+/* Layer `layer` of the stage in a printed condition: by name where the
+ * stage's layers are consecutive. */
+static void layer_name(const lx_stage *st, int layer, char *buf, size_t size) {
+  int first = st->chunks[0].first_layer, last = first + st->n_layers - 1;
+  if (st->n_chunks == 1 && layer == first)
+    snprintf(buf, size, "FIRST_LAYER");
+  else if (st->n_chunks == 1 && layer == last)
+    snprintf(buf, size, "FIRST_LAYER + LAYERS - 1");
+  else
+    snprintf(buf, size, "%d", layer);
+}
+
+/* The place as one layer sees it; layers whose places print alike share
+ * one expression. The function returns each group's under a condition on
+ * the layer, and the group of `common` (the stage's first layer for what
+ * leaves a layer, its last for what enters one) unconditionally. */
 static void print_boundary_function(const lx_printer *pr, const char *name, const char *what,
                                     lx_tensor_role role, int op, bool at_first) {
   const lx_stage *st = pr->st;
-  int first = st->chunks[0].first_layer, last = first + st->n_layers - 1;
-  int special = at_first ? first : last;
-  int other = st->n_layers > 1 ? (at_first ? last : first) : special;
-  lx_place_expr special_place =
-      lx_place_of(pr->p, pr->s, pr->l, (lx_tensor_ref){LX_GRAPH_BLOCK, special, op, 0, role, 0});
-  lx_place_expr other_place =
-      lx_place_of(pr->p, pr->s, pr->l, (lx_tensor_ref){LX_GRAPH_BLOCK, other, op, 0, role, 0});
-  char special_text[256], other_text[256];
-  emit_place_address(pr, &special_place, special_text, sizeof special_text);
-  emit_place_address(pr, &other_place, other_text, sizeof other_text);
-  bool uses_mb = special_place.per_slot || other_place.per_slot;
-  char file[LX_TEXT_MAX];
+  int n = st->n_layers, common = at_first ? n - 1 : 0;
+  lx_place_expr *places = lx_malloc(sizeof *places * (size_t)n);
+  bool uses_mb = false;
+  for (int k = 0; k < n; k++) {
+    places[k] = lx_place_of(pr->p, pr->s, pr->l,
+                            (lx_tensor_ref){LX_GRAPH_BLOCK, lx_slot_layer(st, k), op, 0, role, 0});
+    uses_mb |= places[k].per_slot != 0;
+  }
+  char file[LX_TEXT_MAX], text[256], layer[32];
   fprintf(pr->out, "/* (BOUNDARY_ELEMENTS): %s  %s:%d */\nstatic %s *%s(int layer, int mb) {\n%s", what,
           emit_file_name(pr->ir->model_path, file), pr->ir->block.src.line, pr->act_type, name,
           uses_mb ? "" : "  (void)mb;\n");
-  fprintf(pr->out, "  if (layer == %s) return (%s *)%s;\n  return (%s *)%s;\n}\n",
-          at_first ? "FIRST_LAYER" : "FIRST_LAYER + LAYERS - 1", pr->act_type, special_text, pr->act_type,
-          other_text);
+  for (int k = 0; k < n; k++) {
+    bool printed = emit_same_place(&places[k], &places[common]);
+    for (int j = 0; j < k; j++)
+      printed |= emit_same_place(&places[j], &places[k]);
+    if (printed) continue; /* the common group, or one already printed */
+    fputs("  if (", pr->out);
+    for (int j = k, sep = 0; j < n; j++)
+      if (emit_same_place(&places[j], &places[k])) {
+        layer_name(st, lx_slot_layer(st, j), layer, sizeof layer);
+        fprintf(pr->out, "%slayer == %s", sep++ ? " || " : "", layer);
+      }
+    emit_place_address(pr, &places[k], text, sizeof text);
+    fprintf(pr->out, ") return (%s *)%s;\n", pr->act_type, text);
+  }
+  emit_place_address(pr, &places[common], text, sizeof text);
+  fprintf(pr->out, "  return (%s *)%s;\n}\n", pr->act_type, text);
+  free(places);
 }
 
 void emit_block_boundaries(const lx_printer *pr) {
@@ -246,6 +273,57 @@ bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id 
     }
   }
   return false;
+}
+
+/* A transfer of the forward-only pass inside a block that names the
+ * chunk's first layer (its buffers are the chunk's); `format` takes the
+ * buffer and the peer stage. */
+static void print_forward_transfer(const lx_printer *pr, const char *format, lx_tensor_role role, int v,
+                                   bool to_next) {
+  const lx_stage *st = pr->st;
+  char buf[PTR], layer[16], peer[16];
+  lx_tensor_ref t = {LX_GRAPH_BLOCK, st->chunks[v].first_layer, 0, 0, role, 0};
+  lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, t);
+  if (st->n_chunks == 1)
+    snprintf(peer, sizeof peer, "%s", to_next ? "STAGE + 1" : "STAGE - 1");
+  else
+    snprintf(peer, sizeof peer, "%d", (pr->s + (to_next ? 1 : pr->p->pp - 1)) % pr->p->pp);
+  emit_at(pr, buf, sizeof buf, t);
+  bool names_layer = role == LX_T_OUTPUT || e.per_chunk;
+  if (names_layer)
+    fprintf(pr->out, "    {\n      const int layer = %s;\n      (void)layer;\n      ",
+            emit_chunk_layer(pr, v, layer, sizeof layer));
+  else
+    fputs("    ", pr->out);
+  fprintf(pr->out, format, buf, peer);
+  fputs(names_layer ? "\n    }\n" : "\n", pr->out);
+}
+
+void emit_forward_only_chunks(const lx_printer *pr, const char *recv_format, const char *send_format) {
+  const lx_stage *st = pr->st;
+  FILE *f = pr->out;
+  for (int v = 0; v < st->n_chunks; v++) {
+    const lx_chunk *c = &st->chunks[v];
+    bool prologue = v == 0 && st->has_prologue, epilogue = v == st->n_chunks - 1 && st->has_epilogue;
+    if (!prologue) print_forward_transfer(pr, recv_format, LX_T_OUTPUT, v, false);
+    if (prologue) fprintf(f, "    forward_prologue(ctx, mb);\n");
+    if (st->n_chunks == 1 && c->n_layers)
+      fprintf(f, "    for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) "
+                 "forward_block(ctx, layer, mb);\n");
+    else if (c->n_layers)
+      fprintf(f, "    for (int layer = %d; layer <= %d; layer++) forward_block(ctx, layer, mb);\n",
+              c->first_layer, lx_chunk_last_layer(c));
+    if (epilogue)
+      fprintf(f, "    forward_epilogue(ctx, mb);\n");
+    else
+      print_forward_transfer(pr, send_format, LX_T_SEND_ACT, v, true);
+  }
+}
+
+const char *emit_chunk_layer(const lx_printer *pr, int chunk, char *buf, size_t size) {
+  if (pr->st->n_chunks == 1) return "FIRST_LAYER";
+  snprintf(buf, size, "%d", pr->st->chunks[chunk].first_layer);
+  return buf;
 }
 
 const char *emit_layer_text(const lx_instr *in, char *buf, size_t size) {

@@ -94,6 +94,14 @@ bool emit_function_called(const lx_printer *pr, lx_instr_kind kind, lx_graph_id 
 void emit_load_operands(const lx_printer *pr, const char *absent, char tokens[PTR], char targets[PTR]);
 /* The layer of an instruction as C text: prologue and epilogue have none. */
 const char *emit_layer_text(const lx_instr *in, char *buf, size_t size);
+/* The first layer of the stage's chunk `chunk`, as C: where a point-to-point
+ * transfer's buffers are (the chunk's), in terms of the variable `layer`. */
+const char *emit_chunk_layer(const lx_printer *pr, int chunk, char *buf, size_t size);
+/* The body of the forward-only pass for micro-batch `mb`, chunk by chunk:
+ * each receives its input from the previous stage (recv_format, given the
+ * buffer and the peer stage) unless the prologue makes it, runs its layers,
+ * and sends its output (send_format) unless the epilogue takes it. */
+void emit_forward_only_chunks(const lx_printer *pr, const char *recv_format, const char *send_format);
 
 /* ---- tensor parallelism ---- */
 /* A vocabulary-parallel rank's rows of the table: first, count. */

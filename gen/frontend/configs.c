@@ -46,6 +46,7 @@ static const field_desc fields[] = {
     F("lx_parallel", micro_batch, LX_F_MICRO_BATCH, FIELD_INT, plan.micro_batch),
     F("lx_parallel", global_batch, LX_F_GLOBAL_BATCH, FIELD_INT, plan.global_batch),
     F("lx_parallel", schedule, LX_F_SCHEDULE, FIELD_ENUM, plan.schedule),
+    F("lx_parallel", virtual_stages, LX_F_VIRTUAL_STAGES, FIELD_INT, plan.virtual_stages),
     F("lx_parallel", sequence_parallel, LX_F_SEQ_PARALLEL, FIELD_BOOL, plan.sequence_parallel),
     F("lx_parallel", zero, LX_F_ZERO, FIELD_BOOL, plan.zero),
     F("lx_training", steps, LX_F_STEPS, FIELD_INT, training.steps),

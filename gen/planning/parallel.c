@@ -5,6 +5,10 @@
  * (passes.h). */
 #include "planning/passes.h"
 
+#include <stdlib.h>
+
+#include "alloc.h"
+
 bool lx_sequence_parallel(const lx_ir *ir) { return ir->plan.sequence_parallel && ir->plan.tp > 1; }
 
 /* Megatron's pairs: a row-parallel (or vocabulary-parallel) output is a
@@ -30,7 +34,40 @@ int lx_micro_batches(const lx_ir *ir) {
 
 int lx_weight_lag(lx_schedule kind, int s) { return kind == LX_SCHEDULE_ZB_H1 ? s : 0; }
 
-int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches) {
+static lx_chunk_pass virtual_pass(int pp, int v, int k, bool backward) {
+  int chunk = k % (pp * v) / pp;
+  return (lx_chunk_pass){backward, backward ? v - 1 - chunk : chunk, k / (pp * v) * pp + k % pp};
+}
+
+void lx_interleaved_order(int pp, int virtual_stages, int s, int micro_batches, lx_chunk_pass *order) {
+  int total = micro_batches * virtual_stages, n = 0;
+  int warmup = micro_batches == pp ? total : 2 * (pp - s - 1) + (virtual_stages - 1) * pp;
+  if (warmup > total) warmup = total;
+  for (int k = 0; k < warmup; k++)
+    order[n++] = virtual_pass(pp, virtual_stages, k, false);
+  for (int k = 0; k < total - warmup; k++) {
+    order[n++] = virtual_pass(pp, virtual_stages, warmup + k, false);
+    order[n++] = virtual_pass(pp, virtual_stages, k, true);
+  }
+  for (int k = total - warmup; k < total; k++)
+    order[n++] = virtual_pass(pp, virtual_stages, k, true);
+}
+
+/* The most micro-batches one chunk of the stage holds between forward and backward. */
+static int interleaved_stash(int pp, int virtual_stages, int s, int micro_batches) {
+  int n = 2 * micro_batches * virtual_stages, held[LX_MAX_VIRTUAL_STAGES] = {0}, most = 0;
+  lx_chunk_pass *order = lx_malloc(sizeof *order * (size_t)n);
+  lx_interleaved_order(pp, virtual_stages, s, micro_batches, order);
+  for (int i = 0; i < n; i++) {
+    held[order[i].chunk] += order[i].backward ? -1 : 1;
+    if (held[order[i].chunk] > most) most = held[order[i].chunk];
+  }
+  free(order);
+  return most;
+}
+
+int lx_stashed_micro_batches(lx_schedule kind, int pp, int virtual_stages, int s, int micro_batches) {
+  if (kind == LX_SCHEDULE_INTERLEAVED) return interleaved_stash(pp, virtual_stages, s, micro_batches);
   int held = kind == LX_SCHEDULE_GPIPE ? micro_batches : pp - s;
   return held < micro_batches ? held : micro_batches;
 }

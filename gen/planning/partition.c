@@ -148,7 +148,8 @@ double lx_partition_stage_cost(void *model, int stage, int first, int count) {
   (void)first; /* layers are alike: only how many matters */
   bool is_first = stage == 0, is_last = stage == m->pp - 1;
   lx_schedule kind = m->ir->plan.schedule ? m->ir->plan.schedule : LX_SCHEDULE_1F1B;
-  int stashed = lx_stashed_micro_batches(kind, m->pp, stage, m->micro_batches);
+  int stashed = lx_stashed_micro_batches(
+      kind, m->pp, m->ir->plan.virtual_stages > 1 ? m->ir->plan.virtual_stages : 1, stage, m->micro_batches);
   int64_t static_bytes =
       count * m->static_per_layer + (is_first ? m->static_prologue : 0) + (is_last ? m->static_epilogue : 0);
   int64_t other = (is_first ? (int64_t)stashed * m->ir->prologue.activation_bytes : 0) +

@@ -40,9 +40,24 @@ lx_tp_collectives lx_tp_collectives_of(const lx_ir *ir, const lx_op *op, bool ba
  * last B s backwards before stage 0, fills that drain with W), and how many
  * micro-batches' activations it holds from a forward to its backward: all
  * under GPipe, p - s under 1F1B and ZB-H1 (whose W passes' inputs and
- * gradients have slots of their own: layout.h). */
+ * gradients have slots of their own: layout.h), under interleaved 1F1B the
+ * most any one of its chunks holds (micro-batch mb of every chunk uses slot
+ * mb % slots). */
 int lx_weight_lag(lx_schedule kind, int s);
-int lx_stashed_micro_batches(lx_schedule kind, int pp, int s, int micro_batches);
+int lx_stashed_micro_batches(lx_schedule kind, int pp, int virtual_stages, int s, int micro_batches);
+/* One pass of a stage under interleaved 1F1B: the forward or the backward
+ * of its chunk `chunk` for micro-batch mb. */
+typedef struct {
+  bool backward;
+  int chunk, mb;
+} lx_chunk_pass;
+/* Megatron's interleaved order on stage s (micro_batches a multiple of pp):
+ * virtual micro-batch k runs chunk (k / pp) % V of micro-batch
+ * (k / (pp V)) pp + k % pp, backwards from the last chunk; warm-up forwards
+ * 2 (pp - s - 1) + (V - 1) pp (all where micro_batches == pp), then one
+ * forward and one backward alternating, then the remaining backwards.
+ * Fills `order` with its 2 micro_batches V passes. */
+void lx_interleaved_order(int pp, int virtual_stages, int s, int micro_batches, lx_chunk_pass *order);
 /* Whether the BWD of op `op` of graph `graph` leaves its parameter gradients
  * to a BWD_WEIGHT instruction on stage st: a block linear (its weight
  * product is half its backward) where the stage has a weight lag, whose

@@ -21,9 +21,12 @@ static int64_t stage_params(const lx_ir *ir, const lx_stage *st) {
 }
 
 static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batches) {
-  if (kind == LX_SCHEDULE_INTERLEAVED) {
-    lx_error(ir->locs.field[LX_F_SCHEDULE],
-             "schedule '%s' is not implemented yet (gpipe, 1f1b, zb-h1 and 2bw are)", lx_schedule_name(kind));
+  if (kind == LX_SCHEDULE_INTERLEAVED && micro_batches % pp) {
+    lx_error(
+        ir->locs.plan,
+        "schedule interleaved runs micro-batches in groups of pp: %d micro-batches per iteration are not a "
+        "multiple of the %d pipeline stages",
+        micro_batches, pp);
     return false;
   }
   if (micro_batches < pp) {
@@ -50,7 +53,8 @@ static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *f
       st->n_layers += st->chunks[v].n_layers;
     }
     st->params_per_rank = stage_params(ir, st);
-    st->stashed_micro_batches = lx_stashed_micro_batches(out->kind, pp, s, out->micro_batches);
+    st->stashed_micro_batches =
+        lx_stashed_micro_batches(out->kind, pp, out->virtual_stages, s, out->micro_batches);
     st->decisions = lx_calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
     lx_recompute_fixed(ir, fixed, st->decisions);
     st->stats.status = "fixed";
@@ -237,17 +241,42 @@ static void plan_policy(planner *pl) {
   consider_selective(pl);
 }
 
+/* Interleaved 1F1B: the layers of stage s (stage_first) go to its chunks
+ * s, s + pp, ... in nearly equal parts, the earlier chunks taking one more;
+ * chunk c holds [first[c], first[c + 1]). False where a stage has fewer
+ * layers than chunks. */
+static bool split_into_chunks(const int *stage_first, int pp, int virtual_stages, int *first) {
+  int *count = lx_malloc(sizeof *count * (size_t)(pp * virtual_stages));
+  bool fits = true;
+  for (int s = 0; s < pp; s++) {
+    int n = stage_first[s + 1] - stage_first[s];
+    fits &= n >= virtual_stages;
+    for (int v = 0; v < virtual_stages; v++)
+      count[v * pp + s] = n / virtual_stages + (v < n % virtual_stages ? 1 : 0);
+  }
+  first[0] = 0;
+  for (int c = 0; c < pp * virtual_stages; c++)
+    first[c + 1] = first[c] + count[c];
+  free(count);
+  return fits;
+}
+
+/* The layers of each model chunk (pp x virtual_stages + 1 entries): an even
+ * split, or the recompute-aware DP's split of the stages, chunked. */
 static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm, int pp,
-                             int *first) {
-  lx_partition_uniform(ir->model.layers, pp, first);
+                             int v, int *first) {
+  lx_partition_uniform(ir->model.layers, pp * v, first);
   if (o->partition != LX_PARTITION_DP || pp < 2) return;
   lx_partition_model m;
   lx_partition_model_init(&m, ir, cm, o->policy);
   int *dp = lx_malloc(sizeof(int) * (size_t)(pp + 1));
-  if (lx_partition_dp(ir->model.layers, pp, lx_partition_stage_cost, &m, dp) >= 0)
-    for (int s = 0; s <= pp; s++)
-      first[s] = dp[s];
+  int *chunked = lx_malloc(sizeof(int) * (size_t)(pp * v + 1));
+  if (lx_partition_dp(ir->model.layers, pp, lx_partition_stage_cost, &m, dp) >= 0 &&
+      split_into_chunks(dp, pp, v, chunked))
+    for (int c = 0; c <= pp * v; c++)
+      first[c] = chunked[c];
   free(dp);
+  free(chunked);
   lx_partition_model_free(&m);
 }
 
@@ -258,7 +287,7 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
   *out = (lx_pipeline){.ir = ir,
                        .pp = pp,
                        .micro_batches = lx_micro_batches(ir),
-                       .virtual_stages = 1,
+                       .virtual_stages = plan->virtual_stages > 1 ? plan->virtual_stages : 1,
                        .kind = kind,
                        .policy = o->policy};
   if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
@@ -269,11 +298,11 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
     if (!lx_cost_model_init(&own, ir, NULL)) return false;
     cm = &own;
   }
-  int *first = lx_malloc(sizeof *first * (size_t)(pp + 1));
+  int *first = lx_malloc(sizeof *first * (size_t)(pp * out->virtual_stages + 1));
   if (needs_costs)
-    choose_partition(ir, o, cm, pp, first);
+    choose_partition(ir, o, cm, pp, out->virtual_stages, first);
   else
-    lx_partition_uniform(ir->model.layers, pp, first);
+    lx_partition_uniform(ir->model.layers, pp * out->virtual_stages, first);
   init_stages(ir, fixed_policy(o->policy) ? o->policy : LX_RECOMPUTE_NONE, first, out);
   free(first);
   if (fixed_policy(o->policy)) {

@@ -27,10 +27,12 @@ typedef struct {
   lx_stage *st;
   int tp, dp;
   bool dp_pending; /* bucket all-reduces the optimizer step must wait for */
-  /* per micro-batch: events recorded when its stash slot is free again, when
-   * its outgoing buffers have been sent, and when its W passes are done (its
-   * held and weight-gradient slots free); -1 until recorded */
+  /* per chunk and micro-batch (chunk * ids + mb): events recorded when its
+   * stash slot is free again, when its outgoing buffers have been sent, and
+   * when its W passes are done (its held and weight-gradient slots free);
+   * -1 until recorded */
   int *slot_free, *act_sent, *grad_sent, *weights_done;
+  int ids; /* micro-batch numbers per chunk (lx_micro_batch_ids) */
   /* window placement: FWD/BWD emitted so far (minus one), the next window
    * to open, per window the layer instances it recomputes (CSR, in the
    * order they are due), and per instance the event its recompute records */
@@ -58,16 +60,32 @@ static void wait_for(builder *b, lx_stream on, int event) {
 /* `to` waits until everything issued so far on `from` is done. */
 static void sync_streams(builder *b, lx_stream from, lx_stream to) { wait_for(b, to, record(b, from)); }
 
-/* Buffers of micro-batch mb reuse those of mb - slots: wait until that one
- * is done with them (`done` holds its events, -1 if there was none). */
-static void wait_for_slot(builder *b, lx_stream on, const int *done, int mb, int slots) {
+/* The event of chunk v's micro-batch mb in one of the per-micro-batch arrays. */
+static int *event_of(const builder *b, int *events, int v, int mb) { return &events[v * b->ids + mb]; }
+
+/* Buffers of micro-batch mb of chunk v reuse those of mb - slots: wait
+ * until that one is done with them (`done` holds its events, -1 if there
+ * was none). */
+static void wait_for_slot(builder *b, lx_stream on, int *done, int v, int mb, int slots) {
   int previous = mb - slots;
-  if (slots > 0 && previous >= 0 && done[previous] >= 0) wait_for(b, on, done[previous]);
+  if (slots > 0 && previous >= 0 && *event_of(b, done, v, previous) >= 0)
+    wait_for(b, on, *event_of(b, done, v, previous));
 }
 
-static void wait_for_reuse(builder *b, lx_stream on, const int *done, int mb) {
-  wait_for_slot(b, on, done, mb, b->st->stashed_micro_batches);
+static void wait_for_reuse(builder *b, lx_stream on, int *done, int v, int mb) {
+  wait_for_slot(b, on, done, v, mb, b->st->stashed_micro_batches);
 }
+
+/* Chunk v's neighbours: the prologue before chunk 0 of the first stage, the
+ * epilogue after the last chunk of the last stage; the other chunks receive
+ * from and send to the neighbouring stages (around the ring under
+ * interleaved 1F1B: the last stage's chunk v feeds the first stage's v + 1). */
+static bool chunk_has_prologue(const builder *b, int v) { return v == 0 && b->st->has_prologue; }
+static bool chunk_has_epilogue(const builder *b, int v) {
+  return v == b->st->n_chunks - 1 && b->st->has_epilogue;
+}
+static int next_stage(const builder *b) { return (b->st->index + 1) % b->pipe->pp; }
+static int previous_stage(const builder *b) { return (b->st->index + b->pipe->pp - 1) % b->pipe->pp; }
 
 static int64_t input_bytes(const lx_graph *g, const lx_op *op) { return g->ops[op->inputs[0]].out_bytes; }
 
@@ -245,7 +263,7 @@ static void weight_pass(builder *b, int mb) {
     }
     if (mb == b->pipe->micro_batches - 1) reduce_graph_buckets(b, LX_GRAPH_BLOCK, l);
   }
-  b->weights_done[mb] = record(b, LX_STREAM_COMPUTE);
+  *event_of(b, b->weights_done, 0, mb) = record(b, LX_STREAM_COMPUTE);
 }
 
 /* On demand: the dropped tensors of layer `layer` come back just before its
@@ -271,84 +289,78 @@ static int targets_input(const lx_ir *ir) {
 
 static int64_t boundary_bytes(const builder *b) { return b->ir->block.ops[0].out_bytes; }
 
-/* The stage's input activation of mb, into its stash slot once free; the
+/* A send or receive of chunk v's micro-batch mb to or from stage `peer`. */
+static lx_instr transfer(const builder *b, lx_instr_kind kind, int peer, int v, int mb) {
+  return (lx_instr){
+      .kind = kind, .mb = mb, .peer = peer, .chunk = v, .bytes = boundary_bytes(b), .layer = -1};
+}
+
+/* The input activation of chunk v's mb, into its stash slot once free; the
  * compute stream waits for it (the event returned). */
-static int receive_activation(builder *b, int mb) {
+static int receive_activation(builder *b, int v, int mb) {
   lx_stage *st = b->st;
-  wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
-  wait_for_slot(b, LX_STREAM_RECV, b->weights_done, mb, st->held_micro_batches); /* a held first input */
-  emit(b, LX_STREAM_RECV,
-       (lx_instr){
-           .kind = LX_I_RECV_ACT, .mb = mb, .peer = st->index - 1, .bytes = boundary_bytes(b), .layer = -1});
+  wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, v, mb);
+  wait_for_slot(b, LX_STREAM_RECV, b->weights_done, v, mb, st->held_micro_batches); /* a held first input */
+  emit(b, LX_STREAM_RECV, transfer(b, LX_I_RECV_ACT, previous_stage(b), v, mb));
   return record(b, LX_STREAM_RECV);
 }
 
-/* Forward of mb; its input is received first unless `received` already did. */
-static void forward_micro_batch(builder *b, int mb, bool received) {
-  lx_stage *st = b->st;
-  if (!st->has_epilogue) wait_for_reuse(b, LX_STREAM_COMPUTE, b->act_sent, mb);
-  if (st->index > 0 && !received) wait_for(b, LX_STREAM_COMPUTE, receive_activation(b, mb));
-  if (st->has_prologue)
+/* Forward of chunk v's mb; its input is received first unless `received` already did. */
+static void forward_micro_batch(builder *b, int v, int mb, bool received) {
+  const lx_chunk *c = &b->st->chunks[v];
+  bool prologue = chunk_has_prologue(b, v), epilogue = chunk_has_epilogue(b, v);
+  if (!epilogue) wait_for_reuse(b, LX_STREAM_COMPUTE, b->act_sent, v, mb);
+  if (!prologue && !received) wait_for(b, LX_STREAM_COMPUTE, receive_activation(b, v, mb));
+  if (prologue)
     emit(b, LX_STREAM_COMPUTE,
          (lx_instr){.kind = LX_I_LOAD, .graph = LX_GRAPH_PROLOGUE, .op = 0, .mb = mb, .layer = -1});
-  if (st->has_epilogue)
+  if (epilogue)
     emit(b, LX_STREAM_COMPUTE,
          (lx_instr){.kind = LX_I_LOAD,
                     .graph = LX_GRAPH_EPILOGUE,
                     .op = targets_input(b->ir),
                     .mb = mb,
                     .layer = -1});
-  if (st->has_prologue) forward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
-  for (int k = 0; k < st->n_layers; k++)
-    forward_graph(b, LX_GRAPH_BLOCK, lx_slot_layer(st, k), mb);
-  if (st->has_epilogue) {
+  if (prologue) forward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
+  for (int l = c->first_layer; l <= lx_chunk_last_layer(c); l++)
+    forward_graph(b, LX_GRAPH_BLOCK, l, mb);
+  if (epilogue) {
     forward_graph(b, LX_GRAPH_EPILOGUE, -1, mb);
   } else {
     sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_SEND);
-    emit(
-        b, LX_STREAM_SEND,
-        (lx_instr){
-            .kind = LX_I_SEND_ACT, .mb = mb, .peer = st->index + 1, .bytes = boundary_bytes(b), .layer = -1});
-    b->act_sent[mb] = record(b, LX_STREAM_SEND);
+    emit(b, LX_STREAM_SEND, transfer(b, LX_I_SEND_ACT, next_stage(b), v, mb));
+    *event_of(b, b->act_sent, v, mb) = record(b, LX_STREAM_SEND);
   }
 }
 
-static void backward_micro_batch(builder *b, int mb) {
-  lx_stage *st = b->st;
-  if (st->index > 0) wait_for_reuse(b, LX_STREAM_COMPUTE, b->grad_sent, mb);
-  if (!st->has_epilogue) {
-    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, mb);
-    emit(b, LX_STREAM_RECV,
-         (lx_instr){.kind = LX_I_RECV_GRAD,
-                    .mb = mb,
-                    .peer = st->index + 1,
-                    .bytes = boundary_bytes(b),
-                    .layer = -1});
+static void backward_micro_batch(builder *b, int v, int mb) {
+  const lx_chunk *c = &b->st->chunks[v];
+  bool prologue = chunk_has_prologue(b, v), epilogue = chunk_has_epilogue(b, v);
+  if (!prologue) wait_for_reuse(b, LX_STREAM_COMPUTE, b->grad_sent, v, mb);
+  if (!epilogue) {
+    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, v, mb);
+    emit(b, LX_STREAM_RECV, transfer(b, LX_I_RECV_GRAD, next_stage(b), v, mb));
     sync_streams(b, LX_STREAM_RECV, LX_STREAM_COMPUTE);
   } else {
     backward_graph(b, LX_GRAPH_EPILOGUE, -1, mb);
   }
-  for (int k = st->n_layers - 1; k >= 0; k--) {
-    recompute_layer(b, lx_slot_layer(st, k), mb);
-    backward_graph(b, LX_GRAPH_BLOCK, lx_slot_layer(st, k), mb);
+  for (int l = lx_chunk_last_layer(c); l >= c->first_layer; l--) {
+    recompute_layer(b, l, mb);
+    backward_graph(b, LX_GRAPH_BLOCK, l, mb);
   }
-  if (st->has_prologue) backward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
-  if (st->index > 0) {
+  if (prologue) {
+    backward_graph(b, LX_GRAPH_PROLOGUE, -1, mb);
+  } else {
     sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_SEND);
-    emit(b, LX_STREAM_SEND,
-         (lx_instr){.kind = LX_I_SEND_GRAD,
-                    .mb = mb,
-                    .peer = st->index - 1,
-                    .bytes = boundary_bytes(b),
-                    .layer = -1});
-    b->grad_sent[mb] = record(b, LX_STREAM_SEND);
+    emit(b, LX_STREAM_SEND, transfer(b, LX_I_SEND_GRAD, previous_stage(b), v, mb));
+    *event_of(b, b->grad_sent, v, mb) = record(b, LX_STREAM_SEND);
   }
-  b->slot_free[mb] = record(b, LX_STREAM_COMPUTE);
+  *event_of(b, b->slot_free, v, mb) = record(b, LX_STREAM_COMPUTE);
 }
 
 /* B of micro-batch mb, then the W pass that has waited weight_lag backwards. */
 static void backward_then_weights(builder *b, int mb) {
-  backward_micro_batch(b, mb);
+  backward_micro_batch(b, 0, mb);
   if (b->st->weight_lag > 0 && mb - b->st->weight_lag >= 0) weight_pass(b, mb - b->st->weight_lag);
 }
 
@@ -369,20 +381,36 @@ static void schedule_2bw_stage(builder *b) {
   bool receives = b->st->index > 0;
   b->fill = true;
   for (int mb = 0; mb < warmup; mb++)
-    forward_micro_batch(b, mb, false);
-  int first_input = receives ? receive_activation(b, warmup) : -1;
+    forward_micro_batch(b, 0, mb, false);
+  int first_input = receives ? receive_activation(b, 0, warmup) : -1;
   b->fill = false;
   for (int i = 0; i < m; i++) {
     b->ahead = warmup + i >= m;
     if (i == 0 && receives)
       wait_for(b, LX_STREAM_COMPUTE, first_input); /* a no-op where the fill did not run */
-    forward_micro_batch(b, warmup + i, i == 0);
+    forward_micro_batch(b, 0, warmup + i, i == 0);
     b->ahead = false;
-    backward_micro_batch(b, i);
+    backward_micro_batch(b, 0, i);
   }
   b->ahead = true;
-  if (receives) receive_activation(b, m + warmup);
+  if (receives) receive_activation(b, 0, m + warmup);
   b->ahead = false;
+  finish_step(b);
+}
+
+/* Megatron's interleaved 1F1B: the stage's chunks' forwards and backwards
+ * in lx_interleaved_order. */
+static void schedule_interleaved_stage(builder *b) {
+  const lx_pipeline *p = b->pipe;
+  int n = 2 * p->micro_batches * p->virtual_stages;
+  lx_chunk_pass *order = lx_malloc(sizeof *order * (size_t)n);
+  lx_interleaved_order(p->pp, p->virtual_stages, b->st->index, p->micro_batches, order);
+  for (int i = 0; i < n; i++)
+    if (order[i].backward)
+      backward_micro_batch(b, order[i].chunk, order[i].mb);
+    else
+      forward_micro_batch(b, order[i].chunk, order[i].mb, false);
+  free(order);
   finish_step(b);
 }
 
@@ -391,12 +419,16 @@ static void schedule_stage(builder *b) {
     schedule_2bw_stage(b);
     return;
   }
+  if (b->pipe->kind == LX_SCHEDULE_INTERLEAVED) {
+    schedule_interleaved_stage(b);
+    return;
+  }
   int m = b->pipe->micro_batches, p = b->pipe->pp, s = b->st->index;
   int warmup = b->pipe->kind == LX_SCHEDULE_GPIPE ? m : (p - s - 1 < m ? p - s - 1 : m);
   for (int mb = 0; mb < warmup; mb++)
-    forward_micro_batch(b, mb, false);
+    forward_micro_batch(b, 0, mb, false);
   for (int i = 0; i < m - warmup; i++) {
-    forward_micro_batch(b, warmup + i, false);
+    forward_micro_batch(b, 0, warmup + i, false);
     backward_then_weights(b, i);
   }
   for (int mb = m - warmup; mb < m; mb++)
@@ -405,6 +437,24 @@ static void schedule_stage(builder *b) {
   for (int mb = m - lag > 0 ? m - lag : 0; lag > 0 && mb < m; mb++)
     weight_pass(b, mb);
   finish_step(b);
+}
+
+/* The stage's backward passes in the order it runs them: by micro-batch,
+ * or under interleaved 1F1B in its order over the chunks. */
+static lx_chunk_pass *backward_order(const builder *b, int *count) {
+  const lx_pipeline *p = b->pipe;
+  int n = 2 * p->micro_batches * p->virtual_stages;
+  lx_chunk_pass *order = lx_malloc(sizeof *order * (size_t)n);
+  *count = 0;
+  if (p->kind == LX_SCHEDULE_INTERLEAVED) {
+    lx_interleaved_order(p->pp, p->virtual_stages, b->st->index, p->micro_batches, order);
+    for (int i = 0; i < n; i++)
+      if (order[i].backward) order[(*count)++] = order[i];
+    return order;
+  }
+  for (int mb = 0; mb < p->micro_batches; mb++)
+    order[(*count)++] = (lx_chunk_pass){true, 0, mb};
+  return order;
 }
 
 /* Per window, the instances it recomputes, in the order they are due. */
@@ -421,12 +471,17 @@ static void index_window_items(builder *b) {
   for (int w = 0; w < st->n_windows; w++)
     b->window_start[w + 1] += b->window_start[w];
   int *fill = lx_calloc((size_t)st->n_windows + 1, sizeof(int));
-  /* backward order (both schedules): by micro-batch, then from the top layer down */
-  for (int mb = 0; mb < b->pipe->micro_batches; mb++)
-    for (int l = st->n_layers - 1; l >= 0; l--) {
-      int inst = l * b->pipe->micro_batches + mb, w = st->window_of ? st->window_of[inst] : -1;
+  /* backward order: the chunks' backwards by the schedule, each from its top layer down */
+  int m = b->pipe->micro_batches, passes = 0;
+  lx_chunk_pass *backwards = backward_order(b, &passes);
+  for (int i = 0; i < passes; i++) {
+    const lx_chunk *c = &st->chunks[backwards[i].chunk];
+    for (int l = lx_chunk_last_layer(c); l >= c->first_layer; l--) {
+      int inst = lx_layer_slot(st, l) * m + backwards[i].mb, w = st->window_of ? st->window_of[inst] : -1;
       if (w >= 0) b->window_items[b->window_start[w] + fill[w]++] = inst;
     }
+  }
+  free(backwards);
   free(fill);
 }
 
@@ -456,14 +511,15 @@ void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s) {
     st->streams[k].count = 0;
   st->n_events = 0;
   builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp, .dp = ir->plan.dp, .ordinal = -1};
-  int ids = lx_micro_batch_ids(p);
-  int *events = lx_malloc(sizeof(int) * 4 * (size_t)ids);
-  for (int i = 0; i < 4 * ids; i++)
+  b.ids = lx_micro_batch_ids(p);
+  int per_array = st->n_chunks * b.ids;
+  int *events = lx_malloc(sizeof(int) * 4 * (size_t)per_array);
+  for (int i = 0; i < 4 * per_array; i++)
     events[i] = -1;
   b.slot_free = events;
-  b.act_sent = events + ids;
-  b.grad_sent = events + 2 * ids;
-  b.weights_done = events + 3 * ids;
+  b.act_sent = events + per_array;
+  b.grad_sent = events + 2 * per_array;
+  b.weights_done = events + 3 * per_array;
   index_window_items(&b);
   schedule_stage(&b);
   free(events);

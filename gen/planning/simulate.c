@@ -50,15 +50,10 @@ static double duration(sim_state *s, int stage, lx_stream k, const lx_instr *in)
 
 static bool is_send(lx_instr_kind k) { return k == LX_I_SEND_ACT || k == LX_I_SEND_GRAD; }
 
-static lx_instr_kind matching_recv(lx_instr_kind send) {
-  return send == LX_I_SEND_ACT ? LX_I_RECV_ACT : LX_I_RECV_GRAD;
-}
-
 /* A send runs with its receive: both streams busy for the transfer. */
 static bool try_transfer(sim_state *s, int stage, const lx_instr *send) {
   const lx_instr *recv = head(s, send->peer, LX_STREAM_RECV);
-  if (!recv || recv->kind != matching_recv(send->kind) || recv->mb != send->mb || recv->peer != stage)
-    return false;
+  if (!recv || !lx_transfer_matches(s->p, stage, send, recv)) return false;
   double start = s->free_at[LX_STREAM_SEND][stage];
   if (s->free_at[LX_STREAM_RECV][send->peer] > start) start = s->free_at[LX_STREAM_RECV][send->peer];
   double end = start + duration(s, stage, LX_STREAM_SEND, send);

@@ -12,13 +12,17 @@
 static bool is_send(lx_instr_kind k) { return k == LX_I_SEND_ACT || k == LX_I_SEND_GRAD; }
 static bool is_recv(lx_instr_kind k) { return k == LX_I_RECV_ACT || k == LX_I_RECV_GRAD; }
 
-/* Does point-to-point instruction `in` of stage `s` name a real peer and micro-batch? */
+/* Does point-to-point instruction `in` of stage `s` name a real peer, chunk
+ * (its own, and for a send the receiver's) and micro-batch? */
 static bool well_formed_p2p(reporter *r, const lx_pipeline *p, instr_at at) {
   const lx_instr *in = lx_verify_instr(p, at);
+  int chunks = p->stages[at.stage].n_chunks;
+  int peer_chunk = is_send(in->kind) ? lx_peer_chunk(p, at.stage, in) : in->chunk;
   if (in->peer >= 0 && in->peer < p->pp && in->peer != at.stage && in->mb >= 0 &&
-      in->mb < lx_micro_batch_ids(p))
+      in->mb < lx_micro_batch_ids(p) && in->chunk >= 0 && in->chunk < chunks && peer_chunk >= 0 &&
+      peer_chunk < chunks)
     return true;
-  lx_verify_report(r, "send or receive names no valid peer stage or micro-batch", at, NO_INSTR);
+  lx_verify_report(r, "send or receive names no valid peer stage, chunk or micro-batch", at, NO_INSTR);
   return false;
 }
 
@@ -28,15 +32,19 @@ typedef struct {
   int recv_order; /* position of its receive among the receiver's receives from this sender */
 } send_info;
 
-/* The receive slot of (sender, kind, mb) on a receiving stage. */
-static int slot_of(const lx_pipeline *p, int sender, bool grad, int mb) {
-  return (sender * 2 + grad) * lx_micro_batch_ids(p) + mb;
+/* The receive slot of (sender, kind, receiving chunk, mb) on a receiving stage. */
+static int slot_of(const lx_pipeline *p, int sender, bool grad, int chunk, int mb) {
+  return ((sender * 2 + grad) * p->stages[0].n_chunks + chunk) * lx_micro_batch_ids(p) + mb;
+}
+
+static int receive_slots(const lx_pipeline *p) {
+  return p->pp * 2 * p->stages[0].n_chunks * lx_micro_batch_ids(p);
 }
 
 /* Receives of stage `t`, indexed by (sender, kind, mb): their position in
  * t's order of receives from that sender, or -1; duplicates are reported. */
 static int *index_receives(reporter *r, const lx_pipeline *p, int t, instr_at *where, bool *valid) {
-  int n = p->pp * 2 * lx_micro_batch_ids(p);
+  int n = receive_slots(p);
   int *order = lx_malloc(sizeof *order * (size_t)n),
       *per_sender = lx_calloc((size_t)p->pp, sizeof *per_sender);
   for (int i = 0; i < n; i++)
@@ -50,7 +58,7 @@ static int *index_receives(reporter *r, const lx_pipeline *p, int t, instr_at *w
         *valid = false;
         continue;
       }
-      int slot = slot_of(p, in->peer, in->kind == LX_I_RECV_GRAD, in->mb);
+      int slot = slot_of(p, in->peer, in->kind == LX_I_RECV_GRAD, in->chunk, in->mb);
       if (order[slot] >= 0) {
         lx_verify_report(r, "two receives of the same message", where[slot], at);
         continue;
@@ -73,7 +81,7 @@ static void check_stage_sends(reporter *r, const lx_pipeline *p, int s, int *con
       instr_at at = {s, k, i};
       const lx_instr *in = lx_verify_instr(p, at);
       if (!is_send(in->kind) || !well_formed_p2p(r, p, at)) continue;
-      int slot = slot_of(p, s, in->kind == LX_I_SEND_GRAD, in->mb), t = in->peer;
+      int slot = slot_of(p, s, in->kind == LX_I_SEND_GRAD, lx_peer_chunk(p, s, in), in->mb), t = in->peer;
       if (recv_order[t][slot] < 0) {
         lx_verify_report(r, "send has no matching receive on its peer", at, NO_INSTR);
         continue;
@@ -97,7 +105,7 @@ static void check_stage_sends(reporter *r, const lx_pipeline *p, int s, int *con
  * then cannot follow it). */
 bool lx_verify_matching(reporter *r, const lx_pipeline *p) {
   bool valid = true;
-  int n = p->pp * 2 * lx_micro_batch_ids(p);
+  int n = receive_slots(p);
   int **order = lx_malloc(sizeof *order * (size_t)p->pp),
       **matched = lx_malloc(sizeof *matched * (size_t)p->pp);
   instr_at **where = lx_malloc(sizeof *where * (size_t)p->pp);
@@ -142,10 +150,9 @@ static const lx_instr *game_head(const token_game *g, int s, int k) {
 
 /* The receive stream of stage `t` whose head is the receive of `send` from `s`, or -1. */
 static int matching_recv_stream(const token_game *g, int s, const lx_instr *send) {
-  lx_instr_kind want = send->kind == LX_I_SEND_ACT ? LX_I_RECV_ACT : LX_I_RECV_GRAD;
   for (int k = 0; k < NS; k++) {
     const lx_instr *h = game_head(g, send->peer, k);
-    if (h && h->kind == want && h->mb == send->mb && h->peer == s) return k;
+    if (h && lx_transfer_matches(g->p, s, send, h)) return k;
   }
   return -1;
 }

@@ -248,7 +248,6 @@ static lx_bf16 *layer_output_grad(int layer, int mb) {
 /* (BOUNDARY_ELEMENTS): d block()'s input  gpt13b.model:63 */
 static lx_bf16 *layer_input_grad(int layer, int mb) {
   (void)mb;
-  if (layer == FIRST_LAYER) return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
   return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 33554432LL);
 }
 

@@ -237,7 +237,6 @@ static lx_bf16 *layer_output(int layer, int mb) {
 /* (BOUNDARY_ELEMENTS): d block()'s output  gpt13b.model:63 */
 static lx_bf16 *layer_output_grad(int layer, int mb) {
   (void)mb;
-  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 33554432LL);
   return (lx_bf16 *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 33554432LL);
 }
 /* (BOUNDARY_ELEMENTS): d block()'s input  gpt13b.model:63 */

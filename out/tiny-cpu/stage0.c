@@ -227,7 +227,6 @@ static real *layer_output_grad(int layer, int mb) {
 /* (BOUNDARY_ELEMENTS): d block()'s input  tiny.model:71 */
 static real *layer_input_grad(int layer, int mb) {
   (void)mb;
-  if (layer == FIRST_LAYER) return (real *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 32768LL);
   return (real *)AT(REGION_boundary + 0LL + ((layer + 1) % 2) * 32768LL);
 }
 

@@ -220,7 +220,6 @@ static real *layer_output(int layer, int mb) {
 /* (BOUNDARY_ELEMENTS): d block()'s output  tiny.model:71 */
 static real *layer_output_grad(int layer, int mb) {
   (void)mb;
-  if (layer == FIRST_LAYER + LAYERS - 1) return (real *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 32768LL);
   return (real *)AT(REGION_boundary + 0LL + ((layer + 0) % 2) * 32768LL);
 }
 /* (BOUNDARY_ELEMENTS): d block()'s input  tiny.model:71 */

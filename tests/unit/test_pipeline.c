@@ -38,8 +38,9 @@ static const char *model_text =
     "}\n"
     "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 128), y); }\n";
 
-/* The model above, its attention() a flash_attention() when flash. */
-static bool load_model(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int tp, bool flash) {
+/* The model above, its attention() a flash_attention() when flash; virtual_stages 0: the default. */
+static bool load_chunked(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int virtual_stages,
+                         int tp, bool flash) {
   char text[2048];
   const char *at = strstr(model_text, "attention(");
   snprintf(text, sizeof text, "%.*s%s%s", (int)(at - model_text), model_text, flash ? "flash_" : "", at);
@@ -49,7 +50,13 @@ static bool load_model(lx_ir *ir, int pp, int micro_batches, lx_schedule schedul
   ir->plan.tp = tp;
   ir->plan.global_batch = micro_batches * 2;
   ir->plan.schedule = schedule;
+  ir->plan.virtual_stages = virtual_stages;
   return lx_analyze(ir) == 0;
+}
+
+/* The model above, its attention() a flash_attention() when flash. */
+static bool load_model(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int tp, bool flash) {
+  return load_chunked(ir, pp, micro_batches, schedule, 0, tp, flash);
 }
 
 static bool load(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int tp) {
@@ -57,7 +64,9 @@ static bool load(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int
 }
 
 /* Uniform stages: the whole forward (tf) on the stage's first block op, the
- * whole backward (tb) on it too; everything else free, transfers take alpha. */
+ * whole backward (tb) on it too (under interleaved 1F1B tf / V and tb / V
+ * on each of its V chunks' first op); everything else free, transfers take
+ * alpha. */
 typedef struct {
   double tf, tb, tw, alpha; /* tw: the W part of a backward, in tb's place where the stage defers it */
 } uniform_timing;
@@ -72,10 +81,11 @@ static int first_deferred(const lx_ir *ir, const lx_stage *st) {
 static double uniform(void *ctx, const lx_pipeline *p, int stage, const lx_instr *in) {
   const uniform_timing *u = ctx;
   const lx_stage *st = &p->stages[stage];
-  bool first_op = in->graph == LX_GRAPH_BLOCK && in->op == 1 && in->layer == st->chunks[0].first_layer;
+  int chunk = in->graph == LX_GRAPH_BLOCK ? lx_chunk_of(st, in->layer) : -1;
+  bool first_op = chunk >= 0 && in->op == 1 && in->layer == st->chunks[chunk].first_layer;
   switch (in->kind) {
-  case LX_I_FWD: return first_op ? u->tf : 0;
-  case LX_I_BWD: return first_op ? u->tb + (st->weight_lag ? 0 : u->tw) : 0;
+  case LX_I_FWD: return first_op ? u->tf / st->n_chunks : 0;
+  case LX_I_BWD: return first_op ? (u->tb + (st->weight_lag ? 0 : u->tw)) / st->n_chunks : 0;
   case LX_I_BWD_WEIGHT:
     return in->layer == st->chunks[0].first_layer && in->op == first_deferred(p->ir, st) ? u->tw : 0;
   case LX_I_SEND_ACT:
@@ -292,7 +302,48 @@ static void check_2bw(int p, int m, double tf, double tb) {
   lx_ir_free(&ir);
 }
 
+/* Interleaved 1F1B (Narayanan et al., SC 2021, sec. 2.2): with each stage's
+ * work split over V chunks of uniform layers, the bubble shrinks V-fold:
+ * an iteration takes m (tf + tb) + (p - 1)(tf + tb) / V, a bubble of
+ * (p - 1) / (V m) of the ideal time, against 1F1B's (p - 1) / m. Each
+ * chunk holds layers/(p V) consecutive layers, chunk v of stage s being the
+ * model's v p + s-th. */
+static void check_interleaved(int p, int v, int m, double tf, double tb) {
+  lx_ir ir;
+  CHECK(load_chunked(&ir, p, m, LX_SCHEDULE_INTERLEAVED, v, 1, false), "model loads (p=%d V=%d m=%d)", p, v,
+        m);
+  lx_pipeline pipe;
+  CHECK(lx_build_pipeline(&ir, LX_RECOMPUTE_NONE, &pipe), "interleaved pipeline builds");
+  int per_chunk = ir.model.layers / (p * v);
+  bool chunks_right = true;
+  for (int s = 0; s < p; s++)
+    for (int c = 0; c < v; c++)
+      chunks_right &= pipe.stages[s].n_chunks == v && pipe.stages[s].chunks[c].n_layers == per_chunk &&
+                      pipe.stages[s].chunks[c].first_layer == (c * p + s) * per_chunk;
+  CHECK(chunks_right, "interleaved p=%d V=%d: stage s holds model chunks s, s + p, ... of %d layers", p, v,
+        per_chunk);
+  uniform_timing u = {tf, tb, 0, 0};
+  lx_simulation sim;
+  CHECK(lx_simulate(&pipe, NULL, uniform, &u, NULL, &sim),
+        "interleaved p=%d V=%d m=%d simulates without deadlock", p, v, m);
+  double ideal = m * (tf + tb), want = ideal + (p - 1) * (tf + tb) / v;
+  CHECK_CLOSE(sim.iteration_time, want, 1e-12,
+              "interleaved p=%d V=%d m=%d tf=%g tb=%g: iteration = m(tf+tb) + (p-1)(tf+tb)/V = %g (got %g)",
+              p, v, m, tf, tb, want, sim.iteration_time);
+  CHECK_CLOSE((sim.iteration_time - ideal) / ideal, (double)(p - 1) / (v * m), 1e-12,
+              "interleaved p=%d V=%d m=%d: bubble = (p-1)/(V m) = %.4f of the ideal time", p, v, m,
+              (double)(p - 1) / (v * m));
+  lx_simulation_free(&sim);
+  lx_pipeline_free(&pipe);
+  lx_ir_free(&ir);
+}
+
 int main(void) {
+  check_interleaved(2, 2, 4, 1, 2);
+  check_interleaved(4, 2, 8, 1, 2);
+  check_interleaved(2, 4, 8, 1, 1);
+  check_interleaved(4, 2, 4, 2, 3);
+  check_interleaved(2, 2, 2, 1, 2);
   check_2bw(4, 8, 1, 2);
   check_2bw(4, 4, 1, 1);
   check_2bw(2, 5, 1, 2);

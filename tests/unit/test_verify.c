@@ -1,17 +1,18 @@
 /* The verifier (gen/verify/verify.c) against the schedules the generator builds
  * and against planted bugs: every example model under GPipe, 1F1B, ZB-H1
- * and 2BW, pp 1, 2 and 4, every recompute policy, verifies clean; a dropped
+ * and 2BW, pp 1, 2 and 4, and interleaved 1F1B at pp 2 and 4 with 2 and 3
+ * chunks per stage, every recompute policy, verifies clean; a dropped
  * WAIT, two swapped sends, a stash slot shared by micro-batches that are
  * alive together, two boundary buffers laid over each other, a dropped
  * receive, and (ZB-H1) the output gradients a W pass reads left in the work
  * region that later backwards reuse, or its inputs or output gradients in
  * a pool of one slot too few, and (2BW) the next step's first activation
- * received into a slot still in use, or not received at all, are each
- * reported. The CUDA printer fuses a linear and its gelu
- * into one cuBLASLt call only where every instance runs them back to back:
- * an event recorded between them in one micro-batch keeps them apart in all.
- * Layers and micro-batches are cut down so that the whole run takes about a
- * second. */
+ * received into a slot still in use, or not received at all, and
+ * (interleaved) an activation sent around the ring to the wrong chunk, or
+ * two chunks' pipeline buffers laid over each other, are each reported. The CUDA printer fuses a linear and
+ * its gelu into one cuBLASLt call only where every instance runs them back to back: an event recorded between
+ * them in one micro-batch keeps them apart in all. Layers and micro-batches are cut down so that the whole
+ * run takes about a second. */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <glob.h>
@@ -64,6 +65,29 @@ static bool build(const char *path, int layers, int pp, int micro_batches, lx_sc
   return build_parallel(path, layers, pp, micro_batches, schedule, policy, 0, 0, b);
 }
 
+/* Interleaved 1F1B with `chunks` chunks per stage: `layers` layers over pp x chunks chunks. */
+static bool build_interleaved(const char *path, int layers, int pp, int chunks, int micro_batches,
+                              lx_recompute_policy policy, built *b) {
+  memset(b, 0, sizeof *b);
+  lx_ir_init(&b->ir);
+  if (lx_parse_model(path, NULL, 0, &b->ir)) return false;
+  b->ir.model.layers = layers;
+  b->ir.model.seq_len = 16;
+  b->ir.plan = (lx_plan){.pp = pp,
+                         .tp = 1,
+                         .dp = 1,
+                         .micro_batch = 1,
+                         .global_batch = micro_batches,
+                         .schedule = LX_SCHEDULE_INTERLEAVED,
+                         .virtual_stages = chunks};
+  b->ir.cluster.nodes = 64;
+  if (lx_analyze(&b->ir) || !lx_build_pipeline(&b->ir, policy, &b->pipe)) return false;
+  b->layouts = calloc((size_t)pp, sizeof *b->layouts);
+  for (int s = 0; s < pp; s++)
+    lx_layout_stage(&b->pipe, s, 4, false, &b->layouts[s]);
+  return true;
+}
+
 static void release(built *b) {
   for (int s = 0; b->layouts && s < b->pipe.pp; s++)
     lx_layout_free(&b->layouts[s]);
@@ -105,6 +129,28 @@ static void check_examples(void) {
           CHECK(violations == 0, "%s %s recompute %s pp=%d m=%d verifies clean (%d violations)",
                 models.gl_pathv[i], lx_schedule_name(sched),
                 lx_recompute_policy_name((lx_recompute_policy)policy), pp, m, violations);
+          release(&b);
+        }
+  globfree(&models);
+}
+
+/* Interleaved 1F1B: chunks of one and of two layers, 3 groups of pp micro-batches. */
+static void check_interleaved_examples(void) {
+  glob_t models;
+  CHECK(glob("examples/*.model", 0, NULL, &models) == 0 && models.gl_pathc > 0, "examples/*.model found");
+  for (size_t i = 0; i < models.gl_pathc; i++)
+    for (int policy = 0; policy < LX_RECOMPUTE_POLICY_COUNT; policy++)
+      for (int pp = 2; pp <= 4; pp += 2)
+        for (int chunks = 2; chunks <= 3; chunks++) {
+          int layers = pp * chunks * (chunks == 2 ? 2 : 1), m = 3 * pp;
+          built b;
+          bool ok =
+              build_interleaved(models.gl_pathv[i], layers, pp, chunks, m, (lx_recompute_policy)policy, &b);
+          int violations = ok ? lx_verify(&b.pipe, b.layouts) : -1;
+          CHECK(violations == 0,
+                "%s interleaved recompute %s pp=%d V=%d layers=%d m=%d verifies clean (%d violations)",
+                models.gl_pathv[i], lx_recompute_policy_name((lx_recompute_policy)policy), pp, chunks, layers,
+                m, violations);
           release(&b);
         }
   globfree(&models);
@@ -239,6 +285,30 @@ static void check_planted(const char *name, plant_fn plant, lx_schedule schedule
   check_planted_parallel(name, plant, schedule, policy, 0, 0);
 }
 
+/* Interleaved: the last stage's first activation sent around the ring (to
+ * stage 0's next chunk) names its own chunk instead. */
+static void ring_send_to_wrong_chunk(built *b) {
+  lx_instr_list *send = &b->pipe.stages[b->pipe.pp - 1].streams[LX_STREAM_SEND];
+  int at = find_kind(send, LX_I_SEND_ACT, 0);
+  CHECK(at >= 0 && send->items[at].peer == 0, "the last stage's first send goes around the ring");
+  send->items[at].chunk++;
+}
+
+/* Interleaved: stage 0's chunks share their pipeline buffers. */
+static void chunks_share_buffers(built *b) { b->layouts[0].chunk_send_bytes = 0; }
+
+static void check_planted_interleaved(const char *name, plant_fn plant, lx_recompute_policy policy) {
+  built b;
+  bool ok = build_interleaved("examples/tiny.model", 8, 2, 2, 6, policy, &b);
+  CHECK(ok && lx_verify(&b.pipe, b.layouts) == 0,
+        "%s: the interleaved pipeline verifies clean before planting", name);
+  plant(&b);
+  int violations = verify_quietly(&b);
+  CHECK(violations > 0, "%s (interleaved, recompute %s) is reported (%d violations)", name,
+        lx_recompute_policy_name(policy), violations);
+  release(&b);
+}
+
 /* The access lists the printers will use: a forward reads its inputs and
  * writes its output; a backward accumulates into its inputs' gradients. */
 static void check_accesses(void) {
@@ -338,6 +408,15 @@ int main(void) {
   check_split_pair_not_fused();
   check_accesses();
   check_examples();
+  check_interleaved_examples();
+  check_planted_interleaved("a dropped WAIT", drop_wait, LX_RECOMPUTE_NONE);
+  check_planted_interleaved("two swapped sends", swap_sends, LX_RECOMPUTE_NONE);
+  check_planted_interleaved("a shared stash slot", share_stash_slot, LX_RECOMPUTE_FULL);
+  check_planted_interleaved("overlaid boundary gradients", overlay_boundary_grads, LX_RECOMPUTE_SELECTIVE);
+  check_planted_interleaved("a dropped receive", drop_recv, LX_RECOMPUTE_NONE);
+  check_planted_interleaved("an activation sent to the wrong chunk", ring_send_to_wrong_chunk,
+                            LX_RECOMPUTE_NONE);
+  check_planted_interleaved("two chunks' pipeline buffers overlaid", chunks_share_buffers, LX_RECOMPUTE_NONE);
   for (int k = 0; k < SCHEDULES; k++) {
     lx_schedule s = schedules[k];
     check_planted("a dropped WAIT", drop_wait, s, LX_RECOMPUTE_NONE);
