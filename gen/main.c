@@ -99,7 +99,7 @@ static const char usage_text[] =
     "      --global-batch N   sequences per optimizer step\n"
     "      --schedule S       auto | gpipe | 1f1b | zb-h1 | interleaved | 2bw; auto (the default\n"
     "                         where the model file leaves it open): the plan search picks\n"
-    "                         1f1b or zb-h1.\n"
+    "                         1f1b, zb-h1 or interleaved (2 chunks per stage).\n"
     "                         interleaved: Megatron's interleaved 1F1B (Narayanan et al.\n"
     "                         2021): each stage holds --virtual-stages V chunks of layers\n"
     "                         (stage s: chunks s, s + pp, ...), which shrinks the bubble\n"
@@ -554,6 +554,7 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
   }
   ir->plan.tp = best.tp, ir->plan.pp = best.pp, ir->plan.dp = best.dp,
   ir->plan.micro_batch = best.micro_batch, ir->plan.schedule = best.schedule;
+  ir->plan.virtual_stages = best.virtual_stages;
   return lx_analyze(ir) == 0;
 }
 

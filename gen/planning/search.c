@@ -44,6 +44,7 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   lx_ir_working_copy(&ir, analysed);
   ir.plan.tp = c->tp, ir.plan.pp = c->pp, ir.plan.dp = c->dp, ir.plan.micro_batch = c->micro_batch;
   ir.plan.schedule = c->schedule;
+  ir.plan.virtual_stages = c->virtual_stages;
   lx_cost_model cm;
   bool ok = lx_analyze(&ir) == 0 && lx_cost_model_init(&cm, &ir, req->profile);
   if (!ok) {
@@ -95,13 +96,20 @@ static int by_time(const void *a, const void *b) {
 }
 
 /* The schedules a plan of pp stages may take: the model's, or if it left
- * the schedule open 1F1B and (with more than one stage) ZB-H1. A requested
- * 2BW comes with 1F1B, for comparison. */
+ * the schedule open 1F1B and (with more than one stage) ZB-H1 and
+ * interleaved 1F1B, all three the same training. A requested 2BW comes
+ * with 1F1B, for comparison. */
 static int schedules_for(const lx_ir *ir, int pp, lx_schedule *out) {
   if (ir->plan.schedule == LX_SCHEDULE_2BW) return out[0] = LX_SCHEDULE_2BW, out[1] = LX_SCHEDULE_1F1B, 2;
   if (!ir->open_plan.schedule) return out[0] = ir->plan.schedule, 1;
-  out[0] = LX_SCHEDULE_1F1B, out[1] = LX_SCHEDULE_ZB_H1;
-  return pp > 1 ? 2 : 1;
+  out[0] = LX_SCHEDULE_1F1B, out[1] = LX_SCHEDULE_ZB_H1, out[2] = LX_SCHEDULE_INTERLEAVED;
+  return pp > 1 ? 3 : 1;
+}
+
+/* Chunks per stage: the plan's under a requested interleaved schedule, 2 where the search tries it. */
+static int virtual_stages_for(const lx_ir *ir, lx_schedule schedule) {
+  if (schedule != LX_SCHEDULE_INTERLEAVED) return 1;
+  return ir->open_plan.schedule ? 2 : ir->plan.virtual_stages;
 }
 
 /* tp inside a node and dividing the heads; pp at most the layers; dp the
@@ -124,7 +132,7 @@ static int enumerate(const lx_ir *ir, lx_candidate *out) {
         int b = micro_batches[k];
         if ((!open->micro_batch && b != p->micro_batch) || !divides(b * dp, p->global_batch)) continue;
         if ((p->global_batch ? p->global_batch / (b * dp) : pp) < pp) continue;
-        lx_schedule schedules[2];
+        lx_schedule schedules[3];
         for (int s = 0, count = schedules_for(ir, pp, schedules); s < count; s++, n++)
           if (out)
             out[n] =
@@ -133,6 +141,7 @@ static int enumerate(const lx_ir *ir, lx_candidate *out) {
                                .dp = dp,
                                .micro_batch = b,
                                .schedule = schedules[s],
+                               .virtual_stages = virtual_stages_for(ir, schedules[s]),
                                .comparison = schedules[s] != schedules[0] && schedules[0] == LX_SCHEDULE_2BW};
       }
     }
@@ -186,7 +195,7 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
           ir->cluster.nodes * ir->cluster.gpus_per_node, ir->plan.global_batch,
           lx_recompute_policy_name(req->policy));
   if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
-  fprintf(explain, "  %-4s %-4s %-4s %-6s %-8s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "schedule",
+  fprintf(explain, "  %-4s %-4s %-4s %-6s %-11s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "schedule",
           "iteration", "peak GiB", "MFU", "verdict");
   /* the best that may be chosen, then the best of those listed for comparison (sorted after them) */
   for (int i = 0, listed[2] = {0, 0}; i < stats->tried; i++) {
@@ -202,7 +211,7 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
       snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
     else
       snprintf(verdict, sizeof verdict, "%s", c->why);
-    fprintf(explain, "  %-4d %-4d %-4d %-6d %-8s %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
+    fprintf(explain, "  %-4d %-4d %-4d %-6d %-11s %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
             c->micro_batch, lx_schedule_name(c->schedule), 1e3 * c->time_s, c->peak_bytes / (1 << 30),
             100 * c->mfu, verdict);
   }
@@ -228,8 +237,12 @@ bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate 
 
 static lx_candidate on_plan(const lx_ir *ir, lx_schedule schedule) {
   const lx_plan *p = &ir->plan;
-  return (lx_candidate){
-      .tp = p->tp, .pp = p->pp, .dp = p->dp, .micro_batch = p->micro_batch, .schedule = schedule};
+  return (lx_candidate){.tp = p->tp,
+                        .pp = p->pp,
+                        .dp = p->dp,
+                        .micro_batch = p->micro_batch,
+                        .schedule = schedule,
+                        .virtual_stages = 1};
 }
 
 /* Why 2BW wins or loses against 1F1B (sync) under one policy: 1F1B fills

@@ -18,6 +18,7 @@ typedef struct {
 typedef struct {
   int tp, pp, dp, micro_batch;
   lx_schedule schedule;
+  int virtual_stages; /* chunks per stage: 1, or under interleaved 1F1B the plan's (2 where open) */
   bool comparison; /* the synchronous 1F1B beside a requested 2BW: listed, never chosen */
   double time_s, mfu, peak_bytes;
   int micro_batches;     /* a step's, per replica */
@@ -34,7 +35,7 @@ typedef struct {
 
 /* Tries every feasible (tp, pp, dp, micro_batch, schedule) the analysed `ir`
  * leaves open (its set fields stay fixed; an open schedule is 1F1B or, with
- * more than one stage, ZB-H1; a requested 2BW is weighed beside 1F1B, which
+ * more than one stage, ZB-H1 or interleaved 1F1B of 2 chunks; a requested 2BW is weighed beside 1F1B, which
  * is listed but not chosen: 2BW changes what is trained), until the time
  * budget runs out; prints the best candidates and why the others lost to
  * `explain` (may be NULL).

@@ -242,6 +242,13 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
           "%s, %s\n",
           plan->tp, p->pp, plan->dp, plan->micro_batch, p->micro_batches, lx_schedule_name(p->kind),
           lx_recompute_policy_name(p->policy), lx_dtype_name(ir->training.dtype));
+  if (p->kind == LX_SCHEDULE_INTERLEAVED)
+    fprintf(
+        out,
+        "chunks     %d per stage (Megatron's interleaved 1F1B): stage s holds model chunks s, s + %d, ...;\n"
+        "           the bubble is (p-1)/(V m) of the ideal step, 1F1B's divided by V, for V times the\n"
+        "           point-to-point transfers (docs/schedules.md)\n",
+        p->virtual_stages, p->pp);
   if (p->kind == LX_SCHEDULE_2BW)
     fprintf(out,
             "semantics  PipeDream-2BW, not synchronous training: the pipeline does not drain between steps,\n"
@@ -315,6 +322,7 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
   cJSON *plan = lx_json_add_object(doc, "plan");
   lx_json_add_int(plan, "tp", ir->plan.tp);
   lx_json_add_int(plan, "pp", p->pp);
+  lx_json_add_int(plan, "virtual_stages", p->virtual_stages);
   lx_json_add_int(plan, "dp", ir->plan.dp);
   lx_json_add_int(plan, "micro_batch", ir->plan.micro_batch);
   lx_json_add_int(plan, "micro_batches", p->micro_batches);
