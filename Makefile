@@ -75,6 +75,8 @@ out: bin/lynxgen
 	rm out/tiny-zb-h1-cpu/lx_*.h # out/tiny-cpu's headers, byte for byte; manifest.txt still holds their SHA-256
 	bin/lynxgen examples/tiny.model --target cpu --pp 4 --schedule 2bw -o out/tiny-2bw-cpu > /dev/null
 	rm out/tiny-2bw-cpu/lx_*.h
+	bin/lynxgen examples/tiny.model --target cpu --schedule interleaved -o out/tiny-interleaved-cpu > /dev/null
+	rm out/tiny-interleaved-cpu/lx_*.h
 	bin/lynxgen examples/gpt13b.model -o out/gpt13b-cuda > /dev/null
 	rm out/gpt13b-cuda/trace.json # 7 MB of timeline; manifest.txt still holds its SHA-256
 

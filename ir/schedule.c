@@ -189,6 +189,18 @@ bool lx_is_chunk_exit(const lx_stage *st, lx_graph_id graph, int layer) {
          !(v == st->n_chunks - 1 && st->has_epilogue);
 }
 
+int lx_instr_chunk(const lx_stage *st, const lx_instr *in) {
+  switch (in->kind) {
+  case LX_I_SEND_ACT:
+  case LX_I_RECV_ACT:
+  case LX_I_SEND_GRAD:
+  case LX_I_RECV_GRAD: return in->chunk;
+  default: break;
+  }
+  if (in->graph == LX_GRAPH_BLOCK && lx_chunk_of(st, in->layer) > 0) return lx_chunk_of(st, in->layer);
+  return in->graph == LX_GRAPH_EPILOGUE && in->mb >= 0 ? st->n_chunks - 1 : 0;
+}
+
 int lx_chunk_of(const lx_stage *st, int layer) {
   for (int v = 0; v < st->n_chunks; v++)
     if (layer >= st->chunks[v].first_layer && layer <= lx_chunk_last_layer(&st->chunks[v])) return v;

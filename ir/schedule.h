@@ -195,6 +195,9 @@ bool lx_transfer_matches(const lx_pipeline *p, int sender, const lx_instr *send,
  * lx_unrolled_free. The simulator and the verifier see 2BW's steps so. */
 void lx_unroll_steps(const lx_pipeline *p, int steps, const bool *fill, const bool *ahead, lx_pipeline *out);
 void lx_unrolled_free(lx_pipeline *p);
+/* The stage's chunk an instruction works on: its layer's, the prologue's
+ * (the first), the epilogue's (the last), a transfer's own; else 0. */
+int lx_instr_chunk(const lx_stage *st, const lx_instr *in);
 /* Where block layer `layer` is among the stage's layers, chunk after chunk
  * (its parameter and stash block), or -1 where the stage does not hold it. */
 int lx_layer_slot(const lx_stage *st, int layer);

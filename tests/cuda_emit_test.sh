@@ -2,8 +2,9 @@
 # The CUDA target's emitted program of every example, for 1f1b with every
 # recompute policy, gpipe with none and lynx-heu (a schedule is an order of
 # the same instructions: its code differs from 1f1b's in order only, which
-# the policies do not change), and zb-h1 (W passes) and 2bw (fill and ahead
-# forwards, two weight versions) with lynx-heu (next to Lynx's windows),
+# the policies do not change), and zb-h1 (W passes), 2bw (fill and ahead
+# forwards, two weight versions) and interleaved 1F1B (chunks, sends around
+# the ring; examples of more than one stage) with lynx-heu (next to Lynx's windows),
 # compiles and links with nvcc
 # for sm_80 and sm_90 with warnings as errors (host and device), against
 # cuBLASLt, NCCL and Open MPI, with the emitted Makefile's own rules.
@@ -77,6 +78,8 @@ for model in examples/*.model; do
   done
   echo "$name-zb-h1-lynx-heu $model zb-h1 lynx-heu $gb" >> "$work/cases"
   echo "$name-2bw-lynx-heu $model 2bw lynx-heu $gb" >> "$work/cases"
+  # interleaved 1F1B (2 chunks per stage): two groups of pp micro-batches
+  [ "$pp" -gt 1 ] && echo "$name-interleaved-lynx-heu $model interleaved lynx-heu $((2 * pp * mb))" >> "$work/cases"
 done
 
 # tensor x pipeline x data parallelism, ZeRO-1 and sequence parallelism (lynxgen verifies each
@@ -87,6 +90,7 @@ tiny-tp2-pp2-dp2-zero-selective examples/tiny.model 1f1b selective 8 --tp 2 --pp
 tiny-tp2-pp2-dp2-zero-sp-lynx-heu examples/tiny.model 1f1b lynx-heu 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
 tiny-tp2-pp2-dp2-zero-sp-zb-h1 examples/tiny.model zb-h1 none 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
 tiny-tp2-pp2-dp2-zero-sp-2bw examples/tiny.model 2bw lynx-heu 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
+tiny-tp2-pp2-dp2-zero-sp-interleaved examples/tiny.model interleaved lynx-heu 8 --tp 2 --pp 2 --dp 2 --zero --sequence-parallel
 gpt13b-tp2-pp2-dp2-none examples/gpt13b.model 1f1b none 32 --tp 2 --pp 2 --dp 2
 gpt13b-tp2-pp2-dp2-zero-lynx-heu examples/gpt13b.model 1f1b lynx-heu 32 --tp 2 --pp 2 --dp 2 --zero
 gpt-23b-as-planned examples/gpt-23b.model 1f1b lynx-heu 512 --tp 4 --dp 1

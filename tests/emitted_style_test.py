@@ -36,12 +36,16 @@ PLANS = (
     ("tiny.model", ("--target", "cuda", "--tp", "2", "--sequence-parallel", "--policy", "lynx-opt") + SQUEEZE),
     ("llama.model", ("--target", "cuda", "--policy", "selective", "--global-batch", "128")),
     ("gpt13b.model", ("--target", "cuda", "--policy", "lynx-heu")),
+    # interleaved 1F1B: per-chunk pipeline buffers, boundary functions over the chunks' edges
+    ("tiny.model", ("--target", "cpu", "--schedule", "interleaved", "--policy", "lynx-heu") + SQUEEZE),
+    ("tiny.model", ("--target", "cuda", "--schedule", "interleaved", "--tp", "2", "--sequence-parallel",
+                    "--policy", "full") + SQUEEZE),
 )
 
 ACCESSOR = re.compile(r"^static \w+ \*(\w+)\((void|int layer|int mb|int layer, int mb)\) \{")
 ADDRESSING = (re.compile(r"^static \w+ \*\w+\([^)]*\) \{ return \(\w+ \*\)AT\("),  # a one-line accessor
               re.compile(r"^  return \(\w+ \*\)AT\("),  # an accessor's or boundary function's body
-              re.compile(r"^  if \(layer == [A-Z_ +\-1]+\) return \(\w+ \*\)AT\("),  # a boundary function's
+              re.compile(r"^  if \(layer == [A-Z_ +\-0-9|=layer]+\) return \(\w+ \*\)AT\("),  # a boundary function's
               re.compile(r"^#define (AT|PARAMS|GRADS|MASTER)\b"))
 SHAPE_COMMENT = re.compile(r"^/\* (\(.*\)|\d+ elements|\d+ bytes|a scalar): .*\S+:\d+ \*/$|^/\* \(.*\): the .*stage \d+ \*/$"
                            r"|^/\* \d+ bytes: sequence parallelism: .* \*/$")

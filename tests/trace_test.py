@@ -16,7 +16,9 @@ instruction counts derived below from the model and the plan alone:
   schedule's (GPipe: all F then all B; 1F1B: p - s - 1 warm-up forwards, then F/B
   pairs; ZB-H1: 1F1B with micro-batch i's W after the B of i + s, the last s in the
   drain; 2BW: four steps back to back, 1F1B without a drain, each step's forwards
-  followed by the next step's first p - s - 1, each event naming its step)
+  followed by the next step's first p - s - 1, each event naming its step;
+  interleaved: Megatron's order over the chunks, each event naming its chunk, each
+  chunk's passes in micro-batch order, the later chunks drawn in lighter shades)
 - every event names its kind, micro-batch, layer and op in "args"
 - the same run twice gives byte-identical files
 - schedule.svg is SVG 1.1 with one row per stage, a legend naming what it draws, a
@@ -120,15 +122,21 @@ RECOMPUTED_PER_LAYER = {"none": 0, "selective": 1, "full": BLOCK_OPS - 1}
 RECOMPUTED_ROW_PARALLEL = {"none": 0, "selective": 0, "full": 2}
 
 
-def stage_layers(layers, pp):
-    """Megatron-LM's even split: the first layers % pp stages take one more."""
-    base, extra = divmod(layers, pp)
+def stage_layers(layers, pp, chunks=1):
+    """Megatron-LM's even split: the first layers % pp stages take one more.
+    Interleaved 1F1B splits the layers so over pp x chunks model chunks, and
+    stage s holds chunks s, s + pp, ...: (its first layer, its layers)."""
+    base, extra = divmod(layers, pp * chunks)
     out, first = [], 0
-    for s in range(pp):
-        n = base + (s < extra)
+    for c in range(pp * chunks):
+        n = base + (c < extra)
         out.append((first, n))
         first += n
-    return out
+    return [(out[s][0], sum(out[v * pp + s][1] for v in range(chunks))) for s in range(pp)]
+
+
+def chunks_of(case):
+    return case.get("chunks", 1) if case["schedule"] == "interleaved" else 1
 
 
 def steps_drawn(case):
@@ -143,7 +151,8 @@ def expected_counts(case, recomputed=None):
     pp, tp, dp, layers = case["pp"], case["tp"], case["dp"], case["layers"]
     m = case["global_batch"] // (case["micro_batch"] * dp)
     counts = []
-    for s, (_, n) in enumerate(stage_layers(layers, pp)):
+    v = chunks_of(case)
+    for s, (_, n) in enumerate(stage_layers(layers, pp, v)):
         first, last = s == 0, s == pp - 1
         ops = n * BLOCK_OPS + first * PROLOGUE_OPS + last * EPILOGUE_OPS
         per_layer = TP_PER_LAYER + RECOMPUTED_ROW_PARALLEL.get(case["policy"], 0)
@@ -152,10 +161,11 @@ def expected_counts(case, recomputed=None):
             "FWD": m * ops,
             "BWD": m * ops,
             "RECOMPUTE": m * n * (recomputed[s] if recomputed else RECOMPUTED_PER_LAYER[case["policy"]]),
-            "SEND_ACT": 0 if last else m,
-            "RECV_GRAD": 0 if last else m,
-            "RECV_ACT": 0 if first else m,
-            "SEND_GRAD": 0 if first else m,
+            # interleaved: every chunk but the last stage's last sends on, every chunk but the first's receives
+            "SEND_ACT": m * (v - last),
+            "RECV_GRAD": m * (v - last),
+            "RECV_ACT": m * (v - first),
+            "SEND_GRAD": m * (v - first),
             "ALLREDUCE_TP": m * tp_ops,
             # one bucket per graph instance, the tied table (and the last stage's copy) apart
             "ALLREDUCE_DP": n + 2 * first + (2 if pp > 1 else 1) * last if dp > 1 else 0,
@@ -165,6 +175,26 @@ def expected_counts(case, recomputed=None):
         })
     counts = [{kind: n * steps_drawn(case) for kind, n in c.items()} for c in counts]
     return m, counts
+
+
+def interleaved_order(pp, chunks, s, m):
+    """Megatron-LM's interleaved 1F1B (Narayanan et al., SC 2021), as its
+    schedules.py runs it: virtual micro-batch k is micro-batch
+    (k // (pp chunks)) pp + k % pp of chunk (k // pp) % chunks, backwards
+    from the last chunk; stage s runs 2 (pp - s - 1) + (chunks - 1) pp
+    forwards first (all of them where m == pp), then one forward and one
+    backward in turn, then the remaining backwards. (F|B, chunk, mb)."""
+    total = m * chunks
+
+    def virtual(k, kind):
+        chunk = k % (pp * chunks) // pp
+        return (kind, chunk if kind == "F" else chunks - 1 - chunk, k // (pp * chunks) * pp + k % pp)
+
+    warmup = total if m == pp else min(2 * (pp - s - 1) + (chunks - 1) * pp, total)
+    order = [virtual(k, "F") for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [virtual(warmup + k, "F"), virtual(k, "B")]
+    return order + [virtual(k, "B") for k in range(total - warmup, total)]
 
 
 def expected_order(schedule, pp, s, m):
@@ -248,11 +278,19 @@ def plan_json(model_path, case):
 
 # ---- trace.json ---------------------------------------------------------------
 
-def check_metadata(name, events, pp, layers, windowed=()):
+def chunk_names(layers, pp, chunks, s):
+    """Interleaved: stage s's chunks, "0-1, 4-5" ("0, 2" for chunks of one layer)."""
+    split = stage_layers(layers, pp * chunks)
+    return ", ".join(f"{f}-{f + n - 1}" if n > 1 else f"{f}" for f, n in split[s::pp])
+
+
+def check_metadata(name, events, pp, layers, windowed=(), chunks=1):
     procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     want = {}
     for s, (first, n) in enumerate(stage_layers(layers, pp)):
         want[s] = f"stage {s} (layers {first}-{first + n - 1})" if n > 1 else f"stage {s} (layer {first})"
+        if chunks > 1:
+            want[s] = f"stage {s} (layers {chunk_names(layers, pp, chunks, s)})"
     check(procs == want, f"{name}: one process per stage, named by its layers ({procs})")
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
                if e.get("ph") == "M" and e["name"] == "thread_name"}
@@ -298,9 +336,22 @@ def check_order(name, spans, case, pp, m):
             step = (PASSES[e["args"]["kind"]], e["args"]["mb"])
             if case["schedule"] == "2bw":
                 step = (step[0], e["args"]["step"], step[1])
+            if case["schedule"] == "interleaved":
+                step = (step[0], e["args"]["chunk"], step[1])
             if not seq or seq[-1] != step:
                 seq.append(step)
-        want = expected_order(case["schedule"], pp, s, m)
+        if case["schedule"] == "interleaved":
+            want = interleaved_order(pp, chunks_of(case), s, m)
+            # what any correct order has: each chunk's forwards and backwards in micro-batch order, and a
+            # micro-batch's backward of a chunk after its forward
+            for c in range(chunks_of(case)):
+                for kind in "FB":
+                    mbs = [x[2] for x in seq if x[0] == kind and x[1] == c]
+                    check(mbs == list(range(m)), f"{name}: stage {s} chunk {c}: {kind} in micro-batch order")
+                check(all(seq.index(("F", c, i)) < seq.index(("B", c, i)) for i in range(m) if ("B", c, i) in seq),
+                      f"{name}: stage {s} chunk {c}: each backward after its forward")
+        else:
+            want = expected_order(case["schedule"], pp, s, m)
         check(seq == want, f"{name}: stage {s} runs its forwards and backwards in {case['schedule']} order")
 
 
@@ -344,7 +395,7 @@ def check_trace(name, out_dir, case, plan=None):
         recomputed = [sum(d.startswith("recompute") for d in st.values()) for st in read_decisions(out_dir)]
     m, counts = expected_counts(case, recomputed)
     windowed = [st["stage"] for st in plan["stages"] if st["windows_found"]] if plan else []
-    check_metadata(name, events, pp, case["layers"], windowed)
+    check_metadata(name, events, pp, case["layers"], windowed, chunks_of(case))
     spans = [e for e in events if e.get("ph") == "X"]
     check_counts(name, spans, pp, counts)
     check_timing(name, spans, drawn_us(trace))
@@ -457,6 +508,7 @@ def check_schedule_svg(name, out_dir, case, m, runs, spans, plan=None):
     want = {"forward", "backward", "idle (bubble)"} | ({"recompute"} if case["policy"] != "none" else set())
     want |= {"weight gradients (W)"} if case["schedule"] == "zb-h1" else set()
     want |= {"next step's forward (2BW)"} if case["schedule"] == "2bw" else set()
+    want |= {"chunk %d" % v for v in range(1, chunks_of(case))}
     check(want <= set(words), f"{name}: the legend names {sorted(want)} ({words})")
     boxes = groups(root, "boxes")
     labels = [t for g in boxes for t in texts(g)]
@@ -475,9 +527,10 @@ def check_schedule_svg(name, out_dir, case, m, runs, spans, plan=None):
         got = {c: classes.count(c) for c in want}
         check(got == want, f"{name}: stage {s} draws one box per run of a kind and micro-batch ({got} vs {want})")
         if case["policy"] == "none":
-            n = m * steps_drawn(case)
+            n = m * steps_drawn(case) * chunks_of(case)
             check(got["fwd"] == n and got["bwd"] == n,
-                  f"{name}: stage {s}: one forward, one backward box per micro-batch (of {steps_drawn(case)} steps)")
+                  f"{name}: stage {s}: one forward, one backward box per micro-batch (of {steps_drawn(case)} steps)"
+                  f" and chunk")
 
 
 def compute_runs(spans, pp, iteration_us):
@@ -534,6 +587,11 @@ CASES = [
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),
     # PipeDream-2BW: steps that overlap, drawn back to back, the next step's first forwards in the drain
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="2bw", policy="none"),
+    # interleaved 1F1B: chunks of two layers, the later chunk in a lighter shade, sends around the ring
+    dict(layers=8, pp=2, tp=1, dp=1, micro_batch=1, global_batch=4, schedule="interleaved", policy="none",
+         chunks=2, extra=["--virtual-stages", "2"]),
+    dict(layers=6, pp=2, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="interleaved", policy="full",
+         chunks=3, extra=["--virtual-stages", "3"]),
 ]
 
 

@@ -266,10 +266,13 @@ static void describe(const lx_printer *pr, const named_tensor *n, char *buf, siz
   const char *kind = lx_op_kind_name(op->kind), *var = op->var[0] ? op->var : op->name;
   int line = op->src.line;
   lx_text(lx_file_name(pr->ir->model_path), file, sizeof file);
+  /* the neighbouring stages: around the ring under interleaved 1F1B */
+  int next = (pr->s + 1) % pr->p->pp, previous = (pr->s + pr->p->pp - 1) % pr->p->pp;
+  const char *whose = chunked(pr) ? "the chunk's" : "the";
   switch (t.role) {
-  case LX_T_SEND_ACT: snprintf(buf, size, "the activation sent to stage %d", pr->s + 1); return;
-  case LX_T_SEND_GRAD: snprintf(buf, size, "the input gradient sent to stage %d", pr->s - 1); return;
-  case LX_T_RECV_GRAD: snprintf(buf, size, "the output gradient from stage %d", pr->s + 1); return;
+  case LX_T_SEND_ACT: snprintf(buf, size, "%s activation sent to stage %d", whose, next); return;
+  case LX_T_SEND_GRAD: snprintf(buf, size, "%s input gradient sent to stage %d", whose, previous); return;
+  case LX_T_RECV_GRAD: snprintf(buf, size, "%s output gradient from stage %d", whose, next); return;
   case LX_T_SP_GATHERED:
     snprintf(buf, size, "sequence parallelism: a whole tensor gathered from shards");
     return;

@@ -77,16 +77,19 @@ static void print_boundary_function(const lx_printer *pr, const char *name, cons
   const lx_stage *st = pr->st;
   int n = st->n_layers, common = at_first ? n - 1 : 0;
   lx_place_expr *places = lx_malloc(sizeof *places * (size_t)n);
-  bool uses_mb = false;
+  bool uses_mb = false, uses_layer = false;
   for (int k = 0; k < n; k++) {
     places[k] = lx_place_of(pr->p, pr->s, pr->l,
                             (lx_tensor_ref){LX_GRAPH_BLOCK, lx_slot_layer(st, k), op, 0, role, 0});
     uses_mb |= places[k].per_slot != 0;
+    uses_layer |= places[k].per_layer || places[k].parity_stride || places[k].per_chunk;
   }
+  for (int k = 0; k < n; k++) /* a condition on the layer */
+    uses_layer |= !emit_same_place(&places[k], &places[common]);
   char file[LX_TEXT_MAX], text[256], layer[32];
-  fprintf(pr->out, "/* (BOUNDARY_ELEMENTS): %s  %s:%d */\nstatic %s *%s(int layer, int mb) {\n%s", what,
+  fprintf(pr->out, "/* (BOUNDARY_ELEMENTS): %s  %s:%d */\nstatic %s *%s(int layer, int mb) {\n%s%s", what,
           emit_file_name(pr->ir->model_path, file), pr->ir->block.src.line, pr->act_type, name,
-          uses_mb ? "" : "  (void)mb;\n");
+          uses_layer ? "" : "  (void)layer;\n", uses_mb ? "" : "  (void)mb;\n");
   for (int k = 0; k < n; k++) {
     bool printed = emit_same_place(&places[k], &places[common]);
     for (int j = 0; j < k; j++)

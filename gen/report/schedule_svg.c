@@ -97,6 +97,7 @@ static void put_svg_style(FILE *out) {
         "fill:#76b7b2}\n"
         ".tp{fill:#edc948}.dp{fill:#b07aa1}.opt{fill:#9c755f}.edge{stroke:#fff;stroke-width:0.6}\n"
         ".grid{stroke:#e3e3e3;stroke-width:1}.axis{stroke:#444;stroke-width:1}\n"
+        ".c1{fill-opacity:0.7}.c2{fill-opacity:0.5}.c3{fill-opacity:0.35}.c4,.c5,.c6,.c7{fill-opacity:0.25}\n"
         ".win{fill:#f28e2b;fill-opacity:0.2;stroke:#c0392b;stroke-width:1.2;stroke-dasharray:3 2}\n"
         "]]></style>\n</defs>\n",
         out);
@@ -167,6 +168,7 @@ typedef struct {
   lx_instr_kind kind;
   lx_paint paint;
   int mb;
+  int chunk; /* interleaved 1F1B: the stage's chunk (virtual stage) it works on */
   double start, end;
   int count;
   int first; /* index of its first instruction */
@@ -222,17 +224,24 @@ static void put_box(timeline *tl, int s, int k, const box *b, lane_labels *label
   tl->painted[pt] = true;
   /* a white edge tells apart neighbouring boxes of one colour (F3 then F4) */
   bool edged = k == LX_STREAM_COMPUTE && width >= 3;
-  fprintf(tl->out, "<rect class=\"%s%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\">", paint_class(pt),
-          edged ? " edge" : "", x, y, width, height);
+  char chunk[16] = "";
+  if (b->chunk > 0) snprintf(chunk, sizeof chunk, " c%d", b->chunk); /* a lighter shade per later chunk */
+  fprintf(tl->out, "<rect class=\"%s%s%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\">",
+          paint_class(pt), edged ? " edge" : "", chunk, x, y, width, height);
   put_box_tooltip(tl, s, k, b);
   fputs("</rect>\n", tl->out);
   if (k == LX_STREAM_COMPUTE) put_box_label(tl, b, x, width, y, labels);
 }
 
+static int chunk_of(const timeline *tl, int s, const lx_instr *in) {
+  return lx_instr_chunk(&tl->sim->pipe->stages[s], in);
+}
+
 /* Merging stops at a gap a reader could see (half a pixel): an idle wait
- * inside one micro-batch's forward stays visible. */
-static bool extends(const timeline *tl, const box *b, const lx_instr *in, const lx_interval *t) {
-  return b->count > 0 && b->kind == in->kind && b->mb == in->mb && (t->start - b->end) * tl->px_per_s < 0.5;
+ * inside one micro-batch's forward stays visible, and so does a change of chunk. */
+static bool extends(const timeline *tl, int s, const box *b, const lx_instr *in, const lx_interval *t) {
+  return b->count > 0 && b->kind == in->kind && b->mb == in->mb && b->chunk == chunk_of(tl, s, in) &&
+         (t->start - b->end) * tl->px_per_s < 0.5;
 }
 
 static void put_lane_boxes(timeline *tl, int s, int k) {
@@ -243,7 +252,7 @@ static void put_lane_boxes(timeline *tl, int s, int k) {
     const lx_instr *in = &list->items[i];
     const lx_interval *t = lx_interval_of(tl->sim, s, k, i);
     if (lx_paint_of(in) == PAINT_NONE || !t) continue;
-    if (extends(tl, &b, in, t)) {
+    if (extends(tl, s, &b, in, t)) {
       if (t->end > b.end) b.end = t->end;
       b.count++;
       continue;
@@ -252,6 +261,7 @@ static void put_lane_boxes(timeline *tl, int s, int k) {
     b = (box){.kind = in->kind,
               .paint = lx_paint_of(in),
               .mb = in->mb,
+              .chunk = chunk_of(tl, s, in),
               .start = t->start,
               .end = t->end,
               .count = 1,
@@ -350,6 +360,11 @@ static void put_legend(const timeline *tl) {
     fprintf(out, "<text class=\"sub\" x=\"%d\" y=\"%d\">%s</text>\n", x + 19, y + 11,
             paint_legend((lx_paint)pt));
     x += 28 + 7 * (int)strlen(paint_legend((lx_paint)pt));
+  }
+  for (int v = 1; v < tl->sim->pipe->virtual_stages; v++) { /* interleaved: the shades of the later chunks */
+    fprintf(out, "<rect class=\"fwd c%d\" x=\"%d\" y=\"%d\" width=\"14\" height=\"14\"/>\n", v, x, y);
+    fprintf(out, "<text class=\"sub\" x=\"%d\" y=\"%d\">chunk %d</text>\n", x + 19, y + 11, v);
+    x += 28 + 7 * (int)strlen("chunk 1");
   }
   if (tl->windows_drawn) {
     fprintf(out, "<rect class=\"win\" x=\"%d\" y=\"%d\" width=\"14\" height=\"14\"/>\n", x, y);

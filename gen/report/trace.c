@@ -105,10 +105,11 @@ lx_window_span *lx_window_spans(const lx_simulation *sim, int s) {
 }
 
 const char *lx_schedule_label(lx_schedule k) {
-  return k == LX_SCHEDULE_GPIPE  ? "GPipe"
-         : k == LX_SCHEDULE_1F1B ? "1F1B"
-         : k == LX_SCHEDULE_2BW  ? "PipeDream-2BW"
-                                 : lx_schedule_name(k);
+  return k == LX_SCHEDULE_GPIPE         ? "GPipe"
+         : k == LX_SCHEDULE_1F1B        ? "1F1B"
+         : k == LX_SCHEDULE_2BW         ? "PipeDream-2BW"
+         : k == LX_SCHEDULE_INTERLEAVED ? "interleaved 1F1B"
+                                        : lx_schedule_name(k);
 }
 
 int lx_plan_or_one(int v) { return v > 0 ? v : 1; }

@@ -98,6 +98,8 @@ static void put_instr_args(cJSON *event, const lx_pipeline *p, int s, int k, con
   }
   if (in->mb >= 0) lx_json_add_int(args, "mb", lx_shown_mb(p, in->mb));
   if (in->layer >= 0) lx_json_add_int(args, "layer", in->layer);
+  if (p->virtual_stages > 1) /* interleaved: the stage's chunk, and the model chunk it is */
+    lx_json_add_int(args, "chunk", lx_instr_chunk(&p->stages[s], in));
   switch (in->kind) {
   case LX_I_FWD:
   case LX_I_BWD:

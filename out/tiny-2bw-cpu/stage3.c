@@ -244,6 +244,7 @@ static real *send_input_grad(int mb) { return (real *)AT(REGION_boundary + 65536
  * pipeline's buffers, between layers they alternate in the boundary region. */
 /* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  tiny.model:71 */
 static real *layer_output(int layer, int mb) {
+  (void)layer;
   return (real *)AT(REGION_stash + 655360LL + stash_slot(mb));
 }
 /* (BOUNDARY_ELEMENTS): d block()'s output  tiny.model:71 */
@@ -253,6 +254,7 @@ static real *layer_output_grad(int layer, int mb) {
 }
 /* (BOUNDARY_ELEMENTS): d block()'s input  tiny.model:71 */
 static real *layer_input_grad(int layer, int mb) {
+  (void)layer;
   return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb));
 }
 
