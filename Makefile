@@ -30,7 +30,8 @@ GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/o
 GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
 .DELETE_ON_ERROR:
-.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-schedules bench-cuda bench-step bench-gpu
+.PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-schedules bench-published bench-cuda \
+  bench-step bench-gpu
 all: bin/lynxgen
 
 bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
@@ -95,6 +96,14 @@ $(BUILD)/bench/schedules: bench/schedules.c bench/gpt_configs.h $(GEN_OBJS)
 
 bench-schedules: $(BUILD)/bench/schedules
 	$(BUILD)/bench/schedules
+
+# The simulator against the Zero Bubble paper's 1F1B and interleaved 1F1B figures (bench/published_schedules.c).
+$(BUILD)/bench/published_schedules: bench/published_schedules.c $(GEN_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(GEN_OBJS) $(LDLIBS)
+
+bench-published: $(BUILD)/bench/published_schedules
+	$(BUILD)/bench/published_schedules
 
 # Registers, shared memory and spills of the CUDA kernels (fails on a spill).
 bench-cuda:

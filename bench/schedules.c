@@ -7,7 +7,8 @@
  *
  * Per configuration, schedule and policy: the iteration, the bubble (the
  * compute stream's idle share), the largest stage peak and whether it fits;
- * per configuration, ZB-H1's and PipeDream-2BW's speedups over 1F1B under
+ * per configuration, ZB-H1's, interleaved 1F1B's (2 chunks per stage) and
+ * PipeDream-2BW's speedups over 1F1B under
  * the fastest policy that fits each, and which synchronous schedule and
  * policy is fastest of those that fit (2BW, which trains with a delayed
  * update, is compared but never "fastest"). */
@@ -24,8 +25,14 @@
 #include "gpt_configs.h"
 
 static const lx_schedule schedules[] = {LX_SCHEDULE_GPIPE, LX_SCHEDULE_1F1B, LX_SCHEDULE_ZB_H1,
-                                        LX_SCHEDULE_2BW};
-enum { SCHEDULES = sizeof schedules / sizeof schedules[0], ONE_F_ONE_B = 1, ZB_H1 = 2, TWO_BW = 3 };
+                                        LX_SCHEDULE_2BW, LX_SCHEDULE_INTERLEAVED};
+enum {
+  SCHEDULES = sizeof schedules / sizeof schedules[0],
+  ONE_F_ONE_B = 1,
+  ZB_H1 = 2,
+  TWO_BW = 3,
+  INTERLEAVED = 4,
+};
 static const lx_recompute_policy policies[] = {LX_RECOMPUTE_NONE, LX_RECOMPUTE_FULL, LX_RECOMPUTE_SELECTIVE,
                                                LX_RECOMPUTE_LYNX_HEU};
 enum { POLICIES = sizeof policies / sizeof policies[0] };
@@ -40,9 +47,12 @@ static outcome run_plan(lx_ir *ir, const lx_cost_model *cm, lx_schedule schedule
                         lx_recompute_policy policy) {
   outcome o = {0};
   ir->plan.schedule = schedule;
+  ir->plan.virtual_stages = schedule == LX_SCHEDULE_INTERLEAVED ? 2 : 1;
   lx_pipeline p;
   lx_plan_options opts = {.policy = policy, .partition = LX_PARTITION_UNIFORM, .cm = cm};
-  if (!lx_plan_pipeline(ir, &opts, &p)) return o;
+  bool planned = lx_plan_pipeline(ir, &opts, &p);
+  ir->plan.virtual_stages = 1;
+  if (!planned) return o;
   lx_stage_memory *mem = calloc((size_t)p.pp, sizeof *mem);
   lx_plan_memory(&p, mem);
   lx_simulation sim;
@@ -75,7 +85,7 @@ typedef struct {
 } gains;
 
 typedef struct {
-  gains zb, two_bw; /* against 1F1B */
+  gains zb, two_bw, interleaved; /* against 1F1B */
 } summary;
 
 /* Schedule s against 1F1B, each with its fastest policy that fits. */
@@ -94,13 +104,13 @@ static void compare(const outcome (*out)[POLICIES], int s, gains *g) {
 
 static void print_config(lx_ir *ir, const lx_cost_model *cm, void *ctx) {
   summary *sum = ctx;
-  printf("  %-8s %-10s %11s %7s %9s %5s\n", "schedule", "policy", "iteration", "bubble", "peak GiB", "fits");
+  printf("  %-11s %-10s %11s %7s %9s %5s\n", "schedule", "policy", "iteration", "bubble", "peak GiB", "fits");
   outcome out[SCHEDULES][POLICIES];
   for (int s = 0; s < SCHEDULES; s++)
     for (int p = 0; p < POLICIES; p++) {
       out[s][p] = run_plan(ir, cm, schedules[s], policies[p]);
       const outcome *o = &out[s][p];
-      printf("  %-8s %-10s %8.1f ms %6.1f%% %9.2f %5s\n", lx_schedule_name(schedules[s]),
+      printf("  %-11s %-10s %8.1f ms %6.1f%% %9.2f %5s\n", lx_schedule_name(schedules[s]),
              lx_recompute_policy_name(policies[p]), o->time * 1e3, 100 * o->bubble,
              (double)o->peak / (1 << 30), o->fits ? "yes" : "NO");
     }
@@ -112,6 +122,7 @@ static void print_config(lx_ir *ir, const lx_cost_model *cm, void *ctx) {
   }
   compare(out, ZB_H1, &sum->zb);
   compare(out, TWO_BW, &sum->two_bw);
+  compare(out, INTERLEAVED, &sum->interleaved);
   if (best_s >= 0)
     printf("  fastest synchronous schedule that fits: %s with %s\n", lx_schedule_name(schedules[best_s]),
            lx_recompute_policy_name(policies[best_p]));
@@ -130,5 +141,6 @@ int main(int argc, char **argv) {
   run_configs(argc, argv, print_config, &sum);
   print_gains("zb-h1", &sum.zb);
   print_gains("2bw", &sum.two_bw);
+  print_gains("interleaved", &sum.interleaved);
   return lx_error_count() ? 1 : 0;
 }

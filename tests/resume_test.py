@@ -32,6 +32,10 @@ stream matters:
   dp 2 with ZeRO-1; Llama pp 2, or tp 2 x dp 2 with ZeRO-1) and resumed under
   the other continues with the other plan's uninterrupted losses, within
   the bound of a change of plan (the sums run in another order).
+- interleaved 1F1B (a 4-layer GPT, two chunks per stage at pp 2): kill -9
+  and resume reproduce its losses exactly, and a checkpoint moves between
+  it and 1F1B of the same model both ways (a stage's layers are not
+  consecutive there: the state's tensors go by name).
 
 The expected losses are those of the uninterrupted run of the same program,
 never numbers taken from the program under test's own resumed output.
@@ -402,10 +406,15 @@ def main():
         with open(os.path.join(work, name), "w") as f:
             f.write(text)
     gpt, llama = os.path.join(work, "gpt.model"), os.path.join(work, "llama.model")
+    gpt4 = os.path.join(work, "gpt4.model")  # interleaved 1F1B at pp 2: two chunks of one layer per stage
+    with open(gpt4, "w") as f:
+        f.write(GPT.replace(".layers = 2", ".layers = 4"))
     plans = (("pp=2", gpt, ("--pp", "2")),
              ("tp=2 pp=2 dp=2 ZeRO-1 lynx-heu", gpt,
               ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--policy", "lynx-heu", "--gpu-memory", "0.0015")),
              ("2bw pp=2", gpt, ("--pp", "2", "--schedule", "2bw")),
+             ("4 layers pp=2", gpt4, ("--pp", "2")),
+             ("4 layers interleaved pp=2", gpt4, ("--pp", "2", "--schedule", "interleaved")),
              ("llama pp=2", llama, ("--pp", "2")),
              ("llama tp=2 dp=2 ZeRO-1", llama, ("--tp", "2", "--pp", "1", "--dp", "2", "--zero")))
     built = {}
@@ -417,7 +426,7 @@ def main():
         if reference is None:
             continue
         built[name] = (program, reference)
-        if name == "llama tp=2 dp=2 ZeRO-1":
+        if name in ("llama tp=2 dp=2 ZeRO-1", "4 layers pp=2"):
             continue  # the resharding below resumes it
         exact_resume(work, name, program, reference, rng)
         if name == "2bw pp=2":  # a stop between overlapping steps: the pipeline drains first
@@ -438,7 +447,8 @@ def main():
             watchdog(work, program)
     # A checkpoint moves between plans (tp, pp, dp, ZeRO-1): users change plans between runs.
     for writer, reader in (("pp=2", "tp=2 pp=2 dp=2 ZeRO-1 lynx-heu"), ("tp=2 pp=2 dp=2 ZeRO-1 lynx-heu", "pp=2"),
-                           ("llama pp=2", "llama tp=2 dp=2 ZeRO-1"), ("llama tp=2 dp=2 ZeRO-1", "llama pp=2")):
+                           ("llama pp=2", "llama tp=2 dp=2 ZeRO-1"), ("llama tp=2 dp=2 ZeRO-1", "llama pp=2"),
+                           ("4 layers pp=2", "4 layers interleaved pp=2"), ("4 layers interleaved pp=2", "4 layers pp=2")):
         if writer in built and reader in built:
             resharded_resume(work, writer, built[writer][0], reader, *built[reader])
 

@@ -193,7 +193,8 @@ def build_and_train(target, pp, work, data):
 # schedule's streams and events stay as they are. lynx-heu's GPU memory is
 # squeezed so that it recomputes in the pipeline's windows; ZB-H1's later
 # stages run their linears' weight gradients as W passes in the drain; 2BW's
-# steps overlap, and validation drains its pipeline.
+# steps overlap, and validation drains its pipeline; interleaved 1F1B sends
+# around the ring of stages, each stage holding two chunks of layers.
 LLAMA = os.path.join(ROOT, "tests", "equivalence", "llama.model")
 WINDOWED = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel", "--policy", "lynx-heu",
             "--gpu-memory", "0.0015", "--allow-oom-plan")
@@ -204,6 +205,9 @@ LAYOUTS = (
     ("tiny pp4 zb-h1", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--schedule", "zb-h1", "--policy", "none")),
     # PipeDream-2BW: overlapping steps, two weight versions, the delayed update (the CPU run is its reference)
     ("tiny pp4 2bw", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--schedule", "2bw", "--policy", "none")),
+    # interleaved 1F1B: two chunks per stage, activations and gradients around the ring of two stages
+    ("tiny pp2 interleaved", MODEL, ("--tp", "1", "--dp", "1", "--pp", "2", "--schedule", "interleaved",
+                                     "--policy", "none")),
 )
 RELOAD_BOUND = 1e-6  # the same weights through the same kernels: the saved run's last validation loss
 
