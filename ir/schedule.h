@@ -152,6 +152,7 @@ typedef struct {
                      its in-window recompute runs in, or -1 (on demand); NULL: all on demand */
   lx_policy_stats stats;
   int stashed_micro_batches; /* activations of this many micro-batches alive at once (forward to backward) */
+  int chunk_slots[LX_MAX_VIRTUAL_STAGES]; /* ... per chunk: each chunk's stash slots (interleaved 1F1B) */
   int weight_lag; /* zero bubble: micro-batch m's W passes run after the B of m + weight_lag (so the
                      drain has W to fill its waits); 0: each BWD computes its parameter gradients */
   int held_micro_batches;        /* zero bubble: micro-batches whose W passes' inputs are alive at once

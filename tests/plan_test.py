@@ -119,24 +119,28 @@ if sharded:
           "... and tp %d pp %d dp %d micro-batch %d peaks at %.2f GiB, as planning it with --zero directly gives"
           % (tp, pp, dp, mb, peaks[("--zero",)][sharded[0]]))
 
-# An open schedule: the search weighs 1F1B and ZB-H1 and keeps the faster, as
-# planning each directly says (a tie goes to 1F1B); one stage has nothing to
-# defer, so 1F1B alone is tried.
+# An open schedule: the search weighs 1F1B, ZB-H1 and interleaved 1F1B (2
+# chunks per stage) and keeps the fastest, as planning each directly says (a
+# tie goes to the simpler: 1F1B, interleaved, ZB-H1); one stage has nothing
+# to defer or interleave, so 1F1B alone is tried.
 with open(f.name, "w") as g:
     g.write(OPEN.replace(".global_batch = 16, .schedule = SCHEDULE_1F1B", ".tp = 1, .dp = 1, .global_batch = 16"))
-for pp in (4, 1):
+for pp in (4, 2, 1):
     mb = 2
     fixed = ("--policy", "none", "--pp", str(pp), "--micro-batch", str(mb))
-    direct = {s: plan(f.name, *fixed, "--schedule", s) for s in ("1f1b", "zb-h1")}
+    schedules = ("1f1b", "interleaved", "zb-h1") if pp > 1 else ("1f1b",)  # in the order ties go
+    direct = {s: plan(f.name, *fixed, "--schedule", s) for s in schedules}  # 4 layers: pp 4 cannot interleave
     chosen = plan(f.name, *fixed)
     times = {s: p and p["iteration_s"] for s, p in direct.items()}
-    want = "zb-h1" if pp > 1 and times["zb-h1"] < times["1f1b"] else "1f1b"
+    want = min((s for s in schedules if times[s]), key=lambda s: (times[s], schedules.index(s)))
     r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", *fixed], capture_output=True, text=True)
     tried = sorted(set(re.findall(r"^  \d+ +\d+ +\d+ +\d+ +(\S+) ", r.stdout, re.M)))
-    check(chosen and chosen["plan"]["schedule"] == want and tried == (["1f1b", "zb-h1"] if pp > 1 else ["1f1b"]),
-          "pp=%d, schedule left open: the search tries %s and picks %s (1f1b %.3f ms, zb-h1 %.3f ms)" % (
-              pp, tried, chosen and chosen["plan"]["schedule"], 1e3 * (times["1f1b"] or 0),
-              1e3 * (times["zb-h1"] or 0)))
+    check(chosen and chosen["plan"]["schedule"] == want and tried == sorted(schedules),
+          "pp=%d, schedule left open: the search tries %s and picks %s (%s)" % (
+              pp, tried, chosen and chosen["plan"]["schedule"],
+              ", ".join("%s %.3f ms" % (s, 1e3 * (times[s] or 0)) for s in schedules)))
+    if chosen and chosen["plan"]["schedule"] == "interleaved":
+        check(chosen["plan"]["virtual_stages"] == 2, "pp=%d: the search's interleaved plan has 2 chunks" % pp)
 
 # 2BW is opt-in (it is not synchronous training): with the schedule 2bw and
 # the layout open, the search picks the fastest 2BW plan, as planning each

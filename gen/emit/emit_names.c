@@ -132,7 +132,8 @@ static const char *element_type(const lx_printer *pr, lx_tensor_ref t) {
 bool emit_same_place(const lx_place_expr *a, const lx_place_expr *b) {
   return a->region == b->region && a->constant == b->constant && a->per_slot == b->per_slot &&
          a->per_layer == b->per_layer && a->parity_stride == b->parity_stride &&
-         (a->parity_add - b->parity_add) % 2 == 0 && a->per_chunk == b->per_chunk;
+         (a->parity_add - b->parity_add) % 2 == 0 && a->per_chunk == b->per_chunk &&
+         a->chunk_stash == b->chunk_stash && a->wrap == b->wrap;
 }
 
 /* The registered tensor at place e named `base` (or `base_2`, ... when that
@@ -164,9 +165,11 @@ static const named_tensor *find_or_add(lx_tensor_names *names, const char *base,
   }
 }
 
-static bool uses_layer(const lx_place_expr *e) { return e->per_layer || e->parity_stride || e->per_chunk; }
+static bool uses_layer(const lx_place_expr *e) {
+  return e->per_layer || e->parity_stride || e->per_chunk || e->chunk_stash;
+}
 
-static bool uses_mb(const lx_place_expr *e) { return e->per_slot || e->versioned; }
+static bool uses_mb(const lx_place_expr *e) { return e->per_slot || e->versioned || e->chunk_stash; }
 
 static void parameters(const lx_place_expr *e, bool declare, char *buf, size_t size) {
   const char *layer = declare ? "int layer" : "layer", *mb = declare ? "int mb" : "mb";
@@ -217,9 +220,15 @@ void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf,
   bool slot_helper = e->region == LX_REGION_STASH || e->region == LX_REGION_BOUNDARY;
   helper slot = e->region == LX_REGION_STASH ? STASH_SLOT + (helper)e->pool : PIPE_SLOT;
   helper layer = e->region == LX_REGION_PARAMS ? PARAM_LAYER : STASH_LAYER + (helper)e->pool;
-  n += term(pr, slot, slot_helper, e->per_slot, buf + n, size - (size_t)n);
-  n += term(pr, layer, e->region == LX_REGION_PARAMS || e->region == LX_REGION_STASH, e->per_layer, buf + n,
-            size - (size_t)n);
+  if (e->chunk_stash) /* interleaved: the layer's chunk's pool (emit_chunk_table) */
+    n += snprintf(buf + n, size - (size_t)n, " + chunk_stash(layer, mb)");
+  else if (e->wrap) /* a chunk's own slot count */
+    n += snprintf(buf + n, size - (size_t)n, " + (mb %% %d) * %lldLL", e->wrap, (long long)e->per_slot);
+  else
+    n += term(pr, slot, slot_helper, e->per_slot, buf + n, size - (size_t)n);
+  if (!e->chunk_stash)
+    n += term(pr, layer, e->region == LX_REGION_PARAMS || e->region == LX_REGION_STASH, e->per_layer, buf + n,
+              size - (size_t)n);
   if (e->parity_stride)
     n += snprintf(buf + n, size - (size_t)n, " + ((layer + %d) %% 2) * %lldLL", e->parity_add % 2,
                   (long long)e->parity_stride);
@@ -350,6 +359,24 @@ void emit_weight_versions(const lx_printer *pr) {
                    "REGION_params; }\n");
 }
 
+/* Each chunk's stash pool: where its first layer's part of slot 0 is, its
+ * slots and their bytes (layout.h). */
+static void print_chunk_pools(const lx_printer *pr) {
+  const lx_stage_layout *l = pr->l;
+  FILE *f = pr->out;
+  fprintf(f, "/* each chunk's pool of stash slots: its first layer in slot 0, its slots, a slot's bytes */\n"
+             "static const int64_t chunk_stash_base[CHUNKS] = {");
+  for (int v = 0; v < pr->st->n_chunks; v++)
+    fprintf(f, "%s%lldLL", v ? ", " : "", (long long)l->chunk_layer_base[v]);
+  fprintf(f, "};\nstatic const int chunk_slots[CHUNKS] = {");
+  for (int v = 0; v < pr->st->n_chunks; v++)
+    fprintf(f, "%s%d", v ? ", " : "", l->chunk_slots[v]);
+  fprintf(f, "};\nstatic const int64_t chunk_slot_bytes[CHUNKS] = {");
+  for (int v = 0; v < pr->st->n_chunks; v++)
+    fprintf(f, "%s%lldLL", v ? ", " : "", (long long)l->chunk_slot_bytes[v]);
+  fprintf(f, "};\n");
+}
+
 void emit_chunk_table(const lx_printer *pr) {
   const lx_stage *st = pr->st;
   if (!chunked(pr)) return;
@@ -366,6 +393,7 @@ void emit_chunk_table(const lx_printer *pr) {
   for (int v = 0, before = 0; v < st->n_chunks; before += st->chunks[v].n_layers, v++)
     fprintf(f, "%s%d", v ? ", " : "", before);
   fprintf(f, "};\n");
+  print_chunk_pools(pr);
   fprintf(f, "static int chunk_of(int layer) {\n"
              "  int v = CHUNKS - 1;\n"
              "  while (v > 0 && layer < chunk_first_layer[v])\n"
@@ -375,6 +403,14 @@ void emit_chunk_table(const lx_printer *pr) {
              "/* where the layer sits among the stage's */\n"
              "static int layer_slot(int layer) { return chunk_slot[chunk_of(layer)] + layer - "
              "chunk_first_layer[chunk_of(layer)]; }\n");
+  fprintf(f,
+          "/* a block layer's part of its chunk's stash slot of micro-batch mb */\n"
+          "static int64_t chunk_stash(int layer, int mb) {\n"
+          "  int c = chunk_of(layer);\n"
+          "  return chunk_stash_base[c] + (mb %% chunk_slots[c]) * chunk_slot_bytes[c] +\n"
+          "         (int64_t)(layer - chunk_first_layer[c]) * %lldLL;\n"
+          "}\n",
+          (long long)pr->l->layer_slot_bytes);
 }
 
 const char *emit_gradient_weights(const lx_printer *pr) { return steps_overlap(pr) ? "previous" : "params"; }

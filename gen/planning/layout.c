@@ -181,9 +181,28 @@ static int64_t sp_buffer_bytes(const lx_pipeline *p, int s) {
   return most;
 }
 
-/* The stash region: the stash slots, then the held and the weight-gradient
- * pools, whose slots hold every block layer of the stage. */
-static void place_pools(const lx_stage *st, lx_stage_layout *out) {
+/* Interleaved 1F1B: chunk v's pool of slots, each its layers with the
+ * prologue's part before them (chunk 0 of the first stage) or the
+ * epilogue's after them (the last chunk of the last stage). Returns the
+ * bytes of all pools. `whole` is the bytes of a slot of the whole stage. */
+static int64_t place_chunk_pools(const lx_stage *st, int64_t whole, lx_stage_layout *out) {
+  int64_t prologue = out->graph_slot_offset[LX_GRAPH_BLOCK] - out->graph_slot_offset[LX_GRAPH_PROLOGUE];
+  int64_t epilogue = whole - out->graph_slot_offset[LX_GRAPH_EPILOGUE], cursor = 0;
+  for (int v = 0; v < st->n_chunks; v++) {
+    int64_t before = v == 0 ? prologue : 0, after = v == st->n_chunks - 1 ? epilogue : 0;
+    out->chunk_slots[v] = st->chunk_slots[v];
+    out->chunk_slot_bytes[v] = aligned(before + st->chunks[v].n_layers * out->layer_slot_bytes + after);
+    out->chunk_pool_offset[v] = cursor;
+    out->chunk_layer_base[v] = cursor + before;
+    cursor += out->chunk_slots[v] * out->chunk_slot_bytes[v];
+  }
+  return cursor;
+}
+
+/* The stash region: the stash slots (under interleaved 1F1B, each chunk's
+ * pool), then the held and the weight-gradient pools, whose slots hold
+ * every block layer of the stage. */
+static void place_pools(const lx_stage *st, int64_t whole, lx_stage_layout *out) {
   int counts[LX_POOL_COUNT] = {out->slots, st->held_micro_batches, st->weight_grad_micro_batches};
   int64_t cursor = 0;
   for (int pool = 0; pool < LX_POOL_COUNT; pool++) {
@@ -192,7 +211,8 @@ static void place_pools(const lx_stage *st, lx_stage_layout *out) {
     out->pool_slots[pool] = slot > 0 ? counts[pool] : 0;
     out->pool_offset[pool] = cursor;
     out->pool_slot_bytes[pool] = slot;
-    cursor += out->pool_slots[pool] * slot;
+    bool chunked = pool == LX_POOL_STASH && st->n_chunks > 1;
+    cursor += chunked ? place_chunk_pools(st, whole, out) : out->pool_slots[pool] * slot;
   }
 }
 
@@ -254,7 +274,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
     out->optimizer_elements += out->buckets[b].elements / out->shards;
   }
   out->slot_bytes = aligned(c.slot);
-  place_pools(st, out);
+  place_pools(st, c.slot, out);
   out->forward_work_bytes = c.forward;
   out->backward_work_bytes = c.recompute + c.grads;
   out->recompute_work_bytes = c.recompute;
@@ -318,8 +338,30 @@ static lx_place_expr fixed(lx_region r, int64_t offset, int64_t bytes) {
 /* A block instance's terms in `layer`; prologue and epilogue have none. */
 static bool varies_by_layer(lx_tensor_ref t) { return t.graph == LX_GRAPH_BLOCK; }
 
-static lx_place_expr in_slot(const lx_stage_layout *l, lx_tensor_ref t, int64_t inner, lx_region r,
-                             int64_t bytes) {
+/* Interleaved 1F1B: a block layer's stash in its chunk's pool; the
+ * prologue's in chunk 0's slots, the epilogue's in the last chunk's. */
+static lx_place_expr in_chunk_slot(const lx_stage *st, const lx_stage_layout *l, lx_tensor_ref t,
+                                   int64_t inner, lx_region r, int64_t bytes) {
+  int64_t base = l->region_offset[LX_REGION_STASH] + inner;
+  if (t.graph == LX_GRAPH_BLOCK) {
+    lx_place_expr e = fixed(r, base, bytes);
+    e.chunk_stash = true;
+    e.per_layer = l->layer_slot_bytes;
+    return e;
+  }
+  int v = t.graph == LX_GRAPH_PROLOGUE ? 0 : st->n_chunks - 1;
+  int64_t at = t.graph == LX_GRAPH_PROLOGUE
+                   ? l->chunk_pool_offset[0]
+                   : l->chunk_layer_base[v] + st->chunks[v].n_layers * l->layer_slot_bytes;
+  lx_place_expr e = fixed(r, base + at, bytes);
+  e.per_slot = l->chunk_slot_bytes[v];
+  e.wrap = l->chunk_slots[v];
+  return e;
+}
+
+static lx_place_expr in_slot(const lx_stage *st, const lx_stage_layout *l, lx_tensor_ref t, int64_t inner,
+                             lx_region r, int64_t bytes) {
+  if (st->n_chunks > 1) return in_chunk_slot(st, l, t, inner, r, bytes);
   lx_place_expr e =
       fixed(r, l->region_offset[LX_REGION_STASH] + l->graph_slot_offset[t.graph] + inner, bytes);
   e.per_slot = l->slot_bytes;
@@ -345,6 +387,7 @@ int lx_most_slots(const lx_stage_layout *l) {
 }
 
 int lx_place_slots(const lx_stage_layout *l, const lx_place_expr *e) {
+  if (e->wrap) return e->wrap;
   return e->per_slot && l->pool_slots[e->pool] > 0 ? l->pool_slots[e->pool] : 1;
 }
 
@@ -385,8 +428,17 @@ static lx_place_expr rebased(const lx_pipeline *p, int s, const lx_stage_layout 
     e.constant += delta * e.per_layer;
     e.parity_add += delta;
   } else if (varies_by_layer(to)) { /* fixed layer seen from a prologue or epilogue */
-    e.constant += lx_layer_slot(&p->stages[s], to.layer) * e.per_layer +
-                  ((to.layer + e.parity_add) % 2) * e.parity_stride;
+    const lx_stage *st = &p->stages[s];
+    int c = lx_chunk_of(st, to.layer);
+    if (e.chunk_stash) { /* its chunk's slots, as a fixed place */
+      e.constant += l->chunk_layer_base[c] + (to.layer - st->chunks[c].first_layer) * e.per_layer;
+      e.per_slot = l->chunk_slot_bytes[c];
+      e.wrap = l->chunk_slots[c];
+      e.chunk_stash = false;
+    } else {
+      e.constant += lx_layer_slot(st, to.layer) * e.per_layer;
+    }
+    e.constant += ((to.layer + e.parity_add) % 2) * e.parity_stride;
     e.per_layer = e.parity_stride = e.parity_add = 0;
   }
   return e;
@@ -448,7 +500,8 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
   case LX_T_INTERNAL:
     if (pl->internals_in_work)
       return regenerated(l, pl, pl->internal_offset[t.index], op->saved[t.index].bytes);
-    return in_slot(l, t, pl->internal_offset[t.index], LX_REGION_STASH, op->saved[t.index].bytes);
+    return in_slot(&p->stages[s], l, t, pl->internal_offset[t.index], LX_REGION_STASH,
+                   op->saved[t.index].bytes);
   case LX_T_GRAD: return place_grad(p, s, l, t);
   case LX_T_SEND_ACT:
   case LX_T_SEND_GRAD:
@@ -466,7 +519,8 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
   case LX_T_OUTPUT:
     if (pl->item_offset >= 0 && pl->item_held)
       return in_pool(l, LX_POOL_HELD, pl->item_offset, op->out_bytes);
-    if (pl->item_offset >= 0) return in_slot(l, t, pl->item_offset, LX_REGION_STASH, op->out_bytes);
+    if (pl->item_offset >= 0)
+      return in_slot(&p->stages[s], l, t, pl->item_offset, LX_REGION_STASH, op->out_bytes);
     if (pl->output_work_offset >= 0 && pl->output_recomputed)
       return regenerated(l, pl, pl->output_work_offset, op->out_bytes);
     if (pl->output_work_offset >= 0)
@@ -485,9 +539,14 @@ lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tens
   const lx_stage *st = &p->stages[s];
   int layer = varies_by_layer(t) ? t.layer : 0, slot = varies_by_layer(t) ? lx_layer_slot(st, layer) : 0;
   int chunk = varies_by_layer(t) ? lx_chunk_of(st, layer) : 0;
-  int64_t offset = e.constant + (int64_t)(t.mb % lx_place_slots(l, &e)) * e.per_slot +
-                   (int64_t)slot * e.per_layer + (int64_t)((layer + e.parity_add) % 2) * e.parity_stride +
-                   (int64_t)chunk * e.per_chunk;
+  int64_t offset =
+      e.constant + (int64_t)((layer + e.parity_add) % 2) * e.parity_stride + (int64_t)chunk * e.per_chunk;
+  if (e.chunk_stash)
+    offset += l->chunk_layer_base[chunk] +
+              (int64_t)(t.mb % l->chunk_slots[chunk]) * l->chunk_slot_bytes[chunk] +
+              (int64_t)(layer - st->chunks[chunk].first_layer) * e.per_layer;
+  else
+    offset += (int64_t)(t.mb % lx_place_slots(l, &e)) * e.per_slot + (int64_t)slot * e.per_layer;
   return (lx_span){e.region, offset, e.bytes};
 }
 

@@ -136,6 +136,12 @@ typedef struct {
   int64_t sp_buffer_offset[2];     /* in work: the gathered and the whole buffers of sequence parallelism */
   int64_t sp_buffer_bytes;         /* 0 without sequence parallelism */
   int64_t boundary_grad_offset[2]; /* in the boundary region */
+  /* Interleaved 1F1B: each chunk's stash slots (chunk_slots of them) hold
+   * its layers (and the prologue's or epilogue's part where the chunk has
+   * it), one chunk's pool after the other; in the stash region. */
+  int chunk_slots[LX_MAX_VIRTUAL_STAGES];
+  int64_t chunk_pool_offset[LX_MAX_VIRTUAL_STAGES], chunk_slot_bytes[LX_MAX_VIRTUAL_STAGES];
+  int64_t chunk_layer_base[LX_MAX_VIRTUAL_STAGES]; /* its first layer's part of its slot 0 */
   int64_t send_offset;             /* in the boundary region: the per-slot buffers, chunk after chunk */
   int64_t chunk_send_bytes;        /* one chunk's per-slot buffers */
   int64_t boundary_bytes;          /* one boundary tensor */
@@ -158,6 +164,10 @@ typedef struct {
   int64_t constant, per_slot, per_layer, parity_stride;
   int parity_add;
   int64_t per_chunk; /* interleaved 1F1B: per chunk of the stage (its pipeline buffers) */
+  bool chunk_stash;  /* interleaved 1F1B, a block layer's stash: + its chunk's layer base, + (mb % its slots)
+                        x its slot bytes, + (layer - its first layer) x per_layer (slot and layer terms unused)
+                      */
+  int wrap;          /* with per_slot: the slot count, where it is not the pool's (a chunk's) */
   lx_slot_pool pool; /* with per_slot: whose slot count the micro-batch wraps at */
   bool versioned;    /* a weight under 2BW: in the version the micro-batch computes with (constant is
                         relative to the params region, which holds the live one) */

@@ -51,7 +51,9 @@ typedef struct {
   int64_t *drop_bytes; /* per op: kept bytes per micro-batch that dropping everything it saves frees */
   bool *windowable;    /* per op: may run on the recompute stream (its output is saved, no TP all-reduce) */
   int64_t kept_all;    /* one layer's kept bytes per micro-batch when nothing is dropped */
-  int n_layers, stashed, micro_batches;
+  int n_layers, micro_batches;
+  int64_t
+      stashed_layers; /* layer instances kept at once: stashed micro-batches x layers (lx_stashed_layers) */
   int window_buffers;       /* copies of the window bytes the layout holds: 2, by layer parity */
   int64_t avail_bytes;      /* for the block's activations; INT64_MAX: unlimited */
   const lx_window *windows; /* sorted by `after`; may be NULL */

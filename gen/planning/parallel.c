@@ -53,23 +53,45 @@ void lx_interleaved_order(int pp, int virtual_stages, int s, int micro_batches, 
     order[n++] = virtual_pass(pp, virtual_stages, k, true);
 }
 
-/* The most micro-batches one chunk of the stage holds between forward and backward. */
-static int interleaved_stash(int pp, int virtual_stages, int s, int micro_batches) {
-  int n = 2 * micro_batches * virtual_stages, held[LX_MAX_VIRTUAL_STAGES] = {0}, most = 0;
+/* The most micro-batches each chunk of the stage holds between forward and backward. */
+static void interleaved_stash(int pp, int virtual_stages, int s, int micro_batches, int *most) {
+  int n = 2 * micro_batches * virtual_stages, held[LX_MAX_VIRTUAL_STAGES] = {0};
   lx_chunk_pass *order = lx_malloc(sizeof *order * (size_t)n);
   lx_interleaved_order(pp, virtual_stages, s, micro_batches, order);
+  for (int v = 0; v < virtual_stages; v++)
+    most[v] = 0;
   for (int i = 0; i < n; i++) {
-    held[order[i].chunk] += order[i].backward ? -1 : 1;
-    if (held[order[i].chunk] > most) most = held[order[i].chunk];
+    int *h = &held[order[i].chunk];
+    *h += order[i].backward ? -1 : 1;
+    if (*h > most[order[i].chunk]) most[order[i].chunk] = *h;
   }
   free(order);
-  return most;
+}
+
+void lx_chunk_stashes(lx_schedule kind, int pp, int virtual_stages, int s, int micro_batches,
+                      int *per_chunk) {
+  if (kind == LX_SCHEDULE_INTERLEAVED) {
+    interleaved_stash(pp, virtual_stages, s, micro_batches, per_chunk);
+    return;
+  }
+  int held = kind == LX_SCHEDULE_GPIPE ? micro_batches : pp - s;
+  per_chunk[0] = held < micro_batches ? held : micro_batches;
 }
 
 int lx_stashed_micro_batches(lx_schedule kind, int pp, int virtual_stages, int s, int micro_batches) {
-  if (kind == LX_SCHEDULE_INTERLEAVED) return interleaved_stash(pp, virtual_stages, s, micro_batches);
-  int held = kind == LX_SCHEDULE_GPIPE ? micro_batches : pp - s;
-  return held < micro_batches ? held : micro_batches;
+  int per_chunk[LX_MAX_VIRTUAL_STAGES], most = 0;
+  int chunks = kind == LX_SCHEDULE_INTERLEAVED ? virtual_stages : 1;
+  lx_chunk_stashes(kind, pp, virtual_stages, s, micro_batches, per_chunk);
+  for (int v = 0; v < chunks; v++)
+    if (per_chunk[v] > most) most = per_chunk[v];
+  return most;
+}
+
+int64_t lx_stashed_layers(const lx_stage *st) {
+  int64_t n = 0;
+  for (int v = 0; v < st->n_chunks; v++)
+    n += (int64_t)st->chunk_slots[v] * st->chunks[v].n_layers;
+  return n;
 }
 
 bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id graph, int op) {

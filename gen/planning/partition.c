@@ -120,7 +120,8 @@ void lx_partition_model_free(lx_partition_model *m) { lx_stage_problem_free(&m->
  * uses under the schedule's parity rule), pooled into one window. */
 static double stage_exposed(lx_partition_model *m, int stashed, int count, int64_t avail, bool *fits) {
   lx_stage_problem *pr = &m->layer;
-  pr->n_layers = count, pr->stashed = stashed, pr->micro_batches = 1, pr->avail_bytes = avail;
+  pr->n_layers = count, pr->stashed_layers = (int64_t)stashed * count, pr->micro_batches = 1,
+  pr->avail_bytes = avail;
   lx_window w = {.kind = LX_WINDOW_TP_BACKWARD, .after = 0, .capacity = count * m->layer_window_s};
   int *lo = lx_calloc((size_t)count, sizeof(int)), *due = lx_malloc(sizeof(int) * (size_t)count);
   for (int i = 0; i < count; i++)

@@ -41,10 +41,14 @@ lx_tp_collectives lx_tp_collectives_of(const lx_ir *ir, const lx_op *op, bool ba
  * micro-batches' activations it holds from a forward to its backward: all
  * under GPipe, p - s under 1F1B and ZB-H1 (whose W passes' inputs and
  * gradients have slots of their own: layout.h), under interleaved 1F1B the
- * most any one of its chunks holds (micro-batch mb of every chunk uses slot
- * mb % slots). */
+ * most any one of its chunks holds (each chunk has slots of its own). */
 int lx_weight_lag(lx_schedule kind, int s);
 int lx_stashed_micro_batches(lx_schedule kind, int pp, int virtual_stages, int s, int micro_batches);
+/* ... per chunk of the stage (one entry, or virtual_stages under interleaved 1F1B). */
+void lx_chunk_stashes(lx_schedule kind, int pp, int virtual_stages, int s, int micro_batches, int *per_chunk);
+/* Layer instances whose activations the stage keeps at once: each chunk's
+ * slots times its layers (1F1B: stashed micro-batches x layers). */
+int64_t lx_stashed_layers(const lx_stage *st);
 /* One pass of a stage under interleaved 1F1B: the forward or the backward
  * of its chunk `chunk` for micro-batch mb. */
 typedef struct {

@@ -53,6 +53,7 @@ static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *f
       st->n_layers += st->chunks[v].n_layers;
     }
     st->params_per_rank = stage_params(ir, st);
+    lx_chunk_stashes(out->kind, pp, out->virtual_stages, s, out->micro_batches, st->chunk_slots);
     st->stashed_micro_batches =
         lx_stashed_micro_batches(out->kind, pp, out->virtual_stages, s, out->micro_batches);
     st->decisions = lx_calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
@@ -72,7 +73,7 @@ static int64_t activation_budget(const lx_ir *ir, const lx_cost_model *cm, const
                                  const lx_stage_memory *m, int s) {
   const lx_stage *st = &keep_all->stages[s];
   lx_op_decision *none = lx_calloc((size_t)ir->block.n_ops, sizeof *none);
-  int64_t block = (int64_t)st->stashed_micro_batches * st->n_layers * lx_kept_bytes(&ir->block, none);
+  int64_t block = lx_stashed_layers(st) * lx_kept_bytes(&ir->block, none);
   free(none);
   /* besides the block's stash: static bytes, the prologue / epilogue stash,
    * the transient working set, and one layer regenerated on demand */
@@ -94,6 +95,7 @@ static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool wit
   lx_stage_problem pr;
   lx_stage_problem_init(&pr, pl->ir, pl->cm, st->n_layers, st->stashed_micro_batches, pl->pipe->micro_batches,
                         pl->budget[s]);
+  pr.stashed_layers = lx_stashed_layers(st); /* interleaved: each chunk's own slots */
   pr.time_limit_s = pl->time_limit_s;
   if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
   free(st->window_of);

@@ -318,7 +318,7 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
       put(t, r, c.w[i], 1), put(t, r, c.rc[j], 1), put(t, r, c.w[j], -1);
     }
   if (pr->avail_bytes < INT64_MAX) { /* S L (K - sum rc d) + B sum w d <= avail */
-    double per = (double)pr->stashed * pr->n_layers;
+    double per = (double)pr->stashed_layers;
     int r = add_row(lp, GLP_UP, -1e30, mib(pr->avail_bytes) - per * mib(pr->kept_all));
     for (int i = 0; i < pr->n_ops; i++)
       if (c.rc[i] && pr->drop_bytes[i] > 0) {

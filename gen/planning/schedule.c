@@ -72,8 +72,14 @@ static void wait_for_slot(builder *b, lx_stream on, int *done, int v, int mb, in
     wait_for(b, on, *event_of(b, done, v, previous));
 }
 
+/* The pipeline buffers of chunk v's mb, slots of the stage's count. */
 static void wait_for_reuse(builder *b, lx_stream on, int *done, int v, int mb) {
   wait_for_slot(b, on, done, v, mb, b->st->stashed_micro_batches);
+}
+
+/* Chunk v's stash slot of mb, of the chunk's own count. */
+static void wait_for_stash(builder *b, lx_stream on, int v, int mb) {
+  wait_for_slot(b, on, b->slot_free, v, mb, b->st->chunk_slots[v]);
 }
 
 /* Chunk v's neighbours: the prologue before chunk 0 of the first stage, the
@@ -299,7 +305,7 @@ static lx_instr transfer(const builder *b, lx_instr_kind kind, int peer, int v, 
  * compute stream waits for it (the event returned). */
 static int receive_activation(builder *b, int v, int mb) {
   lx_stage *st = b->st;
-  wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, v, mb);
+  wait_for_stash(b, LX_STREAM_RECV, v, mb);
   wait_for_slot(b, LX_STREAM_RECV, b->weights_done, v, mb, st->held_micro_batches); /* a held first input */
   emit(b, LX_STREAM_RECV, transfer(b, LX_I_RECV_ACT, previous_stage(b), v, mb));
   return record(b, LX_STREAM_RECV);
@@ -338,7 +344,7 @@ static void backward_micro_batch(builder *b, int v, int mb) {
   bool prologue = chunk_has_prologue(b, v), epilogue = chunk_has_epilogue(b, v);
   if (!prologue) wait_for_reuse(b, LX_STREAM_COMPUTE, b->grad_sent, v, mb);
   if (!epilogue) {
-    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, v, mb);
+    wait_for_reuse(b, LX_STREAM_RECV, b->slot_free, v, mb); /* its buffer: the pipeline's */
     emit(b, LX_STREAM_RECV, transfer(b, LX_I_RECV_GRAD, next_stage(b), v, mb));
     sync_streams(b, LX_STREAM_RECV, LX_STREAM_COMPUTE);
   } else {

@@ -40,7 +40,7 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
   *pr = (lx_stage_problem){.block = g,
                            .n_ops = g->n_ops,
                            .n_layers = n_layers,
-                           .stashed = stashed,
+                           .stashed_layers = (int64_t)stashed * n_layers,
                            .micro_batches = micro_batches,
                            .avail_bytes = avail_bytes,
                            .window_buffers = 2,
@@ -148,7 +148,7 @@ static int64_t bytes_of(const lx_stage_problem *pr, lx_opmask m) {
 
 /* Block activation bytes: the stash of kept tensors plus the window buffers. */
 int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
-  return (int64_t)pr->stashed * pr->n_layers * (pr->kept_all - bytes_of(pr, rc)) +
+  return pr->stashed_layers * (pr->kept_all - bytes_of(pr, rc)) +
          (int64_t)pr->window_buffers * bytes_of(pr, w);
 }
 

@@ -135,19 +135,33 @@ static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out
 }
 
 /* The static memory plan of the emitted program: one arena, its regions. */
-static void print_arena(const lx_stage_layout *l, FILE *out) {
+/* "4 slots x 1.25 MiB"; under interleaved 1F1B each chunk's: "chunk slots 4 x 0.63, 2 x 0.63 MiB". */
+static void stash_slots_text(const lx_stage *st, const lx_stage_layout *l, char *buf, size_t size) {
+  if (st->n_chunks == 1) {
+    snprintf(buf, size, "%d slots x %.2f MiB", l->slots, mib(l->slot_bytes));
+    return;
+  }
+  int used = snprintf(buf, size, "chunk slots");
+  for (int v = 0; v < st->n_chunks && used >= 0 && (size_t)used < size; v++)
+    used += snprintf(buf + used, size - (size_t)used, "%s %d x %.2f", v ? "," : "", l->chunk_slots[v],
+                     mib(l->chunk_slot_bytes[v]));
+  if (used >= 0 && (size_t)used < size) snprintf(buf + used, size - (size_t)used, " MiB");
+}
+
+static void print_arena(const lx_stage *st, const lx_stage_layout *l, FILE *out) {
   int64_t weights = l->region_bytes[LX_REGION_PARAMS] + l->region_bytes[LX_REGION_PREVIOUS] +
                     l->region_bytes[LX_REGION_MASTER];
   int64_t optimizer = l->region_bytes[LX_REGION_ADAM_M] + l->region_bytes[LX_REGION_ADAM_V];
   int64_t transient = l->region_bytes[LX_REGION_WORK] + l->region_bytes[LX_REGION_BOUNDARY];
-  char total[LX_BYTES_TEXT];
+  char total[LX_BYTES_TEXT], slots[256];
+  stash_slots_text(st, l, slots, sizeof slots);
   fprintf(out,
           "  arena      %lld bytes (%s), the emitted program's one allocation: weights %.2f MiB, grads "
           "%.2f "
-          "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%d slots x %.2f MiB), transient %.2f MiB\n",
+          "MiB, optimizer %.2f MiB, stashed activations %.2f MiB (%s), transient %.2f MiB\n",
           (long long)l->total, lx_bytes_text((double)l->total, total), mib(weights),
-          mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer), mib(l->slots * l->slot_bytes), l->slots,
-          mib(l->slot_bytes), mib(transient));
+          mib(l->region_bytes[LX_REGION_GRADS]), mib(optimizer), mib(l->pool_offset[LX_POOL_HELD]), slots,
+          mib(transient));
   if (l->shards > 1)
     fprintf(out,
             "  ZeRO-1     optimizer state of 1/%d of the parameters per dp replica: %.2f MiB instead of %.2f "
@@ -217,7 +231,7 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
           lx_bytes_text((double)m->activations_peak, activations), m->stashed_micro_batches,
           lx_bytes_text((double)m->kept_per_micro_batch, kept),
           lx_bytes_text((double)m->transient_peak, transient));
-  if (r->layouts) print_arena(&r->layouts[s], out);
+  if (r->layouts) print_arena(&r->pipe->stages[s], &r->layouts[s], out);
   print_weight_passes(r->pipe, st, r->layouts ? &r->layouts[s] : NULL, out);
   print_layer_decisions(ir, st, out);
   print_policy_stats(st, out);

@@ -31,6 +31,10 @@ enum { CHUNKS = 2 };
 static const int chunk_first_layer[CHUNKS] = {0, 2};
 /* the stage's layers before each chunk */
 static const int chunk_slot[CHUNKS] = {0, 1};
+/* each chunk's pool of stash slots: its first layer in slot 0, its slots, a slot's bytes */
+static const int64_t chunk_stash_base[CHUNKS] = {512LL, 2623488LL};
+static const int chunk_slots[CHUNKS] = {4, 2};
+static const int64_t chunk_slot_bytes[CHUNKS] = {655872LL, 655360LL};
 static int chunk_of(int layer) {
   int v = CHUNKS - 1;
   while (v > 0 && layer < chunk_first_layer[v])
@@ -39,9 +43,15 @@ static int chunk_of(int layer) {
 }
 /* where the layer sits among the stage's */
 static int layer_slot(int layer) { return chunk_slot[chunk_of(layer)] + layer - chunk_first_layer[chunk_of(layer)]; }
+/* a block layer's part of its chunk's stash slot of micro-batch mb */
+static int64_t chunk_stash(int layer, int mb) {
+  int c = chunk_of(layer);
+  return chunk_stash_base[c] + (mb % chunk_slots[c]) * chunk_slot_bytes[c] +
+         (int64_t)(layer - chunk_first_layer[c]) * 655360LL;
+}
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
-#define ARENA_BYTES 8646656LL
+#define ARENA_BYTES 7335936LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 481792 bytes */
 #define REGION_previous 481792LL /* 0 bytes */
@@ -49,16 +59,16 @@ static int layer_slot(int layer) { return chunk_slot[chunk_of(layer)] + layer - 
 #define REGION_grads 481792LL /* 481792 bytes */
 #define REGION_adam_m 963584LL /* 481792 bytes */
 #define REGION_adam_v 1445376LL /* 481792 bytes */
-#define REGION_stash 1927168LL /* 5244928 bytes */
-#define REGION_work 7172096LL /* 622592 bytes */
-#define REGION_boundary 7794688LL /* 851968 bytes */
+#define REGION_stash 1927168LL /* 3934208 bytes */
+#define REGION_work 5861376LL /* 622592 bytes */
+#define REGION_boundary 6483968LL /* 851968 bytes */
 #define EXTENT_params 481792LL /* bytes its tensors reach */
 #define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
 #define EXTENT_grads 481792LL /* bytes its tensors reach */
 #define EXTENT_adam_m 481792LL /* bytes its tensors reach */
 #define EXTENT_adam_v 481792LL /* bytes its tensors reach */
-#define EXTENT_stash 5244928LL /* bytes its tensors reach */
+#define EXTENT_stash 3934208LL /* bytes its tensors reach */
 #define EXTENT_work 622592LL /* bytes its tensors reach */
 #define EXTENT_boundary 851968LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 120448LL
@@ -86,7 +96,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_CHECKPOINT_INTERVAL 0
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
-#define PREDICTED_STEP_SECONDS 0.0014 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 0.00141 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
@@ -94,10 +104,6 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define GRADS ((real *)AT(REGION_grads))
 
 /* The stage's tensors by name, at their places in the arena (plan.txt). */
-/* micro-batch mb's stash slot: what its forward keeps for its backward */
-static int64_t stash_slot(int mb) { return (mb % SLOTS) * 1311232LL; }
-/* a layer's part of a stash slot */
-static int64_t stash_layer(int layer) { return layer_slot(layer) * 655360LL; }
 /* a layer's parameters (and gradients: GRAD_OF) */
 static int64_t param_layer(int layer) { return layer_slot(layer) * 199936LL; }
 /* micro-batch mb's buffers to and from the neighbouring stages */
@@ -134,46 +140,36 @@ static real *block_linear_3_weight(int layer) { return (real *)AT(REGION_params 
 static real *block_linear_3_bias(int layer) { return (real *)AT(REGION_params + 281600LL + param_layer(layer)); }
 
 /* kept from a micro-batch's forward to its backward: per stash slot and layer */
-/* (B, T): tokens, an argument of prologue()  tiny.model:64 */
-static int *prologue_tokens(int mb) { return (int *)AT(REGION_stash + 0LL + stash_slot(mb)); }
 /* (B, T, 64): x, an argument of block()  tiny.model:71 */
-static real *block_input_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 512LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_input_0(int layer, int mb) { return (real *)AT(REGION_stash + 0LL + chunk_stash(layer, mb)); }
+/* (B, T): tokens, an argument of prologue()  tiny.model:64 */
+static int *prologue_tokens(int mb) { return (int *)AT(REGION_stash + 0LL + (mb % 4) * 655872LL); }
 /* (B, T, 64): dropout_0 = dropout(...)  tiny.model:67 */
-static real *prologue_dropout_0(int mb) { return (real *)AT(REGION_stash + 512LL + stash_slot(mb)); }
+static real *prologue_dropout_0(int mb) { return (real *)AT(REGION_stash + 512LL + (mb % 4) * 655872LL); }
 /* (B, T, 64): h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 33280LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 32768LL + chunk_stash(layer, mb));
 }
 /* (B, T, 192): qkv = linear(...)  tiny.model:73 */
-static real *block_qkv(int layer, int mb) {
-  return (real *)AT(REGION_stash + 66048LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_qkv(int layer, int mb) { return (real *)AT(REGION_stash + 65536LL + chunk_stash(layer, mb)); }
 /* (B, T, 64): a = attention(...)  tiny.model:74 */
 static real *block_attention_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 164352LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 163840LL + chunk_stash(layer, mb));
 }
 /* 131072 bytes: the softmax of a = attention(...)  tiny.model:74 */
 static real *block_attention_0_softmax(int layer, int mb) {
-  return (real *)AT(REGION_stash + 197120LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 196608LL + chunk_stash(layer, mb));
 }
 /* (B, T, 64): x = add(...)  tiny.model:76 */
-static real *block_add_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 328192LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_add_0(int layer, int mb) { return (real *)AT(REGION_stash + 327680LL + chunk_stash(layer, mb)); }
 /* (B, T, 64): h = layernorm(...)  tiny.model:77 */
 static real *block_layernorm_1(int layer, int mb) {
-  return (real *)AT(REGION_stash + 360960LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 360448LL + chunk_stash(layer, mb));
 }
 /* (B, T, 256): linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2(int layer, int mb) {
-  return (real *)AT(REGION_stash + 393728LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_linear_2(int layer, int mb) { return (real *)AT(REGION_stash + 393216LL + chunk_stash(layer, mb)); }
 /* (B, T, 256): h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 524800LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_gelu_0(int layer, int mb) { return (real *)AT(REGION_stash + 524288LL + chunk_stash(layer, mb)); }
 
 /* work: alive inside one forward or backward (or from a window to the backward) */
 /* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
@@ -415,54 +411,13 @@ static void run_schedule(int step, int ahead) {
     (void)layer;
     lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[3]);
   }
-  {
-    const int mb = 2, layer = 2;  /* RECV_ACT mb2 from stage 1 */
-    (void)layer;
-    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[4]);
-  }
-  {
-    const int mb = 0, layer = 0;  /* RECV_GRAD mb0 from stage 1 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[5]);
-  }
-  {
-    const int mb = 3, layer = 2;  /* RECV_ACT mb3 from stage 1 */
-    (void)layer;
-    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[6]);
-  }
-  {
-    const int mb = 1, layer = 0;  /* RECV_GRAD mb1 from stage 1 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[7]);
-  }
-  {
-    const int mb = 2, layer = 2;  /* RECV_GRAD mb2 from stage 1 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[8]);
-  }
-  {
-    const int mb = 3, layer = 2;  /* RECV_GRAD mb3 from stage 1 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[9]);
-  }
-  {
-    const int mb = 2, layer = 0;  /* RECV_GRAD mb2 from stage 1 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[10]);
-  }
-  {
-    const int mb = 3, layer = 0;  /* RECV_GRAD mb3 from stage 1 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[11]);
-  }
   load_micro_batch(0);
   forward_prologue(ctx, 0);
   forward_block(ctx, 0, 0);
   {
     const int mb = 0, layer = 0;  /* SEND_ACT mb0 to stage 1 */
     (void)layer;
-    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb,
-        &requests[12]);
+    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb, &requests[4]);
   }
   load_micro_batch(1);
   forward_prologue(ctx, 1);
@@ -470,24 +425,21 @@ static void run_schedule(int step, int ahead) {
   {
     const int mb = 1, layer = 0;  /* SEND_ACT mb1 to stage 1 */
     (void)layer;
-    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb,
-        &requests[13]);
+    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb, &requests[5]);
   }
   lx_wait(&requests[0]);
   forward_block(ctx, 2, 0);
   {
     const int mb = 0, layer = 2;  /* SEND_ACT mb0 to stage 1 */
     (void)layer;
-    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb,
-        &requests[14]);
+    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[6]);
   }
   lx_wait(&requests[1]);
   forward_block(ctx, 2, 1);
   {
     const int mb = 1, layer = 2;  /* SEND_ACT mb1 to stage 1 */
     (void)layer;
-    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb,
-        &requests[15]);
+    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[7]);
   }
   load_micro_batch(2);
   forward_prologue(ctx, 2);
@@ -495,15 +447,24 @@ static void run_schedule(int step, int ahead) {
   {
     const int mb = 2, layer = 0;  /* SEND_ACT mb2 to stage 1 */
     (void)layer;
-    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb,
-        &requests[16]);
+    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb, &requests[8]);
   }
   lx_wait(&requests[2]);
   backward_block(ctx, 2, 0);
   {
     const int mb = 0, layer = 2;  /* SEND_GRAD mb0 to stage 1 */
     (void)layer;
-    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[17]);
+    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[9]);
+  }
+  {
+    const int mb = 2, layer = 2;  /* RECV_ACT mb2 from stage 1 */
+    (void)layer;
+    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[10]);
+  }
+  {
+    const int mb = 0, layer = 0;  /* RECV_GRAD mb0 from stage 1 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[11]);
   }
   load_micro_batch(3);
   forward_prologue(ctx, 3);
@@ -512,16 +473,46 @@ static void run_schedule(int step, int ahead) {
     const int mb = 3, layer = 0;  /* SEND_ACT mb3 to stage 1 */
     (void)layer;
     lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb,
-        &requests[18]);
+        &requests[12]);
   }
   lx_wait(&requests[3]);
   backward_block(ctx, 2, 1);
   {
     const int mb = 1, layer = 2;  /* SEND_GRAD mb1 to stage 1 */
     (void)layer;
-    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[19]);
+    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[13]);
   }
-  lx_wait(&requests[4]);
+  {
+    const int mb = 3, layer = 2;  /* RECV_ACT mb3 from stage 1 */
+    (void)layer;
+    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[14]);
+  }
+  {
+    const int mb = 1, layer = 0;  /* RECV_GRAD mb1 from stage 1 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[15]);
+  }
+  {
+    const int mb = 2, layer = 2;  /* RECV_GRAD mb2 from stage 1 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[16]);
+  }
+  {
+    const int mb = 3, layer = 2;  /* RECV_GRAD mb3 from stage 1 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[17]);
+  }
+  {
+    const int mb = 2, layer = 0;  /* RECV_GRAD mb2 from stage 1 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[18]);
+  }
+  {
+    const int mb = 3, layer = 0;  /* RECV_GRAD mb3 from stage 1 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[19]);
+  }
+  lx_wait(&requests[10]);
   forward_block(ctx, 2, 2);
   {
     const int mb = 2, layer = 2;  /* SEND_ACT mb2 to stage 1 */
@@ -529,10 +520,10 @@ static void run_schedule(int step, int ahead) {
     lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb,
         &requests[20]);
   }
-  lx_wait(&requests[5]);
+  lx_wait(&requests[11]);
   backward_block(ctx, 0, 0);
   backward_prologue(ctx, 0);
-  lx_wait(&requests[6]);
+  lx_wait(&requests[14]);
   forward_block(ctx, 2, 3);
   {
     const int mb = 3, layer = 2;  /* SEND_ACT mb3 to stage 1 */
@@ -540,27 +531,27 @@ static void run_schedule(int step, int ahead) {
     lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb,
         &requests[21]);
   }
-  lx_wait(&requests[7]);
+  lx_wait(&requests[15]);
   backward_block(ctx, 0, 1);
   backward_prologue(ctx, 1);
-  lx_wait(&requests[8]);
+  lx_wait(&requests[16]);
   backward_block(ctx, 2, 2);
   {
     const int mb = 2, layer = 2;  /* SEND_GRAD mb2 to stage 1 */
     (void)layer;
     lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[22]);
   }
-  lx_wait(&requests[9]);
+  lx_wait(&requests[17]);
   backward_block(ctx, 2, 3);
   {
     const int mb = 3, layer = 2;  /* SEND_GRAD mb3 to stage 1 */
     (void)layer;
     lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 1, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[23]);
   }
-  lx_wait(&requests[10]);
+  lx_wait(&requests[18]);
   backward_block(ctx, 0, 2);
   backward_prologue(ctx, 2);
-  lx_wait(&requests[11]);
+  lx_wait(&requests[19]);
   backward_block(ctx, 0, 3);
   backward_prologue(ctx, 3);
   for (int r = 0; r < 24; r++) lx_wait(&requests[r]);

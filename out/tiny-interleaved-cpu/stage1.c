@@ -31,6 +31,10 @@ enum { CHUNKS = 2 };
 static const int chunk_first_layer[CHUNKS] = {1, 3};
 /* the stage's layers before each chunk */
 static const int chunk_slot[CHUNKS] = {0, 1};
+/* each chunk's pool of stash slots: its first layer in slot 0, its slots, a slot's bytes */
+static const int64_t chunk_stash_base[CHUNKS] = {0LL, 1966080LL};
+static const int chunk_slots[CHUNKS] = {3, 1};
+static const int64_t chunk_slot_bytes[CHUNKS] = {655360LL, 852992LL};
 static int chunk_of(int layer) {
   int v = CHUNKS - 1;
   while (v > 0 && layer < chunk_first_layer[v])
@@ -39,9 +43,15 @@ static int chunk_of(int layer) {
 }
 /* where the layer sits among the stage's */
 static int layer_slot(int layer) { return chunk_slot[chunk_of(layer)] + layer - chunk_first_layer[chunk_of(layer)]; }
+/* a block layer's part of its chunk's stash slot of micro-batch mb */
+static int64_t chunk_stash(int layer, int mb) {
+  int c = chunk_of(layer);
+  return chunk_stash_base[c] + (mb % chunk_slots[c]) * chunk_slot_bytes[c] +
+         (int64_t)(layer - chunk_first_layer[c]) * 655360LL;
+}
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
-#define ARENA_BYTES 7666688LL
+#define ARENA_BYTES 5960704LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 465920 bytes */
 #define REGION_previous 465920LL /* 0 bytes */
@@ -49,16 +59,16 @@ static int layer_slot(int layer) { return chunk_slot[chunk_of(layer)] + layer - 
 #define REGION_grads 465920LL /* 465920 bytes */
 #define REGION_adam_m 931840LL /* 465920 bytes */
 #define REGION_adam_v 1397760LL /* 465920 bytes */
-#define REGION_stash 1863680LL /* 4525056 bytes */
-#define REGION_work 6388736LL /* 622592 bytes */
-#define REGION_boundary 7011328LL /* 655360 bytes */
+#define REGION_stash 1863680LL /* 2819072 bytes */
+#define REGION_work 4682752LL /* 622592 bytes */
+#define REGION_boundary 5305344LL /* 655360 bytes */
 #define EXTENT_params 465920LL /* bytes its tensors reach */
 #define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
 #define EXTENT_grads 465920LL /* bytes its tensors reach */
 #define EXTENT_adam_m 465920LL /* bytes its tensors reach */
 #define EXTENT_adam_v 465920LL /* bytes its tensors reach */
-#define EXTENT_stash 4525056LL /* bytes its tensors reach */
+#define EXTENT_stash 2819072LL /* bytes its tensors reach */
 #define EXTENT_work 622592LL /* bytes its tensors reach */
 #define EXTENT_boundary 655360LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 116480LL
@@ -86,7 +96,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_CHECKPOINT_INTERVAL 0
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
-#define PREDICTED_STEP_SECONDS 0.0014 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 0.00141 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
@@ -94,10 +104,6 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define GRADS ((real *)AT(REGION_grads))
 
 /* The stage's tensors by name, at their places in the arena (plan.txt). */
-/* micro-batch mb's stash slot: what its forward keeps for its backward */
-static int64_t stash_slot(int mb) { return (mb % SLOTS) * 1508352LL; }
-/* a layer's part of a stash slot */
-static int64_t stash_layer(int layer) { return layer_slot(layer) * 655360LL; }
 /* a layer's parameters (and gradients: GRAD_OF) */
 static int64_t param_layer(int layer) { return layer_slot(layer) * 199936LL; }
 /* micro-batch mb's buffers to and from the neighbouring stages */
@@ -137,51 +143,43 @@ static real *epilogue_layernorm_0_bias(void) { return (real *)AT(REGION_params +
 
 /* kept from a micro-batch's forward to its backward: per stash slot and layer */
 /* (B, T, 64): x, an argument of block()  tiny.model:71 */
-static real *block_input_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 0LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_input_0(int layer, int mb) { return (real *)AT(REGION_stash + 0LL + chunk_stash(layer, mb)); }
 /* (B, T, 64): h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 32768LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 32768LL + chunk_stash(layer, mb));
 }
 /* (B, T, 192): qkv = linear(...)  tiny.model:73 */
-static real *block_qkv(int layer, int mb) {
-  return (real *)AT(REGION_stash + 65536LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_qkv(int layer, int mb) { return (real *)AT(REGION_stash + 65536LL + chunk_stash(layer, mb)); }
 /* (B, T, 64): a = attention(...)  tiny.model:74 */
 static real *block_attention_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 163840LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 163840LL + chunk_stash(layer, mb));
 }
 /* 131072 bytes: the softmax of a = attention(...)  tiny.model:74 */
 static real *block_attention_0_softmax(int layer, int mb) {
-  return (real *)AT(REGION_stash + 196608LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 196608LL + chunk_stash(layer, mb));
 }
 /* (B, T, 64): x = add(...)  tiny.model:76 */
-static real *block_add_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 327680LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_add_0(int layer, int mb) { return (real *)AT(REGION_stash + 327680LL + chunk_stash(layer, mb)); }
 /* (B, T, 64): h = layernorm(...)  tiny.model:77 */
 static real *block_layernorm_1(int layer, int mb) {
-  return (real *)AT(REGION_stash + 360448LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 360448LL + chunk_stash(layer, mb));
 }
 /* (B, T, 256): linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2(int layer, int mb) {
-  return (real *)AT(REGION_stash + 393216LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_linear_2(int layer, int mb) { return (real *)AT(REGION_stash + 393216LL + chunk_stash(layer, mb)); }
 /* (B, T, 256): h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 524288LL + stash_slot(mb) + stash_layer(layer));
-}
+static real *block_gelu_0(int layer, int mb) { return (real *)AT(REGION_stash + 524288LL + chunk_stash(layer, mb)); }
 /* (B, T, 64): x, an argument of epilogue()  tiny.model:83 */
-static real *epilogue_x(int mb) { return (real *)AT(REGION_stash + 1310720LL + stash_slot(mb)); }
+static real *epilogue_x(int mb) { return (real *)AT(REGION_stash + 2621440LL + (mb % 1) * 852992LL); }
 /* (B, T): targets, an argument of epilogue()  tiny.model:83 */
-static int *epilogue_targets(int mb) { return (int *)AT(REGION_stash + 1343488LL + stash_slot(mb)); }
+static int *epilogue_targets(int mb) { return (int *)AT(REGION_stash + 2654208LL + (mb % 1) * 852992LL); }
 /* (B, T, 64): layernorm_0 = layernorm(...)  tiny.model:84 */
-static real *epilogue_layernorm_0(int mb) { return (real *)AT(REGION_stash + 1344000LL + stash_slot(mb)); }
+static real *epilogue_layernorm_0(int mb) { return (real *)AT(REGION_stash + 2654720LL + (mb % 1) * 852992LL); }
 /* (B, T, 256): logits = lm_head(...)  tiny.model:84 */
-static real *epilogue_logits(int mb) { return (real *)AT(REGION_stash + 1376768LL + stash_slot(mb)); }
+static real *epilogue_logits(int mb) { return (real *)AT(REGION_stash + 2687488LL + (mb % 1) * 852992LL); }
 /* 512 bytes: the lse of cross_entropy_0 = cross_entropy(...)  tiny.model:85 */
-static real *epilogue_cross_entropy_0_lse(int mb) { return (real *)AT(REGION_stash + 1507840LL + stash_slot(mb)); }
+static real *epilogue_cross_entropy_0_lse(int mb) {
+  return (real *)AT(REGION_stash + 2818560LL + (mb % 1) * 852992LL);
+}
 
 /* work: alive inside one forward or backward (or from a window to the backward) */
 /* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
@@ -240,7 +238,7 @@ static real *send_input_grad(int layer, int mb) {
  * pipeline's buffers, between layers they alternate in the boundary region. */
 /* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  tiny.model:71 */
 static real *layer_output(int layer, int mb) {
-  if (layer == 3) return (real *)AT(REGION_stash + 1310720LL + stash_slot(mb));
+  if (layer == 3) return (real *)AT(REGION_stash + 2621440LL + (mb % 1) * 852992LL);
   return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb) + chunk_of(layer) * 294912LL);
 }
 /* (BOUNDARY_ELEMENTS): d block()'s output  tiny.model:71 */
@@ -409,34 +407,19 @@ static void run_schedule(int step, int ahead) {
     (void)layer;
     lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[2]);
   }
-  {
-    const int mb = 1, layer = 3;  /* RECV_ACT mb1 from stage 0 */
-    (void)layer;
-    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[3]);
-  }
-  {
-    const int mb = 2, layer = 1;  /* RECV_ACT mb2 from stage 0 */
-    (void)layer;
-    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb, &requests[4]);
-  }
-  {
-    const int mb = 0, layer = 1;  /* RECV_GRAD mb0 from stage 0 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[5]);
-  }
   lx_wait(&requests[0]);
   forward_block(ctx, 1, 0);
   {
     const int mb = 0, layer = 1;  /* SEND_ACT mb0 to stage 0 */
     (void)layer;
-    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[6]);
+    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[3]);
   }
   lx_wait(&requests[1]);
   forward_block(ctx, 1, 1);
   {
     const int mb = 1, layer = 1;  /* SEND_ACT mb1 to stage 0 */
     (void)layer;
-    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[7]);
+    lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[4]);
   }
   lx_wait(&requests[2]);
   load_micro_batch(0);
@@ -447,9 +430,24 @@ static void run_schedule(int step, int ahead) {
   {
     const int mb = 0, layer = 3;  /* SEND_GRAD mb0 to stage 0 */
     (void)layer;
-    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[8]);
+    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[5]);
   }
-  lx_wait(&requests[3]);
+  {
+    const int mb = 1, layer = 3;  /* RECV_ACT mb1 from stage 0 */
+    (void)layer;
+    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[6]);
+  }
+  {
+    const int mb = 2, layer = 1;  /* RECV_ACT mb2 from stage 0 */
+    (void)layer;
+    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 0 * MICRO_BATCHES + mb, &requests[7]);
+  }
+  {
+    const int mb = 0, layer = 1;  /* RECV_GRAD mb0 from stage 0 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[8]);
+  }
+  lx_wait(&requests[6]);
   load_micro_batch(1);
   forward_block(ctx, 3, 1);
   forward_epilogue(ctx, 1);
@@ -460,7 +458,7 @@ static void run_schedule(int step, int ahead) {
     (void)layer;
     lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[9]);
   }
-  lx_wait(&requests[4]);
+  lx_wait(&requests[7]);
   forward_block(ctx, 1, 2);
   {
     const int mb = 2, layer = 1;  /* SEND_ACT mb2 to stage 0 */
@@ -468,7 +466,7 @@ static void run_schedule(int step, int ahead) {
     lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb,
         &requests[10]);
   }
-  lx_wait(&requests[5]);
+  lx_wait(&requests[8]);
   backward_block(ctx, 1, 0);
   {
     const int mb = 0, layer = 1;  /* SEND_GRAD mb0 to stage 0 */
@@ -490,36 +488,21 @@ static void run_schedule(int step, int ahead) {
     (void)layer;
     lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[14]);
   }
-  {
-    const int mb = 3, layer = 3;  /* RECV_ACT mb3 from stage 0 */
-    (void)layer;
-    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[15]);
-  }
-  {
-    const int mb = 2, layer = 1;  /* RECV_GRAD mb2 from stage 0 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[16]);
-  }
-  {
-    const int mb = 3, layer = 1;  /* RECV_GRAD mb3 from stage 0 */
-    (void)layer;
-    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[17]);
-  }
-  lx_wait(&requests[6]);
+  lx_wait(&requests[3]);
   lx_wait(&requests[12]);
   forward_block(ctx, 1, 3);
   {
     const int mb = 3, layer = 1;  /* SEND_ACT mb3 to stage 0 */
     (void)layer;
     lx_isend(send_activation(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb,
-        &requests[18]);
+        &requests[15]);
   }
   lx_wait(&requests[13]);
   backward_block(ctx, 1, 1);
   {
     const int mb = 1, layer = 1;  /* SEND_GRAD mb1 to stage 0 */
     (void)layer;
-    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[19]);
+    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[16]);
   }
   lx_wait(&requests[14]);
   load_micro_batch(2);
@@ -530,13 +513,28 @@ static void run_schedule(int step, int ahead) {
   {
     const int mb = 2, layer = 3;  /* SEND_GRAD mb2 to stage 0 */
     (void)layer;
-    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[20]);
+    lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[17]);
   }
-  lx_wait(&requests[15]);
+  {
+    const int mb = 3, layer = 3;  /* RECV_ACT mb3 from stage 0 */
+    (void)layer;
+    lx_irecv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_ACTIVATION, 1 * MICRO_BATCHES + mb, &requests[18]);
+  }
+  {
+    const int mb = 2, layer = 1;  /* RECV_GRAD mb2 from stage 0 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[19]);
+  }
+  {
+    const int mb = 3, layer = 1;  /* RECV_GRAD mb3 from stage 0 */
+    (void)layer;
+    lx_irecv(recv_output_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[20]);
+  }
+  lx_wait(&requests[18]);
   load_micro_batch(3);
   forward_block(ctx, 3, 3);
   forward_epilogue(ctx, 3);
-  lx_wait(&requests[8]);
+  lx_wait(&requests[5]);
   backward_epilogue(ctx, 3);
   backward_block(ctx, 3, 3);
   {
@@ -544,7 +542,7 @@ static void run_schedule(int step, int ahead) {
     (void)layer;
     lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 1 * MICRO_BATCHES + mb, &requests[21]);
   }
-  lx_wait(&requests[16]);
+  lx_wait(&requests[19]);
   backward_block(ctx, 1, 2);
   {
     const int mb = 2, layer = 1;  /* SEND_GRAD mb2 to stage 0 */
@@ -552,7 +550,7 @@ static void run_schedule(int step, int ahead) {
     lx_isend(send_input_grad(layer, mb), BOUNDARY_ELEMENTS, 0, LX_TAG_GRADIENT, 0 * MICRO_BATCHES + mb, &requests[22]);
   }
   lx_wait(&requests[11]);
-  lx_wait(&requests[17]);
+  lx_wait(&requests[20]);
   backward_block(ctx, 1, 3);
   {
     const int mb = 3, layer = 1;  /* SEND_GRAD mb3 to stage 0 */

@@ -12,37 +12,52 @@
 #include "analysis/analyze.h"
 #include "check.h"
 #include "diag.h"
+#include "emit/emit_names.h"
 #include "frontend/frontend.h"
 #include "planning/layout.h"
 #include "planning/memplan.h"
 #include "planning/overlap.h"
-#include "planning/plan.h"
 #include "planning/passes.h"
+#include "planning/plan.h"
 
-/* The printed expression at a layer, which is the stage's slot-th and in its chunk-th chunk. */
-static int64_t evaluate(const lx_place_expr *e, int layer, int slot, int chunk, int mb, int slots) {
-  return e->constant + (int64_t)(mb % slots) * e->per_slot + (int64_t)slot * e->per_layer +
-         (int64_t)((layer + e->parity_add) % 2) * e->parity_stride + (int64_t)chunk * e->per_chunk;
+/* The printed expression at a layer, which is the stage's slot-th and in its chunk-th chunk: the
+ * emitted helpers' arithmetic (stash_slot, stash_layer, chunk_stash, the chunk table), written out. */
+static int64_t evaluate(const lx_stage_layout *l, const lx_stage *st, const lx_place_expr *e, int layer,
+                        int slot, int chunk, int mb, int slots) {
+  int64_t at =
+      e->constant + (int64_t)((layer + e->parity_add) % 2) * e->parity_stride + (int64_t)chunk * e->per_chunk;
+  if (!e->chunk_stash) return at + (int64_t)(mb % slots) * e->per_slot + (int64_t)slot * e->per_layer;
+  return at + l->chunk_layer_base[chunk] +
+         (int64_t)(mb % l->chunk_slots[chunk]) * l->chunk_slot_bytes[chunk] +
+         (int64_t)(layer - st->chunks[chunk].first_layer) * e->per_layer;
 }
 
-/* The reference layer the printers use for this tensor at this layer. */
-static int reference_layer(const lx_pipeline *p, int s, lx_tensor_ref t) {
+/* The reference layer the printers use for this tensor at this layer: the
+ * stage's first layer, except in the layer-boundary functions, which
+ * return each group of layers whose places print alike (chunk edges, the
+ * stage's edges, the rest) the place of its first layer. */
+static int reference_layer(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
   const lx_stage *st = &p->stages[s];
   const lx_graph *g = &p->ir->block;
-  int first = st->chunks[0].first_layer, last = lx_chunk_last_layer(&st->chunks[st->n_chunks - 1]);
   if (t.graph != LX_GRAPH_BLOCK) return -1;
   bool output_side = (t.role == LX_T_OUTPUT || t.role == LX_T_GRAD) && t.op == g->output;
   bool input_grad = t.role == LX_T_GRAD && g->ops[t.op].kind == LX_OP_INPUT;
-  if (output_side) return t.layer == last ? last : first;
-  if (input_grad) return t.layer == first ? first : last;
-  return first;
+  if (!output_side && !input_grad) return st->chunks[0].first_layer;
+  lx_tensor_ref at = t;
+  at.mb = 0;
+  lx_place_expr own = lx_place_of(p, s, l, at);
+  for (int k = 0;; k++) {
+    at.layer = lx_slot_layer(st, k);
+    lx_place_expr e = lx_place_of(p, s, l, at);
+    if (emit_same_place(&e, &own)) return at.layer;
+  }
 }
 
 static int mismatches;
 
 static void check_tensor(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t) {
   lx_tensor_ref reference = t;
-  reference.layer = reference_layer(p, s, t);
+  reference.layer = reference_layer(p, s, l, t);
   reference.mb = 0;
   lx_place_expr e = lx_place_of(p, s, l, reference);
   bool block = t.graph == LX_GRAPH_BLOCK;
@@ -50,7 +65,7 @@ static void check_tensor(const lx_pipeline *p, int s, const lx_stage_layout *l, 
   int slot = block ? lx_layer_slot(&p->stages[s], layer) : 0,
       chunk = block ? lx_chunk_of(&p->stages[s], layer) : 0;
   lx_span located = lx_locate(p, s, l, t);
-  int64_t printed = evaluate(&e, layer, slot, chunk, t.mb, lx_place_slots(l, &e));
+  int64_t printed = evaluate(l, &p->stages[s], &e, layer, slot, chunk, t.mb, lx_place_slots(l, &e));
   if (printed != located.offset && mismatches++ < 5)
     printf("     stage %d graph %d layer %d op %d mb %d role %d: expression %lld, located %lld\n", s, t.graph,
            t.layer, t.op, t.mb, t.role, (long long)printed, (long long)located.offset);
@@ -86,14 +101,15 @@ static int check_stage(const lx_pipeline *p, int s, const lx_stage_layout *l) {
   return checked;
 }
 
-static void check_schedule(const char *path, int pp, lx_schedule schedule, lx_recompute_policy policy,
-                           double gpu_memory) {
+static void check_chunked(const char *path, int pp, lx_schedule schedule, int chunks,
+                          lx_recompute_policy policy, double gpu_memory) {
   lx_ir ir;
   lx_ir_init(&ir);
   lx_diag_set_sink(NULL);
   bool ok = lx_parse_model(path, NULL, 0, &ir) == 0;
   ir.plan.pp = pp;
   if (schedule) ir.plan.schedule = schedule;
+  ir.plan.virtual_stages = chunks;
   ir.cluster.gpus_per_node = 8; /* room for every depth tried here */
   ok = ok && lx_analyze(&ir) == 0;
   lx_cost_model cm;
@@ -122,6 +138,16 @@ static void check_schedule(const char *path, int pp, lx_schedule schedule, lx_re
   lx_pipeline_free(&pipe);
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
+}
+
+static void check_schedule(const char *path, int pp, lx_schedule schedule, lx_recompute_policy policy,
+                           double gpu_memory) {
+  check_chunked(path, pp, schedule, 0, policy, gpu_memory);
+}
+
+static void check_interleaved(const char *path, int pp, int chunks, lx_recompute_policy policy,
+                              double gpu_memory) {
+  check_chunked(path, pp, LX_SCHEDULE_INTERLEAVED, chunks, policy, gpu_memory);
 }
 
 static void check_model(const char *path, int pp, lx_recompute_policy policy, double gpu_memory) {
@@ -191,6 +217,11 @@ int main(void) {
   check_schedule("examples/llama.model", 4, LX_SCHEDULE_ZB_H1, LX_RECOMPUTE_NONE, 0);
   check_schedule("examples/tiny.model", 2, LX_SCHEDULE_ZB_H1, LX_RECOMPUTE_LYNX_HEU,
                  0.003 * 1024 * 1024 * 1024);
+  /* interleaved 1F1B: chunk pools of the stash, pipeline buffers per chunk */
+  check_interleaved("examples/tiny.model", 2, 2, LX_RECOMPUTE_NONE, 0);
+  check_interleaved("examples/llama.model", 2, 4, LX_RECOMPUTE_SELECTIVE, 0);
+  check_interleaved("examples/gpt13b.model", 4, 3, LX_RECOMPUTE_FULL, 0);
+  check_interleaved("examples/tiny.model", 2, 2, LX_RECOMPUTE_LYNX_HEU, 0.003 * 1024 * 1024 * 1024);
   check_zero_bubble_pools(4, 8);
   check_zero_bubble_pools(2, 5);
   return check_exit_status();

@@ -166,7 +166,7 @@ static void check_policies(int tp) {
   /* budgets from everything-dropped to nearly everything kept */
   lx_op_decision *all = calloc((size_t)pr.n_ops, sizeof *all);
   lx_recompute_fixed(&ir, LX_RECOMPUTE_FULL, all);
-  int64_t least = lx_policy_bytes(&pr, all), most = (int64_t)pr.stashed * pr.n_layers * pr.kept_all;
+  int64_t least = lx_policy_bytes(&pr, all), most = pr.stashed_layers * pr.kept_all;
   for (int step = 0; step <= 6; step++) {
     pr.avail_bytes = least + (most - least) * step / 7;
     double cm_t = solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);

@@ -186,8 +186,12 @@ static void swap_sends(built *b) {
   send->items[y] = t;
 }
 
-/* Stage 0 holds several micro-batches at once, but in one stash slot. */
-static void share_stash_slot(built *b) { b->layouts[0].slots = 1; }
+/* Stage 0 holds several micro-batches at once, but in one stash slot (of each chunk). */
+static void share_stash_slot(built *b) {
+  b->layouts[0].slots = 1;
+  for (int v = 0; v < b->pipe.stages[0].n_chunks; v++)
+    b->layouts[0].chunk_slots[v] = 1;
+}
 
 /* The two boundary gradients, used by alternate layers, in one place. */
 static void overlay_boundary_grads(built *b) { b->layouts[0].boundary_grad_offset[1] = 0; }
