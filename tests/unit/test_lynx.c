@@ -10,7 +10,9 @@
  *   - the partition DP finds the bottleneck exhaustive search finds;
  *   - squeezed pipelines with recompute placed in windows verify clean,
  *     simulate without deadlock, agree with the memory plan and fit, and a
- *     dropped recompute-stream event is caught. */
+ *     dropped recompute-stream event is caught; under interleaved 1F1B
+ *     too, whose recompute-aware partition gives every stage's chunks a
+ *     layer or more, in model order. */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <stdint.h>
@@ -458,13 +460,32 @@ static bool drop_window_wait(lx_pipeline *p) {
   return false;
 }
 
+/* The recompute-aware partition under interleaved 1F1B: every stage's two
+ * chunks hold a layer or more, and model chunk v p + s (chunk v of stage s)
+ * follows chunk v p + s - 1 without a gap, all layers covered once. */
+static void check_chunk_split(const lx_pipeline *p, int layers, const char *name, const char *pol) {
+  int next = 0;
+  bool ok = true;
+  for (int c = 0; c < p->pp * p->virtual_stages; c++) {
+    const lx_stage *st = &p->stages[c % p->pp];
+    const lx_chunk *chunk = &st->chunks[c / p->pp];
+    ok &= st->n_chunks == p->virtual_stages && chunk->n_layers >= 1 && chunk->first_layer == next;
+    next = chunk->first_layer + chunk->n_layers;
+  }
+  CHECK(ok && next == layers,
+        "%s pp=%d %s, partition dp: %d chunks of a layer or more cover the %d layers in order", name, p->pp,
+        pol, p->pp * p->virtual_stages, layers);
+}
+
 /* Plans the pipeline with the GPU's memory squeezed to `squeeze` of the way
  * from full recompute's peak to no recompute's; returns the recomputes it
  * placed in windows. */
 static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy,
                                   double squeeze) {
   lx_ir ir;
-  int m = 2 * pp + 1, layers = 2 * pp + 1;
+  bool interleaved =
+      schedule == LX_SCHEDULE_INTERLEAVED; /* 2 chunks a stage: micro-batches in groups of pp */
+  int m = interleaved ? 2 * pp : 2 * pp + 1, layers = interleaved ? 4 * pp + 1 : 2 * pp + 1;
   load(&ir, layers, pp, tp, m, schedule);
   lx_cost_model cm;
   lx_cost_model_init(&cm, &ir, NULL);
@@ -489,6 +510,7 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
         squeeze, in_window);
   int violations = built ? verify_pipeline(&p, false) : -1;
   CHECK(violations == 0, "%s pp=%d tp=%d %s: verifies clean (%d violations)", name, pp, tp, pol, violations);
+  if (interleaved && built) check_chunk_split(&p, layers, name, pol);
   lx_stage_memory *mem = calloc((size_t)p.pp, sizeof *mem);
   lx_plan_memory(&p, mem);
   lx_simulation sim;
@@ -535,5 +557,8 @@ int main(void) {
       check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU, 0.3);
       check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE, 0.3);
     }
+  for (int pp = 2; pp <= 3; pp++) /* interleaved 1F1B: the partition into chunks and Lynx's windows */
+    for (int pol = LX_RECOMPUTE_CHECKMATE; pol <= LX_RECOMPUTE_LYNX_OPT; pol++)
+      check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol, 0.3);
   return check_exit_status();
 }
