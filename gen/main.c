@@ -68,7 +68,9 @@ static const char usage_text[] =
     "\n"
     "Scheduling:\n"
     "      --policy P         recomputation: none | full | selective | checkmate | lynx-heu |\n"
-    "                         lynx-opt (default none; gen/planning/overlap.h)\n"
+    "                         lynx-opt (gen/planning/overlap.h); default none, or where\n"
+    "                         the plan search runs (fields left open), the fastest of none,\n"
+    "                         selective, full and lynx-heu that fits\n"
     "      --partition P      layers per stage: uniform (Megatron's even split, the\n"
     "                         default) | dp (recompute-aware, balances stage times)\n"
     "      --explain          when tp, pp, dp or micro_batch are left open, print the\n"
@@ -144,6 +146,7 @@ typedef struct {
   bool allow_oom_plan; /* a plan that does not fit is written (what-if studies) */
   lx_target target;
   lx_recompute_policy policy;
+  bool policy_given; /* --policy: else the plan search weighs the policies too */
   lx_partition_kind partition;
   const char *profile;
   double gpu_memory_bytes; /* 0: the datasheet's */
@@ -294,7 +297,10 @@ static options parse_options(int argc, char **argv) {
     case OPT_ALLOW_OOM: o.allow_oom_plan = true; break;
     case OPT_MAX_MEMORY: o.max_memory_bytes = parse_gib("--max-memory", optarg); break;
     case OPT_SEARCH_TIME: o.search_seconds = parse_amount("--search-time", optarg, "seconds"); break;
-    case OPT_POLICY: o.policy = parse_policy(optarg); break;
+    case OPT_POLICY:
+      o.policy = parse_policy(optarg);
+      o.policy_given = true;
+      break;
     case OPT_PROFILE: o.profile = optarg; break;
     case OPT_GPU_MEMORY: o.gpu_memory_bytes = parse_gib("--gpu-memory", optarg); break;
     case OPT_EXPLAIN: o.explain = true; break;
@@ -518,13 +524,14 @@ static void print_summary(const products *out) {
 static bool plan_is_open(const lx_open_plan *p) { return p->tp || p->pp || p->dp || p->micro_batch; }
 
 static lx_search_request search_request(const options *opts) {
-  return (lx_search_request){opts->policy, opts->partition, opts->profile, opts->gpu_memory_bytes,
-                             opts->search_seconds};
+  return (lx_search_request){opts->policy,  !opts->policy_given,    opts->partition,
+                             opts->profile, opts->gpu_memory_bytes, opts->search_seconds};
 }
 
-/* When the model leaves parallel-plan fields open, the plan search picks them;
- * the IR is then analysed again for the chosen plan. */
-static bool choose_open_plan(const options *opts, lx_ir *ir) {
+/* When the model leaves parallel-plan fields open, the plan search picks them
+ * (and the recompute policy, unless --policy gave it); the IR is then
+ * analysed again for the chosen plan. */
+static bool choose_open_plan(const options *opts, lx_ir *ir, lx_recompute_policy *policy) {
   if (!plan_is_open(&ir->open_plan) && !ir->open_plan.schedule) return true;
   if (plan_is_open(&ir->open_plan) && !ir->plan.global_batch) {
     lx_error(ir->locs.plan,
@@ -555,6 +562,7 @@ static bool choose_open_plan(const options *opts, lx_ir *ir) {
   ir->plan.tp = best.tp, ir->plan.pp = best.pp, ir->plan.dp = best.dp,
   ir->plan.micro_batch = best.micro_batch, ir->plan.schedule = best.schedule;
   ir->plan.virtual_stages = best.virtual_stages;
+  *policy = best.policy;
   return lx_analyze(ir) == 0;
 }
 
@@ -591,12 +599,13 @@ static int run_passes(const options *opts, products *out) {
   }
   if (lx_error_count() == 0 && lx_ir_validate(ir) != 0) return 3; /* a generator bug, already printed */
   bool schedule = lx_error_count() == 0 && (opts->plan || opts->output_dir);
-  if (schedule && !choose_open_plan(opts, ir)) {
+  lx_recompute_policy policy = opts->policy;
+  if (schedule && !choose_open_plan(opts, ir, &policy)) {
     fprintf(stderr, "lynxgen: %d error%s\n", lx_error_count(), lx_error_count() == 1 ? "" : "s");
     return EXIT_USER_ERROR;
   }
   if (schedule) explain_2bw(opts, ir);
-  lx_plan_options plan = {.policy = opts->policy, .partition = opts->partition, .cm = &out->cost};
+  lx_plan_options plan = {.policy = policy, .partition = opts->partition, .cm = &out->cost};
   bool costed = schedule && lx_cost_model_init(&out->cost, ir, opts->profile);
   if (costed && opts->gpu_memory_bytes > 0) out->cost.gpu.memory_bytes = opts->gpu_memory_bytes;
   if (costed && lx_plan_pipeline(ir, &plan, &out->pipe)) {

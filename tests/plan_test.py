@@ -105,7 +105,7 @@ peaks = {}
 for flags in ((), ("--zero",)):
     r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", "--policy", "full", *flags], capture_output=True,
                        text=True)
-    rows = re.findall(r"^  (\d+) +(\d+) +(\d+) +(\d+) +\S+ +[\d.]+ ms +([\d.]+) ", r.stdout, re.M)
+    rows = re.findall(r"^  (\d+) +(\d+) +(\d+) +(\d+) +\S+ +\S+ +[\d.]+ ms +([\d.]+) ", r.stdout, re.M)
     peaks[flags] = {tuple(map(int, row[:4])): float(row[4]) for row in rows}
 sharded = [c for c in peaks[()] if c[2] > 1 and c in peaks[("--zero",)]]
 check(sharded and all(peaks[("--zero",)][c] < peaks[()][c] for c in sharded),
@@ -141,6 +141,22 @@ for pp in (4, 2, 1):
               ", ".join("%s %.3f ms" % (s, 1e3 * (times[s] or 0)) for s in schedules)))
     if chosen and chosen["plan"]["schedule"] == "interleaved":
         check(chosen["plan"]["virtual_stages"] == 2, "pp=%d: the search's interleaved plan has 2 chunks" % pp)
+
+# Without --policy the search weighs the recompute policies too (none,
+# selective, full, lynx-heu): on GPUs too small to keep everything, the plan
+# it picks recomputes, and is as fast as the fastest of the four that fits
+# on its layout, planned directly.
+with open(f.name, "w") as g:
+    g.write(OPEN.replace(".global_batch = 16, .schedule = SCHEDULE_1F1B", ".tp = 1, .dp = 1, .global_batch = 16"))
+squeeze = ("--micro-batch", "4", "--schedule", "1f1b", "--gpu-memory", "0.05", "--allow-oom-plan")
+chosen = plan(f.name, *squeeze)
+layout = chosen and ("--pp", str(chosen["plan"]["pp"]))
+direct = {pol: plan(f.name, *squeeze, *layout, "--policy", pol) for pol in ("none", "selective", "full", "lynx-heu")}
+fitting = {pol: p["iteration_s"] for pol, p in direct.items() if p and all(st["fits"] for st in p["stages"])}
+check(chosen and chosen["plan"]["recompute"] != "none" and "none" not in fitting and fitting and
+      abs(chosen["iteration_s"] - min(fitting.values())) <= 1e-9 * chosen["iteration_s"],
+      "no --policy, 50 MiB GPUs: the search picks %s (%s), the fastest that fits of %s" % (
+          chosen and chosen["plan"]["recompute"], layout, {k: "%.3f ms" % (1e3 * v) for k, v in fitting.items()}))
 
 # 2BW is opt-in (it is not synchronous training): with the schedule 2bw and
 # the layout open, the search picks the fastest 2BW plan, as planning each

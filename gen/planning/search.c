@@ -54,7 +54,7 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   }
   if (req->gpu_memory_bytes > 0) cm.gpu.memory_bytes = req->gpu_memory_bytes;
   lx_pipeline pipe;
-  lx_plan_options options = {.policy = req->policy, .partition = req->partition, .cm = &cm};
+  lx_plan_options options = {.policy = c->policy, .partition = req->partition, .cm = &cm};
   if (!lx_plan_pipeline(&ir, &options, &pipe)) {
     snprintf(c->why, sizeof c->why, "cannot be scheduled (fewer micro-batches than stages?)");
   } else {
@@ -92,7 +92,9 @@ static int by_time(const void *a, const void *b) {
   if (x->comparison != y->comparison) return x->comparison ? 1 : -1; /* what may be chosen first */
   if (x->fits != y->fits) return x->fits ? -1 : 1;
   if (x->time_s != y->time_s) return x->time_s < y->time_s ? -1 : 1;
-  return (int)x->schedule - (int)y->schedule; /* a tie goes to the simpler schedule */
+  if (x->schedule != y->schedule)
+    return (int)x->schedule - (int)y->schedule; /* a tie: the simpler schedule, */
+  return (int)x->policy - (int)y->policy;       /* then the simpler policy */
 }
 
 /* The schedules a plan of pp stages may take: the model's, or if it left
@@ -112,10 +114,20 @@ static int virtual_stages_for(const lx_ir *ir, lx_schedule schedule) {
   return ir->open_plan.schedule ? 2 : ir->plan.virtual_stages;
 }
 
+/* The recompute policies a candidate may take: the requested one, or where
+ * none was, the fixed ones and Lynx's heuristic (lynx-opt solves a MILP per
+ * stage: too slow to repeat over the whole search). */
+static int policies_for(const lx_search_request *req, lx_recompute_policy *out) {
+  if (!req->search_policies) return out[0] = req->policy, 1;
+  out[0] = LX_RECOMPUTE_NONE, out[1] = LX_RECOMPUTE_SELECTIVE, out[2] = LX_RECOMPUTE_FULL;
+  out[3] = LX_RECOMPUTE_LYNX_HEU;
+  return 4;
+}
+
 /* tp inside a node and dividing the heads; pp at most the layers; dp the
  * rest of the cluster; micro-batches dividing the replica's batch; the
- * schedules. Returns their number; fills `out` unless it is NULL. */
-static int enumerate(const lx_ir *ir, lx_candidate *out) {
+ * schedules; the policies. Returns their number; fills `out` unless it is NULL. */
+static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate *out) {
   const lx_plan *p = &ir->plan;
   const lx_open_plan *open = &ir->open_plan;
   int gpus = ir->cluster.nodes * ir->cluster.gpus_per_node, n = 0;
@@ -133,16 +145,20 @@ static int enumerate(const lx_ir *ir, lx_candidate *out) {
         if ((!open->micro_batch && b != p->micro_batch) || !divides(b * dp, p->global_batch)) continue;
         if ((p->global_batch ? p->global_batch / (b * dp) : pp) < pp) continue;
         lx_schedule schedules[3];
-        for (int s = 0, count = schedules_for(ir, pp, schedules); s < count; s++, n++)
-          if (out)
-            out[n] =
-                (lx_candidate){.tp = tp,
-                               .pp = pp,
-                               .dp = dp,
-                               .micro_batch = b,
-                               .schedule = schedules[s],
-                               .virtual_stages = virtual_stages_for(ir, schedules[s]),
-                               .comparison = schedules[s] != schedules[0] && schedules[0] == LX_SCHEDULE_2BW};
+        lx_recompute_policy policies[4];
+        int n_policies = policies_for(req, policies);
+        for (int s = 0, count = schedules_for(ir, pp, schedules); s < count; s++)
+          for (int q = 0; q < n_policies; q++, n++)
+            if (out)
+              out[n] = (lx_candidate){.tp = tp,
+                                      .pp = pp,
+                                      .dp = dp,
+                                      .micro_batch = b,
+                                      .schedule = schedules[s],
+                                      .virtual_stages = virtual_stages_for(ir, schedules[s]),
+                                      .policy = policies[q],
+                                      .comparison =
+                                          schedules[s] != schedules[0] && schedules[0] == LX_SCHEDULE_2BW};
       }
     }
   }
@@ -193,10 +209,11 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
                            const lx_search_stats *stats, FILE *explain) {
   fprintf(explain, "plan search: %d candidates for %d GPUs, global batch %d, recompute %s\n", stats->feasible,
           ir->cluster.nodes * ir->cluster.gpus_per_node, ir->plan.global_batch,
-          lx_recompute_policy_name(req->policy));
+          req->search_policies ? "none, selective, full or lynx-heu (no --policy given)"
+                               : lx_recompute_policy_name(req->policy));
   if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
-  fprintf(explain, "  %-4s %-4s %-4s %-6s %-11s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro", "schedule",
-          "iteration", "peak GiB", "MFU", "verdict");
+  fprintf(explain, "  %-4s %-4s %-4s %-6s %-11s %-9s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro",
+          "schedule", "recompute", "iteration", "peak GiB", "MFU", "verdict");
   /* the best that may be chosen, then the best of those listed for comparison (sorted after them) */
   for (int i = 0, listed[2] = {0, 0}; i < stats->tried; i++) {
     const lx_candidate *c = &all[i];
@@ -211,17 +228,17 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
       snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
     else
       snprintf(verdict, sizeof verdict, "%s", c->why);
-    fprintf(explain, "  %-4d %-4d %-4d %-6d %-11s %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
-            c->micro_batch, lx_schedule_name(c->schedule), 1e3 * c->time_s, c->peak_bytes / (1 << 30),
-            100 * c->mfu, verdict);
+    fprintf(explain, "  %-4d %-4d %-4d %-6d %-11s %-9s %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
+            c->micro_batch, lx_schedule_name(c->schedule), lx_recompute_policy_name(c->policy),
+            1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
   }
 }
 
 bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate *best, lx_search_stats *stats,
                     FILE *explain) {
-  int n = enumerate(ir, NULL);
+  int n = enumerate(ir, req, NULL);
   lx_candidate *all = lx_calloc((size_t)n + 1, sizeof *all);
-  *stats = (lx_search_stats){.feasible = enumerate(ir, all)};
+  *stats = (lx_search_stats){.feasible = enumerate(ir, req, all)};
   FILE *quiet = mute_diagnostics();
   try_candidates(ir, req, all, stats);
   unmute_diagnostics(quiet);
@@ -235,14 +252,15 @@ bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate 
 
 /* ---- 2BW against 1F1B, policy by policy ----------------------------------------------- */
 
-static lx_candidate on_plan(const lx_ir *ir, lx_schedule schedule) {
+static lx_candidate on_plan(const lx_ir *ir, lx_schedule schedule, lx_recompute_policy policy) {
   const lx_plan *p = &ir->plan;
   return (lx_candidate){.tp = p->tp,
                         .pp = p->pp,
                         .dp = p->dp,
                         .micro_batch = p->micro_batch,
                         .schedule = schedule,
-                        .virtual_stages = 1};
+                        .virtual_stages = 1,
+                        .policy = policy};
 }
 
 /* Why 2BW wins or loses against 1F1B (sync) under one policy: 1F1B fills
@@ -280,7 +298,8 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
   for (int k = 0; k < LX_RECOMPUTE_POLICY_COUNT; k++) {
     lx_search_request one = *req;
     one.policy = (lx_recompute_policy)k;
-    lx_candidate sync = on_plan(ir, LX_SCHEDULE_1F1B), bw = on_plan(ir, LX_SCHEDULE_2BW);
+    lx_candidate sync = on_plan(ir, LX_SCHEDULE_1F1B, one.policy),
+                 bw = on_plan(ir, LX_SCHEDULE_2BW, one.policy);
     FILE *quiet = mute_diagnostics();
     evaluate(ir, &one, &sync);
     evaluate(ir, &one, &bw);

@@ -8,7 +8,8 @@
 #include "planning/plan.h"
 
 typedef struct {
-  lx_recompute_policy policy;
+  lx_recompute_policy policy; /* the requested one; with search_policies, what candidates may take too */
+  bool search_policies;       /* no --policy given: the search weighs none, selective, full and lynx-heu */
   lx_partition_kind partition;
   const char *profile;     /* NULL: the datasheet model */
   double gpu_memory_bytes; /* 0: the datasheet's */
@@ -19,6 +20,7 @@ typedef struct {
   int tp, pp, dp, micro_batch;
   lx_schedule schedule;
   int virtual_stages; /* chunks per stage: 1, or under interleaved 1F1B the plan's (2 where open) */
+  lx_recompute_policy policy;
   bool comparison; /* the synchronous 1F1B beside a requested 2BW: listed, never chosen */
   double time_s, mfu, peak_bytes;
   int micro_batches;     /* a step's, per replica */
