@@ -79,7 +79,8 @@ static bool search_open_plan(const fuzz_options *o, lx_ir *ir) {
     lx_error(ir->locs.plan, "the plan search needs global_batch");
     return false;
   }
-  lx_search_request req = {o->policy, o->partition, NULL, o->gpu_memory_bytes, 0};
+  lx_search_request req = {
+      .policy = o->policy, .partition = o->partition, .gpu_memory_bytes = o->gpu_memory_bytes};
   lx_candidate chosen;
   lx_search_stats stats;
   bool found = lx_search_plan(ir, &req, &chosen, &stats, NULL);
