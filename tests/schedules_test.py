@@ -7,7 +7,7 @@ backwards, and adds their weight gradients into the same fp32 buffer in that
 order, so its per-step losses must be bitwise 1F1B's too. Checks: at pp = 2
 (4 layers, chunks of 2) and pp = 4 (8 layers, chunks of 1), for the GPT and
 the Llama, with none, full and lynx-heu; at pp = 4 with Lynx recomputing in
-the windows it finds (a GPT of 8 layers, 5 MiB GPUs, 8 micro-batches); at
+the windows it finds (a GPT of 8 layers, 4 MiB GPUs, 8 micro-batches); at
 tp 2 x pp 2 x dp 2 with ZeRO-1 and sequence parallelism; and each stage's
 arena is used exactly to the planned extents (make check), with its chunks'
 pipeline buffers and the layers of all its chunks in its stash slots.
@@ -247,7 +247,7 @@ def interleaved(work, label, model, layout, one_f_one_b):
     check(len(got) == 6 and got == one_f_one_b, "%s: interleaved 1F1B gives bitwise 1F1B's losses %s" % (label, got))
 
 
-WINDOWED = ("--pp", "4", "--policy", "lynx-heu", "--gpu-memory", "0.005", "--allow-oom-plan", "--global-batch", "16")
+WINDOWED = ("--pp", "4", "--policy", "lynx-heu", "--gpu-memory", "0.004", "--allow-oom-plan", "--global-batch", "16")
 
 
 def windowed_interleaved(work):
