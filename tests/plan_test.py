@@ -141,6 +141,11 @@ for pp in (4, 2, 1):
               ", ".join("%s %.3f ms" % (s, 1e3 * (times[s] or 0)) for s in schedules)))
     if chosen and chosen["plan"]["schedule"] == "interleaved":
         check(chosen["plan"]["virtual_stages"] == 2, "pp=%d: the search's interleaved plan has 2 chunks" % pp)
+# Chunks per stage asked for with the schedule left open: interleaved 1F1B is meant.
+asked = plan(f.name, "--policy", "none", "--pp", "2", "--micro-batch", "2", "--virtual-stages", "2")
+check(asked and asked["plan"]["schedule"] == "interleaved" and asked["plan"]["virtual_stages"] == 2,
+      "--virtual-stages 2 with the schedule open plans interleaved 1F1B with 2 chunks (%s)" % (
+          asked and "%s, %d" % (asked["plan"]["schedule"], asked["plan"]["virtual_stages"]),))
 
 # Without --policy the search weighs the recompute policies too (none,
 # selective, full, lynx-heu): on GPUs too small to keep everything, the plan

@@ -756,6 +756,9 @@ static void resolve_open_plan(lx_ir *ir) {
     *open[k] = *fields[k] == LX_OPEN;
     if (*open[k]) *fields[k] = 1;
   }
+  /* chunks per stage asked for, the schedule left open: interleaved 1F1B is meant */
+  if (ir->plan.schedule == LX_SCHEDULE_OPEN && ir->plan.virtual_stages > 1)
+    ir->plan.schedule = LX_SCHEDULE_INTERLEAVED;
   ir->open_plan.schedule = ir->plan.schedule == LX_SCHEDULE_OPEN;
   if (ir->open_plan.schedule) ir->plan.schedule = LX_SCHEDULE_1F1B;
   if (ir->plan.virtual_stages == LX_OPEN)
