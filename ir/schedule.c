@@ -197,7 +197,8 @@ int lx_instr_chunk(const lx_stage *st, const lx_instr *in) {
   case LX_I_RECV_GRAD: return in->chunk;
   default: break;
   }
-  if (in->graph == LX_GRAPH_BLOCK && lx_chunk_of(st, in->layer) > 0) return lx_chunk_of(st, in->layer);
+  int v = in->graph == LX_GRAPH_BLOCK ? lx_chunk_of(st, in->layer) : -1;
+  if (v >= 0) return v;
   return in->graph == LX_GRAPH_EPILOGUE && in->mb >= 0 ? st->n_chunks - 1 : 0;
 }
 

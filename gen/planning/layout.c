@@ -419,6 +419,19 @@ static lx_tensor_ref next_graph_input(const lx_pipeline *p, int s, lx_tensor_ref
 
 static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref t);
 
+/* A block layer's stash in its chunk's pool (chunk_stash) as the fixed
+ * place it is at `layer`: its chunk's slots, its place among them. */
+static lx_place_expr at_chunk_layer(const lx_stage *st, const lx_stage_layout *l, lx_place_expr e,
+                                    int layer) {
+  int c = lx_chunk_of(st, layer);
+  e.constant += l->chunk_layer_base[c] + (layer - st->chunks[c].first_layer) * e.per_layer;
+  e.per_slot = l->chunk_slot_bytes[c];
+  e.wrap = l->chunk_slots[c];
+  e.per_layer = 0;
+  e.chunk_stash = false;
+  return e;
+}
+
 /* The place of tensor `to`, written in terms of the layer of `from`. */
 static lx_place_expr rebased(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tensor_ref from,
                              lx_tensor_ref to) {
@@ -429,16 +442,9 @@ static lx_place_expr rebased(const lx_pipeline *p, int s, const lx_stage_layout 
     e.parity_add += delta;
   } else if (varies_by_layer(to)) { /* fixed layer seen from a prologue or epilogue */
     const lx_stage *st = &p->stages[s];
-    int c = lx_chunk_of(st, to.layer);
-    if (e.chunk_stash) { /* its chunk's slots, as a fixed place */
-      e.constant += l->chunk_layer_base[c] + (to.layer - st->chunks[c].first_layer) * e.per_layer;
-      e.per_slot = l->chunk_slot_bytes[c];
-      e.wrap = l->chunk_slots[c];
-      e.chunk_stash = false;
-    } else {
-      e.constant += lx_layer_slot(st, to.layer) * e.per_layer;
-    }
-    e.constant += ((to.layer + e.parity_add) % 2) * e.parity_stride;
+    if (e.chunk_stash) e = at_chunk_layer(st, l, e, to.layer);
+    e.constant +=
+        lx_layer_slot(st, to.layer) * e.per_layer + ((to.layer + e.parity_add) % 2) * e.parity_stride;
     e.per_layer = e.parity_stride = e.parity_add = 0;
   }
   return e;
@@ -539,14 +545,10 @@ lx_span lx_locate(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_tens
   const lx_stage *st = &p->stages[s];
   int layer = varies_by_layer(t) ? t.layer : 0, slot = varies_by_layer(t) ? lx_layer_slot(st, layer) : 0;
   int chunk = varies_by_layer(t) ? lx_chunk_of(st, layer) : 0;
-  int64_t offset =
-      e.constant + (int64_t)((layer + e.parity_add) % 2) * e.parity_stride + (int64_t)chunk * e.per_chunk;
-  if (e.chunk_stash)
-    offset += l->chunk_layer_base[chunk] +
-              (int64_t)(t.mb % l->chunk_slots[chunk]) * l->chunk_slot_bytes[chunk] +
-              (int64_t)(layer - st->chunks[chunk].first_layer) * e.per_layer;
-  else
-    offset += (int64_t)(t.mb % lx_place_slots(l, &e)) * e.per_slot + (int64_t)slot * e.per_layer;
+  if (e.chunk_stash) e = at_chunk_layer(st, l, e, layer);
+  int64_t offset = e.constant + (int64_t)(t.mb % lx_place_slots(l, &e)) * e.per_slot +
+                   (int64_t)slot * e.per_layer + (int64_t)((layer + e.parity_add) % 2) * e.parity_stride +
+                   (int64_t)chunk * e.per_chunk;
   return (lx_span){e.region, offset, e.bytes};
 }
 

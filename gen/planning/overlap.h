@@ -66,7 +66,7 @@ typedef struct {
 /* Per-op numbers of the IR's block on the cost model; windows and bounds
  * are left empty (lx_stage_problem_set_windows adds them). */
 void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int n_layers,
-                           int stashed, int micro_batches, int64_t avail_bytes);
+                           int64_t stashed_layers, int micro_batches, int64_t avail_bytes);
 /* Takes the windows and instance bounds of stage s of p (not copied: p must outlive pr). */
 void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s);
 void lx_stage_problem_free(lx_stage_problem *pr);

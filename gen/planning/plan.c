@@ -54,8 +54,8 @@ static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *f
     }
     st->params_per_rank = stage_params(ir, st);
     lx_chunk_stashes(out->kind, pp, out->virtual_stages, s, out->micro_batches, st->chunk_slots);
-    st->stashed_micro_batches =
-        lx_stashed_micro_batches(out->kind, pp, out->virtual_stages, s, out->micro_batches);
+    for (int v = 0; v < st->n_chunks; v++) /* the pipeline buffers' slots: the busiest chunk's */
+      if (st->chunk_slots[v] > st->stashed_micro_batches) st->stashed_micro_batches = st->chunk_slots[v];
     st->decisions = lx_calloc((size_t)ir->block.n_ops, sizeof *st->decisions);
     lx_recompute_fixed(ir, fixed, st->decisions);
     st->stats.status = "fixed";
@@ -93,9 +93,8 @@ typedef struct {
 static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool with_windows) {
   lx_stage *st = &pl->pipe->stages[s];
   lx_stage_problem pr;
-  lx_stage_problem_init(&pr, pl->ir, pl->cm, st->n_layers, st->stashed_micro_batches, pl->pipe->micro_batches,
+  lx_stage_problem_init(&pr, pl->ir, pl->cm, st->n_layers, lx_stashed_layers(st), pl->pipe->micro_batches,
                         pl->budget[s]);
-  pr.stashed_layers = lx_stashed_layers(st); /* interleaved: each chunk's own slots */
   pr.time_limit_s = pl->time_limit_s;
   if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
   free(st->window_of);

@@ -404,13 +404,19 @@ static void schedule_2bw_stage(builder *b) {
   finish_step(b);
 }
 
-/* Megatron's interleaved 1F1B: the stage's chunks' forwards and backwards
- * in lx_interleaved_order. */
-static void schedule_interleaved_stage(builder *b) {
+/* The stage's passes under interleaved 1F1B (lx_interleaved_order); *n of them. */
+static lx_chunk_pass *interleaved_passes(const builder *b, int *n) {
   const lx_pipeline *p = b->pipe;
-  int n = 2 * p->micro_batches * p->virtual_stages;
-  lx_chunk_pass *order = lx_malloc(sizeof *order * (size_t)n);
+  *n = 2 * p->micro_batches * p->virtual_stages;
+  lx_chunk_pass *order = lx_malloc(sizeof *order * (size_t)*n);
   lx_interleaved_order(p->pp, p->virtual_stages, b->st->index, p->micro_batches, order);
+  return order;
+}
+
+/* Megatron's interleaved 1F1B: the stage's chunks' forwards and backwards in its order. */
+static void schedule_interleaved_stage(builder *b) {
+  int n;
+  lx_chunk_pass *order = interleaved_passes(b, &n);
   for (int i = 0; i < n; i++)
     if (order[i].backward)
       backward_micro_batch(b, order[i].chunk, order[i].mb);
@@ -448,17 +454,16 @@ static void schedule_stage(builder *b) {
 /* The stage's backward passes in the order it runs them: by micro-batch,
  * or under interleaved 1F1B in its order over the chunks. */
 static lx_chunk_pass *backward_order(const builder *b, int *count) {
-  const lx_pipeline *p = b->pipe;
-  int n = 2 * p->micro_batches * p->virtual_stages;
-  lx_chunk_pass *order = lx_malloc(sizeof *order * (size_t)n);
   *count = 0;
-  if (p->kind == LX_SCHEDULE_INTERLEAVED) {
-    lx_interleaved_order(p->pp, p->virtual_stages, b->st->index, p->micro_batches, order);
+  if (b->pipe->kind == LX_SCHEDULE_INTERLEAVED) {
+    int n;
+    lx_chunk_pass *order = interleaved_passes(b, &n);
     for (int i = 0; i < n; i++)
       if (order[i].backward) order[(*count)++] = order[i];
     return order;
   }
-  for (int mb = 0; mb < p->micro_batches; mb++)
+  lx_chunk_pass *order = lx_malloc(sizeof *order * (size_t)b->pipe->micro_batches);
+  for (int mb = 0; mb < b->pipe->micro_batches; mb++)
     order[(*count)++] = (lx_chunk_pass){true, 0, mb};
   return order;
 }

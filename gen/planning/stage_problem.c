@@ -34,13 +34,13 @@ static int64_t drop_bytes_of(const lx_graph *g, int i, lx_op_decision *scratch) 
 }
 
 void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int n_layers,
-                           int stashed, int micro_batches, int64_t avail_bytes) {
+                           int64_t stashed_layers, int micro_batches, int64_t avail_bytes) {
   const lx_graph *g = &ir->block;
   size_t n = (size_t)g->n_ops;
   *pr = (lx_stage_problem){.block = g,
                            .n_ops = g->n_ops,
                            .n_layers = n_layers,
-                           .stashed_layers = (int64_t)stashed * n_layers,
+                           .stashed_layers = stashed_layers,
                            .micro_batches = micro_batches,
                            .avail_bytes = avail_bytes,
                            .window_buffers = 2,

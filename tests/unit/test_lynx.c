@@ -152,7 +152,7 @@ static void check_policies(int tp) {
   lx_cost_model cm;
   lx_cost_model_init(&cm, &ir, NULL);
   lx_stage_problem pr;
-  lx_stage_problem_init(&pr, &ir, &cm, 2, 3, 3, INT64_MAX);
+  lx_stage_problem_init(&pr, &ir, &cm, 2, 2 * 3, 3, INT64_MAX); /* 3 micro-batches of 2 layers kept */
   lx_window w[8];
   hand_windows(&pr, w, 8, layer_recompute_s(&pr) * 0.3);
   lx_op_decision *d = calloc((size_t)pr.n_ops, sizeof *d);
@@ -240,7 +240,7 @@ static unsigned next_random(unsigned *state) {
  * all-reduces are, and some long) and instances with distinct deadlines. */
 static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
   lx_stage_problem pr;
-  lx_stage_problem_init(&pr, ir, cm, 2, 3, 3, INT64_MAX);
+  lx_stage_problem_init(&pr, ir, cm, 2, 2 * 3, 3, INT64_MAX); /* 3 micro-batches of 2 layers kept */
   double min_s = 0;
   for (int i = 0; i < pr.n_ops; i++)
     if (pr.windowable[i] && pr.recompute_s[i] > 0 && (min_s == 0 || pr.recompute_s[i] < min_s))
@@ -298,7 +298,7 @@ static void check_assignment(void) {
   lx_cost_model cm;
   lx_cost_model_init(&cm, &ir, NULL);
   lx_stage_problem pr;
-  lx_stage_problem_init(&pr, &ir, &cm, 2, 3, 3, INT64_MAX);
+  lx_stage_problem_init(&pr, &ir, &cm, 2, 2 * 3, 3, INT64_MAX); /* 3 micro-batches of 2 layers kept */
   lx_window w[8];
   hand_windows(&pr, w, 8, 1);
   int window_of[6];
