@@ -86,12 +86,13 @@ export -f with_kit inventory with_memory train kit_test
 step inventory 60 inventory
 step kernel_twins 90 with_kit "$kit/bin/kernel_twins"
 step kernel_twins_cudnn 90 with_kit "$kit/bin/kernel_twins_cudnn"
-step cuda_training_test 120 kit_test tests/cuda/cuda_training_test.py
+step cuda_training_test 200 kit_test tests/cuda/cuda_training_test.py
 step cuda_resume_test 90 kit_test tests/cuda/cuda_resume_test.py
 step attention_cudnn 60 with_kit "$kit/bin/attention_cudnn"
 step attention_lynx 60 with_kit "$kit/bin/attention_lynx"
 step attention_torch 60 python3 bench/gpu/attention_torch.py
 step gpt2_lynxgen 90 train "$kit/bench/gpt2-124m" "$results/gpt2_lynxgen.jsonl" 12
+step gpt2_profile 45 train "$kit/bench/gpt2-124m" "$results/gpt2_profile.jsonl" 4 --profile "$results/gpt2.profile"
 step gpt2_llmc 90 with_kit sh bench/gpu/llmc_gpt2.sh "$kit/bin/train_gpt2cu" "$gpt2_data" "$gpt2_val" 4 15
 step gpt2_llmc_cudnn 90 with_kit sh bench/gpu/llmc_gpt2.sh "$kit/bin/train_gpt2cu_cudnn" "$gpt2_data" "$gpt2_val" 4 15
 step gpt13b 90 with_memory "$results/gpt13b_memory.csv" train "$kit/bench/gpt13b" "$results/gpt13b.jsonl" 5

@@ -33,10 +33,13 @@ make .build/tests/cuda/kernel_twins .build/tests/cuda/kernel_twins_cudnn CUDA_AR
 cp .build/tests/cuda/kernel_twins .build/tests/cuda/kernel_twins_cudnn "$kit/bin/"
 find "$kit" -path '*/cpu*' -name 'stage[0-9]*' -type f -delete # the device reads the CPU runs' metrics
 
-# benchmark programs: GPT-2 124M and GPT-3 1.3B as in examples/, with flash attention
+# benchmark programs: GPT-2 124M and GPT-3 1.3B as in examples/, with flash attention, planned for
+# the H100 SXM they run on (the examples' cluster is A100s; the H200 has the same bf16 peak)
 for model in gpt2-124m gpt13b; do
-  sed 's/= attention(/= flash_attention(/' "examples/$model.model" > "$kit/bench/$model-flash.model"
+  sed 's/= attention(/= flash_attention(/; s/GPU_A100_80GB/GPU_H100_80GB/' "examples/$model.model" \
+    > "$kit/bench/$model-flash.model"
   grep -q 'flash_attention(' "$kit/bench/$model-flash.model"
+  grep -q 'GPU_H100_80GB' "$kit/bench/$model-flash.model"
 done
 bin/lynxgen "$kit/bench/gpt2-124m-flash.model" --target cuda -o "$kit/bench/gpt2-124m" >/dev/null
 bin/lynxgen "$kit/bench/gpt13b-flash.model" --target cuda --tp 1 --dp 1 --pp 1 --global-batch 32 \

@@ -195,9 +195,10 @@ static void cuda_makefile(const lx_program *prog, FILE *out) {
                  "lx_kernels.o: lx_kernels.cu $(wildcard lx_cuda_*.cuh lx_cuda_*.h)\n\t$(NVCC) $(NVFLAGS) "
                  "$(ARCH) -c -o $@ $<\n");
   fprintf(out, "# host code only (the lx_*.h headers), compiled as C++ by nvcc's host compiler\n"
+               "# (OpenMP: the initial weights are drawn on all of the host's cores)\n"
                "stage%%.o: stage%%.cu $(wildcard lx_*.h)\n"
-               "\t$(NVCC) $(NVFLAGS) -x c++ -c -o $@ $<\n"
-               "stage%%: stage%%.o $(KERNELS)\n\t$(NVCC) $(ARCH) -o $@ $^ $(LDLIBS)\n\n"
+               "\t$(NVCC) $(NVFLAGS) -Xcompiler -fopenmp -x c++ -c -o $@ $<\n"
+               "stage%%: stage%%.o $(KERNELS)\n\t$(NVCC) $(ARCH) -Xcompiler -fopenmp -o $@ $^ $(LDLIBS)\n\n"
                "clean:\n\trm -f $(PROGRAMS) *.o\n.PHONY: all clean\n");
 }
 

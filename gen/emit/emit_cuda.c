@@ -429,6 +429,16 @@ static void print_profile_table(const lx_printer *pr) {
 
 /* ---- prelude --------------------------------------------------------------------- */
 
+/* The receives a stage can have in flight at once, for --comm host's pinned
+ * staging (lx_cuda_comm.h): a step's and the next one's (the schedule's
+ * receive list, posted ahead of use), or a forward-only pass's, one per
+ * micro-batch and chunk. */
+static void emit_staged_receives(const lx_printer *pr) {
+  int step = pr->st->streams[LX_STREAM_RECV].count, forward_only = pr->p->micro_batches * pr->st->n_chunks;
+  fprintf(pr->out, "  STAGED_RECEIVES = %d, /* in flight at most (--comm host's pinned staging) */\n",
+          2 * step > forward_only ? 2 * step : forward_only);
+}
+
 static void print_header(const lx_printer *pr) {
   const lx_ir *ir = pr->ir;
   const lx_stage *st = pr->st;
@@ -448,6 +458,7 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d, EVENTS = %d,\n",
           pr->p->micro_batches, pr->l->slots, emit_tp(pr), ir->plan.dp, st->n_events + 1);
   emit_pool_slots(pr);
+  emit_staged_receives(pr);
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
   emit_boundary_sizes(pr);

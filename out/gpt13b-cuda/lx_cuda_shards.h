@@ -8,8 +8,11 @@
 #ifndef LX_CUDA_SHARDS_H
 #define LX_CUDA_SHARDS_H
 
-/* host[i] = element first + i of the whole tensor p's normal init. */
+/* host[i] = element first + i of the whole tensor p's normal init. Each
+ * value is a pure function of its index, so the host's cores share the
+ * work (a billion draws take a minute on one) and the bits stay the same. */
 static inline void draw_normal(lx_bf16 *host, long long n, const lx_param_tensor *p, long long first) {
+#pragma omp parallel for schedule(static)
   for (long long i = 0; i < n; i++)
     host[i] = __float2bfloat16(
         (float)(p->init_std * lx_rng_normal(seed, (uint64_t)p->stream, (uint64_t)(first + i))));
@@ -114,10 +117,12 @@ static inline void copy_bf16_weights(lx_bf16 *device, float *host, cudaMemcpyKin
   size_t bytes = (size_t)PARAM_ELEMENTS * sizeof(lx_bf16);
   lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC(bytes);
   if (direction == cudaMemcpyHostToDevice) {
+#pragma omp parallel for schedule(static)
     for (long long i = 0; i < PARAM_ELEMENTS; i++) rounded[i] = __float2bfloat16(host[i]);
     CUDA_CHECK(cudaMemcpy(device, rounded, bytes, cudaMemcpyHostToDevice));
   } else {
     CUDA_CHECK(cudaMemcpy(rounded, device, bytes, cudaMemcpyDeviceToHost));
+#pragma omp parallel for schedule(static)
     for (long long i = 0; i < PARAM_ELEMENTS; i++) host[i] = __bfloat162float(rounded[i]);
   }
   free(rounded);

@@ -30,6 +30,17 @@ void lx_cuda_adamw_tensor(lx_bf16 *params, float *master, const float *grads, fl
   lx_cuda_adamw_update(params, master, grads, m, v, clip, N, lr, hp, step, stream);
 }
 
+/* One thread polls the flag, sleeping between reads, so the stream's later
+ * work starts once the host raised it and the other streams run meanwhile. */
+__global__ void lx_cuda_wait_flag_kernel(const volatile int *flag) {
+  while (*flag == 0) __nanosleep(1000);
+}
+
+void lx_cuda_wait_flag(const int *flag, cudaStream_t stream) {
+  lx_cuda_wait_flag_kernel<<<1, 1, 0, stream>>>(flag);
+  LX_CUDA_LAUNCHED();
+}
+
 __global__ void lx_cuda_master_kernel(float *master, const lx_bf16 *params, size_t N) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x)
     master[i] = lx_to_float(params[i]);

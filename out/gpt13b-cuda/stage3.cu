@@ -10,6 +10,7 @@
 enum {
   STAGE = 3, STAGES = 4, FIRST_LAYER = 18, LAYERS = 6, MODEL_LAYERS = 24,
   MICRO_BATCHES = 64, SLOTS = 1, TENSOR_PARALLEL = 1, DATA_PARALLEL = 2, EVENTS = 266,
+  STAGED_RECEIVES = 382, /* in flight at most (--comm host's pinned staging) */
   B = 4, T = 2048, BT = B * T, C = 2048, V = 50257, VP = 50304,
   BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */
 };

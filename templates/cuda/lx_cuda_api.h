@@ -118,6 +118,8 @@ void lx_residual_rmsnorm_forward(const lx_ctx *ctx, lx_bf16 *residual_out, lx_bf
                                  const lx_bf16 *branch, const lx_bf16 *weight, int BT, int C);
 
 /* ---- the other launchers: the optimizer's, the loss's parts, the scratch sizes ---- */
+/* --comm host (lx_cuda_comm.h): stream waits, on the GPU, until the host sets *flag (mapped host memory) */
+void lx_cuda_wait_flag(const int *flag, cudaStream_t stream);
 size_t lx_cuda_grad_norm_scratch_floats(void);
 void lx_cuda_grad_norm_squared(float *total, float *scratch, const float *grads, size_t N, int accumulate, cudaStream_t stream);
 void lx_cuda_grad_clip_factor(float *factor, const float *norm_squared, double max_norm, cudaStream_t stream);

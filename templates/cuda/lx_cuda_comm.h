@@ -9,20 +9,24 @@
  *         or a send waits for its stream, copies to the host and runs the
  *         MPI call (a collective's result is copied back on the same
  *         stream). A receive is enqueued on its stream as ncclRecv is: the
- *         stream, not the host, waits for the message (a host function
- *         that waits on the MPI request, then the copy to the device), so a
- *         schedule that posts a receive long before its data is sent (1F1B
- *         posts its gradient receives first) runs as it does on NCCL. Slow,
- *         but the order of every stream's work is the one NCCL gives; it
- *         needs MPI_THREAD_MULTIPLE (the host function runs on CUDA's own
- *         thread) and a thread that keeps MPI moving while the host waits
- *         on CUDA (lx_comm_host_start). It exists because NCCL refuses two ranks on one
- *         GPU: with it, tp x pp x dp layouts run as several ranks on a single
- *         GPU (make test-gpu). It cannot be captured in a CUDA graph.
+ *         stream, not the host, waits for the message (a one-thread kernel
+ *         that waits for a flag in mapped host memory, then the copy to the
+ *         device), so a schedule that posts a receive long before its data
+ *         is sent (1F1B posts its gradient receives first) runs as it does
+ *         on NCCL. A host function cannot do that wait: CUDA may run other
+ *         streams' work after a pending host function, and a host function
+ *         may not wait on what the device has still to do. The rank's
+ *         progress thread (lx_comm_host_start) completes the receives and
+ *         raises their flags, and keeps MPI moving while the host waits on
+ *         CUDA. Slow, but the order of every stream's work is the one NCCL
+ *         gives; it needs MPI_THREAD_MULTIPLE. It exists because NCCL
+ *         refuses two ranks on one GPU: with it, tp x pp x dp layouts run as
+ *         several ranks on a single GPU (make test-gpu). It cannot be
+ *         captured in a CUDA graph.
  * Reductions of bf16 run in fp32 on the host and round back to bf16 once.
- * Sends and receives are posted at once, inside a group or not; their host
- * buffers are freed once MPI has sent them or the stream has copied them
- * (lx_comm_complete). */
+ * Sends and receives are posted at once, inside a group or not; a send's
+ * host buffer is freed once MPI has sent it (lx_comm_complete), a receive
+ * lands in one of the pinned staging buffers made before the first step. */
 #ifndef LX_CUDA_COMM_H
 #define LX_CUDA_COMM_H
 
@@ -144,115 +148,141 @@ static inline void *lx_comm_narrow(float *wide, size_t count, lx_comm_type type)
   return narrow;
 }
 
-/* A host-backend send or receive in flight, until its host buffer can go. */
+/* The host backend's receives land in pinned staging buffers, made once
+ * before the first step (lx_comm_host_start): allocating or freeing pinned
+ * memory synchronizes the whole device, which would wait for a receive that
+ * only this rank's later work makes possible. A staging buffer is busy from
+ * its receive's post until its stream has copied it. */
 typedef struct {
-  MPI_Request *request; /* heap: a receive's host function waits on it */
-  void *host;           /* pinned for a receive: its copy to the device is asynchronous */
-  cudaEvent_t copied;   /* a receive: the device has its data */
-  int receive;
+  MPI_Request request; /* the progress thread tests it while `testing` */
+  int testing;         /* set by the main thread once posted, cleared by the progress thread */
+  int *arrived;        /* mapped host memory: raised once the message is in */
+  int *arrived_device; /* ... as the waiting kernel sees it */
+  void *host;          /* pinned: the copy to the device is asynchronous */
+  cudaEvent_t copied;  /* the device has its data */
+  int busy;
+} lx_comm_staging;
+
+static lx_comm_staging *lx_comm_stagings;
+static int *lx_comm_flags; /* the stagings' arrived flags, one mapped allocation */
+static int lx_comm_staging_count;
+static size_t lx_comm_staging_bytes;
+
+/* A host-backend send in flight, until MPI has sent its host buffer. */
+typedef struct {
+  MPI_Request request;
+  void *host;
 } lx_comm_transfer;
 
 static lx_comm_transfer *lx_comm_pending;
 static int lx_comm_pending_count, lx_comm_pending_cap;
 
-static inline void lx_comm_release(lx_comm_transfer *t) {
-  if (t->receive) {
-    CUDA_CHECK(cudaFreeHost(t->host));
-    CUDA_CHECK(cudaEventDestroy(t->copied));
-  } else {
-    free(t->host);
-  }
-  free(t->request);
-}
-
-/* Frees what is done: a send's buffer once MPI has sent it, a receive's once
- * its stream copied it. Never waits: a stage whose send waited for the peer's
- * receive while the peer's send waited for its own would deadlock, where
- * NCCL's streams do not. */
+/* Frees what is done: a send's buffer once MPI has sent it, a staging buffer
+ * once its stream copied it. Never waits: a stage whose send waited for the
+ * peer's receive while the peer's send waited for its own would deadlock,
+ * where NCCL's streams do not. */
 static inline void lx_comm_complete(void) {
   int kept = 0;
   for (int i = 0; i < lx_comm_pending_count; i++) {
     lx_comm_transfer *t = &lx_comm_pending[i];
     int done = 0;
-    if (t->receive) {
-      cudaError_t query = cudaEventQuery(t->copied);
-      if (query != cudaErrorNotReady) CUDA_CHECK(query);
-      done = query == cudaSuccess;
-    } else {
-      LX_MPI_CHECK(MPI_Test(t->request, &done, MPI_STATUS_IGNORE));
-    }
+    LX_MPI_CHECK(MPI_Test(&t->request, &done, MPI_STATUS_IGNORE));
     if (done)
-      lx_comm_release(t);
+      free(t->host);
     else
       lx_comm_pending[kept++] = *t;
   }
   lx_comm_pending_count = kept;
+  for (int i = 0; i < lx_comm_staging_count; i++) {
+    lx_comm_staging *r = &lx_comm_stagings[i];
+    if (!r->busy) continue;
+    cudaError_t query = cudaEventQuery(r->copied);
+    if (query != cudaErrorNotReady) CUDA_CHECK(query);
+    r->busy = query != cudaSuccess;
+  }
 }
 
 /* At the end of the program: every send delivered, every receive landed. */
 static inline void lx_comm_drain(void) {
   for (int i = 0; i < lx_comm_pending_count; i++) {
-    lx_comm_transfer *t = &lx_comm_pending[i];
-    if (t->receive)
-      CUDA_CHECK(cudaEventSynchronize(t->copied));
-    else
-      LX_MPI_CHECK(MPI_Wait(t->request, MPI_STATUS_IGNORE));
-    lx_comm_release(t);
+    LX_MPI_CHECK(MPI_Wait(&lx_comm_pending[i].request, MPI_STATUS_IGNORE));
+    free(lx_comm_pending[i].host);
   }
   lx_comm_pending_count = 0;
-}
-
-static inline void lx_comm_post(const lx_comm_transfer *t) {
-  if (lx_comm_pending_count == lx_comm_pending_cap) {
-    lx_comm_pending_cap = lx_comm_pending_cap ? 2 * lx_comm_pending_cap : 16;
-    lx_comm_pending = (lx_comm_transfer *)realloc(lx_comm_pending, sizeof *t * (size_t)lx_comm_pending_cap);
-    if (!lx_comm_pending) LX_FATAL("out of memory");
+  for (int i = 0; i < lx_comm_staging_count; i++) {
+    if (lx_comm_stagings[i].busy) CUDA_CHECK(cudaEventSynchronize(lx_comm_stagings[i].copied));
+    lx_comm_stagings[i].busy = 0;
   }
-  lx_comm_pending[lx_comm_pending_count++] = *t;
+}
+
+/* A free staging buffer for a receive of bytes. */
+static inline lx_comm_staging *lx_comm_staging_for(size_t bytes) {
+  if (bytes > lx_comm_staging_bytes)
+    lx_cuda_fail_at(__FILE__, __LINE__, "lx_comm_recv", "host",
+                    "a receive larger than the host backend's staging buffers (a lynxgen bug)");
   lx_comm_complete();
+  for (int i = 0; i < lx_comm_staging_count; i++)
+    if (!lx_comm_stagings[i].busy) return &lx_comm_stagings[i];
+  lx_cuda_fail_at(__FILE__, __LINE__, "lx_comm_recv", "host",
+                  "every staging buffer of the host backend holds a receive in flight: the schedule posts "
+                  "more than the program's STAGED_RECEIVES (a lynxgen bug)");
+  return NULL;
 }
 
-/* A receive's host function: its stream waits here for the message, as it
- * would inside ncclRecv (CUDA's host-function thread; no CUDA call). */
-static void CUDART_CB lx_comm_wait_message(void *request) {
-  LX_MPI_CHECK(MPI_Wait((MPI_Request *)request, MPI_STATUS_IGNORE));
-}
-
-/* buf (bytes) from the group's rank peer, enqueued on stream s. */
+/* buf (bytes) from the group's rank peer, enqueued on stream s. The flag is
+ * lowered before the progress thread may test the request, which it stops
+ * testing before it raises the flag: a buffer is reused only once its
+ * stream saw the flag, so the thread is done with it by then. */
 static inline void lx_comm_host_receive(void *buf, size_t bytes, int peer, lx_comm *c, cudaStream_t s) {
-  lx_comm_transfer t;
-  t.receive = 1;
-  t.request = (MPI_Request *)LX_MALLOC(sizeof(MPI_Request));
-  CUDA_CHECK(cudaMallocHost(&t.host, bytes > 0 ? bytes : 1));
-  CUDA_CHECK(cudaEventCreateWithFlags(&t.copied, cudaEventDisableTiming));
-  LX_MPI_CHECK(MPI_Irecv(t.host, lx_comm_int_count(bytes), MPI_BYTE, peer, 0, c->mpi, t.request));
-  CUDA_CHECK(cudaLaunchHostFunc(s, lx_comm_wait_message, t.request));
-  CUDA_CHECK(cudaMemcpyAsync(buf, t.host, bytes, cudaMemcpyHostToDevice, s));
-  CUDA_CHECK(cudaEventRecord(t.copied, s));
-  lx_comm_post(&t);
+  lx_comm_staging *r = lx_comm_staging_for(bytes);
+  r->busy = 1;
+  __atomic_store_n(r->arrived, 0, __ATOMIC_RELAXED);
+  LX_MPI_CHECK(MPI_Irecv(r->host, lx_comm_int_count(bytes), MPI_BYTE, peer, 0, c->mpi, &r->request));
+  __atomic_store_n(&r->testing, 1, __ATOMIC_RELEASE);
+  lx_cuda_wait_flag(r->arrived_device, s);
+  CUDA_CHECK(cudaMemcpyAsync(buf, r->host, bytes, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaEventRecord(r->copied, s));
 }
 
 /* buf (bytes) to the group's rank peer once stream s has written it; the host goes on. */
 static inline void lx_comm_host_send(const void *buf, size_t bytes, int peer, lx_comm *c, cudaStream_t s) {
-  lx_comm_transfer t;
-  t.receive = 0;
-  t.request = (MPI_Request *)LX_MALLOC(sizeof(MPI_Request));
-  t.host = lx_comm_to_host(buf, bytes, s);
-  LX_MPI_CHECK(MPI_Isend(t.host, lx_comm_int_count(bytes), MPI_BYTE, peer, 0, c->mpi, t.request));
-  lx_comm_post(&t);
+  if (lx_comm_pending_count == lx_comm_pending_cap) {
+    lx_comm_pending_cap = lx_comm_pending_cap ? 2 * lx_comm_pending_cap : 16;
+    lx_comm_pending = (lx_comm_transfer *)realloc(lx_comm_pending,
+                                                  sizeof *lx_comm_pending * (size_t)lx_comm_pending_cap);
+    if (!lx_comm_pending) LX_FATAL("out of memory");
+  }
+  lx_comm_transfer *t = &lx_comm_pending[lx_comm_pending_count++];
+  t->host = lx_comm_to_host(buf, bytes, s);
+  LX_MPI_CHECK(MPI_Isend(t->host, lx_comm_int_count(bytes), MPI_BYTE, peer, 0, c->mpi, &t->request));
+  lx_comm_complete();
 }
 
-/* Without a single-copy path between processes (Linux CMA, XPMEM), Open MPI
- * moves a message over its eager size only while the sender is inside an MPI
- * call. The host backend's main thread spends its waits in CUDA, so from
- * lx_comm_host_start to lx_comm_host_stop a thread probes a communicator of
- * its own, which drives MPI's progress for every transfer of the rank. */
+/* The rank's progress thread, from lx_comm_host_start to lx_comm_host_stop:
+ * it completes the posted receives and raises their flags, and probes a
+ * communicator of its own. Without a single-copy path between processes
+ * (Linux CMA, XPMEM), Open MPI moves a message over its eager size only while
+ * the sender is inside an MPI call, and the main thread spends its waits in
+ * CUDA. */
 static std::atomic<bool> lx_comm_progressing(false);
 static pthread_t lx_comm_progress_thread;
 static MPI_Comm lx_comm_progress_comm;
 
+static void lx_comm_complete_receives(void) {
+  for (int i = 0; i < lx_comm_staging_count; i++) {
+    lx_comm_staging *r = &lx_comm_stagings[i];
+    if (!__atomic_load_n(&r->testing, __ATOMIC_ACQUIRE)) continue;
+    int done = 0;
+    LX_MPI_CHECK(MPI_Test(&r->request, &done, MPI_STATUS_IGNORE));
+    if (!done) continue;
+    __atomic_store_n(&r->testing, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(r->arrived, 1, __ATOMIC_RELEASE);
+  }
+}
+
 static void *lx_comm_progress(void *) {
   while (lx_comm_progressing.load()) {
+    lx_comm_complete_receives();
     int flag = 0;
     LX_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, lx_comm_progress_comm, &flag, MPI_STATUS_IGNORE));
     usleep(20);
@@ -260,9 +290,24 @@ static void *lx_comm_progress(void *) {
   return NULL;
 }
 
-/* Collective over MPI_COMM_WORLD, after lx_comm_choose; nothing for nccl. */
-static inline void lx_comm_host_start(void) {
+/* After lx_comm_choose and cudaSetDevice, collective over MPI_COMM_WORLD;
+ * nothing for nccl. receives staging buffers of bytes each: as many receives
+ * as the stage can have in flight (its STAGED_RECEIVES). */
+static inline void lx_comm_host_start(int receives, size_t bytes) {
   if (lx_comm_kind != LX_COMM_HOST) return;
+  lx_comm_staging_count = receives;
+  lx_comm_staging_bytes = bytes;
+  size_t slots = (size_t)(receives > 0 ? receives : 1);
+  lx_comm_stagings = (lx_comm_staging *)LX_CALLOC(slots, sizeof *lx_comm_stagings);
+  int *flags_device = NULL;
+  CUDA_CHECK(cudaHostAlloc((void **)&lx_comm_flags, slots * sizeof(int), cudaHostAllocMapped));
+  CUDA_CHECK(cudaHostGetDevicePointer((void **)&flags_device, lx_comm_flags, 0));
+  for (int i = 0; i < receives; i++) {
+    lx_comm_staging *r = &lx_comm_stagings[i];
+    r->arrived = lx_comm_flags + i, r->arrived_device = flags_device + i;
+    CUDA_CHECK(cudaMallocHost(&r->host, bytes > 0 ? bytes : 1));
+    CUDA_CHECK(cudaEventCreateWithFlags(&r->copied, cudaEventDisableTiming));
+  }
   LX_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &lx_comm_progress_comm));
   lx_comm_progressing.store(true);
   if (pthread_create(&lx_comm_progress_thread, NULL, lx_comm_progress, NULL) != 0)
@@ -275,6 +320,13 @@ static inline void lx_comm_host_stop(void) {
   lx_comm_progressing.store(false);
   pthread_join(lx_comm_progress_thread, NULL);
   LX_MPI_CHECK(MPI_Comm_free(&lx_comm_progress_comm));
+  for (int i = 0; i < lx_comm_staging_count; i++) {
+    CUDA_CHECK(cudaFreeHost(lx_comm_stagings[i].host));
+    CUDA_CHECK(cudaEventDestroy(lx_comm_stagings[i].copied));
+  }
+  CUDA_CHECK(cudaFreeHost(lx_comm_flags));
+  free(lx_comm_stagings);
+  lx_comm_staging_count = 0;
 }
 
 /* ---- the calls ---------------------------------------------------------------------- */

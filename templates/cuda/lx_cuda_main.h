@@ -182,7 +182,8 @@ static void finish_pass(void) {
 static double train_step(const lx_train_settings *train, int step, double lr, double *grad_norm, int continues) {
   stage_step_tokens(step, continues);
   static int issued; /* steps this process ran: a resumed run's first step is not step 1 */
-  issue_step(step, continues, use_graph && issued++ > 0); /* the first eagerly: NCCL connects, cuBLASLt picks */
+  int first = issued++ == 0; /* counted whether or not a graph replays the step (--profile runs without) */
+  issue_step(step, continues, use_graph && !first); /* the first eagerly: NCCL connects, cuBLASLt picks */
   optimizer_step(train, step, lr);
   finish_pass();
   if (prof_totals) profile_collect(issued > 1); /* not the first: it pays for start-up */
@@ -267,7 +268,6 @@ int main(int argc, char **argv) {
     lx_usage_error("--comm host waits on the host between kernels: not with --cuda-graph");
   if (lx_comm_kind == LX_COMM_HOST && threads < MPI_THREAD_MULTIPLE)
     lx_usage_error("--comm host needs an MPI library with MPI_THREAD_MULTIPLE; this one gives level %d", threads);
-  lx_comm_host_start();
   use_graph = o.cuda_graph;
   if (ranks != STAGES * TENSOR_PARALLEL * DATA_PARALLEL) {
     if (rank == 0)
@@ -281,6 +281,7 @@ int main(int argc, char **argv) {
   int devices = 0;
   CUDA_CHECK(cudaGetDeviceCount(&devices));
   CUDA_CHECK(cudaSetDevice(devices > 0 ? local_rank() % devices : 0));
+  lx_comm_host_start(STAGED_RECEIVES, sizeof(lx_bf16) * BOUNDARY_ELEMENTS);
   lx_cuda_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE, STAGES, &replica, &pipeline_comm,
                        &dp_comm);
   allocate();
