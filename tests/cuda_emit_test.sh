@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The CUDA target's emitted program of every example, for 1f1b with every
-# recompute policy, gpipe with lynx-heu (a schedule is an order of the same
-# instructions: its code differs from 1f1b's in order only, which the
-# policies do not change), and zb-h1 (W passes), 2bw (fill and ahead
-# forwards, two weight versions) and interleaved 1F1B (chunks, sends around
-# the ring; examples of more than one stage) with lynx-heu (next to Lynx's windows),
-# compiles and links with nvcc
-# for sm_80 and sm_90 with warnings as errors (host and device), against
+# The CUDA target's emitted program of every example compiles and links with
+# nvcc. One example per architecture and pipeline depth (tiny, GPT-2 124M,
+# GPT-3 1.3B at pp 4, llama, Llama 3 8B at pp 2) runs the sweep:
+# 1f1b with every recompute policy, gpipe with lynx-heu (a schedule is an
+# order of the same instructions: its code differs from 1f1b's in order
+# only, which the policies do not change), and zb-h1 (W passes), 2bw (fill
+# and ahead forwards, two weight versions) and interleaved 1F1B (chunks,
+# sends around the ring; examples of more than one stage) with lynx-heu
+# (next to Lynx's windows). The other examples are the same model code at
+# other sizes (GPT-3 2.7B, 7B and 13B; 20B and 23B, whose 8 stages are a
+# first, middle and last stage as at pp 4; Llama 3 8B at 32k) and build their
+# 1f1b lynx-heu plan; the sweep over them more than doubled the test's time.
+# Each program compiles for sm_80 and sm_90 with warnings as errors (host and device), against
 # cuBLASLt, NCCL and Open MPI, with the emitted Makefile's own rules.
 # No GPU is needed; `make test-gpu` runs what a GPU can check.
 #
@@ -60,6 +65,10 @@ field() { sed -n "s/^ *\.$1 = \([0-9][0-9]*\),.*/\1/p" "$2" | head -1; }
 start=$(date +%s)
 
 # ---- the cases: example x schedule x policy --------------------------------
+sweep="tiny gpt2-124m gpt13b llama llama3-8b"
+for name in $sweep; do
+  [ -f "examples/$name.model" ] || not_ok "the sweep's example examples/$name.model is gone"
+done
 : > "$work/cases"
 for model in examples/*.model; do
   name=$(basename "$model" .model)
@@ -70,6 +79,13 @@ for model in examples/*.model; do
   fi
   cap=$((pp + 1 > 8 ? pp + 1 : 8))
   [ $((gb / mb)) -gt $cap ] && gb=$((cap * mb))
+  case " $sweep " in
+    *" $name "*) ;;
+    *)
+      echo "$name-1f1b-lynx-heu $model 1f1b lynx-heu $gb" >> "$work/cases"
+      continue
+      ;;
+  esac
   for policy in none full selective checkmate lynx-heu lynx-opt; do
     echo "$name-1f1b-$policy $model 1f1b $policy $gb" >> "$work/cases"
   done
