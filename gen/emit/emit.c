@@ -161,12 +161,13 @@ static void cuda_makefile_attention(FILE *out) {
       "\t$(NVCC) $(NVFLAGS) $(ARCH) -DLX_CUDNN_ATTENTION -c -o $@ $<\n"
       "lx_kernels.o: lx_kernels.cu $(wildcard lx_cuda_*.cuh lx_cuda_*.h)\n"
       "\t$(NVCC) $(NVFLAGS) $(ARCH) -c -o $@ $<\n"
-      "# the frontend's headers warn: -isystem; they take about two minutes to compile\n"
+      "# host code only (the frontend's graph API), compiled as C++ by nvcc's host compiler; its\n"
+      "# headers warn: -isystem; they take about a minute to compile\n"
       "lx_cuda_cudnn_attention.o: lx_cuda_cudnn_attention.cu lx_cuda_api.h\n"
       "\t@test -f \"$(CUDNN_FRONTEND)/cudnn_frontend.h\" || { echo \"make: cuDNN's attention needs the cuDNN "
       "frontend's headers: pip install nvidia-cudnn-frontend, or make CUDNN_FRONTEND=DIR (the folder of "
       "cudnn_frontend.h), or make ATTENTION=lynx for lynx's own kernels\" >&2; exit 1; }\n"
-      "\t$(NVCC) $(NVFLAGS) -isystem $(CUDNN_FRONTEND) $(ARCH) -c -o $@ $<\n");
+      "\t$(NVCC) $(NVFLAGS) -isystem $(CUDNN_FRONTEND) -x c++ -c -o $@ $<\n");
 }
 
 /* CUDA: the kernels compile once (lx_kernels.o, both architectures); the

@@ -22,7 +22,9 @@
  * check_support) runs lynx's kernels instead, forward and backward alike,
  * with one line on stderr.
  *
- * Compiled alone: the frontend's headers take about two minutes. */
+ * Host code only (no kernels of its own), compiled alone as C++ by nvcc's
+ * host compiler: the frontend's headers take about a minute that way, twice
+ * that through nvcc's CUDA front end. */
 #include <cudnn_frontend.h>
 
 #include <map>

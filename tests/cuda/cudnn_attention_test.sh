@@ -11,7 +11,7 @@
 #     lx_kernels.o defines them (over lynx's own kernels);
 #   - without the headers, make stops before compiling and says what to
 #     install; an unknown ATTENTION is refused.
-# Slow (the frontend's headers compile for two minutes or more); skipped
+# Slow (the frontend's headers compile for a minute or more); skipped
 # (ok) without nvcc. `make test-gpu` (kernel_twins) runs it on a GPU.
 set -u
 cd "$(dirname "$0")/../.."

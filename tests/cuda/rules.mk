@@ -46,7 +46,7 @@ CUDNN_FRONTEND ?= $(shell python3 -c 'import importlib.util as u, os; s = u.find
   print(os.path.join(os.path.dirname(os.path.dirname(s.origin)), "include") if s else "")' 2>/dev/null)
 $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o: templates/cuda/lx_cuda_cudnn_attention.cu templates/cuda/lx_cuda_api.h
 	@mkdir -p $(@D)
-	$(NVCC) $(CUDA_TEST_NVFLAGS) -isystem $(CUDNN_FRONTEND) -c -o $@ $<
+	$(NVCC) $(CUDA_TEST_NVFLAGS) -isystem $(CUDNN_FRONTEND) -x c++ -c -o $@ $<
 
 $(BUILD)/tests/cuda/kernel_twins_cudnn: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_HEADERS) \
     tests/cuda/cpu_twins.h $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o
