@@ -99,4 +99,9 @@ step gpt13b 90 with_memory "$results/gpt13b_memory.csv" train "$kit/bench/gpt13b
 step gpt13b_profile 60 train "$kit/bench/gpt13b" "$results/gpt13b_profile.jsonl" 4 \
   --profile "$results/gpt13b.profile"
 step gpt2_pytorch 180 python3 bench/gpu/pytorch_gpt2_cuda.py --data "$gpt2_data" --steps 12 --micro-batch 4
+# Nsight Compute on 120 kernels of the GPT-2 program's steps (speed of light: how near each kernel
+# runs to the memory and compute peaks), for the next kernel work
+step gpt2_ncu 120 with_kit ncu --target-processes all --launch-skip 2500 --launch-count 120 \
+  --section SpeedOfLight --csv --page details "$kit/bench/gpt2-124m/run.sh" --steps 2 --data "$gpt2_data" \
+  --val-data "$gpt2_val" --eval-interval 0
 cat "$results/summary.txt"
