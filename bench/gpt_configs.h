@@ -1,7 +1,8 @@
 /* gpt_configs.h — the GPT configurations of examples/ the planning
  * benchmarks predict (bench/lynx_policies.c, bench/schedules.c), on
- * DGX-A100-80GB and DGX-H100 clusters, as planned, with 4x the micro-batch
- * and with sequence 4096. */
+ * DGX-A100-80GB and DGX-H100 clusters and on the same GPUs joined by PCIe
+ * inside a node (PCIe 4 for the A100, 5 for the H100), as planned, with 4x
+ * the micro-batch, and with sequence 4096 and 8192. */
 #ifndef LX_BENCH_GPT_CONFIGS_H
 #define LX_BENCH_GPT_CONFIGS_H
 
@@ -36,10 +37,12 @@ typedef struct {
 static const cluster_kind clusters[] = {
     {"A100-80GB", LX_GPU_A100_80GB, LX_LINK_NVLINK3, LX_LINK_IB_HDR},
     {"H100", LX_GPU_H100_80GB, LX_LINK_NVLINK4, LX_LINK_IB_NDR},
+    {"A100-80GB PCIe", LX_GPU_A100_80GB, LX_LINK_PCIE4, LX_LINK_IB_HDR},
+    {"H100 PCIe", LX_GPU_H100_80GB, LX_LINK_PCIE5, LX_LINK_IB_NDR},
 };
 
-typedef enum { VARIANT_PLAN, VARIANT_BIG_MICRO, VARIANT_SEQ4096, VARIANT_COUNT } variant;
-static const char *variant_names[] = {"plan", "micro x4", "seq 4096"};
+typedef enum { VARIANT_PLAN, VARIANT_BIG_MICRO, VARIANT_SEQ4096, VARIANT_SEQ8192, VARIANT_COUNT } variant;
+static const char *variant_names[] = {"plan", "micro x4", "seq 4096", "seq 8192"};
 
 static double now_s(void) {
   struct timespec t;
@@ -56,6 +59,7 @@ static bool load(const config *c, const cluster_kind *k, variant v, lx_ir *ir) {
   ir->plan.tp = c->tp, ir->plan.pp = c->pp, ir->plan.dp = c->dp;
   ir->plan.micro_batch = c->micro_batch * (v == VARIANT_BIG_MICRO ? 4 : 1);
   if (v == VARIANT_SEQ4096) ir->model.seq_len = 4096;
+  if (v == VARIANT_SEQ8192) ir->model.seq_len = 8192;
   ir->cluster.nodes = (c->tp * c->pp * c->dp + ir->cluster.gpus_per_node - 1) / ir->cluster.gpus_per_node;
   return lx_analyze(ir) == 0;
 }
