@@ -57,7 +57,8 @@ def attention(results):
                 r = json.loads(line)
                 rows.setdefault((r["seq"], r["head_dim"]), {})[r["impl"]] = r.get("fwd_bwd_tflops")
     return [{"seq": seq, "head_dim": d, "lynxgen_tflops": v.get("lynxgen"), "fa2_tflops": v.get("fa2"),
-             "cudnn_tflops": v.get("cudnn"), "lynxgen_kernels_tflops": v.get("lynxgen-kernels")}
+             "cudnn_tflops": v.get("cudnn"), "cudnn_deterministic_tflops": v.get("cudnn-deterministic"),
+             "lynxgen_kernels_tflops": v.get("lynxgen-kernels")}
             for (seq, d), v in sorted(rows.items())]
 
 
