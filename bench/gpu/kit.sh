@@ -42,7 +42,7 @@ for model in gpt2-124m gpt13b; do
   grep -q 'GPU_H100_80GB' "$kit/bench/$model-flash.model"
 done
 # GPT-2 as llm.c and the PyTorch baseline train it: no dropout (the example has GPT-2's 0.1; the
-# 1.3B keeps GPT-3's, as Megatron-LM's figures do)
+# 1.3B keeps GPT-3's, Megatron-LM's default)
 sed -i 's/^\( *\.dropout = \)0\.1,/\10,/' "$kit/bench/gpt2-124m-flash.model"
 grep -q '^ *\.dropout = 0,' "$kit/bench/gpt2-124m-flash.model"
 bin/lynxgen "$kit/bench/gpt2-124m-flash.model" --target cuda -o "$kit/bench/gpt2-124m" >/dev/null

@@ -186,8 +186,8 @@ static double train_step(const lx_train_settings *train, int step, double lr, do
   issue_step(step, continues, use_graph && !first); /* the first eagerly: NCCL connects, cuBLASLt picks */
   optimizer_step(train, step, lr);
   finish_pass();
-  if (prof_totals) profile_collect(issued > 1); /* not the first: it pays for start-up */
-  if (issued == 1) report_device_memory();
+  if (prof_totals) profile_collect(!first); /* not the first: it pays for start-up */
+  if (first) report_device_memory();
   *grad_norm = step_grad_norm();
   return step_loss();
 }

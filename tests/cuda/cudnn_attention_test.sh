@@ -25,7 +25,7 @@ hopper="ARCH=-gencode arch=compute_90,code=sm_90"
 out=$tmp/llama
 bin/lynxgen tests/equivalence/llama.model --target cuda -o "$out" >/dev/null || fail "lynxgen writes the llama program"
 
-# the frontend's one translation unit takes a core for minutes: the rest, and ATTENTION=lynx's
+# the frontend's one translation unit takes a core for a minute: the rest, and ATTENTION=lynx's
 # lx_kernels.o (checked below), build beside it
 make -C "$out" "$hopper" ATTENTION=lynx lx_kernels.o >"$tmp/lynx.log" 2>&1 &
 lynx_build=$!
