@@ -124,6 +124,11 @@ static const char usage_text[] =
     "      --sequence-parallel  Megatron sequence parallelism\n"
     "      --zero             ZeRO-1: shard AdamW state over the dp replicas\n"
     "                         (reduce-scatter gradients, update the shard, all-gather)\n"
+    "      --mini-sequences M  MsT (Luo et al. 2024): the LM head and its loss run over\n"
+    "                         the micro-batch in M pieces of seq_len / M tokens, so the\n"
+    "                         (tokens x vocabulary) logits and their gradient are never\n"
+    "                         whole, for one more LM head forward in the backward; M\n"
+    "                         divides seq_len; 1 (the default) runs them whole\n"
     "\n"
     "  -h, --help             this text\n"
     "      --version          the version\n"
@@ -238,6 +243,7 @@ static options parse_options(int argc, char **argv) {
     OPT_VIRTUAL_STAGES,
     OPT_SP,
     OPT_ZERO,
+    OPT_MINI_SEQUENCES,
     OPT_VERSION,
     OPT_PARTITION,
     OPT_EXPLAIN,
@@ -265,6 +271,7 @@ static options parse_options(int argc, char **argv) {
                                            {"virtual-stages", required_argument, 0, OPT_VIRTUAL_STAGES},
                                            {"sequence-parallel", no_argument, 0, OPT_SP},
                                            {"zero", no_argument, 0, OPT_ZERO},
+                                           {"mini-sequences", required_argument, 0, OPT_MINI_SEQUENCES},
                                            {"partition", required_argument, 0, OPT_PARTITION},
                                            {"explain", no_argument, 0, OPT_EXPLAIN},
                                            {"cuda-graph", no_argument, 0, OPT_CUDA_GRAPH},
@@ -331,6 +338,9 @@ static options parse_options(int argc, char **argv) {
       break;
     case OPT_SP: add_override(&o, LX_F_SEQ_PARALLEL, "--sequence-parallel", 1); break;
     case OPT_ZERO: add_override(&o, LX_F_ZERO, "--zero", 1); break;
+    case OPT_MINI_SEQUENCES:
+      add_override(&o, LX_F_MINI_SEQUENCES, "--mini-sequences", parse_count("--mini-sequences", optarg));
+      break;
     case 'h': fputs(usage_text, stdout); exit(0);
     case OPT_VERSION: puts("lynxgen 0.1"); exit(0);
     case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -362,6 +372,7 @@ static void apply_overrides(const options *o, lx_ir *ir) {
     case LX_F_VIRTUAL_STAGES: ir->plan.virtual_stages = v; break;
     case LX_F_SEQ_PARALLEL: ir->plan.sequence_parallel = v; break;
     case LX_F_ZERO: ir->plan.zero = v; break;
+    case LX_F_MINI_SEQUENCES: ir->plan.mini_sequences = v; break;
     default: break;
     }
     ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->override_text[i], 0, 0, NULL};

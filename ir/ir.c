@@ -136,6 +136,20 @@ bool lx_op_saves(const lx_graph *g, int c, int producer) {
   return false;
 }
 
+bool lx_chunk_local(const lx_graph *g, int i) {
+  if (g->ops[i].chunks < 2 || i == g->output) return false;
+  for (int c = i + 1; c < g->n_ops; c++)
+    for (int k = 0; k < g->ops[c].n_inputs; k++)
+      if (g->ops[c].inputs[k] == i && g->ops[c].chunks < 2) return false;
+  return true;
+}
+
+/* Chunks split the micro-batch's rows evenly (analysis: seq_len % chunks == 0). */
+int64_t lx_resident_bytes(const lx_graph *g, int i) {
+  const lx_op *op = &g->ops[i];
+  return lx_chunk_local(g, i) ? op->out_bytes / op->chunks : op->out_bytes;
+}
+
 int lx_last_saver(const lx_graph *g, int producer) {
   for (int c = 0; c < g->n_ops; c++)
     if (lx_op_saves(g, c, producer)) return c;

@@ -96,6 +96,9 @@ typedef struct {
   int virtual_stages; /* model chunks per stage: 1, or V >= 2 under interleaved 1F1B */
   bool sequence_parallel;
   bool zero; /* ZeRO-1: AdamW state (and fp32 masters) sharded over the dp replicas */
+  /* MsT (Luo et al. 2024): the LM head and its loss run over the micro-batch's rows in this many
+   * consecutive pieces, so that the logits never exist whole; 1 runs them whole */
+  int mini_sequences;
 } lx_plan;
 
 typedef struct {
@@ -178,6 +181,7 @@ typedef struct {
   bool has_bias;
   /* --- filled by the analysis pass, per tp rank, for one micro-batch --- */
   lx_shape out;
+  int chunks; /* mini-sequences the op runs in (lx_plan.mini_sequences), 1 when whole */
   lx_tp_role tp_role;
   double flops_fwd, flops_bwd; /* floating-point operations */
   bool is_matmul;              /* counted by the model-FLOPs formula (Narayanan et al.) */
@@ -229,6 +233,7 @@ typedef enum {
   LX_F_VIRTUAL_STAGES,
   LX_F_SEQ_PARALLEL,
   LX_F_ZERO,
+  LX_F_MINI_SEQUENCES,
   LX_F_STEPS,
   LX_F_LR,
   LX_F_MIN_LR,
@@ -297,6 +302,12 @@ int64_t lx_rank_width(const lx_ir *ir, lx_shape s);
 int lx_last_saver(const lx_graph *g, int producer);
 /* Whether op c saves the output of op `producer` (as its input or output) for its backward. */
 bool lx_op_saves(const lx_graph *g, int c, int producer);
+/* Whether op i's output exists one mini-sequence at a time: the op and every
+ * op that reads it run in chunks, so the output is never whole. */
+bool lx_chunk_local(const lx_graph *g, int i);
+/* The bytes of op i's output that exist at once: one chunk's where it is
+ * chunk-local, else the whole tensor's. The same for its gradient. */
+int64_t lx_resident_bytes(const lx_graph *g, int i);
 /* Structural checks of an analysed IR (a generator bug if any fails):
  * inputs precede their users, shapes are set, totals add up. Returns the
  * number of problems, each printed to stderr. */

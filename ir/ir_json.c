@@ -58,6 +58,7 @@ static void print_configs(cJSON *doc, const lx_ir *ir) {
   lx_json_add_int(w, "virtual_stages", p->virtual_stages);
   lx_json_add_bool(w, "sequence_parallel", p->sequence_parallel);
   lx_json_add_bool(w, "zero", p->zero);
+  lx_json_add_int(w, "mini_sequences", p->mini_sequences);
 
   const lx_training *t = &ir->training;
   w = lx_json_add_object(doc, "training");
@@ -118,6 +119,7 @@ static void print_op(cJSON *ops, const lx_graph *g, const lx_op *op) {
   }
   if (op->kind == LX_OP_LINEAR) lx_json_add_bool(w, "bias", op->has_bias);
   lx_json_add_string(w, "tp_role", lx_tp_role_name(op->tp_role));
+  lx_json_add_int(w, "chunks", op->chunks);
   if (op->kind == LX_OP_ATTENTION)
     lx_json_add_string(w, "attention_impl", op->attention_impl == LX_ATTN_FLASH ? "flash" : "materialized");
   lx_json_add_number(w, "flops_fwd", op->flops_fwd);

@@ -33,7 +33,7 @@ import sys
 from collections import Counter
 
 from tap import check, exit_status
-from training_metrics import LYNXGEN, ROOT, fortunes_shards, generate, losses, run, train
+from training_metrics import GPT_MODEL as MODEL, LYNXGEN, ROOT, fortunes_shards, generate, losses, run, train
 
 # pp = 1 accumulates the tied embedding's gradient from the LM head and the
 # embedding micro-batch by micro-batch into one buffer; pp > 1 sums each on its
@@ -51,30 +51,6 @@ CROSS_PP_BOUND = 1e-5
 # all-reduce or a misplaced dropout mask changes the loss by 1e-3 or more).
 CROSS_PARALLEL_BOUND = 1e-5
 
-
-MODEL = """#include <lynx.h>
-#define V {vocab}
-#define H 64
-static const struct lx_model model = {{ .vocab = V, .seq_len = 32, .layers = 4, .hidden = H, .heads = 4,
-  .dropout = {dropout}, .tied_embeddings = 1 }};
-static const struct lx_cluster cluster = {{ .gpu = GPU_A100_80GB, .gpus_per_node = 8 }};
-static const struct lx_parallel parallel = {{ .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 8,
-  .schedule = SCHEDULE_1F1B }};
-static const struct lx_training training = {{ .steps = 10, .lr = {lr}, .min_lr = {lr} / 10, .warmup_steps = 5,
-  .lr_schedule = LR_COSINE, .weight_decay = 0.0, .grad_clip = 1.0, .seed = 7, .dtype = DTYPE_FP32 }};
-tensor prologue(tensor tokens) {{
-  return dropout(add(embedding(tokens, V, H), position_embedding(tokens, H)));
-}}
-tensor block(tensor x) {{
-  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);
-  x = add(x, dropout(linear(a, H)));
-  tensor m = linear(gelu(linear(layernorm(x), 4 * H)), H);
-  return add(x, dropout(m));
-}}
-tensor epilogue(tensor x, tensor targets) {{
-  return cross_entropy(lm_head(layernorm(x), V), targets);
-}}
-"""
 
 
 def unigram_entropy(shard):

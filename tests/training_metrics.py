@@ -13,6 +13,33 @@ LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 FORTUNES = "/usr/share/games/fortunes/fortunes"
 
 
+# A 4-layer GPT of hidden 64 with tied embeddings on 32-token sequences, one
+# rank, micro-batches of 2, fp32: the programs the CPU training tests build.
+GPT_MODEL = """#include <lynx.h>
+#define V {vocab}
+#define H 64
+static const struct lx_model model = {{ .vocab = V, .seq_len = 32, .layers = 4, .hidden = H, .heads = 4,
+  .dropout = {dropout}, .tied_embeddings = 1 }};
+static const struct lx_cluster cluster = {{ .gpu = GPU_A100_80GB, .gpus_per_node = 8 }};
+static const struct lx_parallel parallel = {{ .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 8,
+  .schedule = SCHEDULE_1F1B }};
+static const struct lx_training training = {{ .steps = 10, .lr = {lr}, .min_lr = {lr} / 10, .warmup_steps = 5,
+  .lr_schedule = LR_COSINE, .weight_decay = 0.0, .grad_clip = 1.0, .seed = 7, .dtype = DTYPE_FP32 }};
+tensor prologue(tensor tokens) {{
+  return dropout(add(embedding(tokens, V, H), position_embedding(tokens, H)));
+}}
+tensor block(tensor x) {{
+  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);
+  x = add(x, dropout(linear(a, H)));
+  tensor m = linear(gelu(linear(layernorm(x), 4 * H)), H);
+  return add(x, dropout(m));
+}}
+tensor epilogue(tensor x, tensor targets) {{
+  return cross_entropy(lm_head(layernorm(x), V), targets);
+}}
+"""
+
+
 def losses_by_step(metrics):
     """step -> loss; a resumed run appends, its lines come last and win."""
     by_step = {}

@@ -10,6 +10,7 @@
  * 1-byte dropout masks, small buffers (LayerNorm mean and 1/std) not kept —
  * the emitted LayerNorm backward recomputes them from the saved input. */
 #include "analysis/analyze.h"
+#include "analysis/mini_sequences.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@ static void apply_defaults(lx_ir *ir) {
   if (!given(ir, LX_F_GRAD_CLIP)) t->grad_clip = 1.0;
   if (!given(ir, LX_F_SEED)) t->seed = 1337;
   if (!given(ir, LX_F_DTYPE)) t->dtype = LX_DTYPE_BF16;
+  if (ir->plan.mini_sequences == 0) ir->plan.mini_sequences = 1;
 }
 
 /* Every number of the configs has a range, checked where it was written (or
@@ -126,6 +128,7 @@ static void check_int_ranges(lx_ir *ir) {
       {LX_F_SCHEDULE, "schedule", &l->plan, (int *)&ir->plan.schedule, 0, LX_SCHEDULE_COUNT - 1, false},
       {LX_F_VIRTUAL_STAGES, "virtual_stages", &l->plan, &ir->plan.virtual_stages, 0, LX_MAX_VIRTUAL_STAGES,
        false},
+      {LX_F_MINI_SEQUENCES, "mini_sequences", &l->plan, &ir->plan.mini_sequences, 0, 1 << 22, false},
       {LX_F_STEPS, "steps", &l->training, &ir->training.steps, 1, steps, false},
       {LX_F_WARMUP, "warmup_steps", &l->training, &ir->training.warmup_steps, 0, steps, false},
       {LX_F_LR_SCHEDULE, "lr_schedule", &l->training, (int *)&ir->training.lr_schedule, LX_LR_CONSTANT,
@@ -539,7 +542,7 @@ static void shape_lm_head(shape_ctx *c, lx_op *op) {
   save_input(c, op, 0);
   op->is_matmul = true;
   op->flops_fwd = 2.0 * (double)(c->b * c->s) * (double)h * (double)v_rank;
-  op->flops_bwd = 2 * op->flops_fwd;
+  op->flops_bwd = (op->chunks > 1 ? 3 : 2) * op->flops_fwd; /* in mini-sequences, the forward again */
   op->model_flops_fwd = 2.0 * (double)(c->b * c->s) * (double)h * op->out_width;
 }
 
@@ -552,7 +555,7 @@ static void shape_cross_entropy(shape_ctx *c, lx_op *op) {
   }
   op->out = (lx_shape){.scalar = true, .dtype = LX_DTYPE_FP32};
   op->tp_role = LX_TP_SPLIT_ELEMENTWISE; /* vocab-parallel: max and sum all-reduced */
-  save_input(c, op, 0);
+  if (op->chunks < 2) save_input(c, op, 0); /* in mini-sequences the backward makes them again */
   save_input(c, op, 1);
   save(op, LX_SAVE_INTERNAL, 0, "lse", c->b * c->s * 4);
   double logits = (double)(c->b * c->s * (c->ir->padded_vocab / c->t));
@@ -684,6 +687,7 @@ static void clear_analysis(lx_graph *g) {
 
 static void analyze_graph(lx_ir *ir, lx_graph *g) {
   clear_analysis(g);
+  lx_mark_mini_sequences(ir, g);
   shape_ctx c = {.ir = ir,
                  .g = g,
                  .b = ir->plan.micro_batch,

@@ -21,16 +21,6 @@
 #include "escape.h"
 #include "verify/access.h"
 
-/* ---- sequence parallelism ---------------------------------------------------- */
-
-/* The whole input gradient a column-parallel backward accumulates into starts at zero. */
-static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i) {
-  char buf[PTR];
-  long long bytes;
-  if (emit_whole_gradient(pr, g, i, buf, &bytes))
-    fprintf(pr->out, "  memset(%s, 0, %lld * REAL_SCALE);\n", buf, bytes);
-}
-
 static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
   const lx_op *op = emit_op_at(pr, g, i);
   char file[LX_TEXT_MAX];
@@ -44,7 +34,6 @@ static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   char file[LX_TEXT_MAX];
   fprintf(pr->out, "  /* d %s(...)%s  %s:%d */\n", lx_op_kind_name(op->kind),
           pr->weight_pass ? " parameter gradients" : "", emit_file_name(op->src.file, file), op->src.line);
-  if (!pr->weight_pass) print_zero_whole_gradient(pr, g, i);
   emit_op_call(pr, &lx_cpu_kernels, g, i, LX_T_OUTPUT, true);
 }
 
@@ -190,17 +179,7 @@ static void print_partial_run(const lx_printer *pr, const lx_instr *run, int cou
   char layer[16];
   fprintf(pr->out, "  {\n    const int layer = %s, mb = %d;\n    (void)layer, (void)mb;\n",
           emit_layer_text(run, layer, sizeof layer), run->mb);
-  if (run->kind == LX_I_BWD && lx_starts_instance_backward(lx_graph_of(pr->ir, run->graph), run->op))
-    emit_zero_grads(pr, run->graph, graph_printer.zero_format);
-  lx_printer weights = *pr;
-  weights.weight_pass = run->kind == LX_I_BWD_WEIGHT;
-  for (int n = 0; n < count; n++) {
-    if (run->kind == LX_I_BWD || run->kind == LX_I_BWD_WEIGHT)
-      print_backward_op(&weights, run->graph, run[n].op);
-    else
-      print_forward_op(pr, run->graph, run[n].op,
-                       run->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT);
-  }
+  emit_partial_run(pr, &graph_printer, run, count);
   fprintf(pr->out, "  }\n");
 }
 

@@ -52,14 +52,6 @@ static void print_blocking_collective(const lx_printer *pr, lx_graph_id g, int i
   emit_blocking_collective(pr, g, i, backward, role, before, print_nccl_call, "ctx->stream");
 }
 
-/* The whole input gradient a column-parallel backward accumulates into starts at zero. */
-static void print_zero_whole_gradient(const lx_printer *pr, lx_graph_id g, int i) {
-  char buf[PTR];
-  long long bytes;
-  if (emit_whole_gradient(pr, g, i, buf, &bytes))
-    fprintf(pr->out, "  CUDA_CHECK(cudaMemsetAsync(%s, 0, %lld, ctx->stream));\n", buf, bytes);
-}
-
 static void print_op_comment(const lx_printer *pr, const lx_op *op, const char *what) {
   char file[LX_TEXT_MAX];
   fprintf(pr->out, "  /* %s %s = %s(...)  %s:%d */\n", what, op->var[0] ? op->var : op->name,
@@ -156,7 +148,6 @@ static void print_forward_op(const lx_printer *pr, lx_graph_id g, int i, lx_tens
 static void print_backward_op(const lx_printer *pr, lx_graph_id g, int i) {
   const lx_op *op = emit_op_at(pr, g, i);
   print_op_comment(pr, op, pr->weight_pass ? "BWD_WEIGHT" : "BWD");
-  if (!pr->weight_pass) print_zero_whole_gradient(pr, g, i);
   fprintf(pr->out, "  lx_prof_begin(%d, 1, ctx->stream);\n", prof_slot(pr, g, i));
   if (!pr->weight_pass && print_if_absorbed(pr, g, i, true)) return;
   if (!pr->weight_pass && op->kind == LX_OP_LINEAR && emit_fused(pr, g, i, LX_FUSE_DGELU))
@@ -220,16 +211,7 @@ static void cuda_run(void *ctx, lx_stream k, const lx_instr *first, int count) {
             "  {\n    const int layer = %s, mb = %d;\n    (void)layer;\n    (void)mb;\n"
             "    const lx_ctx *ctx = &ctx_of[%s];\n",
             emit_layer_text(first, layer, sizeof layer), first->mb, stream_var(k));
-    if (first->kind == LX_I_BWD && lx_starts_instance_backward(lx_graph_of(pr->ir, first->graph), first->op))
-      emit_zero_grads(pr, first->graph, graph_printer.zero_format);
-    lx_printer weights = *pr;
-    weights.weight_pass = first->kind == LX_I_BWD_WEIGHT;
-    for (int n = 0; n < count; n++)
-      if (first->kind == LX_I_BWD || first->kind == LX_I_BWD_WEIGHT)
-        print_backward_op(&weights, first->graph, first[n].op);
-      else
-        print_forward_op(pr, first->graph, first[n].op,
-                         first->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT);
+    emit_partial_run(pr, &graph_printer, first, count);
     fputs("  }\n", pr->out);
   } else if (first->graph == LX_GRAPH_BLOCK) {
     fprintf(pr->out, "  %s_%s(&ctx_of[%s], %d, %d);\n", emit_run_function(first->kind), graph, stream_var(k),

@@ -24,6 +24,12 @@ typedef struct {
 
 void emit_graph_functions(const lx_printer *pr, const lx_graph_printer *gp);
 
+/* A run of the step that is only part of its graph function's body
+ * (between tensor-parallel collectives, or the recomputation a window took):
+ * its ops inline, as the function prints them, and the instance's gradients
+ * zeroed first where the run starts its backward. */
+void emit_partial_run(const lx_printer *pr, const lx_graph_printer *gp, const lx_instr *run, int count);
+
 /* Zeroes every gradient graph g's backward accumulates into (+=), with the
  * target's statement. */
 void emit_zero_grads(const lx_printer *pr, lx_graph_id g, const char *zero_format);

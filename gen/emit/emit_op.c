@@ -11,12 +11,15 @@
 const lx_kernel_target lx_cpu_kernels = {
     .loss = "loss_sum += ",
     .loss_into = "",
+    .piece_loss_into = "",
     .tp_group = "groups.tp",
 };
 
 const lx_kernel_target lx_cuda_kernels = {
     .loss = "",
     .loss_into = "losses + mb % MICRO_BATCHES, ", /* 2BW numbers the next step's on from MICRO_BATCHES */
+    .piece_loss_into =
+        "losses + mb % MICRO_BATCHES, piece > 0, ", /* the first piece sets it, the others add */
     .tp_group = "&tp_comm",
 };
 
@@ -83,7 +86,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   case LX_OP_SWIGLU: snprintf(c->sizes, sizeof c->sizes, "%s, %d", k->rows, w); break;
   case LX_OP_LINEAR: snprintf(c->sizes, sizeof c->sizes, "BT, %d, %d", emit_in_width(pr, g, op), w); break;
   case LX_OP_LM_HEAD:
-    snprintf(c->sizes, sizeof c->sizes, "BT, %d, VP / %d", emit_in_width(pr, g, op), emit_tp(pr));
+    snprintf(c->sizes, sizeof c->sizes, "%s, %d, VP / %d", k->rows, emit_in_width(pr, g, op), emit_tp(pr));
     break;
   case LX_OP_ATTENTION:
     /* a flash backward draws the forward's dropout mask again */
@@ -97,11 +100,17 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   }
   case LX_OP_ADD: snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d", k->rows, w); break;
   case LX_OP_DROPOUT: dropout_tail(pr, g, i, k, backward, c); break;
-  case LX_OP_CROSS_ENTROPY:
-    c->variant = !tp ? "" : backward ? "_slice" : "_tp";
-    snprintf(c->sizes, sizeof c->sizes, "%sBT, V, %s%s%s", backward ? "LOSS_SCALE, " : "",
-             tp ? VOCAB_SHARD_LAST : "VP", tp && !backward ? ", " : "", tp && !backward ? t->tp_group : "");
+  case LX_OP_CROSS_ENTROPY: {
+    /* a piece's rows of the micro-batch's BT, the loss still the mean over BT */
+    bool piece = strcmp(k->rows, "BT") != 0;
+    c->variant = !tp        ? (piece ? "_rows" : "")
+                 : backward ? (piece ? "_slice_rows" : "_slice")
+                            : (piece ? "_tp_rows" : "_tp");
+    snprintf(c->sizes, sizeof c->sizes, "%s%s%s, V, %s%s%s", backward ? "LOSS_SCALE, " : "",
+             piece ? "piece_rows, " : "", "BT", tp ? VOCAB_SHARD_LAST : "VP", tp && !backward ? ", " : "",
+             tp && !backward ? t->tp_group : "");
     break;
+  }
   default: /* an element-wise op of the table */
     snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d", k->rows, w);
     break;
@@ -118,6 +127,7 @@ void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g
   call_tail c;
   tail_of(pr, t, g, i, &k, backward, &c);
   bool loss = op->kind == LX_OP_CROSS_ENTROPY && !backward;
+  const char *loss_into = !loss ? "" : pr->in_pieces ? t->piece_loss_into : t->loss_into;
   fprintf(pr->out, "  %slx_%s_%s%s(ctx, %s%s, %s);\n", loss ? t->loss : "", sig->kernel,
-          backward ? "backward" : "forward", c.variant, loss ? t->loss_into : "", k.args, c.sizes);
+          backward ? "backward" : "forward", c.variant, loss_into, k.args, c.sizes);
 }

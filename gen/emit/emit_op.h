@@ -16,6 +16,7 @@ typedef struct {
   const char *loss;      /* before a loss kernel: "loss_sum += " (it returns the loss) or "" */
   const char *loss_into; /* a loss kernel's first pointer: "" or "losses + mb % MICRO_BATCHES, " (it writes
                             the loss) */
+  const char *piece_loss_into; /* the same for one piece of a loss in mini-sequences */
   const char *tp_group;  /* a tensor-parallel loss's communicator */
 } lx_kernel_target;
 

@@ -137,6 +137,28 @@ static lx_instr printed_instr(const lx_printer *pr, lx_graph_id g, int i, lx_ten
       .kind = kind, .graph = g, .layer = g == LX_GRAPH_BLOCK ? pr->st->chunks[0].first_layer : -1, .op = i};
 }
 
+/* Inside a loop over mini-sequences, the elements per row of an operand of
+ * a chunked op that is a whole tensor (an input, a gradient, the loss's
+ * per-row log-sum-exp): its pointer moves to the piece's first row. 0 for
+ * parameters and for the chunk-local tensors, which hold the piece alone. */
+static int64_t piece_row_elements(const lx_printer *pr, lx_graph_id g, int i, const lx_operand *o,
+                                  const lx_access *a) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  const lx_op *op = &graph->ops[i];
+  if (!pr->in_pieces || op->chunks < 2 || a->target != LX_TARGET_TENSOR) return 0;
+  if ((a->tensor.role == LX_T_OUTPUT || a->tensor.role == LX_T_GRAD) && lx_chunk_local(graph, a->tensor.op))
+    return 0;
+  switch (o->kind) {
+  case LX_OPND_IN:
+  case LX_OPND_DIN: return lx_rank_width(pr->ir, graph->ops[op->inputs[o->index]].out);
+  case LX_OPND_OUT:
+  case LX_OPND_DOUT: return lx_rank_width(pr->ir, op->out);
+  case LX_OPND_SAVED: /* fp32 per row: the log-sum-exp */
+    return op->saved[a->tensor.index].bytes / ((int64_t)pr->ir->plan.micro_batch * pr->ir->model.seq_len * 4);
+  default: return 0;
+  }
+}
+
 /* The tensor verified for the operand (access.c), as C text; "NULL" where
  * the op lacks it, or the part of the kernel the instruction runs does not
  * use it. */
@@ -151,7 +173,13 @@ static void operand_text(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_r
   }
   char at[PTR];
   emit_at(pr, at, sizeof at, a.tensor);
-  snprintf(buf, size, a.target == LX_TARGET_PARAM_GRAD ? "GRAD_OF(%s)" : "%s", at);
+  int n = snprintf(buf, size, a.target == LX_TARGET_PARAM_GRAD ? "GRAD_OF(%s)" : "%s", at);
+  int64_t row = piece_row_elements(pr, g, i, o, &a);
+  if (row > 0 && n > 0 && (size_t)n < size) {
+    char offset[48];
+    snprintf(offset, sizeof offset, row > 1 ? " + first_row * %lld" : " + first_row", (long long)row);
+    snprintf(buf + n, size - (size_t)n, "%s", offset);
+  }
 }
 
 /* A row-parallel output is a sum over the ranks: one of them adds the bias. */
@@ -185,7 +213,7 @@ void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role
   kernel_operands(pr, g, i, out_role, backward, c->args, sizeof c->args);
   c->width = emit_rank_width(pr, c->op->out);
   c->sharded = emit_sequence_sharded(pr, c->op->out);
-  c->rows = c->sharded ? "SEQ_ROWS" : "BT";
+  c->rows = pr->in_pieces && c->op->chunks > 1 ? "piece_rows" : c->sharded ? "SEQ_ROWS" : "BT";
 }
 
 void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,

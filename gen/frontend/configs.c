@@ -49,6 +49,7 @@ static const field_desc fields[] = {
     F("lx_parallel", virtual_stages, LX_F_VIRTUAL_STAGES, FIELD_INT, plan.virtual_stages),
     F("lx_parallel", sequence_parallel, LX_F_SEQ_PARALLEL, FIELD_BOOL, plan.sequence_parallel),
     F("lx_parallel", zero, LX_F_ZERO, FIELD_BOOL, plan.zero),
+    F("lx_parallel", mini_sequences, LX_F_MINI_SEQUENCES, FIELD_INT, plan.mini_sequences),
     F("lx_training", steps, LX_F_STEPS, FIELD_INT, training.steps),
     F("lx_training", lr, LX_F_LR, FIELD_DOUBLE, training.lr),
     F("lx_training", min_lr, LX_F_MIN_LR, FIELD_DOUBLE, training.min_lr),

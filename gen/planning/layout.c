@@ -143,9 +143,11 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
       pl->item_offset = take(pl->item_held ? &c->pool[LX_POOL_HELD] : &c->slot, op->out_bytes);
     else if (saved)
       pl->output_work_offset = take(regenerated, op->out_bytes);
+    else if (lx_chunk_local(g, i)) /* the backward makes it again, beside the gradients */
+      pl->output_work_offset = take(&c->recompute, lx_resident_bytes(g, i));
     else if (i != g->output && !op->out.scalar)
       pl->output_work_offset = take(&c->forward, op->out_bytes);
-    pl->output_recomputed = saved && dropped;
+    pl->output_recomputed = (saved && dropped) || lx_chunk_local(g, i);
     pl->scratch_offset = d && d[i].recompute && pl->item_offset >= 0 ? take(regenerated, op->out_bytes) : -1;
     pl->internals_in_work = d && d[i].drop_internals;
     for (int k = 0; k < op->n_saved; k++)
@@ -155,7 +157,8 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
         op->kind != LX_OP_INPUT && i != g->output && op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
     pl->grad_in_pool = has_grad && lx_defers_weight_grad(p->ir, &p->stages[s], gid, i);
     if (has_grad)
-      pl->grad_offset = take(pl->grad_in_pool ? &c->pool[LX_POOL_WEIGHT_GRAD] : &c->grads, op->out_bytes);
+      pl->grad_offset =
+          take(pl->grad_in_pool ? &c->pool[LX_POOL_WEIGHT_GRAD] : &c->grads, lx_resident_bytes(g, i));
   }
 }
 
@@ -476,7 +479,7 @@ static lx_place_expr place_grad(const lx_pipeline *p, int s, const lx_stage_layo
   return fixed(LX_REGION_WORK,
                l->region_offset[LX_REGION_WORK] + l->recompute_work_bytes +
                    l->places[t.graph][t.op].grad_offset,
-               op->out_bytes);
+               lx_resident_bytes(g, t.op));
 }
 
 /* A regenerated tensor of an op: in the recompute part of work, or in the
@@ -528,7 +531,7 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
     if (pl->item_offset >= 0)
       return in_slot(&p->stages[s], l, t, pl->item_offset, LX_REGION_STASH, op->out_bytes);
     if (pl->output_work_offset >= 0 && pl->output_recomputed)
-      return regenerated(l, pl, pl->output_work_offset, op->out_bytes);
+      return regenerated(l, pl, pl->output_work_offset, lx_resident_bytes(lx_graph_of(p->ir, t.graph), t.op));
     if (pl->output_work_offset >= 0)
       return fixed(LX_REGION_WORK, work + l->recompute_work_bytes + pl->output_work_offset, op->out_bytes);
     return rebased(p, s, l, t, next_graph_input(p, s, t));

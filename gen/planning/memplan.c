@@ -109,10 +109,16 @@ int64_t lx_static_bytes(const lx_stage_memory *m) {
 
 static bool output_is_item(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
 
-static int64_t backward_working_set(const lx_graph *g, const lx_op *op) {
-  int64_t bytes = op->out_bytes; /* gradient of the output */
-  for (int k = 0; k < op->n_inputs; k++)
-    if (g->ops[op->inputs[k]].out.dtype != LX_DTYPE_INT32) bytes += g->ops[op->inputs[k]].out_bytes;
+/* The gradients of the output and the inputs; a chunk-local input (one
+ * mini-sequence of the logits) is also made again there. */
+static int64_t backward_working_set(const lx_graph *g, int i) {
+  const lx_op *op = &g->ops[i];
+  int64_t bytes = lx_resident_bytes(g, i);
+  for (int k = 0; k < op->n_inputs; k++) {
+    int input = op->inputs[k];
+    if (g->ops[input].out.dtype != LX_DTYPE_INT32)
+      bytes += (lx_chunk_local(g, input) ? 2 : 1) * lx_resident_bytes(g, input);
+  }
   return bytes;
 }
 
@@ -129,7 +135,7 @@ lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage *st, const lx_st
   switch (in->kind) {
   case LX_I_FWD:
     d.alloc = gm->alloc_fwd[in->op];
-    d.transient = output_held ? 0 : op->out_bytes;
+    d.transient = output_held ? 0 : lx_resident_bytes(g, in->op);
     break;
   case LX_I_RECOMPUTE:
     d.alloc = gm->alloc_recompute[in->op];
@@ -141,7 +147,7 @@ lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage *st, const lx_st
   default:
     d.alloc = lx_defers_weight_grad(ir, st, in->graph, in->op) ? op->out_bytes : 0;
     d.release = gm->free_bwd[in->op];
-    d.transient = backward_working_set(g, op);
+    d.transient = backward_working_set(g, in->op);
     break;
   }
   return d;

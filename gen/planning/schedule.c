@@ -187,7 +187,16 @@ static void run_backward_op(builder *b, lx_graph_id gid, int layer, int i, int m
   const lx_op *op = &g->ops[i];
   lx_instr in = {.kind = LX_I_BWD, .graph = gid, .layer = layer, .op = i, .mb = mb};
   lx_tp_collectives c = lx_tp_collectives_of(b->ir, op, true);
-  gather_for_backward(b, in);
+  /* In mini-sequences the backward of a chunk-local input's producer runs
+   * piece by piece with this one, the producer's forward again before each
+   * piece: what it gathers comes first. */
+  if (!lx_chunk_local(g, i)) gather_for_backward(b, in);
+  for (int k = 0; k < op->n_inputs; k++)
+    if (lx_chunk_local(g, op->inputs[k])) {
+      lx_instr producer = in;
+      producer.op = op->inputs[k];
+      gather_for_backward(b, producer);
+    }
   emit(b, LX_STREAM_COMPUTE, in);
   pass_emitted(b);
   if (c.reduce_after) tp_collective(b, in, whole_bytes(b, input_bytes(g, op)), true, c.reduce);

@@ -263,6 +263,11 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
         "           the bubble is (p-1)/(V m) of the ideal step, 1F1B's divided by V, for V times the\n"
         "           point-to-point transfers (docs/schedules.md)\n",
         p->virtual_stages, p->pp);
+  if (ir->plan.mini_sequences > 1)
+    fprintf(out,
+            "mini-seq   %d pieces of the sequence for the LM head and its loss (MsT): the logits and their\n"
+            "           gradient exist one piece at a time; the backward runs the LM head's forward again\n",
+            ir->plan.mini_sequences);
   if (p->kind == LX_SCHEDULE_2BW)
     fprintf(out,
             "semantics  PipeDream-2BW, not synchronous training: the pipeline does not drain between steps,\n"
@@ -342,6 +347,7 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
   lx_json_add_int(plan, "micro_batches", p->micro_batches);
   lx_json_add_string(plan, "schedule", lx_schedule_name(p->kind));
   lx_json_add_string(plan, "recompute", lx_recompute_policy_name(p->policy));
+  lx_json_add_int(plan, "mini_sequences", ir->plan.mini_sequences);
   lx_json_add_number(doc, "capacity_bytes", r->capacity_bytes);
   cJSON *stages = lx_json_add_array(doc, "stages");
   for (int s = 0; s < p->pp; s++)

@@ -127,16 +127,30 @@ bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l
   }
 }
 
+/* Whether operand o of the instruction's kernel is an input that the
+ * instruction makes itself: in mini-sequences, a backward makes each piece
+ * of a chunk-local input (the logits) again before it reads it. */
+static bool made_again(const lx_graph *g, const lx_instr *in, const lx_operand *o) {
+  return in->kind == LX_I_BWD && o->kind == LX_OPND_IN && lx_chunk_local(g, g->ops[in->op].inputs[o->index]);
+}
+
 /* A FWD, RECOMPUTE, BWD or BWD_WEIGHT touches its kernel's operands, those
- * of the part it runs (op_signature.h). */
+ * of the part it runs (op_signature.h), and the forward's of each input it
+ * makes again. */
 static void kernel_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
                             access_list *list) {
-  const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
+  const lx_graph *g = lx_graph_of(p->ir, in->graph);
+  const lx_op *op = &g->ops[in->op];
   lx_kernel_part part = lx_instr_part(p->ir, &p->stages[stage], in);
   bool backward = in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT;
   for (const lx_operand *o = lx_op_operands(op, backward); o->kind != LX_OPND_END; o++) {
     lx_access a;
-    if (lx_operand_in_part(o->kind, part) && lx_operand_access(p, stage, l, in, o, &a)) add(list, a);
+    if (made_again(g, in, o)) {
+      lx_instr producer = *in;
+      producer.kind = LX_I_FWD, producer.op = op->inputs[o->index];
+      kernel_accesses(p, stage, l, &producer, list);
+    } else if (lx_operand_in_part(o->kind, part) && lx_operand_access(p, stage, l, in, o, &a))
+      add(list, a);
   }
 }
 

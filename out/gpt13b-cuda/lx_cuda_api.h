@@ -95,6 +95,17 @@ void lx_cross_entropy_backward_slice(const lx_ctx *ctx, lx_bf16 *dlogits, const 
                                      const int *targets, float dloss, int BT, int V, int Vr, int first);
 void lx_cross_entropy_forward_backward(const lx_ctx *ctx, float *loss, float *lse, lx_bf16 *dlogits,
                                        const lx_bf16 *logits, const int *targets, float dloss, int BT, int V, int Vp);
+/* `rows` of a micro-batch's BT rows (mini-sequences): loss and gradients over BT,
+ * the forward adding its share to *loss when accumulate is set */
+void lx_cross_entropy_forward_rows(const lx_ctx *ctx, float *loss, int accumulate, float *lse,
+                                   const lx_bf16 *logits, const int *targets, int rows, int BT, int V,
+                                   int Vp);
+void lx_cross_entropy_backward_rows(const lx_ctx *ctx, lx_bf16 *dlogits, const lx_bf16 *logits,
+                                    const float *lse, const int *targets, float dloss, int rows, int BT,
+                                    int V, int Vp);
+void lx_cross_entropy_backward_slice_rows(const lx_ctx *ctx, lx_bf16 *dlogits, const lx_bf16 *logits,
+                                          const float *lse, const int *targets, float dloss, int rows, int BT,
+                                          int V, int Vr, int first);
 void lx_linear_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight,
                        const lx_bf16 *bias, int BT, int C, int OC);
 void lx_linear_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, float *dbias, const lx_bf16 *dout,
@@ -130,8 +141,9 @@ void lx_cuda_vocab_cross_entropy_max(float *row_max, float *picked, const lx_bf1
                                      int BT, int V, int Vr, int first, cudaStream_t stream);
 void lx_cuda_vocab_cross_entropy_sum(float *sums, const lx_bf16 *logits, const float *row_max, int BT, int V,
                                      int Vr, int first, cudaStream_t stream);
-void lx_cuda_vocab_cross_entropy_finish(float *loss, float *lse, float *losses, const float *row_max,
-                                        const float *picked, int BT, cudaStream_t stream);
+void lx_cuda_vocab_cross_entropy_finish(float *loss, int accumulate, float *lse, float *losses,
+                                        const float *row_max, const float *picked, int rows, int BT,
+                                        cudaStream_t stream);
 void lx_cuda_matmul_init(lx_cuda_matmul_context *ctx, void *workspace, size_t workspace_bytes);
 void lx_cuda_matmul_destroy(lx_cuda_matmul_context *ctx);
 size_t lx_cuda_bias_backward_scratch_floats(int BT, int OC);

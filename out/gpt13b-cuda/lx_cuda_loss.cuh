@@ -5,7 +5,9 @@
  * forms softmax = exp(logit - lse) without a second max/sum pass. Logit rows
  * are padded to Vp >= V columns; the padding takes no part and gets no
  * gradient. The mean over rows is a second, single-block pass over the
- * per-row losses in a fixed order, so the loss has the same bits every run. */
+ * per-row losses in a fixed order, so the loss has the same bits every run.
+ * The _rows launchers take `rows` of a micro-batch's BT rows (mini-sequences,
+ * MsT): the loss and gradient stay normalised by BT. */
 #ifndef LX_CUDA_LOSS_CUH
 #define LX_CUDA_LOSS_CUH
 
@@ -58,17 +60,19 @@ __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
   if (dlogits) lx_row_cross_entropy_grad(dlogits + row, x, row_lse, target, grad_scale, V);
 }
 
-/* loss[0] = mean of losses, one block summing in a fixed order. */
+/* mean[0] = (accumulate ? mean[0] : 0) + sum of values / divisor, one block
+ * summing in a fixed order (divisor N: the mean; BT: a chunk's share). */
 __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
     lx_cuda_mean_kernel(float *mean,         // (1)
                         const float *values, // (N)
-                        int N) {
+                        int N, int divisor, int accumulate) {
   __shared__ float slots[LX_WARP];
   float sum = 0.0f;
   for (int i = threadIdx.x; i < N; i += blockDim.x)
     sum += values[i];
   sum = lx_block_sum(sum, slots);
-  if (threadIdx.x == 0) *mean = sum / N;
+  /* accumulate 0: exactly sum / divisor, the plain mean's bits (0 + -0 would be +0) */
+  if (threadIdx.x == 0) *mean = accumulate ? *mean + sum / divisor : sum / divisor;
 }
 
 /* valid: the columns of the row that are vocabulary (not padding); first:
@@ -84,36 +88,59 @@ __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
                             grad_scale, valid);
 }
 
-/* loss[0] = mean over rows of -log softmax(logits[r])[targets[r]], lse saved;
- * ctx->scratch holds the BT rows' losses. The targets are trusted here:
- * lx_cuda_check_tokens validates them on load. */
+/* loss[0] = (accumulate ? loss[0] : 0) + the sum over `rows` rows of
+ * -log softmax(logits[r])[targets[r]] / BT, lse saved; ctx->scratch holds the
+ * rows' losses. The targets are trusted here: lx_cuda_check_tokens validates
+ * them on load. */
+LX_CUDA_API void lx_cross_entropy_forward_rows(const lx_ctx *ctx,
+                                               float *loss,           // (1) on the device
+                                               int accumulate,        // 1: add to loss[0]
+                                               float *lse,            // (rows)
+                                               const lx_bf16 *logits, // (rows, Vp)
+                                               const int *targets,    // (rows)
+                                               int rows, int BT, int V, int Vp) {
+  float *losses = ctx->scratch; /* (rows): the rows' losses */
+  LX_CUDA_REQUIRE(rows > 0 && rows <= BT && V > 0 && V <= Vp);
+  lx_cuda_cross_entropy_kernel<<<rows, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, NULL, logits,
+                                                                               targets, 0.0f, V, Vp);
+  LX_CUDA_LAUNCHED();
+  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(loss, losses, rows, BT, accumulate);
+  LX_CUDA_LAUNCHED();
+}
+
+/* loss[0] = mean over the BT rows of -log softmax(logits[r])[targets[r]]. */
 LX_CUDA_API void lx_cross_entropy_forward(const lx_ctx *ctx,
                                           float *loss,           // (1) on the device
                                           float *lse,            // (BT)
                                           const lx_bf16 *logits, // (BT, Vp)
                                           const int *targets,    // (BT)
                                           int BT, int V, int Vp) {
-  float *losses = ctx->scratch; /* (BT): the rows' losses */
-  LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
-  lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, NULL, logits, targets, 0.0f,
-                                                                             V, Vp);
-  LX_CUDA_LAUNCHED();
-  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(loss, losses, BT);
+  lx_cross_entropy_forward_rows(ctx, loss, 0, lse, logits, targets, BT, BT, V, Vp);
+}
+
+/* dlogits += dloss / BT * (softmax(logits) - onehot(target)) on `rows` of the
+ * BT rows; dloss as on the CPU: 1 for one micro-batch, 1 / micro_batches when
+ * a step averages several. */
+LX_CUDA_API void lx_cross_entropy_backward_rows(const lx_ctx *ctx,
+                                                lx_bf16 *dlogits,      // (rows, Vp)
+                                                const lx_bf16 *logits, // (rows, Vp)
+                                                const float *lse,      // (rows)
+                                                const int *targets,    // (rows)
+                                                float dloss, int rows, int BT, int V, int Vp) {
+  LX_CUDA_REQUIRE(rows > 0 && rows <= BT && V > 0 && V <= Vp);
+  lx_cuda_cross_entropy_backward_kernel<<<rows, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(
+      dlogits, logits, lse, targets, dloss / BT, V, Vp, 0);
   LX_CUDA_LAUNCHED();
 }
 
-/* dlogits += dloss / BT * (softmax(logits) - onehot(target)); dloss as on the
- * CPU: 1 for one micro-batch, 1 / micro_batches when a step averages several. */
+/* The same on all BT rows. */
 LX_CUDA_API void lx_cross_entropy_backward(const lx_ctx *ctx,
                                            lx_bf16 *dlogits,      // (BT, Vp)
                                            const lx_bf16 *logits, // (BT, Vp)
                                            const float *lse,      // (BT)
                                            const int *targets,    // (BT)
                                            float dloss, int BT, int V, int Vp) {
-  LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
-  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(
-      dlogits, logits, lse, targets, dloss / BT, V, Vp, 0);
-  LX_CUDA_LAUNCHED();
+  lx_cross_entropy_backward_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vp);
 }
 
 /* Forward and backward in one pass over the logits, for schedules that run
@@ -130,7 +157,7 @@ LX_CUDA_API void lx_cross_entropy_forward_backward(const lx_ctx *ctx,
   lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, dlogits, logits, targets,
                                                                              dloss / BT, V, Vp);
   LX_CUDA_LAUNCHED();
-  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(loss, losses, BT);
+  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(loss, losses, BT, BT, 0);
   LX_CUDA_LAUNCHED();
 }
 

@@ -55,23 +55,37 @@ static inline void lx_cuda_groups_finish(lx_comm *pipeline, lx_comm *data_parall
   if (has_tied_comm) lx_comm_destroy(&tied_comm);
 }
 
-/* The vocabulary-parallel cross-entropy (lx_cuda_vocab.cuh): loss[0] = the
- * mean loss of the BT rows, the same on every rank of comm, and lse saved for
- * the backward. The all-reduces run on ctx->stream, in order with the kernels;
- * ctx->scratch holds 3 BT floats (row maxima, target logits, row losses). */
+/* The vocabulary-parallel cross-entropy (lx_cuda_vocab.cuh) of `rows` of a
+ * micro-batch's BT rows (mini-sequences, MsT): loss[0] = (accumulate ?
+ * loss[0] : 0) + their summed loss / BT, the same on every rank of comm, and
+ * lse saved for the backward. The all-reduces run on ctx->stream, in order
+ * with the kernels; ctx->scratch holds 3 * rows floats (row maxima, target
+ * logits, row losses). */
+static inline void lx_cross_entropy_forward_tp_rows(const lx_ctx *ctx,
+                                                    float *loss,           // (1)
+                                                    int accumulate,        // 1: add to loss[0]
+                                                    float *lse,            // (rows)
+                                                    const lx_bf16 *logits, // (rows, Vr)
+                                                    const int *targets,    // (rows)
+                                                    int rows, int BT, int V, int Vr, int first,
+                                                    lx_comm *comm) {
+  float *row_max = ctx->scratch, *picked = ctx->scratch + rows, *losses = ctx->scratch + 2 * (size_t)rows;
+  lx_cuda_vocab_cross_entropy_max(row_max, picked, logits, targets, rows, V, Vr, first, ctx->stream);
+  lx_comm_all_reduce(row_max, row_max, (size_t)rows, LX_COMM_F32, LX_COMM_MAX, comm, ctx->stream);
+  lx_cuda_vocab_cross_entropy_sum(lse, logits, row_max, rows, V, Vr, first, ctx->stream);
+  lx_comm_all_reduce(lse, lse, (size_t)rows, LX_COMM_F32, LX_COMM_SUM, comm, ctx->stream);
+  lx_comm_all_reduce(picked, picked, (size_t)rows, LX_COMM_F32, LX_COMM_SUM, comm, ctx->stream);
+  lx_cuda_vocab_cross_entropy_finish(loss, accumulate, lse, losses, row_max, picked, rows, BT, ctx->stream);
+}
+
+/* The same over all BT rows: loss[0] = their mean loss; scratch 3 BT floats. */
 static inline void lx_cross_entropy_forward_tp(const lx_ctx *ctx,
                                                float *loss,           // (1)
                                                float *lse,            // (BT)
                                                const lx_bf16 *logits, // (BT, Vr)
                                                const int *targets,    // (BT)
                                                int BT, int V, int Vr, int first, lx_comm *comm) {
-  float *row_max = ctx->scratch, *picked = ctx->scratch + BT, *losses = ctx->scratch + 2 * (size_t)BT;
-  lx_cuda_vocab_cross_entropy_max(row_max, picked, logits, targets, BT, V, Vr, first, ctx->stream);
-  lx_comm_all_reduce(row_max, row_max, (size_t)BT, LX_COMM_F32, LX_COMM_MAX, comm, ctx->stream);
-  lx_cuda_vocab_cross_entropy_sum(lse, logits, row_max, BT, V, Vr, first, ctx->stream);
-  lx_comm_all_reduce(lse, lse, (size_t)BT, LX_COMM_F32, LX_COMM_SUM, comm, ctx->stream);
-  lx_comm_all_reduce(picked, picked, (size_t)BT, LX_COMM_F32, LX_COMM_SUM, comm, ctx->stream);
-  lx_cuda_vocab_cross_entropy_finish(loss, lse, losses, row_max, picked, BT, ctx->stream);
+  lx_cross_entropy_forward_tp_rows(ctx, loss, 0, lse, logits, targets, BT, BT, V, Vr, first, comm);
 }
 
 #endif

@@ -93,33 +93,47 @@ LX_CUDA_API void lx_cuda_vocab_cross_entropy_sum(float *sums,           // (BT)
 }
 
 /* Last launch, after lse holds the whole rows' sums and picked the target
- * logits: the log-sum-exp of every row and loss[0], their mean loss. */
+ * logits: the log-sum-exp of every row and loss[0] = (accumulate ? loss[0] :
+ * 0) + the rows' summed loss / BT (rows == BT: their mean). */
 LX_CUDA_API void lx_cuda_vocab_cross_entropy_finish(float *loss,          // (1)
-                                                    float *lse,           // (BT): sums in, log-sum-exp out
-                                                    float *losses,        // (BT) scratch
-                                                    const float *row_max, // (BT)
-                                                    const float *picked,  // (BT)
-                                                    int BT, cudaStream_t stream) {
-  LX_CUDA_REQUIRE(BT > 0);
-  lx_cuda_vocab_finish_kernel<<<lx_ceil_div((size_t)BT, 256), 256, 0, stream>>>(lse, losses, row_max, picked,
-                                                                                BT);
+                                                    int accumulate,       // 1: add to loss[0]
+                                                    float *lse,           // (rows): sums in, log-sum-exp out
+                                                    float *losses,        // (rows) scratch
+                                                    const float *row_max, // (rows)
+                                                    const float *picked,  // (rows)
+                                                    int rows, int BT, cudaStream_t stream) {
+  LX_CUDA_REQUIRE(rows > 0 && rows <= BT);
+  lx_cuda_vocab_finish_kernel<<<lx_ceil_div((size_t)rows, 256), 256, 0, stream>>>(lse, losses, row_max,
+                                                                                  picked, rows);
   LX_CUDA_LAUNCHED();
-  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, stream>>>(loss, losses, BT);
+  lx_cuda_mean_kernel<<<1, LX_CUDA_LOSS_THREADS, 0, stream>>>(loss, losses, rows, BT, accumulate);
   LX_CUDA_LAUNCHED();
 }
 
-/* dlogits += dloss / BT * (softmax - onehot) on the slice's columns, given
- * the whole rows' log-sum-exp (lx_cross_entropy_backward_slice). */
+/* dlogits += dloss / BT * (softmax - onehot) on the slice's columns of `rows`
+ * of the BT rows, given the whole rows' log-sum-exp
+ * (lx_cross_entropy_backward_slice_rows). */
+LX_CUDA_API void lx_cross_entropy_backward_slice_rows(const lx_ctx *ctx,
+                                                      lx_bf16 *dlogits,      // (rows, Vr)
+                                                      const lx_bf16 *logits, // (rows, Vr)
+                                                      const float *lse,      // (rows)
+                                                      const int *targets,    // (rows)
+                                                      float dloss, int rows, int BT, int V, int Vr,
+                                                      int first) {
+  LX_CUDA_REQUIRE(rows > 0 && rows <= BT && V > 0 && Vr > 0 && first >= 0);
+  lx_cuda_cross_entropy_backward_kernel<<<rows, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(
+      dlogits, logits, lse, targets, dloss / BT, lx_cuda_vocab_valid(V, Vr, first), Vr, first);
+  LX_CUDA_LAUNCHED();
+}
+
+/* The same on all BT rows (lx_cross_entropy_backward_slice). */
 LX_CUDA_API void lx_cross_entropy_backward_slice(const lx_ctx *ctx,
                                                  lx_bf16 *dlogits,      // (BT, Vr)
                                                  const lx_bf16 *logits, // (BT, Vr)
                                                  const float *lse,      // (BT)
                                                  const int *targets,    // (BT)
                                                  float dloss, int BT, int V, int Vr, int first) {
-  LX_CUDA_REQUIRE(BT > 0 && V > 0 && Vr > 0 && first >= 0);
-  lx_cuda_cross_entropy_backward_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(
-      dlogits, logits, lse, targets, dloss / BT, lx_cuda_vocab_valid(V, Vr, first), Vr, first);
-  LX_CUDA_LAUNCHED();
+  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vr, first);
 }
 
 #endif

@@ -21,22 +21,31 @@ static inline real lx_logsumexp_row(const real *x, // (V)
   return (real)(max + log(sum));
 }
 
+/* `rows` of the micro-batch's BT rows (MsT mini-sequences): returns their summed loss / BT. */
+static inline real lx_cross_entropy_forward_rows(const lx_ctx *ctx,
+                                                 real *lse,          // (rows)
+                                                 const real *logits, // (rows, Vp)
+                                                 const int *targets, // (rows)
+                                                 int rows, int BT, int V, int Vp) {
+  LX_CHECK(V > 0 && V <= Vp && rows <= BT);
+#pragma omp parallel for num_threads(ctx->threads)
+  for (int r = 0; r < rows; r++)
+    lse[r] = lx_logsumexp_row(logits + (size_t)r * Vp, V);
+  lx_acc total = 0; /* in row order: the loss is the same for any thread count */
+  for (int r = 0; r < rows; r++) {
+    LX_CHECK(targets[r] >= 0 && targets[r] < V);
+    total += lse[r] - logits[(size_t)r * Vp + targets[r]];
+  }
+  return (real)(total / BT);
+}
+
 /* Returns the mean of -log softmax(logits[r])[targets[r]] over the BT rows. */
 static inline real lx_cross_entropy_forward(const lx_ctx *ctx,
                                             real *lse,          // (BT)
                                             const real *logits, // (BT, Vp)
                                             const int *targets, // (BT)
                                             int BT, int V, int Vp) {
-  LX_CHECK(V > 0 && V <= Vp);
-#pragma omp parallel for num_threads(ctx->threads)
-  for (int r = 0; r < BT; r++)
-    lse[r] = lx_logsumexp_row(logits + (size_t)r * Vp, V);
-  lx_acc total = 0; /* in row order: the loss is the same for any thread count */
-  for (int r = 0; r < BT; r++) {
-    LX_CHECK(targets[r] >= 0 && targets[r] < V);
-    total += lse[r] - logits[(size_t)r * Vp + targets[r]];
-  }
-  return (real)(total / BT);
+  return lx_cross_entropy_forward_rows(ctx, lse, logits, targets, BT, BT, V, Vp);
 }
 
 /* dlogits += dloss / BT * (softmax(logits) - onehot(target)). dloss is the
@@ -48,22 +57,43 @@ static inline int lx_vocab_valid(int V, int Vr, int first) {
 }
 
 /* The same on a slice of the vocabulary (a tensor-parallel rank's columns
- * first .. first + Vr - 1), given the whole rows' log-sum-exp. */
+ * first .. first + Vr - 1), given the whole rows' log-sum-exp, for `rows` of the BT rows. */
+static inline void lx_cross_entropy_backward_slice_rows(const lx_ctx *ctx,
+                                                        real *dlogits,      // (rows, Vr)
+                                                        const real *logits, // (rows, Vr)
+                                                        const real *lse,    // (rows)
+                                                        const int *targets, // (rows)
+                                                        real dloss, int rows, int BT, int V, int Vr,
+                                                        int first) {
+  int valid = lx_vocab_valid(V, Vr, first);
+  real scale = dloss / BT;
+#pragma omp parallel for num_threads(ctx->threads)
+  for (int r = 0; r < rows; r++) {
+    const real *x = logits + (size_t)r * Vr;
+    real *dx = dlogits + (size_t)r * Vr;
+    for (int v = 0; v < valid; v++)
+      dx[v] += scale * (lx_exp(x[v] - lse[r]) - (first + v == targets[r] ? 1 : 0));
+  }
+}
+
+/* The slice's gradient for all BT rows. */
 static inline void lx_cross_entropy_backward_slice(const lx_ctx *ctx,
                                                    real *dlogits,      // (BT, Vr)
                                                    const real *logits, // (BT, Vr)
                                                    const real *lse,    // (BT)
                                                    const int *targets, // (BT)
                                                    real dloss, int BT, int V, int Vr, int first) {
-  int valid = lx_vocab_valid(V, Vr, first);
-  real scale = dloss / BT;
-#pragma omp parallel for num_threads(ctx->threads)
-  for (int r = 0; r < BT; r++) {
-    const real *x = logits + (size_t)r * Vr;
-    real *dx = dlogits + (size_t)r * Vr;
-    for (int v = 0; v < valid; v++)
-      dx[v] += scale * (lx_exp(x[v] - lse[r]) - (first + v == targets[r] ? 1 : 0));
-  }
+  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vr, first);
+}
+
+/* The whole vocabulary's gradient for `rows` of the BT rows. */
+static inline void lx_cross_entropy_backward_rows(const lx_ctx *ctx,
+                                                  real *dlogits,      // (rows, Vp)
+                                                  const real *logits, // (rows, Vp)
+                                                  const real *lse,    // (rows)
+                                                  const int *targets, // (rows)
+                                                  real dloss, int rows, int BT, int V, int Vp) {
+  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, rows, BT, V, Vp, 0);
 }
 
 static inline void lx_cross_entropy_backward(const lx_ctx *ctx,
@@ -72,7 +102,7 @@ static inline void lx_cross_entropy_backward(const lx_ctx *ctx,
                                              const real *lse,    // (BT)
                                              const int *targets, // (BT)
                                              real dloss, int BT, int V, int Vp) {
-  lx_cross_entropy_backward_slice(ctx, dlogits, logits, lse, targets, dloss, BT, V, Vp, 0);
+  lx_cross_entropy_backward_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vp);
 }
 
 #endif

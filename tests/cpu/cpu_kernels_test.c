@@ -638,6 +638,67 @@ static void test_cross_entropy(void) {
   free(c.targets), free(c.logits), free(c.lse), free(dlogits);
 }
 
+/* A micro-batch's loss run as mini-sequences (MsT): chunks of 5, 4 and 3 of
+ * BT = 12 rows. The shares add up to the whole mean, computed here directly
+ * from its definition, and the chunks' gradients are the whole one's bits. */
+static void test_cross_entropy_rows(void) {
+  enum { BT = 12, V = 7, Vp = 9, CHUNKS = 3 };
+  const int chunk[CHUNKS] = {5, 4, 3};
+  const real dloss = (real)0.7;
+  size_t n = (size_t)BT * Vp;
+  int *targets = random_tokens(BT, V);
+  real *logits = random_tensor(n, 3), *lse = zero_tensor(BT), *lse_rows = zero_tensor(BT);
+  real *dlogits = random_tensor(n, 1), *dlogits_rows = zero_tensor(n);
+  memcpy(dlogits_rows, dlogits, n * sizeof(real)); /* the backward adds: start both from the same values */
+
+  double want = 0; /* -log softmax(x)[t] = log sum_v exp(x_v) - x_t, averaged over all BT rows */
+  for (int r = 0; r < BT; r++) {
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+      sum += exp(logits[(size_t)r * Vp + v]);
+    want += log(sum) - logits[(size_t)r * Vp + targets[r]];
+  }
+  want /= BT;
+
+  real whole = lx_cross_entropy_forward(&test_ctx, lse, logits, targets, BT, V, Vp);
+  double shares = 0;
+  int first = 0, shares_of_bt = 1;
+  for (int k = 0; k < CHUNKS; k++) {
+    size_t at = (size_t)first * Vp;
+    real share = lx_cross_entropy_forward_rows(&test_ctx, lse_rows + first, logits + at, targets + first,
+                                               chunk[k], BT, V, Vp);
+    double chunk_want = 0; /* this chunk's rows over BT, not over its own rows */
+    for (int r = first; r < first + chunk[k]; r++)
+      chunk_want += lse[r] - logits[(size_t)r * Vp + targets[r]];
+    shares_of_bt &= fabs(share - chunk_want / BT) <= 1e-14;
+    shares += share;
+    lx_cross_entropy_backward_rows(&test_ctx, dlogits_rows + at, logits + at, lse_rows + first,
+                                   targets + first, dloss, chunk[k], BT, V, Vp);
+    first += chunk[k];
+  }
+  CHECK_CLOSE(whole, want, 1e-14, "cross_entropy of BT = 12 rows is the mean of -log softmax[target]");
+  CHECK(shares_of_bt, "cross_entropy_forward_rows returns its rows' summed loss / BT");
+  CHECK_CLOSE(shares, whole, 1e-14,
+              "cross_entropy_forward_rows shares (5 + 4 + 3 rows) add up to the whole loss");
+  CHECK(!memcmp(lse_rows, lse, BT * sizeof(real)),
+        "cross_entropy_forward_rows gives the whole forward's lse");
+
+  real *dwant = zero_tensor(n); /* the starting values + dloss / BT (softmax - onehot) */
+  memcpy(dwant, dlogits, n * sizeof(real));
+  for (int r = 0; r < BT; r++)
+    for (int v = 0; v < V; v++)
+      dwant[(size_t)r * Vp + v] +=
+          dloss / BT * (exp(logits[(size_t)r * Vp + v] - lse[r]) - (v == targets[r]));
+  lx_cross_entropy_backward(&test_ctx, dlogits, logits, lse, targets, dloss, BT, V, Vp);
+  double worst = 0;
+  for (size_t i = 0; i < n; i++)
+    worst = fmax(worst, fabs(dlogits[i] - dwant[i]));
+  CHECK(worst <= 1e-14, "cross_entropy_backward adds dloss / BT (softmax - onehot) (max err %.1e)", worst);
+  CHECK(!memcmp(dlogits_rows, dlogits, n * sizeof(real)),
+        "cross_entropy_backward_rows over 5 + 4 + 3 rows gives the whole backward's bits");
+  free(targets), free(logits), free(lse), free(lse_rows), free(dlogits), free(dlogits_rows), free(dwant);
+}
+
 /* ---- optimizer ---------------------------------------------------------------- */
 
 static void test_adamw(void) {
@@ -838,6 +899,7 @@ int main(void) {
   test_dropout_gradient();
   test_dropout_mask();
   test_cross_entropy();
+  test_cross_entropy_rows();
   test_adamw();
   test_grad_clip();
   test_learning_rate();

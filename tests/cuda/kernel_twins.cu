@@ -491,6 +491,24 @@ static void test_loss(void) {
   compare("cross_entropy_forward_backward", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
   compare("cross_entropy_forward_backward", "dlogits", from_device_bf16(d_dlogits2, dlogits.size()), dlogits,
           TOL_BF16);
+
+  /* The same micro-batch as two mini-sequences of 13 and 8 rows: the first
+   * overwrites a stale loss, the second adds its share; both over BT. */
+  const int CHUNKS = 2, chunk[CHUNKS] = {13, 8};
+  float *d_loss_rows = to_device_f32(floats(1, 1000.0f)), *d_lse_rows = device_zeros_f32(BT);
+  lx_bf16 *d_dlogits_rows = to_device_bf16(dlogits0);
+  for (int k = 0, first = 0; k < CHUNKS; k++) {
+    size_t at = (size_t)first * Vp;
+    lx_cross_entropy_forward_rows(&ctx, d_loss_rows, k > 0, d_lse_rows + first, d_logits + at,
+                                  d_targets + first, chunk[k], BT, V, Vp);
+    lx_cross_entropy_backward_rows(&ctx, d_dlogits_rows + at, d_logits + at, d_lse_rows + first,
+                                   d_targets + first, 0.5f, chunk[k], BT, V, Vp);
+    first += chunk[k];
+  }
+  compare("cross_entropy_forward_rows (13 + 8)", "loss", from_device_f32(d_loss_rows, 1), loss, TOL_F32);
+  compare("cross_entropy_forward_rows (13 + 8)", "lse", from_device_f32(d_lse_rows, BT), lse, TOL_F32);
+  compare("cross_entropy_backward_rows (13 + 8)", "dlogits", from_device_bf16(d_dlogits_rows, dlogits.size()),
+          dlogits, TOL_BF16);
 }
 
 /* The vocabulary-parallel cross-entropy of two ranks (the second holds the
@@ -528,9 +546,17 @@ static void test_vocab_parallel(void) {
   }
   float *d_lse = to_device_f32(sums), *d_all_picked = to_device_f32(picked), *d_loss = device_zeros_f32(1);
   float *d_losses = device_zeros_f32(BT);
-  lx_cuda_vocab_cross_entropy_finish(d_loss, d_lse, d_losses, d_row_max, d_all_picked, BT, stream);
+  lx_cuda_vocab_cross_entropy_finish(d_loss, 0, d_lse, d_losses, d_row_max, d_all_picked, BT, BT, stream);
   compare("vocab_cross_entropy (2 slices)", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
   compare("vocab_cross_entropy (2 slices)", "lse", from_device_f32(d_lse, BT), lse, TOL_F32);
+  /* the finish of two mini-sequences (13 + 8 rows) adds up to the same loss */
+  float *d_lse_rows = to_device_f32(sums), *d_loss_rows = to_device_f32(floats(1, 1000.0f));
+  lx_cuda_vocab_cross_entropy_finish(d_loss_rows, 0, d_lse_rows, d_losses, d_row_max, d_all_picked, 13, BT,
+                                     stream);
+  lx_cuda_vocab_cross_entropy_finish(d_loss_rows, 1, d_lse_rows + 13, d_losses, d_row_max + 13,
+                                     d_all_picked + 13, 8, BT, stream);
+  compare("vocab_cross_entropy_finish (13 + 8)", "loss", from_device_f32(d_loss_rows, 1), loss, TOL_F32);
+  compare("vocab_cross_entropy_finish (13 + 8)", "lse", from_device_f32(d_lse_rows, BT), lse, TOL_F32);
   for (int k = 0; k < RANKS; k++) {
     floats dslice = dslice0;
     twin_cross_entropy_backward_slice(dslice.data(), slice[k].data(), lse.data(), targets.data(), 0.5f, BT, V,

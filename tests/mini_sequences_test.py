@@ -1,0 +1,147 @@
+"""Mini-sequences (MsT, Luo et al. 2024): the LM head and its loss in M pieces.
+
+The emitted CPU programs of a small GPT are trained with --mini-sequences M
+and compared with the same plan run whole (M = 1), which never cuts the rows:
+
+- per-step losses equal M = 1's within LOSS_BOUND, for M in {2, 4, 8}, at
+  pp = 2, at tp = 2 (the vocabulary-parallel loss), and at tp = 2 x pp = 2 with
+  sequence parallelism (the LM head's input gathered once for all pieces);
+- every parameter's gradient matches central finite differences of the loss
+  with M = 4 (double-precision build);
+- the arena of every stage is used exactly to its planned extents, poison
+  never read (make check), so the logits really exist one piece at a time;
+- the plan's peak memory of the last stage drops by the closed form derived
+  below (the vocabulary is large enough that the loss's backward stays the
+  stage's peak up to M = 8), and lynxgen refuses an M that cannot cut the
+  sequence, or a model whose loss reads no LM head.
+"""
+import json
+import os
+import re
+
+from tap import check, exit_status
+from training_metrics import GPT_MODEL, LYNXGEN, fortunes_shards, generate, losses, run, train
+
+# Cutting the rows changes only the order in which the LM head's weight
+# gradient sums the rows (piece by piece, the pieces added up) and how the
+# loss adds the pieces' shares; both are last-bits effects (~1e-8 relative
+# over a few steps), while a wrong piece offset, a piece missed or a gradient
+# zeroed between pieces moves the loss by 1e-3 or more.
+LOSS_BOUND = 1e-6
+
+VOCAB, SEQ, MICRO_BATCH = 2048, 32, 2  # GPT_MODEL's sequence and micro-batch
+
+
+LAYOUTS = {
+    "pp2": ("--pp", "2"),
+    "tp2": ("--tp", "2"),
+    "tp2-pp2-sp": ("--tp", "2", "--pp", "2", "--sequence-parallel"),
+}
+
+
+def relative_difference(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+def trained_losses(work, model, name, *args):
+    program = generate(work, name, model, *args, quick=True)
+    r, metrics = train(program, work, "--steps", "4") if program else (None, None)
+    if r is None or r.returncode != 0:
+        if r is not None:
+            print(r.stdout[-2000:] + r.stderr[-2000:])
+        return None
+    return losses(metrics)
+
+
+def equal_losses(work, model):
+    for layout, args in LAYOUTS.items():
+        whole = trained_losses(work, model, "whole-" + layout, *args)
+        check(whole is not None, "%s, whole: trains 4 steps" % layout)
+        for m in (2, 4, 8) if layout != "tp2-pp2-sp" else (4,):
+            pieces = trained_losses(work, model, "m%d-%s" % (m, layout), *args, "--mini-sequences", str(m))
+            ok = whole is not None and pieces is not None
+            worst = relative_difference(pieces, whole) if ok else float("inf")
+            check(ok and worst <= LOSS_BOUND,
+                  "%s, %d mini-sequences: losses equal the whole run's within %.0e (worst %.2e)" % (
+                      layout, m, LOSS_BOUND, worst))
+
+
+def gradients(work, model):
+    program = generate(work, "grad-m4", model, "--pp", "2", "--mini-sequences", "4", target="gradcheck")
+    r, _ = train(program, work, "--gradcheck", variant="-gradcheck") if program else (None, None)
+    lines = [l for l in (r.stdout if r else "").splitlines() if "worst relative error" in l]
+    check(r is not None and r.returncode == 0 and lines,
+          "4 mini-sequences, pp=2: every parameter tensor's gradient matches finite differences (%s)" % (
+              lines[0].split(";")[-1].strip() if lines else "no result"))
+
+
+def arena_as_planned(work, model):
+    for layout in ("pp2", "tp2-pp2-sp"):
+        program = generate(work, "mem-" + layout, model, *LAYOUTS[layout], "--mini-sequences", "4", target="check")
+        r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
+        out = r.stdout if r else ""
+        stages = [l for l in out.splitlines() if l.startswith("memory: stage")]
+        ok = r is not None and r.returncode == 0 and stages and all("as planned" in l for l in stages)
+        check(ok, "%s, 4 mini-sequences: every stage's arena is used exactly to the planned extents, poison never "
+                  "read" % layout)
+        if not ok:
+            print(out[-3000:] + (r.stderr[-2000:] if r else ""))
+
+
+def last_stage_peak(work, model, *args):
+    r = run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *args], work)
+    return json.loads(r.stdout)["stages"][-1]["peak_bytes"] if r.returncode == 0 else None
+
+
+def peak_memory(work, model):
+    """Whole, the last stage's peak is at the loss's backward: the stashed
+    logits L = b s Vp / tp x 4 bytes (fp32) and their gradient, another L. In M
+    pieces nothing of them is stashed, and the loss's backward holds one
+    piece's logits, made again, and its gradient: 2 L / M. The peak drops by
+    2 L (1 - 1 / M)."""
+    for tp, pp in ((1, 1), (1, 2), (2, 2)):
+        args = ("--tp", str(tp), "--pp", str(pp))
+        logits = MICRO_BATCH * SEQ * VOCAB // tp * 4  # VOCAB is a multiple of 128 tp: no padding
+        whole = last_stage_peak(work, model, *args)
+        for m in (2, 4, 8):
+            pieces = last_stage_peak(work, model, *args, "--mini-sequences", str(m))
+            expected = 2 * logits - 2 * logits // m
+            ok = whole is not None and pieces is not None
+            check(ok and whole - pieces == expected,
+                  "tp=%d pp=%d, %d mini-sequences: the last stage's planned peak drops by 2 L (1 - 1/M) = %d bytes "
+                  "(%s)" % (tp, pp, m, expected, whole - pieces if ok else "no plan"))
+
+
+def refusals(work, model):
+    r = run([LYNXGEN, model, "--plan", "--mini-sequences", "3"], work)
+    check(r.returncode == 1 and re.search(r"error: mini_sequences \(3\) does not divide seq_len \(32\)", r.stderr),
+          "--mini-sequences 3 with seq_len 32 is refused, naming both numbers")
+    bad = os.path.join(work, "no-head.model")
+    with open(model) as f:
+        text = f.read().replace("1F1B };", "1F1B, .mini_sequences = 2 };")
+    with open(bad, "w") as f:
+        f.write(text.replace("cross_entropy(lm_head(layernorm(x), V), targets)",
+                             "cross_entropy(linear(layernorm(x), V), targets)"))
+    r = run([LYNXGEN, bad, "--plan"], work)
+    check(r.returncode == 1 and re.search(r"no-head\.model:\d+:\d+: error: mini_sequences \(2\) cuts the LM head",
+                                          r.stderr),
+          "mini_sequences in a model whose loss reads no lm_head() is refused where the field is written")
+
+
+def main():
+    work = fortunes_shards("lynx-mini-sequences-")
+    if work is None:
+        return
+    model = os.path.join(work, "train.model")
+    with open(model, "w") as f:
+        f.write(GPT_MODEL.format(vocab=VOCAB, dropout="0.1", lr="3e-3"))
+    refusals(work, model)
+    peak_memory(work, model)
+    equal_losses(work, model)
+    gradients(work, model)
+    arena_as_planned(work, model)
+
+
+if __name__ == "__main__":
+    main()
+    exit_status()
