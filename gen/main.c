@@ -75,6 +75,8 @@ static const char usage_text[] =
     "                         default) | dp (recompute-aware, balances stage times)\n"
     "      --explain          when tp, pp, dp or micro_batch are left open, print the\n"
     "                         plan search's best candidates and why the others lost;\n"
+    "                         on the plan, the longest sequence that fits under each\n"
+    "                         recompute policy, whole and in 4 and 16 mini-sequences;\n"
     "                         under --schedule 2bw also 2BW against 1F1B on the plan,\n"
     "                         under each recompute policy, and why 2BW wins or loses\n"
     "      --gpu-memory GIB   plan for GPUs with this much memory instead of the\n"
@@ -536,8 +538,12 @@ static void print_summary(const products *out) {
 static bool plan_is_open(const lx_open_plan *p) { return p->tp || p->pp || p->dp || p->micro_batch; }
 
 static lx_search_request search_request(const options *opts) {
-  return (lx_search_request){opts->policy,  !opts->policy_given,    opts->partition,
-                             opts->profile, opts->gpu_memory_bytes, opts->search_seconds};
+  return (lx_search_request){.policy = opts->policy,
+                             .search_policies = !opts->policy_given,
+                             .partition = opts->partition,
+                             .profile = opts->profile,
+                             .gpu_memory_bytes = opts->gpu_memory_bytes,
+                             .time_budget_s = opts->search_seconds};
 }
 
 /* When the model leaves parallel-plan fields open, the plan search picks them
@@ -574,15 +580,19 @@ static bool choose_open_plan(const options *opts, lx_ir *ir, lx_recompute_policy
   ir->plan.tp = best.tp, ir->plan.pp = best.pp, ir->plan.dp = best.dp,
   ir->plan.micro_batch = best.micro_batch, ir->plan.schedule = best.schedule;
   ir->plan.virtual_stages = best.virtual_stages;
+  ir->plan.mini_sequences = best.mini_sequences;
   *policy = best.policy;
   return lx_analyze(ir) == 0;
 }
 
-/* --explain under 2BW: what it gains or costs against 1F1B, policy by policy. */
-static void explain_2bw(const options *opts, const lx_ir *ir) {
-  if (!opts->explain || ir->plan.schedule != LX_SCHEDULE_2BW) return;
+/* --explain on the plan: the longest sequence each recompute policy and
+ * mini-sequence count trains; under 2BW what it gains or costs against 1F1B,
+ * policy by policy. */
+static void explain_plan(const options *opts, const lx_ir *ir) {
+  if (!opts->explain) return;
   lx_search_request req = search_request(opts);
-  lx_explain_2bw(ir, &req, stdout);
+  lx_explain_longest_sequence(ir, &req, stdout);
+  if (ir->plan.schedule == LX_SCHEDULE_2BW) lx_explain_2bw(ir, &req, stdout);
 }
 
 /* Front end and analysis; then, unless only the IR is wanted, the schedule,
@@ -616,7 +626,7 @@ static int run_passes(const options *opts, products *out) {
     fprintf(stderr, "lynxgen: %d error%s\n", lx_error_count(), lx_error_count() == 1 ? "" : "s");
     return EXIT_USER_ERROR;
   }
-  if (schedule) explain_2bw(opts, ir);
+  if (schedule) explain_plan(opts, ir);
   lx_plan_options plan = {.policy = policy, .partition = opts->partition, .cm = &out->cost};
   bool costed = schedule && lx_cost_model_init(&out->cost, ir, opts->profile);
   if (costed && opts->gpu_memory_bytes > 0) out->cost.gpu.memory_bytes = opts->gpu_memory_bytes;

@@ -88,6 +88,7 @@ enum { LX_MAX_VIRTUAL_STAGES = 8 };
 typedef struct {
   bool tp, pp, dp, micro_batch;
   bool schedule; /* the plan search weighs 1F1B and ZB-H1 */
+  bool mini_sequences; /* the plan search weighs the LM head and its loss whole and in pieces */
 } lx_open_plan;
 
 typedef struct {

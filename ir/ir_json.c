@@ -58,7 +58,7 @@ static void print_configs(cJSON *doc, const lx_ir *ir) {
   lx_json_add_int(w, "virtual_stages", p->virtual_stages);
   lx_json_add_bool(w, "sequence_parallel", p->sequence_parallel);
   lx_json_add_bool(w, "zero", p->zero);
-  lx_json_add_int(w, "mini_sequences", p->mini_sequences);
+  put_int_or_open(w, "mini_sequences", p->mini_sequences, ir->open_plan.mini_sequences);
 
   const lx_training *t = &ir->training;
   w = lx_json_add_object(doc, "training");

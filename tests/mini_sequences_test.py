@@ -10,6 +10,10 @@ and compared with the same plan run whole (M = 1), which never cuts the rows:
   with M = 4 (double-precision build);
 - the arena of every stage is used exactly to its planned extents, poison
   never read (make check), so the logits really exist one piece at a time;
+- left open, the plan search picks pieces where they make the fastest plan
+  that fits;
+- --explain's longest sequence per recompute policy and piece count is the
+  boundary the plan draws for a model file of that length;
 - the plan's peak memory of the last stage drops by the closed form derived
   below (the vocabulary is large enough that the loss's backward stays the
   stage's peak up to M = 8), and lynxgen refuses an M that cannot cut the
@@ -128,6 +132,69 @@ def refusals(work, model):
           "mini_sequences in a model whose loss reads no lm_head() is refused where the field is written")
 
 
+def longest_sequence(work, model):
+    """--explain's table of the longest sequence that fits: pieces never
+    shorten it, and each entry is the boundary lynxgen's plan itself draws:
+    a model file of that length fits, one LX_SEQUENCE_STEP (256) longer does not."""
+    memory = ("--gpu-memory", "0.08")
+    r = run([LYNXGEN, model, "--plan", "--explain", *memory], work)
+    rows = {}
+    for line in r.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[0] in ("none", "selective", "full", "lynx-heu"):
+            rows[fields[0]] = [int(x) if x.isdigit() else 0 for x in fields[1:]]
+    check(r.returncode == 0 and len(rows) == 4, "--explain prints the longest sequence for 4 recompute policies")
+    check(rows and all(row[0] <= row[1] <= row[2] for row in rows.values()),
+          "in 4 and 16 pieces the longest sequence is never shorter than whole (%s)" % rows)
+    with open(model) as f:
+        text = f.read()
+    for policy, column, pieces in (("full", 1, 4), ("none", 0, 1)):
+        longest = rows.get(policy, [0, 0, 0])[column]
+        verdicts = []
+        for seq in (longest, longest + 256):
+            path = os.path.join(work, "seq%d.model" % seq)
+            with open(path, "w") as f:
+                f.write(text.replace(".seq_len = 32,", ".seq_len = %d," % seq))
+            plan = run([LYNXGEN, path, "--plan", "--policy", policy, "--mini-sequences", str(pieces), *memory], work)
+            verdicts.append(plan.returncode == 0 or "does not fit" not in plan.stderr)
+        check(longest > 0 and verdicts == [True, False],
+              "%s, %d piece(s): %d tokens fit, %d do not (the plan of a model file of each length)" % (
+                  policy, pieces, longest, longest + 256))
+
+
+def plan_json(work, model, *args):
+    r = run([LYNXGEN, model, "--plan", "--json", *args], work)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def search_weighs_pieces(work):
+    """With mini_sequences left open the plan search weighs 1 and 4 pieces
+    (16 would leave pieces under 128 tokens) beside micro-batches and
+    recompute policies: on 40 MiB GPUs it picks pieces, and its plan is the
+    fastest that fits of all of them, each planned directly."""
+    model = os.path.join(work, "open.model")
+    with open(model, "w") as f:
+        f.write(GPT_MODEL.format(vocab=8192, dropout="0.1", lr="3e-3")
+                .replace(".seq_len = 32,", ".seq_len = 512,")
+                .replace(".micro_batch = 2,", "")
+                .replace("attention(linear", "flash_attention(linear"))
+    memory = ("--gpu-memory", "0.04")
+    chosen = plan_json(work, model, *memory)
+    direct = []
+    for micro_batch in (1, 2, 4, 8):
+        for policy in ("none", "selective", "full", "lynx-heu"):
+            for pieces in (1, 4):
+                p = plan_json(work, model, *memory, "--allow-oom-plan", "--micro-batch", str(micro_batch),
+                              "--policy", policy, "--mini-sequences", str(pieces))
+                if p and all(st["fits"] for st in p["stages"]):
+                    direct.append((p["iteration_s"], pieces, micro_batch, policy))
+    best = min(direct) if direct else None
+    ok = chosen is not None and best is not None
+    check(ok and chosen["plan"]["mini_sequences"] == 4 and abs(chosen["iteration_s"] - best[0]) <= 1e-9 * best[0],
+          "mini_sequences open, 40 MiB GPUs: the search picks %s pieces, the fastest of %d plans that fit %s" % (
+              chosen and chosen["plan"]["mini_sequences"], len(direct), best))
+
+
 def main():
     work = fortunes_shards("lynx-mini-sequences-")
     if work is None:
@@ -137,6 +204,8 @@ def main():
         f.write(GPT_MODEL.format(vocab=VOCAB, dropout="0.1", lr="3e-3"))
     refusals(work, model)
     peak_memory(work, model)
+    longest_sequence(work, model)
+    search_weighs_pieces(work)
     equal_losses(work, model)
     gradients(work, model)
     arena_as_planned(work, model)

@@ -105,7 +105,7 @@ peaks = {}
 for flags in ((), ("--zero",)):
     r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", "--policy", "full", *flags], capture_output=True,
                        text=True)
-    rows = re.findall(r"^  (\d+) +(\d+) +(\d+) +(\d+) +\S+ +\S+ +[\d.]+ ms +([\d.]+) ", r.stdout, re.M)
+    rows = re.findall(r"^  (\d+) +(\d+) +(\d+) +(\d+) +\S+ +\S+ +\d+ +[\d.]+ ms +([\d.]+) ", r.stdout, re.M)
     peaks[flags] = {tuple(map(int, row[:4])): float(row[4]) for row in rows}
 sharded = [c for c in peaks[()] if c[2] > 1 and c in peaks[("--zero",)]]
 check(sharded and all(peaks[("--zero",)][c] < peaks[()][c] for c in sharded),

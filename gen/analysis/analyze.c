@@ -62,7 +62,6 @@ static void apply_defaults(lx_ir *ir) {
   if (!given(ir, LX_F_GRAD_CLIP)) t->grad_clip = 1.0;
   if (!given(ir, LX_F_SEED)) t->seed = 1337;
   if (!given(ir, LX_F_DTYPE)) t->dtype = LX_DTYPE_BF16;
-  if (ir->plan.mini_sequences == 0) ir->plan.mini_sequences = 1;
 }
 
 /* Every number of the configs has a range, checked where it was written (or
@@ -763,6 +762,8 @@ static void resolve_open_plan(lx_ir *ir) {
   /* chunks per stage asked for, the schedule left open: interleaved 1F1B is meant */
   if (ir->plan.schedule == LX_SCHEDULE_OPEN && ir->plan.virtual_stages > 1)
     ir->plan.schedule = LX_SCHEDULE_INTERLEAVED;
+  ir->open_plan.mini_sequences = ir->plan.mini_sequences == LX_OPEN;
+  if (ir->open_plan.mini_sequences) ir->plan.mini_sequences = 1;
   ir->open_plan.schedule = ir->plan.schedule == LX_SCHEDULE_OPEN;
   if (ir->open_plan.schedule) ir->plan.schedule = LX_SCHEDULE_1F1B;
   if (ir->plan.virtual_stages == LX_OPEN)

@@ -45,6 +45,8 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   ir.plan.tp = c->tp, ir.plan.pp = c->pp, ir.plan.dp = c->dp, ir.plan.micro_batch = c->micro_batch;
   ir.plan.schedule = c->schedule;
   ir.plan.virtual_stages = c->virtual_stages;
+  ir.plan.mini_sequences = c->mini_sequences;
+  if (req->seq_len) ir.model.seq_len = req->seq_len;
   lx_cost_model cm;
   bool ok = lx_analyze(&ir) == 0 && lx_cost_model_init(&cm, &ir, req->profile);
   if (!ok) {
@@ -124,6 +126,18 @@ static int policies_for(const lx_search_request *req, lx_recompute_policy *out) 
   return 4;
 }
 
+/* The pieces the LM head and its loss may run in: the plan's, or where open
+ * whole, and in 4 or 16 pieces (MsT) where each holds at least
+ * MIN_PIECE_TOKENS of the sequence, fewer making the GEMMs inefficient. */
+enum { MIN_PIECE_TOKENS = 128 };
+static int mini_sequences_for(const lx_ir *ir, int *out) {
+  if (!ir->open_plan.mini_sequences) return out[0] = ir->plan.mini_sequences, 1;
+  int n = 0, s = ir->model.seq_len;
+  for (int m = 1; m <= 16; m *= 4)
+    if (s % m == 0 && (m == 1 || s / m >= MIN_PIECE_TOKENS)) out[n++] = m;
+  return n;
+}
+
 /* tp inside a node and dividing the heads; pp at most the layers; dp the
  * rest of the cluster; micro-batches dividing the replica's batch; the
  * schedules; the policies. Returns their number; fills `out` unless it is NULL. */
@@ -146,19 +160,22 @@ static int enumerate(const lx_ir *ir, const lx_search_request *req, lx_candidate
         if ((p->global_batch ? p->global_batch / (b * dp) : pp) < pp) continue;
         lx_schedule schedules[3];
         lx_recompute_policy policies[4];
-        int n_policies = policies_for(req, policies);
+        int pieces[3], n_policies = policies_for(req, policies), n_pieces = mini_sequences_for(ir, pieces);
         for (int s = 0, count = schedules_for(ir, pp, schedules); s < count; s++)
-          for (int q = 0; q < n_policies; q++, n++)
-            if (out)
-              out[n] = (lx_candidate){.tp = tp,
-                                      .pp = pp,
-                                      .dp = dp,
-                                      .micro_batch = b,
-                                      .schedule = schedules[s],
-                                      .virtual_stages = virtual_stages_for(ir, schedules[s]),
-                                      .policy = policies[q],
-                                      .comparison =
-                                          schedules[s] != schedules[0] && schedules[0] == LX_SCHEDULE_2BW};
+          for (int q = 0; q < n_policies; q++)
+            for (int m = 0; m < n_pieces;
+                 m++, n++) /* whole first: pieces are tried only where it falls short */
+              if (out)
+                out[n] = (lx_candidate){.tp = tp,
+                                        .pp = pp,
+                                        .dp = dp,
+                                        .micro_batch = b,
+                                        .schedule = schedules[s],
+                                        .virtual_stages = virtual_stages_for(ir, schedules[s]),
+                                        .mini_sequences = pieces[m],
+                                        .policy = policies[q],
+                                        .comparison =
+                                            schedules[s] != schedules[0] && schedules[0] == LX_SCHEDULE_2BW};
       }
     }
   }
@@ -197,6 +214,14 @@ static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_can
       break;
     }
     lx_candidate *c = &all[stats->tried];
+    /* enumerate() puts the whole sibling of an open plan's pieces just before them */
+    const lx_candidate *whole = ir->open_plan.mini_sequences && c->mini_sequences > 1 ? c - 1 : NULL;
+    while (whole && whole->mini_sequences > 1)
+      whole--;
+    if (whole && whole->fits && whole->recompute_s == 0) { /* pieces would only add an LM head forward */
+      snprintf(c->why, sizeof c->why, "in pieces only slower: whole, it fits without recomputation");
+      continue;
+    }
     evaluate(ir, req, c);
     if (c->fits && !c->comparison && (!best_so_far || c->time_s < best.time_s))
       best = *c, best_so_far = &best;
@@ -212,8 +237,8 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
           req->search_policies ? "none, selective, full or lynx-heu (no --policy given)"
                                : lx_recompute_policy_name(req->policy));
   if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
-  fprintf(explain, "  %-4s %-4s %-4s %-6s %-11s %-9s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro",
-          "schedule", "recompute", "iteration", "peak GiB", "MFU", "verdict");
+  fprintf(explain, "  %-4s %-4s %-4s %-6s %-11s %-9s %-5s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro",
+          "schedule", "recompute", "mini", "iteration", "peak GiB", "MFU", "verdict");
   /* the best that may be chosen, then the best of those listed for comparison (sorted after them) */
   for (int i = 0, listed[2] = {0, 0}; i < stats->tried; i++) {
     const lx_candidate *c = &all[i];
@@ -228,9 +253,9 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
       snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
     else
       snprintf(verdict, sizeof verdict, "%s", c->why);
-    fprintf(explain, "  %-4d %-4d %-4d %-6d %-11s %-9s %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp, c->dp,
-            c->micro_batch, lx_schedule_name(c->schedule), lx_recompute_policy_name(c->policy),
-            1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
+    fprintf(explain, "  %-4d %-4d %-4d %-6d %-11s %-9s %-5d %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp,
+            c->dp, c->micro_batch, lx_schedule_name(c->schedule), lx_recompute_policy_name(c->policy),
+            c->mini_sequences, 1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
   }
 }
 
@@ -260,6 +285,7 @@ static lx_candidate on_plan(const lx_ir *ir, lx_schedule schedule, lx_recompute_
                         .micro_batch = p->micro_batch,
                         .schedule = schedule,
                         .virtual_stages = 1,
+                        .mini_sequences = p->mini_sequences,
                         .policy = policy};
 }
 
@@ -310,4 +336,76 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
             1e3 * sync.time_s, sync.peak_bytes / (1 << 30), 1e3 * bw.time_s, bw.peak_bytes / (1 << 30),
             verdict);
   }
+}
+
+/* ---- the longest sequence that fits ------------------------------------------------------- */
+
+/* Whether the plan fits at `seq_len` under the candidate's policy and pieces. */
+static bool fits_at(const lx_ir *ir, const lx_search_request *req, lx_candidate c, int seq_len) {
+  lx_search_request at = *req;
+  at.seq_len = seq_len;
+  evaluate(ir, &at, &c);
+  return c.fits;
+}
+
+/* Memory grows with the sequence: double until it does not fit, then bisect. */
+static int longest_sequence(const lx_ir *ir, const lx_search_request *req, lx_candidate c) {
+  int fits = 0, fails = LX_SEQUENCE_STEP;
+  while (fails <= (1 << 22) && fits_at(ir, req, c, fails))
+    fits = fails, fails *= 2;
+  while (fails - fits > LX_SEQUENCE_STEP) {
+    int mid = (fits + fails) / 2 / LX_SEQUENCE_STEP * LX_SEQUENCE_STEP;
+    if (fits_at(ir, req, c, mid))
+      fits = mid;
+    else
+      fails = mid;
+  }
+  return fits;
+}
+
+/* What each stage holds at its peak does not grow past 2 pp micro-batches a
+ * step under 1F1B, ZB-H1 and 2BW (a stage holds at most pp); GPipe and
+ * interleaved 1F1B hold more the more there are. Fewer make each try fast. */
+static void fewer_micro_batches(lx_ir *ir) {
+  lx_plan *p = &ir->plan;
+  int enough = 2 * p->pp * p->micro_batch * p->dp;
+  if (p->schedule != LX_SCHEDULE_GPIPE && p->schedule != LX_SCHEDULE_INTERLEAVED && p->global_batch > enough)
+    p->global_batch = enough;
+}
+
+void lx_explain_longest_sequence(const lx_ir *analysed, const lx_search_request *req, FILE *explain) {
+  static const lx_recompute_policy policies[] = {LX_RECOMPUTE_NONE, LX_RECOMPUTE_SELECTIVE, LX_RECOMPUTE_FULL,
+                                                 LX_RECOMPUTE_LYNX_HEU};
+  static const int pieces[] = {1, 4, 16};
+  fprintf(explain,
+          "longest sequence that fits at tp %d x pp %d x dp %d, micro-batch %d, %s (multiples of %d tokens; "
+          "the memory model's):\n  %-10s",
+          analysed->plan.tp, analysed->plan.pp, analysed->plan.dp, analysed->plan.micro_batch,
+          lx_schedule_name(analysed->plan.schedule), LX_SEQUENCE_STEP, "recompute");
+  for (size_t m = 0; m < sizeof pieces / sizeof pieces[0]; m++)
+    if (pieces[m] == 1)
+      fprintf(explain, " %12s", "whole");
+    else
+      fprintf(explain, " %5d pieces", pieces[m]);
+  fputc('\n', explain);
+  lx_ir ir_fewer;
+  lx_ir_working_copy(&ir_fewer, analysed);
+  fewer_micro_batches(&ir_fewer);
+  const lx_ir *ir = &ir_fewer;
+  FILE *quiet = mute_diagnostics();
+  for (size_t q = 0; q < sizeof policies / sizeof policies[0]; q++) {
+    fprintf(explain, "  %-10s", lx_recompute_policy_name(policies[q]));
+    for (size_t m = 0; m < sizeof pieces / sizeof pieces[0]; m++) {
+      lx_candidate c = on_plan(ir, ir->plan.schedule, policies[q]);
+      c.virtual_stages = ir->plan.virtual_stages, c.mini_sequences = pieces[m];
+      int longest = longest_sequence(ir, req, c);
+      if (longest)
+        fprintf(explain, " %12d", longest);
+      else
+        fprintf(explain, " %12s", "none fits");
+    }
+    fputc('\n', explain);
+  }
+  unmute_diagnostics(quiet);
+  lx_ir_free_working_copy(&ir_fewer);
 }

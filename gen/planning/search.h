@@ -14,12 +14,14 @@ typedef struct {
   const char *profile;     /* NULL: the datasheet model */
   double gpu_memory_bytes; /* 0: the datasheet's */
   double time_budget_s;    /* stop trying candidates after this long (lynxgen --search-time) */
+  int seq_len;             /* 0: the model's; else a what-if sequence length */
 } lx_search_request;
 
 typedef struct {
   int tp, pp, dp, micro_batch;
   lx_schedule schedule;
   int virtual_stages; /* chunks per stage: 1, or under interleaved 1F1B the plan's (2 where open) */
+  int mini_sequences; /* pieces of the LM head and its loss (MsT): the plan's, or where open 1, 4 or 16 */
   lx_recompute_policy policy;
   bool comparison; /* the synchronous 1F1B beside a requested 2BW: listed, never chosen */
   double time_s, mfu, peak_bytes;
@@ -50,5 +52,12 @@ bool lx_search_plan(const lx_ir *ir, const lx_search_request *req, lx_candidate 
  * policy: their step times and peaks, and why 2BW wins or loses (its bubble
  * saved, or its second weight version's memory), to `explain`. */
 void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain);
+
+/* The longest sequence the analysed `ir`'s plan trains within the GPU's
+ * memory under each recompute policy, whole and in mini-sequences (as the
+ * MsT paper tabulates), to `explain`: the memory model's answer, in
+ * multiples of LX_SEQUENCE_STEP tokens. */
+enum { LX_SEQUENCE_STEP = 256 };
+void lx_explain_longest_sequence(const lx_ir *ir, const lx_search_request *req, FILE *explain);
 
 #endif
