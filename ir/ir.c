@@ -150,6 +150,35 @@ int64_t lx_resident_bytes(const lx_graph *g, int i) {
   return lx_chunk_local(g, i) ? op->out_bytes / op->chunks : op->out_bytes;
 }
 
+/* Marks the chunk-local producers op i reads, and theirs. */
+static void mark_needed(const lx_graph *g, int i, bool *needed) {
+  for (int k = 0; k < g->ops[i].n_inputs; k++) {
+    int j = g->ops[i].inputs[k];
+    if (!lx_chunk_local(g, j) || needed[j]) continue;
+    needed[j] = true;
+    mark_needed(g, j, needed);
+  }
+}
+
+int lx_made_again(const lx_graph *g, int i, int *out) {
+  if (g->ops[i].chunks < 2) return 0;
+  bool *needed = lx_calloc((size_t)g->n_ops, sizeof *needed),
+       *before = lx_calloc((size_t)g->n_ops, sizeof *before);
+  mark_needed(g, i, needed);
+  for (int j = i + 1; j < g->n_ops && g->ops[j].chunks > 1; j++) /* the run's later ops go backward first */
+    mark_needed(g, j, before);
+  int n = 0;
+  for (int j = 0; j < g->n_ops; j++)
+    if (needed[j] && !before[j]) out[n++] = j;
+  free(needed);
+  free(before);
+  return n;
+}
+
+lx_srcloc lx_field_loc(const lx_ir *ir, lx_field f, lx_srcloc fallback) {
+  return ir->locs.field[f].file ? ir->locs.field[f] : fallback;
+}
+
 int lx_last_saver(const lx_graph *g, int producer) {
   for (int c = 0; c < g->n_ops; c++)
     if (lx_op_saves(g, c, producer)) return c;

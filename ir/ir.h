@@ -296,6 +296,8 @@ int lx_dtype_bytes(lx_dtype dtype);
 /* The file name of a path: what generated files cite, so that they are the
  * same from any working directory. */
 const char *lx_file_name(const char *path);
+/* Where field f was written (in the model file or on the command line), or `fallback`. */
+lx_srcloc lx_field_loc(const lx_ir *ir, lx_field f, lx_srcloc fallback);
 /* Width of a tensor on one tensor-parallel rank (1 for the scalar loss). */
 int64_t lx_rank_width(const lx_ir *ir, lx_shape s);
 /* The op whose backward is the last to need the output of op `producer`
@@ -309,6 +311,12 @@ bool lx_chunk_local(const lx_graph *g, int i);
 /* The bytes of op i's output that exist at once: one chunk's where it is
  * chunk-local, else the whole tensor's. The same for its gradient. */
 int64_t lx_resident_bytes(const lx_graph *g, int i);
+/* The chunk-local tensors (by producing op, in forward order) that the
+ * backward of chunked op i makes again, piece by piece, before it runs: those
+ * it reads and what they are made from, less those the backwards before it
+ * in the same pieces (of the later ops of its run of chunked ops) made.
+ * Returns their number; `out` holds g->n_ops. */
+int lx_made_again(const lx_graph *g, int i, int *out);
 /* Structural checks of an analysed IR (a generator bug if any fails):
  * inputs precede their users, shapes are set, totals add up. Returns the
  * number of problems, each printed to stderr. */

@@ -5,7 +5,9 @@ and compared with the same plan run whole (M = 1), which never cuts the rows:
 
 - per-step losses equal M = 1's within LOSS_BOUND, for M in {2, 4, 8}, at
   pp = 2, at tp = 2 (the vocabulary-parallel loss), and at tp = 2 x pp = 2 with
-  sequence parallelism (the LM head's input gathered once for all pieces);
+  sequence parallelism (what a run of pieces gathers, gathered once for all);
+  under full and lynx-heu recomputation, zero bubble, interleaved 1F1B and 2BW;
+  and for a Llama's SwiGLU MLP;
 - every parameter's gradient matches central finite differences of the loss
   with M = 4 (double-precision build);
 - the arena of every stage is used exactly to its planned extents, poison
@@ -24,7 +26,7 @@ import os
 import re
 
 from tap import check, exit_status
-from training_metrics import GPT_MODEL, LYNXGEN, fortunes_shards, generate, losses, run, train
+from training_metrics import GPT_MODEL, LYNXGEN, ROOT, fortunes_shards, generate, losses, run, train
 
 # Cutting the rows changes only the order in which the LM head's weight
 # gradient sums the rows (piece by piece, the pieces added up) and how the
@@ -70,6 +72,44 @@ def equal_losses(work, model):
                       layout, m, LOSS_BOUND, worst))
 
 
+SQUEEZE = ("--gpu-memory", "0.003", "--allow-oom-plan")  # 3 MiB GPUs: the Lynx policies recompute in windows
+POLICIES_AND_SCHEDULES = {
+    "full": ("--pp", "2", "--policy", "full"),
+    "lynx-heu": ("--pp", "2", "--policy", "lynx-heu", *SQUEEZE),
+    "zb-h1": ("--pp", "2", "--schedule", "zb-h1"),
+    "interleaved": ("--pp", "2", "--schedule", "interleaved"),
+    "2bw": ("--pp", "2", "--schedule", "2bw"),
+}
+
+
+def policies_and_schedules(work, model):
+    """Full recomputation runs the MLP's pieces again for the dropout after
+    it; lynx-heu recomputes around them; zero bubble defers the other linears'
+    weight gradients; interleaved and 2BW reorder the backwards: each trains
+    as its whole run."""
+    for name, args in POLICIES_AND_SCHEDULES.items():
+        whole = trained_losses(work, model, "whole-" + name, *args)
+        pieces = trained_losses(work, model, "m4-" + name, *args, "--mini-sequences", "4")
+        ok = whole is not None and pieces is not None
+        worst = relative_difference(pieces, whole) if ok else float("inf")
+        check(ok and worst <= LOSS_BOUND, "pp2 %s, 4 mini-sequences: losses equal the whole run's within %.0e "
+                                          "(worst %.2e)" % (name, LOSS_BOUND, worst))
+
+
+def llama_losses(work):
+    """A Llama (RMSNorm, RoPE, a SwiGLU MLP of one fused gate-and-up linear)
+    at tp 2 x pp 2 with sequence parallelism: the SwiGLU MLP and the head in
+    4 pieces train as whole."""
+    model = os.path.join(ROOT, "tests", "equivalence", "llama.model")
+    args = ("--tp", "2", "--pp", "2", "--sequence-parallel")
+    whole = trained_losses(work, model, "llama-whole", *args)
+    pieces = trained_losses(work, model, "llama-m4", *args, "--mini-sequences", "4")
+    ok = whole is not None and pieces is not None
+    worst = relative_difference(pieces, whole) if ok else float("inf")
+    check(ok and worst <= LOSS_BOUND, "llama tp2-pp2-sp, 4 mini-sequences: losses equal the whole run's within "
+                                      "%.0e (worst %.2e)" % (LOSS_BOUND, worst))
+
+
 def gradients(work, model):
     program = generate(work, "grad-m4", model, "--pp", "2", "--mini-sequences", "4", target="gradcheck")
     r, _ = train(program, work, "--gradcheck", variant="-gradcheck") if program else (None, None)
@@ -80,8 +120,11 @@ def gradients(work, model):
 
 
 def arena_as_planned(work, model):
-    for layout in ("pp2", "tp2-pp2-sp"):
-        program = generate(work, "mem-" + layout, model, *LAYOUTS[layout], "--mini-sequences", "4", target="check")
+    cases = {"pp2": LAYOUTS["pp2"], "tp2-pp2-sp": LAYOUTS["tp2-pp2-sp"], "pp2 full": POLICIES_AND_SCHEDULES["full"],
+             "pp2 lynx-heu": POLICIES_AND_SCHEDULES["lynx-heu"]}
+    for layout, args in cases.items():
+        program = generate(work, "mem-" + layout.replace(" ", "-"), model, *args, "--mini-sequences", "4",
+                           target="check")
         r, _ = train(program, work, "--steps", "3", variant="-check") if program else (None, None)
         out = r.stdout if r else ""
         stages = [l for l in out.splitlines() if l.startswith("memory: stage")]
@@ -99,21 +142,25 @@ def last_stage_peak(work, model, *args):
 
 def peak_memory(work, model):
     """Whole, the last stage's peak is at the loss's backward: the stashed
-    logits L = b s Vp / tp x 4 bytes (fp32) and their gradient, another L. In M
-    pieces nothing of them is stashed, and the loss's backward holds one
-    piece's logits, made again, and its gradient: 2 L / M. The peak drops by
-    2 L (1 - 1 / M)."""
+    logits L = b s Vp / tp x 4 bytes (fp32) and their gradient, another L, and
+    each of its layers' stashed MLP hidden, twice b s 4h / tp x 4 bytes (the
+    second linear's input and the activation's). In M pieces nothing of them
+    is stashed (the backward makes the pieces again), and the loss's backward
+    holds one piece of the logits and its gradient: 2 L / M. The peak drops by
+    2 L (1 - 1/M) + layers x 2 b s 4h / tp x 4."""
+    hidden = 64
     for tp, pp in ((1, 1), (1, 2), (2, 2)):
         args = ("--tp", str(tp), "--pp", str(pp))
         logits = MICRO_BATCH * SEQ * VOCAB // tp * 4  # VOCAB is a multiple of 128 tp: no padding
+        mlp = (4 // pp) * 2 * MICRO_BATCH * SEQ * 4 * hidden // tp * 4  # 4 layers, the last stage's share
         whole = last_stage_peak(work, model, *args)
         for m in (2, 4, 8):
             pieces = last_stage_peak(work, model, *args, "--mini-sequences", str(m))
-            expected = 2 * logits - 2 * logits // m
+            expected = 2 * logits - 2 * logits // m + mlp
             ok = whole is not None and pieces is not None
             check(ok and whole - pieces == expected,
-                  "tp=%d pp=%d, %d mini-sequences: the last stage's planned peak drops by 2 L (1 - 1/M) = %d bytes "
-                  "(%s)" % (tp, pp, m, expected, whole - pieces if ok else "no plan"))
+                  "tp=%d pp=%d, %d mini-sequences: the last stage's planned peak drops by 2 L (1 - 1/M) + its "
+                  "layers' MLP hidden = %d bytes (%s)" % (tp, pp, m, expected, whole - pieces if ok else "no plan"))
 
 
 def refusals(work, model):
@@ -207,6 +254,8 @@ def main():
     longest_sequence(work, model)
     search_weighs_pieces(work)
     equal_losses(work, model)
+    policies_and_schedules(work, model)
+    llama_losses(work)
     gradients(work, model)
     arena_as_planned(work, model)
 

@@ -78,14 +78,15 @@ static void print_linear_gelu_forward(const lx_printer *pr, lx_graph_id g, int i
   emit_gather_operands(pr, g, i + 1, out_role, false, &gelu);
   fprintf(pr->out,
           "  /* with the gelu below: cuBLASLt's GELU epilogue, the pre-activation kept as %s's output */\n"
-          "  lx_linear_gelu_forward(ctx, %s, %s, BT, %d, %d);\n",
-          op->var[0] ? op->var : op->name, gelu.out, linear->args, emit_in_width(pr, g, op), linear->width);
+          "  lx_linear_gelu_forward(ctx, %s, %s, %s, %d, %d);\n",
+          op->var[0] ? op->var : op->name, gelu.out, linear->args, linear->rows, emit_in_width(pr, g, op),
+          linear->width);
 }
 
 /* Add i and the norm after it in one pass over each row: the sum (the
  * norm's saved input) and the normalised output written together. */
 static void print_residual_norm_forward(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role) {
-  const char *rows = emit_sequence_sharded(pr, emit_op_at(pr, g, i)->out) ? "SEQ_ROWS" : "BT";
+  const char *rows = emit_rows(pr, emit_op_at(pr, g, i));
   lx_operands add, norm;
   emit_gather_operands(pr, g, i, out_role, false, &add);
   emit_gather_operands(pr, g, i + 1, out_role, false, &norm);
@@ -109,13 +110,13 @@ static void print_linear_dgelu_backward(const lx_printer *pr, lx_graph_id g, int
   emit_gather_operands(pr, g, i - 1, LX_T_OUTPUT, true, &gelu);
   int in_width = emit_in_width(pr, g, op), width = emit_rank_width(pr, op->out);
   if (!lx_defers_weight_grad(pr->ir, pr->st, g, i))
-    fprintf(pr->out, "  lx_linear_backward(ctx, NULL, %s, %s, %s, %s, %s, BT, %d, %d);\n", o.dw, o.db, o.dout,
-            o.in[0], o.w, in_width, width);
+    fprintf(pr->out, "  lx_linear_backward(ctx, NULL, %s, %s, %s, %s, %s, %s, %d, %d);\n", o.dw, o.db, o.dout,
+            o.in[0], o.w, emit_rows(pr, op), in_width, width);
   fprintf(
       pr->out,
       "  /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */\n"
-      "  lx_linear_dgelu_backward(ctx, %s, %s, %s, %s, BT, %d, %d);\n",
-      gelu.din[0], o.dout, o.w, gelu.in[0], in_width, width);
+      "  lx_linear_dgelu_backward(ctx, %s, %s, %s, %s, %s, %d, %d);\n",
+      gelu.din[0], o.dout, o.w, gelu.in[0], emit_rows(pr, op), in_width, width);
 }
 
 /* An op whose work the fused call of the op before it (forward) or after it

@@ -70,7 +70,8 @@ static void print_op(const lx_printer *pr, const lx_graph_printer *gp, const op_
 }
 
 /* A backward's piece starts from zeroed gradients of the chunk-local
- * tensors, and makes each chunk-local input again before the op that reads it. */
+ * tensors, and each op first makes again the pieces it reads that the ops
+ * before it did not (lx_made_again, what its access list says). */
 static void print_piece_body(const lx_printer *pr, const lx_graph_printer *gp, const op_run *r, int from,
                              int to) {
   const lx_graph *graph = lx_graph_of(pr->ir, r->g);
@@ -81,17 +82,16 @@ static void print_piece_body(const lx_printer *pr, const lx_graph_printer *gp, c
       emit_at(pr, buf, sizeof buf, emit_ref(pr, r->g, r->ops[k], LX_T_GRAD, 0));
       fprintf(pr->out, gp->zero_format, buf, (long long)lx_resident_bytes(graph, r->ops[k]));
     }
+  int *made = lx_malloc(sizeof *made * (size_t)graph->n_ops);
   for (int k = from; k < to; k++) {
-    const lx_op *op = &graph->ops[r->ops[k]];
-    for (int j = 0; backward && j < op->n_inputs; j++)
-      if (lx_chunk_local(graph, op->inputs[j])) {
-        const lx_op *made = &graph->ops[op->inputs[j]];
-        fprintf(pr->out, "  /* the piece's %s again, for the backward: */\n",
-                made->var[0] ? made->var : made->name);
-        gp->forward_op(pr, r->g, op->inputs[j], LX_T_OUTPUT);
-      }
+    for (int j = 0, n = backward ? lx_made_again(graph, r->ops[k], made) : 0; j < n; j++) {
+      const lx_op *op = &graph->ops[made[j]];
+      fprintf(pr->out, "  /* the piece's %s again, for the backward: */\n", op->var[0] ? op->var : op->name);
+      gp->forward_op(pr, r->g, made[j], LX_T_OUTPUT);
+    }
     print_op(pr, gp, r, r->ops[k]);
   }
+  free(made);
 }
 
 /* Ops [from, to) of the run run in mini-sequences: one loop over the pieces,
@@ -108,7 +108,13 @@ static void print_pieces(const lx_printer *pr, const lx_graph_printer *gp, const
     gp->collective(pr, r->g, r->ops[k], is_backward(r->kind), LX_T_OUTPUT, true);
   for (int k = from; is_backward(r->kind) && k < to; k++)
     zero_whole_gradient(pr, gp, r->g, r->ops[k]);
-  fprintf(pr->out, "  /* mini-sequences (MsT): %d pieces of BT / %d rows, the logits never whole */\n", m, m);
+  fprintf(pr->out, "  /* mini-sequences (MsT): %d pieces of BT / %d rows;", m, m);
+  for (int k = from, n = 0; k < to; k++)
+    if (lx_chunk_local(graph, r->ops[k])) {
+      const lx_op *op = &graph->ops[r->ops[k]];
+      fprintf(pr->out, "%s %s", n++ ? "," : "", op->var[0] ? op->var : op->name);
+    }
+  fputs(" never whole */\n", pr->out);
   fprintf(pr->out, "  for (int piece = 0; piece < %d; piece++) {\n", m);
   fprintf(pr->out,
           "    const int piece_rows = BT / %d;\n    const size_t first_row = (size_t)piece * piece_rows;\n",

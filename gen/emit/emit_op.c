@@ -84,7 +84,9 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   case LX_OP_LAYERNORM:
   case LX_OP_RMSNORM:
   case LX_OP_SWIGLU: snprintf(c->sizes, sizeof c->sizes, "%s, %d", k->rows, w); break;
-  case LX_OP_LINEAR: snprintf(c->sizes, sizeof c->sizes, "BT, %d, %d", emit_in_width(pr, g, op), w); break;
+  case LX_OP_LINEAR:
+    snprintf(c->sizes, sizeof c->sizes, "%s, %d, %d", k->rows, emit_in_width(pr, g, op), w);
+    break;
   case LX_OP_LM_HEAD:
     snprintf(c->sizes, sizeof c->sizes, "%s, %d, VP / %d", k->rows, emit_in_width(pr, g, op), emit_tp(pr));
     break;
@@ -102,7 +104,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   case LX_OP_DROPOUT: dropout_tail(pr, g, i, k, backward, c); break;
   case LX_OP_CROSS_ENTROPY: {
     /* a piece's rows of the micro-batch's BT, the loss still the mean over BT */
-    bool piece = strcmp(k->rows, "BT") != 0;
+    bool piece = pr->in_pieces && op->chunks > 1;
     c->variant = !tp        ? (piece ? "_rows" : "")
                  : backward ? (piece ? "_slice_rows" : "_slice")
                             : (piece ? "_tp_rows" : "_tp");

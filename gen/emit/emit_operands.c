@@ -213,7 +213,7 @@ void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role
   kernel_operands(pr, g, i, out_role, backward, c->args, sizeof c->args);
   c->width = emit_rank_width(pr, c->op->out);
   c->sharded = emit_sequence_sharded(pr, c->op->out);
-  c->rows = pr->in_pieces && c->op->chunks > 1 ? "piece_rows" : c->sharded ? "SEQ_ROWS" : "BT";
+  c->rows = emit_rows(pr, c->op);
 }
 
 void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
@@ -240,6 +240,14 @@ void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_
 /* ---- shapes of one op, as C expressions ----------------------------------- */
 
 int emit_tp(const lx_printer *pr) { return pr->ir->plan.tp; }
+
+/* Under sequence parallelism a matmul reads the gathered whole input, or
+ * writes the whole partial output it reduce-scatters: all rows. */
+const char *emit_rows(const lx_printer *pr, const lx_op *op) {
+  bool matmul = op->kind == LX_OP_LINEAR || op->kind == LX_OP_LM_HEAD;
+  if (pr->in_pieces && op->chunks > 1) return "piece_rows";
+  return emit_sequence_sharded(pr, op->out) && !matmul ? "SEQ_ROWS" : "BT";
+}
 
 int emit_rank_width(const lx_printer *pr, lx_shape s) { return (int)lx_rank_width(pr->ir, s); }
 

@@ -184,6 +184,12 @@ static int64_t sp_buffer_bytes(const lx_pipeline *p, int s) {
   return most;
 }
 
+static bool block_in_pieces(const lx_graph *block) {
+  for (int i = 0; i < block->n_ops; i++)
+    if (block->ops[i].chunks > 1) return true;
+  return false;
+}
+
 /* Interleaved 1F1B: chunk v's pool of slots, each its layers with the
  * prologue's part before them (chunk 0 of the first stage) or the
  * epilogue's after them (the last chunk of the last stage). Returns the
@@ -287,6 +293,8 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
   out->sp_buffer_bytes = aligned(sp_buffer_bytes(p, s));
   out->sp_buffer_offset[0] = out->window_work_offset + 2 * out->window_buffer_bytes;
   out->sp_buffer_offset[1] = out->sp_buffer_offset[0] + out->sp_buffer_bytes;
+  out->sp_buffer_offset[2] = out->sp_buffer_offset[1] + out->sp_buffer_bytes;
+  out->sp_grad_buffer = out->sp_buffer_bytes > 0 && st->n_layers > 0 && block_in_pieces(&ir->block);
   out->boundary_grad_offset[0] = 0;
   out->boundary_grad_offset[1] = aligned(out->boundary_bytes);
   out->send_offset = 2 * aligned(out->boundary_bytes);
@@ -302,7 +310,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       [LX_REGION_ADAM_V] = fp32_optimizer,
       [LX_REGION_STASH] = out->pool_offset[LX_POOL_COUNT - 1] +
                           out->pool_slots[LX_POOL_COUNT - 1] * out->pool_slot_bytes[LX_POOL_COUNT - 1],
-      [LX_REGION_WORK] = out->sp_buffer_offset[1] + out->sp_buffer_bytes,
+      [LX_REGION_WORK] = out->sp_buffer_offset[2] + (out->sp_grad_buffer ? out->sp_buffer_bytes : 0),
       [LX_REGION_BOUNDARY] = out->send_offset + st->n_chunks * out->chunk_send_bytes,
   };
   int64_t cursor = 0;
@@ -520,7 +528,8 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
     const lx_graph *g = lx_graph_of(p->ir, t.graph);
     bool input = (t.role == LX_T_SP_GATHERED) == (t.index == 0);
     int64_t shard = input ? g->ops[op->inputs[0]].out_bytes : op->out_bytes;
-    return fixed(LX_REGION_WORK, work + l->sp_buffer_offset[t.role == LX_T_SP_WHOLE], shard * p->ir->plan.tp);
+    int buffer = t.role == LX_T_SP_WHOLE ? 1 : t.index == 1 && l->sp_grad_buffer ? 2 : 0;
+    return fixed(LX_REGION_WORK, work + l->sp_buffer_offset[buffer], shard * p->ir->plan.tp);
   }
   case LX_T_RECOMPUTED:
     if (pl->scratch_offset >= 0) return regenerated(l, pl, pl->scratch_offset, op->out_bytes);

@@ -133,8 +133,12 @@ typedef struct {
       recompute_work_bytes;   /* work starts with the recomputed tensors, then forward outputs or gradients */
   int64_t window_work_offset; /* then the window buffers: layer l's at this + (l % 2) * window_buffer_bytes */
   int64_t window_buffer_bytes;
-  int64_t sp_buffer_offset[2];     /* in work: the gathered and the whole buffers of sequence parallelism */
+  /* in work: the gathered and the whole buffers of sequence parallelism, and
+   * where a stage's block runs in mini-sequences a third, for a gathered
+   * output gradient (a run's pieces read it beside a gathered input) */
+  int64_t sp_buffer_offset[3];
   int64_t sp_buffer_bytes;         /* 0 without sequence parallelism */
+  bool sp_grad_buffer;             /* the third is there */
   int64_t boundary_grad_offset[2]; /* in the boundary region */
   /* Interleaved 1F1B: each chunk's stash slots (chunk_slots of them) hold
    * its layers (and the prologue's or epilogue's part where the chunk has

@@ -109,16 +109,17 @@ int64_t lx_static_bytes(const lx_stage_memory *m) {
 
 static bool output_is_item(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
 
-/* The gradients of the output and the inputs; a chunk-local input (one
- * mini-sequence of the logits) is also made again there. */
+/* The gradients of the output and the inputs, and in mini-sequences the
+ * pieces the backward makes again. */
 static int64_t backward_working_set(const lx_graph *g, int i) {
   const lx_op *op = &g->ops[i];
   int64_t bytes = lx_resident_bytes(g, i);
-  for (int k = 0; k < op->n_inputs; k++) {
-    int input = op->inputs[k];
-    if (g->ops[input].out.dtype != LX_DTYPE_INT32)
-      bytes += (lx_chunk_local(g, input) ? 2 : 1) * lx_resident_bytes(g, input);
-  }
+  for (int k = 0; k < op->n_inputs; k++)
+    if (g->ops[op->inputs[k]].out.dtype != LX_DTYPE_INT32) bytes += lx_resident_bytes(g, op->inputs[k]);
+  int *made = lx_malloc(sizeof *made * (size_t)g->n_ops);
+  for (int j = 0, n = lx_made_again(g, i, made); j < n; j++)
+    bytes += lx_resident_bytes(g, made[j]);
+  free(made);
   return bytes;
 }
 

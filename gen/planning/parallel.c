@@ -97,7 +97,8 @@ int64_t lx_stashed_layers(const lx_stage *st) {
 bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id graph, int op) {
   if (st->weight_lag == 0 || graph != LX_GRAPH_BLOCK) return false;
   const lx_op *o = &ir->block.ops[op];
-  return o->kind == LX_OP_LINEAR && !st->decisions[o->inputs[0]].drop_output;
+  /* in mini-sequences a piece's input exists only inside the backward */
+  return o->kind == LX_OP_LINEAR && o->chunks < 2 && !st->decisions[o->inputs[0]].drop_output;
 }
 
 bool lx_backward_gathers(const lx_ir *ir, const lx_op *op, lx_kernel_part part) {

@@ -16,6 +16,10 @@ void lx_partition_uniform(int layers, int pp, int *first_layer);
  * so does every producer of an input that is no longer held. */
 void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decision *decisions);
 void lx_recompute_closure(const lx_graph *block, lx_op_decision *decisions);
+/* Whether no policy may drop what op i of the block saves: the layer input
+ * (the checkpoint), and an op in mini-sequences (its backward makes its
+ * pieces again; a whole recomputation would need the pieces whole). */
+bool lx_never_dropped(const lx_graph *block, int i);
 /* Bytes of one layer's activations kept from forward to backward, per
  * micro-batch and tp rank, under these decisions. */
 int64_t lx_kept_bytes(const lx_graph *block, const lx_op_decision *decisions);

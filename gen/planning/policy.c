@@ -300,16 +300,16 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
   const lx_graph *g = pr->block;
   op_columns c = {lx_calloc((size_t)pr->n_ops, sizeof(int)), lx_calloc((size_t)pr->n_ops, sizeof(int))};
   for (int i = 0; i < pr->n_ops; i++) {
-    if (lx_is_input_op(pr, i)) continue;
+    if (lx_never_dropped(pr->block, i)) continue;
     c.rc[i] = add_binary(lp, rc_cost * ms(pr->recompute_s[i]), true);
     c.w[i] = add_binary(lp, w_cost * ms(pr->recompute_s[i]), windows && pr->windowable[i]);
     int r = add_row(lp, GLP_UP, 0, 0); /* w <= rc */
     put(t, r, c.w[i], 1), put(t, r, c.rc[i], -1);
   }
   for (int i = 0; i < pr->n_ops; i++)
-    for (int k = 0; !lx_is_input_op(pr, i) && k < g->ops[i].n_inputs; k++) {
+    for (int k = 0; !lx_never_dropped(pr->block, i) && k < g->ops[i].n_inputs; k++) {
       int j = g->ops[i].inputs[k];
-      if (lx_is_input_op(pr, j)) continue;
+      if (lx_never_dropped(pr->block, j)) continue;
       if (!lx_output_saved(g, j)) { /* rc_i <= rc_j */
         int r = add_row(lp, GLP_UP, 0, 0);
         put(t, r, c.rc[i], 1), put(t, r, c.rc[j], -1);

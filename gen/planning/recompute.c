@@ -17,11 +17,15 @@ static bool has_internals(const lx_op *op) {
   return false;
 }
 
+bool lx_never_dropped(const lx_graph *g, int i) {
+  return g->ops[i].kind == LX_OP_INPUT || g->ops[i].chunks > 1;
+}
+
 void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decision *decisions) {
   const lx_graph *g = &ir->block;
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
-    bool droppable = op->kind != LX_OP_INPUT; /* the layer input is the checkpoint */
+    bool droppable = !lx_never_dropped(g, i);
     decisions[i] = (lx_op_decision){0};
     if (policy == LX_RECOMPUTE_FULL && droppable)
       decisions[i].drop_output = decisions[i].drop_internals = true;

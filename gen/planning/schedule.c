@@ -182,21 +182,24 @@ static void gather_for_backward(builder *b, lx_instr in) {
     tp_collective(b, in, gathered_bytes(b, g, op, true), true, LX_COLL_ALLGATHER);
 }
 
+/* Whether op i runs in mini-sequences, and so does the op after it: a
+ * backward (last op first) that goes on a run of pieces. */
+static bool continues_pieces(const lx_graph *g, int i) {
+  return g->ops[i].chunks > 1 && i + 1 < g->n_ops && g->ops[i + 1].chunks > 1;
+}
+
 static void run_backward_op(builder *b, lx_graph_id gid, int layer, int i, int mb) {
   const lx_graph *g = lx_graph_of(b->ir, gid);
   const lx_op *op = &g->ops[i];
   lx_instr in = {.kind = LX_I_BWD, .graph = gid, .layer = layer, .op = i, .mb = mb};
   lx_tp_collectives c = lx_tp_collectives_of(b->ir, op, true);
-  /* In mini-sequences the backward of a chunk-local input's producer runs
-   * piece by piece with this one, the producer's forward again before each
-   * piece: what it gathers comes first. */
-  if (!lx_chunk_local(g, i)) gather_for_backward(b, in);
-  for (int k = 0; k < op->n_inputs; k++)
-    if (lx_chunk_local(g, op->inputs[k])) {
-      lx_instr producer = in;
-      producer.op = op->inputs[k];
-      gather_for_backward(b, producer);
-    }
+  /* In mini-sequences the backwards of a run of chunked ops go piece by
+   * piece together: what any of them gathers comes before the first. */
+  for (int j = i; !continues_pieces(g, i) && j >= 0 && (j == i || continues_pieces(g, j)); j--) {
+    lx_instr at = in;
+    at.op = j;
+    gather_for_backward(b, at);
+  }
   emit(b, LX_STREAM_COMPUTE, in);
   pass_emitted(b);
   if (c.reduce_after) tp_collective(b, in, whole_bytes(b, input_bytes(g, op)), true, c.reduce);

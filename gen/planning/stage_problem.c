@@ -52,7 +52,7 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
   pr->kept_all = lx_kept_bytes(g, scratch);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
-    if (op->kind == LX_OP_INPUT) continue; /* the layer input is the checkpoint */
+    if (lx_never_dropped(g, i)) continue;
     pr->recompute_s[i] = lx_cost_op_fwd(cm, ir, g, op);
     pr->drop_bytes[i] = drop_bytes_of(g, i, scratch);
     pr->windowable[i] = lx_output_saved(g, i) && !has_tp_collective(ir, op);
@@ -83,7 +83,6 @@ void lx_stage_problem_free(lx_stage_problem *pr) {
 
 /* ---- sets of ops ---------------------------------------------------------- */
 
-bool lx_is_input_op(const lx_stage_problem *pr, int i) { return pr->block->ops[i].kind == LX_OP_INPUT; }
 
 /* A recomputed op needs its inputs: a producer whose output nobody keeps
  * runs again too. Inputs precede their users: one backward sweep. */
@@ -93,7 +92,7 @@ lx_opmask lx_close_recompute(const lx_stage_problem *pr, lx_opmask rc) {
     if (!has(rc, i)) continue;
     for (int k = 0; k < g->ops[i].n_inputs; k++) {
       int j = g->ops[i].inputs[k];
-      if (!has(rc, j) && !lx_is_input_op(pr, j) && !lx_output_saved(g, j)) rc |= (lx_opmask)1 << j;
+      if (!has(rc, j) && !lx_never_dropped(pr->block, j) && !lx_output_saved(g, j)) rc |= (lx_opmask)1 << j;
     }
   }
   return rc;

@@ -30,7 +30,6 @@ typedef struct {
 
 bool lx_output_saved(const lx_graph *g, int i);
 
-bool lx_is_input_op(const lx_stage_problem *pr, int i);
 
 /* A recomputed op needs its inputs: a producer whose output nobody keeps
  * runs again too. Inputs precede their users: one backward sweep. */

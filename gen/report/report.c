@@ -264,10 +264,12 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
         "           point-to-point transfers (docs/schedules.md)\n",
         p->virtual_stages, p->pp);
   if (ir->plan.mini_sequences > 1)
-    fprintf(out,
-            "mini-seq   %d pieces of the sequence for the LM head and its loss (MsT): the logits and their\n"
-            "           gradient exist one piece at a time; the backward runs the LM head's forward again\n",
-            ir->plan.mini_sequences);
+    fprintf(
+        out,
+        "mini-seq   %d pieces of the sequence for the LM head with its loss and each MLP (MsT): the logits,\n"
+        "           the MLP hidden and their gradients exist one piece at a time, the backward makes them "
+        "again\n",
+        ir->plan.mini_sequences);
   if (p->kind == LX_SCHEDULE_2BW)
     fprintf(out,
             "semantics  PipeDream-2BW, not synchronous training: the pipeline does not drain between steps,\n"

@@ -2,8 +2,10 @@
 #include "verify/access.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "planning/passes.h"
 
 typedef struct {
@@ -127,31 +129,45 @@ bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l
   }
 }
 
-/* Whether operand o of the instruction's kernel is an input that the
- * instruction makes itself: in mini-sequences, a backward makes each piece
- * of a chunk-local input (the logits) again before it reads it. */
-static bool made_again(const lx_graph *g, const lx_instr *in, const lx_operand *o) {
-  return in->kind == LX_I_BWD && o->kind == LX_OPND_IN && lx_chunk_local(g, g->ops[in->op].inputs[o->index]);
+static bool listed(const int *set, int n, int j) {
+  for (int k = 0; k < n; k++)
+    if (set[k] == j) return true;
+  return false;
 }
 
-/* A FWD, RECOMPUTE, BWD or BWD_WEIGHT touches its kernel's operands, those
- * of the part it runs (op_signature.h), and the forward's of each input it
- * makes again. */
-static void kernel_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
-                            access_list *list) {
-  const lx_graph *g = lx_graph_of(p->ir, in->graph);
-  const lx_op *op = &g->ops[in->op];
+/* The operands of the kernel the instruction runs, those of the part it
+ * runs (op_signature.h), but an input among `made`: the instruction has just
+ * made its piece again, itself. */
+static void operand_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                             const int *made, int n_made, access_list *list) {
+  const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
   lx_kernel_part part = lx_instr_part(p->ir, &p->stages[stage], in);
   bool backward = in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT;
   for (const lx_operand *o = lx_op_operands(op, backward); o->kind != LX_OPND_END; o++) {
     lx_access a;
-    if (made_again(g, in, o)) {
-      lx_instr producer = *in;
-      producer.kind = LX_I_FWD, producer.op = op->inputs[o->index];
-      kernel_accesses(p, stage, l, &producer, list);
-    } else if (lx_operand_in_part(o->kind, part) && lx_operand_access(p, stage, l, in, o, &a))
-      add(list, a);
+    if (o->kind == LX_OPND_IN && listed(made, n_made, op->inputs[o->index])) continue;
+    if (lx_operand_in_part(o->kind, part) && lx_operand_access(p, stage, l, in, o, &a)) add(list, a);
   }
+}
+
+/* A FWD, RECOMPUTE, BWD or BWD_WEIGHT touches its kernel's operands. In
+ * mini-sequences a backward first makes the pieces of chunk-local inputs
+ * again (lx_made_again): their forwards' operands too. */
+static void kernel_accesses(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
+                            access_list *list) {
+  const lx_graph *g = lx_graph_of(p->ir, in->graph);
+  if (in->kind != LX_I_BWD || g->ops[in->op].chunks < 2) {
+    operand_accesses(p, stage, l, in, NULL, 0, list);
+    return;
+  }
+  int *made = lx_malloc(sizeof *made * (size_t)g->n_ops), n_made = lx_made_again(g, in->op, made);
+  for (int k = 0; k < n_made; k++) {
+    lx_instr producer = *in;
+    producer.kind = LX_I_FWD, producer.op = made[k];
+    operand_accesses(p, stage, l, &producer, made, k, list); /* its inputs made before it */
+  }
+  operand_accesses(p, stage, l, in, made, n_made, list);
+  free(made);
 }
 
 /* The gradient buffers a graph instance's backward accumulates into: every
