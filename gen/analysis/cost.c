@@ -221,6 +221,13 @@ double lx_cost_gemm_efficiency(const lx_cost_model *cm, double m, double n, doub
   return cm->matmul_efficiency * 2 * x / (1 + x);
 }
 
+/* Mini-sequences: an op runs one call per piece, and the backward of one
+ * whose output is chunk-local runs its forward again (its FLOPs, analysis's). */
+static int pieces(const lx_op *op) { return op->chunks > 1 ? op->chunks : 1; }
+static bool forward_again(const lx_graph *g, const lx_op *op, bool backward) {
+  return backward && lx_chunk_local(g, (int)(op - g->ops));
+}
+
 /* FLOP/s the op's arithmetic runs at. */
 static double compute_rate(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {
   switch (op->kind) {
@@ -228,7 +235,8 @@ static double compute_rate(const lx_cost_model *cm, const lx_ir *ir, const lx_gr
   case LX_OP_LM_HEAD: {
     double k, n;
     gemm_widths(ir, g, op, &k, &n);
-    return lx_cost_gemm_efficiency(cm, (double)kernel_tokens(ir, g, op), n, k) * matmul_peak(cm, ir);
+    double rows = (double)kernel_tokens(ir, g, op) / pieces(op); /* per call */
+    return lx_cost_gemm_efficiency(cm, rows, n, k) * matmul_peak(cm, ir);
   }
   case LX_OP_ATTENTION:
     return (op->attention_impl == LX_ATTN_FLASH ? cm->flash_attention_efficiency : cm->attention_efficiency) *
@@ -262,10 +270,13 @@ static double roofline(const lx_cost_model *cm, const lx_ir *ir, const lx_graph 
                        bool backward) {
   if (op->kind == LX_OP_INPUT) return 0;
   double flops = backward ? op->flops_bwd : op->flops_fwd;
+  bool again = forward_again(g, op, backward);
   double bytes = backward ? bwd_bytes(ir, g, op) : fwd_bytes(ir, g, op);
+  if (again) bytes += fwd_bytes(ir, g, op);
   double compute = flops / compute_rate(cm, ir, g, op);
+  int calls = pieces(op) * (launches(ir, op, backward) + (again ? launches(ir, op, false) : 0));
   return max_d(compute, memory_time(cm, bytes)) + memory_time(cm, score_bytes(ir, g, op, backward)) +
-         launches(ir, op, backward) * cm->launch_s;
+         calls * cm->launch_s;
 }
 
 /* ---- profile lookup -------------------------------------------------------- */
