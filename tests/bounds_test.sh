@@ -92,11 +92,12 @@ expect_error "1100 repeated x = gelu(x): a located error naming the limit" \
 
 # ---- the plan search's budgets ---------------------------------------------------
 
-# gpt-23b with tp, pp, dp and micro_batch open (and no --policy): 90 layouts x 4 policies, 360 candidates
+# gpt-23b with tp, pp, dp and micro_batch open (and no --policy, mini_sequences open): 90 layouts x 4
+# policies x 1, 4 or 16 pieces, 1080 candidates
 grep -vE '^ *\.(tp|pp|dp|micro_batch) = ' examples/gpt-23b.model >"$tmp/open.model"
 run_lynxgen "$tmp/open.model" --plan --search-time 0.5
 expect_error "the search past --search-time: stops, names the best plan so far" \
-  "error: the plan search's time budget \(--search-time 0.5 s\) ran out after [0-9]+ of 360 candidates; the best found so far: (tp [0-9]+, pp [0-9]+|none)"
+  "error: the plan search's time budget \(--search-time 0.5 s\) ran out after [0-9]+ of 1080 candidates; the best found so far: (tp [0-9]+, pp [0-9]+|none)"
 # 0.28 GiB of address space: enough for libclang and the parse, not for the whole search
 run_lynxgen "$tmp/open.model" --plan --max-memory 0.28
 expect_error "the search past --max-memory: out of memory, the budget named" "error: out of memory .*--max-memory"

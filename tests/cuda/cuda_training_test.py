@@ -208,6 +208,9 @@ LAYOUTS = (
     # interleaved 1F1B: two chunks per stage, activations and gradients around the ring of two stages
     ("tiny pp2 interleaved", MODEL, ("--tp", "1", "--dp", "1", "--pp", "2", "--schedule", "interleaved",
                                      "--policy", "none")),
+    # mini-sequences (MsT): the SwiGLU MLPs and the vocabulary-parallel LM head and loss in 4 pieces
+    ("llama tp2 pp2 SP mini-sequences 4", LLAMA, ("--tp", "2", "--pp", "2", "--dp", "1", "--sequence-parallel",
+                                                  "--policy", "none", "--mini-sequences", "4")),
 )
 RELOAD_BOUND = 1e-6  # the same weights through the same kernels: the saved run's last validation loss
 

@@ -166,6 +166,7 @@ static const char *const all_fields[] = {
     "schedule",
     "sequence_parallel",
     "zero",
+    "mini_sequences",
     "steps",
     "lr",
     "min_lr",
