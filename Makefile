@@ -78,6 +78,8 @@ out: bin/lynxgen
 	rm out/tiny-2bw-cpu/lx_*.h
 	bin/lynxgen examples/tiny.model --target cpu --schedule interleaved -o out/tiny-interleaved-cpu > /dev/null
 	rm out/tiny-interleaved-cpu/lx_*.h
+	bin/lynxgen examples/tiny.model --target cpu --tp 2 --mini-sequences 4 -o out/tiny-mini-sequences-cpu > /dev/null
+	rm out/tiny-mini-sequences-cpu/lx_*.h
 	bin/lynxgen examples/gpt13b.model -o out/gpt13b-cuda > /dev/null
 	rm out/gpt13b-cuda/trace.json # 7 MB of timeline; manifest.txt still holds its SHA-256
 

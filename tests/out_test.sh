@@ -37,6 +37,8 @@ SHARED_HEADERS=out/tiny-cpu check tiny-zb-h1-cpu examples/tiny.model --target cp
 SHARED_HEADERS=out/tiny-cpu check tiny-2bw-cpu examples/tiny.model --target cpu --pp 4 --schedule 2bw
 # interleaved 1F1B: the chunk table, chunk_of / layer_slot, sends around the ring tagged by chunk
 SHARED_HEADERS=out/tiny-cpu check tiny-interleaved-cpu examples/tiny.model --target cpu --schedule interleaved
+# mini-sequences (MsT): the loops over the pieces of the MLPs and of the vocabulary-parallel LM head and loss
+SHARED_HEADERS=out/tiny-cpu check tiny-mini-sequences-cpu examples/tiny.model --target cpu --tp 2 --mini-sequences 4
 # the README's example, CUDA (the default target); its trace.json is not kept in out/ (7 MB), but
 # manifest.txt, which is compared, holds the SHA-256 of the one lynxgen writes
 check gpt13b-cuda examples/gpt13b.model
