@@ -36,10 +36,18 @@ typedef struct {
   lx_stage_layout *layouts;
 } built;
 
+/* What a built plan changes besides its depth: tp and dp (0: as the model
+ * says), sequence parallelism, mini-sequences (0: whole). */
+typedef struct {
+  int tp, dp;
+  bool sequence_parallel;
+  int mini_sequences;
+} parallel_plan;
+
 /* The model at `path` with its widths, on `layers` layers, pp stages and
- * `micro_batches` micro-batches; tp and dp as given (0: as the model says). */
+ * `micro_batches` micro-batches, under `par`. */
 static bool build_parallel(const char *path, int layers, int pp, int micro_batches, lx_schedule schedule,
-                           lx_recompute_policy policy, int tp, int dp, built *b) {
+                           lx_recompute_policy policy, parallel_plan par, built *b) {
   memset(b, 0, sizeof *b);
   lx_ir_init(&b->ir);
   if (lx_parse_model(path, NULL, 0, &b->ir)) return false;
@@ -47,8 +55,10 @@ static bool build_parallel(const char *path, int layers, int pp, int micro_batch
   b->ir.model.layers = layers;
   b->ir.model.seq_len = 16;
   plan->pp = pp;
-  if (tp) plan->tp = tp;
-  if (dp) plan->dp = dp;
+  if (par.tp) plan->tp = par.tp;
+  if (par.dp) plan->dp = par.dp;
+  plan->sequence_parallel = par.sequence_parallel;
+  plan->mini_sequences = par.mini_sequences;
   plan->schedule = schedule;
   plan->micro_batch = 1;
   plan->global_batch = micro_batches * (plan->dp ? plan->dp : 1);
@@ -62,7 +72,7 @@ static bool build_parallel(const char *path, int layers, int pp, int micro_batch
 
 static bool build(const char *path, int layers, int pp, int micro_batches, lx_schedule schedule,
                   lx_recompute_policy policy, built *b) {
-  return build_parallel(path, layers, pp, micro_batches, schedule, policy, 0, 0, b);
+  return build_parallel(path, layers, pp, micro_batches, schedule, policy, (parallel_plan){0}, b);
 }
 
 /* Interleaved 1F1B with `chunks` chunks per stage: `layers` layers over pp x chunks chunks. */
@@ -154,6 +164,29 @@ static void check_interleaved_examples(void) {
           release(&b);
         }
   globfree(&models);
+}
+
+/* Mini-sequences: the LM head, its loss and the MLPs (GPT's gelu, Llama's
+ * SwiGLU) in 4 pieces, whose backwards make the pieces again, under every
+ * schedule and policy, and at tp 2 with sequence parallelism (a run of pieces
+ * gathers before its first backward). */
+static void check_pieces(void) {
+  static const char *models[] = {"examples/tiny.model", "examples/llama.model"};
+  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+    for (int k_sched = 0; k_sched < SCHEDULES; k_sched++)
+      for (int policy = 0; policy < LX_RECOMPUTE_POLICY_COUNT; policy++)
+        for (int tp = 1; tp <= 2; tp++) {
+          built b;
+          parallel_plan par = {.tp = tp, .dp = 1, .sequence_parallel = tp > 1, .mini_sequences = 4};
+          bool ok =
+              build_parallel(models[i], 4, 2, 5, schedules[k_sched], (lx_recompute_policy)policy, par, &b);
+          int violations = ok ? lx_verify(&b.pipe, b.layouts) : -1;
+          CHECK(violations == 0,
+                "%s in 4 mini-sequences, %s recompute %s tp=%d%s verifies clean (%d violations)", models[i],
+                lx_schedule_name(schedules[k_sched]), lx_recompute_policy_name((lx_recompute_policy)policy),
+                tp, tp > 1 ? " SP" : "", violations);
+          release(&b);
+        }
 }
 
 /* ---- planted bugs ---------------------------------------------------------- */
@@ -275,7 +308,8 @@ static void drop_optimizer_wait(built *b) {
 static void check_planted_parallel(const char *name, plant_fn plant, lx_schedule schedule,
                                    lx_recompute_policy policy, int tp, int dp) {
   built b;
-  bool ok = build_parallel("examples/tiny.model", 4, 3, 7, schedule, policy, tp, dp, &b);
+  bool ok = build_parallel("examples/tiny.model", 4, 3, 7, schedule, policy,
+                           (parallel_plan){.tp = tp, .dp = dp}, &b);
   CHECK(ok && lx_verify(&b.pipe, b.layouts) == 0, "%s: the pipeline verifies clean before planting", name);
   plant(&b);
   int violations = verify_quietly(&b);
@@ -287,6 +321,33 @@ static void check_planted_parallel(const char *name, plant_fn plant, lx_schedule
 static void check_planted(const char *name, plant_fn plant, lx_schedule schedule,
                           lx_recompute_policy policy) {
   check_planted_parallel(name, plant, schedule, policy, 0, 0);
+}
+
+/* The last stage's logits, made again piece by piece in the loss's
+ * backward, placed where the backward's gradients live (the forward part of
+ * work) instead of beside them. */
+static void pieces_over_gradients(built *b) {
+  lx_stage_layout *l = &b->layouts[b->pipe.pp - 1];
+  const lx_graph *g = &b->ir.epilogue;
+  for (int i = 0; i < g->n_ops; i++)
+    if (lx_chunk_local(g, i)) {
+      l->places[LX_GRAPH_EPILOGUE][i].output_recomputed = false;
+      l->places[LX_GRAPH_EPILOGUE][i].output_work_offset = 0;
+    }
+}
+
+static void check_planted_pieces(void) {
+  built b;
+  parallel_plan par = {.tp = 1, .dp = 1, .mini_sequences = 4};
+  bool ok = build_parallel("examples/tiny.model", 4, 2, 5, LX_SCHEDULE_GPIPE, LX_RECOMPUTE_NONE, par, &b);
+  CHECK(ok && lx_verify(&b.pipe, b.layouts) == 0, "pieces of the logits: verifies clean before planting");
+  pieces_over_gradients(&b);
+  int violations = verify_quietly(&b);
+  CHECK(violations > 0,
+        "the logits' pieces, made again in the backward, placed over its gradients are reported "
+        "(%d violations)",
+        violations);
+  release(&b);
 }
 
 /* Interleaved: the last stage's first activation sent around the ring (to
@@ -409,6 +470,8 @@ static void check_split_pair_not_fused(void) {
 }
 
 int main(void) {
+  check_pieces();
+  check_planted_pieces();
   check_split_pair_not_fused();
   check_accesses();
   check_examples();
