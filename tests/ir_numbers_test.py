@@ -122,4 +122,19 @@ want = 34 * s * b * h + 4 * a * s * b
 check(ir["layers"][0]["activation_bytes"] == want,
       f"flash attention layer keeps 34*s*b*h + 4*a*s*b = {want} (got {ir['layers'][0]['activation_bytes']})")
 
+# Without dropout (probability 0) a dropout() is its input: no op in the IR,
+# no copy in the programs, and Korthikanti's table without the dropout terms:
+# 32*s*b*h (no two s*b*h masks) + 2*a*s^2*b (the softmax; no a*s^2*b mask and
+# no 2*a*s^2*b dropout output).
+ir = dump_ir(GPT.format(s=s, b=b, h=h, a=a, L=L, V=V, B=8 * b, attn="attention").replace(".dropout = 0.1",
+                                                                                         ".dropout = 0"))
+kinds = [op["kind"] for g in ir["graphs"].values() for op in g["ops"]]
+want = 32 * s * b * h + 2 * a * s * s * b
+check("dropout" not in kinds and ir["layers"][0]["activation_bytes"] == want,
+      f"dropout 0: no dropout op, a layer keeps 32*s*b*h + 2*a*s^2*b = {want} "
+      f"(got {ir['layers'][0]['activation_bytes']}, {kinds.count('dropout')} dropout ops)")
+# ... and the graphs still read what the dropouts passed on: the prologue returns the sum
+prologue = ir["graphs"]["prologue"]
+check(prologue["output"] == "add_0", f"dropout 0: the prologue returns add_0 (got {prologue['output']})")
+
 sys.exit(exit_status())

@@ -118,7 +118,8 @@ tensor epilogue(tensor x, tensor targets) {
 }
 """
 
-# 2BW against the numpy reference: no dropout (the reference has none), a
+# 2BW against the numpy reference: no dropout (the reference has none: the
+# dropout() calls at probability 0 are their inputs, left out of the IR), a
 # constant learning rate and no clipping (nothing the reference would have
 # to mirror besides AdamW itself).
 GPT_2BW = """#include <lynx.h>
@@ -132,11 +133,11 @@ static const struct lx_training training = { .steps = 5, .lr = 3e-3, .min_lr = 3
   .lr_schedule = LR_CONSTANT, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0, .grad_clip = 0.0,
   .seed = 7, .dtype = DTYPE_FP32 };
 tensor prologue(tensor tokens) {
-  return add(embedding(tokens, V, H), position_embedding(tokens, H));
+  return dropout(add(embedding(tokens, V, H), position_embedding(tokens, H)));
 }
 tensor block(tensor x) {
   tensor a = attention(linear(layernorm(x), 3 * H), 2, 2);
-  x = add(x, linear(a, H));
+  x = add(x, dropout(linear(a, H)));
   tensor m = linear(gelu(linear(layernorm(x), 4 * H)), H);
   return add(x, m);
 }

@@ -482,6 +482,31 @@ static void require_definitions(lx_parse_ctx *ctx) {
       lx_error(lx_file_start(ctx), "missing function '%s'", model_functions[i].signature);
 }
 
+/* A dropout of probability 0 is its input: its readers read that instead, it
+ * leaves the graph, and what it was assigned to names its input when that
+ * has no name of its own (so the programs run no copy for it). */
+static void fold_dropout(lx_graph *g, int d) {
+  int input = g->ops[d].inputs[0];
+  if (!g->ops[input].var[0]) memcpy(g->ops[input].var, g->ops[d].var, sizeof g->ops[d].var);
+  if (g->output == d) g->output = input;
+  if (g->output > d) g->output--;
+  for (int i = d + 1; i < g->n_ops; i++) {
+    for (int k = 0; k < g->ops[i].n_inputs; k++)
+      g->ops[i].inputs[k] =
+          g->ops[i].inputs[k] == d ? input : g->ops[i].inputs[k] - (g->ops[i].inputs[k] > d);
+    g->ops[i - 1] = g->ops[i];
+  }
+  g->n_ops--;
+}
+
+static void fold_identity_dropouts(lx_ir *ir) {
+  if (ir->model.dropout != 0) return;
+  lx_graph *graphs[] = {&ir->prologue, &ir->block, &ir->epilogue};
+  for (size_t k = 0; k < sizeof graphs / sizeof graphs[0]; k++)
+    for (int i = graphs[k]->n_ops - 1; i >= 0; i--)
+      if (graphs[k]->ops[i].kind == LX_OP_DROPOUT) fold_dropout(graphs[k], i);
+}
+
 int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir *ir) {
   int errors_before = lx_error_count();
   free(ir->model_path);
@@ -519,6 +544,7 @@ int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir 
   } else if (report_clang_errors(&ctx) == 0) {
     clang_visitChildren(clang_getTranslationUnitCursor(ctx.tu), visit_top_level, &ctx);
     require_definitions(&ctx);
+    if (lx_error_count() == errors_before) fold_identity_dropouts(ir);
   }
   lx_locator_free(&ctx.locator);
   if (ctx.tu) clang_disposeTranslationUnit(ctx.tu);

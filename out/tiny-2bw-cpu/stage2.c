@@ -28,7 +28,7 @@ enum {
 
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
-#define ARENA_BYTES 3195136LL
+#define ARENA_BYTES 3129600LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 199936 bytes */
 #define REGION_previous 199936LL /* 199936 bytes */
@@ -37,8 +37,8 @@ enum {
 #define REGION_adam_m 599808LL /* 199936 bytes */
 #define REGION_adam_v 799744LL /* 199936 bytes */
 #define REGION_stash 999680LL /* 1310720 bytes */
-#define REGION_work 2310400LL /* 622592 bytes */
-#define REGION_boundary 2932992LL /* 262144 bytes */
+#define REGION_work 2310400LL /* 557056 bytes */
+#define REGION_boundary 2867456LL /* 262144 bytes */
 #define EXTENT_params 199936LL /* bytes its tensors reach */
 #define EXTENT_previous 199936LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
@@ -46,7 +46,7 @@ enum {
 #define EXTENT_adam_m 199936LL /* bytes its tensors reach */
 #define EXTENT_adam_v 199936LL /* bytes its tensors reach */
 #define EXTENT_stash 1310720LL /* bytes its tensors reach */
-#define EXTENT_work 622592LL /* bytes its tensors reach */
+#define EXTENT_work 557056LL /* bytes its tensors reach */
 #define EXTENT_boundary 262144LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 49984LL
 static char *arena;
@@ -73,7 +73,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_CHECKPOINT_INTERVAL 0
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
-#define PREDICTED_STEP_SECONDS 0.000691 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 0.000642 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_previous) * REAL_SCALE))
@@ -110,11 +110,11 @@ static real *block_layernorm_0_bias(int layer, int mb) {
 static real *block_qkv_weight(int layer, int mb) { return (real *)AT(weights_of(mb) + 512LL + param_layer(layer)); }
 /* 192 elements: the bias of qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_bias(int layer, int mb) { return (real *)AT(weights_of(mb) + 49664LL + param_layer(layer)); }
-/* 4096 elements: the weight of linear_1 = linear(...)  tiny.model:75 */
+/* 4096 elements: the weight of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_weight(int layer, int mb) {
   return (real *)AT(weights_of(mb) + 50432LL + param_layer(layer));
 }
-/* 64 elements: the bias of linear_1 = linear(...)  tiny.model:75 */
+/* 64 elements: the bias of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_bias(int layer, int mb) {
   return (real *)AT(weights_of(mb) + 66816LL + param_layer(layer));
 }
@@ -134,11 +134,11 @@ static real *block_linear_2_weight(int layer, int mb) {
 static real *block_linear_2_bias(int layer, int mb) {
   return (real *)AT(weights_of(mb) + 133120LL + param_layer(layer));
 }
-/* 16384 elements: the weight of linear_3 = linear(...)  tiny.model:79 */
+/* 16384 elements: the weight of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_weight(int layer, int mb) {
   return (real *)AT(weights_of(mb) + 134144LL + param_layer(layer));
 }
-/* 64 elements: the bias of linear_3 = linear(...)  tiny.model:79 */
+/* 64 elements: the bias of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_bias(int layer, int mb) {
   return (real *)AT(weights_of(mb) + 199680LL + param_layer(layer));
 }
@@ -184,34 +184,26 @@ static real *block_gelu_0(int layer, int mb) {
 /* work: alive inside one forward or backward (or from a window to the backward) */
 /* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
-/* (B, T, 64): linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): a = linear(...)  tiny.model:75 */
 static real *block_linear_1(void) { return (real *)AT(REGION_work + 0LL); }
-/* (B, T, 64): a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 64): h = linear(...)  tiny.model:79 */
+static real *block_linear_3(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 192): d qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_grad(void) { return (real *)AT(REGION_work + 32768LL); }
-/* (B, T, 64): linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3(void) { return (real *)AT(REGION_work + 65536LL); }
-/* (B, T, 64): h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1(void) { return (real *)AT(REGION_work + 98304LL); }
 /* (B, T, 64): d a = attention(...)  tiny.model:74 */
 static real *block_attention_0_grad(void) { return (real *)AT(REGION_work + 131072LL); }
-/* (B, T, 64): d linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): d a = linear(...)  tiny.model:75 */
 static real *block_linear_1_grad(void) { return (real *)AT(REGION_work + 163840LL); }
-/* (B, T, 64): d a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
 /* (B, T, 64): d x = add(...)  tiny.model:76 */
-static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 229376LL); }
+static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
 /* (B, T, 64): d h = layernorm(...)  tiny.model:77 */
-static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 262144LL); }
+static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 229376LL); }
 /* (B, T, 256): d linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 294912LL); }
+static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 262144LL); }
 /* (B, T, 256): d h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 425984LL); }
-/* (B, T, 64): d linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 557056LL); }
-/* (B, T, 64): d h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1_grad(void) { return (real *)AT(REGION_work + 589824LL); }
+static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 393216LL); }
+/* (B, T, 64): d h = linear(...)  tiny.model:79 */
+static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 524288LL); }
 
 /* pipeline buffers per slot, and the gradients between layers */
 /* (BOUNDARY_ELEMENTS): the activation sent to stage 3 */
@@ -252,14 +244,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(STEP_OF(mb), GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 4, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer, mb),
       block_linear_1_bias(layer, mb), BT, 64, 64);
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(STEP_OF(mb), GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer, mb),
       block_layernorm_1_bias(layer, mb), BT, 64);
@@ -268,14 +257,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
       block_linear_2_bias(layer, mb), BT, 64, 256);
   /* h = gelu(...)  tiny.model:78 */
   lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
-  /* linear_3 = linear(...)  tiny.model:79 */
+  /* h = linear(...)  tiny.model:79 */
   lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer, mb),
       block_linear_3_bias(layer, mb), BT, 256, 64);
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(STEP_OF(mb), GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:71) for one micro-batch. */
@@ -285,17 +271,13 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   memset(block_qkv_grad(), 0, 98304 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_2_grad(), 0, 131072 * REAL_SCALE);
   memset(block_gelu_0_grad(), 0, 131072 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer, mb)),
       GRAD_OF(block_linear_3_bias(layer, mb)), block_linear_3_grad(), block_gelu_0(layer, mb),
@@ -311,9 +293,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
       GRAD_OF(block_layernorm_1_bias(layer, mb)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer, mb), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer, mb)),
       GRAD_OF(block_linear_1_bias(layer, mb)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -512,12 +492,12 @@ static const lx_param_tensor param_tensors[] = {
   {"block layer 2 linear_0.bias", 12416LL, 192LL, 0, 0, 0, 6400390LL, 70528LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
   {"block layer 2 linear_1.weight", 12608LL, 4096LL, 0.0070710678118654745, 0, 1, 6400393LL, 79104LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 2 linear_1.bias", 16704LL, 64LL, 0, 0, 0, 6400394LL, 87424LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 layernorm_1.weight", 16768LL, 64LL, 0, 1, 0, 6400399LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 layernorm_1.bias", 16832LL, 64LL, 0, 0, 0, 6400400LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 linear_2.weight", 16896LL, 16384LL, 0.02, 0, 1, 6400401LL, 120832LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 2 linear_2.bias", 33280LL, 256LL, 0, 0, 0, 6400402LL, 154112LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 2 linear_3.weight", 33536LL, 16384LL, 0.0070710678118654745, 0, 1, 6400405LL, 187392LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 2 linear_3.bias", 49920LL, 64LL, 0, 0, 0, 6400406LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_1.weight", 16768LL, 64LL, 0, 1, 0, 6400397LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_1.bias", 16832LL, 64LL, 0, 0, 0, 6400398LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 linear_2.weight", 16896LL, 16384LL, 0.02, 0, 1, 6400399LL, 120832LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 2 linear_2.bias", 33280LL, 256LL, 0, 0, 0, 6400400LL, 154112LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 2 linear_3.weight", 33536LL, 16384LL, 0.0070710678118654745, 0, 1, 6400403LL, 187392LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 2 linear_3.bias", 49920LL, 64LL, 0, 0, 0, 6400404LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
 };
 enum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };
 

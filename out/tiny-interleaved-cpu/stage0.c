@@ -51,7 +51,7 @@ static int64_t chunk_stash(int layer, int mb) {
 }
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
-#define ARENA_BYTES 7335936LL
+#define ARENA_BYTES 7270400LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 481792 bytes */
 #define REGION_previous 481792LL /* 0 bytes */
@@ -60,8 +60,8 @@ static int64_t chunk_stash(int layer, int mb) {
 #define REGION_adam_m 963584LL /* 481792 bytes */
 #define REGION_adam_v 1445376LL /* 481792 bytes */
 #define REGION_stash 1927168LL /* 3934208 bytes */
-#define REGION_work 5861376LL /* 622592 bytes */
-#define REGION_boundary 6483968LL /* 851968 bytes */
+#define REGION_work 5861376LL /* 557056 bytes */
+#define REGION_boundary 6418432LL /* 851968 bytes */
 #define EXTENT_params 481792LL /* bytes its tensors reach */
 #define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
@@ -69,7 +69,7 @@ static int64_t chunk_stash(int layer, int mb) {
 #define EXTENT_adam_m 481792LL /* bytes its tensors reach */
 #define EXTENT_adam_v 481792LL /* bytes its tensors reach */
 #define EXTENT_stash 3934208LL /* bytes its tensors reach */
-#define EXTENT_work 622592LL /* bytes its tensors reach */
+#define EXTENT_work 557056LL /* bytes its tensors reach */
 #define EXTENT_boundary 851968LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 120448LL
 static char *arena;
@@ -96,7 +96,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_CHECKPOINT_INTERVAL 0
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
-#define PREDICTED_STEP_SECONDS 0.00141 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 0.00128 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
@@ -122,9 +122,9 @@ static real *block_layernorm_0_bias(int layer) { return (real *)AT(REGION_params
 static real *block_qkv_weight(int layer) { return (real *)AT(REGION_params + 82432LL + param_layer(layer)); }
 /* 192 elements: the bias of qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_bias(int layer) { return (real *)AT(REGION_params + 131584LL + param_layer(layer)); }
-/* 4096 elements: the weight of linear_1 = linear(...)  tiny.model:75 */
+/* 4096 elements: the weight of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_weight(int layer) { return (real *)AT(REGION_params + 132352LL + param_layer(layer)); }
-/* 64 elements: the bias of linear_1 = linear(...)  tiny.model:75 */
+/* 64 elements: the bias of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_bias(int layer) { return (real *)AT(REGION_params + 148736LL + param_layer(layer)); }
 /* 64 elements: the weight of h = layernorm(...)  tiny.model:77 */
 static real *block_layernorm_1_weight(int layer) { return (real *)AT(REGION_params + 148992LL + param_layer(layer)); }
@@ -134,9 +134,9 @@ static real *block_layernorm_1_bias(int layer) { return (real *)AT(REGION_params
 static real *block_linear_2_weight(int layer) { return (real *)AT(REGION_params + 149504LL + param_layer(layer)); }
 /* 256 elements: the bias of linear_2 = linear(...)  tiny.model:78 */
 static real *block_linear_2_bias(int layer) { return (real *)AT(REGION_params + 215040LL + param_layer(layer)); }
-/* 16384 elements: the weight of linear_3 = linear(...)  tiny.model:79 */
+/* 16384 elements: the weight of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_weight(int layer) { return (real *)AT(REGION_params + 216064LL + param_layer(layer)); }
-/* 64 elements: the bias of linear_3 = linear(...)  tiny.model:79 */
+/* 64 elements: the bias of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_bias(int layer) { return (real *)AT(REGION_params + 281600LL + param_layer(layer)); }
 
 /* kept from a micro-batch's forward to its backward: per stash slot and layer */
@@ -144,8 +144,8 @@ static real *block_linear_3_bias(int layer) { return (real *)AT(REGION_params + 
 static real *block_input_0(int layer, int mb) { return (real *)AT(REGION_stash + 0LL + chunk_stash(layer, mb)); }
 /* (B, T): tokens, an argument of prologue()  tiny.model:64 */
 static int *prologue_tokens(int mb) { return (int *)AT(REGION_stash + 0LL + (mb % 4) * 655872LL); }
-/* (B, T, 64): dropout_0 = dropout(...)  tiny.model:67 */
-static real *prologue_dropout_0(int mb) { return (real *)AT(REGION_stash + 512LL + (mb % 4) * 655872LL); }
+/* (B, T, 64): x = add(...)  tiny.model:66 */
+static real *prologue_add_0(int mb) { return (real *)AT(REGION_stash + 512LL + (mb % 4) * 655872LL); }
 /* (B, T, 64): h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0(int layer, int mb) {
   return (real *)AT(REGION_stash + 32768LL + chunk_stash(layer, mb));
@@ -174,50 +174,38 @@ static real *block_gelu_0(int layer, int mb) { return (real *)AT(REGION_stash + 
 /* work: alive inside one forward or backward (or from a window to the backward) */
 /* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
-/* (B, T, 64): linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): a = linear(...)  tiny.model:75 */
 static real *block_linear_1(void) { return (real *)AT(REGION_work + 0LL); }
 /* (B, T, 64): x = embedding(...)  tiny.model:65 */
 static real *prologue_embedding_0(void) { return (real *)AT(REGION_work + 0LL); }
 /* (B, T, 64): d x = embedding(...)  tiny.model:65 */
 static real *prologue_embedding_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
-/* (B, T, 64): a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 64): h = linear(...)  tiny.model:79 */
+static real *block_linear_3(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 192): d qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_grad(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 64): position_embedding_0 = position_embedding(...)  tiny.model:66 */
 static real *prologue_position_embedding_0(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 64): d position_embedding_0 = position_embedding(...)  tiny.model:66 */
 static real *prologue_position_embedding_0_grad(void) { return (real *)AT(REGION_work + 32768LL); }
-/* (B, T, 64): linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3(void) { return (real *)AT(REGION_work + 65536LL); }
-/* (B, T, 64): x = add(...)  tiny.model:66 */
-static real *prologue_add_0(void) { return (real *)AT(REGION_work + 65536LL); }
-/* (B, T, 64): d x = add(...)  tiny.model:66 */
-static real *prologue_add_0_grad(void) { return (real *)AT(REGION_work + 65536LL); }
-/* (B, T, 64): h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1(void) { return (real *)AT(REGION_work + 98304LL); }
 /* (B, T, 64): d a = attention(...)  tiny.model:74 */
 static real *block_attention_0_grad(void) { return (real *)AT(REGION_work + 131072LL); }
-/* (B, T, 64): d linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): d a = linear(...)  tiny.model:75 */
 static real *block_linear_1_grad(void) { return (real *)AT(REGION_work + 163840LL); }
-/* (B, T, 64): d a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
 /* (B, T, 64): d x = add(...)  tiny.model:76 */
-static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 229376LL); }
+static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
 /* (B, T, 64): d h = layernorm(...)  tiny.model:77 */
-static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 262144LL); }
+static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 229376LL); }
 /* (B, T, 256): d linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 294912LL); }
+static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 262144LL); }
 /* (B, T, 256): d h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 425984LL); }
-/* (B, T, 64): d linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 557056LL); }
-/* (B, T, 64): d h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1_grad(void) { return (real *)AT(REGION_work + 589824LL); }
+static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 393216LL); }
+/* (B, T, 64): d h = linear(...)  tiny.model:79 */
+static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 524288LL); }
 
 /* pipeline buffers per slot, and the gradients between layers */
-/* (B, T, 64): d dropout_0 = dropout(...)  tiny.model:67 */
-static real *prologue_dropout_0_grad(void) { return (real *)AT(REGION_boundary + 32768LL); }
+/* (B, T, 64): d x = add(...)  tiny.model:66 */
+static real *prologue_add_0_grad(void) { return (real *)AT(REGION_boundary + 32768LL); }
 /* (BOUNDARY_ELEMENTS): the chunk's activation sent to stage 1 */
 static real *send_activation(int layer, int mb) {
   return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb) + chunk_of(layer) * 393216LL);
@@ -257,10 +245,7 @@ static void forward_prologue(const lx_ctx *ctx, int mb) {
   /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
   lx_position_embedding_forward(ctx, prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
   /* x = add(...)  tiny.model:66 */
-  lx_add_forward(ctx, prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
-  /* dropout_0 = dropout(...)  tiny.model:67 */
-  lx_dropout_forward(ctx, prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_add_forward(ctx, prologue_add_0(mb), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
 }
 
 /* backward of prologue() (tiny.model:64) for one micro-batch. */
@@ -269,9 +254,6 @@ static void backward_prologue(const lx_ctx *ctx, int mb) {
   (void)layer;
   memset(prologue_embedding_0_grad(), 0, 32768 * REAL_SCALE);
   memset(prologue_position_embedding_0_grad(), 0, 32768 * REAL_SCALE);
-  memset(prologue_add_0_grad(), 0, 32768 * REAL_SCALE);
-  /* d dropout(...)  tiny.model:67 */
-  lx_dropout_backward(ctx, prologue_add_0_grad(), prologue_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d add(...)  tiny.model:66 */
   lx_add_backward(ctx, prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
       (size_t)BT * 64);
@@ -295,14 +277,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 4, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       block_linear_1_bias(layer), BT, 64, 64);
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -311,14 +290,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
       block_linear_2_bias(layer), BT, 64, 256);
   /* h = gelu(...)  tiny.model:78 */
   lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
-  /* linear_3 = linear(...)  tiny.model:79 */
+  /* h = linear(...)  tiny.model:79 */
   lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       block_linear_3_bias(layer), BT, 256, 64);
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:71) for one micro-batch. */
@@ -328,17 +304,13 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   memset(block_qkv_grad(), 0, 98304 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_2_grad(), 0, 131072 * REAL_SCALE);
   memset(block_gelu_0_grad(), 0, 131072 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
       GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
@@ -354,9 +326,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -600,24 +570,24 @@ static const lx_param_tensor param_tensors[] = {
   {"block layer 0 linear_0.bias", 32896LL, 192LL, 0, 0, 0, 6400262LL, 70144LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
   {"block layer 0 linear_1.weight", 33088LL, 4096LL, 0.0070710678118654745, 0, 1, 6400265LL, 70912LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 0 linear_1.bias", 37184LL, 64LL, 0, 0, 0, 6400266LL, 87296LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 0 layernorm_1.weight", 37248LL, 64LL, 0, 1, 0, 6400271LL, 87552LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 0 layernorm_1.bias", 37312LL, 64LL, 0, 0, 0, 6400272LL, 87808LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 0 linear_2.weight", 37376LL, 16384LL, 0.02, 0, 1, 6400273LL, 88064LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 0 linear_2.bias", 53760LL, 256LL, 0, 0, 0, 6400274LL, 153600LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 0 linear_3.weight", 54016LL, 16384LL, 0.0070710678118654745, 0, 1, 6400277LL, 154624LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 0 linear_3.bias", 70400LL, 64LL, 0, 0, 0, 6400278LL, 220160LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 layernorm_1.weight", 37248LL, 64LL, 0, 1, 0, 6400269LL, 87552LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 layernorm_1.bias", 37312LL, 64LL, 0, 0, 0, 6400270LL, 87808LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 linear_2.weight", 37376LL, 16384LL, 0.02, 0, 1, 6400271LL, 88064LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 0 linear_2.bias", 53760LL, 256LL, 0, 0, 0, 6400272LL, 153600LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 0 linear_3.weight", 54016LL, 16384LL, 0.0070710678118654745, 0, 1, 6400275LL, 154624LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 0 linear_3.bias", 70400LL, 64LL, 0, 0, 0, 6400276LL, 220160LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 2 layernorm_0.weight", 70464LL, 64LL, 0, 1, 0, 6400387LL, 20608LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 2 layernorm_0.bias", 70528LL, 64LL, 0, 0, 0, 6400388LL, 20864LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 2 linear_0.weight", 70592LL, 12288LL, 0.02, 0, 1, 6400389LL, 45568LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 64LL},
   {"block layer 2 linear_0.bias", 82880LL, 192LL, 0, 0, 0, 6400390LL, 70528LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
   {"block layer 2 linear_1.weight", 83072LL, 4096LL, 0.0070710678118654745, 0, 1, 6400393LL, 79104LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 2 linear_1.bias", 87168LL, 64LL, 0, 0, 0, 6400394LL, 87424LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 layernorm_1.weight", 87232LL, 64LL, 0, 1, 0, 6400399LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 layernorm_1.bias", 87296LL, 64LL, 0, 0, 0, 6400400LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 linear_2.weight", 87360LL, 16384LL, 0.02, 0, 1, 6400401LL, 120832LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 2 linear_2.bias", 103744LL, 256LL, 0, 0, 0, 6400402LL, 154112LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 2 linear_3.weight", 104000LL, 16384LL, 0.0070710678118654745, 0, 1, 6400405LL, 187392LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 2 linear_3.bias", 120384LL, 64LL, 0, 0, 0, 6400406LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_1.weight", 87232LL, 64LL, 0, 1, 0, 6400397LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_1.bias", 87296LL, 64LL, 0, 0, 0, 6400398LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 linear_2.weight", 87360LL, 16384LL, 0.02, 0, 1, 6400399LL, 120832LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 2 linear_2.bias", 103744LL, 256LL, 0, 0, 0, 6400400LL, 154112LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 2 linear_3.weight", 104000LL, 16384LL, 0.0070710678118654745, 0, 1, 6400403LL, 187392LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 2 linear_3.bias", 120384LL, 64LL, 0, 0, 0, 6400404LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
 };
 enum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };
 

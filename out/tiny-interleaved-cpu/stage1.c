@@ -51,7 +51,7 @@ static int64_t chunk_stash(int layer, int mb) {
 }
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
-#define ARENA_BYTES 5960704LL
+#define ARENA_BYTES 5895168LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 465920 bytes */
 #define REGION_previous 465920LL /* 0 bytes */
@@ -60,8 +60,8 @@ static int64_t chunk_stash(int layer, int mb) {
 #define REGION_adam_m 931840LL /* 465920 bytes */
 #define REGION_adam_v 1397760LL /* 465920 bytes */
 #define REGION_stash 1863680LL /* 2819072 bytes */
-#define REGION_work 4682752LL /* 622592 bytes */
-#define REGION_boundary 5305344LL /* 655360 bytes */
+#define REGION_work 4682752LL /* 557056 bytes */
+#define REGION_boundary 5239808LL /* 655360 bytes */
 #define EXTENT_params 465920LL /* bytes its tensors reach */
 #define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
@@ -69,7 +69,7 @@ static int64_t chunk_stash(int layer, int mb) {
 #define EXTENT_adam_m 465920LL /* bytes its tensors reach */
 #define EXTENT_adam_v 465920LL /* bytes its tensors reach */
 #define EXTENT_stash 2819072LL /* bytes its tensors reach */
-#define EXTENT_work 622592LL /* bytes its tensors reach */
+#define EXTENT_work 557056LL /* bytes its tensors reach */
 #define EXTENT_boundary 655360LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 116480LL
 static char *arena;
@@ -96,7 +96,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_CHECKPOINT_INTERVAL 0
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
-#define PREDICTED_STEP_SECONDS 0.00141 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 0.00128 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
@@ -118,9 +118,9 @@ static real *block_layernorm_0_bias(int layer) { return (real *)AT(REGION_params
 static real *block_qkv_weight(int layer) { return (real *)AT(REGION_params + 512LL + param_layer(layer)); }
 /* 192 elements: the bias of qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_bias(int layer) { return (real *)AT(REGION_params + 49664LL + param_layer(layer)); }
-/* 4096 elements: the weight of linear_1 = linear(...)  tiny.model:75 */
+/* 4096 elements: the weight of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_weight(int layer) { return (real *)AT(REGION_params + 50432LL + param_layer(layer)); }
-/* 64 elements: the bias of linear_1 = linear(...)  tiny.model:75 */
+/* 64 elements: the bias of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_bias(int layer) { return (real *)AT(REGION_params + 66816LL + param_layer(layer)); }
 /* 64 elements: the weight of h = layernorm(...)  tiny.model:77 */
 static real *block_layernorm_1_weight(int layer) { return (real *)AT(REGION_params + 67072LL + param_layer(layer)); }
@@ -130,9 +130,9 @@ static real *block_layernorm_1_bias(int layer) { return (real *)AT(REGION_params
 static real *block_linear_2_weight(int layer) { return (real *)AT(REGION_params + 67584LL + param_layer(layer)); }
 /* 256 elements: the bias of linear_2 = linear(...)  tiny.model:78 */
 static real *block_linear_2_bias(int layer) { return (real *)AT(REGION_params + 133120LL + param_layer(layer)); }
-/* 16384 elements: the weight of linear_3 = linear(...)  tiny.model:79 */
+/* 16384 elements: the weight of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_weight(int layer) { return (real *)AT(REGION_params + 134144LL + param_layer(layer)); }
-/* 64 elements: the bias of linear_3 = linear(...)  tiny.model:79 */
+/* 64 elements: the bias of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_bias(int layer) { return (real *)AT(REGION_params + 199680LL + param_layer(layer)); }
 /* 16384 elements: the weight of logits = lm_head(...)  tiny.model:84 */
 static real *epilogue_logits_weight(void) { return (real *)AT(REGION_params + 399872LL); }
@@ -184,38 +184,30 @@ static real *epilogue_cross_entropy_0_lse(int mb) {
 /* work: alive inside one forward or backward (or from a window to the backward) */
 /* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
-/* (B, T, 64): linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): a = linear(...)  tiny.model:75 */
 static real *block_linear_1(void) { return (real *)AT(REGION_work + 0LL); }
 /* (B, T, 64): d layernorm_0 = layernorm(...)  tiny.model:84 */
 static real *epilogue_layernorm_0_grad(void) { return (real *)AT(REGION_work + 0LL); }
-/* (B, T, 64): a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0(void) { return (real *)AT(REGION_work + 32768LL); }
+/* (B, T, 64): h = linear(...)  tiny.model:79 */
+static real *block_linear_3(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 192): d qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_grad(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 256): d logits = lm_head(...)  tiny.model:84 */
 static real *epilogue_logits_grad(void) { return (real *)AT(REGION_work + 32768LL); }
-/* (B, T, 64): linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3(void) { return (real *)AT(REGION_work + 65536LL); }
-/* (B, T, 64): h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1(void) { return (real *)AT(REGION_work + 98304LL); }
 /* (B, T, 64): d a = attention(...)  tiny.model:74 */
 static real *block_attention_0_grad(void) { return (real *)AT(REGION_work + 131072LL); }
-/* (B, T, 64): d linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): d a = linear(...)  tiny.model:75 */
 static real *block_linear_1_grad(void) { return (real *)AT(REGION_work + 163840LL); }
-/* (B, T, 64): d a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
 /* (B, T, 64): d x = add(...)  tiny.model:76 */
-static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 229376LL); }
+static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
 /* (B, T, 64): d h = layernorm(...)  tiny.model:77 */
-static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 262144LL); }
+static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 229376LL); }
 /* (B, T, 256): d linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 294912LL); }
+static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 262144LL); }
 /* (B, T, 256): d h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 425984LL); }
-/* (B, T, 64): d linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 557056LL); }
-/* (B, T, 64): d h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1_grad(void) { return (real *)AT(REGION_work + 589824LL); }
+static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 393216LL); }
+/* (B, T, 64): d h = linear(...)  tiny.model:79 */
+static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 524288LL); }
 
 /* pipeline buffers per slot, and the gradients between layers */
 /* (B, T, 64): d x = input(...)  tiny.model:83 */
@@ -263,14 +255,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 4, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       block_linear_1_bias(layer), BT, 64, 64);
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -279,14 +268,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
       block_linear_2_bias(layer), BT, 64, 256);
   /* h = gelu(...)  tiny.model:78 */
   lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
-  /* linear_3 = linear(...)  tiny.model:79 */
+  /* h = linear(...)  tiny.model:79 */
   lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       block_linear_3_bias(layer), BT, 256, 64);
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
 }
 
 /* backward of block() (tiny.model:71) for one micro-batch. */
@@ -296,17 +282,13 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   memset(block_qkv_grad(), 0, 98304 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_2_grad(), 0, 131072 * REAL_SCALE);
   memset(block_gelu_0_grad(), 0, 131072 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
       GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
@@ -322,9 +304,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -601,24 +581,24 @@ static const lx_param_tensor param_tensors[] = {
   {"block layer 1 linear_0.bias", 12416LL, 192LL, 0, 0, 0, 6400326LL, 70336LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
   {"block layer 1 linear_1.weight", 12608LL, 4096LL, 0.0070710678118654745, 0, 1, 6400329LL, 75008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 1 linear_1.bias", 16704LL, 64LL, 0, 0, 0, 6400330LL, 87360LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 1 layernorm_1.weight", 16768LL, 64LL, 0, 1, 0, 6400335LL, 87616LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 1 layernorm_1.bias", 16832LL, 64LL, 0, 0, 0, 6400336LL, 87872LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 1 linear_2.weight", 16896LL, 16384LL, 0.02, 0, 1, 6400337LL, 104448LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 1 linear_2.bias", 33280LL, 256LL, 0, 0, 0, 6400338LL, 153856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 1 linear_3.weight", 33536LL, 16384LL, 0.0070710678118654745, 0, 1, 6400341LL, 171008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 1 linear_3.bias", 49920LL, 64LL, 0, 0, 0, 6400342LL, 220224LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 layernorm_1.weight", 16768LL, 64LL, 0, 1, 0, 6400333LL, 87616LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 layernorm_1.bias", 16832LL, 64LL, 0, 0, 0, 6400334LL, 87872LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 linear_2.weight", 16896LL, 16384LL, 0.02, 0, 1, 6400335LL, 104448LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 1 linear_2.bias", 33280LL, 256LL, 0, 0, 0, 6400336LL, 153856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 1 linear_3.weight", 33536LL, 16384LL, 0.0070710678118654745, 0, 1, 6400339LL, 171008LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 1 linear_3.bias", 49920LL, 64LL, 0, 0, 0, 6400340LL, 220224LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 3 layernorm_0.weight", 49984LL, 64LL, 0, 1, 0, 6400451LL, 20672LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 3 layernorm_0.bias", 50048LL, 64LL, 0, 0, 0, 6400452LL, 20928LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 3 linear_0.weight", 50112LL, 12288LL, 0.02, 0, 1, 6400453LL, 57856LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 64LL},
   {"block layer 3 linear_0.bias", 62400LL, 192LL, 0, 0, 0, 6400454LL, 70720LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 192LL, 1LL},
   {"block layer 3 linear_1.weight", 62592LL, 4096LL, 0.0070710678118654745, 0, 1, 6400457LL, 83200LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 3 linear_1.bias", 66688LL, 64LL, 0, 0, 0, 6400458LL, 87488LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 3 layernorm_1.weight", 66752LL, 64LL, 0, 1, 0, 6400463LL, 87744LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 3 layernorm_1.bias", 66816LL, 64LL, 0, 0, 0, 6400464LL, 88000LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 3 linear_2.weight", 66880LL, 16384LL, 0.02, 0, 1, 6400465LL, 137216LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 3 linear_2.bias", 83264LL, 256LL, 0, 0, 0, 6400466LL, 154368LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 3 linear_3.weight", 83520LL, 16384LL, 0.0070710678118654745, 0, 1, 6400469LL, 203776LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 3 linear_3.bias", 99904LL, 64LL, 0, 0, 0, 6400470LL, 220352LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 layernorm_1.weight", 66752LL, 64LL, 0, 1, 0, 6400461LL, 87744LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 layernorm_1.bias", 66816LL, 64LL, 0, 0, 0, 6400462LL, 88000LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 linear_2.weight", 66880LL, 16384LL, 0.02, 0, 1, 6400463LL, 137216LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 3 linear_2.bias", 83264LL, 256LL, 0, 0, 0, 6400464LL, 154368LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 3 linear_3.weight", 83520LL, 16384LL, 0.0070710678118654745, 0, 1, 6400467LL, 203776LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 3 linear_3.bias", 99904LL, 64LL, 0, 0, 0, 6400468LL, 220352LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"epilogue0 layernorm_0.weight", 116352LL, 64LL, 0, 1, 0, 12800389LL, 220416LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"epilogue0 layernorm_0.bias", 116416LL, 64LL, 0, 0, 0, 12800390LL, 220480LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"epilogue0 lm_head_0.weight", 99968LL, 16384LL, 0.02, 0, 1, 3LL, 0LL, 0, 1, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 256LL, 64LL},

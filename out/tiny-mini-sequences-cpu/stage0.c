@@ -25,7 +25,7 @@ enum {
 
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
-#define ARENA_BYTES 2610176LL
+#define ARENA_BYTES 2544640LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 250880 bytes */
 #define REGION_previous 250880LL /* 0 bytes */
@@ -34,8 +34,8 @@ enum {
 #define REGION_adam_m 501760LL /* 250880 bytes */
 #define REGION_adam_v 752640LL /* 250880 bytes */
 #define REGION_stash 1003520LL /* 1049600 bytes */
-#define REGION_work 2053120LL /* 360448 bytes */
-#define REGION_boundary 2413568LL /* 196608 bytes */
+#define REGION_work 2053120LL /* 294912 bytes */
+#define REGION_boundary 2348032LL /* 196608 bytes */
 #define EXTENT_params 250880LL /* bytes its tensors reach */
 #define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
@@ -43,7 +43,7 @@ enum {
 #define EXTENT_adam_m 250880LL /* bytes its tensors reach */
 #define EXTENT_adam_v 250880LL /* bytes its tensors reach */
 #define EXTENT_stash 1049600LL /* bytes its tensors reach */
-#define EXTENT_work 360448LL /* bytes its tensors reach */
+#define EXTENT_work 294912LL /* bytes its tensors reach */
 #define EXTENT_boundary 196608LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 62720LL
 static char *arena;
@@ -70,7 +70,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_CHECKPOINT_INTERVAL 0
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
-#define PREDICTED_STEP_SECONDS 0.00307 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 0.00295 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
@@ -100,9 +100,9 @@ static real *block_layernorm_0_bias(int layer) { return (real *)AT(REGION_params
 static real *block_qkv_weight(int layer) { return (real *)AT(REGION_params + 49664LL + param_layer(layer)); }
 /* 96 elements: the bias of qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_bias(int layer) { return (real *)AT(REGION_params + 74240LL + param_layer(layer)); }
-/* 2048 elements: the weight of linear_1 = linear(...)  tiny.model:75 */
+/* 2048 elements: the weight of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_weight(int layer) { return (real *)AT(REGION_params + 74752LL + param_layer(layer)); }
-/* 64 elements: the bias of linear_1 = linear(...)  tiny.model:75 */
+/* 64 elements: the bias of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_bias(int layer) { return (real *)AT(REGION_params + 82944LL + param_layer(layer)); }
 /* 64 elements: the weight of h = layernorm(...)  tiny.model:77 */
 static real *block_layernorm_1_weight(int layer) { return (real *)AT(REGION_params + 83200LL + param_layer(layer)); }
@@ -112,9 +112,9 @@ static real *block_layernorm_1_bias(int layer) { return (real *)AT(REGION_params
 static real *block_linear_2_weight(int layer) { return (real *)AT(REGION_params + 83712LL + param_layer(layer)); }
 /* 128 elements: the bias of linear_2 = linear(...)  tiny.model:78 */
 static real *block_linear_2_bias(int layer) { return (real *)AT(REGION_params + 116480LL + param_layer(layer)); }
-/* 8192 elements: the weight of linear_3 = linear(...)  tiny.model:79 */
+/* 8192 elements: the weight of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_weight(int layer) { return (real *)AT(REGION_params + 116992LL + param_layer(layer)); }
-/* 64 elements: the bias of linear_3 = linear(...)  tiny.model:79 */
+/* 64 elements: the bias of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_bias(int layer) { return (real *)AT(REGION_params + 149760LL + param_layer(layer)); }
 
 /* kept from a micro-batch's forward to its backward: per stash slot and layer */
@@ -124,8 +124,8 @@ static int *prologue_tokens(int mb) { return (int *)AT(REGION_stash + 0LL + stas
 static real *block_input_0(int layer, int mb) {
   return (real *)AT(REGION_stash + 512LL + stash_slot(mb) + stash_layer(layer));
 }
-/* (B, T, 64): dropout_0 = dropout(...)  tiny.model:67 */
-static real *prologue_dropout_0(int mb) { return (real *)AT(REGION_stash + 512LL + stash_slot(mb)); }
+/* (B, T, 64): x = add(...)  tiny.model:66 */
+static real *prologue_add_0(int mb) { return (real *)AT(REGION_stash + 512LL + stash_slot(mb)); }
 /* (B, T, 64): h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0(int layer, int mb) {
   return (real *)AT(REGION_stash + 33280LL + stash_slot(mb) + stash_layer(layer));
@@ -158,50 +158,38 @@ static real *block_linear_2(void) { return (real *)AT(REGION_work + 0LL); }
 static real *block_gelu_0(void) { return (real *)AT(REGION_work + 16384LL); }
 /* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0_grad(void) { return (real *)AT(REGION_work + 32768LL); }
-/* (B, T, 64): linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): a = linear(...)  tiny.model:75 */
 static real *block_linear_1(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 64): x = embedding(...)  tiny.model:65 */
 static real *prologue_embedding_0(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 64): d x = embedding(...)  tiny.model:65 */
 static real *prologue_embedding_0_grad(void) { return (real *)AT(REGION_work + 32768LL); }
-/* (B, T, 64): a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0(void) { return (real *)AT(REGION_work + 65536LL); }
+/* (B, T, 64): h = linear(...)  tiny.model:79 */
+static real *block_linear_3(void) { return (real *)AT(REGION_work + 65536LL); }
 /* (B, T, 96): d qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_grad(void) { return (real *)AT(REGION_work + 65536LL); }
 /* (B, T, 64): position_embedding_0 = position_embedding(...)  tiny.model:66 */
 static real *prologue_position_embedding_0(void) { return (real *)AT(REGION_work + 65536LL); }
 /* (B, T, 64): d position_embedding_0 = position_embedding(...)  tiny.model:66 */
 static real *prologue_position_embedding_0_grad(void) { return (real *)AT(REGION_work + 65536LL); }
-/* (B, T, 64): linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3(void) { return (real *)AT(REGION_work + 98304LL); }
-/* (B, T, 64): x = add(...)  tiny.model:66 */
-static real *prologue_add_0(void) { return (real *)AT(REGION_work + 98304LL); }
-/* (B, T, 64): d x = add(...)  tiny.model:66 */
-static real *prologue_add_0_grad(void) { return (real *)AT(REGION_work + 98304LL); }
 /* (B, T, 32): d a = attention(...)  tiny.model:74 */
 static real *block_attention_0_grad(void) { return (real *)AT(REGION_work + 114688LL); }
-/* (B, T, 64): h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1(void) { return (real *)AT(REGION_work + 131072LL); }
-/* (B, T, 64): d linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): d a = linear(...)  tiny.model:75 */
 static real *block_linear_1_grad(void) { return (real *)AT(REGION_work + 131072LL); }
-/* (B, T, 64): d a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0_grad(void) { return (real *)AT(REGION_work + 163840LL); }
 /* (B, T, 64): d x = add(...)  tiny.model:76 */
-static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
+static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 163840LL); }
 /* (B, T, 64): d h = layernorm(...)  tiny.model:77 */
-static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 229376LL); }
+static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 196608LL); }
 /* (B, T, 128): d linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 262144LL); }
+static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 229376LL); }
 /* (B, T, 128): d h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 278528LL); }
-/* (B, T, 64): d linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 294912LL); }
-/* (B, T, 64): d h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1_grad(void) { return (real *)AT(REGION_work + 327680LL); }
+static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 245760LL); }
+/* (B, T, 64): d h = linear(...)  tiny.model:79 */
+static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 262144LL); }
 
 /* pipeline buffers per slot, and the gradients between layers */
-/* (B, T, 64): d dropout_0 = dropout(...)  tiny.model:67 */
-static real *prologue_dropout_0_grad(void) { return (real *)AT(REGION_boundary + 32768LL); }
+/* (B, T, 64): d x = add(...)  tiny.model:66 */
+static real *prologue_add_0_grad(void) { return (real *)AT(REGION_boundary + 32768LL); }
 /* (BOUNDARY_ELEMENTS): the activation sent to stage 1 */
 static real *send_activation(int mb) { return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb)); }
 /* (BOUNDARY_ELEMENTS): the output gradient from stage 1 */
@@ -237,10 +225,7 @@ static void forward_prologue(const lx_ctx *ctx, int mb) {
   /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
   lx_position_embedding_forward(ctx, prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
   /* x = add(...)  tiny.model:66 */
-  lx_add_forward(ctx, prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
-  /* dropout_0 = dropout(...)  tiny.model:67 */
-  lx_dropout_forward(ctx, prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_add_forward(ctx, prologue_add_0(mb), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
 }
 
 /* backward of prologue() (tiny.model:64) for one micro-batch. */
@@ -249,9 +234,6 @@ static void backward_prologue(const lx_ctx *ctx, int mb) {
   (void)layer;
   memset(prologue_embedding_0_grad(), 0, 32768 * REAL_SCALE);
   memset(prologue_position_embedding_0_grad(), 0, 32768 * REAL_SCALE);
-  memset(prologue_add_0_grad(), 0, 32768 * REAL_SCALE);
-  /* d dropout(...)  tiny.model:67 */
-  lx_dropout_backward(ctx, prologue_add_0_grad(), prologue_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
   /* d add(...)  tiny.model:66 */
   lx_add_backward(ctx, prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
       (size_t)BT * 64);
@@ -275,15 +257,12 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   lx_allreduce_sum(block_linear_1(), (int64_t)BT * 64, groups.tp);
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -296,16 +275,13 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
   lx_allreduce_sum(block_linear_3(), (int64_t)BT * 64, groups.tp);
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
 }
 
 /* the half of each (inputs, targets) pair this stage does not use */
@@ -356,10 +332,7 @@ static void run_schedule(int step, int ahead) {
   /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
   lx_position_embedding_forward(ctx, prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
   /* x = add(...)  tiny.model:66 */
-  lx_add_forward(ctx, prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
-  /* dropout_0 = dropout(...)  tiny.model:67 */
-  lx_dropout_forward(ctx, prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_add_forward(ctx, prologue_add_0(mb), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
   }
   {
     const int layer = 0, mb = 0;
@@ -374,7 +347,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -387,11 +360,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 0, mb = 0;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -404,7 +374,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -418,11 +388,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 0, mb = 0;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int layer = 1, mb = 0;
@@ -437,7 +404,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -450,11 +417,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 1, mb = 0;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -467,7 +431,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -481,11 +445,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 1, mb = 0;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int mb = 0, layer = FIRST_LAYER;  /* SEND_ACT mb0 to stage 1 */
@@ -512,10 +473,7 @@ static void run_schedule(int step, int ahead) {
   /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
   lx_position_embedding_forward(ctx, prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
   /* x = add(...)  tiny.model:66 */
-  lx_add_forward(ctx, prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
-  /* dropout_0 = dropout(...)  tiny.model:67 */
-  lx_dropout_forward(ctx, prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_add_forward(ctx, prologue_add_0(mb), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
   }
   {
     const int layer = 0, mb = 1;
@@ -530,7 +488,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -543,11 +501,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -560,7 +515,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -574,11 +529,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int layer = 1, mb = 1;
@@ -593,7 +545,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -606,11 +558,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -623,7 +572,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -637,11 +586,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int mb = 1, layer = FIRST_LAYER;  /* SEND_ACT mb1 to stage 1 */
@@ -657,15 +603,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -705,9 +647,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -741,15 +681,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -789,9 +725,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -844,10 +778,7 @@ static void run_schedule(int step, int ahead) {
   /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
   lx_position_embedding_forward(ctx, prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
   /* x = add(...)  tiny.model:66 */
-  lx_add_forward(ctx, prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
-  /* dropout_0 = dropout(...)  tiny.model:67 */
-  lx_dropout_forward(ctx, prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_add_forward(ctx, prologue_add_0(mb), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
   }
   {
     const int layer = 0, mb = 2;
@@ -862,7 +793,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -875,11 +806,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -892,7 +820,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -906,11 +834,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int layer = 1, mb = 2;
@@ -925,7 +850,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -938,11 +863,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -955,7 +877,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -969,11 +891,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int mb = 2, layer = FIRST_LAYER;  /* SEND_ACT mb2 to stage 1 */
@@ -989,15 +908,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1037,9 +952,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1073,15 +986,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1121,9 +1030,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1176,10 +1083,7 @@ static void run_schedule(int step, int ahead) {
   /* position_embedding_0 = position_embedding(...)  tiny.model:66 */
   lx_position_embedding_forward(ctx, prologue_position_embedding_0(), prologue_position_embedding_0_weight(), B, T, 64);
   /* x = add(...)  tiny.model:66 */
-  lx_add_forward(ctx, prologue_add_0(), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
-  /* dropout_0 = dropout(...)  tiny.model:67 */
-  lx_dropout_forward(ctx, prologue_dropout_0(mb), NULL, prologue_add_0(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_add_forward(ctx, prologue_add_0(mb), prologue_embedding_0(), prologue_position_embedding_0(), (size_t)BT * 64);
   }
   {
     const int layer = 0, mb = 3;
@@ -1194,7 +1098,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -1207,11 +1111,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -1224,7 +1125,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -1238,11 +1139,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int layer = 1, mb = 3;
@@ -1257,7 +1155,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -1270,11 +1168,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -1287,7 +1182,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -1301,11 +1196,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_ACT mb3 to stage 1 */
@@ -1321,15 +1213,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1369,9 +1257,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1405,15 +1291,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1453,9 +1335,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1491,15 +1371,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1539,9 +1415,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1575,15 +1449,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1623,9 +1493,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1683,24 +1551,24 @@ static const lx_param_tensor param_tensors[] = {
   {"block layer 0 linear_0.bias", 18560LL, 96LL, 0, 0, 0, 6400262LL, 70144LL, 1, 0, 1, 1LL, 0LL, 3, {0LL, 64LL, 128LL}, {32LL, 32LL, 32LL}, 192LL, 1LL},
   {"block layer 0 linear_1.weight", 18688LL, 2048LL, 0.0070710678118654745, 0, 1, 6400265LL, 70912LL, 1, 0, 2, 32LL, 64LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 0 linear_1.bias", 20736LL, 64LL, 0, 0, 0, 6400266LL, 87296LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 0 layernorm_1.weight", 20800LL, 64LL, 0, 1, 0, 6400271LL, 87552LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 0 layernorm_1.bias", 20864LL, 64LL, 0, 0, 0, 6400272LL, 87808LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 0 linear_2.weight", 20928LL, 8192LL, 0.02, 0, 1, 6400273LL, 88064LL, 1, 0, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 0 linear_2.bias", 29120LL, 128LL, 0, 0, 0, 6400274LL, 153600LL, 1, 0, 1, 1LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 0 linear_3.weight", 29248LL, 8192LL, 0.0070710678118654745, 0, 1, 6400277LL, 154624LL, 1, 0, 2, 128LL, 256LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 0 linear_3.bias", 37440LL, 64LL, 0, 0, 0, 6400278LL, 220160LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 layernorm_1.weight", 20800LL, 64LL, 0, 1, 0, 6400269LL, 87552LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 layernorm_1.bias", 20864LL, 64LL, 0, 0, 0, 6400270LL, 87808LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 0 linear_2.weight", 20928LL, 8192LL, 0.02, 0, 1, 6400271LL, 88064LL, 1, 0, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 0 linear_2.bias", 29120LL, 128LL, 0, 0, 0, 6400272LL, 153600LL, 1, 0, 1, 1LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 0 linear_3.weight", 29248LL, 8192LL, 0.0070710678118654745, 0, 1, 6400275LL, 154624LL, 1, 0, 2, 128LL, 256LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 0 linear_3.bias", 37440LL, 64LL, 0, 0, 0, 6400276LL, 220160LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 1 layernorm_0.weight", 37504LL, 64LL, 0, 1, 0, 6400323LL, 20544LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 1 layernorm_0.bias", 37568LL, 64LL, 0, 0, 0, 6400324LL, 20800LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 1 linear_0.weight", 37632LL, 6144LL, 0.02, 0, 1, 6400325LL, 33280LL, 1, 0, 1, 64LL, 0LL, 3, {0LL, 64LL, 128LL}, {32LL, 32LL, 32LL}, 192LL, 64LL},
   {"block layer 1 linear_0.bias", 43776LL, 96LL, 0, 0, 0, 6400326LL, 70336LL, 1, 0, 1, 1LL, 0LL, 3, {0LL, 64LL, 128LL}, {32LL, 32LL, 32LL}, 192LL, 1LL},
   {"block layer 1 linear_1.weight", 43904LL, 2048LL, 0.0070710678118654745, 0, 1, 6400329LL, 75008LL, 1, 0, 2, 32LL, 64LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 1 linear_1.bias", 45952LL, 64LL, 0, 0, 0, 6400330LL, 87360LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 1 layernorm_1.weight", 46016LL, 64LL, 0, 1, 0, 6400335LL, 87616LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 1 layernorm_1.bias", 46080LL, 64LL, 0, 0, 0, 6400336LL, 87872LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 1 linear_2.weight", 46144LL, 8192LL, 0.02, 0, 1, 6400337LL, 104448LL, 1, 0, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 1 linear_2.bias", 54336LL, 128LL, 0, 0, 0, 6400338LL, 153856LL, 1, 0, 1, 1LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 1 linear_3.weight", 54464LL, 8192LL, 0.0070710678118654745, 0, 1, 6400341LL, 171008LL, 1, 0, 2, 128LL, 256LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 1 linear_3.bias", 62656LL, 64LL, 0, 0, 0, 6400342LL, 220224LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 layernorm_1.weight", 46016LL, 64LL, 0, 1, 0, 6400333LL, 87616LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 layernorm_1.bias", 46080LL, 64LL, 0, 0, 0, 6400334LL, 87872LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 1 linear_2.weight", 46144LL, 8192LL, 0.02, 0, 1, 6400335LL, 104448LL, 1, 0, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 1 linear_2.bias", 54336LL, 128LL, 0, 0, 0, 6400336LL, 153856LL, 1, 0, 1, 1LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 1 linear_3.weight", 54464LL, 8192LL, 0.0070710678118654745, 0, 1, 6400339LL, 171008LL, 1, 0, 2, 128LL, 256LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 1 linear_3.bias", 62656LL, 64LL, 0, 0, 0, 6400340LL, 220224LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
 };
 enum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };
 

@@ -25,7 +25,7 @@ enum {
 
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
-#define ARENA_BYTES 1989632LL
+#define ARENA_BYTES 1924096LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 235008 bytes */
 #define REGION_previous 235008LL /* 0 bytes */
@@ -34,8 +34,8 @@ enum {
 #define REGION_adam_m 470016LL /* 235008 bytes */
 #define REGION_adam_v 705024LL /* 235008 bytes */
 #define REGION_stash 940032LL /* 590848 bytes */
-#define REGION_work 1530880LL /* 360448 bytes */
-#define REGION_boundary 1891328LL /* 98304 bytes */
+#define REGION_work 1530880LL /* 294912 bytes */
+#define REGION_boundary 1825792LL /* 98304 bytes */
 #define EXTENT_params 235008LL /* bytes its tensors reach */
 #define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
@@ -43,7 +43,7 @@ enum {
 #define EXTENT_adam_m 235008LL /* bytes its tensors reach */
 #define EXTENT_adam_v 235008LL /* bytes its tensors reach */
 #define EXTENT_stash 590848LL /* bytes its tensors reach */
-#define EXTENT_work 360448LL /* bytes its tensors reach */
+#define EXTENT_work 294912LL /* bytes its tensors reach */
 #define EXTENT_boundary 98304LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 58752LL
 static char *arena;
@@ -70,7 +70,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_CHECKPOINT_INTERVAL 0
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
-#define PREDICTED_STEP_SECONDS 0.00307 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 0.00295 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
@@ -96,9 +96,9 @@ static real *block_layernorm_0_bias(int layer) { return (real *)AT(REGION_params
 static real *block_qkv_weight(int layer) { return (real *)AT(REGION_params + 512LL + param_layer(layer)); }
 /* 96 elements: the bias of qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_bias(int layer) { return (real *)AT(REGION_params + 25088LL + param_layer(layer)); }
-/* 2048 elements: the weight of linear_1 = linear(...)  tiny.model:75 */
+/* 2048 elements: the weight of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_weight(int layer) { return (real *)AT(REGION_params + 25600LL + param_layer(layer)); }
-/* 64 elements: the bias of linear_1 = linear(...)  tiny.model:75 */
+/* 64 elements: the bias of a = linear(...)  tiny.model:75 */
 static real *block_linear_1_bias(int layer) { return (real *)AT(REGION_params + 33792LL + param_layer(layer)); }
 /* 64 elements: the weight of h = layernorm(...)  tiny.model:77 */
 static real *block_layernorm_1_weight(int layer) { return (real *)AT(REGION_params + 34048LL + param_layer(layer)); }
@@ -108,9 +108,9 @@ static real *block_layernorm_1_bias(int layer) { return (real *)AT(REGION_params
 static real *block_linear_2_weight(int layer) { return (real *)AT(REGION_params + 34560LL + param_layer(layer)); }
 /* 128 elements: the bias of linear_2 = linear(...)  tiny.model:78 */
 static real *block_linear_2_bias(int layer) { return (real *)AT(REGION_params + 67328LL + param_layer(layer)); }
-/* 8192 elements: the weight of linear_3 = linear(...)  tiny.model:79 */
+/* 8192 elements: the weight of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_weight(int layer) { return (real *)AT(REGION_params + 67840LL + param_layer(layer)); }
-/* 64 elements: the bias of linear_3 = linear(...)  tiny.model:79 */
+/* 64 elements: the bias of h = linear(...)  tiny.model:79 */
 static real *block_linear_3_bias(int layer) { return (real *)AT(REGION_params + 100608LL + param_layer(layer)); }
 /* 8192 elements: the weight of logits = lm_head(...)  tiny.model:84 */
 static real *epilogue_logits_weight(void) { return (real *)AT(REGION_params + 201728LL); }
@@ -166,38 +166,30 @@ static real *epilogue_logits(void) { return (real *)AT(REGION_work + 0LL); }
 static real *block_gelu_0(void) { return (real *)AT(REGION_work + 16384LL); }
 /* (B, T, 64): d h = layernorm(...)  tiny.model:72 */
 static real *block_layernorm_0_grad(void) { return (real *)AT(REGION_work + 32768LL); }
-/* (B, T, 64): linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): a = linear(...)  tiny.model:75 */
 static real *block_linear_1(void) { return (real *)AT(REGION_work + 32768LL); }
 /* (B, T, 64): d layernorm_0 = layernorm(...)  tiny.model:84 */
 static real *epilogue_layernorm_0_grad(void) { return (real *)AT(REGION_work + 32768LL); }
-/* (B, T, 64): a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0(void) { return (real *)AT(REGION_work + 65536LL); }
+/* (B, T, 64): h = linear(...)  tiny.model:79 */
+static real *block_linear_3(void) { return (real *)AT(REGION_work + 65536LL); }
 /* (B, T, 96): d qkv = linear(...)  tiny.model:73 */
 static real *block_qkv_grad(void) { return (real *)AT(REGION_work + 65536LL); }
 /* (B, T, 128): d logits = lm_head(...)  tiny.model:84 */
 static real *epilogue_logits_grad(void) { return (real *)AT(REGION_work + 65536LL); }
-/* (B, T, 64): linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3(void) { return (real *)AT(REGION_work + 98304LL); }
 /* (B, T, 32): d a = attention(...)  tiny.model:74 */
 static real *block_attention_0_grad(void) { return (real *)AT(REGION_work + 114688LL); }
-/* (B, T, 64): h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1(void) { return (real *)AT(REGION_work + 131072LL); }
-/* (B, T, 64): d linear_1 = linear(...)  tiny.model:75 */
+/* (B, T, 64): d a = linear(...)  tiny.model:75 */
 static real *block_linear_1_grad(void) { return (real *)AT(REGION_work + 131072LL); }
-/* (B, T, 64): d a = dropout(...)  tiny.model:75 */
-static real *block_dropout_0_grad(void) { return (real *)AT(REGION_work + 163840LL); }
 /* (B, T, 64): d x = add(...)  tiny.model:76 */
-static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 196608LL); }
+static real *block_add_0_grad(void) { return (real *)AT(REGION_work + 163840LL); }
 /* (B, T, 64): d h = layernorm(...)  tiny.model:77 */
-static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 229376LL); }
+static real *block_layernorm_1_grad(void) { return (real *)AT(REGION_work + 196608LL); }
 /* (B, T, 128): d linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 262144LL); }
+static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 229376LL); }
 /* (B, T, 128): d h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 278528LL); }
-/* (B, T, 64): d linear_3 = linear(...)  tiny.model:79 */
-static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 294912LL); }
-/* (B, T, 64): d h = dropout(...)  tiny.model:79 */
-static real *block_dropout_1_grad(void) { return (real *)AT(REGION_work + 327680LL); }
+static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 245760LL); }
+/* (B, T, 64): d h = linear(...)  tiny.model:79 */
+static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 262144LL); }
 
 /* pipeline buffers per slot, and the gradients between layers */
 /* (B, T, 64): d x = input(...)  tiny.model:83 */
@@ -236,15 +228,12 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   lx_allreduce_sum(block_linear_1(), (int64_t)BT * 64, groups.tp);
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -257,16 +246,13 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
   lx_allreduce_sum(block_linear_3(), (int64_t)BT * 64, groups.tp);
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
 }
 
 /* forward of epilogue() (tiny.model:83) for one micro-batch. */
@@ -328,7 +314,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -341,11 +327,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 2, mb = 0;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -358,7 +341,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -372,11 +355,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 2, mb = 0;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int layer = 3, mb = 0;
@@ -391,7 +371,7 @@ static void run_schedule(int step, int ahead) {
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
       TP_RANK * 2, 4);
-  /* linear_1 = linear(...)  tiny.model:75 */
+  /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
@@ -404,11 +384,8 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 3, mb = 0;
     (void)layer, (void)mb;
-  /* a = dropout(...)  tiny.model:75 */
-  lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
   lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
@@ -421,7 +398,7 @@ static void run_schedule(int step, int ahead) {
         block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
     /* h = gelu(...)  tiny.model:78 */
     lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-    /* linear_3 = linear(...)  tiny.model:79 */
+    /* h = linear(...)  tiny.model:79 */
     lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
         TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
   }
@@ -435,14 +412,11 @@ static void run_schedule(int step, int ahead) {
   {
     const int layer = 3, mb = 0;
     (void)layer, (void)mb;
-  /* h = dropout(...)  tiny.model:79 */
-  lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   forward_epilogue(ctx, 0);
-  for (int i = 0; i < 3; i++) { /* the 293 lines below, 3 times */
+  for (int i = 0; i < 3; i++) { /* the 273 lines below, 3 times */
     {
       const int layer = FIRST_LAYER, mb = (0 + i);
       (void)layer, (void)mb;
@@ -489,15 +463,11 @@ static void run_schedule(int step, int ahead) {
     memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
     memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
     memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-    memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
     memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-    memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
     /* d add(...)  tiny.model:80 */
-    lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-    /* d dropout(...)  tiny.model:79 */
-    lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+    lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
     /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
     for (int piece = 0; piece < 4; piece++) {
       const int piece_rows = BT / 4;
@@ -537,9 +507,7 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
         block_layernorm_1_weight(layer), BT, 64);
     /* d add(...)  tiny.model:76 */
-    lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-    /* d dropout(...)  tiny.model:75 */
-    lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+    lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
     /* d linear(...)  tiny.model:75 */
     lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
         GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -573,15 +541,11 @@ static void run_schedule(int step, int ahead) {
     memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
     memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
     memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-    memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
     memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-    memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
     /* d add(...)  tiny.model:80 */
-    lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-    /* d dropout(...)  tiny.model:79 */
-    lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+    lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
     /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
     for (int piece = 0; piece < 4; piece++) {
       const int piece_rows = BT / 4;
@@ -621,9 +585,7 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
         block_layernorm_1_weight(layer), BT, 64);
     /* d add(...)  tiny.model:76 */
-    lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-    /* d dropout(...)  tiny.model:75 */
-    lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+    lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
     /* d linear(...)  tiny.model:75 */
     lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
         GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -674,7 +636,7 @@ static void run_schedule(int step, int ahead) {
     lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
         block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
         TP_RANK * 2, 4);
-    /* linear_1 = linear(...)  tiny.model:75 */
+    /* a = linear(...)  tiny.model:75 */
     lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
         TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
     }
@@ -687,11 +649,8 @@ static void run_schedule(int step, int ahead) {
     {
       const int layer = 2, mb = (1 + i);
       (void)layer, (void)mb;
-    /* a = dropout(...)  tiny.model:75 */
-    lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-        lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
     /* x = add(...)  tiny.model:76 */
-    lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+    lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
     /* h = layernorm(...)  tiny.model:77 */
     lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
         block_layernorm_1_bias(layer), BT, 64);
@@ -704,7 +663,7 @@ static void run_schedule(int step, int ahead) {
           block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
       /* h = gelu(...)  tiny.model:78 */
       lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-      /* linear_3 = linear(...)  tiny.model:79 */
+      /* h = linear(...)  tiny.model:79 */
       lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
           TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
     }
@@ -718,11 +677,8 @@ static void run_schedule(int step, int ahead) {
     {
       const int layer = 2, mb = (1 + i);
       (void)layer, (void)mb;
-    /* h = dropout(...)  tiny.model:79 */
-    lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-        lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
     /* add_1 = add(...)  tiny.model:80 */
-    lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+    lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
     }
     {
       const int layer = 3, mb = (1 + i);
@@ -737,7 +693,7 @@ static void run_schedule(int step, int ahead) {
     lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
         block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
         TP_RANK * 2, 4);
-    /* linear_1 = linear(...)  tiny.model:75 */
+    /* a = linear(...)  tiny.model:75 */
     lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
         TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
     }
@@ -750,11 +706,8 @@ static void run_schedule(int step, int ahead) {
     {
       const int layer = 3, mb = (1 + i);
       (void)layer, (void)mb;
-    /* a = dropout(...)  tiny.model:75 */
-    lx_dropout_forward(ctx, block_dropout_0(), NULL, block_linear_1(), (size_t)BT * 64, DROPOUT, seed,
-        lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
     /* x = add(...)  tiny.model:76 */
-    lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_dropout_0(), (size_t)BT * 64);
+    lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
     /* h = layernorm(...)  tiny.model:77 */
     lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
         block_layernorm_1_bias(layer), BT, 64);
@@ -767,7 +720,7 @@ static void run_schedule(int step, int ahead) {
           block_linear_2_weight(layer), block_linear_2_bias(layer), piece_rows, 64, 128);
       /* h = gelu(...)  tiny.model:78 */
       lx_gelu_forward(ctx, block_gelu_0(), block_linear_2(), (size_t)piece_rows * 128);
-      /* linear_3 = linear(...)  tiny.model:79 */
+      /* h = linear(...)  tiny.model:79 */
       lx_linear_forward(ctx, block_linear_3() + first_row * 64, block_gelu_0(), block_linear_3_weight(layer),
           TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, piece_rows, 128, 64);
     }
@@ -781,11 +734,8 @@ static void run_schedule(int step, int ahead) {
     {
       const int layer = 3, mb = (1 + i);
       (void)layer, (void)mb;
-    /* h = dropout(...)  tiny.model:79 */
-    lx_dropout_forward(ctx, block_dropout_1(), NULL, block_linear_3(), (size_t)BT * 64, DROPOUT, seed,
-        lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
     /* add_1 = add(...)  tiny.model:80 */
-    lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_dropout_1(), (size_t)BT * 64);
+    lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
     }
     forward_epilogue(ctx, (1 + i));
     lx_wait(&requests[(10 + 11 * i)]);
@@ -836,15 +786,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -884,9 +830,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -920,15 +864,11 @@ static void run_schedule(int step, int ahead) {
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
   memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_dropout_1_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:79 */
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -968,9 +908,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 64);
-  /* d dropout(...)  tiny.model:75 */
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), NULL, (size_t)BT * 64, DROPOUT);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1034,24 +972,24 @@ static const lx_param_tensor param_tensors[] = {
   {"block layer 2 linear_0.bias", 6272LL, 96LL, 0, 0, 0, 6400390LL, 70528LL, 1, 0, 1, 1LL, 0LL, 3, {0LL, 64LL, 128LL}, {32LL, 32LL, 32LL}, 192LL, 1LL},
   {"block layer 2 linear_1.weight", 6400LL, 2048LL, 0.0070710678118654745, 0, 1, 6400393LL, 79104LL, 1, 0, 2, 32LL, 64LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 2 linear_1.bias", 8448LL, 64LL, 0, 0, 0, 6400394LL, 87424LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 layernorm_1.weight", 8512LL, 64LL, 0, 1, 0, 6400399LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 layernorm_1.bias", 8576LL, 64LL, 0, 0, 0, 6400400LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 2 linear_2.weight", 8640LL, 8192LL, 0.02, 0, 1, 6400401LL, 120832LL, 1, 0, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 2 linear_2.bias", 16832LL, 128LL, 0, 0, 0, 6400402LL, 154112LL, 1, 0, 1, 1LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 2 linear_3.weight", 16960LL, 8192LL, 0.0070710678118654745, 0, 1, 6400405LL, 187392LL, 1, 0, 2, 128LL, 256LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 2 linear_3.bias", 25152LL, 64LL, 0, 0, 0, 6400406LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_1.weight", 8512LL, 64LL, 0, 1, 0, 6400397LL, 87680LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 layernorm_1.bias", 8576LL, 64LL, 0, 0, 0, 6400398LL, 87936LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 2 linear_2.weight", 8640LL, 8192LL, 0.02, 0, 1, 6400399LL, 120832LL, 1, 0, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 2 linear_2.bias", 16832LL, 128LL, 0, 0, 0, 6400400LL, 154112LL, 1, 0, 1, 1LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 2 linear_3.weight", 16960LL, 8192LL, 0.0070710678118654745, 0, 1, 6400403LL, 187392LL, 1, 0, 2, 128LL, 256LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 2 linear_3.bias", 25152LL, 64LL, 0, 0, 0, 6400404LL, 220288LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 3 layernorm_0.weight", 25216LL, 64LL, 0, 1, 0, 6400451LL, 20672LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 3 layernorm_0.bias", 25280LL, 64LL, 0, 0, 0, 6400452LL, 20928LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"block layer 3 linear_0.weight", 25344LL, 6144LL, 0.02, 0, 1, 6400453LL, 57856LL, 1, 0, 1, 64LL, 0LL, 3, {0LL, 64LL, 128LL}, {32LL, 32LL, 32LL}, 192LL, 64LL},
   {"block layer 3 linear_0.bias", 31488LL, 96LL, 0, 0, 0, 6400454LL, 70720LL, 1, 0, 1, 1LL, 0LL, 3, {0LL, 64LL, 128LL}, {32LL, 32LL, 32LL}, 192LL, 1LL},
   {"block layer 3 linear_1.weight", 31616LL, 2048LL, 0.0070710678118654745, 0, 1, 6400457LL, 83200LL, 1, 0, 2, 32LL, 64LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 64LL},
   {"block layer 3 linear_1.bias", 33664LL, 64LL, 0, 0, 0, 6400458LL, 87488LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 3 layernorm_1.weight", 33728LL, 64LL, 0, 1, 0, 6400463LL, 87744LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 3 layernorm_1.bias", 33792LL, 64LL, 0, 0, 0, 6400464LL, 88000LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
-  {"block layer 3 linear_2.weight", 33856LL, 8192LL, 0.02, 0, 1, 6400465LL, 137216LL, 1, 0, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
-  {"block layer 3 linear_2.bias", 42048LL, 128LL, 0, 0, 0, 6400466LL, 154368LL, 1, 0, 1, 1LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 1LL},
-  {"block layer 3 linear_3.weight", 42176LL, 8192LL, 0.0070710678118654745, 0, 1, 6400469LL, 203776LL, 1, 0, 2, 128LL, 256LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
-  {"block layer 3 linear_3.bias", 50368LL, 64LL, 0, 0, 0, 6400470LL, 220352LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 layernorm_1.weight", 33728LL, 64LL, 0, 1, 0, 6400461LL, 87744LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 layernorm_1.bias", 33792LL, 64LL, 0, 0, 0, 6400462LL, 88000LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
+  {"block layer 3 linear_2.weight", 33856LL, 8192LL, 0.02, 0, 1, 6400463LL, 137216LL, 1, 0, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
+  {"block layer 3 linear_2.bias", 42048LL, 128LL, 0, 0, 0, 6400464LL, 154368LL, 1, 0, 1, 1LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 1LL},
+  {"block layer 3 linear_3.weight", 42176LL, 8192LL, 0.0070710678118654745, 0, 1, 6400467LL, 203776LL, 1, 0, 2, 128LL, 256LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 256LL},
+  {"block layer 3 linear_3.bias", 50368LL, 64LL, 0, 0, 0, 6400468LL, 220352LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"epilogue0 layernorm_0.weight", 58624LL, 64LL, 0, 1, 0, 12800389LL, 220416LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"epilogue0 layernorm_0.bias", 58688LL, 64LL, 0, 0, 0, 12800390LL, 220480LL, 1, 0, 0, 1LL, 0LL, 0, {0LL, 0LL, 0LL}, {0LL, 0LL, 0LL}, 64LL, 1LL},
   {"epilogue0 lm_head_0.weight", 50432LL, 8192LL, 0.02, 0, 1, 3LL, 0LL, 0, 1, 1, 64LL, 0LL, 1, {0LL, 0LL, 0LL}, {128LL, 0LL, 0LL}, 256LL, 64LL},
