@@ -565,8 +565,9 @@ static bool choose_open_plan(const options *opts, lx_ir *ir, lx_recompute_policy
   if (stats.out_of_time) {
     char plan[128] = "none that fits";
     if (found)
-      snprintf(plan, sizeof plan, "tp %d, pp %d, dp %d, micro-batch %d, %s (%.1f ms)", best.tp, best.pp,
-               best.dp, best.micro_batch, lx_schedule_name(best.schedule), 1e3 * best.time_s);
+      snprintf(plan, sizeof plan, "tp %d, pp %d, dp %d, micro-batch %d, %s, %d mini-sequence%s (%.1f ms)",
+               best.tp, best.pp, best.dp, best.micro_batch, lx_schedule_name(best.schedule),
+               best.mini_sequences, best.mini_sequences == 1 ? "" : "s", 1e3 * best.time_s);
     lx_error(ir->locs.plan,
              "the plan search's time budget (--search-time %g s) ran out after %d of %d candidates; the best "
              "found so far: %s; set the open fields, or give it more time",
