@@ -102,10 +102,11 @@ static void print_pieces(const lx_printer *pr, const lx_graph_printer *gp, const
                          int to) {
   const lx_graph *graph = lx_graph_of(pr->ir, r->g);
   int m = graph->ops[r->ops[from]].chunks;
+  lx_tensor_role role = r->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT;
   op_run inner = *r;
   inner.with_collectives = false;
   for (int k = from; r->with_collectives && k < to; k++)
-    gp->collective(pr, r->g, r->ops[k], is_backward(r->kind), LX_T_OUTPUT, true);
+    gp->collective(pr, r->g, r->ops[k], is_backward(r->kind), role, true);
   for (int k = from; is_backward(r->kind) && k < to; k++)
     zero_whole_gradient(pr, gp, r->g, r->ops[k]);
   fprintf(pr->out, "  /* mini-sequences (MsT): %d pieces of BT / %d rows;", m, m);
@@ -133,7 +134,7 @@ static void print_pieces(const lx_printer *pr, const lx_graph_printer *gp, const
   free(text);
   fputs("  }\n", pr->out);
   for (int k = from; r->with_collectives && r->kind != LX_I_BWD_WEIGHT && k < to; k++)
-    gp->collective(pr, r->g, r->ops[k], is_backward(r->kind), LX_T_OUTPUT, false);
+    gp->collective(pr, r->g, r->ops[k], is_backward(r->kind), role, false);
 }
 
 static void print_run(const lx_printer *pr, const lx_graph_printer *gp, const op_run *r) {
