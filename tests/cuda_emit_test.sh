@@ -109,9 +109,7 @@ tiny-tp2-pp2-dp2-zero-sp-interleaved examples/tiny.model interleaved lynx-heu 8 
 gpt13b-tp2-pp2-dp2-none examples/gpt13b.model 1f1b none 32 --tp 2 --pp 2 --dp 2
 gpt13b-tp2-pp2-dp2-zero-lynx-heu examples/gpt13b.model 1f1b lynx-heu 32 --tp 2 --pp 2 --dp 2 --zero
 gpt-23b-as-planned examples/gpt-23b.model 1f1b lynx-heu 512 --tp 4 --dp 1
-tiny-mini-sequences-4 examples/tiny.model 1f1b none 8 --mini-sequences 4
 tiny-tp2-pp2-sp-mini-sequences-4 examples/tiny.model 1f1b lynx-heu 8 --tp 2 --pp 2 --sequence-parallel --mini-sequences 4
-llama3-8b-mini-sequences-8 examples/llama3-8b.model 1f1b none 16 --mini-sequences 8
 EOF2
 
 # the examples at pp = 1 and policy none are what-ifs that do not fit a GPU: --allow-oom-plan
