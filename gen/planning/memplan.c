@@ -116,6 +116,7 @@ static int64_t backward_working_set(const lx_graph *g, int i) {
   int64_t bytes = lx_resident_bytes(g, i);
   for (int k = 0; k < op->n_inputs; k++)
     if (g->ops[op->inputs[k]].out.dtype != LX_DTYPE_INT32) bytes += lx_resident_bytes(g, op->inputs[k]);
+  if (op->chunks < 2) return bytes;
   int *made = lx_malloc(sizeof *made * (size_t)g->n_ops);
   for (int j = 0, n = lx_made_again(g, i, made); j < n; j++)
     bytes += lx_resident_bytes(g, made[j]);
@@ -140,7 +141,7 @@ lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage *st, const lx_st
     break;
   case LX_I_RECOMPUTE:
     d.alloc = gm->alloc_recompute[in->op];
-    d.transient = output_held ? 0 : op->out_bytes;
+    d.transient = output_held ? 0 : lx_resident_bytes(g, in->op);
     break;
   case LX_I_BWD_WEIGHT: /* the output's gradient, held since the backward */
     d.release = gm->free_weight[in->op] + op->out_bytes;
