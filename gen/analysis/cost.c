@@ -281,8 +281,14 @@ static double roofline(const lx_cost_model *cm, const lx_ir *ir, const lx_graph 
 
 /* ---- profile lookup -------------------------------------------------------- */
 
+/* The tokens one call of the op takes: all of them, or in mini-sequences a
+ * piece's. A profile times calls, and keys them so. */
+static int64_t call_tokens(const lx_ir *ir, const lx_graph *g, const lx_op *op) {
+  return kernel_tokens(ir, g, op) / pieces(op);
+}
+
 static bool entry_matches(const lx_profile_entry *e, const lx_ir *ir, const lx_graph *g, const lx_op *op) {
-  return e->kind == op->kind && e->dtype == ir->training.dtype && e->tokens == kernel_tokens(ir, g, op) &&
+  return e->kind == op->kind && e->dtype == ir->training.dtype && e->tokens == call_tokens(ir, g, op) &&
          e->in_width == in_width(ir, g, op) && e->out_width == rank_width(ir, op->out) &&
          (!e->seq_len || e->seq_len == ir->model.seq_len) &&
          (!e->heads || (op->kind == LX_OP_ATTENTION && e->heads == heads_per_rank(ir, g, op))) &&
@@ -293,7 +299,7 @@ static bool entry_matches(const lx_profile_entry *e, const lx_ir *ir, const lx_g
 void lx_cost_profile_key(const lx_ir *ir, const lx_graph *g, const lx_op *op, char *key, size_t key_size,
                          char *attrs, size_t attrs_size) {
   snprintf(key, key_size, "%s %lld %lld %lld %s", lx_op_kind_name(op->kind),
-           (long long)kernel_tokens(ir, g, op), (long long)in_width(ir, g, op),
+           (long long)call_tokens(ir, g, op), (long long)in_width(ir, g, op),
            (long long)rank_width(ir, op->out), lx_dtype_name(ir->training.dtype));
   if (attrs_size) attrs[0] = '\0';
   if (op->kind == LX_OP_ATTENTION)
@@ -310,14 +316,17 @@ static const lx_profile_entry *profile_entry(const lx_cost_model *cm, const lx_i
   return NULL;
 }
 
+/* A profiled op's time is its calls': one per piece in mini-sequences, the
+ * backward's with the forward's again where it makes its pieces again. */
 double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {
   const lx_profile_entry *e = profile_entry(cm, ir, g, op);
-  return e ? e->fwd_s : roofline(cm, ir, g, op, false);
+  return e ? pieces(op) * e->fwd_s : roofline(cm, ir, g, op, false);
 }
 
 double lx_cost_op_bwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {
   const lx_profile_entry *e = profile_entry(cm, ir, g, op);
-  return e ? e->bwd_s : roofline(cm, ir, g, op, true);
+  if (!e) return roofline(cm, ir, g, op, true);
+  return pieces(op) * (e->bwd_s + (forward_again(g, op, true) ? e->fwd_s : 0));
 }
 
 double lx_cost_op_weight_grad(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {

@@ -185,6 +185,34 @@ static void test_profile_overrides(const lx_ir *ir) {
   lx_cost_model_free(&cm);
 }
 
+/* In mini-sequences a profile times one piece's call, keyed by its tokens:
+ * gpt13b's micro-batch of 4 x 2048 tokens in 4 pieces of 2048. The op takes
+ * 4 calls forward; the MLP's first linear, whose output exists one piece at
+ * a time, runs its forward again in the backward. */
+static void test_profile_of_pieces(void) {
+  lx_ir ir;
+  bool ok = load_model(GPT13B, ".micro_batch = 4,", ".micro_batch = 4, .mini_sequences = 4,", &ir);
+  CHECK(ok, "gpt13b in 4 mini-sequences loads");
+  if (!ok) return;
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  const lx_graph *g = &ir.block;
+  const lx_op *up = op_named(g, "linear_2"), *down = op_named(g, "linear_3");
+  const char *profile = "op linear 2048 2048 8192 bf16 1 2\n"
+                        "op linear 2048 8192 2048 bf16 1.5 3\n";
+  ok = lx_cost_load_profile(&cm, "pieces.prof", profile) && up && down && up->chunks == 4;
+  CHECK(ok, "a profile of one piece's calls loads");
+  if (ok) {
+    CHECK_CLOSE(lx_cost_op_fwd(&cm, &ir, g, up), 4 * 1e-3, 1e-15, "forward: 4 pieces of the measured call");
+    CHECK_CLOSE(lx_cost_op_bwd(&cm, &ir, g, up), 4 * (2e-3 + 1e-3), 1e-15,
+                "backward of a maker of chunk-local pieces: 4 x (its backward + its forward again)");
+    CHECK_CLOSE(lx_cost_op_bwd(&cm, &ir, g, down), 4 * 3e-3, 1e-15,
+                "backward of the run's last linear (whole output): 4 x its backward");
+  }
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
 static bool error_output_starts_with(FILE *sink, const char *want) {
   char got[512] = "";
   rewind(sink);
@@ -343,6 +371,7 @@ int main(void) {
   test_fp32_uses_fp32_peak();
   test_collectives(&cm);
   test_profile_overrides(&ir);
+  test_profile_of_pieces();
   test_malformed_profiles(&ir);
   test_every_example_op();
   test_layer_forward_range(&ir, &cm);
