@@ -336,17 +336,20 @@ static void pieces_over_gradients(built *b) {
     }
 }
 
-static void check_planted_pieces(void) {
+/* Sequence parallelism: a run of pieces' gathered output gradient in the
+ * same whole-tensor buffer as its gathered input (no third buffer). */
+static void gathers_share_a_buffer(built *b) {
+  for (int st = 0; st < b->pipe.pp; st++)
+    b->layouts[st].sp_grad_buffer = false;
+}
+
+static void check_planted_pieces(const char *name, plant_fn plant, parallel_plan par) {
   built b;
-  parallel_plan par = {.tp = 1, .dp = 1, .mini_sequences = 4};
   bool ok = build_parallel("examples/tiny.model", 4, 2, 5, LX_SCHEDULE_GPIPE, LX_RECOMPUTE_NONE, par, &b);
-  CHECK(ok && lx_verify(&b.pipe, b.layouts) == 0, "pieces of the logits: verifies clean before planting");
-  pieces_over_gradients(&b);
+  CHECK(ok && lx_verify(&b.pipe, b.layouts) == 0, "%s: verifies clean before planting", name);
+  plant(&b);
   int violations = verify_quietly(&b);
-  CHECK(violations > 0,
-        "the logits' pieces, made again in the backward, placed over its gradients are reported "
-        "(%d violations)",
-        violations);
+  CHECK(violations > 0, "%s: reported (%d violations)", name, violations);
   release(&b);
 }
 
@@ -471,7 +474,11 @@ static void check_split_pair_not_fused(void) {
 
 int main(void) {
   check_pieces();
-  check_planted_pieces();
+  check_planted_pieces("the logits' pieces, made again in the backward, placed over its gradients",
+                       pieces_over_gradients, (parallel_plan){.tp = 1, .dp = 1, .mini_sequences = 4});
+  check_planted_pieces("a run of pieces' gathered output gradient and gathered input in one buffer",
+                       gathers_share_a_buffer,
+                       (parallel_plan){.tp = 2, .dp = 1, .sequence_parallel = true, .mini_sequences = 4});
   check_split_pair_not_fused();
   check_accesses();
   check_examples();
