@@ -88,7 +88,7 @@ enum { LX_MAX_VIRTUAL_STAGES = 8 };
 typedef struct {
   bool tp, pp, dp, micro_batch;
   bool schedule; /* the plan search weighs 1F1B and ZB-H1 */
-  bool mini_sequences; /* the plan search weighs the LM head and its loss whole and in pieces */
+  bool mini_sequences; /* the plan search weighs the LM head, its loss and the MLPs whole and in pieces */
 } lx_open_plan;
 
 typedef struct {
@@ -97,8 +97,9 @@ typedef struct {
   int virtual_stages; /* model chunks per stage: 1, or V >= 2 under interleaved 1F1B */
   bool sequence_parallel;
   bool zero; /* ZeRO-1: AdamW state (and fp32 masters) sharded over the dp replicas */
-  /* MsT (Luo et al. 2024): the LM head and its loss run over the micro-batch's rows in this many
-   * consecutive pieces, so that the logits never exist whole; 1 runs them whole */
+  /* MsT (Luo et al. 2024): the LM head with its loss, and the MLPs, run over the micro-batch's rows
+   * in this many consecutive pieces (analysis/mini_sequences.c), so that the logits and the MLP
+   * hidden never exist whole; 1 runs them whole */
   int mini_sequences;
 } lx_plan;
 

@@ -61,8 +61,8 @@ struct lx_parallel {
   int virtual_stages;     /* SCHEDULE_INTERLEAVED: model chunks per stage (default 2) */
   int sequence_parallel;  /* 1: Megatron sequence parallelism */
   int zero;               /* 1: ZeRO-1, AdamW state sharded over the dp replicas */
-  int mini_sequences;     /* MsT: the LM head and its loss over M pieces of the
-                             sequence, the logits never whole; 0 or 1: whole */
+  int mini_sequences;     /* MsT: the LM head, its loss and the MLPs over M pieces of
+                             the sequence, the logits and MLP hidden never whole; 0: open */
 };
 
 struct lx_training {

@@ -1,4 +1,4 @@
-"""Mini-sequences (MsT, Luo et al. 2024): the LM head and its loss in M pieces.
+"""Mini-sequences (MsT, Luo et al. 2024): the LM head, its loss and the MLPs in M pieces.
 
 The emitted CPU programs of a small GPT are trained with --mini-sequences M
 and compared with the same plan run whole (M = 1), which never cuts the rows:

@@ -104,7 +104,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   case LX_OP_DROPOUT: dropout_tail(pr, g, i, k, backward, c); break;
   case LX_OP_CROSS_ENTROPY: {
     /* a piece's rows of the micro-batch's BT, the loss still the mean over BT */
-    bool piece = pr->in_pieces && op->chunks > 1;
+    bool piece = emit_in_piece(pr, op);
     c->variant = !tp        ? (piece ? "_rows" : "")
                  : backward ? (piece ? "_slice_rows" : "_slice")
                             : (piece ? "_tp_rows" : "_tp");

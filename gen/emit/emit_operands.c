@@ -145,7 +145,7 @@ static int64_t piece_row_elements(const lx_printer *pr, lx_graph_id g, int i, co
                                   const lx_access *a) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   const lx_op *op = &graph->ops[i];
-  if (!pr->in_pieces || op->chunks < 2 || a->target != LX_TARGET_TENSOR) return 0;
+  if (!emit_in_piece(pr, op) || a->target != LX_TARGET_TENSOR) return 0;
   if ((a->tensor.role == LX_T_OUTPUT || a->tensor.role == LX_T_GRAD) && lx_chunk_local(graph, a->tensor.op))
     return 0;
   switch (o->kind) {
@@ -241,11 +241,13 @@ void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_
 
 int emit_tp(const lx_printer *pr) { return pr->ir->plan.tp; }
 
+bool emit_in_piece(const lx_printer *pr, const lx_op *op) { return pr->in_pieces && op->chunks > 1; }
+
 /* Under sequence parallelism a matmul reads the gathered whole input, or
  * writes the whole partial output it reduce-scatters: all rows. */
 const char *emit_rows(const lx_printer *pr, const lx_op *op) {
   bool matmul = op->kind == LX_OP_LINEAR || op->kind == LX_OP_LM_HEAD;
-  if (pr->in_pieces && op->chunks > 1) return "piece_rows";
+  if (emit_in_piece(pr, op)) return "piece_rows";
   return emit_sequence_sharded(pr, op->out) && !matmul ? "SEQ_ROWS" : "BT";
 }
 

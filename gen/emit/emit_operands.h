@@ -77,6 +77,8 @@ void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role
                       lx_kernel_call *c);
 
 int emit_tp(const lx_printer *pr);
+/* Whether a call of op printed now is one piece's (inside a loop over mini-sequences). */
+bool emit_in_piece(const lx_printer *pr, const lx_op *op);
 /* The rows of op's tensors a call of it takes: one piece's inside a loop over
  * mini-sequences (piece_rows), a sequence shard's (SEQ_ROWS) or all (BT). */
 const char *emit_rows(const lx_printer *pr, const lx_op *op);

@@ -126,8 +126,8 @@ static int policies_for(const lx_search_request *req, lx_recompute_policy *out) 
   return 4;
 }
 
-/* The pieces the LM head and its loss may run in: the plan's, or where open
- * whole, and in 4 or 16 pieces (MsT) where each holds at least
+/* The pieces the LM head, its loss and the MLPs may run in: the plan's, or
+ * where open whole, and in 4 or 16 pieces (MsT) where each holds at least
  * MIN_PIECE_TOKENS of the sequence, fewer making the GEMMs inefficient. */
 enum { MIN_PIECE_TOKENS = 128 };
 static int mini_sequences_for(const lx_ir *ir, int *out) {
@@ -218,7 +218,7 @@ static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_can
     const lx_candidate *whole = ir->open_plan.mini_sequences && c->mini_sequences > 1 ? c - 1 : NULL;
     while (whole && whole->mini_sequences > 1)
       whole--;
-    if (whole && whole->fits && whole->recompute_s == 0) { /* pieces would only add an LM head forward */
+    if (whole && whole->fits && whole->recompute_s == 0) { /* pieces would only add forwards */
       snprintf(c->why, sizeof c->why, "in pieces only slower: whole, it fits without recomputation");
       continue;
     }

@@ -21,7 +21,8 @@ typedef struct {
   int tp, pp, dp, micro_batch;
   lx_schedule schedule;
   int virtual_stages; /* chunks per stage: 1, or under interleaved 1F1B the plan's (2 where open) */
-  int mini_sequences; /* pieces of the LM head and its loss (MsT): the plan's, or where open 1, 4 or 16 */
+  int mini_sequences; /* pieces of the LM head, its loss and the MLPs (MsT): the plan's, or where open 1, 4 or
+                         16 */
   lx_recompute_policy policy;
   bool comparison; /* the synchronous 1F1B beside a requested 2BW: listed, never chosen */
   double time_s, mfu, peak_bytes;
