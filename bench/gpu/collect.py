@@ -1,10 +1,12 @@
-"""bench/gpu/collect.py RESULTS_TGZ... — bench/results/gpu.json from device runs.
+"""bench/gpu/collect.py [--earlier GPU_JSON] RESULTS_TGZ... — bench/results/gpu.json from device runs.
 
 Reads what bench/gpu/device.sh left in results.tgz (one log per step, the
 benchmark programs' metrics.jsonl, the 1.3B program's profile and memory
 samples) and writes the keys issue 13 asks for. Given several archives
 (a lease's calls, each with LX_STEPS), a step's files come from the last
-archive that ran it. The 1.3B predictions are
+archive that ran it; with --earlier, what no archive measured (attention,
+the 1.3B run, PyTorch's GPT-2) comes from that earlier report, named as
+such. The 1.3B predictions are
 lynxgen's own, from the kit's model file: the cost model alone, and with
 the measured profile fed back (lynxgen --profile).
 
@@ -156,8 +158,33 @@ def targets(report):
     return {name: {"measured": m, "target": t, "met": met} for name, (m, t, met) in rows.items()}
 
 
+def carry_earlier(report, earlier_path):
+    """The sections that no archive measured, from an earlier gpu.json of the same device (a
+    lease too short for every step), each named in report["carried_from_earlier"] with its date."""
+    earlier = json.load(open(earlier_path))
+    if earlier.get("device") != report["device"]:
+        sys.exit("collect.py: --earlier %s is from %s, this run from %s" % (earlier_path, earlier.get("device"),
+                                                                            report["device"]))
+    carried = []
+    if not report["attention"]:
+        report["attention"] = earlier["attention"]
+        carried.append("attention")
+    if report["gpt13b_pp1"]["step_ms"] is None:
+        report["gpt13b_pp1"] = earlier["gpt13b_pp1"]
+        carried.append("gpt13b_pp1")
+    for key in ("pytorch_tok_s", "llmc_own_kernels_tok_s"):
+        if report["gpt2_124m"][key] is None and earlier["gpt2_124m"].get(key) is not None:
+            report["gpt2_124m"][key] = earlier["gpt2_124m"][key]
+            carried.append("gpt2_124m." + key)
+    report["carried_from_earlier"] = {"date": earlier.get("date"), "sections": carried}
+
+
 def main():
-    archives, out = sys.argv[1:], os.path.join(ROOT, "bench", "results", "gpu.json")
+    args = sys.argv[1:]
+    earlier = None
+    if len(args) >= 2 and args[0] == "--earlier":
+        earlier, args = args[1], args[2:]
+    archives, out = args, os.path.join(ROOT, "bench", "results", "gpu.json")
     with tempfile.TemporaryDirectory() as work:
         results = os.path.join(work, "lx-results")
         steps = []
@@ -192,6 +219,8 @@ def main():
                        "cuda_resume_test.log")},
             "steps": steps,
         }
+        if earlier:
+            carry_earlier(report, earlier)
         report["targets"] = targets(report)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:

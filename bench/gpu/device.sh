@@ -42,6 +42,9 @@ step() {
   [ "$limit" -gt "$left" ] && limit=$left
   timeout -k 5 "$limit" bash -c '"$@"' "$name" "$@" > "$results/$name.log" 2>&1 # bash: the steps are functions
   status=$?
+  # a step cut short leaves its ranks behind (mpirun's children): they would
+  # share the GPU with the next step's timings
+  pkill -9 -f "$kit/" 2>/dev/null && sleep 1
   echo "$name: exit $status in $((SECONDS - start)) s (limit $limit s)" | tee -a "$results/summary.txt"
   grep -E '^(not ok|ok) |tok_s|"impl"|step +[0-9]+/' "$results/$name.log" | tail -n 40
   tar -C /tmp -czf "$out/results.tgz" lx-results
@@ -86,8 +89,6 @@ export -f with_kit inventory with_memory train kit_test
 step inventory 60 inventory
 step kernel_twins 90 with_kit "$kit/bin/kernel_twins"
 step kernel_twins_cudnn 90 with_kit "$kit/bin/kernel_twins_cudnn"
-step cuda_training_test 200 kit_test tests/cuda/cuda_training_test.py
-step cuda_resume_test 90 kit_test tests/cuda/cuda_resume_test.py
 step attention_cudnn 60 with_kit "$kit/bin/attention_cudnn"
 step attention_lynx 60 with_kit "$kit/bin/attention_lynx"
 step attention_torch 60 python3 bench/gpu/attention_torch.py
@@ -98,6 +99,10 @@ step gpt2_llmc_cudnn 90 with_kit sh bench/gpu/llmc_gpt2.sh "$kit/bin/train_gpt2c
 step gpt13b 90 with_memory "$results/gpt13b_memory.csv" train "$kit/bench/gpt13b" "$results/gpt13b.jsonl" 5
 step gpt13b_profile 60 train "$kit/bench/gpt13b" "$results/gpt13b_profile.jsonl" 4 \
   --profile "$results/gpt13b.profile"
+# the multi-rank layouts after the benchmarks: several ranks on one GPU through
+# --comm host are the slowest steps, and the least sure to finish in a lease
+step cuda_training_test 280 kit_test tests/cuda/cuda_training_test.py
+step cuda_resume_test 90 kit_test tests/cuda/cuda_resume_test.py
 step gpt2_pytorch 180 python3 bench/gpu/pytorch_gpt2_cuda.py --data "$gpt2_data" --steps 12 --micro-batch 4
 # Nsight Compute on 120 kernels of the GPT-2 program's steps (speed of light: how near each kernel
 # runs to the memory and compute peaks), for the next kernel work

@@ -156,8 +156,52 @@ __device__ inline float lx_block_max(float x, float *slots) {
   return lx_warp_max(x);
 }
 
+/* ---- column reductions (bias, norm weights) in place of atomics ------------ */
+
+/* Rows per partial sum: the partials are then added in chunk order, so the
+ * sum's order depends on the row count alone, never on the device. */
+#define LX_CUDA_ROWS_PER_CHUNK 256
+#define LX_CUDA_COLUMN_WARPS 8 /* a block: 32 columns (a lane each) x 8 row groups */
+
+inline unsigned lx_cuda_column_chunks(int rows) { return lx_ceil_div((size_t)rows, LX_CUDA_ROWS_PER_CHUNK); }
+
+/* The first pass of a column reduction of N sums per column:
+ * partials[n][chunk][c] = the sum over the chunk's rows r of what
+ * add(r, c, sums) adds to sums[n]. A block takes 32 columns of one chunk, its
+ * warp w the rows r0 + w, r0 + w + 8, ..., so a warp reads 32 consecutive
+ * columns of a row at once; the 8 warps' sums are then added in warp order. */
+template <int N, typename Add>
+__device__ inline void lx_column_partials(float *const partials[N], int rows, int C, Add add) {
+  __shared__ float sums[N][LX_CUDA_COLUMN_WARPS][LX_WARP];
+  int lane = threadIdx.x % LX_WARP, warp = threadIdx.x / LX_WARP;
+  int c = blockIdx.x * LX_WARP + lane, chunk = blockIdx.y;
+  int r0 = chunk * LX_CUDA_ROWS_PER_CHUNK, r1 = min(rows, r0 + LX_CUDA_ROWS_PER_CHUNK);
+  float acc[N];
+  for (int n = 0; n < N; n++)
+    acc[n] = 0.0f;
+  if (c < C)
+    for (int r = r0 + warp; r < r1; r += LX_CUDA_COLUMN_WARPS)
+      add(r, c, acc);
+  for (int n = 0; n < N; n++)
+    sums[n][warp][lane] = acc[n];
+  __syncthreads();
+  if (warp != 0 || c >= C) return;
+  for (int n = 0; n < N; n++) {
+    float total = 0.0f;
+    for (int w = 0; w < LX_CUDA_COLUMN_WARPS; w++)
+      total += sums[n][w][lane];
+    partials[n][(size_t)chunk * C + c] = total;
+  }
+}
+
+/* The first pass's grid and block over C columns of `rows` rows. */
+#define LX_CUDA_COLUMN_THREADS (LX_WARP * LX_CUDA_COLUMN_WARPS)
+inline dim3 lx_column_grid(int rows, int C) {
+  return dim3(lx_ceil_div((size_t)C, LX_WARP), lx_cuda_column_chunks(rows));
+}
+
 /* out[c] += sum over chunks of partials[chunk][c], chunks in order: the second
- * pass of every column reduction (bias, norm weights) in place of atomics. */
+ * pass of every column reduction. */
 __global__ void lx_cuda_sum_partials_kernel(float *out,            // (C)
                                             const float *partials, // (chunks, C)
                                             int chunks, int C) {
@@ -167,6 +211,31 @@ __global__ void lx_cuda_sum_partials_kernel(float *out,            // (C)
   for (int chunk = 0; chunk < chunks; chunk++)
     sum += partials[(size_t)chunk * C + c];
   out[c] += sum;
+}
+
+/* ---- 128-bit access: eight bf16 a load -------------------------------------- */
+
+#define LX_VEC 8
+
+/* Whether p may be read LX_VEC elements at a time. */
+__device__ inline bool lx_vec_aligned(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+__device__ inline void lx_load8(float out[LX_VEC], const lx_bf16 *p) {
+  uint4 raw = *(const uint4 *)p;
+  const lx_bf16x2 *pairs = (const lx_bf16x2 *)&raw;
+  for (int k = 0; k < LX_VEC / 2; k++) {
+    float2 f = __bfloat1622float2(pairs[k]);
+    out[2 * k] = f.x;
+    out[2 * k + 1] = f.y;
+  }
+}
+
+__device__ inline void lx_store8(lx_bf16 *p, const float in[LX_VEC]) {
+  uint4 raw;
+  lx_bf16x2 *pairs = (lx_bf16x2 *)&raw;
+  for (int k = 0; k < LX_VEC / 2; k++)
+    pairs[k] = __floats2bfloat162_rn(in[2 * k], in[2 * k + 1]);
+  *(uint4 *)p = raw;
 }
 
 #endif

@@ -229,25 +229,18 @@ LX_CUDA_API void lx_linear_gelu_forward(const lx_ctx *ctx,
                  bias ? LX_EPILOGUE_GELU_BIAS : LX_EPILOGUE_GELU, bias, pre_gelu, ctx->stream);
 }
 
-/* Rows per partial sum of the bias gradient: the partials are then added in
- * chunk order, so the sum's order depends on BT alone. */
-#define LX_CUDA_BIAS_ROWS_PER_CHUNK 256
-
 LX_CUDA_API size_t lx_cuda_bias_backward_scratch_floats(int BT, int OC) {
-  return (size_t)lx_ceil_div((size_t)BT, LX_CUDA_BIAS_ROWS_PER_CHUNK) * OC;
+  return (size_t)lx_cuda_column_chunks(BT) * OC;
 }
 
-/* partials[chunk][o] = sum of dout[r][o] over the chunk's rows, in order. */
-__global__ void lx_cuda_bias_partials_kernel(float *partials,     // (chunks, OC)
-                                             const lx_bf16 *dout, // (BT, OC)
-                                             int BT, int OC) {
-  int o = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
-  if (o >= OC) return;
-  int r0 = chunk * LX_CUDA_BIAS_ROWS_PER_CHUNK, r1 = min(BT, r0 + LX_CUDA_BIAS_ROWS_PER_CHUNK);
-  float sum = 0.0f;
-  for (int r = r0; r < r1; r++)
-    sum += lx_to_float(dout[(size_t)r * OC + o]);
-  partials[(size_t)chunk * OC + o] = sum;
+/* partials[chunk][o] = sum of dout[r][o] over the chunk's rows. */
+__global__ void __launch_bounds__(LX_CUDA_COLUMN_THREADS)
+    lx_cuda_bias_partials_kernel(float *partials,     // (chunks, OC)
+                                 const lx_bf16 *dout, // (BT, OC)
+                                 int BT, int OC) {
+  float *const out[1] = {partials};
+  lx_column_partials<1>(out, BT, OC,
+                        [=](int r, int o, float *sum) { sum[0] += lx_to_float(dout[(size_t)r * OC + o]); });
 }
 
 /* dbias += sum over rows of dout, in a fixed order (no atomics). */
@@ -255,9 +248,8 @@ LX_CUDA_API void lx_cuda_bias_backward(float *dbias,        // (OC)
                                          float *scratch,      // (lx_cuda_bias_backward_scratch_floats)
                                          const lx_bf16 *dout, // (BT, OC)
                                          int BT, int OC, cudaStream_t stream) {
-  unsigned chunks = lx_ceil_div((size_t)BT, LX_CUDA_BIAS_ROWS_PER_CHUNK);
-  dim3 grid(lx_ceil_div((size_t)OC, 256), chunks);
-  lx_cuda_bias_partials_kernel<<<grid, 256, 0, stream>>>(scratch, dout, BT, OC);
+  unsigned chunks = lx_cuda_column_chunks(BT);
+  lx_cuda_bias_partials_kernel<<<lx_column_grid(BT, OC), LX_CUDA_COLUMN_THREADS, 0, stream>>>(scratch, dout, BT, OC);
   LX_CUDA_LAUNCHED();
   lx_cuda_sum_partials_kernel<<<lx_ceil_div((size_t)OC, 256), 256, 0, stream>>>(dbias, scratch, (int)chunks, OC);
   LX_CUDA_LAUNCHED();

@@ -2,6 +2,7 @@
  * one translation unit. It is the same file for every model and stage, so a
  * build compiles it once per architecture and links it into each stage. */
 #define LX_CUDA_API /* external definitions: the stage programs call them */
+#include <cuda.h> /* the driver types of cuStreamWaitValue32 (lx_cuda_wait_flag) */
 #include "lx_cuda_common.cuh"
 #include "lx_cuda_adamw.cuh"
 #include "lx_cuda_attention.cuh"
@@ -30,13 +31,38 @@ void lx_cuda_adamw_tensor(lx_bf16 *params, float *master, const float *grads, fl
   lx_cuda_adamw_update(params, master, grads, m, v, clip, N, lr, hp, step, stream);
 }
 
-/* One thread polls the flag, sleeping between reads, so the stream's later
- * work starts once the host raised it and the other streams run meanwhile. */
+/* The fallback of lx_cuda_wait_flag: one thread polls the flag, sleeping
+ * between reads, so the stream's later work starts once the host raised it
+ * and the other streams run meanwhile. */
 __global__ void lx_cuda_wait_flag_kernel(const volatile int *flag) {
   while (*flag == 0) __nanosleep(1000);
 }
 
+typedef CUresult (*lx_cuda_wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+/* The driver's cuStreamWaitValue32, looked up once through the runtime (no
+ * -lcuda); NULL where the driver lacks it or refused it once. */
+static lx_cuda_wait_value_fn lx_cuda_wait_value;
+static int lx_cuda_wait_value_looked_up;
+
+/* The stream waits until *flag (mapped host memory) is 1. The driver's wait
+ * holds the stream in the GPU's front end: no SM spins, and the context is
+ * idle for the time-slicing of several ranks on one GPU (--comm host) while
+ * it waits. */
 void lx_cuda_wait_flag(const int *flag, cudaStream_t stream) {
+  if (!lx_cuda_wait_value_looked_up) {
+    lx_cuda_wait_value_looked_up = 1;
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      lx_cuda_wait_value = (lx_cuda_wait_value_fn)fn;
+  }
+  if (lx_cuda_wait_value &&
+      lx_cuda_wait_value((CUstream)stream, (CUdeviceptr)flag, 1, CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS)
+    return;
+  lx_cuda_wait_value = NULL; /* not supported here: the kernel from now on */
   lx_cuda_wait_flag_kernel<<<1, 1, 0, stream>>>(flag);
   LX_CUDA_LAUNCHED();
 }

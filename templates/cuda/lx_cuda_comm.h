@@ -9,9 +9,9 @@
  *         or a send waits for its stream, copies to the host and runs the
  *         MPI call (a collective's result is copied back on the same
  *         stream). A receive is enqueued on its stream as ncclRecv is: the
- *         stream, not the host, waits for the message (a one-thread kernel
- *         that waits for a flag in mapped host memory, then the copy to the
- *         device), so a schedule that posts a receive long before its data
+ *         stream, not the host, waits for the message (the stream waits
+ *         for a flag in mapped host memory, lx_cuda_wait_flag, then the copy
+ *         to the device), so a schedule that posts a receive long before its data
  *         is sent (1F1B posts its gradient receives first) runs as it does
  *         on NCCL. A host function cannot do that wait: CUDA may run other
  *         streams' work after a pending host function, and a host function

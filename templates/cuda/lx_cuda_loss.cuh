@@ -15,24 +15,55 @@
 
 #define LX_CUDA_LOSS_THREADS 512
 
-/* lse of logits[0..V) by a block: max, then the sum of exp(x - max). */
-__device__ inline float lx_row_logsumexp(const lx_bf16 *x, // (V)
-                                                int V, float *slots) {
-  float max = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x)
-    max = fmaxf(max, lx_to_float(x[v]));
-  max = lx_block_max(max, slots);
-  float sum = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x)
-    sum += expf(lx_to_float(x[v]) - max);
-  return max + logf(lx_block_sum(sum, slots));
+/* (max, sum): the running maximum of a thread's logits and the sum of
+ * exp(x - max) over them, one read of each logit (online softmax). */
+__device__ inline void lx_softmax_add(float2 *acc, const float *x, int n) {
+  float max = acc->x;
+  for (int k = 0; k < n; k++)
+    max = fmaxf(max, x[k]);
+  if (max == -INFINITY) return; /* nothing but -inf yet */
+  float sum = acc->y * expf(acc->x - max);
+  for (int k = 0; k < n; k++)
+    sum += expf(x[k] - max);
+  *acc = make_float2(max, sum);
 }
 
-/* dx[v] += scale * (exp(x[v] - lse) - [v == target]) for v < V. */
+/* lse of logits[0..V) by a block, in one pass over the row: 128-bit loads
+ * where the row is aligned, then the threads' (max, sum) merged. */
+__device__ inline float lx_row_logsumexp(const lx_bf16 *x, // (V)
+                                         int V, float *slots) {
+  float2 acc = make_float2(-INFINITY, 0.0f);
+  int vectors = lx_vec_aligned(x) ? V / LX_VEC : 0;
+  for (int j = threadIdx.x; j < vectors; j += blockDim.x) {
+    float v[LX_VEC];
+    lx_load8(v, x + (size_t)j * LX_VEC);
+    lx_softmax_add(&acc, v, LX_VEC);
+  }
+  for (int i = vectors * LX_VEC + threadIdx.x; i < V; i += blockDim.x) {
+    float v = lx_to_float(x[i]);
+    lx_softmax_add(&acc, &v, 1);
+  }
+  float max = lx_block_max(acc.x, slots);
+  float sum = lx_block_sum(acc.x == -INFINITY ? 0.0f : acc.y * expf(acc.x - max), slots);
+  return max + logf(sum);
+}
+
+/* dx[v] += scale * (exp(x[v] - lse) - [v == target]) for v < V, eight
+ * columns a load where both rows are aligned. */
 __device__ inline void lx_row_cross_entropy_grad(lx_bf16 *dx,      // (V)
-                                                        const lx_bf16 *x, // (V)
-                                                        float lse, int target, float scale, int V) {
-  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+                                                 const lx_bf16 *x, // (V)
+                                                 float lse, int target, float scale, int V) {
+  int vectors = lx_vec_aligned(x) && lx_vec_aligned(dx) ? V / LX_VEC : 0;
+  for (int j = threadIdx.x; j < vectors; j += blockDim.x) {
+    size_t first = (size_t)j * LX_VEC;
+    float logit[LX_VEC], grad[LX_VEC];
+    lx_load8(logit, x + first);
+    lx_load8(grad, dx + first);
+    for (int k = 0; k < LX_VEC; k++)
+      grad[k] += scale * (expf(logit[k] - lse) - ((int)first + k == target ? 1.0f : 0.0f));
+    lx_store8(dx + first, grad);
+  }
+  for (int v = vectors * LX_VEC + threadIdx.x; v < V; v += blockDim.x) {
     float grad = scale * (expf(lx_to_float(x[v]) - lse) - (v == target ? 1.0f : 0.0f));
     dx[v] = lx_to_bf16(lx_to_float(dx[v]) + grad);
   }

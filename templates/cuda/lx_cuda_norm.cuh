@@ -15,7 +15,6 @@
 
 /* One block per row; a fixed block size fixes the order of the row sums. */
 #define LX_CUDA_NORM_THREADS 256
-#define LX_CUDA_NORM_ROWS_PER_CHUNK 256
 
 /* x[i] of a row: the input, or the bf16-rounded residual sum when fused. */
 __device__ inline float lx_norm_input(const lx_bf16 *inp,    // (C)
@@ -123,8 +122,7 @@ LX_CUDA_API void lx_residual_rmsnorm_forward(const lx_ctx *ctx,
 /* The scratch: (mean, rstd) per row, then the per-chunk partial sums of the
  * weight and bias gradients. */
 LX_CUDA_API size_t lx_cuda_norm_backward_scratch_floats(int BT, int C) {
-  size_t chunks = lx_ceil_div((size_t)BT, LX_CUDA_NORM_ROWS_PER_CHUNK);
-  return 2 * (size_t)BT + 2 * chunks * (size_t)C;
+  return 2 * (size_t)BT + 2 * (size_t)lx_cuda_column_chunks(BT) * C;
 }
 
 /* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = w * dy (layernorm);
@@ -161,41 +159,39 @@ __global__ void __launch_bounds__(LX_CUDA_NORM_THREADS)
   }
 }
 
-/* Per chunk of rows, in row order: dweight partial = sum dy * xhat, dbias
- * partial = sum dy. One thread per channel; consecutive threads read
- * consecutive channels of a row, so the loads coalesce. */
-__global__ void lx_cuda_norm_param_partials_kernel(float *dweight_partials, // (chunks, C)
-                                                   float *dbias_partials,   // (chunks, C) or NULL (rmsnorm)
-                                                   const float *stats,      // (BT, 2)
-                                                   const lx_bf16 *dout,     // (BT, C)
-                                                   const lx_bf16 *inp,      // (BT, C)
-                                                   int BT, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
-  if (c >= C) return;
-  int r0 = chunk * LX_CUDA_NORM_ROWS_PER_CHUNK, r1 = min(BT, r0 + LX_CUDA_NORM_ROWS_PER_CHUNK);
-  float dweight = 0.0f, dbias = 0.0f;
-  for (int r = r0; r < r1; r++) {
+/* Per chunk of rows: dweight partial = sum dy * xhat, dbias partial = sum dy
+ * (lx_column_partials). */
+template <int N>
+__global__ void __launch_bounds__(LX_CUDA_COLUMN_THREADS)
+    lx_cuda_norm_param_partials_kernel(float *dweight_partials, // (chunks, C)
+                                       float *dbias_partials,   // (chunks, C), N = 2; layernorm
+                                       const float *stats,      // (BT, 2)
+                                       const lx_bf16 *dout,     // (BT, C)
+                                       const lx_bf16 *inp,      // (BT, C)
+                                       int BT, int C) {
+  float *const out[2] = {dweight_partials, dbias_partials};
+  lx_column_partials<N>(out, BT, C, [=](int r, int c, float *sum) {
     float dy = lx_to_float(dout[(size_t)r * C + c]);
-    float xhat = (lx_to_float(inp[(size_t)r * C + c]) - stats[2 * r]) * stats[2 * r + 1];
-    dweight += dy * xhat;
-    dbias += dy;
-  }
-  dweight_partials[(size_t)chunk * C + c] = dweight;
-  if (dbias_partials) dbias_partials[(size_t)chunk * C + c] = dbias;
+    sum[0] += dy * (lx_to_float(inp[(size_t)r * C + c]) - stats[2 * r]) * stats[2 * r + 1];
+    if (N == 2) sum[N - 1] += dy;
+  });
 }
 
 LX_CUDA_API void lx_cuda_norm_backward_launch(lx_bf16 *dinp, float *dweight, float *dbias, float *scratch,
                                                 const lx_bf16 *dout, const lx_bf16 *inp, const lx_bf16 *weight,
                                                 int BT, int C, int rms, cudaStream_t stream) {
   LX_CUDA_REQUIRE(BT > 0 && C > 0 && scratch != NULL);
-  unsigned chunks = lx_ceil_div((size_t)BT, LX_CUDA_NORM_ROWS_PER_CHUNK);
+  unsigned chunks = lx_cuda_column_chunks(BT);
   float *stats = scratch, *dweight_partials = scratch + 2 * (size_t)BT;
   float *dbias_partials = dweight_partials + (size_t)chunks * C;
   lx_cuda_norm_backward_input_kernel<<<BT, LX_CUDA_NORM_THREADS, 0, stream>>>(dinp, stats, dout, inp, weight, C, rms);
   LX_CUDA_LAUNCHED();
-  dim3 grid(lx_ceil_div((size_t)C, 256), chunks);
-  lx_cuda_norm_param_partials_kernel<<<grid, 256, 0, stream>>>(dweight_partials, dbias ? dbias_partials : NULL,
-                                                              stats, dout, inp, BT, C);
+  if (dbias)
+    lx_cuda_norm_param_partials_kernel<2><<<lx_column_grid(BT, C), LX_CUDA_COLUMN_THREADS, 0, stream>>>(
+        dweight_partials, dbias_partials, stats, dout, inp, BT, C);
+  else
+    lx_cuda_norm_param_partials_kernel<1><<<lx_column_grid(BT, C), LX_CUDA_COLUMN_THREADS, 0, stream>>>(
+        dweight_partials, NULL, stats, dout, inp, BT, C);
   LX_CUDA_LAUNCHED();
   lx_cuda_sum_partials_kernel<<<lx_ceil_div((size_t)C, 256), 256, 0, stream>>>(dweight, dweight_partials,
                                                                               (int)chunks, C);

@@ -32,6 +32,7 @@ run by more than SHIFT_FACTOR x LOSS_BOUND in some step.
 """
 import json
 import os
+import re
 import random
 import struct
 import subprocess
@@ -138,7 +139,7 @@ def train(program, target, train_data, val_data, metrics, *args):
     check(ok, "%s: %d steps on %s run, one metrics.jsonl line each" % (os.path.basename(program), STEPS, train_data))
     if not ok:
         if r is not None:
-            print("     exit %d: %s" % (r.returncode, (r.stdout + r.stderr)[-2000:].replace("\n", "\n     ")))
+            print("     exit %d: %s" % (r.returncode, failure_report(r).replace("\n", "\n     ")))
         return None
     return records
 
@@ -198,9 +199,10 @@ def build_and_train(target, pp, work, data):
 LLAMA = os.path.join(ROOT, "tests", "equivalence", "llama.model")
 WINDOWED = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel", "--policy", "lynx-heu",
             "--gpu-memory", "0.0015", "--allow-oom-plan")
+# Pipeline-only layouts first: on one GPU the sequence-parallel ones make the
+# most host-backend transfers, and a lease that runs out should still have
+# measured the others.
 LAYOUTS = (
-    ("tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu", MODEL, WINDOWED),
-    ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),
     ("tiny pp4 checkmate", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--policy", "checkmate")),
     ("tiny pp4 zb-h1", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--schedule", "zb-h1", "--policy", "none")),
     # PipeDream-2BW: overlapping steps, two weight versions, the delayed update (the CPU run is its reference)
@@ -208,10 +210,13 @@ LAYOUTS = (
     # interleaved 1F1B: two chunks per stage, activations and gradients around the ring of two stages
     ("tiny pp2 interleaved", MODEL, ("--tp", "1", "--dp", "1", "--pp", "2", "--schedule", "interleaved",
                                      "--policy", "none")),
+    ("tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu", MODEL, WINDOWED),
+    ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),
     # mini-sequences (MsT): the SwiGLU MLPs and the vocabulary-parallel LM head and loss in 4 pieces
     ("llama tp2 pp2 SP mini-sequences 4", LLAMA, ("--tp", "2", "--pp", "2", "--dp", "1", "--sequence-parallel",
                                                   "--policy", "none", "--mini-sequences", "4")),
 )
+RELOADED = "tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu"  # the layout whose final state is also reloaded
 RELOAD_BOUND = 1e-6  # the same weights through the same kernels: the saved run's last validation loss
 
 
@@ -225,7 +230,16 @@ def reload_checkpoint(program, data, records, comm):
     check(ok, "%s: the saved state reloads (--resume, --steps 0) to the last validation loss %s (got %s)" % (
         os.path.basename(program), want, got))
     if not ok:
-        print("     exit %d: %s" % (r.returncode, (r.stdout + r.stderr)[-2000:].replace("\n", "\n     ")))
+        print("     exit %d: %s" % (r.returncode, failure_report(r).replace("\n", "\n     ")))
+
+
+def failure_report(r):
+    """What a failed run said: every line of lynx's own (each rank's watchdog and the stack it
+    printed, lx_watchdog.h) and the end of the output."""
+    text = r.stdout + r.stderr
+    own = [line for line in text.splitlines()
+           if line.startswith("lynx:") or re.search(r"\(\S*\+0x[0-9a-f]+\)\[0x[0-9a-f]+\]$", line)]
+    return "\n".join(own[:400]) + "\n...\n" + text[-1500:]
 
 
 def run_layout(target, name, model, args, work, data):
@@ -238,7 +252,7 @@ def run_layout(target, name, model, args, work, data):
     comm = ("--comm", "host", "--watchdog", "60") if target == "cuda" else ()
     records = train(program, target, data["train"], data["val"], os.path.join(program, "metrics.jsonl"),
                     "--save", os.path.join(program, "state.bin"), *comm)
-    if records and name == LAYOUTS[0][0] and (target == "cuda" or gpu_kit.RUNS_CPU):
+    if records and name == RELOADED and (target == "cuda" or gpu_kit.RUNS_CPU):
         reload_checkpoint(program, data, records, comm)
     return records
 

@@ -141,7 +141,7 @@ static lx_ctx context(float *scratch) { return lx_ctx{stream, &matmul, scratch};
 /* ---- linear ---------------------------------------------------------------------- */
 
 static void test_linear(void) {
-  const int BT = 96, C = 64, OC = 136;
+  const int BT = 520, C = 64, OC = 136; /* three chunks of the bias gradient */
   floats inp = random_bf16((size_t)BT * C, 1), w = random_bf16((size_t)OC * C, 0.2f), bias = random_bf16(OC, 0.5f);
   floats dout = random_bf16((size_t)BT * OC, 1), dinp0 = random_bf16((size_t)BT * C, 0.1f);
   floats dw0 = random_bf16((size_t)OC * C, 0.1f), db0 = random_bf16(OC, 0.1f);
@@ -186,7 +186,7 @@ static void test_linear(void) {
 /* ---- norms ----------------------------------------------------------------------- */
 
 static void test_norms(void) {
-  const int BT = 37, C = 200;
+  const int BT = 301, C = 200; /* two chunks of the column reductions, the second partial */
   size_t N = (size_t)BT * C;
   floats x = random_bf16(N, 2), branch = random_bf16(N, 1), w = random_bf16(C, 1), b = random_bf16(C, 0.5f);
   floats dout = random_bf16(N, 1), dinp0 = random_bf16(N, 0.1f), dw0 = random_bf16(C, 0.1f), db0 = random_bf16(C, 0.1f);
