@@ -41,6 +41,7 @@ The expected losses are those of the uninterrupted run of the same program,
 never numbers taken from the program under test's own resumed output.
 """
 import os
+import re
 import random
 import signal
 import struct
@@ -393,6 +394,13 @@ def watchdog(work, program):
     check(hit and status not in (None, 0) and waits_on_stage_1,
           "a stopped stage: rank 0's watchdog names what it waits on and the job ends %.1f s after the stop "
           "(--watchdog %d; status %s): %s" % (took, timeout, status, named[0] if named else log[-1500:]))
+    # then the training thread's stack, frames of rank 0's program among them (program(+offset))
+    lines = log.splitlines()
+    head = [i for i, line in enumerate(lines) if line == "lynx: watchdog: the training thread's stack:"]
+    frames = lines[head[0] + 1:head[0] + 65] if head else []
+    own = [f for f in frames if re.match(r"^\S*/stage0\((\w*)\+0x[0-9a-f]+\)\[0x[0-9a-f]+\]$", f)]
+    check(len(own) >= 2, "a stopped stage: the watchdog prints the waiting thread's stack, %d frames of stage0 "
+          "(%s)" % (len(own), " | ".join(frames[:6]) if frames else log[-800:]))
 
 
 def main():

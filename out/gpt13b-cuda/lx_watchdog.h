@@ -10,6 +10,8 @@
  * data-parallel group). After `timeout_s` seconds without progress it prints
  *   lynx: watchdog: rank 3 (stage 1) made no progress for 60 s
  *   (--watchdog 60): it waits on <what>
+ * then the training thread's stack (frames as program(+offset): addr2line -f
+ * -e program offset names each; the thread is asked for it with SIGUSR2),
  * and ends the process with _exit: under mpirun a rank that exits without
  * MPI_Finalize makes Open MPI terminate the whole job, and no checkpoint is
  * written afterwards (the other ranks never reach one).
@@ -20,8 +22,10 @@
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
+#include <execinfo.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -33,9 +37,22 @@ typedef struct {
   double last_progress_s; /* CLOCK_MONOTONIC */
   char waiting_on[192];
   int rank, stage;
+  pthread_t trainer; /* the thread that runs the steps: its stack says where it waits */
 } lx_watchdog_state;
 
-static lx_watchdog_state lx_watchdog = {PTHREAD_MUTEX_INITIALIZER, 0, 0, "", 0, 0};
+static lx_watchdog_state lx_watchdog = {PTHREAD_MUTEX_INITIALIZER, 0, 0, "", 0, 0, 0};
+
+/* SIGUSR2's handler on the training thread: its stack to stderr. Only
+ * write-based calls: backtrace_symbols_fd does not allocate, and the
+ * backtrace() at start has loaded what backtrace needs. */
+static inline void lx_watchdog_print_stack(int sig) {
+  (void)sig;
+  static const char head[] = "lynx: watchdog: the training thread's stack:\n";
+  void *frames[64];
+  int n = backtrace(frames, 64);
+  if (write(STDERR_FILENO, head, sizeof head - 1) < 0) return;
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+}
 
 static inline double lx_watchdog_now_s(void) {
   struct timespec t;
@@ -74,6 +91,9 @@ static inline void *lx_watchdog_run(void *unused) {
               lx_watchdog.rank, lx_watchdog.stage, idle_s, lx_watchdog.timeout_s,
               lx_watchdog.waiting_on[0] ? lx_watchdog.waiting_on : "its own computation");
       fflush(stderr);
+      pthread_kill(lx_watchdog.trainer, SIGUSR2);
+      struct timespec printing = {0, 300000000}; /* the handler's few writes */
+      nanosleep(&printing, NULL);
       _exit(LX_EXIT_ERROR);
     }
     pthread_mutex_unlock(&lx_watchdog.lock);
@@ -94,6 +114,14 @@ static inline void lx_watchdog_start(double timeout_s, int rank, int stage) {
   if (!(timeout_s > 0)) return;
   lx_watchdog.timeout_s = timeout_s;
   lx_watchdog.rank = rank, lx_watchdog.stage = stage;
+  lx_watchdog.trainer = pthread_self();
+  void *frame[1];
+  (void)backtrace(frame, 1); /* loads libgcc's unwinder now, not in the handler */
+  struct sigaction on_usr2;
+  memset(&on_usr2, 0, sizeof on_usr2);
+  on_usr2.sa_handler = lx_watchdog_print_stack;
+  sigemptyset(&on_usr2.sa_mask);
+  sigaction(SIGUSR2, &on_usr2, NULL);
   lx_watchdog_progress();
   pthread_t thread;
   pthread_attr_t attr;
