@@ -13,40 +13,62 @@
 #include "lx_cuda_api.h" /* LX_CUDA_NORM_EPS */
 #include "lx_cuda_common.cuh"
 
-/* One block per row; a fixed block size fixes the order of the row sums. */
-#define LX_CUDA_NORM_THREADS 256
+/* One warp per row, LX_CUDA_NORM_ROWS rows a block: a row's sums are warp
+ * shuffles in a fixed order, with no block barrier. */
+#define LX_CUDA_NORM_ROWS 8
+#define LX_CUDA_NORM_THREADS (LX_CUDA_NORM_ROWS * LX_WARP)
 
-/* x[i] of a row: the input, or the bf16-rounded residual sum when fused. */
-__device__ inline float lx_norm_input(const lx_bf16 *inp,    // (C)
-                                             const lx_bf16 *branch, // (C) or NULL
-                                             int i) {
-  if (!branch) return lx_to_float(inp[i]);
-  return lx_to_float(lx_to_bf16(lx_to_float(inp[i]) + lx_to_float(branch[i])));
+/* f(i) for the first element i of each of this lane's pieces of a row of C:
+ * lane l takes the pieces l, l + 32, ... */
+template <int W, typename F>
+__device__ inline void lx_row_pieces(int C, F f) {
+  for (int i = (threadIdx.x % LX_WARP) * W; i < C; i += LX_WARP * W)
+    f(i);
 }
 
-/* Mean and rstd of a row (mean 0 for rmsnorm), two passes as on the CPU: the
- * one-pass E[x^2] - E[x]^2 cancels badly in float. */
+/* x[i .. i + W) of a row: the input, or the bf16-rounded residual sum when fused. */
+template <int W>
+__device__ inline void lx_norm_input(float x[W], const lx_bf16 *inp, // (C)
+                                     const lx_bf16 *branch,         // (C) or NULL
+                                     int i) {
+  lx_load_piece<W>(x, inp + i);
+  if (!branch) return;
+  float y[W];
+  lx_load_piece<W>(y, branch + i);
+  for (int k = 0; k < W; k++)
+    x[k] = lx_to_float(lx_to_bf16(x[k] + y[k]));
+}
+
+/* Mean and rstd of a row (mean 0 for rmsnorm) by its warp, two passes as on
+ * the CPU: the one-pass E[x^2] - E[x]^2 cancels badly in float. */
+template <int W>
 __device__ inline float2 lx_norm_row_stats(const lx_bf16 *inp,    // (C)
-                                                  const lx_bf16 *branch, // (C) or NULL
-                                                  int C, bool rms, float *slots) {
+                                           const lx_bf16 *branch, // (C) or NULL
+                                           int C, bool rms) {
   float mean = 0.0f;
   if (!rms) {
     float sum = 0.0f;
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-      sum += lx_norm_input(inp, branch, i);
-    mean = lx_block_sum(sum, slots) / C;
+    lx_row_pieces<W>(C, [&](int i) {
+      float x[W];
+      lx_norm_input<W>(x, inp, branch, i);
+      for (int k = 0; k < W; k++)
+        sum += x[k];
+    });
+    mean = lx_warp_sum(sum) / C;
   }
   float squares = 0.0f;
-  for (int i = threadIdx.x; i < C; i += blockDim.x) {
-    float centred = lx_norm_input(inp, branch, i) - mean;
-    squares += centred * centred;
-  }
-  float var = lx_block_sum(squares, slots) / C;
-  return make_float2(mean, rsqrtf(var + (float)LX_CUDA_NORM_EPS));
+  lx_row_pieces<W>(C, [&](int i) {
+    float x[W];
+    lx_norm_input<W>(x, inp, branch, i);
+    for (int k = 0; k < W; k++)
+      squares += (x[k] - mean) * (x[k] - mean);
+  });
+  return make_float2(mean, rsqrtf(lx_warp_sum(squares) / C + (float)LX_CUDA_NORM_EPS));
 }
 
 /* out = norm(x) * weight (+ bias), x = inp (+ branch, then also written to
  * residual_out). rms: x * rstd * weight, no mean and no bias. */
+template <int W>
 __global__ void __launch_bounds__(LX_CUDA_NORM_THREADS)
     lx_cuda_norm_forward_kernel(lx_bf16 *out,           // (BT, C)
                                 lx_bf16 *residual_out,  // (BT, C) or NULL when not fused
@@ -54,26 +76,35 @@ __global__ void __launch_bounds__(LX_CUDA_NORM_THREADS)
                                 const lx_bf16 *branch,  // (BT, C) or NULL when not fused
                                 const lx_bf16 *weight,  // (C)
                                 const lx_bf16 *bias,    // (C) or NULL (rmsnorm)
-                                int C, int rms) {
-  __shared__ float slots[LX_WARP];
-  size_t row = (size_t)blockIdx.x * C;
+                                int BT, int C, int rms) {
+  int r = blockIdx.x * LX_CUDA_NORM_ROWS + threadIdx.x / LX_WARP;
+  if (r >= BT) return; /* the whole warp: no barrier follows */
+  size_t row = (size_t)r * C;
   const lx_bf16 *x = inp + row, *y = branch ? branch + row : NULL;
-  float2 stats = lx_norm_row_stats(x, y, C, rms != 0, slots);
-  for (int i = threadIdx.x; i < C; i += blockDim.x) {
-    float value = lx_norm_input(x, y, i);
-    if (residual_out) residual_out[row + i] = lx_to_bf16(value);
-    float normed = (value - stats.x) * stats.y * lx_to_float(weight[i]);
-    if (bias) normed += lx_to_float(bias[i]);
-    out[row + i] = lx_to_bf16(normed);
-  }
+  float2 stats = lx_norm_row_stats<W>(x, y, C, rms != 0);
+  lx_row_pieces<W>(C, [&](int i) {
+    float value[W], w[W], b[W], normed[W];
+    lx_norm_input<W>(value, x, y, i);
+    if (residual_out) lx_store_piece<W>(residual_out + row + i, value);
+    lx_load_piece<W>(w, weight + i);
+    if (bias) lx_load_piece<W>(b, bias + i);
+    for (int k = 0; k < W; k++)
+      normed[k] = (value[k] - stats.x) * stats.y * w[k] + (bias ? b[k] : 0.0f);
+    lx_store_piece<W>(out + row + i, normed);
+  });
 }
 
 LX_CUDA_API void lx_cuda_norm_forward_launch(lx_bf16 *out, lx_bf16 *residual_out, const lx_bf16 *inp,
                                                const lx_bf16 *branch, const lx_bf16 *weight, const lx_bf16 *bias,
                                                int BT, int C, int rms, cudaStream_t stream) {
   LX_CUDA_REQUIRE(BT > 0 && C > 0);
-  lx_cuda_norm_forward_kernel<<<BT, LX_CUDA_NORM_THREADS, 0, stream>>>(out, residual_out, inp, branch, weight, bias,
-                                                                      C, rms);
+  unsigned blocks = lx_ceil_div((size_t)BT, LX_CUDA_NORM_ROWS);
+  if (lx_pieces_fit((size_t)C, {out, residual_out, inp, branch, weight, bias}))
+    lx_cuda_norm_forward_kernel<LX_VEC><<<blocks, LX_CUDA_NORM_THREADS, 0, stream>>>(out, residual_out, inp, branch,
+                                                                                     weight, bias, BT, C, rms);
+  else
+    lx_cuda_norm_forward_kernel<1><<<blocks, LX_CUDA_NORM_THREADS, 0, stream>>>(out, residual_out, inp, branch,
+                                                                                weight, bias, BT, C, rms);
   LX_CUDA_LAUNCHED();
 }
 
@@ -126,36 +157,49 @@ LX_CUDA_API size_t lx_cuda_norm_backward_scratch_floats(int BT, int C) {
 }
 
 /* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = w * dy (layernorm);
- * rmsnorm drops the mean(g) term and has xhat = x * rstd. Saves the row's
- * statistics for the parameter-gradient pass. */
+ * rmsnorm drops the mean(g) term and has xhat = x * rstd. One warp per row;
+ * saves the row's statistics for the parameter-gradient pass. */
+template <int W>
 __global__ void __launch_bounds__(LX_CUDA_NORM_THREADS)
     lx_cuda_norm_backward_input_kernel(lx_bf16 *dinp,         // (BT, C)
                                        float *stats,          // (BT, 2) mean, rstd
                                        const lx_bf16 *dout,   // (BT, C)
                                        const lx_bf16 *inp,    // (BT, C)
                                        const lx_bf16 *weight, // (C)
-                                       int C, int rms) {
-  __shared__ float slots[LX_WARP];
-  size_t row = (size_t)blockIdx.x * C;
+                                       int BT, int C, int rms) {
+  int r = blockIdx.x * LX_CUDA_NORM_ROWS + threadIdx.x / LX_WARP;
+  if (r >= BT) return; /* the whole warp: no barrier follows */
+  size_t row = (size_t)r * C;
   const lx_bf16 *x = inp + row, *dy = dout + row;
-  float2 s = lx_norm_row_stats(x, NULL, C, rms != 0, slots);
-  float sum_g = 0.0f, sum_gx = 0.0f;
-  for (int i = threadIdx.x; i < C; i += blockDim.x) {
-    float g = lx_to_float(weight[i]) * lx_to_float(dy[i]);
-    sum_g += g;
-    sum_gx += g * (lx_to_float(x[i]) - s.x) * s.y;
-  }
-  float mean_g = rms ? 0.0f : lx_block_sum(sum_g, slots) / C;
-  float mean_gx = lx_block_sum(sum_gx, slots) / C;
-  for (int i = threadIdx.x; i < C; i += blockDim.x) {
-    float xhat = (lx_to_float(x[i]) - s.x) * s.y;
-    float g = lx_to_float(weight[i]) * lx_to_float(dy[i]);
-    float dx = s.y * (g - mean_g - xhat * mean_gx);
-    dinp[row + i] = lx_to_bf16(lx_to_float(dinp[row + i]) + dx);
-  }
-  if (threadIdx.x == 0) {
-    stats[2 * (size_t)blockIdx.x] = s.x;
-    stats[2 * (size_t)blockIdx.x + 1] = s.y;
+  float2 s = lx_norm_row_stats<W>(x, NULL, C, rms != 0);
+  float sum_g = 0.0f, sum_g_centred = 0.0f; /* sums of g and g (x - mean) */
+  lx_row_pieces<W>(C, [&](int i) {
+    float v[W], w[W], d[W];
+    lx_load_piece<W>(v, x + i);
+    lx_load_piece<W>(w, weight + i);
+    lx_load_piece<W>(d, dy + i);
+    for (int k = 0; k < W; k++) {
+      sum_g += w[k] * d[k];
+      sum_g_centred += w[k] * d[k] * (v[k] - s.x);
+    }
+  });
+  float mean_g = rms ? 0.0f : lx_warp_sum(sum_g) / C;
+  float mean_gx = lx_warp_sum(sum_g_centred) * s.y / C;
+  lx_row_pieces<W>(C, [&](int i) {
+    float v[W], w[W], d[W], dx[W];
+    lx_load_piece<W>(v, x + i);
+    lx_load_piece<W>(w, weight + i);
+    lx_load_piece<W>(d, dy + i);
+    lx_load_piece<W>(dx, dinp + row + i);
+    for (int k = 0; k < W; k++) {
+      float xhat = (v[k] - s.x) * s.y;
+      dx[k] += s.y * (w[k] * d[k] - mean_g - xhat * mean_gx);
+    }
+    lx_store_piece<W>(dinp + row + i, dx);
+  });
+  if (threadIdx.x % LX_WARP == 0) {
+    stats[2 * (size_t)r] = s.x;
+    stats[2 * (size_t)r + 1] = s.y;
   }
 }
 
@@ -184,7 +228,13 @@ LX_CUDA_API void lx_cuda_norm_backward_launch(lx_bf16 *dinp, float *dweight, flo
   unsigned chunks = lx_cuda_column_chunks(BT);
   float *stats = scratch, *dweight_partials = scratch + 2 * (size_t)BT;
   float *dbias_partials = dweight_partials + (size_t)chunks * C;
-  lx_cuda_norm_backward_input_kernel<<<BT, LX_CUDA_NORM_THREADS, 0, stream>>>(dinp, stats, dout, inp, weight, C, rms);
+  unsigned blocks = lx_ceil_div((size_t)BT, LX_CUDA_NORM_ROWS);
+  if (lx_pieces_fit((size_t)C, {dinp, dout, inp, weight}))
+    lx_cuda_norm_backward_input_kernel<LX_VEC><<<blocks, LX_CUDA_NORM_THREADS, 0, stream>>>(dinp, stats, dout, inp,
+                                                                                            weight, BT, C, rms);
+  else
+    lx_cuda_norm_backward_input_kernel<1><<<blocks, LX_CUDA_NORM_THREADS, 0, stream>>>(dinp, stats, dout, inp, weight,
+                                                                                       BT, C, rms);
   LX_CUDA_LAUNCHED();
   if (dbias)
     lx_cuda_norm_param_partials_kernel<2><<<lx_column_grid(BT, C), LX_CUDA_COLUMN_THREADS, 0, stream>>>(

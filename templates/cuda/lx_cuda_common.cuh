@@ -41,6 +41,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <initializer_list>
+
 #include "lx_cuda_context.h"
 
 typedef __nv_bfloat16 lx_bf16;
@@ -236,6 +238,37 @@ __device__ inline void lx_store8(lx_bf16 *p, const float in[LX_VEC]) {
   for (int k = 0; k < LX_VEC / 2; k++)
     pairs[k] = __floats2bfloat162_rn(in[2 * k], in[2 * k + 1]);
   *(uint4 *)p = raw;
+}
+
+/* A piece: W consecutive elements that one thread loads and stores at once,
+ * W = LX_VEC where every tensor of a kernel is 16-byte aligned and its widths
+ * are multiples of LX_VEC (lx_pieces_fit), else 1. Kernels are templates on W
+ * so that the loops over a piece unroll into registers. */
+template <int W>
+__device__ inline void lx_load_piece(float v[W], const lx_bf16 *p) {
+  if constexpr (W == LX_VEC)
+    lx_load8(v, p);
+  else
+    for (int k = 0; k < W; k++)
+      v[k] = lx_to_float(p[k]);
+}
+
+template <int W>
+__device__ inline void lx_store_piece(lx_bf16 *p, const float v[W]) {
+  if constexpr (W == LX_VEC)
+    lx_store8(p, v);
+  else
+    for (int k = 0; k < W; k++)
+      p[k] = lx_to_bf16(v[k]);
+}
+
+/* Whether width (elements) and every pointer allow pieces of LX_VEC (NULL
+ * pointers, absent operands, do not count). */
+inline bool lx_pieces_fit(size_t width, std::initializer_list<const void *> pointers) {
+  if (width % LX_VEC != 0) return false;
+  for (const void *p : pointers)
+    if ((uintptr_t)p % 16 != 0) return false;
+  return true;
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* lx_cuda_elementwise.cuh — gelu, silu, swiglu, residual add and dropout, the GPU
- * twins of templates/cpu/lx_elementwise.h. Every element is independent, so
- * each is one thread's work; backward kernels add into their gradients. */
+ * twins of templates/cpu/lx_elementwise.h. Every element is independent: a
+ * thread takes a piece of eight (one 128-bit load) where the tensors allow,
+ * else one; backward kernels add into their gradients. */
 #ifndef LX_CUDA_ELEMENTWISE_CUH
 #define LX_CUDA_ELEMENTWISE_CUH
 
@@ -19,6 +20,24 @@ LX_CUDA_API unsigned lx_cuda_elementwise_blocks(size_t N) {
 #define LX_CUDA_FOR_EACH(i, N)                                                                               \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (N); i += (size_t)gridDim.x * blockDim.x)
 
+/* The same over pieces of W elements (lx_load_piece): i is each piece's first
+ * element; N is a multiple of W. */
+#define LX_CUDA_FOR_EACH_PIECE(i, N, W)                                                                      \
+  for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * (W); i < (N);                            \
+       i += (size_t)gridDim.x * blockDim.x * (W))
+
+/* kernel<W><<<...>>>(args...) over N elements: W = LX_VEC where `fit`
+ * (lx_pieces_fit), else 1. */
+#define LX_CUDA_LAUNCH_PIECES(kernel, N, fit, stream, ...)                                                   \
+  do {                                                                                                       \
+    if (fit)                                                                                                 \
+      kernel<LX_VEC><<<lx_cuda_elementwise_blocks((N) / LX_VEC), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(  \
+          __VA_ARGS__);                                                                                      \
+    else                                                                                                     \
+      kernel<1><<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(__VA_ARGS__);      \
+    LX_CUDA_LAUNCHED();                                                                                      \
+  } while (0)
+
 /* ---- gelu, tanh approximation (as GPT-2) ----------------------------------- */
 
 #define LX_CUDA_GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
@@ -36,37 +55,56 @@ __device__ inline float lx_gelu_derivative(float x) {
 
 /* ---- element-wise maps y = f(x) (gelu, silu): one kernel pair for all ------- */
 
-template <float (*f)(float)>
+template <float (*f)(float), int W>
 __global__ void lx_cuda_map_forward_kernel(lx_bf16 *out,       // (N)
                                            const lx_bf16 *inp, // (N)
                                            size_t N) {
-  LX_CUDA_FOR_EACH(i, N) out[i] = lx_to_bf16(f(lx_to_float(inp[i])));
+  LX_CUDA_FOR_EACH_PIECE(i, N, W) {
+    float v[W];
+    lx_load_piece<W>(v, inp + i);
+    for (int k = 0; k < W; k++)
+      v[k] = f(v[k]);
+    lx_store_piece<W>(out + i, v);
+  }
 }
 
 /* dinp += f'(x) dout */
-template <float (*derivative)(float)>
+template <float (*derivative)(float), int W>
 __global__ void lx_cuda_map_backward_kernel(lx_bf16 *dinp,       // (N)
                                             const lx_bf16 *dout, // (N)
                                             const lx_bf16 *inp,  // (N)
                                             size_t N) {
-  LX_CUDA_FOR_EACH(i, N) {
-    float grad = derivative(lx_to_float(inp[i])) * lx_to_float(dout[i]);
-    dinp[i] = lx_to_bf16(lx_to_float(dinp[i]) + grad);
+  LX_CUDA_FOR_EACH_PIECE(i, N, W) {
+    float x[W], dy[W], dx[W];
+    lx_load_piece<W>(x, inp + i);
+    lx_load_piece<W>(dy, dout + i);
+    lx_load_piece<W>(dx, dinp + i);
+    for (int k = 0; k < W; k++)
+      dx[k] += derivative(x[k]) * dy[k];
+    lx_store_piece<W>(dinp + i, dx);
   }
 }
 
 template <float (*f)(float)>
 inline void lx_cuda_map_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N, cudaStream_t stream) {
-  lx_cuda_map_forward_kernel<f>
-      <<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, inp, N);
+  if (lx_pieces_fit(N, {out, inp}))
+    lx_cuda_map_forward_kernel<f, LX_VEC>
+        <<<lx_cuda_elementwise_blocks(N / LX_VEC), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(out, inp, N);
+  else
+    lx_cuda_map_forward_kernel<f, 1><<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(
+        out, inp, N);
   LX_CUDA_LAUNCHED();
 }
 
 template <float (*derivative)(float)>
 inline void lx_cuda_map_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N,
                                  cudaStream_t stream) {
-  lx_cuda_map_backward_kernel<derivative>
-      <<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout, inp, N);
+  if (lx_pieces_fit(N, {dinp, dout, inp}))
+    lx_cuda_map_backward_kernel<derivative, LX_VEC>
+        <<<lx_cuda_elementwise_blocks(N / LX_VEC), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout, inp, N);
+  else
+    lx_cuda_map_backward_kernel<derivative, 1>
+        <<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout, inp, N);
   LX_CUDA_LAUNCHED();
 }
 
@@ -143,23 +181,36 @@ LX_CUDA_API void lx_swiglu_backward(const lx_ctx *ctx,
 
 /* ---- residual add --------------------------------------------------------------- */
 
+/* out[i .. i + W) = a + b there: one piece, loaded before it is stored */
+template <int W>
+__device__ inline void lx_add_piece(lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t i) {
+  float x[W], y[W];
+  lx_load_piece<W>(x, a + i);
+  lx_load_piece<W>(y, b + i);
+  for (int k = 0; k < W; k++)
+    x[k] += y[k];
+  lx_store_piece<W>(out + i, x);
+}
+
+template <int W>
 __global__ void lx_cuda_add_forward_kernel(lx_bf16 *out,     // (N)
                                            const lx_bf16 *a, // (N)
                                            const lx_bf16 *b, // (N)
                                            size_t N) {
-  LX_CUDA_FOR_EACH(i, N) out[i] = lx_to_bf16(lx_to_float(a[i]) + lx_to_float(b[i]));
+  LX_CUDA_FOR_EACH_PIECE(i, N, W) lx_add_piece<W>(out, a, b, i);
 }
 
 /* da and db may be the same buffer (add(x, x)): one thread does both adds to
- * an element, in order, so it gets dout twice, as on the CPU. */
+ * a piece, in order (the second reads what the first stored), so it gets
+ * dout twice, as on the CPU. */
+template <int W>
 __global__ void lx_cuda_add_backward_kernel(lx_bf16 *da,         // (N)
                                             lx_bf16 *db,         // (N)
                                             const lx_bf16 *dout, // (N)
                                             size_t N) {
-  LX_CUDA_FOR_EACH(i, N) {
-    float dy = lx_to_float(dout[i]);
-    da[i] = lx_to_bf16(lx_to_float(da[i]) + dy);
-    db[i] = lx_to_bf16(lx_to_float(db[i]) + dy);
+  LX_CUDA_FOR_EACH_PIECE(i, N, W) {
+    lx_add_piece<W>(da, da, dout, i);
+    lx_add_piece<W>(db, db, dout, i);
   }
 }
 
@@ -168,9 +219,7 @@ LX_CUDA_API void lx_add_forward(const lx_ctx *ctx,
                                 const lx_bf16 *a, // (N)
                                 const lx_bf16 *b, // (N)
                                 size_t N) {
-  lx_cuda_add_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(out, a, b,
-                                                                                                             N);
-  LX_CUDA_LAUNCHED();
+  LX_CUDA_LAUNCH_PIECES(lx_cuda_add_forward_kernel, N, lx_pieces_fit(N, {out, a, b}), ctx->stream, out, a, b, N);
 }
 
 LX_CUDA_API void lx_add_backward(const lx_ctx *ctx,
@@ -178,9 +227,8 @@ LX_CUDA_API void lx_add_backward(const lx_ctx *ctx,
                                  lx_bf16 *db,         // (N)
                                  const lx_bf16 *dout, // (N)
                                  size_t N) {
-  lx_cuda_add_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
-      da, db, dout, N);
-  LX_CUDA_LAUNCHED();
+  LX_CUDA_LAUNCH_PIECES(lx_cuda_add_backward_kernel, N, lx_pieces_fit(N, {da, db, dout}), ctx->stream, da, db, dout,
+                        N);
 }
 
 /* ---- dropout (inverted: kept elements scaled by 1 / (1 - p)) --------------- */
@@ -188,24 +236,37 @@ LX_CUDA_API void lx_add_backward(const lx_ctx *ctx,
 /* Element i is kept iff lx_dropout_keep(seed, stream, first + i) on the CPU:
  * the same integer test on the same bits, so both targets draw the same mask
  * (a sequence shard draws the whole tensor's, from counter `first`). */
+template <int W>
 __global__ void lx_cuda_dropout_forward_kernel(lx_bf16 *out,       // (N)
                                                uint8_t *mask,      // (N) or NULL
                                                const lx_bf16 *inp, // (N)
                                                size_t N, uint64_t key, uint32_t threshold, float scale,
                                                uint64_t first) {
-  LX_CUDA_FOR_EACH(i, N) {
-    bool keep = lx_cuda_dropout_keep(key, first + i, threshold);
-    if (mask) mask[i] = (uint8_t)keep;
-    out[i] = lx_to_bf16(keep ? lx_to_float(inp[i]) * scale : 0.0f);
+  LX_CUDA_FOR_EACH_PIECE(i, N, W) {
+    float v[W];
+    lx_load_piece<W>(v, inp + i);
+    for (int k = 0; k < W; k++) {
+      bool keep = lx_cuda_dropout_keep(key, first + i + k, threshold);
+      if (mask) mask[i + k] = (uint8_t)keep;
+      v[k] = keep ? v[k] * scale : 0.0f;
+    }
+    lx_store_piece<W>(out + i, v);
   }
 }
 
+/* dinp += dout * scale where kept (a dropped element's gradient is stored back unchanged) */
+template <int W>
 __global__ void lx_cuda_dropout_backward_kernel(lx_bf16 *dinp,       // (N)
                                                 const lx_bf16 *dout, // (N)
                                                 const uint8_t *mask, // (N) or NULL when p == 0
                                                 size_t N, float scale) {
-  LX_CUDA_FOR_EACH(i, N) {
-    if (!mask || mask[i]) dinp[i] = lx_to_bf16(lx_to_float(dinp[i]) + lx_to_float(dout[i]) * scale);
+  LX_CUDA_FOR_EACH_PIECE(i, N, W) {
+    float dy[W], dx[W];
+    lx_load_piece<W>(dy, dout + i);
+    lx_load_piece<W>(dx, dinp + i);
+    for (int k = 0; k < W; k++)
+      if (!mask || mask[i + k]) dx[k] += dy[k] * scale;
+    lx_store_piece<W>(dinp + i, dx);
   }
 }
 
@@ -217,9 +278,8 @@ LX_CUDA_API void lx_dropout_forward_at(const lx_ctx *ctx,
                                        size_t N, double p, uint64_t seed, uint64_t stream_id,
                                        uint64_t first) {
   uint32_t threshold = lx_cuda_dropout_threshold(p);
-  lx_cuda_dropout_forward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
-      out, mask, inp, N, lx_cuda_rng_key(seed, stream_id), threshold, (float)(1.0 / (1.0 - p)), first);
-  LX_CUDA_LAUNCHED();
+  LX_CUDA_LAUNCH_PIECES(lx_cuda_dropout_forward_kernel, N, lx_pieces_fit(N, {out, inp}), ctx->stream, out, mask, inp,
+                        N, lx_cuda_rng_key(seed, stream_id), threshold, (float)(1.0 / (1.0 - p)), first);
 }
 
 LX_CUDA_API void lx_dropout_forward(const lx_ctx *ctx,
@@ -236,9 +296,8 @@ LX_CUDA_API void lx_dropout_backward(const lx_ctx *ctx,
                                      const uint8_t *mask, // (N), or NULL when p == 0
                                      size_t N, double p) {
   LX_CUDA_REQUIRE(mask != NULL || p == 0);
-  lx_cuda_dropout_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
-      dinp, dout, mask, N, (float)(1.0 / (1.0 - p)));
-  LX_CUDA_LAUNCHED();
+  LX_CUDA_LAUNCH_PIECES(lx_cuda_dropout_backward_kernel, N, lx_pieces_fit(N, {dinp, dout}), ctx->stream, dinp, dout,
+                        mask, N, (float)(1.0 / (1.0 - p)));
 }
 
 #endif

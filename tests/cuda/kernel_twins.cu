@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <string>
 #include <vector>
 
 #ifdef LX_CUDNN_ATTENTION /* lx_cuda_cudnn_attention.o calls lynx's launchers and error path: define them    \
@@ -185,8 +186,9 @@ static void test_linear(void) {
 
 /* ---- norms ----------------------------------------------------------------------- */
 
-static void test_norms(void) {
-  const int BT = 301, C = 200; /* two chunks of the column reductions, the second partial */
+/* shape: how the kernels take the rows, for the test names */
+static void test_norms(int BT, int C, const char *shape) {
+  auto named = [&](const char *op) { return std::string(op) + shape; };
   size_t N = (size_t)BT * C;
   floats x = random_bf16(N, 2), branch = random_bf16(N, 1), w = random_bf16(C, 1), b = random_bf16(C, 0.5f);
   floats dout = random_bf16(N, 1), dinp0 = random_bf16(N, 0.1f), dw0 = random_bf16(C, 0.1f), db0 = random_bf16(C, 0.1f);
@@ -199,39 +201,39 @@ static void test_norms(void) {
   floats out(N);
   twin_layernorm_forward(out.data(), x.data(), w.data(), b.data(), BT, C);
   lx_layernorm_forward(&ctx, d_out, d_x, d_w, d_b, BT, C);
-  compare("layernorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+  compare(named("layernorm_forward").c_str(), "out", from_device_bf16(d_out, N), out, TOL_BF16);
 
   floats sum(N);
   for (size_t i = 0; i < N; i++)
     sum[i] = lx_to_float(lx_to_bf16(x[i] + branch[i]));
   twin_layernorm_forward(out.data(), sum.data(), w.data(), b.data(), BT, C);
   lx_residual_layernorm_forward(&ctx, d_res, d_out, d_x, d_branch, d_w, d_b, BT, C);
-  compare("residual_layernorm_forward", "residual", from_device_bf16(d_res, N), sum, TOL_BF16);
-  compare("residual_layernorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+  compare(named("residual_layernorm_forward").c_str(), "residual", from_device_bf16(d_res, N), sum, TOL_BF16);
+  compare(named("residual_layernorm_forward").c_str(), "out", from_device_bf16(d_out, N), out, TOL_BF16);
 
   floats dinp = dinp0, dw = dw0, db = db0;
   lx_bf16 *d_dinp = to_device_bf16(dinp0);
   float *d_dw = to_device_f32(dw0), *d_db = to_device_f32(db0);
   twin_layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), BT, C);
   lx_layernorm_backward(&ctx, d_dinp, d_dw, d_db, d_dout, d_x, d_w, BT, C);
-  compare("layernorm_backward", "dinp", from_device_bf16(d_dinp, N), dinp, TOL_BF16);
-  compare("layernorm_backward", "dweight", from_device_f32(d_dw, C), dw, TOL_F32);
-  compare("layernorm_backward", "dbias", from_device_f32(d_db, C), db, TOL_F32);
+  compare(named("layernorm_backward").c_str(), "dinp", from_device_bf16(d_dinp, N), dinp, TOL_BF16);
+  compare(named("layernorm_backward").c_str(), "dweight", from_device_f32(d_dw, C), dw, TOL_F32);
+  compare(named("layernorm_backward").c_str(), "dbias", from_device_f32(d_db, C), db, TOL_F32);
 
   twin_rmsnorm_forward(out.data(), x.data(), w.data(), BT, C);
   lx_rmsnorm_forward(&ctx, d_out, d_x, d_w, BT, C);
-  compare("rmsnorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+  compare(named("rmsnorm_forward").c_str(), "out", from_device_bf16(d_out, N), out, TOL_BF16);
   twin_rmsnorm_forward(out.data(), sum.data(), w.data(), BT, C);
   lx_residual_rmsnorm_forward(&ctx, d_res, d_out, d_x, d_branch, d_w, BT, C);
-  compare("residual_rmsnorm_forward", "out", from_device_bf16(d_out, N), out, TOL_BF16);
+  compare(named("residual_rmsnorm_forward").c_str(), "out", from_device_bf16(d_out, N), out, TOL_BF16);
 
   dinp = dinp0, dw = dw0;
   lx_bf16 *d_dinp2 = to_device_bf16(dinp0);
   float *d_dw2 = to_device_f32(dw0);
   twin_rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), BT, C);
   lx_rmsnorm_backward(&ctx, d_dinp2, d_dw2, d_dout, d_x, d_w, BT, C);
-  compare("rmsnorm_backward", "dinp", from_device_bf16(d_dinp2, N), dinp, TOL_BF16);
-  compare("rmsnorm_backward", "dweight", from_device_f32(d_dw2, C), dw, TOL_F32);
+  compare(named("rmsnorm_backward").c_str(), "dinp", from_device_bf16(d_dinp2, N), dinp, TOL_BF16);
+  compare(named("rmsnorm_backward").c_str(), "dweight", from_device_f32(d_dw2, C), dw, TOL_F32);
 }
 
 /* ---- attention ------------------------------------------------------------------- */
@@ -333,9 +335,10 @@ static void test_rope(void) {
 
 /* ---- elementwise ------------------------------------------------------------------- */
 
-static void test_elementwise(void) {
+/* shape: how the kernels take the elements, for the test names */
+static void test_elementwise(int BT, int F, const char *shape) {
+  auto named = [&](const char *op) { return std::string(op) + shape; };
   const lx_ctx ctx = context(NULL);
-  const int BT = 33, F = 160;
   size_t N = (size_t)BT * F;
   floats x = random_bf16(2 * N, 3), dout = random_bf16(2 * N, 1), dinp0 = random_bf16(2 * N, 0.1f);
   lx_bf16 *d_x = to_device_bf16(x), *d_out = to_device_bf16(floats(2 * N)), *d_dout = to_device_bf16(dout);
@@ -355,44 +358,44 @@ static void test_elementwise(void) {
   for (const map_op &m : maps) {
     m.twin_forward(out.data(), x.data(), 2 * N);
     m.forward(&ctx, d_out, d_x, 2 * N);
-    compare(m.forward_name, "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
+    compare(named(m.forward_name).c_str(), "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
     dinp = dinp0;
     lx_bf16 *d_dinp = to_device_bf16(dinp0);
     m.twin_backward(dinp.data(), dout.data(), x.data(), 2 * N);
     m.backward(&ctx, d_dinp, d_dout, d_x, 2 * N);
-    compare(m.backward_name, "dinp", from_device_bf16(d_dinp, 2 * N), dinp, TOL_BF16);
+    compare(named(m.backward_name).c_str(), "dinp", from_device_bf16(d_dinp, 2 * N), dinp, TOL_BF16);
   }
 
   floats swi(N);
   twin_swiglu_forward(swi.data(), x.data(), BT, F);
   lx_swiglu_forward(&ctx, d_out, d_x, BT, F);
-  compare("swiglu_forward", "out", from_device_bf16(d_out, N), swi, TOL_BF16);
+  compare(named("swiglu_forward").c_str(), "out", from_device_bf16(d_out, N), swi, TOL_BF16);
   dinp = dinp0;
   lx_bf16 *d_dinp2 = to_device_bf16(dinp0);
   twin_swiglu_backward(dinp.data(), dout.data(), x.data(), BT, F);
   lx_swiglu_backward(&ctx, d_dinp2, d_dout, d_x, BT, F);
-  compare("swiglu_backward", "dinp", from_device_bf16(d_dinp2, 2 * N), dinp, TOL_BF16);
+  compare(named("swiglu_backward").c_str(), "dinp", from_device_bf16(d_dinp2, 2 * N), dinp, TOL_BF16);
 
   const double p = 0.3;
   std::vector<uint8_t> mask(2 * N);
   twin_dropout_forward(out.data(), mask.data(), x.data(), 2 * N, p, 99, 5);
   uint8_t *d_mask = to_device_raw(std::vector<uint8_t>(2 * N));
   lx_dropout_forward(&ctx, d_out, d_mask, d_x, 2 * N, p, 99, 5);
-  compare("dropout_forward", "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
-  expect_true("dropout_forward mask equals the CPU's bit for bit",
+  compare(named("dropout_forward").c_str(), "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
+  expect_true(named("dropout_forward mask equals the CPU's bit for bit").c_str(),
               memcmp(from_device_raw(d_mask, 2 * N).data(), mask.data(), 2 * N) == 0);
   dinp = dinp0;
   lx_bf16 *d_dinp3 = to_device_bf16(dinp0);
   twin_dropout_backward(dinp.data(), dout.data(), mask.data(), 2 * N, p);
   lx_dropout_backward(&ctx, d_dinp3, d_dout, d_mask, 2 * N, p);
-  compare("dropout_backward", "dinp", from_device_bf16(d_dinp3, 2 * N), dinp, TOL_BF16);
+  compare(named("dropout_backward").c_str(), "dinp", from_device_bf16(d_dinp3, 2 * N), dinp, TOL_BF16);
   /* sequence parallelism: the second half as a shard draws the whole tensor's mask from counter N */
   std::vector<uint8_t> shard_mask(N);
   floats shard_out(N);
   twin_dropout_forward_at(shard_out.data(), shard_mask.data(), x.data() + N, N, p, 99, 5, N);
   lx_dropout_forward_at(&ctx, d_out, d_mask, d_x + N, N, p, 99, 5, N);
-  compare("dropout_forward_at", "out", from_device_bf16(d_out, N), shard_out, TOL_BF16);
-  expect_true("dropout_forward_at mask equals the CPU's and the whole tensor's second half",
+  compare(named("dropout_forward_at").c_str(), "out", from_device_bf16(d_out, N), shard_out, TOL_BF16);
+  expect_true(named("dropout_forward_at mask equals the CPU's and the whole tensor's second half").c_str(),
               memcmp(from_device_raw(d_mask, N).data(), shard_mask.data(), N) == 0 &&
                   memcmp(shard_mask.data(), mask.data() + N, N) == 0);
 
@@ -401,10 +404,10 @@ static void test_elementwise(void) {
   for (size_t i = 0; i < 2 * N; i++)
     sum[i] = x[i] + dout[i], da[i] += 2 * dout[i];
   lx_add_forward(&ctx, d_out, d_x, d_dout, 2 * N);
-  compare("add_forward", "out", from_device_bf16(d_out, 2 * N), sum, TOL_BF16);
+  compare(named("add_forward").c_str(), "out", from_device_bf16(d_out, 2 * N), sum, TOL_BF16);
   lx_bf16 *d_da = to_device_bf16(dinp0);
   lx_add_backward(&ctx, d_da, d_da, d_dout, 2 * N);
-  compare("add_backward (aliased)", "da", from_device_bf16(d_da, 2 * N), da, TOL_BF16);
+  compare(named("add_backward (aliased)").c_str(), "da", from_device_bf16(d_da, 2 * N), da, TOL_BF16);
 }
 
 /* ---- embeddings and loss -------------------------------------------------------------- */
@@ -626,7 +629,8 @@ int main(void) {
   lx_cuda_matmul_init(&matmul, workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES);
 
   test_linear();
-  test_norms();
+  test_norms(301, 200, " (8 a load)"); /* two chunks of the column reductions, the second partial */
+  test_norms(37, 100, " (one a load)"); /* 100: not a multiple of 8 */
   test_attention(2, 67, 4, 2, 64, 0.0, 0, 4);
   test_attention(2, 67, 4, 2, 64, 0.2, 0, 4);
   test_attention(2, 67, 4, 2, 64, 0.2, 4, 12); /* tensor parallelism: the second rank's heads of three */
@@ -634,7 +638,8 @@ int main(void) {
   test_attention(1, 33, 2, 1, 128, 0.0, 0, 2); /* the D <= 128 kernels */
   test_attention(1, 20, 2, 2, 256, 0.1, 0, 2); /* the D <= 256 kernels (opt-in shared memory) */
   test_rope();
-  test_elementwise();
+  test_elementwise(33, 160, " (8 a load)");
+  test_elementwise(33, 157, " (one a load)"); /* odd: the second half's tensors are not 16-byte aligned */
   test_embedding();
   test_loss();
   test_vocab_parallel();
