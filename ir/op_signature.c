@@ -21,6 +21,7 @@
 #define ROW(name_, kernel_, fwd, bwd) .name = name_, .kernel = kernel_, .forward = {fwd}, .backward = {bwd}
 #define OPS(...) __VA_ARGS__
 #define ELEMENTWISE(flops_fwd, flops_bwd) .elementwise = {true, (flops_fwd), (flops_bwd)}
+#define DIN_WRITES .din_writes = true
 
 /* Indexed by lx_op_kind; materialised attention here, flash attention below. */
 static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
@@ -31,7 +32,9 @@ static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
     [LX_OP_LAYERNORM] = {ROW("layernorm", "layernorm", OPS(OUT, IN(0), W, B),
                              OPS(DIN(0), DW, DB, DOUT, IN(0), W))},
     [LX_OP_RMSNORM] = {ROW("rmsnorm", "rmsnorm", OPS(OUT, IN(0), W), OPS(DIN(0), DW, DOUT, IN(0), W))},
-    [LX_OP_LINEAR] = {ROW("linear", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W))},
+    /* dX = dY W: a GEMM that adds (beta 1) or writes (beta 0) */
+    [LX_OP_LINEAR] = {ROW("linear", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
+                      DIN_WRITES},
     [LX_OP_ATTENTION] = {ROW(
         "attention", "attention",
         OPS(OUT, SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask"), IN(0)),
@@ -46,10 +49,12 @@ static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
                            OPS(DIN(0), DOUT, SAVED("dropout_mask")))},
     [LX_OP_ADD] = {ROW("add", "add", OPS(OUT, IN(0), IN(1)), OPS(DIN(0), DIN(1), DOUT))},
     /* the LM head is a linear without bias: its bias operands are NULL */
-    [LX_OP_LM_HEAD] = {ROW("lm_head", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W))},
+    [LX_OP_LM_HEAD] = {ROW("lm_head", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
+                       DIN_WRITES},
     /* the loss is a number summed outside the arena, and seeds the backward */
     [LX_OP_CROSS_ENTROPY] = {ROW("cross_entropy", "cross_entropy", OPS(SAVED("lse"), IN(0), IN(1)),
-                                 OPS(DIN(0), IN(0), SAVED("lse"), IN(1)))},
+                                 OPS(DIN(0), IN(0), SAVED("lse"), IN(1))),
+                             DIN_WRITES},
 };
 
 /* The backward recomputes the probabilities from the saved log-sum-exp. */

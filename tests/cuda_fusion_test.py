@@ -119,14 +119,14 @@ def backward_site(fused, plain, i, j):
     dgelu = expect_call(fused[i + 2], "lx_linear_dgelu_backward")
     linear = expect_call(plain[j], "lx_linear_backward")
     gelu = partner_after(fused, plain, i + 3, j + 1, "lx_gelu_backward")
-    # linear_backward(ctx, din, dw, db, dout, in, w, BT, C, OC)
+    # linear_backward(ctx, din, dw, db, dout, in, w, BT, C, OC, mode)
     # gelu_backward(ctx, din, dout, in, n)
     # linear_dgelu_backward(ctx, dpre, dout, w, pre, BT, C, OC)
     require(gelu[0] == linear[0], "backward fusion of a gelu in another context than the linear's")
     require(gelu[2] == linear[1], "backward fusion of a gelu whose output gradient is not the linear's input gradient")
     require(weights == [linear[0], "NULL", *linear[2:]],
             f"backward fusion: weight-gradient call {weights} is not {linear} without its input gradient")
-    want = [linear[0], gelu[1], linear[4], linear[6], gelu[3], *linear[7:]]
+    want = [linear[0], gelu[1], linear[4], linear[6], gelu[3], *linear[7:10]]
     require(dgelu == want, f"backward fusion operands {dgelu} differ from the separate calls' {want}")
     return 7, 5
 

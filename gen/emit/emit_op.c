@@ -119,6 +119,10 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   }
 }
 
+const char *emit_grad_mode(const lx_printer *pr, lx_graph_id g, int i) {
+  return lx_writes_input_gradient(pr->ir, lx_graph_of(pr->ir, g), i) ? "LX_GRAD_WRITE" : "LX_GRAD_ADD";
+}
+
 void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i,
                   lx_tensor_role out_role, bool backward) {
   const lx_op *op = emit_op_at(pr, g, i);
@@ -130,6 +134,8 @@ void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g
   tail_of(pr, t, g, i, &k, backward, &c);
   bool loss = op->kind == LX_OP_CROSS_ENTROPY && !backward;
   const char *loss_into = !loss ? "" : pr->in_pieces ? t->piece_loss_into : t->loss_into;
-  fprintf(pr->out, "  %slx_%s_%s%s(ctx, %s%s, %s);\n", loss ? t->loss : "", sig->kernel,
-          backward ? "backward" : "forward", c.variant, loss_into, k.args, c.sizes);
+  bool grad_mode = backward && sig->din_writes;
+  fprintf(pr->out, "  %slx_%s_%s%s(ctx, %s%s, %s%s%s);\n", loss ? t->loss : "", sig->kernel,
+          backward ? "backward" : "forward", c.variant, loss_into, k.args, c.sizes, grad_mode ? ", " : "",
+          grad_mode ? emit_grad_mode(pr, g, i) : "");
 }

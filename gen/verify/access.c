@@ -118,6 +118,8 @@ bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l
                        const lx_operand *o, lx_access *out) {
   bool backward = in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT;
   *out = (lx_access){.target = LX_TARGET_TENSOR, .mode = lx_operand_mode(o->kind, backward)};
+  if (o->kind == LX_OPND_DIN && lx_writes_input_gradient(p->ir, lx_graph_of(p->ir, in->graph), in->op))
+    out->mode = LX_ACCESS_WRITE; /* the gradient's one contribution, written */
   switch (o->kind) {
   case LX_OPND_WEIGHT:
   case LX_OPND_BIAS: return param_of(p, stage, l, in, o->kind == LX_OPND_BIAS, &out->tensor);
@@ -191,7 +193,8 @@ static void backward_accesses(const lx_pipeline *p, int stage, const lx_stage_la
   const lx_graph *g = lx_graph_of(p->ir, in->graph);
   if (lx_starts_instance_backward(g, in->op))
     for (int j = 0; j < g->n_ops; j++)
-      if (has_gradient_buffer(g, j)) add_tensor(list, ref(in, j, LX_T_GRAD, 0), LX_ACCESS_WRITE);
+      if (has_gradient_buffer(g, j) && !lx_gradient_written_by_consumer(p->ir, g, j))
+        add_tensor(list, ref(in, j, LX_T_GRAD, 0), LX_ACCESS_WRITE);
   kernel_accesses(p, stage, l, in, list);
 }
 

@@ -90,9 +90,10 @@ void lx_position_embedding_backward_rows(const lx_ctx *ctx, float *dwpe, const l
 void lx_cross_entropy_forward(const lx_ctx *ctx, float *loss, float *lse, const lx_bf16 *logits, const int *targets,
                               int BT, int V, int Vp);
 void lx_cross_entropy_backward(const lx_ctx *ctx, lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse,
-                               const int *targets, float dloss, int BT, int V, int Vp);
+                               const int *targets, float dloss, int BT, int V, int Vp, lx_grad_mode mode);
 void lx_cross_entropy_backward_slice(const lx_ctx *ctx, lx_bf16 *dlogits, const lx_bf16 *logits, const float *lse,
-                                     const int *targets, float dloss, int BT, int V, int Vr, int first);
+                                     const int *targets, float dloss, int BT, int V, int Vr, int first,
+                                     lx_grad_mode mode);
 void lx_cross_entropy_forward_backward(const lx_ctx *ctx, float *loss, float *lse, lx_bf16 *dlogits,
                                        const lx_bf16 *logits, const int *targets, float dloss, int BT, int V, int Vp);
 /* `rows` of a micro-batch's BT rows (mini-sequences): loss and gradients over BT,
@@ -102,14 +103,14 @@ void lx_cross_entropy_forward_rows(const lx_ctx *ctx, float *loss, int accumulat
                                    int Vp);
 void lx_cross_entropy_backward_rows(const lx_ctx *ctx, lx_bf16 *dlogits, const lx_bf16 *logits,
                                     const float *lse, const int *targets, float dloss, int rows, int BT,
-                                    int V, int Vp);
+                                    int V, int Vp, lx_grad_mode mode);
 void lx_cross_entropy_backward_slice_rows(const lx_ctx *ctx, lx_bf16 *dlogits, const lx_bf16 *logits,
                                           const float *lse, const int *targets, float dloss, int rows, int BT,
-                                          int V, int Vr, int first);
+                                          int V, int Vr, int first, lx_grad_mode mode);
 void lx_linear_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight,
                        const lx_bf16 *bias, int BT, int C, int OC);
 void lx_linear_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, float *dbias, const lx_bf16 *dout,
-                        const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C, int OC);
+                        const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C, int OC, lx_grad_mode dinp_mode);
 void lx_layernorm_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight,
                           const lx_bf16 *bias, int BT, int C);
 void lx_layernorm_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, float *dbias, const lx_bf16 *dout,

@@ -49,24 +49,30 @@ __device__ inline float lx_row_logsumexp(const lx_bf16 *x, // (V)
 }
 
 /* dx[v] += scale * (exp(x[v] - lse) - [v == target]) for v < V, eight
- * columns a load where both rows are aligned. */
-__device__ inline void lx_row_cross_entropy_grad(lx_bf16 *dx,      // (V)
-                                                 const lx_bf16 *x, // (V)
-                                                 float lse, int target, float scale, int V) {
+ * columns a load where both rows are aligned; under LX_GRAD_WRITE written
+ * instead, and the padding columns [V, width) zeroed (the LM head's backward
+ * reads them). */
+__device__ inline void lx_row_cross_entropy_grad(lx_bf16 *dx,      // (width)
+                                                 const lx_bf16 *x, // (width)
+                                                 float lse, int target, float scale, int V, int width,
+                                                 lx_grad_mode mode) {
+  bool add = mode == LX_GRAD_ADD;
   int vectors = lx_vec_aligned(x) && lx_vec_aligned(dx) ? V / LX_VEC : 0;
   for (int j = threadIdx.x; j < vectors; j += blockDim.x) {
     size_t first = (size_t)j * LX_VEC;
-    float logit[LX_VEC], grad[LX_VEC];
+    float logit[LX_VEC], grad[LX_VEC] = {0};
     lx_load8(logit, x + first);
-    lx_load8(grad, dx + first);
+    if (add) lx_load8(grad, dx + first);
     for (int k = 0; k < LX_VEC; k++)
       grad[k] += scale * (expf(logit[k] - lse) - ((int)first + k == target ? 1.0f : 0.0f));
     lx_store8(dx + first, grad);
   }
   for (int v = vectors * LX_VEC + threadIdx.x; v < V; v += blockDim.x) {
     float grad = scale * (expf(lx_to_float(x[v]) - lse) - (v == target ? 1.0f : 0.0f));
-    dx[v] = lx_to_bf16(lx_to_float(dx[v]) + grad);
+    dx[v] = lx_to_bf16(add ? lx_to_float(dx[v]) + grad : grad);
   }
+  for (int v = V + threadIdx.x; v < width && !add; v += blockDim.x)
+    dx[v] = lx_to_bf16(0.0f);
 }
 
 /* One block per row: lse[r] and losses[r] = lse[r] - logits[r][target].
@@ -88,7 +94,7 @@ __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
     lse[blockIdx.x] = row_lse;
     losses[blockIdx.x] = row_lse - lx_to_float(x[target]);
   }
-  if (dlogits) lx_row_cross_entropy_grad(dlogits + row, x, row_lse, target, grad_scale, V);
+  if (dlogits) lx_row_cross_entropy_grad(dlogits + row, x, row_lse, target, grad_scale, V, V, LX_GRAD_ADD);
 }
 
 /* mean[0] = (accumulate ? mean[0] : 0) + sum of values / divisor, one block
@@ -113,10 +119,10 @@ __global__ void __launch_bounds__(LX_CUDA_LOSS_THREADS)
                                           const lx_bf16 *logits, // (BT, Vp)
                                           const float *lse,      // (BT)
                                           const int *targets,    // (BT)
-                                          float grad_scale, int valid, int Vp, int first) {
+                                          float grad_scale, int valid, int Vp, int first, lx_grad_mode mode) {
   size_t row = (size_t)blockIdx.x * Vp;
   lx_row_cross_entropy_grad(dlogits + row, logits + row, lse[blockIdx.x], targets[blockIdx.x] - first,
-                            grad_scale, valid);
+                            grad_scale, valid, Vp, mode);
 }
 
 /* loss[0] = (accumulate ? loss[0] : 0) + the sum over `rows` rows of
@@ -150,17 +156,17 @@ LX_CUDA_API void lx_cross_entropy_forward(const lx_ctx *ctx,
 }
 
 /* dlogits += dloss / BT * (softmax(logits) - onehot(target)) on `rows` of the
- * BT rows; dloss as on the CPU: 1 for one micro-batch, 1 / micro_batches when
- * a step averages several. */
+ * BT rows (written, padding zeroed, under LX_GRAD_WRITE); dloss as on the
+ * CPU: 1 for one micro-batch, 1 / micro_batches when a step averages several. */
 LX_CUDA_API void lx_cross_entropy_backward_rows(const lx_ctx *ctx,
                                                 lx_bf16 *dlogits,      // (rows, Vp)
                                                 const lx_bf16 *logits, // (rows, Vp)
                                                 const float *lse,      // (rows)
                                                 const int *targets,    // (rows)
-                                                float dloss, int rows, int BT, int V, int Vp) {
+                                                float dloss, int rows, int BT, int V, int Vp, lx_grad_mode mode) {
   LX_CUDA_REQUIRE(rows > 0 && rows <= BT && V > 0 && V <= Vp);
   lx_cuda_cross_entropy_backward_kernel<<<rows, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(
-      dlogits, logits, lse, targets, dloss / BT, V, Vp, 0);
+      dlogits, logits, lse, targets, dloss / BT, V, Vp, 0, mode);
   LX_CUDA_LAUNCHED();
 }
 
@@ -170,8 +176,8 @@ LX_CUDA_API void lx_cross_entropy_backward(const lx_ctx *ctx,
                                            const lx_bf16 *logits, // (BT, Vp)
                                            const float *lse,      // (BT)
                                            const int *targets,    // (BT)
-                                           float dloss, int BT, int V, int Vp) {
-  lx_cross_entropy_backward_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vp);
+                                           float dloss, int BT, int V, int Vp, lx_grad_mode mode) {
+  lx_cross_entropy_backward_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vp, mode);
 }
 
 /* Forward and backward in one pass over the logits, for schedules that run

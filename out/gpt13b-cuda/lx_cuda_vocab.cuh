@@ -111,18 +111,18 @@ LX_CUDA_API void lx_cuda_vocab_cross_entropy_finish(float *loss,          // (1)
 }
 
 /* dlogits += dloss / BT * (softmax - onehot) on the slice's columns of `rows`
- * of the BT rows, given the whole rows' log-sum-exp
- * (lx_cross_entropy_backward_slice_rows). */
+ * of the BT rows, given the whole rows' log-sum-exp (written, the padding
+ * zeroed, under LX_GRAD_WRITE; lx_cross_entropy_backward_slice_rows). */
 LX_CUDA_API void lx_cross_entropy_backward_slice_rows(const lx_ctx *ctx,
                                                       lx_bf16 *dlogits,      // (rows, Vr)
                                                       const lx_bf16 *logits, // (rows, Vr)
                                                       const float *lse,      // (rows)
                                                       const int *targets,    // (rows)
                                                       float dloss, int rows, int BT, int V, int Vr,
-                                                      int first) {
+                                                      int first, lx_grad_mode mode) {
   LX_CUDA_REQUIRE(rows > 0 && rows <= BT && V > 0 && Vr > 0 && first >= 0);
   lx_cuda_cross_entropy_backward_kernel<<<rows, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(
-      dlogits, logits, lse, targets, dloss / BT, lx_cuda_vocab_valid(V, Vr, first), Vr, first);
+      dlogits, logits, lse, targets, dloss / BT, lx_cuda_vocab_valid(V, Vr, first), Vr, first, mode);
   LX_CUDA_LAUNCHED();
 }
 
@@ -132,8 +132,9 @@ LX_CUDA_API void lx_cross_entropy_backward_slice(const lx_ctx *ctx,
                                                  const lx_bf16 *logits, // (BT, Vr)
                                                  const float *lse,      // (BT)
                                                  const int *targets,    // (BT)
-                                                 float dloss, int BT, int V, int Vr, int first) {
-  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vr, first);
+                                                 float dloss, int BT, int V, int Vr, int first,
+                                                 lx_grad_mode mode) {
+  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vr, first, mode);
 }
 
 #endif

@@ -293,15 +293,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
 /* backward of block() (gpt13b.model:63) for one micro-batch. */
 static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, ctx->stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
@@ -316,7 +312,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, ctx->stream);
   lx_linear_backward(ctx, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
-      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048);
+      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048, LX_GRAD_WRITE);
   /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
   lx_linear_dgelu_backward(ctx, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
       block_linear_2(layer, mb), BT, 8192, 2048);
@@ -329,7 +325,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_begin(13, 1, ctx->stream);
   lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
       GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
-      block_linear_2_weight(layer), BT, 2048, 8192);
+      block_linear_2_weight(layer), BT, 2048, 8192, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 1, ctx->stream);
@@ -350,7 +346,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_begin(9, 1, ctx->stream);
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 2048, 2048);
+      block_linear_1_weight(layer), BT, 2048, 2048, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD a = attention(...)  gpt13b.model:66 */
   lx_prof_begin(8, 1, ctx->stream);
@@ -361,7 +357,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   /* BWD qkv = linear(...)  gpt13b.model:65 */
   lx_prof_begin(7, 1, ctx->stream);
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 2048, 6144);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 2048, 6144, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:64 */
   lx_prof_begin(6, 1, ctx->stream);

@@ -313,15 +313,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
 /* backward of block() (gpt13b.model:63) for one micro-batch. */
 static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_0_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_attention_0_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_layernorm_1_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_gelu_0_grad(), 0, 134217728, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, ctx->stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
@@ -336,7 +332,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, ctx->stream);
   lx_linear_backward(ctx, NULL, GRAD_OF(block_linear_3_weight(layer)), GRAD_OF(block_linear_3_bias(layer)),
-      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048);
+      block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer), BT, 8192, 2048, LX_GRAD_WRITE);
   /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */
   lx_linear_dgelu_backward(ctx, block_linear_2_grad(), block_linear_3_grad(), block_linear_3_weight(layer),
       block_linear_2(layer, mb), BT, 8192, 2048);
@@ -349,7 +345,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_begin(13, 1, ctx->stream);
   lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
       GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
-      block_linear_2_weight(layer), BT, 2048, 8192);
+      block_linear_2_weight(layer), BT, 2048, 8192, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:69 */
   lx_prof_begin(12, 1, ctx->stream);
@@ -370,7 +366,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_begin(9, 1, ctx->stream);
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 2048, 2048);
+      block_linear_1_weight(layer), BT, 2048, 2048, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD a = attention(...)  gpt13b.model:66 */
   lx_prof_begin(8, 1, ctx->stream);
@@ -381,7 +377,7 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   /* BWD qkv = linear(...)  gpt13b.model:65 */
   lx_prof_begin(7, 1, ctx->stream);
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 2048, 6144);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 2048, 6144, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD h = layernorm(...)  gpt13b.model:64 */
   lx_prof_begin(6, 1, ctx->stream);
@@ -417,17 +413,15 @@ static void backward_epilogue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
   CUDA_CHECK(cudaMemsetAsync(epilogue_x_grad(), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(epilogue_layernorm_0_grad(), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(epilogue_logits_grad(), 0, 824180736, ctx->stream));
   /* BWD cross_entropy_0 = cross_entropy(...)  gpt13b.model:77 */
   lx_prof_begin(22, 1, ctx->stream);
   lx_cross_entropy_backward(ctx, epilogue_logits_grad(), epilogue_logits(mb), epilogue_cross_entropy_0_lse(mb),
-      epilogue_targets(mb), LOSS_SCALE, BT, V, VP);
+      epilogue_targets(mb), LOSS_SCALE, BT, V, VP, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD logits = lm_head(...)  gpt13b.model:76 */
   lx_prof_begin(21, 1, ctx->stream);
   lx_linear_backward(ctx, epilogue_layernorm_0_grad(), GRAD_OF(epilogue_logits_weight()), NULL, epilogue_logits_grad(),
-      epilogue_layernorm_0(mb), epilogue_logits_weight(), BT, 2048, VP / 1);
+      epilogue_layernorm_0(mb), epilogue_logits_weight(), BT, 2048, VP / 1, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD layernorm_0 = layernorm(...)  gpt13b.model:76 */
   lx_prof_begin(20, 1, ctx->stream);

@@ -57,22 +57,28 @@ static inline int lx_vocab_valid(int V, int Vr, int first) {
 }
 
 /* The same on a slice of the vocabulary (a tensor-parallel rank's columns
- * first .. first + Vr - 1), given the whole rows' log-sum-exp, for `rows` of the BT rows. */
+ * first .. first + Vr - 1), given the whole rows' log-sum-exp, for `rows` of
+ * the BT rows. LX_GRAD_WRITE writes the rows whole: the padding columns get
+ * zeros, which the LM head's backward reads. */
 static inline void lx_cross_entropy_backward_slice_rows(const lx_ctx *ctx,
                                                         real *dlogits,      // (rows, Vr)
                                                         const real *logits, // (rows, Vr)
                                                         const real *lse,    // (rows)
                                                         const int *targets, // (rows)
                                                         real dloss, int rows, int BT, int V, int Vr,
-                                                        int first) {
+                                                        int first, lx_grad_mode mode) {
   int valid = lx_vocab_valid(V, Vr, first);
   real scale = dloss / BT;
 #pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < rows; r++) {
     const real *x = logits + (size_t)r * Vr;
     real *dx = dlogits + (size_t)r * Vr;
-    for (int v = 0; v < valid; v++)
-      dx[v] += scale * (lx_exp(x[v] - lse[r]) - (first + v == targets[r] ? 1 : 0));
+    for (int v = 0; v < valid; v++) {
+      real grad = scale * (lx_exp(x[v] - lse[r]) - (first + v == targets[r] ? 1 : 0));
+      dx[v] = mode == LX_GRAD_ADD ? dx[v] + grad : grad;
+    }
+    for (int v = valid; v < Vr && mode == LX_GRAD_WRITE; v++)
+      dx[v] = 0;
   }
 }
 
@@ -82,8 +88,9 @@ static inline void lx_cross_entropy_backward_slice(const lx_ctx *ctx,
                                                    const real *logits, // (BT, Vr)
                                                    const real *lse,    // (BT)
                                                    const int *targets, // (BT)
-                                                   real dloss, int BT, int V, int Vr, int first) {
-  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vr, first);
+                                                   real dloss, int BT, int V, int Vr, int first,
+                                                   lx_grad_mode mode) {
+  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vr, first, mode);
 }
 
 /* The whole vocabulary's gradient for `rows` of the BT rows. */
@@ -92,8 +99,9 @@ static inline void lx_cross_entropy_backward_rows(const lx_ctx *ctx,
                                                   const real *logits, // (rows, Vp)
                                                   const real *lse,    // (rows)
                                                   const int *targets, // (rows)
-                                                  real dloss, int rows, int BT, int V, int Vp) {
-  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, rows, BT, V, Vp, 0);
+                                                  real dloss, int rows, int BT, int V, int Vp,
+                                                  lx_grad_mode mode) {
+  lx_cross_entropy_backward_slice_rows(ctx, dlogits, logits, lse, targets, dloss, rows, BT, V, Vp, 0, mode);
 }
 
 static inline void lx_cross_entropy_backward(const lx_ctx *ctx,
@@ -101,8 +109,8 @@ static inline void lx_cross_entropy_backward(const lx_ctx *ctx,
                                              const real *logits, // (BT, Vp)
                                              const real *lse,    // (BT)
                                              const int *targets, // (BT)
-                                             real dloss, int BT, int V, int Vp) {
-  lx_cross_entropy_backward_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vp);
+                                             real dloss, int BT, int V, int Vp, lx_grad_mode mode) {
+  lx_cross_entropy_backward_rows(ctx, dlogits, logits, lse, targets, dloss, BT, BT, V, Vp, mode);
 }
 
 #endif

@@ -599,9 +599,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 0;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -624,13 +622,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -651,13 +649,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 1, mb = 0;  /* ALLREDUCE_TP(bwd) block.linear_0 L1 mb0 */
@@ -677,9 +675,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 0;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -702,13 +698,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -729,13 +725,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 0, mb = 0;  /* ALLREDUCE_TP(bwd) block.linear_0 L0 mb0 */
@@ -904,9 +900,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -929,13 +923,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -956,13 +950,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 1, mb = 1;  /* ALLREDUCE_TP(bwd) block.linear_0 L1 mb1 */
@@ -982,9 +976,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -1007,13 +999,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -1034,13 +1026,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 0, mb = 1;  /* ALLREDUCE_TP(bwd) block.linear_0 L0 mb1 */
@@ -1209,9 +1201,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -1234,13 +1224,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -1261,13 +1251,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 1, mb = 2;  /* ALLREDUCE_TP(bwd) block.linear_0 L1 mb2 */
@@ -1287,9 +1277,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -1312,13 +1300,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -1339,13 +1327,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 0, mb = 2;  /* ALLREDUCE_TP(bwd) block.linear_0 L0 mb2 */
@@ -1367,9 +1355,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -1392,13 +1378,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -1419,13 +1405,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 1, mb = 3;  /* ALLREDUCE_TP(bwd) block.linear_0 L1 mb3 */
@@ -1445,9 +1431,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -1470,13 +1454,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -1497,13 +1481,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 0, mb = 3;  /* ALLREDUCE_TP(bwd) block.linear_0 L0 mb3 */

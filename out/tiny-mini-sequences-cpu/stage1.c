@@ -416,7 +416,7 @@ static void run_schedule(int step, int ahead) {
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   forward_epilogue(ctx, 0);
-  for (int i = 0; i < 3; i++) { /* the 273 lines below, 3 times */
+  for (int i = 0; i < 3; i++) { /* the 269 lines below, 3 times */
     {
       const int layer = FIRST_LAYER, mb = (0 + i);
       (void)layer, (void)mb;
@@ -434,11 +434,11 @@ static void run_schedule(int step, int ahead) {
       /* d cross_entropy(...)  tiny.model:85 */
       lx_cross_entropy_backward_slice_rows(ctx, epilogue_logits_grad(), epilogue_logits(),
           epilogue_cross_entropy_0_lse(mb) + first_row, epilogue_targets(mb) + first_row, LOSS_SCALE, piece_rows, BT, V,
-          VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL));
+          VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL), LX_GRAD_ADD);
       /* d lm_head(...)  tiny.model:84 */
       lx_linear_backward(ctx, epilogue_layernorm_0_grad() + first_row * 64, GRAD_OF(epilogue_logits_weight()), NULL,
           epilogue_logits_grad(), epilogue_layernorm_0(mb) + first_row * 64, epilogue_logits_weight(), piece_rows, 64,
-          VP / 2);
+          VP / 2, LX_GRAD_ADD);
     }
     }
     {
@@ -459,9 +459,7 @@ static void run_schedule(int step, int ahead) {
       const int layer = 3, mb = (0 + i);
       (void)layer, (void)mb;
     memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-    memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-    memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
     memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
     memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -484,13 +482,13 @@ static void run_schedule(int step, int ahead) {
       /* d linear(...)  tiny.model:79 */
       lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
           GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-          block_linear_3_weight(layer), piece_rows, 128, 64);
+          block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
       /* d gelu(...)  tiny.model:78 */
       lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
       /* d linear(...)  tiny.model:78 */
       lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
           GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-          block_linear_2_weight(layer), piece_rows, 64, 128);
+          block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
     }
     }
     {
@@ -511,13 +509,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:75 */
     lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
         GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-        block_linear_1_weight(layer), BT, 32, 64);
+        block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
     /* d attention(...)  tiny.model:74 */
     lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
         block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
     /* d linear(...)  tiny.model:73 */
     lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-        block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+        block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
     }
     {
       const int layer = 3, mb = (0 + i);  /* ALLREDUCE_TP(bwd) block.linear_0 L3 mb(0 + i) */
@@ -537,9 +535,7 @@ static void run_schedule(int step, int ahead) {
       const int layer = 2, mb = (0 + i);
       (void)layer, (void)mb;
     memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-    memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-    memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
     memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
     memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -562,13 +558,13 @@ static void run_schedule(int step, int ahead) {
       /* d linear(...)  tiny.model:79 */
       lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
           GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-          block_linear_3_weight(layer), piece_rows, 128, 64);
+          block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
       /* d gelu(...)  tiny.model:78 */
       lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
       /* d linear(...)  tiny.model:78 */
       lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
           GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-          block_linear_2_weight(layer), piece_rows, 64, 128);
+          block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
     }
     }
     {
@@ -589,13 +585,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:75 */
     lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
         GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-        block_linear_1_weight(layer), BT, 32, 64);
+        block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
     /* d attention(...)  tiny.model:74 */
     lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
         block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
     /* d linear(...)  tiny.model:73 */
     lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-        block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+        block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
     }
     {
       const int layer = 2, mb = (0 + i);  /* ALLREDUCE_TP(bwd) block.linear_0 L2 mb(0 + i) */
@@ -757,11 +753,11 @@ static void run_schedule(int step, int ahead) {
     /* d cross_entropy(...)  tiny.model:85 */
     lx_cross_entropy_backward_slice_rows(ctx, epilogue_logits_grad(), epilogue_logits(),
         epilogue_cross_entropy_0_lse(mb) + first_row, epilogue_targets(mb) + first_row, LOSS_SCALE, piece_rows, BT, V,
-        VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL));
+        VP / TENSOR_PARALLEL, TP_RANK * (VP / TENSOR_PARALLEL), LX_GRAD_ADD);
     /* d lm_head(...)  tiny.model:84 */
     lx_linear_backward(ctx, epilogue_layernorm_0_grad() + first_row * 64, GRAD_OF(epilogue_logits_weight()), NULL,
         epilogue_logits_grad(), epilogue_layernorm_0(mb) + first_row * 64, epilogue_logits_weight(), piece_rows, 64,
-        VP / 2);
+        VP / 2, LX_GRAD_ADD);
   }
   }
   {
@@ -782,9 +778,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 3, mb = 3;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -807,13 +801,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -834,13 +828,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 3, mb = 3;  /* ALLREDUCE_TP(bwd) block.linear_0 L3 mb3 */
@@ -860,9 +854,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 2, mb = 3;
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
-  memset(block_layernorm_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_attention_0_grad(), 0, 16384 * REAL_SCALE);
   memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
@@ -885,13 +877,13 @@ static void run_schedule(int step, int ahead) {
     /* d linear(...)  tiny.model:79 */
     lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
-        block_linear_3_weight(layer), piece_rows, 128, 64);
+        block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
     lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
-        block_linear_2_weight(layer), piece_rows, 64, 128);
+        block_linear_2_weight(layer), piece_rows, 64, 128, LX_GRAD_ADD);
   }
   }
   {
@@ -912,13 +904,13 @@ static void run_schedule(int step, int ahead) {
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
-      block_linear_1_weight(layer), BT, 32, 64);
+      block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96);
+      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 2, mb = 3;  /* ALLREDUCE_TP(bwd) block.linear_0 L2 mb3 */

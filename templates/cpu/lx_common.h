@@ -65,6 +65,11 @@ typedef struct lx_ctx {
   int threads;
 } lx_ctx;
 
+/* How a backward kernel that can makes its input gradient (lynxgen's
+ * lx_writes_input_gradient): added to what the buffer holds, or written
+ * where it is the gradient's only contribution and nothing zeroed the buffer. */
+typedef enum { LX_GRAD_ADD, LX_GRAD_WRITE } lx_grad_mode;
+
 /* ---- small helpers -------------------------------------------------------- */
 
 static inline real lx_dot(const real *a, // (n)

@@ -67,10 +67,10 @@ static inline void lx_bias_backward(const lx_ctx *ctx,
   }
 }
 
-/* dinp += dout W; dweight += dout^T inp; dbias += sum over rows of dout.
- * dinp may be NULL (nothing upstream wants it, or zero bubble's W pass),
- * dweight NULL (zero bubble's B pass: the W pass computes it); dbias is NULL
- * without bias, and in the B pass. */
+/* dinp += dout W (= under LX_GRAD_WRITE); dweight += dout^T inp; dbias +=
+ * sum over rows of dout. dinp may be NULL (nothing upstream wants it, or
+ * zero bubble's W pass), dweight NULL (zero bubble's B pass: the W pass
+ * computes it); dbias is NULL without bias, and in the B pass. */
 static inline void lx_linear_backward(const lx_ctx *ctx,
                                       real *dinp,         // (BT, C) or NULL
                                       real *dweight,      // (OC, C) or NULL
@@ -78,8 +78,8 @@ static inline void lx_linear_backward(const lx_ctx *ctx,
                                       const real *dout,   // (BT, OC)
                                       const real *inp,    // (BT, C), or NULL when dweight is
                                       const real *weight, // (OC, C)
-                                      int BT, int C, int OC) {
-  if (dinp) lx_gemm(0, 0, BT, C, OC, 1, dout, weight, 1, dinp);
+                                      int BT, int C, int OC, lx_grad_mode dinp_mode) {
+  if (dinp) lx_gemm(0, 0, BT, C, OC, 1, dout, weight, dinp_mode == LX_GRAD_ADD ? 1 : 0, dinp);
   if (dweight) lx_gemm(1, 0, OC, C, BT, 1, dout, inp, 1, dweight);
   if (dbias) lx_bias_backward(ctx, dbias, dout, BT, OC);
 }

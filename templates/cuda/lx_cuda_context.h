@@ -18,4 +18,8 @@ typedef struct lx_ctx {
   float *scratch; /* the largest of the lx_cuda_*_scratch_floats() of the kernels run on the stream */
 } lx_ctx;
 
+/* How a backward kernel that can makes its input gradient, as on the CPU
+ * (templates/cpu/lx_common.h): added, or written (nothing zeroed the buffer). */
+typedef enum { LX_GRAD_ADD, LX_GRAD_WRITE } lx_grad_mode;
+
 #endif

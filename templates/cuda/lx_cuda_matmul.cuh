@@ -255,7 +255,7 @@ LX_CUDA_API void lx_cuda_bias_backward(float *dbias,        // (OC)
   LX_CUDA_LAUNCHED();
 }
 
-/* dinp += dout W; dweight += dout^T inp (fp32); dbias += column sums of dout.
+/* dinp += dout W (= under LX_GRAD_WRITE); dweight += dout^T inp (fp32); dbias += column sums of dout.
  * dinp may be NULL (nothing upstream wants it, or zero bubble's W pass),
  * dweight NULL (zero bubble's B pass); dbias is NULL without bias, and in the B pass. */
 LX_CUDA_API void lx_linear_backward(const lx_ctx *ctx,
@@ -265,10 +265,10 @@ LX_CUDA_API void lx_linear_backward(const lx_ctx *ctx,
                                     const lx_bf16 *dout,   // (BT, OC)
                                     const lx_bf16 *inp,    // (BT, C), or NULL when dweight is
                                     const lx_bf16 *weight, // (OC, C)
-                                    int BT, int C, int OC) {
+                                    int BT, int C, int OC, lx_grad_mode dinp_mode) {
   if (dinp)
-    lx_cuda_matmul(ctx->matmul, dinp, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
-                   ctx->stream);
+    lx_cuda_matmul(ctx->matmul, dinp, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, dinp_mode == LX_GRAD_ADD,
+                   LX_EPILOGUE_NONE, NULL, NULL, ctx->stream);
   if (dweight)
     lx_cuda_matmul(ctx->matmul, dweight, CUDA_R_32F, dout, inp, OC, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL,
                    NULL, ctx->stream);

@@ -197,11 +197,22 @@ static void test_linear(int with_bias) {
   test_linear_forward_against_loops(&c);
   real *dinp = zero_tensor((size_t)c.BT * c.C), *dweight = zero_tensor((size_t)c.OC * c.C);
   real *dbias = with_bias ? zero_tensor((size_t)c.OC) : NULL;
-  lx_linear_backward(&test_ctx, dinp, dweight, dbias, c.w, c.inp, c.weight, c.BT, c.C, c.OC);
+  lx_linear_backward(&test_ctx, dinp, dweight, dbias, c.w, c.inp, c.weight, c.BT, c.C, c.OC, LX_GRAD_ADD);
   const char *name = with_bias ? "linear" : "linear_nobias";
   check_gradient(name, "input", linear_loss, &c, c.inp, dinp, (size_t)c.BT * c.C);
   check_gradient(name, "weight", linear_loss, &c, c.weight, dweight, (size_t)c.OC * c.C);
   if (with_bias) check_gradient(name, "bias", linear_loss, &c, c.bias, dbias, (size_t)c.OC);
+  /* LX_GRAD_WRITE: the same input gradient into a buffer of NaNs, which it never reads */
+  size_t n = (size_t)c.BT * c.C;
+  real *written = zero_tensor(n);
+  for (size_t i = 0; i < n; i++)
+    written[i] = (real)NAN;
+  lx_linear_backward(&test_ctx, written, NULL, NULL, c.w, c.inp, c.weight, c.BT, c.C, c.OC, LX_GRAD_WRITE);
+  CHECK(
+      !memcmp(written, dinp, n * sizeof(real)),
+      "%s backward with LX_GRAD_WRITE writes the input gradient over NaNs, the same bits as adding to zeros",
+      name);
+  free(written);
   free(c.inp), free(c.weight), free(c.bias), free(c.out), free(c.w), free(dinp), free(dweight), free(dbias);
 }
 
@@ -619,13 +630,24 @@ static void test_cross_entropy(void) {
   c.lse = zero_tensor((size_t)c.BT);
   real *dlogits = zero_tensor(n);
   lx_cross_entropy_forward(&test_ctx, c.lse, c.logits, c.targets, c.BT, c.V, c.Vp);
-  lx_cross_entropy_backward(&test_ctx, dlogits, c.logits, c.lse, c.targets, c.dloss, c.BT, c.V, c.Vp);
+  lx_cross_entropy_backward(&test_ctx, dlogits, c.logits, c.lse, c.targets, c.dloss, c.BT, c.V, c.Vp,
+                            LX_GRAD_ADD);
   check_gradient("cross_entropy", "logits", cross_entropy_loss, &c, c.logits, dlogits, n);
   int padding_untouched = 1;
   for (int r = 0; r < c.BT; r++)
     for (int v = c.V; v < c.Vp; v++)
       padding_untouched &= dlogits[(size_t)r * c.Vp + v] == 0;
   CHECK(padding_untouched, "cross_entropy gives padded vocabulary columns no gradient");
+  /* LX_GRAD_WRITE over NaNs: the same gradient, and zeros in the padding (the LM head reads them) */
+  real *written = zero_tensor(n);
+  for (size_t i = 0; i < n; i++)
+    written[i] = (real)NAN;
+  lx_cross_entropy_backward(&test_ctx, written, c.logits, c.lse, c.targets, c.dloss, c.BT, c.V, c.Vp,
+                            LX_GRAD_WRITE);
+  CHECK(
+      !memcmp(written, dlogits, n * sizeof(real)),
+      "cross_entropy backward with LX_GRAD_WRITE writes every column over NaNs: the gradient, zero padding");
+  free(written);
 
   /* uniform logits: every token has probability 1/V, the loss is log V;
    * the padding holds large values that must not count */
@@ -673,7 +695,7 @@ static void test_cross_entropy_rows(void) {
     shares_of_bt &= fabs(share - chunk_want / BT) <= 1e-14;
     shares += share;
     lx_cross_entropy_backward_rows(&test_ctx, dlogits_rows + at, logits + at, lse_rows + first,
-                                   targets + first, dloss, chunk[k], BT, V, Vp);
+                                   targets + first, dloss, chunk[k], BT, V, Vp, LX_GRAD_ADD);
     first += chunk[k];
   }
   CHECK_CLOSE(whole, want, 1e-14, "cross_entropy of BT = 12 rows is the mean of -log softmax[target]");
@@ -689,7 +711,7 @@ static void test_cross_entropy_rows(void) {
     for (int v = 0; v < V; v++)
       dwant[(size_t)r * Vp + v] +=
           dloss / BT * (exp(logits[(size_t)r * Vp + v] - lse[r]) - (v == targets[r]));
-  lx_cross_entropy_backward(&test_ctx, dlogits, logits, lse, targets, dloss, BT, V, Vp);
+  lx_cross_entropy_backward(&test_ctx, dlogits, logits, lse, targets, dloss, BT, V, Vp, LX_GRAD_ADD);
   double worst = 0;
   for (size_t i = 0; i < n; i++)
     worst = fmax(worst, fabs(dlogits[i] - dwant[i]));

@@ -21,7 +21,7 @@ void twin_linear_forward(float *out, const float *inp, const float *weight, cons
 }
 void twin_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                           const float *weight, int BT, int C, int OC) {
-  lx_linear_backward(pool(), dinp, dweight, dbias, dout, inp, weight, BT, C, OC);
+  lx_linear_backward(pool(), dinp, dweight, dbias, dout, inp, weight, BT, C, OC, LX_GRAD_ADD);
 }
 void twin_layernorm_forward(float *out, const float *inp, const float *weight, const float *bias, int BT,
                             int C) {
@@ -123,11 +123,12 @@ float twin_cross_entropy_forward(float *lse, const float *logits, const int *tar
 }
 void twin_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                  float dloss, int BT, int V, int Vp) {
-  lx_cross_entropy_backward(pool(), dlogits, logits, lse, targets, dloss, BT, V, Vp);
+  lx_cross_entropy_backward(pool(), dlogits, logits, lse, targets, dloss, BT, V, Vp, LX_GRAD_ADD);
 }
 void twin_cross_entropy_backward_slice(float *dlogits, const float *logits, const float *lse,
                                        const int *targets, float dloss, int BT, int V, int Vr, int first) {
-  lx_cross_entropy_backward_slice(pool(), dlogits, logits, lse, targets, dloss, BT, V, Vr, first);
+  lx_cross_entropy_backward_slice(pool(), dlogits, logits, lse, targets, dloss, BT, V, Vr, first,
+                                  LX_GRAD_ADD);
 }
 void twin_adamw_update(float *params, const float *grads, float *m, float *v, size_t N, double lr,
                        double beta1, double beta2, double eps, double weight_decay, int step) {

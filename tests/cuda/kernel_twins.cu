@@ -159,10 +159,16 @@ static void test_linear(void) {
   compare("linear_forward", "out", from_device_bf16(d_out, out.size()), out, TOL_BF16);
 
   twin_linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), BT, C, OC);
-  lx_linear_backward(&ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, BT, C, OC);
+  lx_linear_backward(&ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, BT, C, OC, LX_GRAD_ADD);
   compare("linear_backward", "dinp", from_device_bf16(d_dinp, dinp.size()), dinp, TOL_BF16);
   compare("linear_backward", "dweight", from_device_f32(d_dw, dw.size()), dw, TOL_F32);
   compare("linear_backward", "dbias", from_device_f32(d_db, db.size()), db, TOL_F32);
+  /* LX_GRAD_WRITE: dout W written over NaNs (the twin adds it to zeros) */
+  floats written((size_t)BT * C, 0.0f), unused_dw((size_t)OC * C, 0.0f);
+  twin_linear_backward(written.data(), unused_dw.data(), NULL, dout.data(), inp.data(), w.data(), BT, C, OC);
+  lx_bf16 *d_written = to_device_bf16(floats(written.size(), NAN));
+  lx_linear_backward(&ctx, d_written, NULL, NULL, d_dout, d_inp, d_w, BT, C, OC, LX_GRAD_WRITE);
+  compare("linear_backward (written)", "dinp", from_device_bf16(d_written, written.size()), written, TOL_BF16);
 
   /* linear + gelu epilogue against linear then gelu */
   floats gelu_out(out.size());
@@ -176,8 +182,8 @@ static void test_linear(void) {
   const int OC2 = 72;
   floats w2 = random_bf16((size_t)OC2 * OC, 0.2f), dout2 = random_bf16((size_t)BT * OC2, 1);
   floats pre = from_device_bf16(d_pre, out.size()), dpre_mm((size_t)BT * OC, 0.0f), dpre((size_t)BT * OC, 0.0f);
-  floats unused_dw((size_t)OC2 * OC, 0.0f);
-  twin_linear_backward(dpre_mm.data(), unused_dw.data(), NULL, dout2.data(), pre.data(), w2.data(), BT, OC, OC2);
+  floats unused_dw2((size_t)OC2 * OC, 0.0f);
+  twin_linear_backward(dpre_mm.data(), unused_dw2.data(), NULL, dout2.data(), pre.data(), w2.data(), BT, OC, OC2);
   twin_gelu_backward(dpre.data(), dpre_mm.data(), pre.data(), dpre.size());
   lx_bf16 *d_w2 = to_device_bf16(w2), *d_dout2 = to_device_bf16(dout2), *d_dpre = to_device_bf16(floats(dpre.size()));
   lx_linear_dgelu_backward(&ctx, d_dpre, d_dout2, d_w2, d_pre, BT, OC, OC2);
@@ -487,8 +493,15 @@ static void test_loss(void) {
   compare("cross_entropy_forward", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
   compare("cross_entropy_forward", "lse", from_device_f32(d_lse, BT), lse, TOL_F32);
   twin_cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), 0.5f, BT, V, Vp);
-  lx_cross_entropy_backward(&ctx, d_dlogits, d_logits, d_lse, d_targets, 0.5f, BT, V, Vp);
+  lx_cross_entropy_backward(&ctx, d_dlogits, d_logits, d_lse, d_targets, 0.5f, BT, V, Vp, LX_GRAD_ADD);
   compare("cross_entropy_backward", "dlogits", from_device_bf16(d_dlogits, dlogits.size()), dlogits, TOL_BF16);
+  /* LX_GRAD_WRITE over NaNs: the gradient and zero padding (the twin adds to zeros) */
+  floats written((size_t)BT * Vp, 0.0f);
+  twin_cross_entropy_backward(written.data(), logits.data(), lse.data(), targets.data(), 0.5f, BT, V, Vp);
+  lx_bf16 *d_written = to_device_bf16(floats(written.size(), NAN));
+  lx_cross_entropy_backward(&ctx, d_written, d_logits, d_lse, d_targets, 0.5f, BT, V, Vp, LX_GRAD_WRITE);
+  compare("cross_entropy_backward (written)", "dlogits", from_device_bf16(d_written, written.size()), written,
+          TOL_BF16);
   lx_bf16 *d_dlogits2 = to_device_bf16(dlogits0);
   lx_cross_entropy_forward_backward(&ctx, d_loss, d_lse, d_dlogits2, d_logits, d_targets, 0.5f, BT, V, Vp);
   compare("cross_entropy_forward_backward", "loss", from_device_f32(d_loss, 1), loss, TOL_F32);
@@ -505,7 +518,7 @@ static void test_loss(void) {
     lx_cross_entropy_forward_rows(&ctx, d_loss_rows, k > 0, d_lse_rows + first, d_logits + at,
                                   d_targets + first, chunk[k], BT, V, Vp);
     lx_cross_entropy_backward_rows(&ctx, d_dlogits_rows + at, d_logits + at, d_lse_rows + first,
-                                   d_targets + first, 0.5f, chunk[k], BT, V, Vp);
+                                   d_targets + first, 0.5f, chunk[k], BT, V, Vp, LX_GRAD_ADD);
     first += chunk[k];
   }
   compare("cross_entropy_forward_rows (13 + 8)", "loss", from_device_f32(d_loss_rows, 1), loss, TOL_F32);
@@ -565,7 +578,7 @@ static void test_vocab_parallel(void) {
     twin_cross_entropy_backward_slice(dslice.data(), slice[k].data(), lse.data(), targets.data(), 0.5f, BT, V,
                                       Vr, k * Vr);
     lx_bf16 *d_dslice = to_device_bf16(dslice0);
-    lx_cross_entropy_backward_slice(&ctx, d_dslice, d_slice[k], d_lse, d_targets, 0.5f, BT, V, Vr, k * Vr);
+    lx_cross_entropy_backward_slice(&ctx, d_dslice, d_slice[k], d_lse, d_targets, 0.5f, BT, V, Vr, k * Vr, LX_GRAD_ADD);
     compare(k ? "cross_entropy_backward_slice (second)" : "cross_entropy_backward_slice (first)", "dlogits",
             from_device_bf16(d_dslice, dslice.size()), dslice, TOL_BF16);
   }

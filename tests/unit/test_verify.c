@@ -399,10 +399,16 @@ static void check_accesses(void) {
   lx_instr bwd = fwd;
   bwd.kind = LX_I_BWD;
   n = lx_instr_access(&b.pipe, 0, &b.layouts[0], &bwd, a, LX_MAX_ACCESSES);
-  int grads = 0;
-  for (int i = 0; i < n; i++)
+  int grads = 0, input_written = 0;
+  for (int i = 0; i < n; i++) {
     grads += a[i].mode == LX_ACCESS_ACCUMULATE;
-  CHECK(grads == 3, "BWD linear: accumulates its input's gradient and two parameter gradients (%d)", grads);
+    input_written += a[i].mode == LX_ACCESS_WRITE && a[i].tensor.role == LX_T_GRAD &&
+                     a[i].tensor.op == g->ops[linear].inputs[0];
+  }
+  CHECK(grads == 2 && input_written == 1,
+        "BWD linear: writes its input's gradient (the input's one use: no zeroing first) and accumulates two "
+        "parameter gradients (%d written, %d accumulated)",
+        input_written, grads);
   lx_span w =
       lx_locate(&b.pipe, 0, &b.layouts[0], a[1].tensor.role == LX_T_PARAM ? a[1].tensor : a[2].tensor);
   lx_span gw = lx_param_grad_span(&b.pipe, 0, &b.layouts[0],
