@@ -57,10 +57,12 @@ static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
                              DIN_WRITES},
 };
 
-/* The backward recomputes the probabilities from the saved log-sum-exp. */
+/* The backward recomputes the probabilities from the saved log-sum-exp; cuDNN's
+ * writes dqkv (under LX_GRAD_ADD lynx's kernels run it instead). */
 static const lx_op_signature flash_attention = {ROW("attention", "flash_attention",
                                                     OPS(OUT, SAVED("lse"), IN(0)),
-                                                    OPS(DIN(0), DOUT, IN(0), OUT, SAVED("lse")))};
+                                                    OPS(DIN(0), DOUT, IN(0), OUT, SAVED("lse"))),
+                                                DIN_WRITES};
 
 static const lx_op_signature unknown = {.name = "?"};
 

@@ -25,6 +25,7 @@ Configurations: tiny and gelu_arrangements at tp 1 and tp 2 with sequence
 parallelism under every recompute policy, llama (rmsnorm), and the README's
 gpt13b plan.
 """
+import collections
 import os
 import re
 import shutil
@@ -128,7 +129,7 @@ def backward_site(fused, plain, i, j):
             f"backward fusion: weight-gradient call {weights} is not {linear} without its input gradient")
     want = [linear[0], gelu[1], linear[4], linear[6], gelu[3], *linear[7:10]]
     require(dgelu == want, f"backward fusion operands {dgelu} differ from the separate calls' {want}")
-    return 7, 5
+    return 7, 5, gelu[1]
 
 
 def compare(fused_text, plain_text):
@@ -137,9 +138,15 @@ def compare(fused_text, plain_text):
     fused, plain = fused_text.split("\n"), plain_text.split("\n")
     i = j = 0
     sites = {"forward": 0, "backward": 0, "norm": 0}
+    unzeroed = collections.Counter()  # gradients the plain program zeroes and the fused one does not
     while i < len(fused) and j < len(plain):
         if fused[i] == plain[j]:
             i, j = i + 1, j + 1
+            continue
+        zeroed = re.match(r"\s*CUDA_CHECK\(cudaMemsetAsync\((.*?), 0, \d+, ctx->stream\)\);$", plain[j])
+        if zeroed:  # explained only by a DGELU call below that writes that gradient
+            unzeroed[zeroed.group(1)] += 1
+            j += 1
             continue
         if "cuBLASLt's GELU epilogue" in fused[i]:
             di, dj = forward_site(fused, plain, i, j)
@@ -148,13 +155,16 @@ def compare(fused_text, plain_text):
             di, dj = residual_norm_site(fused, plain, i, j)
             sites["norm"] += 1
         elif call_of(fused[i])[0] == "lx_linear_backward" and "DGELU" in fused[i + 1]:
-            di, dj = backward_site(fused, plain, i, j)
+            di, dj, written = backward_site(fused, plain, i, j)
+            unzeroed[written] -= unzeroed[written] > 0
             sites["backward"] += 1
         else:
             raise ValueError(f"unexplained difference:\n  fused: {fused[i][:120]}\n  plain: {plain[j][:120]}")
         i, j = i + di, j + dj
     if i != len(fused) or j != len(plain):
         raise ValueError("the programs end differently")
+    if +unzeroed:
+        raise ValueError(f"gradients the fused program does not zero and no DGELU call writes: {dict(+unzeroed)}")
     return sites
 
 

@@ -36,6 +36,13 @@ bool emit_fused(const lx_printer *pr, lx_graph_id g, int i, int flags) {
   return pr->fusion[g] && i >= 0 && i < lx_graph_of(pr->ir, g)->n_ops && (pr->fusion[g][i] & flags);
 }
 
+bool emit_fusion_writes_gradient(const lx_printer *pr, lx_graph_id g, int p) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  int gelu = p + 1; /* a DGELU linear's gelu is the op before it, its input the op before that */
+  return gelu < graph->n_ops && graph->ops[gelu].kind == LX_OP_GELU && graph->ops[gelu].inputs[0] == p &&
+         emit_fused(pr, g, gelu + 1, LX_FUSE_DGELU);
+}
+
 static int consumers(const lx_graph *graph, int i) {
   int n = graph->output == i;
   for (int j = 0; j < graph->n_ops; j++)

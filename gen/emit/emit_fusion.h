@@ -19,5 +19,8 @@ void emit_plan_fusions(const lx_printer *pr, bool fuse, unsigned char *fusion[LX
 void emit_free_fusions(unsigned char *fusion[LX_GRAPH_COUNT]);
 /* Does op i (in range or not) carry one of `flags`? */
 bool emit_fused(const lx_printer *pr, lx_graph_id g, int i, int flags);
+/* Is op p's gradient written whole by a fused call (the gelu after it in the
+ * DGELU epilogue of the linear after that), so that nothing zeroes it first? */
+bool emit_fusion_writes_gradient(const lx_printer *pr, lx_graph_id g, int p);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "emit/emit_fusion.h"
 #include "verify/access.h"
 
 /* "static void forward_block(const lx_ctx *ctx, int layer, int mb) {": `what`
@@ -25,9 +26,10 @@ void emit_zero_grads(const lx_printer *pr, lx_graph_id g, const char *zero_forma
   char buf[PTR];
   for (int i = 0; i < graph->n_ops; i++) {
     const lx_op *op = &graph->ops[i];
-    /* a chunk-local gradient is zeroed for each piece; one its consumer writes, not at all */
+    /* a chunk-local gradient is zeroed for each piece; one its consumer, or a fused call, writes, not at all
+     */
     if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar || lx_chunk_local(graph, i) ||
-        lx_gradient_written_by_consumer(pr->ir, graph, i))
+        lx_gradient_written_by_consumer(pr->ir, graph, i) || emit_fusion_writes_gradient(pr, g, i))
       continue;
     lx_place_expr e = lx_place_of(pr->p, pr->s, pr->l, emit_ref(pr, g, i, LX_T_GRAD, 0));
     emit_at(pr, buf, sizeof buf, emit_ref(pr, g, i, LX_T_GRAD, 0));

@@ -573,8 +573,8 @@ inline void lx_attn_backward_tiles(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_
 
 #define LX_ATTN_ROWS_PER_BLOCK 8 /* warps per block of the row kernels */
 
-/* dqkv += the gradients of the flash forward; P recomputed from qkv and lse,
- * the dropout mask redrawn from (seed, stream_id). */
+/* dqkv += the gradients of the flash forward (LX_GRAD_WRITE: zeroed first);
+ * P recomputed from qkv and lse, the dropout mask redrawn from (seed, stream_id). */
 LX_CUDA_API void lx_lynx_flash_attention_backward(const lx_ctx *ctx,
                                                   lx_bf16 *dqkv,       // (B, T, (H + 2*KVH) * D)
                                                   const lx_bf16 *dout, // (B, T, H * D)
@@ -583,8 +583,10 @@ LX_CUDA_API void lx_lynx_flash_attention_backward(const lx_ctx *ctx,
                                                   const float *lse,    // (B, H, T)
                                                   int B, int T, int H, int KVH, int D, double p,
                                                   uint64_t seed, uint64_t stream_id, int head_base,
-                                                  int heads_total) {
+                                                  int heads_total, lx_grad_mode mode) {
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
+  if (mode == LX_GRAD_WRITE)
+    CUDA_CHECK(cudaMemsetAsync(dqkv, 0, sizeof(lx_bf16) * (size_t)B * T * (H + 2 * KVH) * D, ctx->stream));
   float *delta = ctx->scratch;
   size_t rows = (size_t)B * H * T;
   lx_attention_delta_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
@@ -608,9 +610,10 @@ LX_CUDA_API void lx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, flo
 LX_CUDA_API void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout,
                                              const lx_bf16 *qkv, const lx_bf16 *out, const float *lse, int B,
                                              int T, int H, int KVH, int D, double p, uint64_t seed,
-                                             uint64_t stream_id, int head_base, int heads_total) {
+                                             uint64_t stream_id, int head_base, int heads_total,
+                                             lx_grad_mode mode) {
   lx_lynx_flash_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream_id,
-                                   head_base, heads_total);
+                                   head_base, heads_total, mode);
 }
 #else
 #include "lx_cuda_api.h" /* their prototypes */

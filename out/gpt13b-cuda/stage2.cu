@@ -297,7 +297,6 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_2_grad(), 0, 134217728, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, ctx->stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */

@@ -232,7 +232,9 @@ static inline void lx_flash_attention_forward(const lx_ctx *ctx,
 }
 
 /* Recomputes P_ij = exp(scale q_i . k_j - lse_i) and the dropout decision;
- * Di = dO_i . O_i comes from the saved output. Same task split as above. */
+ * Di = dO_i . O_i comes from the saved output. Same task split as above.
+ * Adds into dqkv; LX_GRAD_WRITE zeroes it first (the gradient's only
+ * contribution: nothing else zeroed it). */
 static inline void lx_flash_attention_backward(const lx_ctx *ctx,
                                                real *dqkv,       // (B, T, (H + 2*KVH) * D)
                                                const real *dout, // (B, T, H * D)
@@ -240,11 +242,13 @@ static inline void lx_flash_attention_backward(const lx_ctx *ctx,
                                                const real *out,  // (B, T, H * D)
                                                const real *lse,  // (B, H, T)
                                                int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                               uint64_t stream, int head_base, int heads_total) {
+                                               uint64_t stream, int head_base, int heads_total,
+                                               lx_grad_mode mode) {
   lx_attn_dims a = lx_attn_dims_of_rank(B, T, H, KVH, D, head_base, heads_total);
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p)), scale = lx_attn_scale(a);
   int group = H / KVH;
+  if (mode == LX_GRAD_WRITE) memset(dqkv, 0, sizeof(real) * (size_t)B * T * (H + 2 * KVH) * D);
 #pragma omp parallel for collapse(2) num_threads(ctx->threads)
   for (int b = 0; b < B; b++)
     for (int g = 0; g < KVH; g++)

@@ -38,7 +38,8 @@ void lx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, con
                                 int heads_total);
 void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv,
                                  const lx_bf16 *out, const float *lse, int B, int T, int H, int KVH, int D, double p,
-                                 uint64_t seed, uint64_t stream_id, int head_base, int heads_total);
+                                 uint64_t seed, uint64_t stream_id, int head_base, int heads_total,
+                                 lx_grad_mode mode);
 /* lynx's own flash kernels, which the two above call unless cuDNN runs them */
 void lx_lynx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, const lx_bf16 *qkv, int B,
                                      int T, int H, int KVH, int D, double p, uint64_t seed,
@@ -46,7 +47,7 @@ void lx_lynx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse
 void lx_lynx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout,
                                       const lx_bf16 *qkv, const lx_bf16 *out, const float *lse, int B, int T,
                                       int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id,
-                                      int head_base, int heads_total);
+                                      int head_base, int heads_total, lx_grad_mode mode);
 void lx_attention_forward(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *probs, lx_bf16 *dropped, uint8_t *mask,
                           const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
                           uint64_t stream_id, int head_base, int heads_total);

@@ -9,9 +9,10 @@
  * head), out (B, T, H D), lse (B, H, T) the natural log of each row's sum of
  * exp(scale q.k): cuDNN's softmax statistics, what the backward reads. bf16 in
  * and out, fp32 inside. Two differences:
- *   - the backward writes dqkv where lynx's kernels add to it: the emitted
- *     step zeroes an attention's input gradient before its backward, so the
- *     result is the same;
+ *   - the backward writes dqkv: the emitted step asks for that
+ *     (LX_GRAD_WRITE) where the attention is its input's only use; under
+ *     LX_GRAD_ADD, where another op's gradient adds to the same buffer,
+ *     lynx's kernels run it (one line on stderr);
  *   - with dropout (p > 0) the mask is cuDNN's own Philox stream, seeded from
  *     (seed, stream_id, head_base), not the CPU twin's: the same distribution,
  *     not the same bits.
@@ -235,12 +236,18 @@ void lx_flash_attention_forward(const lx_ctx *ctx, lx_bf16 *out, float *lse, con
 void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv,
                                  const lx_bf16 *out, const float *lse, int B, int T, int H, int KVH, int D,
                                  double p, uint64_t seed, uint64_t stream_id, int head_base,
-                                 int heads_total) {
+                                 int heads_total, lx_grad_mode mode) {
   Shape s = shape_of(B, T, H, KVH, D, p);
   const Graphs &g = graphs_of(s);
-  if (!g.backward) {
+  if (!g.backward || mode == LX_GRAD_ADD) {
+    static bool told;
+    if (g.backward && !told) {
+      fprintf(stderr, "lynx: an attention's input gradient has other contributions, which cuDNN's backward "
+                      "would overwrite: lynx's kernels run that backward\n");
+      told = true;
+    }
     lx_lynx_flash_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream_id,
-                                     head_base, heads_total);
+                                     head_base, heads_total, mode);
     return;
   }
   int64_t dseed = dropout_seed(seed, stream_id, head_base), offset = 0;

@@ -42,7 +42,8 @@ static void test_attention_forms_agree(void) {
   lx_attention_forward(&test_ctx, out_m, probs, dropped, mask, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
   lx_attention_backward(&test_ctx, dm, dout, qkv, probs, dropped, mask, B, T, H, KVH, D, p);
   lx_flash_attention_forward(&test_ctx, out_f, lse, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
-  lx_flash_attention_backward(&test_ctx, df, dout, qkv, out_f, lse, B, T, H, KVH, D, p, 3, 4, 0, H);
+  lx_flash_attention_backward(&test_ctx, df, dout, qkv, out_f, lse, B, T, H, KVH, D, p, 3, 4, 0, H,
+                              LX_GRAD_ADD);
   double out_err = max_abs_diff(out_m, out_f, nout) / max_abs(out_m, nout);
   double grad_err = max_abs_diff(dm, df, nqkv) / max_abs(dm, nqkv);
   CHECK(out_err < 1e-5 && grad_err < 1e-5, "float attention and flash_attention agree (out %.1e, grad %.1e)",

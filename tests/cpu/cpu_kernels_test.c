@@ -260,7 +260,7 @@ static void attn_backward(attn_case *c, real *dqkv) {
   attn_forward(c);
   if (c->flash)
     lx_flash_attention_backward(&test_ctx, dqkv, c->w, c->qkv, c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D,
-                                c->p, c->seed, c->stream, 0, c->H);
+                                c->p, c->seed, c->stream, 0, c->H, LX_GRAD_ADD);
   else
     lx_attention_backward(&test_ctx, dqkv, c->w, c->qkv, c->probs, c->p > 0 ? c->dropped : NULL,
                           c->p > 0 ? c->mask : NULL, c->B, c->T, c->H, c->KVH, c->D, c->p);
@@ -279,6 +279,20 @@ static void test_attention_gradient(int flash, double p) {
   char name[64];
   snprintf(name, sizeof name, "%s (H 4, KVH 2, p %.1f)", flash ? "flash_attention" : "attention", p);
   check_gradient(name, "qkv", attention_loss, &c, c.qkv, dqkv, attn_qkv_size(&c));
+  if (flash) { /* LX_GRAD_WRITE over NaNs: the same bits as adding to zeros */
+    size_t n = attn_qkv_size(&c);
+    real *written = zero_tensor(n);
+    for (size_t i = 0; i < n; i++)
+      written[i] = (real)NAN;
+    attn_forward(&c); /* the saved out and lse of the unperturbed qkv again */
+    lx_flash_attention_backward(&test_ctx, written, c.w, c.qkv, c.out, c.lse, c.B, c.T, c.H, c.KVH, c.D, c.p,
+                                c.seed, c.stream, 0, c.H, LX_GRAD_WRITE);
+    CHECK(!memcmp(written, dqkv, n * sizeof(real)),
+          "%s backward with LX_GRAD_WRITE over NaNs equals it added to "
+          "zeros, bit for bit",
+          name);
+    free(written);
+  }
   free_attn_case(&c), free(dqkv);
 }
 

@@ -138,7 +138,7 @@ static inline void model_backward(acts *g, params *dp, const acts *a, const para
   lx_linear_backward(&test_ctx, g->att, dp->t[WO], dp->t[BO], g->proj, a->att, p->t[WO], TG_BT, TG_H * TG_D,
                      TG_C, LX_GRAD_ADD);
   lx_flash_attention_backward(&test_ctx, g->qkv_r, g->att, a->qkv_r, a->att, a->lse, TG_B, TG_T, TG_H, TG_KVH,
-                              TG_D, TG_DROPOUT, 9, stream_attn, 0, TG_H);
+                              TG_D, TG_DROPOUT, 9, stream_attn, 0, TG_H, LX_GRAD_ADD);
   lx_rope_backward(&test_ctx, g->qkv, g->qkv_r, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_ROPE_BASE);
   lx_linear_backward(&test_ctx, g->h1, dp->t[WQKV], dp->t[BQKV], g->qkv, a->h1, p->t[WQKV], TG_BT, TG_C,
                      TG_QKV, LX_GRAD_ADD);

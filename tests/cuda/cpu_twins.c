@@ -58,7 +58,7 @@ void twin_flash_attention_backward(float *dqkv, const float *dout, const float *
                                    const float *lse, int B, int T, int H, int KVH, int D, double p,
                                    uint64_t seed, uint64_t stream, int head_base, int heads_total) {
   lx_flash_attention_backward(pool(), dqkv, dout, qkv, out, lse, B, T, H, KVH, D, p, seed, stream, head_base,
-                              heads_total);
+                              heads_total, LX_GRAD_ADD);
 }
 void twin_rope_forward(float *out, const float *inp, int B, int T, int H, int KVH, int D, double base) {
   lx_rope_forward(pool(), out, inp, B, T, H, KVH, D, base);
