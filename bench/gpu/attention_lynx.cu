@@ -151,7 +151,7 @@ static bool bench_size(int B, int T, int H, int D, Result *result, std::string *
     cudaStream_t s;
     ~StreamGuard() { cudaStreamDestroy(s); }
   } stream_guard = {stream};
-  const lx_ctx ctx = {stream, nullptr, buf.scratch}; /* attention does no matmul */
+  const lx_ctx ctx = {stream, nullptr, buf.scratch, lx_cuda_attention_scratch_floats(B, T, H)}; /* no matmul */
 
   fill_uniform<<<4096, 256, 0, stream>>>(buf.qkv, qkv_n, lx_cuda_rng_key(1234, (uint64_t)T * 1000 + D));
   TRY(cudaGetLastError());

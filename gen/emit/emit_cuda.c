@@ -422,6 +422,23 @@ static void emit_staged_receives(const lx_printer *pr) {
           2 * step > forward_only ? 2 * step : forward_only);
 }
 
+/* The most heads of any attention and the widest row of any op of the model
+ * (at least the padded vocabulary): what sizes the streams' scratch
+ * (lx_cuda_main.h), whose kernels check that it holds their need. */
+static void emit_scratch_sizes(const lx_printer *pr) {
+  int heads = 1, widest = pr->ir->padded_vocab;
+  for (int g = 0; g < LX_GRAPH_COUNT; g++) {
+    const lx_graph *graph = lx_graph_of(pr->ir, (lx_graph_id)g);
+    for (int i = 0; i < graph->n_ops; i++) {
+      const lx_op *op = &graph->ops[i];
+      if (op->kind == LX_OP_ATTENTION && op->heads > heads) heads = op->heads;
+      if (op->out.width > widest) widest = op->out.width;
+    }
+  }
+  fprintf(pr->out, "  HEADS = %d, WIDEST = %d, /* the streams' scratch: the most heads, the widest row */\n",
+          heads, widest);
+}
+
 static void print_header(const lx_printer *pr) {
   const lx_ir *ir = pr->ir;
   const lx_stage *st = pr->st;
@@ -444,6 +461,7 @@ static void print_header(const lx_printer *pr) {
   emit_staged_receives(pr);
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
+  emit_scratch_sizes(pr);
   emit_boundary_sizes(pr);
   fputs("#define MODEL_FILE ", f);
   lx_put_c_string(f, lx_file_name(ir->model_path));

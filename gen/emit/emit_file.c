@@ -105,7 +105,7 @@ void emit_stage_file(lx_printer *pr, FILE *out, lx_file_part head, lx_file_part 
   fclose(pr->out);
   pr->out = lx_memory_stream(&file_text, &file_size);
   head(pr);
-  emit_names_print(pr);
+  emit_names_print(pr, code_text);
   fputs(code_text, pr->out);
   fclose(pr->out);
   emit_wrap(file_text, out, WIDTH);

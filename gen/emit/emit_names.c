@@ -1,4 +1,5 @@
 /* emit_names.c — the tensors of a stage file by name (emit_names.h). */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -422,8 +423,22 @@ void emit_pool_slots(const lx_printer *pr) {
             l->pool_slots[LX_POOL_HELD], l->pool_slots[LX_POOL_WEIGHT_GRAD]);
 }
 
-void emit_names_print(const lx_printer *pr) {
+/* Does `code` call accessor `name` (the identifier, then its parenthesis)? */
+static bool called(const char *code, const char *name) {
+  size_t length = strlen(name);
+  for (const char *at = strstr(code, name); at; at = strstr(at + 1, name)) {
+    bool starts = at == code || !(isalnum((unsigned char)at[-1]) || at[-1] == '_');
+    if (starts && at[length] == '(') return true;
+  }
+  return false;
+}
+
+void emit_names_print(const lx_printer *pr, const char *code) {
   lx_tensor_names *names = pr->names;
+  int kept = 0;
+  for (int k = 0; k < names->n; k++)
+    if (called(code, names->v[k].name)) names->v[kept++] = names->v[k];
+  names->n = kept;
   if (!names->n) return;
   qsort(names->v, (size_t)names->n, sizeof *names->v, by_place);
   char(*addresses)[256] = lx_calloc((size_t)names->n, sizeof *addresses);

@@ -24,8 +24,10 @@ void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf,
 /* Is this tensor a sequence shard (SEQ_ROWS of the BT rows on each rank)? */
 bool emit_sequence_sharded(const lx_printer *pr, lx_shape s);
 /* The helpers and accessors the code printed so far used, in the order of
- * the arena (parameters, kept activations, work, pipeline buffers). */
-void emit_names_print(const lx_printer *pr);
+ * the arena (parameters, kept activations, work, pipeline buffers): those
+ * that `code` (the stage's code text) calls; a tensor an operand list named
+ * without printing it (a fused call's) gets no accessor. */
+void emit_names_print(const lx_printer *pr, const char *code);
 /* The slot counts of the held and weight-gradient pools (layout.h), as
  * enumerators, where the stage has them. */
 void emit_pool_slots(const lx_printer *pr);

@@ -136,8 +136,8 @@ LX_CUDA_API void lx_cross_entropy_forward_rows(const lx_ctx *ctx,
                                                const lx_bf16 *logits, // (rows, Vp)
                                                const int *targets,    // (rows)
                                                int rows, int BT, int V, int Vp) {
-  float *losses = ctx->scratch; /* (rows): the rows' losses */
   LX_CUDA_REQUIRE(rows > 0 && rows <= BT && V > 0 && V <= Vp);
+  float *losses = lx_scratch(ctx, (size_t)rows); /* (rows): the rows' losses */
   lx_cuda_cross_entropy_kernel<<<rows, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, NULL, logits,
                                                                                targets, 0.0f, V, Vp);
   LX_CUDA_LAUNCHED();
@@ -189,8 +189,8 @@ LX_CUDA_API void lx_cross_entropy_forward_backward(const lx_ctx *ctx,
                                                    const lx_bf16 *logits, // (BT, Vp)
                                                    const int *targets,    // (BT)
                                                    float dloss, int BT, int V, int Vp) {
-  float *losses = ctx->scratch; /* (BT): the rows' losses */
   LX_CUDA_REQUIRE(BT > 0 && V > 0 && V <= Vp);
+  float *losses = lx_scratch(ctx, (size_t)BT); /* (BT): the rows' losses */
   lx_cuda_cross_entropy_kernel<<<BT, LX_CUDA_LOSS_THREADS, 0, ctx->stream>>>(lse, losses, dlogits, logits, targets,
                                                                              dloss / BT, V, Vp);
   LX_CUDA_LAUNCHED();

@@ -26,6 +26,8 @@
 #include "lx_cuda_shards.h"
 #include <unistd.h>
 
+#include <algorithm> /* std::max of the scratch needs */
+
 /* The GPU of this rank: its index among the ranks of its node. */
 static int local_rank(void) {
   const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
@@ -220,11 +222,13 @@ static void allocate(void) {
   for (int k = 0; k < STREAM_COUNT; k++) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&streams[k], cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&stream_done[k], cudaEventDisableTiming));
-    size_t floats = lx_cuda_attention_scratch_floats(B, T, 256) + lx_cuda_norm_backward_scratch_floats(BT, VP) +
-                    lx_cuda_bias_backward_scratch_floats(BT, 4 * C) + (size_t)BT + lx_cuda_grad_norm_scratch_floats();
+    /* a stream runs one kernel at a time: the largest need of any (HEADS, WIDEST: the stage's) */
+    size_t floats = std::max({lx_cuda_attention_scratch_floats(B, T, HEADS), lx_cuda_norm_backward_scratch_floats(BT, WIDEST),
+                              lx_cuda_bias_backward_scratch_floats(BT, WIDEST), 3 * (size_t)BT,
+                              lx_cuda_grad_norm_scratch_floats()});
     float *scratch = NULL;
     CUDA_CHECK(cudaMalloc((void **)&scratch, floats * sizeof(float)));
-    ctx_of[k] = lx_ctx{streams[k], matmul, scratch};
+    ctx_of[k] = lx_ctx{streams[k], matmul, scratch, floats};
   }
   events = (cudaEvent_t *)calloc(EVENTS, sizeof(cudaEvent_t));
   for (int e = 0; e < EVENTS; e++) CUDA_CHECK(cudaEventCreateWithFlags(&events[e], cudaEventDisableTiming));

@@ -263,7 +263,8 @@ LX_CUDA_API void lx_layernorm_backward(const lx_ctx *ctx,
                                        const lx_bf16 *inp,    // (BT, C)
                                        const lx_bf16 *weight, // (C)
                                        int BT, int C) {
-  lx_cuda_norm_backward_launch(dinp, dweight, dbias, ctx->scratch, dout, inp, weight, BT, C, 0, ctx->stream);
+  lx_cuda_norm_backward_launch(dinp, dweight, dbias, lx_scratch(ctx, lx_cuda_norm_backward_scratch_floats(BT, C)),
+                               dout, inp, weight, BT, C, 0, ctx->stream);
 }
 
 LX_CUDA_API void lx_rmsnorm_backward(const lx_ctx *ctx,
@@ -273,7 +274,8 @@ LX_CUDA_API void lx_rmsnorm_backward(const lx_ctx *ctx,
                                      const lx_bf16 *inp,    // (BT, C)
                                      const lx_bf16 *weight, // (C)
                                      int BT, int C) {
-  lx_cuda_norm_backward_launch(dinp, dweight, NULL, ctx->scratch, dout, inp, weight, BT, C, 1, ctx->stream);
+  lx_cuda_norm_backward_launch(dinp, dweight, NULL, lx_scratch(ctx, lx_cuda_norm_backward_scratch_floats(BT, C)),
+                               dout, inp, weight, BT, C, 1, ctx->stream);
 }
 
 #endif

@@ -256,7 +256,8 @@ static inline void global_grad_norm_squared(float *total, const float *grads, cu
     long long lo, hi;
     owned_part(t, &lo, &hi);
     if (hi > lo)
-      lx_cuda_grad_norm_squared(total, ctx_of[STREAM_COMPUTE].scratch, grads + lo, (size_t)(hi - lo), 1, s);
+      lx_cuda_grad_norm_squared(total, lx_scratch(&ctx_of[STREAM_COMPUTE], lx_cuda_grad_norm_scratch_floats()),
+                                grads + lo, (size_t)(hi - lo), 1, s);
   }
   lx_comm_all_reduce(total, total, 1, LX_COMM_F32, LX_COMM_SUM, &tp_comm, s);
   lx_comm_all_reduce(total, total, 1, LX_COMM_F32, LX_COMM_SUM, &dp_comm, s);

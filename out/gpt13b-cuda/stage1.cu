@@ -12,6 +12,7 @@ enum {
   MICRO_BATCHES = 64, SLOTS = 3, TENSOR_PARALLEL = 1, DATA_PARALLEL = 2, EVENTS = 456,
   STAGED_RECEIVES = 756, /* in flight at most (--comm host's pinned staging) */
   B = 4, T = 2048, BT = B * T, C = 2048, V = 50257, VP = 50304,
+  HEADS = 16, WIDEST = 50304, /* the streams' scratch: the most heads, the widest row */
   BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */
 };
 
@@ -192,8 +193,6 @@ static lx_bf16 *block_add_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 2348
 static lx_bf16 *block_layernorm_1_grad(void) { return (lx_bf16 *)AT(REGION_work + 268435456LL); }
 /* (B, T, 8192): d linear_2 = linear(...)  gpt13b.model:70 */
 static lx_bf16 *block_linear_2_grad(void) { return (lx_bf16 *)AT(REGION_work + 301989888LL); }
-/* (B, T, 8192): d h = gelu(...)  gpt13b.model:70 */
-static lx_bf16 *block_gelu_0_grad(void) { return (lx_bf16 *)AT(REGION_work + 436207616LL); }
 /* (B, T, 2048): d linear_3 = linear(...)  gpt13b.model:71 */
 static lx_bf16 *block_linear_3_grad(void) { return (lx_bf16 *)AT(REGION_work + 570425344LL); }
 /* (B, T, 2048): d h = dropout(...)  gpt13b.model:71 */

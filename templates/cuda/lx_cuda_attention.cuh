@@ -587,8 +587,8 @@ LX_CUDA_API void lx_lynx_flash_attention_backward(const lx_ctx *ctx,
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   if (mode == LX_GRAD_WRITE)
     CUDA_CHECK(cudaMemsetAsync(dqkv, 0, sizeof(lx_bf16) * (size_t)B * T * (H + 2 * KVH) * D, ctx->stream));
-  float *delta = ctx->scratch;
   size_t rows = (size_t)B * H * T;
+  float *delta = lx_scratch(ctx, rows);
   lx_attention_delta_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
                               ctx->stream>>>(delta, dout, out, NULL, qkv, a);
   LX_CUDA_LAUNCHED();
@@ -633,7 +633,7 @@ LX_CUDA_API void lx_attention_forward(const lx_ctx *ctx,
                                       uint64_t stream_id, int head_base, int heads_total) {
   LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
-  float *lse = ctx->scratch + (size_t)B * H * T;
+  float *lse = lx_scratch(ctx, lx_cuda_attention_scratch_floats(B, T, H)) + (size_t)B * H * T;
   lx_attn_forward_tiles(out, lse, qkv, a, ctx->stream);
   size_t rows = (size_t)B * H * T;
   lx_attention_probs_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
@@ -652,8 +652,8 @@ LX_CUDA_API void lx_attention_backward(const lx_ctx *ctx,
                                        int B, int T, int H, int KVH, int D, double p) {
   LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, 0, 0, 0, H);
-  float *delta = ctx->scratch;
   size_t rows = (size_t)B * H * T;
+  float *delta = lx_scratch(ctx, rows);
   lx_attn_saved_probs saved = {probs, p > 0 ? dropped : NULL, p > 0 ? mask : NULL};
   lx_attention_delta_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
                               ctx->stream>>>(delta, dout, NULL, saved.dropped ? saved.dropped : probs, qkv, a);

@@ -273,8 +273,8 @@ LX_CUDA_API void lx_linear_backward(const lx_ctx *ctx,
     lx_cuda_matmul(ctx->matmul, dweight, CUDA_R_32F, dout, inp, OC, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL,
                    NULL, ctx->stream);
   if (dbias) {
-    LX_CUDA_REQUIRE(ctx->scratch != NULL);
-    lx_cuda_bias_backward(dbias, ctx->scratch, dout, BT, OC, ctx->stream);
+    lx_cuda_bias_backward(dbias, lx_scratch(ctx, lx_cuda_bias_backward_scratch_floats(BT, OC)), dout, BT, OC,
+                          ctx->stream);
   }
 }
 

@@ -69,7 +69,7 @@ static inline void lx_cross_entropy_forward_tp_rows(const lx_ctx *ctx,
                                                     const int *targets,    // (rows)
                                                     int rows, int BT, int V, int Vr, int first,
                                                     lx_comm *comm) {
-  float *row_max = ctx->scratch, *picked = ctx->scratch + rows, *losses = ctx->scratch + 2 * (size_t)rows;
+  float *row_max = lx_scratch(ctx, 3 * (size_t)rows), *picked = row_max + rows, *losses = row_max + 2 * (size_t)rows;
   lx_cuda_vocab_cross_entropy_max(row_max, picked, logits, targets, rows, V, Vr, first, ctx->stream);
   lx_comm_all_reduce(row_max, row_max, (size_t)rows, LX_COMM_F32, LX_COMM_MAX, comm, ctx->stream);
   lx_cuda_vocab_cross_entropy_sum(lse, logits, row_max, rows, V, Vr, first, ctx->stream);

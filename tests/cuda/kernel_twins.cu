@@ -137,7 +137,7 @@ static cudaStream_t stream;
 static lx_cuda_matmul_context matmul;
 
 /* What the kernels take first: the test's stream and matmul context, with `scratch`. */
-static lx_ctx context(float *scratch) { return lx_ctx{stream, &matmul, scratch}; }
+static lx_ctx context(float *scratch, size_t floats) { return lx_ctx{stream, &matmul, scratch, floats}; }
 
 /* ---- linear ---------------------------------------------------------------------- */
 
@@ -151,7 +151,7 @@ static void test_linear(void) {
   lx_bf16 *d_dinp = to_device_bf16(dinp0);
   float *d_dw = to_device_f32(dw0), *d_db = to_device_f32(db0);
   float *scratch = device_zeros_f32(lx_cuda_bias_backward_scratch_floats(BT, OC));
-  const lx_ctx ctx = context(scratch);
+  const lx_ctx ctx = context(scratch, lx_cuda_bias_backward_scratch_floats(BT, OC));
 
   floats out((size_t)BT * OC), dinp = dinp0, dw = dw0, db = db0;
   twin_linear_forward(out.data(), inp.data(), w.data(), bias.data(), BT, C, OC);
@@ -202,7 +202,7 @@ static void test_norms(int BT, int C, const char *shape) {
   lx_bf16 *d_b = to_device_bf16(b), *d_out = to_device_bf16(floats(N)), *d_res = to_device_bf16(floats(N));
   lx_bf16 *d_dout = to_device_bf16(dout);
   float *scratch = device_zeros_f32(lx_cuda_norm_backward_scratch_floats(BT, C));
-  const lx_ctx ctx = context(scratch);
+  const lx_ctx ctx = context(scratch, lx_cuda_norm_backward_scratch_floats(BT, C));
 
   floats out(N);
   twin_layernorm_forward(out.data(), x.data(), w.data(), b.data(), BT, C);
@@ -264,7 +264,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
   floats qkv = random_bf16(qkv_n, 1.5f), dout = random_bf16(out_n, 1), dqkv0 = random_bf16(qkv_n, 0.05f);
   lx_bf16 *d_qkv = to_device_bf16(qkv), *d_dout = to_device_bf16(dout), *d_out = to_device_bf16(floats(out_n));
   float *d_lse = device_zeros_f32(rows), *scratch = device_zeros_f32(lx_cuda_attention_scratch_floats(B, T, H));
-  const lx_ctx ctx = context(scratch);
+  const lx_ctx ctx = context(scratch, lx_cuda_attention_scratch_floats(B, T, H));
 
   /* flash */
   floats out(out_n), lse(rows);
@@ -337,7 +337,7 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
 }
 
 static void test_rope(void) {
-  const lx_ctx ctx = context(NULL);
+  const lx_ctx ctx = context(NULL, 0);
   const int B = 2, T = 50, H = 4, KVH = 2, D = 32;
   size_t N = (size_t)B * T * (H + 2 * KVH) * D;
   floats x = random_bf16(N, 1), dout = random_bf16(N, 1), dinp0 = random_bf16(N, 0.1f), out(N), dinp = dinp0;
@@ -356,7 +356,7 @@ static void test_rope(void) {
 /* shape: how the kernels take the elements, for the test names */
 static void test_elementwise(int BT, int F, const char *shape) {
   auto named = [&](const char *op) { return std::string(op) + shape; };
-  const lx_ctx ctx = context(NULL);
+  const lx_ctx ctx = context(NULL, 0);
   size_t N = (size_t)BT * F;
   floats x = random_bf16(2 * N, 3), dout = random_bf16(2 * N, 1), dinp0 = random_bf16(2 * N, 0.1f);
   lx_bf16 *d_x = to_device_bf16(x), *d_out = to_device_bf16(floats(2 * N)), *d_dout = to_device_bf16(dout);
@@ -431,7 +431,7 @@ static void test_elementwise(int BT, int F, const char *shape) {
 /* ---- embeddings and loss -------------------------------------------------------------- */
 
 static void test_embedding(void) {
-  const lx_ctx ctx = context(NULL);
+  const lx_ctx ctx = context(NULL, 0);
   const int B = 3, T = 40, C = 96, V = 150;
   floats wte = random_bf16((size_t)V * C, 1), wpe = random_bf16((size_t)T * C, 1);
   floats dout = random_bf16((size_t)B * T * C, 1), dwte0 = random_bf16((size_t)V * C, 0.1f);
@@ -497,7 +497,7 @@ static void test_loss(void) {
   lx_bf16 *d_logits = to_device_bf16(logits), *d_dlogits = to_device_bf16(dlogits0);
   int *d_targets = to_device_raw(targets);
   float *d_loss = device_zeros_f32(1), *d_lse = device_zeros_f32(BT), *d_losses = device_zeros_f32(BT);
-  const lx_ctx ctx = context(d_losses); /* the loss kernels' scratch: the rows' losses */
+  const lx_ctx ctx = context(d_losses, BT); /* the loss kernels' scratch: the rows' losses */
 
   floats lse(BT), dlogits = dlogits0;
   floats loss(1, twin_cross_entropy_forward(lse.data(), logits.data(), targets.data(), BT, V, Vp));
@@ -543,7 +543,7 @@ static void test_loss(void) {
  * padding), the all-reduces done on the host, against the whole loss on
  * the CPU; the backward of each slice against lx_cross_entropy_backward_slice. */
 static void test_vocab_parallel(void) {
-  const lx_ctx ctx = context(NULL);
+  const lx_ctx ctx = context(NULL, 0);
   const int BT = 21, V = 300, Vp = 320, RANKS = 2, Vr = Vp / RANKS;
   floats logits = random_bf16((size_t)BT * Vp, 4), dslice0 = random_bf16((size_t)BT * Vr, 0.01f);
   std::vector<int> targets(BT);
