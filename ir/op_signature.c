@@ -41,13 +41,17 @@ static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
         OPS(DIN(0), DOUT, IN(0), SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask")))},
     [LX_OP_ROPE] = {ROW("rope", "rope", OPS(OUT, IN(0)), OPS(DIN(0), DOUT))},
     /* GPT-2's tanh approximation: ~10 operations forward, ~20 backward */
-    [LX_OP_GELU] = {ROW("gelu", "gelu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(10, 20)},
+    [LX_OP_GELU] = {ROW("gelu", "gelu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(10, 20),
+                    DIN_WRITES},
     /* x sigmoid(x): ~5 operations forward, ~10 backward (the sigmoid again) */
-    [LX_OP_SILU] = {ROW("silu", "silu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(5, 10)},
-    [LX_OP_SWIGLU] = {ROW("swiglu", "swiglu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0)))},
+    [LX_OP_SILU] = {ROW("silu", "silu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(5, 10),
+                    DIN_WRITES},
+    [LX_OP_SWIGLU] = {ROW("swiglu", "swiglu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), DIN_WRITES},
     [LX_OP_DROPOUT] = {ROW("dropout", "dropout", OPS(OUT, SAVED("dropout_mask"), IN(0)),
-                           OPS(DIN(0), DOUT, SAVED("dropout_mask")))},
-    [LX_OP_ADD] = {ROW("add", "add", OPS(OUT, IN(0), IN(1)), OPS(DIN(0), DIN(1), DOUT))},
+                           OPS(DIN(0), DOUT, SAVED("dropout_mask"))),
+                       DIN_WRITES},
+    /* a mode for each input's gradient: the residual stream's has other terms, the branch's often not */
+    [LX_OP_ADD] = {ROW("add", "add", OPS(OUT, IN(0), IN(1)), OPS(DIN(0), DIN(1), DOUT)), DIN_WRITES},
     /* the LM head is a linear without bias: its bias operands are NULL */
     [LX_OP_LM_HEAD] = {ROW("lm_head", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
                        DIN_WRITES},

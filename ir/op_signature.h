@@ -50,10 +50,10 @@ typedef struct {
     bool is;
     double flops_forward, flops_backward; /* per element */
   } elementwise;
-  /* The backward kernel can write its input gradient instead of adding to it
-   * (its last argument, LX_GRAD_WRITE or LX_GRAD_ADD): where it is the
-   * gradient's only contribution, nothing zeroes the buffer first
-   * (lx_writes_input_gradient). */
+  /* The backward kernel can write its input gradients instead of adding to
+   * them (its last arguments, LX_GRAD_WRITE or LX_GRAD_ADD, one per DIN
+   * operand in order): where it is a gradient's only contribution, nothing
+   * zeroes that buffer first (lx_writes_input_gradient). */
   bool din_writes;
 } lx_op_signature;
 

@@ -109,9 +109,11 @@ static void print_linear_dgelu_backward(const lx_printer *pr, lx_graph_id g, int
   emit_gather_operands(pr, g, i, LX_T_OUTPUT, true, &o);
   emit_gather_operands(pr, g, i - 1, LX_T_OUTPUT, true, &gelu);
   int in_width = emit_in_width(pr, g, op), width = emit_rank_width(pr, op->out);
+  char modes[64];
+  emit_grad_modes(pr, g, i, modes, sizeof modes);
   if (!lx_defers_weight_grad(pr->ir, pr->st, g, i))
-    fprintf(pr->out, "  lx_linear_backward(ctx, NULL, %s, %s, %s, %s, %s, %s, %d, %d, %s);\n", o.dw, o.db,
-            o.dout, o.in[0], o.w, emit_rows(pr, op), in_width, width, emit_grad_mode(pr, g, i));
+    fprintf(pr->out, "  lx_linear_backward(ctx, NULL, %s, %s, %s, %s, %s, %s, %d, %d%s);\n", o.dw, o.db,
+            o.dout, o.in[0], o.w, emit_rows(pr, op), in_width, width, modes);
   fprintf(
       pr->out,
       "  /* with the gelu above: its input gradient straight from this one's, cuBLASLt's DGELU epilogue */\n"

@@ -119,8 +119,14 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   }
 }
 
-const char *emit_grad_mode(const lx_printer *pr, lx_graph_id g, int i) {
-  return lx_writes_input_gradient(pr->ir, lx_graph_of(pr->ir, g), i) ? "LX_GRAD_WRITE" : "LX_GRAD_ADD";
+void emit_grad_modes(const lx_printer *pr, lx_graph_id g, int i, char *buf, size_t size) {
+  const lx_graph *graph = lx_graph_of(pr->ir, g);
+  int n = 0;
+  buf[0] = 0;
+  for (const lx_operand *o = lx_op_operands(&graph->ops[i], true); o->kind != LX_OPND_END && n >= 0; o++)
+    if (o->kind == LX_OPND_DIN && (size_t)n < size)
+      n += snprintf(buf + n, size - (size_t)n, ", %s",
+                    lx_writes_input_gradient(pr->ir, graph, i, o->index) ? "LX_GRAD_WRITE" : "LX_GRAD_ADD");
 }
 
 void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i,
@@ -134,8 +140,8 @@ void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g
   tail_of(pr, t, g, i, &k, backward, &c);
   bool loss = op->kind == LX_OP_CROSS_ENTROPY && !backward;
   const char *loss_into = !loss ? "" : pr->in_pieces ? t->piece_loss_into : t->loss_into;
-  bool grad_mode = backward && sig->din_writes;
-  fprintf(pr->out, "  %slx_%s_%s%s(ctx, %s%s, %s%s%s);\n", loss ? t->loss : "", sig->kernel,
-          backward ? "backward" : "forward", c.variant, loss_into, k.args, c.sizes, grad_mode ? ", " : "",
-          grad_mode ? emit_grad_mode(pr, g, i) : "");
+  char modes[64] = "";
+  if (backward && sig->din_writes) emit_grad_modes(pr, g, i, modes, sizeof modes);
+  fprintf(pr->out, "  %slx_%s_%s%s(ctx, %s%s, %s%s);\n", loss ? t->loss : "", sig->kernel,
+          backward ? "backward" : "forward", c.variant, loss_into, k.args, c.sizes, modes);
 }

@@ -26,9 +26,10 @@ extern const lx_kernel_target lx_cpu_kernels, lx_cuda_kernels;
  * RECOMPUTE) or backward kernel, one statement. */
 void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i,
                   lx_tensor_role out_role, bool backward);
-/* The last argument of op i's backward where its kernel can write its input
- * gradient (op_signature.h's din_writes): "LX_GRAD_WRITE" where it is that
- * gradient's one contribution (lx_writes_input_gradient), else "LX_GRAD_ADD". */
-const char *emit_grad_mode(const lx_printer *pr, lx_graph_id g, int i);
+/* The last arguments of op i's backward where its kernel can write its input
+ * gradients (op_signature.h's din_writes), one per DIN operand: ", LX_GRAD_WRITE"
+ * where the op is that gradient's one contribution (lx_writes_input_gradient),
+ * else ", LX_GRAD_ADD". */
+void emit_grad_modes(const lx_printer *pr, lx_graph_id g, int i, char *buf, size_t size);
 
 #endif

@@ -17,10 +17,10 @@ static int uses_of(const lx_graph *g, int p) {
   return uses;
 }
 
-bool lx_writes_input_gradient(const lx_ir *ir, const lx_graph *g, int i) {
+bool lx_writes_input_gradient(const lx_ir *ir, const lx_graph *g, int i, int k) {
   const lx_op *op = &g->ops[i];
-  if (!lx_op_signature_of(op)->din_writes || op->n_inputs < 1 || op->chunks > 1) return false;
-  int p = op->inputs[0];
+  if (!lx_op_signature_of(op)->din_writes || k >= op->n_inputs || op->chunks > 1) return false;
+  int p = op->inputs[k];
   const lx_op *producer = &g->ops[p];
   /* the graph's output gradient comes from the next graph; a piece's is zeroed per piece */
   if (p == g->output || producer->out.dtype == LX_DTYPE_INT32 || producer->out.scalar || lx_chunk_local(g, p))
@@ -33,6 +33,7 @@ bool lx_writes_input_gradient(const lx_ir *ir, const lx_graph *g, int i) {
 
 bool lx_gradient_written_by_consumer(const lx_ir *ir, const lx_graph *g, int p) {
   for (int i = 0; i < g->n_ops; i++)
-    if (g->ops[i].n_inputs > 0 && g->ops[i].inputs[0] == p) return lx_writes_input_gradient(ir, g, i);
+    for (int k = 0; k < g->ops[i].n_inputs; k++)
+      if (g->ops[i].inputs[k] == p) return lx_writes_input_gradient(ir, g, i, k);
   return false;
 }

@@ -39,12 +39,12 @@ typedef struct {
   lx_tp_collective reduce; /* all-reduce, or reduce-scatter into the sequence shard */
 } lx_tp_collectives;
 lx_tp_collectives lx_tp_collectives_of(const lx_ir *ir, const lx_op *op, bool backward);
-/* input_gradients.c — whether op i's backward writes its input's gradient
- * instead of adding to it: its kernel can (op_signature.h's din_writes), it
- * runs whole (not in mini-sequences), the gradient goes straight into the
- * input's buffer (not sequence parallelism's whole buffer), and it is that
- * gradient's only contribution (op i is the input's one use). */
-bool lx_writes_input_gradient(const lx_ir *ir, const lx_graph *g, int i);
+/* input_gradients.c — whether op i's backward writes the gradient of its
+ * input k instead of adding to it: its kernel can (op_signature.h's
+ * din_writes), it runs whole (not in mini-sequences), the gradient goes
+ * straight into the input's buffer (not sequence parallelism's whole
+ * buffer), and it is that gradient's only contribution (the input's one use). */
+bool lx_writes_input_gradient(const lx_ir *ir, const lx_graph *g, int i, int k);
 /* Whether op p's gradient buffer is so written by its consumer: no zeroing first. */
 bool lx_gradient_written_by_consumer(const lx_ir *ir, const lx_graph *g, int p);
 /* Stage s of a pp-stage schedule: how many micro-batches' W passes wait for

@@ -118,7 +118,8 @@ bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l
                        const lx_operand *o, lx_access *out) {
   bool backward = in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT;
   *out = (lx_access){.target = LX_TARGET_TENSOR, .mode = lx_operand_mode(o->kind, backward)};
-  if (o->kind == LX_OPND_DIN && lx_writes_input_gradient(p->ir, lx_graph_of(p->ir, in->graph), in->op))
+  if (o->kind == LX_OPND_DIN &&
+      lx_writes_input_gradient(p->ir, lx_graph_of(p->ir, in->graph), in->op, o->index))
     out->mode = LX_ACCESS_WRITE; /* the gradient's one contribution, written */
   switch (o->kind) {
   case LX_OPND_WEIGHT:

@@ -59,19 +59,23 @@ void lx_rope_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, int B,
 void lx_rope_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, int B, int T, int H, int KVH, int D,
                       double base);
 void lx_gelu_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, size_t N);
-void lx_gelu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N);
+void lx_gelu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N,
+                      lx_grad_mode mode);
 void lx_silu_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, size_t N);
-void lx_silu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N);
+void lx_silu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N,
+                      lx_grad_mode mode);
 void lx_swiglu_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, int BT, int F);
-void lx_swiglu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, int BT, int F);
+void lx_swiglu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, int BT, int F,
+                        lx_grad_mode mode);
 void lx_add_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t N);
-void lx_add_backward(const lx_ctx *ctx, lx_bf16 *da, lx_bf16 *db, const lx_bf16 *dout, size_t N);
+void lx_add_backward(const lx_ctx *ctx, lx_bf16 *da, lx_bf16 *db, const lx_bf16 *dout, size_t N, lx_grad_mode mode_a,
+                     lx_grad_mode mode_b);
 void lx_dropout_forward(const lx_ctx *ctx, lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p,
                         uint64_t seed, uint64_t stream_id);
 void lx_dropout_forward_at(const lx_ctx *ctx, lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p,
                            uint64_t seed, uint64_t stream_id, uint64_t first);
 void lx_dropout_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const uint8_t *mask, size_t N,
-                         double p);
+                         double p, lx_grad_mode mode);
 void lx_embedding_forward(const lx_ctx *ctx, lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T, int C,
                           int V);
 void lx_embedding_backward(const lx_ctx *ctx, float *dwte, const lx_bf16 *dout, const int *tokens, int B, int T,

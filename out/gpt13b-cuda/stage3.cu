@@ -313,19 +313,16 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
 static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   CUDA_CHECK(cudaMemsetAsync(layer_input_grad(layer, mb), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_qkv_grad(), 0, 100663296, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_1_grad(), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_dropout_0_grad(), 0, 33554432, ctx->stream));
   CUDA_CHECK(cudaMemsetAsync(block_add_0_grad(), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_linear_3_grad(), 0, 33554432, ctx->stream));
-  CUDA_CHECK(cudaMemsetAsync(block_dropout_1_grad(), 0, 33554432, ctx->stream));
   /* BWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 1, ctx->stream);
-  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048);
+  lx_add_backward(ctx, block_add_0_grad(), block_dropout_1_grad(), layer_output_grad(layer, mb), (size_t)BT * 2048,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 1, ctx->stream);
   lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT);
+      (size_t)BT * 2048, DROPOUT, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, ctx->stream);
@@ -353,12 +350,13 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* BWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 1, ctx->stream);
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_dropout_0_grad(), block_add_0_grad(), (size_t)BT * 2048,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 1, ctx->stream);
   lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT);
+      (size_t)BT * 2048, DROPOUT, LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 1, ctx->stream);

@@ -268,18 +268,17 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
 static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 98304 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_2_grad(), 0, 131072 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer, mb)),
       GRAD_OF(block_linear_3_bias(layer, mb)), block_linear_3_grad(), block_gelu_0(layer, mb),
       block_linear_3_weight(layer, mb), BT, 256, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
-  lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256);
+  lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256,
+      LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:78 */
   lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer, mb)),
       GRAD_OF(block_linear_2_bias(layer, mb)), block_linear_2_grad(), block_layernorm_1(layer, mb),
@@ -289,7 +288,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
       GRAD_OF(block_layernorm_1_bias(layer, mb)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer, mb), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer, mb)),
       GRAD_OF(block_linear_1_bias(layer, mb)), block_linear_1_grad(), block_attention_0(layer, mb),

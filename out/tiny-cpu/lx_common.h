@@ -70,6 +70,11 @@ typedef struct lx_ctx {
  * where it is the gradient's only contribution and nothing zeroed the buffer. */
 typedef enum { LX_GRAD_ADD, LX_GRAD_WRITE } lx_grad_mode;
 
+/* A gradient element's new value: *old + grad, or grad alone (old not read). */
+static inline real lx_grad_into(const real *old, real grad, lx_grad_mode mode) {
+  return mode == LX_GRAD_ADD ? *old + grad : grad;
+}
+
 /* ---- small helpers -------------------------------------------------------- */
 
 static inline real lx_dot(const real *a, // (n)

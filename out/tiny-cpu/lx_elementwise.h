@@ -28,14 +28,14 @@ static inline void lx_gelu_backward(const lx_ctx *ctx,
                                     real *dinp,       // (N)
                                     const real *dout, // (N)
                                     const real *inp,  // (N)
-                                    size_t N) {
+                                    size_t N, lx_grad_mode mode) {
 #pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
     real x = inp[i];
     real th = lx_tanh((real)LX_GELU_K * (x + (real)LX_GELU_C * x * x * x));
     real du_dx = (real)LX_GELU_K * (1 + 3 * (real)LX_GELU_C * x * x);
     real grad = (real)0.5 * (1 + th) + (real)0.5 * x * (1 - th * th) * du_dx;
-    dinp[i] += grad * dout[i];
+    dinp[i] = lx_grad_into(dinp + i, grad * dout[i], mode);
   }
 }
 
@@ -60,7 +60,7 @@ static inline void lx_swiglu_backward(const lx_ctx *ctx,
                                       real *dinp,       // (BT, 2F)
                                       const real *dout, // (BT, F)
                                       const real *inp,  // (BT, 2F)
-                                      int BT, int F) {
+                                      int BT, int F, lx_grad_mode mode) {
 #pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++) {
     const real *gate = inp + (size_t)r * 2 * F, *up = gate + F;
@@ -69,8 +69,8 @@ static inline void lx_swiglu_backward(const lx_ctx *ctx,
     for (int i = 0; i < F; i++) {
       real s = lx_sigmoid(gate[i]);
       real dsilu = s * (1 + gate[i] * (1 - s));
-      dgate[i] += dy[i] * up[i] * dsilu;
-      dup[i] += dy[i] * gate[i] * s;
+      dgate[i] = lx_grad_into(dgate + i, dy[i] * up[i] * dsilu, mode);
+      dup[i] = lx_grad_into(dup + i, dy[i] * gate[i] * s, mode);
     }
   }
 }
@@ -90,11 +90,11 @@ static inline void lx_silu_backward(const lx_ctx *ctx,
                                     real *dinp,       // (N)
                                     const real *dout, // (N)
                                     const real *inp,  // (N)
-                                    size_t N) {
+                                    size_t N, lx_grad_mode mode) {
 #pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
     real s = lx_sigmoid(inp[i]);
-    dinp[i] += dout[i] * s * (1 + inp[i] * (1 - s));
+    dinp[i] = lx_grad_into(dinp + i, dout[i] * s * (1 + inp[i] * (1 - s)), mode);
   }
 }
 
@@ -110,16 +110,16 @@ static inline void lx_add_forward(const lx_ctx *ctx,
     out[i] = a[i] + b[i];
 }
 
-/* da and db may be the same buffer (add(x, x)); each gets dout once. */
+/* da and db may be the same buffer (add(x, x), both LX_GRAD_ADD); each gets dout once. */
 static inline void lx_add_backward(const lx_ctx *ctx,
                                    real *da,         // (N)
                                    real *db,         // (N)
                                    const real *dout, // (N)
-                                   size_t N) {
+                                   size_t N, lx_grad_mode mode_a, lx_grad_mode mode_b) {
 #pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
-    da[i] += dout[i];
-    db[i] += dout[i];
+    da[i] = lx_grad_into(da + i, dout[i], mode_a);
+    db[i] = lx_grad_into(db + i, dout[i], mode_b);
   }
 }
 
@@ -157,12 +157,16 @@ static inline void lx_dropout_backward(const lx_ctx *ctx,
                                        real *dinp,          // (N)
                                        const real *dout,    // (N)
                                        const uint8_t *mask, // (N), or NULL when p == 0
-                                       size_t N, double p) {
+                                       size_t N, double p, lx_grad_mode mode) {
   LX_CHECK(mask || p == 0);
   real scale = (real)(1.0 / (1.0 - p));
 #pragma omp parallel for num_threads(ctx->threads)
-  for (size_t i = 0; i < N; i++)
-    if (!mask || mask[i]) dinp[i] += dout[i] * scale;
+  for (size_t i = 0; i < N; i++) {
+    if (!mask || mask[i])
+      dinp[i] = lx_grad_into(dinp + i, dout[i] * scale, mode);
+    else if (mode == LX_GRAD_WRITE)
+      dinp[i] = 0; /* a dropped element's gradient, written */
+  }
 }
 
 #endif

@@ -232,11 +232,9 @@ static void forward_prologue(const lx_ctx *ctx, int mb) {
 static void backward_prologue(const lx_ctx *ctx, int mb) {
   const int layer = FIRST_LAYER;
   (void)layer;
-  memset(prologue_embedding_0_grad(), 0, 32768 * REAL_SCALE);
-  memset(prologue_position_embedding_0_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:66 */
   lx_add_backward(ctx, prologue_embedding_0_grad(), prologue_position_embedding_0_grad(), prologue_add_0_grad(),
-      (size_t)BT * 64);
+      (size_t)BT * 64, LX_GRAD_WRITE, LX_GRAD_WRITE);
   /* d position_embedding(...)  tiny.model:66 */
   lx_position_embedding_backward(ctx, GRAD_OF(prologue_position_embedding_0_weight()),
       prologue_position_embedding_0_grad(), B, T, 64);
@@ -600,12 +598,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -624,7 +621,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -645,7 +643,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -676,12 +675,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -700,7 +698,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -721,7 +720,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -901,12 +901,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -925,7 +924,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -946,7 +946,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -977,12 +978,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1001,7 +1001,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -1022,7 +1023,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1202,12 +1204,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1226,7 +1227,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -1247,7 +1249,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1278,12 +1281,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1302,7 +1304,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -1323,7 +1326,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1356,12 +1360,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1380,7 +1383,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -1401,7 +1405,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -1432,12 +1437,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -1456,7 +1460,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -1477,7 +1482,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),

@@ -416,7 +416,7 @@ static void run_schedule(int step, int ahead) {
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   forward_epilogue(ctx, 0);
-  for (int i = 0; i < 3; i++) { /* the 269 lines below, 3 times */
+  for (int i = 0; i < 3; i++) { /* the 265 lines below, 3 times */
     {
       const int layer = FIRST_LAYER, mb = (0 + i);
       (void)layer, (void)mb;
@@ -460,12 +460,11 @@ static void run_schedule(int step, int ahead) {
       (void)layer, (void)mb;
     memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
     memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-    memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
     memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-    memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
     /* d add(...)  tiny.model:80 */
-    lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+    lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+        LX_GRAD_ADD, LX_GRAD_WRITE);
     /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
     for (int piece = 0; piece < 4; piece++) {
       const int piece_rows = BT / 4;
@@ -484,7 +483,8 @@ static void run_schedule(int step, int ahead) {
           GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
           block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
       /* d gelu(...)  tiny.model:78 */
-      lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+      lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+          LX_GRAD_ADD);
       /* d linear(...)  tiny.model:78 */
       lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
           GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -505,7 +505,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
         block_layernorm_1_weight(layer), BT, 64);
     /* d add(...)  tiny.model:76 */
-    lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+    lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+        LX_GRAD_ADD, LX_GRAD_WRITE);
     /* d linear(...)  tiny.model:75 */
     lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
         GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -536,12 +537,11 @@ static void run_schedule(int step, int ahead) {
       (void)layer, (void)mb;
     memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
     memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-    memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
     memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
     memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-    memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
     /* d add(...)  tiny.model:80 */
-    lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+    lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+        LX_GRAD_ADD, LX_GRAD_WRITE);
     /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
     for (int piece = 0; piece < 4; piece++) {
       const int piece_rows = BT / 4;
@@ -560,7 +560,8 @@ static void run_schedule(int step, int ahead) {
           GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
           block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
       /* d gelu(...)  tiny.model:78 */
-      lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+      lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+          LX_GRAD_ADD);
       /* d linear(...)  tiny.model:78 */
       lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
           GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -581,7 +582,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
         block_layernorm_1_weight(layer), BT, 64);
     /* d add(...)  tiny.model:76 */
-    lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+    lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+        LX_GRAD_ADD, LX_GRAD_WRITE);
     /* d linear(...)  tiny.model:75 */
     lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
         GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -779,12 +781,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -803,7 +804,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -824,7 +826,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
@@ -855,12 +858,11 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   memset(layer_input_grad(layer, mb), 0, 32768 * REAL_SCALE);
   memset(block_qkv_grad(), 0, 49152 * REAL_SCALE);
-  memset(block_linear_1_grad(), 0, 32768 * REAL_SCALE);
   memset(block_add_0_grad(), 0, 32768 * REAL_SCALE);
   memset(block_layernorm_1_grad(), 0, 32768 * REAL_SCALE);
-  memset(block_linear_3_grad(), 0, 32768 * REAL_SCALE);
   /* d add(...)  tiny.model:80 */
-  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64);
+  lx_add_backward(ctx, block_add_0_grad(), block_linear_3_grad(), layer_output_grad(layer, mb), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* mini-sequences (MsT): 4 pieces of BT / 4 rows; h, linear_2 never whole */
   for (int piece = 0; piece < 4; piece++) {
     const int piece_rows = BT / 4;
@@ -879,7 +881,8 @@ static void run_schedule(int step, int ahead) {
         GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad() + first_row * 64, block_gelu_0(),
         block_linear_3_weight(layer), piece_rows, 128, 64, LX_GRAD_ADD);
     /* d gelu(...)  tiny.model:78 */
-    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128);
+    lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(), (size_t)piece_rows * 128,
+        LX_GRAD_ADD);
     /* d linear(...)  tiny.model:78 */
     lx_linear_backward(ctx, block_layernorm_1_grad() + first_row * 64, GRAD_OF(block_linear_2_weight(layer)),
         GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb) + first_row * 64,
@@ -900,7 +903,8 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
-  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64);
+  lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
+      LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),

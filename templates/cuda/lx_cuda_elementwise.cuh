@@ -26,6 +26,17 @@ LX_CUDA_API unsigned lx_cuda_elementwise_blocks(size_t N) {
   for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * (W); i < (N);                            \
        i += (size_t)gridDim.x * blockDim.x * (W))
 
+/* A gradient piece before this kernel's term: what the buffer holds
+ * (LX_GRAD_ADD), or zeros (LX_GRAD_WRITE: the buffer is not read). */
+template <int W>
+__device__ inline void lx_load_grad_piece(float g[W], const lx_bf16 *p, lx_grad_mode mode) {
+  if (mode == LX_GRAD_ADD)
+    lx_load_piece<W>(g, p);
+  else
+    for (int k = 0; k < W; k++)
+      g[k] = 0.0f;
+}
+
 /* kernel<W><<<...>>>(args...) over N elements: W = LX_VEC where `fit`
  * (lx_pieces_fit), else 1. */
 #define LX_CUDA_LAUNCH_PIECES(kernel, N, fit, stream, ...)                                                   \
@@ -68,17 +79,17 @@ __global__ void lx_cuda_map_forward_kernel(lx_bf16 *out,       // (N)
   }
 }
 
-/* dinp += f'(x) dout */
+/* dinp += f'(x) dout (= under LX_GRAD_WRITE) */
 template <float (*derivative)(float), int W>
 __global__ void lx_cuda_map_backward_kernel(lx_bf16 *dinp,       // (N)
                                             const lx_bf16 *dout, // (N)
                                             const lx_bf16 *inp,  // (N)
-                                            size_t N) {
+                                            size_t N, lx_grad_mode mode) {
   LX_CUDA_FOR_EACH_PIECE(i, N, W) {
     float x[W], dy[W], dx[W];
     lx_load_piece<W>(x, inp + i);
     lx_load_piece<W>(dy, dout + i);
-    lx_load_piece<W>(dx, dinp + i);
+    lx_load_grad_piece<W>(dx, dinp + i, mode);
     for (int k = 0; k < W; k++)
       dx[k] += derivative(x[k]) * dy[k];
     lx_store_piece<W>(dinp + i, dx);
@@ -98,13 +109,14 @@ inline void lx_cuda_map_forward(lx_bf16 *out, const lx_bf16 *inp, size_t N, cuda
 
 template <float (*derivative)(float)>
 inline void lx_cuda_map_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf16 *inp, size_t N,
-                                 cudaStream_t stream) {
+                                 lx_grad_mode mode, cudaStream_t stream) {
   if (lx_pieces_fit(N, {dinp, dout, inp}))
     lx_cuda_map_backward_kernel<derivative, LX_VEC>
-        <<<lx_cuda_elementwise_blocks(N / LX_VEC), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout, inp, N);
+        <<<lx_cuda_elementwise_blocks(N / LX_VEC), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout, inp, N,
+                                                                                             mode);
   else
     lx_cuda_map_backward_kernel<derivative, 1>
-        <<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout, inp, N);
+        <<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, stream>>>(dinp, dout, inp, N, mode);
   LX_CUDA_LAUNCHED();
 }
 
@@ -114,8 +126,8 @@ inline void lx_cuda_map_backward(lx_bf16 *dinp, const lx_bf16 *dout, const lx_bf
     lx_cuda_map_forward<f>(out, inp, N, ctx->stream);                                                        \
   }                                                                                                          \
   LX_CUDA_API void lx_##name##_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout,               \
-                                        const lx_bf16 *inp, size_t N) {                                      \
-    lx_cuda_map_backward<derivative>(dinp, dout, inp, N, ctx->stream);                                       \
+                                        const lx_bf16 *inp, size_t N, lx_grad_mode mode) {                   \
+    lx_cuda_map_backward<derivative>(dinp, dout, inp, N, mode, ctx->stream);                                 \
   }
 
 LX_CUDA_MAP_OP(gelu, lx_gelu, lx_gelu_derivative)
@@ -148,13 +160,14 @@ __global__ void lx_cuda_swiglu_forward_kernel(lx_bf16 *out,       // (BT, F)
 __global__ void lx_cuda_swiglu_backward_kernel(lx_bf16 *dinp,       // (BT, 2F)
                                                const lx_bf16 *dout, // (BT, F)
                                                const lx_bf16 *inp,  // (BT, 2F)
-                                               int BT, int F) {
+                                               int BT, int F, lx_grad_mode mode) {
+  bool add = mode == LX_GRAD_ADD;
   LX_CUDA_FOR_EACH(e, (size_t)BT * F) {
     size_t r = e / F, i = e % F, g = r * 2 * F + i, u = g + F;
     float gate = lx_to_float(inp[g]), up = lx_to_float(inp[u]), dy = lx_to_float(dout[e]);
     float s = lx_sigmoid(gate), dsilu = s * (1.0f + gate * (1.0f - s));
-    dinp[g] = lx_to_bf16(lx_to_float(dinp[g]) + dy * up * dsilu);
-    dinp[u] = lx_to_bf16(lx_to_float(dinp[u]) + dy * gate * s);
+    dinp[g] = lx_to_bf16((add ? lx_to_float(dinp[g]) : 0.0f) + dy * up * dsilu);
+    dinp[u] = lx_to_bf16((add ? lx_to_float(dinp[u]) : 0.0f) + dy * gate * s);
   }
 }
 
@@ -172,20 +185,22 @@ LX_CUDA_API void lx_swiglu_backward(const lx_ctx *ctx,
                                     lx_bf16 *dinp,       // (BT, 2F)
                                     const lx_bf16 *dout, // (BT, F)
                                     const lx_bf16 *inp,  // (BT, 2F)
-                                    int BT, int F) {
+                                    int BT, int F, lx_grad_mode mode) {
   size_t N = (size_t)BT * F;
   lx_cuda_swiglu_backward_kernel<<<lx_cuda_elementwise_blocks(N), LX_CUDA_ELEMENTWISE_THREADS, 0, ctx->stream>>>(
-      dinp, dout, inp, BT, F);
+      dinp, dout, inp, BT, F, mode);
   LX_CUDA_LAUNCHED();
 }
 
 /* ---- residual add --------------------------------------------------------------- */
 
-/* out[i .. i + W) = a + b there: one piece, loaded before it is stored */
+/* out[i .. i + W) = a + b there (a taken as zeros under LX_GRAD_WRITE): one
+ * piece, loaded before it is stored */
 template <int W>
-__device__ inline void lx_add_piece(lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t i) {
+__device__ inline void lx_add_piece(lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t i,
+                                    lx_grad_mode mode = LX_GRAD_ADD) {
   float x[W], y[W];
-  lx_load_piece<W>(x, a + i);
+  lx_load_grad_piece<W>(x, a + i, mode);
   lx_load_piece<W>(y, b + i);
   for (int k = 0; k < W; k++)
     x[k] += y[k];
@@ -200,17 +215,17 @@ __global__ void lx_cuda_add_forward_kernel(lx_bf16 *out,     // (N)
   LX_CUDA_FOR_EACH_PIECE(i, N, W) lx_add_piece<W>(out, a, b, i);
 }
 
-/* da and db may be the same buffer (add(x, x)): one thread does both adds to
- * a piece, in order (the second reads what the first stored), so it gets
- * dout twice, as on the CPU. */
+/* da and db may be the same buffer (add(x, x), both LX_GRAD_ADD): one thread
+ * does both adds to a piece, in order (the second reads what the first
+ * stored), so it gets dout twice, as on the CPU. */
 template <int W>
 __global__ void lx_cuda_add_backward_kernel(lx_bf16 *da,         // (N)
                                             lx_bf16 *db,         // (N)
                                             const lx_bf16 *dout, // (N)
-                                            size_t N) {
+                                            size_t N, lx_grad_mode mode_a, lx_grad_mode mode_b) {
   LX_CUDA_FOR_EACH_PIECE(i, N, W) {
-    lx_add_piece<W>(da, da, dout, i);
-    lx_add_piece<W>(db, db, dout, i);
+    lx_add_piece<W>(da, da, dout, i, mode_a);
+    lx_add_piece<W>(db, db, dout, i, mode_b);
   }
 }
 
@@ -226,9 +241,9 @@ LX_CUDA_API void lx_add_backward(const lx_ctx *ctx,
                                  lx_bf16 *da,         // (N)
                                  lx_bf16 *db,         // (N)
                                  const lx_bf16 *dout, // (N)
-                                 size_t N) {
+                                 size_t N, lx_grad_mode mode_a, lx_grad_mode mode_b) {
   LX_CUDA_LAUNCH_PIECES(lx_cuda_add_backward_kernel, N, lx_pieces_fit(N, {da, db, dout}), ctx->stream, da, db, dout,
-                        N);
+                        N, mode_a, mode_b);
 }
 
 /* ---- dropout (inverted: kept elements scaled by 1 / (1 - p)) --------------- */
@@ -254,16 +269,17 @@ __global__ void lx_cuda_dropout_forward_kernel(lx_bf16 *out,       // (N)
   }
 }
 
-/* dinp += dout * scale where kept (a dropped element's gradient is stored back unchanged) */
+/* dinp += dout * scale where kept (a dropped element's gradient is stored
+ * back unchanged; under LX_GRAD_WRITE the sum starts from zeros) */
 template <int W>
 __global__ void lx_cuda_dropout_backward_kernel(lx_bf16 *dinp,       // (N)
                                                 const lx_bf16 *dout, // (N)
                                                 const uint8_t *mask, // (N) or NULL when p == 0
-                                                size_t N, float scale) {
+                                                size_t N, float scale, lx_grad_mode mode) {
   LX_CUDA_FOR_EACH_PIECE(i, N, W) {
     float dy[W], dx[W];
     lx_load_piece<W>(dy, dout + i);
-    lx_load_piece<W>(dx, dinp + i);
+    lx_load_grad_piece<W>(dx, dinp + i, mode);
     for (int k = 0; k < W; k++)
       if (!mask || mask[i + k]) dx[k] += dy[k] * scale;
     lx_store_piece<W>(dinp + i, dx);
@@ -294,10 +310,10 @@ LX_CUDA_API void lx_dropout_backward(const lx_ctx *ctx,
                                      lx_bf16 *dinp,       // (N)
                                      const lx_bf16 *dout, // (N)
                                      const uint8_t *mask, // (N), or NULL when p == 0
-                                     size_t N, double p) {
+                                     size_t N, double p, lx_grad_mode mode) {
   LX_CUDA_REQUIRE(mask != NULL || p == 0);
   LX_CUDA_LAUNCH_PIECES(lx_cuda_dropout_backward_kernel, N, lx_pieces_fit(N, {dinp, dout}), ctx->stream, dinp, dout,
-                        mask, N, (float)(1.0 / (1.0 - p)));
+                        mask, N, (float)(1.0 / (1.0 - p)), mode);
 }
 
 #endif

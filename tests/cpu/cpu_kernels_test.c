@@ -67,6 +67,14 @@ static double position_embedding_loss(void *p) {
   return weighted_sum(c->out, c->w, (size_t)c->B * c->T * c->C);
 }
 
+/* A backward's input gradient under LX_GRAD_WRITE over NaNs (`written`)
+ * against the same kernel adding to zeros (`added`): the same bits. */
+static void check_written(const char *name, real *written, const real *added, size_t n) {
+  CHECK(!memcmp(written, added, n * sizeof(real)),
+        "%s backward with LX_GRAD_WRITE over NaNs equals it added to zeros, bit for bit", name);
+  free(written);
+}
+
 static void test_embeddings(void) {
   /* V < B * T: tokens repeat, so the scatter-add must add, not assign */
   embed_case c = {.B = 3, .T = 4, .C = 5, .V = 6};
@@ -202,17 +210,9 @@ static void test_linear(int with_bias) {
   check_gradient(name, "input", linear_loss, &c, c.inp, dinp, (size_t)c.BT * c.C);
   check_gradient(name, "weight", linear_loss, &c, c.weight, dweight, (size_t)c.OC * c.C);
   if (with_bias) check_gradient(name, "bias", linear_loss, &c, c.bias, dbias, (size_t)c.OC);
-  /* LX_GRAD_WRITE: the same input gradient into a buffer of NaNs, which it never reads */
-  size_t n = (size_t)c.BT * c.C;
-  real *written = zero_tensor(n);
-  for (size_t i = 0; i < n; i++)
-    written[i] = (real)NAN;
+  real *written = nan_tensor((size_t)c.BT * c.C);
   lx_linear_backward(&test_ctx, written, NULL, NULL, c.w, c.inp, c.weight, c.BT, c.C, c.OC, LX_GRAD_WRITE);
-  CHECK(
-      !memcmp(written, dinp, n * sizeof(real)),
-      "%s backward with LX_GRAD_WRITE writes the input gradient over NaNs, the same bits as adding to zeros",
-      name);
-  free(written);
+  check_written(name, written, dinp, (size_t)c.BT * c.C);
   free(c.inp), free(c.weight), free(c.bias), free(c.out), free(c.w), free(dinp), free(dweight), free(dbias);
 }
 
@@ -279,19 +279,12 @@ static void test_attention_gradient(int flash, double p) {
   char name[64];
   snprintf(name, sizeof name, "%s (H 4, KVH 2, p %.1f)", flash ? "flash_attention" : "attention", p);
   check_gradient(name, "qkv", attention_loss, &c, c.qkv, dqkv, attn_qkv_size(&c));
-  if (flash) { /* LX_GRAD_WRITE over NaNs: the same bits as adding to zeros */
-    size_t n = attn_qkv_size(&c);
-    real *written = zero_tensor(n);
-    for (size_t i = 0; i < n; i++)
-      written[i] = (real)NAN;
+  if (flash) {
+    real *written = nan_tensor(attn_qkv_size(&c));
     attn_forward(&c); /* the saved out and lse of the unperturbed qkv again */
     lx_flash_attention_backward(&test_ctx, written, c.w, c.qkv, c.out, c.lse, c.B, c.T, c.H, c.KVH, c.D, c.p,
                                 c.seed, c.stream, 0, c.H, LX_GRAD_WRITE);
-    CHECK(!memcmp(written, dqkv, n * sizeof(real)),
-          "%s backward with LX_GRAD_WRITE over NaNs equals it added to "
-          "zeros, bit for bit",
-          name);
-    free(written);
+    check_written(name, written, dqkv, attn_qkv_size(&c));
   }
   free_attn_case(&c), free(dqkv);
 }
@@ -503,7 +496,7 @@ static void free_elementwise_case(elementwise_case *c) {
 typedef struct {
   const char *name;
   void (*forward)(const lx_ctx *, real *, const real *, size_t);
-  void (*backward)(const lx_ctx *, real *, const real *, const real *, size_t);
+  void (*backward)(const lx_ctx *, real *, const real *, const real *, size_t, lx_grad_mode);
   double at_one; /* f(1) */
   const char *formula;
 } map_op;
@@ -520,8 +513,11 @@ static void test_map(const map_op *m) {
   elementwise_case c = make_elementwise_case(40);
   real *da = zero_tensor(c.n);
   current_map = m;
-  m->backward(&test_ctx, da, c.w, c.a, c.n);
+  m->backward(&test_ctx, da, c.w, c.a, c.n, LX_GRAD_ADD);
   check_gradient(m->name, "input", map_loss, &c, c.a, da, c.n);
+  real *written = nan_tensor(c.n);
+  m->backward(&test_ctx, written, c.w, c.a, c.n, LX_GRAD_WRITE);
+  check_written(m->name, written, da, c.n);
   real x = 1, y;
   m->forward(&test_ctx, &y, &x, 1);
   CHECK_CLOSE(y, m->at_one, 1e-15, "%s(1) is %s", m->name, m->formula);
@@ -543,8 +539,11 @@ static void test_swiglu(void) {
   elementwise_case c = make_elementwise_case(2 * 3 * 5);
   c.BT = 3, c.F = 5;
   real *da = zero_tensor(c.n);
-  lx_swiglu_backward(&test_ctx, da, c.w, c.a, c.BT, c.F);
+  lx_swiglu_backward(&test_ctx, da, c.w, c.a, c.BT, c.F, LX_GRAD_ADD);
   check_gradient("swiglu", "input", swiglu_loss, &c, c.a, da, c.n);
+  real *written = nan_tensor(c.n);
+  lx_swiglu_backward(&test_ctx, written, c.w, c.a, c.BT, c.F, LX_GRAD_WRITE);
+  check_written("swiglu", written, da, c.n);
   real in[2] = {1, 2}, out;
   lx_swiglu_forward(&test_ctx, &out, in, 1, 1);
   CHECK_CLOSE(out, 2 / (1 + exp(-1.0)), 1e-15, "swiglu(gate 1, up 2) = silu(1) * 2");
@@ -554,9 +553,17 @@ static void test_swiglu(void) {
 static void test_add(void) {
   elementwise_case c = make_elementwise_case(12);
   real *da = zero_tensor(c.n), *db = zero_tensor(c.n);
-  lx_add_backward(&test_ctx, da, db, c.w, c.n);
+  lx_add_backward(&test_ctx, da, db, c.w, c.n, LX_GRAD_ADD, LX_GRAD_ADD);
   check_gradient("add", "a", add_loss, &c, c.a, da, c.n);
   check_gradient("add", "b", add_loss, &c, c.b, db, c.n);
+  /* each input's own mode: a's added to (a copy of its gradient), b's written over NaNs */
+  real *added = copy_tensor(da, c.n), *written = nan_tensor(c.n);
+  lx_add_backward(&test_ctx, added, written, c.w, c.n, LX_GRAD_ADD, LX_GRAD_WRITE);
+  for (size_t i = 0; i < c.n; i++)
+    da[i] += c.w[i]; /* what adding once more gives */
+  CHECK(!memcmp(added, da, c.n * sizeof(real)), "add backward with LX_GRAD_ADD for a adds to a's gradient");
+  check_written("add (b)", written, db, c.n);
+  free(added);
   free_elementwise_case(&c), free(da), free(db);
 }
 
@@ -565,8 +572,11 @@ static void test_dropout_gradient(void) {
   c.p = 0.25;
   real *da = zero_tensor(c.n);
   lx_dropout_forward(&test_ctx, c.out, c.mask, c.a, c.n, c.p, 5, 6);
-  lx_dropout_backward(&test_ctx, da, c.w, c.mask, c.n, c.p);
+  lx_dropout_backward(&test_ctx, da, c.w, c.mask, c.n, c.p, LX_GRAD_ADD);
   check_gradient("dropout (p 0.25)", "input", dropout_loss, &c, c.a, da, c.n);
+  real *written = nan_tensor(c.n); /* the dropped elements too: zeros */
+  lx_dropout_backward(&test_ctx, written, c.w, c.mask, c.n, c.p, LX_GRAD_WRITE);
+  check_written("dropout (p 0.25)", written, da, c.n);
   free_elementwise_case(&c), free(da);
 }
 
@@ -652,16 +662,11 @@ static void test_cross_entropy(void) {
     for (int v = c.V; v < c.Vp; v++)
       padding_untouched &= dlogits[(size_t)r * c.Vp + v] == 0;
   CHECK(padding_untouched, "cross_entropy gives padded vocabulary columns no gradient");
-  /* LX_GRAD_WRITE over NaNs: the same gradient, and zeros in the padding (the LM head reads them) */
-  real *written = zero_tensor(n);
-  for (size_t i = 0; i < n; i++)
-    written[i] = (real)NAN;
+  /* written: the padding too (zeros, which the LM head reads) */
+  real *written = nan_tensor(n);
   lx_cross_entropy_backward(&test_ctx, written, c.logits, c.lse, c.targets, c.dloss, c.BT, c.V, c.Vp,
                             LX_GRAD_WRITE);
-  CHECK(
-      !memcmp(written, dlogits, n * sizeof(real)),
-      "cross_entropy backward with LX_GRAD_WRITE writes every column over NaNs: the gradient, zero padding");
-  free(written);
+  check_written("cross_entropy", written, dlogits, n);
 
   /* uniform logits: every token has probability 1/V, the loss is log V;
    * the padding holds large values that must not count */

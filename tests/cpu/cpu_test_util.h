@@ -24,6 +24,14 @@ static inline real *random_tensor(size_t n, double scale) {
 
 static inline real *zero_tensor(size_t n) { return LX_CALLOC(n, sizeof(real)); }
 
+/* n NaNs: what a backward under LX_GRAD_WRITE must overwrite without reading. */
+static inline real *nan_tensor(size_t n) {
+  real *x = LX_MALLOC(n * sizeof(real));
+  for (size_t i = 0; i < n; i++)
+    x[i] = (real)NAN;
+  return x;
+}
+
 static inline real *copy_tensor(const real *x, size_t n) {
   real *y = LX_MALLOC(n * sizeof(real));
   memcpy(y, x, n * sizeof(real));

@@ -126,15 +126,15 @@ static inline void model_backward(acts *g, params *dp, const acts *a, const para
   lx_cross_entropy_backward(&test_ctx, g->logits, a->logits, a->ce_lse, targets, 1, TG_BT, TG_V, TG_V, LX_GRAD_ADD);
   lx_linear_backward(&test_ctx, g->hf, dp->t[WTE], NULL, g->logits, a->hf, p->t[WTE], TG_BT, TG_C, TG_V, LX_GRAD_ADD);
   lx_layernorm_backward(&test_ctx, g->x2, dp->t[LNFW], dp->t[LNFB], g->hf, a->x2, p->t[LNFW], TG_BT, TG_C);
-  lx_add_backward(&test_ctx, g->x1, g->down, g->x2, TG_BT * TG_C);
+  lx_add_backward(&test_ctx, g->x1, g->down, g->x2, TG_BT * TG_C, LX_GRAD_ADD, LX_GRAD_ADD);
   lx_linear_backward(&test_ctx, g->ge, dp->t[WDOWN], dp->t[BDOWN], g->down, a->ge, p->t[WDOWN], TG_BT, TG_F,
                      TG_C, LX_GRAD_ADD);
-  lx_gelu_backward(&test_ctx, g->sw, g->ge, a->sw, TG_BT * TG_F);
-  lx_swiglu_backward(&test_ctx, g->up, g->sw, a->up, TG_BT, TG_F);
+  lx_gelu_backward(&test_ctx, g->sw, g->ge, a->sw, TG_BT * TG_F, LX_GRAD_ADD);
+  lx_swiglu_backward(&test_ctx, g->up, g->sw, a->up, TG_BT, TG_F, LX_GRAD_ADD);
   lx_linear_backward(&test_ctx, g->h2, dp->t[WUP], NULL, g->up, a->h2, p->t[WUP], TG_BT, TG_C, 2 * TG_F, LX_GRAD_ADD);
   lx_rmsnorm_backward(&test_ctx, g->x1, dp->t[RMSW], g->h2, a->x1, p->t[RMSW], TG_BT, TG_C);
-  lx_add_backward(&test_ctx, g->x0, g->proj_d, g->x1, TG_BT * TG_C);
-  lx_dropout_backward(&test_ctx, g->proj, g->proj_d, a->mask, TG_BT * TG_C, TG_DROPOUT);
+  lx_add_backward(&test_ctx, g->x0, g->proj_d, g->x1, TG_BT * TG_C, LX_GRAD_ADD, LX_GRAD_ADD);
+  lx_dropout_backward(&test_ctx, g->proj, g->proj_d, a->mask, TG_BT * TG_C, TG_DROPOUT, LX_GRAD_ADD);
   lx_linear_backward(&test_ctx, g->att, dp->t[WO], dp->t[BO], g->proj, a->att, p->t[WO], TG_BT, TG_H * TG_D,
                      TG_C, LX_GRAD_ADD);
   lx_flash_attention_backward(&test_ctx, g->qkv_r, g->att, a->qkv_r, a->att, a->lse, TG_B, TG_T, TG_H, TG_KVH,
@@ -143,7 +143,7 @@ static inline void model_backward(acts *g, params *dp, const acts *a, const para
   lx_linear_backward(&test_ctx, g->h1, dp->t[WQKV], dp->t[BQKV], g->qkv, a->h1, p->t[WQKV], TG_BT, TG_C,
                      TG_QKV, LX_GRAD_ADD);
   lx_layernorm_backward(&test_ctx, g->x0, dp->t[LN1W], dp->t[LN1B], g->h1, a->x0, p->t[LN1W], TG_BT, TG_C);
-  lx_add_backward(&test_ctx, g->emb, g->pos, g->x0, TG_BT * TG_C);
+  lx_add_backward(&test_ctx, g->emb, g->pos, g->x0, TG_BT * TG_C, LX_GRAD_ADD, LX_GRAD_ADD);
   lx_embedding_backward(&test_ctx, dp->t[WTE], g->emb, tokens, TG_B, TG_T, TG_C, TG_V);
   lx_position_embedding_backward(&test_ctx, dp->t[WPE], g->pos, TG_B, TG_T, TG_C);
 }

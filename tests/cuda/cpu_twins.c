@@ -68,17 +68,17 @@ void twin_rope_backward(float *dinp, const float *dout, int B, int T, int H, int
 }
 void twin_gelu_forward(float *out, const float *inp, size_t N) { lx_gelu_forward(pool(), out, inp, N); }
 void twin_gelu_backward(float *dinp, const float *dout, const float *inp, size_t N) {
-  lx_gelu_backward(pool(), dinp, dout, inp, N);
+  lx_gelu_backward(pool(), dinp, dout, inp, N, LX_GRAD_ADD);
 }
 void twin_silu_forward(float *out, const float *inp, size_t N) { lx_silu_forward(pool(), out, inp, N); }
 void twin_silu_backward(float *dinp, const float *dout, const float *inp, size_t N) {
-  lx_silu_backward(pool(), dinp, dout, inp, N);
+  lx_silu_backward(pool(), dinp, dout, inp, N, LX_GRAD_ADD);
 }
 void twin_swiglu_forward(float *out, const float *inp, int BT, int F) {
   lx_swiglu_forward(pool(), out, inp, BT, F);
 }
 void twin_swiglu_backward(float *dinp, const float *dout, const float *inp, int BT, int F) {
-  lx_swiglu_backward(pool(), dinp, dout, inp, BT, F);
+  lx_swiglu_backward(pool(), dinp, dout, inp, BT, F, LX_GRAD_ADD);
 }
 void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
                           uint64_t stream) {
@@ -89,7 +89,7 @@ void twin_dropout_forward_at(float *out, uint8_t *mask, const float *inp, size_t
   lx_dropout_forward_at(pool(), out, mask, inp, N, p, seed, stream, first);
 }
 void twin_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t N, double p) {
-  lx_dropout_backward(pool(), dinp, dout, mask, N, p);
+  lx_dropout_backward(pool(), dinp, dout, mask, N, p, LX_GRAD_ADD);
 }
 void twin_embedding_forward(float *out, const int *tokens, const float *wte, int B, int T, int C, int V) {
   lx_embedding_forward(pool(), out, tokens, wte, B, T, C, V);

@@ -367,7 +367,15 @@ static void test_elementwise(int BT, int F, const char *shape) {
     void (*twin_forward)(float *, const float *, size_t);
     void (*twin_backward)(float *, const float *, const float *, size_t);
     void (*forward)(const lx_ctx *, lx_bf16 *, const lx_bf16 *, size_t);
-    void (*backward)(const lx_ctx *, lx_bf16 *, const lx_bf16 *, const lx_bf16 *, size_t);
+    void (*backward)(const lx_ctx *, lx_bf16 *, const lx_bf16 *, const lx_bf16 *, size_t, lx_grad_mode);
+  };
+  /* LX_GRAD_WRITE: a backward into NaNs against its twin added to zeros */
+  floats zeros(2 * N, 0.0f);
+  auto written = [&](const char *op, size_t n, const floats &want, auto launch) {
+    lx_bf16 *d_written = to_device_bf16(floats(n, NAN));
+    launch(d_written);
+    compare(named((std::string(op) + " (written)").c_str()).c_str(), "dinp", from_device_bf16(d_written, n), want,
+            TOL_BF16);
   };
   const map_op maps[] = {
       {"gelu_forward", "gelu_backward", twin_gelu_forward, twin_gelu_backward, lx_gelu_forward, lx_gelu_backward},
@@ -380,8 +388,12 @@ static void test_elementwise(int BT, int F, const char *shape) {
     dinp = dinp0;
     lx_bf16 *d_dinp = to_device_bf16(dinp0);
     m.twin_backward(dinp.data(), dout.data(), x.data(), 2 * N);
-    m.backward(&ctx, d_dinp, d_dout, d_x, 2 * N);
+    m.backward(&ctx, d_dinp, d_dout, d_x, 2 * N, LX_GRAD_ADD);
     compare(named(m.backward_name).c_str(), "dinp", from_device_bf16(d_dinp, 2 * N), dinp, TOL_BF16);
+    floats fresh = zeros;
+    m.twin_backward(fresh.data(), dout.data(), x.data(), 2 * N);
+    written(m.backward_name, 2 * N, fresh,
+            [&](lx_bf16 *d) { m.backward(&ctx, d, d_dout, d_x, 2 * N, LX_GRAD_WRITE); });
   }
 
   floats swi(N);
@@ -391,8 +403,12 @@ static void test_elementwise(int BT, int F, const char *shape) {
   dinp = dinp0;
   lx_bf16 *d_dinp2 = to_device_bf16(dinp0);
   twin_swiglu_backward(dinp.data(), dout.data(), x.data(), BT, F);
-  lx_swiglu_backward(&ctx, d_dinp2, d_dout, d_x, BT, F);
+  lx_swiglu_backward(&ctx, d_dinp2, d_dout, d_x, BT, F, LX_GRAD_ADD);
   compare(named("swiglu_backward").c_str(), "dinp", from_device_bf16(d_dinp2, 2 * N), dinp, TOL_BF16);
+  floats fresh = zeros;
+  twin_swiglu_backward(fresh.data(), dout.data(), x.data(), BT, F);
+  written("swiglu_backward", 2 * N, fresh,
+          [&](lx_bf16 *d) { lx_swiglu_backward(&ctx, d, d_dout, d_x, BT, F, LX_GRAD_WRITE); });
 
   const double p = 0.3;
   std::vector<uint8_t> mask(2 * N);
@@ -405,8 +421,12 @@ static void test_elementwise(int BT, int F, const char *shape) {
   dinp = dinp0;
   lx_bf16 *d_dinp3 = to_device_bf16(dinp0);
   twin_dropout_backward(dinp.data(), dout.data(), mask.data(), 2 * N, p);
-  lx_dropout_backward(&ctx, d_dinp3, d_dout, d_mask, 2 * N, p);
+  lx_dropout_backward(&ctx, d_dinp3, d_dout, d_mask, 2 * N, p, LX_GRAD_ADD);
   compare(named("dropout_backward").c_str(), "dinp", from_device_bf16(d_dinp3, 2 * N), dinp, TOL_BF16);
+  fresh = zeros; /* the dropped elements' gradient: zeros */
+  twin_dropout_backward(fresh.data(), dout.data(), mask.data(), 2 * N, p);
+  written("dropout_backward", 2 * N, fresh,
+          [&](lx_bf16 *d) { lx_dropout_backward(&ctx, d, d_dout, d_mask, 2 * N, p, LX_GRAD_WRITE); });
   /* sequence parallelism: the second half as a shard draws the whole tensor's mask from counter N */
   std::vector<uint8_t> shard_mask(N);
   floats shard_out(N);
@@ -424,8 +444,16 @@ static void test_elementwise(int BT, int F, const char *shape) {
   lx_add_forward(&ctx, d_out, d_x, d_dout, 2 * N);
   compare(named("add_forward").c_str(), "out", from_device_bf16(d_out, 2 * N), sum, TOL_BF16);
   lx_bf16 *d_da = to_device_bf16(dinp0);
-  lx_add_backward(&ctx, d_da, d_da, d_dout, 2 * N);
+  lx_add_backward(&ctx, d_da, d_da, d_dout, 2 * N, LX_GRAD_ADD, LX_GRAD_ADD);
   compare(named("add_backward (aliased)").c_str(), "da", from_device_bf16(d_da, 2 * N), da, TOL_BF16);
+  /* each input its own mode: a added to dinp0, b written over NaNs */
+  floats added = dinp0;
+  for (size_t i = 0; i < 2 * N; i++)
+    added[i] += dout[i];
+  lx_bf16 *d_added = to_device_bf16(dinp0);
+  written("add_backward", 2 * N, dout,
+          [&](lx_bf16 *d) { lx_add_backward(&ctx, d_added, d, d_dout, 2 * N, LX_GRAD_ADD, LX_GRAD_WRITE); });
+  compare(named("add_backward (added)").c_str(), "da", from_device_bf16(d_added, 2 * N), added, TOL_BF16);
 }
 
 /* ---- embeddings and loss -------------------------------------------------------------- */
