@@ -4,7 +4,8 @@
  * targets and lse), so the backward forms softmax = exp(logit - lse) without
  * a second max/sum pass and without a (BT, V) probability tensor.
  * Logit rows may be padded to Vp >= V columns (llm.c pads the vocabulary to
- * a multiple of 128): the padding takes no part and gets no gradient. */
+ * a multiple of 128): the padding takes no part and gets no gradient (zeros
+ * where the backward writes it, LX_GRAD_WRITE). */
 #ifndef LX_LOSS_H
 #define LX_LOSS_H
 

@@ -4,7 +4,7 @@
  * The forward saves the log-sum-exp of each row (fp32), so the backward
  * forms softmax = exp(logit - lse) without a second max/sum pass. Logit rows
  * are padded to Vp >= V columns; the padding takes no part and gets no
- * gradient. The mean over rows is a second, single-block pass over the
+ * gradient (zeros where the backward writes it, LX_GRAD_WRITE). The mean over rows is a second, single-block pass over the
  * per-row losses in a fixed order, so the loss has the same bits every run.
  * The _rows launchers take `rows` of a micro-batch's BT rows (mini-sequences,
  * MsT): the loss and gradient stay normalised by BT. */
