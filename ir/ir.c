@@ -136,6 +136,14 @@ bool lx_op_saves(const lx_graph *g, int c, int producer) {
   return false;
 }
 
+int lx_uses(const lx_graph *g, int i) {
+  int uses = 0;
+  for (int c = i + 1; c < g->n_ops; c++)
+    for (int k = 0; k < g->ops[c].n_inputs; k++)
+      uses += g->ops[c].inputs[k] == i;
+  return uses;
+}
+
 bool lx_chunk_local(const lx_graph *g, int i) {
   if (g->ops[i].chunks < 2 || i == g->output) return false;
   for (int c = i + 1; c < g->n_ops; c++)

@@ -306,6 +306,8 @@ int64_t lx_rank_width(const lx_ir *ir, lx_shape s);
 int lx_last_saver(const lx_graph *g, int producer);
 /* Whether op c saves the output of op `producer` (as its input or output) for its backward. */
 bool lx_op_saves(const lx_graph *g, int c, int producer);
+/* How many input slots of g's ops read op i's output (add(x, x) reads it twice). */
+int lx_uses(const lx_graph *g, int i);
 /* Whether op i's output exists one mini-sequence at a time: the op and every
  * op that reads it run in chunks, so the output is never whole. */
 bool lx_chunk_local(const lx_graph *g, int i);

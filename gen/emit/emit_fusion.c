@@ -43,13 +43,8 @@ bool emit_fusion_writes_gradient(const lx_printer *pr, lx_graph_id g, int p) {
          emit_fused(pr, g, gelu + 1, LX_FUSE_DGELU);
 }
 
-static int consumers(const lx_graph *graph, int i) {
-  int n = graph->output == i;
-  for (int j = 0; j < graph->n_ops; j++)
-    for (int k = 0; k < graph->ops[j].n_inputs; k++)
-      n += graph->ops[j].inputs[k] == i;
-  return n;
-}
+/* The readers of op i's output: its uses, and the next graph where it is the output. */
+static int consumers(const lx_graph *graph, int i) { return lx_uses(graph, i) + (graph->output == i); }
 
 /* No tensor-parallel collective between op `first` and op `second`, which
  * runs right after it (in the forward or in the backward). */

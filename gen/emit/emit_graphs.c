@@ -26,8 +26,7 @@ void emit_zero_grads(const lx_printer *pr, lx_graph_id g, const char *zero_forma
   char buf[PTR];
   for (int i = 0; i < graph->n_ops; i++) {
     const lx_op *op = &graph->ops[i];
-    /* a chunk-local gradient is zeroed for each piece; one its consumer, or a fused call, writes, not at all
-     */
+    /* a chunk-local gradient is zeroed for each piece; one that its consumer or a fused call writes, never */
     if (i == graph->output || op->out.dtype == LX_DTYPE_INT32 || op->out.scalar || lx_chunk_local(graph, i) ||
         lx_gradient_written_by_consumer(pr->ir, graph, i) || emit_fusion_writes_gradient(pr, g, i))
       continue;

@@ -2,20 +2,11 @@
  * writes instead of adding to a zeroed buffer (passes.h). A gradient buffer
  * is zeroed at the start of its graph instance's backward and each consumer's
  * backward adds its part; where a single backward kernel makes the whole
- * gradient and can write it (a GEMM with beta 0, the loss), the zeroing and
- * the read of the zeros go. Both printers and the verifier ask these two
- * functions. */
+ * gradient and can write it (op_signature.h's din_writes: a GEMM with beta 0,
+ * the loss, attention, the element-wise ops and the add), the zeroing and the
+ * read of the zeros go. Both printers and the verifier ask these two functions. */
 #include "op_signature.h"
 #include "planning/passes.h"
-
-/* How many input slots of g's ops read op p (add(x, x) reads it twice). */
-static int uses_of(const lx_graph *g, int p) {
-  int uses = 0;
-  for (int i = 0; i < g->n_ops; i++)
-    for (int k = 0; k < g->ops[i].n_inputs; k++)
-      uses += g->ops[i].inputs[k] == p;
-  return uses;
-}
 
 bool lx_writes_input_gradient(const lx_ir *ir, const lx_graph *g, int i, int k) {
   const lx_op *op = &g->ops[i];
@@ -28,7 +19,7 @@ bool lx_writes_input_gradient(const lx_ir *ir, const lx_graph *g, int i, int k) 
   /* sequence parallelism: the kernel adds into the whole buffer, reduce-scattered into p's gradient after */
   lx_tp_collectives c = lx_tp_collectives_of(ir, op, true);
   if (c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER) return false;
-  return uses_of(g, p) == 1;
+  return lx_uses(g, p) == 1;
 }
 
 bool lx_gradient_written_by_consumer(const lx_ir *ir, const lx_graph *g, int p) {

@@ -220,7 +220,7 @@ __global__ void lx_cuda_sum_partials_kernel(float *out,            // (C)
 #define LX_VEC 8
 
 /* Whether p may be read LX_VEC elements at a time. */
-__device__ inline bool lx_vec_aligned(const void *p) { return (uintptr_t)p % 16 == 0; }
+__host__ __device__ inline bool lx_vec_aligned(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 __device__ inline void lx_load8(float out[LX_VEC], const lx_bf16 *p) {
   uint4 raw = *(const uint4 *)p;
@@ -267,7 +267,7 @@ __device__ inline void lx_store_piece(lx_bf16 *p, const float v[W]) {
 inline bool lx_pieces_fit(size_t width, std::initializer_list<const void *> pointers) {
   if (width % LX_VEC != 0) return false;
   for (const void *p : pointers)
-    if ((uintptr_t)p % 16 != 0) return false;
+    if (!lx_vec_aligned(p)) return false;
   return true;
 }
 
