@@ -133,6 +133,11 @@ static const char usage_text[] =
     "                         the backward; M divides seq_len; left open, the plan search\n"
     "                         weighs 1, 4 and 16 where it runs, else 1 (whole)\n"
     "\n"
+    "Fine-tuning (a model whose linears carry lora() adapters; docs/fine-tuning.md):\n"
+    "      --lora-fa          LoRA-FA (Zhang et al. 2023): freeze each adapter's A too and\n"
+    "                         train B alone; the backward keeps A x (rank wide) instead\n"
+    "                         of the linear's input; overrides struct lx_training's lora_fa\n"
+    "\n"
     "  -h, --help             this text\n"
     "      --version          the version\n"
     "\n"
@@ -247,6 +252,7 @@ static options parse_options(int argc, char **argv) {
     OPT_SP,
     OPT_ZERO,
     OPT_MINI_SEQUENCES,
+    OPT_LORA_FA,
     OPT_VERSION,
     OPT_PARTITION,
     OPT_EXPLAIN,
@@ -275,6 +281,7 @@ static options parse_options(int argc, char **argv) {
                                            {"sequence-parallel", no_argument, 0, OPT_SP},
                                            {"zero", no_argument, 0, OPT_ZERO},
                                            {"mini-sequences", required_argument, 0, OPT_MINI_SEQUENCES},
+                                           {"lora-fa", no_argument, 0, OPT_LORA_FA},
                                            {"partition", required_argument, 0, OPT_PARTITION},
                                            {"explain", no_argument, 0, OPT_EXPLAIN},
                                            {"cuda-graph", no_argument, 0, OPT_CUDA_GRAPH},
@@ -344,6 +351,7 @@ static options parse_options(int argc, char **argv) {
     case OPT_MINI_SEQUENCES:
       add_override(&o, LX_F_MINI_SEQUENCES, "--mini-sequences", parse_count("--mini-sequences", optarg));
       break;
+    case OPT_LORA_FA: add_override(&o, LX_F_LORA_FA, "--lora-fa", 1); break;
     case 'h': fputs(usage_text, stdout); exit(0);
     case OPT_VERSION: puts("lynxgen 0.1"); exit(0);
     case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -376,6 +384,7 @@ static void apply_overrides(const options *o, lx_ir *ir) {
     case LX_F_SEQ_PARALLEL: ir->plan.sequence_parallel = v; break;
     case LX_F_ZERO: ir->plan.zero = v; break;
     case LX_F_MINI_SEQUENCES: ir->plan.mini_sequences = v; break;
+    case LX_F_LORA_FA: ir->training.lora_fa = v; break;
     default: break;
     }
     ir->locs.field[o->overrides[i].field] = (lx_srcloc){o->override_text[i], 0, 0, NULL};

@@ -136,6 +136,18 @@ bool lx_op_saves(const lx_graph *g, int c, int producer) {
   return false;
 }
 
+bool lx_param_trained(const lx_ir *ir, const lx_op *op, int k) {
+  if (!ir->finetune) return true;
+  return op->lora_rank && (k == LX_PARAM_LORA_B || (k == LX_PARAM_LORA_A && !ir->training.lora_fa));
+}
+
+const char *lx_param_name(int k) {
+  static const char *names[LX_MAX_OP_PARAMS] = {"weight", "bias", "lora_a", "lora_b"};
+  return (unsigned)k < LX_MAX_OP_PARAMS ? names[k] : "?";
+}
+
+double lx_lora_scale(const lx_op *op) { return op->lora_rank ? (double)op->lora_alpha / op->lora_rank : 0; }
+
 int lx_uses(const lx_graph *g, int i) {
   int uses = 0;
   for (int c = i + 1; c < g->n_ops; c++)

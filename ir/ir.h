@@ -109,6 +109,9 @@ typedef struct {
   lx_lr_schedule lr_schedule;
   lx_dtype dtype;
   char *train_data, *val_data; /* NULL when not given */
+  /* Fine-tuning (a model with lora() adapters): LoRA-FA (Zhang et al. 2023) freezes the
+   * adapters' projection down A too and trains B alone, keeping A x for the backward instead of x */
+  bool lora_fa;
 } lx_training;
 
 typedef enum {
@@ -164,6 +167,10 @@ typedef struct {
 
 enum { LX_MAX_OP_INPUTS = 2, LX_MAX_SAVED = 4 };
 
+/* An op's parameter tensors: 0 weight (or a norm's scale), 1 bias (or shift),
+ * 2 and 3 a LoRA adapter's A (projection down) and B (up). */
+enum { LX_PARAM_WEIGHT, LX_PARAM_BIAS, LX_PARAM_LORA_A, LX_PARAM_LORA_B, LX_MAX_OP_PARAMS };
+
 /* The recompute planner holds a set of block ops in one 64-bit mask. */
 enum { LX_MAX_BLOCK_OPS = 64 };
 
@@ -181,6 +188,9 @@ typedef struct {
   int heads, kv_heads; /* attention, rope */
   lx_attention_impl attention_impl;
   bool has_bias;
+  /* linear under lora(linear(...), rank, alpha) (LoRA, Hu et al. 2021): y = x W^T + b + alpha / rank
+   * x A^T B^T with adapters A (rank x in) and B (out x rank); lora_rank 0 without */
+  int lora_rank, lora_alpha;
   /* --- filled by the analysis pass, per tp rank, for one micro-batch --- */
   lx_shape out;
   int chunks; /* mini-sequences the op runs in (lx_plan.mini_sequences), 1 when whole */
@@ -192,8 +202,9 @@ typedef struct {
   lx_saved saved[LX_MAX_SAVED];
   int n_saved;
   int64_t saved_bytes; /* bytes charged to this op (see lx_saved) */
-  int64_t params;      /* whole model, all ranks */
-  int64_t params_per_rank;
+  int64_t params;      /* whole model, all ranks, frozen ones included */
+  int64_t params_per_rank; /* trained: they have gradients and optimizer state */
+  int64_t frozen_per_rank; /* fine-tuning: the base weights, read and never changed */
   bool needs_tp_allreduce; /* row-parallel output: all-reduce over tp */
 } lx_op;
 
@@ -205,7 +216,7 @@ typedef struct {
   int output; /* index of the returned op */
   /* filled by the analysis pass */
   int64_t activation_bytes; /* sum of saved bytes, one micro-batch, per tp rank */
-  int64_t params, params_per_rank;
+  int64_t params, params_per_rank, frozen_per_rank;
   double flops_fwd, flops_bwd, model_flops_fwd;
 } lx_graph;
 
@@ -252,6 +263,7 @@ typedef enum {
   LX_F_VAL_DATA,
   LX_F_VAL_INTERVAL,
   LX_F_CHECKPOINT_INTERVAL,
+  LX_F_LORA_FA,
   LX_F_COUNT
 } lx_field;
 
@@ -273,6 +285,7 @@ typedef struct {
   /* filled by the analysis pass */
   lx_open_plan open_plan;          /* fields the plan analysed left open (now 1) */
   int64_t params_total;            /* whole model */
+  bool finetune;                   /* a lora() adapter: only the adapters train, the rest is frozen */
   int padded_vocab;                /* vocab rounded up to 128 * tp (Megatron-LM) */
   double model_flops_per_sequence; /* forward + backward matmul FLOPs, no recompute */
 } lx_ir;
@@ -306,6 +319,13 @@ int64_t lx_rank_width(const lx_ir *ir, lx_shape s);
 int lx_last_saver(const lx_graph *g, int producer);
 /* Whether op c saves the output of op `producer` (as its input or output) for its backward. */
 bool lx_op_saves(const lx_graph *g, int c, int producer);
+/* Whether parameter k of op is trained (has a gradient and optimizer state):
+ * all are, but in fine-tuning, where only the adapters LoRA-FA leaves are. */
+bool lx_param_trained(const lx_ir *ir, const lx_op *op, int k);
+/* "weight", "bias", "lora_a", "lora_b": parameter k's name (LX_PARAM_*). */
+const char *lx_param_name(int k);
+/* The scale alpha / rank of a LoRA adapter. */
+double lx_lora_scale(const lx_op *op);
 /* How many input slots of g's ops read op i's output (add(x, x) reads it twice). */
 int lx_uses(const lx_graph *g, int i);
 /* Whether op i's output exists one mini-sequence at a time: the op and every

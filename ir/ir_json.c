@@ -78,6 +78,10 @@ static void print_configs(cJSON *doc, const lx_ir *ir) {
   lx_json_add_string(w, "val_data", t->val_data);
   lx_json_add_int(w, "val_interval", t->val_interval);
   lx_json_add_int(w, "checkpoint_interval", t->checkpoint_interval);
+  if (ir->finetune) { /* a model with lora() adapters: only they train */
+    cJSON *f = lx_json_add_object(doc, "finetune");
+    lx_json_add_bool(f, "lora_fa", t->lora_fa);
+  }
 }
 
 static void print_shape(cJSON *parent, lx_shape s) {
@@ -118,6 +122,10 @@ static void print_op(cJSON *ops, const lx_graph *g, const lx_op *op) {
     lx_json_add_int(w, "kv_heads", op->kv_heads);
   }
   if (op->kind == LX_OP_LINEAR) lx_json_add_bool(w, "bias", op->has_bias);
+  if (op->lora_rank) { /* fine-tuning's adapter */
+    lx_json_add_int(w, "lora_rank", op->lora_rank);
+    lx_json_add_int(w, "lora_alpha", op->lora_alpha);
+  }
   lx_json_add_string(w, "tp_role", lx_tp_role_name(op->tp_role));
   lx_json_add_int(w, "chunks", op->chunks);
   if (op->kind == LX_OP_ATTENTION)
@@ -130,6 +138,7 @@ static void print_op(cJSON *ops, const lx_graph *g, const lx_op *op) {
   print_saved(w, g, op);
   lx_json_add_int(w, "params", op->params);
   lx_json_add_int(w, "params_per_rank", op->params_per_rank);
+  if (op->frozen_per_rank) lx_json_add_int(w, "frozen_per_rank", op->frozen_per_rank);
   lx_json_add_bool(w, "tp_allreduce", op->needs_tp_allreduce);
 }
 
@@ -140,6 +149,7 @@ static void print_graph(cJSON *graphs, const lx_graph *g) {
   lx_json_add_int(w, "activation_bytes", g->activation_bytes);
   lx_json_add_int(w, "params", g->params);
   lx_json_add_int(w, "params_per_rank", g->params_per_rank);
+  if (g->frozen_per_rank) lx_json_add_int(w, "frozen_per_rank", g->frozen_per_rank);
   lx_json_add_number(w, "flops_fwd", g->flops_fwd);
   lx_json_add_number(w, "flops_bwd", g->flops_bwd);
   cJSON *ops = lx_json_add_array(w, "ops");

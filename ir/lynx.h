@@ -79,6 +79,7 @@ struct lx_training {
   const char *val_data;
   int val_interval;       /* steps between validation losses; 0 disables */
   int checkpoint_interval;/* steps between checkpoints; 0 disables */
+  int lora_fa;            /* fine-tuning: freeze the adapters' A too, train B alone (LoRA-FA) */
 };
 
 /* ---- operators ---------------------------------------------------------- */
@@ -100,5 +101,9 @@ tensor dropout(tensor x);                                    /* probability mode
 tensor add(tensor a, tensor b);                              /* residual sum */
 tensor lm_head(tensor x, int vocab);                         /* logits; tied if model.tied_embeddings */
 tensor cross_entropy(tensor logits, tensor targets);         /* mean loss over tokens */
+tensor lora(tensor linear_call, int rank, int alpha);        /* fine-tuning: a linear() plus an adapter */
+
+/* lora(linear(x, n), r, alpha) is x W^T + b + (alpha / r) (x A^T) B^T with A (r x in) and B (n x r):
+ * a model with one is fine-tuned, its base weights (all but the adapters) frozen. */
 
 #endif

@@ -14,6 +14,8 @@
 #define DIN(k)      {LX_OPND_DIN, (k), NULL}
 #define DW          {LX_OPND_DWEIGHT, 0, NULL}
 #define DB          {LX_OPND_DBIAS, 0, NULL}
+#define AD(k)       {LX_OPND_ADAPTER, (k), NULL}
+#define DAD(k)      {LX_OPND_DADAPTER, (k), NULL}
 /* clang-format on */
 
 /* A row: ROW(name, kernel, forward operands, backward operands), then what
@@ -68,6 +70,13 @@ static const lx_op_signature flash_attention = {ROW("attention", "flash_attentio
                                                     OPS(DIN(0), DOUT, IN(0), OUT, SAVED("lse"))),
                                                 DIN_WRITES};
 
+/* LoRA: the base product and the adapter's, u = x A^T kept in lora_down for
+ * dB; dA needs x, LoRA-FA (A frozen) does not: its x is NULL. */
+static const lx_op_signature lora_linear = {
+    ROW("linear", "lora_linear", OPS(OUT, SAVED("lora_down"), IN(0), W, B, AD(0), AD(1)),
+        OPS(DIN(0), DW, DB, DAD(0), DAD(1), DOUT, IN(0), SAVED("lora_down"), W, AD(0), AD(1))),
+    DIN_WRITES};
+
 static const lx_op_signature unknown = {.name = "?"};
 
 const lx_op_signature *lx_op_kind_signature(lx_op_kind kind) {
@@ -82,6 +91,7 @@ lx_op_kind lx_elementwise_kind(const char *name) {
 
 const lx_op_signature *lx_op_signature_of(const lx_op *op) {
   if (op->kind == LX_OP_ATTENTION && op->attention_impl == LX_ATTN_FLASH) return &flash_attention;
+  if (op->kind == LX_OP_LINEAR && op->lora_rank) return &lora_linear;
   return lx_op_kind_signature(op->kind);
 }
 
@@ -90,10 +100,24 @@ const lx_operand *lx_op_operands(const lx_op *op, bool backward) {
   return backward ? s->backward : s->forward;
 }
 
+bool lx_operand_is_param_grad(lx_operand_kind kind) {
+  return kind == LX_OPND_DWEIGHT || kind == LX_OPND_DBIAS || kind == LX_OPND_DADAPTER;
+}
+
+int lx_operand_param(const lx_operand *o) {
+  switch (o->kind) {
+  case LX_OPND_BIAS:
+  case LX_OPND_DBIAS: return LX_PARAM_BIAS;
+  case LX_OPND_ADAPTER:
+  case LX_OPND_DADAPTER: return LX_PARAM_LORA_A + o->index;
+  default: return LX_PARAM_WEIGHT;
+  }
+}
+
 /* W needs the products' other factors (inputs, saved tensors) and the output
  * gradient; B everything but the parameter gradients. */
 bool lx_operand_in_part(lx_operand_kind kind, lx_kernel_part part) {
-  bool parameter_grad = kind == LX_OPND_DWEIGHT || kind == LX_OPND_DBIAS;
+  bool parameter_grad = lx_operand_is_param_grad(kind);
   switch (part) {
   case LX_PART_INPUT: return !parameter_grad && kind != LX_OPND_IN; /* dX = dY W: the input is W's */
   case LX_PART_WEIGHT:
@@ -108,7 +132,8 @@ lx_access_mode lx_operand_mode(lx_operand_kind kind, bool backward) {
   case LX_OPND_SAVED: return backward ? LX_ACCESS_READ : LX_ACCESS_WRITE;
   case LX_OPND_DIN:
   case LX_OPND_DWEIGHT:
-  case LX_OPND_DBIAS: return LX_ACCESS_ACCUMULATE;
+  case LX_OPND_DBIAS:
+  case LX_OPND_DADAPTER: return LX_ACCESS_ACCUMULATE;
   default: return LX_ACCESS_READ;
   }
 }

@@ -25,16 +25,18 @@ typedef enum {
   LX_OPND_DOUT,   /* the gradient of the output */
   LX_OPND_DIN,    /* the gradient of input `index` */
   LX_OPND_DWEIGHT,
-  LX_OPND_DBIAS
+  LX_OPND_DBIAS,
+  LX_OPND_ADAPTER, /* LoRA adapter `index`: 0 A (projection down), 1 B (up) */
+  LX_OPND_DADAPTER /* its gradient: absent where frozen (LoRA-FA's A) */
 } lx_operand_kind;
 
 typedef struct {
   lx_operand_kind kind;
-  int index;         /* IN, DIN */
+  int index;         /* IN, DIN, ADAPTER, DADAPTER */
   const char *saved; /* SAVED */
 } lx_operand;
 
-enum { LX_MAX_OPERANDS = 8 };
+enum { LX_MAX_OPERANDS = 11 };
 
 /* A row lists the operands a kernel writes or adds into first, then those
  * it reads (a kernel's scratch is its target's context's, not an operand). */
@@ -63,7 +65,8 @@ const lx_op_signature *lx_op_kind_signature(lx_op_kind kind);
  * LX_OP_KIND_COUNT. */
 lx_op_kind lx_elementwise_kind(const char *name);
 
-/* The row of an op (flash and materialised attention have one each). */
+/* The row of an op (flash and materialised attention have one each, and a
+ * linear with a LoRA adapter its own). */
 const lx_op_signature *lx_op_signature_of(const lx_op *op);
 
 /* The operands of op's forward or backward kernel, ending with LX_OPND_END. */
@@ -74,6 +77,11 @@ const lx_operand *lx_op_operands(const lx_op *op, bool backward);
  * The same kernel runs either, with the other part's operands NULL. */
 typedef enum { LX_PART_WHOLE, LX_PART_INPUT, LX_PART_WEIGHT } lx_kernel_part;
 bool lx_operand_in_part(lx_operand_kind kind, lx_kernel_part part);
+
+/* Whether an operand is a parameter's gradient, and which parameter
+ * (ir.h LX_PARAM_*) a parameter operand or its gradient is. */
+bool lx_operand_is_param_grad(lx_operand_kind kind);
+int lx_operand_param(const lx_operand *o);
 
 /* How a kernel uses an operand: a forward writes its output and saved
  * buffers and reads the rest; a backward adds into the gradients of its

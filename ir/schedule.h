@@ -145,6 +145,7 @@ typedef struct {
   int n_layers;                   /* of all its chunks */
   bool has_prologue, has_epilogue;
   int64_t params_per_rank;
+  int64_t frozen_per_rank;   /* fine-tuning's frozen weights: no gradient, no optimizer state */
   lx_op_decision *decisions; /* one per block op, the same for all of the stage's layers */
   lx_window *windows;        /* the compute stream's windows, by `after`; NULL for fixed policies */
   int n_windows;

@@ -20,6 +20,11 @@ each other, and the run takes them in order from window 0.
 train(..., delay=0) is synchronous training; delay=1 is PipeDream-2BW's
 delayed update, W(t+1) = W(t) - AdamW(gradient at W(t-1)), with W(-1) =
 W(0): the first two steps take their gradients at the initial weights.
+
+LoRA (Hu et al. 2021): `adapters` maps a block linear ("qkv", "attproj",
+"fc", "fcproj") to its per-layer A (L, rank, in) and B (L, out, rank); the
+linear computes x W^T + b + scale (x A^T) B^T. Fine-tuning trains the
+adapters alone (every weight of `w` frozen), LoRA-FA the Bs alone.
 """
 import glob
 import struct
@@ -139,21 +144,46 @@ def attention_back(dy, cache):
     return np.concatenate([g.transpose(0, 2, 1, 3).reshape(B, T, H * D) for g in (dq, dk, dv)], -1)
 
 
-def loss_and_gradients(w, inputs, targets, heads, vocab):
-    """The mean cross-entropy of one micro-batch and its gradient w.r.t. every weight."""
+def adapted(x, w, name, l, adapters, scale):
+    """Block linear `name` of layer l: x W^T + b, plus its adapter's scale (x A^T) B^T."""
+    y = x @ w[name + "w"][l].T + w[name + "b"][l]
+    if adapters and name in adapters:
+        a, b = adapters[name]
+        y = y + scale * (x @ a[l].T) @ b[l].T
+    return y
+
+
+def adapted_back(dy, x, w, name, l, adapters, scale, grads, adapter_grads):
+    """The input gradient of adapted(); the weight, bias and adapter gradients into grads and adapter_grads."""
+    grads[name + "w"][l], grads[name + "b"][l] = linear_back(dy, x)
+    dx = dy @ w[name + "w"][l]
+    if adapters and name in adapters:
+        a, b = adapters[name]
+        da, db = adapter_grads[name]
+        u = x @ a[l].T
+        du = scale * dy @ b[l]
+        db[l] = scale * dy.reshape(-1, dy.shape[-1]).T @ u.reshape(-1, u.shape[-1])
+        da[l] = du.reshape(-1, du.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+        dx = dx + du @ a[l]
+    return dx
+
+
+def loss_and_gradients(w, inputs, targets, heads, vocab, adapters=None, scale=0.0):
+    """The mean cross-entropy of one micro-batch and its gradient w.r.t. every
+    weight (and with adapters, a third result: theirs, as (dA, dB) by name)."""
     B, T = inputs.shape
     L = w["qkvw"].shape[0]
     x = w["wte"][inputs] + w["wpe"][:T]
     caches = []
     for l in range(L):
         h1, c1 = layernorm(x, w["ln1w"][l], w["ln1b"][l])
-        qkv = h1 @ w["qkvw"][l].T + w["qkvb"][l]
+        qkv = adapted(h1, w, "qkv", l, adapters, scale)
         a, ca = attention(qkv, heads)
-        x2 = x + a @ w["attprojw"][l].T + w["attprojb"][l]
+        x2 = x + adapted(a, w, "attproj", l, adapters, scale)
         h2, c2 = layernorm(x2, w["ln2w"][l], w["ln2b"][l])
-        f = h2 @ w["fcw"][l].T + w["fcb"][l]
+        f = adapted(h2, w, "fc", l, adapters, scale)
         g, cg = gelu(f)
-        x3 = x2 + g @ w["fcprojw"][l].T + w["fcprojb"][l]
+        x3 = x2 + adapted(g, w, "fcproj", l, adapters, scale)
         caches.append((h1, c1, a, ca, h2, c2, g, cg))
         x = x3
     hf, cf = layernorm(x, w["lnfw"], w["lnfb"])
@@ -164,6 +194,7 @@ def loss_and_gradients(w, inputs, targets, heads, vocab):
     loss = -logp[rows[0], rows[1], targets].mean()
 
     grads = {name: np.zeros_like(value) for name, value in w.items()}
+    adapter_grads = {name: (np.zeros_like(a), np.zeros_like(b)) for name, (a, b) in (adapters or {}).items()}
     dlogits = np.exp(logp)
     dlogits[rows[0], rows[1], targets] -= 1
     dlogits /= B * T
@@ -171,18 +202,17 @@ def loss_and_gradients(w, inputs, targets, heads, vocab):
     dx, grads["lnfw"], grads["lnfb"] = layernorm_back(dlogits @ w["wte"][:vocab], cf)
     for l in reversed(range(L)):
         h1, c1, a, ca, h2, c2, g, cg = caches[l]
-        grads["fcprojw"][l], grads["fcprojb"][l] = linear_back(dx, g)
-        df = gelu_back(dx @ w["fcprojw"][l], cg)
-        grads["fcw"][l], grads["fcb"][l] = linear_back(df, h2)
-        dh2, grads["ln2w"][l], grads["ln2b"][l] = layernorm_back(df @ w["fcw"][l], c2)
+        back = (w, l, adapters, scale, grads, adapter_grads)
+        df = gelu_back(adapted_back(dx, g, *back[:1], "fcproj", *back[1:]), cg)
+        dh2, grads["ln2w"][l], grads["ln2b"][l] = layernorm_back(adapted_back(df, h2, *back[:1], "fc", *back[1:]), c2)
         dx = dx + dh2
-        grads["attprojw"][l], grads["attprojb"][l] = linear_back(dx, a)
-        dqkv = attention_back(dx @ w["attprojw"][l], ca)
-        grads["qkvw"][l], grads["qkvb"][l] = linear_back(dqkv, h1)
-        dh1, grads["ln1w"][l], grads["ln1b"][l] = layernorm_back(dqkv @ w["qkvw"][l], c1)
+        dqkv = attention_back(adapted_back(dx, a, *back[:1], "attproj", *back[1:]), ca)
+        dh1, grads["ln1w"][l], grads["ln1b"][l] = layernorm_back(adapted_back(dqkv, h1, *back[:1], "qkv", *back[1:]), c1)
         dx = dx + dh1
     np.add.at(grads["wte"], inputs, dx)
     grads["wpe"][:T] += dx.sum(0)
+    if adapters is not None:
+        return loss, grads, adapter_grads
     return loss, grads
 
 
@@ -221,3 +251,29 @@ def train(w0, data, steps, micro_batches, heads, vocab, lr, beta1, beta2, eps, w
         if len(versions) > delay + 1:
             versions.pop(0)
     return losses
+
+
+def lora_train(w, adapters0, data, steps, micro_batches, heads, vocab, lr, beta1, beta2, eps, scale, fa=False):
+    """Per-step losses of fine-tuning: w frozen, the adapters trained (LoRA-FA:
+    their Bs alone) by AdamW without weight decay; and the adapters at the end."""
+    trained = {}
+    for name, (a, b) in adapters0.items():
+        if not fa:
+            trained[name + ".a"] = a.copy()
+        trained[name + ".b"] = b.copy()
+    m = {name: np.zeros_like(value) for name, value in trained.items()}
+    v = {name: np.zeros_like(value) for name, value in trained.items()}
+    def current():
+        return {name: (trained.get(name + ".a", adapters0[name][0]), trained[name + ".b"]) for name in adapters0}
+    losses = []
+    for step in range(1, steps + 1):
+        total, grads = 0.0, {name: np.zeros_like(value) for name, value in trained.items()}
+        for j in range(micro_batches):
+            inputs, targets = data[((step - 1) * micro_batches + j) % len(data)]
+            loss, _, g = loss_and_gradients(w, inputs, targets, heads, vocab, current(), scale)
+            total += loss / micro_batches
+            for name in grads:
+                grads[name] += g[name[:-2]][0 if name.endswith(".a") else 1] / micro_batches
+        losses.append(total)
+        adamw(trained, grads, m, v, step, lr, beta1, beta2, eps, 0.0)
+    return losses, current()

@@ -39,6 +39,8 @@ SHARED_HEADERS=out/tiny-cpu check tiny-2bw-cpu examples/tiny.model --target cpu 
 SHARED_HEADERS=out/tiny-cpu check tiny-interleaved-cpu examples/tiny.model --target cpu --schedule interleaved
 # mini-sequences (MsT): the loops over the pieces of the MLPs and of the vocabulary-parallel LM head and loss
 SHARED_HEADERS=out/tiny-cpu check tiny-mini-sequences-cpu examples/tiny.model --target cpu --tp 2 --mini-sequences 4
+# fine-tuning (LoRA): the adapted linears, the frozen weights after the trained ones, no frozen gradient
+SHARED_HEADERS=out/tiny-cpu check tiny-lora-cpu examples/tiny-lora.model --target cpu
 # the README's example, CUDA (the default target); its trace.json is not kept in out/ (7 MB), but
 # manifest.txt, which is compared, holds the SHA-256 of the one lynxgen writes
 check gpt13b-cuda examples/gpt13b.model

@@ -104,6 +104,12 @@ static void shape_input(shape_ctx *c, lx_op *op) {
   op->out = tokens ? TOKENS : activation(c->ir->model.hidden, false, c);
 }
 
+/* Fine-tuning keeps no input for a weight gradient: only the adapters train.
+ * In mini-sequences the backward makes the op's output again from it. */
+static void save_input_for_weight(const shape_ctx *c, lx_op *op) {
+  if (!c->ir->finetune || op->chunks > 1) save_input(c, op, 0);
+}
+
 static void shape_embedding(shape_ctx *c, lx_op *op) {
   if (!expect_tokens(c, op, 0)) return;
   op->out = activation(op->out_width, false, c);
@@ -114,15 +120,16 @@ static void shape_embedding(shape_ctx *c, lx_op *op) {
   if (op->table_rows != c->ir->model.vocab)
     lx_error(op->src, "embedding() vocab (%d) differs from the model's vocab (%d)", op->table_rows,
              c->ir->model.vocab);
-  save_input(c, op, 0); /* token ids, for the scatter-add of the weight gradient */
-  op->flops_bwd = (double)(c->b * c->s * op->out_width);
+  save_input_for_weight(c, op); /* token ids, for the scatter-add of the weight gradient */
+  op->flops_bwd = c->ir->finetune ? 0 : (double)(c->b * c->s * op->out_width);
 }
 
 static void shape_position_embedding(shape_ctx *c, lx_op *op) {
   if (!expect_tokens(c, op, 0)) return;
   op->out = activation(op->out_width, false, c);
   op->params = op->params_per_rank = c->s * op->out_width;
-  op->flops_fwd = op->flops_bwd = (double)(c->b * c->s * op->out_width);
+  op->flops_fwd = (double)(c->b * c->s * op->out_width);
+  op->flops_bwd = c->ir->finetune ? 0 : op->flops_fwd;
 }
 
 static void shape_norm(shape_ctx *c, lx_op *op, int params_per_channel, double flops_per_element) {
@@ -135,6 +142,34 @@ static void shape_norm(shape_ctx *c, lx_op *op, int params_per_channel, double f
   op->flops_bwd = 2 * op->flops_fwd;
 }
 
+/* LoRA's adapters of a linear (k in, n out) at tensor-parallel degree 1:
+ * u = x A^T (rank r), y += (alpha / r) u B^T. The backward takes
+ * dB = s g^T u, du = s g B, dA = du^T x and adds du A to the input gradient.
+ * Both keep u; LoRA keeps x too, for dA, which LoRA-FA freezes. */
+static void add_adapter(shape_ctx *c, lx_op *op, int64_t k, int64_t n) {
+  int64_t r = op->lora_rank;
+  if (r > k || r > n)
+    lx_error(op->src, "lora() rank %lld exceeds the linear's %s width %lld", (long long)r,
+             r > k ? "input" : "output", (long long)(r > k ? k : n));
+  double rows = (double)(c->b * c->s), down = 2.0 * rows * (double)(r * k), up = 2.0 * rows * (double)(r * n);
+  op->params += r * (k + n);
+  op->params_per_rank += r * (k + n);
+  op->flops_fwd += down + up;
+  op->flops_bwd += 2 * up + down; /* dB, du; du A */
+  save(op, LX_SAVE_INTERNAL, 0, "lora_down", c->b * c->s * r * c->elt);
+  if (!c->ir->training.lora_fa) {
+    save_input(c, op, 0);
+    op->flops_bwd += down; /* dA */
+  }
+}
+
+/* The parameters of op that fine-tuning trains: the adapters LoRA-FA does not freeze. */
+static int64_t trained_per_rank(const shape_ctx *c, const lx_op *op) {
+  if (!op->lora_rank) return 0;
+  int64_t r = op->lora_rank, n = op->out_width, k = input_shape(c, op, 0)->width;
+  return c->ir->training.lora_fa ? r * n : r * (k + n);
+}
+
 static void shape_linear(shape_ctx *c, lx_op *op) {
   if (!expect_activation(c, op, 0)) return;
   const lx_shape in = *input_shape(c, op, 0);
@@ -145,12 +180,14 @@ static void shape_linear(shape_ctx *c, lx_op *op) {
   op->params = k * n + bias;
   op->params_per_rank = op->tp_role == LX_TP_COLUMN ? (k * n + bias) / c->t : k * n / c->t + bias;
   op->needs_tp_allreduce = op->tp_role == LX_TP_ROW && c->t > 1;
-  save_input(c, op, 0);
+  save_input_for_weight(c, op);
   int64_t k_rank = rank_width(c, in), n_rank = rank_width(c, op->out);
+  double rows = (double)(c->b * c->s);
   op->is_matmul = true;
-  op->flops_fwd = 2.0 * (double)(c->b * c->s) * (double)k_rank * (double)n_rank;
-  op->flops_bwd = 2 * op->flops_fwd;
-  op->model_flops_fwd = 2.0 * (double)(c->b * c->s) * (double)k * (double)n;
+  op->flops_fwd = 2.0 * rows * (double)k_rank * (double)n_rank;
+  op->flops_bwd = (c->ir->finetune ? 1 : 2) * op->flops_fwd; /* frozen: the input gradient alone */
+  op->model_flops_fwd = 2.0 * rows * (double)k * (double)n;
+  if (op->lora_rank) add_adapter(c, op, k, n);
 }
 
 /* q, k and v packed along the width: (heads + 2 * kv_heads) * head_dim. */
@@ -289,10 +326,10 @@ static void shape_lm_head(shape_ctx *c, lx_op *op) {
   int64_t v_rank = ir->padded_vocab / c->t;
   op->params = ir->model.tied_embeddings ? 0 : op->out_width * h;
   op->params_per_rank = ir->model.tied_embeddings ? 0 : v_rank * h;
-  save_input(c, op, 0);
+  save_input_for_weight(c, op);
   op->is_matmul = true;
   op->flops_fwd = 2.0 * (double)(c->b * c->s) * (double)h * (double)v_rank;
-  op->flops_bwd = 2 * op->flops_fwd;
+  op->flops_bwd = (ir->finetune ? 1 : 2) * op->flops_fwd;
   op->model_flops_fwd = 2.0 * (double)(c->b * c->s) * (double)h * op->out_width;
 }
 
@@ -357,6 +394,11 @@ static void shape_op(shape_ctx *c, lx_op *op) {
   default:
     if (lx_op_signature_of(op)->elementwise.is) shape_elementwise_row(c, op);
     break;
+  }
+  if (c->ir->finetune && op->out.dtype) { /* the base model is frozen: only adapters train */
+    int64_t trained = trained_per_rank(c, op);
+    op->frozen_per_rank = op->params_per_rank - trained;
+    op->params_per_rank = trained;
   }
   op->out_bytes = op->out.dtype ? tensor_bytes(c, op->out) : 0;
 }
@@ -476,6 +518,7 @@ static void analyze_graph(lx_ir *ir, lx_graph *g) {
     g->activation_bytes += op->saved_bytes;
     g->params += op->params;
     g->params_per_rank += op->params_per_rank;
+    g->frozen_per_rank += op->frozen_per_rank;
     g->flops_fwd += op->flops_fwd;
     g->flops_bwd += op->flops_bwd;
     g->model_flops_fwd += op->model_flops_fwd;
@@ -502,9 +545,43 @@ static void check_totals(const lx_ir *ir) {
         bytes);
 }
 
+/* A graph's model FLOPs, forward and backward (Narayanan et al.): a matmul's
+ * backward is twice its forward, its input's and its weight's gradients; a
+ * frozen one's (fine-tuning) the input's alone. Attention has no weights. */
+static double model_flops(const lx_ir *ir, const lx_graph *g) {
+  double flops = 0;
+  for (int i = 0; i < g->n_ops; i++)
+    flops += g->ops[i].model_flops_fwd * (ir->finetune && g->ops[i].kind != LX_OP_ATTENTION ? 2 : 3);
+  return flops;
+}
+
+/* The first linear with a lora() adapter, or NULL: the model is fine-tuned. */
+static const lx_op *first_adapter(const lx_ir *ir) {
+  const lx_graph *graphs[] = {&ir->prologue, &ir->block, &ir->epilogue};
+  for (int g = 0; g < 3; g++)
+    for (int i = 0; i < graphs[g]->n_ops; i++)
+      if (graphs[g]->ops[i].lora_rank) return &graphs[g]->ops[i];
+  return NULL;
+}
+
+/* What fine-tuning does not do yet, said where the model asks for it. */
+static void check_finetune(const lx_ir *ir) {
+  const lx_op *adapter = first_adapter(ir);
+  if (!adapter && ir->training.lora_fa)
+    lx_error(lx_field_loc(ir, LX_F_LORA_FA, ir->locs.training),
+             "lora_fa freezes the A of lora() adapters, but no linear has one");
+  if (!adapter) return;
+  if (ir->plan.tp > 1)
+    lx_error(adapter->src, "lora() under tensor parallelism (tp %d) is not supported yet; use tp 1",
+             ir->plan.tp);
+}
+
 int lx_analyze(lx_ir *ir) {
   int errors_before = lx_error_count();
   if (lx_check_config_values(ir) != 0) return lx_error_count() - errors_before;
+  ir->finetune = first_adapter(ir) != NULL;
+  check_finetune(ir);
+  if (lx_error_count() != errors_before) return lx_error_count() - errors_before;
   int vocab_multiple = 128 * ir->plan.tp;
   ir->padded_vocab = (ir->model.vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
   analyze_graph(ir, &ir->prologue);
@@ -521,8 +598,8 @@ int lx_analyze(lx_ir *ir) {
   }
   ir->params_total = ir->prologue.params + layers * ir->block.params + ir->epilogue.params;
   check_totals(ir);
-  double fwd_per_micro_batch = ir->prologue.model_flops_fwd + (double)layers * ir->block.model_flops_fwd +
-                               ir->epilogue.model_flops_fwd;
-  ir->model_flops_per_sequence = 3 * fwd_per_micro_batch / ir->plan.micro_batch; /* backward = 2x forward */
+  double per_micro_batch = model_flops(ir, &ir->prologue) + (double)layers * model_flops(ir, &ir->block) +
+                           model_flops(ir, &ir->epilogue);
+  ir->model_flops_per_sequence = per_micro_batch / ir->plan.micro_batch;
   return lx_error_count() - errors_before;
 }

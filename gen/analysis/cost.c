@@ -131,14 +131,14 @@ static int64_t heads_per_rank(const lx_ir *ir, const lx_graph *g, const lx_op *o
 static double weight_elements(const lx_ir *ir, const lx_graph *g, const lx_op *op) {
   if (op->kind == LX_OP_EMBEDDING) {
     double rows = (double)kernel_tokens(ir, g, op) * op->out.width;
-    return min_d((double)op->params_per_rank, rows);
+    return min_d((double)(op->params_per_rank + op->frozen_per_rank), rows);
   }
   if (op->kind == LX_OP_LM_HEAD) {
     double k, n;
     gemm_widths(ir, g, op, &k, &n);
     return k * n;
   }
-  return (double)op->params_per_rank;
+  return (double)(op->params_per_rank + op->frozen_per_rank); /* fine-tuning reads frozen ones too */
 }
 
 static double inputs_bytes(const lx_graph *g, const lx_op *op) {

@@ -32,14 +32,17 @@ static bool activation(const lx_op *op) {
   return op->kind == LX_OP_SWIGLU || lx_op_signature_of(op)->elementwise.is;
 }
 
+/* A linear of an MLP in pieces; one with a LoRA adapter runs whole. */
+static bool plain_linear(const lx_op *op) { return op->kind == LX_OP_LINEAR && !op->lora_rank; }
+
 /* The first op of the chain of kinds that ends at op `last`, or -1: the LM
  * head and its loss, or linear -> activation -> linear. */
 static int chain_start(const lx_graph *g, int last) {
   const lx_op *op = &g->ops[last];
   if (op->kind == LX_OP_CROSS_ENTROPY && reads_previous(g, last) && g->ops[last - 1].kind == LX_OP_LM_HEAD)
     return last - 1;
-  if (op->kind == LX_OP_LINEAR && reads_previous(g, last) && activation(&g->ops[last - 1]) &&
-      reads_previous(g, last - 1) && g->ops[last - 2].kind == LX_OP_LINEAR)
+  if (plain_linear(op) && reads_previous(g, last) && activation(&g->ops[last - 1]) &&
+      reads_previous(g, last - 1) && plain_linear(&g->ops[last - 2]))
     return last - 2;
   return -1;
 }

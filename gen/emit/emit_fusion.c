@@ -65,8 +65,9 @@ static bool next_reads(const lx_graph *graph, int i, lx_op_kind kind, lx_op_kind
 
 static int forward_fusion(const lx_printer *pr, const lx_graph *graph, int i) {
   const lx_op *op = &graph->ops[i], *next = i + 1 < graph->n_ops ? &graph->ops[i + 1] : NULL;
-  if (op->kind == LX_OP_LINEAR && next_reads(graph, i, LX_OP_GELU, LX_OP_GELU) && aux_width(pr, next) &&
-      nothing_between(pr, op, next, false))
+  /* a LoRA linear's adapter adds to the product: no epilogue of the base GEMM may follow it */
+  if (op->kind == LX_OP_LINEAR && !op->lora_rank && next_reads(graph, i, LX_OP_GELU, LX_OP_GELU) &&
+      aux_width(pr, next) && nothing_between(pr, op, next, false))
     return LX_FUSE_GELU;
   if (op->kind == LX_OP_ADD && next_reads(graph, i, LX_OP_LAYERNORM, LX_OP_RMSNORM) &&
       nothing_between(pr, op, next, false))
@@ -76,7 +77,7 @@ static int forward_fusion(const lx_printer *pr, const lx_graph *graph, int i) {
 
 static int backward_fusion(const lx_printer *pr, const lx_graph *graph, int i) {
   const lx_op *op = &graph->ops[i];
-  if (op->kind != LX_OP_LINEAR || i == 0 || op->inputs[0] != i - 1) return 0;
+  if (op->kind != LX_OP_LINEAR || op->lora_rank || i == 0 || op->inputs[0] != i - 1) return 0;
   const lx_op *gelu = &graph->ops[i - 1];
   bool sole_terms = consumers(graph, i - 1) == 1 && consumers(graph, gelu->inputs[0]) == 1;
   return gelu->kind == LX_OP_GELU && aux_width(pr, gelu) && sole_terms && nothing_between(pr, op, gelu, true)

@@ -29,6 +29,7 @@ typedef enum {
   HELD_LAYER,
   WEIGHT_GRAD_LAYER,
   PARAM_LAYER,
+  FROZEN_LAYER,
   PIPE_SLOT,
   HELPER_COUNT
 } helper;
@@ -52,6 +53,7 @@ static const struct {
     {"held_layer", "layer", "(layer - FIRST_LAYER)", "a layer's part of a held slot"},
     {"weight_grad_layer", "layer", "(layer - FIRST_LAYER)", "a layer's part of a weight-gradient slot"},
     {"param_layer", "layer", "(layer - FIRST_LAYER)", "a layer's parameters (and gradients: GRAD_OF)"},
+    {"frozen_layer", "layer", "(layer - FIRST_LAYER)", "a layer's frozen parameters (fine-tuning)"},
     {"pipe_slot", "mb", "(mb % SLOTS)", "micro-batch mb's buffers to and from the neighbouring stages"},
 };
 
@@ -68,7 +70,7 @@ static const char *helper_variable(const lx_printer *pr, helper h) {
       [STASH_SLOT] = "(RUN_MB(mb) % SLOTS)",
       [PIPE_SLOT] = "(RUN_MB(mb) % SLOTS)",
   };
-  if (chunked(pr) && h >= STASH_LAYER && h <= PARAM_LAYER) return "layer_slot(layer)";
+  if (chunked(pr) && h >= STASH_LAYER && h <= FROZEN_LAYER) return "layer_slot(layer)";
   return steps_overlap(pr) && run_numbered[h] ? run_numbered[h] : helpers[h].variable;
 }
 
@@ -111,7 +113,7 @@ static void base_name(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t s
   case LX_T_RECOMPUTED: snprintf(buf, size, "%s_%s_recomputed", g->name, name); break;
   case LX_T_INTERNAL: snprintf(buf, size, "%s_%s_%s", g->name, name, op->saved[t.index].what); break;
   case LX_T_GRAD: snprintf(buf, size, "%s_%s_grad", g->name, name); break;
-  case LX_T_PARAM: snprintf(buf, size, "%s_%s_%s", g->name, name, t.index ? "bias" : "weight"); break;
+  case LX_T_PARAM: snprintf(buf, size, "%s_%s_%s", g->name, name, lx_param_name(t.index)); break;
   case LX_T_SEND_ACT: snprintf(buf, size, "send_activation"); break;
   case LX_T_SEND_GRAD: snprintf(buf, size, "send_input_grad"); break;
   case LX_T_RECV_GRAD: snprintf(buf, size, "recv_output_grad"); break;
@@ -220,7 +222,9 @@ void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf,
               : snprintf(buf, size, "AT(REGION_%s + %lldLL", lx_region_name(e->region), (long long)offset);
   bool slot_helper = e->region == LX_REGION_STASH || e->region == LX_REGION_BOUNDARY;
   helper slot = e->region == LX_REGION_STASH ? STASH_SLOT + (helper)e->pool : PIPE_SLOT;
-  helper layer = e->region == LX_REGION_PARAMS ? PARAM_LAYER : STASH_LAYER + (helper)e->pool;
+  helper layer = e->frozen                       ? FROZEN_LAYER
+                 : e->region == LX_REGION_PARAMS ? PARAM_LAYER
+                                                 : STASH_LAYER + (helper)e->pool;
   if (e->chunk_stash) /* interleaved: the layer's chunk's pool (emit_chunk_table) */
     n += snprintf(buf + n, size - (size_t)n, " + chunk_stash(layer, mb)");
   else if (e->wrap) /* a chunk's own slot count */
@@ -299,7 +303,9 @@ static void describe(const lx_printer *pr, const named_tensor *n, char *buf, siz
     snprintf(buf, size, "the %s of %s = %s(...)  %s:%d", op->saved[t.index].what, var, kind, file, line);
     return;
   case LX_T_PARAM:
-    snprintf(buf, size, "the %s of %s = %s(...)  %s:%d", t.index ? "bias" : "weight", var, kind, file, line);
+    snprintf(buf, size, "the %s%s of %s = %s(...)  %s:%d",
+             lx_param_trained(pr->ir, op, t.index) ? "" : "frozen ", lx_param_name(t.index), var, kind, file,
+             line);
     return;
   }
 }

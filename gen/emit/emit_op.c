@@ -84,9 +84,12 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   case LX_OP_LAYERNORM:
   case LX_OP_RMSNORM:
   case LX_OP_SWIGLU: snprintf(c->sizes, sizeof c->sizes, "%s, %d", k->rows, w); break;
-  case LX_OP_LINEAR:
-    snprintf(c->sizes, sizeof c->sizes, "%s, %d, %d", k->rows, emit_in_width(pr, g, op), w);
+  case LX_OP_LINEAR: {
+    int n = snprintf(c->sizes, sizeof c->sizes, "%s, %d, %d", k->rows, emit_in_width(pr, g, op), w);
+    if (op->lora_rank) /* the adapter's rank and scale alpha / rank */
+      snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", %d, %.17g", op->lora_rank, lx_lora_scale(op));
     break;
+  }
   case LX_OP_LM_HEAD:
     snprintf(c->sizes, sizeof c->sizes, "%s, %d, VP / %d", k->rows, emit_in_width(pr, g, op), emit_tp(pr));
     break;
@@ -136,6 +139,10 @@ void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g
   if (!sig->kernel) return;
   lx_kernel_call k;
   emit_kernel_call(pr, g, i, out_role, backward, &k);
+  if (!k.writes && op->kind != LX_OP_CROSS_ENTROPY) { /* the loss's forward writes its return value */
+    fprintf(pr->out, "  (void)mb; /* frozen: no gradient to compute */\n");
+    return;
+  }
   call_tail c;
   tail_of(pr, t, g, i, &k, backward, &c);
   bool loss = op->kind == LX_OP_CROSS_ENTROPY && !backward;

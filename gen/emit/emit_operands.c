@@ -191,13 +191,15 @@ static bool bias_on_rank_zero(const lx_printer *pr, const lx_op *op, const lx_op
  * its row of the operand table (op_signature.h), comma-separated. A
  * row-parallel linear's bias is added by tensor-parallel rank 0 only. */
 static void kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role,
-                            bool backward, char *buf, size_t size) {
+                            bool backward, char *buf, size_t size, bool *writes) {
   const lx_op *op = emit_op_at(pr, g, i);
   size_t used = 0;
   buf[0] = 0;
+  *writes = false;
   for (const lx_operand *o = lx_op_operands(op, backward); o->kind != LX_OPND_END; o++) {
     char text[PTR + 32], shown[PTR + 64];
     operand_text(pr, g, i, out_role, backward, o, text, sizeof text);
+    *writes |= lx_operand_mode(o->kind, backward) != LX_ACCESS_READ && strcmp(text, "NULL");
     if (bias_on_rank_zero(pr, op, o, backward) && strcmp(text, "NULL"))
       snprintf(shown, sizeof shown, "TP_RANK == 0 ? %s : NULL", text);
     else
@@ -210,7 +212,7 @@ static void kernel_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tenso
 void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
                       lx_kernel_call *c) {
   c->op = emit_op_at(pr, g, i);
-  kernel_operands(pr, g, i, out_role, backward, c->args, sizeof c->args);
+  kernel_operands(pr, g, i, out_role, backward, c->args, sizeof c->args, &c->writes);
   c->width = emit_rank_width(pr, c->op->out);
   c->sharded = emit_sequence_sharded(pr, c->op->out);
   c->rows = emit_rows(pr, c->op);
@@ -546,12 +548,35 @@ typedef struct {
   long long first_row;
 } hf_part;
 
+/* The rows of a LoRA linear's parameters (-1: none), for lora_adapters. */
+typedef struct {
+  lx_graph_id graph;
+  int layer, op, row[LX_MAX_OP_PARAMS];
+} adapter_rows;
+
 typedef struct {
   bool gpt2;
-  int params; /* rows printed so far */
+  bool frozen; /* the pass that prints the frozen parameters, after the trained ones */
+  int params;  /* rows printed so far */
   hf_part *parts;
   int n_parts, cap_parts;
+  adapter_rows *adapters;
+  int n_adapters;
 } param_rows;
+
+/* Row `row` is parameter k of LoRA linear i of graph g's instance `layer`. */
+static void note_adapter_row(param_rows *rows, lx_graph_id g, int layer, int i, int k, int row) {
+  int a = 0;
+  while (a < rows->n_adapters &&
+         !(rows->adapters[a].graph == g && rows->adapters[a].layer == layer && rows->adapters[a].op == i))
+    a++;
+  if (a == rows->n_adapters) {
+    rows->adapters = lx_realloc(rows->adapters, sizeof *rows->adapters * (size_t)(a + 1));
+    rows->adapters[a] = (adapter_rows){g, layer, i, {-1, -1, -1, -1}};
+    rows->n_adapters++;
+  }
+  rows->adapters[a].row[k] = row;
+}
 
 static void add_hf_parts(const lx_printer *pr, param_rows *rows, lx_graph_id g, int layer, int i, int k) {
   int tensor[EMIT_HF_MAX_PARTS];
@@ -566,11 +591,12 @@ static void add_hf_parts(const lx_printer *pr, param_rows *rows, lx_graph_id g, 
   }
 }
 
-/* A parameter's name in the tables and the training state: graph, layer, op, weight or bias. */
+/* A parameter's name in the tables and the training state: graph, layer, op,
+ * weight, bias, lora_a or lora_b. */
 static const char *param_name(const lx_ir *ir, lx_graph_id g, int layer, int i, int k, char name[128]) {
   const lx_graph *graph = lx_graph_of(ir, g);
   snprintf(name, 128, "%s%s%d %s.%s", graph->name, g == LX_GRAPH_BLOCK ? " layer " : "",
-           g == LX_GRAPH_BLOCK ? layer : 0, graph->ops[i].name, k ? "bias" : "weight");
+           g == LX_GRAPH_BLOCK ? layer : 0, graph->ops[i].name, lx_param_name(k));
   return name;
 }
 
@@ -579,32 +605,46 @@ static const char *param_name(const lx_ir *ir, lx_graph_id g, int layer, int i, 
  * moves between plans (lx_state.h). */
 static void whole_shape(const lx_printer *pr, lx_graph_id g, const lx_op *op, int k, long long shape[2]) {
   long long vocab = pr->ir->model.vocab;
+  long long in = op->n_inputs ? emit_op_at(pr, g, op->inputs[0])->out.width : 0;
   switch (op->kind) {
   case LX_OP_LINEAR:
-    shape[0] = op->out.width, shape[1] = k ? 1 : emit_op_at(pr, g, op->inputs[0])->out.width;
+    shape[0] = k == LX_PARAM_LORA_A ? op->lora_rank : op->out.width;
+    shape[1] = k == LX_PARAM_BIAS ? 1 : k == LX_PARAM_LORA_B ? op->lora_rank : in;
     return;
   case LX_OP_EMBEDDING: shape[0] = vocab, shape[1] = op->out.width; return;
   case LX_OP_POSITION_EMBEDDING: shape[0] = pr->ir->model.seq_len, shape[1] = op->out.width; return;
-  case LX_OP_LM_HEAD: shape[0] = vocab, shape[1] = emit_op_at(pr, g, op->inputs[0])->out.width; return;
+  case LX_OP_LM_HEAD: shape[0] = vocab, shape[1] = in; return;
   default: shape[0] = op->out.width, shape[1] = 1; /* a norm's scale or shift */
   }
+}
+
+/* The normal deviation a weight starts from (GPT-2's, scaled down on the
+ * residual projections), 0 where it starts from a constant. A LoRA adapter's
+ * A has PEFT's kaiming-uniform variance, 1 / (3 in); its B starts at zero,
+ * so the adapted model starts as the base model. */
+static double init_std(const lx_printer *pr, const lx_graph *graph, int i, int k) {
+  const lx_op *op = &graph->ops[i];
+  if (k == LX_PARAM_LORA_A) return 1 / sqrt(3.0 * graph->ops[op->inputs[0]].out.width);
+  bool weight = k == LX_PARAM_WEIGHT && op->kind != LX_OP_LAYERNORM && op->kind != LX_OP_RMSNORM;
+  bool residual_projection = op->kind == LX_OP_LINEAR && feeds_residual_add(graph, i);
+  return !weight ? 0 : residual_projection ? 0.02 / sqrt(2.0 * pr->ir->model.layers) : 0.02;
 }
 
 static void print_param_row(const lx_printer *pr, param_rows *rows, lx_graph_id g, int layer, int i, int k) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   const lx_op *op = &graph->ops[i];
   const lx_op_place *pl = &pr->l->places[g][i];
-  if (pl->param_elements[k] <= 0) return;
+  if (pl->param_elements[k] <= 0 || lx_param_trained(pr->ir, op, k) == rows->frozen) return;
   lx_span span = lx_locate(pr->p, pr->s, pr->l, (lx_tensor_ref){g, layer, i, 0, LX_T_PARAM, k});
   long long element = (span.offset - pr->l->region_offset[LX_REGION_PARAMS]) / pr->l->param_elt;
-  bool weight = k == 0 && op->kind != LX_OP_LAYERNORM && op->kind != LX_OP_RMSNORM;
-  bool tied_copy = op->kind == LX_OP_LM_HEAD && op->params_per_rank == 0;
-  bool residual_projection = op->kind == LX_OP_LINEAR && feeds_residual_add(graph, i);
-  double std = !weight ? 0 : residual_projection ? 0.02 / sqrt(2.0 * pr->ir->model.layers) : 0.02;
-  double constant = !weight && k == 0 ? 1 : 0; /* norm scales start at one, biases and shifts at zero */
+  bool weight = k != LX_PARAM_BIAS && op->kind != LX_OP_LAYERNORM && op->kind != LX_OP_RMSNORM;
+  bool tied_copy = op->kind == LX_OP_LM_HEAD && op->params_per_rank + op->frozen_per_rank == 0;
+  double std = init_std(pr, graph, i, k);
+  /* norm scales start at one; biases, shifts and adapters' B at zero */
+  double constant = std == 0 && k == LX_PARAM_WEIGHT && !weight ? 1 : 0;
   long long stream =
       tied_copy ? init_stream(LX_GRAPH_PROLOGUE, -1, embedding_op(pr->ir), 0) : init_stream(g, layer, i, k);
-  long long file = rows->gpt2 ? emit_llmc_element(pr->ir, g, layer, i, k) : -1;
+  long long file = rows->gpt2 && k < LX_PARAM_LORA_A ? emit_llmc_element(pr->ir, g, layer, i, k) : -1;
   param_shard sh = shard_of(pr, g, i, k);
   long long shape[2];
   whole_shape(pr, g, op, k, shape);
@@ -618,13 +658,14 @@ static void print_param_row(const lx_printer *pr, param_rows *rows, lx_graph_id 
           sh.piece_rows[0], sh.piece_rows[1], sh.piece_rows[2]);
   fprintf(pr->out, ", %lldLL, %lldLL},\n", shape[0], shape[1]);
   add_hf_parts(pr, rows, g, layer, i, k);
+  if (op->lora_rank) note_adapter_row(rows, g, layer, i, k, rows->params);
   rows->params++;
 }
 
 static void print_param_rows(const lx_printer *pr, param_rows *rows, lx_graph_id g, int layer) {
   const lx_graph *graph = lx_graph_of(pr->ir, g);
   for (int i = 0; i < graph->n_ops; i++)
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < LX_MAX_OP_PARAMS; k++)
       print_param_row(pr, rows, g, layer, i, k);
 }
 
@@ -658,6 +699,40 @@ static void print_bucket_table(const lx_printer *pr) {
           l->n_buckets, l->shards, (long long)l->optimizer_elements);
 }
 
+/* Fine-tuning's adapters, which the exported weights merge (lx_params.h). */
+static void print_adapter_table(const lx_printer *pr, const param_rows *rows) {
+  fprintf(
+      pr->out,
+      "#define FINETUNE 1\n/* The LoRA adapters: the rows of the weight, A and B, rank, alpha / rank. */\n"
+      "static const lx_lora_adapter lora_adapters[] = {\n");
+  for (int a = 0; a < rows->n_adapters; a++) {
+    const adapter_rows *r = &rows->adapters[a];
+    const lx_op *op = &lx_graph_of(pr->ir, r->graph)->ops[r->op];
+    fprintf(pr->out, "  {%d, %d, %d, %d, %.17g},\n", r->row[LX_PARAM_WEIGHT], r->row[LX_PARAM_LORA_A],
+            r->row[LX_PARAM_LORA_B], op->lora_rank, lx_lora_scale(op));
+  }
+  if (!rows->n_adapters) fputs("  {0, 0, 0, 0, 0},\n", pr->out);
+  fprintf(pr->out, "};\nenum { LORA_ADAPTERS = %d };\n", rows->n_adapters);
+}
+
+/* The table's first PARAM_TENSORS rows are the trained parameters (all of
+ * them but in fine-tuning): the optimizer, the gradient norm and the training
+ * state walk those; the frozen ones follow, read by the initialisation and
+ * checkpoint files alone. */
+static void print_frozen_counts(const lx_printer *pr, const param_rows *rows, int trained) {
+  int all = rows->params;
+  if (!pr->ir->finetune) {
+    fprintf(pr->out, "};\nenum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };\n");
+    return;
+  }
+  fprintf(pr->out, "};\n/* fine-tuning: the first PARAM_TENSORS are trained, the rest frozen; the frozen\n"
+                   " * elements follow the trained ones in the params region */\n");
+  fprintf(pr->out, "enum { PARAM_TENSORS = %d, ALL_PARAM_TENSORS = %d };\n", trained, all);
+  fprintf(pr->out, "#define ALL_PARAM_ELEMENTS %lldLL\n",
+          (long long)(pr->l->frozen_first + pr->l->frozen_elements));
+  print_adapter_table(pr, rows);
+}
+
 void emit_param_table(const lx_printer *pr) {
   param_rows rows = {.gpt2 = emit_is_gpt2(pr->ir)};
   fprintf(pr->out, "\n/* Every parameter tensor of the stage: name, element offset in the params\n"
@@ -668,11 +743,16 @@ void emit_param_table(const lx_printer *pr) {
                    " * row elements, whole row, pieces, their first rows and row counts), and\n"
                    " * the whole tensor's rows and columns. */\n"
                    "static const lx_param_tensor param_tensors[] = {\n");
-  if (pr->st->has_prologue) print_param_rows(pr, &rows, LX_GRAPH_PROLOGUE, -1);
-  for (int slot = 0; slot < pr->st->n_layers; slot++)
-    print_param_rows(pr, &rows, LX_GRAPH_BLOCK, lx_slot_layer(pr->st, slot));
-  if (pr->st->has_epilogue) print_param_rows(pr, &rows, LX_GRAPH_EPILOGUE, -1);
-  fprintf(pr->out, "};\nenum { PARAM_TENSORS = sizeof param_tensors / sizeof param_tensors[0] };\n");
+  int trained = 0;
+  for (rows.frozen = false;; rows.frozen = true) {
+    if (pr->st->has_prologue) print_param_rows(pr, &rows, LX_GRAPH_PROLOGUE, -1);
+    for (int slot = 0; slot < pr->st->n_layers; slot++)
+      print_param_rows(pr, &rows, LX_GRAPH_BLOCK, lx_slot_layer(pr->st, slot));
+    if (pr->st->has_epilogue) print_param_rows(pr, &rows, LX_GRAPH_EPILOGUE, -1);
+    if (rows.frozen) break;
+    trained = rows.params;
+  }
+  print_frozen_counts(pr, &rows, trained);
   print_bucket_table(pr);
   fprintf(pr->out, "#define GPT2_CHECKPOINT %d\n", rows.gpt2 ? 1 : 0);
   fprintf(pr->out, "static const lx_gpt2_header gpt2_header = {%d, %d, %d, %d, %d, %d};\n",
@@ -687,6 +767,7 @@ void emit_param_table(const lx_printer *pr) {
                          : NULL);
   print_hf_parts(pr, &rows);
   free(rows.parts);
+  free(rows.adapters);
 }
 
 static void print_string_macro(FILE *f, const char *name, const char *value) {

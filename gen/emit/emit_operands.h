@@ -72,6 +72,7 @@ typedef struct {
   int width;
   bool sharded;
   const char *rows;
+  bool writes; /* it writes or adds into an operand (a frozen embedding's backward does not) */
 } lx_kernel_call;
 void emit_kernel_call(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_role out_role, bool backward,
                       lx_kernel_call *c);

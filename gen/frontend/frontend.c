@@ -50,6 +50,9 @@ static const operator_desc operators[] = {
     {"cross_entropy", LX_OP_CROSS_ENTROPY, 2, 0, {0}, 0, false},
 };
 
+/* lora(linear(...), rank, alpha) is no op of its own: it gives the linear its adapters. */
+static const operator_desc lora_desc = {"lora", LX_OP_LINEAR, 1, 2, {"rank", "alpha"}, 0, false};
+
 /* The operator called `name`: one of the table above, or an element-wise op
  * of the operand table (one tensor in, one out; op_signature.h). */
 static bool find_operator(const char *name, operator_desc *out) {
@@ -152,10 +155,41 @@ static void set_int_attr(lx_op *op, int i, int value) {
   }
 }
 
+static bool is_call_of(CXCursor expr, const char *a, const char *b) {
+  if (clang_getCursorKind(expr) != CXCursor_CallExpr) return false;
+  char callee[64];
+  lx_copy_spelling(callee, sizeof callee, clang_getCursorSpelling(expr));
+  return !strcmp(callee, a) || !strcmp(callee, b);
+}
+
+/* lora(linear(x, n), rank, alpha): the linear, written in the call itself so
+ * that no other op reads its output without the adapter, gets rank and alpha. */
+static int eval_lora(function_ctx *fn, CXCursor call, lx_srcloc at) {
+  if (clang_Cursor_getNumArguments(call) != 3) {
+    lx_error(at, "lora() takes 3 arguments, got %d", clang_Cursor_getNumArguments(call));
+    return -1;
+  }
+  CXCursor target = lx_strip_wrappers(clang_Cursor_getArgument(call, 0));
+  if (!is_call_of(target, "linear", "linear_nobias")) {
+    lx_error(lx_expr_start_loc(fn->ctx, target),
+             "lora() adapts a linear: its first argument must be a call of linear() or linear_nobias()");
+    return -1;
+  }
+  int ints[2], op = eval_tensor(fn, target);
+  for (int i = 0; i < 2; i++)
+    if (!eval_int_arg(fn, clang_Cursor_getArgument(call, (unsigned)(i + 1)), &lora_desc, i, &ints[i]))
+      return -1;
+  if (op < 0) return -1;
+  fn->graph->ops[op].lora_rank = ints[0];
+  fn->graph->ops[op].lora_alpha = ints[1];
+  return op;
+}
+
 static int eval_call(function_ctx *fn, CXCursor call) {
   char callee[64];
   lx_copy_spelling(callee, sizeof callee, clang_getCursorSpelling(call));
   lx_srcloc at = lx_cursor_loc(fn->ctx, call);
+  if (!strcmp(callee, "lora")) return eval_lora(fn, call, at);
   operator_desc found;
   const operator_desc *od = &found;
   if (!find_operator(callee, &found)) {

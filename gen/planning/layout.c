@@ -23,9 +23,13 @@ const char *lx_region_name(lx_region r) {
   return (size_t)r < LX_REGION_COUNT ? names[r] : "?";
 }
 
-/* Parameter tensors of an op, in elements per tp rank: weight, then bias. */
-static void param_shapes(const lx_ir *ir, const lx_graph *g, const lx_op *op, int64_t out[2]) {
-  out[0] = out[1] = 0;
+/* The parameter elements op holds per tp rank, trained and frozen. */
+static int64_t held_params(const lx_op *op) { return op->params_per_rank + op->frozen_per_rank; }
+
+/* Parameter tensors of an op, in elements per tp rank (ir.h LX_PARAM_*). */
+static void param_shapes(const lx_ir *ir, const lx_graph *g, const lx_op *op, int64_t out[LX_MAX_OP_PARAMS]) {
+  for (int k = 0; k < LX_MAX_OP_PARAMS; k++)
+    out[k] = 0;
   int tp = ir->plan.tp;
   int64_t w = op->out.width;
   switch (op->kind) {
@@ -33,15 +37,17 @@ static void param_shapes(const lx_ir *ir, const lx_graph *g, const lx_op *op, in
   case LX_OP_RMSNORM: out[0] = w; break;
   case LX_OP_LINEAR: {
     int64_t bias = op->has_bias ? (op->tp_role == LX_TP_COLUMN ? w / tp : w) : 0;
-    out[0] = op->params_per_rank - bias;
+    out[LX_PARAM_LORA_A] = (int64_t)op->lora_rank * g->ops[op->inputs[0]].out.width;
+    out[LX_PARAM_LORA_B] = (int64_t)op->lora_rank * w;
+    out[0] = held_params(op) - bias - out[LX_PARAM_LORA_A] - out[LX_PARAM_LORA_B];
     out[1] = bias;
     break;
   }
   case LX_OP_LM_HEAD: /* a tied head on a later stage than the embedding keeps its own copy */
-    out[0] = op->params_per_rank ? op->params_per_rank
-                                 : (int64_t)ir->padded_vocab / tp * g->ops[op->inputs[0]].out.width;
+    out[0] =
+        held_params(op) ? held_params(op) : (int64_t)ir->padded_vocab / tp * g->ops[op->inputs[0]].out.width;
     break;
-  default: out[0] = op->params_per_rank; break;
+  default: out[0] = held_params(op); break;
   }
 }
 
@@ -49,7 +55,7 @@ static void param_shapes(const lx_ir *ir, const lx_graph *g, const lx_op *op, in
  * the same stage; otherwise its stage holds a copy whose gradient is summed
  * with the embedding's. */
 static bool head_owns_table(const lx_pipeline *p, int s, const lx_op *op) {
-  return op->kind == LX_OP_LM_HEAD && op->params_per_rank == 0 && !p->stages[s].has_prologue;
+  return op->kind == LX_OP_LM_HEAD && held_params(op) == 0 && !p->stages[s].has_prologue;
 }
 
 /* The embedding table of tied embeddings, or the last stage's copy of it. */
@@ -61,36 +67,43 @@ static int64_t op_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static int64_t round_up(int64_t n, int multiple) { return (n + multiple - 1) / multiple * multiple; }
 
-/* The tied table's tensors (tied_pass) or all the others, from *cursor on;
- * offsets are within the graph's (first layer's) block. */
+/* Where a graph's parameters go: the trained ones ([0]) and the frozen ones
+ * ([1]) each from their cursor on, offsets counted from the graph's start. */
+typedef struct {
+  int64_t start[2], cursor[2];
+} param_cursors;
+
+/* The tied table's tensors (tied_pass) or all the others; offsets are within
+ * the graph's (first layer's) blocks. */
 static void place_param_tensors(const lx_pipeline *p, int s, const lx_graph *g, lx_op_place *places,
-                                int64_t graph_start, int64_t *cursor, bool tied_pass) {
+                                param_cursors *c, bool tied_pass) {
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
     if (is_tied_table(p, s, op) != tied_pass) continue;
-    int64_t shapes[2];
+    int64_t shapes[LX_MAX_OP_PARAMS];
     param_shapes(p->ir, g, op, shapes);
-    if (op->kind == LX_OP_LM_HEAD && !op->params_per_rank && !head_owns_table(p, s, op)) shapes[0] = 0;
-    for (int k = 0; k < 2; k++) {
+    if (op->kind == LX_OP_LM_HEAD && !held_params(op) && !head_owns_table(p, s, op)) shapes[0] = 0;
+    for (int k = 0; k < LX_MAX_OP_PARAMS; k++) {
+      int frozen = !lx_param_trained(p->ir, op, k);
       places[i].param_elements[k] = shapes[k];
-      places[i].param_offset[k] = shapes[k] ? *cursor - graph_start : -1;
-      *cursor += shapes[k] + (shapes[k] % (ALIGN / 4) ? ALIGN / 4 - shapes[k] % (ALIGN / 4) : 0);
+      places[i].param_offset[k] = shapes[k] ? c->cursor[frozen] - c->start[frozen] : -1;
+      c->cursor[frozen] += shapes[k] + (shapes[k] % (ALIGN / 4) ? ALIGN / 4 - shapes[k] % (ALIGN / 4) : 0);
     }
   }
 }
 
-/* A graph's parameter block: the tied table first, then the rest, each
- * padded to a multiple of `shards` elements (ZeRO-1 splits every bucket
- * evenly). Returns the elements of the table part (0 if none). */
+/* A graph's parameter block: the tied table first, then the rest, the trained
+ * part padded to a multiple of `shards` elements (ZeRO-1 splits every bucket
+ * evenly). Returns the elements of the table's trained part (0 if none). */
 static int64_t place_params(const lx_pipeline *p, int s, lx_graph_id gid, lx_op_place *places,
-                            int64_t *cursor, int shards) {
+                            param_cursors *c, int shards) {
   const lx_graph *g = lx_graph_of(p->ir, gid);
-  int64_t graph_start = *cursor;
-  place_param_tensors(p, s, g, places, graph_start, cursor, true);
-  *cursor = graph_start + round_up(*cursor - graph_start, shards);
-  int64_t table = *cursor - graph_start;
-  place_param_tensors(p, s, g, places, graph_start, cursor, false);
-  *cursor = graph_start + round_up(*cursor - graph_start, shards);
+  c->start[0] = c->cursor[0], c->start[1] = c->cursor[1];
+  place_param_tensors(p, s, g, places, c, true);
+  c->cursor[0] = c->start[0] + round_up(c->cursor[0] - c->start[0], shards);
+  int64_t table = c->cursor[0] - c->start[0];
+  place_param_tensors(p, s, g, places, c, false);
+  c->cursor[0] = c->start[0] + round_up(c->cursor[0] - c->start[0], shards);
   return table;
 }
 
@@ -246,28 +259,33 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
                            .shards = ir->plan.zero ? dp : 1};
   static const lx_graph_id order[] = {LX_GRAPH_PROLOGUE, LX_GRAPH_BLOCK, LX_GRAPH_EPILOGUE};
   bool present[LX_GRAPH_COUNT] = {st->has_prologue, st->n_layers > 0, st->has_epilogue};
-  int64_t param_cursor = 0;
+  param_cursors params = {{0, 0}, {0, 0}};
   cursors c = {0};
   for (int k = 0; k < LX_GRAPH_COUNT; k++) {
     lx_graph_id gid = order[k];
     const lx_graph *g = lx_graph_of(ir, gid);
     out->places[gid] = lx_calloc((size_t)g->n_ops, sizeof(lx_op_place));
-    int64_t params_before = param_cursor, slot_before = c.slot;
+    int64_t slot_before = c.slot;
     cursors graph_work = {0}; /* offsets within the graph's part of a slot */
-    int64_t table = place_params(p, s, gid, out->places[gid], &param_cursor, out->shards);
+    int64_t table = place_params(p, s, gid, out->places[gid], &params, out->shards);
+    int64_t params_before = params.start[0], trained = params.cursor[0] - params.start[0],
+            frozen = params.cursor[1] - params.start[1];
     place_activations(p, s, gid, out->places[gid], &graph_work);
     out->graph_param_offset[gid] = params_before;
+    out->graph_frozen_offset[gid] = params.start[1];
     out->graph_slot_offset[gid] = slot_before;
     int copies = gid == LX_GRAPH_BLOCK ? st->n_layers : 1;
     if (!present[gid]) copies = 0;
     if (gid == LX_GRAPH_BLOCK) {
-      out->layer_param_elements = param_cursor - params_before;
+      out->layer_param_elements = trained;
+      out->layer_frozen_elements = frozen;
       out->layer_slot_bytes = graph_work.slot;
       for (int pool = LX_POOL_HELD; pool < LX_POOL_COUNT; pool++)
         out->pool_layer_bytes[pool] = graph_work.pool[pool];
     }
-    add_graph_buckets(out, st, gid, copies, params_before, param_cursor - params_before, table);
-    param_cursor = params_before + copies * (param_cursor - params_before);
+    add_graph_buckets(out, st, gid, copies, params_before, trained, table);
+    params.cursor[0] = params_before + copies * trained;
+    params.cursor[1] = params.start[1] + copies * frozen;
     c.slot = slot_before + copies * graph_work.slot;
     /* work buffers are per graph instance: one layer at a time */
     if (present[gid]) {
@@ -277,7 +295,9 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       if (graph_work.window > c.window) c.window = graph_work.window;
     }
   }
-  out->param_elements = param_cursor;
+  out->param_elements = params.cursor[0];
+  out->frozen_first = params.cursor[0];
+  out->frozen_elements = params.cursor[1];
   for (int b = 0; b < out->n_buckets; b++) {
     out->buckets[b].shard_first = out->optimizer_elements;
     out->optimizer_elements += out->buckets[b].elements / out->shards;
@@ -302,7 +322,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
 
   int64_t fp32_optimizer = out->optimizer_elements * 4;
   int64_t sizes[LX_REGION_COUNT] = {
-      [LX_REGION_PARAMS] = out->param_elements * param_elt,
+      [LX_REGION_PARAMS] = (out->param_elements + out->frozen_elements) * param_elt,
       [LX_REGION_PREVIOUS] = p->kind == LX_SCHEDULE_2BW ? out->param_elements * param_elt : 0,
       [LX_REGION_MASTER] = master_copy ? fp32_optimizer : 0,
       [LX_REGION_GRADS] = out->param_elements * 4,
@@ -507,11 +527,15 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
   int64_t work = l->region_offset[LX_REGION_WORK];
   switch (t.role) {
   case LX_T_PARAM: {
-    int64_t element = l->graph_param_offset[t.graph] + pl->param_offset[t.index];
+    bool trained = lx_param_trained(p->ir, op, t.index);
+    int64_t element = trained ? l->graph_param_offset[t.graph] + pl->param_offset[t.index]
+                              : l->frozen_first + l->graph_frozen_offset[t.graph] + pl->param_offset[t.index];
     lx_place_expr e = fixed(LX_REGION_PARAMS, l->region_offset[LX_REGION_PARAMS] + element * l->param_elt,
                             pl->param_elements[t.index] * l->param_elt);
-    e.per_layer = varies_by_layer(t) ? l->layer_param_elements * l->param_elt : 0;
-    e.versioned = l->region_bytes[LX_REGION_PREVIOUS] > 0;
+    int64_t layer_elements = trained ? l->layer_param_elements : l->layer_frozen_elements;
+    e.per_layer = varies_by_layer(t) ? layer_elements * l->param_elt : 0;
+    e.frozen = !trained;
+    e.versioned = trained && l->region_bytes[LX_REGION_PREVIOUS] > 0; /* the frozen never change */
     return e;
   }
   case LX_T_INTERNAL:
@@ -590,7 +614,7 @@ static void extend_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_
       t.role = LX_T_INTERNAL, t.index = k;
       extend(l, lx_locate(p, s, l, t), extents);
     }
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < LX_MAX_OP_PARAMS; k++)
     if (pl->param_elements[k] > 0) {
       t.role = LX_T_PARAM, t.index = k;
       extend(l, lx_locate(p, s, l, t), extents);

@@ -87,8 +87,10 @@ typedef struct {
                              the window buffer of the layer's parity, not the recompute part */
   int64_t grad_offset;    /* gradient of the output in work; -1 for inputs and int tensors */
   bool grad_in_pool;      /* that offset is in the weight-gradient pool: the op's W pass reads it */
-  int64_t param_offset[2]; /* element offset of weight, bias in the layer's block; -1 if none */
-  int64_t param_elements[2];
+  /* element offset of each parameter (ir.h LX_PARAM_*) in the layer's block of the
+   * trained or the frozen ones (lx_param_trained); -1 if none */
+  int64_t param_offset[LX_MAX_OP_PARAMS];
+  int64_t param_elements[LX_MAX_OP_PARAMS];
 } lx_op_place;
 
 /* Parameter gradients reduced across the dp replicas at once: those of one
@@ -122,7 +124,11 @@ typedef struct {
   int64_t pool_offset[LX_POOL_COUNT], pool_slot_bytes[LX_POOL_COUNT], pool_layer_bytes[LX_POOL_COUNT];
   int64_t graph_param_offset[LX_GRAPH_COUNT]; /* elements; the block's layer 0 */
   int64_t layer_param_elements;
-  int64_t param_elements;     /* all of the stage */
+  int64_t param_elements; /* all trained ones of the stage; the frozen ones follow */
+  /* fine-tuning's frozen parameters: the params region's elements from frozen_first on,
+   * laid out like the trained ones, without gradients, optimizer state or a 2BW copy */
+  int64_t frozen_first, frozen_elements, layer_frozen_elements;
+  int64_t graph_frozen_offset[LX_GRAPH_COUNT]; /* from frozen_first; the block's layer 0 */
   int64_t optimizer_elements; /* in adam_m, adam_v and master: all, or one replica's ZeRO-1 shards */
   int shards;                 /* ZeRO-1: dp, else 1 */
   lx_param_bucket *buckets;   /* in order of the params region */
@@ -173,6 +179,7 @@ typedef struct {
                       */
   int wrap;          /* with per_slot: the slot count, where it is not the pool's (a chunk's) */
   lx_slot_pool pool; /* with per_slot: whose slot count the micro-batch wraps at */
+  bool frozen;       /* a frozen weight (fine-tuning): per_layer is a frozen block's */
   bool versioned;    /* a weight under 2BW: in the version the micro-batch computes with (constant is
                         relative to the params region, which holds the live one) */
   int64_t bytes;

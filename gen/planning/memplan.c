@@ -9,12 +9,15 @@
 /* Bytes per parameter: the training-dtype copy (two under 2BW) (+ an fp32 master copy when it
  * is 16-bit), an fp32 gradient, and AdamW's two fp32 moments. ZeRO-1 keeps
  * the master and the moments of one dp replica's share only. */
-static void static_bytes(const lx_ir *ir, lx_schedule kind, int64_t params, lx_stage_memory *m) {
+/* Trained parameters have a gradient, AdamW moments and (16-bit) an fp32
+ * master; fine-tuning's frozen ones the weights alone. */
+static void static_bytes(const lx_ir *ir, lx_schedule kind, int64_t params, int64_t frozen,
+                         lx_stage_memory *m) {
   int elt = lx_dtype_bytes(ir->training.dtype);
   int64_t shards = ir->plan.zero && ir->plan.dp > 1 ? ir->plan.dp : 1;
   int64_t share = (params + shards - 1) / shards;
   int versions = kind == LX_SCHEDULE_2BW ? 2 : 1; /* 2BW keeps the previous weights too */
-  m->weights = versions * params * elt + (elt < 4 ? share * 4 : 0);
+  m->weights = versions * params * elt + (elt < 4 ? share * 4 : 0) + frozen * elt;
   m->grads = params * 4;
   m->optimizer = share * 8;
 }
@@ -204,7 +207,7 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
     const lx_stage *st = &p->stages[s];
     lx_stage_memory *m = &out[s];
     *m = (lx_stage_memory){0};
-    static_bytes(ir, p->kind, st->params_per_rank, m);
+    static_bytes(ir, p->kind, st->params_per_rank, st->frozen_per_rank, m);
     int64_t window = 0;
     m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(ir, st, LX_GRAPH_PROLOGUE, NULL, &window);
     m->graphs[LX_GRAPH_BLOCK] = graph_memory(ir, st, LX_GRAPH_BLOCK, st->decisions, &window);

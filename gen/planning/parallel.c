@@ -97,8 +97,10 @@ int64_t lx_stashed_layers(const lx_stage *st) {
 bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id graph, int op) {
   if (st->weight_lag == 0 || graph != LX_GRAPH_BLOCK) return false;
   const lx_op *o = &ir->block.ops[op];
-  /* in mini-sequences a piece's input exists only inside the backward */
-  return o->kind == LX_OP_LINEAR && o->chunks < 2 && !st->decisions[o->inputs[0]].drop_output;
+  /* in mini-sequences a piece's input exists only inside the backward; fine-tuning's
+   * adapter gradients are small, and its frozen linears have none */
+  return o->kind == LX_OP_LINEAR && o->chunks < 2 && !st->decisions[o->inputs[0]].drop_output &&
+         !ir->finetune;
 }
 
 bool lx_backward_gathers(const lx_ir *ir, const lx_op *op, lx_kernel_part part) {

@@ -98,9 +98,10 @@ void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_co
   m->prologue_s = graph_time(ir, cm, &ir->prologue, NULL);
   m->epilogue_s = graph_time(ir, cm, &ir->epilogue, NULL);
   int64_t per = static_per_param(ir);
-  m->static_per_layer = ir->block.params_per_rank * per;
-  m->static_prologue = ir->prologue.params_per_rank * per;
-  m->static_epilogue = ir->epilogue.params_per_rank * per;
+  int64_t frozen = lx_dtype_bytes(ir->training.dtype); /* fine-tuning's frozen weights: no more */
+  m->static_per_layer = ir->block.params_per_rank * per + ir->block.frozen_per_rank * frozen;
+  m->static_prologue = ir->prologue.params_per_rank * per + ir->prologue.frozen_per_rank * frozen;
+  m->static_epilogue = ir->epilogue.params_per_rank * per + ir->epilogue.frozen_per_rank * frozen;
   m->capacity = (int64_t)cm->gpu.memory_bytes;
   int64_t transient = transient_bytes(&ir->block);
   if (transient_bytes(&ir->epilogue) > transient) transient = transient_bytes(&ir->epilogue);

@@ -15,9 +15,12 @@
 #include "planning/passes.h"
 #include "planning/simulate.h"
 
-static int64_t stage_params(const lx_ir *ir, const lx_stage *st) {
-  return (st->has_prologue ? ir->prologue.params_per_rank : 0) + st->n_layers * ir->block.params_per_rank +
-         (st->has_epilogue ? ir->epilogue.params_per_rank : 0);
+/* The trained (or, `frozen`, the frozen) parameters per rank of a stage's graphs. */
+static int64_t stage_params(const lx_ir *ir, const lx_stage *st, bool frozen) {
+  const lx_graph *pro = &ir->prologue, *block = &ir->block, *epi = &ir->epilogue;
+  return (st->has_prologue ? frozen ? pro->frozen_per_rank : pro->params_per_rank : 0) +
+         st->n_layers * (frozen ? block->frozen_per_rank : block->params_per_rank) +
+         (st->has_epilogue ? frozen ? epi->frozen_per_rank : epi->params_per_rank : 0);
 }
 
 static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batches) {
@@ -52,7 +55,8 @@ static void init_stages(const lx_ir *ir, lx_recompute_policy fixed, const int *f
       st->chunks[v] = (lx_chunk){first[c], first[c + 1] - first[c]};
       st->n_layers += st->chunks[v].n_layers;
     }
-    st->params_per_rank = stage_params(ir, st);
+    st->params_per_rank = stage_params(ir, st, false);
+    st->frozen_per_rank = stage_params(ir, st, true);
     lx_chunk_stashes(out->kind, pp, out->virtual_stages, s, out->micro_batches, st->chunk_slots);
     for (int v = 0; v < st->n_chunks; v++) /* the pipeline buffers' slots: the busiest chunk's */
       if (st->chunk_slots[v] > st->stashed_micro_batches) st->stashed_micro_batches = st->chunk_slots[v];

@@ -214,7 +214,7 @@ static void forward_graph(builder *b, lx_graph_id gid, int layer, int mb) {
 /* Parameters per rank of the tied embedding table in graph gid of the stage:
  * the prologue's table, or the last stage's copy for its LM head. */
 static int64_t tied_table_params(const lx_ir *ir, const lx_stage *st, lx_graph_id gid) {
-  if (!ir->model.tied_embeddings) return 0;
+  if (!ir->model.tied_embeddings || ir->finetune) return 0; /* fine-tuning freezes the table */
   const lx_graph *g = lx_graph_of(ir, gid);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];

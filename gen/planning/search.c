@@ -373,28 +373,20 @@ static void fewer_micro_batches(lx_ir *ir) {
     p->global_batch = enough;
 }
 
-void lx_explain_longest_sequence(const lx_ir *analysed, const lx_search_request *req, FILE *explain) {
+static const int pieces[] = {1, 4, 16};
+
+/* One row per recompute policy, each led by `label` (fine-tuning's LoRA or LoRA-FA). */
+static void longest_rows(const lx_ir *analysed, const lx_search_request *req, const char *label,
+                         FILE *explain) {
   static const lx_recompute_policy policies[] = {LX_RECOMPUTE_NONE, LX_RECOMPUTE_SELECTIVE, LX_RECOMPUTE_FULL,
                                                  LX_RECOMPUTE_LYNX_HEU};
-  static const int pieces[] = {1, 4, 16};
-  fprintf(explain,
-          "longest sequence that fits at tp %d x pp %d x dp %d, micro-batch %d, %s (multiples of %d tokens; "
-          "the memory model's):\n  %-10s",
-          analysed->plan.tp, analysed->plan.pp, analysed->plan.dp, analysed->plan.micro_batch,
-          lx_schedule_name(analysed->plan.schedule), LX_SEQUENCE_STEP, "recompute");
-  for (size_t m = 0; m < sizeof pieces / sizeof pieces[0]; m++)
-    if (pieces[m] == 1)
-      fprintf(explain, " %12s", "whole");
-    else
-      fprintf(explain, " %5d pieces", pieces[m]);
-  fputc('\n', explain);
   lx_ir ir_fewer;
   lx_ir_working_copy(&ir_fewer, analysed);
   fewer_micro_batches(&ir_fewer);
   const lx_ir *ir = &ir_fewer;
   FILE *quiet = mute_diagnostics();
   for (size_t q = 0; q < sizeof policies / sizeof policies[0]; q++) {
-    fprintf(explain, "  %-10s", lx_recompute_policy_name(policies[q]));
+    fprintf(explain, "  %s%-10s", label, lx_recompute_policy_name(policies[q]));
     for (size_t m = 0; m < sizeof pieces / sizeof pieces[0]; m++) {
       lx_candidate c = on_plan(ir, ir->plan.schedule, policies[q]);
       c.virtual_stages = ir->plan.virtual_stages, c.mini_sequences = pieces[m];
@@ -408,4 +400,31 @@ void lx_explain_longest_sequence(const lx_ir *analysed, const lx_search_request 
   }
   unmute_diagnostics(quiet);
   lx_ir_free_working_copy(&ir_fewer);
+}
+
+void lx_explain_longest_sequence(const lx_ir *analysed, const lx_search_request *req, FILE *explain) {
+  fprintf(explain,
+          "longest sequence that fits at tp %d x pp %d x dp %d, micro-batch %d, %s (multiples of %d tokens; "
+          "the memory model's):\n  %s%-10s",
+          analysed->plan.tp, analysed->plan.pp, analysed->plan.dp, analysed->plan.micro_batch,
+          lx_schedule_name(analysed->plan.schedule), LX_SEQUENCE_STEP, analysed->finetune ? "        " : "",
+          "recompute");
+  for (size_t m = 0; m < sizeof pieces / sizeof pieces[0]; m++)
+    if (pieces[m] == 1)
+      fprintf(explain, " %12s", "whole");
+    else
+      fprintf(explain, " %5d pieces", pieces[m]);
+  fputc('\n', explain);
+  if (!analysed->finetune) {
+    longest_rows(analysed, req, "", explain);
+    return;
+  }
+  /* fine-tuning: LoRA and LoRA-FA train differently, so the search keeps the model's; both are shown */
+  lx_ir tuned;
+  lx_ir_working_copy(&tuned, analysed);
+  for (int fa = 0; fa <= 1; fa++) {
+    tuned.training.lora_fa = fa;
+    longest_rows(&tuned, req, fa ? "LoRA-FA " : "LoRA    ", explain);
+  }
+  lx_ir_free_working_copy(&tuned);
 }

@@ -211,7 +211,12 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
   const lx_stage_timeline *tl = &r->sim->stages[s];
   char layers[LX_RANGES_TEXT + 32];
   stage_layers(st, layers, sizeof layers);
-  fprintf(out, "\nstage %d: %s, %.1f M parameters per rank\n", s, layers, (double)st->params_per_rank / 1e6);
+  if (st->frozen_per_rank) /* fine-tuning: the trained ones are the adapters */
+    fprintf(out, "\nstage %d: %s, %.1f M trained parameters per rank, %.1f M frozen\n", s, layers,
+            (double)st->params_per_rank / 1e6, (double)st->frozen_per_rank / 1e6);
+  else
+    fprintf(out, "\nstage %d: %s, %.1f M parameters per rank\n", s, layers,
+            (double)st->params_per_rank / 1e6);
   fprintf(
       out,
       "  time       compute %.2f ms, recompute %.2f ms, exposed communication %.2f ms, compute busy %.1f%%\n",

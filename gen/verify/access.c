@@ -45,20 +45,28 @@ static int embedding_op(const lx_ir *ir) {
   return -1;
 }
 
-/* Parameter k (0 weight, 1 bias) that op `in->op` computes with: its own, or
+/* Parameter k (ir.h LX_PARAM_*) that op `in->op` computes with: its own, or
  * for a tied LM head that holds no copy (it shares the stage with the
- * embedding) the table. False where the op has none. */
+ * embedding) the table. False where the op has none, and for its gradient
+ * (`grad`) where it is frozen. */
 static bool param_of(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in, int k,
-                     lx_tensor_ref *out) {
+                     bool grad, lx_tensor_ref *out) {
   const lx_op *op = &lx_graph_of(p->ir, in->graph)->ops[in->op];
   if (l->places[in->graph][in->op].param_elements[k] > 0) {
     *out = (lx_tensor_ref){in->graph, in->layer, in->op, -1, LX_T_PARAM, k};
-    return true;
+    return !grad || lx_param_trained(p->ir, op, k);
   }
   bool tied_head = op->kind == LX_OP_LM_HEAD && k == 0 && p->stages[stage].has_prologue;
   if (!tied_head || embedding_op(p->ir) < 0) return false;
   *out = (lx_tensor_ref){LX_GRAPH_PROLOGUE, -1, embedding_op(p->ir), -1, LX_T_PARAM, 0};
-  return true;
+  return !grad || lx_param_trained(p->ir, &p->ir->prologue.ops[embedding_op(p->ir)], 0);
+}
+
+/* A backward reads an input it keeps, or makes again piece by piece: a
+ * frozen matmul (fine-tuning) keeps none, its gradient needs only W. */
+static bool backward_reads_input(const lx_graph *g, int i, int k) {
+  int producer = g->ops[i].inputs[k];
+  return lx_op_saves(g, i, producer) || lx_chunk_local(g, producer);
 }
 
 /* Integer tensors (tokens, targets) have no gradient. */
@@ -87,6 +95,7 @@ static bool operand_tensor(const lx_pipeline *p, const lx_instr *in, const lx_op
   bool column = op->tp_role == LX_TP_COLUMN, scattered = c.reduce_after && c.reduce == LX_COLL_REDUCE_SCATTER;
   switch (o->kind) {
   case LX_OPND_IN:
+    if (backward && !backward_reads_input(g, in->op, o->index)) return false;
     *t = o->index == 0 && c.gather_before && column ? gathered(in, 0)
                                                     : ref(in, op->inputs[o->index], LX_T_OUTPUT, 0);
     return true;
@@ -123,11 +132,13 @@ bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l
     out->mode = LX_ACCESS_WRITE; /* the gradient's one contribution, written */
   switch (o->kind) {
   case LX_OPND_WEIGHT:
-  case LX_OPND_BIAS: return param_of(p, stage, l, in, o->kind == LX_OPND_BIAS, &out->tensor);
+  case LX_OPND_BIAS:
+  case LX_OPND_ADAPTER: return param_of(p, stage, l, in, lx_operand_param(o), false, &out->tensor);
   case LX_OPND_DWEIGHT:
   case LX_OPND_DBIAS:
+  case LX_OPND_DADAPTER:
     out->target = LX_TARGET_PARAM_GRAD;
-    return param_of(p, stage, l, in, o->kind == LX_OPND_DBIAS, &out->tensor);
+    return param_of(p, stage, l, in, lx_operand_param(o), true, &out->tensor);
   default: return operand_tensor(p, in, o, backward, &out->tensor);
   }
 }

@@ -236,6 +236,7 @@ LX_CUDA_API void lx_cuda_norm_backward_launch(lx_bf16 *dinp, float *dweight, flo
     lx_cuda_norm_backward_input_kernel<1><<<blocks, LX_CUDA_NORM_THREADS, 0, stream>>>(dinp, stats, dout, inp, weight,
                                                                                        BT, C, rms);
   LX_CUDA_LAUNCHED();
+  if (!dweight) return; /* fine-tuning: the norm's parameters are frozen */
   if (dbias)
     lx_cuda_norm_param_partials_kernel<2><<<lx_column_grid(BT, C), LX_CUDA_COLUMN_THREADS, 0, stream>>>(
         dweight_partials, dbias_partials, stats, dout, inp, BT, C);
@@ -257,7 +258,7 @@ LX_CUDA_API void lx_cuda_norm_backward_launch(lx_bf16 *dinp, float *dweight, flo
  * from inp (the only thing the forward saved). */
 LX_CUDA_API void lx_layernorm_backward(const lx_ctx *ctx,
                                        lx_bf16 *dinp,         // (BT, C)
-                                       float *dweight,        // (C)
+                                       float *dweight,        // (C) or NULL (frozen)
                                        float *dbias,          // (C)
                                        const lx_bf16 *dout,   // (BT, C)
                                        const lx_bf16 *inp,    // (BT, C)

@@ -80,13 +80,14 @@ static inline long long owned_part(const lx_param_tensor *t, long long *lo, long
 #define PARAMS ((lx_bf16 *)(arena + REGION_params))
 #define MASTER ((float *)(arena + REGION_master))
 
-/* Weights drawn on the host from the CPU target's streams, copied as bf16;
- * the fp32 masters of this replica's shares start from those bf16 values. */
+/* Weights drawn on the host from the CPU target's streams, copied as bf16
+ * (fine-tuning's frozen ones too); the fp32 masters of this replica's shares
+ * of the trained ones start from those bf16 values. */
 static inline void init_params(void) {
-  size_t bytes = (size_t)PARAM_ELEMENTS * sizeof(lx_bf16);
+  size_t bytes = (size_t)ALL_PARAM_ELEMENTS * sizeof(lx_bf16);
   lx_bf16 *host = (lx_bf16 *)malloc(bytes > 0 ? bytes : 1);
   if (!host) lx_cuda_fail_at(__FILE__, __LINE__, "malloc", "host", "out of memory");
-  for (int t = 0; t < PARAM_TENSORS; t++)
+  for (int t = 0; t < ALL_PARAM_TENSORS; t++)
     init_tensor(host + param_tensors[t].element, &param_tensors[t]);
   CUDA_CHECK(cudaMemcpy(PARAMS, host, bytes, cudaMemcpyHostToDevice));
   free(host);
@@ -111,30 +112,32 @@ static inline void copy_masters(float *weights, cudaMemcpyKind direction) {
   }
 }
 
-/* PARAM_ELEMENTS weights between the host's fp32 and a bf16 array of the
- * arena (the live weights, or 2BW's previous ones), rounded on the way in. */
-static inline void copy_bf16_weights(lx_bf16 *device, float *host, cudaMemcpyKind direction) {
-  size_t bytes = (size_t)PARAM_ELEMENTS * sizeof(lx_bf16);
-  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC(bytes);
+/* n weights between the host's fp32 and a bf16 array of the arena (the
+ * live weights, or 2BW's previous ones), rounded on the way in. */
+static inline void copy_bf16_weights(lx_bf16 *device, float *host, long long n, cudaMemcpyKind direction) {
+  size_t bytes = (size_t)n * sizeof(lx_bf16);
+  lx_bf16 *rounded = (lx_bf16 *)LX_MALLOC(bytes > 0 ? bytes : 1);
   if (direction == cudaMemcpyHostToDevice) {
 #pragma omp parallel for schedule(static)
-    for (long long i = 0; i < PARAM_ELEMENTS; i++) rounded[i] = __float2bfloat16(host[i]);
+    for (long long i = 0; i < n; i++) rounded[i] = __float2bfloat16(host[i]);
     CUDA_CHECK(cudaMemcpy(device, rounded, bytes, cudaMemcpyHostToDevice));
   } else {
     CUDA_CHECK(cudaMemcpy(rounded, device, bytes, cudaMemcpyDeviceToHost));
 #pragma omp parallel for schedule(static)
-    for (long long i = 0; i < PARAM_ELEMENTS; i++) host[i] = __bfloat162float(rounded[i]);
+    for (long long i = 0; i < n; i++) host[i] = __bfloat162float(rounded[i]);
   }
   free(rounded);
 }
 
 /* The file's fp32 weights become the masters as they are and, rounded, the
- * bf16 weights; the optimizer state stays zero. */
+ * bf16 weights; the optimizer state stays zero. Fine-tuning reads the frozen
+ * base alone (elements PARAM_ELEMENTS on): the adapters keep init_params's values. */
 static inline void load_checkpoint(const char *path) {
-  float *weights = (float *)LX_CALLOC((size_t)PARAM_ELEMENTS, sizeof(float));
+  float *weights = (float *)LX_CALLOC((size_t)ALL_PARAM_ELEMENTS, sizeof(float));
   read_checkpoint(path, weights);
-  copy_bf16_weights(PARAMS, weights, cudaMemcpyHostToDevice);
-  copy_masters(weights, cudaMemcpyHostToDevice);
+  long long first = FINETUNE ? PARAM_ELEMENTS : 0;
+  copy_bf16_weights(PARAMS + first, weights + first, ALL_PARAM_ELEMENTS - first, cudaMemcpyHostToDevice);
+  if (!FINETUNE) copy_masters(weights, cudaMemcpyHostToDevice);
   free(weights);
 }
 
@@ -147,8 +150,13 @@ static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
 
 /* Between steps: the step that updated the masters has finished. */
 static void export_weights(const char *llmc, const char *hf) {
-  float *weights = (float *)LX_CALLOC((size_t)PARAM_ELEMENTS, sizeof(float));
+  float *weights = (float *)LX_CALLOC((size_t)ALL_PARAM_ELEMENTS, sizeof(float));
   copy_masters(weights, cudaMemcpyDeviceToHost);
+#if FINETUNE /* the frozen base as the bf16 weights hold it, with the adapters merged in */
+  copy_bf16_weights(PARAMS + PARAM_ELEMENTS, weights + PARAM_ELEMENTS, ALL_PARAM_ELEMENTS - PARAM_ELEMENTS,
+                    cudaMemcpyDeviceToHost);
+  merge_adapters(weights);
+#endif
   if (llmc) write_checkpoint(llmc, weights);
   if (hf) write_hf_checkpoint(hf, weights);
   free(weights);
@@ -172,7 +180,7 @@ static void state_arrays(float *arrays[4], int saving) {
     copy_masters(state_host[0], cudaMemcpyDeviceToHost);
     CUDA_CHECK(cudaMemcpy(state_host[1], arena + REGION_adam_m, sizes[1] * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(state_host[2], arena + REGION_adam_v, sizes[2] * 4, cudaMemcpyDeviceToHost));
-    if (STEPS_OVERLAP) copy_bf16_weights(PREVIOUS_WEIGHTS, state_host[3], cudaMemcpyDeviceToHost);
+    if (STEPS_OVERLAP) copy_bf16_weights(PREVIOUS_WEIGHTS, state_host[3], PARAM_ELEMENTS, cudaMemcpyDeviceToHost);
   }
   for (int i = 0; i < 4; i++) arrays[i] = state_host[i];
 }
@@ -195,13 +203,13 @@ static int weights_finite(void) {
 /* A resume read every weight of the rank: the masters of its shares, and
  * the bf16 weights rounded from them (as every step makes them). */
 static void state_restored(void) {
-  copy_bf16_weights(PARAMS, state_host[0], cudaMemcpyHostToDevice);
+  copy_bf16_weights(PARAMS, state_host[0], PARAM_ELEMENTS, cudaMemcpyHostToDevice);
   copy_masters(state_host[0], cudaMemcpyHostToDevice);
   CUDA_CHECK(cudaMemcpy(arena + REGION_adam_m, state_host[1], (size_t)OPTIMIZER_ELEMENTS * 4,
                         cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(arena + REGION_adam_v, state_host[2], (size_t)OPTIMIZER_ELEMENTS * 4,
                         cudaMemcpyHostToDevice));
-  if (STEPS_OVERLAP) copy_bf16_weights(PREVIOUS_WEIGHTS, state_host[3], cudaMemcpyHostToDevice);
+  if (STEPS_OVERLAP) copy_bf16_weights(PREVIOUS_WEIGHTS, state_host[3], PARAM_ELEMENTS, cudaMemcpyHostToDevice);
 }
 
 /* 2BW: the live weights become the previous version, the one the next step computes with. */

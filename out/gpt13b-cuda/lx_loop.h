@@ -29,6 +29,35 @@
 
 #include <math.h>
 
+/* Fine-tuning's programs define them: the first PARAM_TENSORS of
+ * param_tensors are trained, the rest frozen (elements PARAM_ELEMENTS to
+ * ALL_PARAM_ELEMENTS of the params region), read from --init and never changed. */
+#ifndef FINETUNE
+#define FINETUNE 0
+#define ALL_PARAM_TENSORS PARAM_TENSORS
+#define ALL_PARAM_ELEMENTS PARAM_ELEMENTS
+#endif
+
+#if FINETUNE
+/* The adapted weights W + scale B A into weights (fp32 at params-region
+ * indices, every tensor of the stage): what --export-llmc and --export-hf
+ * write, the base model with the adapters merged in. */
+static void merge_adapters(float *weights) {
+  for (int i = 0; i < LORA_ADAPTERS; i++) {
+    const lx_lora_adapter *a = &lora_adapters[i];
+    const lx_param_tensor *w = &param_tensors[a->weight];
+    const float *down = weights + param_tensors[a->lora_a].element, *up = weights + param_tensors[a->lora_b].element;
+    for (long long o = 0; o < w->rows; o++)
+      for (long long r = 0; r < a->rank; r++) {
+        float s = (float)(a->scale * up[o * a->rank + r]);
+        float *row = weights + w->element + o * w->cols;
+        for (long long c = 0; c < w->cols; c++)
+          row[c] += s * down[r * w->cols + c];
+      }
+  }
+}
+#endif
+
 /* PipeDream-2BW programs define it: consecutive steps overlap, the next
  * one's first forwards running in this one's drain, and the weights have a
  * second version (the one before the last update) that the steps use. */
@@ -131,7 +160,7 @@ static lx_run_options parsed_run_options(lx_program program, int argc, char **ar
   lx_run_options o = model_defaults(program);
   lx_parse_run_options(argc, argv, &o);
   lx_metrics_set_print_every(o.print_every);
-  if (o.init_checkpoint && o.resume_checkpoint)
+  if (o.init_checkpoint && o.resume_checkpoint && !FINETUNE)
     lx_usage_error("--init starts a run from llm.c weights, --resume continues one: not both");
   check_validation_only(&o);
   if (o.init_checkpoint) require_init_checkpoint(o.init_checkpoint);
@@ -246,10 +275,10 @@ static int moved_part(const lx_param_tensor *t, int writing, long long *lo, long
  * wte too); writing, only the parts this rank saves, a replicated tensor by
  * tp rank 0. Returns them, malloc'd, and their number in *n. */
 static lx_ckpt_slice *checkpoint_slices(int writing, int *n) {
-  int cap = PARAM_TENSORS;
+  int cap = ALL_PARAM_TENSORS;
   lx_ckpt_slice *out = (lx_ckpt_slice *)LX_MALLOC(sizeof(lx_ckpt_slice) * (size_t)cap);
   *n = 0;
-  for (int i = 0; i < PARAM_TENSORS; i++) {
+  for (int i = 0; i < ALL_PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
     long long lo, hi;
     if (t->file_element < 0 || !moved_part(t, writing, &lo, &hi)) continue;
@@ -270,7 +299,7 @@ static lx_ckpt_slice *checkpoint_slices(int writing, int *n) {
 /* The stage's weights from the checkpoint at path (llm.c's or a Hugging
  * Face checkpoint), as fp32 at their params-region indices. */
 static void read_hf_checkpoint(const char *path, float *weights);
-static void read_checkpoint(const char *path, float *weights /* (PARAM_ELEMENTS) */) {
+static void read_checkpoint(const char *path, float *weights /* (ALL_PARAM_ELEMENTS) */) {
   if (lx_hf_is_checkpoint(path)) {
     read_hf_checkpoint(path, weights);
     return;
@@ -282,7 +311,7 @@ static void read_checkpoint(const char *path, float *weights /* (PARAM_ELEMENTS)
 }
 
 /* Collective over every rank: each writes its saved parts of weights. */
-static void write_checkpoint(const char *path, const float *weights /* (PARAM_ELEMENTS) */) {
+static void write_checkpoint(const char *path, const float *weights /* (ALL_PARAM_ELEMENTS) */) {
   int n = 0;
   lx_ckpt_slice *slices = checkpoint_slices(1, &n);
   lx_checkpoint_save_all(path, &gpt2_header, slices, n, weights, MPI_COMM_WORLD);
@@ -336,7 +365,7 @@ static void write_hf_config(const char *dir) {
 /* What write_hf_checkpoint hands lx_checkpoint_collective. */
 typedef struct {
   const lx_hf_file_plan *plan;
-  float *weights; /* (PARAM_ELEMENTS) */
+  float *weights; /* (ALL_PARAM_ELEMENTS) */
 } hf_export;
 
 static void create_hf_file(const char *path, void *ctx) {
@@ -360,7 +389,7 @@ static void write_hf_parts(int fd, const char *tmp, void *ctx) {
 }
 
 /* Collective: the weights as dir/model.safetensors (F32) and its config.json. */
-static void write_hf_checkpoint(const char *dir, float *weights /* (PARAM_ELEMENTS) */) {
+static void write_hf_checkpoint(const char *dir, float *weights /* (ALL_PARAM_ELEMENTS) */) {
   char *path = lx_hf_join(dir, "model.safetensors");
   lx_hf_file_plan plan = lx_hf_plan(hf_tensors, HF_TENSORS, HF_LAYERS);
   hf_export export_ctx = {&plan, weights};
@@ -373,7 +402,7 @@ static void write_hf_checkpoint(const char *dir, float *weights /* (PARAM_ELEMEN
 
 /* Every element of a parameter the file holds rows of starts at zero: rows
  * it does not hold (the vocabulary's padding) stay so, as in llm.c's files. */
-static void read_hf_checkpoint(const char *path, float *weights /* (PARAM_ELEMENTS) */) {
+static void read_hf_checkpoint(const char *path, float *weights /* (ALL_PARAM_ELEMENTS) */) {
   lx_hf_source src = lx_hf_source_open(path);
   for (int i = 0; i < HF_PARTS; i++) {
     const lx_param_tensor *t = &param_tensors[hf_parts[i].param];

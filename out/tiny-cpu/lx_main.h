@@ -73,7 +73,7 @@ static void clear_optimizer_state(void) {
 }
 
 static void initialize_parameters(uint64_t seed) {
-  for (int i = 0; i < PARAM_TENSORS; i++) {
+  for (int i = 0; i < ALL_PARAM_TENSORS; i++) {
     const lx_param_tensor *t = &param_tensors[i];
     if (t->init_std > 0) initialize_normal(t, seed);
     else lx_init_constant(&kernel_ctx, PARAMS + t->element, (size_t)t->elements, (real)t->init_value);
@@ -132,8 +132,15 @@ static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
 }
 
 static void export_weights(const char *llmc, const char *hf) {
-  if (llmc) write_checkpoint(llmc, (const float *)PARAMS);
-  if (hf) write_hf_checkpoint(hf, (float *)PARAMS);
+  float *weights = (float *)PARAMS;
+#if FINETUNE /* a copy of the base with the adapters merged in: the frozen weights stay as they are */
+  weights = (float *)LX_MALLOC(sizeof(float) * (size_t)ALL_PARAM_ELEMENTS);
+  memcpy(weights, PARAMS, sizeof(float) * (size_t)ALL_PARAM_ELEMENTS);
+  merge_adapters(weights);
+#endif
+  if (llmc) write_checkpoint(llmc, weights);
+  if (hf) write_hf_checkpoint(hf, weights);
+  if (weights != (float *)PARAMS) free(weights);
 }
 
 /* The arena holds the whole state, in place: the weights (the tied copy
@@ -156,7 +163,7 @@ static void state_restored(void) {}
 
 /* The tensors only: the gaps between them hold the arena's poison (NaN). */
 static int weights_finite(void) {
-  for (int i = 0; i < PARAM_TENSORS; i++)
+  for (int i = 0; i < ALL_PARAM_TENSORS; i++)
     for (long long e = 0; e < param_tensors[i].elements; e++)
       if (!isfinite(PARAMS[param_tensors[i].element + e])) return 0;
   return 1;
@@ -413,6 +420,25 @@ static int check_memory_extents(void) {
          (long long)ARENA_BYTES, used_total, bad ? "DIFFER from the plan" : "as planned");
   return bad;
 }
+
+/* Fine-tuning: the frozen weights as the run started, to compare with at its end. */
+static real *frozen_at_start;
+
+static void keep_frozen_weights(void) {
+  size_t n = (size_t)(ALL_PARAM_ELEMENTS - PARAM_ELEMENTS);
+  frozen_at_start = (real *)LX_MALLOC(sizeof(real) * (n ? n : 1));
+  memcpy(frozen_at_start, PARAMS + PARAM_ELEMENTS, sizeof(real) * n);
+}
+
+/* Every byte of the frozen weights (the gaps between them too) as it was. */
+static int check_frozen_weights(void) {
+  size_t n = (size_t)(ALL_PARAM_ELEMENTS - PARAM_ELEMENTS);
+  int same = !memcmp(frozen_at_start, PARAMS + PARAM_ELEMENTS, sizeof(real) * n);
+  if (FINETUNE)
+    printf("frozen: stage %d, %zu elements %s\n", STAGE, n, same ? "bitwise unchanged" : "CHANGED during the run");
+  free(frozen_at_start);
+  return !same;
+}
 #endif
 
 /* ---- main ------------------------------------------------------------------------- */
@@ -431,9 +457,12 @@ int main(int argc, char **argv) {
   if (tied_comm != MPI_COMM_NULL) LX_MPI_CHECK(MPI_Comm_set_name(tied_comm, "tied-embedding (first and last stage)"));
   allocate_arena();
   seed = o.train.seed;
+  if (!o.init_checkpoint || FINETUNE) initialize_parameters(o.train.seed); /* fine-tuning: the adapters */
   if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
-  else initialize_parameters(o.train.seed);
   keep_previous_weights(); /* a resumed run reads both versions */
+#ifdef LX_CHECK_MEMORY
+  keep_frozen_weights();
+#endif
   loader = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);
   if (o.gradcheck) {
@@ -444,7 +473,7 @@ int main(int argc, char **argv) {
   train(&o, loader, val);
   int status = 0;
 #ifdef LX_CHECK_MEMORY
-  status = check_memory_extents();
+  status = check_memory_extents() | check_frozen_weights();
 #endif
   lx_loader_close(loader);
   lx_loader_close(val);

@@ -84,4 +84,49 @@ static inline void lx_linear_backward(const lx_ctx *ctx,
   if (dbias) lx_bias_backward(ctx, dbias, dout, BT, OC);
 }
 
+/* ---- LoRA (Hu et al. 2021) ---------------------------------------------------
+ * A linear with a low-rank adapter: out = inp W^T + bias + scale (inp A^T) B^T,
+ * scale = alpha / R. The forward keeps down = inp A^T (rank R wide) for dB. */
+static inline void lx_lora_linear_forward(const lx_ctx *ctx,
+                                          real *out,          // (BT, OC)
+                                          real *down,         // (BT, R)
+                                          const real *inp,    // (BT, C)
+                                          const real *weight, // (OC, C)
+                                          const real *bias,   // (OC) or NULL
+                                          const real *lora_a, // (R, C)
+                                          const real *lora_b, // (OC, R)
+                                          int BT, int C, int OC, int R, real scale) {
+  lx_linear_forward(ctx, out, inp, weight, bias, BT, C, OC);
+  lx_gemm(0, 1, BT, R, C, 1, inp, lora_a, 0, down);
+  lx_gemm(0, 1, BT, OC, R, scale, down, lora_b, 1, out);
+}
+
+/* With du = scale dout B (BT, R): dinp += dout W + du A (the base part = under
+ * LX_GRAD_WRITE), dlora_a += du^T inp, dlora_b += scale dout^T down; the base
+ * weights' gradients as lx_linear_backward's. Fine-tuning freezes W and the
+ * bias (their gradients NULL, and inp with them), LoRA-FA A too (dlora_a NULL,
+ * inp NULL). */
+static inline void lx_lora_linear_backward(const lx_ctx *ctx,
+                                           real *dinp,         // (BT, C) or NULL
+                                           real *dweight,      // (OC, C) or NULL
+                                           real *dbias,        // (OC) or NULL
+                                           real *dlora_a,      // (R, C) or NULL
+                                           real *dlora_b,      // (OC, R) or NULL
+                                           const real *dout,   // (BT, OC)
+                                           const real *inp,    // (BT, C), or NULL when dweight and dlora_a are
+                                           const real *down,   // (BT, R)
+                                           const real *weight, // (OC, C)
+                                           const real *lora_a, // (R, C)
+                                           const real *lora_b, // (OC, R)
+                                           int BT, int C, int OC, int R, real scale, lx_grad_mode dinp_mode) {
+  lx_linear_backward(ctx, dinp, dweight, dbias, dout, inp, weight, BT, C, OC, dinp_mode);
+  if (dlora_b) lx_gemm(1, 0, OC, R, BT, scale, dout, down, 1, dlora_b);
+  if (!dinp && !dlora_a) return;
+  real *du = (real *)LX_MALLOC(sizeof(real) * (size_t)BT * (size_t)R);
+  lx_gemm(0, 0, BT, R, OC, scale, dout, lora_b, 0, du);
+  if (dlora_a) lx_gemm(1, 0, R, C, BT, 1, du, inp, 1, dlora_a);
+  if (dinp) lx_gemm(0, 0, BT, C, R, 1, du, lora_a, 1, dinp);
+  free(du);
+}
+
 #endif

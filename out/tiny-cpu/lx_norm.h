@@ -77,8 +77,8 @@ static inline void lx_layernorm_backward_row(real *dx,           // (C)
 
 static inline void lx_layernorm_backward(const lx_ctx *ctx,
                                          real *dinp,         // (BT, C)
-                                         real *dweight,      // (C)
-                                         real *dbias,        // (C)
+                                         real *dweight,      // (C) or NULL (frozen)
+                                         real *dbias,        // (C) or NULL (frozen)
                                          const real *dout,   // (BT, C)
                                          const real *inp,    // (BT, C)
                                          const real *weight, // (C)
@@ -86,6 +86,7 @@ static inline void lx_layernorm_backward(const lx_ctx *ctx,
 #pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++)
     lx_layernorm_backward_row(dinp + (size_t)r * C, dout + (size_t)r * C, inp + (size_t)r * C, weight, C);
+  if (!dweight) return; /* fine-tuning: frozen */
   /* Parameter gradients sum over rows in row order on one thread: the sum
    * then never depends on the thread count. The statistics are recomputed
    * once more rather than kept in scratch memory the IR does not charge. */
@@ -133,7 +134,7 @@ static inline void lx_rmsnorm_backward_row(real *dx,           // (C)
 
 static inline void lx_rmsnorm_backward(const lx_ctx *ctx,
                                        real *dinp,         // (BT, C)
-                                       real *dweight,      // (C)
+                                       real *dweight,      // (C) or NULL (frozen)
                                        const real *dout,   // (BT, C)
                                        const real *inp,    // (BT, C)
                                        const real *weight, // (C)
@@ -141,6 +142,7 @@ static inline void lx_rmsnorm_backward(const lx_ctx *ctx,
 #pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < BT; r++)
     lx_rmsnorm_backward_row(dinp + (size_t)r * C, dout + (size_t)r * C, inp + (size_t)r * C, weight, C);
+  if (!dweight) return; /* fine-tuning: frozen */
   for (int r = 0; r < BT; r++) { /* row order on one thread, as for layernorm */
     const real *x = inp + (size_t)r * C, *dy = dout + (size_t)r * C;
     lx_row_stats s = lx_rmsnorm_stats(x, C);

@@ -39,6 +39,15 @@ typedef struct {
   long long shard_first;     /* ZeRO-1: this replica's share of their optimizer state */
 } lx_param_bucket;
 
+/* Fine-tuning: a linear's LoRA adapter, as rows of param_tensors: the frozen
+ * weight (out, in), A (rank, in) and B (out, rank). Exported weights are
+ * merged, W + scale B A, so that the files hold the model the run trained. */
+typedef struct {
+  int weight, lora_a, lora_b;
+  long long rank;
+  double scale; /* alpha / rank */
+} lx_lora_adapter;
+
 /* How the rows of a parameter lie in the file's tensor. */
 typedef enum {
   LX_HF_ROWS,       /* as they are */

@@ -20,6 +20,10 @@
 #ifndef LX_CUDA_MAIN_H
 #define LX_CUDA_MAIN_H
 
+#ifndef LORA_RANK /* fine-tuning's programs define it: their adapters' largest rank */
+#define LORA_RANK 0
+#endif
+
 #define LX_TARGET_NORM_EPS LX_CUDA_NORM_EPS
 #include "lx_loop.h"
 
@@ -225,7 +229,7 @@ static void allocate(void) {
     /* a stream runs one kernel at a time: the largest need of any (HEADS, WIDEST: the stage's) */
     size_t floats = std::max({lx_cuda_attention_scratch_floats(B, T, HEADS), lx_cuda_norm_backward_scratch_floats(BT, WIDEST),
                               lx_cuda_bias_backward_scratch_floats(BT, WIDEST), 3 * (size_t)BT,
-                              lx_cuda_grad_norm_scratch_floats()});
+                              lx_cuda_grad_norm_scratch_floats(), lx_cuda_lora_scratch_floats(BT, LORA_RANK)});
     float *scratch = NULL;
     CUDA_CHECK(cudaMalloc((void **)&scratch, floats * sizeof(float)));
     ctx_of[k] = lx_ctx{streams[k], matmul, scratch, floats};
@@ -291,10 +295,8 @@ int main(int argc, char **argv) {
   allocate();
   if (o.profile_path) prof_totals = (lx_prof_total *)calloc(PROF_SLOTS, sizeof(lx_prof_total));
   seed = o.train.seed;
-  if (o.init_checkpoint)
-    load_checkpoint(o.init_checkpoint);
-  else
-    init_params();
+  if (!o.init_checkpoint || FINETUNE) init_params(); /* fine-tuning: the adapters start here */
+  if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
   start_weight_versions(); /* a resumed run reads both versions */
   training_data = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);

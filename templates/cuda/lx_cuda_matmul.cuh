@@ -166,16 +166,17 @@ LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context
  *         GELU / GELU_BIAS, read by DGELU; else NULL
  * DGELU scales the product itself by gelu'(aux), so it cannot also add into
  * D: it requires accumulate == 0 (the emitter uses it only where the gradient
- * buffer is fresh). Pointers must be 16-byte aligned (the arena aligns). */
-LX_CUDA_API void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)
-                                  cudaDataType_t d_type,
-                                  const lx_bf16 *a, // (m, k) or (k, m)
-                                  const lx_bf16 *b, // (k, n) or (n, k)
-                                  int m, int n, int k, int trans_a, int trans_b, int accumulate,
-                                  lx_epilogue epilogue,
-                                  const lx_bf16 *bias, // (n) or NULL
-                                  lx_bf16 *aux,        // (m, n) or NULL
-                                  cudaStream_t stream) {
+ * buffer is fresh). Pointers must be 16-byte aligned (the arena aligns).
+ * The product is scaled by alpha (lx_cuda_matmul: 1). */
+LX_CUDA_API void lx_cuda_matmul_scaled(lx_cuda_matmul_context *ctx, void *d, // (m, n)
+                                         cudaDataType_t d_type,
+                                         const lx_bf16 *a, // (m, k) or (k, m)
+                                         const lx_bf16 *b, // (k, n) or (n, k)
+                                         int m, int n, int k, int trans_a, int trans_b, int accumulate,
+                                         lx_epilogue epilogue,
+                                         const lx_bf16 *bias, // (n) or NULL
+                                         lx_bf16 *aux,        // (m, n) or NULL
+                                         float alpha, cudaStream_t stream) {
   LX_CUDA_REQUIRE(m > 0 && n > 0 && k > 0);
   LX_CUDA_REQUIRE(d_type == CUDA_R_16BF || d_type == CUDA_R_32F);
   LX_CUDA_REQUIRE((((uintptr_t)a | (uintptr_t)b | (uintptr_t)d) % 16) == 0);
@@ -198,10 +199,23 @@ LX_CUDA_API void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)
   if (aux)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                                 sizeof(aux)));
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const float beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(ctx->handle, plan->operation, &alpha, b, plan->a_layout, a, plan->b_layout, &beta, d,
                               plan->d_layout, d, plan->d_layout, &plan->algorithm, ctx->workspace,
                               ctx->workspace_bytes, stream));
+}
+
+LX_CUDA_API void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)
+                                  cudaDataType_t d_type,
+                                  const lx_bf16 *a, // (m, k) or (k, m)
+                                  const lx_bf16 *b, // (k, n) or (n, k)
+                                  int m, int n, int k, int trans_a, int trans_b, int accumulate,
+                                  lx_epilogue epilogue,
+                                  const lx_bf16 *bias, // (n) or NULL
+                                  lx_bf16 *aux,        // (m, n) or NULL
+                                  cudaStream_t stream) {
+  lx_cuda_matmul_scaled(ctx, d, d_type, a, b, m, n, k, trans_a, trans_b, accumulate, epilogue, bias, aux, 1.0f,
+                        stream);
 }
 
 /* ---- linear layers: out = inp W^T + bias ----------------------------------- */
@@ -291,6 +305,61 @@ LX_CUDA_API void lx_linear_dgelu_backward(const lx_ctx *ctx,
                                           int BT, int C, int OC) {
   lx_cuda_matmul(ctx->matmul, dpre_gelu, CUDA_R_16BF, dout, weight, BT, C, OC, 0, 0, 0, LX_EPILOGUE_DGELU, NULL,
                  (lx_bf16 *)pre_gelu, ctx->stream);
+}
+
+/* ---- LoRA (Hu et al. 2021): out = inp W^T + bias + scale (inp A^T) B^T -------
+ * The CPU twins are templates/cpu/lx_matmul.h's; down = inp A^T (rank R) is
+ * kept for dB. Five small GEMMs beside the base one, each cuBLASLt's. */
+
+LX_CUDA_API void lx_lora_linear_forward(const lx_ctx *ctx,
+                                        lx_bf16 *out,          // (BT, OC)
+                                        lx_bf16 *down,         // (BT, R)
+                                        const lx_bf16 *inp,    // (BT, C)
+                                        const lx_bf16 *weight, // (OC, C)
+                                        const lx_bf16 *bias,   // (OC) or NULL
+                                        const lx_bf16 *lora_a, // (R, C)
+                                        const lx_bf16 *lora_b, // (OC, R)
+                                        int BT, int C, int OC, int R, float scale) {
+  lx_linear_forward(ctx, out, inp, weight, bias, BT, C, OC);
+  lx_cuda_matmul(ctx->matmul, down, CUDA_R_16BF, inp, lora_a, BT, R, C, 0, 1, 0, LX_EPILOGUE_NONE, NULL, NULL,
+                 ctx->stream);
+  lx_cuda_matmul_scaled(ctx->matmul, out, CUDA_R_16BF, down, lora_b, BT, OC, R, 0, 1, 1, LX_EPILOGUE_NONE, NULL, NULL,
+                        scale, ctx->stream);
+}
+
+/* du = scale dout B, bf16 in the stream's scratch. */
+LX_CUDA_API size_t lx_cuda_lora_scratch_floats(int BT, int R) { return ((size_t)BT * R + 1) / 2; }
+
+/* dinp += dout W + du A (the base part = under LX_GRAD_WRITE); dlora_a += du^T inp,
+ * dlora_b += scale dout^T down (fp32); the base weights' as lx_linear_backward.
+ * Fine-tuning passes NULL for the frozen ones' gradients (LoRA-FA: A's, and inp). */
+LX_CUDA_API void lx_lora_linear_backward(const lx_ctx *ctx,
+                                         lx_bf16 *dinp,         // (BT, C) or NULL
+                                         float *dweight,        // (OC, C) or NULL
+                                         float *dbias,          // (OC) or NULL
+                                         float *dlora_a,        // (R, C) or NULL
+                                         float *dlora_b,        // (OC, R) or NULL
+                                         const lx_bf16 *dout,   // (BT, OC)
+                                         const lx_bf16 *inp,    // (BT, C), or NULL when dweight and dlora_a are
+                                         const lx_bf16 *down,   // (BT, R)
+                                         const lx_bf16 *weight, // (OC, C)
+                                         const lx_bf16 *lora_a, // (R, C)
+                                         const lx_bf16 *lora_b, // (OC, R)
+                                         int BT, int C, int OC, int R, float scale, lx_grad_mode dinp_mode) {
+  lx_linear_backward(ctx, dinp, dweight, dbias, dout, inp, weight, BT, C, OC, dinp_mode);
+  if (dlora_b)
+    lx_cuda_matmul_scaled(ctx->matmul, dlora_b, CUDA_R_32F, dout, down, OC, R, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL,
+                          NULL, scale, ctx->stream);
+  if (!dinp && !dlora_a) return;
+  lx_bf16 *du = (lx_bf16 *)lx_scratch(ctx, lx_cuda_lora_scratch_floats(BT, R));
+  lx_cuda_matmul_scaled(ctx->matmul, du, CUDA_R_16BF, dout, lora_b, BT, R, OC, 0, 0, 0, LX_EPILOGUE_NONE, NULL, NULL,
+                        scale, ctx->stream);
+  if (dlora_a)
+    lx_cuda_matmul(ctx->matmul, dlora_a, CUDA_R_32F, du, inp, R, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
+                   ctx->stream);
+  if (dinp)
+    lx_cuda_matmul(ctx->matmul, dinp, CUDA_R_16BF, du, lora_a, BT, C, R, 0, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
+                   ctx->stream);
 }
 
 #endif

@@ -134,6 +134,11 @@ static void test_layernorm(void) {
   check_gradient("layernorm", "input", layernorm_loss, &c, c.inp, dinp, n);
   check_gradient("layernorm", "weight", layernorm_loss, &c, c.weight, dweight, (size_t)c.C);
   check_gradient("layernorm", "bias", layernorm_loss, &c, c.bias, dbias, (size_t)c.C);
+  real *frozen = zero_tensor(n); /* fine-tuning: scale and shift frozen, no gradients for them */
+  lx_layernorm_backward(&test_ctx, frozen, NULL, NULL, c.w, c.inp, c.weight, c.BT, c.C);
+  CHECK(!memcmp(frozen, dinp, n * sizeof(real)),
+        "layernorm backward with frozen parameters: the same input gradient");
+  free(frozen);
 
   /* a backward adds into its gradients: a second call doubles them */
   real *again = copy_tensor(dinp, n);
@@ -165,7 +170,11 @@ static void test_rmsnorm(void) {
   lx_rmsnorm_backward(&test_ctx, dinp, dweight, c.w, c.inp, c.weight, c.BT, c.C);
   check_gradient("rmsnorm", "input", rmsnorm_loss, &c, c.inp, dinp, n);
   check_gradient("rmsnorm", "weight", rmsnorm_loss, &c, c.weight, dweight, (size_t)c.C);
-  free_norm_case(&c), free(dinp), free(dweight);
+  real *frozen = zero_tensor(n);
+  lx_rmsnorm_backward(&test_ctx, frozen, NULL, c.w, c.inp, c.weight, c.BT, c.C);
+  CHECK(!memcmp(frozen, dinp, n * sizeof(real)),
+        "rmsnorm backward with a frozen scale: the same input gradient");
+  free_norm_case(&c), free(dinp), free(dweight), free(frozen);
 }
 
 /* ---- linear ------------------------------------------------------------------- */
@@ -214,6 +223,85 @@ static void test_linear(int with_bias) {
   lx_linear_backward(&test_ctx, written, NULL, NULL, c.w, c.inp, c.weight, c.BT, c.C, c.OC, LX_GRAD_WRITE);
   check_written(name, written, dinp, (size_t)c.BT * c.C);
   free(c.inp), free(c.weight), free(c.bias), free(c.out), free(c.w), free(dinp), free(dweight), free(dbias);
+}
+
+/* ---- LoRA ------------------------------------------------------------------------ */
+
+typedef struct {
+  int BT, C, OC, R;
+  real scale;
+  real *inp, *weight, *bias, *a, *b, *out, *down, *w;
+} lora_case;
+
+static double lora_loss(void *p) {
+  lora_case *c = p;
+  lx_lora_linear_forward(&test_ctx, c->out, c->down, c->inp, c->weight, c->bias, c->a, c->b, c->BT, c->C,
+                         c->OC, c->R, c->scale);
+  return weighted_sum(c->out, c->w, (size_t)c->BT * c->OC);
+}
+
+/* out = x W^T + b + scale (x A^T) B^T, written here with loops. */
+static void test_lora_forward_against_loops(lora_case *c) {
+  lora_loss(c);
+  double worst = 0;
+  for (int r = 0; r < c->BT; r++)
+    for (int o = 0; o < c->OC; o++) {
+      double s = c->bias[o];
+      for (int i = 0; i < c->C; i++)
+        s += c->inp[r * c->C + i] * c->weight[o * c->C + i];
+      for (int k = 0; k < c->R; k++) {
+        double u = 0;
+        for (int i = 0; i < c->C; i++)
+          u += c->inp[r * c->C + i] * c->a[k * c->C + i];
+        s += c->scale * u * c->b[o * c->R + k];
+      }
+      worst = fmax(worst, fabs(s - c->out[r * c->OC + o]));
+    }
+  CHECK(worst < 1e-12, "lora_linear forward equals x W^T + b + scale (x A^T) B^T by loops (max err %.1e)",
+        worst);
+}
+
+/* Every gradient of the adapted linear against central differences, with a
+ * B that is not zero (training starts from B = 0, where dA vanishes); then
+ * fine-tuning's calls: W and the bias frozen, and LoRA-FA's, A frozen and no
+ * input kept, which must give the same input and B gradients. */
+static void test_lora_linear(void) {
+  lora_case c = {.BT = 6, .C = 5, .OC = 7, .R = 3, .scale = 8.0 / 3};
+  c.inp = random_tensor((size_t)c.BT * c.C, 1);
+  c.weight = random_tensor((size_t)c.OC * c.C, 1);
+  c.bias = random_tensor((size_t)c.OC, 1);
+  c.a = random_tensor((size_t)c.R * c.C, 1);
+  c.b = random_tensor((size_t)c.OC * c.R, 1);
+  c.out = zero_tensor((size_t)c.BT * c.OC);
+  c.down = zero_tensor((size_t)c.BT * c.R);
+  c.w = random_tensor((size_t)c.BT * c.OC, 1);
+  test_lora_forward_against_loops(&c);
+  size_t n_in = (size_t)c.BT * c.C, n_a = (size_t)c.R * c.C, n_b = (size_t)c.OC * c.R;
+  real *dinp = zero_tensor(n_in), *dweight = zero_tensor((size_t)c.OC * c.C),
+       *dbias = zero_tensor((size_t)c.OC);
+  real *da = zero_tensor(n_a), *db = zero_tensor(n_b);
+  lx_lora_linear_backward(&test_ctx, dinp, dweight, dbias, da, db, c.w, c.inp, c.down, c.weight, c.a, c.b,
+                          c.BT, c.C, c.OC, c.R, c.scale, LX_GRAD_ADD);
+  check_gradient("lora_linear", "input", lora_loss, &c, c.inp, dinp, n_in);
+  check_gradient("lora_linear", "weight", lora_loss, &c, c.weight, dweight, (size_t)c.OC * c.C);
+  check_gradient("lora_linear", "bias", lora_loss, &c, c.bias, dbias, (size_t)c.OC);
+  check_gradient("lora_linear", "A", lora_loss, &c, c.a, da, n_a);
+  check_gradient("lora_linear", "B", lora_loss, &c, c.b, db, n_b);
+  lora_loss(&c); /* down as the forward leaves it, for the calls below */
+  real *written = nan_tensor(n_in), *fa_db = zero_tensor(n_b), *frozen_da = zero_tensor(n_a);
+  lx_lora_linear_backward(&test_ctx, written, NULL, NULL, frozen_da, NULL, c.w, c.inp, c.down, c.weight, c.a,
+                          c.b, c.BT, c.C, c.OC, c.R, c.scale, LX_GRAD_WRITE);
+  check_written("lora_linear (W frozen)", written, dinp, n_in);
+  CHECK(!memcmp(frozen_da, da, n_a * sizeof(real)),
+        "lora_linear with W frozen: A's gradient is the same, bit for bit");
+  real *fa_written = nan_tensor(n_in);
+  lx_lora_linear_backward(&test_ctx, fa_written, NULL, NULL, NULL, fa_db, c.w, NULL, c.down, c.weight, c.a,
+                          c.b, c.BT, c.C, c.OC, c.R, c.scale, LX_GRAD_WRITE);
+  check_written("lora_linear (LoRA-FA, no input kept)", fa_written, dinp, n_in);
+  CHECK(!memcmp(fa_db, db, n_b * sizeof(real)),
+        "lora_linear under LoRA-FA: B's gradient is the same, bit for bit");
+  free(c.inp), free(c.weight), free(c.bias), free(c.a), free(c.b), free(c.out), free(c.down), free(c.w);
+  free(dinp), free(dweight), free(dbias), free(da), free(db), free(fa_db), free(frozen_da);
 }
 
 /* ---- attention ---------------------------------------------------------------- */
@@ -921,6 +1009,7 @@ int main(void) {
   test_rmsnorm();
   test_linear(1);
   test_linear(0);
+  test_lora_linear();
   for (int flash = 0; flash <= 1; flash++) {
     test_attention_gradient(flash, 0);
     test_attention_gradient(flash, 0.3);
