@@ -146,6 +146,10 @@ const char *lx_param_name(int k) {
   return (unsigned)k < LX_MAX_OP_PARAMS ? names[k] : "?";
 }
 
+bool lx_matmul_reads_input(const lx_ir *ir, const lx_op *op) {
+  return !ir->finetune || op->chunks > 1 || (op->lora_rank && !ir->training.lora_fa);
+}
+
 double lx_lora_scale(const lx_op *op) { return op->lora_rank ? (double)op->lora_alpha / op->lora_rank : 0; }
 
 int lx_uses(const lx_graph *g, int i) {

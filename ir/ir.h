@@ -112,6 +112,7 @@ typedef struct {
   /* Fine-tuning (a model with lora() adapters): LoRA-FA (Zhang et al. 2023) freezes the
    * adapters' projection down A too and trains B alone, keeping A x for the backward instead of x */
   bool lora_fa;
+  double lora_dropout; /* LoRA's dropout of the adapters' input (the base linear sees x whole) */
 } lx_training;
 
 typedef enum {
@@ -264,6 +265,7 @@ typedef enum {
   LX_F_VAL_INTERVAL,
   LX_F_CHECKPOINT_INTERVAL,
   LX_F_LORA_FA,
+  LX_F_LORA_DROPOUT,
   LX_F_COUNT
 } lx_field;
 
@@ -324,6 +326,12 @@ bool lx_op_saves(const lx_graph *g, int c, int producer);
 bool lx_param_trained(const lx_ir *ir, const lx_op *op, int k);
 /* "weight", "bias", "lora_a", "lora_b": parameter k's name (LX_PARAM_*). */
 const char *lx_param_name(int k);
+/* Whether the backward of a matmul (linear, lm_head, embedding) reads its
+ * input: for its weight's gradient (not in fine-tuning, where the weights are
+ * frozen), for LoRA's dA (not LoRA-FA's), or to make its output again in
+ * mini-sequences. Analysis keeps the input exactly then, and under sequence
+ * parallelism a column-parallel op gathers it before its backward only then. */
+bool lx_matmul_reads_input(const lx_ir *ir, const lx_op *op);
 /* The scale alpha / rank of a LoRA adapter. */
 double lx_lora_scale(const lx_op *op);
 /* How many input slots of g's ops read op i's output (add(x, x) reads it twice). */

@@ -81,6 +81,7 @@ static void print_configs(cJSON *doc, const lx_ir *ir) {
   if (ir->finetune) { /* a model with lora() adapters: only they train */
     cJSON *f = lx_json_add_object(doc, "finetune");
     lx_json_add_bool(f, "lora_fa", t->lora_fa);
+    lx_json_add_number(f, "lora_dropout", t->lora_dropout);
   }
 }
 

@@ -80,6 +80,7 @@ struct lx_training {
   int val_interval;       /* steps between validation losses; 0 disables */
   int checkpoint_interval;/* steps between checkpoints; 0 disables */
   int lora_fa;            /* fine-tuning: freeze the adapters' A too, train B alone (LoRA-FA) */
+  double lora_dropout;    /* fine-tuning: dropout probability of the adapters' input */
 };
 
 /* ---- operators ---------------------------------------------------------- */

@@ -23,8 +23,11 @@ W(0): the first two steps take their gradients at the initial weights.
 
 LoRA (Hu et al. 2021): `adapters` maps a block linear ("qkv", "attproj",
 "fc", "fcproj") to its per-layer A (L, rank, in) and B (L, out, rank); the
-linear computes x W^T + b + scale (x A^T) B^T. Fine-tuning trains the
-adapters alone (every weight of `w` frozen), LoRA-FA the Bs alone.
+linear computes x W^T + b + scale (d(x) A^T) B^T, d LoRA's dropout of the
+adapter's input. Fine-tuning trains the adapters alone (every weight of `w`
+frozen), LoRA-FA the Bs alone. The dropout masks are the programs' own:
+lx_rng.h's counter-based generator (SplitMix64 of (seed, stream, index)) is
+written again here, so the same seed draws the same masks.
 """
 import glob
 import struct
@@ -144,46 +147,83 @@ def attention_back(dy, cache):
     return np.concatenate([g.transpose(0, 2, 1, 3).reshape(B, T, H * D) for g in (dq, dk, dv)], -1)
 
 
-def adapted(x, w, name, l, adapters, scale):
-    """Block linear `name` of layer l: x W^T + b, plus its adapter's scale (x A^T) B^T."""
+# ---- the programs' random numbers (templates/common/lx_rng.h) -------------------------------
+
+MASK64 = (1 << 64) - 1
+GAMMA = 0x9E3779B97F4A7C15
+
+
+def mix64(z):
+    """SplitMix64's output function, on a Python int or a numpy uint64 array (both wrap at 2^64)."""
+    if isinstance(z, int):
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        return z ^ (z >> 31)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def rng_stream(step, micro_batch, layer, op):
+    h = mix64((step + GAMMA) & MASK64)
+    h = mix64(h ^ ((micro_batch + 2 * GAMMA) & MASK64))
+    h = mix64(h ^ ((layer + 3 * GAMMA) & MASK64))
+    return mix64(h ^ ((op + 4 * GAMMA) & MASK64))
+
+
+def dropout_keep(seed, stream, index, p):
+    """The keep decision of each element of `index` (a uint64 array), as lx_dropout_keep takes it."""
+    key = mix64((mix64((seed + GAMMA) & MASK64) + stream * 0xD1B54A32D192ED03) & MASK64)
+    with np.errstate(over="ignore"):
+        bits = mix64(np.uint64(key) + (index + np.uint64(1)) * np.uint64(GAMMA))
+    return (bits >> np.uint64(32)) >= np.uint64(int(p * 4294967296.0))
+
+
+def adapted(x, w, name, l, adapters, scale, keep=None):
+    """Block linear `name` of layer l: x W^T + b, plus its adapter's scale (d(x) A^T) B^T,
+    d scaling x by `keep` (the kept elements' 1 / (1 - p), the dropped 0) where given."""
     y = x @ w[name + "w"][l].T + w[name + "b"][l]
     if adapters and name in adapters:
         a, b = adapters[name]
-        y = y + scale * (x @ a[l].T) @ b[l].T
+        xd = x * keep(name, l, x.shape) if keep else x
+        y = y + scale * (xd @ a[l].T) @ b[l].T
     return y
 
 
-def adapted_back(dy, x, w, name, l, adapters, scale, grads, adapter_grads):
+def adapted_back(dy, x, w, name, l, adapters, scale, grads, adapter_grads, keep=None):
     """The input gradient of adapted(); the weight, bias and adapter gradients into grads and adapter_grads."""
     grads[name + "w"][l], grads[name + "b"][l] = linear_back(dy, x)
     dx = dy @ w[name + "w"][l]
     if adapters and name in adapters:
         a, b = adapters[name]
         da, db = adapter_grads[name]
-        u = x @ a[l].T
+        d = keep(name, l, x.shape) if keep else 1.0
+        u = (x * d) @ a[l].T
         du = scale * dy @ b[l]
         db[l] = scale * dy.reshape(-1, dy.shape[-1]).T @ u.reshape(-1, u.shape[-1])
-        da[l] = du.reshape(-1, du.shape[-1]).T @ x.reshape(-1, x.shape[-1])
-        dx = dx + du @ a[l]
+        da[l] = du.reshape(-1, du.shape[-1]).T @ (x * d).reshape(-1, x.shape[-1])
+        dx = dx + (du @ a[l]) * d
     return dx
 
 
-def loss_and_gradients(w, inputs, targets, heads, vocab, adapters=None, scale=0.0):
+def loss_and_gradients(w, inputs, targets, heads, vocab, adapters=None, scale=0.0, keep=None):
     """The mean cross-entropy of one micro-batch and its gradient w.r.t. every
-    weight (and with adapters, a third result: theirs, as (dA, dB) by name)."""
+    weight (and with adapters, a third result: theirs, as (dA, dB) by name).
+    keep(name, layer, shape): the scale of each element of an adapter's input
+    under LoRA's dropout, or None without it."""
     B, T = inputs.shape
     L = w["qkvw"].shape[0]
     x = w["wte"][inputs] + w["wpe"][:T]
     caches = []
     for l in range(L):
         h1, c1 = layernorm(x, w["ln1w"][l], w["ln1b"][l])
-        qkv = adapted(h1, w, "qkv", l, adapters, scale)
+        qkv = adapted(h1, w, "qkv", l, adapters, scale, keep)
         a, ca = attention(qkv, heads)
-        x2 = x + adapted(a, w, "attproj", l, adapters, scale)
+        x2 = x + adapted(a, w, "attproj", l, adapters, scale, keep)
         h2, c2 = layernorm(x2, w["ln2w"][l], w["ln2b"][l])
-        f = adapted(h2, w, "fc", l, adapters, scale)
+        f = adapted(h2, w, "fc", l, adapters, scale, keep)
         g, cg = gelu(f)
-        x3 = x2 + adapted(g, w, "fcproj", l, adapters, scale)
+        x3 = x2 + adapted(g, w, "fcproj", l, adapters, scale, keep)
         caches.append((h1, c1, a, ca, h2, c2, g, cg))
         x = x3
     hf, cf = layernorm(x, w["lnfw"], w["lnfb"])
@@ -202,12 +242,12 @@ def loss_and_gradients(w, inputs, targets, heads, vocab, adapters=None, scale=0.
     dx, grads["lnfw"], grads["lnfb"] = layernorm_back(dlogits @ w["wte"][:vocab], cf)
     for l in reversed(range(L)):
         h1, c1, a, ca, h2, c2, g, cg = caches[l]
-        back = (w, l, adapters, scale, grads, adapter_grads)
-        df = gelu_back(adapted_back(dx, g, *back[:1], "fcproj", *back[1:]), cg)
-        dh2, grads["ln2w"][l], grads["ln2b"][l] = layernorm_back(adapted_back(df, h2, *back[:1], "fc", *back[1:]), c2)
+        back = (w, l, adapters, scale, grads, adapter_grads, keep)
+        df = gelu_back(adapted_back(dx, g, back[0], "fcproj", *back[1:]), cg)
+        dh2, grads["ln2w"][l], grads["ln2b"][l] = layernorm_back(adapted_back(df, h2, back[0], "fc", *back[1:]), c2)
         dx = dx + dh2
-        dqkv = attention_back(adapted_back(dx, a, *back[:1], "attproj", *back[1:]), ca)
-        dh1, grads["ln1w"][l], grads["ln1b"][l] = layernorm_back(adapted_back(dqkv, h1, *back[:1], "qkv", *back[1:]), c1)
+        dqkv = attention_back(adapted_back(dx, a, back[0], "attproj", *back[1:]), ca)
+        dh1, grads["ln1w"][l], grads["ln1b"][l] = layernorm_back(adapted_back(dqkv, h1, back[0], "qkv", *back[1:]), c1)
         dx = dx + dh1
     np.add.at(grads["wte"], inputs, dx)
     grads["wpe"][:T] += dx.sum(0)
@@ -253,9 +293,24 @@ def train(w0, data, steps, micro_batches, heads, vocab, lr, beta1, beta2, eps, w
     return losses
 
 
-def lora_train(w, adapters0, data, steps, micro_batches, heads, vocab, lr, beta1, beta2, eps, scale, fa=False):
+def lora_keep(p, seed, step, micro_batch, ops):
+    """keep() of loss_and_gradients for LoRA's dropout p in a step's micro-batch: the
+    mask of adapter `name` of layer l is drawn from stream (step, micro_batch, l + 1,
+    ops[name]), the linear's index among the block's ops, element (r, c) from counter
+    r * width + c."""
+    def keep(name, l, shape):
+        width = shape[-1]
+        index = np.arange(int(np.prod(shape)), dtype=np.uint64)
+        kept = dropout_keep(seed, rng_stream(step, micro_batch, l + 1, ops[name]), index, p)
+        return (kept / (1 - p)).reshape(shape)
+    return keep
+
+
+def lora_train(w, adapters0, data, steps, micro_batches, heads, vocab, lr, beta1, beta2, eps, scale, fa=False,
+               dropout=None):
     """Per-step losses of fine-tuning: w frozen, the adapters trained (LoRA-FA:
-    their Bs alone) by AdamW without weight decay; and the adapters at the end."""
+    their Bs alone) by AdamW without weight decay; and the adapters at the end.
+    dropout: (p, seed, ops) for LoRA's dropout (lora_keep), or None."""
     trained = {}
     for name, (a, b) in adapters0.items():
         if not fa:
@@ -270,7 +325,8 @@ def lora_train(w, adapters0, data, steps, micro_batches, heads, vocab, lr, beta1
         total, grads = 0.0, {name: np.zeros_like(value) for name, value in trained.items()}
         for j in range(micro_batches):
             inputs, targets = data[((step - 1) * micro_batches + j) % len(data)]
-            loss, _, g = loss_and_gradients(w, inputs, targets, heads, vocab, current(), scale)
+            keep = lora_keep(dropout[0], dropout[1], step, j, dropout[2]) if dropout else None
+            loss, _, g = loss_and_gradients(w, inputs, targets, heads, vocab, current(), scale, keep)
             total += loss / micro_batches
             for name in grads:
                 grads[name] += g[name[:-2]][0 if name.endswith(".a") else 1] / micro_batches

@@ -16,16 +16,27 @@ model's. Checks:
   plan's gradients and AdamW moments cover the trained parameters alone;
 - the losses of 5 steps match tests/gpt_reference.py (float64 numpy, the
   adapters trained by AdamW there too) to 1e-5 relative, for LoRA at pp 1,
-  pp 2, pp 2 x dp 2 with ZeRO-1, under ZB-H1 and with the (frozen) LM head in
-  mini-sequences, and for LoRA-FA at pp 1, pp 2, with full recomputation and
-  under interleaved 1F1B; the adapters the run ends with match the reference's;
+  pp 2, pp 2 x dp 2 with ZeRO-1, under ZB-H1, with the (frozen) LM head in
+  mini-sequences, at tp 2 and at tp 2 x pp 2 x dp 2 with ZeRO-1 and sequence
+  parallelism, and for LoRA-FA at pp 1, pp 2, with full recomputation, under
+  interleaved 1F1B and at tp 2 with sequence parallelism and mini-sequences;
+  the adapters the run ends with match the reference's;
 - the training state holds the adapters alone (and their moments);
 - the frozen weights are bitwise unchanged after training (the check
   build compares them with a copy taken at the start), and the arena is
   used exactly as planned;
-- the gradients match central finite differences of the loss (--gradcheck);
-- the exported weights are the merged model W + scale B A, and the same
-  GPT without adapters started from them evaluates to the adapted model's
+- the gradients match central finite differences of the loss (--gradcheck),
+  at pp 2 and at tp 2, where a column-parallel linear's A and a row-parallel
+  one's B are whole on each rank and their gradients summed over the ranks;
+- LoRA's dropout of the adapters' input (0.1): the losses match the
+  reference, which draws the masks with the programs' own counter-based
+  generator written again in numpy, at pp 1, at tp 2 x pp 2 with sequence
+  parallelism (a row-parallel rank's columns of the mask) and for LoRA-FA
+  under full recomputation (the recomputed forward draws the same mask); and
+  --gradcheck;
+- the exported weights are the merged model W + scale B A (a tp 2 program,
+  resuming the same adapters, exports the same bytes), and the same GPT
+  without adapters started from them evaluates to the adapted model's
   validation loss.
 
 The reference takes A's initial values from the program (a LoRA run's A is
@@ -47,7 +58,8 @@ from training_metrics import LYNXGEN, fortunes_shards, generate, losses, run, tr
 RANK, ALPHA = 4, 8
 SCALE = ALPHA / RANK
 H, LAYERS, SEQ, VOCAB, HEADS = 32, 4, 32, 256, 2
-MICRO_BATCHES, STEPS, LR = 4, 5, 3e-3
+MICRO_BATCHES, STEPS, LR, SEED = 4, 5, 3e-3, 7
+LORA_DROPOUT = 0.1
 REFERENCE_BOUND = 1e-5  # fp32 programs against float64 numpy, as tests/schedules_test.py
 
 MODEL = """#include <lynx.h>
@@ -152,6 +164,12 @@ def ir_numbers(work, lora, plain):
               inputs, saved - saved_fa))
     check(adapted.get("finetune", {}).get("lora_fa") is False and frozen_a["finetune"]["lora_fa"] is True,
           "ir.json says LoRA or LoRA-FA")
+    sharded = dump(lora, "--tp", "2")
+    # column-parallel qkv and fc: A whole, B's rows split; row-parallel attproj and fcproj: A's columns split, B whole
+    per_rank = RANK * (H + 3 * H // 2) + RANK * (H // 2 + H) + RANK * (H + 4 * H // 2) + RANK * (4 * H // 2 + H)
+    check(sharded and sharded["graphs"]["block"]["params_per_rank"] == per_rank == 10 * RANK * H,
+          "at tp 2 a rank holds 10 r H adapter parameters per layer: B split as a column-parallel linear's "
+          "rows, A as a row-parallel one's columns (%s)" % (sharded and sharded["graphs"]["block"]["params_per_rank"]))
     plan = run([LYNXGEN, lora, "--plan", "--json"], work)
     stage = json.loads(plan.stdout)["stages"][0] if plan.returncode == 0 else {}
     trained = LAYERS * 16 * RANK * H
@@ -160,15 +178,58 @@ def ir_numbers(work, lora, plain):
               stage.get("grads_bytes"), stage.get("optimizer_bytes")))
 
 
+def block_op_indices(work, model):
+    """The index of each adapted linear among the block's ops: its dropout's random stream."""
+    r = run([LYNXGEN, model, "--dump-ir"], work)
+    ops = [op["name"] for op in json.loads(r.stdout)["graphs"]["block"]["ops"]] if r.returncode == 0 else []
+    return {name: ops.index(op) for op, name in OPS if op in ops}
+
+
+def with_dropout(work, lora, init, data, start):
+    """LoRA's dropout (p = 0.1) of the adapters' input: the programs draw the masks the
+    reference draws from the same seed, at every layout, and the recomputed forwards again."""
+    model = os.path.join(work, "lora-dropout.model")
+    with open(lora) as f, open(model, "w") as out:
+        out.write(f.read().replace(".seed = 7,", ".seed = 7, .lora_dropout = %g," % LORA_DROPOUT))
+    ops = block_op_indices(work, model)
+    reference = {fa: gpt_reference.lora_train(init_weights(), start, data, STEPS, MICRO_BATCHES, HEADS, VOCAB, LR, 0.9,
+                                              0.95, 1e-8, SCALE, fa=fa, dropout=(LORA_DROPOUT, SEED, ops))[0]
+                 for fa in (False, True)}
+    undropped = gpt_reference.lora_train(init_weights(), start, data, STEPS, MICRO_BATCHES, HEADS, VOCAB, LR, 0.9, 0.95,
+                                         1e-8, SCALE)[0]
+    check(len(ops) == 4 and abs(reference[False][-1] - undropped[-1]) > 10 * REFERENCE_BOUND * undropped[-1],
+          "the dropout changes the reference's last loss by more than 10 times the bound (%.8f against %.8f)" % (
+              reference[False][-1], undropped[-1]))
+    cases = (("LoRA dropout 0.1 pp=1", (), False), ("LoRA dropout 0.1 tp=2 pp=2 sequence-parallel",
+                                                     ("--tp", "2", "--pp", "2", "--sequence-parallel"), False),
+             ("LoRA-FA dropout 0.1 pp=2 full recompute", ("--pp", "2", "--lora-fa", "--policy", "full"), True))
+    for label, layout, fa in cases:
+        program = generate(work, "-".join(["dropout"] + [a.strip("-") for a in layout]), model, *layout, quick=True)
+        r, metrics = train(program, work, "--init", init) if program else (None, None)
+        if r is None or r.returncode != 0:
+            check(False, "%s: generates, builds and trains from --init" % label)
+            print((r.stdout + r.stderr)[-2000:] if r else "")
+            continue
+        got = losses(metrics)
+        off = max(abs(x - y) / y for x, y in zip(got, reference[fa])) if len(got) == STEPS else float("inf")
+        check(off < REFERENCE_BOUND, "%s: the losses %s match the numpy reference's, masks drawn there (%.1e "
+              "relative)" % (label, ["%.6f" % x for x in got], off))
+    program = generate(work, "dropout-grad", model, "--pp", "2", target="gradcheck")
+    r, _ = train(program, work, "--gradcheck", variant="-gradcheck") if program else (None, None)
+    check(r is not None and r.returncode == 0 and " 0 failed" in r.stdout,
+          "LoRA dropout 0.1 pp=2: the gradients match central finite differences of the loss (--gradcheck)")
+
+
 def against_reference(work, lora, init, data):
-    """Every layout's losses against the numpy reference; returns the pp=1 LoRA program and its final state."""
+    """Every layout's losses against the numpy reference; returns the pp=1 LoRA program, its final
+    state and the adapters the runs start from."""
     first = generate(work, "lora-pp1", lora, quick=True)
     state1 = os.path.join(work, "lora-step1.state")
     r, _ = train(first, work, "--init", init, "--steps", "1", "--save", state1) if first else (None, None)
     if r is None or r.returncode != 0:
         check(False, "the LoRA program trains a step from --init")
         print((r.stdout + r.stderr)[-2000:] if r else "")
-        return None, None
+        return None, None, None
     state = read_state(state1)
     expected = sorted("block layer %d %s.lora_%s" % (l, op, ab) for l in range(LAYERS) for op, _ in OPS
                       for ab in "ab")
@@ -187,7 +248,12 @@ def against_reference(work, lora, init, data):
              ("LoRA pp=2, the LM head in 4 mini-sequences", ("--pp", "2", "--mini-sequences", "4"), False),
              ("LoRA-FA pp=1", ("--lora-fa",), True), ("LoRA-FA pp=2", ("--pp", "2", "--lora-fa"), True),
              ("LoRA-FA pp=2 full recompute", ("--pp", "2", "--lora-fa", "--policy", "full"), True),
-             ("LoRA-FA pp=2 interleaved", ("--pp", "2", "--lora-fa", "--schedule", "interleaved"), True))
+             ("LoRA-FA pp=2 interleaved", ("--pp", "2", "--lora-fa", "--schedule", "interleaved"), True),
+             ("LoRA tp=2", ("--tp", "2"), False),
+             ("LoRA tp=2 pp=2 dp=2 ZeRO-1 sequence-parallel",
+              ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel"), False),
+             ("LoRA-FA tp=2 sequence-parallel, the LM head in 4 mini-sequences",
+              ("--tp", "2", "--sequence-parallel", "--mini-sequences", "4", "--lora-fa"), True))
     final = os.path.join(work, "lora-final.state")
     for label, layout, fa in cases:
         name = "-".join(["lora"] + [a.strip("-") for a in layout])
@@ -208,7 +274,7 @@ def against_reference(work, lora, init, data):
     worst = max(np.abs(trained[n][k] - reference[False][1][n][k]).max() / np.abs(reference[False][1][n][k]).max()
                 for n in trained for k in (0, 1))
     check(worst < 1e-3, "LoRA pp=1 ends with the reference's adapters (%.1e of their largest element)" % worst)
-    return first, final
+    return first, final, start
 
 
 def init_weights():
@@ -230,11 +296,12 @@ def frozen_bitwise(work, lora, init):
 
 
 def gradients(work, lora):
-    for label, extra in (("LoRA", ()), ("LoRA-FA", ("--lora-fa",))):
-        program = generate(work, "lora-grad%s" % "".join(extra), lora, "--pp", "2", *extra, target="gradcheck")
+    for label, extra in (("LoRA pp=2", ("--pp", "2")), ("LoRA-FA pp=2", ("--pp", "2", "--lora-fa")),
+                         ("LoRA tp=2", ("--tp", "2"))):
+        program = generate(work, "lora-grad%s" % "".join(extra), lora, *extra, target="gradcheck")
         r, _ = train(program, work, "--gradcheck", variant="-gradcheck") if program else (None, None)
         check(r is not None and r.returncode == 0 and " 0 failed" in r.stdout,
-              "%s pp=2: the adapters' gradients match central finite differences of the loss (--gradcheck)" % label)
+              "%s: the adapters' gradients match central finite differences of the loss (--gradcheck)" % label)
         if r is None or r.returncode != 0:
             print((r.stdout + r.stderr)[-2000:] if r else "")
 
@@ -252,7 +319,8 @@ def read_llmc(path):
 
 
 def merging(work, lora_program, plain, init, state, val):
-    """--export-llmc writes W + scale B A; the plain GPT from that file evaluates as the adapted model."""
+    """--export-llmc writes W + scale B A, under tp 2 too; the plain GPT from that file evaluates as the
+    adapted model."""
     merged = os.path.join(work, "merged.bin")
     r, _ = train(lora_program, work, "--init", init, "--resume", state, "--steps", "0", "--val-data", val,
                  "--export-llmc", merged)
@@ -270,6 +338,12 @@ def merging(work, lora_program, plain, init, state, val):
     untouched = all(np.array_equal(got[n], base[n]) for n in base if n not in adapted)
     check(worst < 1e-6 and untouched, "the exported llm.c file holds W + scale B A for each adapted weight "
           "(max error %.1e) and the other weights as --init gave them" % worst)
+    sharded = os.path.join(work, "merged-tp2.bin")
+    r, _ = train(os.path.join(work, "lora-tp-2"), work, "--init", init, "--resume", state, "--steps", "0",
+                 "--export-llmc", sharded)
+    same = r.returncode == 0 and open(sharded, "rb").read() == open(merged, "rb").read()
+    check(same, "the tp 2 program resumes the adapters and exports the same merged file, byte for byte "
+          "(each rank merges its shards)")
     program = generate(work, "plain", plain, quick=True)
     r, _ = train(program, work, "--init", merged, "--steps", "0", "--val-data", val) if program else (None, None)
     ok = r is not None and r.returncode == 0
@@ -293,7 +367,9 @@ def main():
     gpt_reference.write_checkpoint(init, init_weights(), SEQ, VOCAB, LAYERS, HEADS, H, VOCAB)
     data = gpt_reference.windows(os.path.join(work, "data", "train_*.bin"), 2, SEQ)
     val = os.path.join(work, "data", "val_*.bin")
-    program, state = against_reference(work, lora, init, data)
+    program, state, start = against_reference(work, lora, init, data)
+    if start:
+        with_dropout(work, lora, init, data, start)
     frozen_bitwise(work, lora, init)
     gradients(work, lora)
     if program:

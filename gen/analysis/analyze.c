@@ -104,10 +104,9 @@ static void shape_input(shape_ctx *c, lx_op *op) {
   op->out = tokens ? TOKENS : activation(c->ir->model.hidden, false, c);
 }
 
-/* Fine-tuning keeps no input for a weight gradient: only the adapters train.
- * In mini-sequences the backward makes the op's output again from it. */
+/* Fine-tuning keeps no input for a weight gradient, but LoRA's for dA. */
 static void save_input_for_weight(const shape_ctx *c, lx_op *op) {
-  if (!c->ir->finetune || op->chunks > 1) save_input(c, op, 0);
+  if (lx_matmul_reads_input(c->ir, op)) save_input(c, op, 0);
 }
 
 static void shape_embedding(shape_ctx *c, lx_op *op) {
@@ -142,31 +141,34 @@ static void shape_norm(shape_ctx *c, lx_op *op, int params_per_channel, double f
   op->flops_bwd = 2 * op->flops_fwd;
 }
 
-/* LoRA's adapters of a linear (k in, n out) at tensor-parallel degree 1:
+/* LoRA's adapters of a linear (k in, n out; k_rank, n_rank per tp rank):
  * u = x A^T (rank r), y += (alpha / r) u B^T. The backward takes
  * dB = s g^T u, du = s g B, dA = du^T x and adds du A to the input gradient.
- * Both keep u; LoRA keeps x too, for dA, which LoRA-FA freezes. */
-static void add_adapter(shape_ctx *c, lx_op *op, int64_t k, int64_t n) {
+ * Both keep u; LoRA keeps x too, for dA, which LoRA-FA freezes. Under tensor
+ * parallelism A and B split as the linear does, with no collective of their
+ * own: a column-parallel linear's B holds its output rows (A whole, its
+ * gradient a sum over the ranks), a row-parallel one's A its input columns
+ * (u a partial sum, added into the partial output the all-reduce sums; B
+ * whole, its gradient a sum over the ranks). */
+static void add_adapter(shape_ctx *c, lx_op *op, int64_t k, int64_t n, int64_t k_rank, int64_t n_rank) {
   int64_t r = op->lora_rank;
   if (r > k || r > n)
     lx_error(op->src, "lora() rank %lld exceeds the linear's %s width %lld", (long long)r,
              r > k ? "input" : "output", (long long)(r > k ? k : n));
-  double rows = (double)(c->b * c->s), down = 2.0 * rows * (double)(r * k), up = 2.0 * rows * (double)(r * n);
+  double rows = (double)(c->b * c->s), down = 2.0 * rows * (double)(r * k_rank),
+         up = 2.0 * rows * (double)(r * n_rank);
   op->params += r * (k + n);
-  op->params_per_rank += r * (k + n);
+  op->params_per_rank += r * (k_rank + n_rank);
   op->flops_fwd += down + up;
   op->flops_bwd += 2 * up + down; /* dB, du; du A */
   save(op, LX_SAVE_INTERNAL, 0, "lora_down", c->b * c->s * r * c->elt);
-  if (!c->ir->training.lora_fa) {
-    save_input(c, op, 0);
-    op->flops_bwd += down; /* dA */
-  }
+  if (!c->ir->training.lora_fa) op->flops_bwd += down; /* dA */
 }
 
-/* The parameters of op that fine-tuning trains: the adapters LoRA-FA does not freeze. */
+/* The parameters of op on a tp rank that fine-tuning trains: the adapters LoRA-FA does not freeze. */
 static int64_t trained_per_rank(const shape_ctx *c, const lx_op *op) {
   if (!op->lora_rank) return 0;
-  int64_t r = op->lora_rank, n = op->out_width, k = input_shape(c, op, 0)->width;
+  int64_t r = op->lora_rank, n = rank_width(c, op->out), k = rank_width(c, *input_shape(c, op, 0));
   return c->ir->training.lora_fa ? r * n : r * (k + n);
 }
 
@@ -187,7 +189,7 @@ static void shape_linear(shape_ctx *c, lx_op *op) {
   op->flops_fwd = 2.0 * rows * (double)k_rank * (double)n_rank;
   op->flops_bwd = (c->ir->finetune ? 1 : 2) * op->flops_fwd; /* frozen: the input gradient alone */
   op->model_flops_fwd = 2.0 * rows * (double)k * (double)n;
-  if (op->lora_rank) add_adapter(c, op, k, n);
+  if (op->lora_rank) add_adapter(c, op, k, n, k_rank, n_rank);
 }
 
 /* q, k and v packed along the width: (heads + 2 * kv_heads) * head_dim. */
@@ -564,16 +566,15 @@ static const lx_op *first_adapter(const lx_ir *ir) {
   return NULL;
 }
 
-/* What fine-tuning does not do yet, said where the model asks for it. */
+/* LoRA-FA and LoRA's dropout need an adapter. */
 static void check_finetune(const lx_ir *ir) {
-  const lx_op *adapter = first_adapter(ir);
-  if (!adapter && ir->training.lora_fa)
+  if (first_adapter(ir)) return;
+  if (ir->training.lora_fa)
     lx_error(lx_field_loc(ir, LX_F_LORA_FA, ir->locs.training),
              "lora_fa freezes the A of lora() adapters, but no linear has one");
-  if (!adapter) return;
-  if (ir->plan.tp > 1)
-    lx_error(adapter->src, "lora() under tensor parallelism (tp %d) is not supported yet; use tp 1",
-             ir->plan.tp);
+  if (ir->training.lora_dropout > 0)
+    lx_error(lx_field_loc(ir, LX_F_LORA_DROPOUT, ir->locs.training),
+             "lora_dropout drops the input of lora() adapters, but no linear has one");
 }
 
 int lx_analyze(lx_ir *ir) {

@@ -150,6 +150,7 @@ static void check_double_ranges(const lx_ir *ir) {
       {LX_F_EPS, "eps", t->eps, 0x1p-126, 1, false, false},
       {LX_F_WEIGHT_DECAY, "weight_decay", t->weight_decay, 0, 1, false, false},
       {LX_F_GRAD_CLIP, "grad_clip", t->grad_clip, 0, 1e6, false, false},
+      {LX_F_LORA_DROPOUT, "lora_dropout", t->lora_dropout, 0, 1, false, true},
   };
   for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
     check_double(ir, &rules[i]);

@@ -427,8 +427,8 @@ static void emit_staged_receives(const lx_printer *pr) {
 /* The most heads of any attention and the widest row of any op of the model
  * (at least the padded vocabulary): what sizes the streams' scratch
  * (lx_cuda_main.h), whose kernels check that it holds their need. */
-static void emit_scratch_sizes(const lx_printer *pr, int *lora_rank) {
-  int heads = 1, widest = pr->ir->padded_vocab, rank = 0;
+static void emit_scratch_sizes(const lx_printer *pr, int *lora_rank, int *lora_width) {
+  int heads = 1, widest = pr->ir->padded_vocab, rank = 0, width = 0;
   for (int g = 0; g < LX_GRAPH_COUNT; g++) {
     const lx_graph *graph = lx_graph_of(pr->ir, (lx_graph_id)g);
     for (int i = 0; i < graph->n_ops; i++) {
@@ -436,11 +436,13 @@ static void emit_scratch_sizes(const lx_printer *pr, int *lora_rank) {
       if (op->kind == LX_OP_ATTENTION && op->heads > heads) heads = op->heads;
       if (op->out.width > widest) widest = op->out.width;
       if (op->lora_rank > rank) rank = op->lora_rank;
+      if (op->lora_rank && emit_in_width(pr, (lx_graph_id)g, op) > width)
+        width = emit_in_width(pr, (lx_graph_id)g, op);
     }
   }
   fprintf(pr->out, "  HEADS = %d, WIDEST = %d, /* the streams' scratch: the most heads, the widest row */\n",
           heads, widest);
-  *lora_rank = rank;
+  *lora_rank = rank, *lora_width = width;
 }
 
 static void print_header(const lx_printer *pr) {
@@ -465,11 +467,13 @@ static void print_header(const lx_printer *pr) {
   emit_staged_receives(pr);
   fprintf(f, "  B = %d, T = %d, BT = B * T, C = %d, V = %d, VP = %d,\n", ir->plan.micro_batch,
           ir->model.seq_len, ir->model.hidden, ir->model.vocab, ir->padded_vocab);
-  int lora_rank;
-  emit_scratch_sizes(pr, &lora_rank);
+  int lora_rank, lora_width;
+  emit_scratch_sizes(pr, &lora_rank, &lora_width);
   emit_boundary_sizes(pr);
-  if (lora_rank)
-    fprintf(f, "#define LORA_RANK %d /* the largest adapter's rank: du in the scratch */\n", lora_rank);
+  if (lora_rank) /* the streams' scratch holds du and, under dropout, an adapter's dropped input */
+    fprintf(f,
+            "#define LORA_RANK %d /* the largest adapter's rank */\n#define LORA_WIDTH %d /* and input */\n",
+            lora_rank, lora_width);
   fputs("#define MODEL_FILE ", f);
   lx_put_c_string(f, lx_file_name(ir->model_path));
   fputc('\n', f);

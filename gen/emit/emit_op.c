@@ -65,6 +65,22 @@ static void dropout_tail(const lx_printer *pr, lx_graph_id g, int i, const lx_ke
     snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", (uint64_t)TP_RANK * SEQ_ROWS * %d", k->width);
 }
 
+/* A LoRA adapter's rank, scale alpha / rank and dropout: its random stream,
+ * and where the rank's input columns start in the whole input (a
+ * row-parallel linear's are a slice). */
+static void lora_tail(const lx_printer *pr, lx_graph_id g, int i, call_tail *c) {
+  const lx_op *op = emit_op_at(pr, g, i);
+  int in = emit_in_width(pr, g, op), whole = emit_op_at(pr, g, op->inputs[0])->out.width;
+  size_t n = strlen(c->sizes);
+  n += (size_t)snprintf(c->sizes + n, sizeof c->sizes - n, ", %d, %.17g, LORA_DROPOUT, seed, ", op->lora_rank,
+                        lx_lora_scale(op));
+  n += (size_t)print_rng(pr, g, i, c->sizes + n, sizeof c->sizes - n);
+  if (in == whole)
+    snprintf(c->sizes + n, sizeof c->sizes - n, ", 0, %d", whole);
+  else
+    snprintf(c->sizes + n, sizeof c->sizes - n, ", TP_RANK * %d, %d", in, whole);
+}
+
 static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g, int i,
                     const lx_kernel_call *k, bool backward, call_tail *c) {
   const lx_op *op = k->op;
@@ -84,12 +100,10 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   case LX_OP_LAYERNORM:
   case LX_OP_RMSNORM:
   case LX_OP_SWIGLU: snprintf(c->sizes, sizeof c->sizes, "%s, %d", k->rows, w); break;
-  case LX_OP_LINEAR: {
-    int n = snprintf(c->sizes, sizeof c->sizes, "%s, %d, %d", k->rows, emit_in_width(pr, g, op), w);
-    if (op->lora_rank) /* the adapter's rank and scale alpha / rank */
-      snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", %d, %.17g", op->lora_rank, lx_lora_scale(op));
+  case LX_OP_LINEAR:
+    snprintf(c->sizes, sizeof c->sizes, "%s, %d, %d", k->rows, emit_in_width(pr, g, op), w);
+    if (op->lora_rank) lora_tail(pr, g, i, c);
     break;
-  }
   case LX_OP_LM_HEAD:
     snprintf(c->sizes, sizeof c->sizes, "%s, %d, VP / %d", k->rows, emit_in_width(pr, g, op), emit_tp(pr));
     break;

@@ -511,13 +511,17 @@ static param_shard shard_of(const lx_printer *pr, lx_graph_id gid, int i, int k)
   bool vocab = op->kind == LX_OP_EMBEDDING || op->kind == LX_OP_LM_HEAD;
   bool row_wise =
       op->kind == LX_OP_LAYERNORM || op->kind == LX_OP_RMSNORM || op->kind == LX_OP_POSITION_EMBEDDING;
-  if (row_wise && lx_sequence_parallel(pr->ir)) {
-    sh.split = 3; /* replicated, its gradient summed over the ranks' sequence shards */
+  /* LoRA: the adapter's factor on the linear's whole side (a column-parallel
+   * linear's A, a row-parallel one's B) is replicated and its gradient a
+   * partial sum on each rank (analyze.c, add_adapter) */
+  bool whole_factor = k == (op->tp_role == LX_TP_ROW ? LX_PARAM_LORA_B : LX_PARAM_LORA_A);
+  if ((row_wise && lx_sequence_parallel(pr->ir)) || (tp > 1 && op->lora_rank && whole_factor)) {
+    sh.split = 3; /* replicated, its gradient summed over the ranks (their sequence shards' parts) */
     return sh;
   }
   if (tp == 1 || !(vocab || op->kind == LX_OP_LINEAR) || (op->tp_role == LX_TP_ROW && k == 1)) return sh;
   long long in_width = vocab ? 0 : emit_op_at(pr, gid, op->inputs[0])->out.width;
-  if (op->tp_role == LX_TP_ROW) {
+  if (op->tp_role == LX_TP_ROW) { /* W's and A's input columns */
     sh.split = 2, sh.whole_row = in_width, sh.row_elements = in_width / tp;
     return sh;
   }
@@ -528,7 +532,9 @@ static param_shard shard_of(const lx_printer *pr, lx_graph_id gid, int i, int k)
     sh.pieces = 1, sh.piece_row[0] = 0, sh.piece_rows[0] = pr->ir->padded_vocab / tp;
     return sh;
   }
-  sh.row_elements = k == 0 ? in_width : 1;
+  sh.row_elements = k == LX_PARAM_WEIGHT   ? in_width
+                    : k == LX_PARAM_LORA_B ? op->lora_rank
+                                           : 1; /* B's output rows */
   sh.pieces = column_groups(g, i, op->out.width, sh.piece_row, sh.piece_rows);
   for (int p = 0; p < sh.pieces; p++)
     sh.piece_rows[p] /= tp;
@@ -803,6 +809,8 @@ void emit_training(const lx_printer *pr) {
       t->seed, t->val_interval, t->checkpoint_interval);
   print_string_macro(f, "TRAINING_TRAIN_DATA", t->train_data ? t->train_data : "data/train_*.bin");
   print_string_macro(f, "TRAINING_VAL_DATA", t->val_data);
+  if (pr->ir->finetune)
+    fprintf(f, "#define LORA_DROPOUT %.17g /* of the adapters' input */\n", t->lora_dropout);
   fprintf(f,
           "#define PREDICTED_STEP_SECONDS %.3g /* on the modeled GPU (plan.txt): the watchdog's default */\n",
           pr->predicted_step_s);

@@ -67,6 +67,7 @@ static const field_desc fields[] = {
     F("lx_training", val_interval, LX_F_VAL_INTERVAL, FIELD_INT, training.val_interval),
     F("lx_training", checkpoint_interval, LX_F_CHECKPOINT_INTERVAL, FIELD_INT, training.checkpoint_interval),
     F("lx_training", lora_fa, LX_F_LORA_FA, FIELD_BOOL, training.lora_fa),
+    F("lx_training", lora_dropout, LX_F_LORA_DROPOUT, FIELD_DOUBLE, training.lora_dropout),
 };
 #undef F
 

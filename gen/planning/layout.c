@@ -37,8 +37,8 @@ static void param_shapes(const lx_ir *ir, const lx_graph *g, const lx_op *op, in
   case LX_OP_RMSNORM: out[0] = w; break;
   case LX_OP_LINEAR: {
     int64_t bias = op->has_bias ? (op->tp_role == LX_TP_COLUMN ? w / tp : w) : 0;
-    out[LX_PARAM_LORA_A] = (int64_t)op->lora_rank * g->ops[op->inputs[0]].out.width;
-    out[LX_PARAM_LORA_B] = (int64_t)op->lora_rank * w;
+    out[LX_PARAM_LORA_A] = (int64_t)op->lora_rank * lx_rank_width(ir, g->ops[op->inputs[0]].out);
+    out[LX_PARAM_LORA_B] = (int64_t)op->lora_rank * lx_rank_width(ir, op->out);
     out[0] = held_params(op) - bias - out[LX_PARAM_LORA_A] - out[LX_PARAM_LORA_B];
     out[1] = bias;
     break;

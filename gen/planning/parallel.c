@@ -104,6 +104,8 @@ bool lx_defers_weight_grad(const lx_ir *ir, const lx_stage *st, lx_graph_id grap
 }
 
 bool lx_backward_gathers(const lx_ir *ir, const lx_op *op, lx_kernel_part part) {
+  /* a column-parallel op's is its input, for its weight's gradient */
+  if (op->tp_role == LX_TP_COLUMN && !lx_matmul_reads_input(ir, op)) return false;
   return lx_tp_collectives_of(ir, op, true).gather_before &&
          !(part == LX_PART_INPUT && op->tp_role == LX_TP_COLUMN);
 }

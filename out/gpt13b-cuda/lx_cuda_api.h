@@ -118,11 +118,13 @@ void lx_linear_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, float 
                         const lx_bf16 *inp, const lx_bf16 *weight, int BT, int C, int OC, lx_grad_mode dinp_mode);
 void lx_lora_linear_forward(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *down, const lx_bf16 *inp,
                             const lx_bf16 *weight, const lx_bf16 *bias, const lx_bf16 *lora_a, const lx_bf16 *lora_b,
-                            int BT, int C, int OC, int R, float scale);
+                            int BT, int C, int OC, int R, float scale, double p, uint64_t seed, uint64_t stream_id,
+                            long long col0, long long c_whole);
 void lx_lora_linear_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, float *dbias, float *dlora_a,
                              float *dlora_b, const lx_bf16 *dout, const lx_bf16 *inp, const lx_bf16 *down,
                              const lx_bf16 *weight, const lx_bf16 *lora_a, const lx_bf16 *lora_b, int BT, int C,
-                             int OC, int R, float scale, lx_grad_mode dinp_mode);
+                             int OC, int R, float scale, double p, uint64_t seed, uint64_t stream_id, long long col0,
+                             long long c_whole, lx_grad_mode dinp_mode);
 void lx_layernorm_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, const lx_bf16 *weight,
                           const lx_bf16 *bias, int BT, int C);
 void lx_layernorm_backward(const lx_ctx *ctx, lx_bf16 *dinp, float *dweight, float *dbias, const lx_bf16 *dout,
@@ -145,7 +147,7 @@ void lx_residual_rmsnorm_forward(const lx_ctx *ctx, lx_bf16 *residual_out, lx_bf
 /* --comm host (lx_cuda_comm.h): stream waits, on the GPU, until the host sets *flag (mapped host memory) */
 void lx_cuda_wait_flag(const int *flag, cudaStream_t stream);
 size_t lx_cuda_grad_norm_scratch_floats(void);
-size_t lx_cuda_lora_scratch_floats(int BT, int R);
+size_t lx_cuda_lora_scratch_floats(int BT, int R, int C);
 void lx_cuda_grad_norm_squared(float *total, float *scratch, const float *grads, size_t N, int accumulate, cudaStream_t stream);
 void lx_cuda_grad_clip_factor(float *factor, const float *norm_squared, double max_norm, cudaStream_t stream);
 void lx_cuda_scale(float *x, const float *factor, size_t N, cudaStream_t stream);

@@ -142,8 +142,13 @@ static inline void load_checkpoint(const char *path) {
 }
 
 /* Each replica writes the masters it updates; without ZeRO-1 they are equal
- * on every replica, and the first writes them. */
+ * on every replica, and the first writes them, as it writes fine-tuning's
+ * frozen weights (in no bucket). */
 static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
+  if (t >= param_tensors + PARAM_TENSORS) {
+    *lo = t->element, *hi = replica > 0 ? *lo : t->element + t->elements;
+    return;
+  }
   owned_part(t, lo, hi);
   if (ZERO_SHARDS == 1 && replica > 0) *hi = *lo;
 }
@@ -151,11 +156,11 @@ static void saved_part(const lx_param_tensor *t, long long *lo, long long *hi) {
 /* Between steps: the step that updated the masters has finished. */
 static void export_weights(const char *llmc, const char *hf) {
   float *weights = (float *)LX_CALLOC((size_t)ALL_PARAM_ELEMENTS, sizeof(float));
-  copy_masters(weights, cudaMemcpyDeviceToHost);
-#if FINETUNE /* the frozen base as the bf16 weights hold it, with the adapters merged in */
-  copy_bf16_weights(PARAMS + PARAM_ELEMENTS, weights + PARAM_ELEMENTS, ALL_PARAM_ELEMENTS - PARAM_ELEMENTS,
-                    cudaMemcpyDeviceToHost);
+#if FINETUNE /* the model the steps compute with: the bf16 base and adapters (whole on every replica), merged */
+  copy_bf16_weights(PARAMS, weights, ALL_PARAM_ELEMENTS, cudaMemcpyDeviceToHost);
   merge_adapters(weights);
+#else
+  copy_masters(weights, cudaMemcpyDeviceToHost);
 #endif
   if (llmc) write_checkpoint(llmc, weights);
   if (hf) write_hf_checkpoint(hf, weights);

@@ -23,7 +23,8 @@ typedef struct {
    * [piece_row[k] + tp_rank * piece_rows[k], ... + piece_rows[k]).
    * split 2: columns [tp_rank * row_elements, ... + row_elements) of every
    * row of `whole_row` elements. split 3: replicated, but each rank's
-   * gradient is the part of its sequence shard (sequence parallelism). */
+   * gradient is a part of the sum: of its sequence shard (sequence
+   * parallelism), or of its shard of the linear a LoRA factor adapts. */
   int split;
   long long row_elements, whole_row;
   int pieces;

@@ -10,6 +10,7 @@
 #include <cblas.h>
 
 #include "lx_common.h"
+#include "lx_rng.h" /* LoRA's dropout */
 
 /* C = alpha * op(A) op(B) + beta * C, all row-major; op(X) = X or X^T. */
 static inline void lx_gemm(int trans_a, int trans_b, int m, int n, int k, real alpha,
@@ -85,8 +86,44 @@ static inline void lx_linear_backward(const lx_ctx *ctx,
 }
 
 /* ---- LoRA (Hu et al. 2021) ---------------------------------------------------
- * A linear with a low-rank adapter: out = inp W^T + bias + scale (inp A^T) B^T,
- * scale = alpha / R. The forward keeps down = inp A^T (rank R wide) for dB. */
+ * A linear with a low-rank adapter: out = inp W^T + bias + scale (d(inp) A^T) B^T,
+ * scale = alpha / R, d LoRA's dropout of the adapter's input (the base product
+ * reads inp whole). The forward keeps down = d(inp) A^T (rank R wide) for dB.
+ * Dropout keeps element (r, c) of the rank's C columns where lx_dropout_keep
+ * of index r c_whole + col0 + c does (the rank's columns start at col0 of the
+ * c_whole of the whole input), so every tensor-parallel layout draws the same
+ * mask; the backward draws it again. */
+
+/* out = d(inp): the kept elements scaled by 1 / (1 - p), the dropped zero;
+ * with `add`, out += d(inp) instead. */
+static inline void lx_lora_dropout(const lx_ctx *ctx,
+                                   real *out,       // (BT, C)
+                                   const real *inp, // (BT, C)
+                                   int BT, int C, double p, uint64_t seed, uint64_t stream, long long col0,
+                                   long long c_whole, int add) {
+  uint32_t threshold = lx_dropout_threshold(p);
+  real keep_scale = (real)(1.0 / (1.0 - p));
+#pragma omp parallel for num_threads(ctx->threads)
+  for (int r = 0; r < BT; r++)
+    for (int c = 0; c < C; c++) {
+      size_t i = (size_t)r * C + c;
+      uint64_t index = (uint64_t)r * (uint64_t)c_whole + (uint64_t)(col0 + c);
+      real kept = lx_dropout_keep(seed, stream, index, threshold) ? inp[i] * keep_scale : 0;
+      out[i] = add ? out[i] + kept : kept;
+    }
+}
+
+/* The adapter's input as its A sees it: inp itself, or (p > 0) d(inp) in a
+ * buffer the caller frees (*dropped). */
+static inline const real *lx_lora_input(const lx_ctx *ctx, real **dropped, const real *inp, int BT, int C, double p,
+                                        uint64_t seed, uint64_t stream, long long col0, long long c_whole) {
+  *dropped = NULL;
+  if (p == 0) return inp;
+  *dropped = (real *)LX_MALLOC(sizeof(real) * (size_t)BT * (size_t)C);
+  lx_lora_dropout(ctx, *dropped, inp, BT, C, p, seed, stream, col0, c_whole, 0);
+  return *dropped;
+}
+
 static inline void lx_lora_linear_forward(const lx_ctx *ctx,
                                           real *out,          // (BT, OC)
                                           real *down,         // (BT, R)
@@ -95,16 +132,21 @@ static inline void lx_lora_linear_forward(const lx_ctx *ctx,
                                           const real *bias,   // (OC) or NULL
                                           const real *lora_a, // (R, C)
                                           const real *lora_b, // (OC, R)
-                                          int BT, int C, int OC, int R, real scale) {
+                                          int BT, int C, int OC, int R, real scale, double p, uint64_t seed,
+                                          uint64_t stream, long long col0, long long c_whole) {
   lx_linear_forward(ctx, out, inp, weight, bias, BT, C, OC);
-  lx_gemm(0, 1, BT, R, C, 1, inp, lora_a, 0, down);
+  real *dropped;
+  const real *x = lx_lora_input(ctx, &dropped, inp, BT, C, p, seed, stream, col0, c_whole);
+  lx_gemm(0, 1, BT, R, C, 1, x, lora_a, 0, down);
   lx_gemm(0, 1, BT, OC, R, scale, down, lora_b, 1, out);
+  free(dropped);
 }
 
-/* With du = scale dout B (BT, R): dinp += dout W + du A (the base part = under
- * LX_GRAD_WRITE), dlora_a += du^T inp, dlora_b += scale dout^T down; the base
- * weights' gradients as lx_linear_backward's. Fine-tuning freezes W and the
- * bias (their gradients NULL, and inp with them), LoRA-FA A too (dlora_a NULL,
+/* With du = scale dout B (BT, R): dinp += dout W + d(du A) (the base part =
+ * under LX_GRAD_WRITE; d the forward's dropout, drawn again),
+ * dlora_a += du^T d(inp), dlora_b += scale dout^T down; the base weights'
+ * gradients as lx_linear_backward's. Fine-tuning freezes W and the bias
+ * (their gradients NULL, and inp with them), LoRA-FA A too (dlora_a NULL,
  * inp NULL). */
 static inline void lx_lora_linear_backward(const lx_ctx *ctx,
                                            real *dinp,         // (BT, C) or NULL
@@ -118,14 +160,27 @@ static inline void lx_lora_linear_backward(const lx_ctx *ctx,
                                            const real *weight, // (OC, C)
                                            const real *lora_a, // (R, C)
                                            const real *lora_b, // (OC, R)
-                                           int BT, int C, int OC, int R, real scale, lx_grad_mode dinp_mode) {
+                                           int BT, int C, int OC, int R, real scale, double p, uint64_t seed,
+                                           uint64_t stream, long long col0, long long c_whole,
+                                           lx_grad_mode dinp_mode) {
   lx_linear_backward(ctx, dinp, dweight, dbias, dout, inp, weight, BT, C, OC, dinp_mode);
   if (dlora_b) lx_gemm(1, 0, OC, R, BT, scale, dout, down, 1, dlora_b);
   if (!dinp && !dlora_a) return;
   real *du = (real *)LX_MALLOC(sizeof(real) * (size_t)BT * (size_t)R);
   lx_gemm(0, 0, BT, R, OC, scale, dout, lora_b, 0, du);
-  if (dlora_a) lx_gemm(1, 0, R, C, BT, 1, du, inp, 1, dlora_a);
-  if (dinp) lx_gemm(0, 0, BT, C, R, 1, du, lora_a, 1, dinp);
+  if (dlora_a) {
+    real *dropped;
+    const real *x = lx_lora_input(ctx, &dropped, inp, BT, C, p, seed, stream, col0, c_whole);
+    lx_gemm(1, 0, R, C, BT, 1, du, x, 1, dlora_a);
+    free(dropped);
+  }
+  if (dinp && p == 0) lx_gemm(0, 0, BT, C, R, 1, du, lora_a, 1, dinp);
+  if (dinp && p > 0) { /* d(du A): the dropped columns pass nothing back */
+    real *grad = (real *)LX_MALLOC(sizeof(real) * (size_t)BT * (size_t)C);
+    lx_gemm(0, 0, BT, C, R, 1, du, lora_a, 0, grad);
+    lx_lora_dropout(ctx, dinp, grad, BT, C, p, seed, stream, col0, c_whole, 1);
+    free(grad);
+  }
   free(du);
 }
 

@@ -70,6 +70,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_CHECKPOINT_INTERVAL 0
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
+#define LORA_DROPOUT 0 /* of the adapters' input */
 #define PREDICTED_STEP_SECONDS 0.00132 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
@@ -285,7 +286,7 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* qkv = linear(...)  tiny-lora.model:77 */
   lx_lora_linear_forward(ctx, block_qkv(layer, mb), block_qkv_lora_down(layer, mb), block_layernorm_0(layer, mb),
       block_qkv_weight(layer), block_qkv_bias(layer), block_qkv_lora_a(layer), block_qkv_lora_b(layer), BT, 64, 192, 4,
-      2);
+      2, LORA_DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 2), 0, 64);
   /* a = attention(...)  tiny-lora.model:78 */
   lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
       block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
@@ -293,7 +294,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* a = linear(...)  tiny-lora.model:79 */
   lx_lora_linear_forward(ctx, block_linear_1(), block_linear_1_lora_down(layer, mb), block_attention_0(layer, mb),
       block_linear_1_weight(layer), block_linear_1_bias(layer), block_linear_1_lora_a(layer),
-      block_linear_1_lora_b(layer), BT, 64, 64, 4, 2);
+      block_linear_1_lora_b(layer), BT, 64, 64, 4, 2, LORA_DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 4), 0, 64);
   /* x = add(...)  tiny-lora.model:80 */
   lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny-lora.model:81 */
@@ -302,13 +304,15 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* linear_2 = linear(...)  tiny-lora.model:82 */
   lx_lora_linear_forward(ctx, block_linear_2(layer, mb), block_linear_2_lora_down(layer, mb),
       block_layernorm_1(layer, mb), block_linear_2_weight(layer), block_linear_2_bias(layer),
-      block_linear_2_lora_a(layer), block_linear_2_lora_b(layer), BT, 64, 256, 4, 2);
+      block_linear_2_lora_a(layer), block_linear_2_lora_b(layer), BT, 64, 256, 4, 2, LORA_DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 7), 0, 64);
   /* h = gelu(...)  tiny-lora.model:82 */
   lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer, mb), (size_t)BT * 256);
   /* h = linear(...)  tiny-lora.model:83 */
   lx_lora_linear_forward(ctx, block_linear_3(), block_linear_3_lora_down(layer, mb), block_gelu_0(layer, mb),
       block_linear_3_weight(layer), block_linear_3_bias(layer), block_linear_3_lora_a(layer),
-      block_linear_3_lora_b(layer), BT, 256, 64, 4, 2);
+      block_linear_3_lora_b(layer), BT, 256, 64, 4, 2, LORA_DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 9), 0, 256);
   /* add_1 = add(...)  tiny-lora.model:84 */
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
 }
@@ -325,7 +329,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_lora_linear_backward(ctx, block_gelu_0_grad(), NULL, NULL, GRAD_OF(block_linear_3_lora_a(layer)),
       GRAD_OF(block_linear_3_lora_b(layer)), block_linear_3_grad(), block_gelu_0(layer, mb),
       block_linear_3_lora_down(layer, mb), block_linear_3_weight(layer), block_linear_3_lora_a(layer),
-      block_linear_3_lora_b(layer), BT, 256, 64, 4, 2, LX_GRAD_WRITE);
+      block_linear_3_lora_b(layer), BT, 256, 64, 4, 2, LORA_DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 9), 0, 256, LX_GRAD_WRITE);
   /* d gelu(...)  tiny-lora.model:82 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer, mb), (size_t)BT * 256,
       LX_GRAD_WRITE);
@@ -333,7 +338,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_lora_linear_backward(ctx, block_layernorm_1_grad(), NULL, NULL, GRAD_OF(block_linear_2_lora_a(layer)),
       GRAD_OF(block_linear_2_lora_b(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
       block_linear_2_lora_down(layer, mb), block_linear_2_weight(layer), block_linear_2_lora_a(layer),
-      block_linear_2_lora_b(layer), BT, 64, 256, 4, 2, LX_GRAD_WRITE);
+      block_linear_2_lora_b(layer), BT, 64, 256, 4, 2, LORA_DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 7), 0, 64, LX_GRAD_WRITE);
   /* d layernorm(...)  tiny-lora.model:81 */
   lx_layernorm_backward(ctx, block_add_0_grad(), NULL, NULL, block_layernorm_1_grad(), block_add_0(layer, mb),
       block_layernorm_1_weight(layer), BT, 64);
@@ -344,14 +350,16 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_lora_linear_backward(ctx, block_attention_0_grad(), NULL, NULL, GRAD_OF(block_linear_1_lora_a(layer)),
       GRAD_OF(block_linear_1_lora_b(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_lora_down(layer, mb), block_linear_1_weight(layer), block_linear_1_lora_a(layer),
-      block_linear_1_lora_b(layer), BT, 64, 64, 4, 2, LX_GRAD_WRITE);
+      block_linear_1_lora_b(layer), BT, 64, 64, 4, 2, LORA_DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 4), 0, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny-lora.model:78 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
       block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
   /* d linear(...)  tiny-lora.model:77 */
   lx_lora_linear_backward(ctx, block_layernorm_0_grad(), NULL, NULL, GRAD_OF(block_qkv_lora_a(layer)),
       GRAD_OF(block_qkv_lora_b(layer)), block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_lora_down(layer, mb),
-      block_qkv_weight(layer), block_qkv_lora_a(layer), block_qkv_lora_b(layer), BT, 64, 192, 4, 2, LX_GRAD_WRITE);
+      block_qkv_weight(layer), block_qkv_lora_a(layer), block_qkv_lora_b(layer), BT, 64, 192, 4, 2, LORA_DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 2), 0, 64, LX_GRAD_WRITE);
   /* d layernorm(...)  tiny-lora.model:76 */
   lx_layernorm_backward(ctx, layer_input_grad(layer, mb), NULL, NULL, block_layernorm_0_grad(),
       block_input_0(layer, mb), block_layernorm_0_weight(layer), BT, 64);

@@ -41,18 +41,20 @@
 #if FINETUNE
 /* The adapted weights W + scale B A into weights (fp32 at params-region
  * indices, every tensor of the stage): what --export-llmc and --export-hf
- * write, the base model with the adapters merged in. */
+ * write, the base model with the adapters merged in. A rank merges its
+ * shard: W's rows and columns are B's rows and A's columns on the rank. */
 static void merge_adapters(float *weights) {
   for (int i = 0; i < LORA_ADAPTERS; i++) {
     const lx_lora_adapter *a = &lora_adapters[i];
-    const lx_param_tensor *w = &param_tensors[a->weight];
-    const float *down = weights + param_tensors[a->lora_a].element, *up = weights + param_tensors[a->lora_b].element;
-    for (long long o = 0; o < w->rows; o++)
+    const lx_param_tensor *down_t = &param_tensors[a->lora_a], *up_t = &param_tensors[a->lora_b];
+    const float *down = weights + down_t->element, *up = weights + up_t->element;
+    long long rows = up_t->elements / a->rank, cols = down_t->elements / a->rank;
+    float *w = weights + param_tensors[a->weight].element;
+    for (long long o = 0; o < rows; o++)
       for (long long r = 0; r < a->rank; r++) {
         float s = (float)(a->scale * up[o * a->rank + r]);
-        float *row = weights + w->element + o * w->cols;
-        for (long long c = 0; c < w->cols; c++)
-          row[c] += s * down[r * w->cols + c];
+        for (long long c = 0; c < cols; c++)
+          w[o * cols + c] += s * down[r * cols + c];
       }
   }
 }

@@ -20,8 +20,10 @@
 #ifndef LX_CUDA_MAIN_H
 #define LX_CUDA_MAIN_H
 
-#ifndef LORA_RANK /* fine-tuning's programs define it: their adapters' largest rank */
+#ifndef LORA_RANK /* fine-tuning's programs define them: their adapters' largest rank and input */
 #define LORA_RANK 0
+#define LORA_WIDTH 0
+#define LORA_DROPOUT 0
 #endif
 
 #define LX_TARGET_NORM_EPS LX_CUDA_NORM_EPS
@@ -229,7 +231,7 @@ static void allocate(void) {
     /* a stream runs one kernel at a time: the largest need of any (HEADS, WIDEST: the stage's) */
     size_t floats = std::max({lx_cuda_attention_scratch_floats(B, T, HEADS), lx_cuda_norm_backward_scratch_floats(BT, WIDEST),
                               lx_cuda_bias_backward_scratch_floats(BT, WIDEST), 3 * (size_t)BT,
-                              lx_cuda_grad_norm_scratch_floats(), lx_cuda_lora_scratch_floats(BT, LORA_RANK)});
+                              lx_cuda_grad_norm_scratch_floats(), lx_cuda_lora_scratch_floats(BT, LORA_RANK, LORA_DROPOUT > 0 ? LORA_WIDTH : 0)});
     float *scratch = NULL;
     CUDA_CHECK(cudaMalloc((void **)&scratch, floats * sizeof(float)));
     ctx_of[k] = lx_ctx{streams[k], matmul, scratch, floats};

@@ -15,6 +15,7 @@
 #define LX_CUDA_MATMUL_CUH
 
 #include "lx_cuda_common.cuh"
+#include "lx_cuda_rng.cuh" /* LoRA's dropout */
 
 typedef enum {
   LX_EPILOGUE_NONE = 0,
@@ -307,9 +308,47 @@ LX_CUDA_API void lx_linear_dgelu_backward(const lx_ctx *ctx,
                  (lx_bf16 *)pre_gelu, ctx->stream);
 }
 
-/* ---- LoRA (Hu et al. 2021): out = inp W^T + bias + scale (inp A^T) B^T -------
- * The CPU twins are templates/cpu/lx_matmul.h's; down = inp A^T (rank R) is
- * kept for dB. Five small GEMMs beside the base one, each cuBLASLt's. */
+/* ---- LoRA (Hu et al. 2021): out = inp W^T + bias + scale (d(inp) A^T) B^T -----
+ * The CPU twins are templates/cpu/lx_matmul.h's, with their dropout d of the
+ * adapter's input (element (r, c) kept as lx_cuda_dropout_keep of index
+ * r c_whole + col0 + c says) and down = d(inp) A^T (rank R) kept for dB. Five
+ * small GEMMs beside the base one, each cuBLASLt's; du and d(inp) in the scratch. */
+
+/* out = d(inp), or with `add` out += d(inp): the kept elements scaled by keep_scale. */
+__global__ void lx_cuda_lora_dropout_kernel(lx_bf16 *out,       // (BT, C)
+                                            const lx_bf16 *inp, // (BT, C)
+                                            int BT, int C, uint64_t key, uint32_t threshold, float keep_scale,
+                                            long long col0, long long c_whole, int add) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (size_t)BT * C) return;
+  size_t r = i / C, c = i % C;
+  float kept = lx_cuda_dropout_keep(key, r * (uint64_t)c_whole + (uint64_t)col0 + c, threshold)
+                   ? lx_to_float(inp[i]) * keep_scale
+                   : 0.0f;
+  out[i] = lx_to_bf16(add ? lx_to_float(out[i]) + kept : kept);
+}
+
+static void lx_cuda_lora_dropout(lx_bf16 *out, const lx_bf16 *inp, int BT, int C, double p, uint64_t seed,
+                                 uint64_t stream_id, long long col0, long long c_whole, int add, cudaStream_t stream) {
+  size_t n = (size_t)BT * C;
+  lx_cuda_lora_dropout_kernel<<<lx_ceil_div(n, 256), 256, 0, stream>>>(
+      out, inp, BT, C, lx_cuda_rng_key(seed, stream_id), lx_cuda_dropout_threshold(p), (float)(1.0 / (1.0 - p)), col0,
+      c_whole, add);
+  LX_CUDA_LAUNCHED();
+}
+
+/* du = scale dout B (BT, R) and, under dropout, a (BT, C) buffer, bf16 in the
+ * stream's scratch; C is the largest input width of an adapted linear, 0 without dropout. */
+LX_CUDA_API size_t lx_cuda_lora_scratch_floats(int BT, int R, int C) {
+  return ((size_t)BT * R + 7) / 8 * 4 + ((size_t)BT * C + 1) / 2;
+}
+
+/* The scratch's du and (BT, C) parts. */
+static lx_bf16 *lx_cuda_lora_scratch(const lx_ctx *ctx, int BT, int R, int C, lx_bf16 **wide) {
+  lx_bf16 *du = (lx_bf16 *)lx_scratch(ctx, lx_cuda_lora_scratch_floats(BT, R, C));
+  *wide = du + ((size_t)BT * R + 7) / 8 * 8; /* 16-byte aligned for cuBLASLt */
+  return du;
+}
 
 LX_CUDA_API void lx_lora_linear_forward(const lx_ctx *ctx,
                                         lx_bf16 *out,          // (BT, OC)
@@ -319,18 +358,23 @@ LX_CUDA_API void lx_lora_linear_forward(const lx_ctx *ctx,
                                         const lx_bf16 *bias,   // (OC) or NULL
                                         const lx_bf16 *lora_a, // (R, C)
                                         const lx_bf16 *lora_b, // (OC, R)
-                                        int BT, int C, int OC, int R, float scale) {
+                                        int BT, int C, int OC, int R, float scale, double p, uint64_t seed,
+                                        uint64_t stream_id, long long col0, long long c_whole) {
   lx_linear_forward(ctx, out, inp, weight, bias, BT, C, OC);
-  lx_cuda_matmul(ctx->matmul, down, CUDA_R_16BF, inp, lora_a, BT, R, C, 0, 1, 0, LX_EPILOGUE_NONE, NULL, NULL,
+  const lx_bf16 *x = inp;
+  if (p > 0) {
+    lx_bf16 *dropped;
+    lx_cuda_lora_scratch(ctx, BT, R, C, &dropped);
+    lx_cuda_lora_dropout(dropped, inp, BT, C, p, seed, stream_id, col0, c_whole, 0, ctx->stream);
+    x = dropped;
+  }
+  lx_cuda_matmul(ctx->matmul, down, CUDA_R_16BF, x, lora_a, BT, R, C, 0, 1, 0, LX_EPILOGUE_NONE, NULL, NULL,
                  ctx->stream);
   lx_cuda_matmul_scaled(ctx->matmul, out, CUDA_R_16BF, down, lora_b, BT, OC, R, 0, 1, 1, LX_EPILOGUE_NONE, NULL, NULL,
                         scale, ctx->stream);
 }
 
-/* du = scale dout B, bf16 in the stream's scratch. */
-LX_CUDA_API size_t lx_cuda_lora_scratch_floats(int BT, int R) { return ((size_t)BT * R + 1) / 2; }
-
-/* dinp += dout W + du A (the base part = under LX_GRAD_WRITE); dlora_a += du^T inp,
+/* dinp += dout W + d(du A) (the base part = under LX_GRAD_WRITE); dlora_a += du^T d(inp),
  * dlora_b += scale dout^T down (fp32); the base weights' as lx_linear_backward.
  * Fine-tuning passes NULL for the frozen ones' gradients (LoRA-FA: A's, and inp). */
 LX_CUDA_API void lx_lora_linear_backward(const lx_ctx *ctx,
@@ -345,21 +389,34 @@ LX_CUDA_API void lx_lora_linear_backward(const lx_ctx *ctx,
                                          const lx_bf16 *weight, // (OC, C)
                                          const lx_bf16 *lora_a, // (R, C)
                                          const lx_bf16 *lora_b, // (OC, R)
-                                         int BT, int C, int OC, int R, float scale, lx_grad_mode dinp_mode) {
+                                         int BT, int C, int OC, int R, float scale, double p, uint64_t seed,
+                                         uint64_t stream_id, long long col0, long long c_whole,
+                                         lx_grad_mode dinp_mode) {
   lx_linear_backward(ctx, dinp, dweight, dbias, dout, inp, weight, BT, C, OC, dinp_mode);
   if (dlora_b)
     lx_cuda_matmul_scaled(ctx->matmul, dlora_b, CUDA_R_32F, dout, down, OC, R, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL,
                           NULL, scale, ctx->stream);
   if (!dinp && !dlora_a) return;
-  lx_bf16 *du = (lx_bf16 *)lx_scratch(ctx, lx_cuda_lora_scratch_floats(BT, R));
+  lx_bf16 *wide, *du = lx_cuda_lora_scratch(ctx, BT, R, p > 0 ? C : 0, &wide);
   lx_cuda_matmul_scaled(ctx->matmul, du, CUDA_R_16BF, dout, lora_b, BT, R, OC, 0, 0, 0, LX_EPILOGUE_NONE, NULL, NULL,
                         scale, ctx->stream);
-  if (dlora_a)
-    lx_cuda_matmul(ctx->matmul, dlora_a, CUDA_R_32F, du, inp, R, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
+  if (dlora_a) {
+    const lx_bf16 *x = inp;
+    if (p > 0) { /* the forward's d(inp), drawn again */
+      lx_cuda_lora_dropout(wide, inp, BT, C, p, seed, stream_id, col0, c_whole, 0, ctx->stream);
+      x = wide;
+    }
+    lx_cuda_matmul(ctx->matmul, dlora_a, CUDA_R_32F, du, x, R, C, BT, 1, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
                    ctx->stream);
-  if (dinp)
+  }
+  if (dinp && p == 0)
     lx_cuda_matmul(ctx->matmul, dinp, CUDA_R_16BF, du, lora_a, BT, C, R, 0, 0, 1, LX_EPILOGUE_NONE, NULL, NULL,
                    ctx->stream);
+  if (dinp && p > 0) { /* d(du A): the dropped columns pass nothing back */
+    lx_cuda_matmul(ctx->matmul, wide, CUDA_R_16BF, du, lora_a, BT, C, R, 0, 0, 0, LX_EPILOGUE_NONE, NULL, NULL,
+                   ctx->stream);
+    lx_cuda_lora_dropout(dinp, wide, BT, C, p, seed, stream_id, col0, c_whole, 1, ctx->stream);
+  }
 }
 
 #endif

@@ -230,17 +230,27 @@ static void test_linear(int with_bias) {
 typedef struct {
   int BT, C, OC, R;
   real scale;
+  double p; /* LoRA's dropout of the adapter's input */
+  long long col0, c_whole;
   real *inp, *weight, *bias, *a, *b, *out, *down, *w;
 } lora_case;
+
+enum { LORA_SEED = 5, LORA_STREAM = 17 };
 
 static double lora_loss(void *p) {
   lora_case *c = p;
   lx_lora_linear_forward(&test_ctx, c->out, c->down, c->inp, c->weight, c->bias, c->a, c->b, c->BT, c->C,
-                         c->OC, c->R, c->scale);
+                         c->OC, c->R, c->scale, c->p, LORA_SEED, LORA_STREAM, c->col0, c->c_whole);
   return weighted_sum(c->out, c->w, (size_t)c->BT * c->OC);
 }
 
-/* out = x W^T + b + scale (x A^T) B^T, written here with loops. */
+/* Whether the adapter keeps element (r, i) of its input. */
+static int lora_kept(const lora_case *c, int r, int i) {
+  return lx_dropout_keep(LORA_SEED, LORA_STREAM, (uint64_t)(r * c->c_whole + c->col0 + i),
+                         lx_dropout_threshold(c->p));
+}
+
+/* out = x W^T + b + scale (d(x) A^T) B^T, written here with loops (d: the dropout). */
 static void test_lora_forward_against_loops(lora_case *c) {
   lora_loss(c);
   double worst = 0;
@@ -252,21 +262,29 @@ static void test_lora_forward_against_loops(lora_case *c) {
       for (int k = 0; k < c->R; k++) {
         double u = 0;
         for (int i = 0; i < c->C; i++)
-          u += c->inp[r * c->C + i] * c->a[k * c->C + i];
+          u += lora_kept(c, r, i) ? c->inp[r * c->C + i] / (1 - c->p) * c->a[k * c->C + i] : 0;
         s += c->scale * u * c->b[o * c->R + k];
       }
       worst = fmax(worst, fabs(s - c->out[r * c->OC + o]));
     }
-  CHECK(worst < 1e-12, "lora_linear forward equals x W^T + b + scale (x A^T) B^T by loops (max err %.1e)",
-        worst);
+  int dropped = 0;
+  for (int r = 0; r < c->BT; r++)
+    for (int i = 0; i < c->C; i++)
+      dropped += !lora_kept(c, r, i);
+  CHECK(
+      worst < 1e-12 && (c->p == 0) == (dropped == 0),
+      "lora_linear forward (dropout %g: %d of %d inputs dropped) equals x W^T + b + scale (d(x) A^T) B^T by "
+      "loops (max err %.1e)",
+      c->p, dropped, c->BT * c->C, worst);
 }
 
 /* Every gradient of the adapted linear against central differences, with a
  * B that is not zero (training starts from B = 0, where dA vanishes); then
  * fine-tuning's calls: W and the bias frozen, and LoRA-FA's, A frozen and no
  * input kept, which must give the same input and B gradients. */
-static void test_lora_linear(void) {
-  lora_case c = {.BT = 6, .C = 5, .OC = 7, .R = 3, .scale = 8.0 / 3};
+static void test_lora_linear(double p, long long col0, long long c_whole) {
+  lora_case c = {
+      .BT = 6, .C = 5, .OC = 7, .R = 3, .scale = 8.0 / 3, .p = p, .col0 = col0, .c_whole = c_whole};
   c.inp = random_tensor((size_t)c.BT * c.C, 1);
   c.weight = random_tensor((size_t)c.OC * c.C, 1);
   c.bias = random_tensor((size_t)c.OC, 1);
@@ -281,22 +299,27 @@ static void test_lora_linear(void) {
        *dbias = zero_tensor((size_t)c.OC);
   real *da = zero_tensor(n_a), *db = zero_tensor(n_b);
   lx_lora_linear_backward(&test_ctx, dinp, dweight, dbias, da, db, c.w, c.inp, c.down, c.weight, c.a, c.b,
-                          c.BT, c.C, c.OC, c.R, c.scale, LX_GRAD_ADD);
-  check_gradient("lora_linear", "input", lora_loss, &c, c.inp, dinp, n_in);
-  check_gradient("lora_linear", "weight", lora_loss, &c, c.weight, dweight, (size_t)c.OC * c.C);
-  check_gradient("lora_linear", "bias", lora_loss, &c, c.bias, dbias, (size_t)c.OC);
-  check_gradient("lora_linear", "A", lora_loss, &c, c.a, da, n_a);
-  check_gradient("lora_linear", "B", lora_loss, &c, c.b, db, n_b);
+                          c.BT, c.C, c.OC, c.R, c.scale, c.p, LORA_SEED, LORA_STREAM, c.col0, c.c_whole,
+                          LX_GRAD_ADD);
+  char name[96];
+  snprintf(name, sizeof name, "lora_linear (dropout %g, columns %lld.. of %lld)", p, col0, c_whole);
+  check_gradient(name, "input", lora_loss, &c, c.inp, dinp, n_in);
+  check_gradient(name, "weight", lora_loss, &c, c.weight, dweight, (size_t)c.OC * c.C);
+  check_gradient(name, "bias", lora_loss, &c, c.bias, dbias, (size_t)c.OC);
+  check_gradient(name, "A", lora_loss, &c, c.a, da, n_a);
+  check_gradient(name, "B", lora_loss, &c, c.b, db, n_b);
   lora_loss(&c); /* down as the forward leaves it, for the calls below */
   real *written = nan_tensor(n_in), *fa_db = zero_tensor(n_b), *frozen_da = zero_tensor(n_a);
   lx_lora_linear_backward(&test_ctx, written, NULL, NULL, frozen_da, NULL, c.w, c.inp, c.down, c.weight, c.a,
-                          c.b, c.BT, c.C, c.OC, c.R, c.scale, LX_GRAD_WRITE);
+                          c.b, c.BT, c.C, c.OC, c.R, c.scale, c.p, LORA_SEED, LORA_STREAM, c.col0, c.c_whole,
+                          LX_GRAD_WRITE);
   check_written("lora_linear (W frozen)", written, dinp, n_in);
   CHECK(!memcmp(frozen_da, da, n_a * sizeof(real)),
         "lora_linear with W frozen: A's gradient is the same, bit for bit");
   real *fa_written = nan_tensor(n_in);
   lx_lora_linear_backward(&test_ctx, fa_written, NULL, NULL, NULL, fa_db, c.w, NULL, c.down, c.weight, c.a,
-                          c.b, c.BT, c.C, c.OC, c.R, c.scale, LX_GRAD_WRITE);
+                          c.b, c.BT, c.C, c.OC, c.R, c.scale, c.p, LORA_SEED, LORA_STREAM, c.col0, c.c_whole,
+                          LX_GRAD_WRITE);
   check_written("lora_linear (LoRA-FA, no input kept)", fa_written, dinp, n_in);
   CHECK(!memcmp(fa_db, db, n_b * sizeof(real)),
         "lora_linear under LoRA-FA: B's gradient is the same, bit for bit");
@@ -1009,7 +1032,9 @@ int main(void) {
   test_rmsnorm();
   test_linear(1);
   test_linear(0);
-  test_lora_linear();
+  test_lora_linear(0, 0, 5);
+  test_lora_linear(0.3, 0, 5);
+  test_lora_linear(0.3, 10, 20); /* a row-parallel rank's columns 10..14 of 20 */
   for (int flash = 0; flash <= 1; flash++) {
     test_attention_gradient(flash, 0);
     test_attention_gradient(flash, 0.3);

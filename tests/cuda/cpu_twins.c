@@ -23,6 +23,19 @@ void twin_linear_backward(float *dinp, float *dweight, float *dbias, const float
                           const float *weight, int BT, int C, int OC) {
   lx_linear_backward(pool(), dinp, dweight, dbias, dout, inp, weight, BT, C, OC, LX_GRAD_ADD);
 }
+void twin_lora_linear_forward(float *out, float *down, const float *inp, const float *weight, const float *bias,
+                              const float *lora_a, const float *lora_b, int BT, int C, int OC, int R, float scale,
+                              twin_lora_dropout d) {
+  lx_lora_linear_forward(pool(), out, down, inp, weight, bias, lora_a, lora_b, BT, C, OC, R, scale, d.p, d.seed,
+                         d.stream, d.col0, d.c_whole);
+}
+/* fine-tuning's call: W and the bias frozen */
+void twin_lora_linear_backward(float *dinp, float *dlora_a, float *dlora_b, const float *dout, const float *inp,
+                               const float *down, const float *weight, const float *lora_a, const float *lora_b,
+                               int BT, int C, int OC, int R, float scale, twin_lora_dropout d) {
+  lx_lora_linear_backward(pool(), dinp, NULL, NULL, dlora_a, dlora_b, dout, inp, down, weight, lora_a, lora_b, BT, C,
+                          OC, R, scale, d.p, d.seed, d.stream, d.col0, d.c_whole, LX_GRAD_ADD);
+}
 void twin_layernorm_forward(float *out, const float *inp, const float *weight, const float *bias, int BT,
                             int C) {
   lx_layernorm_forward(pool(), out, inp, weight, bias, BT, C);

@@ -14,6 +14,18 @@ extern "C" {
 void twin_linear_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C, int OC);
 void twin_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                           const float *weight, int BT, int C, int OC);
+/* LoRA's dropout: probability, seed, stream, the rank's first input column and the whole input's */
+typedef struct {
+  double p;
+  uint64_t seed, stream;
+  long long col0, c_whole;
+} twin_lora_dropout;
+void twin_lora_linear_forward(float *out, float *down, const float *inp, const float *weight, const float *bias,
+                              const float *lora_a, const float *lora_b, int BT, int C, int OC, int R, float scale,
+                              twin_lora_dropout d);
+void twin_lora_linear_backward(float *dinp, float *dlora_a, float *dlora_b, const float *dout, const float *inp,
+                               const float *down, const float *weight, const float *lora_a, const float *lora_b,
+                               int BT, int C, int OC, int R, float scale, twin_lora_dropout d);
 void twin_layernorm_forward(float *out, const float *inp, const float *weight, const float *bias, int BT, int C);
 void twin_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, int BT, int C);

@@ -190,6 +190,59 @@ static void test_linear(void) {
   compare("linear_dgelu_backward", "dpre_gelu", from_device_bf16(d_dpre, dpre.size()), dpre, TOL_BF16);
 }
 
+/* LoRA (fine-tuning): the base product plus scale (d(x) A^T) B^T, d the
+ * adapter's dropout (none, and a row-parallel rank's columns 64.. of 128 at
+ * p = 0.25, whose mask both sides draw from the same counters); the backward
+ * with W frozen, the adapters' gradients added into fp32, dinp written
+ * (LX_GRAD_WRITE over NaNs); LoRA-FA's call (A frozen, no input), added. */
+static void test_lora_linear(twin_lora_dropout d) {
+  const int BT = 520, C = 64, OC = 136, R = 8;
+  const float scale = 2.0f;
+  char label[64];
+  snprintf(label, sizeof label, "lora_linear p=%g", d.p);
+  floats inp = random_bf16((size_t)BT * C, 1), w = random_bf16((size_t)OC * C, 0.2f), bias = random_bf16(OC, 0.5f);
+  floats a = random_bf16((size_t)R * C, 0.3f), b = random_bf16((size_t)OC * R, 0.3f);
+  floats dout = random_bf16((size_t)BT * OC, 1), da0 = random_bf16((size_t)R * C, 0.1f);
+  floats db0 = random_bf16((size_t)OC * R, 0.1f);
+  lx_bf16 *d_inp = to_device_bf16(inp), *d_w = to_device_bf16(w), *d_bias = to_device_bf16(bias);
+  lx_bf16 *d_a = to_device_bf16(a), *d_b = to_device_bf16(b), *d_dout = to_device_bf16(dout);
+  lx_bf16 *d_out = to_device_bf16(floats((size_t)BT * OC)), *d_down = to_device_bf16(floats((size_t)BT * R));
+  float *d_da = to_device_f32(da0), *d_db = to_device_f32(db0);
+  size_t floats_needed = lx_cuda_lora_scratch_floats(BT, R, C) + lx_cuda_bias_backward_scratch_floats(BT, OC);
+  const lx_ctx ctx = context(device_zeros_f32(floats_needed), floats_needed);
+#define DROPOUT_ARGS d.p, d.seed, d.stream, d.col0, d.c_whole
+
+  floats out((size_t)BT * OC), down((size_t)BT * R);
+  twin_lora_linear_forward(out.data(), down.data(), inp.data(), w.data(), bias.data(), a.data(), b.data(), BT, C, OC,
+                           R, scale, d);
+  lx_lora_linear_forward(&ctx, d_out, d_down, d_inp, d_w, d_bias, d_a, d_b, BT, C, OC, R, scale, DROPOUT_ARGS);
+  compare((std::string(label) + " forward").c_str(), "out", from_device_bf16(d_out, out.size()), out, TOL_BF16);
+  compare((std::string(label) + " forward").c_str(), "down", from_device_bf16(d_down, down.size()), down, TOL_BF16);
+
+  floats gpu_down = from_device_bf16(d_down, down.size()); /* both backwards read the same u */
+  floats dinp((size_t)BT * C, 0.0f), da = da0, db = db0;
+  twin_lora_linear_backward(dinp.data(), da.data(), db.data(), dout.data(), inp.data(), gpu_down.data(), w.data(),
+                            a.data(), b.data(), BT, C, OC, R, scale, d);
+  lx_bf16 *d_dinp = to_device_bf16(floats(dinp.size(), NAN));
+  lx_lora_linear_backward(&ctx, d_dinp, NULL, NULL, d_da, d_db, d_dout, d_inp, d_down, d_w, d_a, d_b, BT, C, OC, R,
+                          scale, DROPOUT_ARGS, LX_GRAD_WRITE);
+  std::string backward = std::string(label) + " backward";
+  compare((backward + " (written)").c_str(), "dinp", from_device_bf16(d_dinp, dinp.size()), dinp, TOL_BF16);
+  /* dA = du^T d(x) from du in bf16 (the scratch), the twin's in float: a bf16 tolerance */
+  compare(backward.c_str(), "dlora_a", from_device_f32(d_da, da.size()), da, TOL_BF16);
+  compare(backward.c_str(), "dlora_b", from_device_f32(d_db, db.size()), db, TOL_F32);
+  floats fa_db = db0, fa_dinp((size_t)BT * C, 0.0f);
+  twin_lora_linear_backward(fa_dinp.data(), NULL, fa_db.data(), dout.data(), NULL, gpu_down.data(), w.data(),
+                            a.data(), b.data(), BT, C, OC, R, scale, d);
+  float *d_fa_db = to_device_f32(db0);
+  lx_bf16 *d_fa_dinp = to_device_bf16(floats(dinp.size(), 0.0f));
+  lx_lora_linear_backward(&ctx, d_fa_dinp, NULL, NULL, NULL, d_fa_db, d_dout, NULL, d_down, d_w, d_a, d_b, BT, C, OC,
+                          R, scale, DROPOUT_ARGS, LX_GRAD_ADD);
+#undef DROPOUT_ARGS
+  compare((backward + " (LoRA-FA)").c_str(), "dinp", from_device_bf16(d_fa_dinp, dinp.size()), fa_dinp, TOL_BF16);
+  compare((backward + " (LoRA-FA)").c_str(), "dlora_b", from_device_f32(d_fa_db, db.size()), fa_db, TOL_F32);
+}
+
 /* ---- norms ----------------------------------------------------------------------- */
 
 /* shape: how the kernels take the rows, for the test names */
@@ -682,6 +735,8 @@ int main(void) {
   lx_cuda_matmul_init(&matmul, workspace, LX_CUDA_MATMUL_WORKSPACE_BYTES);
 
   test_linear();
+  test_lora_linear(twin_lora_dropout{0, 0, 0, 0, 64});
+  test_lora_linear(twin_lora_dropout{0.25, 3, 11, 64, 128});
   test_norms(301, 200, " (8 a load)"); /* two chunks of the column reductions, the second partial */
   test_norms(37, 100, " (one a load)"); /* 100: not a multiple of 8 */
   test_attention(2, 67, 4, 2, 64, 0.0, 0, 4);
