@@ -178,6 +178,19 @@ def ir_numbers(work, lora, plain):
               stage.get("grads_bytes"), stage.get("optimizer_bytes")))
 
 
+def losses_match(work, label, program, want, *args):
+    """The program (None: it did not build) trains with args; its losses must be want's to REFERENCE_BOUND."""
+    r, metrics = train(program, work, *args) if program else (None, None)
+    if r is None or r.returncode != 0:
+        check(False, "%s: generates, builds and trains from --init" % label)
+        print((r.stdout + r.stderr)[-2000:] if r else "")
+        return
+    got = losses(metrics)
+    off = max(abs(x - y) / y for x, y in zip(got, want)) if len(got) == len(want) else float("inf")
+    check(off < REFERENCE_BOUND, "%s: the losses %s match the numpy reference %s (%.1e relative)" % (
+        label, ["%.6f" % x for x in got], ["%.6f" % x for x in want], off))
+
+
 def block_op_indices(work, model):
     """The index of each adapted linear among the block's ops: its dropout's random stream."""
     r = run([LYNXGEN, model, "--dump-ir"], work)
@@ -205,15 +218,7 @@ def with_dropout(work, lora, init, data, start):
              ("LoRA-FA dropout 0.1 pp=2 full recompute", ("--pp", "2", "--lora-fa", "--policy", "full"), True))
     for label, layout, fa in cases:
         program = generate(work, "-".join(["dropout"] + [a.strip("-") for a in layout]), model, *layout, quick=True)
-        r, metrics = train(program, work, "--init", init) if program else (None, None)
-        if r is None or r.returncode != 0:
-            check(False, "%s: generates, builds and trains from --init" % label)
-            print((r.stdout + r.stderr)[-2000:] if r else "")
-            continue
-        got = losses(metrics)
-        off = max(abs(x - y) / y for x, y in zip(got, reference[fa])) if len(got) == STEPS else float("inf")
-        check(off < REFERENCE_BOUND, "%s: the losses %s match the numpy reference's, masks drawn there (%.1e "
-              "relative)" % (label, ["%.6f" % x for x in got], off))
+        losses_match(work, label, program, reference[fa], "--init", init)
     program = generate(work, "dropout-grad", model, "--pp", "2", target="gradcheck")
     r, _ = train(program, work, "--gradcheck", variant="-gradcheck") if program else (None, None)
     check(r is not None and r.returncode == 0 and " 0 failed" in r.stdout,
@@ -258,16 +263,7 @@ def against_reference(work, lora, init, data):
     for label, layout, fa in cases:
         name = "-".join(["lora"] + [a.strip("-") for a in layout])
         program = first if not layout else generate(work, name, lora, *layout, quick=True)
-        saving = ("--save", final) if not layout else ()
-        r, metrics = train(program, work, "--init", init, *saving) if program else (None, None)
-        if r is None or r.returncode != 0:
-            check(False, "%s: generates, builds and trains from --init" % label)
-            print((r.stdout + r.stderr)[-2000:] if r else "")
-            continue
-        got, want = losses(metrics), reference[fa][0]
-        off = max(abs(x - y) / y for x, y in zip(got, want)) if len(got) == len(want) else float("inf")
-        check(off < REFERENCE_BOUND, "%s: the losses %s match the numpy reference %s (%.1e relative)" % (
-            label, ["%.6f" % x for x in got], ["%.6f" % x for x in want], off))
+        losses_match(work, label, program, reference[fa][0], "--init", init, *(() if layout else ("--save", final)))
     # AdamW's first updates are about lr whatever a gradient's size, so the fp32 rounding of the
     # smallest gradients shows in the adapters more than in the losses: 1e-3 of their largest element
     trained = adapters_of(read_state(final))

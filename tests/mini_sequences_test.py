@@ -4,7 +4,8 @@ The emitted CPU programs of a small GPT are trained with --mini-sequences M
 and compared with the same plan run whole (M = 1), which never cuts the rows:
 
 - per-step losses equal M = 1's within LOSS_BOUND, for M in {2, 4, 8} at
-  pp = 2, for M = 4 at tp = 2 (the vocabulary-parallel loss) and at tp = 2 x pp = 2 with
+  pp = 2 (where the norm in front of each MLP and of the LM head runs in the
+  pieces too), for M = 4 at tp = 2 (the vocabulary-parallel loss) and at tp = 2 x pp = 2 with
   sequence parallelism (what a run of pieces gathers, gathered once for all);
   under full and lynx-heu recomputation, zero bubble, interleaved 1F1B and 2BW;
   and for a Llama's SwiGLU MLP;
@@ -151,20 +152,26 @@ def peak_memory(work, model):
     second linear's input and the activation's). In M pieces nothing of them
     is stashed (the backward makes the pieces again), and the loss's backward
     holds one piece of the logits and its gradient: 2 L / M. The peak drops by
-    2 L (1 - 1/M) + layers x 2 b s 4h / tp x 4."""
+    2 L (1 - 1/M) + layers x 2 b s 4h / tp x 4. Without tensor parallelism the
+    norm in front of each MLP and of the LM head runs in the pieces too: its
+    output N = b s h x 4 bytes, which the matmul after it stashed, is not
+    stashed either, and the backward holds one piece of it, N / M, beside the
+    logits': the peak drops by (layers + 1) N - N / M more."""
     hidden = 64
     for tp, pp in ((1, 1), (1, 2), (2, 2)):
         args = ("--tp", str(tp), "--pp", str(pp))
         logits = MICRO_BATCH * SEQ * VOCAB // tp * 4  # VOCAB is a multiple of 128 tp: no padding
         mlp = (4 // pp) * 2 * MICRO_BATCH * SEQ * 4 * hidden // tp * 4  # 4 layers, the last stage's share
+        norm = MICRO_BATCH * SEQ * hidden * 4 if tp == 1 else 0
         whole = last_stage_peak(work, model, *args)
         for m in (2, 4, 8):
             pieces = last_stage_peak(work, model, *args, "--mini-sequences", str(m))
-            expected = 2 * logits - 2 * logits // m + mlp
+            expected = 2 * logits - 2 * logits // m + mlp + (4 // pp + 1) * norm - norm // m
             ok = whole is not None and pieces is not None
             check(ok and whole - pieces == expected,
                   "tp=%d pp=%d, %d mini-sequences: the last stage's planned peak drops by 2 L (1 - 1/M) + its "
-                  "layers' MLP hidden = %d bytes (%s)" % (tp, pp, m, expected, whole - pieces if ok else "no plan"))
+                  "layers' MLP hidden%s = %d bytes (%s)" % (tp, pp, m, " + (layers + 1) N - N / M" if norm else "",
+                                                            expected, whole - pieces if ok else "no plan"))
 
 
 def refusals(work, model):

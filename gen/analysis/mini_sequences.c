@@ -35,15 +35,26 @@ static bool activation(const lx_op *op) {
 /* A linear of an MLP in pieces; one with a LoRA adapter runs whole. */
 static bool plain_linear(const lx_op *op) { return op->kind == LX_OP_LINEAR && !op->lora_rank; }
 
+/* The norm in front of a chain's first op, read by it alone, joins the chain
+ * (its output, the matmul's input, is then never whole either) without
+ * tensor parallelism: with it, the column-parallel matmul's input gradient
+ * is a partial sum until the all-reduce after the run, which the norm's
+ * backward must not read before. */
+static int with_norm(const lx_ir *ir, const lx_graph *g, int first) {
+  const lx_op *norm = first > 0 ? &g->ops[first - 1] : NULL;
+  bool is_norm = norm && (norm->kind == LX_OP_LAYERNORM || norm->kind == LX_OP_RMSNORM);
+  return is_norm && reads_previous(g, first) && ir->plan.tp == 1 ? first - 1 : first;
+}
+
 /* The first op of the chain of kinds that ends at op `last`, or -1: the LM
- * head and its loss, or linear -> activation -> linear. */
-static int chain_start(const lx_graph *g, int last) {
+ * head and its loss, or linear -> activation -> linear, each with the norm in front. */
+static int chain_start(const lx_ir *ir, const lx_graph *g, int last) {
   const lx_op *op = &g->ops[last];
   if (op->kind == LX_OP_CROSS_ENTROPY && reads_previous(g, last) && g->ops[last - 1].kind == LX_OP_LM_HEAD)
-    return last - 1;
+    return with_norm(ir, g, last - 1);
   if (plain_linear(op) && reads_previous(g, last) && activation(&g->ops[last - 1]) &&
       reads_previous(g, last - 1) && plain_linear(&g->ops[last - 2]))
-    return last - 2;
+    return with_norm(ir, g, last - 2);
   return -1;
 }
 
@@ -54,7 +65,7 @@ void lx_mark_mini_sequences(const lx_ir *ir, lx_graph *g) {
     g->ops[i].chunks = 1;
   if (m < 2) return;
   for (int i = 0; i < g->n_ops; i++) {
-    int first = chain_start(g, i);
+    int first = chain_start(ir, g, i);
     if (first < 0 || g->ops[first].chunks > 1) continue;
     for (int j = first; j <= i; j++)
       g->ops[j].chunks = m;
