@@ -21,7 +21,9 @@ model's. Checks:
   parallelism, and for LoRA-FA at pp 1, pp 2, with full recomputation, under
   interleaved 1F1B and at tp 2 with sequence parallelism and mini-sequences;
   the adapters the run ends with match the reference's;
-- the training state holds the adapters alone (and their moments);
+- the training state holds the adapters alone (and their moments), and a
+  run killed with -9 continues from it (the base from --init again) with the
+  uninterrupted run's losses, bit for bit;
 - the frozen weights are bitwise unchanged after training (the check
   build compares them with a copy taken at the start), and the arena is
   used exactly as planned;
@@ -53,7 +55,8 @@ import numpy as np
 from tap import check, exit_status
 
 import gpt_reference
-from training_metrics import LYNXGEN, fortunes_shards, generate, losses, run, train
+from resume_test import command, kill_job, saved_step, start, wait_for_step
+from training_metrics import LYNXGEN, fortunes_shards, generate, losses, losses_by_step, run, train
 
 RANK, ALPHA = 4, 8
 SCALE = ALPHA / RANK
@@ -302,6 +305,28 @@ def gradients(work, lora):
             print((r.stdout + r.stderr)[-2000:] if r else "")
 
 
+def kill_and_resume(work, program, init):
+    """kill -9 of a fine-tuning run after its third checkpoint; --init (the base) with --resume
+    (the adapters) continues it with the uninterrupted run's losses, bit for bit."""
+    steps, every = 100, 4
+    whole, killed = os.path.join(program, "whole.jsonl"), os.path.join(program, "killed.jsonl")
+    ckpt = os.path.join(work, "adapters.state")
+    r = run(command(program, work, whole, "--init", init, steps=steps), work)
+    want = losses_by_step(whole)
+    job = start(program, work, killed, "--init", init, "--save", ckpt, "--checkpoint-every", str(every), steps=steps)
+    reached = wait_for_step(job, killed, 3 * every + 1)
+    gone = kill_job(job, program)
+    at = saved_step(ckpt)
+    check(r.returncode == 0 and reached and gone and at is not None and every <= at < steps,
+          "kill -9 of a fine-tuning job after step %d leaves the adapters' state of step %s" % (
+              max(losses_by_step(killed), default=0), at))
+    r = run(command(program, work, killed, "--init", init, "--resume", ckpt, "--save", ckpt, "--checkpoint-every",
+                    str(every), steps=steps), work)
+    check(r.returncode == 0 and losses_by_step(killed) == want and len(want) == steps,
+          "resumed from step %s with --init and --resume, the %d losses equal the uninterrupted run's bitwise" % (
+              at, steps))
+
+
 def read_llmc(path):
     with open(path, "rb") as f:
         f.read(1024)
@@ -370,6 +395,7 @@ def main():
     gradients(work, lora)
     if program:
         merging(work, program, plain, init, state, val)
+        kill_and_resume(work, program, init)
     return exit_status()
 
 

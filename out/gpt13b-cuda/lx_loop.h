@@ -654,6 +654,9 @@ static int64_t resumed_window(const char *path, const lx_state_run *saved, const
  * saved it may differ); returns the steps the run had done. */
 static int resume_state(const lx_run_options *o, lx_loader *data) {
   const char *path = o->resume_checkpoint;
+  if (FINETUNE && !o->init_checkpoint && lx_world_rank() == 0) /* the state holds the adapters alone */
+    fprintf(stderr, "lynx: warning: %s holds the adapters; the frozen base comes from the seed, not from a file: "
+                    "resume with the --init the run started from\n", path);
   lx_state_run expect = this_run(o, 0);
   lx_state_run saved = lx_state_read_run(path, &expect);
   if (o->train.steps > 0) require_same_run(path, &saved, o); /* --steps 0 only evaluates the weights */
