@@ -23,7 +23,7 @@ GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/o
   gen/planning/search.c gen/planning/simulate.c gen/planning/stage_problem.c gen/planning/windows.c gen/verify/access.c \
   gen/verify/verify.c gen/verify/verify_comm.c gen/verify/verify_report.c gen/emit/emit.c \
   gen/emit/emit_cpu.c gen/emit/emit_cuda.c gen/emit/emit_file.c gen/emit/emit_formats.c gen/emit/emit_fusion.c \
-  gen/emit/emit_graphs.c gen/emit/emit_names.c gen/emit/emit_op.c gen/emit/emit_operands.c \
+  gen/emit/emit_graphs.c gen/emit/emit_names.c gen/emit/emit_op.c gen/emit/emit_operands.c gen/emit/emit_params.c \
   gen/emit/emit_reroll.c gen/emit/emit_walk.c gen/report/manifest.c gen/report/memory_svg.c \
   gen/report/output_dir.c gen/report/report.c gen/report/schedule_svg.c gen/report/trace.c \
   gen/report/trace_json.c gen/tokenize.c

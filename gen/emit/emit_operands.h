@@ -143,8 +143,10 @@ void emit_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool b
 /* The header's SEQ_ROWS (sequence parallelism) and BOUNDARY_ELEMENTS, closing the enum. */
 void emit_boundary_sizes(const lx_printer *pr);
 
-/* The table of the stage's parameter tensors (init, weight decay, checkpoint). */
+/* The tables of the stage's parameter tensors (init, weight decay, checkpoints; emit_params.c). */
 void emit_param_table(const lx_printer *pr);
+/* #define NAME "value" (escaped), or NULL where value is. */
+void emit_string_macro(FILE *f, const char *name, const char *value);
 /* The model file's training settings as TRAINING_* macros. */
 void emit_training(const lx_printer *pr);
 
