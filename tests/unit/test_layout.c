@@ -80,9 +80,79 @@ static void check_op(const lx_pipeline *p, int s, const lx_stage_layout *l, lx_t
     check_tensor(p, s, l, (t.role = LX_T_RECOMPUTED, t));
   for (int k = 0; k < op->n_saved; k++)
     if (op->saved[k].kind == LX_SAVE_INTERNAL) check_tensor(p, s, l, (t.role = LX_T_INTERNAL, t.index = k, t));
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < LX_MAX_OP_PARAMS; k++)
     if (l->places[t.graph][t.op].param_elements[k] > 0)
       check_tensor(p, s, l, (t.role = LX_T_PARAM, t.index = k, t));
+}
+
+/* Fine-tuning's parameters, stage by stage: every trained tensor (its every
+ * layer) lies in the first param_elements of the params region, every frozen
+ * one in the frozen_elements from frozen_first, no two overlap, the buckets
+ * tile the trained part alone, and the gradients are the trained part's. */
+static void check_frozen_regions(const char *path, int pp, bool lora_fa) {
+  lx_ir ir;
+  lx_ir_init(&ir);
+  lx_diag_set_sink(NULL);
+  bool ok = lx_parse_model(path, NULL, 0, &ir) == 0;
+  ir.plan.pp = pp;
+  ir.training.lora_fa = lora_fa;
+  ok = ok && lx_analyze(&ir) == 0 && ir.finetune;
+  lx_cost_model cm;
+  ok = ok && lx_cost_model_init(&cm, &ir, NULL);
+  lx_pipeline pipe;
+  lx_plan_options options = {.policy = LX_RECOMPUTE_NONE, .partition = LX_PARTITION_UNIFORM, .cm = &cm};
+  ok = ok && lx_plan_pipeline(&ir, &options, &pipe);
+  CHECK(ok, "%s pp=%d%s plans a fine-tuning run", path, pp, lora_fa ? " LoRA-FA" : "");
+  if (!ok) return;
+  for (int s = 0; s < pipe.pp; s++) {
+    lx_stage_layout l;
+    lx_layout_stage(&pipe, s, 2, true, &l);
+    int64_t region = l.region_offset[LX_REGION_PARAMS], total = l.frozen_first + l.frozen_elements;
+    char *owner = calloc((size_t)total, 1); /* 1 trained, 2 frozen */
+    int misplaced = 0, overlaps = 0, trained = 0, frozen = 0;
+    const lx_stage *st = &pipe.stages[s];
+    for (int g = 0; g < LX_GRAPH_COUNT; g++) {
+      bool present = g == LX_GRAPH_PROLOGUE   ? st->has_prologue
+                     : g == LX_GRAPH_EPILOGUE ? st->has_epilogue
+                                              : true;
+      int count = g == LX_GRAPH_BLOCK ? st->n_layers : 1;
+      const lx_graph *graph = lx_graph_of(&ir, (lx_graph_id)g);
+      for (int c = 0; present && c < count; c++)
+        for (int i = 0; i < graph->n_ops; i++)
+          for (int k = 0; k < LX_MAX_OP_PARAMS; k++) {
+            if (l.places[g][i].param_elements[k] <= 0) continue;
+            int layer = g == LX_GRAPH_BLOCK ? lx_slot_layer(st, c) : -1;
+            lx_span span =
+                lx_locate(&pipe, s, &l, (lx_tensor_ref){(lx_graph_id)g, layer, i, 0, LX_T_PARAM, k});
+            int64_t first = (span.offset - region) / l.param_elt, n = span.bytes / l.param_elt;
+            bool is_trained = lx_param_trained(&ir, &graph->ops[i], k);
+            int64_t lo = is_trained ? 0 : l.frozen_first, hi = is_trained ? l.param_elements : total;
+            misplaced += first < lo || first + n > hi;
+            for (int64_t e = first; e >= 0 && e < first + n && e < total; e++) {
+              overlaps += owner[e] != 0;
+              owner[e] = is_trained ? 1 : 2;
+            }
+            trained += is_trained, frozen += !is_trained;
+          }
+    }
+    int64_t bucketed = 0;
+    for (int b = 0; b < l.n_buckets; b++)
+      bucketed += l.buckets[b].elements;
+    CHECK(!misplaced && !overlaps && trained > 0 && frozen > 0,
+          "%s pp=%d%s stage %d: %d trained tensors in the first %lld elements, %d frozen from %lld on, none "
+          "overlapping (%d misplaced, %d overlapping elements)",
+          path, pp, lora_fa ? " LoRA-FA" : "", s, trained, (long long)l.param_elements, frozen,
+          (long long)l.frozen_first, misplaced, overlaps);
+    CHECK(bucketed == l.param_elements && l.region_bytes[LX_REGION_GRADS] >= l.param_elements * 4 &&
+              l.region_bytes[LX_REGION_GRADS] < (l.param_elements + l.frozen_elements) * 4,
+          "%s pp=%d%s stage %d: the buckets (%lld elements) and the gradients cover the trained part alone",
+          path, pp, lora_fa ? " LoRA-FA" : "", s, (long long)bucketed);
+    free(owner);
+    lx_layout_free(&l);
+  }
+  lx_pipeline_free(&pipe);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
 }
 
 static int check_stage(const lx_pipeline *p, int s, const lx_stage_layout *l) {
@@ -224,5 +294,13 @@ int main(void) {
   check_interleaved("examples/tiny.model", 2, 2, LX_RECOMPUTE_LYNX_HEU, 0.003 * 1024 * 1024 * 1024);
   check_zero_bubble_pools(4, 8);
   check_zero_bubble_pools(2, 5);
+  /* fine-tuning: the adapters' places, the frozen weights after the trained ones */
+  check_model("examples/tiny-lora.model", 2, LX_RECOMPUTE_NONE, 0);
+  check_model("examples/tiny-lora.model", 1, LX_RECOMPUTE_FULL, 0);
+  check_model("examples/gpt2-124m-lora-fa.model", 1, LX_RECOMPUTE_SELECTIVE, 0);
+  for (int lora_fa = 0; lora_fa <= 1; lora_fa++) {
+    check_frozen_regions("examples/tiny-lora.model", 2, lora_fa);
+    check_frozen_regions("examples/gpt2-124m-lora-fa.model", 1, lora_fa);
+  }
   return check_exit_status();
 }
