@@ -201,8 +201,12 @@ WINDOWED = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-paralle
             "--gpu-memory", "0.0015", "--allow-oom-plan")
 # Pipeline-only layouts first: on one GPU the sequence-parallel ones make the
 # most host-backend transfers, and a lease that runs out should still have
-# measured the others.
+# measured the others. Fine-tuning (LoRA adapters on tiny's block linears, the
+# base frozen) comes first of all, on one rank: its CUDA kernels against the CPU's.
+TINY_LORA = os.path.join(ROOT, "examples", "tiny-lora.model")
 LAYOUTS = (
+    ("tiny-lora pp1 LoRA", TINY_LORA, ("--tp", "1", "--dp", "1", "--pp", "1", "--policy", "none")),
+    ("tiny-lora pp1 LoRA-FA", TINY_LORA, ("--tp", "1", "--dp", "1", "--pp", "1", "--policy", "none", "--lora-fa")),
     ("tiny pp4 checkmate", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--policy", "checkmate")),
     ("tiny pp4 zb-h1", MODEL, ("--tp", "1", "--dp", "1", "--pp", "4", "--schedule", "zb-h1", "--policy", "none")),
     # PipeDream-2BW: overlapping steps, two weight versions, the delayed update (the CPU run is its reference)
