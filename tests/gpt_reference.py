@@ -307,29 +307,35 @@ def lora_keep(p, seed, step, micro_batch, ops):
 
 
 def lora_train(w, adapters0, data, steps, micro_batches, heads, vocab, lr, beta1, beta2, eps, scale, fa=False,
-               dropout=None):
+               dropout=None, delay=0):
     """Per-step losses of fine-tuning: w frozen, the adapters trained (LoRA-FA:
     their Bs alone) by AdamW without weight decay; and the adapters at the end.
-    dropout: (p, seed, ops) for LoRA's dropout (lora_keep), or None."""
-    trained = {}
+    dropout: (p, seed, ops) for LoRA's dropout (lora_keep), or None; delay as
+    train()'s (1: PipeDream-2BW's update, the frozen weights have one version)."""
+    live = {}
     for name, (a, b) in adapters0.items():
         if not fa:
-            trained[name + ".a"] = a.copy()
-        trained[name + ".b"] = b.copy()
-    m = {name: np.zeros_like(value) for name, value in trained.items()}
-    v = {name: np.zeros_like(value) for name, value in trained.items()}
-    def current():
+            live[name + ".a"] = a.copy()
+        live[name + ".b"] = b.copy()
+    versions = [live]  # the adapters of the last `delay` + 1 updates, oldest first
+    m = {name: np.zeros_like(value) for name, value in live.items()}
+    v = {name: np.zeros_like(value) for name, value in live.items()}
+    def adapters(trained):
         return {name: (trained.get(name + ".a", adapters0[name][0]), trained[name + ".b"]) for name in adapters0}
     losses = []
     for step in range(1, steps + 1):
-        total, grads = 0.0, {name: np.zeros_like(value) for name, value in trained.items()}
+        total, grads = 0.0, {name: np.zeros_like(value) for name, value in live.items()}
         for j in range(micro_batches):
             inputs, targets = data[((step - 1) * micro_batches + j) % len(data)]
             keep = lora_keep(dropout[0], dropout[1], step, j, dropout[2]) if dropout else None
-            loss, _, g = loss_and_gradients(w, inputs, targets, heads, vocab, current(), scale, keep)
+            loss, _, g = loss_and_gradients(w, inputs, targets, heads, vocab, adapters(versions[0]), scale, keep)
             total += loss / micro_batches
             for name in grads:
                 grads[name] += g[name[:-2]][0 if name.endswith(".a") else 1] / micro_batches
         losses.append(total)
-        adamw(trained, grads, m, v, step, lr, beta1, beta2, eps, 0.0)
-    return losses, current()
+        updated = {name: value.copy() for name, value in versions[-1].items()}
+        adamw(updated, grads, m, v, step, lr, beta1, beta2, eps, 0.0)
+        versions.append(updated)
+        if len(versions) > delay + 1:
+            versions.pop(0)
+    return losses, adapters(versions[-1])

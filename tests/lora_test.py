@@ -20,7 +20,9 @@ model's. Checks:
   mini-sequences, at tp 2 and at tp 2 x pp 2 x dp 2 with ZeRO-1 and sequence
   parallelism, and for LoRA-FA at pp 1, pp 2, with full recomputation, under
   interleaved 1F1B and at tp 2 with sequence parallelism and mini-sequences;
-  the adapters the run ends with match the reference's;
+  under PipeDream-2BW (pp 2) with the reference's delayed update of the
+  adapters (the frozen weights have no second version); the adapters the run
+  ends with match the reference's;
 - the training state holds the adapters alone (and their moments), and a
   run killed with -9 continues from it (the base from --init again) with the
   uninterrupted run's losses, bit for bit;
@@ -246,6 +248,8 @@ def against_reference(work, lora, init, data):
     start = {name: (a, np.zeros_like(b)) for name, (a, b) in adapters_of(state).items()}
     reference = {fa: gpt_reference.lora_train(init_weights(), start, data, STEPS, MICRO_BATCHES, HEADS, VOCAB, LR,
                                               0.9, 0.95, 1e-8, SCALE, fa=fa) for fa in (False, True)}
+    delayed = gpt_reference.lora_train(init_weights(), start, data, STEPS, MICRO_BATCHES, HEADS, VOCAB, LR, 0.9, 0.95,
+                                       1e-8, SCALE, delay=1)[0]
     base_loss = sum(gpt_reference.loss_and_gradients(init_weights(), *data[j], HEADS, VOCAB)[0]
                     for j in range(MICRO_BATCHES)) / MICRO_BATCHES
     check(abs(reference[False][0][0] - base_loss) < 1e-12,
@@ -262,6 +266,9 @@ def against_reference(work, lora, init, data):
               ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel"), False),
              ("LoRA-FA tp=2 sequence-parallel, the LM head in 4 mini-sequences",
               ("--tp", "2", "--sequence-parallel", "--mini-sequences", "4", "--lora-fa"), True))
+    program = generate(work, "lora-2bw", lora, "--pp", "2", "--schedule", "2bw", quick=True)
+    losses_match(work, "LoRA pp=2 PipeDream-2BW (the reference's delayed update of the adapters)", program, delayed,
+                 "--init", init)
     final = os.path.join(work, "lora-final.state")
     for label, layout, fa in cases:
         name = "-".join(["lora"] + [a.strip("-") for a in layout])
