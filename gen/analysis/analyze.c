@@ -104,6 +104,10 @@ static void shape_input(shape_ctx *c, lx_op *op) {
   op->out = tokens ? TOKENS : activation(c->ir->model.hidden, false, c);
 }
 
+/* A matmul's backward over its forward: its input's and its weight's
+ * gradients, or (fine-tuning, its weight frozen) its input's alone. */
+static double matmul_backward_factor(const lx_ir *ir) { return ir->finetune ? 1 : 2; }
+
 /* Fine-tuning keeps no input for a weight gradient, but LoRA's for dA. */
 static void save_input_for_weight(const shape_ctx *c, lx_op *op) {
   if (lx_matmul_reads_input(c->ir, op)) save_input(c, op, 0);
@@ -187,7 +191,7 @@ static void shape_linear(shape_ctx *c, lx_op *op) {
   double rows = (double)(c->b * c->s);
   op->is_matmul = true;
   op->flops_fwd = 2.0 * rows * (double)k_rank * (double)n_rank;
-  op->flops_bwd = (c->ir->finetune ? 1 : 2) * op->flops_fwd; /* frozen: the input gradient alone */
+  op->flops_bwd = matmul_backward_factor(c->ir) * op->flops_fwd;
   op->model_flops_fwd = 2.0 * rows * (double)k * (double)n;
   if (op->lora_rank) add_adapter(c, op, k, n, k_rank, n_rank);
 }
@@ -331,7 +335,7 @@ static void shape_lm_head(shape_ctx *c, lx_op *op) {
   save_input_for_weight(c, op);
   op->is_matmul = true;
   op->flops_fwd = 2.0 * (double)(c->b * c->s) * (double)h * (double)v_rank;
-  op->flops_bwd = (ir->finetune ? 1 : 2) * op->flops_fwd;
+  op->flops_bwd = matmul_backward_factor(ir) * op->flops_fwd;
   op->model_flops_fwd = 2.0 * (double)(c->b * c->s) * (double)h * op->out_width;
 }
 
@@ -547,13 +551,15 @@ static void check_totals(const lx_ir *ir) {
         bytes);
 }
 
-/* A graph's model FLOPs, forward and backward (Narayanan et al.): a matmul's
- * backward is twice its forward, its input's and its weight's gradients; a
- * frozen one's (fine-tuning) the input's alone. Attention has no weights. */
+/* A graph's model FLOPs, forward and backward (Narayanan et al.): attention's
+ * backward is twice its forward (it has no weights), a matmul's as
+ * matmul_backward_factor says. */
 static double model_flops(const lx_ir *ir, const lx_graph *g) {
   double flops = 0;
-  for (int i = 0; i < g->n_ops; i++)
-    flops += g->ops[i].model_flops_fwd * (ir->finetune && g->ops[i].kind != LX_OP_ATTENTION ? 2 : 3);
+  for (int i = 0; i < g->n_ops; i++) {
+    bool weights = g->ops[i].kind != LX_OP_ATTENTION;
+    flops += g->ops[i].model_flops_fwd * (1 + (weights ? matmul_backward_factor(ir) : 2));
+  }
   return flops;
 }
 

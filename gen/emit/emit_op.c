@@ -153,7 +153,7 @@ void emit_op_call(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id g
   if (!sig->kernel) return;
   lx_kernel_call k;
   emit_kernel_call(pr, g, i, out_role, backward, &k);
-  if (!k.writes && op->kind != LX_OP_CROSS_ENTROPY) { /* the loss's forward writes its return value */
+  if (!k.writes) { /* a frozen embedding's backward */
     fprintf(pr->out, "  (void)mb; /* frozen: no gradient to compute */\n");
     return;
   }

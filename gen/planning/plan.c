@@ -15,12 +15,15 @@
 #include "planning/passes.h"
 #include "planning/simulate.h"
 
+static int64_t graph_params(const lx_graph *g, bool frozen) {
+  return frozen ? g->frozen_per_rank : g->params_per_rank;
+}
+
 /* The trained (or, `frozen`, the frozen) parameters per rank of a stage's graphs. */
 static int64_t stage_params(const lx_ir *ir, const lx_stage *st, bool frozen) {
-  const lx_graph *pro = &ir->prologue, *block = &ir->block, *epi = &ir->epilogue;
-  return (st->has_prologue ? frozen ? pro->frozen_per_rank : pro->params_per_rank : 0) +
-         st->n_layers * (frozen ? block->frozen_per_rank : block->params_per_rank) +
-         (st->has_epilogue ? frozen ? epi->frozen_per_rank : epi->params_per_rank : 0);
+  return (st->has_prologue ? graph_params(&ir->prologue, frozen) : 0) +
+         st->n_layers * graph_params(&ir->block, frozen) +
+         (st->has_epilogue ? graph_params(&ir->epilogue, frozen) : 0);
 }
 
 static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batches) {
