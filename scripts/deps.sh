@@ -26,6 +26,17 @@ else
   echo "deps: all Debian packages present"
 fi
 
+# The tests' numerical references use numpy. Debian's python3-numpy serves
+# /usr/bin/python3; a python3 that comes first in PATH (pyenv, a venv) gets
+# numpy from PyPI instead, since the tests call whichever python3 PATH names.
+if python3 -c 'import numpy' 2>/dev/null; then
+  echo "deps: numpy present for $(command -v python3)"
+else
+  echo "deps: installing numpy for $(command -v python3)"
+  python3 -m pip install -q numpy ||
+    python3 -m pip install -q --break-system-packages numpy
+fi
+
 # The CUDA programs' attention (ATTENTION=cudnn) compiles against the cuDNN
 # frontend's headers, which PyPI ships; its Python dependencies are not needed.
 frontend=nvidia-cudnn-frontend==1.32.0
