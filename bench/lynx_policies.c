@@ -36,6 +36,7 @@
 
 typedef struct {
   double time, search_s, plan_s, exposed_s;
+  double hidden_s, tp_windows_s, other_windows_s; /* all stages: recompute hidden; window capacity found */
   int64_t peak;
   bool fits, ok;
 } outcome;
@@ -58,6 +59,12 @@ static outcome run_policy(const lx_ir *ir, const lx_cost_model *cm, lx_recompute
     o.fits &= (double)mem[s].peak <= cm->gpu.memory_bytes;
     o.search_s += p.stages[s].stats.search_s;
     o.exposed_s += p.stages[s].stats.exposed_s;
+    o.hidden_s += p.stages[s].stats.window_s;
+    for (int k = 0; k < p.stages[s].n_windows; k++) {
+      const lx_window *w = &p.stages[s].windows[k];
+      bool tp = w->kind == LX_WINDOW_TP_FORWARD || w->kind == LX_WINDOW_TP_BACKWARD;
+      *(tp ? &o.tp_windows_s : &o.other_windows_s) += w->capacity;
+    }
     lx_stage_memory_free(&mem[s]);
   }
   free(mem);
@@ -98,6 +105,12 @@ static void print_config(lx_ir *ir, const lx_cost_model *cm, void *ctx) {
       best_baseline = o->time;
   }
   const outcome *heu = &out[LX_RECOMPUTE_LYNX_HEU], *opt = &out[LX_RECOMPUTE_LYNX_OPT];
+  if (heu->exposed_s + heu->hidden_s > 0)
+    printf(
+        "  lynx-heu's recompute, all stages: %.1f ms, %.1f ms of it hidden in windows; window capacity found "
+        "%.1f ms in tensor-parallel all-reduces, %.1f ms in pipeline waits\n",
+        1e3 * (heu->exposed_s + heu->hidden_s), 1e3 * heu->hidden_s, 1e3 * heu->tp_windows_s,
+        1e3 * heu->other_windows_s);
   if (best_baseline > 0) {
     double r = heu->time / best_baseline - 1;
     if (r > 1e-6) sum->heu_slower_than_baseline++;

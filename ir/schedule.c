@@ -218,6 +218,35 @@ int lx_layer_slot(const lx_stage *st, int layer) {
   return -1;
 }
 
+int lx_recompute_window(const lx_pipeline *p, const lx_stage *st, int inst, int op) {
+  if (!st->window_of || inst < 0 || inst >= st->n_layers * p->micro_batches) return -1;
+  return st->window_of[(size_t)inst * (size_t)p->ir->block.n_ops + (size_t)op];
+}
+
+int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st) {
+  if (!st->window_of || st->n_windows <= 0) return NULL;
+  int *n = lx_calloc((size_t)st->n_windows, sizeof *n);
+  for (int inst = 0; inst < st->n_layers * p->micro_batches; inst++)
+    for (int i = 0, last = -1; i < p->ir->block.n_ops; i++) {
+      int w = lx_recompute_window(p, st, inst, i);
+      if (w > last && w < st->n_windows) n[last = w]++;
+    }
+  return n;
+}
+
+bool lx_instance_split(const lx_pipeline *p, const lx_stage *st, int inst) {
+  int first = -2; /* the first in-window op's window, -1 on demand */
+  for (int i = 0; i < p->ir->block.n_ops; i++) {
+    if (!st->decisions[i].recompute || !st->decisions[i].in_window) continue;
+    int w = lx_recompute_window(p, st, inst, i);
+    if (first == -2)
+      first = w;
+    else if (w != first)
+      return true;
+  }
+  return false;
+}
+
 int lx_slot_layer(const lx_stage *st, int slot) {
   for (int v = 0; v < st->n_chunks; v++) {
     if (slot < st->chunks[v].n_layers) return st->chunks[v].first_layer + slot;

@@ -149,8 +149,10 @@ typedef struct {
   lx_op_decision *decisions; /* one per block op, the same for all of the stage's layers */
   lx_window *windows;        /* the compute stream's windows, by `after`; NULL for fixed policies */
   int n_windows;
-  int *window_of; /* per layer instance (lx_layer_slot(layer) * micro_batches + mb): the window
-                     its in-window recompute runs in, or -1 (on demand); NULL: all on demand */
+  int *window_of; /* per layer instance (lx_layer_slot(layer) * micro_batches + mb) and block op,
+                     instance * n_ops + op: the window the op's in-window recompute runs in, or -1
+                     (on demand); an instance's ops may spread over several windows, never
+                     decreasing in op order (lx_recompute_window); NULL: all on demand */
   lx_policy_stats stats;
   int stashed_micro_batches; /* activations of this many micro-batches alive at once (forward to backward) */
   int chunk_slots[LX_MAX_VIRTUAL_STAGES]; /* ... per chunk: each chunk's stash slots (interleaved 1F1B) */
@@ -203,6 +205,15 @@ int lx_instr_chunk(const lx_stage *st, const lx_instr *in);
 /* Where block layer `layer` is among the stage's layers, chunk after chunk
  * (its parameter and stash block), or -1 where the stage does not hold it. */
 int lx_layer_slot(const lx_stage *st, int layer);
+/* The window in which op `op` of layer instance `inst` (lx_layer_slot(layer)
+ * * micro_batches + mb) of stage st recomputes, or -1 (on demand, or no windows). */
+int lx_recompute_window(const lx_pipeline *p, const lx_stage *st, int inst, int op);
+/* Per window of st, how many layer instances recompute in it, whole or in
+ * part (NULL without windows; the caller frees it). */
+int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st);
+/* Whether instance inst's in-window ops do not all share one place: they run
+ * in several windows, or partly on demand. */
+bool lx_instance_split(const lx_pipeline *p, const lx_stage *st, int inst);
 /* The stage's layer at that position. */
 int lx_slot_layer(const lx_stage *st, int slot);
 /* The stage's chunk that holds `layer`, or -1. */

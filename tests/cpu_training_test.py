@@ -102,6 +102,7 @@ def tensor_and_data_parallel(work, model, reference):
                     if (tp, pp, dp) != (1, 1, 1):
                         cases.append((tp, pp, dp, policy))
     cases += [(2, 2, 2, "none", "--sequence-parallel"), (2, 2, 1, "lynx-heu", "--sequence-parallel")]
+    at_222 = {}  # tp=pp=dp=2 losses per policy (no sequence parallelism)
     for tp, pp, dp, policy, *sp in cases:
         args = ("--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--policy", policy, *sp)
         args += squeeze if policy not in ("none", "full", "selective") else ()
@@ -113,9 +114,20 @@ def tensor_and_data_parallel(work, model, reference):
             if r is not None:
                 print(r.stdout[-2000:] + r.stderr[-2000:])
             continue
+        if (tp, pp, dp) == (2, 2, 2) and not sp:
+            at_222[policy] = losses(metrics)
         worst = relative_difference(losses(metrics), reference)
         check(worst <= CROSS_PARALLEL_BOUND, "tp=%d pp=%d dp=%d %s%s: losses equal tp=pp=dp=1's within %.0e (worst %.2e)"
               % (tp, pp, dp, policy, " sequence-parallel" if sp else "", CROSS_PARALLEL_BOUND, worst))
+    # what the squeezed plans decide must not change a bit of what the program computes; lynx-heu's
+    # plan spreads some layer instances' recompute over several all-reduce windows
+    plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", "--tp", "2", "--pp", "2", "--dp",
+                           "2", "--policy", "lynx-heu", *squeeze], work).stdout or "{}")
+    split = sum(st.get("split_instances", 0) for st in plan.get("stages", []))
+    check(split > 0, "tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs splits %d layer instances' in-window recompute" % split)
+    for policy in POLICIES[1:]:
+        check(policy in at_222 and at_222[policy] == at_222.get("none"),
+              "tp=2 pp=2 dp=2 %s gives bitwise the losses of none" % policy)
     plain, sp = os.path.join(work, "par-t2p2d2-none"), os.path.join(work, "par-t2p2d2-none-sp")
     if os.path.exists(os.path.join(sp, "plan.txt")):
         before, after = arena_mib(os.path.join(plain, "plan.txt"), "stashed activations"), arena_mib(

@@ -404,7 +404,7 @@ def check_trace(name, out_dir, case, plan=None):
     return trace
 
 
-def check_windows(name, out_dir, spans, plan):
+def check_windows(name, out_dir, spans, plan, case):
     """The in-window recompute against plan.txt, --json and the timeline."""
     eps = 0.002
     decisions = read_decisions(out_dir)
@@ -415,7 +415,7 @@ def check_windows(name, out_dir, spans, plan):
         if e["tid"] == 0 and a["kind"] == "BWD" and a.get("graph") == "block":
             key = (e["pid"], a["layer"], a["mb"])
             first_bwd[key] = min(first_bwd.get(key, e["ts"]), e["ts"])
-    in_window_total = 0
+    in_window_total, split_total = 0, [0]
     for st in plan["stages"]:
         s = st["stage"]
         from_plan = sorted(op for op, d in decisions[s].items() if d.startswith("recompute in a window"))
@@ -423,9 +423,20 @@ def check_windows(name, out_dir, spans, plan):
               f"{name}: stage {s}: --json's window ops are plan.txt's ({st['window_ops']} vs {from_plan})")
         placed = [e for e in spans if e["pid"] == s and e["args"]["kind"] == "RECOMPUTE" and e["tid"] == 1]
         in_window_total += len(placed)
-        check(len(placed) == st["windowed_instances"] * len(from_plan) and {e["args"]["op"] for e in placed}
-              <= set(from_plan), f"{name}: stage {s}: {len(placed)} RECOMPUTE events in windows = "
-              f"{st['windowed_instances']} instances x the {len(from_plan)} in-window ops of plan.txt")
+        check(len(placed) == st["windowed_ops"] <= st["windowed_instances"] * len(from_plan)
+              and {e["args"]["op"] for e in placed} <= set(from_plan),
+              f"{name}: stage {s}: {len(placed)} RECOMPUTE events in windows, as --json's windowed_ops "
+              f"({st['windowed_ops']}), at most {st['windowed_instances']} instances x the {len(from_plan)} "
+              f"in-window ops of plan.txt")
+        parts = {}
+        for e in placed:
+            parts.setdefault((e["args"]["layer"], e["args"]["mb"]), set()).add(e["args"]["window"])
+        spread = sum(len(w) > 1 for w in parts.values())
+        check(sum(len(w) for w in parts.values()) == st["window_parts"] and spread <= st["split_instances"]
+              and len(parts) == st["windowed_instances"],
+              f"{name}: stage {s}: {len(parts)} instances in {sum(len(w) for w in parts.values())} "
+              f"(instance, window) parts, {spread} over several windows, as --json says")
+        split_total[0] += spread
         late, early, unnamed = [], [], []
         for e in placed:
             a = e["args"]
@@ -443,11 +454,13 @@ def check_windows(name, out_dir, spans, plan):
         check(not late, f"{name}: stage {s}: every in-window recompute ends before its layer's backward ({late[:2]})")
         mine = [w for (p, _), w in windows.items() if p == s]
         used = [w for w in mine if w["args"]["instances"] > 0]
-        check(sum(w["args"]["instances"] for w in mine) == st["windowed_instances"] and len(used) == st["windows_used"]
+        check(sum(w["args"]["instances"] for w in mine) == st["window_parts"] and len(used) == st["windows_used"]
               and len(mine) <= st["windows_found"],
               f"{name}: stage {s}: the windows track has {len(used)} windows used by "
-              f"{sum(w['args']['instances'] for w in mine)} instances, as --json says")
+              f"{sum(w['args']['instances'] for w in mine)} instance parts, as --json says")
     check(in_window_total > 0, f"{name}: some recompute runs in windows ({in_window_total} events)")
+    if case.get("split"):
+        check(split_total[0] > 0, f"{name}: some layer instance recomputes in several windows ({split_total[0]})")
 
 
 def check_svg_windows(name, root, spans, plan):
@@ -583,6 +596,9 @@ CASES = [
          extra=["--gpu-memory", "0.003"]),
     dict(layers=6, pp=3, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="1f1b", policy="lynx-heu",
          extra=["--gpu-memory", "0.003"]),
+    # ... at tp 2, where an instance's in-window ops spread over several all-reduce windows
+    dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
+         extra=["--gpu-memory", "0.003"], split=True),
     # zero bubble: W passes s micro-batches late on stage s, drawn apart from the backwards
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),
     # PipeDream-2BW: steps that overlap, drawn back to back, the next step's first forwards in the drain
@@ -615,7 +631,7 @@ def run_case(tmp, i, case):
     trace = check_trace(name, out, case, plan)
     spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     if plan is not None:
-        check_windows(name, out, spans, plan)
+        check_windows(name, out, spans, plan, case)
     m, _ = expected_counts(case, [0] * case["pp"])
     runs = compute_runs(spans, case["pp"], drawn_us(trace))
     check_schedule_svg(name, out, case, m, runs, spans, plan)

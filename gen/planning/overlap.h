@@ -11,13 +11,17 @@
  * A recompute of op i drops everything i saves: once the op runs again,
  * keeping part of what it makes saves nothing and costs memory.
  *
- *   exposed time  = N x r(on demand) + (N - served) x r(window)
+ *   exposed time  = N x (r(on demand) + r(window)) - served
  *   memory        = stashed x layers x kept + buffers x window bytes
  * where N = layers x micro-batches, r(.) sums the ops' forward times and
- * `served` is how many layer instances the windows can take: each window w
- * takes floor(capacity(w) / r(window)) instances whose admissible range
- * [lo, due) holds w's position (lx_assign_windows, an earliest-deadline-first
- * matching, optimal for equal-sized jobs on intervals). */
+ * `served` is the in-window seconds the windows take. Placement is per op:
+ * an instance's window ops, in op order, may spread over consecutive windows
+ * of its admissible range [lo, due) (a short tensor-parallel all-reduce takes
+ * a norm, a longer wait the attention after it), and whatever no window took
+ * runs on demand before the backward (lx_assign_windows, an
+ * earliest-deadline-first matching; the recompute stream runs in order, so
+ * an op's recomputed inputs, placed in the same or an earlier window, are
+ * always ready before it). */
 #ifndef LX_OVERLAP_H
 #define LX_OVERLAP_H
 
@@ -25,6 +29,8 @@
 #include "planning/memplan.h"
 #include "schedule.h"
 #include "planning/simulate.h"
+
+typedef uint64_t lx_opmask; /* a set of block ops; blocks have fewer than 64 */
 
 /* ---- windows.c ---------------------------------------------------------- */
 
@@ -71,9 +77,12 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
 void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s);
 void lx_stage_problem_free(lx_stage_problem *pr);
 
-/* Fills window_of (n_instances) for in-window recompute of `window_s`
- * seconds per instance; returns the instances served. */
-int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_of);
+/* Entries of a placement (window_of): one per layer instance and block op,
+ * instance * n_ops + op. */
+size_t lx_placement_entries(const lx_stage_problem *pr);
+/* Places the window ops w of every instance into the windows (stage_problem.h,
+ * lx_match_windows); returns the in-window seconds served. */
+double lx_assign_windows(const lx_stage_problem *pr, lx_opmask w, int *window_of);
 
 /* Exposed recompute seconds and block activation bytes of decisions plus a
  * window assignment (window_of may be NULL: all on demand). */
@@ -81,7 +90,7 @@ double lx_policy_exposed(const lx_stage_problem *pr, const lx_op_decision *d, co
 int64_t lx_policy_bytes(const lx_stage_problem *pr, const lx_op_decision *d);
 
 /* Runs policy `policy` on one stage: fills decisions (n_ops), window_of
- * (n_instances, -1 where on demand) and stats. Returns false when even
+ * (lx_placement_entries, -1 where on demand) and stats. Returns false when even
  * recomputing everything does not fit (the decisions then recompute
  * everything they can). Fixed policies are answered with lx_recompute_fixed. */
 bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr,

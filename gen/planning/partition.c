@@ -131,7 +131,7 @@ static double stage_exposed(lx_partition_model *m, int stashed, int count, int64
   pr->lo = lo, pr->due = due, pr->n_instances = count;
   pr->windows = m->layer_window_s > 0 ? &w : NULL;
   pr->n_windows = m->layer_window_s > 0 ? 1 : 0;
-  int *window_of = lx_malloc(sizeof(int) * (size_t)count);
+  int *window_of = lx_malloc(sizeof(int) * lx_placement_entries(pr));
   lx_op_decision *d = lx_calloc((size_t)pr->n_ops, sizeof *d);
   lx_policy_stats stats;
   /* lynx-opt's partition uses heu's answer: the DP needs thousands of these */

@@ -105,8 +105,7 @@ static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool wit
   pr.time_limit_s = pl->time_limit_s;
   if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
   free(st->window_of);
-  st->window_of =
-      with_windows ? lx_calloc((size_t)(pr.n_instances > 0 ? pr.n_instances : 0) + 1, sizeof(int)) : NULL;
+  st->window_of = with_windows ? lx_calloc(lx_placement_entries(&pr), sizeof(int)) : NULL;
   double searched = st->stats.search_s; /* the plan's search time is every solve's, repairs included */
   lx_policy_solve(pl->ir, policy, &pr, st->decisions, st->window_of, &st->stats);
   st->stats.search_s += searched;

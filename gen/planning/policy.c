@@ -54,8 +54,8 @@ static bool fits(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
 /* The choice with its windows assigned for real. */
 static choice realize(const lx_matcher *m, lx_opmask rc, lx_opmask w, int *window_of) {
   const lx_stage_problem *pr = m->pr;
-  int served = lx_match_windows(m, w ? lx_seconds_of(pr, w) : 0, window_of);
-  return (choice){rc, w, lx_exposed_of(pr, rc, w, served), fits(pr, rc, w)};
+  double served = lx_match_windows(m, w, window_of);
+  return (choice){rc, w, lx_exposed_of(pr, rc, served), fits(pr, rc, w)};
 }
 
 /* Everything that can be dropped: the last resort. */
@@ -68,76 +68,80 @@ static lx_opmask drop_everything(const lx_stage_problem *pr) {
 
 /* ---- lynx-heu ---------------------------------------------------------------------- */
 
-enum { GRID = 16, TOP = 8, MAX_ENUM_OPS = 16, MAX_ENUM_WINDOW_OPS = 10 };
+enum { MAX_ENUM_OPS = 16, MAX_ENUM_WINDOW_OPS = 10 };
 
-/* Instances served as a function of the in-window seconds per instance, on
- * a geometric grid: read at the next grid point up, it never promises more
- * than the exact matching gives. A point is matched when first read (a
- * matching walks every window; many points are never read). */
+/* The in-window seconds the matching serves, per window set: many recompute
+ * sets share one (a matching walks every window it could use). Open
+ * addressing on the set's bits. */
 typedef struct {
-  double r[GRID];
-  int served[GRID]; /* -1: not matched yet */
-  int n;
   const lx_matcher *m;
-  int *scratch;
-} served_curve;
+  lx_opmask *keys;
+  double *served;
+  bool *used;
+  int cap, n;
+} served_memo;
 
-static void build_curve(const lx_matcher *m, served_curve *c, int *scratch) {
-  const lx_stage_problem *pr = m->pr;
-  double lo = 0, hi = 0;
-  for (int i = 0; i < pr->n_ops; i++)
-    if (pr->windowable[i] && pr->recompute_s[i] > 0) {
-      hi += pr->recompute_s[i];
-      if (lo == 0 || pr->recompute_s[i] < lo) lo = pr->recompute_s[i];
-    }
-  *c = (served_curve){.n = 0, .m = m, .scratch = scratch};
-  if (hi <= 0 || pr->n_windows == 0) return;
-  double ratio = GRID > 1 && hi > lo ? pow(hi / lo, 1.0 / (GRID - 1)) : 1;
-  for (int g = 0; g < GRID; g++) {
-    c->r[g] = g == GRID - 1 ? hi : lo * pow(ratio, g);
-    c->served[g] = -1;
-  }
-  c->n = GRID;
+static served_memo memo_init(const lx_matcher *m, int cap) {
+  served_memo memo = {.m = m, .cap = cap};
+  memo.keys = lx_calloc((size_t)memo.cap, sizeof *memo.keys);
+  memo.served = lx_calloc((size_t)memo.cap, sizeof *memo.served);
+  memo.used = lx_calloc((size_t)memo.cap, sizeof *memo.used);
+  return memo;
 }
 
-static int served_estimate(served_curve *c, double r) {
-  if (r <= 0) return 0;
-  for (int g = 0; g < c->n; g++)
-    if (c->r[g] >= r * (1 - 1e-12)) {
-      if (c->served[g] < 0) c->served[g] = lx_match_windows(c->m, c->r[g], c->scratch);
-      return c->served[g];
-    }
-  return 0;
+static void memo_free(served_memo *memo) {
+  free(memo->keys);
+  free(memo->served);
+  free(memo->used);
 }
 
-typedef struct {
-  choice best[TOP];
-  int n;
-} shortlist;
+static int memo_slot(const served_memo *memo, lx_opmask w) {
+  uint64_t h = w * 0x9e3779b97f4a7c15ull;
+  int k = (int)(h >> 40) & (memo->cap - 1);
+  while (memo->used[k] && memo->keys[k] != w)
+    k = (k + 1) & (memo->cap - 1);
+  return k;
+}
 
-static void shortlist_add(const lx_stage_problem *pr, shortlist *s, choice c) {
-  int at = s->n < TOP ? s->n++ : TOP;
-  if (at == TOP && compare_choices(pr, &c, &s->best[TOP - 1]) >= 0) return;
-  if (at == TOP) at = TOP - 1;
-  s->best[at] = c;
-  for (; at > 0 && compare_choices(pr, &s->best[at], &s->best[at - 1]) < 0; at--) {
-    choice t = s->best[at];
-    s->best[at] = s->best[at - 1];
-    s->best[at - 1] = t;
-  }
+static void memo_grow(served_memo *memo) {
+  served_memo bigger = memo_init(memo->m, 2 * memo->cap);
+  bigger.n = memo->n;
+  for (int k = 0; k < memo->cap; k++)
+    if (memo->used[k]) {
+      int at = memo_slot(&bigger, memo->keys[k]);
+      bigger.used[at] = true, bigger.keys[at] = memo->keys[k], bigger.served[at] = memo->served[k];
+    }
+  memo_free(memo);
+  *memo = bigger;
+}
+
+static double served_of(served_memo *memo, lx_opmask w) {
+  if (!w) return 0;
+  int k = memo_slot(memo, w);
+  if (memo->used[k]) return memo->served[k];
+  double served = lx_match_windows(memo->m, w, NULL);
+  memo->used[k] = true, memo->keys[k] = w, memo->served[k] = served;
+  if (2 * ++memo->n > memo->cap) memo_grow(memo);
+  return served;
 }
 
 /* Every chain-closed window subset of one recompute set that fits, scored
- * with the served curve. */
-static void consider_windows(const lx_stage_problem *pr, served_curve *c, lx_opmask rc, shortlist *s) {
-  double n = (double)pr->n_layers * pr->micro_batches, all = lx_seconds_of(pr, rc);
-  lx_opmask cand = c->n ? lx_window_candidates(pr, rc) : 0;
+ * by the matching. A set whose windows could not beat the best so far even
+ * if they served all of it (its on-demand part alone is as slow) is not
+ * matched: the exposed time only grows from that bound, with the same
+ * tie-breaks. */
+static void consider_windows(const lx_stage_problem *pr, served_memo *memo, lx_opmask rc, choice *best) {
+  lx_opmask cand = pr->n_windows ? lx_window_candidates(pr, rc) : 0;
   int n_cand = __builtin_popcountll(cand);
+  double n = (double)pr->n_layers * pr->micro_batches;
   for (lx_opmask w = cand;; w = (w - 1) & cand) {
     bool enumerable = n_cand <= MAX_ENUM_WINDOW_OPS || w == cand || w == 0;
     if (enumerable && lx_window_closed(pr, rc, w) && fits(pr, rc, w)) {
-      double rw = lx_seconds_of(pr, w);
-      shortlist_add(pr, s, (choice){rc, w, n * all - served_estimate(c, rw) * rw, true});
+      choice bound = {rc, w, n * lx_seconds_of(pr, rc & ~w), true};
+      if (compare_choices(pr, &bound, best) < 0) {
+        choice c = {rc, w, lx_exposed_of(pr, rc, served_of(memo, w)), true};
+        if (compare_choices(pr, &c, best) < 0) *best = c;
+      }
     }
     if (w == 0) break;
   }
@@ -160,37 +164,18 @@ static int droppable_ops(const lx_stage_problem *pr, int *ops) {
   return n;
 }
 
-/* Instances served per in-window seconds, for the shortlist: its choices
- * often share a window set, and a matching walks every window. */
-typedef struct {
-  double window_s[TOP + 1];
-  int served[TOP + 1], n;
-} served_memo;
-
-/* What realize says of a choice, without its assignment (scratch is overwritten). */
-static choice score(const lx_matcher *m, served_memo *memo, lx_opmask rc, lx_opmask w, int *scratch) {
-  const lx_stage_problem *pr = m->pr;
-  double window_s = w ? lx_seconds_of(pr, w) : 0;
-  int k = 0;
-  while (k < memo->n && memo->window_s[k] != window_s)
-    k++;
-  int served = k < memo->n ? memo->served[k] : lx_match_windows(m, window_s, scratch);
-  if (k == memo->n && k < TOP + 1) memo->window_s[memo->n] = window_s, memo->served[memo->n++] = served;
-  return (choice){rc, w, lx_exposed_of(pr, rc, w, served), fits(pr, rc, w)};
-}
-
 /* One layer decides for all: every subset of the droppable ops (or, for
  * unusually large blocks, the prefixes by recompute time per byte), every
- * window subset of each, scored by the served curve; the best few are
- * assigned to windows for real and the best of those wins. Nothing fits:
- * drop everything (the repair), and report it. */
+ * window subset of each, each scored by the matching of its window set; the
+ * best is assigned to windows for real. Nothing fits: drop everything (the
+ * repair), and report it. */
 static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window_of) {
   int *ops = lx_malloc(sizeof(int) * (size_t)pr->n_ops);
   int n = droppable_ops(pr, ops);
-  served_curve curve;
   lx_matcher m = lx_matcher_init(pr);
-  build_curve(&m, &curve, window_of);
-  shortlist s = {.n = 0};
+  served_memo memo = memo_init(&m, 256);
+  lx_opmask all = drop_everything(pr);
+  choice best = {all, 0, lx_exposed_of(pr, all, 0), fits(pr, all, 0)};
   bool enumerate = n <= MAX_ENUM_OPS;
   uint64_t subsets = enumerate ? (uint64_t)1 << n : (uint64_t)n + 1;
   for (uint64_t k = 0; k < subsets; k++) {
@@ -198,16 +183,11 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
     for (int j = 0; j < n; j++)
       if (enumerate ? (k >> j) & 1 : (uint64_t)j < k) rc |= (lx_opmask)1 << ops[j];
     rc = lx_close_recompute(pr, rc);
-    if (fits(pr, rc, 0)) consider_windows(pr, &curve, rc, &s);
+    if (fits(pr, rc, 0)) consider_windows(pr, &memo, rc, &best);
   }
   free(ops);
-  served_memo memo = {.n = 0};
-  choice best = score(&m, &memo, drop_everything(pr), 0, window_of);
-  for (int i = 0; i < s.n; i++) {
-    choice c = score(&m, &memo, s.best[i].rc, s.best[i].w, window_of);
-    if (compare_choices(pr, &c, &best) < 0) best = c;
-  }
   realize(&m, best.rc, best.w, window_of);
+  memo_free(&memo);
   lx_matcher_free(&m);
   lx_masks_to_decisions(pr, best.rc, best.w, d);
   return best.valid;
@@ -386,11 +366,10 @@ static int first_window(const lx_stage_problem *pr, int after) {
  * in-window seconds RW = sum r_i w_i flow into its admissible windows (x)
  * or run on demand (o); per window, what flows in fits its capacity.
  *   min N sum r_i (rc_i - w_i) + sum o + tie
- * Letting an instance's window work spread over several windows makes this
- * a relaxation of the schedule (which gives each instance one window), so
- * the decisions are then assigned for real, and compared with lynx-heu's:
- * the better of the two is kept (the MILP is warm-started by heu's
- * incumbent, in effect). */
+ * The flow may split an op across windows, which the schedule splits only
+ * at op boundaries: a relaxation, so the decisions are then assigned for
+ * real, and compared with lynx-heu's: the better of the two is kept (the
+ * MILP is warm-started by heu's incumbent, in effect). */
 static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window_of, lx_policy_stats *stats) {
   glp_prob *lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MIN);
@@ -444,14 +423,13 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
                      lx_op_decision *d, int *window_of, lx_policy_stats *stats) {
   double start = now_s();
   *stats = (lx_policy_stats){.budget_bytes = pr->avail_bytes, .status = "fixed"};
-  int *scratch = window_of ? window_of : lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  int *scratch = window_of ? window_of : lx_malloc(sizeof(int) * lx_placement_entries(pr));
   bool ok;
   bool planned =
       policy == LX_RECOMPUTE_CHECKMATE || policy == LX_RECOMPUTE_LYNX_HEU || policy == LX_RECOMPUTE_LYNX_OPT;
   if (planned && fits(pr, 0, 0)) { /* keeping everything fits: nothing is exposed and nothing beats it */
     lx_masks_to_decisions(pr, 0, 0, d);
-    for (int i = 0; i < pr->n_instances; i++)
-      scratch[i] = -1;
+    lx_assign_windows(pr, 0, scratch);
     stats->status = "optimal (everything kept)";
     policy = LX_RECOMPUTE_POLICY_COUNT; /* done */
   }
@@ -465,16 +443,13 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
   case LX_RECOMPUTE_LYNX_OPT: ok = solve_opt(pr, d, scratch, stats); break;
   default:
     lx_recompute_fixed(ir, policy, d);
-    for (int i = 0; i < pr->n_instances; i++)
-      scratch[i] = -1;
+    lx_assign_windows(pr, 0, scratch);
     ok = lx_policy_bytes(pr, d) <= pr->avail_bytes;
     break;
   }
   stats->search_s = now_s() - start;
   stats->exposed_s = lx_policy_exposed(pr, d, scratch);
-  lx_opmask rc, w;
-  lx_decisions_to_masks(pr, d, &rc, &w);
-  stats->window_s = (double)lx_served_count(pr, scratch) * lx_seconds_of(pr, w);
+  stats->window_s = lx_covered_seconds(pr, scratch);
   stats->used_bytes = lx_policy_bytes(pr, d);
   if (!window_of) free(scratch);
   return ok;

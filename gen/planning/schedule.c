@@ -37,7 +37,7 @@ typedef struct {
    * to open, per window the layer instances it recomputes (CSR, in the
    * order they are due), and per instance the event its recompute records */
   int ordinal, next_window;
-  int *window_start, *window_items, *recomputed;
+  int *window_start, *window_items, *window_fill, *recomputed;
   bool fill, ahead; /* 2BW: what the instructions emitted now belong to (lx_instr) */
 } builder;
 
@@ -127,13 +127,16 @@ static int instance_of(const builder *b, int layer, int mb) {
   return lx_layer_slot(b->st, layer) * b->pipe->micro_batches + mb;
 }
 
-/* In-window recompute of a layer instance: the ops the policy put in
- * windows, on the recompute stream (they need no all-reduce: lynx.h). */
-static void recompute_in_window(builder *b, int inst) {
+/* The part of a layer instance's in-window recompute that window w runs: its
+ * ops placed there, on the recompute stream (they need no all-reduce:
+ * overlap.h). The backward waits for the event of the instance's last part
+ * (the recompute stream runs in order). */
+static void recompute_in_window(builder *b, int inst, int w) {
   const lx_graph *g = &b->ir->block;
   int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
   for (int i = 0; i < g->n_ops; i++)
-    if (b->st->decisions[i].recompute && b->st->decisions[i].in_window)
+    if (b->st->decisions[i].recompute && b->st->decisions[i].in_window &&
+        lx_recompute_window(b->pipe, b->st, inst, i) == w)
       emit(b, LX_STREAM_RECOMPUTE,
            (lx_instr){.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb});
   b->recomputed[inst] = record(b, LX_STREAM_RECOMPUTE);
@@ -159,7 +162,7 @@ static void pass_emitted(builder *b) {
   b->fill = b->ahead = false;
   sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_RECOMPUTE);
   for (int k = b->window_start[w]; k < b->window_start[w + 1]; k++)
-    recompute_in_window(b, b->window_items[k]);
+    recompute_in_window(b, b->window_items[k], w);
   b->fill = fill, b->ahead = ahead;
 }
 
@@ -286,15 +289,15 @@ static void weight_pass(builder *b, int mb) {
 
 /* On demand: the dropped tensors of layer `layer` come back just before its
  * backward, on the critical path (Megatron's full and selective recompute).
- * What a window recomputed is waited for instead; in-window ops of an
- * instance that got no window run here too. */
+ * What windows recomputed is waited for instead; in-window ops that no
+ * window took (the instance's last ones, or all) run here too. */
 static void recompute_layer(builder *b, int layer, int mb) {
   const lx_graph *g = &b->ir->block;
   int inst = instance_of(b, layer, mb);
-  bool windowed = b->st->window_of && b->st->window_of[inst] >= 0;
-  if (windowed) wait_for(b, LX_STREAM_COMPUTE, b->recomputed[inst]);
+  if (b->recomputed[inst] >= 0) wait_for(b, LX_STREAM_COMPUTE, b->recomputed[inst]);
   for (int i = 0; i < g->n_ops; i++)
-    if (b->st->decisions[i].recompute && !(windowed && b->st->decisions[i].in_window))
+    if (b->st->decisions[i].recompute &&
+        !(b->st->decisions[i].in_window && lx_recompute_window(b->pipe, b->st, inst, i) >= 0))
       run_forward_op(b, LX_I_RECOMPUTE, LX_GRAPH_BLOCK, layer, i, mb);
 }
 
@@ -480,32 +483,48 @@ static lx_chunk_pass *backward_order(const builder *b, int *count) {
   return order;
 }
 
-/* Per window, the instances it recomputes, in the order they are due. */
+/* Calls `visit` once per window that runs part of instance inst's recompute
+ * (its ops' windows never decrease in op order). */
+static void for_each_part(builder *b, int inst, void (*visit)(builder *, int inst, int w)) {
+  int last = -1;
+  for (int i = 0; i < b->ir->block.n_ops; i++) {
+    int w = b->st->decisions[i].in_window ? lx_recompute_window(b->pipe, b->st, inst, i) : -1;
+    if (w > last) visit(b, inst, last = w);
+  }
+}
+
+static void count_part(builder *b, int inst, int w) {
+  (void)inst;
+  b->window_start[w + 1]++;
+}
+
+static void place_part(builder *b, int inst, int w) { b->window_items[b->window_fill[w]++] = inst; }
+
+/* Per window, the instances it recomputes part of, in the order they are due. */
 static void index_window_items(builder *b) {
   const lx_stage *st = b->st;
   int n = st->n_layers * b->pipe->micro_batches;
   b->window_start = lx_calloc((size_t)st->n_windows + 2, sizeof(int));
-  b->window_items = lx_malloc(sizeof(int) * (size_t)(n + 1));
   b->recomputed = lx_malloc(sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) {
     b->recomputed[i] = -1;
-    if (st->window_of && st->window_of[i] >= 0) b->window_start[st->window_of[i] + 1]++;
+    for_each_part(b, i, count_part);
   }
   for (int w = 0; w < st->n_windows; w++)
     b->window_start[w + 1] += b->window_start[w];
-  int *fill = lx_calloc((size_t)st->n_windows + 1, sizeof(int));
+  b->window_items = lx_malloc(sizeof(int) * (size_t)(b->window_start[st->n_windows] + 1));
+  b->window_fill = lx_malloc(sizeof(int) * (size_t)(st->n_windows + 1));
+  memcpy(b->window_fill, b->window_start, sizeof(int) * (size_t)(st->n_windows + 1));
   /* backward order: the chunks' backwards by the schedule, each from its top layer down */
   int m = b->pipe->micro_batches, passes = 0;
   lx_chunk_pass *backwards = backward_order(b, &passes);
   for (int i = 0; i < passes; i++) {
     const lx_chunk *c = &st->chunks[backwards[i].chunk];
-    for (int l = lx_chunk_last_layer(c); l >= c->first_layer; l--) {
-      int inst = lx_layer_slot(st, l) * m + backwards[i].mb, w = st->window_of ? st->window_of[inst] : -1;
-      if (w >= 0) b->window_items[b->window_start[w] + fill[w]++] = inst;
-    }
+    for (int l = lx_chunk_last_layer(c); l >= c->first_layer; l--)
+      for_each_part(b, lx_layer_slot(st, l) * m + backwards[i].mb, place_part);
   }
   free(backwards);
-  free(fill);
+  free(b->window_fill);
 }
 
 static int at_most(int a, int b) { return a < b ? a : b; }

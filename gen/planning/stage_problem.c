@@ -210,12 +210,9 @@ static int by_key(const void *a, const void *b) {
   return x != y ? (x > y) - (x < y) : (i > j) - (i < j);
 }
 
-/* How many recomputations of window_s fit the window; a window that could
- * hold more than an int counts (4096 layers of 2^24-wide linears) holds INT_MAX. */
-static int slots_of(const lx_window *w, double window_s) {
-  double slots = w->capacity / window_s + 1e-9;
-  return slots < INT_MAX ? (int)slots : INT_MAX;
-}
+/* Whether an op of op_s seconds fits in `left` seconds of a window (up to
+ * rounding: a window measured as k ops long takes k). */
+static bool fits_in(double op_s, double left) { return op_s <= left * (1 + 1e-9); }
 
 static double shortest_window_op(const lx_stage_problem *pr) {
   double min_s = 0;
@@ -235,14 +232,18 @@ static void build_tiers(lx_matcher *m) {
     m->n_tier[t] = 0;
     for (int k = 0; k < from && m->min_s > 0; k++) {
       int w = t ? m->tier[t - 1][k] : k;
-      if (slots_of(&pr->windows[w], r) > 0) m->tier[t][m->n_tier[t]++] = w;
+      if (fits_in(r, pr->windows[w].capacity)) m->tier[t][m->n_tier[t]++] = w;
     }
   }
 }
 
 lx_matcher lx_matcher_init(const lx_stage_problem *pr) {
   size_t n = (size_t)(pr->n_instances > 0 ? pr->n_instances : 0) + 1;
-  lx_matcher m = {.pr = pr, .order = lx_malloc(sizeof(int) * n), .heap = lx_malloc(sizeof(int) * n)};
+  lx_matcher m = {.pr = pr,
+                  .order = lx_malloc(sizeof(int) * n),
+                  .heap = lx_malloc(sizeof(int) * n),
+                  .held = lx_malloc(sizeof(int) * n),
+                  .progress = lx_malloc(sizeof(int) * n)};
   for (int i = 0; i < pr->n_instances; i++)
     m.order[i] = i;
   sort_keys = pr->lo;
@@ -255,15 +256,17 @@ lx_matcher lx_matcher_init(const lx_stage_problem *pr) {
 void lx_matcher_free(lx_matcher *m) {
   free(m->order);
   free(m->heap);
+  free(m->held);
+  free(m->progress);
   for (int t = 0; t < LX_TIERS; t++)
     free(m->tier[t]);
 }
 
-/* The highest tier whose windows include every one with a slot for window_s; -1: none does. */
-static int tier_for(const lx_matcher *m, double window_s) {
-  if (m->min_s <= 0 || window_s < m->min_s) return -1;
+/* The highest tier whose windows include every one with room for op_s; -1: none does. */
+static int tier_for(const lx_matcher *m, double op_s) {
+  if (m->min_s <= 0 || op_s < m->min_s) return -1;
   int t = 0;
-  while (t + 1 < LX_TIERS && ldexp(m->min_s, t + 1) <= window_s)
+  while (t + 1 < LX_TIERS && ldexp(m->min_s, t + 1) <= op_s)
     t++;
   return t;
 }
@@ -283,61 +286,98 @@ static int first_at(const lx_stage_problem *pr, const int *list, int k, int n, i
   return k;
 }
 
-/* Windows in time order; each takes the admissible instances that are due
- * first, as many as fit. For equal-sized jobs with release times and
- * deadlines on a line this serves as many as any assignment can. A window
- * too short to take one instance changes nothing: the next one that can
- * releases and expires the same instances (deadlines differ, so the heap
- * pops the same ones whatever the order of pushes). */
-int lx_match_windows(const lx_matcher *m, double window_s, int *window_of) {
+size_t lx_placement_entries(const lx_stage_problem *pr) {
+  return (size_t)(pr->n_instances > 0 ? pr->n_instances : 0) * (size_t)pr->n_ops + 1;
+}
+
+/* The window ops of a matching, in op order, and their seconds. */
+typedef struct {
+  int n, ops[64];
+  double s[64], shortest;
+} op_sequence;
+
+static op_sequence sequence_of(const lx_stage_problem *pr, lx_opmask w) {
+  op_sequence q = {.n = 0};
+  for (lx_opmask m = w; m;) {
+    int i = next_op(&m);
+    q.ops[q.n] = i, q.s[q.n++] = pr->recompute_s[i];
+    if (q.n == 1 || pr->recompute_s[i] < q.shortest) q.shortest = pr->recompute_s[i];
+  }
+  return q;
+}
+
+/* Window `win` (`left` seconds of it) takes the next ops of the waiting
+ * instances, due first; those with ops left wait on. Returns the seconds it took. */
+static double serve_window(const lx_matcher *m, heap *h, const op_sequence *q, int win, int *window_of) {
+  double left = m->pr->windows[win].capacity, served = 0;
+  int n_held = 0;
+  while (h->n && fits_in(q->shortest, left)) {
+    int inst = heap_pop(h), j = m->progress[inst];
+    for (; j < q->n && fits_in(q->s[j], left); j++) {
+      left -= q->s[j], served += q->s[j];
+      if (window_of) window_of[(size_t)inst * (size_t)m->pr->n_ops + (size_t)q->ops[j]] = win;
+    }
+    m->progress[inst] = j;
+    if (j < q->n) m->held[n_held++] = inst;
+  }
+  for (int k = 0; k < n_held; k++)
+    heap_push(h, m->held[k]);
+  return served;
+}
+
+double lx_match_windows(const lx_matcher *m, lx_opmask w, int *window_of) {
   const lx_stage_problem *pr = m->pr;
+  for (size_t e = 0; window_of && e + 1 < lx_placement_entries(pr); e++)
+    window_of[e] = -1;
+  op_sequence q = sequence_of(pr, w);
+  if (q.n == 0 || pr->n_windows == 0 || pr->n_instances == 0) return 0;
   for (int i = 0; i < pr->n_instances; i++)
-    window_of[i] = -1;
-  if (window_s <= 0 || pr->n_windows == 0 || pr->n_instances == 0) return 0;
-  int t = tier_for(m, window_s), n_windows = t >= 0 ? m->n_tier[t] : pr->n_windows;
+    m->progress[i] = 0;
+  int t = tier_for(m, q.shortest), n_windows = t >= 0 ? m->n_tier[t] : pr->n_windows;
   const int *list = t >= 0 ? m->tier[t] : NULL;
   heap h = {m->heap, 0, pr->due};
-  int next = 0, served = 0;
+  int next = 0;
+  double served = 0;
   for (int k = 0; k < n_windows && (h.n || next < pr->n_instances); k++) {
     if (!h.n) k = first_at(pr, list, k, n_windows, pr->lo[m->order[next]]); /* nothing waits before then */
     if (k >= n_windows) break;
-    int w = list ? list[k] : k, at = pr->windows[w].after, slots = slots_of(&pr->windows[w], window_s);
-    if (slots <= 0) continue;
+    int win = list ? list[k] : k, at = pr->windows[win].after;
+    if (!fits_in(q.shortest, pr->windows[win].capacity)) continue;
     while (next < pr->n_instances && pr->lo[m->order[next]] <= at) {
       if (pr->due[m->order[next]] > at) heap_push(&h, m->order[next]);
       next++;
     }
     while (h.n && pr->due[h.items[0]] <= at)
-      heap_pop(&h); /* too late for them now */
-    for (; slots > 0 && h.n; slots--, served++)
-      window_of[heap_pop(&h)] = w;
+      heap_pop(&h); /* too late for them now: what is left runs on demand */
+    served += serve_window(m, &h, &q, win, window_of);
   }
   return served;
 }
 
-int lx_assign_windows(const lx_stage_problem *pr, double window_s, int *window_of) {
+double lx_assign_windows(const lx_stage_problem *pr, lx_opmask w, int *window_of) {
   lx_matcher m = lx_matcher_init(pr);
-  int served = lx_match_windows(&m, window_s, window_of);
+  double served = lx_match_windows(&m, w, window_of);
   lx_matcher_free(&m);
   return served;
 }
 
-int lx_served_count(const lx_stage_problem *pr, const int *window_of) {
-  int n = 0;
+double lx_covered_seconds(const lx_stage_problem *pr, const int *window_of) {
+  double s = 0;
   for (int i = 0; window_of && i < pr->n_instances; i++)
-    n += window_of[i] >= 0;
-  return n;
+    for (int k = 0; k < pr->n_ops; k++)
+      if (window_of[(size_t)i * (size_t)pr->n_ops + (size_t)k] >= 0) s += pr->recompute_s[k];
+  return s;
 }
 
-double lx_exposed_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, int served) {
-  double n = (double)pr->n_layers * pr->micro_batches;
-  return n * lx_seconds_of(pr, rc & ~w) + (n - served) * lx_seconds_of(pr, w);
+double lx_exposed_of(const lx_stage_problem *pr, lx_opmask rc, double covered_s) {
+  double n = (double)pr->n_layers * pr->micro_batches, exposed = n * lx_seconds_of(pr, rc) - covered_s;
+  return exposed > 0 ? exposed : 0;
 }
 
 double lx_policy_exposed(const lx_stage_problem *pr, const lx_op_decision *d, const int *window_of) {
   lx_opmask rc, w;
   lx_decisions_to_masks(pr, d, &rc, &w);
-  return lx_exposed_of(pr, rc, w, lx_served_count(pr, window_of));
+  return lx_exposed_of(pr, rc, lx_covered_seconds(pr, window_of));
 }
 
 int64_t lx_policy_bytes(const lx_stage_problem *pr, const lx_op_decision *d) {

@@ -9,21 +9,21 @@
 
 #include "planning/overlap.h"
 
-typedef uint64_t lx_opmask; /* a set of block ops; blocks have fewer than 64 */
-
 enum { LX_TIERS = 24 };
 
-/* The instances in order of release (lo), the windows in tiers, and a
- * heap's room: what every matching of one stage problem shares, so a policy
- * that tries many recompute sets sorts and filters once. lynx-heu matches a
- * few dozen times a stage, and a long pipeline has tens of thousands of
- * windows, most of them tensor-parallel all-reduces too short for the
- * recompute at hand: tier t lists, in time order, the windows with a slot
- * for min_s x 2^t seconds, so a matching of r seconds walks the highest
- * tier with min_s x 2^t <= r and skips only windows it could not use. */
+/* The instances in order of release (lo), the windows in tiers, and the
+ * matching's scratch: what every matching of one stage problem shares, so a
+ * policy that tries many recompute sets sorts and filters once. lynx-heu
+ * matches a few hundred window sets a stage, and a long pipeline has tens
+ * of thousands of windows, most of them tensor-parallel all-reduces too
+ * short for the ops at hand: tier t lists, in time order, the windows with
+ * room for min_s x 2^t seconds, so a matching whose shortest op takes r
+ * seconds walks the highest tier with min_s x 2^t <= r and skips only
+ * windows it could not use. */
 typedef struct {
   const lx_stage_problem *pr;
-  int *order, *heap;
+  int *order, *heap, *held;
+  int *progress; /* per instance: how many of the window ops the matching has placed */
   int *tier[LX_TIERS], n_tier[LX_TIERS];
   double min_s; /* the shortest windowable op's recompute; 0: none */
 } lx_matcher;
@@ -54,16 +54,21 @@ lx_matcher lx_matcher_init(const lx_stage_problem *pr);
 
 void lx_matcher_free(lx_matcher *m);
 
-/* Windows in time order; each takes the admissible instances that are due
- * first, as many as fit. For equal-sized jobs with release times and
- * deadlines on a line this serves as many as any assignment can. A window
- * too short to take one instance changes nothing: the next one that can
- * releases and expires the same instances (deadlines differ, so the heap
- * pops the same ones whatever the order of pushes). */
-int lx_match_windows(const lx_matcher *m, double window_s, int *window_of);
+/* Windows in time order; each takes the window ops (the set w, in op
+ * order) of the admissible instances that are due first, op after op, as
+ * many as fit: an instance may run its first ops in one window and the next
+ * ones in later windows (op-granular placement), and what no window took on
+ * demand. Fills window_of (may be NULL; lx_placement_entries: the window of
+ * each instance's op, or -1) and returns the in-window seconds served,
+ * summed over the instances. When an instance's ops fit one window whole
+ * this is the earliest-deadline-first matching of equal jobs, which serves
+ * as many as any assignment can. */
+double lx_match_windows(const lx_matcher *m, lx_opmask w, int *window_of);
 
-int lx_served_count(const lx_stage_problem *pr, const int *window_of);
+/* The in-window seconds a placement serves (window_of may be NULL). */
+double lx_covered_seconds(const lx_stage_problem *pr, const int *window_of);
 
-double lx_exposed_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, int served);
+/* N x the seconds of rc (on demand and in windows) - what the windows served. */
+double lx_exposed_of(const lx_stage_problem *pr, lx_opmask rc, double covered_s);
 
 #endif

@@ -56,48 +56,68 @@ static void print_policy_stats(const lx_stage *st, FILE *out) {
           st->n_windows, ms(st->stats.search_s));
 }
 
-/* Per window, the layer instances that recompute in it (NULL without windows). */
-static int *instances_per_window(const lx_pipeline *p, const lx_stage *st) {
-  if (!st->window_of || st->n_windows <= 0) return NULL;
-  int *n = lx_calloc((size_t)st->n_windows, sizeof *n);
-  for (int i = 0; i < st->n_layers * p->micro_batches; i++)
-    if (st->window_of[i] >= 0 && st->window_of[i] < st->n_windows) n[st->window_of[i]]++;
-  return n;
-}
+/* How a stage's in-window recompute is placed: windows used, layer
+ * instances with any op in one, (instance, window) parts, op recomputes in
+ * windows, and instances split (over windows, or partly on demand). */
+typedef struct {
+  int used, instances, parts, ops, split;
+} window_use;
 
-/* Windows used and layer instances placed in them. */
-static void window_use(const lx_pipeline *p, const lx_stage *st, int *used, int *instances) {
-  int *n = instances_per_window(p, st);
-  *used = *instances = 0;
+static window_use window_use_of(const lx_pipeline *p, const lx_stage *st) {
+  window_use u = {0};
+  int *n = lx_instances_per_window(p, st);
   for (int w = 0; n && w < st->n_windows; w++)
-    *used += n[w] > 0, *instances += n[w];
+    u.used += n[w] > 0, u.parts += n[w];
   free(n);
+  for (int inst = 0; st->window_of && inst < st->n_layers * p->micro_batches; inst++) {
+    int ops = 0;
+    for (int i = 0; i < p->ir->block.n_ops; i++)
+      ops += lx_recompute_window(p, st, inst, i) >= 0;
+    u.ops += ops, u.instances += ops > 0, u.split += lx_instance_split(p, st, inst);
+  }
+  return u;
 }
 
 enum { LISTED_WINDOWS = 4 };
 
-/* Which layer instances (layer, micro-batch) recompute in window w. */
+static bool recomputes_in(const lx_pipeline *p, const lx_stage *st, int inst, int w) {
+  for (int i = 0; i < p->ir->block.n_ops; i++)
+    if (lx_recompute_window(p, st, inst, i) == w) return true;
+  return false;
+}
+
+/* Which layer instances (layer, micro-batch) recompute in window w; of one
+ * that spreads over several windows (or partly runs on demand), which ops. */
 static void print_window_items(const lx_pipeline *p, const lx_stage *st, int w, FILE *out) {
   const lx_window *win = &st->windows[w];
   fprintf(out, "\n             window %d (%s, %.3f ms measured at %.3f ms):", w,
           lx_window_kind_name(win->kind), ms(win->length), ms(win->start));
   const char *sep = " ";
-  for (int i = 0; i < st->n_layers * p->micro_batches; i++)
-    if (st->window_of[i] == w) {
-      fprintf(out, "%slayer %d mb %d", sep, lx_slot_layer(st, i / p->micro_batches), i % p->micro_batches);
-      sep = ", ";
-    }
+  for (int inst = 0; inst < st->n_layers * p->micro_batches; inst++) {
+    if (!recomputes_in(p, st, inst, w)) continue;
+    fprintf(out, "%slayer %d mb %d", sep, lx_slot_layer(st, inst / p->micro_batches),
+            inst % p->micro_batches);
+    sep = ", ";
+    if (!lx_instance_split(p, st, inst)) continue;
+    const char *op_sep = " (";
+    for (int i = 0; i < p->ir->block.n_ops; i++)
+      if (lx_recompute_window(p, st, inst, i) == w) {
+        fprintf(out, "%s%s", op_sep, p->ir->block.ops[i].name);
+        op_sep = ", ";
+      }
+    fputc(')', out);
+  }
 }
 
 /* Where the in-window recompute runs: the windows by kind, and the first
  * few windows used with the layer instances each recomputes. */
 static void print_windows(const lx_pipeline *p, const lx_stage *st, FILE *out) {
-  int *n = instances_per_window(p, st);
+  int *n = lx_instances_per_window(p, st);
   if (!n) return;
-  int by_kind[LX_WINDOW_KIND_COUNT] = {0}, used, instances;
+  int by_kind[LX_WINDOW_KIND_COUNT] = {0};
   for (int w = 0; w < st->n_windows; w++)
     by_kind[st->windows[w].kind]++;
-  window_use(p, st, &used, &instances);
+  window_use u = window_use_of(p, st);
   fprintf(out, "  windows    %d found (", st->n_windows);
   const char *sep = "";
   for (int k = 0; k < LX_WINDOW_KIND_COUNT; k++)
@@ -105,11 +125,13 @@ static void print_windows(const lx_pipeline *p, const lx_stage *st, FILE *out) {
       fprintf(out, "%s%s %d", sep, lx_window_kind_name((lx_window_kind)k), by_kind[k]);
       sep = ", ";
     }
-  fprintf(out, "), %d used by %d of %d layer instances", used, instances, st->n_layers * p->micro_batches);
+  fprintf(out, "), %d used by %d of %d layer instances", u.used, u.instances,
+          st->n_layers * p->micro_batches);
+  if (u.split) fprintf(out, " (%d split over windows, or partly on demand)", u.split);
   int listed = 0;
   for (int w = 0; w < st->n_windows && listed < LISTED_WINDOWS; w++)
     if (n[w]) print_window_items(p, st, w, out), listed++;
-  if (used > listed) fprintf(out, "\n             ... and %d more windows", used - listed);
+  if (u.used > listed) fprintf(out, "\n             ... and %d more windows", u.used - listed);
   fputc('\n', out);
   free(n);
 }
@@ -333,11 +355,13 @@ static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
   if (r->layouts) lx_json_add_int(w, "arena_bytes", r->layouts[s].total);
   put_recomputed_ops(w, "recomputed_ops", p->ir, st, false);
   put_recomputed_ops(w, "window_ops", p->ir, st, true);
-  int used, instances;
-  window_use(p, st, &used, &instances);
+  window_use u = window_use_of(p, st);
   lx_json_add_int(w, "windows_found", st->window_of ? st->n_windows : 0);
-  lx_json_add_int(w, "windows_used", used);
-  lx_json_add_int(w, "windowed_instances", instances);
+  lx_json_add_int(w, "windows_used", u.used);
+  lx_json_add_int(w, "windowed_instances", u.instances);
+  lx_json_add_int(w, "window_parts", u.parts);
+  lx_json_add_int(w, "windowed_ops", u.ops);
+  lx_json_add_int(w, "split_instances", u.split);
 }
 
 void lx_print_plan_json(const lx_report *r, FILE *out) {

@@ -85,8 +85,10 @@ lx_window_span *lx_window_spans(const lx_simulation *sim, int s) {
   const lx_stage *st = &p->stages[s];
   if (!st->window_of || st->n_windows <= 0) return NULL;
   lx_window_span *w = lx_calloc((size_t)st->n_windows, sizeof *w);
-  for (int i = 0; i < st->n_layers * p->micro_batches; i++)
-    if (st->window_of[i] >= 0 && st->window_of[i] < st->n_windows) w[st->window_of[i]].instances++;
+  int *instances = lx_instances_per_window(p, st);
+  for (int k = 0; k < st->n_windows; k++)
+    w[k].instances = instances[k];
+  free(instances);
   const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
   double span = lx_drawn_span(sim);
   int ordinal = -1, next = 0, open = -1;

@@ -24,13 +24,13 @@ static const char *category_name(lx_paint p) {
   return names[p];
 }
 
-/* The window a RECOMPUTE on stream k runs in: its layer instance's, when it
+/* The window a RECOMPUTE on stream k runs in: where its op of its layer instance was placed, when it
  * is on the recompute stream; -1 when it runs on demand. */
 static int window_of_instr(const lx_pipeline *p, const lx_stage *st, int k, const lx_instr *in) {
   if (k != LX_STREAM_RECOMPUTE || in->kind != LX_I_RECOMPUTE || in->graph != LX_GRAPH_BLOCK || !st->window_of)
     return -1;
   int mb = in->mb % p->micro_batches; /* a step's, where the pipeline is unrolled over several */
-  return st->window_of[lx_layer_slot(st, in->layer) * p->micro_batches + mb];
+  return lx_recompute_window(p, st, lx_layer_slot(st, in->layer) * p->micro_batches + mb, in->op);
 }
 
 /* Microseconds rounded to the nanosecond; never negative. */

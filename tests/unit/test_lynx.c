@@ -15,6 +15,7 @@
  *     layer or more, in model order. */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,7 @@ static double brute_force(const lx_stage_problem *pr, bool windows) {
   for (int k = 0; k < n; k++)
     total *= choices;
   lx_op_decision *d = calloc((size_t)pr->n_ops, sizeof *d);
-  int *window_of = malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  int *window_of = malloc(sizeof(int) * lx_placement_entries(pr));
   double best = -1;
   for (long code = 0; code < total; code++) {
     memset(d, 0, sizeof *d * (size_t)pr->n_ops);
@@ -110,18 +111,18 @@ static double brute_force(const lx_stage_problem *pr, bool windows) {
     }
     lx_recompute_closure(pr->block, d);
     bool valid = true;
-    double window_s = 0;
+    lx_opmask w = 0;
     for (int i = 0; i < pr->n_ops && valid; i++) {
       if (!d[i].in_window) continue;
       valid = pr->windowable[i] && d[i].recompute;
-      window_s += pr->recompute_s[i];
+      w |= (lx_opmask)1 << i;
       for (int k = 0; valid && k < pr->block->ops[i].n_inputs; k++) {
         int j = pr->block->ops[i].inputs[k];
         if (d[j].recompute && !d[j].in_window) valid = false;
       }
     }
     if (!valid || lx_policy_bytes(pr, d) > pr->avail_bytes) continue;
-    lx_assign_windows(pr, window_s, window_of);
+    lx_assign_windows(pr, w, window_of);
     double t = lx_policy_exposed(pr, d, window_of);
     if (best < 0 || t < best) best = t;
   }
@@ -132,7 +133,7 @@ static double brute_force(const lx_stage_problem *pr, bool windows) {
 
 static double solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr,
                     lx_op_decision *d, bool *ok, lx_policy_stats *stats) {
-  int *window_of = malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
+  int *window_of = malloc(sizeof(int) * lx_placement_entries(pr));
   *ok = lx_policy_solve(ir, policy, pr, d, window_of, stats);
   double t = lx_policy_exposed(pr, d, window_of);
   free(window_of);
@@ -187,6 +188,10 @@ static void check_policies(int tp) {
     CHECK(heu <= cm_t * (1 + 1e-9) + 1e-15,
           "tp=%d budget %d/7: lynx-heu %.3g s no worse than checkmate %.3g s", tp, step, heu, cm_t);
     double best = brute_force(&pr, true);
+    CHECK_CLOSE(heu, best, 1e-9,
+                "tp=%d budget %d/7: lynx-heu, which scores every choice by its matching, is the brute-force "
+                "optimum",
+                tp, step);
     CHECK(best >= 0 && opt <= best * 1.03 + 1e-12 && opt >= best * (1 - 1e-9) - 1e-15,
           "tp=%d budget %d/7: lynx-opt %.4g s within 3%% of the brute-force optimum %.4g s", tp, step, opt,
           best);
@@ -208,32 +213,104 @@ static void check_policies(int tp) {
   lx_ir_free(&ir);
 }
 
+/* The window ops of w in op order. */
+static int window_ops(const lx_stage_problem *pr, lx_opmask w, int *ops) {
+  int n = 0;
+  for (int i = 0; i < pr->n_ops; i++)
+    if ((w >> i) & 1) ops[n++] = i;
+  return n;
+}
+
+static int *placed(const lx_stage_problem *pr, int *window_of, int inst, int op) {
+  return &window_of[(size_t)inst * (size_t)pr->n_ops + (size_t)op];
+}
+
 /* The matching as first written, window by window over every window and
- * instance: each takes the admissible unassigned instances due first. The
- * fast one (a sort per stage, windows in tiers by capacity, stretches with
- * nothing released skipped) must pick exactly the same instances. */
-static int reference_assignment(const lx_stage_problem *pr, double r, int *window_of) {
-  int served = 0;
-  for (int i = 0; i < pr->n_instances; i++)
-    window_of[i] = -1;
-  for (int w = 0; w < pr->n_windows; w++) {
-    int at = pr->windows[w].after, slots = (int)(pr->windows[w].capacity / r + 1e-9);
-    for (; slots > 0; slots--) {
+ * instance: each window gives its room to the admissible instances in the
+ * order they are due, each taking its next ops while they fit. The fast one
+ * (a sort per stage, windows in tiers by capacity, stretches with nothing
+ * released skipped, a heap) must place exactly the same ops. */
+static double reference_assignment(const lx_stage_problem *pr, lx_opmask w, int *window_of) {
+  int ops[64], n = window_ops(pr, w, ops), progress[64] = {0};
+  bool taken[64];
+  double served = 0;
+  for (size_t e = 0; e + 1 < lx_placement_entries(pr); e++)
+    window_of[e] = -1;
+  for (int k = 0; k < pr->n_windows; k++) {
+    int at = pr->windows[k].after;
+    double left = pr->windows[k].capacity;
+    memset(taken, 0, sizeof taken);
+    for (;;) {
       int pick = -1;
       for (int i = 0; i < pr->n_instances; i++)
-        if (window_of[i] < 0 && pr->lo[i] <= at && at < pr->due[i] &&
+        if (!taken[i] && progress[i] < n && pr->lo[i] <= at && at < pr->due[i] &&
             (pick < 0 || pr->due[i] < pr->due[pick]))
           pick = i;
       if (pick < 0) break;
-      window_of[pick] = w, served++;
+      taken[pick] = true;
+      for (; progress[pick] < n && pr->recompute_s[ops[progress[pick]]] <= left * (1 + 1e-9);
+           progress[pick]++) {
+        left -= pr->recompute_s[ops[progress[pick]]];
+        served += pr->recompute_s[ops[progress[pick]]];
+        *placed(pr, window_of, pick, ops[progress[pick]]) = k;
+      }
     }
   }
   return served;
 }
 
+/* Whether a placement is one the schedule can run: each instance's window
+ * ops in windows of its admissible range, never decreasing in op order, a
+ * prefix of them placed (the rest on demand), no window over its capacity.
+ * The in-window seconds it serves go to *served. */
+static bool placement_valid(const lx_stage_problem *pr, lx_opmask w, const int *window_of, double *served) {
+  double used[256] = {0};
+  bool ok = pr->n_windows <= 256;
+  *served = 0;
+  for (int i = 0; i < pr->n_instances; i++)
+    for (int j = 0, last = 0, on_demand = 0; j < pr->n_ops; j++) {
+      int k = window_of[(size_t)i * (size_t)pr->n_ops + (size_t)j];
+      if (!((w >> j) & 1)) {
+        ok &= k < 0;
+        continue;
+      }
+      if (k < 0) {
+        on_demand = 1;
+        continue;
+      }
+      ok &= !on_demand && k >= last && k < pr->n_windows && pr->windows[k].after >= pr->lo[i] &&
+            pr->windows[k].after < pr->due[i];
+      last = k;
+      used[k] += pr->recompute_s[j];
+      *served += pr->recompute_s[j];
+    }
+  for (int k = 0; k < pr->n_windows && ok; k++)
+    ok &= used[k] <= pr->windows[k].capacity * (1 + 1e-9);
+  return ok;
+}
+
 static unsigned next_random(unsigned *state) {
   *state = *state * 1103515245u + 12345u;
   return (*state >> 8) & 0xffffff;
+}
+
+/* The block's window-capable ops, up to `most` of them, from the first. */
+static lx_opmask first_window_ops(const lx_stage_problem *pr, int most) {
+  lx_opmask w = 0;
+  for (int i = 0; i < pr->n_ops && most > 0; i++)
+    if (pr->windowable[i] && pr->recompute_s[i] > 0) w |= (lx_opmask)1 << i, most--;
+  return w;
+}
+
+/* Whether instance i's ops run in more than one window. */
+static bool spans_windows(const lx_stage_problem *pr, const int *window_of, int i) {
+  int first = -1;
+  for (int j = 0; j < pr->n_ops; j++) {
+    int k = window_of[(size_t)i * (size_t)pr->n_ops + (size_t)j];
+    if (k >= 0 && first >= 0 && k != first) return true;
+    if (k >= 0) first = k;
+  }
+  return false;
 }
 
 /* Random windows (many far shorter than any op, as tensor-parallel
@@ -247,7 +324,10 @@ static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
       min_s = pr.recompute_s[i];
   enum { N = 60, W = 200 };
   lx_window w[W];
-  int lo[N], due[N], fast[N], slow[N], same = 0, cases = 0, served = 0;
+  int lo[N], due[N], same = 0, cases = 0, valid = 0, split = 0;
+  size_t entries = (size_t)N * (size_t)pr.n_ops;
+  int *fast = malloc(sizeof(int) * (entries + 1)), *slow = malloc(sizeof(int) * (entries + 1));
+  double served = 0;
   unsigned seed = 7;
   pr.lo = realloc(pr.lo, sizeof lo), pr.due = realloc(pr.due, sizeof due);
   for (int c = 0; c < 200; c++, cases++) {
@@ -262,36 +342,73 @@ static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
     }
     memcpy(pr.lo, lo, sizeof lo), memcpy(pr.due, due, sizeof due);
     pr.windows = w, pr.n_windows = W, pr.n_instances = N;
-    double r = min_s * (0.5 + (next_random(&seed) % 300) / 100.0);
-    int got = lx_assign_windows(&pr, r, fast), want = reference_assignment(&pr, r, slow);
-    same += got == want && !memcmp(fast, slow, sizeof fast);
+    lx_opmask ops = first_window_ops(&pr, 1 + (int)(next_random(&seed) % 5));
+    double got = lx_assign_windows(&pr, ops, fast), want = reference_assignment(&pr, ops, slow), check;
+    same += fabs(got - want) <= 1e-12 * want && !memcmp(fast, slow, sizeof(int) * entries);
+    valid += placement_valid(&pr, ops, fast, &check) && fabs(check - got) <= 1e-9 * got;
+    for (int i = 0; i < N; i++)
+      split += spans_windows(&pr, fast, i);
     served += got;
   }
-  CHECK(
-      same == cases && served > 0,
-      "window assignment equals the plain earliest-deadline-first matching on %d random cases (%d agree, %d "
-      "instances served)",
-      cases, same, served);
+  CHECK(same == cases && valid == cases && served > 0 && split > 0,
+        "window placement equals the plain earliest-deadline-first matching on %d random cases (%d agree, %d "
+        "valid, %.3g s served, %d instances spread over several windows)",
+        cases, same, valid, served, split);
+  free(fast);
+  free(slow);
   pr.windows = NULL, pr.n_windows = 0;
   lx_stage_problem_free(&pr);
 }
 
-/* The matching serves as many instances as the best assignment: checked
- * against exhaustive assignment on a small case. */
-static int best_assignment(const lx_stage_problem *pr, double r, int inst, double *left) {
+/* The most in-window seconds any valid placement of w's ops serves:
+ * exhaustive over each instance's op prefix and non-decreasing windows. */
+static double best_placement(const lx_stage_problem *pr, const int *ops, int n, int inst, int j, int from,
+                             double *left) {
   if (inst == pr->n_instances) return 0;
-  int best = best_assignment(pr, r, inst + 1, left); /* on demand */
-  for (int w = 0; w < pr->n_windows; w++) {
-    int at = pr->windows[w].after;
-    if (at < pr->lo[inst] || at >= pr->due[inst] || left[w] < r - 1e-12) continue;
-    left[w] -= r;
-    int n = 1 + best_assignment(pr, r, inst + 1, left);
-    left[w] += r;
+  double best = best_placement(pr, ops, n, inst + 1, 0, 0, left); /* the rest on demand */
+  if (j == n) return best;
+  double s = pr->recompute_s[ops[j]];
+  for (int k = from; k < pr->n_windows; k++) {
+    int at = pr->windows[k].after;
+    if (at < pr->lo[inst] || at >= pr->due[inst] || s > left[k] * (1 + 1e-9)) continue;
+    left[k] -= s;
+    double got = s + best_placement(pr, ops, n, inst, j + 1, k, left);
+    left[k] += s;
+    if (got > best) best = got;
+  }
+  return best;
+}
+
+/* The most instances whole placements serve (each instance's ops in one
+ * window, of s seconds in all): exhaustive. */
+static int best_whole(const lx_stage_problem *pr, double s, int inst, double *left) {
+  if (inst == pr->n_instances) return 0;
+  int best = best_whole(pr, s, inst + 1, left); /* on demand */
+  for (int k = 0; k < pr->n_windows; k++) {
+    int at = pr->windows[k].after;
+    if (at < pr->lo[inst] || at >= pr->due[inst] || s > left[k] * (1 + 1e-9)) continue;
+    left[k] -= s;
+    int n = 1 + best_whole(pr, s, inst + 1, left);
+    left[k] += s;
     if (n > best) best = n;
   }
   return best;
 }
 
+/* Op times of the block's first n window ops set to `times` (ops of equal
+ * length, or not). */
+static lx_opmask with_op_times(lx_stage_problem *pr, int n, const double *times) {
+  lx_opmask w = first_window_ops(pr, n);
+  int ops[64], k = window_ops(pr, w, ops);
+  for (int j = 0; j < k; j++)
+    pr->recompute_s[ops[j]] = times[j];
+  return w;
+}
+
+/* Against exhaustive placement on a small case: ops of one length (unit
+ * jobs: earliest deadline first is optimal, split or not), and of lengths
+ * that do not divide the windows, where the matching still serves at least
+ * what whole instances (one window each) could. */
 static void check_assignment(void) {
   lx_ir ir;
   load(&ir, 2, 1, 2, 3, LX_SCHEDULE_1F1B);
@@ -301,25 +418,32 @@ static void check_assignment(void) {
   lx_stage_problem_init(&pr, &ir, &cm, 2, 2 * 3, 3, INT64_MAX); /* 3 micro-batches of 2 layers kept */
   lx_window w[8];
   hand_windows(&pr, w, 8, 1);
-  int window_of[6];
-  for (double r = 0.5; r <= 3.5; r += 0.5) {
-    double left[8];
-    for (int k = 0; k < 8; k++)
-      left[k] = w[k].capacity;
-    int want = best_assignment(&pr, r, 0, left), got = lx_assign_windows(&pr, r, window_of);
-    bool valid = true; /* each admissible, no window over its capacity */
-    for (int i = 0; i < 6; i++) {
-      int k = window_of[i];
-      if (k < 0) continue;
-      valid &= w[k].after >= pr.lo[i] && w[k].after < pr.due[i];
-      left[k] -= r;
+  int *window_of = malloc(sizeof(int) * lx_placement_entries(&pr));
+  static const double shapes[][3] = {{1, 1, 1},      {0.5, 0.5, 0.5}, {1.5, 1.5, 1.5}, {0.5, 1, 0.25},
+                                     {1.25, 0.5, 1}, {2, 0.75, 0.5},  {0.75, 1.5, 2.5}};
+  for (int c = 0; c < 7; c++)
+    for (int n = 1; n <= 3; n++) {
+      lx_opmask ops_w = with_op_times(&pr, n, shapes[c]);
+      int ops[64], k = window_ops(&pr, ops_w, ops);
+      double left[8], whole_left[8], s = 0;
+      for (int j = 0; j < 8; j++)
+        left[j] = whole_left[j] = w[j].capacity;
+      for (int j = 0; j < k; j++)
+        s += pr.recompute_s[ops[j]];
+      double want = best_placement(&pr, ops, k, 0, 0, 0, left),
+             got = lx_assign_windows(&pr, ops_w, window_of), check;
+      bool valid = placement_valid(&pr, ops_w, window_of, &check) && fabs(check - got) <= 1e-9 * got;
+      bool equal_ops = c < 3 || k == 1;
+      double whole = s * best_whole(&pr, s, 0, whole_left);
+      CHECK(valid && got <= want * (1 + 1e-9) && got >= whole * (1 - 1e-9) &&
+                (!equal_ops || got >= want * (1 - 1e-9)),
+            "%d ops of %.2f, %.2f, %.2f s (windows of 1-3 s): the placement is valid and serves %.3g s, at "
+            "most the exhaustive best %.3g s%s and at least what whole instances could (%.3g s)",
+            k, shapes[c][0], k > 1 ? shapes[c][1] : 0, k > 2 ? shapes[c][2] : 0, got, want,
+            equal_ops ? " (equal ops: all of it)" : "", whole);
     }
-    for (int k = 0; k < 8; k++)
-      valid &= left[k] >= -1e-9;
-    CHECK(got == want && valid,
-          "window assignment of %.1f s jobs serves %d instances, as many as exhaustive (%d)", r, got, want);
-  }
   check_assignment_random(&ir, &cm);
+  free(window_of);
   lx_stage_problem_free(&pr);
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
@@ -460,6 +584,52 @@ static bool drop_window_wait(lx_pipeline *p) {
   return false;
 }
 
+/* Layer instances whose in-window recompute spreads over several windows
+ * (or partly runs on demand). */
+static int count_split_instances(const lx_pipeline *p) {
+  int n = 0;
+  for (int s = 0; s < p->pp; s++)
+    for (int i = 0; i < p->stages[s].n_layers * p->micro_batches; i++)
+      n += lx_instance_split(p, &p->stages[s], i);
+  return n;
+}
+
+/* A split instance's backward waits for the event of its first part
+ * instead of its last: the ops of the later parts are no longer ordered
+ * before the backward that reads them (unless a wait for an instance due
+ * earlier orders them anyway; then the next split instance is tried).
+ * Returns the violations the verifier reports for the first planting that
+ * has any, 0 if none has. */
+static int wait_for_first_part(lx_pipeline *p) {
+  for (int s = 0; s < p->pp; s++) {
+    lx_stage *st = &p->stages[s];
+    lx_instr_list *rs = &st->streams[LX_STREAM_RECOMPUTE], *cs = &st->streams[LX_STREAM_COMPUTE];
+    for (int i = 0; i < rs->count; i++) {
+      const lx_instr *part = &rs->items[i];
+      if (part->kind != LX_I_RECOMPUTE) continue;
+      /* the RECORD that ends this part, and the one that ends the instance's last part */
+      int first = -1, last = -1;
+      bool in_part = true;
+      for (int j = i + 1; j < rs->count; j++) {
+        const lx_instr *in = &rs->items[j];
+        in_part |= in->kind == LX_I_RECOMPUTE && in->layer == part->layer && in->mb == part->mb;
+        if (in->kind != LX_I_RECORD || !in_part) continue;
+        if (first < 0) first = in->event;
+        last = in->event, in_part = false;
+      }
+      if (first < 0 || last < 0 || last == first) continue;
+      for (int j = 0; j < cs->count; j++)
+        if (cs->items[j].kind == LX_I_WAIT && cs->items[j].event == last) {
+          cs->items[j].event = first;
+          int n = verify_pipeline(p, getenv("LX_DEBUG") == NULL);
+          cs->items[j].event = last;
+          if (n > 0) return n;
+        }
+    }
+  }
+  return 0;
+}
+
 /* The recompute-aware partition under interleaved 1F1B: every stage's two
  * chunks hold a layer or more, and model chunk v p + s (chunk v of stage s)
  * follows chunk v p + s - 1 without a gap, all layers covered once. */
@@ -481,7 +651,7 @@ static void check_chunk_split(const lx_pipeline *p, int layers, const char *name
  * from full recompute's peak to no recompute's; returns the recomputes it
  * placed in windows. */
 static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy,
-                                  double squeeze) {
+                                  double squeeze, int *split_instances) {
   lx_ir ir;
   bool interleaved =
       schedule == LX_SCHEDULE_INTERLEAVED; /* 2 chunks a stage: micro-batches in groups of pp */
@@ -527,6 +697,14 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   for (int s = 0; s < p.pp; s++)
     lx_stage_memory_free(&mem[s]);
   free(mem);
+  int split = built ? count_split_instances(&p) : 0;
+  if (split > 0)
+    CHECK(wait_for_first_part(&p) > 0,
+          "%s pp=%d tp=%d %s: %d instances split (over windows, or the rest on demand); one whose backward "
+          "waits for its "
+          "first part alone is reported",
+          name, pp, tp, pol, split);
+  *split_instances += split;
   if (in_window > 0) {
     CHECK(drop_window_wait(&p) && verify_pipeline(&p, getenv("LX_DEBUG") == NULL) > 0,
           "%s pp=%d tp=%d %s: without the wait for a window's recompute, the verifier reports a race", name,
@@ -539,6 +717,7 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
 }
 
 int main(void) {
+  int split = 0;
   check_policies(1);
   check_policies(2);
   check_assignment();
@@ -550,15 +729,17 @@ int main(void) {
       for (int pol = LX_RECOMPUTE_LYNX_HEU; pol <= LX_RECOMPUTE_LYNX_OPT; pol++) {
         int placed = 0;
         for (int k = 0; k < 3; k++)
-          placed += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k]);
+          placed += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k],
+                                           &split);
         CHECK(placed > 0, "%s pp=%d tp=2 %s: some squeeze puts recompute into windows (%d)", name, pp,
               lx_recompute_policy_name((lx_recompute_policy)pol), placed);
       }
-      check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU, 0.3);
-      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE, 0.3);
+      check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU, 0.3, &split);
+      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE, 0.3, &split);
     }
   for (int pp = 2; pp <= 3; pp++) /* interleaved 1F1B: the partition into chunks and Lynx's windows */
     for (int pol = LX_RECOMPUTE_CHECKMATE; pol <= LX_RECOMPUTE_LYNX_OPT; pol++)
-      check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol, 0.3);
+      check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol, 0.3, &split);
+  CHECK(split > 0, "the squeezed pipelines split %d layer instances' in-window recompute", split);
   return check_exit_status();
 }
