@@ -71,8 +71,11 @@ static const char usage_text[] =
     "                         lynx-opt (gen/planning/overlap.h); default none, or where\n"
     "                         the plan search runs (fields left open), the fastest of none,\n"
     "                         selective, full and lynx-heu that fits\n"
-    "      --partition P      layers per stage: uniform (Megatron's even split, the\n"
-    "                         default) | dp (recompute-aware, balances stage times)\n"
+    "      --partition P      layers per stage: best (the default: with checkmate,\n"
+    "                         lynx-heu or lynx-opt, the faster of the two below that\n"
+    "                         fits; uniform for the other policies) | uniform\n"
+    "                         (Megatron's even split) | dp (recompute-aware, balances\n"
+    "                         stage times with what each stage must recompute)\n"
     "      --explain          when tp, pp, dp or micro_batch are left open, print the\n"
     "                         plan search's best candidates and why the others lost;\n"
     "                         on the plan, the longest sequence that fits under each\n"
@@ -294,6 +297,7 @@ static options parse_options(int argc, char **argv) {
                                            {"version", no_argument, 0, OPT_VERSION},
                                            {0, 0, 0, 0}};
   options o = {.target = LX_TARGET_CUDA,
+               .partition = LX_PARTITION_BEST,
                .max_memory_bytes = DEFAULT_MAX_MEMORY_GIB * (double)(1 << 30),
                .search_seconds = DEFAULT_SEARCH_SECONDS};
   opterr = 0;
@@ -330,8 +334,10 @@ static options parse_options(int argc, char **argv) {
         o.partition = LX_PARTITION_DP;
       else if (!strcmp(optarg, "uniform"))
         o.partition = LX_PARTITION_UNIFORM;
+      else if (!strcmp(optarg, "best"))
+        o.partition = LX_PARTITION_BEST;
       else
-        usage_error("unknown partition '%s' (uniform or dp)", optarg);
+        usage_error("unknown partition '%s' (best, uniform or dp)", optarg);
       break;
     case OPT_TP: add_override(&o, LX_F_TP, "--tp", parse_count("--tp", optarg)); break;
     case OPT_PP: add_override(&o, LX_F_PP, "--pp", parse_count("--pp", optarg)); break;

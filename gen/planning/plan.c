@@ -124,13 +124,15 @@ static void compute_budgets(planner *pl) {
   free(mem);
 }
 
-static double simulated_time(planner *pl) {
+static double pipeline_time(const lx_pipeline *p, const lx_cost_model *cm) {
   lx_simulation sim;
-  lx_simulate_training(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
+  lx_simulate_training(p, cm, NULL, NULL, NULL, &sim);
   double t = sim.iteration_time;
   lx_simulation_free(&sim);
   return t;
 }
+
+static double simulated_time(planner *pl) { return pipeline_time(pl->pipe, pl->cm); }
 
 /* Windows come from the schedule with checkmate's on-demand recompute; its
  * iteration time is what the windowed plan must beat. One simulation gives
@@ -170,18 +172,20 @@ static void repair(planner *pl) {
   }
 }
 
-static bool fits_memory(planner *pl) {
-  int pp = pl->pipe->pp;
+static bool pipeline_fits(const lx_pipeline *p, const lx_cost_model *cm) {
+  int pp = p->pp;
   lx_stage_memory *mem = lx_calloc((size_t)(pp > 0 ? pp : 1), sizeof *mem);
-  lx_plan_memory(pl->pipe, mem);
+  lx_plan_memory(p, mem);
   bool fits = true;
   for (int s = 0; s < pp; s++) {
-    fits &= mem[s].peak <= (int64_t)pl->cm->gpu.memory_bytes;
+    fits &= mem[s].peak <= (int64_t)cm->gpu.memory_bytes;
     lx_stage_memory_free(&mem[s]);
   }
   free(mem);
   return fits;
 }
+
+static bool fits_memory(planner *pl) { return pipeline_fits(pl->pipe, pl->cm); }
 
 /* Megatron's selective plan drops the attention core's internals but keeps
  * its output: a point of the decision space that the Lynx policies' per-op
@@ -270,12 +274,12 @@ static bool split_into_chunks(const int *stage_first, int pp, int virtual_stages
 
 /* The layers of each model chunk (pp x virtual_stages + 1 entries): an even
  * split, or the recompute-aware DP's split of the stages, chunked. */
-static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm, int pp,
+static void choose_partition(const lx_ir *ir, lx_recompute_policy policy, const lx_cost_model *cm, int pp,
                              int v, int *first) {
   lx_partition_uniform(ir->model.layers, pp * v, first);
-  if (o->partition != LX_PARTITION_DP || pp < 2) return;
+  if (pp < 2) return;
   lx_partition_model m;
-  lx_partition_model_init(&m, ir, cm, o->policy);
+  lx_partition_model_init(&m, ir, cm, policy);
   int *dp = lx_malloc(sizeof(int) * (size_t)(pp + 1));
   int *chunked = lx_malloc(sizeof(int) * (size_t)(pp * v + 1));
   if (lx_partition_dp(ir->model.layers, pp, lx_partition_stage_cost, &m, dp) >= 0 &&
@@ -287,31 +291,14 @@ static void choose_partition(const lx_ir *ir, const lx_plan_options *o, const lx
   lx_partition_model_free(&m);
 }
 
-bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out) {
-  const lx_plan *plan = &ir->plan;
-  lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
-  int pp = plan->pp;
-  *out = (lx_pipeline){.ir = ir,
-                       .pp = pp,
-                       .micro_batches = lx_micro_batches(ir),
-                       .virtual_stages = plan->virtual_stages > 1 ? plan->virtual_stages : 1,
-                       .kind = kind,
-                       .policy = o->policy};
-  if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
-  lx_cost_model own;
-  const lx_cost_model *cm = o->cm;
-  bool needs_costs = !fixed_policy(o->policy) || o->partition == LX_PARTITION_DP;
-  if (!cm && needs_costs) {
-    if (!lx_cost_model_init(&own, ir, NULL)) return false;
-    cm = &own;
-  }
-  int *first = lx_malloc(sizeof *first * (size_t)(pp * out->virtual_stages + 1));
-  if (needs_costs)
-    choose_partition(ir, o, cm, pp, out->virtual_stages, first);
-  else
-    lx_partition_uniform(ir->model.layers, pp * out->virtual_stages, first);
+/* The chunks' first layers of a pipeline of pp stages of v chunks: pp v + 1 entries. */
+static int *new_split(int pp, int v) { return lx_malloc(sizeof(int) * (size_t)(pp * v + 1)); }
+
+/* The pipeline whose model chunks begin at first[] (plan_split's layers). */
+static void plan_split(const lx_ir *ir, const lx_plan_options *o, const int *first, const lx_cost_model *cm,
+                       lx_pipeline *out) {
+  int pp = ir->plan.pp;
   init_stages(ir, fixed_policy(o->policy) ? o->policy : LX_RECOMPUTE_NONE, first, out);
-  free(first);
   if (fixed_policy(o->policy)) {
     for (int s = 0; s < pp; s++)
       lx_schedule_stage(ir, out, s);
@@ -319,6 +306,83 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
     planner pl = {ir, cm, out, o->policy, o->opt_time_limit_s, lx_calloc((size_t)pp, sizeof(int64_t))};
     plan_policy(&pl);
     free(pl.budget);
+  }
+}
+
+/* Whether plan a beats plan b: it fits where b does not, or both fit (or
+ * neither) and a is faster. Ties go to b. */
+static bool beats(const lx_pipeline *a, const lx_pipeline *b, const lx_cost_model *cm) {
+  bool fa = pipeline_fits(a, cm), fb = pipeline_fits(b, cm);
+  if (fa != fb) return fa;
+  return pipeline_time(a, cm) < pipeline_time(b, cm);
+}
+
+/* Under `best`, a planned policy's plan on the even split and on the
+ * recompute-aware splits: the one that fits and is faster stands (the even
+ * split where they tie). Where the first stages must recompute most (1F1B
+ * stashes p - i micro-batches on stage i), fewer layers there often pay.
+ * The Lynx policies also try checkmate's split: their stage costs count on
+ * windows that the schedule may not offer, and on checkmate's split their
+ * decisions can be checkmate's, so they do not lose to it. A split equal to
+ * one already planned is not planned again. */
+static void plan_best_split(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm,
+                            const lx_pipeline *shape, lx_pipeline *out) {
+  int pp = shape->pp, v = shape->virtual_stages, n = pp * v + 1;
+  int *splits[3] = {new_split(pp, v), new_split(pp, v), new_split(pp, v)};
+  lx_partition_uniform(ir->model.layers, pp * v, splits[0]);
+  choose_partition(ir, o->policy, cm, pp, v, splits[1]);
+  choose_partition(ir, LX_RECOMPUTE_CHECKMATE, cm, pp, v, splits[2]);
+  *out = *shape;
+  plan_split(ir, o, splits[0], cm, out);
+  for (int k = 1; k < 3; k++) {
+    bool seen = false;
+    for (int j = 0; j < k; j++)
+      seen |= !memcmp(splits[j], splits[k], sizeof(int) * (size_t)n);
+    if (seen) continue;
+    lx_pipeline balanced = *shape;
+    plan_split(ir, o, splits[k], cm, &balanced);
+    if (beats(&balanced, out, cm)) {
+      lx_pipeline_free(out);
+      *out = balanced;
+    } else {
+      lx_pipeline_free(&balanced);
+    }
+  }
+  for (int k = 0; k < 3; k++)
+    free(splits[k]);
+}
+
+bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out) {
+  const lx_plan *plan = &ir->plan;
+  lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
+  int pp = plan->pp;
+  lx_pipeline shape = {.ir = ir,
+                       .pp = pp,
+                       .micro_batches = lx_micro_batches(ir),
+                       .virtual_stages = plan->virtual_stages > 1 ? plan->virtual_stages : 1,
+                       .kind = kind,
+                       .policy = o->policy};
+  *out = shape;
+  if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
+  lx_partition_kind partition = o->partition;
+  if (partition == LX_PARTITION_BEST && (fixed_policy(o->policy) || pp < 2)) partition = LX_PARTITION_UNIFORM;
+  lx_cost_model own;
+  const lx_cost_model *cm = o->cm;
+  bool needs_costs = !fixed_policy(o->policy) || partition != LX_PARTITION_UNIFORM;
+  if (!cm && needs_costs) {
+    if (!lx_cost_model_init(&own, ir, NULL)) return false;
+    cm = &own;
+  }
+  if (partition == LX_PARTITION_BEST) {
+    plan_best_split(ir, o, cm, &shape, out);
+  } else {
+    int *first = new_split(pp, shape.virtual_stages);
+    if (partition == LX_PARTITION_DP)
+      choose_partition(ir, o->policy, cm, pp, shape.virtual_stages, first);
+    else
+      lx_partition_uniform(ir->model.layers, pp * shape.virtual_stages, first);
+    plan_split(ir, o, first, cm, out);
+    free(first);
   }
   if (cm == &own) lx_cost_model_free(&own);
   return true;

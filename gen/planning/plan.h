@@ -5,7 +5,11 @@
 
 #include "planning/overlap.h"
 
-typedef enum { LX_PARTITION_UNIFORM, LX_PARTITION_DP } lx_partition_kind;
+/* How the layers are split over the stages: evenly (Megatron's split), by
+ * the recompute-aware DP (partition.c), or, for the planned policies
+ * (checkmate, lynx-heu, lynx-opt) at pp > 1, both and the faster plan that
+ * fits (`best`, lynxgen's default; the others plan the even split). */
+typedef enum { LX_PARTITION_UNIFORM, LX_PARTITION_DP, LX_PARTITION_BEST } lx_partition_kind;
 
 typedef struct {
   lx_recompute_policy policy;

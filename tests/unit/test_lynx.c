@@ -3,11 +3,16 @@
  * force or by hand:
  *   - with unlimited memory every planned policy keeps everything;
  *   - checkmate is the cheapest on-demand choice that fits (brute force);
- *   - lynx-heu's decisions fit every budget it says they fit, and are
- *     close to the brute-force optimum; lynx-opt is feasible and never
+ *   - lynx-heu's decisions fit every budget it says they fit, and are the
+ *     brute-force optimum (it scores every choice by its matching);
+ *     lynx-opt is within 3% of that optimum, feasible and never
  *     worse than lynx-heu; with windows of zero length it equals checkmate;
- *   - the window assignment serves as many instances as any assignment;
+ *   - the window placement (op by op, over consecutive windows) is valid,
+ *     equals a plain reference, serves all that any placement can for ops
+ *     of equal length, and never less than whole instances could;
  *   - the partition DP finds the bottleneck exhaustive search finds;
+ *   - --partition best plans the faster split that fits, and lynx-heu's
+ *     best plan is never slower than checkmate's;
  *   - squeezed pipelines with recompute placed in windows verify clean,
  *     simulate without deadlock, agree with the memory plan and fit, and a
  *     dropped recompute-stream event is caught; under interleaved 1F1B
@@ -716,8 +721,69 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   return in_window;
 }
 
+/* The plan of `policy` on the squeezed GPU with the layers split as
+ * `partition` says: its simulated iteration and whether it fits. */
+static double plan_time(const lx_ir *ir, const lx_cost_model *cm, lx_recompute_policy policy,
+                        lx_partition_kind partition, bool *fits) {
+  lx_pipeline p;
+  lx_plan_options o = {.policy = policy, .partition = partition, .cm = cm};
+  if (!lx_plan_pipeline(ir, &o, &p)) return *fits = false, -1;
+  *fits = worst_peak(&p) <= (int64_t)cm->gpu.memory_bytes;
+  lx_simulation sim;
+  lx_simulate_training(&p, cm, NULL, NULL, NULL, &sim);
+  double t = sim.iteration_time;
+  lx_simulation_free(&sim);
+  lx_pipeline_free(&p);
+  return t;
+}
+
+/* --partition best (the default): a planned policy's plan is the faster of
+ * its even split's and its recompute-aware split's that fits, and the Lynx
+ * policies, which also try checkmate's split, are never slower than
+ * checkmate's best plan. */
+static void check_best_partition(int pp, int layers, double squeeze) {
+  lx_ir ir;
+  load(&ir, layers, pp, 2, 2 * pp + 1, LX_SCHEDULE_1F1B);
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  bool fits;
+  lx_pipeline none, full;
+  lx_build_pipeline(&ir, LX_RECOMPUTE_NONE, &none);
+  lx_build_pipeline(&ir, LX_RECOMPUTE_FULL, &full);
+  int64_t most = worst_peak(&none), least = worst_peak(&full);
+  cm.gpu.memory_bytes = (double)least + squeeze * (double)(most - least);
+  lx_pipeline_free(&none);
+  lx_pipeline_free(&full);
+  double checkmate_best = plan_time(&ir, &cm, LX_RECOMPUTE_CHECKMATE, LX_PARTITION_BEST, &fits);
+  bool checkmate_fits = fits;
+  static const lx_recompute_policy policies[] = {LX_RECOMPUTE_CHECKMATE, LX_RECOMPUTE_LYNX_HEU};
+  for (int k = 0; k < 2; k++) {
+    lx_recompute_policy policy = policies[k];
+    bool even_fits, dp_fits, best_fits;
+    double even = plan_time(&ir, &cm, policy, LX_PARTITION_UNIFORM, &even_fits),
+           dp = plan_time(&ir, &cm, policy, LX_PARTITION_DP, &dp_fits),
+           best = plan_time(&ir, &cm, policy, LX_PARTITION_BEST, &best_fits);
+    double want = even_fits && (!dp_fits || even <= dp) ? even : dp_fits ? dp : even;
+    CHECK(best_fits == (even_fits || dp_fits) && best <= want * (1 + 1e-12),
+          "pp=%d %d layers, %s squeezed to %.2f: the best split's plan (%.4g s%s) is the faster that fits of "
+          "the even (%.4g s%s) and the recompute-aware (%.4g s%s)",
+          pp, layers, lx_recompute_policy_name(policy), squeeze, best, best_fits ? "" : ", does not fit",
+          even, even_fits ? "" : ", does not fit", dp, dp_fits ? "" : ", does not fit");
+    if (policy == LX_RECOMPUTE_LYNX_HEU)
+      CHECK(!checkmate_fits || (best_fits && best <= checkmate_best * (1 + 1e-9)),
+            "pp=%d %d layers squeezed to %.2f: lynx-heu's best plan (%.4g s) is no slower than checkmate's "
+            "(%.4g s)",
+            pp, layers, squeeze, best, checkmate_best);
+  }
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
 int main(void) {
   int split = 0;
+  for (int pp = 2; pp <= 4; pp++)
+    for (int k = 1; k <= 3; k++)
+      check_best_partition(pp, 3 * pp + 1, 0.2 * k);
   check_policies(1);
   check_policies(2);
   check_assignment();
