@@ -172,6 +172,7 @@ typedef struct {
   int steps;             /* optimizer steps the instruction lists span: 1, or more where unrolled */
   lx_schedule kind;
   lx_recompute_policy policy;
+  bool balanced_split; /* the layers split by the recompute-aware partition (an uneven split), not evenly */
   lx_stage *stages;
 } lx_pipeline;
 

@@ -297,7 +297,11 @@ static int *new_split(int pp, int v) { return lx_malloc(sizeof(int) * (size_t)(p
 /* The pipeline whose model chunks begin at first[] (plan_split's layers). */
 static void plan_split(const lx_ir *ir, const lx_plan_options *o, const int *first, const lx_cost_model *cm,
                        lx_pipeline *out) {
-  int pp = ir->plan.pp;
+  int pp = ir->plan.pp, chunks = pp * out->virtual_stages;
+  int *even = new_split(pp, out->virtual_stages);
+  lx_partition_uniform(ir->model.layers, chunks, even);
+  out->balanced_split = memcmp(even, first, sizeof(int) * (size_t)(chunks + 1)) != 0;
+  free(even);
   init_stages(ir, fixed_policy(o->policy) ? o->policy : LX_RECOMPUTE_NONE, first, out);
   if (fixed_policy(o->policy)) {
     for (int s = 0; s < pp; s++)

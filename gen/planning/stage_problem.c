@@ -83,7 +83,6 @@ void lx_stage_problem_free(lx_stage_problem *pr) {
 
 /* ---- sets of ops ---------------------------------------------------------- */
 
-
 /* A recomputed op needs its inputs: a producer whose output nobody keeps
  * runs again too. Inputs precede their users: one backward sweep. */
 lx_opmask lx_close_recompute(const lx_stage_problem *pr, lx_opmask rc) {
@@ -325,10 +324,16 @@ static double serve_window(const lx_matcher *m, heap *h, const op_sequence *q, i
   return served;
 }
 
+/* Every op of every instance on demand. */
+static void clear_placement(const lx_stage_problem *pr, int *window_of) {
+  size_t entries = lx_placement_entries(pr) - 1;
+  for (size_t e = 0; window_of && e < entries; e++)
+    window_of[e] = -1;
+}
+
 double lx_match_windows(const lx_matcher *m, lx_opmask w, int *window_of) {
   const lx_stage_problem *pr = m->pr;
-  for (size_t e = 0; window_of && e + 1 < lx_placement_entries(pr); e++)
-    window_of[e] = -1;
+  clear_placement(pr, window_of);
   op_sequence q = sequence_of(pr, w);
   if (q.n == 0 || pr->n_windows == 0 || pr->n_instances == 0) return 0;
   for (int i = 0; i < pr->n_instances; i++)
@@ -355,6 +360,10 @@ double lx_match_windows(const lx_matcher *m, lx_opmask w, int *window_of) {
 }
 
 double lx_assign_windows(const lx_stage_problem *pr, lx_opmask w, int *window_of) {
+  if (!w) { /* nothing to place: no matcher to build */
+    clear_placement(pr, window_of);
+    return 0;
+  }
   lx_matcher m = lx_matcher_init(pr);
   double served = lx_match_windows(&m, w, window_of);
   lx_matcher_free(&m);

@@ -283,6 +283,11 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
           "%s, %s\n",
           plan->tp, p->pp, plan->dp, plan->micro_batch, p->micro_batches, lx_schedule_name(p->kind),
           lx_recompute_policy_name(p->policy), lx_dtype_name(ir->training.dtype));
+  if (p->balanced_split)
+    fprintf(
+        out,
+        "split      recompute-aware (gen/planning/partition.c): the stages' layers balance their time with\n"
+        "           what each must recompute, not an even split (--partition)\n");
   if (p->kind == LX_SCHEDULE_INTERLEAVED)
     fprintf(
         out,
@@ -377,6 +382,7 @@ void lx_print_plan_json(const lx_report *r, FILE *out) {
   lx_json_add_int(plan, "micro_batch", ir->plan.micro_batch);
   lx_json_add_int(plan, "micro_batches", p->micro_batches);
   lx_json_add_string(plan, "schedule", lx_schedule_name(p->kind));
+  lx_json_add_string(plan, "split", p->balanced_split ? "recompute-aware" : "even");
   lx_json_add_string(plan, "recompute", lx_recompute_policy_name(p->policy));
   lx_json_add_int(plan, "mini_sequences", ir->plan.mini_sequences);
   lx_json_add_number(doc, "capacity_bytes", r->capacity_bytes);
