@@ -37,7 +37,7 @@ typedef struct {
    * to open, per window the layer instances it recomputes (CSR, in the
    * order they are due), and per instance the event its recompute records */
   int ordinal, next_window;
-  int *window_start, *window_items, *window_fill, *recomputed;
+  int *window_start, *window_items, *recomputed;
   bool fill, ahead; /* 2BW: what the instructions emitted now belong to (lx_instr) */
 } builder;
 
@@ -483,48 +483,38 @@ static lx_chunk_pass *backward_order(const builder *b, int *count) {
   return order;
 }
 
-/* Calls `visit` once per window that runs part of instance inst's recompute
- * (its ops' windows never decrease in op order). */
-static void for_each_part(builder *b, int inst, void (*visit)(builder *, int inst, int w)) {
-  int last = -1;
-  for (int i = 0; i < b->ir->block.n_ops; i++) {
-    int w = b->st->decisions[i].in_window ? lx_recompute_window(b->pipe, b->st, inst, i) : -1;
-    if (w > last) visit(b, inst, last = w);
-  }
-}
-
-static void count_part(builder *b, int inst, int w) {
-  (void)inst;
-  b->window_start[w + 1]++;
-}
-
-static void place_part(builder *b, int inst, int w) { b->window_items[b->window_fill[w]++] = inst; }
-
-/* Per window, the instances it recomputes part of, in the order they are due. */
+/* Per window, the instances it recomputes part of, in the order they are
+ * due (an instance's windows never decrease in op order: one pass over its
+ * ops lists each window once). */
 static void index_window_items(builder *b) {
   const lx_stage *st = b->st;
   int n = st->n_layers * b->pipe->micro_batches;
-  b->window_start = lx_calloc((size_t)st->n_windows + 2, sizeof(int));
   b->recomputed = lx_malloc(sizeof(int) * (size_t)(n + 1));
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++)
     b->recomputed[i] = -1;
-    for_each_part(b, i, count_part);
-  }
-  for (int w = 0; w < st->n_windows; w++)
-    b->window_start[w + 1] += b->window_start[w];
+  b->window_start = lx_calloc((size_t)st->n_windows + 2, sizeof(int));
+  int *parts = lx_instances_per_window(b->pipe, st);
+  for (int w = 0; parts && w < st->n_windows; w++)
+    b->window_start[w + 1] = b->window_start[w] + parts[w];
+  free(parts);
   b->window_items = lx_malloc(sizeof(int) * (size_t)(b->window_start[st->n_windows] + 1));
-  b->window_fill = lx_malloc(sizeof(int) * (size_t)(st->n_windows + 1));
-  memcpy(b->window_fill, b->window_start, sizeof(int) * (size_t)(st->n_windows + 1));
+  int *fill = lx_malloc(sizeof(int) * (size_t)(st->n_windows + 1));
+  memcpy(fill, b->window_start, sizeof(int) * (size_t)(st->n_windows + 1));
   /* backward order: the chunks' backwards by the schedule, each from its top layer down */
   int m = b->pipe->micro_batches, passes = 0;
   lx_chunk_pass *backwards = backward_order(b, &passes);
   for (int i = 0; i < passes; i++) {
     const lx_chunk *c = &st->chunks[backwards[i].chunk];
-    for (int l = lx_chunk_last_layer(c); l >= c->first_layer; l--)
-      for_each_part(b, lx_layer_slot(st, l) * m + backwards[i].mb, place_part);
+    for (int l = lx_chunk_last_layer(c); l >= c->first_layer; l--) {
+      int inst = lx_layer_slot(st, l) * m + backwards[i].mb;
+      for (int op = 0, last = -1; op < b->ir->block.n_ops; op++) {
+        int w = lx_recompute_window(b->pipe, st, inst, op);
+        if (w > last && w < st->n_windows) b->window_items[fill[last = w]++] = inst;
+      }
+    }
   }
   free(backwards);
-  free(b->window_fill);
+  free(fill);
 }
 
 static int at_most(int a, int b) { return a < b ? a : b; }
