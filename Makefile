@@ -80,6 +80,8 @@ out: bin/lynxgen
 	rm out/tiny-interleaved-cpu/lx_*.h
 	bin/lynxgen examples/tiny.model --target cpu --tp 2 --mini-sequences 4 -o out/tiny-mini-sequences-cpu > /dev/null
 	rm out/tiny-mini-sequences-cpu/lx_*.h
+	bin/lynxgen examples/tiny.model --target cpu --tp 2 --policy lynx-heu --gpu-memory 0.0025 -o out/tiny-offload-cpu > /dev/null
+	rm out/tiny-offload-cpu/lx_*.h
 	bin/lynxgen examples/tiny-lora.model --target cpu -o out/tiny-lora-cpu > /dev/null
 	rm out/tiny-lora-cpu/lx_*.h
 	bin/lynxgen examples/gpt13b.model -o out/gpt13b-cuda > /dev/null

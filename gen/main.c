@@ -82,6 +82,11 @@ static const char usage_text[] =
     "                         recompute policy, whole and in 4 and 16 mini-sequences;\n"
     "                         under --schedule 2bw also 2BW against 1F1B on the plan,\n"
     "                         under each recompute policy, and why 2BW wins or loses\n"
+    "      --no-offload       lynx-heu and lynx-opt keep, recompute on demand or in a\n"
+    "                         window only; by default they may also offload what an op\n"
+    "                         saves to pinned host memory and prefetch it before the\n"
+    "                         backward (GPipe, 1F1B, interleaved; the host link and\n"
+    "                         memory per GPU are the hardware table's)\n"
     "      --gpu-memory GIB   plan for GPUs with this much memory instead of the\n"
     "                         datasheet's (what-if studies; forcing recomputation);\n"
     "                         more than 0, at most 10^6\n"
@@ -165,6 +170,7 @@ typedef struct {
   lx_recompute_policy policy;
   bool policy_given; /* --policy: else the plan search weighs the policies too */
   lx_partition_kind partition;
+  bool no_offload; /* --no-offload */
   const char *profile;
   double gpu_memory_bytes; /* 0: the datasheet's */
   double max_memory_bytes; /* lynxgen's own address space (--max-memory) */
@@ -262,6 +268,7 @@ static options parse_options(int argc, char **argv) {
     OPT_CUDA_GRAPH,
     OPT_UNFUSED,
     OPT_UNROLLED,
+    OPT_NO_OFFLOAD,
     OPT_ALLOW_OOM,
     OPT_MAX_MEMORY,
     OPT_SEARCH_TIME
@@ -290,6 +297,7 @@ static options parse_options(int argc, char **argv) {
                                            {"cuda-graph", no_argument, 0, OPT_CUDA_GRAPH},
                                            {"no-epilogue-fusion", no_argument, 0, OPT_UNFUSED},
                                            {"unrolled-step", no_argument, 0, OPT_UNROLLED},
+                                           {"no-offload", no_argument, 0, OPT_NO_OFFLOAD},
                                            {"allow-oom-plan", no_argument, 0, OPT_ALLOW_OOM},
                                            {"max-memory", required_argument, 0, OPT_MAX_MEMORY},
                                            {"search-time", required_argument, 0, OPT_SEARCH_TIME},
@@ -329,6 +337,7 @@ static options parse_options(int argc, char **argv) {
     case OPT_CUDA_GRAPH: o.cuda_graph = true; break;
     case OPT_UNFUSED: o.unfused = true; break;
     case OPT_UNROLLED: o.unrolled = true; break;
+    case OPT_NO_OFFLOAD: o.no_offload = true; break;
     case OPT_PARTITION:
       if (!strcmp(optarg, "dp"))
         o.partition = LX_PARTITION_DP;
@@ -557,6 +566,7 @@ static lx_search_request search_request(const options *opts) {
   return (lx_search_request){.policy = opts->policy,
                              .search_policies = !opts->policy_given,
                              .partition = opts->partition,
+                             .no_offload = opts->no_offload,
                              .profile = opts->profile,
                              .gpu_memory_bytes = opts->gpu_memory_bytes,
                              .time_budget_s = opts->search_seconds};
@@ -644,7 +654,8 @@ static int run_passes(const options *opts, products *out) {
     return EXIT_USER_ERROR;
   }
   if (schedule) explain_plan(opts, ir);
-  lx_plan_options plan = {.policy = policy, .partition = opts->partition, .cm = &out->cost};
+  lx_plan_options plan = {
+      .policy = policy, .partition = opts->partition, .no_offload = opts->no_offload, .cm = &out->cost};
   bool costed = schedule && lx_cost_model_init(&out->cost, ir, opts->profile);
   if (costed && opts->gpu_memory_bytes > 0) out->cost.gpu.memory_bytes = opts->gpu_memory_bytes;
   if (costed && lx_plan_pipeline(ir, &plan, &out->pipe)) {

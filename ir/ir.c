@@ -74,7 +74,8 @@ const char *lx_op_kind_name(lx_op_kind kind) { return lx_op_kind_signature(kind)
 
 const char *lx_gpu_name(lx_gpu gpu) {
   static const char *names[] = {
-      NULL, "V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"};
+      NULL,        "V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB",
+      "GH200-96GB"};
   return NAME_OF(names, gpu);
 }
 

@@ -39,7 +39,8 @@ typedef enum {
   LX_GPU_A100_40GB,
   LX_GPU_A100_80GB,
   LX_GPU_H100_80GB,
-  LX_GPU_H200_141GB
+  LX_GPU_H200_141GB,
+  LX_GPU_GH200_96GB
 } lx_gpu;
 typedef enum {
   LX_LINK_NONE,

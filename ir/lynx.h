@@ -14,7 +14,8 @@ typedef struct lx_tensor *tensor;
 
 /* ---- configuration ------------------------------------------------------ */
 
-enum lx_gpu { GPU_V100_32GB = 1, GPU_A100_40GB, GPU_A100_80GB, GPU_H100_80GB, GPU_H200_141GB };
+enum lx_gpu { GPU_V100_32GB = 1, GPU_A100_40GB, GPU_A100_80GB, GPU_H100_80GB, GPU_H200_141GB,
+              GPU_GH200_96GB /* Grace Hopper: host memory over NVLink-C2C */ };
 
 enum lx_link {
   LINK_NVLINK2 = 1, LINK_NVLINK3, LINK_NVLINK4,

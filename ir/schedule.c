@@ -10,15 +10,16 @@
   ((size_t)(value) < sizeof(table) / sizeof(table)[0] && (table)[value] ? (table)[value] : "?")
 
 const char *lx_stream_name(lx_stream s) {
-  static const char *names[] = {"compute", "recompute", "send", "recv", "tp", "dp"};
+  static const char *names[] = {"compute", "recompute", "send", "recv", "tp", "dp", "offload", "prefetch"};
   _Static_assert(sizeof names / sizeof names[0] == LX_STREAM_COUNT, "one name per stream");
   return NAME_OF(names, s);
 }
 
 const char *lx_instr_kind_name(lx_instr_kind k) {
-  static const char *names[] = {
-      "FWD",       "BWD",          "BWD_WEIGHT",   "RECOMPUTE",      "SEND_ACT", "RECV_ACT", "SEND_GRAD",
-      "RECV_GRAD", "ALLREDUCE_TP", "ALLREDUCE_DP", "OPTIMIZER_STEP", "LOAD",     "RECORD",   "WAIT"};
+  static const char *names[] = {"FWD",          "BWD",          "BWD_WEIGHT",     "RECOMPUTE",
+                                "SEND_ACT",     "RECV_ACT",     "SEND_GRAD",      "RECV_GRAD",
+                                "ALLREDUCE_TP", "ALLREDUCE_DP", "OPTIMIZER_STEP", "LOAD",
+                                "OFFLOAD",      "PREFETCH",     "RECORD",         "WAIT"};
   _Static_assert(sizeof names / sizeof names[0] == LX_I_KIND_COUNT, "one name per instruction");
   return NAME_OF(names, k);
 }
@@ -266,6 +267,8 @@ void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t si
   case LX_I_BWD:
   case LX_I_BWD_WEIGHT:
   case LX_I_RECOMPUTE:
+  case LX_I_OFFLOAD:
+  case LX_I_PREFETCH:
   case LX_I_ALLREDUCE_TP: {
     const lx_graph *g = lx_graph_of(ir, in->graph);
     static const char *colls[] = {"ALLREDUCE_TP", "REDUCE_SCATTER_TP", "ALLGATHER_TP"};

@@ -18,10 +18,12 @@ typedef enum { LX_GRAPH_PROLOGUE, LX_GRAPH_BLOCK, LX_GRAPH_EPILOGUE, LX_GRAPH_CO
 typedef enum {
   LX_STREAM_COMPUTE,
   LX_STREAM_RECOMPUTE,
-  LX_STREAM_SEND, /* pipeline sends, in production order */
-  LX_STREAM_RECV, /* pipeline receives, in consumption order */
-  LX_STREAM_TP,   /* tensor-parallel collectives */
-  LX_STREAM_DP,   /* data-parallel gradient reduction */
+  LX_STREAM_SEND,     /* pipeline sends, in production order */
+  LX_STREAM_RECV,     /* pipeline receives, in consumption order */
+  LX_STREAM_TP,       /* tensor-parallel collectives */
+  LX_STREAM_DP,       /* data-parallel gradient reduction */
+  LX_STREAM_OFFLOAD,  /* activation copies to host memory (device to host) */
+  LX_STREAM_PREFETCH, /* ... and back before their backward (host to device): PCIe is full duplex */
   LX_STREAM_COUNT
 } lx_stream;
 
@@ -38,9 +40,11 @@ typedef enum {
                         after BWD of a column-parallel one; under sequence parallelism also gathers before */
   LX_I_ALLREDUCE_DP, /* one bucket of parameter gradients across replicas (ZeRO-1: reduce-scatter) */
   LX_I_OPTIMIZER_STEP,
-  LX_I_LOAD,   /* micro-batch `mb`'s data into input op `op` of graph `graph` (tokens, targets) */
-  LX_I_RECORD, /* record event `event` on this stream */
-  LX_I_WAIT,   /* this stream waits for event `event` */
+  LX_I_LOAD,     /* micro-batch `mb`'s data into input op `op` of graph `graph` (tokens, targets) */
+  LX_I_OFFLOAD,  /* the saved tensors of op `op` (layer, mb) to their host slot (lx_op_decision.offload) */
+  LX_I_PREFETCH, /* ... and back, into the window buffer of the layer's parity, before its backward */
+  LX_I_RECORD,   /* record event `event` on this stream */
+  LX_I_WAIT,     /* this stream waits for event `event` */
   LX_I_KIND_COUNT
 } lx_instr_kind;
 
@@ -97,6 +101,9 @@ typedef struct {
   bool recompute;      /* derived: re-run before the backward (closure over inputs) */
   bool in_window;      /* its recompute runs on the recompute stream in a window before the backward
                           (when the layer instance got one, else on demand), into the window buffers */
+  bool offload;        /* not recomputed: what it saves (its saved output, its internals) is written into
+                          the window buffer of the layer's parity, copied to host memory after its forward
+                          and back before its backward (LX_I_OFFLOAD, LX_I_PREFETCH) */
 } lx_op_decision;
 
 /* A statically known idle interval of a stage's compute stream, measured by

@@ -101,12 +101,15 @@ def tensor_and_data_parallel(work, model, reference):
                 for policy in POLICIES if every_policy else ("none", "lynx-heu"):
                     if (tp, pp, dp) != (1, 1, 1):
                         cases.append((tp, pp, dp, policy))
-    cases += [(2, 2, 2, "none", "--sequence-parallel"), (2, 2, 1, "lynx-heu", "--sequence-parallel")]
+    cases += [(2, 2, 2, "none", "--sequence-parallel"), (2, 2, 1, "lynx-heu", "--sequence-parallel"),
+              (2, 2, 2, "lynx-heu", "--no-offload")]
     at_222 = {}  # tp=pp=dp=2 losses per policy (no sequence parallelism)
     for tp, pp, dp, policy, *sp in cases:
         args = ("--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--policy", policy, *sp)
         args += squeeze if policy not in ("none", "full", "selective") else ()
-        name = "par-t%dp%dd%d-%s%s" % (tp, pp, dp, policy, "-sp" if sp else "")
+        name = "par-t%dp%dd%d-%s%s" % (tp, pp, dp, policy, "".join(f.replace("--sequence-parallel", "-sp")
+                                                                     .replace("--no-offload", "-no-offload")
+                                                                     for f in sp))
         program = generate(work, name, model, *args, quick=True)
         r, metrics = train(program, work, "--steps", "4") if program else (None, None)
         if r is None or r.returncode != 0:
@@ -114,18 +117,24 @@ def tensor_and_data_parallel(work, model, reference):
             if r is not None:
                 print(r.stdout[-2000:] + r.stderr[-2000:])
             continue
-        if (tp, pp, dp) == (2, 2, 2) and not sp:
-            at_222[policy] = losses(metrics)
+        if (tp, pp, dp) == (2, 2, 2) and "--sequence-parallel" not in sp:
+            at_222[policy + " ".join([""] + list(sp))] = losses(metrics)
         worst = relative_difference(losses(metrics), reference)
         check(worst <= CROSS_PARALLEL_BOUND, "tp=%d pp=%d dp=%d %s%s: losses equal tp=pp=dp=1's within %.0e (worst %.2e)"
-              % (tp, pp, dp, policy, " sequence-parallel" if sp else "", CROSS_PARALLEL_BOUND, worst))
+              % (tp, pp, dp, policy, " ".join([""] + list(sp)), CROSS_PARALLEL_BOUND, worst))
     # what the squeezed plans decide must not change a bit of what the program computes; lynx-heu's
-    # plan spreads some layer instances' recompute over several all-reduce windows
-    plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", "--tp", "2", "--pp", "2", "--dp",
-                           "2", "--policy", "lynx-heu", *squeeze], work).stdout or "{}")
+    # plan offloads, and without offload spreads some layer instances' recompute over several
+    # all-reduce windows
+    lynx = ("--tp", "2", "--pp", "2", "--dp", "2", "--policy", "lynx-heu", *squeeze)
+    plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *lynx], work).stdout or "{}")
+    offloaded = sum(len(st.get("offloaded_ops", [])) for st in plan.get("stages", []))
+    check(offloaded > 0, "tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs offloads %d ops' tensors" % offloaded)
+    plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *lynx, "--no-offload"],
+                          work).stdout or "{}")
     split = sum(st.get("split_instances", 0) for st in plan.get("stages", []))
-    check(split > 0, "tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs splits %d layer instances' in-window recompute" % split)
-    for policy in POLICIES[1:]:
+    check(split > 0, "tp=2 pp=2 dp=2 lynx-heu --no-offload with 1.5 MiB GPUs splits %d layer instances' in-window "
+          "recompute" % split)
+    for policy in list(POLICIES[1:]) + ["lynx-heu --no-offload"]:
         check(policy in at_222 and at_222[policy] == at_222.get("none"),
               "tp=2 pp=2 dp=2 %s gives bitwise the losses of none" % policy)
     plain, sp = os.path.join(work, "par-t2p2d2-none"), os.path.join(work, "par-t2p2d2-none-sp")
@@ -165,6 +174,35 @@ def tensor_and_data_parallel(work, model, reference):
 POLICIES = ("none", "full", "selective", "checkmate", "lynx-heu", "lynx-opt")
 
 LLAMA_MODEL = os.path.join(ROOT, "tests", "equivalence", "llama.model")
+
+
+def llama_lynx(work):
+    """A Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention) at tp 2 x pp 2 x
+    dp 2 on 1.5 MiB GPUs: lynx-heu offloads and recomputes, and without offload
+    recomputes in windows; both train bitwise like keeping everything."""
+    model = os.path.join(work, "llama-lynx.model")
+    with open(LLAMA_MODEL) as f, open(model, "w") as out:
+        out.write(f.read().replace(".layers = 2,", ".layers = 4,"))
+    plan = ("--tp", "2", "--pp", "2", "--dp", "2")
+    squeeze = ("--gpu-memory", "0.0015", "--allow-oom-plan")
+    variants = [("none", ("--policy", "none")), ("lynx-heu", ("--policy", "lynx-heu", *squeeze)),
+                ("lynx-heu --no-offload", ("--policy", "lynx-heu", *squeeze, "--no-offload"))]
+    runs = {}
+    for label, args in variants:
+        text = run([LYNXGEN, model, "--plan", "--target", "cpu", *plan, *args], work).stdout
+        if label == "lynx-heu":
+            check("offload to host memory" in text and "recompute" in text,
+                  "llama tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs offloads and recomputes")
+        if label.endswith("--no-offload"):
+            check("in a window" in text, "llama tp=2 pp=2 dp=2 lynx-heu --no-offload recomputes in windows")
+        program = generate(work, "llama-" + label.replace(" ", "").replace("--", "-"), model, *plan, *args,
+                           quick=True)
+        r, metrics = train(program, work, "--steps", "4") if program else (None, None)
+        if r is not None and r.returncode == 0:
+            runs[label] = losses(metrics)
+    for label, _ in variants[1:]:
+        check(label in runs and "none" in runs and runs[label] == runs["none"],
+              "llama tp=2 pp=2 dp=2 %s gives bitwise the losses of none" % label)
 
 
 def embedding_ties(work, gpt_model):
@@ -239,15 +277,20 @@ def main():
                     check(runs[policy] == runs["none"],
                           "pp=%d: %s recompute gives bitwise the losses of none %s" % (pp, policy, runs["none"]))
     # Lynx: GPUs of 3 MiB (--gpu-memory) push recomputation into the pipeline's
-    # waiting windows; the program must still compute exactly the same.
+    # waiting windows (without offload), or offload what ops save to host memory
+    # and prefetch it back; the program must still compute exactly the same.
     for policy in ("lynx-heu", "lynx-opt"):
-        args = ("--pp", "2", "--policy", policy, "--gpu-memory", "0.003", "--allow-oom-plan")
-        plan = run([LYNXGEN, model, "--plan", "--target", "cpu", *args], work).stdout
-        check("in a window" in plan, "pp=2 %s with 3 MiB GPUs recomputes in windows (plan.txt says where)" % policy)
-        program = generate(work, "pp2-" + policy, model, *args)
-        r, metrics = train(program, work, "--steps", "6") if program else (None, None)
-        ok = r is not None and r.returncode == 0 and 2 in by_pp
-        check(ok and losses(metrics) == by_pp[2], "pp=2 %s gives bitwise the losses of none" % policy)
+        for offload in (False, True):
+            args = ("--pp", "2", "--policy", policy, "--gpu-memory", "0.003", "--allow-oom-plan")
+            args += () if offload else ("--no-offload",)
+            plan = run([LYNXGEN, model, "--plan", "--target", "cpu", *args], work).stdout
+            what = "offload to host memory" if offload else "in a window"
+            check(what in plan, "pp=2 %s with 3 MiB GPUs: plan.txt has '%s' decisions" % (policy, what))
+            program = generate(work, "pp2-%s%s" % (policy, "-offload" if offload else ""), model, *args)
+            r, metrics = train(program, work, "--steps", "6") if program else (None, None)
+            ok = r is not None and r.returncode == 0 and 2 in by_pp
+            check(ok and losses(metrics) == by_pp[2], "pp=2 %s%s gives bitwise the losses of none" % (
+                policy, " with offload" if offload else ""))
     for pp in (2, 4):
         if 1 in by_pp and pp in by_pp:
             worst = max(abs(a - b) / abs(b) for a, b in zip(by_pp[pp], by_pp[1]))
@@ -255,6 +298,7 @@ def main():
                   "pp=%d losses equal pp=1's within %.0e (worst relative difference %.2e)" % (pp, CROSS_PP_BOUND, worst))
 
     tensor_and_data_parallel(work, model, by_pp.get(1))
+    llama_lynx(work)
     embedding_ties(work, model)
 
     # Gradients against central finite differences, double precision.

@@ -43,10 +43,10 @@ PLANS = (
 )
 
 ACCESSOR = re.compile(r"^static \w+ \*(\w+)\((void|int layer|int mb|int layer, int mb)\) \{")
-ADDRESSING = (re.compile(r"^static \w+ \*\w+\([^)]*\) \{ return \(\w+ \*\)AT\("),  # a one-line accessor
-              re.compile(r"^  return \(\w+ \*\)AT\("),  # an accessor's or boundary function's body
+ADDRESSING = (re.compile(r"^static \w+ \*\w+\([^)]*\) \{ return \(\w+ \*\)(HOST_)?AT\("),  # a one-line accessor
+              re.compile(r"^  return \(\w+ \*\)(HOST_)?AT\("),  # an accessor's or boundary function's body
               re.compile(r"^  if \(layer == [A-Z_ +\-0-9|=layer]+\) return \(\w+ \*\)AT\("),  # a boundary function's
-              re.compile(r"^#define (AT|PARAMS|GRADS|MASTER)\b"))
+              re.compile(r"^#define (AT|HOST_AT|PARAMS|GRADS|MASTER)\b"))
 SHAPE_COMMENT = re.compile(r"^/\* (\(.*\)|\d+ elements|\d+ bytes|a scalar): .*\S+:\d+ \*/$|^/\* \(.*\): the .*stage \d+ \*/$"
                            r"|^/\* \d+ bytes: sequence parallelism: .* \*/$")
 

@@ -39,6 +39,8 @@ SHARED_HEADERS=out/tiny-cpu check tiny-2bw-cpu examples/tiny.model --target cpu 
 SHARED_HEADERS=out/tiny-cpu check tiny-interleaved-cpu examples/tiny.model --target cpu --schedule interleaved
 # mini-sequences (MsT): the loops over the pieces of the MLPs and of the vocabulary-parallel LM head and loss
 SHARED_HEADERS=out/tiny-cpu check tiny-mini-sequences-cpu examples/tiny.model --target cpu --tp 2 --mini-sequences 4
+# activation offload (lynx-heu on 2.5 MiB GPUs): the host arena, OFFLOAD and PREFETCH copies on their streams
+SHARED_HEADERS=out/tiny-cpu check tiny-offload-cpu examples/tiny.model --target cpu --tp 2 --policy lynx-heu --gpu-memory 0.0025
 # fine-tuning (LoRA): the adapted linears, the frozen weights after the trained ones, no frozen gradient
 SHARED_HEADERS=out/tiny-cpu check tiny-lora-cpu examples/tiny-lora.model --target cpu
 # the README's example, CUDA (the default target); its trace.json is not kept in out/ (7 MB), but

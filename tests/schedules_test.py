@@ -248,14 +248,18 @@ def interleaved(work, label, model, layout, one_f_one_b):
     check(len(got) == 6 and got == one_f_one_b, "%s: interleaved 1F1B gives bitwise 1F1B's losses %s" % (label, got))
 
 
-WINDOWED = ("--pp", "4", "--policy", "lynx-heu", "--gpu-memory", "0.004", "--allow-oom-plan", "--global-batch", "16")
+SQUEEZED = ("--pp", "4", "--policy", "lynx-heu", "--gpu-memory", "0.004", "--allow-oom-plan", "--global-batch", "16")
+WINDOWED = SQUEEZED + ("--no-offload",)
 
 
 def windowed_interleaved(work):
-    """Lynx's windows under interleaved 1F1B: recompute on the recompute stream, same losses."""
+    """Lynx's windows under interleaved 1F1B: recompute on the recompute stream, same losses;
+    with offload, what ops save goes to host memory and back, same losses again."""
     model = os.path.join(work, "gpt-8.model")
     programs = {s: generate(work, "windowed-" + s, model, *WINDOWED, "--schedule", s, quick=True)
                 for s in ("1f1b", "interleaved")}
+    programs["interleaved offload"] = generate(work, "offload-interleaved", model, *SQUEEZED, "--schedule",
+                                               "interleaved", quick=True)
     runs = {s: train(p, work, "--steps", "4") if p else (None, None) for s, p in programs.items()}
     ok = all(r is not None and r.returncode == 0 for r, _ in runs.values())
     hidden = []
@@ -267,6 +271,13 @@ def windowed_interleaved(work):
     got = {s: losses(m) if ok else None for s, (_, m) in runs.items()}
     check(ok and len(got["1f1b"]) == 4 and got["1f1b"] == got["interleaved"],
           "gpt pp=4 lynx-heu in windows: interleaved 1F1B gives bitwise 1F1B's losses %s" % got["interleaved"])
+    offloads = False
+    if programs["interleaved offload"]:
+        with open(os.path.join(programs["interleaved offload"], "plan.txt")) as f:
+            offloads = "offload to host memory" in f.read()
+    check(ok and offloads and got["interleaved offload"] == got["1f1b"],
+          "gpt pp=4 lynx-heu interleaved with offload (plan.txt: %s): bitwise 1F1B's losses" % (
+              "offloads" if offloads else "no offload"))
 
 
 def interleaved_memory(work):

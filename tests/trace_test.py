@@ -39,6 +39,11 @@ instruction counts derived below from the model and the plan alone:
   to `--json`'s; schedule.svg outlines the windows that recompute (no more boxes than
   windows used, each on its stage's compute lane inside a window's interval) and the
   legend names them only when it draws them
+- lynx-heu that offloads (2.5 MiB GPUs, tp 2): per stage an OFFLOAD on the offload stream
+  and a PREFETCH on the prefetch stream per offloaded op (plan.txt's "offload" decisions),
+  layer and micro-batch; each OFFLOAD starts after the forward of its op ends, each PREFETCH
+  ends before the first backward of its layer and micro-batch starts; the legend of
+  schedule.svg names the copies
 """
 import json
 import os
@@ -54,7 +59,7 @@ from tap import check, exit_status
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
 SVG = "{http://www.w3.org/2000/svg}"
-STREAMS = ["compute", "recompute", "send", "recv", "tp", "dp"]
+STREAMS = ["compute", "recompute", "send", "recv", "tp", "dp", "offload", "prefetch"]
 WINDOW_KINDS = {"tp-forward", "tp-backward", "activation", "gradient", "warm-up", "cool-down", "other"}
 
 
@@ -144,7 +149,7 @@ def steps_drawn(case):
     return STEPS_2BW if case["schedule"] == "2bw" else 1
 
 
-def expected_counts(case, recomputed=None):
+def expected_counts(case, recomputed=None, offloaded=None):
     """Instructions of each kind per stage, from the model and the plan alone
     (for a searched policy, with the ops plan.txt says each stage recomputes);
     2BW's steps drawn each hold every micro-batch of theirs once."""
@@ -172,6 +177,9 @@ def expected_counts(case, recomputed=None):
             "OPTIMIZER_STEP": 1,
             # zero bubble: stage s > 0 runs a W pass per linear, layer and micro-batch (none: every input kept)
             "BWD_WEIGHT": m * n * LINEARS if case["schedule"] == "zb-h1" and s > 0 else 0,
+            # offload: one copy each way per offloaded op, layer and micro-batch
+            "OFFLOAD": m * n * offloaded[s] if offloaded else 0,
+            "PREFETCH": m * n * offloaded[s] if offloaded else 0,
         })
     counts = [{kind: n * steps_drawn(case) for kind, n in c.items()} for c in counts]
     return m, counts
@@ -365,7 +373,10 @@ def check_args(name, spans):
                 bad.append(e["name"])
             continue
         ok = e["name"].startswith(kind) and e["cat"] in ("forward", "backward", "weights", "recompute", "p2p",
-                                                          "collective", "optimizer")
+                                                          "collective", "optimizer", "host copy")
+        if kind in ("OFFLOAD", "PREFETCH"):  # on their own streams, a host copy of one op's tensors
+            ok = ok and e["cat"] == "host copy" and e["tid"] == STREAMS.index(kind.lower())
+            ok = ok and a["graph"] == "block" and "layer" in a and f"mb{a['mb']}" in e["name"]
         if kind == "RECOMPUTE":  # where it runs: a window on the recompute stream, else on demand
             ok = ok and a["placement"] == ("window" if e["tid"] == 1 else "on demand")
             ok = ok and (("window" in a) == (e["tid"] == 1)) and a.get("window_kind", "tp-forward") in WINDOW_KINDS
@@ -390,10 +401,11 @@ def check_trace(name, out_dir, case, plan=None):
         trace = json.load(f)
     events = trace["traceEvents"]
     pp = case["pp"]
-    recomputed = None
+    recomputed = offloaded = None
     if planned(case):
         recomputed = [sum(d.startswith("recompute") for d in st.values()) for st in read_decisions(out_dir)]
-    m, counts = expected_counts(case, recomputed)
+        offloaded = [sum(d.startswith("offload") for d in st.values()) for st in read_decisions(out_dir)]
+    m, counts = expected_counts(case, recomputed, offloaded)
     windowed = [st["stage"] for st in plan["stages"] if st["windows_found"]] if plan else []
     check_metadata(name, events, pp, case["layers"], windowed, chunks_of(case))
     spans = [e for e in events if e.get("ph") == "X"]
@@ -402,6 +414,29 @@ def check_trace(name, out_dir, case, plan=None):
     check_order(name, spans, case, pp, m)
     check_args(name, spans)
     return trace
+
+
+def check_offload(name, spans):
+    """Each copy out after its forward, each copy back before its backward."""
+    eps = 0.002
+    copies = [e for e in spans if e["args"]["kind"] in ("OFFLOAD", "PREFETCH")]
+    check(copies, f"{name}: the trace shows the offload copies ({len(copies)})")
+    late = []
+    for e in copies:
+        a = e["args"]
+        if a["kind"] == "OFFLOAD":
+            fwd = [f for f in spans if f["pid"] == e["pid"] and f["args"]["kind"] == "FWD"
+                   and f["args"].get("layer") == a["layer"] and f["args"]["op"] == a["op"]
+                   and f["args"]["mb"] == a["mb"]]
+            if len(fwd) != 1 or fwd[0]["ts"] + fwd[0]["dur"] > e["ts"] + eps:
+                late.append(e["name"])
+        else:
+            bwd = [b["ts"] for b in spans if b["pid"] == e["pid"] and b["args"]["kind"] == "BWD"
+                   and b["args"].get("layer") == a["layer"] and b["args"]["mb"] == a["mb"]]
+            if not bwd or e["ts"] + e["dur"] > min(bwd) + eps:
+                late.append(e["name"])
+    check(not late, f"{name}: every OFFLOAD starts after its forward, every PREFETCH ends before its "
+          f"layer's backward ({late[:3]})")
 
 
 def check_windows(name, out_dir, spans, plan, case):
@@ -458,7 +493,8 @@ def check_windows(name, out_dir, spans, plan, case):
               and len(mine) <= st["windows_found"],
               f"{name}: stage {s}: the windows track has {len(used)} windows used by "
               f"{sum(w['args']['instances'] for w in mine)} instance parts, as --json says")
-    check(in_window_total > 0, f"{name}: some recompute runs in windows ({in_window_total} events)")
+    if not case.get("offload"):  # offload took the place of recompute there
+        check(in_window_total > 0, f"{name}: some recompute runs in windows ({in_window_total} events)")
     if case.get("split"):
         check(split_total[0] > 0, f"{name}: some layer instance recomputes in several windows ({split_total[0]})")
 
@@ -518,10 +554,12 @@ def check_schedule_svg(name, out_dir, case, m, runs, spans, plan=None):
           f"{name}: the title gives iteration time, bubble and MFU ({title!r})")
     legend = [g for g in root.iter(SVG + "g") if g.get("id") == "legend"]
     words = texts(legend[0]) if legend else []
-    want = {"forward", "backward", "idle (bubble)"} | ({"recompute"} if case["policy"] != "none" else set())
+    recomputes = case["policy"] != "none" and not case.get("offload")
+    want = {"forward", "backward", "idle (bubble)"} | ({"recompute"} if recomputes else set())
     want |= {"weight gradients (W)"} if case["schedule"] == "zb-h1" else set()
     want |= {"next step's forward (2BW)"} if case["schedule"] == "2bw" else set()
     want |= {"chunk %d" % v for v in range(1, chunks_of(case))}
+    want |= {"offload / prefetch"} if case.get("offload") else set()
     check(want <= set(words), f"{name}: the legend names {sorted(want)} ({words})")
     boxes = groups(root, "boxes")
     labels = [t for g in boxes for t in texts(g)]
@@ -592,13 +630,17 @@ CASES = [
     # deep 1F1B with selective recompute and one layer per stage
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="1f1b", policy="selective"),
     # Lynx on GPUs of 3 MiB: recompute in the pipeline's windows and on demand
+    # (without offload, which would take the place of most recompute on GPUs this small)
     dict(layers=4, pp=2, tp=1, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
-         extra=["--gpu-memory", "0.003"]),
+         extra=["--gpu-memory", "0.003", "--no-offload"]),
     dict(layers=6, pp=3, tp=1, dp=1, micro_batch=1, global_batch=6, schedule="1f1b", policy="lynx-heu",
-         extra=["--gpu-memory", "0.003"]),
+         extra=["--gpu-memory", "0.003", "--no-offload"]),
     # ... at tp 2, where an instance's in-window ops spread over several all-reduce windows
     dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
-         extra=["--gpu-memory", "0.003"], split=True),
+         extra=["--gpu-memory", "0.003", "--no-offload"], split=True),
+    # Lynx with offload: copies to host memory after the forwards, back before the backwards
+    dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
+         extra=["--gpu-memory", "0.0025"], offload=True),
     # zero bubble: W passes s micro-batches late on stage s, drawn apart from the backwards
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),
     # PipeDream-2BW: steps that overlap, drawn back to back, the next step's first forwards in the drain
@@ -632,6 +674,8 @@ def run_case(tmp, i, case):
     spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     if plan is not None:
         check_windows(name, out, spans, plan, case)
+    if case.get("offload"):
+        check_offload(name, spans)
     m, _ = expected_counts(case, [0] * case["pp"])
     runs = compute_runs(spans, case["pp"], drawn_us(trace))
     check_schedule_svg(name, out, case, m, runs, spans, plan)

@@ -18,7 +18,8 @@ static lx_link default_intra_link(lx_gpu gpu) {
 }
 
 static lx_link default_inter_link(lx_gpu gpu) {
-  return gpu == LX_GPU_H100_80GB || gpu == LX_GPU_H200_141GB ? LX_LINK_IB_NDR : LX_LINK_IB_HDR;
+  return gpu == LX_GPU_H100_80GB || gpu == LX_GPU_H200_141GB || gpu == LX_GPU_GH200_96GB ? LX_LINK_IB_NDR
+                                                                                         : LX_LINK_IB_HDR;
 }
 
 static void apply_defaults(lx_ir *ir) {
@@ -91,7 +92,7 @@ static void check_int_ranges(lx_ir *ir) {
       {LX_F_HEADS, "heads", &l->model, &ir->model.heads, 1, 1 << 17, true},
       {LX_F_KV_HEADS, "kv_heads", &l->model, &ir->model.kv_heads, 1, 1 << 17, false},
       {LX_F_FFN_HIDDEN, "ffn_hidden", &l->model, &ir->model.ffn_hidden, 1, 1 << 20, false},
-      {LX_F_GPU, "gpu", &l->cluster, (int *)&ir->cluster.gpu, LX_GPU_V100_32GB, LX_GPU_H200_141GB, true},
+      {LX_F_GPU, "gpu", &l->cluster, (int *)&ir->cluster.gpu, LX_GPU_V100_32GB, LX_GPU_GH200_96GB, true},
       {LX_F_NODES, "nodes", &l->cluster, &ir->cluster.nodes, 1, 1 << 16, false},
       {LX_F_GPUS_PER_NODE, "gpus_per_node", &l->cluster, &ir->cluster.gpus_per_node, 1, 64, true},
       {LX_F_INTRA_LINK, "intra_node_link", &l->cluster, (int *)&ir->cluster.intra_node_link, LX_LINK_NVLINK2,

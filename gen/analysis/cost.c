@@ -346,6 +346,11 @@ double lx_cost_p2p(const lx_cost_model *cm, int64_t bytes, bool cross_node) {
   return (double)bytes / l->bytes_per_s + l->latency_s;
 }
 
+double lx_cost_host_copy(const lx_cost_model *cm, int64_t bytes) {
+  if (bytes <= 0) return 0;
+  return (double)bytes / cm->gpu.host_bytes_per_s + cm->launch_s;
+}
+
 /* A ring collective of `passes` sweeps: each sweep is n - 1 steps of S / n. */
 static double ring(const lx_cost_model *cm, int64_t bytes, int ranks, bool cross_node, int passes) {
   if (ranks <= 1 || bytes <= 0) return 0;

@@ -21,6 +21,11 @@ typedef struct {
   double hbm_bytes_per_s;
   lx_link nvlink; /* the NVLink generation of its SXM nodes */
   const char *source;
+  /* Activation offload, per GPU of a full node where every GPU copies both ways at once: the
+   * effective bytes per second of one direction (the smaller of its host link and its share of
+   * the node's host memory bandwidth), and its share of the node's host memory. */
+  double host_bytes_per_s, host_memory_bytes;
+  const char *host_source;
 } lx_gpu_spec;
 
 typedef struct {
@@ -94,6 +99,9 @@ void lx_cost_profile_key(const lx_ir *ir, const lx_graph *g, const lx_op *op, ch
 
 /* Communication; `cross_node` picks the inter-node link. */
 double lx_cost_p2p(const lx_cost_model *cm, int64_t bytes, bool cross_node);
+/* A copy of `bytes` between the GPU and pinned host memory, one direction
+ * (activation offload and prefetch: gpu.host_bytes_per_s). */
+double lx_cost_host_copy(const lx_cost_model *cm, int64_t bytes);
 double lx_cost_allreduce(const lx_cost_model *cm, int64_t bytes, int ranks, bool cross_node);
 double lx_cost_reduce_scatter(const lx_cost_model *cm, int64_t bytes, int ranks, bool cross_node);
 double lx_cost_all_gather(const lx_cost_model *cm, int64_t bytes, int ranks, bool cross_node);

@@ -115,12 +115,32 @@ static void print_dp_reduce(cpu_step *w, const lx_instr *in, const char *what) {
             (long long)b->first, (long long)b->elements, w->requests, what);
 }
 
+/* OFFLOAD and PREFETCH: copies between the arena and the host arena, in
+ * program order (the CPU's "host memory" is a second allocation). */
+static void print_host_copies(const lx_printer *pr, const lx_instr *in, const char *what) {
+  emit_host_copy copies[LX_MAX_SAVED + 1];
+  int n = emit_host_copies(pr, in, copies);
+  char layer[16];
+  fprintf(pr->out, "  {\n    const int layer = %s, mb = %d;  /* %s */\n    (void)layer, (void)mb;\n",
+          emit_layer_text(in, layer, sizeof layer), in->mb, what);
+  bool offload = in->kind == LX_I_OFFLOAD;
+  for (int k = 0; k < n; k++)
+    fprintf(pr->out, "    memcpy(%s, %s, (size_t)%lldLL * REAL_SCALE);\n",
+            offload ? copies[k].host : copies[k].device, offload ? copies[k].device : copies[k].host,
+            copies[k].bytes);
+  fputs("  }\n", pr->out);
+}
+
 static void cpu_comm(void *ctx, lx_stream k, const lx_instr *in) {
   cpu_step *w = ctx;
   FILE *f = w->pr->out;
   char buf[PTR], what[128];
   lx_instr_describe(w->pr->ir, in, what, sizeof what);
   const lx_printer *pr = w->pr;
+  if (in->kind == LX_I_OFFLOAD || in->kind == LX_I_PREFETCH) {
+    print_host_copies(pr, in, what);
+    return;
+  }
   if (in->kind == LX_I_ALLREDUCE_TP || in->kind == LX_I_ALLREDUCE_DP) {
     if (in->kind == LX_I_ALLREDUCE_TP)
       print_tp_collective(w, in, what);
@@ -203,8 +223,10 @@ static void print_step(const lx_printer *pr) {
   int comm = 0; /* non-blocking operations: everything but events on the other streams */
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     for (int i = 0; k != LX_STREAM_COMPUTE && i < pr->st->streams[k].count; i++)
-      comm +=
-          pr->st->streams[k].items[i].kind != LX_I_RECORD && pr->st->streams[k].items[i].kind != LX_I_WAIT;
+      comm += pr->st->streams[k].items[i].kind != LX_I_RECORD &&
+              pr->st->streams[k].items[i].kind != LX_I_WAIT &&
+              pr->st->streams[k].items[i].kind != LX_I_OFFLOAD &&
+              pr->st->streams[k].items[i].kind != LX_I_PREFETCH;
   lx_step_text text;
   lx_printer body = *pr;
   cpu_step w = {.pr = &body,
@@ -305,12 +327,12 @@ static void print_header(const lx_printer *pr) {
           lx_dtype_name(ir->training.dtype));
   fprintf(f, "#define ARENA_BYTES %lldLL\n#define REAL_SCALE (sizeof(real) / %d)\n", (long long)pr->l->total,
           (int)pr->l->activation_elt);
-  for (int r = 0; r < LX_REGION_COUNT; r++)
+  for (int r = 0; r < LX_REGION_HOST; r++)
     fprintf(f, "#define REGION_%s %lldLL /* %lld bytes */\n", lx_region_name((lx_region)r),
             (long long)pr->l->region_offset[r], (long long)pr->l->region_bytes[r]);
   int64_t extents[LX_REGION_COUNT];
   lx_layout_extents(pr->p, pr->s, pr->l, extents);
-  for (int r = 0; r < LX_REGION_COUNT; r++)
+  for (int r = 0; r < LX_REGION_HOST; r++)
     fprintf(f, "#define EXTENT_%s %lldLL /* bytes its tensors reach */\n", lx_region_name((lx_region)r),
             (long long)extents[r]);
   fprintf(f, "#define PARAM_ELEMENTS %lldLL\n", (long long)pr->l->param_elements);
@@ -323,6 +345,7 @@ static void print_header(const lx_printer *pr) {
       "static int current_step; /* dropout masks are drawn per step, micro-batch, layer and op */\n");
   emit_training(pr);
   fprintf(f, "#define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))\n");
+  emit_host_arena(pr, "(size_t)(offset) * REAL_SCALE");
   fprintf(f, "/* a parameter's gradient sits at the same element in the grads region */\n");
   fprintf(f, "#define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_%s) * REAL_SCALE))\n",
           emit_gradient_weights(pr));

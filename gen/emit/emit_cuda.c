@@ -173,8 +173,9 @@ typedef struct {
 } cuda_step;
 
 static const char *stream_var(lx_stream k) {
-  static const char *names[] = {"STREAM_COMPUTE", "STREAM_RECOMPUTE", "STREAM_SEND",
-                                "STREAM_RECV",    "STREAM_TP",        "STREAM_DP"};
+  static const char *names[] = {"STREAM_COMPUTE", "STREAM_RECOMPUTE", "STREAM_SEND",    "STREAM_RECV",
+                                "STREAM_TP",      "STREAM_DP",        "STREAM_OFFLOAD", "STREAM_PREFETCH"};
+  _Static_assert(sizeof names / sizeof names[0] == LX_STREAM_COUNT, "one name per stream");
   return names[k];
 }
 
@@ -287,6 +288,22 @@ static void print_dp_reduce(const lx_printer *pr, lx_stream k, const lx_instr *i
             what, first, first, (long long)b->elements, stream_var(k));
 }
 
+/* OFFLOAD and PREFETCH: copies between the arena and pinned host memory on
+ * their own streams (the copy engines, both directions at once). */
+static void print_host_copies(const lx_printer *pr, lx_stream k, const lx_instr *in, const char *what) {
+  emit_host_copy copies[LX_MAX_SAVED + 1];
+  int n = emit_host_copies(pr, in, copies);
+  char layer[16];
+  fprintf(pr->out, "  { /* %s */\n    const int layer = %s, mb = %d;\n    (void)layer;\n    (void)mb;\n",
+          what, emit_layer_text(in, layer, sizeof layer), in->mb);
+  bool offload = in->kind == LX_I_OFFLOAD;
+  for (int c = 0; c < n; c++)
+    fprintf(pr->out, "    CUDA_CHECK(cudaMemcpyAsync(%s, %s, %lldLL, %s, streams[%s]));\n",
+            offload ? copies[c].host : copies[c].device, offload ? copies[c].device : copies[c].host,
+            copies[c].bytes, offload ? "cudaMemcpyDeviceToHost" : "cudaMemcpyHostToDevice", stream_var(k));
+  fputs("  }\n", pr->out);
+}
+
 static void cuda_comm(void *ctx, lx_stream k, const lx_instr *in) {
   cuda_step *w = ctx;
   if (is_p2p(in->kind)) {
@@ -296,7 +313,9 @@ static void cuda_comm(void *ctx, lx_stream k, const lx_instr *in) {
   close_group(w);
   char what[128];
   describe(w, in, what, sizeof what);
-  if (in->kind == LX_I_ALLREDUCE_DP)
+  if (in->kind == LX_I_OFFLOAD || in->kind == LX_I_PREFETCH)
+    print_host_copies(w->pr, k, in, what);
+  else if (in->kind == LX_I_ALLREDUCE_DP)
     print_dp_reduce(w->pr, k, in, what);
   else
     print_tp_collective(w->pr, k, in, what);
@@ -485,7 +504,7 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "/* The arena: the static memory plan (plan.txt), bf16 weights and activations,\n"
              " * fp32 master weights, gradients and AdamW moments. */\n");
   fprintf(f, "#define ARENA_BYTES %lldLL\n", (long long)pr->l->total);
-  for (int r = 0; r < LX_REGION_COUNT; r++)
+  for (int r = 0; r < LX_REGION_HOST; r++)
     fprintf(f, "#define REGION_%s %lldLL /* %lld bytes */\n", lx_region_name((lx_region)r),
             (long long)pr->l->region_offset[r], (long long)pr->l->region_bytes[r]);
   fprintf(f, "#define PARAM_ELEMENTS %lldLL\n", (long long)pr->l->param_elements);
@@ -493,6 +512,7 @@ static void print_header(const lx_printer *pr) {
           (int)pr->l->param_elt);
   emit_training(pr);
   fprintf(f, "#define AT(offset) ((void *)(arena + (size_t)(offset)))\n");
+  emit_host_arena(pr, "(size_t)(offset)");
   fprintf(f, "/* a parameter's fp32 gradient sits at the same element of the grads region */\n");
   fprintf(f,
           "#define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_%s)) / "

@@ -113,6 +113,12 @@ static void base_name(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t s
   case LX_T_RECOMPUTED: snprintf(buf, size, "%s_%s_recomputed", g->name, name); break;
   case LX_T_INTERNAL: snprintf(buf, size, "%s_%s_%s", g->name, name, op->saved[t.index].what); break;
   case LX_T_GRAD: snprintf(buf, size, "%s_%s_grad", g->name, name); break;
+  case LX_T_HOST:
+    if (t.index == 0)
+      snprintf(buf, size, "%s_%s_host", g->name, name);
+    else
+      snprintf(buf, size, "%s_%s_%s_host", g->name, name, op->saved[t.index - 1].what);
+    break;
   case LX_T_PARAM: snprintf(buf, size, "%s_%s_%s", g->name, name, lx_param_name(t.index)); break;
   case LX_T_SEND_ACT: snprintf(buf, size, "send_activation"); break;
   case LX_T_SEND_GRAD: snprintf(buf, size, "send_input_grad"); break;
@@ -217,8 +223,9 @@ static int term(const lx_printer *pr, helper h, bool applies, int64_t stride, ch
 
 void emit_place_address(const lx_printer *pr, const lx_place_expr *e, char *buf, size_t size) {
   int64_t offset = e->constant - pr->l->region_offset[e->region];
-  int n = e->versioned
-              ? snprintf(buf, size, "AT(weights_of(mb) + %lldLL", (long long)offset)
+  int n = e->versioned ? snprintf(buf, size, "AT(weights_of(mb) + %lldLL", (long long)offset)
+          : e->region == LX_REGION_HOST
+              ? snprintf(buf, size, "HOST_AT(%lldLL", (long long)offset)
               : snprintf(buf, size, "AT(REGION_%s + %lldLL", lx_region_name(e->region), (long long)offset);
   bool slot_helper = e->region == LX_REGION_STASH || e->region == LX_REGION_BOUNDARY;
   helper slot = e->region == LX_REGION_STASH ? STASH_SLOT + (helper)e->pool : PIPE_SLOT;
@@ -299,6 +306,13 @@ static void describe(const lx_printer *pr, const named_tensor *n, char *buf, siz
     return;
   case LX_T_RECOMPUTED: snprintf(buf, size, "%s = %s(...), recomputed  %s:%d", var, kind, file, line); return;
   case LX_T_GRAD: snprintf(buf, size, "d %s = %s(...)  %s:%d", var, kind, file, line); return;
+  case LX_T_HOST:
+    if (t.index == 0)
+      snprintf(buf, size, "host copy of %s = %s(...), offloaded  %s:%d", var, kind, file, line);
+    else
+      snprintf(buf, size, "host copy of the %s of %s = %s(...), offloaded  %s:%d",
+               op->saved[t.index - 1].what, var, kind, file, line);
+    return;
   case LX_T_INTERNAL:
     snprintf(buf, size, "the %s of %s = %s(...)  %s:%d", op->saved[t.index].what, var, kind, file, line);
     return;

@@ -34,6 +34,29 @@ lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_ro
   return (lx_tensor_ref){g, g == LX_GRAPH_BLOCK ? pr->st->chunks[0].first_layer : -1, op, 0, role, index};
 }
 
+void emit_host_arena(const lx_printer *pr, const char *scaled) {
+  fprintf(pr->out,
+          "/* The host arena: what offloaded ops save, in host memory (plan.txt); 0 bytes: none */\n"
+          "#define HOST_ARENA_BYTES %lldLL\nstatic char *host_arena;\n"
+          "#define HOST_AT(offset) ((void *)(host_arena + %s))\n",
+          (long long)pr->l->region_bytes[LX_REGION_HOST], scaled);
+}
+
+int emit_host_copies(const lx_printer *pr, const lx_instr *in, emit_host_copy out[LX_MAX_SAVED + 1]) {
+  const lx_op_place *pl = &pr->l->places[in->graph][in->op];
+  int n = 0;
+  for (int k = 0; k <= LX_MAX_SAVED; k++) {
+    if (pl->host_offset[k] < 0) continue;
+    lx_tensor_ref device = emit_ref(pr, in->graph, in->op, k == 0 ? LX_T_OUTPUT : LX_T_INTERNAL, k - 1);
+    if (k == 0) device.index = 0;
+    lx_tensor_ref host = emit_ref(pr, in->graph, in->op, LX_T_HOST, k);
+    emit_at(pr, out[n].device, PTR, device);
+    emit_at(pr, out[n].host, PTR, host);
+    out[n++].bytes = (long long)lx_place_of(pr->p, pr->s, pr->l, host).bytes;
+  }
+  return n;
+}
+
 /* Three places of a block depend on whether the layer is the stage's first
  * or last, not affinely on the layer: its output (the next layer's input, or
  * what leaves the stage), that output's gradient, and its input's gradient.

@@ -51,6 +51,16 @@ lx_tensor_ref emit_ref(const lx_printer *pr, lx_graph_id g, int op, lx_tensor_ro
 /* The tensor's accessor call ("block_qkv(layer, mb)", emit_names.h), or a
  * layer-boundary function's call; returns buf. */
 const char *emit_at(const lx_printer *pr, char *buf, size_t size, lx_tensor_ref t);
+/* The host arena's size and HOST_AT, whose offset `scaled` stretches to bytes. */
+void emit_host_arena(const lx_printer *pr, const char *scaled);
+/* What an OFFLOAD or PREFETCH copies: per tensor the op saves, its place on
+ * the device (the window buffer) and its host copy, and its bytes (of the
+ * model's dtype). Returns how many. */
+typedef struct {
+  char device[PTR], host[PTR];
+  long long bytes;
+} emit_host_copy;
+int emit_host_copies(const lx_printer *pr, const lx_instr *in, emit_host_copy out[LX_MAX_SAVED + 1]);
 /* The three layer-boundary functions (layer_output, layer_output_grad, layer_input_grad). */
 void emit_block_boundaries(const lx_printer *pr);
 

@@ -17,8 +17,8 @@ static int64_t take(int64_t *cursor, int64_t bytes) {
 }
 
 const char *lx_region_name(lx_region r) {
-  static const char *names[] = {"params", "previous", "master", "grads",   "adam_m",
-                                "adam_v", "stash",    "work",   "boundary"};
+  static const char *names[] = {"params", "previous", "master", "grads",    "adam_m",
+                                "adam_v", "stash",    "work",   "boundary", "host"};
   _Static_assert(sizeof names / sizeof names[0] == LX_REGION_COUNT, "one name per region");
   return (size_t)r < LX_REGION_COUNT ? names[r] : "?";
 }
@@ -127,7 +127,7 @@ static void add_graph_buckets(lx_stage_layout *out, const lx_stage *st, lx_graph
 }
 
 typedef struct {
-  int64_t slot, recompute, forward, grads, window;
+  int64_t slot, recompute, forward, grads, window, host;
   int64_t pool[LX_POOL_COUNT]; /* the held and weight-gradient pools' parts of a layer (pool[0] unused) */
 } cursors;
 
@@ -148,8 +148,10 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
     lx_op_place *pl = &places[i];
     pl->item_offset = pl->output_work_offset = pl->grad_offset = -1;
     bool saved = lx_last_saver(g, i) >= 0 || op->kind == LX_OP_INPUT; /* inputs are where callers write */
-    bool dropped = d && d[i].drop_output && op->kind != LX_OP_INPUT;
-    pl->in_window = d && d[i].in_window;
+    /* an offloaded op's saved tensors are where in-window recompute would put them */
+    pl->offloaded = d && d[i].offload;
+    bool dropped = d && (d[i].drop_output || pl->offloaded) && op->kind != LX_OP_INPUT;
+    pl->in_window = d && (d[i].in_window || pl->offloaded);
     int64_t *regenerated = pl->in_window ? &c->window : &c->recompute;
     pl->item_held = saved && !dropped && read_by_weight_pass(p, s, gid, i);
     if (saved && !dropped)
@@ -162,10 +164,15 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
       pl->output_work_offset = take(&c->forward, op->out_bytes);
     pl->output_recomputed = (saved && dropped) || lx_chunk_local(g, i);
     pl->scratch_offset = d && d[i].recompute && pl->item_offset >= 0 ? take(regenerated, op->out_bytes) : -1;
-    pl->internals_in_work = d && d[i].drop_internals;
+    pl->internals_in_work = d && (d[i].drop_internals || pl->offloaded);
     for (int k = 0; k < op->n_saved; k++)
       if (op->saved[k].kind == LX_SAVE_INTERNAL)
         pl->internal_offset[k] = take(pl->internals_in_work ? regenerated : &c->slot, op->saved[k].bytes);
+    for (int k = 0; k <= LX_MAX_SAVED; k++)
+      pl->host_offset[k] = -1;
+    if (pl->offloaded && saved) pl->host_offset[0] = take(&c->host, op->out_bytes);
+    for (int k = 0; pl->offloaded && k < op->n_saved; k++)
+      if (op->saved[k].kind == LX_SAVE_INTERNAL) pl->host_offset[k + 1] = take(&c->host, op->saved[k].bytes);
     bool has_grad =
         op->kind != LX_OP_INPUT && i != g->output && op->out.dtype != LX_DTYPE_INT32 && !op->out.scalar;
     pl->grad_in_pool = has_grad && lx_defers_weight_grad(p->ir, &p->stages[s], gid, i);
@@ -277,6 +284,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
     int copies = gid == LX_GRAPH_BLOCK ? st->n_layers : 1;
     if (!present[gid]) copies = 0;
     if (gid == LX_GRAPH_BLOCK) {
+      out->host_layer_bytes = graph_work.host;
       out->layer_param_elements = trained;
       out->layer_frozen_elements = frozen;
       out->layer_slot_bytes = graph_work.slot;
@@ -333,13 +341,18 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       [LX_REGION_WORK] = out->sp_buffer_offset[2] + (out->sp_grad_buffer ? out->sp_buffer_bytes : 0),
       [LX_REGION_BOUNDARY] = out->send_offset + st->n_chunks * out->chunk_send_bytes,
   };
+  /* micro-batch mb's host copies in slot mb % host_slots: the stash's slots, or under
+   * interleaved 1F1B (whose chunks count slots of their own) one per micro-batch */
+  out->host_slots = st->n_chunks > 1 ? lx_micro_batch_ids(p) : out->slots;
+  out->host_slot_bytes = aligned(st->n_layers * out->host_layer_bytes);
+  sizes[LX_REGION_HOST] = out->host_layer_bytes > 0 ? out->host_slots * out->host_slot_bytes : 0;
   int64_t cursor = 0;
   for (int r = 0; r < LX_REGION_COUNT; r++) {
+    if (r == LX_REGION_HOST) out->total = cursor;
     out->region_offset[r] = cursor;
     out->region_bytes[r] = aligned(sizes[r]);
     cursor += out->region_bytes[r];
   }
-  out->total = cursor;
 }
 
 const lx_param_bucket *lx_find_bucket(const lx_stage_layout *l, lx_graph_id graph, int layer, bool tied) {
@@ -554,6 +567,14 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
     int64_t shard = input ? g->ops[op->inputs[0]].out_bytes : op->out_bytes;
     int buffer = t.role == LX_T_SP_WHOLE ? 1 : t.index == 1 && l->sp_grad_buffer ? 2 : 0;
     return fixed(LX_REGION_WORK, work + l->sp_buffer_offset[buffer], shard * p->ir->plan.tp);
+  }
+  case LX_T_HOST: {
+    lx_place_expr e = fixed(LX_REGION_HOST, l->region_offset[LX_REGION_HOST] + pl->host_offset[t.index],
+                            t.index == 0 ? op->out_bytes : op->saved[t.index - 1].bytes);
+    e.per_slot = l->host_slot_bytes;
+    e.wrap = l->host_slots;
+    e.per_layer = l->host_layer_bytes;
+    return e;
   }
   case LX_T_RECOMPUTED:
     if (pl->scratch_offset >= 0) return regenerated(l, pl, pl->scratch_offset, op->out_bytes);

@@ -20,7 +20,10 @@
  *       may use a buffer without overwriting what another layer still needs);
  *   boundary: the gradients that cross layer boundaries (two, used
  *       alternately), and per slot the pipeline's outgoing activations,
- *       outgoing input gradients and incoming output gradients.
+ *       outgoing input gradients and incoming output gradients;
+ *   host: not in the arena but in pinned host memory (the host arena), what
+ *       offloaded ops save, per slot and layer (offsets past the arena's
+ *       end, so that the verifier sees one address space).
  * The emitted programs take every offset from here; the verifier proves that
  * no region is reused while a reader may still need it. */
 #ifndef LX_LAYOUT_H
@@ -38,6 +41,7 @@ typedef enum {
   LX_REGION_STASH,
   LX_REGION_WORK,
   LX_REGION_BOUNDARY,
+  LX_REGION_HOST, /* the host arena: offloaded tensors */
   LX_REGION_COUNT
 } lx_region;
 
@@ -54,8 +58,9 @@ typedef enum {
   /* Sequence parallelism: the whole tensors an op reads or makes around its
    * tensor-parallel collectives, from or into sequence shards. */
   LX_T_SP_GATHERED, /* index 0: the op's whole input; 1: its output's whole gradient (all-gathered) */
-  LX_T_SP_WHOLE     /* index 0: the op's whole partial output; 1: its input's whole partial gradient
+  LX_T_SP_WHOLE,    /* index 0: the op's whole partial output; 1: its input's whole partial gradient
                        (reduce-scattered) */
+  LX_T_HOST         /* an offloaded op's host copy: index 0 its saved output, k + 1 its internal k */
 } lx_tensor_role;
 
 typedef struct {
@@ -85,6 +90,8 @@ typedef struct {
   int64_t scratch_offset; /* recompute part of work: a recomputed op's output that is also kept; -1 if none */
   bool in_window;         /* the op's work-placed tensors (dropped output and internals, scratch) are in
                              the window buffer of the layer's parity, not the recompute part */
+  bool offloaded;         /* what it saves is in the window buffer (in_window) and has host copies */
+  int64_t host_offset[1 + LX_MAX_SAVED]; /* within a layer's part of a host slot: output, internals */
   int64_t grad_offset;    /* gradient of the output in work; -1 for inputs and int tensors */
   bool grad_in_pool;      /* that offset is in the weight-gradient pool: the op's W pass reads it */
   /* element offset of each parameter (ir.h LX_PARAM_*) in the layer's block of the
@@ -113,7 +120,7 @@ typedef enum { LX_POOL_STASH, LX_POOL_HELD, LX_POOL_WEIGHT_GRAD, LX_POOL_COUNT }
 typedef struct {
   int64_t activation_elt, param_elt; /* bytes per element */
   int64_t region_offset[LX_REGION_COUNT], region_bytes[LX_REGION_COUNT];
-  int64_t total;
+  int64_t total; /* the arena's bytes: every region but the host's */
   int slots;
   int64_t slot_bytes;
   int64_t graph_slot_offset[LX_GRAPH_COUNT];  /* within a slot; the block's layer 0 */
@@ -152,6 +159,10 @@ typedef struct {
   int chunk_slots[LX_MAX_VIRTUAL_STAGES];
   int64_t chunk_pool_offset[LX_MAX_VIRTUAL_STAGES], chunk_slot_bytes[LX_MAX_VIRTUAL_STAGES];
   int64_t chunk_layer_base[LX_MAX_VIRTUAL_STAGES]; /* its first layer's part of its slot 0 */
+  /* the host arena (LX_REGION_HOST): host_slots slots of the stage's layers, each layer's
+   * offloaded tensors host_layer_bytes; micro-batch mb in slot mb % host_slots */
+  int host_slots;
+  int64_t host_layer_bytes, host_slot_bytes;
   int64_t send_offset;             /* in the boundary region: the per-slot buffers, chunk after chunk */
   int64_t chunk_send_bytes;        /* one chunk's per-slot buffers */
   int64_t boundary_bytes;          /* one boundary tensor */

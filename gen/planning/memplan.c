@@ -63,7 +63,7 @@ static int releaser(const lx_ir *ir, const lx_stage *st, lx_graph_id gid, const 
  * What an in-window op regenerates lives in the window buffers, which are
  * static (layout.h): it is counted once, in *window, not per instruction. */
 static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_graph_id gid,
-                                    const lx_op_decision *d, int64_t *window) {
+                                    const lx_op_decision *d, int64_t *window, int64_t *host) {
   const lx_graph *g = lx_graph_of(ir, gid);
   size_t n = (size_t)g->n_ops;
   lx_graph_memory gm = {lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t)),
@@ -73,6 +73,11 @@ static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_grap
     const lx_op *op = &g->ops[i];
     bool windowed = d && d[i].in_window;
     int64_t internals = internal_bytes(op);
+    if (d && d[i].offload) { /* in the window buffers on the device, and in host memory */
+      *window += lx_offload_bytes(g, i);
+      *host += lx_offload_bytes(g, i);
+      continue;
+    }
     if (windowed && d[i].drop_internals)
       *window += internals;
     else if (d && d[i].drop_internals)
@@ -208,10 +213,10 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
     lx_stage_memory *m = &out[s];
     *m = (lx_stage_memory){0};
     static_bytes(ir, p->kind, st->params_per_rank, st->frozen_per_rank, m);
-    int64_t window = 0;
-    m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(ir, st, LX_GRAPH_PROLOGUE, NULL, &window);
-    m->graphs[LX_GRAPH_BLOCK] = graph_memory(ir, st, LX_GRAPH_BLOCK, st->decisions, &window);
-    m->graphs[LX_GRAPH_EPILOGUE] = graph_memory(ir, st, LX_GRAPH_EPILOGUE, NULL, &window);
+    int64_t window = 0, host = 0;
+    m->graphs[LX_GRAPH_PROLOGUE] = graph_memory(ir, st, LX_GRAPH_PROLOGUE, NULL, &window, &host);
+    m->graphs[LX_GRAPH_BLOCK] = graph_memory(ir, st, LX_GRAPH_BLOCK, st->decisions, &window, &host);
+    m->graphs[LX_GRAPH_EPILOGUE] = graph_memory(ir, st, LX_GRAPH_EPILOGUE, NULL, &window, &host);
     m->window_buffers = st->n_layers > 0 ? 2 * window : 0;
     m->kept_per_micro_batch = st->n_layers * sum(m->graphs[LX_GRAPH_BLOCK].alloc_fwd, ir->block.n_ops);
     if (st->has_prologue)
@@ -219,6 +224,9 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
     if (st->has_epilogue)
       m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_EPILOGUE].alloc_fwd, ir->epilogue.n_ops);
     walk_program_order(p, st, m);
+    /* a host slot per stash slot (layout.c), or per micro-batch under interleaved 1F1B */
+    int host_slots = st->n_chunks > 1 ? lx_micro_batch_ids(p) : m->stashed_micro_batches;
+    m->host_bytes = (int64_t)host_slots * st->n_layers * host;
   }
 }
 

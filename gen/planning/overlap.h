@@ -11,9 +11,18 @@
  * A recompute of op i drops everything i saves: once the op runs again,
  * keeping part of what it makes saves nothing and costs memory.
  *
+ * An op that is not recomputed may instead be offloaded: what it saves is
+ * written into the window buffer, copied to pinned host memory after its
+ * forward and back before its backward (PCIe or C2C, both ways at once), and
+ * costs the compute stream only where a layer's copies outlast the layer:
+ *
  *   exposed time  = N x (r(on demand) + r(window)) - served
- *   memory        = stashed x layers x kept + buffers x window bytes
- * where N = layers x micro-batches, r(.) sums the ops' forward times and
+ *                   + N x (max(0, c - f) + max(0, c - b))
+ *   memory        = stashed x layers x kept + buffers x (window + offloaded bytes)
+ *   host memory   = stashed x layers x offloaded bytes
+ * where N = layers x micro-batches, r(.) sums the ops' forward times, c is
+ * the time to copy one layer's offloaded bytes one way, f and b a layer's
+ * forward and backward (the copies of a layer overlap the next one's), and
  * `served` is the in-window seconds the windows take. Placement is per op:
  * an instance's window ops, in op order, may spread over consecutive windows
  * of its admissible range [lo, due) (a short tensor-parallel all-reduce takes
@@ -56,6 +65,11 @@ typedef struct {
   double *recompute_s; /* per op: its forward time, what running it again costs */
   int64_t *drop_bytes; /* per op: kept bytes per micro-batch that dropping everything it saves frees */
   bool *windowable;    /* per op: may run on the recompute stream (its output is saved, no TP all-reduce) */
+  int64_t
+      *offload_bytes; /* per op: what offloading it copies each way, 0 where it may not (lx_offloadable) */
+  double host_bytes_per_s;         /* the host link, one direction; 0: no offload */
+  int64_t host_avail_bytes;        /* host memory the stage's offloaded tensors may take */
+  double layer_fwd_s, layer_bwd_s; /* one layer instance's forward and backward: what its copies overlap */
   int64_t kept_all;    /* one layer's kept bytes per micro-batch when nothing is dropped */
   int n_layers, micro_batches;
   int64_t

@@ -23,6 +23,12 @@ bool lx_never_dropped(const lx_graph *block, int i);
 /* Bytes of one layer's activations kept from forward to backward, per
  * micro-batch and tp rank, under these decisions. */
 int64_t lx_kept_bytes(const lx_graph *block, const lx_op_decision *decisions);
+/* Whether a policy may offload what op i of the block saves (and so not
+ * recompute it): it saves something, it is not the layer's input or output
+ * (they are where the neighbouring layers put and take them) and does not
+ * run in mini-sequences. The bytes one layer instance copies each way. */
+bool lx_offloadable(const lx_graph *block, int i);
+int64_t lx_offload_bytes(const lx_graph *block, int i);
 
 /* schedule.c — stage s's instruction lists of a pipeline schedule (GPipe
  * or 1F1B) from its recompute decisions and windows (rebuilt from scratch). */

@@ -94,8 +94,17 @@ typedef struct {
   lx_pipeline *pipe;
   lx_recompute_policy policy;
   double time_limit_s;
+  bool no_offload;
   int64_t *budget;
 } planner;
+
+/* Offload copies a layer instance's tensors back before its backward in the
+ * same step: not under 2BW, whose next step's first forwards run in this
+ * step, nor where W passes read what the backward leaves (zero bubble). */
+static bool may_offload(const planner *pl) {
+  lx_schedule k = pl->pipe->kind;
+  return !pl->no_offload && (k == LX_SCHEDULE_GPIPE || k == LX_SCHEDULE_1F1B || k == LX_SCHEDULE_INTERLEAVED);
+}
 
 static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool with_windows) {
   lx_stage *st = &pl->pipe->stages[s];
@@ -103,6 +112,7 @@ static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool wit
   lx_stage_problem_init(&pr, pl->ir, pl->cm, st->n_layers, lx_stashed_layers(st), pl->pipe->micro_batches,
                         pl->budget[s]);
   pr.time_limit_s = pl->time_limit_s;
+  if (!may_offload(pl)) pr.host_bytes_per_s = 0;
   if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
   free(st->window_of);
   st->window_of = with_windows ? lx_calloc(lx_placement_entries(&pr), sizeof(int)) : NULL;
@@ -307,7 +317,8 @@ static void plan_split(const lx_ir *ir, const lx_plan_options *o, const int *fir
     for (int s = 0; s < pp; s++)
       lx_schedule_stage(ir, out, s);
   } else {
-    planner pl = {ir, cm, out, o->policy, o->opt_time_limit_s, lx_calloc((size_t)pp, sizeof(int64_t))};
+    planner pl = {
+        ir, cm, out, o->policy, o->opt_time_limit_s, o->no_offload, lx_calloc((size_t)pp, sizeof(int64_t))};
     plan_policy(&pl);
     free(pl.budget);
   }

@@ -14,6 +14,7 @@ typedef enum { LX_PARTITION_UNIFORM, LX_PARTITION_DP, LX_PARTITION_BEST } lx_par
 typedef struct {
   lx_recompute_policy policy;
   lx_partition_kind partition;
+  bool no_offload;         /* the Lynx policies keep, recompute on demand or in windows only */
   const lx_cost_model *cm; /* NULL: the datasheet model of the IR's cluster */
   double opt_time_limit_s; /* lynx-opt per stage; 0: 20 s */
 } lx_plan_options;

@@ -31,7 +31,7 @@ static double now_s(void) {
 /* ---- a choice, and how to compare two ---------------------------------------- */
 
 typedef struct {
-  lx_opmask rc, w;
+  lx_opmask rc, w, of; /* recomputed, of them in windows; offloaded */
   double exposed;
   bool valid;
 } choice;
@@ -43,19 +43,70 @@ static int compare_choices(const lx_stage_problem *pr, const choice *a, const ch
   if (b->exposed < a->exposed - 1e-12 * scale) return 1;
   double ra = lx_seconds_of(pr, a->rc), rb = lx_seconds_of(pr, b->rc);
   if (ra != rb) return ra < rb ? -1 : 1;
-  int64_t ma = lx_memory_of(pr, a->rc, a->w), mb = lx_memory_of(pr, b->rc, b->w);
+  int64_t oa = lx_offloaded_bytes(pr, a->of), ob = lx_offloaded_bytes(pr, b->of);
+  if (oa != ob) return oa < ob ? -1 : 1;
+  int64_t ma = lx_memory_of(pr, a->rc, a->w, a->of), mb = lx_memory_of(pr, b->rc, b->w, b->of);
   return (ma > mb) - (ma < mb);
 }
 
-static bool fits(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
-  return lx_memory_of(pr, rc, w) <= pr->avail_bytes;
+static bool fits(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_opmask of) {
+  return lx_memory_of(pr, rc, w, of) <= pr->avail_bytes && lx_host_fits(pr, of);
 }
 
 /* The choice with its windows assigned for real. */
-static choice realize(const lx_matcher *m, lx_opmask rc, lx_opmask w, int *window_of) {
+static choice realize(const lx_matcher *m, lx_opmask rc, lx_opmask w, lx_opmask of, int *window_of) {
   const lx_stage_problem *pr = m->pr;
   double served = lx_match_windows(m, w, window_of);
-  return (choice){rc, w, lx_exposed_of(pr, rc, served), fits(pr, rc, w)};
+  return (choice){rc, w, of, lx_exposed_of(pr, rc, served) + lx_offload_stall(pr, of), fits(pr, rc, w, of)};
+}
+
+/* ---- offload: the fewest bytes that make a choice fit --------------------------------- */
+
+/* What offloading op i saves on the device: its stash in every stashed layer, less its
+ * place in the window buffers. */
+static int64_t offload_gain(const lx_stage_problem *pr, int i) {
+  return pr->stashed_layers * pr->drop_bytes[i] - (int64_t)pr->window_buffers * pr->offload_bytes[i];
+}
+
+/* The offloadable ops that gain memory, largest copy first (*n of them). */
+static int *offload_candidates(const lx_stage_problem *pr, int *n) {
+  int *ops = lx_malloc(sizeof(int) * (size_t)(pr->n_ops + 1));
+  *n = 0;
+  for (int i = 0; pr->host_bytes_per_s > 0 && i < pr->n_ops; i++)
+    if (pr->offload_bytes[i] > 0 && offload_gain(pr, i) > 0) ops[(*n)++] = i;
+  for (int a = 1; a < *n; a++)
+    for (int b = a; b > 0 && pr->offload_bytes[ops[b]] > pr->offload_bytes[ops[b - 1]]; b--) {
+      int t = ops[b];
+      ops[b] = ops[b - 1];
+      ops[b - 1] = t;
+    }
+  return ops;
+}
+
+/* The offload set, among the ops rc does not recompute, that makes (rc, w) fit the device
+ * with the fewest bytes copied (the copies' cost grows with their bytes alone): none where it
+ * fits already; else the better of the smallest op that closes the deficit alone and the
+ * largest-first greedy cover pruned smallest-first. False where nothing closes it. */
+static bool cover_deficit(const lx_stage_problem *pr, const int *ops, int n, lx_opmask rc, lx_opmask w,
+                          lx_opmask *of) {
+  *of = 0;
+  int64_t deficit = lx_memory_of(pr, rc, w, 0) - pr->avail_bytes, gained = 0;
+  if (deficit <= 0) return true;
+  lx_opmask single = 0, greedy = 0;
+  for (int k = 0; k < n; k++) {
+    int i = ops[k];
+    if ((rc >> i) & 1) continue;
+    if (offload_gain(pr, i) >= deficit) single = (lx_opmask)1 << i; /* the last such is the smallest */
+    if (gained < deficit) greedy |= (lx_opmask)1 << i, gained += offload_gain(pr, i);
+  }
+  if (gained < deficit) return false;
+  for (int k = n - 1; k >= 0; k--) {
+    int i = ops[k];
+    if (((greedy >> i) & 1) && gained - offload_gain(pr, i) >= deficit)
+      greedy &= ~((lx_opmask)1 << i), gained -= offload_gain(pr, i);
+  }
+  *of = single && lx_offloaded_bytes(pr, single) < lx_offloaded_bytes(pr, greedy) ? single : greedy;
+  return lx_host_fits(pr, *of);
 }
 
 /* Everything that can be dropped: the last resort. */
@@ -125,21 +176,29 @@ static double served_of(served_memo *memo, lx_opmask w) {
   return served;
 }
 
-/* Every chain-closed window subset of one recompute set that fits, scored
- * by the matching. A set whose windows could not beat the best so far even
- * if they served all of it (its on-demand part alone is as slow) is not
- * matched: the exposed time only grows from that bound, with the same
- * tie-breaks. */
-static void consider_windows(const lx_stage_problem *pr, served_memo *memo, lx_opmask rc, choice *best) {
+/* The ops lynx-heu may offload, largest first. */
+typedef struct {
+  int *ops, n;
+} offload_ops;
+
+/* Every chain-closed window subset of one recompute set that fits (with the
+ * offload that closes its deficit), scored by the matching. A set whose
+ * windows could not beat the best so far even if they served all of it (its
+ * on-demand part and its copies alone are as slow) is not matched: the
+ * exposed time only grows from that bound, with the same tie-breaks. */
+static void consider_windows(const lx_stage_problem *pr, served_memo *memo, const offload_ops *off,
+                             lx_opmask rc, choice *best) {
   lx_opmask cand = pr->n_windows ? lx_window_candidates(pr, rc) : 0;
   int n_cand = __builtin_popcountll(cand);
   double n = (double)pr->n_layers * pr->micro_batches;
   for (lx_opmask w = cand;; w = (w - 1) & cand) {
     bool enumerable = n_cand <= MAX_ENUM_WINDOW_OPS || w == cand || w == 0;
-    if (enumerable && lx_window_closed(pr, rc, w) && fits(pr, rc, w)) {
-      choice bound = {rc, w, n * lx_seconds_of(pr, rc & ~w), true};
+    lx_opmask of;
+    if (enumerable && lx_window_closed(pr, rc, w) && cover_deficit(pr, off->ops, off->n, rc, w, &of)) {
+      double copies = lx_offload_stall(pr, of);
+      choice bound = {rc, w, of, n * lx_seconds_of(pr, rc & ~w) + copies, true};
       if (compare_choices(pr, &bound, best) < 0) {
-        choice c = {rc, w, lx_exposed_of(pr, rc, served_of(memo, w)), true};
+        choice c = {rc, w, of, lx_exposed_of(pr, rc, served_of(memo, w)) + copies, true};
         if (compare_choices(pr, &c, best) < 0) *best = c;
       }
     }
@@ -166,30 +225,33 @@ static int droppable_ops(const lx_stage_problem *pr, int *ops) {
 
 /* One layer decides for all: every subset of the droppable ops (or, for
  * unusually large blocks, the prefixes by recompute time per byte), every
- * window subset of each, each scored by the matching of its window set; the
- * best is assigned to windows for real. Nothing fits: drop everything (the
- * repair), and report it. */
+ * window subset of each, each with the offload that makes it fit and scored
+ * by the matching of its window set and its copies; the best is assigned to
+ * windows for real. Nothing fits: drop everything (the repair), and report it. */
 static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window_of) {
   int *ops = lx_malloc(sizeof(int) * (size_t)pr->n_ops);
   int n = droppable_ops(pr, ops);
+  offload_ops off;
+  off.ops = offload_candidates(pr, &off.n);
   lx_matcher m = lx_matcher_init(pr);
   served_memo memo = memo_init(&m, 256);
   lx_opmask all = drop_everything(pr);
-  choice best = {all, 0, lx_exposed_of(pr, all, 0), fits(pr, all, 0)};
+  choice best = {all, 0, 0, lx_exposed_of(pr, all, 0), fits(pr, all, 0, 0)};
   bool enumerate = n <= MAX_ENUM_OPS;
   uint64_t subsets = enumerate ? (uint64_t)1 << n : (uint64_t)n + 1;
   for (uint64_t k = 0; k < subsets; k++) {
-    lx_opmask rc = 0;
+    lx_opmask rc = 0, of;
     for (int j = 0; j < n; j++)
       if (enumerate ? (k >> j) & 1 : (uint64_t)j < k) rc |= (lx_opmask)1 << ops[j];
     rc = lx_close_recompute(pr, rc);
-    if (fits(pr, rc, 0)) consider_windows(pr, &memo, rc, &best);
+    if (cover_deficit(pr, off.ops, off.n, rc, 0, &of)) consider_windows(pr, &memo, &off, rc, &best);
   }
   free(ops);
-  realize(&m, best.rc, best.w, window_of);
+  free(off.ops);
+  realize(&m, best.rc, best.w, best.of, window_of);
   memo_free(&memo);
   lx_matcher_free(&m);
-  lx_masks_to_decisions(pr, best.rc, best.w, d);
+  lx_masks_to_decisions(pr, best.rc, best.w, best.of, d);
   return best.valid;
 }
 
@@ -269,23 +331,49 @@ static double ms(double s) { return s * 1e3; }
 static double mib(int64_t b) { return (double)b / (1 << 20); }
 
 typedef struct {
-  int *rc, *w; /* columns per op, 0 where none */
+  int *rc, *w, *of; /* columns per op, 0 where none */
 } op_columns;
 
-/* rc and w columns, the closure rows (a recomputed op's unsaved inputs run
- * again; a window op's recomputed inputs run in the window too) and the
- * memory row. `windows` false fixes every w at 0. */
+/* The offload columns' copy cost: per direction, a continuous z >= N (c - f)
+ * with c = sum of / bandwidth the copy seconds of a layer (and f its forward,
+ * or its backward), z >= 0, at unit cost; host memory bounds what they hold. */
+static void add_offload_cost(const lx_stage_problem *pr, glp_prob *lp, triplets *t, const op_columns *c) {
+  double n = (double)pr->n_layers * pr->micro_batches;
+  double overlapped[2] = {pr->layer_fwd_s, pr->layer_bwd_s};
+  for (int k = 0; k < 2; k++) { /* z - N sum o c_i >= -N f */
+    int r = add_row(lp, GLP_LO, -n * ms(overlapped[k]), 0);
+    put(t, r, add_continuous(lp, 1, -1), 1);
+    for (int i = 0; i < pr->n_ops; i++)
+      if (c->of[i]) put(t, r, c->of[i], -n * ms((double)pr->offload_bytes[i] / pr->host_bytes_per_s));
+  }
+  int r = add_row(lp, GLP_UP, -1e30, mib(pr->host_avail_bytes)); /* S L sum o b_i <= host */
+  for (int i = 0; i < pr->n_ops; i++)
+    if (c->of[i]) put(t, r, c->of[i], (double)pr->stashed_layers * mib(pr->offload_bytes[i]));
+}
+
+/* rc, w and offload columns, the closure rows (a recomputed op's unsaved
+ * inputs run again; a window op's recomputed inputs run in the window too;
+ * an op is recomputed or offloaded, not both) and the memory row. `windows`
+ * false fixes every w at 0, `offload` false every offload column. */
 static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplets *t, double rc_cost,
-                               double w_cost, bool windows) {
+                               double w_cost, bool windows, bool offload) {
   const lx_graph *g = pr->block;
-  op_columns c = {lx_calloc((size_t)pr->n_ops, sizeof(int)), lx_calloc((size_t)pr->n_ops, sizeof(int))};
+  size_t n = (size_t)pr->n_ops;
+  op_columns c = {lx_calloc(n, sizeof(int)), lx_calloc(n, sizeof(int)), lx_calloc(n, sizeof(int))};
+  offload &= pr->host_bytes_per_s > 0;
   for (int i = 0; i < pr->n_ops; i++) {
+    if (offload && pr->offload_bytes[i] > 0) c.of[i] = add_binary(lp, 0, true);
     if (lx_never_dropped(pr->block, i)) continue;
     c.rc[i] = add_binary(lp, rc_cost * ms(pr->recompute_s[i]), true);
     c.w[i] = add_binary(lp, w_cost * ms(pr->recompute_s[i]), windows && pr->windowable[i]);
     int r = add_row(lp, GLP_UP, 0, 0); /* w <= rc */
     put(t, r, c.w[i], 1), put(t, r, c.rc[i], -1);
+    if (c.of[i]) { /* o + rc <= 1 */
+      r = add_row(lp, GLP_UP, -1e9, 1);
+      put(t, r, c.of[i], 1), put(t, r, c.rc[i], 1);
+    }
   }
+  if (offload) add_offload_cost(pr, lp, t, &c);
   for (int i = 0; i < pr->n_ops; i++)
     for (int k = 0; !lx_never_dropped(pr->block, i) && k < g->ops[i].n_inputs; k++) {
       int j = g->ops[i].inputs[k];
@@ -297,23 +385,36 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
       int r = add_row(lp, GLP_UP, -1e9, 1); /* w_i + rc_j - w_j <= 1 */
       put(t, r, c.w[i], 1), put(t, r, c.rc[j], 1), put(t, r, c.w[j], -1);
     }
-  if (pr->avail_bytes < INT64_MAX) { /* S L (K - sum rc d) + B sum w d <= avail */
+  if (pr->avail_bytes < INT64_MAX) { /* S L (K - sum rc d - sum o d) + B (sum w d + sum o b) <= avail */
     double per = (double)pr->stashed_layers;
     int r = add_row(lp, GLP_UP, -1e30, mib(pr->avail_bytes) - per * mib(pr->kept_all));
-    for (int i = 0; i < pr->n_ops; i++)
+    for (int i = 0; i < pr->n_ops; i++) {
       if (c.rc[i] && pr->drop_bytes[i] > 0) {
         put(t, r, c.rc[i], -per * mib(pr->drop_bytes[i]));
         put(t, r, c.w[i], pr->window_buffers * mib(pr->drop_bytes[i]));
       }
+      if (c.of[i])
+        put(t, r, c.of[i], -per * mib(pr->drop_bytes[i]) + pr->window_buffers * mib(pr->offload_bytes[i]));
+    }
   }
   return c;
 }
 
-static void read_masks(const lx_stage_problem *pr, glp_prob *lp, op_columns c, lx_opmask *rc, lx_opmask *w) {
-  *rc = *w = 0;
+static void free_columns(op_columns *c) {
+  free(c->rc);
+  free(c->w);
+  free(c->of);
+}
+
+static bool column_set(glp_prob *lp, int column) { return column && glp_mip_col_val(lp, column) > 0.5; }
+
+static void read_masks(const lx_stage_problem *pr, glp_prob *lp, op_columns c, lx_opmask *rc, lx_opmask *w,
+                       lx_opmask *of) {
+  *rc = *w = *of = 0;
   for (int i = 0; i < pr->n_ops; i++) {
-    if (c.rc[i] && glp_mip_col_val(lp, c.rc[i]) > 0.5) *rc |= (lx_opmask)1 << i;
-    if (c.w[i] && glp_mip_col_val(lp, c.w[i]) > 0.5) *w |= (lx_opmask)1 << i;
+    if (column_set(lp, c.rc[i])) *rc |= (lx_opmask)1 << i;
+    if (column_set(lp, c.w[i])) *w |= (lx_opmask)1 << i;
+    if (column_set(lp, c.of[i])) *of |= (lx_opmask)1 << i;
   }
 }
 
@@ -330,18 +431,18 @@ static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *
   glp_prob *lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MIN);
   triplets t = {0};
-  op_columns c = add_op_model(pr, lp, &t, 1, 0, false);
+  op_columns c = add_op_model(pr, lp, &t, 1, 0, false, false);
   const char *status = solve_mip(lp, &t, pr->time_limit_s, &stats->gap);
-  lx_opmask rc = drop_everything(pr), w = 0;
+  lx_opmask rc = drop_everything(pr), w = 0, of = 0;
   int ok = glp_mip_status(lp);
-  if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w);
+  if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w, &of);
   rc = lx_close_recompute(pr, rc);
   lx_matcher m = lx_matcher_init(pr);
-  choice best = realize(&m, rc, 0, window_of);
+  choice best = realize(&m, rc, 0, 0, window_of);
   lx_matcher_free(&m);
-  lx_masks_to_decisions(pr, best.rc, 0, d);
+  lx_masks_to_decisions(pr, best.rc, 0, 0, d);
   stats->status = status;
-  free(c.rc), free(c.w);
+  free_columns(&c);
   free_triplets(&t);
   glp_delete_prob(lp);
   return best.valid;
@@ -375,7 +476,7 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
   glp_set_obj_dir(lp, GLP_MIN);
   triplets t = {0};
   double n = (double)pr->n_layers * pr->micro_batches;
-  op_columns c = add_op_model(pr, lp, &t, n + TIE, -n, true);
+  op_columns c = add_op_model(pr, lp, &t, n + TIE, -n, true, true);
   int *window_row = lx_calloc((size_t)pr->n_windows + 1, sizeof(int));
   for (int inst = 0; inst < pr->n_instances && pr->n_windows; inst++) {
     int r = add_row(lp, GLP_FX, 0, 0); /* sum x + o - RW = 0 */
@@ -395,23 +496,25 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
       if (c.w[i]) glp_set_col_bnds(lp, c.w[i], GLP_FX, 0, 0);
   const char *status = solve_mip(lp, &t, pr->time_limit_s, &stats->gap);
   int ok = glp_mip_status(lp);
-  lx_opmask rc = drop_everything(pr), w = 0;
-  if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w);
+  lx_opmask rc = drop_everything(pr), w = 0, of = 0;
+  if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w, &of);
   rc = lx_close_recompute(pr, rc);
+  of &= ~rc;
   if (!lx_window_closed(pr, rc, w)) w = 0;
   lx_matcher m = lx_matcher_init(pr);
-  choice milp = realize(&m, rc, w, window_of);
+  choice milp = realize(&m, rc, w, of, window_of);
   bool heu_ok = solve_heu(pr, d, window_of);
-  lx_opmask hrc, hw;
-  lx_decisions_to_masks(pr, d, &hrc, &hw);
-  choice heu = {hrc, hw, lx_policy_exposed(pr, d, window_of), heu_ok};
+  lx_opmask hrc, hw, hof;
+  lx_decisions_to_masks(pr, d, &hrc, &hw, &hof);
+  choice heu = {hrc, hw, hof, lx_policy_exposed(pr, d, window_of), heu_ok};
   choice best = compare_choices(pr, &milp, &heu) <= 0 ? milp : heu;
-  stats->status = best.rc == milp.rc && best.w == milp.w ? status : "heuristic incumbent (MILP no better)";
-  realize(&m, best.rc, best.w, window_of);
+  bool milp_won = best.rc == milp.rc && best.w == milp.w && best.of == milp.of;
+  stats->status = milp_won ? status : "heuristic incumbent (MILP no better)";
+  realize(&m, best.rc, best.w, best.of, window_of);
   lx_matcher_free(&m);
-  lx_masks_to_decisions(pr, best.rc, best.w, d);
+  lx_masks_to_decisions(pr, best.rc, best.w, best.of, d);
   free(window_row);
-  free(c.rc), free(c.w);
+  free_columns(&c);
   free_triplets(&t);
   glp_delete_prob(lp);
   return best.valid;
@@ -427,8 +530,8 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
   bool ok;
   bool planned =
       policy == LX_RECOMPUTE_CHECKMATE || policy == LX_RECOMPUTE_LYNX_HEU || policy == LX_RECOMPUTE_LYNX_OPT;
-  if (planned && fits(pr, 0, 0)) { /* keeping everything fits: nothing is exposed and nothing beats it */
-    lx_masks_to_decisions(pr, 0, 0, d);
+  if (planned && fits(pr, 0, 0, 0)) { /* keeping everything fits: nothing is exposed and nothing beats it */
+    lx_masks_to_decisions(pr, 0, 0, 0, d);
     lx_assign_windows(pr, 0, scratch);
     stats->status = "optimal (everything kept)";
     policy = LX_RECOMPUTE_POLICY_COUNT; /* done */

@@ -21,6 +21,18 @@ bool lx_never_dropped(const lx_graph *g, int i) {
   return g->ops[i].kind == LX_OP_INPUT || g->ops[i].chunks > 1;
 }
 
+int64_t lx_offload_bytes(const lx_graph *g, int i) {
+  const lx_op *op = &g->ops[i];
+  int64_t bytes = output_is_saved(g, i) ? op->out_bytes : 0;
+  for (int k = 0; k < op->n_saved; k++)
+    if (op->saved[k].kind == LX_SAVE_INTERNAL) bytes += op->saved[k].bytes;
+  return bytes;
+}
+
+bool lx_offloadable(const lx_graph *g, int i) {
+  return !lx_never_dropped(g, i) && i != g->output && lx_offload_bytes(g, i) > 0;
+}
+
 void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decision *decisions) {
   const lx_graph *g = &ir->block;
   for (int i = 0; i < g->n_ops; i++) {
@@ -62,11 +74,11 @@ int64_t lx_kept_bytes(const lx_graph *g, const lx_op_decision *d) {
     for (int k = 0; k < g->ops[j].n_saved; k++) {
       const lx_saved *sv = &g->ops[j].saved[k];
       if (sv->kind == LX_SAVE_INTERNAL) {
-        if (!d[j].drop_internals) kept += sv->bytes;
+        if (!d[j].drop_internals && !d[j].offload) kept += sv->bytes;
         continue;
       }
       int producer = sv->kind == LX_SAVE_INPUT ? g->ops[j].inputs[sv->input] : j;
-      if (counted[producer] || d[producer].drop_output) continue;
+      if (counted[producer] || d[producer].drop_output || d[producer].offload) continue;
       counted[producer] = true;
       kept += sv->bytes;
     }

@@ -38,6 +38,12 @@ typedef struct {
    * order they are due), and per instance the event its recompute records */
   int ordinal, next_window;
   int *window_start, *window_items, *recomputed;
+  /* offload: per layer parity and block op, the event of the last OFFLOAD that read the op's
+   * place in that parity's window buffer; the last OFFLOAD's event; per instance, the event
+   * of its PREFETCH; per compute position (FWD/BWD ordinal, CSR) the instances whose
+   * prefetch starts after it (NULL in the first build, which finds the positions) */
+  int *offloaded, last_offload, *prefetched;
+  int *prefetch_start, *prefetch_items, n_positions;
   bool fill, ahead; /* 2BW: what the instructions emitted now belong to (lx_instr) */
 } builder;
 
@@ -134,6 +140,7 @@ static int instance_of(const builder *b, int layer, int mb) {
 static void recompute_in_window(builder *b, int inst, int w) {
   const lx_graph *g = &b->ir->block;
   int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
+  if (b->prefetched[inst] >= 0) wait_for(b, LX_STREAM_RECOMPUTE, b->prefetched[inst]); /* inputs offloaded */
   for (int i = 0; i < g->n_ops; i++)
     if (b->st->decisions[i].recompute && b->st->decisions[i].in_window &&
         lx_recompute_window(b->pipe, b->st, inst, i) == w)
@@ -146,9 +153,42 @@ static void recompute_in_window(builder *b, int inst, int w) {
  * window opens after it, the recompute stream starts there (an event
  * recorded now, before the compute stream goes on to wait for its
  * communication). */
+/* OFFLOAD or PREFETCH of block op i's saved tensors (layer, mb), on its stream. */
+static void host_copy(builder *b, lx_instr_kind kind, int layer, int i, int mb) {
+  lx_instr in = {.kind = kind, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb};
+  in.bytes = lx_offload_bytes(&b->ir->block, i);
+  emit(b, kind == LX_I_OFFLOAD ? LX_STREAM_OFFLOAD : LX_STREAM_PREFETCH, in);
+}
+
+/* Layer instance inst's offloaded tensors come back from host memory into
+ * the window buffer of its layer's parity, on the prefetch stream, as soon as
+ * no other instance needs that buffer (after the last pass of its parity
+ * before its backward, lx_instance_bounds) and every offload that reads the
+ * buffer or writes inst's host copies is done (the offload stream runs in
+ * order); the backward, and recomputation that reads them, wait for it. */
+static void prefetch_instance(builder *b, int inst) {
+  const lx_graph *g = &b->ir->block;
+  int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
+  sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_PREFETCH);
+  if (b->last_offload >= 0) wait_for(b, LX_STREAM_PREFETCH, b->last_offload);
+  for (int i = 0; i < g->n_ops; i++)
+    if (b->st->decisions[i].offload) host_copy(b, LX_I_PREFETCH, layer, i, mb);
+  b->prefetched[inst] = record(b, LX_STREAM_PREFETCH);
+}
+
+static void start_prefetches(builder *b) {
+  if (!b->prefetch_start || b->ordinal >= b->n_positions) return;
+  bool fill = b->fill, ahead = b->ahead;
+  b->fill = b->ahead = false; /* it serves this step's backward */
+  for (int k = b->prefetch_start[b->ordinal]; k < b->prefetch_start[b->ordinal + 1]; k++)
+    prefetch_instance(b, b->prefetch_items[k]);
+  b->fill = fill, b->ahead = ahead;
+}
+
 static void pass_emitted(builder *b) {
   b->ordinal++;
   const lx_stage *st = b->st;
+  start_prefetches(b);
   if (!st->window_of) return;
   while (b->next_window < st->n_windows && st->windows[b->next_window].after < b->ordinal)
     b->next_window++;
@@ -171,8 +211,16 @@ static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int 
   const lx_op *op = &g->ops[i];
   lx_instr in = {.kind = kind, .graph = gid, .layer = layer, .op = i, .mb = mb};
   lx_tp_collectives c = lx_tp_collectives_of(b->ir, op, false);
+  bool offload = kind == LX_I_FWD && gid == LX_GRAPH_BLOCK && b->st->decisions[i].offload;
+  int *copying = offload ? &b->offloaded[(layer % 2) * g->n_ops + i] : NULL;
+  if (copying && *copying >= 0) wait_for(b, LX_STREAM_COMPUTE, *copying); /* its place, still being copied */
   if (c.gather_before) tp_collective(b, in, gathered_bytes(b, g, op, false), false, LX_COLL_ALLGATHER);
   emit(b, LX_STREAM_COMPUTE, in);
+  if (offload) { /* what it saves goes to host memory now */
+    sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_OFFLOAD);
+    host_copy(b, LX_I_OFFLOAD, layer, i, mb);
+    *copying = b->last_offload = record(b, LX_STREAM_OFFLOAD);
+  }
   if (kind == LX_I_FWD) pass_emitted(b);
   if (c.reduce_after) tp_collective(b, in, whole_bytes(b, op->out_bytes), false, c.reduce);
 }
@@ -294,6 +342,7 @@ static void weight_pass(builder *b, int mb) {
 static void recompute_layer(builder *b, int layer, int mb) {
   const lx_graph *g = &b->ir->block;
   int inst = instance_of(b, layer, mb);
+  if (b->prefetched[inst] >= 0) wait_for(b, LX_STREAM_COMPUTE, b->prefetched[inst]);
   if (b->recomputed[inst] >= 0) wait_for(b, LX_STREAM_COMPUTE, b->recomputed[inst]);
   for (int i = 0; i < g->n_ops; i++)
     if (b->st->decisions[i].recompute &&
@@ -536,26 +585,86 @@ static void settle_weight_lag(const lx_ir *ir, const lx_pipeline *p, lx_stage *s
   st->weight_grad_micro_batches = lag ? at_most(lag + 1, m) : 0;
 }
 
-void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s) {
+static int *minus_ones(int n) {
+  int *v = lx_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  for (int i = 0; i < n; i++)
+    v[i] = -1;
+  return v;
+}
+
+/* The stage's instruction lists; with prefetch positions (CSR over the
+ * compute stream's passes) where it offloads. Returns the passes emitted. */
+static int build(const lx_ir *ir, lx_pipeline *p, int s, int *prefetch_start, int *prefetch_items,
+                 int n_positions) {
   lx_stage *st = &p->stages[s];
-  settle_weight_lag(ir, p, st);
   for (int k = 0; k < LX_STREAM_COUNT; k++)
     st->streams[k].count = 0;
   st->n_events = 0;
-  builder b = {.ir = ir, .pipe = p, .st = st, .tp = ir->plan.tp, .dp = ir->plan.dp, .ordinal = -1};
+  builder b = {.ir = ir,
+               .pipe = p,
+               .st = st,
+               .tp = ir->plan.tp,
+               .dp = ir->plan.dp,
+               .ordinal = -1,
+               .last_offload = -1,
+               .prefetch_start = prefetch_start,
+               .prefetch_items = prefetch_items,
+               .n_positions = n_positions};
   b.ids = lx_micro_batch_ids(p);
   int per_array = st->n_chunks * b.ids;
-  int *events = lx_malloc(sizeof(int) * 4 * (size_t)per_array);
-  for (int i = 0; i < 4 * per_array; i++)
-    events[i] = -1;
+  int *events = minus_ones(4 * per_array);
   b.slot_free = events;
   b.act_sent = events + per_array;
   b.grad_sent = events + 2 * per_array;
   b.weights_done = events + 3 * per_array;
+  b.offloaded = minus_ones(2 * ir->block.n_ops);
+  b.prefetched = minus_ones(st->n_layers * p->micro_batches);
   index_window_items(&b);
   schedule_stage(&b);
   free(events);
+  free(b.offloaded);
+  free(b.prefetched);
   free(b.window_start);
   free(b.window_items);
   free(b.recomputed);
+  return b.ordinal + 1;
+}
+
+static bool offloads(const lx_ir *ir, const lx_stage *st) {
+  for (int i = 0; i < ir->block.n_ops; i++)
+    if (st->decisions[i].offload) return true;
+  return false;
+}
+
+/* Where offloaded instances prefetch: the positions come from the lists
+ * themselves (lx_instance_bounds), so a stage that offloads is built twice;
+ * the passes are the same both times, only the copies are added. */
+void lx_schedule_stage(const lx_ir *ir, lx_pipeline *p, int s) {
+  lx_stage *st = &p->stages[s];
+  settle_weight_lag(ir, p, st);
+  int positions = build(ir, p, s, NULL, NULL, 0);
+  if (!offloads(ir, st)) return;
+  int n = st->n_layers * p->micro_batches;
+  int *lo = lx_malloc(sizeof(int) * (size_t)n), *due = lx_malloc(sizeof(int) * (size_t)n);
+  lx_instance_bounds(p, s, lo, due);
+  int *start = lx_calloc((size_t)positions + 2, sizeof(int)), *items = lx_malloc(sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++)
+    start[lo[i] + 2]++;
+  for (int k = 0; k < positions; k++)
+    start[k + 2] += start[k + 1];
+  /* by position, and at one position in the order they are due */
+  for (int i = 0; i < n; i++)
+    items[start[lo[i] + 1]++] = i;
+  for (int k = 0; k < positions; k++)
+    for (int a = start[k] + 1; a < start[k + 1]; a++)
+      for (int c = a; c > start[k] && due[items[c]] < due[items[c - 1]]; c--) {
+        int t = items[c];
+        items[c] = items[c - 1];
+        items[c - 1] = t;
+      }
+  build(ir, p, s, start, items, positions);
+  free(lo);
+  free(due);
+  free(start);
+  free(items);
 }

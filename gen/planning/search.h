@@ -11,6 +11,7 @@ typedef struct {
   lx_recompute_policy policy; /* the requested one; with search_policies, what candidates may take too */
   bool search_policies;       /* no --policy given: the search weighs none, selective, full and lynx-heu */
   lx_partition_kind partition;
+  bool no_offload;         /* lynxgen --no-offload */
   const char *profile;     /* NULL: the datasheet model */
   double gpu_memory_bytes; /* 0: the datasheet's */
   double time_budget_s;    /* stop trying candidates after this long (lynxgen --search-time) */

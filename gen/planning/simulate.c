@@ -266,6 +266,8 @@ double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, c
     if (in->coll == LX_COLL_ALLGATHER) return lx_cost_all_gather(cm, in->bytes, tp, false);
     return lx_cost_allreduce(cm, in->bytes, tp, false);
   case LX_I_ALLREDUCE_DP: return lx_cost_allreduce(cm, in->bytes, dp, tp * dp > ir->cluster.gpus_per_node);
+  case LX_I_OFFLOAD:
+  case LX_I_PREFETCH: return lx_cost_host_copy(cm, in->bytes);
   case LX_I_OPTIMIZER_STEP: {
     /* AdamW streams weights, master weights, gradients and both moments */
     double bytes = (double)p->stages[stage].params_per_rank * 36;

@@ -43,12 +43,22 @@ bool lx_window_closed(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w);
 
 double lx_seconds_of(const lx_stage_problem *pr, lx_opmask m);
 
-/* Block activation bytes: the stash of kept tensors plus the window buffers. */
-int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w);
+/* Block activation bytes of recompute set rc (w of it in windows) and
+ * offload set of: the stash of kept tensors plus the window buffers. */
+int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_opmask of);
 
-void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_op_decision *d);
+/* What one layer instance of offload set `of` copies each way; the compute
+ * stream's seconds per iteration that its copies cost (overlap.h); whether
+ * its host copies fit the host memory. */
+int64_t lx_offloaded_bytes(const lx_stage_problem *pr, lx_opmask of);
+double lx_offload_stall(const lx_stage_problem *pr, lx_opmask of);
+bool lx_host_fits(const lx_stage_problem *pr, lx_opmask of);
 
-void lx_decisions_to_masks(const lx_stage_problem *pr, const lx_op_decision *d, lx_opmask *rc, lx_opmask *w);
+void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_opmask of,
+                           lx_op_decision *d);
+
+void lx_decisions_to_masks(const lx_stage_problem *pr, const lx_op_decision *d, lx_opmask *rc, lx_opmask *w,
+                           lx_opmask *of);
 
 lx_matcher lx_matcher_init(const lx_stage_problem *pr);
 

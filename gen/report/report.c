@@ -35,6 +35,7 @@ static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 static double ms(double seconds) { return seconds * 1e3; }
 
 static const char *decision_text(const lx_op_decision *d) {
+  if (d->offload) return "offload to host memory after the forward, prefetch before the backward";
   if (!d->recompute) return "keep";
   if (d->in_window)
     return "recompute in a window on the recompute stream (on demand where the instance got none)";
@@ -189,10 +190,20 @@ static void print_arena(const lx_stage *st, const lx_stage_layout *l, FILE *out)
             "  ZeRO-1     optimizer state of 1/%d of the parameters per dp replica: %.2f MiB instead of %.2f "
             "MiB\n",
             l->shards, mib(optimizer), mib(l->param_elements * 8));
-  for (int k = 0; k < LX_REGION_COUNT; k++)
+  for (int k = 0; k < LX_REGION_HOST; k++)
     if (l->region_bytes[k])
       fprintf(out, "             %-9s at %12lld, %12lld bytes\n", lx_region_name((lx_region)k),
               (long long)l->region_offset[k], (long long)l->region_bytes[k]);
+  if (l->region_bytes[LX_REGION_HOST]) {
+    char host[LX_BYTES_TEXT], layer[LX_BYTES_TEXT];
+    fprintf(
+        out,
+        "  host arena %lld bytes (%s) of pinned host memory, not the GPU's: the offloaded activations, %d "
+        "slots x %d layers x %s\n",
+        (long long)l->region_bytes[LX_REGION_HOST],
+        lx_bytes_text((double)l->region_bytes[LX_REGION_HOST], host), l->host_slots, st->n_layers,
+        lx_bytes_text((double)l->host_layer_bytes, layer));
+  }
 }
 
 /* Zero bubble: which weight gradients wait for the drain, or why none does,
@@ -258,6 +269,9 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
           lx_bytes_text((double)m->activations_peak, activations), m->stashed_micro_batches,
           lx_bytes_text((double)m->kept_per_micro_batch, kept),
           lx_bytes_text((double)m->transient_peak, transient));
+  if (m->host_bytes > 0)
+    fprintf(out, "             host memory %s of offloaded activations (pinned, besides the GPU's)\n",
+            lx_bytes_text((double)m->host_bytes, kept));
   if (r->layouts) print_arena(&r->pipe->stages[s], &r->layouts[s], out);
   print_weight_passes(r->pipe, st, r->layouts ? &r->layouts[s] : NULL, out);
   print_layer_decisions(ir, st, out);
@@ -314,14 +328,16 @@ void lx_print_plan_text(const lx_report *r, FILE *out) {
           100 * r->sim->hfu);
 }
 
-/* The block's ops whose decision passes `in_window_only` (all recomputed
- * ones, or only those recomputed in windows), by name. */
-static void put_recomputed_ops(cJSON *parent, const char *key, const lx_ir *ir, const lx_stage *st,
-                               bool in_window_only) {
+typedef enum { OPS_RECOMPUTED, OPS_IN_WINDOWS, OPS_OFFLOADED } op_set;
+
+/* The block's ops in one set (recomputed, recomputed in windows, offloaded), by name. */
+static void put_ops(cJSON *parent, const char *key, const lx_ir *ir, const lx_stage *st, op_set set) {
   cJSON *names = lx_json_add_array(parent, key);
-  for (int i = 0; i < ir->block.n_ops; i++)
-    if (st->decisions[i].recompute && (!in_window_only || st->decisions[i].in_window))
-      lx_json_add_string(names, NULL, ir->block.ops[i].name);
+  for (int i = 0; i < ir->block.n_ops; i++) {
+    const lx_op_decision *d = &st->decisions[i];
+    bool in = set == OPS_OFFLOADED ? d->offload : d->recompute && (set == OPS_RECOMPUTED || d->in_window);
+    if (in) lx_json_add_string(names, NULL, ir->block.ops[i].name);
+  }
 }
 
 /* Interleaved 1F1B: the stage's model chunks. */
@@ -358,8 +374,10 @@ static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
   lx_json_add_int(w, "stashed_micro_batches", m->stashed_micro_batches);
   lx_json_add_bool(w, "fits", (double)m->peak <= r->capacity_bytes);
   if (r->layouts) lx_json_add_int(w, "arena_bytes", r->layouts[s].total);
-  put_recomputed_ops(w, "recomputed_ops", p->ir, st, false);
-  put_recomputed_ops(w, "window_ops", p->ir, st, true);
+  put_ops(w, "recomputed_ops", p->ir, st, OPS_RECOMPUTED);
+  put_ops(w, "window_ops", p->ir, st, OPS_IN_WINDOWS);
+  put_ops(w, "offloaded_ops", p->ir, st, OPS_OFFLOADED);
+  lx_json_add_int(w, "host_bytes", m->host_bytes);
   window_use u = window_use_of(p, st);
   lx_json_add_int(w, "windows_found", st->window_of ? st->n_windows : 0);
   lx_json_add_int(w, "windows_used", u.used);

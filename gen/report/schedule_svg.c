@@ -11,7 +11,8 @@
 
 /* CSS class in schedule.svg, and the legend's words for it. */
 static const char *paint_class(lx_paint p) {
-  static const char *names[] = {"fwd", "fwd ahead", "bwd", "wgt", "rec", "p2p", "tp", "dp", "opt", "evt"};
+  static const char *names[] = {"fwd", "fwd ahead", "bwd", "wgt",  "rec", "p2p",
+                                "tp",  "dp",        "opt", "host", "evt"};
   _Static_assert(sizeof names / sizeof names[0] == PAINT_COUNT, "one class per paint");
   return names[p];
 }
@@ -21,7 +22,8 @@ static const char *paint_legend(lx_paint p) {
                                 "backward",       "weight gradients (W)",
                                 "recompute",      "send / recv",
                                 "tp all-reduce",  "dp all-reduce",
-                                "optimizer step", "event"};
+                                "optimizer step", "offload / prefetch",
+                                "event"};
   _Static_assert(sizeof names / sizeof names[0] == PAINT_COUNT, "one legend entry per paint");
   return names[p];
 }
@@ -95,7 +97,8 @@ static void put_svg_style(FILE *out) {
         ".lane{font-size:8px;fill:#666}.tick{font-size:10px;fill:#444}.mb{font-size:10px;fill:#fff}\n"
         ".fwd{fill:#4e79a7}.ahead{fill:#a0cbe8}.bwd{fill:#59a14f}.wgt{fill:#8cd17d}.rec{fill:#f28e2b}.p2p{"
         "fill:#76b7b2}\n"
-        ".tp{fill:#edc948}.dp{fill:#b07aa1}.opt{fill:#9c755f}.edge{stroke:#fff;stroke-width:0.6}\n"
+        ".tp{fill:#edc948}.dp{fill:#b07aa1}.opt{fill:#9c755f}.host{fill:#bab0ac}.edge{stroke:#fff;stroke-"
+        "width:0.6}\n"
         ".grid{stroke:#e3e3e3;stroke-width:1}.axis{stroke:#444;stroke-width:1}\n"
         ".c1{fill-opacity:0.7}.c2{fill-opacity:0.5}.c3{fill-opacity:0.35}.c4,.c5,.c6,.c7{fill-opacity:0.25}\n"
         ".win{fill:#f28e2b;fill-opacity:0.2;stroke:#c0392b;stroke-width:1.2;stroke-dasharray:3 2}\n"

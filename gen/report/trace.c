@@ -24,6 +24,8 @@ lx_paint lx_paint_of(const lx_instr *in) {
   case LX_I_ALLREDUCE_TP: return PAINT_TP;
   case LX_I_ALLREDUCE_DP: return PAINT_DP;
   case LX_I_OPTIMIZER_STEP: return PAINT_OPTIMIZER;
+  case LX_I_OFFLOAD:
+  case LX_I_PREFETCH: return PAINT_HOST;
   default: return PAINT_NONE;
   }
 }

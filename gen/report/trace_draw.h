@@ -21,6 +21,7 @@ typedef enum {
   PAINT_TP,
   PAINT_DP,
   PAINT_OPTIMIZER,
+  PAINT_HOST, /* offload and prefetch copies to and from host memory */
   PAINT_NONE, /* RECORD/WAIT: they take no time of their own */
   PAINT_COUNT
 } lx_paint;

@@ -18,8 +18,8 @@
 
 /* The trace-event category: both all-reduces are "collective". */
 static const char *category_name(lx_paint p) {
-  static const char *names[] = {"forward", "forward",    "backward",   "weights",   "recompute",
-                                "p2p",     "collective", "collective", "optimizer", "event"};
+  static const char *names[] = {"forward",    "forward",    "backward",  "weights",   "recompute", "p2p",
+                                "collective", "collective", "optimizer", "host copy", "event"};
   _Static_assert(sizeof names / sizeof names[0] == PAINT_COUNT, "one category per paint");
   return names[p];
 }
@@ -105,6 +105,8 @@ static void put_instr_args(cJSON *event, const lx_pipeline *p, int s, int k, con
   case LX_I_BWD:
   case LX_I_BWD_WEIGHT:
   case LX_I_RECOMPUTE:
+  case LX_I_OFFLOAD:
+  case LX_I_PREFETCH:
   case LX_I_ALLREDUCE_TP: {
     const lx_graph *g = lx_graph_of(p->ir, in->graph);
     lx_json_add_string(args, "graph", g->name);

@@ -235,6 +235,19 @@ static void allreduce_tp_accesses(const lx_pipeline *p, const lx_instr *in, acce
   }
 }
 
+/* An offloaded op's saved tensors and their host copies: OFFLOAD reads the
+ * tensors and writes the copies, PREFETCH the other way. */
+static void host_copy_accesses(const lx_stage_layout *l, const lx_instr *in, access_list *list) {
+  const lx_op_place *pl = &l->places[in->graph][in->op];
+  bool offload = in->kind == LX_I_OFFLOAD;
+  for (int k = 0; k <= LX_MAX_SAVED; k++) {
+    if (pl->host_offset[k] < 0) continue;
+    lx_tensor_ref device = k == 0 ? ref(in, in->op, LX_T_OUTPUT, 0) : ref(in, in->op, LX_T_INTERNAL, k - 1);
+    add_tensor(list, device, offload ? LX_ACCESS_READ : LX_ACCESS_WRITE);
+    add_tensor(list, ref(in, in->op, LX_T_HOST, k), offload ? LX_ACCESS_WRITE : LX_ACCESS_READ);
+  }
+}
+
 /* The bucket's gradients, and nothing else of the region. */
 static void allreduce_dp_accesses(const lx_stage_layout *l, const lx_instr *in, access_list *list) {
   const lx_param_bucket *b = lx_find_bucket(l, in->graph, in->layer, in->tied);
@@ -277,6 +290,8 @@ int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, c
   case LX_I_ALLREDUCE_TP: allreduce_tp_accesses(p, in, &list); break;
   case LX_I_ALLREDUCE_DP: allreduce_dp_accesses(l, in, &list); break;
   case LX_I_OPTIMIZER_STEP: optimizer_accesses(l, &list); break;
+  case LX_I_OFFLOAD:
+  case LX_I_PREFETCH: host_copy_accesses(l, in, &list); break;
   default: break; /* RECORD, WAIT: no data */
   }
   return list.n;
@@ -300,8 +315,8 @@ lx_span lx_access_span(const lx_pipeline *p, int stage, const lx_stage_layout *l
 }
 
 void lx_tensor_describe(const lx_ir *ir, lx_tensor_ref t, char *buf, size_t size) {
-  static const char *roles[] = {"output",    "internal",  "grad",       "param",       "send_act",
-                                "send_grad", "recv_grad", "recomputed", "sp_gathered", "sp_whole"};
+  static const char *roles[] = {"output",    "internal",   "grad",        "param",    "send_act", "send_grad",
+                                "recv_grad", "recomputed", "sp_gathered", "sp_whole", "host"};
   const char *role = (size_t)t.role < sizeof roles / sizeof roles[0] ? roles[t.role] : "?";
   if (t.role == LX_T_SEND_ACT || t.role == LX_T_SEND_GRAD || t.role == LX_T_RECV_GRAD) {
     snprintf(buf, size, "%s mb%d", role, t.mb);
@@ -311,6 +326,7 @@ void lx_tensor_describe(const lx_ir *ir, lx_tensor_ref t, char *buf, size_t size
   char layer[16] = "", mb[16] = "", index[16] = "";
   if (t.layer >= 0) snprintf(layer, sizeof layer, " L%d", t.layer);
   if (t.mb >= 0) snprintf(mb, sizeof mb, " mb%d", t.mb);
-  if (t.role == LX_T_INTERNAL || t.role == LX_T_PARAM) snprintf(index, sizeof index, " %d", t.index);
+  if (t.role == LX_T_INTERNAL || t.role == LX_T_PARAM || t.role == LX_T_HOST)
+    snprintf(index, sizeof index, " %d", t.index);
   snprintf(buf, size, "%s.%s%s%s %s%s", g->name, g->ops[t.op].name, layer, mb, role, index);
 }

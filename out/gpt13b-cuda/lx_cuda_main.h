@@ -224,9 +224,24 @@ static void allocate(void) {
          ARENA_BYTES / 1073741824.0, free_bytes / 1073741824.0);
   CUDA_CHECK(cudaMalloc((void **)&arena, ARENA_BYTES));
   CUDA_CHECK(cudaMemset(arena, 0, ARENA_BYTES));
+  if (HOST_ARENA_BYTES > 0) { /* offloaded activations: pinned, so that copies overlap compute */
+    printf("stage %d: host arena %.3f GiB of pinned host memory for offloaded activations\n", STAGE,
+           HOST_ARENA_BYTES / 1073741824.0);
+    CUDA_CHECK(cudaMallocHost((void **)&host_arena, HOST_ARENA_BYTES));
+  }
   lx_cuda_matmul_context *matmul = lx_cuda_matmul_create();
+  /* Recomputation in a window must not slow the communication it hides behind, nor the
+   * compute stream once the window closes: NCCL's kernels (tp, dp, pipeline streams) get the
+   * SMs first, then the compute stream, and the recompute stream what they leave (the planner
+   * charges that slowdown to the recompute: the cost model's interference factor). Smaller
+   * numbers are higher priorities; the copy streams use copy engines, not SMs. */
+  int least_priority = 0, greatest_priority = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  int above_least = least_priority > greatest_priority ? least_priority - 1 : least_priority;
   for (int k = 0; k < STREAM_COUNT; k++) {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&streams[k], cudaStreamNonBlocking));
+    bool communicates = k == STREAM_SEND || k == STREAM_RECV || k == STREAM_TP || k == STREAM_DP;
+    int priority = communicates ? greatest_priority : k == STREAM_COMPUTE ? above_least : least_priority;
+    CUDA_CHECK(cudaStreamCreateWithPriority(&streams[k], cudaStreamNonBlocking, priority));
     CUDA_CHECK(cudaEventCreateWithFlags(&stream_done[k], cudaEventDisableTiming));
     /* a stream runs one kernel at a time: the largest need of any (HEADS, WIDEST: the stage's) */
     size_t floats = std::max({lx_cuda_attention_scratch_floats(B, T, HEADS), lx_cuda_norm_backward_scratch_floats(BT, WIDEST),

@@ -16,7 +16,11 @@
 #include "lx_rng.h"
 
 /* One cudaStream_t per schedule stream (ir/schedule.h's order). */
-enum { STREAM_COMPUTE, STREAM_RECOMPUTE, STREAM_SEND, STREAM_RECV, STREAM_TP, STREAM_DP, STREAM_COUNT };
+enum {
+  STREAM_COMPUTE, STREAM_RECOMPUTE, STREAM_SEND, STREAM_RECV, STREAM_TP, STREAM_DP,
+  STREAM_OFFLOAD, STREAM_PREFETCH, /* activation copies to pinned host memory and back */
+  STREAM_COUNT
+};
 
 static char *arena;
 static int replica;

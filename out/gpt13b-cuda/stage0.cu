@@ -56,6 +56,10 @@ enum {
 #define TRAINING_VAL_DATA "data/val_*.bin"
 #define PREDICTED_STEP_SECONDS 9.2 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset)))
+/* The host arena: what offloaded ops save, in host memory (plan.txt); 0 bytes: none */
+#define HOST_ARENA_BYTES 0LL
+static char *host_arena;
+#define HOST_AT(offset) ((void *)(host_arena + (size_t)(offset)))
 /* a parameter's fp32 gradient sits at the same element of the grads region */
 #define GRAD_OF(p) ((float *)(arena + REGION_grads + ((char *)(p) - (arena + REGION_params)) / PARAM_ELT * 4))
 #define GRAD_REGION ((float *)(arena + REGION_grads))

@@ -35,6 +35,12 @@ static void allocate_arena(void) {
   arena = (char *)aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (!arena) lx_die("cannot allocate the %zu-byte arena of stage %d", bytes, STAGE);
   memset(arena, LX_POISON_BYTE, bytes);
+  if (HOST_ARENA_BYTES > 0) { /* offloaded activations: the GPU target's pinned host memory */
+    size_t host_bytes = (size_t)HOST_ARENA_BYTES * REAL_SCALE;
+    host_arena = (char *)aligned_alloc(4096, (host_bytes + 4095) / 4096 * 4096);
+    if (!host_arena) lx_die("cannot allocate the %zu-byte host arena of stage %d", host_bytes, STAGE);
+    memset(host_arena, LX_POISON_BYTE, host_bytes);
+  }
 }
 
 #ifdef LX_CHECK_MEMORY

@@ -72,6 +72,10 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
 #define PREDICTED_STEP_SECONDS 0.00139 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
+/* The host arena: what offloaded ops save, in host memory (plan.txt); 0 bytes: none */
+#define HOST_ARENA_BYTES 0LL
+static char *host_arena;
+#define HOST_AT(offset) ((void *)(host_arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_params) * REAL_SCALE))
 #define PARAMS ((real *)AT(REGION_params))

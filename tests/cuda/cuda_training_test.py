@@ -192,13 +192,14 @@ def build_and_train(target, pp, work, data):
 # Every parallel layout on one GPU: NCCL refuses two ranks on a device, so
 # the CUDA ranks talk through host memory (--comm host, lx_cuda_comm.h); the
 # schedule's streams and events stay as they are. lynx-heu's GPU memory is
-# squeezed so that it recomputes in the pipeline's windows; ZB-H1's later
+# squeezed so that it recomputes in the pipeline's windows (without offload),
+# or at pp 2 offloads to pinned host memory; ZB-H1's later
 # stages run their linears' weight gradients as W passes in the drain; 2BW's
 # steps overlap, and validation drains its pipeline; interleaved 1F1B sends
 # around the ring of stages, each stage holding two chunks of layers.
 LLAMA = os.path.join(ROOT, "tests", "equivalence", "llama.model")
 WINDOWED = ("--tp", "2", "--pp", "2", "--dp", "2", "--zero", "--sequence-parallel", "--policy", "lynx-heu",
-            "--gpu-memory", "0.0015", "--allow-oom-plan")
+            "--gpu-memory", "0.0015", "--allow-oom-plan", "--no-offload")
 # Pipeline-only layouts first: on one GPU the sequence-parallel ones make the
 # most host-backend transfers, and a lease that runs out should still have
 # measured the others. Fine-tuning (LoRA adapters on tiny's block linears, the
@@ -214,6 +215,9 @@ LAYOUTS = (
     # interleaved 1F1B: two chunks per stage, activations and gradients around the ring of two stages
     ("tiny pp2 interleaved", MODEL, ("--tp", "1", "--dp", "1", "--pp", "2", "--schedule", "interleaved",
                                      "--policy", "none")),
+    # activation offload: cudaMemcpyAsync to pinned host memory after the forwards, back before the backwards
+    ("tiny pp2 lynx-heu offload", MODEL, ("--tp", "1", "--dp", "1", "--pp", "2", "--policy", "lynx-heu",
+                                          "--gpu-memory", "0.003", "--allow-oom-plan")),
     ("tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu", MODEL, WINDOWED),
     ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),
     # mini-sequences (MsT): the SwiGLU MLPs and the vocabulary-parallel LM head and loss in 4 pieces

@@ -79,8 +79,10 @@ static bool search_open_plan(const fuzz_options *o, lx_ir *ir) {
     lx_error(ir->locs.plan, "the plan search needs global_batch");
     return false;
   }
-  lx_search_request req = {
-      .policy = o->policy, .partition = o->partition, .gpu_memory_bytes = o->gpu_memory_bytes};
+  lx_search_request req = {.policy = o->policy,
+                           .partition = o->partition,
+                           .no_offload = o->no_offload,
+                           .gpu_memory_bytes = o->gpu_memory_bytes};
   lx_candidate chosen;
   lx_search_stats stats;
   bool found = lx_search_plan(ir, &req, &chosen, &stats, NULL);
@@ -108,7 +110,11 @@ static void plan(const lx_ir *ir, const fuzz_options *o) {
   lx_cost_model cm;
   if (!lx_cost_model_init(&cm, ir, NULL)) fail("the cost model failed without a profile");
   if (o->gpu_memory_bytes > 0) cm.gpu.memory_bytes = o->gpu_memory_bytes;
-  lx_plan_options options = {o->policy, o->partition, &cm, OPT_TIME_LIMIT_S};
+  lx_plan_options options = {.policy = o->policy,
+                             .partition = o->partition,
+                             .no_offload = o->no_offload,
+                             .cm = &cm,
+                             .opt_time_limit_s = OPT_TIME_LIMIT_S};
   lx_pipeline pipe;
   if (lx_plan_pipeline(ir, &options, &pipe)) {
     fuzz_emit_plan(&pipe, &cm, o);

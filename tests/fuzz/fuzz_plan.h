@@ -17,6 +17,7 @@ typedef struct {
   lx_partition_kind partition;
   double gpu_memory_bytes; /* 0: the datasheet's */
   bool cuda_graph, unfused, unrolled;
+  bool no_offload; /* lynxgen --no-offload */
 } fuzz_options;
 
 fuzz_options fuzz_plan_options(const uint8_t *data, size_t size);

@@ -1,6 +1,6 @@
 /* fuzz_plan_options.c — reads `// fuzz-options: word word ...` from the
  * input (fuzz_plan.h): policy=NAME, partition=uniform|dp, gpu-memory=GIB,
- * cuda-graph, unfused, unrolled. Unknown words are ignored; without the
+ * cuda-graph, unfused, unrolled, no-offload. Unknown words are ignored; without the
  * line, lynxgen's defaults. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -23,6 +23,7 @@ static void apply_word(fuzz_options *o, const char *word, size_t len) {
   if (word_is(word, len, "cuda-graph")) o->cuda_graph = true;
   if (word_is(word, len, "unfused")) o->unfused = true;
   if (word_is(word, len, "unrolled")) o->unrolled = true;
+  if (word_is(word, len, "no-offload")) o->no_offload = true;
   if (len > 11 && len < 40 && !memcmp(word, "gpu-memory=", 11)) {
     char number[40];
     memcpy(number, word + 11, len - 11);
@@ -34,7 +35,7 @@ static void apply_word(fuzz_options *o, const char *word, size_t len) {
 
 fuzz_options fuzz_plan_options(const uint8_t *data, size_t size) {
   static const char key[] = "// fuzz-options:";
-  fuzz_options o = {LX_RECOMPUTE_NONE, LX_PARTITION_UNIFORM, 0, false, false, false};
+  fuzz_options o = {LX_RECOMPUTE_NONE, LX_PARTITION_UNIFORM, 0, false, false, false, false};
   const char *text = (const char *)data, *end = text + size;
   for (const char *p = text; p + sizeof key - 1 <= end; p++) {
     if (memcmp(p, key, sizeof key - 1)) continue;

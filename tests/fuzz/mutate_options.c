@@ -16,7 +16,7 @@
 static const char *const policies[] = {"none", "full", "selective", "checkmate", "lynx-heu", "lynx-opt"};
 static const char *const partitions[] = {"uniform", "dp"};
 static const char *const gpu_memory[] = {"0.001", "0.5", "2", "16", "80", "1000000"};
-static const char *const flags[] = {" cuda-graph", " unfused", " unrolled"};
+static const char *const flags[] = {" cuda-graph", " unfused", " unrolled", " no-offload"};
 
 /* The line at `at` to its newline (or the end). */
 static int line_end(const mt_text *t, int at) {

@@ -32,8 +32,9 @@
 #include "frontend/frontend.h"
 #include "planning/layout.h"
 #include "planning/overlap.h"
-#include "planning/plan.h"
 #include "planning/passes.h"
+#include "planning/plan.h"
+#include "planning/stage_problem.h"
 #include "verify/verify.h"
 
 static const char *model_text =
@@ -92,32 +93,52 @@ static double layer_recompute_s(const lx_stage_problem *pr) {
   return t;
 }
 
-/* The best realised choice over every keep / on-demand / window assignment
- * of the droppable ops that is valid and fits; with `windows` false, only
+/* The in-window seconds of window set w, matched once per set (the brute
+ * force meets each set many times); `served` holds -1 where not yet matched,
+ * indexed by w's bits among the windowable ops. */
+static double served_once(const lx_stage_problem *pr, lx_opmask w, double *served, int *window_of) {
+  size_t key = 0;
+  for (int i = 0, bit = 0; i < pr->n_ops; i++)
+    if (pr->windowable[i]) key |= (size_t)((w >> i) & 1) << bit++;
+  if (served[key] < 0) served[key] = lx_assign_windows(pr, w, window_of);
+  return served[key];
+}
+
+/* The best realised choice over every keep / on-demand / window / offload
+ * assignment of the droppable ops that is valid and fits (offload where the
+ * problem allows it: pr->host_bytes_per_s > 0); with `windows` false, only
  * keep / on demand. Returns the least exposed time, or -1 if nothing fits. */
 static double brute_force(const lx_stage_problem *pr, bool windows) {
-  int ops[64], n = 0;
-  for (int i = 0; i < pr->n_ops; i++)
+  int ops[64], n = 0, windowable = 0;
+  for (int i = 0; i < pr->n_ops; i++) {
     if (pr->drop_bytes[i] > 0) ops[n++] = i;
-  int choices = windows ? 3 : 2;
+    windowable += pr->windowable[i];
+  }
+  int choices = !windows ? 2 : pr->host_bytes_per_s > 0 ? 4 : 3;
   long total = 1;
   for (int k = 0; k < n; k++)
     total *= choices;
   lx_op_decision *d = calloc((size_t)pr->n_ops, sizeof *d);
   int *window_of = malloc(sizeof(int) * lx_placement_entries(pr));
+  double *served = malloc(sizeof(double) << windowable);
+  for (size_t k = 0; k < (size_t)1 << windowable; k++)
+    served[k] = -1;
   double best = -1;
   for (long code = 0; code < total; code++) {
     memset(d, 0, sizeof *d * (size_t)pr->n_ops);
     long c = code;
+    bool valid = true;
     for (int k = 0; k < n; k++, c /= choices) {
       int v = (int)(c % choices);
-      d[ops[k]].drop_output = d[ops[k]].drop_internals = v > 0;
+      d[ops[k]].drop_output = d[ops[k]].drop_internals = v == 1 || v == 2;
       d[ops[k]].in_window = v == 2;
+      d[ops[k]].offload = v == 3;
+      valid &= v != 3 || pr->offload_bytes[ops[k]] > 0;
     }
     lx_recompute_closure(pr->block, d);
-    bool valid = true;
     lx_opmask w = 0;
     for (int i = 0; i < pr->n_ops && valid; i++) {
+      valid = !(d[i].offload && d[i].recompute);
       if (!d[i].in_window) continue;
       valid = pr->windowable[i] && d[i].recompute;
       w |= (lx_opmask)1 << i;
@@ -127,12 +148,15 @@ static double brute_force(const lx_stage_problem *pr, bool windows) {
       }
     }
     if (!valid || lx_policy_bytes(pr, d) > pr->avail_bytes) continue;
-    lx_assign_windows(pr, w, window_of);
-    double t = lx_policy_exposed(pr, d, window_of);
+    lx_opmask rc, in_windows, of;
+    lx_decisions_to_masks(pr, d, &rc, &in_windows, &of);
+    if (!lx_host_fits(pr, of)) continue;
+    double t = lx_exposed_of(pr, rc, served_once(pr, w, served, window_of)) + lx_offload_stall(pr, of);
     if (best < 0 || t < best) best = t;
   }
   free(d);
   free(window_of);
+  free(served);
   return best;
 }
 
@@ -152,13 +176,22 @@ static int recomputed_ops(const lx_stage_problem *pr, const lx_op_decision *d) {
   return n;
 }
 
-static void check_policies(int tp) {
+/* The policies against brute force on one stage. `host_link` scales the
+ * host link: 0 allows no offload; else copying the block's largest
+ * offloadable op takes host_link x a layer's forward, so that offload is
+ * free for small tensors and costs for large ones. */
+static void check_policies(int tp, double host_link) {
   lx_ir ir;
   CHECK(load(&ir, 2, 1, tp, 3, LX_SCHEDULE_1F1B), "tp=%d: the model loads", tp);
   lx_cost_model cm;
   lx_cost_model_init(&cm, &ir, NULL);
   lx_stage_problem pr;
   lx_stage_problem_init(&pr, &ir, &cm, 2, 2 * 3, 3, INT64_MAX); /* 3 micro-batches of 2 layers kept */
+  int64_t largest = 0;
+  for (int i = 0; i < pr.n_ops; i++)
+    if (pr.offload_bytes[i] > largest) largest = pr.offload_bytes[i];
+  pr.host_bytes_per_s = host_link > 0 ? (double)largest / (host_link * pr.layer_fwd_s) : 0;
+  const char *mode = host_link > 0 ? " with offload" : "";
   lx_window w[8];
   hand_windows(&pr, w, 8, layer_recompute_s(&pr) * 0.3);
   lx_op_decision *d = calloc((size_t)pr.n_ops, sizeof *d);
@@ -168,8 +201,8 @@ static void check_policies(int tp) {
                                                 LX_RECOMPUTE_LYNX_OPT};
   for (int k = 0; k < 3; k++) {
     double t = solve(&ir, planned[k], &pr, d, &ok, &stats);
-    CHECK(ok && t == 0 && recomputed_ops(&pr, d) == 0, "tp=%d unlimited memory: %s keeps everything", tp,
-          lx_recompute_policy_name(planned[k]));
+    CHECK(ok && t == 0 && recomputed_ops(&pr, d) == 0, "tp=%d%s unlimited memory: %s keeps everything", tp,
+          mode, lx_recompute_policy_name(planned[k]));
   }
   /* budgets from everything-dropped to nearly everything kept */
   lx_op_decision *all = calloc((size_t)pr.n_ops, sizeof *all);
@@ -179,37 +212,39 @@ static void check_policies(int tp) {
     pr.avail_bytes = least + (most - least) * step / 7;
     double cm_t = solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);
     double cm_want = brute_force(&pr, false);
-    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: checkmate fits", tp, step);
-    CHECK_CLOSE(cm_t, cm_want, 1e-9, "tp=%d budget %d/7: checkmate is the brute-force optimum on demand", tp,
-                step);
+    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d%s budget %d/7: checkmate fits", tp, mode,
+          step);
+    CHECK_CLOSE(cm_t, cm_want, 1e-9, "tp=%d%s budget %d/7: checkmate is the brute-force optimum on demand",
+                tp, mode, step);
     double heu = solve(&ir, LX_RECOMPUTE_LYNX_HEU, &pr, d, &ok, &stats);
-    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d budget %d/7: lynx-heu respects the budget",
-          tp, step);
+    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes,
+          "tp=%d%s budget %d/7: lynx-heu respects the budget", tp, mode, step);
     double opt = solve(&ir, LX_RECOMPUTE_LYNX_OPT, &pr, d, &ok, &stats);
     CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes,
-          "tp=%d budget %d/7: lynx-opt is feasible (%s, gap %g)", tp, step, stats.status, stats.gap);
-    CHECK(opt <= heu * (1 + 1e-9) + 1e-15, "tp=%d budget %d/7: lynx-opt %.3g s no worse than lynx-heu %.3g s",
-          tp, step, opt, heu);
+          "tp=%d%s budget %d/7: lynx-opt is feasible (%s, gap %g)", tp, mode, step, stats.status, stats.gap);
+    CHECK(opt <= heu * (1 + 1e-9) + 1e-15,
+          "tp=%d%s budget %d/7: lynx-opt %.3g s no worse than lynx-heu %.3g s", tp, mode, step, opt, heu);
     CHECK(heu <= cm_t * (1 + 1e-9) + 1e-15,
-          "tp=%d budget %d/7: lynx-heu %.3g s no worse than checkmate %.3g s", tp, step, heu, cm_t);
+          "tp=%d%s budget %d/7: lynx-heu %.3g s no worse than checkmate %.3g s", tp, mode, step, heu, cm_t);
     double best = brute_force(&pr, true);
-    CHECK_CLOSE(heu, best, 1e-9,
-                "tp=%d budget %d/7: lynx-heu, which scores every choice by its matching, is the brute-force "
-                "optimum",
-                tp, step);
+    CHECK_CLOSE(
+        heu, best, 1e-9,
+        "tp=%d%s budget %d/7: lynx-heu, which scores every choice by its matching, is the brute-force "
+        "optimum",
+        tp, mode, step);
     CHECK(best >= 0 && opt <= best * 1.03 + 1e-12 && opt >= best * (1 - 1e-9) - 1e-15,
-          "tp=%d budget %d/7: lynx-opt %.4g s within 3%% of the brute-force optimum %.4g s", tp, step, opt,
-          best);
+          "tp=%d%s budget %d/7: lynx-opt %.4g s within 3%% of the brute-force optimum %.4g s", tp, mode, step,
+          opt, best);
   }
-  /* windows of zero length: lynx-opt is checkmate */
-  for (int k = 0; k < 8; k++)
+  /* windows of zero length and no offload: lynx-opt is checkmate */
+  for (int k = 0; host_link == 0 && k < 8; k++)
     w[k].length = w[k].capacity = 0;
-  for (int step = 0; step <= 6; step += 2) {
+  for (int step = 0; host_link == 0 && step <= 6; step += 2) {
     pr.avail_bytes = least + (most - least) * step / 7;
     double cm_t = solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);
     double opt = solve(&ir, LX_RECOMPUTE_LYNX_OPT, &pr, d, &ok, &stats);
-    CHECK_CLOSE(opt, cm_t, 1e-9, "tp=%d budget %d/7, zero-length windows: lynx-opt equals checkmate", tp,
-                step);
+    CHECK_CLOSE(opt, cm_t, 1e-9, "tp=%d%s budget %d/7, zero-length windows: lynx-opt equals checkmate", tp,
+                mode, step);
   }
   free(all);
   free(d);
@@ -545,10 +580,8 @@ static int count_window_recomputes(const lx_pipeline *p) {
   return n;
 }
 
-static int verify_pipeline(const lx_pipeline *p, bool quiet) {
-  lx_stage_layout *layouts = calloc((size_t)p->pp, sizeof *layouts);
-  for (int s = 0; s < p->pp; s++)
-    lx_layout_stage(p, s, 4, false, &layouts[s]);
+/* lx_verify of p over these layouts; `quiet` keeps its report off stderr. */
+static int verify_layouts(const lx_pipeline *p, const lx_stage_layout *layouts, bool quiet) {
   int saved = -1, null = -1;
   if (quiet) {
     fflush(stderr);
@@ -562,19 +595,28 @@ static int verify_pipeline(const lx_pipeline *p, bool quiet) {
     close(null);
     close(saved);
   }
+  return n;
+}
+
+static int verify_pipeline(const lx_pipeline *p, bool quiet) {
+  lx_stage_layout *layouts = calloc((size_t)p->pp, sizeof *layouts);
+  for (int s = 0; s < p->pp; s++)
+    lx_layout_stage(p, s, 4, false, &layouts[s]);
+  int n = verify_layouts(p, layouts, quiet);
   for (int s = 0; s < p->pp; s++)
     lx_layout_free(&layouts[s]);
   free(layouts);
   return n;
 }
 
-/* The compute stream's wait for the last in-window recompute of a stage,
- * removed (an earlier one may still be ordered by a later wait: the
- * recompute stream runs its instances in order). */
-static bool drop_window_wait(lx_pipeline *p) {
+/* The compute stream's wait for the last event a stage records on stream
+ * `on` (the recompute stream: its last in-window recompute; the prefetch
+ * stream: its last copy back), removed; an earlier one may still be ordered
+ * by a later wait, since a stream runs in order. */
+static bool drop_last_wait(lx_pipeline *p, lx_stream on) {
   for (int s = 0; s < p->pp; s++) {
     lx_stage *st = &p->stages[s];
-    lx_instr_list *rs = &st->streams[LX_STREAM_RECOMPUTE];
+    const lx_instr_list *rs = &st->streams[on];
     int done = -1;
     for (int i = 0; i < rs->count; i++)
       if (rs->items[i].kind == LX_I_RECORD) done = rs->items[i].event;
@@ -587,6 +629,52 @@ static bool drop_window_wait(lx_pipeline *p) {
       }
   }
   return false;
+}
+
+/* lx_verify over layouts whose host arenas have one slot fewer than planned
+ * (where they have two or more): a micro-batch's offload then overwrites the
+ * host copies of one whose prefetch may not have read them yet. Returns the
+ * violations, or -1 where no stage has a slot to spare. */
+static int verify_with_fewer_host_slots(const lx_pipeline *p) {
+  lx_stage_layout *layouts = calloc((size_t)p->pp, sizeof *layouts);
+  bool shrunk = false;
+  for (int s = 0; s < p->pp; s++) {
+    lx_layout_stage(p, s, 4, false, &layouts[s]);
+    if (layouts[s].host_slots > 1 && layouts[s].host_layer_bytes > 0) layouts[s].host_slots--, shrunk = true;
+  }
+  int n = shrunk ? verify_layouts(p, layouts, true) : -1;
+  for (int s = 0; s < p->pp; s++)
+    lx_layout_free(&layouts[s]);
+  free(layouts);
+  return n;
+}
+
+static int count_instrs(const lx_pipeline *p, lx_instr_kind kind) {
+  int n = 0;
+  for (int s = 0; s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      for (int i = 0; i < p->stages[s].streams[k].count; i++)
+        n += p->stages[s].streams[k].items[i].kind == kind;
+  return n;
+}
+
+/* A plan that offloads: one PREFETCH per OFFLOAD; the verifier reports a
+ * prefetch too late for its backward and a host slot reused too early. */
+static void check_offload_faults(lx_pipeline *p, const char *name, int pp, int tp, const char *pol) {
+  int offloads = count_instrs(p, LX_I_OFFLOAD), prefetches = count_instrs(p, LX_I_PREFETCH);
+  if (offloads == 0) return;
+  CHECK(prefetches == offloads, "%s pp=%d tp=%d %s: %d offloads, each prefetched back (%d)", name, pp, tp,
+        pol, offloads, prefetches);
+  int reused = verify_with_fewer_host_slots(p);
+  if (reused >= 0)
+    CHECK(reused > 0,
+          "%s pp=%d tp=%d %s: with one host slot fewer, the verifier reports a host copy "
+          "overwritten before its prefetch read it (%d)",
+          name, pp, tp, pol, reused);
+  CHECK(drop_last_wait(p, LX_STREAM_PREFETCH) && verify_pipeline(p, true) > 0,
+        "%s pp=%d tp=%d %s: without the wait for a prefetch, the verifier reports the backward reading "
+        "before the copy is back",
+        name, pp, tp, pol);
 }
 
 /* Layer instances whose in-window recompute spreads over several windows
@@ -656,7 +744,7 @@ static void check_chunk_split(const lx_pipeline *p, int layers, const char *name
  * from full recompute's peak to no recompute's; returns the recomputes it
  * placed in windows. */
 static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy,
-                                  double squeeze, int *split_instances) {
+                                  double squeeze, int *split_instances, bool offload) {
   lx_ir ir;
   bool interleaved =
       schedule == LX_SCHEDULE_INTERLEAVED; /* 2 chunks a stage: micro-batches in groups of pp */
@@ -665,7 +753,7 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   lx_cost_model cm;
   lx_cost_model_init(&cm, &ir, NULL);
   lx_pipeline none, full;
-  lx_plan_options o = {.policy = LX_RECOMPUTE_NONE, .cm = &cm};
+  lx_plan_options o = {.policy = LX_RECOMPUTE_NONE, .cm = &cm, .no_offload = !offload};
   lx_plan_pipeline(&ir, &o, &none);
   o.policy = LX_RECOMPUTE_FULL;
   lx_plan_pipeline(&ir, &o, &full);
@@ -710,15 +798,25 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
           "first part alone is reported",
           name, pp, tp, pol, split);
   *split_instances += split;
-  if (in_window > 0) {
-    CHECK(drop_window_wait(&p) && verify_pipeline(&p, getenv("LX_DEBUG") == NULL) > 0,
+  int offloads = built ? count_instrs(&p, LX_I_OFFLOAD) : 0;
+  if (offloads > 0) {
+    check_offload_faults(&p, name, pp, tp, pol);
+  } else if (in_window > 0) {
+    CHECK(drop_last_wait(&p, LX_STREAM_RECOMPUTE) && verify_pipeline(&p, getenv("LX_DEBUG") == NULL) > 0,
           "%s pp=%d tp=%d %s: without the wait for a window's recompute, the verifier reports a race", name,
           pp, tp, pol);
   }
   lx_pipeline_free(&p);
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
-  return in_window;
+  return offload ? offloads : in_window;
+}
+
+/* The same squeezed plans at tp 2 where the Lynx policies may offload:
+ * returns the OFFLOAD instructions. */
+static int check_offloads(lx_schedule schedule, int pp, lx_recompute_policy policy, double squeeze,
+                          int *split_instances) {
+  return check_window_schedules(schedule, pp, 2, policy, squeeze, split_instances, true);
 }
 
 /* The plan of `policy` on the squeezed GPU with the layers split as
@@ -780,12 +878,15 @@ static void check_best_partition(int pp, int layers, double squeeze) {
 }
 
 int main(void) {
-  int split = 0;
+  int split = 0, offloaded = 0;
   for (int pp = 2; pp <= 4; pp++)
     for (int k = 1; k <= 3; k++)
       check_best_partition(pp, 3 * pp + 1, 0.2 * k);
-  check_policies(1);
-  check_policies(2);
+  for (int tp = 1; tp <= 2; tp++) {
+    check_policies(tp, 0);
+    check_policies(tp, 0.5); /* the largest op's copies hide behind half a layer */
+    check_policies(tp, 3);   /* ... cost two layers' forward, more than the backward */
+  }
   check_assignment();
   check_partition();
   for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
@@ -794,18 +895,23 @@ int main(void) {
       const char *name = lx_schedule_name((lx_schedule)sched);
       for (int pol = LX_RECOMPUTE_LYNX_HEU; pol <= LX_RECOMPUTE_LYNX_OPT; pol++) {
         int placed = 0;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 3; k++) {
           placed += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k],
-                                           &split);
+                                           &split, false);
+          offloaded += check_offloads((lx_schedule)sched, pp, (lx_recompute_policy)pol, squeezes[k], &split);
+        }
         CHECK(placed > 0, "%s pp=%d tp=2 %s: some squeeze puts recompute into windows (%d)", name, pp,
               lx_recompute_policy_name((lx_recompute_policy)pol), placed);
       }
-      check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU, 0.3, &split);
-      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE, 0.3, &split);
+      check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU, 0.3, &split, false);
+      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE, 0.3, &split, false);
     }
   for (int pp = 2; pp <= 3; pp++) /* interleaved 1F1B: the partition into chunks and Lynx's windows */
-    for (int pol = LX_RECOMPUTE_CHECKMATE; pol <= LX_RECOMPUTE_LYNX_OPT; pol++)
-      check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol, 0.3, &split);
+    for (int pol = LX_RECOMPUTE_CHECKMATE; pol <= LX_RECOMPUTE_LYNX_OPT; pol++) {
+      check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol, 0.3, &split, false);
+      offloaded += check_offloads(LX_SCHEDULE_INTERLEAVED, pp, (lx_recompute_policy)pol, 0.3, &split);
+    }
   CHECK(split > 0, "the squeezed pipelines split %d layer instances' in-window recompute", split);
+  CHECK(offloaded > 0, "the squeezed pipelines with offload offload in %d plans", offloaded);
   return check_exit_status();
 }
