@@ -117,63 +117,74 @@ static lx_opmask drop_everything(const lx_stage_problem *pr) {
   return lx_close_recompute(pr, rc);
 }
 
+/* First window at or after position `after` (windows are sorted). */
+static int first_window(const lx_stage_problem *pr, int after) {
+  int lo = 0, hi = pr->n_windows;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (pr->windows[mid].after < after)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 /* ---- lynx-heu ---------------------------------------------------------------------- */
 
 enum { MAX_ENUM_OPS = 16, MAX_ENUM_WINDOW_OPS = 10 };
 
-/* The in-window seconds the matching serves, per window set: many recompute
- * sets share one (a matching walks every window it could use). Open
- * addressing on the set's bits. */
+/* Per window set w, the best recompute and offload sets that use it, scored
+ * as if the windows served nothing (`exposed` holds N x r(rc) + copies: the
+ * matching of w subtracts the same seconds from all of them, so they compare
+ * alike before it). Open addressing on the set's bits. */
 typedef struct {
-  const lx_matcher *m;
   lx_opmask *keys;
-  double *served;
+  choice *best;
   bool *used;
   int cap, n;
-} served_memo;
+  double bound; /* the least score offered: no choice is more exposed than it */
+} window_sets;
 
-static served_memo memo_init(const lx_matcher *m, int cap) {
-  served_memo memo = {.m = m, .cap = cap};
-  memo.keys = lx_calloc((size_t)memo.cap, sizeof *memo.keys);
-  memo.served = lx_calloc((size_t)memo.cap, sizeof *memo.served);
-  memo.used = lx_calloc((size_t)memo.cap, sizeof *memo.used);
-  return memo;
+static window_sets sets_init(int cap) {
+  window_sets t = {.cap = cap, .bound = INFINITY};
+  t.keys = lx_calloc((size_t)cap, sizeof *t.keys);
+  t.best = lx_calloc((size_t)cap, sizeof *t.best);
+  t.used = lx_calloc((size_t)cap, sizeof *t.used);
+  return t;
 }
 
-static void memo_free(served_memo *memo) {
-  free(memo->keys);
-  free(memo->served);
-  free(memo->used);
+static void sets_free(window_sets *t) {
+  free(t->keys);
+  free(t->best);
+  free(t->used);
 }
 
-static int memo_slot(const served_memo *memo, lx_opmask w) {
+static int sets_slot(const window_sets *t, lx_opmask w) {
   uint64_t h = w * 0x9e3779b97f4a7c15ull;
-  int k = (int)(h >> 40) & (memo->cap - 1);
-  while (memo->used[k] && memo->keys[k] != w)
-    k = (k + 1) & (memo->cap - 1);
+  int k = (int)(h >> 40) & (t->cap - 1);
+  while (t->used[k] && t->keys[k] != w)
+    k = (k + 1) & (t->cap - 1);
   return k;
 }
 
-static void memo_grow(served_memo *memo) {
-  served_memo bigger = memo_init(memo->m, 2 * memo->cap);
-  bigger.n = memo->n;
-  for (int k = 0; k < memo->cap; k++)
-    if (memo->used[k]) {
-      int at = memo_slot(&bigger, memo->keys[k]);
-      bigger.used[at] = true, bigger.keys[at] = memo->keys[k], bigger.served[at] = memo->served[k];
-    }
-  memo_free(memo);
-  *memo = bigger;
-}
+static void sets_put(window_sets *t, int k, choice c) { t->used[k] = true, t->keys[k] = c.w, t->best[k] = c; }
 
-static double served_of(served_memo *memo, lx_opmask w) {
-  if (!w) return 0;
-  int k = memo_slot(memo, w);
-  if (memo->used[k]) return memo->served[k];
-  double served = lx_match_windows(memo->m, w, NULL);
-  memo->used[k] = true, memo->keys[k] = w, memo->served[k] = served;
-  if (2 * ++memo->n > memo->cap) memo_grow(memo);
-  return served;
+static void sets_offer(const lx_stage_problem *pr, window_sets *t, choice c) {
+  if (c.exposed < t->bound) t->bound = c.exposed;
+  int k = sets_slot(t, c.w);
+  if (t->used[k]) {
+    if (compare_choices(pr, &c, &t->best[k]) < 0) t->best[k] = c;
+    return;
+  }
+  sets_put(t, k, c);
+  if (2 * ++t->n <= t->cap) return;
+  window_sets bigger = sets_init(2 * t->cap);
+  bigger.n = t->n, bigger.bound = t->bound;
+  for (int j = 0; j < t->cap; j++)
+    if (t->used[j]) sets_put(&bigger, sets_slot(&bigger, t->keys[j]), t->best[j]);
+  sets_free(t);
+  *t = bigger;
 }
 
 /* The ops lynx-heu may offload, largest first. */
@@ -182,28 +193,153 @@ typedef struct {
 } offload_ops;
 
 /* Every chain-closed window subset of one recompute set that fits (with the
- * offload that closes its deficit), scored by the matching. A set whose
- * windows could not beat the best so far even if they served all of it (its
- * on-demand part and its copies alone are as slow) is not matched: the
- * exposed time only grows from that bound, with the same tie-breaks. */
-static void consider_windows(const lx_stage_problem *pr, served_memo *memo, const offload_ops *off,
-                             lx_opmask rc, choice *best) {
+ * offload that closes its deficit), offered to its window set. A choice that
+ * could not beat the least score offered so far even if its windows served
+ * all of them (its on-demand part and its copies alone are as slow) is not. */
+static void consider_windows(const lx_stage_problem *pr, window_sets *sets, const offload_ops *off,
+                             lx_opmask rc) {
   lx_opmask cand = pr->n_windows ? lx_window_candidates(pr, rc) : 0;
   int n_cand = __builtin_popcountll(cand);
   double n = (double)pr->n_layers * pr->micro_batches;
+  double unwindowable = n * lx_seconds_of(pr, rc & ~cand); /* on demand whatever the windows */
+  if (unwindowable > sets->bound + 1e-12 * unwindowable) return;
   for (lx_opmask w = cand;; w = (w - 1) & cand) {
     bool enumerable = n_cand <= MAX_ENUM_WINDOW_OPS || w == cand || w == 0;
+    double on_demand = n * lx_seconds_of(pr, rc & ~w);
     lx_opmask of;
-    if (enumerable && lx_window_closed(pr, rc, w) && cover_deficit(pr, off->ops, off->n, rc, w, &of)) {
-      double copies = lx_offload_stall(pr, of);
-      choice bound = {rc, w, of, n * lx_seconds_of(pr, rc & ~w) + copies, true};
-      if (compare_choices(pr, &bound, best) < 0) {
-        choice c = {rc, w, of, lx_exposed_of(pr, rc, served_of(memo, w)) + copies, true};
-        if (compare_choices(pr, &c, best) < 0) *best = c;
-      }
-    }
+    if (enumerable && on_demand <= sets->bound + 1e-12 * on_demand && lx_window_closed(pr, rc, w) &&
+        cover_deficit(pr, off->ops, off->n, rc, w, &of))
+      sets_offer(pr, sets, (choice){rc, w, of, n * lx_seconds_of(pr, rc) + lx_offload_stall(pr, of), true});
     if (w == 0) break;
   }
+}
+
+static int by_value(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* A window set's best choice, with what its windows could serve at most. */
+typedef struct {
+  double lower; /* its score if its windows served all they could (window_room) */
+  choice c;
+} window_candidate;
+
+/* Two bounds on what windows serve. The windows' capacities in increasing
+ * order, and from each on their sum: a window set's ops run whole in one
+ * window each, so windows with less room than its shortest op serve it
+ * nothing, and the others at most their room. And per instance the room of
+ * its admissible windows, in increasing order, with the sums up to each: an
+ * instance is served at most that, and at most its window ops. */
+typedef struct {
+  double *capacity, *from;
+  int n;
+  double *instance, *below;
+  int instances;
+} window_room;
+
+/* Sorted values v[0..n) and their sums: out[k] = v[k] + ... + v[n - 1] (from_end) or v[0] + ... + v[k - 1].
+ */
+static double *sorted_sums(double *v, int n, bool from_end) {
+  qsort(v, (size_t)n, sizeof *v, by_value);
+  double *sum = lx_malloc(sizeof(double) * (size_t)(n + 1));
+  if (from_end) {
+    sum[n] = 0;
+    for (int k = n - 1; k >= 0; k--)
+      sum[k] = sum[k + 1] + v[k];
+  } else {
+    sum[0] = 0;
+    for (int k = 0; k < n; k++)
+      sum[k + 1] = sum[k] + v[k];
+  }
+  return sum;
+}
+
+/* The first of the n sorted values that is at least x. */
+static int first_at_least(const double *v, int n, double x) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (v[mid] < x)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static window_room room_init(const lx_stage_problem *pr) {
+  window_room r = {.capacity = lx_malloc(sizeof(double) * (size_t)(pr->n_windows + 1)), .n = pr->n_windows};
+  double *by_position = lx_malloc(sizeof(double) * (size_t)(pr->n_windows + 1));
+  by_position[0] = 0;
+  for (int k = 0; k < r.n; k++) {
+    r.capacity[k] = pr->windows[k].capacity;
+    by_position[k + 1] = by_position[k] + pr->windows[k].capacity;
+  }
+  r.instance = lx_malloc(sizeof(double) * (size_t)(pr->n_instances + 1));
+  for (int i = 0; i < pr->n_instances; i++) {
+    bool admits = pr->n_windows && pr->lo[i] >= 0;
+    r.instance[r.instances++] =
+        admits ? by_position[first_window(pr, pr->due[i])] - by_position[first_window(pr, pr->lo[i])] : 0;
+  }
+  free(by_position);
+  r.from = sorted_sums(r.capacity, r.n, true);
+  r.below = sorted_sums(r.instance, r.instances, false);
+  return r;
+}
+
+static void room_free(window_room *r) {
+  free(r->capacity);
+  free(r->from);
+  free(r->instance);
+  free(r->below);
+}
+
+/* The most window set w can be served: all of it in every instance, and no
+ * more than the room of the windows that fit its shortest op. */
+static double most_served(const lx_stage_problem *pr, const window_room *r, lx_opmask w) {
+  double shortest = INFINITY;
+  for (lx_opmask m = w; m; m &= m - 1) {
+    double s = pr->recompute_s[__builtin_ctzll(m)];
+    if (s < shortest) shortest = s;
+  }
+  double per_instance = lx_seconds_of(pr, w);
+  int k = first_at_least(r->instance, r->instances, per_instance);
+  double instances = r->below[k] + per_instance * (r->instances - k); /* sum of min(w's seconds, room) */
+  double windows = r->from[first_at_least(r->capacity, r->n, shortest)];
+  return instances < windows ? instances : windows;
+}
+
+static int by_lower_bound(const void *x, const void *y) {
+  const window_candidate *a = x, *b = y;
+  if (a->lower != b->lower) return a->lower < b->lower ? -1 : 1;
+  return (a->c.w > b->c.w) - (a->c.w < b->c.w); /* the same order every run */
+}
+
+/* Best first: window sets in order of their lower bound, each matched for
+ * real, until no bound left can beat the best found. Each set is matched at
+ * most once. */
+static choice match_best_first(const lx_stage_problem *pr, const lx_matcher *m, const window_sets *sets,
+                               choice best) {
+  window_candidate *cand = lx_malloc(sizeof *cand * (size_t)(sets->n + 1));
+  int count = 0;
+  window_room room = room_init(pr);
+  for (int k = 0; k < sets->cap; k++)
+    if (sets->used[k]) {
+      const choice *c = &sets->best[k];
+      cand[count++] = (window_candidate){c->exposed - most_served(pr, &room, c->w), *c};
+    }
+  room_free(&room);
+  qsort(cand, (size_t)count, sizeof *cand, by_lower_bound);
+  for (int k = 0; k < count; k++) {
+    if (best.valid && cand[k].lower > best.exposed + 1e-12 * cand[k].lower) break;
+    choice c = cand[k].c;
+    double served = c.w ? lx_match_windows(m, c.w, NULL) : 0;
+    c.exposed = lx_exposed_of(pr, c.rc, served) + lx_offload_stall(pr, c.of);
+    if (compare_choices(pr, &c, &best) < 0) best = c;
+  }
+  free(cand);
+  return best;
 }
 
 /* Ops worth dropping, cheapest recompute per byte first. */
@@ -225,18 +361,21 @@ static int droppable_ops(const lx_stage_problem *pr, int *ops) {
 
 /* One layer decides for all: every subset of the droppable ops (or, for
  * unusually large blocks, the prefixes by recompute time per byte), every
- * window subset of each, each with the offload that makes it fit and scored
- * by the matching of its window set and its copies; the best is assigned to
- * windows for real. Nothing fits: drop everything (the repair), and report it. */
+ * window subset of each, each with the offload that makes it fit; per window
+ * set the best of them, and the window sets matched best first (what the
+ * matching serves is the same for every choice of one window set). The best
+ * is assigned to windows for real. Nothing fits: drop everything (the
+ * repair), and report it. */
 static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window_of) {
   int *ops = lx_malloc(sizeof(int) * (size_t)pr->n_ops);
   int n = droppable_ops(pr, ops);
   offload_ops off;
   off.ops = offload_candidates(pr, &off.n);
   lx_matcher m = lx_matcher_init(pr);
-  served_memo memo = memo_init(&m, 256);
+  window_sets sets = sets_init(256);
   lx_opmask all = drop_everything(pr);
   choice best = {all, 0, 0, lx_exposed_of(pr, all, 0), fits(pr, all, 0, 0)};
+  if (best.valid) sets.bound = best.exposed;
   bool enumerate = n <= MAX_ENUM_OPS;
   uint64_t subsets = enumerate ? (uint64_t)1 << n : (uint64_t)n + 1;
   for (uint64_t k = 0; k < subsets; k++) {
@@ -244,12 +383,13 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
     for (int j = 0; j < n; j++)
       if (enumerate ? (k >> j) & 1 : (uint64_t)j < k) rc |= (lx_opmask)1 << ops[j];
     rc = lx_close_recompute(pr, rc);
-    if (cover_deficit(pr, off.ops, off.n, rc, 0, &of)) consider_windows(pr, &memo, &off, rc, &best);
+    if (cover_deficit(pr, off.ops, off.n, rc, 0, &of)) consider_windows(pr, &sets, &off, rc);
   }
+  best = match_best_first(pr, &m, &sets, best);
   free(ops);
   free(off.ops);
   realize(&m, best.rc, best.w, best.of, window_of);
-  memo_free(&memo);
+  sets_free(&sets);
   lx_matcher_free(&m);
   lx_masks_to_decisions(pr, best.rc, best.w, best.of, d);
   return best.valid;
@@ -449,19 +589,6 @@ static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *
 }
 
 /* ---- lynx-opt -------------------------------------------------------------------------- */
-
-/* First window at or after position `after` (windows are sorted). */
-static int first_window(const lx_stage_problem *pr, int after) {
-  int lo = 0, hi = pr->n_windows;
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if (pr->windows[mid].after < after)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
 
 /* The MILP: op choices as in checkmate plus window ops; per instance, its
  * in-window seconds RW = sum r_i w_i flow into its admissible windows (x)
