@@ -149,10 +149,6 @@ static void recompute_in_window(builder *b, int inst, int w) {
   b->recomputed[inst] = record(b, LX_STREAM_RECOMPUTE);
 }
 
-/* A FWD or BWD is on the compute stream (windows.c counts only those): if a
- * window opens after it, the recompute stream starts there (an event
- * recorded now, before the compute stream goes on to wait for its
- * communication). */
 /* OFFLOAD or PREFETCH of block op i's saved tensors (layer, mb), on its stream. */
 static void host_copy(builder *b, lx_instr_kind kind, int layer, int i, int mb) {
   lx_instr in = {.kind = kind, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb};
@@ -185,6 +181,10 @@ static void start_prefetches(builder *b) {
   b->fill = fill, b->ahead = ahead;
 }
 
+/* A FWD or BWD is on the compute stream (windows.c counts only those): the
+ * prefetches that may start after it start, and if a window opens after it,
+ * the recompute stream starts there (an event recorded now, before the
+ * compute stream goes on to wait for its communication). */
 static void pass_emitted(builder *b) {
   b->ordinal++;
   const lx_stage *st = b->st;
