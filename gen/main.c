@@ -662,7 +662,10 @@ static int run_passes(const options *opts, products *out) {
     out->memory = lx_calloc((size_t)out->pipe.pp, sizeof *out->memory);
     lx_plan_memory(&out->pipe, out->memory);
     if (!lx_simulate_training(&out->pipe, &out->cost, NULL, NULL, out->memory, &out->sim)) return 3;
-    out->report = (lx_report){&out->pipe, out->memory, &out->sim, out->cost.gpu.memory_bytes, NULL};
+    out->report = (lx_report){.pipe = &out->pipe,
+                              .memory = out->memory,
+                              .sim = &out->sim,
+                              .capacity_bytes = out->cost.gpu.memory_bytes};
     out->target = opts->target;
     out->cuda_graph = opts->cuda_graph;
     out->unfused = opts->unfused;
@@ -717,7 +720,9 @@ int main(int argc, char **argv) {
   int status = run_passes(&opts, &out);
   if (status == 0) {
     if (opts.dump_ir) lx_ir_print_json(&out.ir, stdout);
+    out.report.search_times = true;
     if (opts.plan) (opts.json ? lx_print_plan_json : lx_print_plan_text)(&out.report, stdout);
+    out.report.search_times = false;
     if (opts.output_dir && (status = write_output(opts.output_dir, &out)) == 0) print_summary(&out);
   }
   free_products(&out);

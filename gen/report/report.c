@@ -44,17 +44,20 @@ static const char *decision_text(const lx_op_decision *d) {
   return "recompute on demand, before the layer's backward";
 }
 
-/* What the policy pass found (planned policies only): budget, windows used, search. */
-static void print_policy_stats(const lx_stage *st, FILE *out) {
+/* What the policy pass found (planned policies only): budget, windows used, and where
+ * `search_times`, the wall-clock time it took. */
+static void print_policy_stats(const lx_stage *st, bool search_times, FILE *out) {
   if (!st->window_of && st->stats.budget_bytes == 0) return;
   char budget[LX_BYTES_TEXT], used[LX_BYTES_TEXT];
   fprintf(out,
           "  policy     %s (gap %.2g), budget %s for the block's activations (uses %s), exposed "
-          "recompute %.2f ms, %.2f ms hidden in windows (%d found), search %.1f ms\n",
+          "recompute %.2f ms, %.2f ms hidden in windows (%d found)",
           st->stats.status ? st->stats.status : "", st->stats.gap,
           lx_bytes_text((double)st->stats.budget_bytes, budget),
           lx_bytes_text((double)st->stats.used_bytes, used), ms(st->stats.exposed_s), ms(st->stats.window_s),
-          st->n_windows, ms(st->stats.search_s));
+          st->n_windows);
+  if (search_times) fprintf(out, ", search %.1f ms", ms(st->stats.search_s));
+  fputc('\n', out);
 }
 
 /* How a stage's in-window recompute is placed: windows used, layer
@@ -275,7 +278,7 @@ static void print_stage_text(const lx_report *r, int s, FILE *out) {
   if (r->layouts) print_arena(&r->pipe->stages[s], &r->layouts[s], out);
   print_weight_passes(r->pipe, st, r->layouts ? &r->layouts[s] : NULL, out);
   print_layer_decisions(ir, st, out);
-  print_policy_stats(st, out);
+  print_policy_stats(st, r->search_times, out);
   print_windows(r->pipe, st, out);
 }
 

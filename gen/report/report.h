@@ -14,6 +14,8 @@ typedef struct {
   const lx_simulation *sim;
   double capacity_bytes;          /* of one GPU */
   const lx_stage_layout *layouts; /* the emitted program's arena per stage; NULL when not laid out */
+  bool search_times; /* give the policies' measured search times (--plan on stdout; never in plan.txt,
+                        whose bytes are the same for the same input) */
 } lx_report;
 
 /* A size with the unit that suits it ("512 B", "1.50 KiB", "74.51 GiB"), so

@@ -450,8 +450,9 @@ static int check_frozen_weights(void) {
 /* ---- main ------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "--preflight")) /* run.sh, before it starts the job */
-    return preflight(LX_PROGRAM_CPU, argc - 1, argv + 1, (long long)(ARENA_BYTES * REAL_SCALE), "host");
+  if (argc > 1 && !strcmp(argv[1], "--preflight")) /* run.sh, before it starts the job; both arenas */
+    return preflight(LX_PROGRAM_CPU, argc - 1, argv + 1, (long long)((ARENA_BYTES + HOST_ARENA_BYTES) * REAL_SCALE),
+                     "host");
   int rank;
   lx_mpi_start(&argc, &argv, STAGES * TENSOR_PARALLEL * DATA_PARALLEL, &rank);
   groups = lx_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE);
