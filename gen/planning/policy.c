@@ -83,10 +83,12 @@ static int *offload_candidates(const lx_stage_problem *pr, int *n) {
   return ops;
 }
 
-/* The offload set, among the ops rc does not recompute, that makes (rc, w) fit the device
- * with the fewest bytes copied (the copies' cost grows with their bytes alone): none where it
- * fits already; else the better of the smallest op that closes the deficit alone and the
- * largest-first greedy cover pruned smallest-first. False where nothing closes it. */
+/* An offload set, among the ops rc does not recompute, that makes (rc, w) fit the device
+ * with few bytes copied (the copies' cost grows with their bytes alone): none where it fits
+ * already; else the fewer bytes of the smallest op that closes the deficit alone and the
+ * largest-first greedy cover pruned smallest-first (a heuristic: the exact one is a
+ * knapsack; test_lynx's brute force finds no better choice on its cases). False where
+ * nothing closes it, or its host copies do not fit. */
 static bool cover_deficit(const lx_stage_problem *pr, const int *ops, int n, lx_opmask rc, lx_opmask w,
                           lx_opmask *of) {
   *of = 0;

@@ -99,7 +99,11 @@ void fuzz_emit_plan(const lx_pipeline *pipe, const lx_cost_model *cm, const fuzz
   lx_simulation sim = {0};
   if (!lx_simulate(pipe, cm, NULL, NULL, memory, &sim))
     fail("the simulation of a planned schedule", "deadlocked");
-  lx_report report = {pipe, memory, &sim, cm->gpu.memory_bytes, NULL};
+  lx_report report = {.pipe = pipe,
+                      .memory = memory,
+                      .sim = &sim,
+                      .capacity_bytes = cm->gpu.memory_bytes,
+                      .search_times = true}; /* --plan's text, the longer one */
   emit_target(pipe, &report, o, LX_TARGET_CPU);
   emit_target(pipe, &report, o, LX_TARGET_CUDA);
   lx_simulation_free(&sim);
