@@ -912,6 +912,6 @@ int main(void) {
       offloaded += check_offloads(LX_SCHEDULE_INTERLEAVED, pp, (lx_recompute_policy)pol, 0.3, &split);
     }
   CHECK(split > 0, "the squeezed pipelines split %d layer instances' in-window recompute", split);
-  CHECK(offloaded > 0, "the squeezed pipelines with offload offload in %d plans", offloaded);
+  CHECK(offloaded > 0, "the squeezed pipelines with offload hold %d OFFLOAD instructions", offloaded);
   return check_exit_status();
 }
