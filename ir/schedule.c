@@ -58,6 +58,10 @@ void lx_pipeline_free(lx_pipeline *p) {
   memset(p, 0, sizeof *p);
 }
 
+int lx_host_slots(const lx_pipeline *p, const lx_stage *st, int stash_slots) {
+  return st->n_chunks > 1 ? lx_micro_batch_ids(p) : stash_slots;
+}
+
 int lx_micro_batch_ids(const lx_pipeline *p) {
   int steps = p->steps > 1 ? p->steps : 1;
   return p->micro_batches * (steps + (p->kind == LX_SCHEDULE_2BW));

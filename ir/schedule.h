@@ -222,6 +222,10 @@ int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st);
 /* Whether instance inst's in-window ops do not all share one place: they run
  * in several windows, or partly on demand. */
 bool lx_instance_split(const lx_pipeline *p, const lx_stage *st, int inst);
+/* How many host slots a stage's offloaded tensors take (micro-batch mb in slot
+ * mb % this): its stash slots, or under interleaved 1F1B, whose chunks count
+ * slots of their own, one per micro-batch. */
+int lx_host_slots(const lx_pipeline *p, const lx_stage *st, int stash_slots);
 /* The stage's layer at that position. */
 int lx_slot_layer(const lx_stage *st, int slot);
 /* The stage's chunk that holds `layer`, or -1. */

@@ -341,9 +341,7 @@ void lx_layout_stage(const lx_pipeline *p, int s, int param_elt, bool master_cop
       [LX_REGION_WORK] = out->sp_buffer_offset[2] + (out->sp_grad_buffer ? out->sp_buffer_bytes : 0),
       [LX_REGION_BOUNDARY] = out->send_offset + st->n_chunks * out->chunk_send_bytes,
   };
-  /* micro-batch mb's host copies in slot mb % host_slots: the stash's slots, or under
-   * interleaved 1F1B (whose chunks count slots of their own) one per micro-batch */
-  out->host_slots = st->n_chunks > 1 ? lx_micro_batch_ids(p) : out->slots;
+  out->host_slots = lx_host_slots(p, st, out->slots);
   out->host_slot_bytes = aligned(st->n_layers * out->host_layer_bytes);
   sizes[LX_REGION_HOST] = out->host_layer_bytes > 0 ? out->host_slots * out->host_slot_bytes : 0;
   int64_t cursor = 0;

@@ -224,9 +224,7 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out) {
     if (st->has_epilogue)
       m->kept_per_micro_batch += sum(m->graphs[LX_GRAPH_EPILOGUE].alloc_fwd, ir->epilogue.n_ops);
     walk_program_order(p, st, m);
-    /* a host slot per stash slot (layout.c), or per micro-batch under interleaved 1F1B */
-    int host_slots = st->n_chunks > 1 ? lx_micro_batch_ids(p) : m->stashed_micro_batches;
-    m->host_bytes = (int64_t)host_slots * st->n_layers * host;
+    m->host_bytes = (int64_t)lx_host_slots(p, st, m->stashed_micro_batches) * st->n_layers * host;
   }
 }
 
