@@ -62,6 +62,20 @@ int lx_host_slots(const lx_pipeline *p, const lx_stage *st, int stash_slots) {
   return st->n_chunks > 1 ? lx_micro_batch_ids(p) : stash_slots;
 }
 
+bool lx_token_split(const lx_op_decision *d) {
+  return d->offload && d->recompute && d->host_pieces > 0 && d->host_pieces < LX_TOKEN_PIECES;
+}
+
+int64_t lx_token_first_row(const lx_op_decision *d, int64_t rows) {
+  return lx_token_split(d) ? rows / LX_TOKEN_PIECES * d->host_pieces : 0;
+}
+
+double lx_instr_fraction(const lx_stage *st, const lx_instr *in) {
+  if (in->kind != LX_I_RECOMPUTE || in->graph != LX_GRAPH_BLOCK || !st->decisions) return 1;
+  const lx_op_decision *d = &st->decisions[in->op];
+  return lx_token_split(d) ? (double)(LX_TOKEN_PIECES - d->host_pieces) / LX_TOKEN_PIECES : 1;
+}
+
 int lx_micro_batch_ids(const lx_pipeline *p) {
   int steps = p->steps > 1 ? p->steps : 1;
   return p->micro_batches * (steps + (p->kind == LX_SCHEDULE_2BW));

@@ -104,7 +104,19 @@ typedef struct {
   bool offload;        /* not recomputed: what it saves (its saved output, its internals) is written into
                           the window buffer of the layer's parity, copied to host memory after its forward
                           and back before its backward (LX_I_OFFLOAD, LX_I_PREFETCH) */
+  int host_pieces;     /* token-wise (MEMO): with offload and recompute both set, the first host_pieces of
+                          LX_TOKEN_PIECES row pieces of its output are offloaded and the other rows
+                          recomputed (lx_token_split); 0 otherwise */
 } lx_op_decision;
+
+/* Token-wise offload cuts a tensor's B x T rows into this many pieces. */
+enum { LX_TOKEN_PIECES = 8 };
+
+/* Whether a decision offloads part of an op's rows and recomputes the rest. */
+bool lx_token_split(const lx_op_decision *d);
+/* The first row a token-split op recomputes, of `rows`: rows below it come
+ * back from host memory. */
+int64_t lx_token_first_row(const lx_op_decision *d, int64_t rows);
 
 /* A statically known idle interval of a stage's compute stream, measured by
  * simulating the schedule with on-demand recompute (gen/planning/windows.c). */
@@ -222,6 +234,9 @@ int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st);
 /* Whether instance inst's in-window ops do not all share one place: they run
  * in several windows, or partly on demand. */
 bool lx_instance_split(const lx_pipeline *p, const lx_stage *st, int inst);
+/* The part of its op's forward a compute instruction of stage st runs: 1,
+ * or for the RECOMPUTE of a token-split op the part of the rows it recomputes. */
+double lx_instr_fraction(const lx_stage *st, const lx_instr *in);
 /* How many host slots a stage's offloaded tensors take (micro-batch mb in slot
  * mb % this): its stash slots, or under interleaved 1F1B, whose chunks count
  * slots of their own, one per micro-batch. */

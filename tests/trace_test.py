@@ -44,6 +44,10 @@ instruction counts derived below from the model and the plan alone:
   layer and micro-batch; each OFFLOAD starts after the forward of its op ends, each PREFETCH
   ends before the first backward of its layer and micro-batch starts; the legend of
   schedule.svg names the copies
+- lynx-heu that splits an op token-wise (tests/profiles/tiny-token-split.profile, GPipe,
+  tp 2): the split op (plan.txt's "token-wise: rows [0, k/8)" decision) is offloaded and
+  recomputed per layer and micro-batch, its copies say they move rows [0/8, k/8) and its
+  RECOMPUTE events rows [k/8, 8/8), and each of those ends before its layer's backward
 """
 import json
 import os
@@ -125,6 +129,7 @@ TP_EPILOGUE = 1
 # anyway) and which no op of the layer saves for its backward.
 RECOMPUTED_PER_LAYER = {"none": 0, "selective": 1, "full": BLOCK_OPS - 1}
 RECOMPUTED_ROW_PARALLEL = {"none": 0, "selective": 0, "full": 2}
+ROW_PARALLEL_OPS = ("linear_1", "linear_3")  # the block's second linears: an all-reduce after each
 
 
 def stage_layers(layers, pp, chunks=1):
@@ -149,7 +154,7 @@ def steps_drawn(case):
     return STEPS_2BW if case["schedule"] == "2bw" else 1
 
 
-def expected_counts(case, recomputed=None, offloaded=None):
+def expected_counts(case, recomputed=None, offloaded=None, row_parallel=None):
     """Instructions of each kind per stage, from the model and the plan alone
     (for a searched policy, with the ops plan.txt says each stage recomputes);
     2BW's steps drawn each hold every micro-batch of theirs once."""
@@ -160,7 +165,7 @@ def expected_counts(case, recomputed=None, offloaded=None):
     for s, (_, n) in enumerate(stage_layers(layers, pp, v)):
         first, last = s == 0, s == pp - 1
         ops = n * BLOCK_OPS + first * PROLOGUE_OPS + last * EPILOGUE_OPS
-        per_layer = TP_PER_LAYER + RECOMPUTED_ROW_PARALLEL.get(case["policy"], 0)
+        per_layer = TP_PER_LAYER + (row_parallel[s] if row_parallel else RECOMPUTED_ROW_PARALLEL.get(case["policy"], 0))
         tp_ops = n * per_layer + first * TP_PROLOGUE + last * TP_EPILOGUE if tp > 1 else 0
         counts.append({
             "FWD": m * ops,
@@ -401,11 +406,16 @@ def check_trace(name, out_dir, case, plan=None):
         trace = json.load(f)
     events = trace["traceEvents"]
     pp = case["pp"]
-    recomputed = offloaded = None
+    recomputed = offloaded = row_parallel = None
     if planned(case):
-        recomputed = [sum(d.startswith("recompute") for d in st.values()) for st in read_decisions(out_dir)]
-        offloaded = [sum(d.startswith("offload") for d in st.values()) for st in read_decisions(out_dir)]
-    m, counts = expected_counts(case, recomputed, offloaded)
+        row_parallel = [sum(op in ROW_PARALLEL_OPS and d.startswith(("recompute", "token-wise")) for op, d in st.items())
+                        for st in read_decisions(out_dir)]
+        # a token-wise split is both: its first rows offloaded, the others recomputed
+        recomputed = [sum(d.startswith(("recompute", "token-wise")) for d in st.values())
+                      for st in read_decisions(out_dir)]
+        offloaded = [sum(d.startswith(("offload", "token-wise")) for d in st.values())
+                     for st in read_decisions(out_dir)]
+    m, counts = expected_counts(case, recomputed, offloaded, row_parallel)
     windowed = [st["stage"] for st in plan["stages"] if st["windows_found"]] if plan else []
     check_metadata(name, events, pp, case["layers"], windowed, chunks_of(case))
     spans = [e for e in events if e.get("ph") == "X"]
@@ -622,6 +632,34 @@ def check_memory_svg(name, out_dir, pp):
 
 # ---- the cases ------------------------------------------------------------------
 
+def check_token_split(name, out_dir, spans):
+    """The split ops' copies and recomputes name their rows; the recompute ends before the backward."""
+    splits = {}
+    for s, st in enumerate(read_decisions(out_dir)):
+        for op, d in st.items():
+            m = re.match(r"token-wise: rows \[0, (\d)/8\)", d)
+            if m:
+                splits[(s, op)] = int(m.group(1))
+    check(splits, f"{name}: plan.txt splits an op token-wise ({splits})")
+    wrong, late, seen = [], [], 0
+    for e in spans:
+        a = e["args"]
+        k = splits.get((e["pid"], a.get("op")))
+        if k is None or a["kind"] not in ("OFFLOAD", "PREFETCH", "RECOMPUTE"):
+            continue
+        seen += 1
+        want = f"[{k}/8, 8/8)" if a["kind"] == "RECOMPUTE" else f"[0/8, {k}/8)"
+        if a.get("rows") != want:
+            wrong.append((e["name"], a.get("rows"), want))
+        if a["kind"] == "RECOMPUTE":
+            bwd = [b["ts"] for b in spans if b["pid"] == e["pid"] and b["args"]["kind"] == "BWD"
+                   and b["args"].get("layer") == a["layer"] and b["args"]["mb"] == a["mb"]]
+            if not bwd or e["ts"] + e["dur"] > min(bwd) + 0.002:
+                late.append(e["name"])
+    check(seen and not wrong, f"{name}: the split ops' {seen} copies and recomputes name their rows ({wrong[:2]})")
+    check(not late, f"{name}: each recompute of a split op's rows ends before its layer's backward ({late[:3]})")
+
+
 CASES = [
     # examples/tiny.model's own plan
     dict(layers=4, pp=2, tp=1, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="none"),
@@ -641,6 +679,10 @@ CASES = [
     # Lynx with offload: copies to host memory after the forwards, back before the backwards
     dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
          extra=["--gpu-memory", "0.0025"], offload=True),
+    # ... and token-wise: part of the gelu's rows offloaded, the rest recomputed (a what-if profile)
+    dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="gpipe", policy="lynx-heu",
+         extra=["--gpu-memory", "0.0022", "--profile",
+                os.path.join(ROOT, "tests", "profiles", "tiny-token-split.profile")], offload=True, token_split=True),
     # zero bubble: W passes s micro-batches late on stage s, drawn apart from the backwards
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),
     # PipeDream-2BW: steps that overlap, drawn back to back, the next step's first forwards in the drain
@@ -676,6 +718,8 @@ def run_case(tmp, i, case):
         check_windows(name, out, spans, plan, case)
     if case.get("offload"):
         check_offload(name, spans)
+    if case.get("token_split"):
+        check_token_split(name, out, spans)
     m, _ = expected_counts(case, [0] * case["pp"])
     runs = compute_runs(spans, case["pp"], drawn_us(trace))
     check_schedule_svg(name, out, case, m, runs, spans, plan)

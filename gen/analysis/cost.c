@@ -389,6 +389,7 @@ typedef struct {
   int n_entries, cap_entries;
   lx_link_spec intra, inter; /* overrides, applied at the end */
   double interference;
+  double host_bytes_per_s;
 } profile_parser;
 
 static void parse_error(profile_parser *p, int col, const char *what, const char *text) {
@@ -555,6 +556,13 @@ static void parse_interference_line(profile_parser *p, const fields *f) {
   p->interference = factor;
 }
 
+/* host GBPS: pinned host memory copies, each direction, measured. */
+static void parse_host_line(profile_parser *p, const fields *f) {
+  if (!expect_fields(p, f, 2, 2, "GBPS")) return;
+  double gbps;
+  if (parse_amount(p, f->text[1], f->col[1], false, &gbps)) p->host_bytes_per_s = gbps * 1e9;
+}
+
 static void parse_line(profile_parser *p, char *line) {
   fields f;
   if (!split_fields(p, line, &f) || f.n == 0) return;
@@ -564,8 +572,10 @@ static void parse_line(profile_parser *p, char *line) {
     parse_link_line(p, &f);
   else if (!strcmp(f.text[0], "interference"))
     parse_interference_line(p, &f);
+  else if (!strcmp(f.text[0], "host"))
+    parse_host_line(p, &f);
   else
-    parse_error(p, f.col[0], "unknown directive '%s' (op, link or interference)", f.text[0]);
+    parse_error(p, f.col[0], "unknown directive '%s' (op, link, interference or host)", f.text[0]);
 }
 
 static void apply_profile(lx_cost_model *cm, profile_parser *p) {
@@ -579,6 +589,7 @@ static void apply_profile(lx_cost_model *cm, profile_parser *p) {
   cm->intra = p->intra;
   cm->inter = p->inter;
   cm->interference = p->interference;
+  cm->gpu.host_bytes_per_s = p->host_bytes_per_s;
 }
 
 bool lx_cost_load_profile(lx_cost_model *cm, const char *path, const char *contents) {
@@ -586,7 +597,11 @@ bool lx_cost_load_profile(lx_cost_model *cm, const char *path, const char *conte
   char *text = contents ? lx_strdup(contents)
                         : lx_read_source_file(path, (lx_srcloc){path, 0, 0, NULL}, "the profile", &length);
   if (!text) return false;
-  profile_parser p = {.path = path, .intra = cm->intra, .inter = cm->inter, .interference = cm->interference};
+  profile_parser p = {.path = path,
+                      .intra = cm->intra,
+                      .inter = cm->inter,
+                      .interference = cm->interference,
+                      .host_bytes_per_s = cm->gpu.host_bytes_per_s};
   char *line = text;
   while (line) {
     char *next = strchr(line, '\n');

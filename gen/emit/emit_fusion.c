@@ -13,7 +13,8 @@
  * with no tensor-parallel collective between the ops, and, in the block, with
  * both ops kept or both recomputed: a recomputation repeats the forward call
  * for call, so its values are the forward's exactly (the GELU epilogue
- * rounds to bf16 after the gelu, the separate kernel before). */
+ * rounds to bf16 after the gelu, the separate kernel before). Neither may be
+ * token-split: its recomputation runs on some rows only. */
 #include <stdlib.h>
 
 #include "alloc.h"
@@ -112,8 +113,9 @@ void emit_plan_fusions(const lx_printer *pr, bool fuse, unsigned char *fusion[LX
   for (int g = 0; g < LX_GRAPH_COUNT && fuse; g++) {
     const lx_graph *graph = lx_graph_of(pr->ir, (lx_graph_id)g);
     for (int i = 0; i < graph->n_ops; i++) {
-      bool same_decision = g != LX_GRAPH_BLOCK || i + 1 >= graph->n_ops ||
-                           pr->st->decisions[i].recompute == pr->st->decisions[i + 1].recompute;
+      const lx_op_decision *d = g == LX_GRAPH_BLOCK && i + 1 < graph->n_ops ? &pr->st->decisions[i] : NULL;
+      bool same_decision =
+          !d || (d[0].recompute == d[1].recompute && !lx_token_split(&d[0]) && !lx_token_split(&d[1]));
       if (same_decision && !(split[g][i] & SPLIT_AFTER_FORWARD)) fusion[g][i] |= forward_fusion(pr, graph, i);
       if (!(split[g][i] & SPLIT_AFTER_BACKWARD)) fusion[g][i] |= backward_fusion(pr, graph, i);
     }

@@ -58,8 +58,44 @@ static void zero_whole_gradient(const lx_printer *pr, const lx_graph_printer *gp
     fprintf(pr->out, gp->zero_format, buf, bytes);
 }
 
+/* Prints text (what a nested printer wrote, freed here) one level deeper, and
+ * closes the block it is in. */
+static void close_block(const lx_printer *pr, char *text) {
+  for (char *line = text, *end; *line; line = end + 1) {
+    end = strchr(line, '\n');
+    fprintf(pr->out, "  %.*s\n", (int)(end - line), line);
+  }
+  free(text);
+  fputs("  }\n", pr->out);
+}
+
+/* A token-split op's recomputation: its rows from lx_token_first_row on; the
+ * others come back from host memory (PREFETCH). */
+static void print_recomputed_rows(const lx_printer *pr, const lx_graph_printer *gp, lx_graph_id g, int i) {
+  const lx_op *op = &lx_graph_of(pr->ir, g)->ops[i];
+  const lx_op_decision *d = &pr->st->decisions[i];
+  fprintf(
+      pr->out,
+      "  { /* token-wise (MEMO): rows [0, %d BT / %d) of %s came back from host memory; the rest again */\n"
+      "    const size_t first_row = (size_t)%d * (BT / %d);\n"
+      "    const int piece_rows = BT - (int)first_row;\n",
+      d->host_pieces, LX_TOKEN_PIECES, op->var[0] ? op->var : op->name, d->host_pieces, LX_TOKEN_PIECES);
+  char *text = NULL;
+  size_t size = 0;
+  lx_printer rows = *pr;
+  rows.out = lx_memory_stream(&text, &size);
+  rows.rows_op = op;
+  gp->forward_op(&rows, g, i, LX_T_RECOMPUTED);
+  fclose(rows.out);
+  close_block(pr, text);
+}
+
 static void print_op(const lx_printer *pr, const lx_graph_printer *gp, const op_run *r, int i) {
   bool backward = is_backward(r->kind);
+  if (r->kind == LX_I_RECOMPUTE && r->g == LX_GRAPH_BLOCK && lx_token_split(&pr->st->decisions[i])) {
+    print_recomputed_rows(pr, gp, r->g, i); /* no collective: lx_token_splittable */
+    return;
+  }
   lx_tensor_role role = r->kind == LX_I_RECOMPUTE ? LX_T_RECOMPUTED : LX_T_OUTPUT;
   if (r->with_collectives) gp->collective(pr, r->g, i, backward, role, true);
   if (backward && !pr->in_pieces) zero_whole_gradient(pr, gp, r->g, i); /* pieces: once, before them */
@@ -129,12 +165,7 @@ static void print_pieces(const lx_printer *pr, const lx_graph_printer *gp, const
   piece.in_pieces = true;
   print_piece_body(&piece, gp, &inner, from, to);
   fclose(piece.out);
-  for (char *line = text, *end; *line; line = end + 1) { /* one level deeper */
-    end = strchr(line, '\n');
-    fprintf(pr->out, "  %.*s\n", (int)(end - line), line);
-  }
-  free(text);
-  fputs("  }\n", pr->out);
+  close_block(pr, text);
   for (int k = from; r->with_collectives && r->kind != LX_I_BWD_WEIGHT && k < to; k++)
     gp->collective(pr, r->g, r->ops[k], is_backward(r->kind), role, false);
 }

@@ -47,8 +47,8 @@ int emit_host_copies(const lx_printer *pr, const lx_instr *in, emit_host_copy ou
   int n = 0;
   for (int k = 0; k <= LX_MAX_SAVED; k++) {
     if (pl->host_offset[k] < 0) continue;
-    lx_tensor_ref device = emit_ref(pr, in->graph, in->op, k == 0 ? LX_T_OUTPUT : LX_T_INTERNAL, k - 1);
-    if (k == 0) device.index = 0;
+    lx_tensor_ref device =
+        emit_ref(pr, in->graph, in->op, k == 0 ? LX_T_OUTPUT : LX_T_INTERNAL, k ? k - 1 : 0);
     lx_tensor_ref host = emit_ref(pr, in->graph, in->op, LX_T_HOST, k);
     emit_at(pr, out[n].device, PTR, device);
     emit_at(pr, out[n].host, PTR, host);
@@ -266,7 +266,9 @@ void emit_gather_operands(const lx_printer *pr, lx_graph_id g, int i, lx_tensor_
 
 int emit_tp(const lx_printer *pr) { return pr->ir->plan.tp; }
 
-bool emit_in_piece(const lx_printer *pr, const lx_op *op) { return pr->in_pieces && op->chunks > 1; }
+bool emit_in_piece(const lx_printer *pr, const lx_op *op) {
+  return (pr->in_pieces && op->chunks > 1) || op == pr->rows_op;
+}
 
 /* Under sequence parallelism a matmul reads the gathered whole input, or
  * writes the whole partial output it reduce-scatters: all rows. */

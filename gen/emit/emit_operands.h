@@ -29,6 +29,7 @@ typedef struct {
   bool reroll;             /* the step's repeating runs of lines as loops (emit_reroll.c) */
   bool weight_pass;        /* a backward printed now is a W pass (zero bubble): its parameter gradients */
   bool in_pieces;          /* inside a loop over mini-sequences: a chunked op's calls are one piece's */
+  const lx_op *rows_op;    /* printed over rows [first_row, first_row + piece_rows) alone (a token split) */
   lx_tensor_names *names;  /* the tensors the printed code names (emit_names.c) */
   double predicted_step_s; /* lx_program's */
 } lx_printer;

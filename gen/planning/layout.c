@@ -170,7 +170,7 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
         pl->internal_offset[k] = take(pl->internals_in_work ? regenerated : &c->slot, op->saved[k].bytes);
     for (int k = 0; k <= LX_MAX_SAVED; k++)
       pl->host_offset[k] = -1;
-    if (pl->offloaded && saved) pl->host_offset[0] = take(&c->host, op->out_bytes);
+    if (pl->offloaded && saved) pl->host_offset[0] = take(&c->host, lx_host_copy_bytes(g, &d[i], i));
     for (int k = 0; pl->offloaded && k < op->n_saved; k++)
       if (op->saved[k].kind == LX_SAVE_INTERNAL) pl->host_offset[k + 1] = take(&c->host, op->saved[k].bytes);
     bool has_grad =
@@ -566,9 +566,10 @@ static lx_place_expr place(const lx_pipeline *p, int s, const lx_stage_layout *l
     int buffer = t.role == LX_T_SP_WHOLE ? 1 : t.index == 1 && l->sp_grad_buffer ? 2 : 0;
     return fixed(LX_REGION_WORK, work + l->sp_buffer_offset[buffer], shard * p->ir->plan.tp);
   }
-  case LX_T_HOST: {
+  case LX_T_HOST: { /* a token-wise split's copy: its first rows alone (it has no internals) */
+    int64_t output = lx_host_copy_bytes(lx_graph_of(p->ir, t.graph), &p->stages[s].decisions[t.op], t.op);
     lx_place_expr e = fixed(LX_REGION_HOST, l->region_offset[LX_REGION_HOST] + pl->host_offset[t.index],
-                            t.index == 0 ? op->out_bytes : op->saved[t.index - 1].bytes);
+                            t.index == 0 ? output : op->saved[t.index - 1].bytes);
     e.per_slot = l->host_slot_bytes;
     e.wrap = l->host_slots;
     e.per_layer = l->host_layer_bytes;

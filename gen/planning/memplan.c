@@ -73,9 +73,9 @@ static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_grap
     const lx_op *op = &g->ops[i];
     bool windowed = d && d[i].in_window;
     int64_t internals = internal_bytes(op);
-    if (d && d[i].offload) { /* in the window buffers on the device, and in host memory */
+    if (d && d[i].offload) { /* in the window buffers on the device, and (its rows that are) in host memory */
       *window += lx_offload_bytes(g, i);
-      *host += lx_offload_bytes(g, i);
+      *host += lx_host_copy_bytes(g, &d[i], i);
       continue;
     }
     if (windowed && d[i].drop_internals)

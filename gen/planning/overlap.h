@@ -14,14 +14,21 @@
  * An op that is not recomputed may instead be offloaded: what it saves is
  * written into the window buffer, copied to pinned host memory after its
  * forward and back before its backward (PCIe or C2C, both ways at once), and
- * costs the compute stream only where a layer's copies outlast the layer:
+ * costs the compute stream only where a layer's copies outlast the layer.
+ * And one op recomputed on demand may be split token-wise (MEMO): its first
+ * k of P row pieces are offloaded, the others recomputed, so that the copies
+ * fill what the layer hides and the recompute shrinks by k / P (one split op
+ * is enough: splitting frees no more device memory than dropping, so the
+ * copy time is the one budget it trades against, and the best use of one
+ * budget splits one item at most, as in a fractional knapsack):
  *
- *   exposed time  = N x (r(on demand) + r(window)) - served
+ *   exposed time  = N x (r(on demand) + r(window) - k / P r(split)) - served
  *                   + N x (max(0, c - f) + max(0, c - b))
- *   memory        = stashed x layers x kept + buffers x (window + offloaded bytes)
- *   host memory   = stashed x layers x offloaded bytes
+ *   memory        = stashed x layers x kept + buffers x (window + offloaded bytes + split bytes)
+ *   host memory   = stashed x layers x (offloaded bytes + k / P split bytes)
  * where N = layers x micro-batches, r(.) sums the ops' forward times, c is
- * the time to copy one layer's offloaded bytes one way, f and b a layer's
+ * the time to copy one layer's offloaded bytes (the split op's k / P of
+ * them included) one way, f and b a layer's
  * forward and backward (the copies of a layer overlap the next one's), and
  * `served` is the in-window seconds the windows take. Placement is per op:
  * an instance's window ops, in op order, may spread over consecutive windows
@@ -67,6 +74,7 @@ typedef struct {
   bool *windowable;    /* per op: may run on the recompute stream (its output is saved, no TP all-reduce) */
   int64_t
       *offload_bytes; /* per op: what offloading it copies each way, 0 where it may not (lx_offloadable) */
+  bool *splittable;   /* per op: may offload part of its rows and recompute the rest (lx_token_splittable) */
   double host_bytes_per_s;         /* the host link, one direction; 0: no offload */
   int64_t host_avail_bytes;        /* host memory the stage's offloaded tensors may take */
   double layer_fwd_s, layer_bwd_s; /* one layer instance's forward and backward: what its copies overlap */

@@ -29,6 +29,16 @@ int64_t lx_kept_bytes(const lx_graph *block, const lx_op_decision *decisions);
  * run in mini-sequences. The bytes one layer instance copies each way. */
 bool lx_offloadable(const lx_graph *block, int i);
 int64_t lx_offload_bytes(const lx_graph *block, int i);
+/* Whether a policy may offload some rows of op i's output and recompute the
+ * others (lx_token_split): it is offloadable, saves its output alone, each
+ * row of it depends on the same row of its inputs alone (a norm, a linear,
+ * an element-wise op, an add), it has no tensor-parallel collective around
+ * its forward, its rows are the micro-batch's B x T (not a sequence shard)
+ * and they cut into LX_TOKEN_PIECES equal pieces. */
+bool lx_token_splittable(const lx_ir *ir, int i);
+/* What one instance of offloaded op i copies each way under decision d: all
+ * it saves, or the rows a token-wise split offloads. */
+int64_t lx_host_copy_bytes(const lx_graph *block, const lx_op_decision *d, int i);
 
 /* schedule.c — stage s's instruction lists of a pipeline schedule (GPipe
  * or 1F1B) from its recompute decisions and windows (rebuilt from scratch). */

@@ -31,10 +31,15 @@ static double now_s(void) {
 /* ---- a choice, and how to compare two ---------------------------------------- */
 
 typedef struct {
-  lx_opmask rc, w, of; /* recomputed, of them in windows; offloaded */
+  lx_opmask rc, w; /* recomputed, of them in windows */
+  lx_offload of;
   double exposed;
   bool valid;
 } choice;
+
+static bool same_offload(lx_offload a, lx_offload b) {
+  return a.whole == b.whole && a.split == b.split && a.pieces == b.pieces;
+}
 
 static int compare_choices(const lx_stage_problem *pr, const choice *a, const choice *b) {
   if (a->valid != b->valid) return a->valid ? -1 : 1;
@@ -49,15 +54,15 @@ static int compare_choices(const lx_stage_problem *pr, const choice *a, const ch
   return (ma > mb) - (ma < mb);
 }
 
-static bool fits(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_opmask of) {
+static bool fits(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_offload of) {
   return lx_memory_of(pr, rc, w, of) <= pr->avail_bytes && lx_host_fits(pr, of);
 }
 
 /* The choice with its windows assigned for real. */
-static choice realize(const lx_matcher *m, lx_opmask rc, lx_opmask w, lx_opmask of, int *window_of) {
+static choice realize(const lx_matcher *m, lx_opmask rc, lx_opmask w, lx_offload of, int *window_of) {
   const lx_stage_problem *pr = m->pr;
   double served = lx_match_windows(m, w, window_of);
-  return (choice){rc, w, of, lx_exposed_of(pr, rc, served) + lx_offload_stall(pr, of), fits(pr, rc, w, of)};
+  return (choice){rc, w, of, lx_exposed_of(pr, rc, served) + lx_offload_cost(pr, of), fits(pr, rc, w, of)};
 }
 
 /* ---- offload: the fewest bytes that make a choice fit --------------------------------- */
@@ -83,32 +88,51 @@ static int *offload_candidates(const lx_stage_problem *pr, int *n) {
   return ops;
 }
 
-/* An offload set, among the ops rc does not recompute, that makes (rc, w) fit the device
- * with few bytes copied (the copies' cost grows with their bytes alone): none where it fits
- * already; else the fewer bytes of the smallest op that closes the deficit alone and the
- * largest-first greedy cover pruned smallest-first (a heuristic: the exact one is a
- * knapsack; test_lynx's brute force finds no better choice on its cases). False where
- * nothing closes it, or its host copies do not fit. */
+/* The least-bytes cover, by branch and bound over ops[k..n) (largest copy first): a set
+ * whose gains reach `need`, with fewer bytes than *best_bytes. left[k]: the gain of
+ * ops[k..n) that are allowed. */
+typedef struct {
+  const lx_stage_problem *pr;
+  const int *ops;
+  int n;
+  lx_opmask allowed;
+  int64_t left[65];
+  int64_t best_bytes;
+  lx_opmask best;
+} cover_search;
+
+static void search_cover(cover_search *c, int k, int64_t need, int64_t bytes, lx_opmask chosen) {
+  if (need <= 0) {
+    if (bytes < c->best_bytes) c->best_bytes = bytes, c->best = chosen;
+    return;
+  }
+  if (k == c->n || c->left[k] < need || bytes >= c->best_bytes) return;
+  int i = c->ops[k];
+  if ((c->allowed >> i) & 1)
+    search_cover(c, k + 1, need - offload_gain(c->pr, i), bytes + c->pr->offload_bytes[i],
+                 chosen | (lx_opmask)1 << i);
+  search_cover(c, k + 1, need, bytes, chosen);
+}
+
+/* The offload set, among the ops rc does not recompute, that makes (rc, w) fit the device,
+ * beside op `split` (-1: none) split token-wise, with the fewest bytes copied (the copies'
+ * cost grows with their bytes alone, and so does the host memory they take): none where it
+ * fits already. An exact knapsack cover, by branch and bound. False where nothing closes
+ * the deficit, or its host copies do not fit. */
 static bool cover_deficit(const lx_stage_problem *pr, const int *ops, int n, lx_opmask rc, lx_opmask w,
-                          lx_opmask *of) {
+                          int split, lx_opmask *of) {
   *of = 0;
-  int64_t deficit = lx_memory_of(pr, rc, w, 0) - pr->avail_bytes, gained = 0;
+  lx_offload placed = {0, split, split >= 0}; /* the split op's window buffers, whatever its pieces */
+  int64_t deficit = lx_memory_of(pr, rc, w, placed) - pr->avail_bytes;
   if (deficit <= 0) return true;
-  lx_opmask single = 0, greedy = 0;
-  for (int k = 0; k < n; k++) {
-    int i = ops[k];
-    if ((rc >> i) & 1) continue;
-    if (offload_gain(pr, i) >= deficit) single = (lx_opmask)1 << i; /* the last such is the smallest */
-    if (gained < deficit) greedy |= (lx_opmask)1 << i, gained += offload_gain(pr, i);
-  }
-  if (gained < deficit) return false;
-  for (int k = n - 1; k >= 0; k--) {
-    int i = ops[k];
-    if (((greedy >> i) & 1) && gained - offload_gain(pr, i) >= deficit)
-      greedy &= ~((lx_opmask)1 << i), gained -= offload_gain(pr, i);
-  }
-  *of = single && lx_offloaded_bytes(pr, single) < lx_offloaded_bytes(pr, greedy) ? single : greedy;
-  return lx_host_fits(pr, *of);
+  cover_search c = {.pr = pr, .ops = ops, .n = n, .allowed = ~rc, .best_bytes = INT64_MAX};
+  c.left[n] = 0;
+  for (int k = n - 1; k >= 0; k--)
+    c.left[k] = c.left[k + 1] + (((rc >> ops[k]) & 1) ? 0 : offload_gain(pr, ops[k]));
+  if (c.left[0] < deficit) return false;
+  search_cover(&c, 0, deficit, 0, 0);
+  *of = c.best;
+  return c.best_bytes < INT64_MAX && lx_host_fits(pr, lx_offload_whole(*of));
 }
 
 /* Everything that can be dropped: the last resort. */
@@ -194,24 +218,61 @@ typedef struct {
   int *ops, n;
 } offload_ops;
 
+/* The best offload of (rc, w), scored as if the windows served nothing: no
+ * split, or the token-wise split (overlap.h) of one on-demand op with each
+ * number of pieces, each with the least cover of what the device lacks. False
+ * where none fits. */
+static bool best_offload(const lx_stage_problem *pr, const offload_ops *off, lx_opmask rc, lx_opmask w,
+                         choice *best) {
+  double n = (double)pr->n_layers * pr->micro_batches, recompute = n * lx_seconds_of(pr, rc);
+  lx_opmask whole;
+  bool found = cover_deficit(pr, off->ops, off->n, rc, w, -1, &whole);
+  if (found)
+    *best = (choice){rc, w, lx_offload_whole(whole), recompute + lx_offload_cost(pr, lx_offload_whole(whole)),
+                     true};
+  for (lx_opmask m = pr->host_bytes_per_s > 0 ? rc & ~w : 0; m; m &= m - 1) {
+    int i = __builtin_ctzll(m);
+    if (!pr->splittable[i] || !cover_deficit(pr, off->ops, off->n, rc, w, i, &whole)) continue;
+    for (int k = 1; k < LX_TOKEN_PIECES; k++) {
+      lx_offload of = {whole, i, k};
+      if (!lx_host_fits(pr, of)) break;
+      choice c = {rc, w, of, recompute + lx_offload_cost(pr, of), true};
+      if (!found || c.exposed < best->exposed - 1e-12 * best->exposed) *best = c, found = true;
+    }
+  }
+  return found;
+}
+
+/* The most recompute a token-wise split of one op of m saves per instance. */
+static double most_split(const lx_stage_problem *pr, lx_opmask m) {
+  double most = 0;
+  for (; pr->host_bytes_per_s > 0 && m; m &= m - 1) {
+    int i = __builtin_ctzll(m);
+    if (pr->splittable[i] && pr->recompute_s[i] > most) most = pr->recompute_s[i];
+  }
+  return most * (LX_TOKEN_PIECES - 1) / LX_TOKEN_PIECES;
+}
+
 /* Every chain-closed window subset of one recompute set that fits (with the
- * offload that closes its deficit), offered to its window set. A choice that
- * could not beat the least score offered so far even if its windows served
- * all of them (its on-demand part and its copies alone are as slow) is not. */
+ * offload that closes its deficit, and its best split), offered to its
+ * window set. A choice that could not beat the least score offered so far
+ * even if its windows served all of them (its on-demand part, less the most
+ * a split could save, is as slow) is not. */
 static void consider_windows(const lx_stage_problem *pr, window_sets *sets, const offload_ops *off,
                              lx_opmask rc) {
   lx_opmask cand = pr->n_windows ? lx_window_candidates(pr, rc) : 0;
   int n_cand = __builtin_popcountll(cand);
   double n = (double)pr->n_layers * pr->micro_batches;
-  double unwindowable = n * lx_seconds_of(pr, rc & ~cand); /* on demand whatever the windows */
+  double split = n * most_split(pr, rc);
+  double unwindowable = n * lx_seconds_of(pr, rc & ~cand) - split; /* on demand whatever the windows */
   if (unwindowable > sets->bound + 1e-12 * unwindowable) return;
   for (lx_opmask w = cand;; w = (w - 1) & cand) {
     bool enumerable = n_cand <= MAX_ENUM_WINDOW_OPS || w == cand || w == 0;
-    double on_demand = n * lx_seconds_of(pr, rc & ~w);
-    lx_opmask of;
+    double on_demand = n * lx_seconds_of(pr, rc & ~w) - split;
+    choice c;
     if (enumerable && on_demand <= sets->bound + 1e-12 * on_demand && lx_window_closed(pr, rc, w) &&
-        cover_deficit(pr, off->ops, off->n, rc, w, &of))
-      sets_offer(pr, sets, (choice){rc, w, of, n * lx_seconds_of(pr, rc) + lx_offload_stall(pr, of), true});
+        best_offload(pr, off, rc, w, &c))
+      sets_offer(pr, sets, c);
     if (w == 0) break;
   }
 }
@@ -337,7 +398,7 @@ static choice match_best_first(const lx_stage_problem *pr, const lx_matcher *m, 
     if (best.valid && cand[k].lower > best.exposed + 1e-12 * cand[k].lower) break;
     choice c = cand[k].c;
     double served = c.w ? lx_match_windows(m, c.w, NULL) : 0;
-    c.exposed = lx_exposed_of(pr, c.rc, served) + lx_offload_stall(pr, c.of);
+    c.exposed = lx_exposed_of(pr, c.rc, served) + lx_offload_cost(pr, c.of);
     if (compare_choices(pr, &c, &best) < 0) best = c;
   }
   free(cand);
@@ -376,7 +437,7 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
   lx_matcher m = lx_matcher_init(pr);
   window_sets sets = sets_init(256);
   lx_opmask all = drop_everything(pr);
-  choice best = {all, 0, 0, lx_exposed_of(pr, all, 0), fits(pr, all, 0, 0)};
+  choice best = {all, 0, lx_no_offload, lx_exposed_of(pr, all, 0), fits(pr, all, 0, lx_no_offload)};
   if (best.valid) sets.bound = best.exposed;
   bool enumerate = n <= MAX_ENUM_OPS;
   uint64_t subsets = enumerate ? (uint64_t)1 << n : (uint64_t)n + 1;
@@ -385,7 +446,7 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
     for (int j = 0; j < n; j++)
       if (enumerate ? (k >> j) & 1 : (uint64_t)j < k) rc |= (lx_opmask)1 << ops[j];
     rc = lx_close_recompute(pr, rc);
-    if (cover_deficit(pr, off.ops, off.n, rc, 0, &of)) consider_windows(pr, &sets, &off, rc);
+    if (cover_deficit(pr, off.ops, off.n, rc, 0, -1, &of)) consider_windows(pr, &sets, &off, rc);
   }
   best = match_best_first(pr, &m, &sets, best);
   free(ops);
@@ -474,23 +535,51 @@ static double mib(int64_t b) { return (double)b / (1 << 20); }
 
 typedef struct {
   int *rc, *w, *of; /* columns per op, 0 where none */
+  int *split, *pieces; /* the token-wise split: whether op i is the split op, and its offloaded pieces */
 } op_columns;
+
+static int add_integer(glp_prob *lp, double cost, int upper) {
+  int c = glp_add_cols(lp, 1);
+  glp_set_col_kind(lp, c, GLP_IV);
+  glp_set_col_bnds(lp, c, GLP_DB, 0, upper);
+  glp_set_obj_coef(lp, c, cost);
+  return c;
+}
 
 /* The offload columns' copy cost: per direction, a continuous z >= N (c - f)
  * with c = sum of / bandwidth the copy seconds of a layer (and f its forward,
- * or its backward), z >= 0, at unit cost; host memory bounds what they hold. */
+ * or its backward; the split op's pieces copy b_i / P each), z >= 0, at unit
+ * cost; host memory bounds what they hold. At most one op is split, one it
+ * recomputes on demand (y_i <= rc_i - w_i), and each of its pieces saves
+ * N r_i / P of recompute. */
 static void add_offload_cost(const lx_stage_problem *pr, glp_prob *lp, triplets *t, const op_columns *c) {
   double n = (double)pr->n_layers * pr->micro_batches;
   double overlapped[2] = {pr->layer_fwd_s, pr->layer_bwd_s};
+  int one_split = add_row(lp, GLP_UP, -1e30, 1); /* sum y <= 1 */
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (!c->split[i]) continue;
+    put(t, one_split, c->split[i], 1);
+    int r = add_row(lp, GLP_UP, -1e30, 0); /* pieces - (P - 1) y <= 0 */
+    put(t, r, c->pieces[i], 1), put(t, r, c->split[i], -(LX_TOKEN_PIECES - 1));
+    r = add_row(lp, GLP_UP, -1e30, 0); /* y - rc + w <= 0 */
+    put(t, r, c->split[i], 1), put(t, r, c->rc[i], -1), put(t, r, c->w[i], 1);
+    glp_set_obj_coef(lp, c->pieces[i], -n * ms(pr->recompute_s[i]) / LX_TOKEN_PIECES);
+  }
   for (int k = 0; k < 2; k++) { /* z - N sum o c_i >= -N f */
     int r = add_row(lp, GLP_LO, -n * ms(overlapped[k]), 0);
     put(t, r, add_continuous(lp, 1, -1), 1);
-    for (int i = 0; i < pr->n_ops; i++)
-      if (c->of[i]) put(t, r, c->of[i], -n * ms((double)pr->offload_bytes[i] / pr->host_bytes_per_s));
+    for (int i = 0; i < pr->n_ops; i++) {
+      double copy_s = (double)pr->offload_bytes[i] / pr->host_bytes_per_s;
+      if (c->of[i]) put(t, r, c->of[i], -n * ms(copy_s));
+      if (c->pieces[i]) put(t, r, c->pieces[i], -n * ms(copy_s) / LX_TOKEN_PIECES);
+    }
   }
   int r = add_row(lp, GLP_UP, -1e30, mib(pr->host_avail_bytes)); /* S L sum o b_i <= host */
-  for (int i = 0; i < pr->n_ops; i++)
+  for (int i = 0; i < pr->n_ops; i++) {
     if (c->of[i]) put(t, r, c->of[i], (double)pr->stashed_layers * mib(pr->offload_bytes[i]));
+    if (c->pieces[i])
+      put(t, r, c->pieces[i], (double)pr->stashed_layers * mib(pr->offload_bytes[i]) / LX_TOKEN_PIECES);
+  }
 }
 
 /* rc, w and offload columns, the closure rows (a recomputed op's unsaved
@@ -501,7 +590,8 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
                                double w_cost, bool windows, bool offload) {
   const lx_graph *g = pr->block;
   size_t n = (size_t)pr->n_ops;
-  op_columns c = {lx_calloc(n, sizeof(int)), lx_calloc(n, sizeof(int)), lx_calloc(n, sizeof(int))};
+  op_columns c = {lx_calloc(n, sizeof(int)), lx_calloc(n, sizeof(int)), lx_calloc(n, sizeof(int)),
+                  lx_calloc(n, sizeof(int)), lx_calloc(n, sizeof(int))};
   offload &= pr->host_bytes_per_s > 0;
   for (int i = 0; i < pr->n_ops; i++) {
     if (offload && pr->offload_bytes[i] > 0) c.of[i] = add_binary(lp, 0, true);
@@ -514,6 +604,8 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
       r = add_row(lp, GLP_UP, -1e9, 1);
       put(t, r, c.of[i], 1), put(t, r, c.rc[i], 1);
     }
+    if (offload && pr->splittable[i])
+      c.split[i] = add_binary(lp, 0, true), c.pieces[i] = add_integer(lp, 0, LX_TOKEN_PIECES - 1);
   }
   if (offload) add_offload_cost(pr, lp, t, &c);
   for (int i = 0; i < pr->n_ops; i++)
@@ -537,6 +629,7 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
       }
       if (c.of[i])
         put(t, r, c.of[i], -per * mib(pr->drop_bytes[i]) + pr->window_buffers * mib(pr->offload_bytes[i]));
+      if (c.split[i]) put(t, r, c.split[i], pr->window_buffers * mib(pr->offload_bytes[i]));
     }
   }
   return c;
@@ -546,17 +639,22 @@ static void free_columns(op_columns *c) {
   free(c->rc);
   free(c->w);
   free(c->of);
+  free(c->split);
+  free(c->pieces);
 }
 
 static bool column_set(glp_prob *lp, int column) { return column && glp_mip_col_val(lp, column) > 0.5; }
 
 static void read_masks(const lx_stage_problem *pr, glp_prob *lp, op_columns c, lx_opmask *rc, lx_opmask *w,
-                       lx_opmask *of) {
-  *rc = *w = *of = 0;
+                       lx_offload *of) {
+  *rc = *w = 0;
+  *of = lx_no_offload;
   for (int i = 0; i < pr->n_ops; i++) {
     if (column_set(lp, c.rc[i])) *rc |= (lx_opmask)1 << i;
     if (column_set(lp, c.w[i])) *w |= (lx_opmask)1 << i;
-    if (column_set(lp, c.of[i])) *of |= (lx_opmask)1 << i;
+    if (column_set(lp, c.of[i])) of->whole |= (lx_opmask)1 << i;
+    int pieces = c.pieces[i] ? (int)lround(glp_mip_col_val(lp, c.pieces[i])) : 0;
+    if (column_set(lp, c.split[i]) && pieces > 0) of->split = i, of->pieces = pieces;
   }
 }
 
@@ -575,14 +673,15 @@ static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *
   triplets t = {0};
   op_columns c = add_op_model(pr, lp, &t, 1, 0, false, false);
   const char *status = solve_mip(lp, &t, pr->time_limit_s, &stats->gap);
-  lx_opmask rc = drop_everything(pr), w = 0, of = 0;
+  lx_opmask rc = drop_everything(pr), w = 0;
+  lx_offload of = lx_no_offload;
   int ok = glp_mip_status(lp);
   if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w, &of);
   rc = lx_close_recompute(pr, rc);
   lx_matcher m = lx_matcher_init(pr);
-  choice best = realize(&m, rc, 0, 0, window_of);
+  choice best = realize(&m, rc, 0, lx_no_offload, window_of);
   lx_matcher_free(&m);
-  lx_masks_to_decisions(pr, best.rc, 0, 0, d);
+  lx_masks_to_decisions(pr, best.rc, 0, lx_no_offload, d);
   stats->status = status;
   free_columns(&c);
   free_triplets(&t);
@@ -625,19 +724,22 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
       if (c.w[i]) glp_set_col_bnds(lp, c.w[i], GLP_FX, 0, 0);
   const char *status = solve_mip(lp, &t, pr->time_limit_s, &stats->gap);
   int ok = glp_mip_status(lp);
-  lx_opmask rc = drop_everything(pr), w = 0, of = 0;
+  lx_opmask rc = drop_everything(pr), w = 0;
+  lx_offload of = lx_no_offload;
   if (ok == GLP_OPT || ok == GLP_FEAS) read_masks(pr, lp, c, &rc, &w, &of);
   rc = lx_close_recompute(pr, rc);
-  of &= ~rc;
+  of.whole &= ~rc;
   if (!lx_window_closed(pr, rc, w)) w = 0;
+  if (of.split >= 0 && (!((rc >> of.split) & 1) || ((w >> of.split) & 1))) of.split = -1, of.pieces = 0;
   lx_matcher m = lx_matcher_init(pr);
   choice milp = realize(&m, rc, w, of, window_of);
   bool heu_ok = solve_heu(pr, d, window_of);
-  lx_opmask hrc, hw, hof;
+  lx_opmask hrc, hw;
+  lx_offload hof;
   lx_decisions_to_masks(pr, d, &hrc, &hw, &hof);
   choice heu = {hrc, hw, hof, lx_policy_exposed(pr, d, window_of), heu_ok};
   choice best = compare_choices(pr, &milp, &heu) <= 0 ? milp : heu;
-  bool milp_won = best.rc == milp.rc && best.w == milp.w && best.of == milp.of;
+  bool milp_won = best.rc == milp.rc && best.w == milp.w && same_offload(best.of, milp.of);
   stats->status = milp_won ? status : "heuristic incumbent (MILP no better)";
   realize(&m, best.rc, best.w, best.of, window_of);
   lx_matcher_free(&m);
@@ -659,8 +761,9 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
   bool ok;
   bool planned =
       policy == LX_RECOMPUTE_CHECKMATE || policy == LX_RECOMPUTE_LYNX_HEU || policy == LX_RECOMPUTE_LYNX_OPT;
-  if (planned && fits(pr, 0, 0, 0)) { /* keeping everything fits: nothing is exposed and nothing beats it */
-    lx_masks_to_decisions(pr, 0, 0, 0, d);
+  if (planned &&
+      fits(pr, 0, 0, lx_no_offload)) { /* keeping everything fits: nothing is exposed and nothing beats it */
+    lx_masks_to_decisions(pr, 0, 0, lx_no_offload, d);
     lx_assign_windows(pr, 0, scratch);
     stats->status = "optimal (everything kept)";
     policy = LX_RECOMPUTE_POLICY_COUNT; /* done */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "alloc.h"
+#include "op_signature.h"
 #include "planning/passes.h"
 
 static bool output_is_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
@@ -31,6 +32,41 @@ int64_t lx_offload_bytes(const lx_graph *g, int i) {
 
 bool lx_offloadable(const lx_graph *g, int i) {
   return !lx_never_dropped(g, i) && i != g->output && lx_offload_bytes(g, i) > 0;
+}
+
+static bool row_wise(const lx_op *op) {
+  switch (op->kind) {
+  case LX_OP_LAYERNORM:
+  case LX_OP_RMSNORM:
+  case LX_OP_SWIGLU:
+  case LX_OP_ADD: return true;
+  case LX_OP_LINEAR: return !op->lora_rank;
+  default: return lx_op_signature_of(op)->elementwise.is;
+  }
+}
+
+/* Under sequence parallelism an op between the column- and row-parallel
+ * matmuls (every tensor it touches split by width) still has all the rows. */
+static bool all_rows(const lx_ir *ir, const lx_graph *g, const lx_op *op) {
+  if (!lx_sequence_parallel(ir)) return true;
+  bool split = op->out.split;
+  for (int k = 0; k < op->n_inputs; k++)
+    split &= g->ops[op->inputs[k]].out.split;
+  return split;
+}
+
+bool lx_token_splittable(const lx_ir *ir, int i) {
+  const lx_graph *g = &ir->block;
+  const lx_op *op = &g->ops[i];
+  lx_tp_collectives c = lx_tp_collectives_of(ir, op, false);
+  int64_t rows = (int64_t)ir->plan.micro_batch * ir->model.seq_len;
+  return lx_offloadable(g, i) && !has_internals(op) && row_wise(op) && !c.gather_before && !c.reduce_after &&
+         all_rows(ir, g, op) && rows % LX_TOKEN_PIECES == 0;
+}
+
+int64_t lx_host_copy_bytes(const lx_graph *g, const lx_op_decision *d, int i) {
+  int64_t bytes = lx_offload_bytes(g, i);
+  return lx_token_split(d) ? bytes / LX_TOKEN_PIECES * d->host_pieces : bytes;
 }
 
 void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decision *decisions) {

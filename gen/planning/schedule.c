@@ -137,22 +137,34 @@ static int instance_of(const builder *b, int layer, int mb) {
  * ops placed there, on the recompute stream (they need no all-reduce:
  * overlap.h). The backward waits for the event of the instance's last part
  * (the recompute stream runs in order). */
+/* Whether op i reads a tensor that comes back from host memory. */
+static bool reads_offloaded(const builder *b, int i) {
+  const lx_op *op = &b->ir->block.ops[i];
+  for (int k = 0; k < op->n_inputs; k++)
+    if (b->st->decisions[op->inputs[k]].offload) return true;
+  return false;
+}
+
 static void recompute_in_window(builder *b, int inst, int w) {
   const lx_graph *g = &b->ir->block;
   int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
-  if (b->prefetched[inst] >= 0) wait_for(b, LX_STREAM_RECOMPUTE, b->prefetched[inst]); /* inputs offloaded */
-  for (int i = 0; i < g->n_ops; i++)
-    if (b->st->decisions[i].recompute && b->st->decisions[i].in_window &&
-        lx_recompute_window(b->pipe, b->st, inst, i) == w)
-      emit(b, LX_STREAM_RECOMPUTE,
-           (lx_instr){.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb});
+  bool waited = false;
+  for (int i = 0; i < g->n_ops; i++) {
+    if (!b->st->decisions[i].recompute || !b->st->decisions[i].in_window ||
+        lx_recompute_window(b->pipe, b->st, inst, i) != w)
+      continue;
+    if (!waited && b->prefetched[inst] >= 0 && reads_offloaded(b, i)) /* its input, back from host memory */
+      wait_for(b, LX_STREAM_RECOMPUTE, b->prefetched[inst]), waited = true;
+    emit(b, LX_STREAM_RECOMPUTE,
+         (lx_instr){.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb});
+  }
   b->recomputed[inst] = record(b, LX_STREAM_RECOMPUTE);
 }
 
 /* OFFLOAD or PREFETCH of block op i's saved tensors (layer, mb), on its stream. */
 static void host_copy(builder *b, lx_instr_kind kind, int layer, int i, int mb) {
   lx_instr in = {.kind = kind, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb};
-  in.bytes = lx_offload_bytes(&b->ir->block, i);
+  in.bytes = lx_host_copy_bytes(&b->ir->block, &b->st->decisions[i], i);
   emit(b, kind == LX_I_OFFLOAD ? LX_STREAM_OFFLOAD : LX_STREAM_PREFETCH, in);
 }
 

@@ -188,7 +188,7 @@ static double instr_flops(const lx_pipeline *p, const lx_stage *st, const lx_ins
   switch (in->kind) {
   case LX_I_FWD:
   case LX_I_RECOMPUTE:
-  case LX_I_BWD_WEIGHT: return op->flops_fwd;
+  case LX_I_BWD_WEIGHT: return op->flops_fwd * lx_instr_fraction(st, in);
   case LX_I_BWD:
     return op->flops_bwd - (lx_defers_weight_grad(p->ir, st, in->graph, in->op) ? op->flops_fwd : 0);
   default: return 0;
@@ -240,7 +240,7 @@ double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, c
   case LX_I_FWD:
   case LX_I_RECOMPUTE: {
     const lx_graph *g = lx_graph_of(ir, in->graph);
-    return lx_cost_op_fwd(cm, ir, g, &g->ops[in->op]);
+    return lx_cost_op_fwd(cm, ir, g, &g->ops[in->op]) * lx_instr_fraction(&p->stages[stage], in);
   }
   case LX_I_BWD: {
     const lx_graph *g = lx_graph_of(ir, in->graph);

@@ -49,6 +49,7 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
   pr->drop_bytes = lx_calloc(n, sizeof(int64_t));
   pr->windowable = lx_calloc(n, sizeof(bool));
   pr->offload_bytes = lx_calloc(n, sizeof(int64_t));
+  pr->splittable = lx_calloc(n, sizeof(bool));
   pr->host_bytes_per_s = cm->gpu.host_bytes_per_s;
   pr->host_avail_bytes = (int64_t)(0.75 * cm->gpu.host_memory_bytes); /* the rest: OS, data, pinned limits */
   lx_op_decision *scratch = lx_calloc(n, sizeof *scratch);
@@ -60,6 +61,7 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
       pr->layer_bwd_s += lx_cost_op_bwd(cm, ir, g, op);
     }
     if (lx_offloadable(g, i)) pr->offload_bytes[i] = lx_offload_bytes(g, i);
+    pr->splittable[i] = lx_token_splittable(ir, i);
     if (lx_never_dropped(g, i)) continue;
     pr->recompute_s[i] = lx_cost_op_fwd(cm, ir, g, op);
     pr->drop_bytes[i] = drop_bytes_of(g, i, scratch);
@@ -85,6 +87,7 @@ void lx_stage_problem_free(lx_stage_problem *pr) {
   free(pr->drop_bytes);
   free(pr->windowable);
   free(pr->offload_bytes);
+  free(pr->splittable);
   free(pr->lo);
   free(pr->due);
   memset(pr, 0, sizeof *pr);
@@ -153,50 +156,63 @@ static int64_t bytes_of(const lx_stage_problem *pr, lx_opmask m) {
   return b;
 }
 
-int64_t lx_offloaded_bytes(const lx_stage_problem *pr, lx_opmask of) {
-  int64_t b = 0;
-  while (of)
-    b += pr->offload_bytes[next_op(&of)];
+const lx_offload lx_no_offload = {0, -1, 0};
+
+int64_t lx_offloaded_bytes(const lx_stage_problem *pr, lx_offload of) {
+  int64_t b = of.split >= 0 ? pr->offload_bytes[of.split] / LX_TOKEN_PIECES * of.pieces : 0;
+  while (of.whole)
+    b += pr->offload_bytes[next_op(&of.whole)];
   return b;
 }
 
 /* Block activation bytes: the stash of kept tensors plus the window buffers
- * (which hold the offloaded tensors too). */
-int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_opmask of) {
-  return pr->stashed_layers * (pr->kept_all - bytes_of(pr, rc) - bytes_of(pr, of)) +
-         (int64_t)pr->window_buffers * (bytes_of(pr, w) + lx_offloaded_bytes(pr, of));
+ * (which hold the offloaded tensors too, the split one whole). */
+int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_offload of) {
+  int64_t split = of.split >= 0 ? pr->offload_bytes[of.split] : 0;
+  return pr->stashed_layers * (pr->kept_all - bytes_of(pr, rc) - bytes_of(pr, of.whole)) +
+         (int64_t)pr->window_buffers *
+             (bytes_of(pr, w) + lx_offloaded_bytes(pr, lx_offload_whole(of.whole)) + split);
 }
 
-double lx_offload_stall(const lx_stage_problem *pr, lx_opmask of) {
-  if (!of) return 0;
+double lx_offload_cost(const lx_stage_problem *pr, lx_offload of) {
+  if (!of.whole && of.split < 0) return 0;
+  double n = (double)pr->n_layers * pr->micro_batches;
   double copy = (double)lx_offloaded_bytes(pr, of) / pr->host_bytes_per_s;
   double stall = (copy > pr->layer_fwd_s ? copy - pr->layer_fwd_s : 0) +
                  (copy > pr->layer_bwd_s ? copy - pr->layer_bwd_s : 0);
-  return (double)pr->n_layers * pr->micro_batches * stall;
+  double saved = of.split >= 0 ? pr->recompute_s[of.split] * of.pieces / LX_TOKEN_PIECES : 0;
+  return n * (stall - saved);
 }
 
-bool lx_host_fits(const lx_stage_problem *pr, lx_opmask of) {
+bool lx_host_fits(const lx_stage_problem *pr, lx_offload of) {
   return pr->stashed_layers * lx_offloaded_bytes(pr, of) <= pr->host_avail_bytes;
 }
 
-void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_opmask of,
+void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_offload of,
                            lx_op_decision *d) {
   for (int i = 0; i < pr->n_ops; i++)
     d[i] = (lx_op_decision){.drop_output = has(rc, i), .drop_internals = has(rc, i), .in_window = has(w, i)};
   lx_recompute_closure(pr->block, d);
   for (int i = 0; i < pr->n_ops; i++) {
     d[i].in_window &= d[i].recompute;
-    d[i].offload = has(of, i) && !d[i].recompute && pr->offload_bytes[i] > 0;
+    d[i].offload = has(of.whole, i) && !d[i].recompute && pr->offload_bytes[i] > 0;
+  }
+  if (of.split >= 0 && d[of.split].recompute && pr->splittable[of.split] && of.pieces > 0 &&
+      of.pieces < LX_TOKEN_PIECES) {
+    d[of.split].offload = true, d[of.split].in_window = false;
+    d[of.split].host_pieces = of.pieces;
   }
 }
 
 void lx_decisions_to_masks(const lx_stage_problem *pr, const lx_op_decision *d, lx_opmask *rc, lx_opmask *w,
-                           lx_opmask *of) {
-  *rc = *w = *of = 0;
+                           lx_offload *of) {
+  *rc = *w = 0;
+  *of = lx_no_offload;
   for (int i = 0; i < pr->n_ops; i++) {
     if (d[i].recompute) *rc |= (lx_opmask)1 << i;
     if (d[i].recompute && d[i].in_window) *w |= (lx_opmask)1 << i;
-    if (d[i].offload) *of |= (lx_opmask)1 << i;
+    if (d[i].offload && !d[i].recompute) of->whole |= (lx_opmask)1 << i;
+    if (lx_token_split(&d[i])) of->split = i, of->pieces = d[i].host_pieces;
   }
 }
 
@@ -418,13 +434,15 @@ double lx_exposed_of(const lx_stage_problem *pr, lx_opmask rc, double covered_s)
 }
 
 double lx_policy_exposed(const lx_stage_problem *pr, const lx_op_decision *d, const int *window_of) {
-  lx_opmask rc, w, of;
+  lx_opmask rc, w;
+  lx_offload of;
   lx_decisions_to_masks(pr, d, &rc, &w, &of);
-  return lx_exposed_of(pr, rc, lx_covered_seconds(pr, window_of)) + lx_offload_stall(pr, of);
+  return lx_exposed_of(pr, rc, lx_covered_seconds(pr, window_of)) + lx_offload_cost(pr, of);
 }
 
 int64_t lx_policy_bytes(const lx_stage_problem *pr, const lx_op_decision *d) {
-  lx_opmask rc, w, of;
+  lx_opmask rc, w;
+  lx_offload of;
   lx_decisions_to_masks(pr, d, &rc, &w, &of);
   return lx_memory_of(pr, rc, w, of);
 }

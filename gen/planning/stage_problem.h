@@ -30,6 +30,16 @@ typedef struct {
 
 bool lx_output_saved(const lx_graph *g, int i);
 
+/* What a stage offloads: the ops of `whole` entirely, and op `split` (-1:
+ * none; it is recomputed on demand, overlap.h) token-wise, its first
+ * `pieces` of LX_TOKEN_PIECES row pieces. */
+typedef struct {
+  lx_opmask whole;
+  int split, pieces;
+} lx_offload;
+
+extern const lx_offload lx_no_offload;
+static inline lx_offload lx_offload_whole(lx_opmask whole) { return (lx_offload){whole, -1, 0}; }
 
 /* A recomputed op needs its inputs: a producer whose output nobody keeps
  * runs again too. Inputs precede their users: one backward sweep. */
@@ -44,21 +54,21 @@ bool lx_window_closed(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w);
 double lx_seconds_of(const lx_stage_problem *pr, lx_opmask m);
 
 /* Block activation bytes of recompute set rc (w of it in windows) and
- * offload set of: the stash of kept tensors plus the window buffers. */
-int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_opmask of);
+ * offload `of`: the stash of kept tensors plus the window buffers. */
+int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_offload of);
 
-/* What one layer instance of offload set `of` copies each way; the compute
- * stream's seconds per iteration that its copies cost (overlap.h); whether
- * its host copies fit the host memory. */
-int64_t lx_offloaded_bytes(const lx_stage_problem *pr, lx_opmask of);
-double lx_offload_stall(const lx_stage_problem *pr, lx_opmask of);
-bool lx_host_fits(const lx_stage_problem *pr, lx_opmask of);
+/* What one layer instance of `of` copies each way; the compute stream's
+ * seconds per iteration that its copies cost, less the recompute its split
+ * op saves (overlap.h); whether its host copies fit the host memory. */
+int64_t lx_offloaded_bytes(const lx_stage_problem *pr, lx_offload of);
+double lx_offload_cost(const lx_stage_problem *pr, lx_offload of);
+bool lx_host_fits(const lx_stage_problem *pr, lx_offload of);
 
-void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_opmask of,
+void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_offload of,
                            lx_op_decision *d);
 
 void lx_decisions_to_masks(const lx_stage_problem *pr, const lx_op_decision *d, lx_opmask *rc, lx_opmask *w,
-                           lx_opmask *of);
+                           lx_offload *of);
 
 lx_matcher lx_matcher_init(const lx_stage_problem *pr);
 

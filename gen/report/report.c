@@ -34,7 +34,12 @@ const char *lx_count_text(double n, char buf[LX_BYTES_TEXT]) {
 static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 static double ms(double seconds) { return seconds * 1e3; }
 
-static const char *decision_text(const lx_op_decision *d) {
+static const char *decision_text(const lx_op_decision *d, char buf[96]) {
+  if (lx_token_split(d)) {
+    snprintf(buf, 96, "token-wise: rows [0, %d/%d) offloaded, the rest recomputed on demand", d->host_pieces,
+             LX_TOKEN_PIECES);
+    return buf;
+  }
   if (d->offload) return "offload to host memory after the forward, prefetch before the backward";
   if (!d->recompute) return "keep";
   if (d->in_window)
@@ -153,9 +158,9 @@ static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out
   for (int i = 0; i < ir->block.n_ops; i++) {
     const lx_op *op = &ir->block.ops[i];
     if (op->kind == LX_OP_INPUT) continue;
-    char file[LX_TEXT_MAX], saves[LX_BYTES_TEXT];
+    char file[LX_TEXT_MAX], saves[LX_BYTES_TEXT], decision[96];
     fprintf(out, "    %-22s %-18s %12s  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
-            lx_bytes_text((double)op->saved_bytes, saves), decision_text(&st->decisions[i]),
+            lx_bytes_text((double)op->saved_bytes, saves), decision_text(&st->decisions[i], decision),
             lx_text(lx_file_name(op->src.file), file, sizeof file), op->src.line);
   }
 }
@@ -343,6 +348,18 @@ static void put_ops(cJSON *parent, const char *key, const lx_ir *ir, const lx_st
   }
 }
 
+/* Token-wise splits: per op, the row pieces offloaded of LX_TOKEN_PIECES. */
+static void put_token_splits(cJSON *parent, const lx_ir *ir, const lx_stage *st) {
+  cJSON *splits = lx_json_add_array(parent, "token_split_ops");
+  for (int i = 0; i < ir->block.n_ops; i++) {
+    if (!lx_token_split(&st->decisions[i])) continue;
+    cJSON *split = lx_json_add_object(splits, NULL);
+    lx_json_add_string(split, "op", ir->block.ops[i].name);
+    lx_json_add_int(split, "host_pieces", st->decisions[i].host_pieces);
+    lx_json_add_int(split, "pieces", LX_TOKEN_PIECES);
+  }
+}
+
 /* Interleaved 1F1B: the stage's model chunks. */
 static void put_chunks_json(cJSON *stage, const lx_stage *st) {
   cJSON *chunks = lx_json_add_array(stage, "chunks");
@@ -380,6 +397,7 @@ static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
   put_ops(w, "recomputed_ops", p->ir, st, OPS_RECOMPUTED);
   put_ops(w, "window_ops", p->ir, st, OPS_IN_WINDOWS);
   put_ops(w, "offloaded_ops", p->ir, st, OPS_OFFLOADED);
+  put_token_splits(w, p->ir, st);
   lx_json_add_int(w, "host_bytes", m->host_bytes);
   window_use u = window_use_of(p, st);
   lx_json_add_int(w, "windows_found", st->window_of ? st->n_windows : 0);

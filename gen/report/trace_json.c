@@ -75,6 +75,19 @@ static void put_process_metadata(lx_json_stream *trace, const lx_pipeline *p, in
   if (windows) put_thread_metadata(trace, s, WINDOWS_TID, "windows");
 }
 
+/* A token-split op's copies move its first rows, its recompute makes the
+ * others: "rows" [first, end) in eighths of the micro-batch's rows. */
+static void put_token_rows(cJSON *args, const lx_stage *st, const lx_instr *in) {
+  const lx_op_decision *d = in->graph == LX_GRAPH_BLOCK && st->decisions ? &st->decisions[in->op] : NULL;
+  if (!d || !lx_token_split(d) || in->kind == LX_I_FWD || in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT)
+    return;
+  char rows[48];
+  bool recomputed = in->kind == LX_I_RECOMPUTE;
+  snprintf(rows, sizeof rows, "[%d/%d, %d/%d)", recomputed ? d->host_pieces : 0, LX_TOKEN_PIECES,
+           recomputed ? LX_TOKEN_PIECES : d->host_pieces, LX_TOKEN_PIECES);
+  lx_json_add_string(args, "rows", rows);
+}
+
 /* Where a recompute runs: in window w (on the recompute stream) or on demand. */
 static void put_placement(cJSON *args, const lx_stage *st, int w) {
   if (w < 0) {
@@ -114,6 +127,7 @@ static void put_instr_args(cJSON *event, const lx_pipeline *p, int s, int k, con
     if (in->kind == LX_I_ALLREDUCE_TP) lx_json_add_bool(args, "backward", in->backward);
     if (in->kind == LX_I_RECOMPUTE)
       put_placement(args, &p->stages[s], window_of_instr(p, &p->stages[s], k, in));
+    if (in->kind != LX_I_ALLREDUCE_TP) put_token_rows(args, &p->stages[s], in);
     break;
   }
   case LX_I_SEND_ACT:

@@ -11,11 +11,33 @@
 typedef struct {
   lx_access *out;
   int n, max;
+  const lx_stage *st;
+  const lx_instr *in; /* the instruction whose accesses these are */
 } access_list;
 
-static void add(access_list *list, lx_access a) {
+static void put_access(access_list *list, lx_access a) {
   if (list->n < list->max) list->out[list->n] = a;
   list->n++;
+}
+
+static bool token_split_output(const lx_stage *st, lx_tensor_ref t) {
+  return t.graph == LX_GRAPH_BLOCK && (t.role == LX_T_OUTPUT || t.role == LX_T_RECOMPUTED) && st->decisions &&
+         lx_token_split(&st->decisions[t.op]);
+}
+
+/* A token-split op's output is two values (lx_rows): its RECOMPUTE writes the
+ * rows it recomputes, the host copies move the others, everything else
+ * touches both. */
+static void add(access_list *list, lx_access a) {
+  if (a.target != LX_TARGET_TENSOR || !token_split_output(list->st, a.tensor)) {
+    put_access(list, a);
+    return;
+  }
+  const lx_instr *in = list->in;
+  bool host_copy = in->kind == LX_I_OFFLOAD || in->kind == LX_I_PREFETCH;
+  bool remade = in->kind == LX_I_RECOMPUTE && in->op == a.tensor.op && a.mode != LX_ACCESS_READ;
+  if (!remade) a.rows = LX_ROWS_HOSTED, put_access(list, a);
+  if (!host_copy) a.rows = LX_ROWS_RECOMPUTED, put_access(list, a);
 }
 
 static void add_tensor(access_list *list, lx_tensor_ref t, lx_access_mode mode) {
@@ -265,7 +287,7 @@ static void optimizer_accesses(const lx_stage_layout *l, access_list *list) {
 
 int lx_instr_access(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_instr *in,
                     lx_access *out, int max) {
-  access_list list = {out, 0, max};
+  access_list list = {out, 0, max, &p->stages[stage], in};
   const lx_stage *st = &p->stages[stage];
   switch (in->kind) {
   case LX_I_FWD:
@@ -304,9 +326,18 @@ lx_span lx_param_grad_span(const lx_pipeline *p, int stage, const lx_stage_layou
   return (lx_span){LX_REGION_GRADS, l->region_offset[LX_REGION_GRADS] + element * 4, elements * 4};
 }
 
+/* The rows of a tensor's span: a token split cuts it where its recomputed rows start. */
+static lx_span rows_of(const lx_pipeline *p, int stage, lx_span whole, const lx_access *a) {
+  if (a->rows == LX_ROWS_ALL) return whole;
+  const lx_op_decision *d = &p->stages[stage].decisions[a->tensor.op];
+  int64_t hosted = whole.bytes / LX_TOKEN_PIECES * d->host_pieces;
+  if (a->rows == LX_ROWS_HOSTED) return (lx_span){whole.region, whole.offset, hosted};
+  return (lx_span){whole.region, whole.offset + hosted, whole.bytes - hosted};
+}
+
 lx_span lx_access_span(const lx_pipeline *p, int stage, const lx_stage_layout *l, const lx_access *a) {
   switch (a->target) {
-  case LX_TARGET_TENSOR: return lx_locate(p, stage, l, a->tensor);
+  case LX_TARGET_TENSOR: return rows_of(p, stage, lx_locate(p, stage, l, a->tensor), a);
   case LX_TARGET_PARAM_GRAD: return lx_param_grad_span(p, stage, l, a->tensor);
   case LX_TARGET_REGION: return (lx_span){a->region, l->region_offset[a->region], l->region_bytes[a->region]};
   case LX_TARGET_SPAN: return a->span;

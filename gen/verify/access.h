@@ -17,12 +17,24 @@ typedef enum {
   LX_TARGET_SPAN        /* `span` (a data-parallel bucket of gradients) */
 } lx_access_target;
 
+/* The rows of a tensor an access touches. A token-split op's output
+ * (lx_token_split) is two values: its first rows, which the offload copies
+ * and the prefetch brings back, and the others, which RECOMPUTE makes; its
+ * forward writes both and its readers read both. */
+typedef enum {
+  LX_ROWS_ALL,
+  LX_ROWS_HOSTED,     /* the rows below lx_token_first_row */
+  LX_ROWS_RECOMPUTED, /* the rows from it on */
+  LX_ROWS_COUNT
+} lx_rows;
+
 typedef struct {
   lx_access_target target;
   lx_tensor_ref tensor; /* TENSOR and PARAM_GRAD; parameters have mb -1 (one copy per step) */
   lx_region region;     /* REGION */
   lx_span span;         /* SPAN */
   lx_access_mode mode;
+  lx_rows rows; /* TENSOR */
 } lx_access;
 
 /* Room for the accesses of most instructions; the first backward of a graph

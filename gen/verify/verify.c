@@ -49,6 +49,7 @@ typedef struct {
   lx_access_mode mode;
   lx_access_target target;
   lx_region region;      /* LX_TARGET_REGION */
+  lx_rows rows;          /* of a token-split tensor: a value of their own */
   bool generation_start; /* a write that (re)defines the whole value */
   bool value_defined;    /* some instruction writes (not only accumulates) this value */
 } access_rec;
@@ -226,14 +227,14 @@ static lx_tensor_ref canonical(const stage_check *c, lx_tensor_ref t) {
 
 /* Fields are small non-negative numbers once shifted by one (layer and mb
  * may be -1): target, region, graph, role, index 4 bits each, layer and op
- * 20 bits, mb 32 bits. */
+ * 20 bits, mb 32 bits, the rows 2 bits above it. */
 static tensor_key key_of(const stage_check *c, const lx_access *a) {
   if (a->target == LX_TARGET_REGION)
     return (tensor_key){(uint64_t)a->target << 60 | (uint64_t)a->region << 56, 0};
   lx_tensor_ref t = a->target == LX_TARGET_TENSOR ? canonical(c, a->tensor) : a->tensor;
   uint64_t hi = (uint64_t)a->target << 60 | (uint64_t)t.graph << 52 | (uint64_t)t.role << 48 |
                 (uint64_t)t.index << 44 | (uint64_t)(t.layer + 1) << 20 | (uint64_t)t.op;
-  return (tensor_key){hi, (uint64_t)(uint32_t)(t.mb + 1)};
+  return (tensor_key){hi, (uint64_t)a->rows << 32 | (uint64_t)(uint32_t)(t.mb + 1)};
 }
 
 /* ---- collecting accesses ---------------------------------------------------------- */
@@ -271,7 +272,8 @@ static void collect_accesses(stage_check *c, extent **raw_spans) {
                                           .tensor = buf[j].tensor,
                                           .mode = buf[j].mode,
                                           .target = buf[j].target,
-                                          .region = buf[j].region};
+                                          .region = buf[j].region,
+                                          .rows = buf[j].rows};
       }
     }
   free(buf);
@@ -413,6 +415,8 @@ static void report_tensor(stage_check *c, const char *what, const access_rec *a,
     snprintf(tensor, sizeof tensor, "region %s", lx_region_name(a->region));
   else
     lx_tensor_describe(c->p->ir, a->tensor, tensor, sizeof tensor);
+  static const char *rows[LX_ROWS_COUNT] = {"", " (rows from host memory)", " (recomputed rows)"};
+  if (a->target == LX_TARGET_TENSOR) strncat(tensor, rows[a->rows], sizeof tensor - strlen(tensor) - 1);
   snprintf(text, sizeof text, "%s%s %s", what, a->target == LX_TARGET_PARAM_GRAD ? " the gradient of" : "",
            tensor);
   lx_verify_report(c->r, text, access_at(c, a), other);

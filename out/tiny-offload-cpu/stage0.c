@@ -25,7 +25,7 @@ enum {
 
 /* The arena: the static memory plan (plan.txt), in bytes of the model's dtype
  * (fp32); REAL_SCALE stretches it to the element this build computes in. */
-#define ARENA_BYTES 2708480LL
+#define ARENA_BYTES 2741248LL
 #define REAL_SCALE (sizeof(real) / 4)
 #define REGION_params 0LL /* 250880 bytes */
 #define REGION_previous 250880LL /* 0 bytes */
@@ -33,17 +33,17 @@ enum {
 #define REGION_grads 250880LL /* 250880 bytes */
 #define REGION_adam_m 501760LL /* 250880 bytes */
 #define REGION_adam_v 752640LL /* 250880 bytes */
-#define REGION_stash 1003520LL /* 721920 bytes */
-#define REGION_work 1725440LL /* 786432 bytes */
-#define REGION_boundary 2511872LL /* 196608 bytes */
+#define REGION_stash 1003520LL /* 787456 bytes */
+#define REGION_work 1790976LL /* 753664 bytes */
+#define REGION_boundary 2544640LL /* 196608 bytes */
 #define EXTENT_params 250880LL /* bytes its tensors reach */
 #define EXTENT_previous 0LL /* bytes its tensors reach */
 #define EXTENT_master 0LL /* bytes its tensors reach */
 #define EXTENT_grads 250880LL /* bytes its tensors reach */
 #define EXTENT_adam_m 250880LL /* bytes its tensors reach */
 #define EXTENT_adam_v 250880LL /* bytes its tensors reach */
-#define EXTENT_stash 721920LL /* bytes its tensors reach */
-#define EXTENT_work 786432LL /* bytes its tensors reach */
+#define EXTENT_stash 787456LL /* bytes its tensors reach */
+#define EXTENT_work 753664LL /* bytes its tensors reach */
 #define EXTENT_boundary 196608LL /* bytes its tensors reach */
 #define PARAM_ELEMENTS 62720LL
 static char *arena;
@@ -73,7 +73,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define PREDICTED_STEP_SECONDS 0.00158 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* The host arena: what offloaded ops save, in host memory (plan.txt); 0 bytes: none */
-#define HOST_ARENA_BYTES 851968LL
+#define HOST_ARENA_BYTES 1048576LL
 static char *host_arena;
 #define HOST_AT(offset) ((void *)(host_arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
@@ -83,9 +83,9 @@ static char *host_arena;
 
 /* The stage's tensors by name, at their places in the arena (plan.txt). */
 /* micro-batch mb's stash slot: what its forward keeps for its backward */
-static int64_t stash_slot(int mb) { return (mb % SLOTS) * 360960LL; }
+static int64_t stash_slot(int mb) { return (mb % SLOTS) * 393728LL; }
 /* a layer's part of a stash slot */
-static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 180224LL; }
+static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 196608LL; }
 /* a layer's parameters (and gradients: GRAD_OF) */
 static int64_t param_layer(int layer) { return (layer - FIRST_LAYER) * 100864LL; }
 /* micro-batch mb's buffers to and from the neighbouring stages */
@@ -134,17 +134,17 @@ static real *prologue_add_0(int mb) { return (real *)AT(REGION_stash + 512LL + s
 static real *block_layernorm_0(int layer, int mb) {
   return (real *)AT(REGION_stash + 33280LL + stash_slot(mb) + stash_layer(layer));
 }
-/* (B, T, 96): qkv = linear(...)  tiny.model:73 */
-static real *block_qkv(int layer, int mb) {
-  return (real *)AT(REGION_stash + 66048LL + stash_slot(mb) + stash_layer(layer));
-}
 /* (B, T, 64): x = add(...)  tiny.model:76 */
 static real *block_add_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 115200LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 66048LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 64): h = layernorm(...)  tiny.model:77 */
 static real *block_layernorm_1(int layer, int mb) {
-  return (real *)AT(REGION_stash + 147968LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 98816LL + stash_slot(mb) + stash_layer(layer));
+}
+/* (B, T, 128): h = gelu(...)  tiny.model:78 */
+static real *block_gelu_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 131584LL + stash_slot(mb) + stash_layer(layer));
 }
 
 /* work: alive inside one forward or backward (or from a window to the backward) */
@@ -178,16 +178,16 @@ static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 196608L
 static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 262144LL); }
 /* (B, T, 64): d h = linear(...)  tiny.model:79 */
 static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 327680LL); }
+/* (B, T, 96): qkv = linear(...)  tiny.model:73 */
+static real *block_qkv(int layer) { return (real *)AT(REGION_work + 360448LL + ((layer + 0) % 2) * 196608LL); }
 /* (B, T, 32): a = attention(...)  tiny.model:74 */
-static real *block_attention_0(int layer) { return (real *)AT(REGION_work + 360448LL + ((layer + 0) % 2) * 212992LL); }
+static real *block_attention_0(int layer) { return (real *)AT(REGION_work + 409600LL + ((layer + 0) % 2) * 196608LL); }
 /* 65536 bytes: the softmax of a = attention(...)  tiny.model:74 */
 static real *block_attention_0_softmax(int layer) {
-  return (real *)AT(REGION_work + 376832LL + ((layer + 0) % 2) * 212992LL);
+  return (real *)AT(REGION_work + 425984LL + ((layer + 0) % 2) * 196608LL);
 }
 /* (B, T, 128): linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2(int layer) { return (real *)AT(REGION_work + 442368LL + ((layer + 0) % 2) * 212992LL); }
-/* (B, T, 128): h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0(int layer) { return (real *)AT(REGION_work + 507904LL + ((layer + 0) % 2) * 212992LL); }
+static real *block_linear_2(int layer) { return (real *)AT(REGION_work + 491520LL + ((layer + 0) % 2) * 196608LL); }
 
 /* pipeline buffers per slot, and the gradients between layers */
 /* (B, T, 64): d x = add(...)  tiny.model:66 */
@@ -198,21 +198,21 @@ static real *send_activation(int mb) { return (real *)AT(REGION_boundary + 65536
 static real *recv_output_grad(int mb) { return (real *)AT(REGION_boundary + 131072LL + pipe_slot(mb)); }
 
 /* host */
-/* 16384 bytes: host copy of a = attention(...), offloaded  tiny.model:74 */
+/* 49152 bytes: host copy of qkv = linear(...), offloaded  tiny.model:73 */
+static real *block_qkv_host(int layer, int mb) {
+  return (real *)HOST_AT(0LL + (mb % 2) * 524288LL + (layer - FIRST_LAYER) * 262144LL);
+}
+/* 81920 bytes: host copy of a = attention(...), offloaded  tiny.model:74 */
 static real *block_attention_0_host(int layer, int mb) {
-  return (real *)HOST_AT(0LL + (mb % 2) * 425984LL + (layer - FIRST_LAYER) * 212992LL);
+  return (real *)HOST_AT(49152LL + (mb % 2) * 524288LL + (layer - FIRST_LAYER) * 262144LL);
 }
 /* 65536 bytes: host copy of the softmax of a = attention(...), offloaded  tiny.model:74 */
 static real *block_attention_0_softmax_host(int layer, int mb) {
-  return (real *)HOST_AT(16384LL + (mb % 2) * 425984LL + (layer - FIRST_LAYER) * 212992LL);
+  return (real *)HOST_AT(131072LL + (mb % 2) * 524288LL + (layer - FIRST_LAYER) * 262144LL);
 }
 /* 65536 bytes: host copy of linear_2 = linear(...), offloaded  tiny.model:78 */
 static real *block_linear_2_host(int layer, int mb) {
-  return (real *)HOST_AT(81920LL + (mb % 2) * 425984LL + (layer - FIRST_LAYER) * 212992LL);
-}
-/* 65536 bytes: host copy of h = gelu(...), offloaded  tiny.model:78 */
-static real *block_gelu_0_host(int layer, int mb) {
-  return (real *)HOST_AT(147456LL + (mb % 2) * 425984LL + (layer - FIRST_LAYER) * 212992LL);
+  return (real *)HOST_AT(196608LL + (mb % 2) * 524288LL + (layer - FIRST_LAYER) * 262144LL);
 }
 
 /* A layer's output is the next layer's input, or leaves the stage after its
@@ -221,7 +221,7 @@ static real *block_gelu_0_host(int layer, int mb) {
 /* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  tiny.model:71 */
 static real *layer_output(int layer, int mb) {
   if (layer == FIRST_LAYER + LAYERS - 1) return (real *)AT(REGION_boundary + 65536LL + pipe_slot(mb));
-  return (real *)AT(REGION_stash + 180736LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 197120LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (BOUNDARY_ELEMENTS): d block()'s output  tiny.model:71 */
 static real *layer_output_grad(int layer, int mb) {
@@ -269,12 +269,11 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -288,9 +287,9 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 128);
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   lx_allreduce_sum(block_linear_3(), (int64_t)BT * 64, groups.tp);
   /* add_1 = add(...)  tiny.model:80 */
@@ -354,17 +353,25 @@ static void run_schedule(int step, int ahead) {
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
+  }
+  {
+    const int layer = 0, mb = 0;  /* OFFLOAD block.linear_0 L0 mb0 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
+  }
+  {
+    const int layer = 0, mb = 0;
+    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   }
   {
     const int layer = 0, mb = 0;  /* OFFLOAD block.attention_0 L0 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -401,18 +408,9 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 0;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
-  }
-  {
-    const int layer = 0, mb = 0;  /* OFFLOAD block.gelu_0 L0 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0_host(layer, mb), block_gelu_0(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 0;
-    (void)layer, (void)mb;
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -434,17 +432,25 @@ static void run_schedule(int step, int ahead) {
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
+  }
+  {
+    const int layer = 1, mb = 0;  /* OFFLOAD block.linear_0 L1 mb0 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
+  }
+  {
+    const int layer = 1, mb = 0;
+    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   }
   {
     const int layer = 1, mb = 0;  /* OFFLOAD block.attention_0 L1 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -481,18 +487,9 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 0;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
-  }
-  {
-    const int layer = 1, mb = 0;  /* OFFLOAD block.gelu_0 L1 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0_host(layer, mb), block_gelu_0(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 0;
-    (void)layer, (void)mb;
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -540,22 +537,30 @@ static void run_schedule(int step, int ahead) {
   /* h = layernorm(...)  tiny.model:72 */
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 0, mb = 1;
+    (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
+  }
+  {
+    const int layer = 0, mb = 1;  /* OFFLOAD block.linear_0 L0 mb1 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   }
   {
     const int layer = 0, mb = 1;  /* OFFLOAD block.attention_0 L0 mb1 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -596,18 +601,9 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
-  }
-  {
-    const int layer = 0, mb = 1;  /* OFFLOAD block.gelu_0 L0 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0_host(layer, mb), block_gelu_0(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 1;
-    (void)layer, (void)mb;
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -623,9 +619,14 @@ static void run_schedule(int step, int ahead) {
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
+    const int layer = 0, mb = 0;  /* PREFETCH block.linear_0 L0 mb0 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+  }
+  {
     const int layer = 0, mb = 0;  /* PREFETCH block.attention_0 L0 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -634,32 +635,35 @@ static void run_schedule(int step, int ahead) {
     memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
-    const int layer = 0, mb = 0;  /* PREFETCH block.gelu_0 L0 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0(layer), block_gelu_0_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 1, mb = 1;
+    (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
+  }
+  {
+    const int layer = 1, mb = 1;  /* OFFLOAD block.linear_0 L1 mb1 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   }
   {
     const int layer = 1, mb = 1;  /* OFFLOAD block.attention_0 L1 mb1 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -700,18 +704,9 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
-  }
-  {
-    const int layer = 1, mb = 1;  /* OFFLOAD block.gelu_0 L1 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0_host(layer, mb), block_gelu_0(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 1;
-    (void)layer, (void)mb;
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -727,20 +722,20 @@ static void run_schedule(int step, int ahead) {
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
+    const int layer = 1, mb = 0;  /* PREFETCH block.linear_0 L1 mb0 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+  }
+  {
     const int layer = 1, mb = 0;  /* PREFETCH block.attention_0 L1 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 0;  /* PREFETCH block.linear_2 L1 mb0 */
     (void)layer, (void)mb;
     memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 0;  /* PREFETCH block.gelu_0 L1 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0(layer), block_gelu_0_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int mb = 1, layer = FIRST_LAYER;  /* SEND_ACT mb1 to stage 1 */
@@ -759,8 +754,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
-      128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -790,7 +785,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
       block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
@@ -821,8 +816,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
-      128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -852,7 +847,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
       block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
@@ -907,22 +902,30 @@ static void run_schedule(int step, int ahead) {
   /* h = layernorm(...)  tiny.model:72 */
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 0, mb = 2;
+    (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
+  }
+  {
+    const int layer = 0, mb = 2;  /* OFFLOAD block.linear_0 L0 mb2 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   }
   {
     const int layer = 0, mb = 2;  /* OFFLOAD block.attention_0 L0 mb2 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -963,18 +966,9 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
-  }
-  {
-    const int layer = 0, mb = 2;  /* OFFLOAD block.gelu_0 L0 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0_host(layer, mb), block_gelu_0(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 2;
-    (void)layer, (void)mb;
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -990,9 +984,14 @@ static void run_schedule(int step, int ahead) {
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
+    const int layer = 0, mb = 1;  /* PREFETCH block.linear_0 L0 mb1 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+  }
+  {
     const int layer = 0, mb = 1;  /* PREFETCH block.attention_0 L0 mb1 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -1001,32 +1000,35 @@ static void run_schedule(int step, int ahead) {
     memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
-    const int layer = 0, mb = 1;  /* PREFETCH block.gelu_0 L0 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0(layer), block_gelu_0_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 1, mb = 2;
+    (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
+  }
+  {
+    const int layer = 1, mb = 2;  /* OFFLOAD block.linear_0 L1 mb2 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   }
   {
     const int layer = 1, mb = 2;  /* OFFLOAD block.attention_0 L1 mb2 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -1067,18 +1069,9 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
-  }
-  {
-    const int layer = 1, mb = 2;  /* OFFLOAD block.gelu_0 L1 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0_host(layer, mb), block_gelu_0(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 2;
-    (void)layer, (void)mb;
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -1094,20 +1087,20 @@ static void run_schedule(int step, int ahead) {
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
+    const int layer = 1, mb = 1;  /* PREFETCH block.linear_0 L1 mb1 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+  }
+  {
     const int layer = 1, mb = 1;  /* PREFETCH block.attention_0 L1 mb1 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 1;  /* PREFETCH block.linear_2 L1 mb1 */
     (void)layer, (void)mb;
     memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 1;  /* PREFETCH block.gelu_0 L1 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0(layer), block_gelu_0_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int mb = 2, layer = FIRST_LAYER;  /* SEND_ACT mb2 to stage 1 */
@@ -1126,8 +1119,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
-      128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1157,7 +1150,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
       block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
@@ -1188,8 +1181,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
-      128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1219,7 +1212,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
       block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
@@ -1274,22 +1267,30 @@ static void run_schedule(int step, int ahead) {
   /* h = layernorm(...)  tiny.model:72 */
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 0, mb = 3;
+    (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
+  }
+  {
+    const int layer = 0, mb = 3;  /* OFFLOAD block.linear_0 L0 mb3 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   }
   {
     const int layer = 0, mb = 3;  /* OFFLOAD block.attention_0 L0 mb3 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -1330,18 +1331,9 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
-  }
-  {
-    const int layer = 0, mb = 3;  /* OFFLOAD block.gelu_0 L0 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0_host(layer, mb), block_gelu_0(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 3;
-    (void)layer, (void)mb;
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -1357,9 +1349,14 @@ static void run_schedule(int step, int ahead) {
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
+    const int layer = 0, mb = 2;  /* PREFETCH block.linear_0 L0 mb2 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+  }
+  {
     const int layer = 0, mb = 2;  /* PREFETCH block.attention_0 L0 mb2 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -1368,32 +1365,35 @@ static void run_schedule(int step, int ahead) {
     memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
-    const int layer = 0, mb = 2;  /* PREFETCH block.gelu_0 L0 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0(layer), block_gelu_0_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
   lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 1, mb = 3;
+    (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
-      block_qkv_bias(layer), BT, 64, 96);
+  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+      BT, 64, 96);
+  }
+  {
+    const int layer = 1, mb = 3;  /* OFFLOAD block.linear_0 L1 mb3 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   }
   {
     const int layer = 1, mb = 3;  /* OFFLOAD block.attention_0 L1 mb3 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
   }
   {
@@ -1434,18 +1434,9 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
-  }
-  {
-    const int layer = 1, mb = 3;  /* OFFLOAD block.gelu_0 L1 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0_host(layer, mb), block_gelu_0(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 3;
-    (void)layer, (void)mb;
+  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -1461,20 +1452,20 @@ static void run_schedule(int step, int ahead) {
   lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
   }
   {
+    const int layer = 1, mb = 2;  /* PREFETCH block.linear_0 L1 mb2 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+  }
+  {
     const int layer = 1, mb = 2;  /* PREFETCH block.attention_0 L1 mb2 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 2;  /* PREFETCH block.linear_2 L1 mb2 */
     (void)layer, (void)mb;
     memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 2;  /* PREFETCH block.gelu_0 L1 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0(layer), block_gelu_0_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_ACT mb3 to stage 1 */
@@ -1493,8 +1484,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
-      128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1524,7 +1515,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
       block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
@@ -1545,20 +1536,20 @@ static void run_schedule(int step, int ahead) {
       block_layernorm_0_weight(layer), BT, 64);
   }
   {
+    const int layer = 1, mb = 3;  /* PREFETCH block.linear_0 L1 mb3 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+  }
+  {
     const int layer = 1, mb = 3;  /* PREFETCH block.attention_0 L1 mb3 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 3;  /* PREFETCH block.linear_2 L1 mb3 */
     (void)layer, (void)mb;
     memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 3;  /* PREFETCH block.gelu_0 L1 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0(layer), block_gelu_0_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 2;
@@ -1571,8 +1562,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
-      128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1602,7 +1593,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
       block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
@@ -1623,20 +1614,20 @@ static void run_schedule(int step, int ahead) {
       block_layernorm_0_weight(layer), BT, 64);
   }
   {
+    const int layer = 0, mb = 3;  /* PREFETCH block.linear_0 L0 mb3 */
+    (void)layer, (void)mb;
+    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+  }
+  {
     const int layer = 0, mb = 3;  /* PREFETCH block.attention_0 L0 mb3 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)16384LL * REAL_SCALE);
+    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
     memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 3;  /* PREFETCH block.linear_2 L0 mb3 */
     (void)layer, (void)mb;
     memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 3;  /* PREFETCH block.gelu_0 L0 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_gelu_0(layer), block_gelu_0_host(layer, mb), (size_t)65536LL * REAL_SCALE);
   }
   backward_prologue(ctx, 2);
   lx_wait(&requests[29]);
@@ -1651,8 +1642,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
-      128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1682,7 +1673,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
       block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
@@ -1713,8 +1704,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
-      128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+      BT, 128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1744,7 +1735,7 @@ static void run_schedule(int step, int ahead) {
       GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
       block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),

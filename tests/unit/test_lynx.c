@@ -104,11 +104,40 @@ static double served_once(const lx_stage_problem *pr, lx_opmask w, double *serve
   return served[key];
 }
 
+/* The exposed time of decisions d with their window set's in-window
+ * seconds, or -1 where they do not fit the device or the host. */
+static double exposed_if_fits(const lx_stage_problem *pr, const lx_op_decision *d, double served) {
+  lx_opmask rc, in_windows;
+  lx_offload of;
+  lx_decisions_to_masks(pr, d, &rc, &in_windows, &of);
+  if (lx_policy_bytes(pr, d) > pr->avail_bytes || !lx_host_fits(pr, of)) return -1;
+  return lx_exposed_of(pr, rc, served) + lx_offload_cost(pr, of);
+}
+
+/* Splits, tried: each op recomputed on demand that may be split, with each
+ * number of pieces offloaded, in d; the least exposed time of those that fit
+ * (or `best`; *split set where a split is better). */
+static double best_split(const lx_stage_problem *pr, lx_op_decision *d, double served, double best,
+                         bool *split) {
+  for (int j = 0; j < pr->n_ops; j++) {
+    if (!pr->splittable[j] || !d[j].recompute || d[j].in_window) continue;
+    for (int k = 1; k < LX_TOKEN_PIECES; k++) {
+      d[j].offload = true, d[j].host_pieces = k;
+      double t = exposed_if_fits(pr, d, served);
+      if (t >= 0 && (best < 0 || t < best * (1 - 1e-12))) best = t, *split = true;
+    }
+    d[j].offload = false, d[j].host_pieces = 0;
+  }
+  return best;
+}
+
 /* The best realised choice over every keep / on-demand / window / offload
  * assignment of the droppable ops that is valid and fits (offload where the
- * problem allows it: pr->host_bytes_per_s > 0); with `windows` false, only
- * keep / on demand. Returns the least exposed time, or -1 if nothing fits. */
-static double brute_force(const lx_stage_problem *pr, bool windows) {
+ * problem allows it: pr->host_bytes_per_s > 0), and over every token-wise
+ * split of one of its on-demand ops (overlap.h); with `windows` false, only
+ * keep / on demand. Returns the least exposed time, or -1 if nothing fits;
+ * *split: whether the best choice splits an op (NULL: not asked). */
+static double brute_force(const lx_stage_problem *pr, bool windows, bool *split) {
   int ops[64], n = 0, windowable = 0;
   for (int i = 0; i < pr->n_ops; i++) {
     if (pr->drop_bytes[i] > 0) ops[n++] = i;
@@ -124,6 +153,7 @@ static double brute_force(const lx_stage_problem *pr, bool windows) {
   for (size_t k = 0; k < (size_t)1 << windowable; k++)
     served[k] = -1;
   double best = -1;
+  bool best_splits = false;
   for (long code = 0; code < total; code++) {
     memset(d, 0, sizeof *d * (size_t)pr->n_ops);
     long c = code;
@@ -147,13 +177,12 @@ static double brute_force(const lx_stage_problem *pr, bool windows) {
         if (d[j].recompute && !d[j].in_window) valid = false;
       }
     }
-    if (!valid || lx_policy_bytes(pr, d) > pr->avail_bytes) continue;
-    lx_opmask rc, in_windows, of;
-    lx_decisions_to_masks(pr, d, &rc, &in_windows, &of);
-    if (!lx_host_fits(pr, of)) continue;
-    double t = lx_exposed_of(pr, rc, served_once(pr, w, served, window_of)) + lx_offload_stall(pr, of);
-    if (best < 0 || t < best) best = t;
+    if (!valid || lx_policy_bytes(pr, d) > pr->avail_bytes) continue; /* a split takes more */
+    double in_window = served_once(pr, w, served, window_of), t = exposed_if_fits(pr, d, in_window);
+    if (t >= 0 && (best < 0 || t < best * (1 - 1e-12))) best = t, best_splits = false;
+    if (windows && pr->host_bytes_per_s > 0) best = best_split(pr, d, in_window, best, &best_splits);
   }
+  if (split) *split = best_splits;
   free(d);
   free(window_of);
   free(served);
@@ -180,7 +209,9 @@ static int recomputed_ops(const lx_stage_problem *pr, const lx_op_decision *d) {
  * host link: 0 allows no offload; else copying the block's largest
  * offloadable op takes host_link x a layer's forward, so that offload is
  * free for small tensors and costs for large ones. */
-static void check_policies(int tp, double host_link) {
+static void check_policies(int tp, double host_link, int *optima_split) {
+  bool costly = host_link < 0;
+  host_link = fabs(host_link);
   lx_ir ir;
   CHECK(load(&ir, 2, 1, tp, 3, LX_SCHEDULE_1F1B), "tp=%d: the model loads", tp);
   lx_cost_model cm;
@@ -191,9 +222,20 @@ static void check_policies(int tp, double host_link) {
   for (int i = 0; i < pr.n_ops; i++)
     if (pr.offload_bytes[i] > largest) largest = pr.offload_bytes[i];
   pr.host_bytes_per_s = host_link > 0 ? (double)largest / (host_link * pr.layer_fwd_s) : 0;
-  const char *mode = host_link > 0 ? " with offload" : "";
+  char mode[64] = "";
+  if (host_link > 0)
+    snprintf(mode, sizeof mode, " with offload%s (copies %.2f layers)", costly ? ", a costly op" : "",
+             host_link);
+  int splittable = -1; /* the largest */
+  for (int i = 0; i < pr.n_ops; i++)
+    if (pr.splittable[i] && (splittable < 0 || pr.offload_bytes[i] > pr.offload_bytes[splittable]))
+      splittable = i;
+  if (costly && splittable >= 0) { /* its whole copy outlasts host_link layers' forward */
+    pr.recompute_s[splittable] = pr.layer_fwd_s;
+    pr.host_bytes_per_s = (double)pr.offload_bytes[splittable] / (host_link * pr.layer_fwd_s);
+  }
   lx_window w[8];
-  hand_windows(&pr, w, 8, layer_recompute_s(&pr) * 0.3);
+  hand_windows(&pr, w, 8, costly ? 0 : layer_recompute_s(&pr) * 0.3); /* costly: all on demand */
   lx_op_decision *d = calloc((size_t)pr.n_ops, sizeof *d);
   lx_policy_stats stats;
   bool ok;
@@ -211,7 +253,7 @@ static void check_policies(int tp, double host_link) {
   for (int step = 0; step <= 6; step++) {
     pr.avail_bytes = least + (most - least) * step / 7;
     double cm_t = solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);
-    double cm_want = brute_force(&pr, false);
+    double cm_want = brute_force(&pr, false, NULL);
     CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes, "tp=%d%s budget %d/7: checkmate fits", tp, mode,
           step);
     CHECK_CLOSE(cm_t, cm_want, 1e-9, "tp=%d%s budget %d/7: checkmate is the brute-force optimum on demand",
@@ -226,7 +268,17 @@ static void check_policies(int tp, double host_link) {
           "tp=%d%s budget %d/7: lynx-opt %.3g s no worse than lynx-heu %.3g s", tp, mode, step, opt, heu);
     CHECK(heu <= cm_t * (1 + 1e-9) + 1e-15,
           "tp=%d%s budget %d/7: lynx-heu %.3g s no worse than checkmate %.3g s", tp, mode, step, heu, cm_t);
-    double best = brute_force(&pr, true);
+    bool split;
+    double best = brute_force(&pr, true, &split);
+    if (split) {
+      (*optima_split)++;
+      solve(&ir, LX_RECOMPUTE_LYNX_HEU, &pr, d, &ok, &stats);
+      bool heu_splits = false;
+      for (int i = 0; i < pr.n_ops; i++)
+        heu_splits |= lx_token_split(&d[i]);
+      CHECK(heu_splits, "tp=%d%s budget %d/7: the optimum splits an op token-wise, and so does lynx-heu", tp,
+            mode, step);
+    }
     CHECK_CLOSE(
         heu, best, 1e-9,
         "tp=%d%s budget %d/7: lynx-heu, which scores every choice by its matching, is the brute-force "
@@ -631,6 +683,56 @@ static bool drop_last_wait(lx_pipeline *p, lx_stream on) {
   return false;
 }
 
+/* Every wait, on any stream, for an event recorded on stream `on`, removed
+ * (nothing then waits for a copy back: not the backward, nor recompute in a
+ * window that reads what came back). */
+static bool drop_waits_on(lx_pipeline *p, lx_stream on) {
+  bool dropped = false;
+  for (int s = 0; s < p->pp; s++) {
+    lx_stage *st = &p->stages[s];
+    bool *recorded = calloc((size_t)st->n_events + 1, sizeof *recorded);
+    for (int i = 0; i < st->streams[on].count; i++)
+      if (st->streams[on].items[i].kind == LX_I_RECORD) recorded[st->streams[on].items[i].event] = true;
+    for (int k = 0; k < LX_STREAM_COUNT; k++) {
+      lx_instr_list *list = &st->streams[k];
+      int kept = 0;
+      for (int i = 0; i < list->count; i++) {
+        bool waits = list->items[i].kind == LX_I_WAIT && recorded[list->items[i].event];
+        dropped |= waits;
+        if (!waits) list->items[kept++] = list->items[i];
+      }
+      list->count = kept;
+    }
+    free(recorded);
+  }
+  return dropped;
+}
+
+/* The instruction lists of p, to put back after a planted fault. */
+static lx_instr_list *save_streams(const lx_pipeline *p) {
+  lx_instr_list *saved = calloc((size_t)(p->pp > 0 ? p->pp : 1) * LX_STREAM_COUNT, sizeof *saved);
+  for (int s = 0; s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++) {
+      const lx_instr_list *list = &p->stages[s].streams[k];
+      lx_instr_list *copy = &saved[s * LX_STREAM_COUNT + k];
+      copy->count = list->count;
+      copy->items = malloc(sizeof *list->items * (size_t)(list->count + 1));
+      memcpy(copy->items, list->items, sizeof *list->items * (size_t)list->count);
+    }
+  return saved;
+}
+
+static void restore_streams(lx_pipeline *p, lx_instr_list *saved) {
+  for (int s = 0; s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++) {
+      lx_instr_list *list = &p->stages[s].streams[k], *copy = &saved[s * LX_STREAM_COUNT + k];
+      memcpy(list->items, copy->items, sizeof *list->items * (size_t)copy->count);
+      list->count = copy->count;
+      free(copy->items);
+    }
+  free(saved);
+}
+
 /* lx_verify over layouts whose host arenas have one slot fewer than planned
  * (where they have two or more): a micro-batch's offload then overwrites the
  * host copies of one whose prefetch may not have read them yet. Returns the
@@ -671,10 +773,12 @@ static void check_offload_faults(lx_pipeline *p, const char *name, int pp, int t
           "%s pp=%d tp=%d %s: with one host slot fewer, the verifier reports a host copy "
           "overwritten before its prefetch read it (%d)",
           name, pp, tp, pol, reused);
-  CHECK(drop_last_wait(p, LX_STREAM_PREFETCH) && verify_pipeline(p, true) > 0,
-        "%s pp=%d tp=%d %s: without the wait for a prefetch, the verifier reports the backward reading "
+  lx_instr_list *saved = save_streams(p);
+  CHECK(drop_waits_on(p, LX_STREAM_PREFETCH) && verify_pipeline(p, true) > 0,
+        "%s pp=%d tp=%d %s: without the waits for the prefetches, the verifier reports a backward reading "
         "before the copy is back",
         name, pp, tp, pol);
+  restore_streams(p, saved);
 }
 
 /* Layer instances whose in-window recompute spreads over several windows
@@ -740,11 +844,56 @@ static void check_chunk_split(const lx_pipeline *p, int layers, const char *name
         pol, p->pp * p->virtual_stages, layers);
 }
 
+/* What a squeezed plan may do beside recompute: offload, and with a profile
+ * under which splitting pays (the gelu's forward costs 50 us, its whole copy
+ * 150 us, more than the layer's forward), split ops token-wise. */
+typedef enum { NO_OFFLOAD, OFFLOAD, TOKEN_SPLITS } squeeze_mode;
+
+static void load_split_profile(const lx_ir *ir, lx_cost_model *cm) {
+  int64_t tokens = (int64_t)ir->plan.micro_batch * ir->model.seq_len,
+          width = 4 * ir->model.hidden / ir->plan.tp;
+  const char *dtype = ir->training.dtype == LX_DTYPE_FP32 ? "fp32" : "bf16";
+  double bytes = (double)tokens * (double)width * (ir->training.dtype == LX_DTYPE_FP32 ? 4 : 2);
+  char text[160];
+  snprintf(text, sizeof text, "op gelu %lld %lld %lld %s 0.05 0.05\nhost %.6g\n", (long long)tokens,
+           (long long)width, (long long)width, dtype, bytes / 150e-6 / 1e9);
+  CHECK(lx_cost_load_profile(cm, "splits.profile", text), "the profile under which splitting pays loads");
+}
+
+/* The decisions of p's stages that split an op token-wise. */
+static int count_token_splits(const lx_pipeline *p) {
+  int n = 0;
+  for (int s = 0; s < p->pp; s++)
+    for (int i = 0; p->stages[s].decisions && i < p->ir->block.n_ops; i++)
+      n += lx_token_split(&p->stages[s].decisions[i]);
+  return n;
+}
+
+/* Every RECOMPUTE of a token-split op removed from the compute stream: the
+ * rows it makes again then hold whatever the window buffer held last. */
+static bool drop_split_recomputes(lx_pipeline *p) {
+  bool dropped = false;
+  for (int s = 0; s < p->pp; s++) {
+    lx_instr_list *cs = &p->stages[s].streams[LX_STREAM_COMPUTE];
+    int kept = 0;
+    for (int i = 0; i < cs->count; i++) {
+      const lx_instr *in = &cs->items[i];
+      bool split = in->kind == LX_I_RECOMPUTE && lx_token_split(&p->stages[s].decisions[in->op]);
+      dropped |= split;
+      if (!split) cs->items[kept++] = *in;
+    }
+    cs->count = kept;
+  }
+  return dropped;
+}
+
 /* Plans the pipeline with the GPU's memory squeezed to `squeeze` of the way
  * from full recompute's peak to no recompute's; returns the recomputes it
- * placed in windows. */
+ * placed in windows (or with offload, the OFFLOAD instructions; with token
+ * splits, the split decisions). */
 static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy,
-                                  double squeeze, int *split_instances, bool offload) {
+                                  double squeeze, int *split_instances, squeeze_mode mode) {
+  bool offload = mode != NO_OFFLOAD;
   lx_ir ir;
   bool interleaved =
       schedule == LX_SCHEDULE_INTERLEAVED; /* 2 chunks a stage: micro-batches in groups of pp */
@@ -752,6 +901,7 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   load(&ir, layers, pp, tp, m, schedule);
   lx_cost_model cm;
   lx_cost_model_init(&cm, &ir, NULL);
+  if (mode == TOKEN_SPLITS) load_split_profile(&ir, &cm);
   lx_pipeline none, full;
   lx_plan_options o = {.policy = LX_RECOMPUTE_NONE, .cm = &cm, .no_offload = !offload};
   lx_plan_pipeline(&ir, &o, &none);
@@ -798,9 +948,16 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
           "first part alone is reported",
           name, pp, tp, pol, split);
   *split_instances += split;
-  int offloads = built ? count_instrs(&p, LX_I_OFFLOAD) : 0;
+  int offloads = built ? count_instrs(&p, LX_I_OFFLOAD) : 0,
+      token_splits = built ? count_token_splits(&p) : 0;
   if (offloads > 0) {
     check_offload_faults(&p, name, pp, tp, pol);
+    if (token_splits > 0)
+      CHECK(verify_pipeline(&p, true) == 0 && drop_split_recomputes(&p) &&
+                verify_pipeline(&p, getenv("LX_DEBUG") == NULL) > 0,
+            "%s pp=%d tp=%d %s: %d ops split token-wise; without the recompute of their other rows, the "
+            "verifier reports the backward reading rows that nothing wrote",
+            name, pp, tp, pol, token_splits);
   } else if (in_window > 0) {
     CHECK(drop_last_wait(&p, LX_STREAM_RECOMPUTE) && verify_pipeline(&p, getenv("LX_DEBUG") == NULL) > 0,
           "%s pp=%d tp=%d %s: without the wait for a window's recompute, the verifier reports a race", name,
@@ -809,14 +966,14 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   lx_pipeline_free(&p);
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
-  return offload ? offloads : in_window;
+  return mode == TOKEN_SPLITS ? token_splits : offload ? offloads : in_window;
 }
 
 /* The same squeezed plans at tp 2 where the Lynx policies may offload:
  * returns the OFFLOAD instructions. */
 static int check_offloads(lx_schedule schedule, int pp, lx_recompute_policy policy, double squeeze,
-                          int *split_instances) {
-  return check_window_schedules(schedule, pp, 2, policy, squeeze, split_instances, true);
+                          int *split_instances, squeeze_mode mode) {
+  return check_window_schedules(schedule, pp, 2, policy, squeeze, split_instances, mode);
 }
 
 /* The plan of `policy` on the squeezed GPU with the layers split as
@@ -878,15 +1035,20 @@ static void check_best_partition(int pp, int layers, double squeeze) {
 }
 
 int main(void) {
-  int split = 0, offloaded = 0;
+  int split = 0, offloaded = 0, optima_split = 0, token_splits = 0;
   for (int pp = 2; pp <= 4; pp++)
     for (int k = 1; k <= 3; k++)
       check_best_partition(pp, 3 * pp + 1, 0.2 * k);
   for (int tp = 1; tp <= 2; tp++) {
-    check_policies(tp, 0);
-    check_policies(tp, 0.5); /* the largest op's copies hide behind half a layer */
-    check_policies(tp, 3);   /* ... cost two layers' forward, more than the backward */
+    check_policies(tp, 0, &optima_split);
+    check_policies(tp, 0.5, &optima_split); /* the largest op's copies hide behind half a layer */
+    check_policies(tp, 3, &optima_split);   /* ... cost two layers' forward, more than the backward */
+    /* the largest op that may split costs a layer's forward, its copies 1.5 and 2.5 layers; no windows */
+    check_policies(tp, -1.5, &optima_split);
+    check_policies(tp, -2.5, &optima_split);
   }
+  CHECK(optima_split > 0, "the brute-force optimum splits an op token-wise at %d of the budgets",
+        optima_split);
   check_assignment();
   check_partition();
   for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
@@ -897,21 +1059,30 @@ int main(void) {
         int placed = 0;
         for (int k = 0; k < 3; k++) {
           placed += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k],
-                                           &split, false);
-          offloaded += check_offloads((lx_schedule)sched, pp, (lx_recompute_policy)pol, squeezes[k], &split);
+                                           &split, NO_OFFLOAD);
+          offloaded +=
+              check_offloads((lx_schedule)sched, pp, (lx_recompute_policy)pol, squeezes[k], &split, OFFLOAD);
+          token_splits += check_offloads((lx_schedule)sched, pp, (lx_recompute_policy)pol, squeezes[k],
+                                         &split, TOKEN_SPLITS);
         }
         CHECK(placed > 0, "%s pp=%d tp=2 %s: some squeeze puts recompute into windows (%d)", name, pp,
               lx_recompute_policy_name((lx_recompute_policy)pol), placed);
       }
-      check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU, 0.3, &split, false);
-      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE, 0.3, &split, false);
+      check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU, 0.3, &split, NO_OFFLOAD);
+      check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE, 0.3, &split, NO_OFFLOAD);
     }
   for (int pp = 2; pp <= 3; pp++) /* interleaved 1F1B: the partition into chunks and Lynx's windows */
     for (int pol = LX_RECOMPUTE_CHECKMATE; pol <= LX_RECOMPUTE_LYNX_OPT; pol++) {
-      check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol, 0.3, &split, false);
-      offloaded += check_offloads(LX_SCHEDULE_INTERLEAVED, pp, (lx_recompute_policy)pol, 0.3, &split);
+      check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol, 0.3, &split,
+                             NO_OFFLOAD);
+      offloaded +=
+          check_offloads(LX_SCHEDULE_INTERLEAVED, pp, (lx_recompute_policy)pol, 0.3, &split, OFFLOAD);
+      token_splits +=
+          check_offloads(LX_SCHEDULE_INTERLEAVED, pp, (lx_recompute_policy)pol, 0.3, &split, TOKEN_SPLITS);
     }
   CHECK(split > 0, "the squeezed pipelines split %d layer instances' in-window recompute", split);
   CHECK(offloaded > 0, "the squeezed pipelines with offload hold %d OFFLOAD instructions", offloaded);
+  CHECK(token_splits > 0, "the squeezed pipelines under the splitting profile split %d ops token-wise",
+        token_splits);
   return check_exit_status();
 }
