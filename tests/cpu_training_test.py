@@ -101,15 +101,22 @@ def tensor_and_data_parallel(work, model, reference):
                 for policy in POLICIES if every_policy else ("none", "lynx-heu"):
                     if (tp, pp, dp) != (1, 1, 1):
                         cases.append((tp, pp, dp, policy))
+    # a what-if profile under which lynx-heu splits an op token-wise (its first rows offloaded, the
+    # others recomputed): a gelu of 50 us each way, windows 50x slower, a host link of 0.9 GB/s
+    token_split = os.path.join(work, "token-split.profile")
+    with open(token_split, "w") as f:
+        f.write("op gelu 64 128 128 fp32 0.05 0.05\ninterference 50\nhost 0.9\n")
     cases += [(2, 2, 2, "none", "--sequence-parallel"), (2, 2, 1, "lynx-heu", "--sequence-parallel"),
-              (2, 2, 2, "lynx-heu", "--no-offload")]
+              (2, 2, 2, "lynx-heu", "--no-offload"), (2, 2, 2, "lynx-heu", "--profile", token_split)]
     at_222 = {}  # tp=pp=dp=2 losses per policy (no sequence parallelism)
     for tp, pp, dp, policy, *sp in cases:
         args = ("--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--policy", policy, *sp)
         args += squeeze if policy not in ("none", "full", "selective") else ()
+        shown = [f for f in sp if f != token_split]  # the profile's temporary path left out
         name = "par-t%dp%dd%d-%s%s" % (tp, pp, dp, policy, "".join(f.replace("--sequence-parallel", "-sp")
                                                                      .replace("--no-offload", "-no-offload")
-                                                                     for f in sp))
+                                                                     .replace("--profile", "-token-split")
+                                                                     for f in shown))
         program = generate(work, name, model, *args, quick=True)
         r, metrics = train(program, work, "--steps", "4") if program else (None, None)
         if r is None or r.returncode != 0:
@@ -118,10 +125,10 @@ def tensor_and_data_parallel(work, model, reference):
                 print(r.stdout[-2000:] + r.stderr[-2000:])
             continue
         if (tp, pp, dp) == (2, 2, 2) and "--sequence-parallel" not in sp:
-            at_222[policy + " ".join([""] + list(sp))] = losses(metrics)
+            at_222[policy + " ".join([""] + shown)] = losses(metrics)
         worst = relative_difference(losses(metrics), reference)
         check(worst <= CROSS_PARALLEL_BOUND, "tp=%d pp=%d dp=%d %s%s: losses equal tp=pp=dp=1's within %.0e (worst %.2e)"
-              % (tp, pp, dp, policy, " ".join([""] + list(sp)), CROSS_PARALLEL_BOUND, worst))
+              % (tp, pp, dp, policy, " ".join([""] + shown), CROSS_PARALLEL_BOUND, worst))
     # what the squeezed plans decide must not change a bit of what the program computes; lynx-heu's
     # plan offloads, and without offload spreads some layer instances' recompute over several
     # all-reduce windows
@@ -134,7 +141,11 @@ def tensor_and_data_parallel(work, model, reference):
     split = sum(st.get("split_instances", 0) for st in plan.get("stages", []))
     check(split > 0, "tp=2 pp=2 dp=2 lynx-heu --no-offload with 1.5 MiB GPUs splits %d layer instances' in-window "
           "recompute" % split)
-    for policy in list(POLICIES[1:]) + ["lynx-heu --no-offload"]:
+    plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *lynx, "--profile", token_split],
+                          work).stdout or "{}")
+    splits = [s["op"] for st in plan.get("stages", []) for s in st.get("token_split_ops", [])]
+    check(splits, "tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs under the profile splits ops token-wise (%s)" % splits)
+    for policy in list(POLICIES[1:]) + ["lynx-heu --no-offload", "lynx-heu --profile"]:
         check(policy in at_222 and at_222[policy] == at_222.get("none"),
               "tp=2 pp=2 dp=2 %s gives bitwise the losses of none" % policy)
     plain, sp = os.path.join(work, "par-t2p2d2-none"), os.path.join(work, "par-t2p2d2-none-sp")
@@ -178,21 +189,31 @@ LLAMA_MODEL = os.path.join(ROOT, "tests", "equivalence", "llama.model")
 
 def llama_lynx(work):
     """A Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention) at tp 2 x pp 2 x
-    dp 2 on 1.5 MiB GPUs: lynx-heu offloads and recomputes, and without offload
-    recomputes in windows; both train bitwise like keeping everything."""
+    dp 2 on 1.5 MiB GPUs: lynx-heu offloads and recomputes, without offload
+    recomputes in windows, and under a what-if profile (1.8 MiB GPUs, a slow
+    swiglu, windows 50x slower, a 0.9 GB/s host link) splits an op token-wise;
+    each trains bitwise like keeping everything."""
     model = os.path.join(work, "llama-lynx.model")
     with open(LLAMA_MODEL) as f, open(model, "w") as out:
         out.write(f.read().replace(".layers = 2,", ".layers = 4,"))
     plan = ("--tp", "2", "--pp", "2", "--dp", "2")
     squeeze = ("--gpu-memory", "0.0015", "--allow-oom-plan")
+    token_split = os.path.join(work, "llama-token-split.profile")
+    with open(token_split, "w") as f:
+        f.write("op swiglu 128 128 64 fp32 0.05 0.05\ninterference 50\nhost 0.9\n")
     variants = [("none", ("--policy", "none")), ("lynx-heu", ("--policy", "lynx-heu", *squeeze)),
-                ("lynx-heu --no-offload", ("--policy", "lynx-heu", *squeeze, "--no-offload"))]
+                ("lynx-heu --no-offload", ("--policy", "lynx-heu", *squeeze, "--no-offload")),
+                ("lynx-heu token-wise", ("--policy", "lynx-heu", "--gpu-memory", "0.0018", "--allow-oom-plan",
+                                         "--profile", token_split))]
     runs = {}
     for label, args in variants:
         text = run([LYNXGEN, model, "--plan", "--target", "cpu", *plan, *args], work).stdout
         if label == "lynx-heu":
-            check("offload to host memory" in text and "recompute" in text,
+            check("offload to host memory" in text and ("recompute on demand" in text or "in a window" in text),
                   "llama tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs offloads and recomputes")
+        if label.endswith("token-wise"):
+            check("token-wise: rows [0, " in text, "llama tp=2 pp=2 dp=2 lynx-heu under the profile splits an op "
+                  "token-wise")
         if label.endswith("--no-offload"):
             check("in a window" in text, "llama tp=2 pp=2 dp=2 lynx-heu --no-offload recomputes in windows")
         program = generate(work, "llama-" + label.replace(" ", "").replace("--", "-"), model, *plan, *args,

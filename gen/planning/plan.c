@@ -197,38 +197,94 @@ static bool pipeline_fits(const lx_pipeline *p, const lx_cost_model *cm) {
 
 static bool fits_memory(planner *pl) { return pipeline_fits(pl->pipe, pl->cm); }
 
+/* The stages' decisions, windows placement and policy statistics, kept
+ * while an alternative plan is tried. */
+typedef struct {
+  lx_op_decision *decisions;
+  int **window_of;
+  lx_policy_stats *stats;
+} plan_snapshot;
+
+static plan_snapshot take_snapshot(planner *pl) {
+  int pp = pl->pipe->pp, n = pl->ir->block.n_ops;
+  plan_snapshot k = {lx_malloc(sizeof *k.decisions * (size_t)(pp * n + 1)),
+                     lx_malloc(sizeof *k.window_of * (size_t)(pp + 1)),
+                     lx_malloc(sizeof *k.stats * (size_t)(pp + 1))};
+  for (int s = 0; s < pp; s++) {
+    lx_stage *st = &pl->pipe->stages[s];
+    memcpy(k.decisions + s * n, st->decisions, sizeof *k.decisions * (size_t)n);
+    k.window_of[s] = st->window_of;
+    k.stats[s] = st->stats;
+    st->window_of = NULL;
+  }
+  return k;
+}
+
+/* The alternative stands where it fits and is faster than `planned` (its
+ * stages then say `why`); else the snapshot's plan comes back. */
+static void keep_faster(planner *pl, plan_snapshot k, double planned, const char *why) {
+  bool better = fits_memory(pl) && simulated_time(pl) < planned;
+  for (int s = 0; s < pl->pipe->pp; s++) {
+    lx_stage *st = &pl->pipe->stages[s];
+    if (better) {
+      free(k.window_of[s]);
+      st->stats.status = why;
+      continue;
+    }
+    memcpy(st->decisions, k.decisions + s * pl->ir->block.n_ops,
+           sizeof *k.decisions * (size_t)pl->ir->block.n_ops);
+    free(st->window_of);
+    st->window_of = k.window_of[s];
+    double searched = st->stats.search_s; /* the alternative's search counts too */
+    st->stats = k.stats[s];
+    st->stats.search_s = searched;
+    lx_schedule_stage(pl->ir, pl->pipe, s);
+  }
+  free(k.decisions);
+  free(k.window_of);
+  free(k.stats);
+}
+
+static bool lynx_policy(const planner *pl) {
+  return pl->policy == LX_RECOMPUTE_LYNX_HEU || pl->policy == LX_RECOMPUTE_LYNX_OPT;
+}
+
 /* Megatron's selective plan drops the attention core's internals but keeps
  * its output: a point of the decision space that the Lynx policies' per-op
  * search (an op recomputed drops all it saves) does not enumerate. Where it
  * fits and is faster than their plan, it stands. */
 static void consider_selective(planner *pl) {
-  if (pl->policy != LX_RECOMPUTE_LYNX_HEU && pl->policy != LX_RECOMPUTE_LYNX_OPT) return;
-  int pp = pl->pipe->pp, n = pl->ir->block.n_ops;
+  if (!lynx_policy(pl)) return;
   double planned = simulated_time(pl);
-  lx_op_decision *kept = lx_malloc(sizeof *kept * (size_t)(pp * n + 1));
-  int **windows = lx_malloc(sizeof *windows * (size_t)(pp + 1));
-  for (int s = 0; s < pp; s++) {
-    lx_stage *st = &pl->pipe->stages[s];
-    memcpy(kept + s * n, st->decisions, sizeof *kept * (size_t)n);
-    windows[s] = st->window_of;
-    st->window_of = NULL;
-    lx_recompute_fixed(pl->ir, LX_RECOMPUTE_SELECTIVE, st->decisions);
+  plan_snapshot k = take_snapshot(pl);
+  for (int s = 0; s < pl->pipe->pp; s++) {
+    lx_recompute_fixed(pl->ir, LX_RECOMPUTE_SELECTIVE, pl->pipe->stages[s].decisions);
     lx_schedule_stage(pl->ir, pl->pipe, s);
   }
-  bool better = fits_memory(pl) && simulated_time(pl) < planned;
-  for (int s = 0; s < pp; s++) {
-    lx_stage *st = &pl->pipe->stages[s];
-    if (better) {
-      free(windows[s]);
-      st->stats.status = "Megatron's selective plan (faster than the per-op plan)";
-      continue;
-    }
-    memcpy(st->decisions, kept + s * n, sizeof *kept * (size_t)n);
-    st->window_of = windows[s];
-    lx_schedule_stage(pl->ir, pl->pipe, s);
-  }
-  free(kept);
-  free(windows);
+  keep_faster(pl, k, planned, "Megatron's selective plan (faster than the per-op plan)");
+}
+
+static bool offloads(const planner *pl) {
+  for (int s = 0; s < pl->pipe->pp; s++)
+    for (int i = 0; i < pl->ir->block.n_ops; i++)
+      if (pl->pipe->stages[s].decisions[i].offload) return true;
+  return false;
+}
+
+/* The policies charge a layer's copies only beyond what the layer overlaps,
+ * as if every copy started when its admissible range opens; the simulation
+ * can find prefetches that still wait. Where the same policy without offload
+ * is faster, its plan stands. */
+static void consider_no_offload(planner *pl) {
+  if (!lynx_policy(pl) || !offloads(pl)) return;
+  double planned = simulated_time(pl);
+  plan_snapshot k = take_snapshot(pl);
+  pl->no_offload = true;
+  for (int s = 0; s < pl->pipe->pp; s++)
+    solve_stage(pl, s, pl->policy, true);
+  repair(pl);
+  pl->no_offload = false;
+  keep_faster(pl, k, planned, "the policy's plan without offload (faster than the one that offloads)");
 }
 
 static void plan_policy(planner *pl) {
@@ -259,6 +315,7 @@ static void plan_policy(planner *pl) {
     }
   }
   repair(pl);
+  consider_no_offload(pl);
   consider_selective(pl);
 }
 

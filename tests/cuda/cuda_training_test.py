@@ -218,6 +218,10 @@ LAYOUTS = (
     # activation offload: cudaMemcpyAsync to pinned host memory after the forwards, back before the backwards
     ("tiny pp2 lynx-heu offload", MODEL, ("--tp", "1", "--dp", "1", "--pp", "2", "--policy", "lynx-heu",
                                           "--gpu-memory", "0.003", "--allow-oom-plan")),
+    # token-wise offload (a what-if profile): a gelu's first rows to host memory, the others recomputed
+    ("tiny tp2 pp2 gpipe token-wise", MODEL, ("--tp", "2", "--dp", "1", "--pp", "2", "--schedule", "gpipe",
+                                             "--policy", "lynx-heu", "--gpu-memory", "0.0022", "--profile",
+                                             os.path.join(ROOT, "tests", "profiles", "tiny-token-split.profile"))),
     ("tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu", MODEL, WINDOWED),
     ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),
     # mini-sequences (MsT): the SwiGLU MLPs and the vocabulary-parallel LM head and loss in 4 pieces
