@@ -40,6 +40,7 @@ typedef struct {
   int64_t peak;
   int64_t host_bytes; /* the largest stage's offloaded activations in host memory */
   int offloaded_ops;  /* ops offloaded, summed over the stages */
+  int split_ops;      /* of them split token-wise */
   bool fits, ok;
 } outcome;
 
@@ -63,8 +64,10 @@ static outcome run_policy(const lx_ir *ir, const lx_cost_model *cm, lx_recompute
     o.exposed_s += p.stages[s].stats.exposed_s;
     o.hidden_s += p.stages[s].stats.window_s;
     if (mem[s].host_bytes > o.host_bytes) o.host_bytes = mem[s].host_bytes;
-    for (int i = 0; i < ir->block.n_ops; i++)
+    for (int i = 0; i < ir->block.n_ops; i++) {
       o.offloaded_ops += p.stages[s].decisions[i].offload;
+      o.split_ops += lx_token_split(&p.stages[s].decisions[i]);
+    }
     for (int k = 0; k < p.stages[s].n_windows; k++) {
       const lx_window *w = &p.stages[s].windows[k];
       bool tp = w->kind == LX_WINDOW_TP_FORWARD || w->kind == LX_WINDOW_TP_BACKWARD;
@@ -115,9 +118,10 @@ static void print_config(lx_ir *ir, const lx_cost_model *cm, void *ctx) {
         "  lynx-heu's recompute, all stages: %.1f ms exposed or hidden (the policy's estimate, copies' "
         "stalls "
         "included), %.1f ms hidden in windows; window capacity found %.1f ms in tensor-parallel all-reduces, "
-        "%.1f ms in pipeline waits; %d ops offloaded over the stages, host memory %.2f GiB on the largest\n",
+        "%.1f ms in pipeline waits; %d ops offloaded over the stages (%d of them token-wise), host memory "
+        "%.2f GiB on the largest\n",
         1e3 * (heu->exposed_s + heu->hidden_s), 1e3 * heu->hidden_s, 1e3 * heu->tp_windows_s,
-        1e3 * heu->other_windows_s, heu->offloaded_ops, (double)heu->host_bytes / (1 << 30));
+        1e3 * heu->other_windows_s, heu->offloaded_ops, heu->split_ops, (double)heu->host_bytes / (1 << 30));
   if (best_baseline > 0) {
     double r = heu->time / best_baseline - 1;
     if (r > 1e-6) sum->heu_slower_than_baseline++;

@@ -91,8 +91,8 @@ def tensor_and_data_parallel(work, model, reference):
     if reference is None:
         check(False, "tp/dp: the tp = pp = dp = 1 reference run exists")
         return
-    # 1.5 MiB GPUs: the planned policies recompute, some of it in windows (a what-if: not all fit)
-    squeeze = ("--gpu-memory", "0.0015", "--allow-oom-plan")
+    # 1.6 MiB GPUs: the planned policies recompute, some of it in windows (a what-if: not all fit)
+    squeeze = ("--gpu-memory", "0.0016", "--allow-oom-plan")
     cases = []
     for tp in (1, 2):
         for pp in (1, 2):
@@ -101,21 +101,22 @@ def tensor_and_data_parallel(work, model, reference):
                 for policy in POLICIES if every_policy else ("none", "lynx-heu"):
                     if (tp, pp, dp) != (1, 1, 1):
                         cases.append((tp, pp, dp, policy))
-    # a what-if profile under which lynx-heu splits an op token-wise (its first rows offloaded, the
-    # others recomputed): a gelu of 50 us each way, windows 50x slower, a host link of 0.9 GB/s
+    # a what-if under which lynx-heu splits an op token-wise (its first rows offloaded, the others
+    # recomputed): GPipe on 1.4 MiB GPUs, a gelu of 20 us each way, a host link of 0.9 GB/s
     token_split = os.path.join(work, "token-split.profile")
     with open(token_split, "w") as f:
-        f.write("op gelu 64 128 128 fp32 0.05 0.05\ninterference 50\nhost 0.9\n")
+        f.write("op gelu 64 128 128 fp32 0.02 0.02\nhost 0.9\n")
+    split_plan = ("--schedule", "gpipe", "--gpu-memory", "0.0014", "--allow-oom-plan", "--profile", token_split)
     cases += [(2, 2, 2, "none", "--sequence-parallel"), (2, 2, 1, "lynx-heu", "--sequence-parallel"),
-              (2, 2, 2, "lynx-heu", "--no-offload"), (2, 2, 2, "lynx-heu", "--profile", token_split)]
+              (2, 2, 2, "lynx-heu", "--no-offload"), (2, 2, 2, "lynx-heu", *split_plan)]
     at_222 = {}  # tp=pp=dp=2 losses per policy (no sequence parallelism)
     for tp, pp, dp, policy, *sp in cases:
         args = ("--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--policy", policy, *sp)
-        args += squeeze if policy not in ("none", "full", "selective") else ()
-        shown = [f for f in sp if f != token_split]  # the profile's temporary path left out
+        args += squeeze if policy not in ("none", "full", "selective") and "--gpu-memory" not in sp else ()
+        shown = ["--token-split"] if "--profile" in sp else list(sp)  # not the profile's temporary path
         name = "par-t%dp%dd%d-%s%s" % (tp, pp, dp, policy, "".join(f.replace("--sequence-parallel", "-sp")
                                                                      .replace("--no-offload", "-no-offload")
-                                                                     .replace("--profile", "-token-split")
+                                                                     .replace("--token-split", "-token-split")
                                                                      for f in shown))
         program = generate(work, name, model, *args, quick=True)
         r, metrics = train(program, work, "--steps", "4") if program else (None, None)
@@ -135,17 +136,18 @@ def tensor_and_data_parallel(work, model, reference):
     lynx = ("--tp", "2", "--pp", "2", "--dp", "2", "--policy", "lynx-heu", *squeeze)
     plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *lynx], work).stdout or "{}")
     offloaded = sum(len(st.get("offloaded_ops", [])) for st in plan.get("stages", []))
-    check(offloaded > 0, "tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs offloads %d ops' tensors" % offloaded)
+    check(offloaded > 0, "tp=2 pp=2 dp=2 lynx-heu with 1.6 MiB GPUs offloads %d ops' tensors" % offloaded)
     plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *lynx, "--no-offload"],
                           work).stdout or "{}")
     split = sum(st.get("split_instances", 0) for st in plan.get("stages", []))
-    check(split > 0, "tp=2 pp=2 dp=2 lynx-heu --no-offload with 1.5 MiB GPUs splits %d layer instances' in-window "
+    check(split > 0, "tp=2 pp=2 dp=2 lynx-heu --no-offload with 1.6 MiB GPUs splits %d layer instances' in-window "
           "recompute" % split)
-    plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *lynx, "--profile", token_split],
-                          work).stdout or "{}")
+    plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", "--tp", "2", "--pp", "2", "--dp",
+                           "2", "--policy", "lynx-heu", *split_plan], work).stdout or "{}")
     splits = [s["op"] for st in plan.get("stages", []) for s in st.get("token_split_ops", [])]
-    check(splits, "tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs under the profile splits ops token-wise (%s)" % splits)
-    for policy in list(POLICIES[1:]) + ["lynx-heu --no-offload", "lynx-heu --profile"]:
+    check(splits, "tp=2 pp=2 dp=2 lynx-heu, GPipe on 1.4 MiB GPUs under the profile, splits ops token-wise (%s)"
+          % splits)
+    for policy in list(POLICIES[1:]) + ["lynx-heu --no-offload", "lynx-heu --token-split"]:
         check(policy in at_222 and at_222[policy] == at_222.get("none"),
               "tp=2 pp=2 dp=2 %s gives bitwise the losses of none" % policy)
     plain, sp = os.path.join(work, "par-t2p2d2-none"), os.path.join(work, "par-t2p2d2-none-sp")
@@ -190,9 +192,9 @@ LLAMA_MODEL = os.path.join(ROOT, "tests", "equivalence", "llama.model")
 def llama_lynx(work):
     """A Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention) at tp 2 x pp 2 x
     dp 2 on 1.5 MiB GPUs: lynx-heu offloads and recomputes, without offload
-    recomputes in windows, and under a what-if profile (1.8 MiB GPUs, a slow
-    swiglu, windows 50x slower, a 0.9 GB/s host link) splits an op token-wise;
-    each trains bitwise like keeping everything."""
+    recomputes in windows, and under a what-if (GPipe, 1.6 MiB GPUs, a slow
+    swiglu, windows 50x slower, a 2 GB/s host link) splits an op token-wise;
+    each trains bitwise like keeping everything (1F1B)."""
     model = os.path.join(work, "llama-lynx.model")
     with open(LLAMA_MODEL) as f, open(model, "w") as out:
         out.write(f.read().replace(".layers = 2,", ".layers = 4,"))
@@ -200,11 +202,11 @@ def llama_lynx(work):
     squeeze = ("--gpu-memory", "0.0015", "--allow-oom-plan")
     token_split = os.path.join(work, "llama-token-split.profile")
     with open(token_split, "w") as f:
-        f.write("op swiglu 128 128 64 fp32 0.05 0.05\ninterference 50\nhost 0.9\n")
+        f.write("op swiglu 128 128 64 fp32 0.05 0.05\ninterference 50\nhost 2\n")
     variants = [("none", ("--policy", "none")), ("lynx-heu", ("--policy", "lynx-heu", *squeeze)),
                 ("lynx-heu --no-offload", ("--policy", "lynx-heu", *squeeze, "--no-offload")),
-                ("lynx-heu token-wise", ("--policy", "lynx-heu", "--gpu-memory", "0.0018", "--allow-oom-plan",
-                                         "--profile", token_split))]
+                ("lynx-heu token-wise", ("--policy", "lynx-heu", "--schedule", "gpipe", "--gpu-memory", "0.0016",
+                                         "--allow-oom-plan", "--profile", token_split))]
     runs = {}
     for label, args in variants:
         text = run([LYNXGEN, model, "--plan", "--target", "cpu", *plan, *args], work).stdout

@@ -98,7 +98,7 @@ done
 
 # tensor x pipeline x data parallelism, ZeRO-1 and sequence parallelism (lynxgen verifies each
 # schedule statically as it writes it); GPT 1.3B with 4 micro-batches; the LM head and its loss
-# in mini-sequences (MsT); lynx-heu under GPipe on 2.2 MiB GPUs with a what-if profile, which
+# in mini-sequences (MsT); lynx-heu under GPipe on 2 MiB GPUs with a what-if profile, which
 # offloads (cudaMemcpyAsync on the offload and prefetch streams, the pinned host arena): one stage
 # whole tensors, the other the gelu's token-wise (its first rows offloaded, the others recomputed
 # by calls on the rows from first_row on)
@@ -113,7 +113,7 @@ gpt13b-tp2-pp2-dp2-none examples/gpt13b.model 1f1b none 32 --tp 2 --pp 2 --dp 2
 gpt13b-tp2-pp2-dp2-zero-lynx-heu examples/gpt13b.model 1f1b lynx-heu 32 --tp 2 --pp 2 --dp 2 --zero
 gpt-23b-as-planned examples/gpt-23b.model 1f1b lynx-heu 512 --tp 4 --dp 1
 tiny-tp2-pp2-sp-mini-sequences-4 examples/tiny.model 1f1b lynx-heu 8 --tp 2 --pp 2 --sequence-parallel --mini-sequences 4
-tiny-tp2-pp2-token-wise examples/tiny.model gpipe lynx-heu 8 --tp 2 --pp 2 --gpu-memory 0.0022 --profile tests/profiles/tiny-token-split.profile
+tiny-tp2-pp2-token-wise examples/tiny.model gpipe lynx-heu 8 --tp 2 --pp 2 --gpu-memory 0.002 --profile tests/profiles/tiny-token-split.profile
 EOF2
 
 # the examples at pp = 1 and policy none are what-ifs that do not fit a GPU: --allow-oom-plan

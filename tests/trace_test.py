@@ -681,7 +681,7 @@ CASES = [
          extra=["--gpu-memory", "0.0025"], offload=True),
     # ... and token-wise: part of the gelu's rows offloaded, the rest recomputed (a what-if profile)
     dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="gpipe", policy="lynx-heu",
-         extra=["--gpu-memory", "0.0022", "--profile",
+         extra=["--gpu-memory", "0.002", "--profile",
                 os.path.join(ROOT, "tests", "profiles", "tiny-token-split.profile")], offload=True, token_split=True),
     # zero bubble: W passes s micro-batches late on stage s, drawn apart from the backwards
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),

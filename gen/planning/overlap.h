@@ -23,13 +23,17 @@
  * budget splits one item at most, as in a fractional knapsack):
  *
  *   exposed time  = N x (r(on demand) + r(window) - k / P r(split)) - served
- *                   + N x (max(0, c - f) + max(0, c - b))
+ *                   + N x max(0, c - f) + sum over instances of max(0, c - room)
  *   memory        = stashed x layers x kept + buffers x (window + offloaded bytes + split bytes)
  *   host memory   = stashed x layers x (offloaded bytes + k / P split bytes)
  * where N = layers x micro-batches, r(.) sums the ops' forward times, c is
  * the time to copy one layer's offloaded bytes (the split op's k / P of
- * them included) one way, f and b a layer's
- * forward and backward (the copies of a layer overlap the next one's), and
+ * them included) one way, f a layer's forward (the copies of a layer
+ * overlap the next one's), room the compute an instance's prefetch overlaps
+ * (from the start of its admissible range to its backward: about a layer's
+ * backward, nothing for the first backward after a forward of the same
+ * layer, as at the top of a 1F1B stage; a layer's backward b where the
+ * bounds are not known), and
  * `served` is the in-window seconds the windows take. Placement is per op:
  * an instance's window ops, in op order, may spread over consecutive windows
  * of its admissible range [lo, due) (a short tensor-parallel all-reduce takes
@@ -88,6 +92,10 @@ typedef struct {
   int n_windows;
   int *lo, *due; /* per instance (n_layers x micro_batches), see lx_instance_bounds */
   int n_instances;
+  /* what each instance's prefetch can hide behind, from its bounds: the FWD / BWD passes
+   * strictly between lo and due at an average op's time, sorted, and their sums up to each
+   * (NULL without bounds: a layer's backward each) */
+  double *room_s, *room_below;
   double time_limit_s; /* lynx-opt's solver */
 } lx_stage_problem;
 

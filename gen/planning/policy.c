@@ -114,21 +114,22 @@ static void search_cover(cover_search *c, int k, int64_t need, int64_t bytes, lx
   search_cover(c, k + 1, need, bytes, chosen);
 }
 
-/* The offload set, among the ops rc does not recompute, that makes (rc, w) fit the device,
- * beside op `split` (-1: none) split token-wise, with the fewest bytes copied (the copies'
- * cost grows with their bytes alone, and so does the host memory they take): none where it
- * fits already. An exact knapsack cover, by branch and bound. False where nothing closes
- * the deficit, or its host copies do not fit. */
+/* The offload set, among the ops rc does not recompute and w does not read, that makes (rc, w) fit the
+ * device, beside op `split` (-1: none) split token-wise, with the fewest bytes copied (the copies' cost grows
+ * with their bytes alone, and so does the host memory they take): none where it fits already. An exact
+ * knapsack cover, by branch and bound. False where nothing closes the deficit, or its host copies do not fit.
+ */
 static bool cover_deficit(const lx_stage_problem *pr, const int *ops, int n, lx_opmask rc, lx_opmask w,
                           int split, lx_opmask *of) {
   *of = 0;
   lx_offload placed = {0, split, split >= 0}; /* the split op's window buffers, whatever its pieces */
   int64_t deficit = lx_memory_of(pr, rc, w, placed) - pr->avail_bytes;
   if (deficit <= 0) return true;
-  cover_search c = {.pr = pr, .ops = ops, .n = n, .allowed = ~rc, .best_bytes = INT64_MAX};
+  cover_search c = {
+      .pr = pr, .ops = ops, .n = n, .allowed = ~(rc | lx_window_inputs(pr, w)), .best_bytes = INT64_MAX};
   c.left[n] = 0;
   for (int k = n - 1; k >= 0; k--)
-    c.left[k] = c.left[k + 1] + (((rc >> ops[k]) & 1) ? 0 : offload_gain(pr, ops[k]));
+    c.left[k] = c.left[k + 1] + (((c.allowed >> ops[k]) & 1) ? offload_gain(pr, ops[k]) : 0);
   if (c.left[0] < deficit) return false;
   search_cover(&c, 0, deficit, 0, 0);
   *of = c.best;
@@ -618,6 +619,10 @@ static op_columns add_op_model(const lx_stage_problem *pr, glp_prob *lp, triplet
       }
       int r = add_row(lp, GLP_UP, -1e9, 1); /* w_i + rc_j - w_j <= 1 */
       put(t, r, c.w[i], 1), put(t, r, c.rc[j], 1), put(t, r, c.w[j], -1);
+      if (c.of[j]) { /* w_i + o_j <= 1: a window op reads nothing that comes back from host memory */
+        r = add_row(lp, GLP_UP, -1e9, 1);
+        put(t, r, c.w[i], 1), put(t, r, c.of[j], 1);
+      }
     }
   if (pr->avail_bytes < INT64_MAX) { /* S L (K - sum rc d - sum o d) + B (sum w d + sum o b) <= avail */
     double per = (double)pr->stashed_layers;

@@ -39,10 +39,10 @@ typedef struct {
   int ordinal, next_window;
   int *window_start, *window_items, *recomputed;
   /* offload: per layer parity and block op, the event of the last OFFLOAD that read the op's
-   * place in that parity's window buffer; the last OFFLOAD's event; per instance, the event
-   * of its PREFETCH; per compute position (FWD/BWD ordinal, CSR) the instances whose
-   * prefetch starts after it (NULL in the first build, which finds the positions) */
-  int *offloaded, last_offload, *prefetched;
+   * place in that parity's window buffer; per instance, the event of its PREFETCH; per
+   * compute position (FWD/BWD ordinal, CSR) the instances whose prefetch starts after it
+   * (NULL in the first build, which finds the positions) */
+  int *offloaded, *prefetched;
   int *prefetch_start, *prefetch_items, n_positions;
   bool fill, ahead; /* 2BW: what the instructions emitted now belong to (lx_instr) */
 } builder;
@@ -172,13 +172,20 @@ static void host_copy(builder *b, lx_instr_kind kind, int layer, int i, int mb) 
  * the window buffer of its layer's parity, on the prefetch stream, as soon as
  * no other instance needs that buffer (after the last pass of its parity
  * before its backward, lx_instance_bounds) and every offload that reads the
- * buffer or writes inst's host copies is done (the offload stream runs in
- * order); the backward, and recomputation that reads them, wait for it. */
+ * buffer is done, inst's own among them (the offload stream runs in order:
+ * the latest of those events orders them all; later offloads from the other
+ * parity's buffer need not hold it up); the backward, and recomputation that
+ * reads them, wait for it. */
 static void prefetch_instance(builder *b, int inst) {
   const lx_graph *g = &b->ir->block;
   int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
   sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_PREFETCH);
-  if (b->last_offload >= 0) wait_for(b, LX_STREAM_PREFETCH, b->last_offload);
+  int read_out = -1; /* event ids grow as they are recorded */
+  for (int i = 0; i < g->n_ops; i++) {
+    int e = b->st->decisions[i].offload ? b->offloaded[(layer % 2) * g->n_ops + i] : -1;
+    if (e > read_out) read_out = e;
+  }
+  if (read_out >= 0) wait_for(b, LX_STREAM_PREFETCH, read_out);
   for (int i = 0; i < g->n_ops; i++)
     if (b->st->decisions[i].offload) host_copy(b, LX_I_PREFETCH, layer, i, mb);
   b->prefetched[inst] = record(b, LX_STREAM_PREFETCH);
@@ -231,7 +238,7 @@ static void run_forward_op(builder *b, lx_instr_kind kind, lx_graph_id gid, int 
   if (offload) { /* what it saves goes to host memory now */
     sync_streams(b, LX_STREAM_COMPUTE, LX_STREAM_OFFLOAD);
     host_copy(b, LX_I_OFFLOAD, layer, i, mb);
-    *copying = b->last_offload = record(b, LX_STREAM_OFFLOAD);
+    *copying = record(b, LX_STREAM_OFFLOAD);
   }
   if (kind == LX_I_FWD) pass_emitted(b);
   if (c.reduce_after) tp_collective(b, in, whole_bytes(b, op->out_bytes), false, c.reduce);
@@ -618,7 +625,6 @@ static int build(const lx_ir *ir, lx_pipeline *p, int s, int *prefetch_start, in
                .tp = ir->plan.tp,
                .dp = ir->plan.dp,
                .ordinal = -1,
-               .last_offload = -1,
                .prefetch_start = prefetch_start,
                .prefetch_items = prefetch_items,
                .n_positions = n_positions};

@@ -70,6 +70,31 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
   free(scratch);
 }
 
+static int by_seconds(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* The instances' prefetch room (overlap.h), sorted, with its running sums. */
+static void set_prefetch_room(lx_stage_problem *pr) {
+  free(pr->room_s);
+  free(pr->room_below);
+  int ops = 0;
+  for (int i = 0; i < pr->n_ops; i++)
+    ops += pr->block->ops[i].kind != LX_OP_INPUT;
+  double op_s = (pr->layer_fwd_s + pr->layer_bwd_s) / (2.0 * (ops > 0 ? ops : 1));
+  pr->room_s = lx_malloc(sizeof(double) * (size_t)(pr->n_instances + 1));
+  pr->room_below = lx_malloc(sizeof(double) * (size_t)(pr->n_instances + 1));
+  for (int i = 0; i < pr->n_instances; i++) {
+    int between = pr->lo[i] >= 0 ? pr->due[i] - pr->lo[i] - 1 : 0;
+    pr->room_s[i] = (between > 0 ? between : 0) * op_s;
+  }
+  qsort(pr->room_s, (size_t)pr->n_instances, sizeof(double), by_seconds);
+  pr->room_below[0] = 0;
+  for (int i = 0; i < pr->n_instances; i++)
+    pr->room_below[i + 1] = pr->room_below[i] + pr->room_s[i];
+}
+
 void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s) {
   const lx_stage *st = &p->stages[s];
   free(pr->lo);
@@ -80,6 +105,7 @@ void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, in
   pr->lo = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   pr->due = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   lx_instance_bounds(p, s, pr->lo, pr->due);
+  set_prefetch_room(pr);
 }
 
 void lx_stage_problem_free(lx_stage_problem *pr) {
@@ -90,6 +116,8 @@ void lx_stage_problem_free(lx_stage_problem *pr) {
   free(pr->splittable);
   free(pr->lo);
   free(pr->due);
+  free(pr->room_s);
+  free(pr->room_below);
   memset(pr, 0, sizeof *pr);
 }
 
@@ -134,6 +162,15 @@ bool lx_window_closed(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
   return true;
 }
 
+lx_opmask lx_window_inputs(const lx_stage_problem *pr, lx_opmask w) {
+  const lx_graph *g = pr->block;
+  lx_opmask read = 0;
+  for (int i = 0; i < g->n_ops; i++)
+    for (int k = 0; has(w, i) && k < g->ops[i].n_inputs; k++)
+      read |= (lx_opmask)1 << g->ops[i].inputs[k];
+  return read;
+}
+
 /* The ops of a set in increasing order (the sums below add in op order, so
  * they are the same numbers however often they are taken). */
 static int next_op(lx_opmask *m) {
@@ -174,14 +211,29 @@ int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_o
              (bytes_of(pr, w) + lx_offloaded_bytes(pr, lx_offload_whole(of.whole)) + split);
 }
 
+/* What the prefetches of copy seconds each cost the backwards: the sum over
+ * instances of max(0, copy - room), from the sorted rooms. */
+static double prefetch_stall(const lx_stage_problem *pr, double copy) {
+  double n = (double)pr->n_layers * pr->micro_batches;
+  if (!pr->room_s) return n * (copy > pr->layer_bwd_s ? copy - pr->layer_bwd_s : 0);
+  int lo = 0, hi = pr->n_instances; /* instances with less room than the copy: [0, lo) */
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (pr->room_s[mid] < copy)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo * copy - pr->room_below[lo];
+}
+
 double lx_offload_cost(const lx_stage_problem *pr, lx_offload of) {
   if (!of.whole && of.split < 0) return 0;
   double n = (double)pr->n_layers * pr->micro_batches;
   double copy = (double)lx_offloaded_bytes(pr, of) / pr->host_bytes_per_s;
-  double stall = (copy > pr->layer_fwd_s ? copy - pr->layer_fwd_s : 0) +
-                 (copy > pr->layer_bwd_s ? copy - pr->layer_bwd_s : 0);
-  double saved = of.split >= 0 ? pr->recompute_s[of.split] * of.pieces / LX_TOKEN_PIECES : 0;
-  return n * (stall - saved);
+  double out = n * (copy > pr->layer_fwd_s ? copy - pr->layer_fwd_s : 0);
+  double saved = of.split >= 0 ? n * pr->recompute_s[of.split] * of.pieces / LX_TOKEN_PIECES : 0;
+  return out + prefetch_stall(pr, copy) - saved;
 }
 
 bool lx_host_fits(const lx_stage_problem *pr, lx_offload of) {

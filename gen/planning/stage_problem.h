@@ -51,6 +51,10 @@ lx_opmask lx_window_candidates(const lx_stage_problem *pr, lx_opmask rc);
 
 bool lx_window_closed(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w);
 
+/* The ops whose outputs the ops of w read: none of them may be offloaded, or
+ * the recompute in a window would wait for the copy back (overlap.h). */
+lx_opmask lx_window_inputs(const lx_stage_problem *pr, lx_opmask w);
+
 double lx_seconds_of(const lx_stage_problem *pr, lx_opmask m);
 
 /* Block activation bytes of recompute set rc (w of it in windows) and

@@ -73,7 +73,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define PREDICTED_STEP_SECONDS 0.00158 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* The host arena: what offloaded ops save, in host memory (plan.txt); 0 bytes: none */
-#define HOST_ARENA_BYTES 1048576LL
+#define HOST_ARENA_BYTES 262144LL
 static char *host_arena;
 #define HOST_AT(offset) ((void *)(host_arena + (size_t)(offset) * REAL_SCALE))
 /* a parameter's gradient sits at the same element in the grads region */
@@ -130,21 +130,21 @@ static real *block_input_0(int layer, int mb) {
 }
 /* (B, T, 64): x = add(...)  tiny.model:66 */
 static real *prologue_add_0(int mb) { return (real *)AT(REGION_stash + 512LL + stash_slot(mb)); }
-/* (B, T, 64): h = layernorm(...)  tiny.model:72 */
-static real *block_layernorm_0(int layer, int mb) {
+/* (B, T, 96): qkv = linear(...)  tiny.model:73 */
+static real *block_qkv(int layer, int mb) {
   return (real *)AT(REGION_stash + 33280LL + stash_slot(mb) + stash_layer(layer));
 }
-/* (B, T, 64): x = add(...)  tiny.model:76 */
-static real *block_add_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 66048LL + stash_slot(mb) + stash_layer(layer));
+/* (B, T, 32): a = attention(...)  tiny.model:74 */
+static real *block_attention_0(int layer, int mb) {
+  return (real *)AT(REGION_stash + 82432LL + stash_slot(mb) + stash_layer(layer));
+}
+/* 65536 bytes: the softmax of a = attention(...)  tiny.model:74 */
+static real *block_attention_0_softmax(int layer, int mb) {
+  return (real *)AT(REGION_stash + 98816LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 64): h = layernorm(...)  tiny.model:77 */
 static real *block_layernorm_1(int layer, int mb) {
-  return (real *)AT(REGION_stash + 98816LL + stash_slot(mb) + stash_layer(layer));
-}
-/* (B, T, 128): h = gelu(...)  tiny.model:78 */
-static real *block_gelu_0(int layer, int mb) {
-  return (real *)AT(REGION_stash + 131584LL + stash_slot(mb) + stash_layer(layer));
+  return (real *)AT(REGION_stash + 164352LL + stash_slot(mb) + stash_layer(layer));
 }
 
 /* work: alive inside one forward or backward (or from a window to the backward) */
@@ -178,16 +178,14 @@ static real *block_linear_2_grad(void) { return (real *)AT(REGION_work + 196608L
 static real *block_gelu_0_grad(void) { return (real *)AT(REGION_work + 262144LL); }
 /* (B, T, 64): d h = linear(...)  tiny.model:79 */
 static real *block_linear_3_grad(void) { return (real *)AT(REGION_work + 327680LL); }
-/* (B, T, 96): qkv = linear(...)  tiny.model:73 */
-static real *block_qkv(int layer) { return (real *)AT(REGION_work + 360448LL + ((layer + 0) % 2) * 196608LL); }
-/* (B, T, 32): a = attention(...)  tiny.model:74 */
-static real *block_attention_0(int layer) { return (real *)AT(REGION_work + 409600LL + ((layer + 0) % 2) * 196608LL); }
-/* 65536 bytes: the softmax of a = attention(...)  tiny.model:74 */
-static real *block_attention_0_softmax(int layer) {
-  return (real *)AT(REGION_work + 425984LL + ((layer + 0) % 2) * 196608LL);
-}
+/* (B, T, 64): h = layernorm(...)  tiny.model:72 */
+static real *block_layernorm_0(int layer) { return (real *)AT(REGION_work + 360448LL + ((layer + 0) % 2) * 196608LL); }
+/* (B, T, 64): x = add(...)  tiny.model:76 */
+static real *block_add_0(int layer) { return (real *)AT(REGION_work + 393216LL + ((layer + 0) % 2) * 196608LL); }
 /* (B, T, 128): linear_2 = linear(...)  tiny.model:78 */
-static real *block_linear_2(int layer) { return (real *)AT(REGION_work + 491520LL + ((layer + 0) % 2) * 196608LL); }
+static real *block_linear_2(int layer) { return (real *)AT(REGION_work + 425984LL + ((layer + 0) % 2) * 196608LL); }
+/* (B, T, 128): h = gelu(...)  tiny.model:78 */
+static real *block_gelu_0(int layer) { return (real *)AT(REGION_work + 491520LL + ((layer + 0) % 2) * 196608LL); }
 
 /* pipeline buffers per slot, and the gradients between layers */
 /* (B, T, 64): d x = add(...)  tiny.model:66 */
@@ -198,21 +196,13 @@ static real *send_activation(int mb) { return (real *)AT(REGION_boundary + 65536
 static real *recv_output_grad(int mb) { return (real *)AT(REGION_boundary + 131072LL + pipe_slot(mb)); }
 
 /* host */
-/* 49152 bytes: host copy of qkv = linear(...), offloaded  tiny.model:73 */
-static real *block_qkv_host(int layer, int mb) {
-  return (real *)HOST_AT(0LL + (mb % 2) * 524288LL + (layer - FIRST_LAYER) * 262144LL);
+/* 32768 bytes: host copy of h = layernorm(...), offloaded  tiny.model:72 */
+static real *block_layernorm_0_host(int layer, int mb) {
+  return (real *)HOST_AT(0LL + (mb % 2) * 131072LL + (layer - FIRST_LAYER) * 65536LL);
 }
-/* 81920 bytes: host copy of a = attention(...), offloaded  tiny.model:74 */
-static real *block_attention_0_host(int layer, int mb) {
-  return (real *)HOST_AT(49152LL + (mb % 2) * 524288LL + (layer - FIRST_LAYER) * 262144LL);
-}
-/* 65536 bytes: host copy of the softmax of a = attention(...), offloaded  tiny.model:74 */
-static real *block_attention_0_softmax_host(int layer, int mb) {
-  return (real *)HOST_AT(131072LL + (mb % 2) * 524288LL + (layer - FIRST_LAYER) * 262144LL);
-}
-/* 65536 bytes: host copy of linear_2 = linear(...), offloaded  tiny.model:78 */
-static real *block_linear_2_host(int layer, int mb) {
-  return (real *)HOST_AT(196608LL + (mb % 2) * 524288LL + (layer - FIRST_LAYER) * 262144LL);
+/* 32768 bytes: host copy of x = add(...), offloaded  tiny.model:76 */
+static real *block_add_0_host(int layer, int mb) {
+  return (real *)HOST_AT(32768LL + (mb % 2) * 131072LL + (layer - FIRST_LAYER) * 65536LL);
 }
 
 /* A layer's output is the next layer's input, or leaves the stage after its
@@ -266,34 +256,45 @@ static void backward_prologue(const lx_ctx *ctx, int mb) {
 /* forward of block() (tiny.model:71) for one micro-batch. */
 static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   lx_allreduce_sum(block_linear_1(), (int64_t)BT * 64, groups.tp);
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
       block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 128);
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   lx_allreduce_sum(block_linear_3(), (int64_t)BT * 64, groups.tp);
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
+}
+
+/* recompute of block() (tiny.model:71) for one micro-batch. */
+static void recompute_block(const lx_ctx *ctx, int layer, int mb) {
+  (void)mb;
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
+  /* h = gelu(...)  tiny.model:78 */
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
 }
 
 /* the half of each (inputs, targets) pair this stage does not use */
@@ -312,7 +313,7 @@ static void load_micro_batch(int mb) {
 static void run_schedule(int step, int ahead) {
   const lx_ctx *ctx = &kernel_ctx;
   current_step = step;
-  MPI_Request requests[44];
+  MPI_Request requests[58];
   (void)ahead; /* 1f1b drains the pipeline every step */
   {
     const int mb = 0, layer = FIRST_LAYER;  /* RECV_GRAD mb0 from stage 1 */
@@ -350,35 +351,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 0;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 0, mb = 0;  /* OFFLOAD block.layernorm_0 L0 mb0 */
+    (void)layer, (void)mb;
+    memcpy(block_layernorm_0_host(layer, mb), block_layernorm_0(layer), (size_t)32768LL * REAL_SCALE);
+  }
+  {
+    const int layer = 0, mb = 0;
+    (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
-  }
-  {
-    const int layer = 0, mb = 0;  /* OFFLOAD block.linear_0 L0 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 0;
-    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
-  }
-  {
-    const int layer = 0, mb = 0;  /* OFFLOAD block.attention_0 L0 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 0;
-    (void)layer, (void)mb;
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
   {
@@ -391,26 +383,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 0;
     (void)layer, (void)mb;
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
-      block_layernorm_1_bias(layer), BT, 64);
-  /* linear_2 = linear(...)  tiny.model:78 */
-  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
-      block_linear_2_bias(layer), BT, 64, 128);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   }
   {
-    const int layer = 0, mb = 0;  /* OFFLOAD block.linear_2 L0 mb0 */
+    const int layer = 0, mb = 0;  /* OFFLOAD block.add_0 L0 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_linear_2_host(layer, mb), block_linear_2(layer), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0_host(layer, mb), block_add_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 0;
     (void)layer, (void)mb;
+  /* h = layernorm(...)  tiny.model:77 */
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -423,41 +415,32 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 0;
     (void)layer, (void)mb;
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int layer = 1, mb = 0;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 1, mb = 0;  /* OFFLOAD block.layernorm_0 L1 mb0 */
+    (void)layer, (void)mb;
+    memcpy(block_layernorm_0_host(layer, mb), block_layernorm_0(layer), (size_t)32768LL * REAL_SCALE);
+  }
+  {
+    const int layer = 1, mb = 0;
+    (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
-  }
-  {
-    const int layer = 1, mb = 0;  /* OFFLOAD block.linear_0 L1 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 0;
-    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
-  }
-  {
-    const int layer = 1, mb = 0;  /* OFFLOAD block.attention_0 L1 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 0;
-    (void)layer, (void)mb;
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
   {
@@ -470,26 +453,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 0;
     (void)layer, (void)mb;
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
-      block_layernorm_1_bias(layer), BT, 64);
-  /* linear_2 = linear(...)  tiny.model:78 */
-  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
-      block_linear_2_bias(layer), BT, 64, 128);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
   }
   {
-    const int layer = 1, mb = 0;  /* OFFLOAD block.linear_2 L1 mb0 */
+    const int layer = 1, mb = 0;  /* OFFLOAD block.add_0 L1 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_linear_2_host(layer, mb), block_linear_2(layer), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0_host(layer, mb), block_add_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 0;
     (void)layer, (void)mb;
+  /* h = layernorm(...)  tiny.model:77 */
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -502,7 +485,7 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 0;
     (void)layer, (void)mb;
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
   }
   {
     const int mb = 0, layer = FIRST_LAYER;  /* SEND_ACT mb0 to stage 1 */
@@ -535,39 +518,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 0, mb = 1;  /* OFFLOAD block.layernorm_0 L0 mb1 */
+    (void)layer, (void)mb;
+    memcpy(block_layernorm_0_host(layer, mb), block_layernorm_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
-  }
-  {
-    const int layer = 0, mb = 1;  /* OFFLOAD block.linear_0 L0 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 1;
-    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
-  }
-  {
-    const int layer = 0, mb = 1;  /* OFFLOAD block.attention_0 L0 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 1;
-    (void)layer, (void)mb;
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
   {
@@ -580,30 +550,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
-      block_layernorm_1_bias(layer), BT, 64);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
+  }
+  {
+    const int layer = 0, mb = 1;  /* OFFLOAD block.add_0 L0 mb1 */
+    (void)layer, (void)mb;
+    memcpy(block_add_0_host(layer, mb), block_add_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
+  /* h = layernorm(...)  tiny.model:77 */
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 128);
-  }
-  {
-    const int layer = 0, mb = 1;  /* OFFLOAD block.linear_2 L0 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2_host(layer, mb), block_linear_2(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 1;
-    (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -616,62 +582,50 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 1;
     (void)layer, (void)mb;
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
   }
   {
-    const int layer = 0, mb = 0;  /* PREFETCH block.linear_0 L0 mb0 */
+    const int layer = 0, mb = 0;  /* PREFETCH block.layernorm_0 L0 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+    memcpy(block_layernorm_0(layer), block_layernorm_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 0, mb = 0;  /* PREFETCH block.attention_0 L0 mb0 */
+    const int layer = 0, mb = 0;  /* PREFETCH block.add_0 L0 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 0;  /* PREFETCH block.linear_2 L0 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0(layer), block_add_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 1, mb = 1;  /* OFFLOAD block.layernorm_0 L1 mb1 */
+    (void)layer, (void)mb;
+    memcpy(block_layernorm_0_host(layer, mb), block_layernorm_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
-  }
-  {
-    const int layer = 1, mb = 1;  /* OFFLOAD block.linear_0 L1 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 1;
-    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
-  }
-  {
-    const int layer = 1, mb = 1;  /* OFFLOAD block.attention_0 L1 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 1;
-    (void)layer, (void)mb;
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
+  }
+  {
+    const int layer = 0, mb = 0;
+    (void)layer, (void)mb;
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
   }
   {
     const int layer = 1, mb = 1;  /* ALLREDUCE_TP block.linear_1 L1 mb1 */
@@ -683,31 +637,33 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
-      block_layernorm_1_bias(layer), BT, 64);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
+  }
+  {
+    const int layer = 1, mb = 1;  /* OFFLOAD block.add_0 L1 mb1 */
+    (void)layer, (void)mb;
+    memcpy(block_add_0_host(layer, mb), block_add_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
+  /* h = layernorm(...)  tiny.model:77 */
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 128);
+  /* h = gelu(...)  tiny.model:78 */
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
+  /* h = linear(...)  tiny.model:79 */
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+      TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
-    const int layer = 1, mb = 1;  /* OFFLOAD block.linear_2 L1 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2_host(layer, mb), block_linear_2(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 1;
+    const int layer = 0, mb = 0;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
-  /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   }
   {
     const int layer = 1, mb = 1;  /* ALLREDUCE_TP block.linear_3 L1 mb1 */
@@ -719,24 +675,19 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
   }
   {
-    const int layer = 1, mb = 0;  /* PREFETCH block.linear_0 L1 mb0 */
+    const int layer = 1, mb = 0;  /* PREFETCH block.layernorm_0 L1 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+    memcpy(block_layernorm_0(layer), block_layernorm_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 1, mb = 0;  /* PREFETCH block.attention_0 L1 mb0 */
+    const int layer = 1, mb = 0;  /* PREFETCH block.add_0 L1 mb0 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0(layer), block_add_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
-  {
-    const int layer = 1, mb = 0;  /* PREFETCH block.linear_2 L1 mb0 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
+  recompute_block(ctx, 1, 0);
   {
     const int mb = 1, layer = FIRST_LAYER;  /* SEND_ACT mb1 to stage 1 */
     (void)layer;
@@ -754,8 +705,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      BT, 128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
+      128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -775,21 +726,21 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
   lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
-      block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+      block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 1, mb = 0;  /* ALLREDUCE_TP(bwd) block.linear_0 L1 mb0 */
@@ -816,8 +767,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      BT, 128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
+      128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -837,21 +788,21 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
   lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
-      block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+      block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 0, mb = 0;  /* ALLREDUCE_TP(bwd) block.linear_0 L0 mb0 */
@@ -900,39 +851,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 0, mb = 2;  /* OFFLOAD block.layernorm_0 L0 mb2 */
+    (void)layer, (void)mb;
+    memcpy(block_layernorm_0_host(layer, mb), block_layernorm_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
-  }
-  {
-    const int layer = 0, mb = 2;  /* OFFLOAD block.linear_0 L0 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 2;
-    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
-  }
-  {
-    const int layer = 0, mb = 2;  /* OFFLOAD block.attention_0 L0 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 2;
-    (void)layer, (void)mb;
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
   {
@@ -945,30 +883,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
-      block_layernorm_1_bias(layer), BT, 64);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
+  }
+  {
+    const int layer = 0, mb = 2;  /* OFFLOAD block.add_0 L0 mb2 */
+    (void)layer, (void)mb;
+    memcpy(block_add_0_host(layer, mb), block_add_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
+  /* h = layernorm(...)  tiny.model:77 */
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 128);
-  }
-  {
-    const int layer = 0, mb = 2;  /* OFFLOAD block.linear_2 L0 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2_host(layer, mb), block_linear_2(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 2;
-    (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -981,62 +915,50 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 2;
     (void)layer, (void)mb;
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
   }
   {
-    const int layer = 0, mb = 1;  /* PREFETCH block.linear_0 L0 mb1 */
+    const int layer = 0, mb = 1;  /* PREFETCH block.layernorm_0 L0 mb1 */
     (void)layer, (void)mb;
-    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+    memcpy(block_layernorm_0(layer), block_layernorm_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 0, mb = 1;  /* PREFETCH block.attention_0 L0 mb1 */
+    const int layer = 0, mb = 1;  /* PREFETCH block.add_0 L0 mb1 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 1;  /* PREFETCH block.linear_2 L0 mb1 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0(layer), block_add_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 1, mb = 2;  /* OFFLOAD block.layernorm_0 L1 mb2 */
+    (void)layer, (void)mb;
+    memcpy(block_layernorm_0_host(layer, mb), block_layernorm_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
-  }
-  {
-    const int layer = 1, mb = 2;  /* OFFLOAD block.linear_0 L1 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 2;
-    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
-  }
-  {
-    const int layer = 1, mb = 2;  /* OFFLOAD block.attention_0 L1 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 2;
-    (void)layer, (void)mb;
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
+  }
+  {
+    const int layer = 0, mb = 1;
+    (void)layer, (void)mb;
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
   }
   {
     const int layer = 1, mb = 2;  /* ALLREDUCE_TP block.linear_1 L1 mb2 */
@@ -1048,31 +970,33 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
-      block_layernorm_1_bias(layer), BT, 64);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
+  }
+  {
+    const int layer = 1, mb = 2;  /* OFFLOAD block.add_0 L1 mb2 */
+    (void)layer, (void)mb;
+    memcpy(block_add_0_host(layer, mb), block_add_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
+  /* h = layernorm(...)  tiny.model:77 */
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 128);
+  /* h = gelu(...)  tiny.model:78 */
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
+  /* h = linear(...)  tiny.model:79 */
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+      TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
-    const int layer = 1, mb = 2;  /* OFFLOAD block.linear_2 L1 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2_host(layer, mb), block_linear_2(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 2;
+    const int layer = 0, mb = 1;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
-  /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   }
   {
     const int layer = 1, mb = 2;  /* ALLREDUCE_TP block.linear_3 L1 mb2 */
@@ -1084,23 +1008,24 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
   }
   {
-    const int layer = 1, mb = 1;  /* PREFETCH block.linear_0 L1 mb1 */
+    const int layer = 1, mb = 1;  /* PREFETCH block.layernorm_0 L1 mb1 */
     (void)layer, (void)mb;
-    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+    memcpy(block_layernorm_0(layer), block_layernorm_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 1, mb = 1;  /* PREFETCH block.attention_0 L1 mb1 */
+    const int layer = 1, mb = 1;  /* PREFETCH block.add_0 L1 mb1 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0(layer), block_add_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 1, mb = 1;  /* PREFETCH block.linear_2 L1 mb1 */
+    const int layer = 1, mb = 1;
     (void)layer, (void)mb;
-    memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
   }
   {
     const int mb = 2, layer = FIRST_LAYER;  /* SEND_ACT mb2 to stage 1 */
@@ -1108,6 +1033,12 @@ static void run_schedule(int step, int ahead) {
     lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[24]);
   }
   lx_wait(&requests[1]);
+  {
+    const int layer = 1, mb = 1;
+    (void)layer, (void)mb;
+  /* h = gelu(...)  tiny.model:78 */
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
+  }
   {
     const int layer = 1, mb = 1;
     (void)layer, (void)mb;
@@ -1119,8 +1050,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      BT, 128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
+      128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1140,21 +1071,21 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
   lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
-      block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+      block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 1, mb = 1;  /* ALLREDUCE_TP(bwd) block.linear_0 L1 mb1 */
@@ -1181,8 +1112,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      BT, 128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
+      128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1202,21 +1133,21 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
   lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
-      block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+      block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 0, mb = 1;  /* ALLREDUCE_TP(bwd) block.linear_0 L0 mb1 */
@@ -1265,39 +1196,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 0, mb = 3;  /* OFFLOAD block.layernorm_0 L0 mb3 */
+    (void)layer, (void)mb;
+    memcpy(block_layernorm_0_host(layer, mb), block_layernorm_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
-  }
-  {
-    const int layer = 0, mb = 3;  /* OFFLOAD block.linear_0 L0 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 3;
-    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
-  }
-  {
-    const int layer = 0, mb = 3;  /* OFFLOAD block.attention_0 L0 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 3;
-    (void)layer, (void)mb;
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
   }
   {
@@ -1310,30 +1228,26 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
-      block_layernorm_1_bias(layer), BT, 64);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
+  }
+  {
+    const int layer = 0, mb = 3;  /* OFFLOAD block.add_0 L0 mb3 */
+    (void)layer, (void)mb;
+    memcpy(block_add_0_host(layer, mb), block_add_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
+  /* h = layernorm(...)  tiny.model:77 */
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 128);
-  }
-  {
-    const int layer = 0, mb = 3;  /* OFFLOAD block.linear_2 L0 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2_host(layer, mb), block_linear_2(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 3;
-    (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
       TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
@@ -1346,62 +1260,50 @@ static void run_schedule(int step, int ahead) {
     const int layer = 0, mb = 3;
     (void)layer, (void)mb;
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
   }
   {
-    const int layer = 0, mb = 2;  /* PREFETCH block.linear_0 L0 mb2 */
+    const int layer = 0, mb = 2;  /* PREFETCH block.layernorm_0 L0 mb2 */
     (void)layer, (void)mb;
-    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+    memcpy(block_layernorm_0(layer), block_layernorm_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 0, mb = 2;  /* PREFETCH block.attention_0 L0 mb2 */
+    const int layer = 0, mb = 2;  /* PREFETCH block.add_0 L0 mb2 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 2;  /* PREFETCH block.linear_2 L0 mb2 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0(layer), block_add_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
   /* h = layernorm(...)  tiny.model:72 */
-  lx_layernorm_forward(ctx, block_layernorm_0(layer, mb), block_input_0(layer, mb), block_layernorm_0_weight(layer),
+  lx_layernorm_forward(ctx, block_layernorm_0(layer), block_input_0(layer, mb), block_layernorm_0_weight(layer),
       block_layernorm_0_bias(layer), BT, 64);
+  }
+  {
+    const int layer = 1, mb = 3;  /* OFFLOAD block.layernorm_0 L1 mb3 */
+    (void)layer, (void)mb;
+    memcpy(block_layernorm_0_host(layer, mb), block_layernorm_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
   /* qkv = linear(...)  tiny.model:73 */
-  lx_linear_forward(ctx, block_qkv(layer), block_layernorm_0(layer, mb), block_qkv_weight(layer), block_qkv_bias(layer),
+  lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
-  }
-  {
-    const int layer = 1, mb = 3;  /* OFFLOAD block.linear_0 L1 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_qkv_host(layer, mb), block_qkv(layer), (size_t)49152LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 3;
-    (void)layer, (void)mb;
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer), block_attention_0_softmax(layer), NULL, NULL, block_qkv(layer), B,
-      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
-  }
-  {
-    const int layer = 1, mb = 3;  /* OFFLOAD block.attention_0 L1 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_attention_0_host(layer, mb), block_attention_0(layer), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax_host(layer, mb), block_attention_0_softmax(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 3;
-    (void)layer, (void)mb;
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
+      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
+      TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
-  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer), block_linear_1_weight(layer),
+  lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
+  }
+  {
+    const int layer = 0, mb = 2;
+    (void)layer, (void)mb;
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
   }
   {
     const int layer = 1, mb = 3;  /* ALLREDUCE_TP block.linear_1 L1 mb3 */
@@ -1413,31 +1315,33 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
   /* x = add(...)  tiny.model:76 */
-  lx_add_forward(ctx, block_add_0(layer, mb), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
-  /* h = layernorm(...)  tiny.model:77 */
-  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer, mb), block_layernorm_1_weight(layer),
-      block_layernorm_1_bias(layer), BT, 64);
+  lx_add_forward(ctx, block_add_0(layer), block_input_0(layer, mb), block_linear_1(), (size_t)BT * 64);
+  }
+  {
+    const int layer = 1, mb = 3;  /* OFFLOAD block.add_0 L1 mb3 */
+    (void)layer, (void)mb;
+    memcpy(block_add_0_host(layer, mb), block_add_0(layer), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
+  /* h = layernorm(...)  tiny.model:77 */
+  lx_layernorm_forward(ctx, block_layernorm_1(layer, mb), block_add_0(layer), block_layernorm_1_weight(layer),
+      block_layernorm_1_bias(layer), BT, 64);
   /* linear_2 = linear(...)  tiny.model:78 */
   lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
       block_linear_2_bias(layer), BT, 64, 128);
+  /* h = gelu(...)  tiny.model:78 */
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
+  /* h = linear(...)  tiny.model:79 */
+  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer), block_linear_3_weight(layer),
+      TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
   }
   {
-    const int layer = 1, mb = 3;  /* OFFLOAD block.linear_2 L1 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2_host(layer, mb), block_linear_2(layer), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 3;
+    const int layer = 0, mb = 2;
     (void)layer, (void)mb;
   /* h = gelu(...)  tiny.model:78 */
-  lx_gelu_forward(ctx, block_gelu_0(layer, mb), block_linear_2(layer), (size_t)BT * 128);
-  /* h = linear(...)  tiny.model:79 */
-  lx_linear_forward(ctx, block_linear_3(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      TP_RANK == 0 ? block_linear_3_bias(layer) : NULL, BT, 128, 64);
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   }
   {
     const int layer = 1, mb = 3;  /* ALLREDUCE_TP block.linear_3 L1 mb3 */
@@ -1449,23 +1353,24 @@ static void run_schedule(int step, int ahead) {
     const int layer = 1, mb = 3;
     (void)layer, (void)mb;
   /* add_1 = add(...)  tiny.model:80 */
-  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer, mb), block_linear_3(), (size_t)BT * 64);
+  lx_add_forward(ctx, layer_output(layer, mb), block_add_0(layer), block_linear_3(), (size_t)BT * 64);
   }
   {
-    const int layer = 1, mb = 2;  /* PREFETCH block.linear_0 L1 mb2 */
+    const int layer = 1, mb = 2;  /* PREFETCH block.layernorm_0 L1 mb2 */
     (void)layer, (void)mb;
-    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+    memcpy(block_layernorm_0(layer), block_layernorm_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 1, mb = 2;  /* PREFETCH block.attention_0 L1 mb2 */
+    const int layer = 1, mb = 2;  /* PREFETCH block.add_0 L1 mb2 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0(layer), block_add_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 1, mb = 2;  /* PREFETCH block.linear_2 L1 mb2 */
+    const int layer = 1, mb = 2;
     (void)layer, (void)mb;
-    memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
   }
   {
     const int mb = 3, layer = FIRST_LAYER;  /* SEND_ACT mb3 to stage 1 */
@@ -1473,6 +1378,12 @@ static void run_schedule(int step, int ahead) {
     lx_isend(send_activation(mb), BOUNDARY_ELEMENTS, 1, LX_TAG_ACTIVATION, mb, &requests[35]);
   }
   lx_wait(&requests[18]);
+  {
+    const int layer = 1, mb = 2;
+    (void)layer, (void)mb;
+  /* h = gelu(...)  tiny.model:78 */
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
+  }
   {
     const int layer = 1, mb = 2;
     (void)layer, (void)mb;
@@ -1484,8 +1395,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      BT, 128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
+      128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1505,21 +1416,21 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
   lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
-      block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+      block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 1, mb = 2;  /* ALLREDUCE_TP(bwd) block.linear_0 L1 mb2 */
@@ -1536,20 +1447,14 @@ static void run_schedule(int step, int ahead) {
       block_layernorm_0_weight(layer), BT, 64);
   }
   {
-    const int layer = 1, mb = 3;  /* PREFETCH block.linear_0 L1 mb3 */
+    const int layer = 1, mb = 3;  /* PREFETCH block.layernorm_0 L1 mb3 */
     (void)layer, (void)mb;
-    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+    memcpy(block_layernorm_0(layer), block_layernorm_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 1, mb = 3;  /* PREFETCH block.attention_0 L1 mb3 */
+    const int layer = 1, mb = 3;  /* PREFETCH block.add_0 L1 mb3 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 1, mb = 3;  /* PREFETCH block.linear_2 L1 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0(layer), block_add_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
     const int layer = 0, mb = 2;
@@ -1562,8 +1467,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      BT, 128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
+      128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1571,6 +1476,13 @@ static void run_schedule(int step, int ahead) {
   lx_linear_backward(ctx, block_layernorm_1_grad(), GRAD_OF(block_linear_2_weight(layer)),
       GRAD_OF(block_linear_2_bias(layer)), block_linear_2_grad(), block_layernorm_1(layer, mb),
       block_linear_2_weight(layer), BT, 64, 128, LX_GRAD_WRITE);
+  }
+  {
+    const int layer = 1, mb = 3;
+    (void)layer, (void)mb;
+  /* linear_2 = linear(...)  tiny.model:78 */
+  lx_linear_forward(ctx, block_linear_2(layer), block_layernorm_1(layer, mb), block_linear_2_weight(layer),
+      block_linear_2_bias(layer), BT, 64, 128);
   }
   {
     const int layer = 0, mb = 2;  /* ALLREDUCE_TP(bwd) block.linear_2 L0 mb2 */
@@ -1583,21 +1495,27 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
   lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
-      block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+      block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+  }
+  {
+    const int layer = 1, mb = 3;
+    (void)layer, (void)mb;
+  /* h = gelu(...)  tiny.model:78 */
+  lx_gelu_forward(ctx, block_gelu_0(layer), block_linear_2(layer), (size_t)BT * 128);
   }
   {
     const int layer = 0, mb = 2;  /* ALLREDUCE_TP(bwd) block.linear_0 L0 mb2 */
@@ -1614,22 +1532,17 @@ static void run_schedule(int step, int ahead) {
       block_layernorm_0_weight(layer), BT, 64);
   }
   {
-    const int layer = 0, mb = 3;  /* PREFETCH block.linear_0 L0 mb3 */
+    const int layer = 0, mb = 3;  /* PREFETCH block.layernorm_0 L0 mb3 */
     (void)layer, (void)mb;
-    memcpy(block_qkv(layer), block_qkv_host(layer, mb), (size_t)49152LL * REAL_SCALE);
+    memcpy(block_layernorm_0(layer), block_layernorm_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   {
-    const int layer = 0, mb = 3;  /* PREFETCH block.attention_0 L0 mb3 */
+    const int layer = 0, mb = 3;  /* PREFETCH block.add_0 L0 mb3 */
     (void)layer, (void)mb;
-    memcpy(block_attention_0(layer), block_attention_0_host(layer, mb), (size_t)81920LL * REAL_SCALE);
-    memcpy(block_attention_0_softmax(layer), block_attention_0_softmax_host(layer, mb), (size_t)65536LL * REAL_SCALE);
-  }
-  {
-    const int layer = 0, mb = 3;  /* PREFETCH block.linear_2 L0 mb3 */
-    (void)layer, (void)mb;
-    memcpy(block_linear_2(layer), block_linear_2_host(layer, mb), (size_t)65536LL * REAL_SCALE);
+    memcpy(block_add_0(layer), block_add_0_host(layer, mb), (size_t)32768LL * REAL_SCALE);
   }
   backward_prologue(ctx, 2);
+  recompute_block(ctx, 0, 3);
   lx_wait(&requests[29]);
   {
     const int layer = 1, mb = 3;
@@ -1642,8 +1555,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      BT, 128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
+      128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1663,21 +1576,21 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
   lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
-      block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+      block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 1, mb = 3;  /* ALLREDUCE_TP(bwd) block.linear_0 L1 mb3 */
@@ -1704,8 +1617,8 @@ static void run_schedule(int step, int ahead) {
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:79 */
   lx_linear_backward(ctx, block_gelu_0_grad(), GRAD_OF(block_linear_3_weight(layer)),
-      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer, mb), block_linear_3_weight(layer),
-      BT, 128, 64, LX_GRAD_WRITE);
+      GRAD_OF(block_linear_3_bias(layer)), block_linear_3_grad(), block_gelu_0(layer), block_linear_3_weight(layer), BT,
+      128, 64, LX_GRAD_WRITE);
   /* d gelu(...)  tiny.model:78 */
   lx_gelu_backward(ctx, block_linear_2_grad(), block_gelu_0_grad(), block_linear_2(layer), (size_t)BT * 128,
       LX_GRAD_WRITE);
@@ -1725,21 +1638,21 @@ static void run_schedule(int step, int ahead) {
     (void)layer, (void)mb;
   /* d layernorm(...)  tiny.model:77 */
   lx_layernorm_backward(ctx, block_add_0_grad(), GRAD_OF(block_layernorm_1_weight(layer)),
-      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer, mb),
+      GRAD_OF(block_layernorm_1_bias(layer)), block_layernorm_1_grad(), block_add_0(layer),
       block_layernorm_1_weight(layer), BT, 64);
   /* d add(...)  tiny.model:76 */
   lx_add_backward(ctx, layer_input_grad(layer, mb), block_linear_1_grad(), block_add_0_grad(), (size_t)BT * 64,
       LX_GRAD_ADD, LX_GRAD_WRITE);
   /* d linear(...)  tiny.model:75 */
   lx_linear_backward(ctx, block_attention_0_grad(), GRAD_OF(block_linear_1_weight(layer)),
-      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer),
+      GRAD_OF(block_linear_1_bias(layer)), block_linear_1_grad(), block_attention_0(layer, mb),
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
-  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer),
-      block_attention_0_softmax(layer), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+  lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
+      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
-      block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
+      block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
   }
   {
     const int layer = 0, mb = 3;  /* ALLREDUCE_TP(bwd) block.linear_0 L0 mb3 */

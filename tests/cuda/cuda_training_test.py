@@ -220,7 +220,7 @@ LAYOUTS = (
                                           "--gpu-memory", "0.003", "--allow-oom-plan")),
     # token-wise offload (a what-if profile): a gelu's first rows to host memory, the others recomputed
     ("tiny tp2 pp2 gpipe token-wise", MODEL, ("--tp", "2", "--dp", "1", "--pp", "2", "--schedule", "gpipe",
-                                             "--policy", "lynx-heu", "--gpu-memory", "0.0022", "--profile",
+                                             "--policy", "lynx-heu", "--gpu-memory", "0.002", "--profile",
                                              os.path.join(ROOT, "tests", "profiles", "tiny-token-split.profile"))),
     ("tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu", MODEL, WINDOWED),
     ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),

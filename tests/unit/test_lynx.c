@@ -174,7 +174,7 @@ static double brute_force(const lx_stage_problem *pr, bool windows, bool *split)
       w |= (lx_opmask)1 << i;
       for (int k = 0; valid && k < pr->block->ops[i].n_inputs; k++) {
         int j = pr->block->ops[i].inputs[k];
-        if (d[j].recompute && !d[j].in_window) valid = false;
+        if ((d[j].recompute && !d[j].in_window) || d[j].offload) valid = false; /* overlap.h */
       }
     }
     if (!valid || lx_policy_bytes(pr, d) > pr->avail_bytes) continue; /* a split takes more */
