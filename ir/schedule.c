@@ -66,8 +66,8 @@ bool lx_token_split(const lx_op_decision *d) {
   return d->offload && d->recompute && d->host_pieces > 0 && d->host_pieces < LX_TOKEN_PIECES;
 }
 
-int64_t lx_token_first_row(const lx_op_decision *d, int64_t rows) {
-  return lx_token_split(d) ? rows / LX_TOKEN_PIECES * d->host_pieces : 0;
+int64_t lx_token_hosted(const lx_op_decision *d, int64_t amount) {
+  return lx_token_split(d) ? amount / LX_TOKEN_PIECES * d->host_pieces : 0;
 }
 
 double lx_instr_fraction(const lx_stage *st, const lx_instr *in) {

@@ -114,9 +114,10 @@ enum { LX_TOKEN_PIECES = 8 };
 
 /* Whether a decision offloads part of an op's rows and recomputes the rest. */
 bool lx_token_split(const lx_op_decision *d);
-/* The first row a token-split op recomputes, of `rows`: rows below it come
- * back from host memory. */
-int64_t lx_token_first_row(const lx_op_decision *d, int64_t rows);
+/* Of `amount` (rows of an op's output, or bytes of it), the part whose
+ * place is in host memory: the first host_pieces / LX_TOKEN_PIECES of it
+ * under a token split (its RECOMPUTE makes the rest), else none. */
+int64_t lx_token_hosted(const lx_op_decision *d, int64_t amount);
 
 /* A statically known idle interval of a stage's compute stream, measured by
  * simulating the schedule with on-demand recompute (gen/planning/windows.c). */

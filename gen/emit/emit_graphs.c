@@ -69,8 +69,8 @@ static void close_block(const lx_printer *pr, char *text) {
   fputs("  }\n", pr->out);
 }
 
-/* A token-split op's recomputation: its rows from lx_token_first_row on; the
- * others come back from host memory (PREFETCH). */
+/* A token-split op's recomputation: its rows from lx_token_hosted(d, BT) on;
+ * the others come back from host memory (PREFETCH). */
 static void print_recomputed_rows(const lx_printer *pr, const lx_graph_printer *gp, lx_graph_id g, int i) {
   const lx_op *op = &lx_graph_of(pr->ir, g)->ops[i];
   const lx_op_decision *d = &pr->st->decisions[i];

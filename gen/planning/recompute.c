@@ -66,7 +66,7 @@ bool lx_token_splittable(const lx_ir *ir, int i) {
 
 int64_t lx_host_copy_bytes(const lx_graph *g, const lx_op_decision *d, int i) {
   int64_t bytes = lx_offload_bytes(g, i);
-  return lx_token_split(d) ? bytes / LX_TOKEN_PIECES * d->host_pieces : bytes;
+  return lx_token_split(d) ? lx_token_hosted(d, bytes) : bytes;
 }
 
 void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decision *decisions) {

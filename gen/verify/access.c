@@ -330,7 +330,7 @@ lx_span lx_param_grad_span(const lx_pipeline *p, int stage, const lx_stage_layou
 static lx_span rows_of(const lx_pipeline *p, int stage, lx_span whole, const lx_access *a) {
   if (a->rows == LX_ROWS_ALL) return whole;
   const lx_op_decision *d = &p->stages[stage].decisions[a->tensor.op];
-  int64_t hosted = whole.bytes / LX_TOKEN_PIECES * d->host_pieces;
+  int64_t hosted = lx_token_hosted(d, whole.bytes);
   if (a->rows == LX_ROWS_HOSTED) return (lx_span){whole.region, whole.offset, hosted};
   return (lx_span){whole.region, whole.offset + hosted, whole.bytes - hosted};
 }

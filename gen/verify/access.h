@@ -23,7 +23,7 @@ typedef enum {
  * forward writes both and its readers read both. */
 typedef enum {
   LX_ROWS_ALL,
-  LX_ROWS_HOSTED,     /* the rows below lx_token_first_row */
+  LX_ROWS_HOSTED,     /* its first rows, lx_token_hosted */
   LX_ROWS_RECOMPUTED, /* the rows from it on */
   LX_ROWS_COUNT
 } lx_rows;
