@@ -133,10 +133,6 @@ static int instance_of(const builder *b, int layer, int mb) {
   return lx_layer_slot(b->st, layer) * b->pipe->micro_batches + mb;
 }
 
-/* The part of a layer instance's in-window recompute that window w runs: its
- * ops placed there, on the recompute stream (they need no all-reduce:
- * overlap.h). The backward waits for the event of the instance's last part
- * (the recompute stream runs in order). */
 /* Whether op i reads a tensor that comes back from host memory. */
 static bool reads_offloaded(const builder *b, int i) {
   const lx_op *op = &b->ir->block.ops[i];
@@ -145,6 +141,10 @@ static bool reads_offloaded(const builder *b, int i) {
   return false;
 }
 
+/* The part of a layer instance's in-window recompute that window w runs: its
+ * ops placed there, on the recompute stream (they need no all-reduce:
+ * overlap.h). The backward waits for the event of the instance's last part
+ * (the recompute stream runs in order). */
 static void recompute_in_window(builder *b, int inst, int w) {
   const lx_graph *g = &b->ir->block;
   int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
