@@ -278,11 +278,6 @@ static void consider_windows(const lx_stage_problem *pr, window_sets *sets, cons
   }
 }
 
-static int by_value(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 /* A window set's best choice, with what its windows could serve at most. */
 typedef struct {
   double lower; /* its score if its windows served all they could (window_room) */
@@ -302,36 +297,6 @@ typedef struct {
   int instances;
 } window_room;
 
-/* Sorted values v[0..n) and their sums: out[k] = v[k] + ... + v[n - 1] (from_end) or v[0] + ... + v[k - 1].
- */
-static double *sorted_sums(double *v, int n, bool from_end) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  double *sum = lx_malloc(sizeof(double) * (size_t)(n + 1));
-  if (from_end) {
-    sum[n] = 0;
-    for (int k = n - 1; k >= 0; k--)
-      sum[k] = sum[k + 1] + v[k];
-  } else {
-    sum[0] = 0;
-    for (int k = 0; k < n; k++)
-      sum[k + 1] = sum[k] + v[k];
-  }
-  return sum;
-}
-
-/* The first of the n sorted values that is at least x. */
-static int first_at_least(const double *v, int n, double x) {
-  int lo = 0, hi = n;
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if (v[mid] < x)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 static window_room room_init(const lx_stage_problem *pr) {
   window_room r = {.capacity = lx_malloc(sizeof(double) * (size_t)(pr->n_windows + 1)), .n = pr->n_windows};
   double *by_position = lx_malloc(sizeof(double) * (size_t)(pr->n_windows + 1));
@@ -347,8 +312,8 @@ static window_room room_init(const lx_stage_problem *pr) {
         admits ? by_position[first_window(pr, pr->due[i])] - by_position[first_window(pr, pr->lo[i])] : 0;
   }
   free(by_position);
-  r.from = sorted_sums(r.capacity, r.n, true);
-  r.below = sorted_sums(r.instance, r.instances, false);
+  r.from = lx_sorted_sums(r.capacity, r.n, true);
+  r.below = lx_sorted_sums(r.instance, r.instances, false);
   return r;
 }
 
@@ -368,9 +333,9 @@ static double most_served(const lx_stage_problem *pr, const window_room *r, lx_o
     if (s < shortest) shortest = s;
   }
   double per_instance = lx_seconds_of(pr, w);
-  int k = first_at_least(r->instance, r->instances, per_instance);
+  int k = lx_first_at_least(r->instance, r->instances, per_instance);
   double instances = r->below[k] + per_instance * (r->instances - k); /* sum of min(w's seconds, room) */
-  double windows = r->from[first_at_least(r->capacity, r->n, shortest)];
+  double windows = r->from[lx_first_at_least(r->capacity, r->n, shortest)];
   return instances < windows ? instances : windows;
 }
 

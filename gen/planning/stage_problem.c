@@ -70,9 +70,36 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
   free(scratch);
 }
 
-static int by_seconds(const void *x, const void *y) {
+static int by_value(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
   return (a > b) - (a < b);
+}
+
+double *lx_sorted_sums(double *v, int n, bool from_end) {
+  qsort(v, (size_t)n, sizeof *v, by_value);
+  double *sum = lx_malloc(sizeof(double) * (size_t)(n + 1));
+  if (from_end) {
+    sum[n] = 0;
+    for (int k = n - 1; k >= 0; k--)
+      sum[k] = sum[k + 1] + v[k];
+  } else {
+    sum[0] = 0;
+    for (int k = 0; k < n; k++)
+      sum[k + 1] = sum[k] + v[k];
+  }
+  return sum;
+}
+
+int lx_first_at_least(const double *v, int n, double x) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (v[mid] < x)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
 }
 
 /* The instances' prefetch room (overlap.h), sorted, with its running sums. */
@@ -84,15 +111,11 @@ static void set_prefetch_room(lx_stage_problem *pr) {
     ops += pr->block->ops[i].kind != LX_OP_INPUT;
   double op_s = (pr->layer_fwd_s + pr->layer_bwd_s) / (2.0 * (ops > 0 ? ops : 1));
   pr->room_s = lx_malloc(sizeof(double) * (size_t)(pr->n_instances + 1));
-  pr->room_below = lx_malloc(sizeof(double) * (size_t)(pr->n_instances + 1));
   for (int i = 0; i < pr->n_instances; i++) {
     int between = pr->lo[i] >= 0 ? pr->due[i] - pr->lo[i] - 1 : 0;
     pr->room_s[i] = (between > 0 ? between : 0) * op_s;
   }
-  qsort(pr->room_s, (size_t)pr->n_instances, sizeof(double), by_seconds);
-  pr->room_below[0] = 0;
-  for (int i = 0; i < pr->n_instances; i++)
-    pr->room_below[i + 1] = pr->room_below[i] + pr->room_s[i];
+  pr->room_below = lx_sorted_sums(pr->room_s, pr->n_instances, false);
 }
 
 void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s) {
@@ -196,7 +219,8 @@ static int64_t bytes_of(const lx_stage_problem *pr, lx_opmask m) {
 const lx_offload lx_no_offload = {0, -1, 0};
 
 int64_t lx_offloaded_bytes(const lx_stage_problem *pr, lx_offload of) {
-  int64_t b = of.split >= 0 ? pr->offload_bytes[of.split] / LX_TOKEN_PIECES * of.pieces : 0;
+  lx_op_decision split = {.offload = true, .recompute = true, .host_pieces = of.pieces};
+  int64_t b = of.split >= 0 ? lx_token_hosted(&split, pr->offload_bytes[of.split]) : 0;
   while (of.whole)
     b += pr->offload_bytes[next_op(&of.whole)];
   return b;
@@ -216,15 +240,8 @@ int64_t lx_memory_of(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_o
 static double prefetch_stall(const lx_stage_problem *pr, double copy) {
   double n = (double)pr->n_layers * pr->micro_batches;
   if (!pr->room_s) return n * (copy > pr->layer_bwd_s ? copy - pr->layer_bwd_s : 0);
-  int lo = 0, hi = pr->n_instances; /* instances with less room than the copy: [0, lo) */
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if (pr->room_s[mid] < copy)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo * copy - pr->room_below[lo];
+  int short_of = lx_first_at_least(pr->room_s, pr->n_instances, copy); /* instances with less room */
+  return short_of * copy - pr->room_below[short_of];
 }
 
 double lx_offload_cost(const lx_stage_problem *pr, lx_offload of) {

@@ -30,6 +30,13 @@ typedef struct {
 
 bool lx_output_saved(const lx_graph *g, int i);
 
+/* Sorts v[0..n) in place and returns its running sums (n + 1 of them, the
+ * caller frees them): sum[k] = v[k] + ... + v[n - 1] (from_end) or
+ * v[0] + ... + v[k - 1]. */
+double *lx_sorted_sums(double *v, int n, bool from_end);
+/* The first of the n sorted values that is at least x. */
+int lx_first_at_least(const double *v, int n, double x);
+
 /* What a stage offloads: the ops of `whole` entirely, and op `split` (-1:
  * none; it is recomputed on demand, overlap.h) token-wise, its first
  * `pieces` of LX_TOKEN_PIECES row pieces. */
