@@ -20,7 +20,7 @@ GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/o
   gen/frontend/source_file.c gen/analysis/analyze.c gen/analysis/config_values.c gen/analysis/mini_sequences.c gen/analysis/cost.c gen/analysis/hardware.c \
   gen/planning/input_gradients.c gen/planning/layout.c gen/planning/memplan.c gen/planning/parallel.c gen/planning/partition.c \
   gen/planning/plan.c gen/planning/policy.c gen/planning/recompute.c gen/planning/schedule.c \
-  gen/planning/search.c gen/planning/simulate.c gen/planning/stage_problem.c gen/planning/windows.c gen/verify/access.c \
+  gen/planning/search.c gen/planning/simulate.c gen/planning/stage_problem.c gen/planning/windows.c gen/planning/window_room.c gen/verify/access.c \
   gen/verify/verify.c gen/verify/verify_comm.c gen/verify/verify_report.c gen/emit/emit.c \
   gen/emit/emit_cpu.c gen/emit/emit_cuda.c gen/emit/emit_file.c gen/emit/emit_formats.c gen/emit/emit_fusion.c \
   gen/emit/emit_graphs.c gen/emit/emit_names.c gen/emit/emit_op.c gen/emit/emit_operands.c gen/emit/emit_params.c \

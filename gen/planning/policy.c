@@ -144,19 +144,6 @@ static lx_opmask drop_everything(const lx_stage_problem *pr) {
   return lx_close_recompute(pr, rc);
 }
 
-/* First window at or after position `after` (windows are sorted). */
-static int first_window(const lx_stage_problem *pr, int after) {
-  int lo = 0, hi = pr->n_windows;
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if (pr->windows[mid].after < after)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 /* ---- lynx-heu ---------------------------------------------------------------------- */
 
 enum { MAX_ENUM_OPS = 16, MAX_ENUM_WINDOW_OPS = 10 };
@@ -280,64 +267,9 @@ static void consider_windows(const lx_stage_problem *pr, window_sets *sets, cons
 
 /* A window set's best choice, with what its windows could serve at most. */
 typedef struct {
-  double lower; /* its score if its windows served all they could (window_room) */
+  double lower; /* its score if its windows served all they could (lx_most_served) */
   choice c;
 } window_candidate;
-
-/* Two bounds on what windows serve. The windows' capacities in increasing
- * order, and from each on their sum: a window set's ops run whole in one
- * window each, so windows with less room than its shortest op serve it
- * nothing, and the others at most their room. And per instance the room of
- * its admissible windows, in increasing order, with the sums up to each: an
- * instance is served at most that, and at most its window ops. */
-typedef struct {
-  double *capacity, *from;
-  int n;
-  double *instance, *below;
-  int instances;
-} window_room;
-
-static window_room room_init(const lx_stage_problem *pr) {
-  window_room r = {.capacity = lx_malloc(sizeof(double) * (size_t)(pr->n_windows + 1)), .n = pr->n_windows};
-  double *by_position = lx_malloc(sizeof(double) * (size_t)(pr->n_windows + 1));
-  by_position[0] = 0;
-  for (int k = 0; k < r.n; k++) {
-    r.capacity[k] = pr->windows[k].capacity;
-    by_position[k + 1] = by_position[k] + pr->windows[k].capacity;
-  }
-  r.instance = lx_malloc(sizeof(double) * (size_t)(pr->n_instances + 1));
-  for (int i = 0; i < pr->n_instances; i++) {
-    bool admits = pr->n_windows && pr->lo[i] >= 0;
-    r.instance[r.instances++] =
-        admits ? by_position[first_window(pr, pr->due[i])] - by_position[first_window(pr, pr->lo[i])] : 0;
-  }
-  free(by_position);
-  r.from = lx_sorted_sums(r.capacity, r.n, true);
-  r.below = lx_sorted_sums(r.instance, r.instances, false);
-  return r;
-}
-
-static void room_free(window_room *r) {
-  free(r->capacity);
-  free(r->from);
-  free(r->instance);
-  free(r->below);
-}
-
-/* The most window set w can be served: all of it in every instance, and no
- * more than the room of the windows that fit its shortest op. */
-static double most_served(const lx_stage_problem *pr, const window_room *r, lx_opmask w) {
-  double shortest = INFINITY;
-  for (lx_opmask m = w; m; m &= m - 1) {
-    double s = pr->recompute_s[__builtin_ctzll(m)];
-    if (s < shortest) shortest = s;
-  }
-  double per_instance = lx_seconds_of(pr, w);
-  int k = lx_first_at_least(r->instance, r->instances, per_instance);
-  double instances = r->below[k] + per_instance * (r->instances - k); /* sum of min(w's seconds, room) */
-  double windows = r->from[lx_first_at_least(r->capacity, r->n, shortest)];
-  return instances < windows ? instances : windows;
-}
 
 static int by_lower_bound(const void *x, const void *y) {
   const window_candidate *a = x, *b = y;
@@ -352,13 +284,13 @@ static choice match_best_first(const lx_stage_problem *pr, const lx_matcher *m, 
                                choice best) {
   window_candidate *cand = lx_malloc(sizeof *cand * (size_t)(sets->n + 1));
   int count = 0;
-  window_room room = room_init(pr);
+  lx_window_room room = lx_window_room_init(pr);
   for (int k = 0; k < sets->cap; k++)
     if (sets->used[k]) {
       const choice *c = &sets->best[k];
-      cand[count++] = (window_candidate){c->exposed - most_served(pr, &room, c->w), *c};
+      cand[count++] = (window_candidate){c->exposed - lx_most_served(pr, &room, c->w), *c};
     }
-  room_free(&room);
+  lx_window_room_free(&room);
   qsort(cand, (size_t)count, sizeof *cand, by_lower_bound);
   for (int k = 0; k < count; k++) {
     if (best.valid && cand[k].lower > best.exposed + 1e-12 * cand[k].lower) break;
@@ -681,7 +613,7 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
     put(&t, r, add_continuous(lp, 1, -1), 1);
     for (int i = 0; i < pr->n_ops; i++)
       if (c.w[i] && pr->windowable[i]) put(&t, r, c.w[i], -ms(pr->recompute_s[i]));
-    for (int w = first_window(pr, pr->lo[inst]); w < pr->n_windows && pr->windows[w].after < pr->due[inst];
+    for (int w = lx_first_window(pr, pr->lo[inst]); w < pr->n_windows && pr->windows[w].after < pr->due[inst];
          w++) {
       if (pr->lo[inst] < 0) break;
       if (!window_row[w]) window_row[w] = add_row(lp, GLP_UP, -1e30, ms(pr->windows[w].capacity));

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "planning/passes.h"
@@ -120,6 +121,34 @@ static int by_time(const void *a, const void *b) {
   return x->order - y->order;
 }
 
+/* The end of the sorted run of events that starts at i. */
+static int run_end(const memory_event *ev, int i, int n) {
+  while (i + 1 < n && by_time(&ev[i], &ev[i + 1]) <= 0)
+    i++;
+  return i + 1;
+}
+
+/* Sorts the events by time, stably: a natural merge sort, which merges
+ * neighbouring sorted runs until one is left. The events come in a few long
+ * runs (track_memory), so this takes a few passes where a general sort of
+ * millions of them takes twenty. */
+static void sort_runs(memory_event *ev, int n) {
+  memory_event *buf = lx_malloc(sizeof *buf * (size_t)(n ? n : 1)), *from = ev, *to = buf;
+  for (int runs = 2; runs > 1;) {
+    runs = 0;
+    for (int i = 0; i < n; runs++) {
+      int mid = run_end(from, i, n), end = mid < n ? run_end(from, mid, n) : n;
+      for (int a = i, b = mid, o = i; o < end; o++)
+        to[o] = b == end || (a < mid && by_time(&from[a], &from[b]) <= 0) ? from[a++] : from[b++];
+      i = end;
+    }
+    memory_event *t = from;
+    from = to, to = t;
+  }
+  if (from != ev) memcpy(ev, from, sizeof *ev * (size_t)n);
+  free(buf);
+}
+
 /* Index, per micro-batch, of its last backward or W pass on a stream (-1 if none): one pass. */
 static int *last_backwards(const lx_instr_list *list, int micro_batches) {
   int *last = lx_malloc(sizeof(int) * (size_t)(micro_batches ? micro_batches : 1));
@@ -131,7 +160,12 @@ static int *last_backwards(const lx_instr_list *list, int micro_batches) {
   return last;
 }
 
-/* Replays the stage's allocations in simulated time. */
+/* Replays the stage's allocations in simulated time. A stream runs its
+ * instructions in order, so along it the times they start (allocations)
+ * never decrease, nor those they end (releases): laid out per stream, its
+ * allocations and then its releases, the events are a few sorted runs. At
+ * equal times the sort keeps that order, stream by stream, instruction by
+ * instruction. */
 static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory *m, lx_stage_timeline *tl) {
   const lx_stage *st = &p->stages[stage];
   int n = 0;
@@ -142,18 +176,20 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
   n = 0;
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
     int *last = last_backwards(&st->streams[k], lx_micro_batch_ids(p));
-    for (int i = 0; i < st->streams[k].count; i++) {
+    int count = st->streams[k].count;
+    for (int i = 0; i < count; i++) {
       const lx_instr *in = &st->streams[k].items[i];
       lx_memory_delta d = m ? lx_instr_memory(p->ir, st, m, in) : (lx_memory_delta){0, 0, 0};
       int starts_mb = in->kind == LX_I_FWD && !started[in->mb];
       if (starts_mb) started[in->mb] = true;
       int ends_mb = (in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT) && last[in->mb] == i;
-      ev[n++] = (memory_event){tl->times[k][i].start, 1, d.alloc, d.transient, starts_mb};
-      ev[n++] = (memory_event){tl->times[k][i].end, 0, -d.release, 0, -ends_mb};
+      ev[n + i] = (memory_event){tl->times[k][i].start, 1, d.alloc, d.transient, starts_mb};
+      ev[n + count + i] = (memory_event){tl->times[k][i].end, 0, -d.release, 0, -ends_mb};
     }
+    n += 2 * count;
     free(last);
   }
-  qsort(ev, (size_t)n, sizeof *ev, by_time);
+  sort_runs(ev, n);
   int64_t live = 0, peak = 0;
   int in_flight = 0;
   for (int i = 0; i < n; i++) {

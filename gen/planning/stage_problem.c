@@ -90,6 +90,19 @@ double *lx_sorted_sums(double *v, int n, bool from_end) {
   return sum;
 }
 
+/* First window at or after position `after` (windows are sorted). */
+int lx_first_window(const lx_stage_problem *pr, int after) {
+  int lo = 0, hi = pr->n_windows;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (pr->windows[mid].after < after)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 int lx_first_at_least(const double *v, int n, double x) {
   int lo = 0, hi = n;
   while (lo < hi) {

@@ -36,6 +36,8 @@ bool lx_output_saved(const lx_graph *g, int i);
 double *lx_sorted_sums(double *v, int n, bool from_end);
 /* The first of the n sorted values that is at least x. */
 int lx_first_at_least(const double *v, int n, double x);
+/* The first of pr's windows (sorted by `after`) at or after position `after`. */
+int lx_first_window(const lx_stage_problem *pr, int after);
 
 /* What a stage offloads: the ops of `whole` entirely, and op `split` (-1:
  * none; it is recomputed on demand, overlap.h) token-wise, its first
@@ -101,5 +103,22 @@ double lx_covered_seconds(const lx_stage_problem *pr, const int *window_of);
 
 /* N x the seconds of rc (on demand and in windows) - what the windows served. */
 double lx_exposed_of(const lx_stage_problem *pr, lx_opmask rc, double covered_s);
+
+/* ---- window_room.c: the most the windows can serve a window set ---------- */
+
+typedef struct {
+  int rank[64];        /* per op: its place by recompute time, shortest first */
+  double sorted_s[64]; /* the ops' recompute times in that order */
+  double fitting[66];  /* [g + 1]: the capacity of the windows that fit the op of rank g */
+  /* group g: the instances whose largest admissible window fits the g shortest ops; their windows'
+   * capacity summed (room), in increasing order, and the sums below each */
+  double *room[65], *below[65];
+  int count[65], groups;
+} lx_window_room;
+
+lx_window_room lx_window_room_init(const lx_stage_problem *pr);
+void lx_window_room_free(lx_window_room *r);
+/* At least what lx_match_windows serves window set w, summed over the instances. */
+double lx_most_served(const lx_stage_problem *pr, const lx_window_room *r, lx_opmask w);
 
 #endif

@@ -416,7 +416,7 @@ static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
       min_s = pr.recompute_s[i];
   enum { N = 60, W = 200 };
   lx_window w[W];
-  int lo[N], due[N], same = 0, cases = 0, valid = 0, split = 0;
+  int lo[N], due[N], same = 0, cases = 0, valid = 0, split = 0, bounded = 0, below_all = 0;
   size_t entries = (size_t)N * (size_t)pr.n_ops;
   int *fast = malloc(sizeof(int) * (entries + 1)), *slow = malloc(sizeof(int) * (entries + 1));
   double served = 0;
@@ -441,11 +441,20 @@ static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
     for (int i = 0; i < N; i++)
       split += spans_windows(&pr, fast, i);
     served += got;
+    lx_window_room room = lx_window_room_init(&pr); /* lynx-heu's bound on what the matching serves */
+    double most = lx_most_served(&pr, &room, ops);
+    bounded += most >= got * (1 - 1e-12);
+    below_all += most < N * lx_seconds_of(&pr, ops) * (1 - 1e-9);
+    lx_window_room_free(&room);
   }
   CHECK(same == cases && valid == cases && served > 0 && split > 0,
         "window placement equals the plain earliest-deadline-first matching on %d random cases (%d agree, %d "
         "valid, %.3g s served, %d instances spread over several windows)",
         cases, same, valid, served, split);
+  CHECK(bounded == cases && below_all > 0,
+        "the bound lynx-heu prunes window sets by is at least what the matching serves on all %d cases (%d), "
+        "and below every instance's window ops in %d",
+        cases, bounded, below_all);
   free(fast);
   free(slow);
   pr.windows = NULL, pr.n_windows = 0;
