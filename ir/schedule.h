@@ -150,6 +150,7 @@ typedef struct {
   int64_t used_bytes;   /* what the decisions take of it */
   const char *status;   /* solver status: "optimal", "feasible (time limit)", "heuristic", ... */
   double gap;           /* relative MIP gap; 0 when proven optimal or not a MIP */
+  double milp_s;        /* lynx-opt: exposed_s of the MILP's own solution, before lynx-heu's is compared */
 } lx_policy_stats;
 /* Consecutive block layers [first_layer, first_layer + n_layers) of one
  * model chunk. A stage holds one chunk, or under interleaved 1F1B one per

@@ -444,15 +444,30 @@ static int add_integer(glp_prob *lp, double cost, int upper) {
   return c;
 }
 
-/* The offload columns' copy cost: per direction, a continuous z >= N (c - f)
- * with c = sum of / bandwidth the copy seconds of a layer (and f its forward,
- * or its backward; the split op's pieces copy b_i / P each), z >= 0, at unit
- * cost; host memory bounds what they hold. At most one op is split, one it
- * recomputes on demand (y_i <= rc_i - w_i), and each of its pieces saves
- * N r_i / P of recompute. */
+/* Row z >= slope x c - offset, with c = sum of / bandwidth the copy seconds
+ * of a layer (the split op's pieces copy b_i / P each). */
+static void add_copy_row(const lx_stage_problem *pr, glp_prob *lp, triplets *t, const op_columns *c, int z,
+                         double slope, double offset) {
+  int r = add_row(lp, GLP_LO, -ms(offset), 0);
+  put(t, r, z, 1);
+  for (int i = 0; i < pr->n_ops; i++) {
+    double copy_s = (double)pr->offload_bytes[i] / pr->host_bytes_per_s;
+    if (c->of[i]) put(t, r, c->of[i], -slope * ms(copy_s));
+    if (c->pieces[i]) put(t, r, c->pieces[i], -slope * ms(copy_s) / LX_TOKEN_PIECES);
+  }
+}
+
+/* The offload columns' copy cost, as lx_offload_cost prices it, each
+ * direction a continuous z >= 0 at unit cost: the copies out z >= N (c - f)
+ * (f: a layer's forward); the prefetches, per instance beyond its room,
+ * z >= sum over instances of max(0, c - room), which is convex in c: z at
+ * least each of its linear pieces, j c - (the j smallest rooms), taken where
+ * the rooms step (without rooms, N (c - b), b a layer's backward). Host
+ * memory bounds what they hold. At most one op is split, one it recomputes
+ * on demand (y_i <= rc_i - w_i), and each of its pieces saves N r_i / P of
+ * recompute. */
 static void add_offload_cost(const lx_stage_problem *pr, glp_prob *lp, triplets *t, const op_columns *c) {
   double n = (double)pr->n_layers * pr->micro_batches;
-  double overlapped[2] = {pr->layer_fwd_s, pr->layer_bwd_s};
   int one_split = add_row(lp, GLP_UP, -1e30, 1); /* sum y <= 1 */
   for (int i = 0; i < pr->n_ops; i++) {
     if (!c->split[i]) continue;
@@ -463,15 +478,12 @@ static void add_offload_cost(const lx_stage_problem *pr, glp_prob *lp, triplets 
     put(t, r, c->split[i], 1), put(t, r, c->rc[i], -1), put(t, r, c->w[i], 1);
     glp_set_obj_coef(lp, c->pieces[i], -n * ms(pr->recompute_s[i]) / LX_TOKEN_PIECES);
   }
-  for (int k = 0; k < 2; k++) { /* z - N sum o c_i >= -N f */
-    int r = add_row(lp, GLP_LO, -n * ms(overlapped[k]), 0);
-    put(t, r, add_continuous(lp, 1, -1), 1);
-    for (int i = 0; i < pr->n_ops; i++) {
-      double copy_s = (double)pr->offload_bytes[i] / pr->host_bytes_per_s;
-      if (c->of[i]) put(t, r, c->of[i], -n * ms(copy_s));
-      if (c->pieces[i]) put(t, r, c->pieces[i], -n * ms(copy_s) / LX_TOKEN_PIECES);
-    }
-  }
+  add_copy_row(pr, lp, t, c, add_continuous(lp, 1, -1), n, n * pr->layer_fwd_s);
+  int back = add_continuous(lp, 1, -1);
+  if (!pr->room_s) add_copy_row(pr, lp, t, c, back, n, n * pr->layer_bwd_s);
+  for (int j = 1; pr->room_s && j <= pr->n_instances; j++)
+    if (j == pr->n_instances || pr->room_s[j] > pr->room_s[j - 1])
+      add_copy_row(pr, lp, t, c, back, j, pr->room_below[j]);
   int r = add_row(lp, GLP_UP, -1e30, mib(pr->host_avail_bytes)); /* S L sum o b_i <= host */
   for (int i = 0; i < pr->n_ops; i++) {
     if (c->of[i]) put(t, r, c->of[i], (double)pr->stashed_layers * mib(pr->offload_bytes[i]));
@@ -635,6 +647,7 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
   if (of.split >= 0 && (!((rc >> of.split) & 1) || ((w >> of.split) & 1))) of.split = -1, of.pieces = 0;
   lx_matcher m = lx_matcher_init(pr);
   choice milp = realize(&m, rc, w, of, window_of);
+  stats->milp_s = milp.exposed;
   bool heu_ok = solve_heu(pr, d, window_of);
   lx_opmask hrc, hw;
   lx_offload hof;

@@ -1043,6 +1043,58 @@ static void check_best_partition(int pp, int layers, double squeeze) {
   lx_ir_free(&ir);
 }
 
+/* Prefetches priced per instance: half the instances have no room before
+ * their backward (a layer's forward has just overwritten the window buffer,
+ * as at the top of a 1F1B stage), half two layers' backward. A copy shorter
+ * than a layer's backward hides in it (what lynx-opt priced before) but
+ * stalls every instance without room. lynx-opt's MILP, which prices the
+ * copies as lx_offload_cost does, finds the brute-force optimum itself at
+ * every budget and host link (an MILP that saw those copies as free would
+ * offload where recomputing is cheaper). */
+static void check_opt_prefetch_rooms(void) {
+  lx_ir ir;
+  CHECK(load(&ir, 2, 1, 1, 3, LX_SCHEDULE_1F1B), "the model loads");
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  lx_stage_problem pr;
+  lx_stage_problem_init(&pr, &ir, &cm, 2, 2 * 3, 3, INT64_MAX);
+  int64_t largest = 0;
+  for (int i = 0; i < pr.n_ops; i++)
+    if (pr.offload_bytes[i] > largest) largest = pr.offload_bytes[i];
+  lx_window w[8];
+  hand_windows(&pr, w, 8, 0); /* no window time: everything recomputed runs on demand */
+  pr.room_s = malloc(sizeof(double) * 6);
+  for (int i = 0; i < 6; i++)
+    pr.room_s[i] = i < 3 ? 0 : 2 * pr.layer_bwd_s;
+  pr.room_below = lx_sorted_sums(pr.room_s, 6, false);
+  lx_op_decision *d = calloc((size_t)pr.n_ops, sizeof *d), *all = calloc((size_t)pr.n_ops, sizeof *all);
+  lx_recompute_fixed(&ir, LX_RECOMPUTE_FULL, all);
+  int64_t least = lx_policy_bytes(&pr, all), most = pr.stashed_layers * pr.kept_all;
+  int optimal = 0, cases = 0, offloading = 0;
+  for (int link = 0; link < 4; link++) /* the largest op's copy takes 1/8 to 1 layer's backward */
+    for (int step = 1; step <= 6; step++, cases++) {
+      pr.host_bytes_per_s = (double)largest / (pr.layer_bwd_s / (1 << (3 - link)));
+      pr.avail_bytes = least + (most - least) * step / 7;
+      lx_policy_stats stats;
+      bool ok;
+      double best = brute_force(&pr, true, NULL);
+      solve(&ir, LX_RECOMPUTE_LYNX_OPT, &pr, d, &ok, &stats);
+      optimal += ok && fabs(stats.milp_s - best) <= 1e-9 * best + 1e-15;
+      for (int i = 0; i < pr.n_ops; i++)
+        offloading += d[i].offload;
+    }
+  CHECK(optimal == cases && offloading > 0,
+        "copies priced per instance's room: lynx-opt's MILP alone is the brute-force optimum in %d of %d "
+        "cases (%d offloaded ops over them)",
+        optimal, cases, offloading);
+  free(d);
+  free(all);
+  pr.windows = NULL, pr.n_windows = 0;
+  lx_stage_problem_free(&pr);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
 int main(void) {
   int split = 0, offloaded = 0, optima_split = 0, token_splits = 0;
   for (int pp = 2; pp <= 4; pp++)
@@ -1058,6 +1110,7 @@ int main(void) {
   }
   CHECK(optima_split > 0, "the brute-force optimum splits an op token-wise at %d of the budgets",
         optima_split);
+  check_opt_prefetch_rooms();
   check_assignment();
   check_partition();
   for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
