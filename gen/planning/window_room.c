@@ -12,7 +12,7 @@
  * the set, and at most the capacity of its admissible windows.
  * Instances are grouped by how many ops (shortest first) fit their largest
  * window; within a group their rooms are sorted with running sums, so a set
- * is bounded in O(ops x log instances). */
+ * is bounded in O(ops x (ops + log instances)). */
 #include <math.h>
 #include <stdlib.h>
 
