@@ -264,24 +264,39 @@ static void consider_selective(planner *pl) {
   keep_faster(pl, k, planned, "Megatron's selective plan (faster than the per-op plan)");
 }
 
+static bool stage_offloads(const planner *pl, int s) {
+  for (int i = 0; i < pl->ir->block.n_ops; i++)
+    if (pl->pipe->stages[s].decisions[i].offload) return true;
+  return false;
+}
+
 static bool offloads(const planner *pl) {
   for (int s = 0; s < pl->pipe->pp; s++)
-    for (int i = 0; i < pl->ir->block.n_ops; i++)
-      if (pl->pipe->stages[s].decisions[i].offload) return true;
+    if (stage_offloads(pl, s)) return true;
   return false;
 }
 
 /* The policies charge a layer's copies only beyond what the layer overlaps,
  * as if every copy started when its admissible range opens; the simulation
  * can find prefetches that still wait. Where the same policy without offload
- * is faster, its plan stands. */
+ * is faster, its plan stands. A stage that offloads nothing keeps its plan
+ * (its windows' placement back from the snapshot): the policy found it best
+ * among choices that include every one without offload. */
 static void consider_no_offload(planner *pl) {
   if (!lynx_policy(pl) || !offloads(pl)) return;
   double planned = simulated_time(pl);
   plan_snapshot k = take_snapshot(pl);
   pl->no_offload = true;
-  for (int s = 0; s < pl->pipe->pp; s++)
-    solve_stage(pl, s, pl->policy, true);
+  for (int s = 0; s < pl->pipe->pp; s++) {
+    lx_stage *st = &pl->pipe->stages[s];
+    if (stage_offloads(pl, s)) {
+      solve_stage(pl, s, pl->policy, true);
+    } else if (k.window_of[s]) {
+      size_t entries = (size_t)st->n_layers * (size_t)pl->pipe->micro_batches * (size_t)pl->ir->block.n_ops;
+      st->window_of = lx_malloc(sizeof(int) * (entries + 1));
+      memcpy(st->window_of, k.window_of[s], sizeof(int) * entries);
+    }
+  }
   repair(pl);
   pl->no_offload = false;
   keep_faster(pl, k, planned, "the policy's plan without offload (faster than the one that offloads)");

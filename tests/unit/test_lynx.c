@@ -633,12 +633,35 @@ static int64_t worst_peak(const lx_pipeline *p) {
   return most;
 }
 
+static int count_window_recomputes_of(const lx_stage *st) {
+  int n = 0;
+  for (int i = 0; i < st->streams[LX_STREAM_RECOMPUTE].count; i++)
+    n += st->streams[LX_STREAM_RECOMPUTE].items[i].kind == LX_I_RECOMPUTE;
+  return n;
+}
+
 static int count_window_recomputes(const lx_pipeline *p) {
   int n = 0;
   for (int s = 0; s < p->pp; s++)
-    for (int i = 0; i < p->stages[s].streams[LX_STREAM_RECOMPUTE].count; i++)
-      n += p->stages[s].streams[LX_STREAM_RECOMPUTE].items[i].kind == LX_I_RECOMPUTE;
+    n += count_window_recomputes_of(&p->stages[s]);
   return n;
+}
+
+/* Stages whose recompute stream runs recomputes and whose placement
+ * (window_of) places none, or the other way round. */
+static int placements_unlike_schedule(const lx_pipeline *p) {
+  int unlike = 0;
+  for (int s = 0; s < p->pp; s++) {
+    const lx_stage *st = &p->stages[s];
+    bool scheduled = false, placed = false;
+    for (int i = 0; i < st->streams[LX_STREAM_RECOMPUTE].count; i++)
+      scheduled |= st->streams[LX_STREAM_RECOMPUTE].items[i].kind == LX_I_RECOMPUTE;
+    size_t entries = (size_t)st->n_layers * (size_t)p->micro_batches * (size_t)p->ir->block.n_ops;
+    for (size_t k = 0; st->window_of && k < entries; k++)
+      placed |= st->window_of[k] >= 0;
+    unlike += scheduled != placed;
+  }
+  return unlike;
 }
 
 /* lx_verify of p over these layouts; `quiet` keeps its report off stderr. */
@@ -932,6 +955,10 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
         squeeze, in_window);
   int violations = built ? verify_pipeline(&p, false) : -1;
   CHECK(violations == 0, "%s pp=%d tp=%d %s: verifies clean (%d violations)", name, pp, tp, pol, violations);
+  int unlike = built ? placements_unlike_schedule(&p) : -1;
+  CHECK(unlike == 0,
+        "%s pp=%d tp=%d %s: each stage's window placement is the one its schedule runs (%d unlike)", name, pp,
+        tp, pol, unlike);
   if (interleaved && built) check_chunk_split(&p, layers, name, pol);
   lx_stage_memory *mem = calloc((size_t)p.pp, sizeof *mem);
   lx_plan_memory(&p, mem);
@@ -1095,6 +1122,39 @@ static void check_opt_prefetch_rooms(void) {
   lx_ir_free(&ir);
 }
 
+/* README's token-wise example on GPUs of 3 MiB (examples/tiny.model, tp 2 x
+ * pp 2, GPipe, tests/profiles/tiny-token-split.profile): one stage
+ * offloads, the plan without offload simulates faster and stands, and the
+ * stage that offloaded nothing keeps the plan it had, its window placement
+ * included (only the stages that offload are solved again). */
+static void check_no_offload_keeps_windows(void) {
+  lx_ir ir;
+  lx_ir_init(&ir);
+  bool loaded = lx_parse_model("examples/tiny.model", NULL, 0, &ir) == 0;
+  ir.plan.tp = 2, ir.plan.pp = 2, ir.plan.schedule = LX_SCHEDULE_GPIPE;
+  loaded = loaded && lx_analyze(&ir) == 0;
+  lx_cost_model cm;
+  loaded = loaded && lx_cost_model_init(&cm, &ir, "tests/profiles/tiny-token-split.profile");
+  CHECK(loaded, "examples/tiny.model and the token-split profile load");
+  if (!loaded) return;
+  cm.gpu.memory_bytes = 0.003 * (1 << 30);
+  lx_pipeline p;
+  lx_plan_options o = {.policy = LX_RECOMPUTE_LYNX_HEU, .partition = LX_PARTITION_BEST, .cm = &cm};
+  bool built = lx_plan_pipeline(&ir, &o, &p);
+  int kept_windows = 0;
+  for (int s = 0; built && s < p.pp; s++)
+    kept_windows += !strncmp(p.stages[s].stats.status, "the policy's plan without offload", 33) &&
+                    count_window_recomputes_of(&p.stages[s]) > 0;
+  int unlike = built ? placements_unlike_schedule(&p) : -1;
+  CHECK(built && kept_windows == p.pp && unlike == 0,
+        "tiny, tp 2 x pp 2 GPipe, 3 MiB GPUs: the plan without offload stands with windows on %d of %d "
+        "stages, each placement the one its schedule runs (%d unlike)",
+        kept_windows, built ? p.pp : 0, unlike);
+  if (built) lx_pipeline_free(&p);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+}
+
 int main(void) {
   int split = 0, offloaded = 0, optima_split = 0, token_splits = 0;
   for (int pp = 2; pp <= 4; pp++)
@@ -1111,6 +1171,7 @@ int main(void) {
   CHECK(optima_split > 0, "the brute-force optimum splits an op token-wise at %d of the budgets",
         optima_split);
   check_opt_prefetch_rooms();
+  check_no_offload_keeps_windows();
   check_assignment();
   check_partition();
   for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
