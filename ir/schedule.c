@@ -237,6 +237,10 @@ int lx_layer_slot(const lx_stage *st, int layer) {
   return -1;
 }
 
+size_t lx_placement_size(const lx_pipeline *p, const lx_stage *st) {
+  return (size_t)st->n_layers * (size_t)p->micro_batches * (size_t)p->ir->block.n_ops;
+}
+
 int lx_recompute_window(const lx_pipeline *p, const lx_stage *st, int inst, int op) {
   if (!st->window_of || inst < 0 || inst >= st->n_layers * p->micro_batches) return -1;
   return st->window_of[(size_t)inst * (size_t)p->ir->block.n_ops + (size_t)op];

@@ -230,6 +230,8 @@ int lx_layer_slot(const lx_stage *st, int layer);
 /* The window in which op `op` of layer instance `inst` (lx_layer_slot(layer)
  * * micro_batches + mb) of stage st recomputes, or -1 (on demand, or no windows). */
 int lx_recompute_window(const lx_pipeline *p, const lx_stage *st, int inst, int op);
+/* How many entries st's window_of holds: one per layer instance and block op. */
+size_t lx_placement_size(const lx_pipeline *p, const lx_stage *st);
 /* Per window of st, how many layer instances recompute in it, whole or in
  * part (NULL without windows; the caller frees it). */
 int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st);

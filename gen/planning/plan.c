@@ -205,6 +205,8 @@ typedef struct {
   lx_policy_stats *stats;
 } plan_snapshot;
 
+/* A copy: the stages keep their own, which an alternative replaces where it
+ * plans the stage again. */
 static plan_snapshot take_snapshot(planner *pl) {
   int pp = pl->pipe->pp, n = pl->ir->block.n_ops;
   plan_snapshot k = {lx_malloc(sizeof *k.decisions * (size_t)(pp * n + 1)),
@@ -213,9 +215,13 @@ static plan_snapshot take_snapshot(planner *pl) {
   for (int s = 0; s < pp; s++) {
     lx_stage *st = &pl->pipe->stages[s];
     memcpy(k.decisions + s * n, st->decisions, sizeof *k.decisions * (size_t)n);
-    k.window_of[s] = st->window_of;
+    k.window_of[s] = NULL;
+    if (st->window_of) {
+      size_t bytes = sizeof(int) * lx_placement_size(pl->pipe, st);
+      k.window_of[s] = lx_malloc(bytes + sizeof(int));
+      memcpy(k.window_of[s], st->window_of, bytes);
+    }
     k.stats[s] = st->stats;
-    st->window_of = NULL;
   }
   return k;
 }
@@ -252,12 +258,15 @@ static bool lynx_policy(const planner *pl) {
 /* Megatron's selective plan drops the attention core's internals but keeps
  * its output: a point of the decision space that the Lynx policies' per-op
  * search (an op recomputed drops all it saves) does not enumerate. Where it
- * fits and is faster than their plan, it stands. */
+ * fits and is faster than their plan, it stands (it recomputes on demand:
+ * no windows). */
 static void consider_selective(planner *pl) {
   if (!lynx_policy(pl)) return;
   double planned = simulated_time(pl);
   plan_snapshot k = take_snapshot(pl);
   for (int s = 0; s < pl->pipe->pp; s++) {
+    free(pl->pipe->stages[s].window_of);
+    pl->pipe->stages[s].window_of = NULL;
     lx_recompute_fixed(pl->ir, LX_RECOMPUTE_SELECTIVE, pl->pipe->stages[s].decisions);
     lx_schedule_stage(pl->ir, pl->pipe, s);
   }
@@ -279,24 +288,16 @@ static bool offloads(const planner *pl) {
 /* The policies charge a layer's copies only beyond what the layer overlaps,
  * as if every copy started when its admissible range opens; the simulation
  * can find prefetches that still wait. Where the same policy without offload
- * is faster, its plan stands. A stage that offloads nothing keeps its plan
- * (its windows' placement back from the snapshot): the policy found it best
- * among choices that include every one without offload. */
+ * is faster, its plan stands. A stage that offloads nothing keeps its plan:
+ * the policy found it best among choices that include every one without
+ * offload. */
 static void consider_no_offload(planner *pl) {
   if (!lynx_policy(pl) || !offloads(pl)) return;
   double planned = simulated_time(pl);
   plan_snapshot k = take_snapshot(pl);
   pl->no_offload = true;
-  for (int s = 0; s < pl->pipe->pp; s++) {
-    lx_stage *st = &pl->pipe->stages[s];
-    if (stage_offloads(pl, s)) {
-      solve_stage(pl, s, pl->policy, true);
-    } else if (k.window_of[s]) {
-      size_t entries = (size_t)st->n_layers * (size_t)pl->pipe->micro_batches * (size_t)pl->ir->block.n_ops;
-      st->window_of = lx_malloc(sizeof(int) * (entries + 1));
-      memcpy(st->window_of, k.window_of[s], sizeof(int) * entries);
-    }
-  }
+  for (int s = 0; s < pl->pipe->pp; s++)
+    if (stage_offloads(pl, s)) solve_stage(pl, s, pl->policy, true);
   repair(pl);
   pl->no_offload = false;
   keep_faster(pl, k, planned, "the policy's plan without offload (faster than the one that offloads)");

@@ -656,9 +656,9 @@ static int placements_unlike_schedule(const lx_pipeline *p) {
     bool scheduled = false, placed = false;
     for (int i = 0; i < st->streams[LX_STREAM_RECOMPUTE].count; i++)
       scheduled |= st->streams[LX_STREAM_RECOMPUTE].items[i].kind == LX_I_RECOMPUTE;
-    size_t entries = (size_t)st->n_layers * (size_t)p->micro_batches * (size_t)p->ir->block.n_ops;
-    for (size_t k = 0; st->window_of && k < entries; k++)
-      placed |= st->window_of[k] >= 0;
+    for (int inst = 0; inst < st->n_layers * p->micro_batches; inst++)
+      for (int op = 0; op < p->ir->block.n_ops; op++)
+        placed |= lx_recompute_window(p, st, inst, op) >= 0;
     unlike += scheduled != placed;
   }
   return unlike;
