@@ -141,7 +141,7 @@ static bool bench_size(int B, int T, int H, int D, Result *result, std::string *
   TRY(cudaMalloc(&buf.out, out_n * sizeof(lx_bf16)));
   TRY(cudaMalloc(&buf.dout, out_n * sizeof(lx_bf16)));
   TRY(cudaMalloc(&buf.lse, rows * sizeof(float)));
-  TRY(cudaMalloc(&buf.scratch, lx_cuda_attention_scratch_floats(B, T, H) * sizeof(float)));
+  TRY(cudaMalloc(&buf.scratch, lx_cuda_flash_attention_scratch_floats(B, T, H) * sizeof(float)));
   TRY(cudaEventCreate(&buf.start));
   TRY(cudaEventCreate(&buf.stop));
 
@@ -151,7 +151,8 @@ static bool bench_size(int B, int T, int H, int D, Result *result, std::string *
     cudaStream_t s;
     ~StreamGuard() { cudaStreamDestroy(s); }
   } stream_guard = {stream};
-  const lx_ctx ctx = {stream, nullptr, buf.scratch, lx_cuda_attention_scratch_floats(B, T, H)}; /* no matmul */
+  const lx_ctx ctx = {stream, nullptr, buf.scratch,
+                      lx_cuda_flash_attention_scratch_floats(B, T, H)}; /* no matmul */
 
   fill_uniform<<<4096, 256, 0, stream>>>(buf.qkv, qkv_n, lx_cuda_rng_key(1234, (uint64_t)T * 1000 + D));
   TRY(cudaGetLastError());

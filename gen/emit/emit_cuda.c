@@ -443,24 +443,29 @@ static void emit_staged_receives(const lx_printer *pr) {
           2 * step > forward_only ? 2 * step : forward_only);
 }
 
-/* The most heads of any attention and the widest row of any op of the model
+/* The most heads of a rank's flash attention, the most kv heads of a rank's
+ * materialized attention (0 where there is none) and the widest row of any op of the model
  * (at least the padded vocabulary): what sizes the streams' scratch
  * (lx_cuda_main.h), whose kernels check that it holds their need. */
 static void emit_scratch_sizes(const lx_printer *pr, int *lora_rank, int *lora_width) {
-  int heads = 1, widest = pr->ir->padded_vocab, rank = 0, width = 0;
+  int heads = 0, kv_heads = 0, widest = pr->ir->padded_vocab, rank = 0, width = 0, tp = emit_tp(pr);
   for (int g = 0; g < LX_GRAPH_COUNT; g++) {
     const lx_graph *graph = lx_graph_of(pr->ir, (lx_graph_id)g);
     for (int i = 0; i < graph->n_ops; i++) {
       const lx_op *op = &graph->ops[i];
-      if (op->kind == LX_OP_ATTENTION && op->heads > heads) heads = op->heads;
+      bool attention = op->kind == LX_OP_ATTENTION, flash = op->attention_impl == LX_ATTN_FLASH;
+      if (attention && flash && op->heads / tp > heads) heads = op->heads / tp;
+      if (attention && !flash && op->kv_heads / tp > kv_heads) kv_heads = op->kv_heads / tp;
       if (op->out.width > widest) widest = op->out.width;
       if (op->lora_rank > rank) rank = op->lora_rank;
       if (op->lora_rank && emit_in_width(pr, (lx_graph_id)g, op) > width)
         width = emit_in_width(pr, (lx_graph_id)g, op);
     }
   }
-  fprintf(pr->out, "  HEADS = %d, WIDEST = %d, /* the streams' scratch: the most heads, the widest row */\n",
-          heads, widest);
+  fprintf(pr->out,
+          "  FLASH_HEADS = %d, ATTENTION_KV_HEADS = %d, WIDEST = %d, /* the streams' scratch: a rank's most\n"
+          "   * heads of a flash attention and kv heads of a materialized one, the widest row */\n",
+          heads, kv_heads, widest);
   *lora_rank = rank, *lora_width = width;
 }
 

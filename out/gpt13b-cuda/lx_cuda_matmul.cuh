@@ -16,6 +16,7 @@
 
 #include "lx_cuda_common.cuh"
 #include "lx_cuda_rng.cuh" /* LoRA's dropout */
+#include "lx_gemm_layout.h"
 
 typedef enum {
   LX_EPILOGUE_NONE = 0,
@@ -25,9 +26,13 @@ typedef enum {
   LX_EPILOGUE_DGELU      /* D = (op(A) op(B)) * gelu'(aux): the backward of the above */
 } lx_epilogue;
 
-/* One cached shape: its descriptors and the algorithm the heuristic chose. */
+/* One cached problem: its descriptors and the algorithm the heuristic chose.
+ * alignment is the pointers' guaranteed alignment in bytes, which the
+ * heuristic must respect; 0 leaves cuBLASLt's default (the linear layers,
+ * whose arena pointers are 256-byte aligned). */
 typedef struct {
-  int m, n, k, trans_a, trans_b, accumulate;
+  lx_gemm_shape shape;
+  int accumulate, alignment;
   lx_epilogue epilogue;
   cudaDataType_t d_type;
   cublasLtMatmulDesc_t operation;
@@ -35,10 +40,11 @@ typedef struct {
   cublasLtMatmulAlgo_t algorithm;
 } lx_cuda_matmul_plan;
 
-#define LX_CUDA_MATMUL_MAX_PLANS 128
+/* The linear layers' shapes, and the attention's blocks (lx_attention_gemms.h). */
+#define LX_CUDA_MATMUL_MAX_PLANS 512
 
 /* The emitted program owns one per device; shapes are compile-time facts, so
- * a program never needs more plans than it has distinct linear shapes. */
+ * a program never needs more plans than it has distinct product shapes. */
 typedef struct lx_cuda_matmul_context {
   cublasLtHandle_t handle;
   void *workspace; /* (workspace_bytes) from the arena, 256-byte aligned */
@@ -81,31 +87,46 @@ inline cublasLtEpilogue_t lx_cublaslt_epilogue(lx_epilogue epilogue) {
   }
 }
 
-LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_find_plan(lx_cuda_matmul_context *ctx, int m, int n, int k,
-                                                            int trans_a, int trans_b, int accumulate,
-                                                            lx_epilogue epilogue, cudaDataType_t d_type) {
+LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_find_plan(lx_cuda_matmul_context *ctx, const lx_gemm_shape *shape,
+                                                            int accumulate, int alignment, lx_epilogue epilogue,
+                                                            cudaDataType_t d_type) {
   for (int i = 0; i < ctx->plan_count; i++) {
     lx_cuda_matmul_plan *p = &ctx->plans[i];
-    if (p->m == m && p->n == n && p->k == k && p->trans_a == trans_a && p->trans_b == trans_b &&
-        p->accumulate == accumulate && p->epilogue == epilogue && p->d_type == d_type)
+    if (lx_gemm_shape_equal(&p->shape, shape) && p->accumulate == accumulate && p->alignment == alignment &&
+        p->epilogue == epilogue && p->d_type == d_type)
       return p;
   }
   return NULL;
 }
 
-/* Builds the column-major problem D^T (n x m) = op(B)^T (n x k) op(A)^T (k x m):
- * cuBLASLt's "A" is our B and its "B" is our A. */
-LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context *ctx, int m, int n, int k,
-                                                            int trans_a, int trans_b, int accumulate,
-                                                            lx_epilogue epilogue, cudaDataType_t d_type) {
+/* A column-major matrix's layout, with its batch when there is one. */
+inline cublasLtMatrixLayout_t lx_cublaslt_layout(cudaDataType_t type, const lx_colmajor_matrix &x, int batch) {
+  cublasLtMatrixLayout_t layout;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, (uint64_t)x.rows, (uint64_t)x.cols, (int64_t)x.ld));
+  if (batch > 1) {
+    int32_t count = batch;
+    int64_t stride = x.stride;
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof stride));
+  }
+  return layout;
+}
+
+/* Builds cuBLASLt's column-major problem (lx_gemm_colmajor): its "A" is our
+ * B and its "B" is our A. */
+LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context *ctx, const lx_gemm_shape *shape,
+                                                            int accumulate, int alignment, lx_epilogue epilogue,
+                                                            cudaDataType_t d_type) {
   LX_CUDA_REQUIRE(ctx->plan_count < LX_CUDA_MATMUL_MAX_PLANS);
   lx_cuda_matmul_plan *plan = &ctx->plans[ctx->plan_count];
-  plan->m = m, plan->n = n, plan->k = k, plan->trans_a = trans_a, plan->trans_b = trans_b;
-  plan->accumulate = accumulate, plan->epilogue = epilogue, plan->d_type = d_type;
+  plan->shape = *shape;
+  plan->accumulate = accumulate, plan->alignment = alignment, plan->epilogue = epilogue, plan->d_type = d_type;
+  lx_colmajor_gemm problem = lx_gemm_colmajor(shape);
 
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_first = problem.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_second = problem.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
                                               sizeof(op_first)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
@@ -119,42 +140,85 @@ LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context
                                                 &bias_type, sizeof(bias_type)));
   }
   if (epilogue == LX_EPILOGUE_GELU || epilogue == LX_EPILOGUE_GELU_BIAS || epilogue == LX_EPILOGUE_DGELU) {
-    int64_t aux_ld = n; /* aux has D's shape and layout */
+    int64_t aux_ld = shape->ldd; /* aux has D's shape and layout */
     cudaDataType_t aux_type = CUDA_R_16BF;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                                 sizeof(aux_ld)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
                                                 &aux_type, sizeof(aux_type)));
   }
-
-  /* layouts are (rows, cols, leading dimension) of the column-major views */
-  if (trans_b)
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a_layout, CUDA_R_16BF, k, n, k));
-  else
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a_layout, CUDA_R_16BF, n, k, n));
-  if (trans_a)
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b_layout, CUDA_R_16BF, m, k, m));
-  else
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b_layout, CUDA_R_16BF, k, m, k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d_layout, d_type, n, m, n));
+  plan->a_layout = lx_cublaslt_layout(CUDA_R_16BF, problem.first, problem.batch);
+  plan->b_layout = lx_cublaslt_layout(CUDA_R_16BF, problem.second, problem.batch);
+  plan->d_layout = lx_cublaslt_layout(d_type, problem.d, problem.batch);
 
   cublasLtMatmulPreference_t preference;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ctx->workspace_bytes, sizeof(ctx->workspace_bytes)));
+  if (alignment) {
+    uint32_t bytes = (uint32_t)alignment;
+    const cublasLtMatmulPreferenceAttributes_t minimums[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (cublasLtMatmulPreferenceAttributes_t minimum : minimums)
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, minimum, &bytes, sizeof bytes));
+  }
   cublasLtMatmulHeuristicResult_t heuristic;
   int found = 0;
   CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx->handle, plan->operation, plan->a_layout, plan->b_layout,
                                               plan->d_layout, plan->d_layout, preference, 1, &heuristic, &found));
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
   if (found == 0) {
-    fprintf(stderr, "lynx: no cuBLASLt algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d epilogue=%d\n", m, n, k,
-            trans_a, trans_b, (int)epilogue);
+    fprintf(stderr, "lynx: no cuBLASLt algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d batch=%d epilogue=%d\n",
+            shape->m, shape->n, shape->k, shape->trans_a, shape->trans_b, shape->batch, (int)epilogue);
     lx_cuda_abort_job();
   }
   plan->algorithm = heuristic.algo;
   ctx->plan_count++;
   return plan;
+}
+
+/* The plan of a problem, made on its first call. */
+inline lx_cuda_matmul_plan *lx_cuda_matmul_plan_of(lx_cuda_matmul_context *ctx, const lx_gemm_shape *shape,
+                                                   int accumulate, int alignment, lx_epilogue epilogue,
+                                                   cudaDataType_t d_type) {
+  lx_cuda_matmul_plan *plan = lx_cuda_matmul_find_plan(ctx, shape, accumulate, alignment, epilogue, d_type);
+  return plan ? plan : lx_cuda_matmul_make_plan(ctx, shape, accumulate, alignment, epilogue, d_type);
+}
+
+inline void lx_cuda_matmul_run(lx_cuda_matmul_context *ctx, const lx_cuda_matmul_plan *plan, void *d,
+                               const lx_bf16 *a, const lx_bf16 *b, float alpha, cudaStream_t stream) {
+  const float beta = plan->accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(ctx->handle, plan->operation, &alpha, b, plan->a_layout, a, plan->b_layout, &beta, d,
+                              plan->d_layout, d, plan->d_layout, &plan->algorithm, ctx->workspace,
+                              ctx->workspace_bytes, stream));
+}
+
+/* The largest power of two up to 16 that divides every address the batch's
+ * matrices start at: what the algorithm may assume of the pointers. */
+inline int lx_cuda_batch_alignment(const void *d, size_t d_elt, const lx_bf16 *a, const lx_bf16 *b,
+                                   const lx_gemm_shape *shape) {
+  uintptr_t bits = (uintptr_t)d | (uintptr_t)a | (uintptr_t)b | 16;
+  if (shape->batch > 1)
+    bits |= (uintptr_t)(shape->stride_d * (long long)d_elt) | (uintptr_t)(shape->stride_a * 2) |
+            (uintptr_t)(shape->stride_b * 2);
+  return (int)(bits & (~bits + 1));
+}
+
+/* The strided-batched product of lx_gemm_layout.h: bf16 A and B, D of d_type
+ * (bf16, or fp32 scores), fp32 accumulation; D += when accumulate. */
+LX_CUDA_API void lx_cuda_matmul_batched(lx_cuda_matmul_context *ctx, void *d, // see shape
+                                          cudaDataType_t d_type,
+                                          const lx_bf16 *a, // see shape
+                                          const lx_bf16 *b, // see shape
+                                          const lx_gemm_shape *shape, float alpha, int accumulate,
+                                          cudaStream_t stream) {
+  LX_CUDA_REQUIRE(shape->m > 0 && shape->n > 0 && shape->k > 0 && shape->batch > 0);
+  LX_CUDA_REQUIRE(d_type == CUDA_R_16BF || d_type == CUDA_R_32F);
+  int alignment = lx_cuda_batch_alignment(d, d_type == CUDA_R_32F ? 4 : 2, a, b, shape);
+  lx_cuda_matmul_plan *plan =
+      lx_cuda_matmul_plan_of(ctx, shape, accumulate, alignment, LX_EPILOGUE_NONE, d_type);
+  lx_cuda_matmul_run(ctx, plan, d, a, b, alpha, stream);
 }
 
 /* D (m, n) = op(A) op(B) [+ D when accumulate], row-major, fp32 accumulation.
@@ -189,9 +253,8 @@ LX_CUDA_API void lx_cuda_matmul_scaled(lx_cuda_matmul_context *ctx, void *d, // 
   LX_CUDA_REQUIRE(epilogue == LX_EPILOGUE_NONE || d_type == CUDA_R_16BF);
   LX_CUDA_REQUIRE(aux == NULL || n % 8 == 0); /* cuBLASLt wants aux_ld % 8 == 0 */
 
-  lx_cuda_matmul_plan *plan =
-      lx_cuda_matmul_find_plan(ctx, m, n, k, trans_a, trans_b, accumulate, epilogue, d_type);
-  if (!plan) plan = lx_cuda_matmul_make_plan(ctx, m, n, k, trans_a, trans_b, accumulate, epilogue, d_type);
+  lx_gemm_shape shape = lx_gemm_dense(m, n, k, trans_a, trans_b);
+  lx_cuda_matmul_plan *plan = lx_cuda_matmul_plan_of(ctx, &shape, accumulate, 0, epilogue, d_type);
 
   /* pointers change from call to call (micro-batches, layers): set them now */
   if (bias)
@@ -200,10 +263,7 @@ LX_CUDA_API void lx_cuda_matmul_scaled(lx_cuda_matmul_context *ctx, void *d, // 
   if (aux)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                                 sizeof(aux)));
-  const float beta = accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(ctx->handle, plan->operation, &alpha, b, plan->a_layout, a, plan->b_layout, &beta, d,
-                              plan->d_layout, d, plan->d_layout, &plan->algorithm, ctx->workspace,
-                              ctx->workspace_bytes, stream));
+  lx_cuda_matmul_run(ctx, plan, d, a, b, alpha, stream);
 }
 
 LX_CUDA_API void lx_cuda_matmul(lx_cuda_matmul_context *ctx, void *d, // (m, n)

@@ -12,7 +12,8 @@ enum {
   MICRO_BATCHES = 64, SLOTS = 1, TENSOR_PARALLEL = 1, DATA_PARALLEL = 2, EVENTS = 266,
   STAGED_RECEIVES = 382, /* in flight at most (--comm host's pinned staging) */
   B = 4, T = 2048, BT = B * T, C = 2048, V = 50257, VP = 50304,
-  HEADS = 16, WIDEST = 50304, /* the streams' scratch: the most heads, the widest row */
+  FLASH_HEADS = 0, ATTENTION_KV_HEADS = 16, WIDEST = 50304, /* the streams' scratch: a rank's most
+   * heads of a flash attention and kv heads of a materialized one, the widest row */
   BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */
 };
 

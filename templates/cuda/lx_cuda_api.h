@@ -151,7 +151,8 @@ size_t lx_cuda_lora_scratch_floats(int BT, int R, int C);
 void lx_cuda_grad_norm_squared(float *total, float *scratch, const float *grads, size_t N, int accumulate, cudaStream_t stream);
 void lx_cuda_grad_clip_factor(float *factor, const float *norm_squared, double max_norm, cudaStream_t stream);
 void lx_cuda_scale(float *x, const float *factor, size_t N, cudaStream_t stream);
-size_t lx_cuda_attention_scratch_floats(int B, int T, int H);
+size_t lx_cuda_flash_attention_scratch_floats(int B, int T, int H);
+size_t lx_cuda_attention_scratch_floats(int T, int KVH);
 void lx_cuda_check_tokens(int *bad, const int *tokens, int BT, int V, cudaStream_t stream);
 void lx_cuda_vocab_cross_entropy_max(float *row_max, float *picked, const lx_bf16 *logits, const int *targets,
                                      int BT, int V, int Vr, int first, cudaStream_t stream);

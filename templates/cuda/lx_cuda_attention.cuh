@@ -1,18 +1,14 @@
-/* lx_cuda_attention.cuh — causal grouped-query attention and rope, the GPU
- * twins of templates/cpu/lx_attention.h, with its layout exactly:
+/* lx_cuda_attention.cuh — causal grouped-query flash attention and rope, the
+ * GPU twins of templates/cpu/lx_attention.h, with its layout exactly:
  *   qkv (B, T, (H + 2*KVH) * D), each row [ q heads | k heads | v heads ],
  *   query head h reads kv head h / (H / KVH); out (B, T, H * D);
  *   lse (B, H, T) fp32; the score row (b, h, i, :) starts at
  *   ((b * H + h) * T + i) * T, and that index + j is also the dropout
  *   counter, so the masks equal the CPU's bit for bit.
  *
- * Two implementations with different saved memory, as in the IR:
- *   flash         saves only out and lse; the backward recomputes P.
- *   materialized  saves probs, the dropped probs and the 1-byte mask
- *                 (B, H, T, T) as the "attention" operator's IR charges them;
- *                 the backward reads them instead of recomputing.
- * Both forwards run the same tiled online-softmax kernel (so they compute the
- * same out); the materialized one then writes its (B, H, T, T) tensors.
+ * Flash attention saves only out and lse; the backward recomputes P. (The
+ * materialized attention, which saves probs, runs on tensor cores:
+ * lx_cuda_attention_gemm.cuh; these are its layouts and dropout draws.)
  *
  * The backward is deterministic without atomics: dq (a sum over keys) and
  * dk, dv (sums over query rows and over the heads of a group) are computed by
@@ -21,7 +17,9 @@
  * both is computed first into scratch.
  *
  * Kernels run on CUDA cores in fp32 from bf16 data: correct for every head
- * size up to 256, tiled so that K and V are read from shared memory. */
+ * size up to 256, tiled so that K and V are read from shared memory. They
+ * are the fallback of programs built without cuDNN (ATTENTION=cudnn runs
+ * cuDNN's fused attention instead, lx_cuda_cudnn_attention.cu). */
 #ifndef LX_CUDA_ATTENTION_CUH
 #define LX_CUDA_ATTENTION_CUH
 
@@ -189,96 +187,33 @@ __global__ void __launch_bounds__(LX_ATTN_THREADS)
   lx_flash_forward_body<8>(out, lse, qkv, a);
 }
 
-/* ---- materialized forward: the probabilities, written after the forward ----- */
-
-/* A warp per score row (b, h, i); lane l handles keys l, l + 32, ...:
- * probs = exp(s - lse), mask = the dropout decision, dropped = probs * keep
- * / (1 - p); zeros beyond the diagonal, as the CPU writes them. */
-__global__ void lx_attention_probs_kernel(lx_bf16 *probs,      // (B, H, T, T)
-                                          lx_bf16 *dropped,    // (B, H, T, T) or NULL when p == 0
-                                          uint8_t *mask,       // (B, H, T, T) or NULL when p == 0
-                                          const float *lse,    // (B, H, T)
-                                          const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
-                                          lx_attn_shape a) {
-  size_t row = (size_t)blockIdx.x * (blockDim.x / LX_WARP) + threadIdx.x / LX_WARP; /* (b * H + h) * T + i */
-  if (row >= (size_t)a.B * a.H * a.T) return;
-  int lane = threadIdx.x % LX_WARP, i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
-  int g = h / (a.H / a.KVH);
-  const lx_bf16 *q = qkv + lx_attn_q_at(a, b, i, h);
-  float row_lse = lse[row];
-  for (int j = lane; j < a.T; j += LX_WARP) {
-    size_t at = row * a.T + j;
-    float prob = 0.0f;
-    bool keep = false;
-    if (j <= i) {
-      const lx_bf16 *k = qkv + lx_attn_k_at(a, b, j, g);
-      float dot = 0.0f;
-      for (int d = 0; d < a.D; d++)
-        dot += lx_to_float(q[d]) * lx_to_float(k[d]);
-      prob = expf(a.scale * dot - row_lse);
-      keep = lx_cuda_dropout_keep(a.key, lx_attn_draw(a, at), a.threshold);
-    }
-    probs[at] = lx_to_bf16(prob);
-    if (mask) mask[at] = (uint8_t)keep;
-    if (dropped) dropped[at] = lx_to_bf16(keep ? prob * a.dscale : 0.0f);
-  }
-}
-
 /* ---- backward: Di, then dq, then dk and dv -------------------------------------- */
 
-/* Di = sum_j weight_ij (dO_i . v_j). With the saved output (flash) that is
- * dO_i . O_i; from the saved dropped probs (materialized) it is summed over
- * j directly. A warp per row, lanes over dimensions, one final warp sum. */
-__global__ void lx_attention_delta_kernel(float *delta,             // (B, H, T)
-                                          const lx_bf16 *dout,      // (B, T, H * D)
-                                          const lx_bf16 *out,       // (B, T, H * D) or NULL (materialized)
-                                          const lx_bf16 *weights,   // (B, H, T, T): dropped, or probs when p == 0; NULL for flash
-                                          const lx_bf16 *qkv,       // (B, T, (H + 2*KVH) * D)
+/* Di = dO_i . O_i = sum_j weight_ij (dO_i . v_j), from the saved output. A
+ * warp per row, lanes over dimensions, one final warp sum. */
+__global__ void lx_attention_delta_kernel(float *delta,        // (B, H, T)
+                                          const lx_bf16 *dout, // (B, T, H * D)
+                                          const lx_bf16 *out,  // (B, T, H * D)
                                           lx_attn_shape a) {
   size_t row = (size_t)blockIdx.x * (blockDim.x / LX_WARP) + threadIdx.x / LX_WARP;
   if (row >= (size_t)a.B * a.H * a.T) return;
   int lane = threadIdx.x % LX_WARP, i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
-  const lx_bf16 *dy = dout + lx_attn_out_at(a, b, i, h);
+  const lx_bf16 *dy = dout + lx_attn_out_at(a, b, i, h), *o = out + lx_attn_out_at(a, b, i, h);
   float sum = 0.0f;
-  if (out) {
-    const lx_bf16 *o = out + lx_attn_out_at(a, b, i, h);
-    for (int d = lane; d < a.D; d += LX_WARP)
-      sum += lx_to_float(dy[d]) * lx_to_float(o[d]);
-  } else {
-    int g = h / (a.H / a.KVH);
-    for (int j = 0; j <= i; j++) {
-      const lx_bf16 *v = qkv + lx_attn_v_at(a, b, j, g);
-      float partial = 0.0f;
-      for (int d = lane; d < a.D; d += LX_WARP)
-        partial += lx_to_float(dy[d]) * lx_to_float(v[d]);
-      sum += lx_to_float(weights[row * a.T + j]) * partial;
-    }
-  }
+  for (int d = lane; d < a.D; d += LX_WARP)
+    sum += lx_to_float(dy[d]) * lx_to_float(o[d]);
   sum = lx_warp_sum(sum);
   if (lane == 0) delta[row] = sum;
 }
 
-/* The saved tensors of the materialized form; all NULL for flash. */
-typedef struct {
-  const lx_bf16 *probs;   /* (B, H, T, T) */
-  const lx_bf16 *dropped; /* (B, H, T, T), NULL when p == 0 */
-  const uint8_t *mask;    /* (B, H, T, T), NULL when p == 0 */
-} lx_attn_saved_probs;
-
-/* For the pair (i, j <= i) seen by this lane: the probability P_ij, the weight
- * that multiplied v_j (P, or dropped P), and whether j survived dropout;
- * recomputed from q.k and lse (flash) or read back (materialized). */
-__device__ inline void lx_attn_pair(float *prob, float *weight, bool *keep, float dot, float row_lse,
-                                           size_t at, const lx_attn_saved_probs &saved, const lx_attn_shape &a) {
-  if (saved.probs) {
-    *prob = lx_to_float(saved.probs[at]);
-    *keep = saved.mask ? saved.mask[at] != 0 : true;
-    *weight = saved.dropped ? lx_to_float(saved.dropped[at]) : *prob;
-  } else {
-    *prob = expf(a.scale * dot - row_lse);
-    *keep = lx_cuda_dropout_keep(a.key, lx_attn_draw(a, at), a.threshold);
-    *weight = *keep ? *prob * a.dscale : 0.0f;
-  }
+/* For the pair (i, j <= i) seen by this lane: the probability P_ij, recomputed
+ * from q.k and lse, whether j survived dropout, and the weight that
+ * multiplied v_j (P / (1 - p), or 0). */
+__device__ inline void lx_attn_pair(float *prob, float *weight, bool *keep, float dot, float row_lse, size_t at,
+                                    const lx_attn_shape &a) {
+  *prob = expf(a.scale * dot - row_lse);
+  *keep = lx_cuda_dropout_keep(a.key, lx_attn_draw(a, at), a.threshold);
+  *weight = *keep ? *prob * a.dscale : 0.0f;
 }
 
 /* dq_i += scale * sum_j dS_ij k_j with dS_ij = P_ij (keep * dscale * dO_i . v_j
@@ -290,7 +225,7 @@ __device__ inline void lx_attention_dq_body(lx_bf16 *dqkv,       // (B, T, (H + 
                                                    const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
                                                    const float *lse,    // (B, H, T)
                                                    const float *delta,  // (B, H, T)
-                                                   lx_attn_saved_probs saved, lx_attn_shape a) {
+                                                   lx_attn_shape a) {
   extern __shared__ float shared[];
   const int D = a.D, pitch = D + 1;
   float *q_tile = shared;                           /* (16, D)   */
@@ -310,7 +245,7 @@ __device__ inline void lx_attention_dq_body(lx_bf16 *dqkv,       // (B, T, (H + 
 #pragma unroll
   for (int r = 0; r < LX_ATTN_ROWS_PER_WARP; r++) {
     int i = min(i0 + warp * LX_ATTN_ROWS_PER_WARP + r, last);
-    row_lse[r] = lse ? lse[lx_attn_row_at(a, b, h, i)] : 0.0f; /* NULL: materialized */
+    row_lse[r] = lse[lx_attn_row_at(a, b, h, i)];
     row_delta[r] = delta[lx_attn_row_at(a, b, h, i)];
 #pragma unroll
     for (int k = 0; k < DIMS_PER_LANE; k++)
@@ -330,13 +265,14 @@ __device__ inline void lx_attention_dq_body(lx_bf16 *dqkv,       // (B, T, (H + 
       float dscore = 0.0f;
       if (j <= i) {
         float qk = 0.0f, dov = 0.0f;
+#pragma unroll 4 /* the compiler's own unrolling spills registers on sm_90 (D <= 64) */
         for (int d = 0; d < D; d++) {
-          if (!saved.probs) qk += q_tile[row * D + d] * k_tile[lane * pitch + d];
+          qk += q_tile[row * D + d] * k_tile[lane * pitch + d];
           dov += do_tile[row * D + d] * v_tile[lane * pitch + d];
         }
         float prob, weight;
         bool keep;
-        lx_attn_pair(&prob, &weight, &keep, qk, row_lse[r], lx_attn_row_at(a, b, h, i) * a.T + j, saved, a);
+        lx_attn_pair(&prob, &weight, &keep, qk, row_lse[r], lx_attn_row_at(a, b, h, i) * a.T + j, a);
         float dprob = keep ? dov * a.dscale : 0.0f;
         dscore = prob * (dprob - row_delta[r]) * a.scale;
       }
@@ -359,18 +295,18 @@ __device__ inline void lx_attention_dq_body(lx_bf16 *dqkv,       // (B, T, (H + 
 
 __global__ void __launch_bounds__(LX_ATTN_THREADS)
     lx_attention_dq_d64_kernel(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv, const float *lse,
-                               const float *delta, lx_attn_saved_probs saved, lx_attn_shape a) {
-  lx_attention_dq_body<2>(dqkv, dout, qkv, lse, delta, saved, a);
+                               const float *delta, lx_attn_shape a) {
+  lx_attention_dq_body<2>(dqkv, dout, qkv, lse, delta, a);
 }
 __global__ void __launch_bounds__(LX_ATTN_THREADS)
     lx_attention_dq_d128_kernel(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv, const float *lse,
-                                const float *delta, lx_attn_saved_probs saved, lx_attn_shape a) {
-  lx_attention_dq_body<4>(dqkv, dout, qkv, lse, delta, saved, a);
+                                const float *delta, lx_attn_shape a) {
+  lx_attention_dq_body<4>(dqkv, dout, qkv, lse, delta, a);
 }
 __global__ void __launch_bounds__(LX_ATTN_THREADS)
     lx_attention_dq_d256_kernel(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv, const float *lse,
-                                const float *delta, lx_attn_saved_probs saved, lx_attn_shape a) {
-  lx_attention_dq_body<8>(dqkv, dout, qkv, lse, delta, saved, a);
+                                const float *delta, lx_attn_shape a) {
+  lx_attention_dq_body<8>(dqkv, dout, qkv, lse, delta, a);
 }
 
 #define LX_ATTN_KEYS_PER_WARP (LX_ATTN_KEYS / LX_ATTN_WARPS) /* 8 keys' dk, dv per warp */
@@ -389,7 +325,7 @@ __device__ inline void lx_attention_dkdv_body(lx_bf16 *dqkv,       // (B, T, (H 
                                                      const lx_bf16 *qkv,  // (B, T, (H + 2*KVH) * D)
                                                      const float *lse,    // (B, H, T)
                                                      const float *delta,  // (B, H, T)
-                                                     lx_attn_saved_probs saved, lx_attn_shape a) {
+                                                     lx_attn_shape a) {
   extern __shared__ float shared[];
   const int D = a.D, pitch = D + 1;
   float *k_tile = shared;                              /* (32, D+1) */
@@ -428,13 +364,13 @@ __device__ inline void lx_attention_dkdv_body(lx_bf16 *dqkv,       // (B, T, (H 
         if (i < a.T && j <= i) {
           float qk = 0.0f, dov = 0.0f;
           for (int d = 0; d < D; d++) {
-            if (!saved.probs) qk += q_rows[warp * D + d] * k_tile[lane * pitch + d];
+            qk += q_rows[warp * D + d] * k_tile[lane * pitch + d];
             dov += do_rows[warp * D + d] * v_tile[lane * pitch + d];
           }
           size_t row = lx_attn_row_at(a, b, h, i);
           float prob;
           bool keep;
-          lx_attn_pair(&prob, &weight, &keep, qk, lse ? lse[row] : 0.0f, row * a.T + j, saved, a);
+          lx_attn_pair(&prob, &weight, &keep, qk, lse[row], row * a.T + j, a);
           float dprob = keep ? dov * a.dscale : 0.0f;
           dscore = prob * (dprob - delta[row]) * a.scale;
         }
@@ -482,18 +418,18 @@ __device__ inline void lx_attention_dkdv_body(lx_bf16 *dqkv,       // (B, T, (H 
 
 __global__ void __launch_bounds__(LX_ATTN_THREADS)
     lx_attention_dkdv_d64_kernel(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv, const float *lse,
-                                 const float *delta, lx_attn_saved_probs saved, lx_attn_shape a) {
-  lx_attention_dkdv_body<2>(dqkv, dout, qkv, lse, delta, saved, a);
+                                 const float *delta, lx_attn_shape a) {
+  lx_attention_dkdv_body<2>(dqkv, dout, qkv, lse, delta, a);
 }
 __global__ void __launch_bounds__(LX_ATTN_THREADS)
     lx_attention_dkdv_d128_kernel(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv, const float *lse,
-                                  const float *delta, lx_attn_saved_probs saved, lx_attn_shape a) {
-  lx_attention_dkdv_body<4>(dqkv, dout, qkv, lse, delta, saved, a);
+                                  const float *delta, lx_attn_shape a) {
+  lx_attention_dkdv_body<4>(dqkv, dout, qkv, lse, delta, a);
 }
 __global__ void __launch_bounds__(LX_ATTN_THREADS)
     lx_attention_dkdv_d256_kernel(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv, const float *lse,
-                                  const float *delta, lx_attn_saved_probs saved, lx_attn_shape a) {
-  lx_attention_dkdv_body<8>(dqkv, dout, qkv, lse, delta, saved, a);
+                                  const float *delta, lx_attn_shape a) {
+  lx_attention_dkdv_body<8>(dqkv, dout, qkv, lse, delta, a);
 }
 
 /* ---- launchers ------------------------------------------------------------------- */
@@ -543,15 +479,14 @@ LX_CUDA_API void lx_lynx_flash_attention_forward(const lx_ctx *ctx,
   lx_attn_forward_tiles(out, lse, qkv, a, ctx->stream);
 }
 
-LX_CUDA_API size_t lx_cuda_attention_scratch_floats(int B, int T, int H) {
-  return (size_t)B * H * T * 2; /* Di, and lse for the materialized form */
+LX_CUDA_API size_t lx_cuda_flash_attention_scratch_floats(int B, int T, int H) {
+  return (size_t)B * H * T; /* the backward's Di */
 }
 
 inline void lx_attn_backward_tiles(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv, const float *lse,
-                                          const float *delta, lx_attn_saved_probs saved, lx_attn_shape a,
-                                          cudaStream_t stream) {
+                                          const float *delta, lx_attn_shape a, cudaStream_t stream) {
   typedef void (*backward_kernel)(lx_bf16 *, const lx_bf16 *, const lx_bf16 *, const float *, const float *,
-                                  lx_attn_saved_probs, lx_attn_shape);
+                                  lx_attn_shape);
   backward_kernel dq = a.D <= 64 ? lx_attention_dq_d64_kernel
                        : a.D <= 128 ? lx_attention_dq_d128_kernel
                                     : lx_attention_dq_d256_kernel;
@@ -564,10 +499,10 @@ inline void lx_attn_backward_tiles(lx_bf16 *dqkv, const lx_bf16 *dout, const lx_
   lx_attn_allow_shared((const void *)dq, dq_bytes);
   lx_attn_allow_shared((const void *)dkdv, dkdv_bytes);
   dim3 dq_grid(lx_ceil_div((size_t)a.T, LX_ATTN_QUERY_ROWS), a.B * a.H);
-  dq<<<dq_grid, LX_ATTN_THREADS, dq_bytes, stream>>>(dqkv, dout, qkv, lse, delta, saved, a);
+  dq<<<dq_grid, LX_ATTN_THREADS, dq_bytes, stream>>>(dqkv, dout, qkv, lse, delta, a);
   LX_CUDA_LAUNCHED();
   dim3 dkdv_grid(lx_ceil_div((size_t)a.T, LX_ATTN_KEYS), a.B * a.KVH);
-  dkdv<<<dkdv_grid, LX_ATTN_THREADS, dkdv_bytes, stream>>>(dqkv, dout, qkv, lse, delta, saved, a);
+  dkdv<<<dkdv_grid, LX_ATTN_THREADS, dkdv_bytes, stream>>>(dqkv, dout, qkv, lse, delta, a);
   LX_CUDA_LAUNCHED();
 }
 
@@ -588,12 +523,11 @@ LX_CUDA_API void lx_lynx_flash_attention_backward(const lx_ctx *ctx,
   if (mode == LX_GRAD_WRITE)
     CUDA_CHECK(cudaMemsetAsync(dqkv, 0, sizeof(lx_bf16) * (size_t)B * T * (H + 2 * KVH) * D, ctx->stream));
   size_t rows = (size_t)B * H * T;
-  float *delta = lx_scratch(ctx, rows);
+  float *delta = lx_scratch(ctx, lx_cuda_flash_attention_scratch_floats(B, T, H));
   lx_attention_delta_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
-                              ctx->stream>>>(delta, dout, out, NULL, qkv, a);
+                              ctx->stream>>>(delta, dout, out, a);
   LX_CUDA_LAUNCHED();
-  lx_attn_saved_probs none = {NULL, NULL, NULL};
-  lx_attn_backward_tiles(dqkv, dout, qkv, lse, delta, none, a, ctx->stream);
+  lx_attn_backward_tiles(dqkv, dout, qkv, lse, delta, a, ctx->stream);
 }
 
 #ifndef LX_CUDNN_ATTENTION
@@ -618,48 +552,6 @@ LX_CUDA_API void lx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, c
 #else
 #include "lx_cuda_api.h" /* their prototypes */
 #endif
-
-/* The materialized form: out as the flash forward computes it, plus probs,
- * and with p > 0 the dropped probs and the mask (what the backward reads).
- * lse is not saved by this op (the IR charges probs instead); it lives in the
- * context's scratch (ctx->scratch) for the duration of the call. */
-LX_CUDA_API void lx_attention_forward(const lx_ctx *ctx,
-                                      lx_bf16 *out,       // (B, T, H * D)
-                                      lx_bf16 *probs,     // (B, H, T, T)
-                                      lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
-                                      uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
-                                      const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
-                                      int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                      uint64_t stream_id, int head_base, int heads_total) {
-  LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
-  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
-  float *lse = lx_scratch(ctx, lx_cuda_attention_scratch_floats(B, T, H)) + (size_t)B * H * T;
-  lx_attn_forward_tiles(out, lse, qkv, a, ctx->stream);
-  size_t rows = (size_t)B * H * T;
-  lx_attention_probs_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
-                              ctx->stream>>>(probs, p > 0 ? dropped : NULL, p > 0 ? mask : NULL, lse, qkv, a);
-  LX_CUDA_LAUNCHED();
-}
-
-/* dqkv += the gradients of the materialized forward, from its saved tensors. */
-LX_CUDA_API void lx_attention_backward(const lx_ctx *ctx,
-                                       lx_bf16 *dqkv,          // (B, T, (H + 2*KVH) * D)
-                                       const lx_bf16 *dout,    // (B, T, H * D)
-                                       const lx_bf16 *qkv,     // (B, T, (H + 2*KVH) * D)
-                                       const lx_bf16 *probs,   // (B, H, T, T)
-                                       const lx_bf16 *dropped, // (B, H, T, T), or NULL when p == 0
-                                       const uint8_t *mask,    // (B, H, T, T), or NULL when p == 0
-                                       int B, int T, int H, int KVH, int D, double p) {
-  LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
-  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, 0, 0, 0, H);
-  size_t rows = (size_t)B * H * T;
-  float *delta = lx_scratch(ctx, rows);
-  lx_attn_saved_probs saved = {probs, p > 0 ? dropped : NULL, p > 0 ? mask : NULL};
-  lx_attention_delta_kernel<<<lx_ceil_div(rows, LX_ATTN_ROWS_PER_BLOCK), LX_ATTN_ROWS_PER_BLOCK * LX_WARP, 0,
-                              ctx->stream>>>(delta, dout, NULL, saved.dropped ? saved.dropped : probs, qkv, a);
-  LX_CUDA_LAUNCHED();
-  lx_attn_backward_tiles(dqkv, dout, qkv, NULL, delta, saved, a, ctx->stream);
-}
 
 /* ---- rope: rotary position embeddings on the q and k heads --------------------- */
 

@@ -215,6 +215,20 @@ __global__ void lx_cuda_sum_partials_kernel(float *out,            // (C)
   out[c] += sum;
 }
 
+/* (max, sum): the running maximum of a thread's logits and the sum of
+ * exp(x - max) over them, one read of each (online softmax: the loss's logits, attention's
+ * scores). */
+__device__ inline void lx_softmax_add(float2 *acc, const float *x, int n) {
+  float max = acc->x;
+  for (int k = 0; k < n; k++)
+    max = fmaxf(max, x[k]);
+  if (max == -INFINITY) return; /* nothing but -inf yet */
+  float sum = acc->y * expf(acc->x - max);
+  for (int k = 0; k < n; k++)
+    sum += expf(x[k] - max);
+  *acc = make_float2(max, sum);
+}
+
 /* ---- 128-bit access: eight bf16 a load -------------------------------------- */
 
 #define LX_VEC 8

@@ -15,19 +15,6 @@
 
 #define LX_CUDA_LOSS_THREADS 512
 
-/* (max, sum): the running maximum of a thread's logits and the sum of
- * exp(x - max) over them, one read of each logit (online softmax). */
-__device__ inline void lx_softmax_add(float2 *acc, const float *x, int n) {
-  float max = acc->x;
-  for (int k = 0; k < n; k++)
-    max = fmaxf(max, x[k]);
-  if (max == -INFINITY) return; /* nothing but -inf yet */
-  float sum = acc->y * expf(acc->x - max);
-  for (int k = 0; k < n; k++)
-    sum += expf(x[k] - max);
-  *acc = make_float2(max, sum);
-}
-
 /* lse of logits[0..V) by a block, in one pass over the row: 128-bit loads
  * where the row is aligned, then the threads' (max, sum) merged. */
 __device__ inline float lx_row_logsumexp(const lx_bf16 *x, // (V)

@@ -243,8 +243,12 @@ static void allocate(void) {
     int priority = communicates ? greatest_priority : k == STREAM_COMPUTE ? above_least : least_priority;
     CUDA_CHECK(cudaStreamCreateWithPriority(&streams[k], cudaStreamNonBlocking, priority));
     CUDA_CHECK(cudaEventCreateWithFlags(&stream_done[k], cudaEventDisableTiming));
-    /* a stream runs one kernel at a time: the largest need of any (HEADS, WIDEST: the stage's) */
-    size_t floats = std::max({lx_cuda_attention_scratch_floats(B, T, HEADS), lx_cuda_norm_backward_scratch_floats(BT, WIDEST),
+    /* a stream runs one kernel at a time: the largest need of any (FLASH_HEADS, WIDEST: the stage's); the
+     * materialized attention's blocks of scores only where attentions run */
+    bool attends = k == STREAM_COMPUTE || k == STREAM_RECOMPUTE;
+    size_t floats = std::max({lx_cuda_flash_attention_scratch_floats(B, T, FLASH_HEADS),
+                              attends ? lx_cuda_attention_scratch_floats(T, ATTENTION_KV_HEADS) : 0,
+                              lx_cuda_norm_backward_scratch_floats(BT, WIDEST),
                               lx_cuda_bias_backward_scratch_floats(BT, WIDEST), 3 * (size_t)BT,
                               lx_cuda_grad_norm_scratch_floats(), lx_cuda_lora_scratch_floats(BT, LORA_RANK, LORA_DROPOUT > 0 ? LORA_WIDTH : 0)});
     float *scratch = NULL;

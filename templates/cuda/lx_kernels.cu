@@ -6,6 +6,7 @@
 #include "lx_cuda_common.cuh"
 #include "lx_cuda_adamw.cuh"
 #include "lx_cuda_attention.cuh"
+#include "lx_cuda_attention_gemm.cuh"
 #include "lx_cuda_elementwise.cuh"
 #include "lx_cuda_embedding.cuh"
 #include "lx_cuda_loss.cuh"

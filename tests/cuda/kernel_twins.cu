@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #endif
 #include "lx_cuda_adamw.cuh"
 #include "lx_cuda_attention.cuh"
+#include "lx_cuda_attention_gemm.cuh"
 #include "lx_cuda_elementwise.cuh"
 #include "lx_cuda_embedding.cuh"
 #include "lx_cuda_loss.cuh"
@@ -316,8 +318,10 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
   size_t rows = (size_t)B * H * T, scores = rows * T;
   floats qkv = random_bf16(qkv_n, 1.5f), dout = random_bf16(out_n, 1), dqkv0 = random_bf16(qkv_n, 0.05f);
   lx_bf16 *d_qkv = to_device_bf16(qkv), *d_dout = to_device_bf16(dout), *d_out = to_device_bf16(floats(out_n));
-  float *d_lse = device_zeros_f32(rows), *scratch = device_zeros_f32(lx_cuda_attention_scratch_floats(B, T, H));
-  const lx_ctx ctx = context(scratch, lx_cuda_attention_scratch_floats(B, T, H));
+  size_t scratch_floats =
+      std::max(lx_cuda_flash_attention_scratch_floats(B, T, H), lx_cuda_attention_scratch_floats(T, KVH));
+  float *d_lse = device_zeros_f32(rows), *scratch = device_zeros_f32(scratch_floats);
+  const lx_ctx ctx = context(scratch, scratch_floats);
 
   /* flash */
   floats out(out_n), lse(rows);
@@ -745,6 +749,7 @@ int main(void) {
   test_attention(1, 45, 6, 3, 40, 0.1, 0, 6);  /* head size not a multiple of 32 */
   test_attention(1, 33, 2, 1, 128, 0.0, 0, 2); /* the D <= 128 kernels */
   test_attention(1, 20, 2, 2, 256, 0.1, 0, 2); /* the D <= 256 kernels (opt-in shared memory) */
+  test_attention(1, 520, 4, 2, 64, 0.1, 0, 4); /* three row blocks of the materialized form, 8-wide pieces */
   test_rope();
   test_elementwise(33, 160, " (8 a load)");
   test_elementwise(33, 157, " (one a load)"); /* odd: the second half's tensors are not 16-byte aligned */

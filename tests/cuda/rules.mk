@@ -1,4 +1,7 @@
 # The CUDA kernels of the emitted GPU programs (templates/cuda/*.cuh).
+#   attention_gemms_test  (make test, no GPU needed) the materialized
+#                         attention's strided-batched products as cuBLASLt
+#                         is handed them, run on the CPU, against the CPU twins
 #   cuda_compile_test.sh  (make test, no GPU needed) every header compiled for
 #                         sm_80 and sm_90 with warnings as errors, the twins
 #                         program linked against cuBLASLt / NCCL / Open MPI,
@@ -53,10 +56,16 @@ $(BUILD)/tests/cuda/kernel_twins_cudnn: tests/cuda/kernel_twins.cu $(BUILD)/test
 	$(NVCC) $(CUDA_TEST_NVFLAGS) -DLX_CUDNN_ATTENTION -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o \
 	  $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o $(CUDA_TEST_LIBS) -lcudnn -lnvrtc
 
+$(BUILD)/tests/attention_gemms_test: tests/cuda/attention_gemms_test.c $(BUILD)/tests/cuda/cpu_twins.o \
+    templates/cuda/lx_attention_gemms.h templates/cuda/lx_gemm_layout.h tests/cuda/cpu_twins.h tests/check.h
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 $(WARNINGS) -Itemplates/cuda -Itests/cuda -Itests -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o \
+	  -fopenmp -lopenblas -lm
+
 test-gpu: $(BUILD)/tests/cuda/kernel_twins $(BUILD)/tests/cuda/kernel_twins_cudnn bin/lynxgen
 	$(BUILD)/tests/cuda/kernel_twins
 	$(BUILD)/tests/cuda/kernel_twins_cudnn
 	python3 tests/cuda/cuda_training_test.py
 	python3 tests/cuda/cuda_resume_test.py
 
-TEST_PROGRAMS += tests/cuda/cuda_compile_test.sh tests/cuda/cuda_profile_test.sh tests/cuda/cudnn_attention_test.sh
+TEST_PROGRAMS += $(BUILD)/tests/attention_gemms_test tests/cuda/cuda_compile_test.sh tests/cuda/cuda_profile_test.sh tests/cuda/cudnn_attention_test.sh

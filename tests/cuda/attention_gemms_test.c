@@ -1,0 +1,218 @@
+/* attention_gemms_test.c — the materialized attention of the CUDA programs
+ * (lx_cuda_attention_gemm.cuh) as it cuts its work into strided-batched
+ * products (lx_attention_gemms.h), run on the CPU without a GPU:
+ *   - every product goes through lx_gemm_colmajor, the problem cuBLASLt is
+ *     handed, and is evaluated here by cuBLAS's documented column-major
+ *     semantics (C = alpha op(A) op(B) + beta C, element (i, j) of a
+ *     column-major X at X[i + j ld], batch p at X + p stride);
+ *   - the softmax between them is this test's own (what the kernels compute),
+ *     with the dropout mask taken from the reference;
+ *   - the results are compared with templates/cpu/lx_attention.h (the CPU
+ *     twins), forward (out, probs) and backward (dqkv), on shapes that make
+ *     several row blocks, partial last blocks, kv-head slices and grouped
+ *     queries; and the blocks must cover every (b, h, i) exactly once.
+ * The kernels' own bf16 arithmetic is checked on a GPU (kernel_twins.cu). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cpu_twins.h"
+#include "lx_attention_gemms.h"
+
+/* Column-major op(X)(i, l) of one batch matrix. */
+static double colmajor_at(const float *x, const lx_colmajor_matrix *m, int transpose, long long i,
+                          long long l) {
+  return transpose ? x[l + i * m->ld] : x[i + l * m->ld];
+}
+
+/* cuBLASLt's problem on the CPU: d = alpha op(first) op(second) + beta d. */
+static void run_colmajor(const lx_colmajor_gemm *g, const float *first, const float *second, float *d,
+                         float alpha, float beta) {
+  long long rows = g->d.rows, cols = g->d.cols;
+  long long inner = g->transpose_first ? g->first.rows : g->first.cols;
+  long long first_rows = g->transpose_first ? g->first.cols : g->first.rows;
+  long long second_cols = g->transpose_second ? g->second.rows : g->second.cols;
+  long long second_inner = g->transpose_second ? g->second.cols : g->second.rows;
+  if (first_rows != rows || second_cols != cols || second_inner != inner) {
+    printf("not ok - inconsistent column-major problem\n");
+    check_failures++;
+    return;
+  }
+  for (int p = 0; p < g->batch; p++) {
+    const float *f = first + p * g->first.stride, *s = second + p * g->second.stride;
+    float *out = d + p * g->d.stride;
+    for (long long i = 0; i < rows; i++)
+      for (long long j = 0; j < cols; j++) {
+        double sum = 0;
+        for (long long l = 0; l < inner; l++)
+          sum += colmajor_at(f, &g->first, g->transpose_first, i, l) *
+                 colmajor_at(s, &g->second, g->transpose_second, l, j);
+        out[i + j * g->d.ld] = (float)(alpha * sum + beta * out[i + j * g->d.ld]);
+      }
+  }
+}
+
+/* One product of the table: A, B and D are the buffers it names. */
+static void run_product(lx_attn_product p, lx_attn_sizes s, lx_attn_block k, const float *a, const float *b,
+                        float *d) {
+  lx_attn_gemm g = lx_attn_gemm_of(p, s, k);
+  lx_colmajor_gemm cm = lx_gemm_colmajor(&g.shape);
+  run_colmajor(&cm, b + g.b_at, a + g.a_at, d + g.d_at, g.alpha, g.accumulate ? 1.0f : 0.0f);
+}
+
+typedef struct {
+  lx_attn_sizes s;
+  double p;
+  int heads; /* kv heads per block */
+} attn_case;
+
+static double max_rel_diff(const float *got, const float *want, size_t n) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < n; i++) {
+    diff = fmax(diff, fabs((double)got[i] - want[i]));
+    ref = fmax(ref, fabs((double)want[i]));
+  }
+  return diff / (ref > 1e-30 ? ref : 1e-30);
+}
+
+static float *random_floats(size_t n, float amplitude, uint64_t *state) {
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) {
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = amplitude * (float)((double)(*state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  return x;
+}
+
+/* The forward kernel's softmax over a block's fp32 scores: probs, and the
+ * weights the OUT product reads (dropped with the reference's mask). */
+static void block_softmax(lx_attn_sizes s, lx_attn_block k, const float *scores, float *probs, float *weights,
+                          const uint8_t *mask, double p) {
+  int R = s.H / s.KVH, rows = k.i1 - k.i0;
+  for (int x = 0; x < k.heads; x++)
+    for (int i = k.i0; i < k.i1; i++) {
+      const float *row = scores + ((long long)x * rows + i - k.i0) * s.T;
+      long long at = lx_attn_score(s, k.b, (k.g0 + x) * R + k.r, i);
+      double max = -INFINITY, sum = 0;
+      for (int j = 0; j <= i; j++)
+        max = fmax(max, row[j]);
+      for (int j = 0; j <= i; j++)
+        sum += exp(row[j] - max);
+      for (int j = 0; j < s.T; j++) {
+        probs[at + j] = j <= i ? (float)(exp(row[j] - max) / sum) : 0.0f;
+        weights[at + j] = p > 0 ? (mask[at + j] ? (float)(probs[at + j] / (1 - p)) : 0.0f) : probs[at + j];
+      }
+    }
+}
+
+/* The backward kernel: dS = P (keep dP / (1 - p) - Di) / sqrt(D), Di the row's
+ * sum of weights times dP; zero past the diagonal (the products read up to i1). */
+static void block_softmax_backward(lx_attn_sizes s, lx_attn_block k, const float *dprobs, float *dscores,
+                                   const float *probs, const float *weights, const uint8_t *mask, double p) {
+  int R = s.H / s.KVH, rows = k.i1 - k.i0;
+  for (int x = 0; x < k.heads; x++)
+    for (int i = k.i0; i < k.i1; i++) {
+      long long row = ((long long)x * rows + i - k.i0) * s.T;
+      long long at = lx_attn_score(s, k.b, (k.g0 + x) * R + k.r, i);
+      double Di = 0;
+      for (int j = 0; j <= i; j++)
+        Di += (double)weights[at + j] * dprobs[row + j];
+      for (int j = 0; j < k.i1; j++) {
+        double keep = p > 0 ? mask[at + j] / (1 - p) : 1;
+        dscores[row + j] = j <= i ? (float)(probs[at + j] * (keep * dprobs[row + j] - Di) / sqrt(s.D)) : 0.0f;
+      }
+    }
+}
+
+static void check_case(attn_case c) {
+  lx_attn_sizes s = c.s;
+  size_t W = (size_t)lx_attn_width(s), qkv_n = (size_t)s.B * s.T * W, out_n = (size_t)s.B * s.T * s.H * s.D;
+  size_t scores_n = (size_t)s.B * s.H * s.T * s.T, block_n = (size_t)c.heads * lx_attn_block_rows(s.T) * s.T;
+  uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(s.T * 131 + s.H);
+  float *qkv = random_floats(qkv_n, 1.5f, &state), *dout = random_floats(out_n, 1, &state);
+  float *dqkv0 = random_floats(qkv_n, 0.05f, &state);
+  float *out = calloc(out_n, sizeof *out), *probs = calloc(scores_n, sizeof *probs);
+  float *dropped = calloc(scores_n, sizeof *dropped), *dqkv = malloc(qkv_n * sizeof *dqkv);
+  uint8_t *mask = calloc(scores_n, 1);
+  twin_attention_forward(out, probs, c.p > 0 ? dropped : NULL, c.p > 0 ? mask : NULL, qkv, s.B, s.T, s.H,
+                         s.KVH, s.D, c.p, 1234, 77, 0, s.H);
+  memcpy(dqkv, dqkv0, qkv_n * sizeof *dqkv);
+  twin_attention_backward(dqkv, dout, qkv, probs, c.p > 0 ? dropped : NULL, c.p > 0 ? mask : NULL, s.B, s.T,
+                          s.H, s.KVH, s.D, c.p);
+
+  float *got_out = calloc(out_n, sizeof *got_out), *got_probs = calloc(scores_n, sizeof *got_probs);
+  float *weights = calloc(scores_n, sizeof *weights), *got_dqkv = malloc(qkv_n * sizeof *got_dqkv);
+  float *scratch = calloc(block_n, sizeof *scratch), *dscores = calloc(block_n, sizeof *dscores);
+  int *seen = calloc((size_t)s.B * s.H * s.T, sizeof *seen);
+  memcpy(got_dqkv, dqkv0, qkv_n * sizeof *got_dqkv);
+  lx_attn_block k = lx_attn_first_block(s, c.heads);
+  do {
+    run_product(LX_ATTN_SCORES, s, k, qkv, qkv, scratch);
+    block_softmax(s, k, scratch, got_probs, weights, mask, c.p);
+    run_product(LX_ATTN_OUT, s, k, weights, qkv, got_out);
+    for (int x = 0; x < k.heads; x++)
+      for (int i = k.i0; i < k.i1; i++)
+        seen[((size_t)k.b * s.H + (k.g0 + x) * (s.H / s.KVH) + k.r) * s.T + i]++;
+  } while (lx_attn_next_block(s, c.heads, &k));
+  k = lx_attn_first_block(s, c.heads);
+  do {
+    run_product(LX_ATTN_DV, s, k, weights, dout, got_dqkv);
+    run_product(LX_ATTN_DP, s, k, dout, qkv, scratch);
+    block_softmax_backward(s, k, scratch, dscores, got_probs, weights, mask, c.p);
+    run_product(LX_ATTN_DQ, s, k, dscores, qkv, got_dqkv);
+    run_product(LX_ATTN_DK, s, k, dscores, qkv, got_dqkv);
+  } while (lx_attn_next_block(s, c.heads, &k));
+
+  int once = 1;
+  for (size_t i = 0; i < (size_t)s.B * s.H * s.T; i++)
+    once &= seen[i] == 1;
+  char name[128];
+  snprintf(name, sizeof name, "B=%d T=%d H=%d KVH=%d D=%d p=%.1f, %d kv heads a block", s.B, s.T, s.H, s.KVH,
+           s.D, c.p, c.heads);
+  CHECK(once, "%s: the blocks cover every (b, h, i) once", name);
+  double tol = 1e-5;
+  CHECK(max_rel_diff(got_out, out, out_n) <= tol, "%s: out equals the CPU's (%.1e)", name,
+        max_rel_diff(got_out, out, out_n));
+  CHECK(max_rel_diff(got_probs, probs, scores_n) <= tol, "%s: probs equal the CPU's (%.1e)", name,
+        max_rel_diff(got_probs, probs, scores_n));
+  CHECK(max_rel_diff(got_dqkv, dqkv, qkv_n) <= tol, "%s: dqkv equals the CPU's (%.1e)", name,
+        max_rel_diff(got_dqkv, dqkv, qkv_n));
+  free(qkv), free(dout), free(dqkv0), free(out), free(probs), free(dropped), free(dqkv), free(mask);
+  free(got_out), free(got_probs), free(weights), free(got_dqkv), free(scratch), free(dscores), free(seen);
+}
+
+/* The scratch a program allocates holds a backward block of at least one
+ * kv head, all of them while the cap allows, and never much more. */
+static void check_scratch_sizes(void) {
+  static const int shapes[][2] = {{67, 2}, {2048, 32}, {2048, 8}, {8192, 32}, {32768, 8}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    lx_attn_sizes s = {1, shapes[i][0], shapes[i][1], shapes[i][1], 64};
+    long long bytes = lx_attn_scratch_floats(s.T, s.KVH) * 4;
+    int backward = lx_attn_heads_per_block(s, bytes, LX_ATTN_BACKWARD_SCORE_BYTES);
+    int forward = lx_attn_heads_per_block(s, bytes, LX_ATTN_FORWARD_SCORE_BYTES);
+    long long one = (long long)lx_attn_block_rows(s.T) * s.T * LX_ATTN_BACKWARD_SCORE_BYTES;
+    int expected = LX_ATTN_SCRATCH_CAP_BYTES / one < 1 ? 1 : (int)(LX_ATTN_SCRATCH_CAP_BYTES / one);
+    if (expected > s.KVH) expected = s.KVH;
+    CHECK(backward == expected && forward >= backward && bytes < (long long)(backward + 1) * one,
+          "T=%d KVH=%d: the scratch (%.1f MiB) holds %d kv heads a backward block, %d a forward one", s.T,
+          s.KVH, bytes / 1048576.0, backward, forward);
+  }
+}
+
+int main(void) {
+  const attn_case cases[] = {
+      {{2, 67, 4, 2, 16}, 0.0, 2}, /* one row block, all kv heads at once               */
+      {{2, 67, 4, 2, 16}, 0.2, 1}, /* kv heads one at a time, dropout                    */
+      {{1, 600, 2, 2, 8}, 0.1, 1}, /* three row blocks, the last partial                 */
+      {{1, 45, 6, 3, 40}, 0.1, 2}, /* groups of two query heads, a partial head slice    */
+      {{2, 300, 4, 1, 8}, 0.0, 1}, /* one kv head for four query heads, two row blocks   */
+      {{1, 512, 3, 3, 8}, 0.2, 3}, /* rows a multiple of the block                       */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_case(cases[i]);
+  check_scratch_sizes();
+  return check_exit_status();
+}
