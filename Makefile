@@ -12,7 +12,8 @@ BUILD ?= .build
 
 CFLAGS ?= -O2 -g
 WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
-override CFLAGS += -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include
+# templates/cuda: lx_attention_gemms.h, the CUDA attention's blocks the cost model prices
+override CFLAGS += -std=c11 $(WARNINGS) -Iir -Igen -Itemplates/cuda -I$(LLVM_DIR)/include
 LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm -lglpk -lcjson
 
 GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/op_signature.c ir/schedule.c \
@@ -42,6 +43,9 @@ $(BUILD)/%.o: %.c $(wildcard ir/*.h gen/*/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# the cost model prices the CUDA attention's blocks from the header that defines them
+$(BUILD)/gen/analysis/cost.o: templates/cuda/lx_attention_gemms.h templates/cuda/lx_gemm_layout.h
+
 # The prelude travels inside lynxgen, so a model file needs nothing installed.
 $(BUILD)/prelude.c: ir/lynx.h scripts/embed.sh
 	@mkdir -p $(@D)
@@ -66,7 +70,7 @@ $(BUILD)/templates.o: $(BUILD)/templates.c gen/emit/emit.h
 
 # Both compilers must accept the sources with every warning an error.
 check-clang:
-	clang -fsyntax-only -std=c11 $(WARNINGS) -Iir -Igen -I$(LLVM_DIR)/include $(GEN_SRCS) gen/main.c
+	clang -fsyntax-only -std=c11 $(WARNINGS) -Iir -Igen -Itemplates/cuda -I$(LLVM_DIR)/include $(GEN_SRCS) gen/main.c
 
 # out/: the committed emitted programs of the examples, so that every change
 # to generated code shows in review; tests/out_test.sh fails when it is stale.

@@ -18,6 +18,7 @@
 #include "alloc.h"
 #include "diag.h"
 #include "frontend/source_file.h"
+#include "lx_attention_gemms.h" /* the blocks the CUDA programs' materialised attention runs */
 
 /* ---- efficiencies (docs/cost-model.md says why each) ---------------------- */
 
@@ -189,22 +190,50 @@ static double bwd_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op) {
   return (double)op->out_bytes + saved + input_grads + weights_read + weights * WEIGHT_GRAD_BYTES;
 }
 
-/* Materialised attention streams its s x s buffers through separate kernels
- * (Megatron-LM: QK^T bmm, fused scale-mask-softmax, dropout, PV bmm), each
- * element crossing HBM once per read or write:
- *   forward:  QK^T write, softmax read+write, [dropout read, write, mask], PV read
- *             = 4 elements, 6 with dropout (+ the 1-byte mask)
- *   backward: dP write, P' read (dV), [dropout read dP + mask, write],
- *             softmax read dP + P, write dS, QK^T backward reads dS twice
- *             = 7 elements, 9 with dropout (+ the mask) */
+/* Materialised attention on the CUDA target (lx_cuda_attention_gemm.cuh)
+ * runs blocks of query rows (lx_attention_gemms.h): each block's batched
+ * products stop at its last key, so they cover `covered` of the s x s
+ * square; its softmax kernels read the causal part of each row, (s + 1) / 2s
+ * of the square, and write whole rows. */
+typedef struct {
+  double covered, causal;
+  double blocks; /* per call, forward or backward (their scratch holds different head counts) */
+} score_blocks;
+
+static score_blocks materialized_blocks(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
+  int heads = (int)heads_per_rank(ir, g, op), T = ir->model.seq_len;
+  lx_attn_sizes s = {ir->plan.micro_batch, T, heads, heads / (op->heads / op->kv_heads), 1};
+  /* n full blocks, block m up to key m rows, then the rest up to key T */
+  double rows = lx_attn_block_rows(T), n = (double)(T / (int)rows), rest = T - n * rows;
+  score_blocks b = {(rows * rows * n * (n + 1) / 2 + rest * T) / ((double)T * T), (T + 1.0) / (2.0 * T), 0};
+  int per_block =
+      lx_attn_heads_per_block(s, lx_attn_scratch_floats(T, s.KVH) * 4,
+                              backward ? LX_ATTN_BACKWARD_SCORE_BYTES : LX_ATTN_FORWARD_SCORE_BYTES);
+  double slices = per_block > 0 ? (s.KVH + per_block - 1) / per_block : s.KVH;
+  b.blocks = (double)s.B * (heads / s.KVH) * slices * (n + (rest > 0));
+  return b;
+}
+
+/* The s x s traffic of those blocks, per element of the square (elt: the
+ * activations' bytes):
+ *   forward:  fp32 scores written where covered, read where causal; probs
+ *             written [with dropout: the dropped probs and the 1-byte mask];
+ *             the weights read by the PV product where covered
+ *   backward: weights read (dV) and fp32 dP written where covered; dP,
+ *             weights [and probs, mask] read where causal; dS written where
+ *             covered and read twice (dQ, dK) */
 static double score_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
   if (!materialized_attention(op)) return 0;
   const lx_op *qkv = input_op(g, op, 0);
   double head_dim = (double)qkv->out.width / (op->heads + 2 * op->kv_heads);
   double scores = op->flops_fwd / (4 * head_dim); /* flops_fwd = 4 x scores x head_dim */
+  score_blocks b = materialized_blocks(ir, g, op, backward);
   bool dropout = ir->model.dropout > 0;
-  double per_score = backward ? (dropout ? 9 : 7) * elt_bytes(ir) + (dropout ? 1 : 0)
-                              : (dropout ? 6 : 4) * elt_bytes(ir) + (dropout ? 1 : 0);
+  double elt = elt_bytes(ir), per_score;
+  if (backward)
+    per_score = b.covered * (elt + 4 + 3 * elt) + b.causal * (4 + elt + (dropout ? elt + 1 : 0));
+  else
+    per_score = b.covered * (4 + elt) + b.causal * 4 + elt + (dropout ? elt + 1 : 0);
   return scores * per_score;
 }
 
@@ -246,8 +275,7 @@ static double compute_rate(const lx_cost_model *cm, const lx_ir *ir, const lx_gr
 }
 
 /* Kernels per op, as the emitted program runs them. */
-static int launches(const lx_ir *ir, const lx_op *op, bool backward) {
-  bool dropout = ir->model.dropout > 0;
+static double launches(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
   switch (op->kind) {
   case LX_OP_INPUT: return 0;
   case LX_OP_LAYERNORM:
@@ -257,7 +285,8 @@ static int launches(const lx_ir *ir, const lx_op *op, bool backward) {
   case LX_OP_CROSS_ENTROPY: return backward ? 1 : 3; /* vocab-parallel: max, sum-exp, target */
   case LX_OP_ATTENTION:
     if (op->attention_impl == LX_ATTN_FLASH) return backward ? 3 : 1; /* FA2: dot(dO,O), main, dq */
-    return backward ? (dropout ? 6 : 5) : (dropout ? 4 : 3);
+    /* per block: QK^T, softmax, PV; backward dV, dP, softmax, dQ, dK */
+    return materialized_blocks(ir, g, op, backward).blocks * (backward ? 5 : 3);
   default: return 1;
   }
 }
@@ -270,11 +299,12 @@ static double roofline(const lx_cost_model *cm, const lx_ir *ir, const lx_graph 
                        bool backward) {
   if (op->kind == LX_OP_INPUT) return 0;
   double flops = backward ? op->flops_bwd : op->flops_fwd;
+  if (materialized_attention(op)) flops *= materialized_blocks(ir, g, op, backward).covered;
   bool again = forward_again(g, op, backward);
   double bytes = backward ? bwd_bytes(ir, g, op) : fwd_bytes(ir, g, op);
   if (again) bytes += fwd_bytes(ir, g, op);
   double compute = flops / compute_rate(cm, ir, g, op);
-  int calls = pieces(op) * (launches(ir, op, backward) + (again ? launches(ir, op, false) : 0));
+  double calls = pieces(op) * (launches(ir, g, op, backward) + (again ? launches(ir, g, op, false) : 0));
   return max_d(compute, memory_time(cm, bytes)) + memory_time(cm, score_bytes(ir, g, op, backward)) +
          calls * cm->launch_s;
 }

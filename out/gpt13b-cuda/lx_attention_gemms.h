@@ -3,7 +3,8 @@
  * which rows and heads, at which offsets. Host code only, valid C11 and
  * C++17: tests/cuda/attention_gemms_test.c runs these products on the CPU
  * (cuBLAS's column-major semantics, lx_gemm_layout.h) with the softmax
- * between them and compares with templates/cpu/lx_attention.h.
+ * between them and compares with templates/cpu/lx_attention.h, and the
+ * generator's cost model (gen/analysis/cost.c) prices these blocks.
  *
  * Layouts are those of templates/cpu/lx_attention.h: qkv (B, T, W) with
  * W = (H + 2 KVH) D, out (B, T, H D), probs (B, H, T, T); query head
@@ -110,7 +111,9 @@ static inline int lx_attn_query_head(lx_attn_sizes s, lx_attn_block k) { return 
 static inline long long lx_attn_q(lx_attn_sizes s, int b, int i, int h) {
   return ((long long)b * s.T + i) * lx_attn_width(s) + (long long)h * s.D;
 }
-static inline long long lx_attn_k(lx_attn_sizes s, int b, int j, int g) { return lx_attn_q(s, b, j, s.H + g); }
+static inline long long lx_attn_k(lx_attn_sizes s, int b, int j, int g) {
+  return lx_attn_q(s, b, j, s.H + g);
+}
 static inline long long lx_attn_v(lx_attn_sizes s, int b, int j, int g) {
   return lx_attn_q(s, b, j, s.H + s.KVH + g);
 }
@@ -125,8 +128,8 @@ static inline long long lx_attn_score(lx_attn_sizes s, int b, int h, int i) {
 
 /* D (m x n) += or = op(A) op(B) with the given pitches; strides per head step. */
 static inline lx_gemm_shape lx_attn_shape_of(int m, int n, int k, int trans_a, int trans_b, long long lda,
-                                             long long stride_a, long long ldb, long long stride_b, long long ldd,
-                                             long long stride_d, int batch) {
+                                             long long stride_a, long long ldb, long long stride_b,
+                                             long long ldd, long long stride_d, int batch) {
   lx_gemm_shape g;
   g.m = m, g.n = n, g.k = k, g.trans_a = trans_a, g.trans_b = trans_b;
   g.lda = lda, g.ldb = ldb, g.ldd = ldd;
@@ -139,7 +142,8 @@ static inline lx_attn_gemm lx_attn_gemm_of(lx_attn_product p, lx_attn_sizes s, l
   long long W = lx_attn_width(s), HD = (long long)s.H * s.D, TT = (long long)s.T * s.T;
   long long R = s.H / s.KVH, rows = k.i1 - k.i0, block = rows * s.T; /* a head's scores in the scratch */
   int h = lx_attn_query_head(s, k), n = k.heads;
-  long long q = lx_attn_q(s, k.b, k.i0, h), keys = lx_attn_k(s, k.b, 0, k.g0), values = lx_attn_v(s, k.b, 0, k.g0);
+  long long q = lx_attn_q(s, k.b, k.i0, h), keys = lx_attn_k(s, k.b, 0, k.g0),
+            values = lx_attn_v(s, k.b, 0, k.g0);
   long long dout = lx_attn_out(s, k.b, k.i0, h), weights = lx_attn_score(s, k.b, h, k.i0);
   lx_attn_gemm g;
   g.alpha = 1.0f, g.accumulate = 0;

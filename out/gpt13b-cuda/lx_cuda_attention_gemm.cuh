@@ -26,8 +26,7 @@
 #define LX_SOFTMAX_WARPS 8 /* rows per block of the softmax kernels: a warp each */
 
 /* W fp32 scores from p: two 128-bit loads for a piece of eight. */
-template <int W>
-__device__ inline void lx_load_scores(float v[W], const float *p) {
+template <int W> __device__ inline void lx_load_scores(float v[W], const float *p) {
   if constexpr (W == LX_VEC) {
     float4 lo = *(const float4 *)p, hi = *(const float4 *)(p + 4);
     v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
@@ -37,8 +36,7 @@ __device__ inline void lx_load_scores(float v[W], const float *p) {
   }
 }
 
-template <int W>
-__device__ inline void lx_store_mask(uint8_t *p, const bool keep[W]) {
+template <int W> __device__ inline void lx_store_mask(uint8_t *p, const bool keep[W]) {
   if constexpr (W == LX_VEC) {
     uint2 raw;
     uint8_t *bytes = (uint8_t *)&raw;
@@ -58,7 +56,8 @@ typedef struct {
   size_t at;
 } lx_attn_block_row;
 
-__device__ inline bool lx_attn_row_of(lx_attn_block_row *row, const lx_attn_shape &a, const lx_attn_block &k) {
+__device__ inline bool lx_attn_row_of(lx_attn_block_row *row, const lx_attn_shape &a,
+                                      const lx_attn_block &k) {
   int warp = blockIdx.x * (blockDim.x / LX_WARP) + threadIdx.x / LX_WARP, rows = k.i1 - k.i0;
   if (warp >= k.heads * rows) return false;
   row->x = warp / rows, row->i = k.i0 + warp % rows;
@@ -109,12 +108,13 @@ __global__ void lx_attention_softmax_kernel(lx_bf16 *probs,      // (B, H, T, T)
  * dP_ij / (1 - p) - Di) / sqrt(D) for j <= i and 0 for i < j < i1 (the dq
  * and dk products read the block's columns up to i1). */
 template <int W>
-__global__ void lx_attention_softmax_backward_kernel(lx_bf16 *dscores,      // (heads, i1 - i0, T): the block's
-                                                     const float *dprobs,   // (heads, i1 - i0, T)
-                                                     const lx_bf16 *probs,  // (B, H, T, T)
-                                                     const lx_bf16 *dropped, // (B, H, T, T) or NULL when p == 0
-                                                     const uint8_t *mask,   // (B, H, T, T) or NULL when p == 0
-                                                     lx_attn_shape a, lx_attn_block k) {
+__global__ void
+lx_attention_softmax_backward_kernel(lx_bf16 *dscores,       // (heads, i1 - i0, T): the block's
+                                     const float *dprobs,    // (heads, i1 - i0, T)
+                                     const lx_bf16 *probs,   // (B, H, T, T)
+                                     const lx_bf16 *dropped, // (B, H, T, T) or NULL when p == 0
+                                     const uint8_t *mask,    // (B, H, T, T) or NULL when p == 0
+                                     lx_attn_shape a, lx_attn_block k) {
   lx_attn_block_row row;
   if (!lx_attn_row_of(&row, a, k)) return;
   int lane = threadIdx.x % LX_WARP;
@@ -170,8 +170,8 @@ template <typename Out>
 inline void lx_attn_product_run(const lx_ctx *ctx, lx_attn_product product, lx_attn_sizes s, lx_attn_block k,
                                 Out *d, const lx_bf16 *a, const lx_bf16 *b) {
   lx_attn_gemm g = lx_attn_gemm_of(product, s, k);
-  lx_cuda_matmul_batched(ctx->matmul, d + g.d_at, lx_attn_data_type(d), a + g.a_at, b + g.b_at, &g.shape, g.alpha,
-                         g.accumulate, ctx->stream);
+  lx_cuda_matmul_batched(ctx->matmul, d + g.d_at, lx_attn_data_type(d), a + g.a_at, b + g.b_at, &g.shape,
+                         g.alpha, g.accumulate, ctx->stream);
 }
 
 inline unsigned lx_attn_softmax_blocks(lx_attn_block k) {
@@ -195,16 +195,14 @@ LX_CUDA_API void lx_attention_forward(const lx_ctx *ctx,
   float *scores = ctx->scratch;
   if (p == 0) dropped = NULL, mask = NULL;
   const lx_bf16 *weights = dropped ? dropped : probs;
-  bool pieces = lx_pieces_fit((size_t)T, {probs, dropped, mask, scores});
+  auto softmax = lx_pieces_fit((size_t)T, {probs, dropped, mask, scores})
+                     ? lx_attention_softmax_kernel<LX_VEC>
+                     : lx_attention_softmax_kernel<1>;
   lx_attn_block k = lx_attn_first_block(s, heads);
   do {
     lx_attn_product_run(ctx, LX_ATTN_SCORES, s, k, scores, qkv, qkv);
-    if (pieces)
-      lx_attention_softmax_kernel<LX_VEC><<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(
-          probs, dropped, mask, scores, a, k);
-    else
-      lx_attention_softmax_kernel<1><<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(
-          probs, dropped, mask, scores, a, k);
+    softmax<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(probs, dropped, mask,
+                                                                                       scores, a, k);
     LX_CUDA_LAUNCHED();
     lx_attn_product_run(ctx, LX_ATTN_OUT, s, k, out, weights, qkv);
   } while (lx_attn_next_block(s, heads, &k));
@@ -227,19 +225,15 @@ LX_CUDA_API void lx_attention_backward(const lx_ctx *ctx,
   lx_bf16 *dscores = (lx_bf16 *)(dprobs + (size_t)heads * lx_attn_block_rows(T) * T);
   if (p == 0) dropped = NULL, mask = NULL;
   const lx_bf16 *weights = dropped ? dropped : probs;
-  bool pieces = lx_pieces_fit((size_t)T, {probs, dropped, mask, dprobs, dscores});
+  auto softmax_backward = lx_pieces_fit((size_t)T, {probs, dropped, mask, dprobs, dscores})
+                              ? lx_attention_softmax_backward_kernel<LX_VEC>
+                              : lx_attention_softmax_backward_kernel<1>;
   lx_attn_block k = lx_attn_first_block(s, heads);
   do {
     lx_attn_product_run(ctx, LX_ATTN_DV, s, k, dqkv, weights, dout);
     lx_attn_product_run(ctx, LX_ATTN_DP, s, k, dprobs, dout, qkv);
-    if (pieces)
-      lx_attention_softmax_backward_kernel<LX_VEC>
-          <<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(dscores, dprobs, probs,
-                                                                                     dropped, mask, a, k);
-    else
-      lx_attention_softmax_backward_kernel<1>
-          <<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(dscores, dprobs, probs,
-                                                                                     dropped, mask, a, k);
+    softmax_backward<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(
+        dscores, dprobs, probs, dropped, mask, a, k);
     LX_CUDA_LAUNCHED();
     lx_attn_product_run(ctx, LX_ATTN_DQ, s, k, dqkv, dscores, qkv);
     lx_attn_product_run(ctx, LX_ATTN_DK, s, k, dqkv, dscores, qkv);

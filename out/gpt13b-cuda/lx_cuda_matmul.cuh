@@ -14,6 +14,8 @@
 #ifndef LX_CUDA_MATMUL_CUH
 #define LX_CUDA_MATMUL_CUH
 
+#include <string.h>
+
 #include "lx_cuda_common.cuh"
 #include "lx_cuda_rng.cuh" /* LoRA's dropout */
 #include "lx_gemm_layout.h"
@@ -40,8 +42,13 @@ typedef struct {
   cublasLtMatmulAlgo_t algorithm;
 } lx_cuda_matmul_plan;
 
-/* The linear layers' shapes, and the attention's blocks (lx_attention_gemms.h). */
-#define LX_CUDA_MATMUL_MAX_PLANS 512
+/* The linear layers' shapes, and the materialized attention's: up to six a
+ * block of query rows, twice where the last slice of kv heads is narrower
+ * (lx_attention_gemms.h), 1536 at sequence 32768. */
+#define LX_CUDA_MATMUL_MAX_PLANS 2048
+/* Plans are found by hashing their problem into this many slots (open
+ * addressing, never more than half full): a step makes thousands of calls. */
+#define LX_CUDA_MATMUL_SLOTS (2 * LX_CUDA_MATMUL_MAX_PLANS)
 
 /* The emitted program owns one per device; shapes are compile-time facts, so
  * a program never needs more plans than it has distinct product shapes. */
@@ -50,6 +57,7 @@ typedef struct lx_cuda_matmul_context {
   void *workspace; /* (workspace_bytes) from the arena, 256-byte aligned */
   size_t workspace_bytes;
   int plan_count;
+  int slot_plan[LX_CUDA_MATMUL_SLOTS]; /* a plan's index + 1; 0: empty */
   lx_cuda_matmul_plan plans[LX_CUDA_MATMUL_MAX_PLANS];
 } lx_cuda_matmul_context;
 
@@ -63,6 +71,7 @@ LX_CUDA_API void lx_cuda_matmul_init(lx_cuda_matmul_context *ctx, void *workspac
   ctx->workspace = workspace;
   ctx->workspace_bytes = workspace_bytes;
   ctx->plan_count = 0;
+  memset(ctx->slot_plan, 0, sizeof ctx->slot_plan);
 }
 
 LX_CUDA_API void lx_cuda_matmul_destroy(lx_cuda_matmul_context *ctx) {
@@ -74,6 +83,7 @@ LX_CUDA_API void lx_cuda_matmul_destroy(lx_cuda_matmul_context *ctx) {
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan->operation));
   }
   ctx->plan_count = 0;
+  memset(ctx->slot_plan, 0, sizeof ctx->slot_plan);
   CUBLAS_CHECK(cublasLtDestroy(ctx->handle));
 }
 
@@ -87,11 +97,26 @@ inline cublasLtEpilogue_t lx_cublaslt_epilogue(lx_epilogue epilogue) {
   }
 }
 
+/* FNV-1a over the fields that make a problem, its first slot. */
+inline unsigned lx_cuda_matmul_slot(const lx_gemm_shape *shape, int accumulate, int alignment, lx_epilogue epilogue,
+                                    cudaDataType_t d_type) {
+  const long long fields[] = {shape->m,        shape->n,        shape->k,        shape->trans_a,  shape->trans_b,
+                              shape->lda,      shape->ldb,      shape->ldd,      shape->stride_a, shape->stride_b,
+                              shape->stride_d, shape->batch,    accumulate,      alignment,       (long long)epilogue,
+                              (long long)d_type};
+  uint64_t h = 1469598103934665603ull;
+  for (long long field : fields)
+    h = (h ^ (uint64_t)field) * 1099511628211ull;
+  return (unsigned)(h % LX_CUDA_MATMUL_SLOTS);
+}
+
+/* The plan of a problem, or the empty slot where its plan goes (*slot). */
 LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_find_plan(lx_cuda_matmul_context *ctx, const lx_gemm_shape *shape,
                                                             int accumulate, int alignment, lx_epilogue epilogue,
-                                                            cudaDataType_t d_type) {
-  for (int i = 0; i < ctx->plan_count; i++) {
-    lx_cuda_matmul_plan *p = &ctx->plans[i];
+                                                            cudaDataType_t d_type, unsigned *slot) {
+  for (*slot = lx_cuda_matmul_slot(shape, accumulate, alignment, epilogue, d_type); ctx->slot_plan[*slot];
+       *slot = (*slot + 1) % LX_CUDA_MATMUL_SLOTS) {
+    lx_cuda_matmul_plan *p = &ctx->plans[ctx->slot_plan[*slot] - 1];
     if (lx_gemm_shape_equal(&p->shape, shape) && p->accumulate == accumulate && p->alignment == alignment &&
         p->epilogue == epilogue && p->d_type == d_type)
       return p;
@@ -182,8 +207,12 @@ LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context
 inline lx_cuda_matmul_plan *lx_cuda_matmul_plan_of(lx_cuda_matmul_context *ctx, const lx_gemm_shape *shape,
                                                    int accumulate, int alignment, lx_epilogue epilogue,
                                                    cudaDataType_t d_type) {
-  lx_cuda_matmul_plan *plan = lx_cuda_matmul_find_plan(ctx, shape, accumulate, alignment, epilogue, d_type);
-  return plan ? plan : lx_cuda_matmul_make_plan(ctx, shape, accumulate, alignment, epilogue, d_type);
+  unsigned slot;
+  lx_cuda_matmul_plan *plan = lx_cuda_matmul_find_plan(ctx, shape, accumulate, alignment, epilogue, d_type, &slot);
+  if (plan) return plan;
+  plan = lx_cuda_matmul_make_plan(ctx, shape, accumulate, alignment, epilogue, d_type);
+  ctx->slot_plan[slot] = ctx->plan_count; /* make_plan counted it */
+  return plan;
 }
 
 inline void lx_cuda_matmul_run(lx_cuda_matmul_context *ctx, const lx_cuda_matmul_plan *plan, void *d,

@@ -66,9 +66,10 @@ static inline lx_gemm_shape lx_gemm_dense(int m, int n, int k, int trans_a, int 
 }
 
 static inline int lx_gemm_shape_equal(const lx_gemm_shape *x, const lx_gemm_shape *y) {
-  return x->m == y->m && x->n == y->n && x->k == y->k && x->trans_a == y->trans_a && x->trans_b == y->trans_b &&
-         x->lda == y->lda && x->ldb == y->ldb && x->ldd == y->ldd && x->stride_a == y->stride_a &&
-         x->stride_b == y->stride_b && x->stride_d == y->stride_d && x->batch == y->batch;
+  return x->m == y->m && x->n == y->n && x->k == y->k && x->trans_a == y->trans_a &&
+         x->trans_b == y->trans_b && x->lda == y->lda && x->ldb == y->ldb && x->ldd == y->ldd &&
+         x->stride_a == y->stride_a && x->stride_b == y->stride_b && x->stride_d == y->stride_d &&
+         x->batch == y->batch;
 }
 
 #endif

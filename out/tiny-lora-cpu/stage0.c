@@ -71,7 +71,7 @@ static int current_step; /* dropout masks are drawn per step, micro-batch, layer
 #define TRAINING_TRAIN_DATA "data/tiny/train_*.bin"
 #define TRAINING_VAL_DATA "data/tiny/val_*.bin"
 #define LORA_DROPOUT 0 /* of the adapters' input */
-#define PREDICTED_STEP_SECONDS 0.00132 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 0.00156 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset) * REAL_SCALE))
 /* The host arena: what offloaded ops save, in host memory (plan.txt); 0 bytes: none */
 #define HOST_ARENA_BYTES 0LL

@@ -3,7 +3,8 @@
  * which rows and heads, at which offsets. Host code only, valid C11 and
  * C++17: tests/cuda/attention_gemms_test.c runs these products on the CPU
  * (cuBLAS's column-major semantics, lx_gemm_layout.h) with the softmax
- * between them and compares with templates/cpu/lx_attention.h.
+ * between them and compares with templates/cpu/lx_attention.h, and the
+ * generator's cost model (gen/analysis/cost.c) prices these blocks.
  *
  * Layouts are those of templates/cpu/lx_attention.h: qkv (B, T, W) with
  * W = (H + 2 KVH) D, out (B, T, H D), probs (B, H, T, T); query head

@@ -13,7 +13,8 @@
 FUZZ_CC ?= clang
 FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_SANITIZE := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_WARNINGS := -O1 -g -fno-omit-frame-pointer -std=c11 $(WARNINGS) -Iir -Igen -Itests/fuzz -I$(LLVM_DIR)/include
+FUZZ_WARNINGS := -O1 -g -fno-omit-frame-pointer -std=c11 $(WARNINGS) -Iir -Igen -Itemplates/cuda -Itests/fuzz \
+  -I$(LLVM_DIR)/include
 FUZZ_CFLAGS := $(FUZZ_WARNINGS) $(FUZZ_SANITIZE)
 FUZZ_OBJS := $(GEN_SRCS:%.c=$(FUZZ_DIR)/%.o) $(FUZZ_DIR)/prelude.o
 # The mutator runs between inputs: sanitized, but without coverage counters.
