@@ -342,6 +342,33 @@ static void test_layer_forward_range(const lx_ir *ir, const lx_cost_model *cm) {
   lx_ir_free(&flash);
 }
 
+/* gpt13b's attention at sequence T: the products' FLOPs times `covered`,
+ * the bytes per score below over HBM, and `blocks` blocks of 3 launches
+ * forward and 5 backward. */
+static void check_attention_costs(const lx_ir *ir, const lx_cost_model *cm, double T, double covered,
+                                  double blocks) {
+  const lx_op *attn = op_named(&ir->block, "attention_0");
+  CHECK(attn && attn->attention_impl == LX_ATTN_MATERIALIZED,
+        "gpt13b's attention at sequence %.0f is materialised", T);
+  if (!attn) return;
+  double causal = (T + 1) / (2 * T);
+  double flops = 4 * B * HEADS * T * T * (H / HEADS), scores = B * HEADS * T * T;
+  double rate = cm->attention_efficiency * 312e12, hbm = cm->memory_efficiency * 2039e9;
+  double forward = 6 * covered + 4 * causal + 5, backward = 12 * covered + 9 * causal;
+  CHECK_CLOSE(
+      lx_cost_op_fwd(cm, ir, &ir->block, attn),
+      covered * flops / rate + scores * forward / hbm + 3 * blocks * cm->launch_s, 1e-12,
+      "sequence %.0f: attention forward = %.4f of 4 b a s^2 d / rate + %.3f bytes per score / HBM + %.0f "
+      "launches",
+      T, covered, forward, 3 * blocks);
+  CHECK_CLOSE(
+      lx_cost_op_bwd(cm, ir, &ir->block, attn),
+      2 * covered * flops / rate + scores * backward / hbm + 5 * blocks * cm->launch_s, 1e-12,
+      "sequence %.0f: attention backward = %.4f of 2 x the forward FLOPs / rate + %.3f bytes per score / "
+      "HBM + %.0f launches",
+      T, covered, backward, 5 * blocks);
+}
+
 /* Materialised attention (gpt13b: dropout 0.1, bf16, s = 2048) as the CUDA
  * programs run it: eight blocks of 256 query rows, block m's products up to
  * key 256 m, so they cover (1 + ... + 8) / 64 = 36 / 64 of the s x s square;
@@ -353,24 +380,24 @@ static void test_layer_forward_range(const lx_ir *ir, const lx_cost_model *cm) {
  * backward 12 x 36/64 (weights read, fp32 dP written, dS written and read
  * twice) + 9 x 2049/4096 (dP, weights, probs and mask read). */
 static void test_materialized_attention(const lx_ir *ir, const lx_cost_model *cm) {
-  const lx_op *attn = op_named(&ir->block, "attention_0");
-  CHECK(attn && attn->attention_impl == LX_ATTN_MATERIALIZED, "gpt13b's attention is materialised");
-  if (!attn) return;
-  double covered = 36.0 / 64, causal = 2049.0 / 4096;
-  double flops = 4 * B * HEADS * S * S * (H / HEADS), scores = B * HEADS * S * S;
-  double rate = cm->attention_efficiency * 312e12, hbm = cm->memory_efficiency * 2039e9;
-  double forward = 6 * covered + 4 * causal + 5, backward = 12 * covered + 9 * causal;
-  CHECK_CLOSE(lx_cost_op_fwd(cm, ir, &ir->block, attn),
-              covered * flops / rate + scores * forward / hbm + 3 * 32 * cm->launch_s, 1e-12,
-              "attention forward = the blocks' share of 4 b a s^2 d / rate + %.3f bytes per score / HBM + 96 "
-              "launches",
-              forward);
-  CHECK_CLOSE(
-      lx_cost_op_bwd(cm, ir, &ir->block, attn),
-      2 * covered * flops / rate + scores * backward / hbm + 5 * 32 * cm->launch_s, 1e-12,
-      "attention backward = their share of 2 x the forward FLOPs / rate + %.3f bytes per score / HBM + 160 "
-      "launches",
-      backward);
+  check_attention_costs(ir, cm, S, 36.0 / 64, 32);
+}
+
+/* The same attention at sequence 8192: 32 row blocks, their products
+ * covering (1 + ... + 32) / 32^2 = 33/64 of the square. A backward block of
+ * one head needs 256 x 8192 x 6 bytes = 12 MiB of the 96 MiB scratch: 8 of
+ * the 16 heads a block backward (2 slices), 12 forward at 4 bytes a score (2
+ * slices too), so a micro-batch of 4 runs 4 x 2 x 32 = 256 blocks either way. */
+static void test_materialized_attention_sliced(void) {
+  lx_ir ir;
+  lx_cost_model cm;
+  bool ok =
+      load_model(GPT13B, "#define SEQ 2048", "#define SEQ 8192", &ir) && lx_cost_model_init(&cm, &ir, NULL);
+  CHECK(ok, "gpt13b at sequence 8192 loads");
+  if (!ok) return;
+  check_attention_costs(&ir, &cm, 8192, 33.0 / 64, 256);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
 }
 
 int main(void) {
@@ -390,6 +417,7 @@ int main(void) {
   test_every_example_op();
   test_layer_forward_range(&ir, &cm);
   test_materialized_attention(&ir, &cm);
+  test_materialized_attention_sliced();
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
   return check_exit_status();
