@@ -203,14 +203,10 @@ typedef struct {
 static score_blocks materialized_blocks(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
   int heads = (int)heads_per_rank(ir, g, op), T = ir->model.seq_len;
   lx_attn_sizes s = {ir->plan.micro_batch, T, heads, heads / (op->heads / op->kv_heads), 1};
-  /* n full blocks, block m up to key m rows, then the rest up to key T */
-  double rows = lx_attn_block_rows(T), n = (double)(T / (int)rows), rest = T - n * rows;
-  score_blocks b = {(rows * rows * n * (n + 1) / 2 + rest * T) / ((double)T * T), (T + 1.0) / (2.0 * T), 0};
   int per_block =
       lx_attn_heads_per_block(s, lx_attn_scratch_floats(T, s.KVH) * 4,
                               backward ? LX_ATTN_BACKWARD_SCORE_BYTES : LX_ATTN_FORWARD_SCORE_BYTES);
-  double slices = per_block > 0 ? (s.KVH + per_block - 1) / per_block : s.KVH;
-  b.blocks = (double)s.B * (heads / s.KVH) * slices * (n + (rest > 0));
+  score_blocks b = {lx_attn_covered_share(T), (T + 1.0) / (2.0 * T), lx_attn_block_count(s, per_block)};
   return b;
 }
 

@@ -80,6 +80,19 @@ static inline long long lx_attn_scratch_floats(int T, int KVH) {
   return (heads * one + 3) / 4;
 }
 
+/* The share of the T x T square the blocks' products cover: n full blocks,
+ * block m up to key m x rows, then the rest up to key T. */
+static inline double lx_attn_covered_share(int T) {
+  double rows = lx_attn_block_rows(T), n = (double)(T / lx_attn_block_rows(T)), rest = T - n * rows;
+  return (rows * rows * n * (n + 1) / 2 + rest * T) / ((double)T * T);
+}
+
+/* The blocks one call runs with `heads` kv heads a block (0: one at a time). */
+static inline double lx_attn_block_count(lx_attn_sizes s, int heads) {
+  int rows = lx_attn_block_rows(s.T), per = heads > 0 ? heads : 1;
+  return (double)s.B * (s.H / s.KVH) * ((s.KVH + per - 1) / per) * ((s.T + rows - 1) / rows);
+}
+
 /* The first block, and the next after it (0 when it was the last): rows
  * innermost, then kv heads, then r, then batch elements. */
 static inline lx_attn_block lx_attn_first_block(lx_attn_sizes s, int heads) {
