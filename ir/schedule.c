@@ -72,8 +72,16 @@ int64_t lx_token_hosted(const lx_op_decision *d, int64_t amount) {
 
 double lx_instr_fraction(const lx_stage *st, const lx_instr *in) {
   if (in->kind != LX_I_RECOMPUTE || in->graph != LX_GRAPH_BLOCK || !st->decisions) return 1;
+  if (in->pieces > 0) return (double)(in->piece_end - in->piece_first) / in->pieces;
   const lx_op_decision *d = &st->decisions[in->op];
   return lx_token_split(d) ? (double)(LX_TOKEN_PIECES - d->host_pieces) / LX_TOKEN_PIECES : 1;
+}
+
+int lx_window_pieces(const lx_op_decision *d) { return d->window_pieces > 1 ? d->window_pieces : 1; }
+
+void lx_instr_kv_heads(const lx_instr *in, int kv_heads, int *first, int *end) {
+  *first = in->pieces > 0 ? in->piece_first * (kv_heads / in->pieces) : 0;
+  *end = in->pieces > 0 ? in->piece_end * (kv_heads / in->pieces) : kv_heads;
 }
 
 int lx_micro_batch_ids(const lx_pipeline *p) {
@@ -237,35 +245,51 @@ int lx_layer_slot(const lx_stage *st, int layer) {
   return -1;
 }
 
+/* An instance's placement entries, and where op `op`'s first piece is among them. */
+static size_t placement_units(const lx_stage *st, int op) {
+  size_t units = 0;
+  for (int i = 0; i < op; i++)
+    units += st->decisions ? (size_t)lx_window_pieces(&st->decisions[i]) : 1;
+  return units;
+}
+
 size_t lx_placement_size(const lx_pipeline *p, const lx_stage *st) {
-  return (size_t)st->n_layers * (size_t)p->micro_batches * (size_t)p->ir->block.n_ops;
+  return (size_t)st->n_layers * (size_t)p->micro_batches * placement_units(st, p->ir->block.n_ops);
+}
+
+int lx_piece_window(const lx_pipeline *p, const lx_stage *st, int inst, int op, int piece) {
+  if (!st->window_of || inst < 0 || inst >= st->n_layers * p->micro_batches) return -1;
+  size_t per_instance = placement_units(st, p->ir->block.n_ops);
+  return st->window_of[(size_t)inst * per_instance + placement_units(st, op) + (size_t)piece];
 }
 
 int lx_recompute_window(const lx_pipeline *p, const lx_stage *st, int inst, int op) {
-  if (!st->window_of || inst < 0 || inst >= st->n_layers * p->micro_batches) return -1;
-  return st->window_of[(size_t)inst * (size_t)p->ir->block.n_ops + (size_t)op];
+  return lx_piece_window(p, st, inst, op, 0);
 }
 
 int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st) {
   if (!st->window_of || st->n_windows <= 0) return NULL;
   int *n = lx_calloc((size_t)st->n_windows, sizeof *n);
   for (int inst = 0; inst < st->n_layers * p->micro_batches; inst++)
-    for (int i = 0, last = -1; i < p->ir->block.n_ops; i++) {
-      int w = lx_recompute_window(p, st, inst, i);
-      if (w > last && w < st->n_windows) n[last = w]++;
-    }
+    for (int i = 0, last = -1; i < p->ir->block.n_ops; i++)
+      for (int k = 0; k < lx_window_pieces(&st->decisions[i]); k++) {
+        int w = lx_piece_window(p, st, inst, i, k);
+        if (w > last && w < st->n_windows) n[last = w]++;
+      }
   return n;
 }
 
 bool lx_instance_split(const lx_pipeline *p, const lx_stage *st, int inst) {
-  int first = -2; /* the first in-window op's window, -1 on demand */
+  int first = -2; /* the first in-window piece's window, -1 on demand */
   for (int i = 0; i < p->ir->block.n_ops; i++) {
     if (!st->decisions[i].recompute || !st->decisions[i].in_window) continue;
-    int w = lx_recompute_window(p, st, inst, i);
-    if (first == -2)
-      first = w;
-    else if (w != first)
-      return true;
+    for (int k = 0; k < lx_window_pieces(&st->decisions[i]); k++) {
+      int w = lx_piece_window(p, st, inst, i, k);
+      if (first == -2)
+        first = w;
+      else if (w != first)
+        return true;
+    }
   }
   return false;
 }
@@ -295,9 +319,13 @@ void lx_instr_describe(const lx_ir *ir, const lx_instr *in, char *buf, size_t si
     const lx_graph *g = lx_graph_of(ir, in->graph);
     static const char *colls[] = {"ALLREDUCE_TP", "REDUCE_SCATTER_TP", "ALLGATHER_TP"};
     if (in->kind == LX_I_ALLREDUCE_TP) kind = colls[in->coll];
+    char pieces[48] = "";
+    if (in->pieces)
+      snprintf(pieces, sizeof pieces, " kv pieces [%d, %d) of %d", in->piece_first, in->piece_end,
+               in->pieces);
     if (in->layer >= 0)
-      snprintf(buf, size, "%s%s %s.%s L%d mb%d", kind, in->backward ? "(bwd)" : "", g->name,
-               g->ops[in->op].name, in->layer, in->mb);
+      snprintf(buf, size, "%s%s %s.%s L%d mb%d%s", kind, in->backward ? "(bwd)" : "", g->name,
+               g->ops[in->op].name, in->layer, in->mb, pieces);
     else
       snprintf(buf, size, "%s%s %s.%s mb%d", kind, in->backward ? "(bwd)" : "", g->name, g->ops[in->op].name,
                in->mb);

@@ -75,6 +75,9 @@ typedef struct {
    * is numbered micro_batches + its number in the next step. */
   bool fill, ahead;
   int step; /* in a pipeline unrolled over consecutive steps (lx_unroll_steps): which one; else 0 */
+  /* RECOMPUTE of a head-split op (lx_op_decision.window_pieces): its kv-head pieces [piece_first,
+   * piece_end) of `pieces`, the query heads that read them; pieces 0: the whole op */
+  int piece_first, piece_end, pieces;
 } lx_instr;
 
 typedef struct {
@@ -107,6 +110,9 @@ typedef struct {
   int host_pieces;     /* token-wise (MEMO): with offload and recompute both set, the first host_pieces of
                           LX_TOKEN_PIECES row pieces of its output are offloaded and the other rows
                           recomputed (lx_token_split); 0 otherwise */
+  int window_pieces;   /* head-split (lx_head_splittable): its in-window recompute runs as this many pieces
+                          of its kv heads, each placed in a window of its own or on demand; the placement
+                          has an entry per piece (lx_placement_size); 0 or 1: whole */
 } lx_op_decision;
 
 /* Token-wise offload cuts a tensor's B x T rows into this many pieces. */
@@ -118,6 +124,12 @@ bool lx_token_split(const lx_op_decision *d);
  * place is in host memory: the first host_pieces / LX_TOKEN_PIECES of it
  * under a token split (its RECOMPUTE makes the rest), else none. */
 int64_t lx_token_hosted(const lx_op_decision *d, int64_t amount);
+
+/* How many placement entries an op takes: its window pieces, or 1. */
+int lx_window_pieces(const lx_op_decision *d);
+/* The kv heads [first, end) of `kv_heads` that a RECOMPUTE of pieces
+ * [piece_first, piece_end) of `pieces` runs (all of them for a whole op). */
+void lx_instr_kv_heads(const lx_instr *in, int kv_heads, int *first, int *end);
 
 /* A statically known idle interval of a stage's compute stream, measured by
  * simulating the schedule with on-demand recompute (gen/planning/windows.c). */
@@ -170,10 +182,11 @@ typedef struct {
   lx_op_decision *decisions; /* one per block op, the same for all of the stage's layers */
   lx_window *windows;        /* the compute stream's windows, by `after`; NULL for fixed policies */
   int n_windows;
-  int *window_of; /* per layer instance (lx_layer_slot(layer) * micro_batches + mb) and block op,
-                     instance * n_ops + op: the window the op's in-window recompute runs in, or -1
-                     (on demand); an instance's ops may spread over several windows, never
-                     decreasing in op order (lx_recompute_window); NULL: all on demand */
+  int *window_of; /* per layer instance (lx_layer_slot(layer) * micro_batches + mb) and block op
+                     piece (each op lx_window_pieces of them, in op order): the window the piece's
+                     in-window recompute runs in, or -1 (on demand); an instance's pieces may spread
+                     over several windows, never decreasing in order (lx_piece_window); NULL: all
+                     on demand */
   lx_policy_stats stats;
   int stashed_micro_batches; /* activations of this many micro-batches alive at once (forward to backward) */
   int chunk_slots[LX_MAX_VIRTUAL_STAGES]; /* ... per chunk: each chunk's stash slots (interleaved 1F1B) */
@@ -227,10 +240,12 @@ int lx_instr_chunk(const lx_stage *st, const lx_instr *in);
 /* Where block layer `layer` is among the stage's layers, chunk after chunk
  * (its parameter and stash block), or -1 where the stage does not hold it. */
 int lx_layer_slot(const lx_stage *st, int layer);
-/* The window in which op `op` of layer instance `inst` (lx_layer_slot(layer)
- * * micro_batches + mb) of stage st recomputes, or -1 (on demand, or no windows). */
+/* The window in which piece `piece` of op `op` of layer instance `inst`
+ * (lx_layer_slot(layer) * micro_batches + mb) of stage st recomputes, or -1
+ * (on demand, or no windows); lx_recompute_window: its first piece's. */
+int lx_piece_window(const lx_pipeline *p, const lx_stage *st, int inst, int op, int piece);
 int lx_recompute_window(const lx_pipeline *p, const lx_stage *st, int inst, int op);
-/* How many entries st's window_of holds: one per layer instance and block op. */
+/* How many entries st's window_of holds: per layer instance, one per piece of each block op. */
 size_t lx_placement_size(const lx_pipeline *p, const lx_stage *st);
 /* Per window of st, how many layer instances recompute in it, whole or in
  * part (NULL without windows; the caller frees it). */
@@ -239,7 +254,8 @@ int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st);
  * in several windows, or partly on demand. */
 bool lx_instance_split(const lx_pipeline *p, const lx_stage *st, int inst);
 /* The part of its op's forward a compute instruction of stage st runs: 1,
- * or for the RECOMPUTE of a token-split op the part of the rows it recomputes. */
+ * for the RECOMPUTE of a token-split op the part of the rows it recomputes,
+ * for one of a head-split op the part of its heads. */
 double lx_instr_fraction(const lx_stage *st, const lx_instr *in);
 /* How many host slots a stage's offloaded tensors take (micro-batch mb in slot
  * mb % this): its stash slots, or under interleaved 1F1B, whose chunks count

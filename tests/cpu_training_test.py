@@ -110,16 +110,25 @@ def tensor_and_data_parallel(work, model, reference):
         f.write("op gelu 64 128 128 fp32 0.02 0.02\n"
                 "op attention 64 96 32 fp32 0.005 0.01 seq=32 heads=2 impl=materialized\nhost 0.9\n")
     split_plan = ("--schedule", "gpipe", "--gpu-memory", "0.00142", "--allow-oom-plan", "--profile", token_split)
+    # a what-if under which lynx-heu cuts the attention's recompute by kv heads: a forward of 100 us
+    # against tensor-parallel all-reduces of about 80 us (40 us a step), on 1.6 MiB GPUs
+    head_split = os.path.join(work, "head-split.profile")
+    with open(head_split, "w") as f:
+        f.write("op attention 64 96 32 fp32 0.1 0.15 seq=32 heads=2 impl=materialized\nlink nvlink3 235 40\n")
+    heads_plan = ("--gpu-memory", "0.0016", "--allow-oom-plan", "--profile", head_split)
     cases += [(2, 2, 2, "none", "--sequence-parallel"), (2, 2, 1, "lynx-heu", "--sequence-parallel"),
-              (2, 2, 2, "lynx-heu", "--no-offload"), (2, 2, 2, "lynx-heu", *split_plan)]
+              (2, 2, 2, "lynx-heu", "--no-offload"), (2, 2, 2, "lynx-heu", *split_plan),
+              (2, 2, 2, "lynx-heu", *heads_plan)]
+    profiles = {token_split: "--token-split", head_split: "--head-pieces"}
     at_222 = {}  # tp=pp=dp=2 losses per policy (no sequence parallelism)
     for tp, pp, dp, policy, *sp in cases:
         args = ("--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--policy", policy, *sp)
         args += squeeze if policy not in ("none", "full", "selective") and "--gpu-memory" not in sp else ()
-        shown = ["--token-split"] if "--profile" in sp else list(sp)  # not the profile's temporary path
+        shown = [profiles[f] for f in sp if f in profiles] or list(sp)  # not the profile's temporary path
         name = "par-t%dp%dd%d-%s%s" % (tp, pp, dp, policy, "".join(f.replace("--sequence-parallel", "-sp")
                                                                      .replace("--no-offload", "-no-offload")
                                                                      .replace("--token-split", "-token-split")
+                                                                     .replace("--head-pieces", "-head-pieces")
                                                                      for f in shown))
         program = generate(work, name, model, *args, quick=True)
         r, metrics = train(program, work, "--steps", "4") if program else (None, None)
@@ -150,7 +159,12 @@ def tensor_and_data_parallel(work, model, reference):
     splits = [s["op"] for st in plan.get("stages", []) for s in st.get("token_split_ops", [])]
     check(splits, "tp=2 pp=2 dp=2 lynx-heu, GPipe on 1.42 MiB GPUs under the profile, splits ops token-wise (%s)"
           % splits)
-    for policy in list(POLICIES[1:]) + ["lynx-heu --no-offload", "lynx-heu --token-split"]:
+    plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", "--tp", "2", "--pp", "2", "--dp",
+                           "2", "--policy", "lynx-heu", *heads_plan], work).stdout or "{}")
+    cut = [s["kv_pieces"] for st in plan.get("stages", []) for s in st.get("head_split_ops", [])]
+    check(cut, "tp=2 pp=2 dp=2 lynx-heu on 1.6 MiB GPUs under the profile cuts the attention's recompute into %s "
+          "pieces of its kv heads" % cut)
+    for policy in list(POLICIES[1:]) + ["lynx-heu --no-offload", "lynx-heu --token-split", "lynx-heu --head-pieces"]:
         check(policy in at_222 and at_222[policy] == at_222.get("none"),
               "tp=2 pp=2 dp=2 %s gives bitwise the losses of none" % policy)
     plain, sp = os.path.join(work, "par-t2p2d2-none"), os.path.join(work, "par-t2p2d2-none-sp")
@@ -197,7 +211,9 @@ def llama_lynx(work):
     dp 2 on 1.5 MiB GPUs: lynx-heu offloads and recomputes, without offload
     recomputes in windows, and under a what-if (GPipe, 1.6 MiB GPUs, a slow
     swiglu, windows 50x slower, a 2 GB/s host link) splits an op token-wise;
-    each trains bitwise like keeping everything (1F1B)."""
+    each trains bitwise like keeping everything (1F1B). The same Llama with
+    the materialised attention, whose recompute lynx-heu cuts by kv heads
+    under another what-if, trains bitwise like it too."""
     model = os.path.join(work, "llama-lynx.model")
     with open(LLAMA_MODEL) as f, open(model, "w") as out:
         out.write(f.read().replace(".layers = 2,", ".layers = 4,"))
@@ -210,6 +226,26 @@ def llama_lynx(work):
                 ("lynx-heu --no-offload", ("--policy", "lynx-heu", *squeeze, "--no-offload")),
                 ("lynx-heu token-wise", ("--policy", "lynx-heu", "--schedule", "gpipe", "--gpu-memory", "0.0016",
                                          "--allow-oom-plan", "--profile", token_split))]
+    train_variants(work, model, plan, variants)
+    # with the materialised attention (grouped queries: 8 heads, 4 kv heads, 2 of them a rank), whose
+    # recompute lynx-heu cuts by kv heads under a what-if (a forward of 100 us, all-reduces of 80 us)
+    heads_model = os.path.join(work, "llama-heads.model")
+    with open(model) as f, open(heads_model, "w") as out:
+        out.write(f.read().replace(".heads = 4,", ".heads = 8,").replace(".kv_heads = 2,", ".kv_heads = 4,")
+                  .replace("(4 + 2 * 2) * 16), 4, 2)", "(8 + 2 * 4) * 8), 8, 4)")
+                  .replace("flash_attention(qkv, 4, 2)", "attention(qkv, 8, 4)"))
+    head_split = os.path.join(work, "llama-head-split.profile")
+    with open(head_split, "w") as f:
+        f.write("op attention 128 64 32 fp32 0.1 0.15 seq=64 heads=4 impl=materialized\nlink nvlink3 235 40\n")
+    train_variants(work, heads_model, plan, [
+        ("none", ("--policy", "none")),
+        ("lynx-heu head pieces", ("--policy", "lynx-heu", "--gpu-memory", "0.002", "--allow-oom-plan",
+                                  "--no-offload", "--profile", head_split))])
+
+
+def train_variants(work, model, plan, variants):
+    """Each variant's plan of `model` trains bitwise like the first's."""
+    name = os.path.basename(model)[:-len(".model")]
     runs = {}
     for label, args in variants:
         text = run([LYNXGEN, model, "--plan", "--target", "cpu", *plan, *args], work).stdout
@@ -221,14 +257,17 @@ def llama_lynx(work):
                   "token-wise")
         if label.endswith("--no-offload"):
             check("in a window" in text, "llama tp=2 pp=2 dp=2 lynx-heu --no-offload recomputes in windows")
-        program = generate(work, "llama-" + label.replace(" ", "").replace("--", "-"), model, *plan, *args,
+        if label.endswith("head pieces"):
+            check("in 2 pieces of its kv heads" in text, "%s tp=2 pp=2 dp=2 lynx-heu under the profile cuts the "
+                  "attention's recompute into 2 pieces of its kv heads" % name)
+        program = generate(work, name + "-" + label.replace(" ", "").replace("--", "-"), model, *plan, *args,
                            quick=True)
         r, metrics = train(program, work, "--steps", "4") if program else (None, None)
         if r is not None and r.returncode == 0:
             runs[label] = losses(metrics)
     for label, _ in variants[1:]:
-        check(label in runs and "none" in runs and runs[label] == runs["none"],
-              "llama tp=2 pp=2 dp=2 %s gives bitwise the losses of none" % label)
+        check(label in runs and variants[0][0] in runs and runs[label] == runs[variants[0][0]],
+              "%s tp=2 pp=2 dp=2 %s gives bitwise the losses of %s" % (name, label, variants[0][0]))
 
 
 def embedding_ties(work, gpt_model):

@@ -101,7 +101,8 @@ done
 # in mini-sequences (MsT); lynx-heu under GPipe on 2 MiB GPUs with a what-if profile, which
 # offloads (cudaMemcpyAsync on the offload and prefetch streams, the pinned host arena): one stage
 # whole tensors, the other the gelu's token-wise (its first rows offloaded, the others recomputed
-# by calls on the rows from first_row on)
+# by calls on the rows from first_row on); lynx-heu at tp 2 x pp 2 x dp 2 under a what-if that cuts
+# the attention's recomputation into pieces of its kv heads (lx_attention_forward_heads)
 cat >> "$work/cases" << 'EOF2'
 tiny-tp2-pp2-dp2-full examples/tiny.model 1f1b full 8 --tp 2 --pp 2 --dp 2
 tiny-tp2-pp2-dp2-zero-selective examples/tiny.model 1f1b selective 8 --tp 2 --pp 2 --dp 2 --zero
@@ -114,6 +115,7 @@ gpt13b-tp2-pp2-dp2-zero-lynx-heu examples/gpt13b.model 1f1b lynx-heu 32 --tp 2 -
 gpt-23b-as-planned examples/gpt-23b.model 1f1b lynx-heu 512 --tp 4 --dp 1
 tiny-tp2-pp2-sp-mini-sequences-4 examples/tiny.model 1f1b lynx-heu 8 --tp 2 --pp 2 --sequence-parallel --mini-sequences 4
 tiny-tp2-pp2-token-wise examples/tiny.model gpipe lynx-heu 8 --tp 2 --pp 2 --gpu-memory 0.002 --profile tests/profiles/tiny-token-split.profile
+tiny-tp2-pp2-dp2-head-pieces examples/tiny.model 1f1b lynx-heu 8 --tp 2 --pp 2 --dp 2 --gpu-memory 0.002 --profile tests/profiles/tiny-head-pieces.profile
 EOF2
 
 # the examples at pp = 1 and policy none are what-ifs that do not fit a GPU: --allow-oom-plan
@@ -195,6 +197,14 @@ while read -r case model schedule policy gb overrides; do
     for key in $bad; do grep -E 'error|warning|undefined' "$work/$key.log" | head -5 | sed 's/^/     /'; done
   fi
 done < "$work/cases"
+
+# the head-pieces what-if's programs (built above) run the attention's recompute in pieces of its kv heads
+pieces=$(cat "$work"/tiny-tp2-pp2-dp2-head-pieces/stage*.cu 2> /dev/null | grep -c 'lx_attention_forward_heads(')
+if [ "$pieces" -gt 0 ]; then
+  ok "tiny-tp2-pp2-dp2-head-pieces: $pieces calls of lx_attention_forward_heads (kv-head pieces of the recompute)"
+else
+  not_ok "tiny-tp2-pp2-dp2-head-pieces: no call of lx_attention_forward_heads"
+fi
 
 # ---- the training loop's command line (lx_loop.h), which runs without a GPU --
 # --help and a bad flag are answered before the program touches CUDA.

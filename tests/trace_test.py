@@ -48,6 +48,10 @@ instruction counts derived below from the model and the plan alone:
   tp 2): the split op (plan.txt's "token-wise: rows [0, k/8)" decision) is offloaded and
   recomputed per layer and micro-batch, its copies say they move rows [0/8, k/8) and its
   RECOMPUTE events rows [k/8, 8/8), and each of those ends before its layer's backward
+- lynx-heu that cuts the attention's recompute by kv heads (tests/profiles/tiny-head-pieces.profile,
+  tp 2): plan.txt's decision says into how many pieces; the RECOMPUTE events of that op name
+  their pieces ("kv_pieces" [first, end) of P, or none: all of them), the pieces of each layer
+  instance cover [0, P) once, and each ends before its layer's backward
 """
 import json
 import os
@@ -57,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from fractions import Fraction
 
 from tap import check, exit_status
 
@@ -313,12 +318,24 @@ def check_metadata(name, events, pp, layers, windowed=(), chunks=1):
           f"{', and a windows track on stages ' + str(list(windowed)) if windowed else ''}")
 
 
+def kv_pieces_of(decision):
+    """How many pieces of its kv heads plan.txt's decision cuts an op's recompute into (1: whole)."""
+    m = re.search(r"in (\d+) pieces of its kv heads", decision)
+    return int(m.group(1)) if m else 1
+
+
+def piece_share(args):
+    """The part of its op a compute event runs: a head-split op's recompute, its pieces' share."""
+    m = re.fullmatch(r"\[(\d+), (\d+)\) of (\d+)", args.get("kv_pieces", "[0, 1) of 1"))
+    return Fraction(int(m.group(2)) - int(m.group(1)), int(m.group(3)))
+
+
 def check_counts(name, spans, pp, counts):
     for s in range(pp):
         got = {}
         for e in spans:
             if e["pid"] == s and e["args"]["kind"] != "WINDOW":
-                got[e["args"]["kind"]] = got.get(e["args"]["kind"], 0) + 1
+                got[e["args"]["kind"]] = got.get(e["args"]["kind"], 0) + piece_share(e["args"])
         want = {k: v for k, v in counts[s].items() if v}
         check(got == want, f"{name}: stage {s} has the expected instructions ({got} vs {want})")
 
@@ -468,11 +485,13 @@ def check_windows(name, out_dir, spans, plan, case):
               f"{name}: stage {s}: --json's window ops are plan.txt's ({st['window_ops']} vs {from_plan})")
         placed = [e for e in spans if e["pid"] == s and e["args"]["kind"] == "RECOMPUTE" and e["tid"] == 1]
         in_window_total += len(placed)
-        check(len(placed) == st["windowed_ops"] <= st["windowed_instances"] * len(from_plan)
+        # a head-split op's pieces may take a window each
+        pieces = sum(kv_pieces_of(decisions[s][op]) for op in from_plan)
+        check(len(placed) == st["windowed_ops"] <= st["windowed_instances"] * pieces
               and {e["args"]["op"] for e in placed} <= set(from_plan),
               f"{name}: stage {s}: {len(placed)} RECOMPUTE events in windows, as --json's windowed_ops "
-              f"({st['windowed_ops']}), at most {st['windowed_instances']} instances x the {len(from_plan)} "
-              f"in-window ops of plan.txt")
+              f"({st['windowed_ops']}), at most {st['windowed_instances']} instances x the {pieces} "
+              f"in-window ops (or their pieces) of plan.txt")
         parts = {}
         for e in placed:
             parts.setdefault((e["args"]["layer"], e["args"]["mb"]), set()).add(e["args"]["window"])
@@ -660,6 +679,34 @@ def check_token_split(name, out_dir, spans):
     check(not late, f"{name}: each recompute of a split op's rows ends before its layer's backward ({late[:3]})")
 
 
+def check_head_pieces(name, out_dir, spans):
+    """A head-split op's recomputes name their kv-head pieces, which cover each of its layer instances
+    once, and end before the backward."""
+    cut = {(s, op): kv_pieces_of(d) for s, st in enumerate(read_decisions(out_dir)) for op, d in st.items()
+           if kv_pieces_of(d) > 1}
+    check(cut, f"{name}: plan.txt cuts an op's recompute into pieces of its kv heads ({cut})")
+    covered, events, wrong = {}, {}, []
+    for e in spans:
+        a = e["args"]
+        pieces = cut.get((e["pid"], a.get("op")))
+        if pieces is None or a["kind"] != "RECOMPUTE":
+            continue
+        m = re.fullmatch(r"\[(\d+), (\d+)\) of (\d+)", a.get("kv_pieces", f"[0, {pieces}) of {pieces}"))
+        bwd = [b["ts"] for b in spans if b["pid"] == e["pid"] and b["args"]["kind"] == "BWD"
+               and b["args"].get("layer") == a["layer"] and b["args"]["mb"] == a["mb"]]
+        if not m or int(m.group(3)) != pieces or not bwd or e["ts"] + e["dur"] > min(bwd) + 0.002:
+            wrong.append((e["name"], a.get("kv_pieces")))
+            continue
+        key = (e["pid"], a["op"], a["layer"], a["mb"])
+        covered.setdefault(key, []).extend(range(int(m.group(1)), int(m.group(2))))
+        events[key] = events.get(key, 0) + 1
+    once = all(sorted(p) == list(range(cut[(k[0], k[1])])) for k, p in covered.items())
+    spread = sum(n > 1 for n in events.values())
+    check(covered and once and spread, f"{name}: the pieces of each of {len(covered)} layer instances' recompute "
+          f"cover its kv heads once; {spread} instances run them in several recomputes")
+    check(not wrong, f"{name}: each piece names its kv heads and ends before its layer's backward ({wrong[:3]})")
+
+
 CASES = [
     # examples/tiny.model's own plan
     dict(layers=4, pp=2, tp=1, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="none"),
@@ -683,6 +730,10 @@ CASES = [
     dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="gpipe", policy="lynx-heu",
          extra=["--gpu-memory", "0.002", "--profile",
                 os.path.join(ROOT, "tests", "profiles", "tiny-token-split.profile")], offload=True, token_split=True),
+    # ... and the attention's recompute in pieces of its kv heads, each where a window has room (a what-if)
+    dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
+         extra=["--gpu-memory", "0.0023", "--no-offload", "--profile",
+                os.path.join(ROOT, "tests", "profiles", "tiny-head-pieces.profile")], head_pieces=True),
     # zero bubble: W passes s micro-batches late on stage s, drawn apart from the backwards
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),
     # PipeDream-2BW: steps that overlap, drawn back to back, the next step's first forwards in the drain
@@ -720,6 +771,8 @@ def run_case(tmp, i, case):
         check_offload(name, spans)
     if case.get("token_split"):
         check_token_split(name, out, spans)
+    if case.get("head_pieces"):
+        check_head_pieces(name, out, spans)
     m, _ = expected_counts(case, [0] * case["pp"])
     runs = compute_runs(spans, case["pp"], drawn_us(trace))
     check_schedule_svg(name, out, case, m, runs, spans, plan)

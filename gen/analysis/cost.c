@@ -200,13 +200,21 @@ typedef struct {
   double blocks; /* per call, forward or backward (their scratch holds different head counts) */
 } score_blocks;
 
-static score_blocks materialized_blocks(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
-  int heads = (int)heads_per_rank(ir, g, op), T = ir->model.seq_len;
-  lx_attn_sizes s = {ir->plan.micro_batch, T, heads, heads / (op->heads / op->kv_heads), 1};
+static int kv_heads_per_rank(const lx_ir *ir, const lx_graph *g, const lx_op *op) {
+  return (int)heads_per_rank(ir, g, op) / (op->heads / op->kv_heads);
+}
+
+/* The blocks of a call over kv_count of the rank's kv heads (a head-split
+ * recompute's piece runs fewer; the stream's scratch is sized for them all). */
+static score_blocks materialized_blocks(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward,
+                                        int kv_count) {
+  int kv = kv_heads_per_rank(ir, g, op), T = ir->model.seq_len;
+  lx_attn_sizes s = {ir->plan.micro_batch, T, kv_count * (op->heads / op->kv_heads), kv_count, 1};
   int per_block =
-      lx_attn_heads_per_block(s, lx_attn_scratch_floats(T, s.KVH) * 4,
+      lx_attn_heads_per_block(s, lx_attn_scratch_floats(T, kv) * 4,
                               backward ? LX_ATTN_BACKWARD_SCORE_BYTES : LX_ATTN_FORWARD_SCORE_BYTES);
-  score_blocks b = {lx_attn_covered_share(T), (T + 1.0) / (2.0 * T), lx_attn_block_count(s, per_block)};
+  lx_attn_slices slices = {0, kv_count, per_block};
+  score_blocks b = {lx_attn_covered_share(T), (T + 1.0) / (2.0 * T), lx_attn_block_count(s, slices)};
   return b;
 }
 
@@ -223,7 +231,7 @@ static double score_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op, b
   const lx_op *qkv = input_op(g, op, 0);
   double head_dim = (double)qkv->out.width / (op->heads + 2 * op->kv_heads);
   double scores = op->flops_fwd / (4 * head_dim); /* flops_fwd = 4 x scores x head_dim */
-  score_blocks b = materialized_blocks(ir, g, op, backward);
+  score_blocks b = materialized_blocks(ir, g, op, backward, kv_heads_per_rank(ir, g, op));
   bool dropout = ir->model.dropout > 0;
   double elt = elt_bytes(ir), per_score;
   if (backward)
@@ -282,7 +290,7 @@ static double launches(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool
   case LX_OP_ATTENTION:
     if (op->attention_impl == LX_ATTN_FLASH) return backward ? 3 : 1; /* FA2: dot(dO,O), main, dq */
     /* per block: QK^T, softmax, PV; backward dV, dP, softmax, dQ, dK */
-    return materialized_blocks(ir, g, op, backward).blocks * (backward ? 5 : 3);
+    return materialized_blocks(ir, g, op, backward, kv_heads_per_rank(ir, g, op)).blocks * (backward ? 5 : 3);
   default: return 1;
   }
 }
@@ -295,7 +303,7 @@ static double roofline(const lx_cost_model *cm, const lx_ir *ir, const lx_graph 
                        bool backward) {
   if (op->kind == LX_OP_INPUT) return 0;
   double flops = backward ? op->flops_bwd : op->flops_fwd;
-  if (materialized_attention(op)) flops *= materialized_blocks(ir, g, op, backward).covered;
+  if (materialized_attention(op)) flops *= lx_attn_covered_share(ir->model.seq_len);
   bool again = forward_again(g, op, backward);
   double bytes = backward ? bwd_bytes(ir, g, op) : fwd_bytes(ir, g, op);
   if (again) bytes += fwd_bytes(ir, g, op);
@@ -347,6 +355,16 @@ static const lx_profile_entry *profile_entry(const lx_cost_model *cm, const lx_i
 double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {
   const lx_profile_entry *e = profile_entry(cm, ir, g, op);
   return e ? pieces(op) * e->fwd_s : roofline(cm, ir, g, op, false);
+}
+
+double lx_cost_op_fwd_heads(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op,
+                            int kv_count) {
+  double whole = lx_cost_op_fwd(cm, ir, g, op);
+  int kv = materialized_attention(op) ? kv_heads_per_rank(ir, g, op) : 0;
+  if (kv_count >= kv) return whole;
+  double share = (double)kv_count / kv, whole_calls = launches(ir, g, op, false);
+  double calls = materialized_blocks(ir, g, op, false, kv_count).blocks * 3;
+  return share * (whole - whole_calls * cm->launch_s) + calls * cm->launch_s;
 }
 
 double lx_cost_op_bwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {

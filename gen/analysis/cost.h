@@ -85,6 +85,12 @@ double lx_cost_gemm_efficiency(const lx_cost_model *cm, double m, double n, doub
 /* One op of graph g for one micro-batch on one tp rank; recompute = fwd. */
 double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
 double lx_cost_op_bwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
+/* The forward of a materialised attention over kv_count of its kv heads on
+ * the rank (a head-split recompute's piece, lx_head_splittable): the whole
+ * op's time less its launches, in proportion, plus the piece's own blocks'
+ * launches; the whole op's time for any other op or all its heads. */
+double lx_cost_op_fwd_heads(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op,
+                            int kv_count);
 /* The part of a linear's backward that is its weight gradient (zero bubble's
  * W): the product dY^T X has the forward's FLOPs, so its share of the
  * backward's time is theirs of its FLOPs. */

@@ -192,6 +192,12 @@ void emit_partial_run(const lx_printer *pr, const lx_graph_printer *gp, const lx
     ops[n] = run[n].op;
   lx_printer weights = *pr;
   weights.weight_pass = run->kind == LX_I_BWD_WEIGHT;
+  if (run->pieces) { /* lx_walk_same_run: alone in its run */
+    weights.head_pieces = run;
+    fprintf(pr->out,
+            "  /* pieces [%d, %d) of %d of its kv heads; the others run in other windows or on demand */\n",
+            run->piece_first, run->piece_end, run->pieces);
+  }
   print_run(&weights, gp, &(op_run){run->graph, ops, count, run->kind, false});
   free(ops);
 }

@@ -54,6 +54,15 @@ static void attention_tail(const lx_printer *pr, lx_graph_id g, int i, bool rand
            op->heads);
 }
 
+/* A head-split recompute's pieces: the kv heads of the rank they run. */
+static void heads_tail(const lx_printer *pr, lx_graph_id g, const lx_op *op, call_tail *c) {
+  int split = emit_op_at(pr, g, op->inputs[0])->out.split ? emit_tp(pr) : 1, first, end;
+  lx_instr_kv_heads(pr->head_pieces, op->kv_heads / split, &first, &end);
+  size_t n = strlen(c->sizes);
+  snprintf(c->sizes + n, sizeof c->sizes - n, ", %d, %d", first, end);
+  c->variant = "_heads";
+}
+
 static void dropout_tail(const lx_printer *pr, lx_graph_id g, int i, const lx_kernel_call *k, bool backward,
                          call_tail *c) {
   int n = snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d, DROPOUT", k->rows, k->width);
@@ -110,6 +119,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
   case LX_OP_ATTENTION:
     /* a flash backward draws the forward's dropout mask again */
     attention_tail(pr, g, i, !backward || op->attention_impl == LX_ATTN_FLASH, c);
+    if (pr->head_pieces) heads_tail(pr, g, op, c);
     break;
   case LX_OP_ROPE: {
     char dims[96];

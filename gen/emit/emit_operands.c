@@ -317,6 +317,7 @@ bool emit_run_is_function(const lx_printer *pr, const lx_instr *run, int count) 
    * own (a collective between two ops splits the run anyway). A W pass
    * has none. */
   bool backward = run->kind == LX_I_BWD || run->kind == LX_I_BWD_WEIGHT;
+  if (run->pieces) return false; /* some of a head-split op's heads */
   lx_tp_collectives first = lx_tp_collectives_of(pr->ir, &g->ops[run[0].op], backward);
   lx_tp_collectives last = lx_tp_collectives_of(pr->ir, &g->ops[run[count - 1].op], backward);
   if (run->kind != LX_I_BWD_WEIGHT && (first.gather_before || last.reduce_after)) return false;

@@ -30,6 +30,7 @@ typedef struct {
   bool weight_pass;        /* a backward printed now is a W pass (zero bubble): its parameter gradients */
   bool in_pieces;          /* inside a loop over mini-sequences: a chunked op's calls are one piece's */
   const lx_op *rows_op;    /* printed over rows [first_row, first_row + piece_rows) alone (a token split) */
+  const lx_instr *head_pieces; /* a head-split op's RECOMPUTE printed now: over its kv-head pieces alone */
   lx_tensor_names *names;  /* the tensors the printed code names (emit_names.c) */
   double predicted_step_s; /* lx_program's */
 } lx_printer;

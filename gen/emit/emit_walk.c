@@ -58,6 +58,7 @@ static const lx_instr *head_of(const walk *w, int k) {
 }
 
 bool lx_walk_same_run(const lx_instr *a, const lx_instr *b) {
+  if (a != b && (a->pieces || b->pieces)) return false; /* a head-split op's pieces: a run of their own */
   return a->kind == b->kind && a->graph == b->graph && a->layer == b->layer && a->mb == b->mb;
 }
 

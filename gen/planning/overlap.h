@@ -41,7 +41,9 @@
  * runs on demand before the backward (lx_assign_windows, an
  * earliest-deadline-first matching; the recompute stream runs in order, so
  * an op's recomputed inputs, placed in the same or an earlier window, are
- * always ready before it). */
+ * always ready before it). A materialised attention longer than the typical
+ * window is placed in pieces of its kv heads instead (pieces, below), one
+ * after another like ops of their own. */
 #ifndef LX_OVERLAP_H
 #define LX_OVERLAP_H
 
@@ -51,6 +53,10 @@
 #include "planning/simulate.h"
 
 typedef uint64_t lx_opmask; /* a set of block ops; blocks have fewer than 64 */
+
+/* Head-split recompute (lx_head_pieces_max): 1, 2, 4, 8 or 16 pieces, at
+ * most LX_MAX_UNITS placement entries per layer instance. */
+enum { LX_PIECE_OPTIONS = 5, LX_MAX_UNITS = 256 };
 
 /* ---- windows.c ---------------------------------------------------------- */
 
@@ -79,6 +85,11 @@ typedef struct {
   int64_t
       *offload_bytes; /* per op: what offloading it copies each way, 0 where it may not (lx_offloadable) */
   bool *splittable;   /* per op: may offload part of its rows and recompute the rest (lx_token_splittable) */
+  /* per op: how many kv-head pieces its in-window recompute is cut into, each placed on its own (1:
+   * whole; lx_stage_problem_set_windows picks them); its recompute_s is then the pieces' sum (a piece
+   * launches its own kernels), on demand too: the policies' price is never below the schedule's */
+  int *pieces;
+  double (*piece_options_s)[LX_PIECE_OPTIONS]; /* per op: one of 2^k pieces' seconds; 0: may not */
   double host_bytes_per_s;         /* the host link, one direction; 0: no offload */
   int64_t host_avail_bytes;        /* host memory the stage's offloaded tensors may take */
   double layer_fwd_s, layer_bwd_s; /* one layer instance's forward and backward: what its copies overlap */
@@ -107,9 +118,13 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
 void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s);
 void lx_stage_problem_free(lx_stage_problem *pr);
 
-/* Entries of a placement (window_of): one per layer instance and block op,
- * instance * n_ops + op. */
+/* Entries of a placement (window_of): per layer instance, one per piece of
+ * each block op (lx_stage_units), instance * units + lx_first_unit(op) + piece. */
 size_t lx_placement_entries(const lx_stage_problem *pr);
+int lx_stage_units(const lx_stage_problem *pr);
+int lx_first_unit(const lx_stage_problem *pr, int op);
+/* One piece's recompute seconds (recompute_s of a whole op). */
+double lx_unit_seconds(const lx_stage_problem *pr, int op);
 /* Places the window ops w of every instance into the windows (stage_problem.h,
  * lx_match_windows); returns the in-window seconds served. */
 double lx_assign_windows(const lx_stage_problem *pr, lx_opmask w, int *window_of);

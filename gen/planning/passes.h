@@ -36,6 +36,11 @@ int64_t lx_offload_bytes(const lx_graph *block, int i);
  * its forward, its rows are the micro-batch's B x T (not a sequence shard)
  * and they cut into LX_TOKEN_PIECES equal pieces. */
 bool lx_token_splittable(const lx_ir *ir, int i);
+/* How many pieces op i's in-window recompute may be cut into by kv heads
+ * (lx_op_decision.window_pieces): a materialised attention's kv heads on one
+ * rank (each piece the query heads that read its kv heads, a kernel call of
+ * their own: lx_attention_forward_heads); 1 for every other op. */
+int lx_head_pieces_max(const lx_ir *ir, int i);
 /* What one instance of offloaded op i copies each way under decision d: all
  * it saves, or the rows a token-wise split offloads. */
 int64_t lx_host_copy_bytes(const lx_graph *block, const lx_op_decision *d, int i);

@@ -64,6 +64,13 @@ bool lx_token_splittable(const lx_ir *ir, int i) {
          all_rows(ir, g, op) && rows % LX_TOKEN_PIECES == 0;
 }
 
+int lx_head_pieces_max(const lx_ir *ir, int i) {
+  const lx_graph *g = &ir->block;
+  const lx_op *op = &g->ops[i];
+  if (op->kind != LX_OP_ATTENTION || op->attention_impl != LX_ATTN_MATERIALIZED) return 1;
+  return g->ops[op->inputs[0]].out.split ? op->kv_heads / ir->plan.tp : op->kv_heads;
+}
+
 int64_t lx_host_copy_bytes(const lx_graph *g, const lx_op_decision *d, int i) {
   int64_t bytes = lx_offload_bytes(g, i);
   return lx_token_split(d) ? lx_token_hosted(d, bytes) : bytes;

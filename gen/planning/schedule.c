@@ -145,18 +145,36 @@ static bool reads_offloaded(const builder *b, int i) {
  * ops placed there, on the recompute stream (they need no all-reduce:
  * overlap.h). The backward waits for the event of the instance's last part
  * (the recompute stream runs in order). */
+/* The RECOMPUTE of op i of instance inst's pieces that window w runs (-1: on
+ * demand), which are consecutive (lx_match_windows); false where none. A
+ * head-split op's names its pieces unless they are all of them. */
+static bool recompute_at(const builder *b, int inst, int i, int w, lx_instr *in) {
+  int pieces = lx_window_pieces(&b->st->decisions[i]), first = 0;
+  if (!b->st->decisions[i].in_window) return w < 0;
+  while (first < pieces && lx_piece_window(b->pipe, b->st, inst, i, first) != w)
+    first++;
+  int end = first;
+  while (end < pieces && lx_piece_window(b->pipe, b->st, inst, i, end) == w)
+    end++;
+  if (first == end) return false;
+  if (end - first < pieces) in->piece_first = first, in->piece_end = end, in->pieces = pieces;
+  return true;
+}
+
+static lx_instr recompute_of(const builder *b, int inst, int i) {
+  int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
+  return (lx_instr){.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb};
+}
+
 static void recompute_in_window(builder *b, int inst, int w) {
   const lx_graph *g = &b->ir->block;
-  int layer = lx_slot_layer(b->st, inst / b->pipe->micro_batches), mb = inst % b->pipe->micro_batches;
   bool waited = false;
   for (int i = 0; i < g->n_ops; i++) {
-    if (!b->st->decisions[i].recompute || !b->st->decisions[i].in_window ||
-        lx_recompute_window(b->pipe, b->st, inst, i) != w)
-      continue;
+    lx_instr in = recompute_of(b, inst, i);
+    if (!b->st->decisions[i].recompute || !recompute_at(b, inst, i, w, &in)) continue;
     if (!waited && b->prefetched[inst] >= 0 && reads_offloaded(b, i)) /* its input, back from host memory */
       wait_for(b, LX_STREAM_RECOMPUTE, b->prefetched[inst]), waited = true;
-    emit(b, LX_STREAM_RECOMPUTE,
-         (lx_instr){.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb});
+    emit(b, LX_STREAM_RECOMPUTE, in);
   }
   b->recomputed[inst] = record(b, LX_STREAM_RECOMPUTE);
 }
@@ -363,10 +381,14 @@ static void recompute_layer(builder *b, int layer, int mb) {
   int inst = instance_of(b, layer, mb);
   if (b->prefetched[inst] >= 0) wait_for(b, LX_STREAM_COMPUTE, b->prefetched[inst]);
   if (b->recomputed[inst] >= 0) wait_for(b, LX_STREAM_COMPUTE, b->recomputed[inst]);
-  for (int i = 0; i < g->n_ops; i++)
-    if (b->st->decisions[i].recompute &&
-        !(b->st->decisions[i].in_window && lx_recompute_window(b->pipe, b->st, inst, i) >= 0))
+  for (int i = 0; i < g->n_ops; i++) {
+    lx_instr in = recompute_of(b, inst, i);
+    if (!b->st->decisions[i].recompute || !recompute_at(b, inst, i, -1, &in)) continue;
+    if (in.pieces) /* a head-split op's last pieces: no collective (it is windowable) */
+      emit(b, LX_STREAM_COMPUTE, in);
+    else
       run_forward_op(b, LX_I_RECOMPUTE, LX_GRAPH_BLOCK, layer, i, mb);
+  }
 }
 
 /* The epilogue's second parameter: the targets. */
@@ -575,10 +597,11 @@ static void index_window_items(builder *b) {
     const lx_chunk *c = &st->chunks[backwards[i].chunk];
     for (int l = lx_chunk_last_layer(c); l >= c->first_layer; l--) {
       int inst = lx_layer_slot(st, l) * m + backwards[i].mb;
-      for (int op = 0, last = -1; op < b->ir->block.n_ops; op++) {
-        int w = lx_recompute_window(b->pipe, st, inst, op);
-        if (w > last && w < st->n_windows) b->window_items[fill[last = w]++] = inst;
-      }
+      for (int op = 0, last = -1; op < b->ir->block.n_ops; op++)
+        for (int k = 0; k < lx_window_pieces(&st->decisions[op]); k++) {
+          int w = lx_piece_window(b->pipe, st, inst, op, k);
+          if (w > last && w < st->n_windows) b->window_items[fill[last = w]++] = inst;
+        }
     }
   }
   free(backwards);

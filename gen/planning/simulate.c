@@ -276,6 +276,11 @@ double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, c
   case LX_I_FWD:
   case LX_I_RECOMPUTE: {
     const lx_graph *g = lx_graph_of(ir, in->graph);
+    if (in->pieces > 0) { /* a head-split op's pieces: their own kernels' blocks */
+      int first, end;
+      lx_instr_kv_heads(in, lx_head_pieces_max(ir, in->op), &first, &end);
+      return lx_cost_op_fwd_heads(cm, ir, g, &g->ops[in->op], end - first);
+    }
     return lx_cost_op_fwd(cm, ir, g, &g->ops[in->op]) * lx_instr_fraction(&p->stages[stage], in);
   }
   case LX_I_BWD: {

@@ -33,6 +33,13 @@ static int64_t drop_bytes_of(const lx_graph *g, int i, lx_op_decision *scratch) 
   return all - lx_kept_bytes(g, scratch);
 }
 
+/* The pieces op i may be cut into: 2^k that divide its kv heads, each priced by its own calls. */
+static void set_piece_options(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int i) {
+  int most = lx_head_pieces_max(ir, i);
+  for (int k = 0, p = 1; k < LX_PIECE_OPTIONS && most % p == 0 && p <= most; k++, p *= 2)
+    pr->piece_options_s[i][k] = lx_cost_op_fwd_heads(cm, ir, &ir->block, &ir->block.ops[i], most / p);
+}
+
 void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int n_layers,
                            int64_t stashed_layers, int micro_batches, int64_t avail_bytes) {
   const lx_graph *g = &ir->block;
@@ -50,6 +57,8 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
   pr->windowable = lx_calloc(n, sizeof(bool));
   pr->offload_bytes = lx_calloc(n, sizeof(int64_t));
   pr->splittable = lx_calloc(n, sizeof(bool));
+  pr->pieces = lx_malloc(sizeof(int) * (n + 1));
+  pr->piece_options_s = lx_calloc(n + 1, sizeof *pr->piece_options_s);
   pr->host_bytes_per_s = cm->gpu.host_bytes_per_s;
   pr->host_avail_bytes = (int64_t)(0.75 * cm->gpu.host_memory_bytes); /* the rest: OS, data, pinned limits */
   lx_op_decision *scratch = lx_calloc(n, sizeof *scratch);
@@ -62,8 +71,10 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
     }
     if (lx_offloadable(g, i)) pr->offload_bytes[i] = lx_offload_bytes(g, i);
     pr->splittable[i] = lx_token_splittable(ir, i);
+    pr->pieces[i] = 1;
     if (lx_never_dropped(g, i)) continue;
     pr->recompute_s[i] = lx_cost_op_fwd(cm, ir, g, op);
+    set_piece_options(pr, ir, cm, i);
     pr->drop_bytes[i] = drop_bytes_of(g, i, scratch);
     pr->windowable[i] = lx_output_saved(g, i) && !has_tp_collective(ir, op);
   }
@@ -131,6 +142,39 @@ static void set_prefetch_room(lx_stage_problem *pr) {
   pr->room_below = lx_sorted_sums(pr->room_s, pr->n_instances, false);
 }
 
+static int by_capacity(const void *x, const void *y) {
+  double a = ((const lx_window *)x)->capacity, b = ((const lx_window *)y)->capacity;
+  return (a > b) - (a < b);
+}
+
+/* The capacity of the stage's typical window: the median. */
+static double median_capacity(const lx_stage_problem *pr) {
+  if (pr->n_windows == 0) return 0;
+  lx_window *sorted = lx_malloc(sizeof *sorted * (size_t)pr->n_windows);
+  memcpy(sorted, pr->windows, sizeof *sorted * (size_t)pr->n_windows);
+  qsort(sorted, (size_t)pr->n_windows, sizeof *sorted, by_capacity);
+  double median = sorted[pr->n_windows / 2].capacity;
+  free(sorted);
+  return median;
+}
+
+/* A window op too long for the typical window is cut into the fewest pieces
+ * that fit it, so that the many short windows (tensor-parallel all-reduces)
+ * take its pieces one after another; where no cut fits, it stays whole
+ * (each piece launches kernels of its own). */
+static void pick_pieces(lx_stage_problem *pr) {
+  double typical = median_capacity(pr);
+  int units = pr->n_ops;
+  for (int i = 0; i < pr->n_ops; i++) {
+    if (!pr->windowable[i] || pr->recompute_s[i] <= typical) continue;
+    for (int k = 1, p = 2; k < LX_PIECE_OPTIONS && pr->piece_options_s[i][k] > 0; k++, p *= 2)
+      if (pr->piece_options_s[i][k] <= typical && units + p - 1 <= LX_MAX_UNITS) {
+        pr->pieces[i] = p, pr->recompute_s[i] = p * pr->piece_options_s[i][k], units += p - 1;
+        break;
+      }
+  }
+}
+
 void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s) {
   const lx_stage *st = &p->stages[s];
   free(pr->lo);
@@ -142,6 +186,7 @@ void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, in
   pr->due = lx_malloc(sizeof(int) * (size_t)(pr->n_instances + 1));
   lx_instance_bounds(p, s, pr->lo, pr->due);
   set_prefetch_room(pr);
+  pick_pieces(pr);
 }
 
 void lx_stage_problem_free(lx_stage_problem *pr) {
@@ -150,6 +195,8 @@ void lx_stage_problem_free(lx_stage_problem *pr) {
   free(pr->windowable);
   free(pr->offload_bytes);
   free(pr->splittable);
+  free(pr->pieces);
+  free(pr->piece_options_s);
   free(pr->lo);
   free(pr->due);
   free(pr->room_s);
@@ -278,6 +325,7 @@ void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w
   for (int i = 0; i < pr->n_ops; i++) {
     d[i].in_window &= d[i].recompute;
     d[i].offload = has(of.whole, i) && !d[i].recompute && pr->offload_bytes[i] > 0;
+    d[i].window_pieces = pr->pieces[i] > 1 ? pr->pieces[i] : 0; /* the placement's layout, windowed or not */
   }
   if (of.split >= 0 && d[of.split].recompute && pr->splittable[of.split] && of.pieces > 0 &&
       of.pieces < LX_TOKEN_PIECES) {
@@ -348,8 +396,8 @@ static bool fits_in(double op_s, double left) { return op_s <= left * (1 + 1e-9)
 static double shortest_window_op(const lx_stage_problem *pr) {
   double min_s = 0;
   for (int i = 0; i < pr->n_ops; i++)
-    if (pr->windowable[i] && pr->recompute_s[i] > 0 && (min_s == 0 || pr->recompute_s[i] < min_s))
-      min_s = pr->recompute_s[i];
+    if (pr->windowable[i] && pr->recompute_s[i] > 0 && (min_s == 0 || lx_unit_seconds(pr, i) < min_s))
+      min_s = lx_unit_seconds(pr, i);
   return min_s;
 }
 
@@ -417,22 +465,36 @@ static int first_at(const lx_stage_problem *pr, const int *list, int k, int n, i
   return k;
 }
 
-size_t lx_placement_entries(const lx_stage_problem *pr) {
-  return (size_t)(pr->n_instances > 0 ? pr->n_instances : 0) * (size_t)pr->n_ops + 1;
+int lx_first_unit(const lx_stage_problem *pr, int op) {
+  int units = 0;
+  for (int i = 0; i < op; i++)
+    units += pr->pieces[i];
+  return units;
 }
 
-/* The window ops of a matching, in op order, and their seconds. */
+int lx_stage_units(const lx_stage_problem *pr) { return lx_first_unit(pr, pr->n_ops); }
+
+double lx_unit_seconds(const lx_stage_problem *pr, int op) { return pr->recompute_s[op] / pr->pieces[op]; }
+
+size_t lx_placement_entries(const lx_stage_problem *pr) {
+  return (size_t)(pr->n_instances > 0 ? pr->n_instances : 0) * (size_t)lx_stage_units(pr) + 1;
+}
+
+/* The window ops' pieces of a matching, in op order: their placement
+ * entries in an instance's and their seconds. */
 typedef struct {
-  int n, ops[64];
-  double s[64], shortest;
+  int n, units, unit[LX_MAX_UNITS];
+  double s[LX_MAX_UNITS], shortest;
 } op_sequence;
 
 static op_sequence sequence_of(const lx_stage_problem *pr, lx_opmask w) {
-  op_sequence q = {.n = 0};
+  op_sequence q = {.n = 0, .units = lx_stage_units(pr)};
   for (lx_opmask m = w; m;) {
     int i = next_op(&m);
-    q.ops[q.n] = i, q.s[q.n++] = pr->recompute_s[i];
-    if (q.n == 1 || pr->recompute_s[i] < q.shortest) q.shortest = pr->recompute_s[i];
+    for (int k = 0, first = lx_first_unit(pr, i); k < pr->pieces[i]; k++) {
+      q.unit[q.n] = first + k, q.s[q.n++] = lx_unit_seconds(pr, i);
+      if (q.n == 1 || lx_unit_seconds(pr, i) < q.shortest) q.shortest = lx_unit_seconds(pr, i);
+    }
   }
   return q;
 }
@@ -446,7 +508,7 @@ static double serve_window(const lx_matcher *m, heap *h, const op_sequence *q, i
     int inst = heap_pop(h), j = m->progress[inst];
     for (; j < q->n && fits_in(q->s[j], left); j++) {
       left -= q->s[j], served += q->s[j];
-      if (window_of) window_of[(size_t)inst * (size_t)m->pr->n_ops + (size_t)q->ops[j]] = win;
+      if (window_of) window_of[(size_t)inst * (size_t)q->units + (size_t)q->unit[j]] = win;
     }
     m->progress[inst] = j;
     if (j < q->n) m->held[n_held++] = inst;
@@ -504,9 +566,11 @@ double lx_assign_windows(const lx_stage_problem *pr, lx_opmask w, int *window_of
 
 double lx_covered_seconds(const lx_stage_problem *pr, const int *window_of) {
   double s = 0;
+  size_t units = (size_t)lx_stage_units(pr);
   for (int i = 0; window_of && i < pr->n_instances; i++)
-    for (int k = 0; k < pr->n_ops; k++)
-      if (window_of[(size_t)i * (size_t)pr->n_ops + (size_t)k] >= 0) s += pr->recompute_s[k];
+    for (int k = 0, unit = 0; k < pr->n_ops; k++)
+      for (int piece = 0; piece < pr->pieces[k]; piece++, unit++)
+        if (window_of[(size_t)i * units + (size_t)unit] >= 0) s += lx_unit_seconds(pr, k);
   return s;
 }
 

@@ -2,13 +2,13 @@
  * bound by which lynx-heu matches its window sets best first (policy.c),
  * so that only the sets that can still win are matched for real.
  *
- * Two bounds, the smaller holds. The windows: a set's ops run whole in one
- * window each, so windows with less room than its shortest op serve it
- * nothing and the others at most their capacity (summed once per op rank,
- * the ops sorted by recompute time). The instances: the matching
- * (lx_match_windows) runs an instance's window ops in op order, so once an
- * op fits none of the instance's admissible windows, neither it nor any op
- * after it is served there; an instance is served at most that prefix of
+ * Two bounds, the smaller holds. The windows: a set's ops (or their pieces)
+ * run whole in one window each, so windows with less room than its shortest
+ * piece serve it nothing and the others at most their capacity (summed once
+ * per op rank, the ops sorted by a piece's recompute time). The instances:
+ * the matching (lx_match_windows) runs an instance's window ops in op order,
+ * so once an op's piece fits none of the instance's admissible windows,
+ * neither it nor any op after it is served there; an instance is served at most that prefix of
  * the set, and at most the capacity of its admissible windows.
  * Instances are grouped by how many ops (shortest first) fit their largest
  * window; within a group their rooms are sorted with running sums, so a set
@@ -41,18 +41,19 @@ static double largest(const double *tree, int n, int a, int b) {
   return most;
 }
 
-/* Ops by recompute time, shortest first (ties by index): each op's place. */
+/* Ops by the recompute time of one piece (a head-split op's pieces run one
+ * window each), shortest first (ties by index): each op's place. */
 static void rank_ops(const lx_stage_problem *pr, lx_window_room *r) {
   int *order = lx_malloc(sizeof(int) * (size_t)(pr->n_ops + 1));
   for (int i = 0; i < pr->n_ops; i++) {
     int k = i;
-    for (; k > 0 && pr->recompute_s[order[k - 1]] > pr->recompute_s[i]; k--)
+    for (; k > 0 && lx_unit_seconds(pr, order[k - 1]) > lx_unit_seconds(pr, i); k--)
       order[k] = order[k - 1];
     order[k] = i;
   }
   for (int k = 0; k < pr->n_ops; k++) {
     r->rank[order[k]] = k;
-    r->sorted_s[k] = pr->recompute_s[order[k]];
+    r->sorted_s[k] = lx_unit_seconds(pr, order[k]);
   }
   free(order);
 }

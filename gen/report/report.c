@@ -42,6 +42,11 @@ static const char *decision_text(const lx_op_decision *d, char buf[96]) {
   }
   if (d->offload) return "offload to host memory after the forward, prefetch before the backward";
   if (!d->recompute) return "keep";
+  if (d->in_window && lx_window_pieces(d) > 1) {
+    snprintf(buf, 96, "recompute in a window on the recompute stream, in %d pieces of its kv heads",
+             d->window_pieces);
+    return buf;
+  }
   if (d->in_window)
     return "recompute in a window on the recompute stream (on demand where the instance got none)";
   if (d->drop_internals && !d->drop_output)
@@ -79,9 +84,12 @@ static window_use window_use_of(const lx_pipeline *p, const lx_stage *st) {
     u.used += n[w] > 0, u.parts += n[w];
   free(n);
   for (int inst = 0; st->window_of && inst < st->n_layers * p->micro_batches; inst++) {
-    int ops = 0;
+    int ops = 0; /* RECOMPUTE instructions in windows: a head-split op's, one per window its pieces take */
     for (int i = 0; i < p->ir->block.n_ops; i++)
-      ops += lx_recompute_window(p, st, inst, i) >= 0;
+      for (int k = 0, last = -1; k < lx_window_pieces(&st->decisions[i]); k++) {
+        int w = lx_piece_window(p, st, inst, i, k);
+        if (w >= 0 && w != last) ops++, last = w;
+      }
     u.ops += ops, u.instances += ops > 0, u.split += lx_instance_split(p, st, inst);
   }
   return u;
@@ -89,9 +97,17 @@ static window_use window_use_of(const lx_pipeline *p, const lx_stage *st) {
 
 enum { LISTED_WINDOWS = 4 };
 
+/* How many of op i's pieces (its whole self, where it is not cut) instance inst runs in window w. */
+static int pieces_in(const lx_pipeline *p, const lx_stage *st, int inst, int i, int w) {
+  int n = 0;
+  for (int k = 0; k < lx_window_pieces(&st->decisions[i]); k++)
+    n += lx_piece_window(p, st, inst, i, k) == w;
+  return n;
+}
+
 static bool recomputes_in(const lx_pipeline *p, const lx_stage *st, int inst, int w) {
   for (int i = 0; i < p->ir->block.n_ops; i++)
-    if (lx_recompute_window(p, st, inst, i) == w) return true;
+    if (pieces_in(p, st, inst, i, w)) return true;
   return false;
 }
 
@@ -109,11 +125,13 @@ static void print_window_items(const lx_pipeline *p, const lx_stage *st, int w, 
     sep = ", ";
     if (!lx_instance_split(p, st, inst)) continue;
     const char *op_sep = " (";
-    for (int i = 0; i < p->ir->block.n_ops; i++)
-      if (lx_recompute_window(p, st, inst, i) == w) {
-        fprintf(out, "%s%s", op_sep, p->ir->block.ops[i].name);
-        op_sep = ", ";
-      }
+    for (int i = 0; i < p->ir->block.n_ops; i++) {
+      int pieces = lx_window_pieces(&st->decisions[i]), here = pieces_in(p, st, inst, i, w);
+      if (!here) continue;
+      fprintf(out, "%s%s", op_sep, p->ir->block.ops[i].name);
+      if (here < pieces) fprintf(out, " %d/%d of its kv heads", here, pieces);
+      op_sep = ", ";
+    }
     fputc(')', out);
   }
 }
@@ -360,6 +378,18 @@ static void put_token_splits(cJSON *parent, const lx_ir *ir, const lx_stage *st)
   }
 }
 
+/* Head splits: per op recomputed in windows by pieces of its kv heads, how many. */
+static void put_head_splits(cJSON *parent, const lx_ir *ir, const lx_stage *st) {
+  cJSON *splits = lx_json_add_array(parent, "head_split_ops");
+  for (int i = 0; i < ir->block.n_ops; i++) {
+    const lx_op_decision *d = &st->decisions[i];
+    if (!d->recompute || !d->in_window || lx_window_pieces(d) < 2) continue;
+    cJSON *split = lx_json_add_object(splits, NULL);
+    lx_json_add_string(split, "op", ir->block.ops[i].name);
+    lx_json_add_int(split, "kv_pieces", d->window_pieces);
+  }
+}
+
 /* Interleaved 1F1B: the stage's model chunks. */
 static void put_chunks_json(cJSON *stage, const lx_stage *st) {
   cJSON *chunks = lx_json_add_array(stage, "chunks");
@@ -398,6 +428,7 @@ static void put_stage_json(cJSON *stages, const lx_report *r, int s) {
   put_ops(w, "window_ops", p->ir, st, OPS_IN_WINDOWS);
   put_ops(w, "offloaded_ops", p->ir, st, OPS_OFFLOADED);
   put_token_splits(w, p->ir, st);
+  put_head_splits(w, p->ir, st);
   lx_json_add_int(w, "host_bytes", m->host_bytes);
   window_use u = window_use_of(p, st);
   lx_json_add_int(w, "windows_found", st->window_of ? st->n_windows : 0);

@@ -30,7 +30,8 @@ static int window_of_instr(const lx_pipeline *p, const lx_stage *st, int k, cons
   if (k != LX_STREAM_RECOMPUTE || in->kind != LX_I_RECOMPUTE || in->graph != LX_GRAPH_BLOCK || !st->window_of)
     return -1;
   int mb = in->mb % p->micro_batches; /* a step's, where the pipeline is unrolled over several */
-  return lx_recompute_window(p, st, lx_layer_slot(st, in->layer) * p->micro_batches + mb, in->op);
+  return lx_piece_window(p, st, lx_layer_slot(st, in->layer) * p->micro_batches + mb, in->op,
+                         in->piece_first);
 }
 
 /* Microseconds rounded to the nanosecond; never negative. */
@@ -88,6 +89,14 @@ static void put_token_rows(cJSON *args, const lx_stage *st, const lx_instr *in) 
   lx_json_add_string(args, "rows", rows);
 }
 
+/* A head-split op's recompute runs its kv heads in pieces: "kv_pieces" [first, end) of how many. */
+static void put_head_pieces(cJSON *args, const lx_instr *in) {
+  if (!in->pieces) return;
+  char pieces[48];
+  snprintf(pieces, sizeof pieces, "[%d, %d) of %d", in->piece_first, in->piece_end, in->pieces);
+  lx_json_add_string(args, "kv_pieces", pieces);
+}
+
 /* Where a recompute runs: in window w (on the recompute stream) or on demand. */
 static void put_placement(cJSON *args, const lx_stage *st, int w) {
   if (w < 0) {
@@ -128,6 +137,7 @@ static void put_instr_args(cJSON *event, const lx_pipeline *p, int s, int k, con
     if (in->kind == LX_I_RECOMPUTE)
       put_placement(args, &p->stages[s], window_of_instr(p, &p->stages[s], k, in));
     if (in->kind != LX_I_ALLREDUCE_TP) put_token_rows(args, &p->stages[s], in);
+    put_head_pieces(args, in);
     break;
   }
   case LX_I_SEND_ACT:

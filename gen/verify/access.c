@@ -25,10 +25,30 @@ static bool token_split_output(const lx_stage *st, lx_tensor_ref t) {
          lx_token_split(&st->decisions[t.op]);
 }
 
+/* The pieces of a head-split op's tensors (lx_rows) that `in` touches: a
+ * RECOMPUTE of some pieces writes theirs; 0 where the tensor is not one. */
+static int head_pieces(const lx_stage *st, const lx_instr *in, lx_access a, int *first, int *end) {
+  lx_tensor_ref t = a.tensor;
+  bool made = t.role == LX_T_OUTPUT || t.role == LX_T_RECOMPUTED || t.role == LX_T_INTERNAL;
+  if (a.target != LX_TARGET_TENSOR || t.graph != LX_GRAPH_BLOCK || !made || !st->decisions) return 0;
+  const lx_op_decision *d = &st->decisions[t.op];
+  if (!d->recompute || !d->in_window || lx_window_pieces(d) < 2) return 0;
+  bool part = in->kind == LX_I_RECOMPUTE && in->op == t.op && in->pieces > 0 && a.mode != LX_ACCESS_READ;
+  *first = part ? in->piece_first : 0;
+  *end = part ? in->piece_end : d->window_pieces;
+  return d->window_pieces;
+}
+
 /* A token-split op's output is two values (lx_rows): its RECOMPUTE writes the
  * rows it recomputes, the host copies move the others, everything else
- * touches both. */
+ * touches both. A head-split op's tensors are a value per piece. */
 static void add(access_list *list, lx_access a) {
+  int first, end;
+  if (head_pieces(list->st, list->in, a, &first, &end)) {
+    for (int k = first; k < end; k++)
+      a.rows = LX_ROWS_HEAD_PIECE + k, put_access(list, a);
+    return;
+  }
   if (a.target != LX_TARGET_TENSOR || !token_split_output(list->st, a.tensor)) {
     put_access(list, a);
     return;
@@ -326,10 +346,16 @@ lx_span lx_param_grad_span(const lx_pipeline *p, int stage, const lx_stage_layou
   return (lx_span){LX_REGION_GRADS, l->region_offset[LX_REGION_GRADS] + element * 4, elements * 4};
 }
 
-/* The rows of a tensor's span: a token split cuts it where its recomputed rows start. */
+/* The rows of a tensor's span: a token split cuts it where its recomputed
+ * rows start, a head split into its pieces' shares. */
 static lx_span rows_of(const lx_pipeline *p, int stage, lx_span whole, const lx_access *a) {
   if (a->rows == LX_ROWS_ALL) return whole;
   const lx_op_decision *d = &p->stages[stage].decisions[a->tensor.op];
+  if (a->rows >= LX_ROWS_HEAD_PIECE) {
+    int64_t k = a->rows - LX_ROWS_HEAD_PIECE, share = whole.bytes / d->window_pieces;
+    int64_t bytes = k == d->window_pieces - 1 ? whole.bytes - k * share : share;
+    return (lx_span){whole.region, whole.offset + k * share, bytes};
+  }
   int64_t hosted = lx_token_hosted(d, whole.bytes);
   if (a->rows == LX_ROWS_HOSTED) return (lx_span){whole.region, whole.offset, hosted};
   return (lx_span){whole.region, whole.offset + hosted, whole.bytes - hosted};

@@ -17,15 +17,20 @@ typedef enum {
   LX_TARGET_SPAN        /* `span` (a data-parallel bucket of gradients) */
 } lx_access_target;
 
-/* The rows of a tensor an access touches. A token-split op's output
+/* The part of a tensor an access touches. A token-split op's output
  * (lx_token_split) is two values: its first rows, which the offload copies
  * and the prefetch brings back, and the others, which RECOMPUTE makes; its
- * forward writes both and its readers read both. */
+ * forward writes both and its readers read both. A head-split op's output
+ * and internals (lx_op_decision.window_pieces, in a window) are a value per
+ * kv-head piece: a RECOMPUTE of some pieces writes theirs, everything else
+ * touches all. A piece's span is its share of the tensor's bytes, in order:
+ * the kernels write its heads strided, and what the checks need is that the
+ * pieces are disjoint and together the tensor. */
 typedef enum {
   LX_ROWS_ALL,
   LX_ROWS_HOSTED,     /* its first rows, lx_token_hosted */
   LX_ROWS_RECOMPUTED, /* the rows from it on */
-  LX_ROWS_COUNT
+  LX_ROWS_HEAD_PIECE  /* + k: kv-head piece k */
 } lx_rows;
 
 typedef struct {
@@ -34,7 +39,7 @@ typedef struct {
   lx_region region;     /* REGION */
   lx_span span;         /* SPAN */
   lx_access_mode mode;
-  lx_rows rows; /* TENSOR */
+  int rows; /* TENSOR: an lx_rows */
 } lx_access;
 
 /* Room for the accesses of most instructions; the first backward of a graph

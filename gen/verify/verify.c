@@ -49,7 +49,7 @@ typedef struct {
   lx_access_mode mode;
   lx_access_target target;
   lx_region region;      /* LX_TARGET_REGION */
-  lx_rows rows;          /* of a token-split tensor: a value of their own */
+  int rows;              /* of a token- or head-split tensor (lx_rows): a value of their own */
   bool generation_start; /* a write that (re)defines the whole value */
   bool value_defined;    /* some instruction writes (not only accumulates) this value */
 } access_rec;
@@ -227,7 +227,7 @@ static lx_tensor_ref canonical(const stage_check *c, lx_tensor_ref t) {
 
 /* Fields are small non-negative numbers once shifted by one (layer and mb
  * may be -1): target, region, graph, role, index 4 bits each, layer and op
- * 20 bits, mb 32 bits, the rows 2 bits above it. */
+ * 20 bits, mb 32 bits, the rows (lx_rows) above it. */
 static tensor_key key_of(const stage_check *c, const lx_access *a) {
   if (a->target == LX_TARGET_REGION)
     return (tensor_key){(uint64_t)a->target << 60 | (uint64_t)a->region << 56, 0};
@@ -415,8 +415,13 @@ static void report_tensor(stage_check *c, const char *what, const access_rec *a,
     snprintf(tensor, sizeof tensor, "region %s", lx_region_name(a->region));
   else
     lx_tensor_describe(c->p->ir, a->tensor, tensor, sizeof tensor);
-  static const char *rows[LX_ROWS_COUNT] = {"", " (rows from host memory)", " (recomputed rows)"};
-  if (a->target == LX_TARGET_TENSOR) strncat(tensor, rows[a->rows], sizeof tensor - strlen(tensor) - 1);
+  static const char *rows[LX_ROWS_HEAD_PIECE] = {"", " (rows from host memory)", " (recomputed rows)"};
+  char part[48] = "";
+  if (a->target == LX_TARGET_TENSOR && a->rows >= LX_ROWS_HEAD_PIECE)
+    snprintf(part, sizeof part, " (kv-head piece %d)", a->rows - LX_ROWS_HEAD_PIECE);
+  else if (a->target == LX_TARGET_TENSOR)
+    snprintf(part, sizeof part, "%s", rows[a->rows]);
+  strncat(tensor, part, sizeof tensor - strlen(tensor) - 1);
   snprintf(text, sizeof text, "%s%s %s", what, a->target == LX_TARGET_PARAM_GRAD ? " the gradient of" : "",
            tensor);
   lx_verify_report(c->r, text, access_at(c, a), other);

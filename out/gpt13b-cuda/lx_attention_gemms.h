@@ -12,7 +12,9 @@
  *
  * The work is cut into blocks: one batch element b, one offset r inside the
  * groups, kv heads [g0, g0 + heads) (the query heads g R + r: a constant
- * stride, so one batched product covers them) and query rows [i0, i1).
+ * stride, so one batched product covers them) and query rows [i0, i1). A
+ * call runs the blocks of a range of kv heads (lx_attn_slices): all of them,
+ * or a piece that a recomputation runs on its own.
  * Causality: rows below i1 attend to keys [0, i1) only, so a block's
  * products stop at column i1; with blocks of 256 rows that skips most of
  * the masked upper triangle. A block's scores live in the stream's scratch,
@@ -52,6 +54,12 @@ typedef struct {
   int b, r, g0, heads, i0, i1;
 } lx_attn_block;
 
+/* The kv heads [first, end) a call runs, in slices of up to per_block (the
+ * heads the scratch holds). */
+typedef struct {
+  int first, end, per_block;
+} lx_attn_slices;
+
 /* A product's shape, and the element offsets of its first A, B and D in
  * the buffers the table above names. */
 typedef struct {
@@ -87,23 +95,24 @@ static inline double lx_attn_covered_share(int T) {
   return (rows * rows * n * (n + 1) / 2 + rest * T) / ((double)T * T);
 }
 
-/* The blocks one call runs with `heads` kv heads a block (0: one at a time). */
-static inline double lx_attn_block_count(lx_attn_sizes s, int heads) {
-  int rows = lx_attn_block_rows(s.T), per = heads > 0 ? heads : 1;
-  return (double)s.B * (s.H / s.KVH) * ((s.KVH + per - 1) / per) * ((s.T + rows - 1) / rows);
+/* The blocks a call runs (per_block 0: one kv head at a time). */
+static inline double lx_attn_block_count(lx_attn_sizes s, lx_attn_slices v) {
+  int rows = lx_attn_block_rows(s.T), per = v.per_block > 0 ? v.per_block : 1;
+  return (double)s.B * (s.H / s.KVH) * ((v.end - v.first + per - 1) / per) * ((s.T + rows - 1) / rows);
 }
 
 /* The first block, and the next after it (0 when it was the last): rows
- * innermost, then kv heads, then r, then batch elements. */
-static inline lx_attn_block lx_attn_first_block(lx_attn_sizes s, int heads) {
+ * innermost, then the slices of kv heads, then r, then batch elements. */
+static inline lx_attn_block lx_attn_first_block(lx_attn_sizes s, lx_attn_slices v) {
   lx_attn_block k;
-  k.b = k.r = k.g0 = k.i0 = 0;
-  k.heads = heads < s.KVH ? heads : s.KVH;
+  k.b = k.r = k.i0 = 0;
+  k.g0 = v.first;
+  k.heads = v.end - v.first < v.per_block ? v.end - v.first : v.per_block;
   k.i1 = lx_attn_block_rows(s.T);
   return k;
 }
 
-static inline int lx_attn_next_block(lx_attn_sizes s, int heads, lx_attn_block *k) {
+static inline int lx_attn_next_block(lx_attn_sizes s, lx_attn_slices v, lx_attn_block *k) {
   int rows = lx_attn_block_rows(s.T);
   if (k->i1 < s.T) {
     k->i0 = k->i1, k->i1 = k->i1 + rows < s.T ? k->i1 + rows : s.T;
@@ -111,9 +120,9 @@ static inline int lx_attn_next_block(lx_attn_sizes s, int heads, lx_attn_block *
   }
   k->i0 = 0, k->i1 = rows;
   k->g0 += k->heads;
-  if (k->g0 >= s.KVH) k->g0 = 0, k->r++;
+  if (k->g0 >= v.end) k->g0 = v.first, k->r++;
   if (k->r >= s.H / s.KVH) k->r = 0, k->b++;
-  k->heads = s.KVH - k->g0 < heads ? s.KVH - k->g0 : heads;
+  k->heads = v.end - k->g0 < v.per_block ? v.end - k->g0 : v.per_block;
   return k->b < s.B;
 }
 

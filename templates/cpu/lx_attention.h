@@ -92,22 +92,29 @@ static inline void lx_attention_probs_row(real *prow,      // (T)
     prow[j] = 0;
 }
 
-/* out = (B, T, H * D); with p > 0, dropped and mask must be given. */
-static inline void lx_attention_forward(const lx_ctx *ctx,
-                                        real *out,       // (B, T, H * D)
-                                        real *probs,     // (B, H, T, T)
-                                        real *dropped,   // (B, H, T, T), or NULL when p == 0
-                                        uint8_t *mask,   // (B, H, T, T), or NULL when p == 0
-                                        const real *qkv, // (B, T, (H + 2*KVH) * D)
-                                        int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                        uint64_t stream, int head_base, int heads_total) {
+/* out = (B, T, H * D); with p > 0, dropped and mask must be given. Only the
+ * query heads that read kv heads [kv_first, kv_end): their columns of out and
+ * their rows of probs, dropped and mask, the values the whole call writes
+ * there; every other element is left as it was, so that a recomputation cut
+ * by kv heads runs its pieces one at a time. */
+static inline void lx_attention_forward_heads(const lx_ctx *ctx,
+                                              real *out,       // (B, T, H * D)
+                                              real *probs,     // (B, H, T, T)
+                                              real *dropped,   // (B, H, T, T), or NULL when p == 0
+                                              uint8_t *mask,   // (B, H, T, T), or NULL when p == 0
+                                              const real *qkv, // (B, T, (H + 2*KVH) * D)
+                                              int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                              uint64_t stream, int head_base, int heads_total, int kv_first,
+                                              int kv_end) {
   lx_attn_dims a = lx_attn_dims_of_rank(B, T, H, KVH, D, head_base, heads_total);
   LX_CHECK(p == 0 || (dropped && mask));
+  LX_CHECK(0 <= kv_first && kv_first < kv_end && kv_end <= KVH);
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p));
+  int group = H / KVH;
 #pragma omp parallel for collapse(2) num_threads(ctx->threads)
   for (int b = 0; b < B; b++)
-    for (int h = 0; h < H; h++) {
+    for (int h = kv_first * group; h < kv_end * group; h++) {
       int g = lx_kv_head(a, h);
       for (int i = 0; i < T; i++) {
         size_t row = lx_score_row(a, b, h, i);
@@ -127,6 +134,19 @@ static inline void lx_attention_forward(const lx_ctx *ctx,
           lx_axpy(o, weights[j], qkv + lx_v_at(a, b, j, g), D);
       }
     }
+}
+
+/* The whole attention: every kv head. */
+static inline void lx_attention_forward(const lx_ctx *ctx,
+                                        real *out,       // (B, T, H * D)
+                                        real *probs,     // (B, H, T, T)
+                                        real *dropped,   // (B, H, T, T), or NULL when p == 0
+                                        uint8_t *mask,   // (B, H, T, T), or NULL when p == 0
+                                        const real *qkv, // (B, T, (H + 2*KVH) * D)
+                                        int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                        uint64_t stream, int head_base, int heads_total) {
+  lx_attention_forward_heads(ctx, out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream, head_base,
+                             heads_total, 0, KVH);
 }
 
 /* The gradient of one (i, j) pair, given the probability P = P_ij, the weight

@@ -179,7 +179,42 @@ inline unsigned lx_attn_softmax_blocks(lx_attn_block k) {
 }
 
 /* out, and probs, dropped, mask (dropout p, drawn from (seed, stream_id) with
- * the CPU's indices in the whole model's heads). */
+ * the CPU's indices in the whole model's heads), of the query heads that read
+ * kv heads [kv_first, kv_end) only: their columns of out and their rows of
+ * the (B, H, T, T) tensors, the values the whole call writes there; every
+ * other element is left as it was, so that a recomputation cut by kv heads
+ * runs its pieces one at a time. */
+LX_CUDA_API void lx_attention_forward_heads(const lx_ctx *ctx,
+                                            lx_bf16 *out,       // (B, T, H * D)
+                                            lx_bf16 *probs,     // (B, H, T, T)
+                                            lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
+                                            uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
+                                            const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
+                                            int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                            uint64_t stream_id, int head_base, int heads_total, int kv_first,
+                                            int kv_end) {
+  LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
+  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
+  LX_CUDA_REQUIRE(0 <= kv_first && kv_first < kv_end && kv_end <= KVH);
+  lx_attn_sizes s = {B, T, H, KVH, D};
+  lx_attn_slices v = {kv_first, kv_end, lx_attn_heads_in_scratch(ctx, s, LX_ATTN_FORWARD_SCORE_BYTES)};
+  float *scores = ctx->scratch;
+  if (p == 0) dropped = NULL, mask = NULL;
+  const lx_bf16 *weights = dropped ? dropped : probs;
+  auto softmax = lx_pieces_fit((size_t)T, {probs, dropped, mask, scores})
+                     ? lx_attention_softmax_kernel<LX_VEC>
+                     : lx_attention_softmax_kernel<1>;
+  lx_attn_block k = lx_attn_first_block(s, v);
+  do {
+    lx_attn_product_run(ctx, LX_ATTN_SCORES, s, k, scores, qkv, qkv);
+    softmax<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(probs, dropped, mask,
+                                                                                       scores, a, k);
+    LX_CUDA_LAUNCHED();
+    lx_attn_product_run(ctx, LX_ATTN_OUT, s, k, out, weights, qkv);
+  } while (lx_attn_next_block(s, v, &k));
+}
+
+/* The whole attention: every kv head. */
 LX_CUDA_API void lx_attention_forward(const lx_ctx *ctx,
                                       lx_bf16 *out,       // (B, T, H * D)
                                       lx_bf16 *probs,     // (B, H, T, T)
@@ -188,24 +223,8 @@ LX_CUDA_API void lx_attention_forward(const lx_ctx *ctx,
                                       const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
                                       int B, int T, int H, int KVH, int D, double p, uint64_t seed,
                                       uint64_t stream_id, int head_base, int heads_total) {
-  LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
-  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
-  lx_attn_sizes s = {B, T, H, KVH, D};
-  int heads = lx_attn_heads_in_scratch(ctx, s, LX_ATTN_FORWARD_SCORE_BYTES);
-  float *scores = ctx->scratch;
-  if (p == 0) dropped = NULL, mask = NULL;
-  const lx_bf16 *weights = dropped ? dropped : probs;
-  auto softmax = lx_pieces_fit((size_t)T, {probs, dropped, mask, scores})
-                     ? lx_attention_softmax_kernel<LX_VEC>
-                     : lx_attention_softmax_kernel<1>;
-  lx_attn_block k = lx_attn_first_block(s, heads);
-  do {
-    lx_attn_product_run(ctx, LX_ATTN_SCORES, s, k, scores, qkv, qkv);
-    softmax<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(probs, dropped, mask,
-                                                                                       scores, a, k);
-    LX_CUDA_LAUNCHED();
-    lx_attn_product_run(ctx, LX_ATTN_OUT, s, k, out, weights, qkv);
-  } while (lx_attn_next_block(s, heads, &k));
+  lx_attention_forward_heads(ctx, out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream_id,
+                             head_base, heads_total, 0, KVH);
 }
 
 /* dqkv += the gradients of the forward above, from its saved tensors. */
@@ -220,15 +239,15 @@ LX_CUDA_API void lx_attention_backward(const lx_ctx *ctx,
   LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, 0, 0, 0, H);
   lx_attn_sizes s = {B, T, H, KVH, D};
-  int heads = lx_attn_heads_in_scratch(ctx, s, LX_ATTN_BACKWARD_SCORE_BYTES);
+  lx_attn_slices v = {0, KVH, lx_attn_heads_in_scratch(ctx, s, LX_ATTN_BACKWARD_SCORE_BYTES)};
   float *dprobs = ctx->scratch; /* fp32 dP of a block, then its bf16 dS */
-  lx_bf16 *dscores = (lx_bf16 *)(dprobs + (size_t)heads * lx_attn_block_rows(T) * T);
+  lx_bf16 *dscores = (lx_bf16 *)(dprobs + (size_t)v.per_block * lx_attn_block_rows(T) * T);
   if (p == 0) dropped = NULL, mask = NULL;
   const lx_bf16 *weights = dropped ? dropped : probs;
   auto softmax_backward = lx_pieces_fit((size_t)T, {probs, dropped, mask, dprobs, dscores})
                               ? lx_attention_softmax_backward_kernel<LX_VEC>
                               : lx_attention_softmax_backward_kernel<1>;
-  lx_attn_block k = lx_attn_first_block(s, heads);
+  lx_attn_block k = lx_attn_first_block(s, v);
   do {
     lx_attn_product_run(ctx, LX_ATTN_DV, s, k, dqkv, weights, dout);
     lx_attn_product_run(ctx, LX_ATTN_DP, s, k, dprobs, dout, qkv);
@@ -237,7 +256,7 @@ LX_CUDA_API void lx_attention_backward(const lx_ctx *ctx,
     LX_CUDA_LAUNCHED();
     lx_attn_product_run(ctx, LX_ATTN_DQ, s, k, dqkv, dscores, qkv);
     lx_attn_product_run(ctx, LX_ATTN_DK, s, k, dqkv, dscores, qkv);
-  } while (lx_attn_next_block(s, heads, &k));
+  } while (lx_attn_next_block(s, v, &k));
 }
 
 #endif

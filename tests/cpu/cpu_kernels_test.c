@@ -436,6 +436,63 @@ static void test_attention_split_over_ranks(int flash) {
   free_attn_case(&whole);
 }
 
+/* Whether x (B, outer, H, inner) holds want's bits in the query heads of kv
+ * heads [first, end) and NaN (never written) in every other head's. */
+static int attn_piece_written(const attn_case *c, const real *x, const real *want, int first, int end,
+                              size_t outer, size_t inner) {
+  int ok = 1, group = c->H / c->KVH;
+  for (size_t a = 0; a < (size_t)c->B * outer; a++)
+    for (int h = 0; h < c->H; h++) {
+      int mine = first <= h / group && h / group < end;
+      for (size_t e = (a * c->H + h) * inner; e < (a * c->H + h + 1) * inner; e++)
+        ok &= mine ? !memcmp(x + e, want + e, sizeof(real)) : isnan(x[e]);
+    }
+  return ok;
+}
+
+/* A recomputation cut by kv heads: lx_attention_forward_heads over `pieces`
+ * ranges of kv heads, one after another, writes what lx_attention_forward
+ * writes, bit for bit (dropout included); one piece alone leaves the other
+ * heads' elements as they were. */
+static void test_attention_heads(int H, int KVH, int pieces) {
+  attn_case whole = make_attn_case(H, KVH, 0.3, 0), cut = make_attn_case(H, KVH, 0.3, 0);
+  memcpy(cut.qkv, whole.qkv, attn_qkv_size(&whole) * sizeof(real));
+  attn_forward(&whole);
+  size_t out_n = attn_out_size(&whole), scores = (size_t)whole.B * H * whole.T * whole.T;
+  real *out = nan_tensor(out_n), *probs = nan_tensor(scores), *dropped = nan_tensor(scores);
+  uint8_t *mask = LX_MALLOC(scores);
+  memset(mask, 0xab, scores);
+  for (int q = 0; q < pieces; q++)
+    lx_attention_forward_heads(&test_ctx, out, probs, dropped, mask, cut.qkv, cut.B, cut.T, H, KVH, cut.D,
+                               cut.p, whole.seed, whole.stream, 0, H, q * KVH / pieces,
+                               (q + 1) * KVH / pieces);
+  CHECK(!memcmp(out, whole.out, out_n * sizeof(real)) && !memcmp(probs, whole.probs, scores * sizeof(real)) &&
+            !memcmp(dropped, whole.dropped, scores * sizeof(real)) && !memcmp(mask, whole.mask, scores),
+        "attention_forward_heads (H %d, KVH %d) in %d pieces of kv heads, one after another: out, probs, "
+        "dropped and mask of the whole attention_forward, bit for bit",
+        H, KVH, pieces);
+
+  int first = KVH / pieces, end = 2 * KVH / pieces; /* piece 1 */
+  real *alone_out = nan_tensor(out_n), *alone_probs = nan_tensor(scores), *alone_dropped = nan_tensor(scores);
+  memset(mask, 0xab, scores);
+  lx_attention_forward_heads(&test_ctx, alone_out, alone_probs, alone_dropped, mask, cut.qkv, cut.B, cut.T, H,
+                             KVH, cut.D, cut.p, whole.seed, whole.stream, 0, H, first, end);
+  int mask_ok = 1;
+  for (size_t e = 0; e < scores; e++) {
+    int h = (int)(e / ((size_t)cut.T * cut.T) % (size_t)H) / (H / KVH);
+    mask_ok &= first <= h && h < end ? mask[e] == whole.mask[e] : mask[e] == 0xab;
+  }
+  CHECK(attn_piece_written(&cut, alone_out, whole.out, first, end, (size_t)cut.T, (size_t)cut.D) &&
+            attn_piece_written(&cut, alone_probs, whole.probs, first, end, 1, (size_t)cut.T * cut.T) &&
+            attn_piece_written(&cut, alone_dropped, whole.dropped, first, end, 1, (size_t)cut.T * cut.T) &&
+            mask_ok,
+        "attention_forward_heads (H %d, KVH %d) of kv heads [%d, %d) alone writes its query heads' elements "
+        "and no other",
+        H, KVH, first, end);
+  free(out), free(probs), free(dropped), free(mask), free(alone_out), free(alone_probs), free(alone_dropped);
+  free_attn_case(&whole), free_attn_case(&cut);
+}
+
 /* The two implementations compute one function: same output, same gradients. */
 static void test_attention_forms_agree(int H, int KVH, double p) {
   attn_case m = make_attn_case(H, KVH, p, 0), f = make_attn_case(H, KVH, p, 1);
@@ -1047,6 +1104,9 @@ int main(void) {
     test_attention_forms_agree(4, kv_heads[k], 0.2);
   }
   test_attention_dropout_regenerates();
+  test_attention_heads(4, 2, 2); /* groups of two */
+  test_attention_heads(4, 4, 4); /* groups of one, a kv head a piece */
+  test_attention_heads(6, 3, 2); /* pieces of one and two kv heads */
   test_rope();
   test_maps();
   test_swiglu();

@@ -10,7 +10,10 @@
  *   - the results are compared with templates/cpu/lx_attention.h (the CPU
  *     twins), forward (out, probs) and backward (dqkv), on shapes that make
  *     several row blocks, partial last blocks, kv-head slices and grouped
- *     queries; and the blocks must cover every (b, h, i) exactly once.
+ *     queries; and the blocks must cover every (b, h, i) exactly once;
+ *   - a forward cut by kv heads (lx_attention_forward_heads): its pieces, run
+ *     one after another, write exactly what the whole call writes, and one
+ *     piece alone leaves the other heads' elements as they were.
  * The kernels' own bf16 arithmetic is checked on a GPU (kernel_twins.cu). */
 #include <math.h>
 #include <stdint.h>
@@ -127,6 +130,27 @@ static void block_softmax_backward(lx_attn_sizes s, lx_attn_block k, const float
     }
 }
 
+/* The forward's blocks over the kv heads of v: out, probs, and the weights
+ * the OUT product reads (with the reference's mask); seen counts the blocks
+ * that cover each (b, h, i). Returns how many blocks ran. */
+static int run_forward(lx_attn_sizes s, lx_attn_slices v, const float *qkv, const uint8_t *mask, double p,
+                       float *out, float *probs, float *weights, int *seen) {
+  float *scores = calloc((size_t)v.per_block * lx_attn_block_rows(s.T) * s.T, sizeof *scores);
+  int blocks = 0;
+  lx_attn_block k = lx_attn_first_block(s, v);
+  do {
+    run_product(LX_ATTN_SCORES, s, k, qkv, qkv, scores);
+    block_softmax(s, k, scores, probs, weights, mask, p);
+    run_product(LX_ATTN_OUT, s, k, weights, qkv, out);
+    for (int x = 0; x < k.heads; x++)
+      for (int i = k.i0; i < k.i1; i++)
+        seen[((size_t)k.b * s.H + (k.g0 + x) * (s.H / s.KVH) + k.r) * s.T + i]++;
+    blocks++;
+  } while (lx_attn_next_block(s, v, &k));
+  free(scores);
+  return blocks;
+}
+
 static void check_case(attn_case c) {
   lx_attn_sizes s = c.s;
   size_t W = (size_t)lx_attn_width(s), qkv_n = (size_t)s.B * s.T * W, out_n = (size_t)s.B * s.T * s.H * s.D;
@@ -148,23 +172,16 @@ static void check_case(attn_case c) {
   float *scratch = calloc(block_n, sizeof *scratch), *dscores = calloc(block_n, sizeof *dscores);
   int *seen = calloc((size_t)s.B * s.H * s.T, sizeof *seen);
   memcpy(got_dqkv, dqkv0, qkv_n * sizeof *got_dqkv);
-  lx_attn_block k = lx_attn_first_block(s, c.heads);
-  do {
-    run_product(LX_ATTN_SCORES, s, k, qkv, qkv, scratch);
-    block_softmax(s, k, scratch, got_probs, weights, mask, c.p);
-    run_product(LX_ATTN_OUT, s, k, weights, qkv, got_out);
-    for (int x = 0; x < k.heads; x++)
-      for (int i = k.i0; i < k.i1; i++)
-        seen[((size_t)k.b * s.H + (k.g0 + x) * (s.H / s.KVH) + k.r) * s.T + i]++;
-  } while (lx_attn_next_block(s, c.heads, &k));
-  k = lx_attn_first_block(s, c.heads);
+  lx_attn_slices all = {0, s.KVH, c.heads};
+  run_forward(s, all, qkv, mask, c.p, got_out, got_probs, weights, seen);
+  lx_attn_block k = lx_attn_first_block(s, all);
   do {
     run_product(LX_ATTN_DV, s, k, weights, dout, got_dqkv);
     run_product(LX_ATTN_DP, s, k, dout, qkv, scratch);
     block_softmax_backward(s, k, scratch, dscores, got_probs, weights, mask, c.p);
     run_product(LX_ATTN_DQ, s, k, dscores, qkv, got_dqkv);
     run_product(LX_ATTN_DK, s, k, dscores, qkv, got_dqkv);
-  } while (lx_attn_next_block(s, c.heads, &k));
+  } while (lx_attn_next_block(s, all, &k));
 
   int once = 1;
   for (size_t i = 0; i < (size_t)s.B * s.H * s.T; i++)
@@ -182,6 +199,93 @@ static void check_case(attn_case c) {
         max_rel_diff(got_dqkv, dqkv, qkv_n));
   free(qkv), free(dout), free(dqkv0), free(out), free(probs), free(dropped), free(dqkv), free(mask);
   free(got_out), free(got_probs), free(weights), free(got_dqkv), free(scratch), free(dscores), free(seen);
+}
+
+#define SENTINEL (-1e30f) /* what no block writes: softmaxes and their weights are finite */
+
+/* out (out_n), probs and weights (scores_n each), all sentinels */
+static void fill_sentinels(float *bufs[3], size_t out_n, size_t scores_n) {
+  for (int b = 0; b < 3; b++)
+    for (size_t i = 0; i < (b ? scores_n : out_n); i++)
+      bufs[b][i] = SENTINEL;
+}
+
+/* Piece q of `pieces` of the kv heads, [q KVH / pieces, (q + 1) KVH / pieces). */
+static lx_attn_slices piece_of(lx_attn_sizes s, int heads, int q, int pieces) {
+  lx_attn_slices v = {q * s.KVH / pieces, (q + 1) * s.KVH / pieces, heads};
+  return v;
+}
+
+/* Whether x holds exactly want's values in the elements of the query heads
+ * of kv heads [v.first, v.end) and the sentinel in every other: x is
+ * (B, outer, H, inner) with `inner` elements per head. */
+static int piece_written(const float *x, const float *want, lx_attn_sizes s, lx_attn_slices v, size_t outer,
+                         size_t inner) {
+  int R = s.H / s.KVH, ok = 1;
+  for (size_t a = 0; a < (size_t)s.B * outer; a++)
+    for (int h = 0; h < s.H; h++)
+      for (size_t e = 0; e < inner; e++) {
+        size_t at = (a * s.H + h) * inner + e;
+        ok &= v.first <= h / R && h / R < v.end ? x[at] == want[at] : x[at] == SENTINEL;
+      }
+  return ok;
+}
+
+/* The forward cut into `pieces` ranges of kv heads, run one after another
+ * into buffers of sentinels, writes what the whole call writes, bit for bit,
+ * and covers each (b, h, i) once, in lx_attn_block_count's blocks; piece 1
+ * alone writes its heads' elements only. */
+static void check_pieces(attn_case c, int pieces) {
+  lx_attn_sizes s = c.s;
+  size_t qkv_n = (size_t)s.B * s.T * lx_attn_width(s), out_n = (size_t)s.B * s.T * s.H * s.D;
+  size_t scores_n = (size_t)s.B * s.H * s.T * s.T, rows_n = (size_t)s.B * s.H * s.T;
+  uint64_t state = 0x243f6a8885a308d3ull ^ (uint64_t)(s.T * 131 + s.H);
+  float *qkv = random_floats(qkv_n, 1.5f, &state);
+  /* the reference's dropout mask, which the emulated softmax applies */
+  float *ref_out = malloc(out_n * sizeof *ref_out), *ref_probs = malloc(scores_n * sizeof *ref_probs);
+  float *ref_dropped = malloc(scores_n * sizeof *ref_dropped);
+  uint8_t *mask = calloc(scores_n, 1);
+  twin_attention_forward(ref_out, ref_probs, c.p > 0 ? ref_dropped : NULL, c.p > 0 ? mask : NULL, qkv, s.B,
+                         s.T, s.H, s.KVH, s.D, c.p, 1234, 77, 0, s.H);
+  float *bufs[2][3]; /* [whole, pieces][out, probs, weights] */
+  int *seen[2];
+  for (int w = 0; w < 2; w++) {
+    bufs[w][0] = malloc(out_n * sizeof(float)), bufs[w][1] = malloc(scores_n * sizeof(float));
+    bufs[w][2] = malloc(scores_n * sizeof(float)), seen[w] = calloc(rows_n, sizeof(int));
+    fill_sentinels(bufs[w], out_n, scores_n);
+  }
+  lx_attn_slices all = {0, s.KVH, c.heads};
+  run_forward(s, all, qkv, mask, c.p, bufs[0][0], bufs[0][1], bufs[0][2], seen[0]);
+  int counted = 1;
+  for (int q = 0; q < pieces; q++) {
+    lx_attn_slices v = piece_of(s, c.heads, q, pieces);
+    int blocks = run_forward(s, v, qkv, mask, c.p, bufs[1][0], bufs[1][1], bufs[1][2], seen[1]);
+    counted &= blocks == (int)lx_attn_block_count(s, v);
+  }
+  int once = 1;
+  for (size_t i = 0; i < rows_n; i++)
+    once &= seen[1][i] == 1;
+  char name[160];
+  snprintf(name, sizeof name, "B=%d T=%d H=%d KVH=%d D=%d p=%.1f, %d kv heads a block, %d pieces of kv heads",
+           s.B, s.T, s.H, s.KVH, s.D, c.p, c.heads, pieces);
+  CHECK(once && counted,
+        "%s: the pieces' blocks cover every (b, h, i) once, as many as lx_attn_block_count says", name);
+  CHECK(!memcmp(bufs[1][0], bufs[0][0], out_n * sizeof(float)) &&
+            !memcmp(bufs[1][1], bufs[0][1], scores_n * sizeof(float)) &&
+            !memcmp(bufs[1][2], bufs[0][2], scores_n * sizeof(float)),
+        "%s: run one after another, they write out, probs and weights of the whole call, bit for bit", name);
+
+  lx_attn_slices one = piece_of(s, c.heads, 1, pieces);
+  fill_sentinels(bufs[1], out_n, scores_n);
+  run_forward(s, one, qkv, mask, c.p, bufs[1][0], bufs[1][1], bufs[1][2], seen[1]);
+  CHECK(piece_written(bufs[1][0], bufs[0][0], s, one, (size_t)s.T, (size_t)s.D) &&
+            piece_written(bufs[1][1], bufs[0][1], s, one, 1, (size_t)s.T * s.T) &&
+            piece_written(bufs[1][2], bufs[0][2], s, one, 1, (size_t)s.T * s.T),
+        "%s: kv heads [%d, %d) alone write their query heads' elements, and no other", name, one.first,
+        one.end);
+  free(qkv), free(ref_out), free(ref_probs), free(ref_dropped), free(mask);
+  for (int w = 0; w < 2; w++)
+    free(bufs[w][0]), free(bufs[w][1]), free(bufs[w][2]), free(seen[w]);
 }
 
 /* The scratch a program allocates holds a backward block of at least one
@@ -213,6 +317,18 @@ int main(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     check_case(cases[i]);
+  const struct {
+    attn_case c;
+    int pieces;
+  } cut[] = {
+      {{{2, 67, 8, 4, 16}, 0.2, 2}, 2}, /* groups of two, pieces of a block's kv heads      */
+      {{{2, 67, 8, 4, 16}, 0.2, 3}, 4}, /* one kv head a piece, blocks of up to three         */
+      {{{1, 300, 4, 4, 8}, 0.1, 3}, 4}, /* groups of one, two row blocks                      */
+      {{{1, 300, 4, 4, 8}, 0.0, 1}, 2}, /* groups of one, a kv head a block                   */
+      {{{1, 45, 6, 3, 40}, 0.1, 2}, 2}, /* pieces of one and two kv heads                     */
+  };
+  for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++)
+    check_pieces(cut[i].c, cut[i].pieces);
   check_scratch_sizes();
   return check_exit_status();
 }

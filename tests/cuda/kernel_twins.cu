@@ -309,10 +309,31 @@ static const bool cudnn_flash = true;
 static const bool cudnn_flash = false;
 #endif
 
+/* The elements of x (B, outer, H, inner) in query heads [h0, h1), or (inside
+ * false) in every other head, in order. */
+template <typename T>
+static std::vector<T> heads_part(const std::vector<T> &x, int B, size_t outer, int H, size_t inner, int h0, int h1,
+                                 bool inside) {
+  std::vector<T> part;
+  for (size_t a = 0; a < (size_t)B * outer; a++)
+    for (int h = 0; h < H; h++)
+      if ((h0 <= h && h < h1) == inside)
+        part.insert(part.end(), x.begin() + (a * H + h) * inner, x.begin() + (a * H + h + 1) * inner);
+  return part;
+}
+
+template <typename T> static bool same_bits(const std::vector<T> &a, const std::vector<T> &b) {
+  return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <typename T> static bool all_equal(const std::vector<T> &x, T value) {
+  return std::all_of(x.begin(), x.end(), [&](T e) { return e == value; });
+}
+
 /* head_base, heads_total: a tensor-parallel rank's heads, whose dropout draws
  * are numbered in the whole model's heads. */
 static void test_attention(int B, int T, int H, int KVH, int D, double p, int head_base, int heads_total) {
-  char name[96];
+  char name[128];
   const uint64_t seed = 1234, stream_id = 77;
   size_t W = (size_t)(H + 2 * KVH) * D, qkv_n = (size_t)B * T * W, out_n = (size_t)B * T * H * D;
   size_t rows = (size_t)B * H * T, scores = rows * T;
@@ -391,6 +412,58 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
                         H, KVH, D, p);
   snprintf(name, sizeof name, "attention_backward D=%d p=%.1f", D, p);
   compare(name, "dqkv", from_device_bf16(d_dqkv, qkv_n), dqkv, TOL_BF16);
+
+  /* A piece of a recomputation cut by kv heads, into buffers of sentinels: in
+   * its query heads the whole call's values bit for bit (the call above) and
+   * the CPU twin's within bf16, and every other element left as it was. */
+  const int kv_first = KVH / 2, kv_end = KVH, h0 = kv_first * (H / KVH), h1 = kv_end * (H / KVH);
+  const float unwritten = -7.0f; /* exact in bf16 */
+  const uint8_t unwritten_mask = 0xab;
+  const size_t TT = (size_t)T * T;
+  auto part = [&](const auto &x, size_t outer, size_t inner, bool inside) {
+    return heads_part(x, B, outer, H, inner, h0, h1, inside);
+  };
+  floats whole_out = from_device_bf16(d_out, out_n), whole_probs = from_device_bf16(d_probs, scores);
+  floats whole_dropped = from_device_bf16(d_dropped, scores);
+  std::vector<uint8_t> whole_mask = from_device_raw(d_mask, scores);
+  floats piece_out(out_n, unwritten), piece_probs(scores, unwritten), piece_dropped(scores, unwritten);
+  std::vector<uint8_t> piece_mask(scores, unwritten_mask);
+  twin_attention_forward_heads(piece_out.data(), piece_probs.data(), p > 0 ? piece_dropped.data() : NULL,
+                               p > 0 ? piece_mask.data() : NULL, qkv.data(), B, T, H, KVH, D, p, seed, stream_id,
+                               head_base, heads_total, kv_first, kv_end);
+  lx_bf16 *d_piece_out = to_device_bf16(floats(out_n, unwritten));
+  lx_bf16 *d_piece_probs = to_device_bf16(floats(scores, unwritten));
+  lx_bf16 *d_piece_dropped = to_device_bf16(floats(scores, unwritten));
+  uint8_t *d_piece_mask = to_device_raw(std::vector<uint8_t>(scores, unwritten_mask));
+  lx_attention_forward_heads(&ctx, d_piece_out, d_piece_probs, p > 0 ? d_piece_dropped : NULL,
+                             p > 0 ? d_piece_mask : NULL, d_qkv, B, T, H, KVH, D, p, seed, stream_id, head_base,
+                             heads_total, kv_first, kv_end);
+  floats gpu_out = from_device_bf16(d_piece_out, out_n), gpu_probs = from_device_bf16(d_piece_probs, scores);
+  floats gpu_dropped = from_device_bf16(d_piece_dropped, scores);
+  std::vector<uint8_t> gpu_mask = from_device_raw(d_piece_mask, scores);
+  snprintf(name, sizeof name, "attention_forward_heads D=%d p=%.1f kv [%d, %d) of %d", D, p, kv_first, kv_end, KVH);
+  compare(name, "out", part(gpu_out, T, D, true), part(piece_out, T, D, true), TOL_BF16);
+  compare(name, "probs", part(gpu_probs, 1, TT, true), part(piece_probs, 1, TT, true), TOL_BF16);
+  bool whole_bits = same_bits(part(gpu_out, T, D, true), part(whole_out, T, D, true)) &&
+                    same_bits(part(gpu_probs, 1, TT, true), part(whole_probs, 1, TT, true));
+  bool untouched = all_equal(part(gpu_out, T, D, false), unwritten) &&
+                   all_equal(part(gpu_probs, 1, TT, false), unwritten);
+  if (p > 0) {
+    whole_bits &= same_bits(part(gpu_dropped, 1, TT, true), part(whole_dropped, 1, TT, true)) &&
+                  same_bits(part(gpu_mask, 1, TT, true), part(whole_mask, 1, TT, true));
+    untouched &= all_equal(part(gpu_dropped, 1, TT, false), unwritten);
+    snprintf(name, sizeof name, "attention_forward_heads D=%d p=%.1f kv [%d, %d): the mask equals the CPU's", D, p,
+             kv_first, kv_end);
+    expect_true(name, same_bits(gpu_mask, piece_mask)); /* the other heads' bytes included: left as they were */
+  }
+  snprintf(name, sizeof name,
+           "attention_forward_heads D=%d p=%.1f kv [%d, %d): its heads' elements are the whole call's, bit for bit", D,
+           p, kv_first, kv_end);
+  expect_true(name, whole_bits);
+  snprintf(name, sizeof name,
+           "attention_forward_heads D=%d p=%.1f kv [%d, %d): the other heads' elements are untouched", D, p, kv_first,
+           kv_end);
+  expect_true(name, untouched);
 }
 
 static void test_rope(void) {

@@ -383,6 +383,24 @@ static void test_materialized_attention(const lx_ir *ir, const lx_cost_model *cm
   check_attention_costs(ir, cm, S, 36.0 / 64, 32);
 }
 
+/* A head-split recompute's pieces at sequence 8192 (lx_cost_op_fwd_heads):
+ * a piece of n of the 16 kv heads runs n/16 of the forward's FLOPs and
+ * bytes, and blocks of its own heads: up to 12 a block, so a piece of 8 or
+ * of 4 runs 4 x 1 x 32 = 128 blocks, as many as half the whole call's 256. */
+static void check_head_pieces(const lx_ir *ir, const lx_cost_model *cm) {
+  const lx_op *attn = op_named(&ir->block, "attention_0");
+  if (!attn) return;
+  double whole = lx_cost_op_fwd(cm, ir, &ir->block, attn), launches = 3 * 256 * cm->launch_s;
+  for (int n = 4; n <= 8; n *= 2)
+    CHECK_CLOSE(lx_cost_op_fwd_heads(cm, ir, &ir->block, attn, n),
+                n / 16.0 * (whole - launches) + 3 * 128 * cm->launch_s, 1e-12,
+                "sequence 8192: a piece of %d of the 16 kv heads = %d/16 of the forward less its launches + "
+                "384 launches of its own",
+                n, n);
+  CHECK_CLOSE(lx_cost_op_fwd_heads(cm, ir, &ir->block, attn, 16), whole, 1e-15,
+              "sequence 8192: all 16 kv heads cost the whole forward");
+}
+
 /* The same attention at sequence 8192: 32 row blocks, their products
  * covering (1 + ... + 32) / 32^2 = 33/64 of the square. A backward block of
  * one head needs 256 x 8192 x 6 bytes = 12 MiB of the 96 MiB scratch: 8 of
@@ -396,6 +414,7 @@ static void test_materialized_attention_sliced(void) {
   CHECK(ok, "gpt13b at sequence 8192 loads");
   if (!ok) return;
   check_attention_costs(&ir, &cm, 8192, 33.0 / 64, 256);
+  check_head_pieces(&ir, &cm);
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
 }

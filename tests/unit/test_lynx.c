@@ -306,24 +306,28 @@ static void check_policies(int tp, double host_link, int *optima_split) {
 }
 
 /* The window ops of w in op order. */
-static int window_ops(const lx_stage_problem *pr, lx_opmask w, int *ops) {
+static int window_units(const lx_stage_problem *pr, lx_opmask w, int *units, double *secs) {
   int n = 0;
   for (int i = 0; i < pr->n_ops; i++)
-    if ((w >> i) & 1) ops[n++] = i;
+    for (int k = 0; (w >> i) & 1 && k < pr->pieces[i]; k++)
+      units[n] = lx_first_unit(pr, i) + k, secs[n++] = lx_unit_seconds(pr, i);
   return n;
 }
 
-static int *placed(const lx_stage_problem *pr, int *window_of, int inst, int op) {
-  return &window_of[(size_t)inst * (size_t)pr->n_ops + (size_t)op];
+static int *placed(const lx_stage_problem *pr, int *window_of, int inst, int unit) {
+  return &window_of[(size_t)inst * (size_t)lx_stage_units(pr) + (size_t)unit];
 }
 
 /* The matching as first written, window by window over every window and
  * instance: each window gives its room to the admissible instances in the
- * order they are due, each taking its next ops while they fit. The fast one
- * (a sort per stage, windows in tiers by capacity, stretches with nothing
- * released skipped, a heap) must place exactly the same ops. */
+ * order they are due, each taking its next ops (or pieces of them) while
+ * they fit. The fast one (a sort per stage, windows in tiers by capacity,
+ * stretches with nothing released skipped, a heap) must place exactly the
+ * same ops. */
 static double reference_assignment(const lx_stage_problem *pr, lx_opmask w, int *window_of) {
-  int ops[64], n = window_ops(pr, w, ops), progress[64] = {0};
+  int units[LX_MAX_UNITS], n, progress[64] = {0};
+  double secs[LX_MAX_UNITS];
+  n = window_units(pr, w, units, secs);
   bool taken[64];
   double served = 0;
   for (size_t e = 0; e + 1 < lx_placement_entries(pr); e++)
@@ -340,11 +344,10 @@ static double reference_assignment(const lx_stage_problem *pr, lx_opmask w, int 
           pick = i;
       if (pick < 0) break;
       taken[pick] = true;
-      for (; progress[pick] < n && pr->recompute_s[ops[progress[pick]]] <= left * (1 + 1e-9);
-           progress[pick]++) {
-        left -= pr->recompute_s[ops[progress[pick]]];
-        served += pr->recompute_s[ops[progress[pick]]];
-        *placed(pr, window_of, pick, ops[progress[pick]]) = k;
+      for (; progress[pick] < n && secs[progress[pick]] <= left * (1 + 1e-9); progress[pick]++) {
+        left -= secs[progress[pick]];
+        served += secs[progress[pick]];
+        *placed(pr, window_of, pick, units[progress[pick]]) = k;
       }
     }
   }
@@ -352,30 +355,32 @@ static double reference_assignment(const lx_stage_problem *pr, lx_opmask w, int 
 }
 
 /* Whether a placement is one the schedule can run: each instance's window
- * ops in windows of its admissible range, never decreasing in op order, a
- * prefix of them placed (the rest on demand), no window over its capacity.
- * The in-window seconds it serves go to *served. */
+ * ops (piece by piece) in windows of its admissible range, never decreasing
+ * in op order, a prefix of them placed (the rest on demand), nothing else
+ * placed, no window over its capacity. The in-window seconds it serves go
+ * to *served. */
 static bool placement_valid(const lx_stage_problem *pr, lx_opmask w, const int *window_of, double *served) {
   double used[256] = {0};
   bool ok = pr->n_windows <= 256;
   *served = 0;
   for (int i = 0; i < pr->n_instances; i++)
-    for (int j = 0, last = 0, on_demand = 0; j < pr->n_ops; j++) {
-      int k = window_of[(size_t)i * (size_t)pr->n_ops + (size_t)j];
-      if (!((w >> j) & 1)) {
-        ok &= k < 0;
-        continue;
+    for (int j = 0, last = 0, on_demand = 0; j < pr->n_ops; j++)
+      for (int piece = 0; piece < pr->pieces[j]; piece++) {
+        int k = *placed(pr, (int *)window_of, i, lx_first_unit(pr, j) + piece);
+        if (!((w >> j) & 1)) {
+          ok &= k < 0;
+          continue;
+        }
+        if (k < 0) {
+          on_demand = 1;
+          continue;
+        }
+        ok &= !on_demand && k >= last && k < pr->n_windows && pr->windows[k].after >= pr->lo[i] &&
+              pr->windows[k].after < pr->due[i];
+        last = k;
+        used[k] += lx_unit_seconds(pr, j);
+        *served += lx_unit_seconds(pr, j);
       }
-      if (k < 0) {
-        on_demand = 1;
-        continue;
-      }
-      ok &= !on_demand && k >= last && k < pr->n_windows && pr->windows[k].after >= pr->lo[i] &&
-            pr->windows[k].after < pr->due[i];
-      last = k;
-      used[k] += pr->recompute_s[j];
-      *served += pr->recompute_s[j];
-    }
   for (int k = 0; k < pr->n_windows && ok; k++)
     ok &= used[k] <= pr->windows[k].capacity * (1 + 1e-9);
   return ok;
@@ -394,11 +399,11 @@ static lx_opmask first_window_ops(const lx_stage_problem *pr, int most) {
   return w;
 }
 
-/* Whether instance i's ops run in more than one window. */
+/* Whether instance i's ops (or pieces) run in more than one window. */
 static bool spans_windows(const lx_stage_problem *pr, const int *window_of, int i) {
   int first = -1;
-  for (int j = 0; j < pr->n_ops; j++) {
-    int k = window_of[(size_t)i * (size_t)pr->n_ops + (size_t)j];
+  for (int u = 0; u < lx_stage_units(pr); u++) {
+    int k = *placed(pr, (int *)window_of, i, u);
     if (k >= 0 && first >= 0 && k != first) return true;
     if (k >= 0) first = k;
   }
@@ -417,8 +422,8 @@ static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
   enum { N = 60, W = 200 };
   lx_window w[W];
   int lo[N], due[N], same = 0, cases = 0, valid = 0, split = 0, bounded = 0, below_all = 0;
-  size_t entries = (size_t)N * (size_t)pr.n_ops;
-  int *fast = malloc(sizeof(int) * (entries + 1)), *slow = malloc(sizeof(int) * (entries + 1));
+  size_t most_entries = (size_t)N * (size_t)(pr.n_ops + 3) + 1;
+  int *fast = malloc(sizeof(int) * most_entries), *slow = malloc(sizeof(int) * most_entries);
   double served = 0;
   unsigned seed = 7;
   pr.lo = realloc(pr.lo, sizeof lo), pr.due = realloc(pr.due, sizeof due);
@@ -435,6 +440,9 @@ static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
     memcpy(pr.lo, lo, sizeof lo), memcpy(pr.due, due, sizeof due);
     pr.windows = w, pr.n_windows = W, pr.n_instances = N;
     lx_opmask ops = first_window_ops(&pr, 1 + (int)(next_random(&seed) % 5));
+    int cut = __builtin_ctzll(ops); /* in a third of the cases in 2 or 4 pieces (a head split) */
+    pr.pieces[cut] = c % 3 == 0 ? 1 : c % 3 == 1 ? 2 : 4;
+    size_t entries = lx_placement_entries(&pr) - 1;
     double got = lx_assign_windows(&pr, ops, fast), want = reference_assignment(&pr, ops, slow), check;
     same += fabs(got - want) <= 1e-12 * want && !memcmp(fast, slow, sizeof(int) * entries);
     valid += placement_valid(&pr, ops, fast, &check) && fabs(check - got) <= 1e-9 * got;
@@ -446,9 +454,12 @@ static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
     bounded += most >= got * (1 - 1e-12);
     below_all += most < N * lx_seconds_of(&pr, ops) * (1 - 1e-9);
     lx_window_room_free(&room);
+    pr.pieces[cut] = 1;
   }
   CHECK(same == cases && valid == cases && served > 0 && split > 0,
-        "window placement equals the plain earliest-deadline-first matching on %d random cases (%d agree, %d "
+        "window placement equals the plain earliest-deadline-first matching on %d random cases, an op in 2 "
+        "or 4 "
+        "pieces in two thirds (%d agree, %d "
         "valid, %.3g s served, %d instances spread over several windows)",
         cases, same, valid, served, split);
   CHECK(bounded == cases && below_all > 0,
@@ -461,19 +472,20 @@ static void check_assignment_random(const lx_ir *ir, const lx_cost_model *cm) {
   lx_stage_problem_free(&pr);
 }
 
-/* The most in-window seconds any valid placement of w's ops serves:
- * exhaustive over each instance's op prefix and non-decreasing windows. */
-static double best_placement(const lx_stage_problem *pr, const int *ops, int n, int inst, int j, int from,
+/* The most in-window seconds any valid placement of the n jobs of secs
+ * (w's ops, or their pieces, in order) serves: exhaustive over each
+ * instance's prefix and non-decreasing windows. */
+static double best_placement(const lx_stage_problem *pr, const double *secs, int n, int inst, int j, int from,
                              double *left) {
   if (inst == pr->n_instances) return 0;
-  double best = best_placement(pr, ops, n, inst + 1, 0, 0, left); /* the rest on demand */
+  double best = best_placement(pr, secs, n, inst + 1, 0, 0, left); /* the rest on demand */
   if (j == n) return best;
-  double s = pr->recompute_s[ops[j]];
+  double s = secs[j];
   for (int k = from; k < pr->n_windows; k++) {
     int at = pr->windows[k].after;
     if (at < pr->lo[inst] || at >= pr->due[inst] || s > left[k] * (1 + 1e-9)) continue;
     left[k] -= s;
-    double got = s + best_placement(pr, ops, n, inst, j + 1, k, left);
+    double got = s + best_placement(pr, secs, n, inst, j + 1, k, left);
     left[k] += s;
     if (got > best) best = got;
   }
@@ -500,10 +512,45 @@ static int best_whole(const lx_stage_problem *pr, double s, int inst, double *le
  * length, or not). */
 static lx_opmask with_op_times(lx_stage_problem *pr, int n, const double *times) {
   lx_opmask w = first_window_ops(pr, n);
-  int ops[64], k = window_ops(pr, w, ops);
-  for (int j = 0; j < k; j++)
-    pr->recompute_s[ops[j]] = times[j];
+  for (int i = 0, j = 0; i < pr->n_ops; i++)
+    if ((w >> i) & 1) pr->recompute_s[i] = times[j++];
   return w;
+}
+
+/* A head-split op (lx_stage_problem.pieces): an op of 4 s cut into 4
+ * pieces of 1 s, beside ops of 1 s, in windows of 1-3 s. Unit jobs again,
+ * so the matching serves the exhaustive best; whole, the op fits no window,
+ * and the ops after it (placed in op order) none either. */
+static void check_head_pieces(lx_stage_problem *pr, int *window_of) {
+  static const double times[] = {4, 1, 1};
+  for (int n = 1; n <= 3; n++) {
+    lx_opmask ops_w = with_op_times(pr, n, times);
+    int first = __builtin_ctzll(ops_w), units[LX_MAX_UNITS], k;
+    double whole = lx_assign_windows(pr, ops_w, window_of), secs[LX_MAX_UNITS], left[8], check;
+    pr->pieces[first] = 4;
+    int *cut = malloc(sizeof(int) * lx_placement_entries(pr));
+    k = window_units(pr, ops_w, units, secs);
+    for (int j = 0; j < pr->n_windows; j++)
+      left[j] = pr->windows[j].capacity;
+    double want = best_placement(pr, secs, k, 0, 0, 0, left), got = lx_assign_windows(pr, ops_w, cut);
+    bool valid = placement_valid(pr, ops_w, cut, &check) && fabs(check - got) <= 1e-9 * got;
+    int spread = 0;
+    for (int i = 0; i < pr->n_instances; i++)
+      spread += spans_windows(pr, cut, i);
+    CHECK(valid && whole == 0 && got > 0 && fabs(got - want) <= 1e-9 * want && spread > 0,
+          "%d ops of 4 s (in 4 pieces of its heads), 1 s, 1 s (windows of 1-3 s): the placement is valid and "
+          "serves the exhaustive best %.3g s (%.3g s; whole, nothing), %d instances over several windows",
+          k - 3, want, got, spread);
+    lx_window_room room = lx_window_room_init(pr);
+    double most = lx_most_served(pr, &room, ops_w);
+    CHECK(most >= got * (1 - 1e-12),
+          "with %d ops, one in 4 pieces: lynx-heu's bound %.3g s is at least what "
+          "the matching serves (%.3g s)",
+          k - 3, most, got);
+    lx_window_room_free(&room);
+    pr->pieces[first] = 1;
+    free(cut);
+  }
 }
 
 /* Against exhaustive placement on a small case: ops of one length (unit
@@ -525,13 +572,14 @@ static void check_assignment(void) {
   for (int c = 0; c < 7; c++)
     for (int n = 1; n <= 3; n++) {
       lx_opmask ops_w = with_op_times(&pr, n, shapes[c]);
-      int ops[64], k = window_ops(&pr, ops_w, ops);
-      double left[8], whole_left[8], s = 0;
+      int units[LX_MAX_UNITS], k;
+      double secs[LX_MAX_UNITS], left[8], whole_left[8], s = 0;
+      k = window_units(&pr, ops_w, units, secs);
       for (int j = 0; j < 8; j++)
         left[j] = whole_left[j] = w[j].capacity;
       for (int j = 0; j < k; j++)
-        s += pr.recompute_s[ops[j]];
-      double want = best_placement(&pr, ops, k, 0, 0, 0, left),
+        s += secs[j];
+      double want = best_placement(&pr, secs, k, 0, 0, 0, left),
              got = lx_assign_windows(&pr, ops_w, window_of), check;
       bool valid = placement_valid(&pr, ops_w, window_of, &check) && fabs(check - got) <= 1e-9 * got;
       bool equal_ops = c < 3 || k == 1;
@@ -543,6 +591,7 @@ static void check_assignment(void) {
             k, shapes[c][0], k > 1 ? shapes[c][1] : 0, k > 2 ? shapes[c][2] : 0, got, want,
             equal_ops ? " (equal ops: all of it)" : "", whole);
     }
+  check_head_pieces(&pr, window_of);
   check_assignment_random(&ir, &cm);
   free(window_of);
   lx_stage_problem_free(&pr);
@@ -879,7 +928,7 @@ static void check_chunk_split(const lx_pipeline *p, int layers, const char *name
 /* What a squeezed plan may do beside recompute: offload, and with a profile
  * under which splitting pays (the gelu's forward costs 50 us, its whole copy
  * 150 us, more than the layer's forward), split ops token-wise. */
-typedef enum { NO_OFFLOAD, OFFLOAD, TOKEN_SPLITS } squeeze_mode;
+typedef enum { NO_OFFLOAD, OFFLOAD, TOKEN_SPLITS, HEAD_SPLITS } squeeze_mode;
 
 static void load_split_profile(const lx_ir *ir, lx_cost_model *cm) {
   int64_t tokens = (int64_t)ir->plan.micro_batch * ir->model.seq_len,
@@ -890,6 +939,45 @@ static void load_split_profile(const lx_ir *ir, lx_cost_model *cm) {
   snprintf(text, sizeof text, "op gelu %lld %lld %lld %s 0.05 0.05\nhost %.6g\n", (long long)tokens,
            (long long)width, (long long)width, dtype, bytes / 150e-6 / 1e9);
   CHECK(lx_cost_load_profile(cm, "splits.profile", text), "the profile under which splitting pays loads");
+}
+
+/* A what-if under which the attention's recompute is cut by kv heads: a
+ * forward of 100 us against tensor-parallel all-reduces of about 80 us (40
+ * us a step): whole it fits none of them, in two pieces it does. */
+static void load_heads_profile(const lx_ir *ir, lx_cost_model *cm) {
+  const lx_op *attention = NULL;
+  for (int i = 0; i < ir->block.n_ops; i++)
+    if (ir->block.ops[i].kind == LX_OP_ATTENTION) attention = &ir->block.ops[i];
+  char key[96], attrs[96], text[320];
+  lx_cost_profile_key(ir, &ir->block, attention, key, sizeof key, attrs, sizeof attrs);
+  snprintf(text, sizeof text, "op %s 0.1 0.15%s\nlink nvlink3 235 40\n", key, attrs);
+  CHECK(lx_cost_load_profile(cm, "heads.profile", text), "the profile under which head pieces pay loads");
+}
+
+/* RECOMPUTE instructions that run some of a head-split op's pieces. */
+static int count_head_pieces(const lx_pipeline *p) {
+  int n = 0;
+  for (int s = 0; s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      for (int i = 0; i < p->stages[s].streams[k].count; i++)
+        n += p->stages[s].streams[k].items[i].pieces > 0;
+  return n;
+}
+
+/* The first RECOMPUTE of a head-split op's later pieces removed: the heads it
+ * makes again then hold whatever the window buffer held last. */
+static bool drop_later_piece(lx_pipeline *p) {
+  for (int s = 0; s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++) {
+      lx_instr_list *list = &p->stages[s].streams[k];
+      for (int i = 0; i < list->count; i++)
+        if (list->items[i].pieces > 0 && list->items[i].piece_first > 0) {
+          memmove(&list->items[i], &list->items[i + 1], sizeof *list->items * (size_t)(list->count - i - 1));
+          list->count--;
+          return true;
+        }
+    }
+  return false;
 }
 
 /* The decisions of p's stages that split an op token-wise. */
@@ -925,7 +1013,7 @@ static bool drop_split_recomputes(lx_pipeline *p) {
  * splits, the split decisions). */
 static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy,
                                   double squeeze, int *split_instances, squeeze_mode mode) {
-  bool offload = mode != NO_OFFLOAD;
+  bool offload = mode == OFFLOAD || mode == TOKEN_SPLITS;
   lx_ir ir;
   bool interleaved =
       schedule == LX_SCHEDULE_INTERLEAVED; /* 2 chunks a stage: micro-batches in groups of pp */
@@ -934,6 +1022,7 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   lx_cost_model cm;
   lx_cost_model_init(&cm, &ir, NULL);
   if (mode == TOKEN_SPLITS) load_split_profile(&ir, &cm);
+  if (mode == HEAD_SPLITS) load_heads_profile(&ir, &cm);
   lx_pipeline none, full;
   lx_plan_options o = {.policy = LX_RECOMPUTE_NONE, .cm = &cm, .no_offload = !offload};
   lx_plan_pipeline(&ir, &o, &none);
@@ -985,7 +1074,12 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
           name, pp, tp, pol, split);
   *split_instances += split;
   int offloads = built ? count_instrs(&p, LX_I_OFFLOAD) : 0,
-      token_splits = built ? count_token_splits(&p) : 0;
+      token_splits = built ? count_token_splits(&p) : 0, head_pieces = built ? count_head_pieces(&p) : 0;
+  if (head_pieces > 0)
+    CHECK(drop_later_piece(&p) && verify_pipeline(&p, getenv("LX_DEBUG") == NULL) > 0,
+          "%s pp=%d tp=%d %s: %d recomputes of kv-head pieces; without one of a later piece, the verifier "
+          "reports the backward reading heads that nothing wrote",
+          name, pp, tp, pol, head_pieces);
   if (offloads > 0) {
     check_offload_faults(&p, name, pp, tp, pol);
     if (token_splits > 0)
@@ -1002,7 +1096,10 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   lx_pipeline_free(&p);
   lx_cost_model_free(&cm);
   lx_ir_free(&ir);
-  return mode == TOKEN_SPLITS ? token_splits : offload ? offloads : in_window;
+  return mode == HEAD_SPLITS    ? head_pieces
+         : mode == TOKEN_SPLITS ? token_splits
+         : offload              ? offloads
+                                : in_window;
 }
 
 /* The same squeezed plans at tp 2 where the Lynx policies may offload:
@@ -1156,7 +1253,7 @@ static void check_no_offload_keeps_windows(void) {
 }
 
 int main(void) {
-  int split = 0, offloaded = 0, optima_split = 0, token_splits = 0;
+  int split = 0, offloaded = 0, optima_split = 0, token_splits = 0, head_pieces = 0;
   for (int pp = 2; pp <= 4; pp++)
     for (int k = 1; k <= 3; k++)
       check_best_partition(pp, 3 * pp + 1, 0.2 * k);
@@ -1179,8 +1276,10 @@ int main(void) {
       static const double squeezes[] = {0.5, 0.25, 0.1};
       const char *name = lx_schedule_name((lx_schedule)sched);
       for (int pol = LX_RECOMPUTE_LYNX_HEU; pol <= LX_RECOMPUTE_LYNX_OPT; pol++) {
-        int placed = 0;
+        int placed = 0, pieces = 0;
         for (int k = 0; k < 3; k++) {
+          pieces += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k],
+                                           &split, HEAD_SPLITS);
           placed += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k],
                                            &split, NO_OFFLOAD);
           offloaded +=
@@ -1190,6 +1289,7 @@ int main(void) {
         }
         CHECK(placed > 0, "%s pp=%d tp=2 %s: some squeeze puts recompute into windows (%d)", name, pp,
               lx_recompute_policy_name((lx_recompute_policy)pol), placed);
+        head_pieces += pieces;
       }
       check_window_schedules((lx_schedule)sched, pp, 1, LX_RECOMPUTE_LYNX_HEU, 0.3, &split, NO_OFFLOAD);
       check_window_schedules((lx_schedule)sched, pp, 2, LX_RECOMPUTE_CHECKMATE, 0.3, &split, NO_OFFLOAD);
@@ -1207,5 +1307,7 @@ int main(void) {
   CHECK(offloaded > 0, "the squeezed pipelines with offload hold %d OFFLOAD instructions", offloaded);
   CHECK(token_splits > 0, "the squeezed pipelines under the splitting profile split %d ops token-wise",
         token_splits);
+  CHECK(head_pieces > 0, "the squeezed pipelines under the head-piece profile recompute %d kv-head pieces",
+        head_pieces);
   return check_exit_status();
 }
