@@ -54,9 +54,9 @@
 
 typedef uint64_t lx_opmask; /* a set of block ops; blocks have fewer than 64 */
 
-/* Head-split recompute (lx_head_pieces_max): 1, 2, 4, 8 or 16 pieces, at
- * most LX_MAX_UNITS placement entries per layer instance. */
-enum { LX_PIECE_OPTIONS = 5, LX_MAX_UNITS = 256 };
+/* Head-split recompute (lx_head_pieces_max): at most LX_MAX_PIECES pieces
+ * of an op, LX_MAX_UNITS placement entries per layer instance. */
+enum { LX_MAX_PIECES = 16, LX_MAX_UNITS = 256 };
 
 /* ---- windows.c ---------------------------------------------------------- */
 
@@ -89,7 +89,8 @@ typedef struct {
    * whole; lx_stage_problem_set_windows picks them); its recompute_s is then the pieces' sum (a piece
    * launches its own kernels), on demand too: the policies' price is never below the schedule's */
   int *pieces;
-  double (*piece_options_s)[LX_PIECE_OPTIONS]; /* per op: one of 2^k pieces' seconds; 0: may not */
+  /* per op, [p]: the seconds of one of p pieces; 0 where p does not divide its kv heads */
+  double (*piece_options_s)[LX_MAX_PIECES + 1];
   double host_bytes_per_s;         /* the host link, one direction; 0: no offload */
   int64_t host_avail_bytes;        /* host memory the stage's offloaded tensors may take */
   double layer_fwd_s, layer_bwd_s; /* one layer instance's forward and backward: what its copies overlap */

@@ -277,9 +277,20 @@ static int by_lower_bound(const void *x, const void *y) {
   return (a->c.w > b->c.w) - (a->c.w < b->c.w); /* the same order every run */
 }
 
+/* Whether a choice whose exposed time is at least `lower` cannot beat best:
+ * it is no faster, and were it as fast, it would lose the tie (its recompute,
+ * offload and memory, which the matching does not change). */
+static bool cannot_win(const lx_stage_problem *pr, double lower, const choice *c, const choice *best) {
+  if (!best->valid || lower < best->exposed) return false;
+  choice tied = *c;
+  tied.exposed = best->exposed;
+  return compare_choices(pr, &tied, best) >= 0;
+}
+
 /* Best first: window sets in order of their lower bound, each matched for
- * real, until no bound left can beat the best found. Each set is matched at
- * most once. */
+ * real, until no bound left can beat the best found; a set that could at
+ * most tie the best and would lose the tie is not matched. Each set is
+ * matched at most once. */
 static choice match_best_first(const lx_stage_problem *pr, const lx_matcher *m, const window_sets *sets,
                                choice best) {
   window_candidate *cand = lx_malloc(sizeof *cand * (size_t)(sets->n + 1));
@@ -294,6 +305,7 @@ static choice match_best_first(const lx_stage_problem *pr, const lx_matcher *m, 
   qsort(cand, (size_t)count, sizeof *cand, by_lower_bound);
   for (int k = 0; k < count; k++) {
     if (best.valid && cand[k].lower > best.exposed + 1e-12 * cand[k].lower) break;
+    if (cannot_win(pr, cand[k].lower, &cand[k].c, &best)) continue;
     choice c = cand[k].c;
     double served = c.w ? lx_match_windows(m, c.w, NULL) : 0;
     c.exposed = lx_exposed_of(pr, c.rc, served) + lx_offload_cost(pr, c.of);

@@ -141,13 +141,10 @@ static bool reads_offloaded(const builder *b, int i) {
   return false;
 }
 
-/* The part of a layer instance's in-window recompute that window w runs: its
- * ops placed there, on the recompute stream (they need no all-reduce:
- * overlap.h). The backward waits for the event of the instance's last part
- * (the recompute stream runs in order). */
-/* The RECOMPUTE of op i of instance inst's pieces that window w runs (-1: on
- * demand), which are consecutive (lx_match_windows); false where none. A
- * head-split op's names its pieces unless they are all of them. */
+/* What of op i of instance inst window w runs (w -1: what runs on demand),
+ * into `in`, its RECOMPUTE: a head-split op's pieces placed there, which are
+ * consecutive (the matching places them in order), named unless they are
+ * all of them. False where w runs none of it. */
 static bool recompute_at(const builder *b, int inst, int i, int w, lx_instr *in) {
   int pieces = lx_window_pieces(&b->st->decisions[i]), first = 0;
   if (!b->st->decisions[i].in_window) return w < 0;
@@ -166,6 +163,10 @@ static lx_instr recompute_of(const builder *b, int inst, int i) {
   return (lx_instr){.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = layer, .op = i, .mb = mb};
 }
 
+/* The part of a layer instance's in-window recompute that window w runs:
+ * its ops (or pieces) placed there, on the recompute stream (they need no
+ * all-reduce: overlap.h). The backward waits for the event of the instance's last part
+ * (the recompute stream runs in order). */
 static void recompute_in_window(builder *b, int inst, int w) {
   const lx_graph *g = &b->ir->block;
   bool waited = false;

@@ -33,11 +33,12 @@ static int64_t drop_bytes_of(const lx_graph *g, int i, lx_op_decision *scratch) 
   return all - lx_kept_bytes(g, scratch);
 }
 
-/* The pieces op i may be cut into: 2^k that divide its kv heads, each priced by its own calls. */
+/* The pieces op i may be cut into: as many as divide its kv heads, each priced by its own calls. */
 static void set_piece_options(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int i) {
   int most = lx_head_pieces_max(ir, i);
-  for (int k = 0, p = 1; k < LX_PIECE_OPTIONS && most % p == 0 && p <= most; k++, p *= 2)
-    pr->piece_options_s[i][k] = lx_cost_op_fwd_heads(cm, ir, &ir->block, &ir->block.ops[i], most / p);
+  for (int p = 1; p <= LX_MAX_PIECES && p <= most; p++)
+    if (most % p == 0)
+      pr->piece_options_s[i][p] = lx_cost_op_fwd_heads(cm, ir, &ir->block, &ir->block.ops[i], most / p);
 }
 
 void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int n_layers,
@@ -167,9 +168,10 @@ static void pick_pieces(lx_stage_problem *pr) {
   int units = pr->n_ops;
   for (int i = 0; i < pr->n_ops; i++) {
     if (!pr->windowable[i] || pr->recompute_s[i] <= typical) continue;
-    for (int k = 1, p = 2; k < LX_PIECE_OPTIONS && pr->piece_options_s[i][k] > 0; k++, p *= 2)
-      if (pr->piece_options_s[i][k] <= typical && units + p - 1 <= LX_MAX_UNITS) {
-        pr->pieces[i] = p, pr->recompute_s[i] = p * pr->piece_options_s[i][k], units += p - 1;
+    for (int p = 2; p <= LX_MAX_PIECES; p++)
+      if (pr->piece_options_s[i][p] > 0 && pr->piece_options_s[i][p] <= typical &&
+          units + p - 1 <= LX_MAX_UNITS) {
+        pr->pieces[i] = p, pr->recompute_s[i] = p * pr->piece_options_s[i][p], units += p - 1;
         break;
       }
   }

@@ -222,6 +222,10 @@ LAYOUTS = (
     ("tiny tp2 pp2 gpipe token-wise", MODEL, ("--tp", "2", "--dp", "1", "--pp", "2", "--schedule", "gpipe",
                                              "--policy", "lynx-heu", "--gpu-memory", "0.002", "--profile",
                                              os.path.join(ROOT, "tests", "profiles", "tiny-token-split.profile"))),
+    # the attention's recompute in pieces of its kv heads (a what-if profile), each in a window of its own
+    ("tiny tp2 pp2 dp2 head pieces", MODEL, ("--tp", "2", "--dp", "2", "--pp", "2", "--policy", "lynx-heu",
+                                            "--gpu-memory", "0.002", "--profile",
+                                            os.path.join(ROOT, "tests", "profiles", "tiny-head-pieces.profile"))),
     ("tiny tp2 pp2 dp2 ZeRO-1 SP lynx-heu", MODEL, WINDOWED),
     ("llama tp2 pp2 dp2 ZeRO-1 SP lynx-heu", LLAMA, WINDOWED),
     # mini-sequences (MsT): the SwiGLU MLPs and the vocabulary-parallel LM head and loss in 4 pieces
