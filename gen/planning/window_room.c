@@ -8,8 +8,9 @@
  * per op rank, the ops sorted by a piece's recompute time). The instances:
  * the matching (lx_match_windows) runs an instance's window ops in op order,
  * so once an op's piece fits none of the instance's admissible windows,
- * neither it nor any op after it is served there; an instance is served at most that prefix of
- * the set, and at most the capacity of its admissible windows.
+ * neither it nor any op after it is served there; an instance is served at
+ * most that prefix of the set, and at most the capacity of its admissible
+ * windows.
  * Instances are grouped by how many ops (shortest first) fit their largest
  * window; within a group their rooms are sorted with running sums, so a set
  * is bounded in O(ops x (ops + log instances)). */

@@ -1253,7 +1253,7 @@ static void check_no_offload_keeps_windows(void) {
 }
 
 int main(void) {
-  int split = 0, offloaded = 0, optima_split = 0, token_splits = 0, head_pieces = 0;
+  int split = 0, offloaded = 0, optima_split = 0, token_splits = 0, head_pieces = 0, interleaved_pieces = 0;
   for (int pp = 2; pp <= 4; pp++)
     for (int k = 1; k <= 3; k++)
       check_best_partition(pp, 3 * pp + 1, 0.2 * k);
@@ -1302,12 +1302,17 @@ int main(void) {
           check_offloads(LX_SCHEDULE_INTERLEAVED, pp, (lx_recompute_policy)pol, 0.3, &split, OFFLOAD);
       token_splits +=
           check_offloads(LX_SCHEDULE_INTERLEAVED, pp, (lx_recompute_policy)pol, 0.3, &split, TOKEN_SPLITS);
+      interleaved_pieces += check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol,
+                                                   0.1, &split, HEAD_SPLITS);
     }
   CHECK(split > 0, "the squeezed pipelines split %d layer instances' in-window recompute", split);
   CHECK(offloaded > 0, "the squeezed pipelines with offload hold %d OFFLOAD instructions", offloaded);
   CHECK(token_splits > 0, "the squeezed pipelines under the splitting profile split %d ops token-wise",
         token_splits);
-  CHECK(head_pieces > 0, "the squeezed pipelines under the head-piece profile recompute %d kv-head pieces",
-        head_pieces);
+  CHECK(
+      head_pieces > 0 && interleaved_pieces > 0,
+      "the squeezed pipelines under the head-piece profile recompute %d kv-head pieces (%d under interleaved "
+      "1F1B)",
+      head_pieces, interleaved_pieces);
   return check_exit_status();
 }
