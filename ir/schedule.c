@@ -267,15 +267,23 @@ int lx_recompute_window(const lx_pipeline *p, const lx_stage *st, int inst, int 
   return lx_piece_window(p, st, inst, op, 0);
 }
 
+int lx_instance_windows(const lx_pipeline *p, const lx_stage *st, int inst, int *windows) {
+  int n = 0;
+  for (int i = 0, last = -1; i < p->ir->block.n_ops; i++)
+    for (int k = 0; k < lx_window_pieces(&st->decisions[i]); k++) {
+      int w = lx_piece_window(p, st, inst, i, k);
+      if (w > last && w < st->n_windows) windows[n++] = last = w;
+    }
+  return n;
+}
+
 int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st) {
   if (!st->window_of || st->n_windows <= 0) return NULL;
-  int *n = lx_calloc((size_t)st->n_windows, sizeof *n);
+  int *n = lx_calloc((size_t)st->n_windows, sizeof *n), *windows = lx_malloc(sizeof *windows * LX_MAX_PLACED);
   for (int inst = 0; inst < st->n_layers * p->micro_batches; inst++)
-    for (int i = 0, last = -1; i < p->ir->block.n_ops; i++)
-      for (int k = 0; k < lx_window_pieces(&st->decisions[i]); k++) {
-        int w = lx_piece_window(p, st, inst, i, k);
-        if (w > last && w < st->n_windows) n[last = w]++;
-      }
+    for (int k = 0, used = lx_instance_windows(p, st, inst, windows); k < used; k++)
+      n[windows[k]]++;
+  free(windows);
   return n;
 }
 

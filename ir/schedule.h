@@ -247,6 +247,11 @@ int lx_piece_window(const lx_pipeline *p, const lx_stage *st, int inst, int op, 
 int lx_recompute_window(const lx_pipeline *p, const lx_stage *st, int inst, int op);
 /* How many entries st's window_of holds: per layer instance, one per piece of each block op. */
 size_t lx_placement_size(const lx_pipeline *p, const lx_stage *st);
+/* A layer instance's placement entries, one per piece of each block op, are
+ * at most LX_MAX_PLACED. The windows instance inst's in-window pieces run
+ * in, in order, each once; returns how many. */
+enum { LX_MAX_PLACED = 256 };
+int lx_instance_windows(const lx_pipeline *p, const lx_stage *st, int inst, int *windows);
 /* Per window of st, how many layer instances recompute in it, whole or in
  * part (NULL without windows; the caller frees it). */
 int *lx_instances_per_window(const lx_pipeline *p, const lx_stage *st);

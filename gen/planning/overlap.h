@@ -55,8 +55,8 @@
 typedef uint64_t lx_opmask; /* a set of block ops; blocks have fewer than 64 */
 
 /* Head-split recompute (lx_head_pieces_max): at most LX_MAX_PIECES pieces
- * of an op, LX_MAX_UNITS placement entries per layer instance. */
-enum { LX_MAX_PIECES = 16, LX_MAX_UNITS = 256 };
+ * of an op, LX_MAX_PLACED placement entries per layer instance (schedule.h). */
+enum { LX_MAX_PIECES = 16 };
 
 /* ---- windows.c ---------------------------------------------------------- */
 

@@ -592,17 +592,14 @@ static void index_window_items(builder *b) {
   int *fill = lx_malloc(sizeof(int) * (size_t)(st->n_windows + 1));
   memcpy(fill, b->window_start, sizeof(int) * (size_t)(st->n_windows + 1));
   /* backward order: the chunks' backwards by the schedule, each from its top layer down */
-  int m = b->pipe->micro_batches, passes = 0;
+  int m = b->pipe->micro_batches, passes = 0, windows[LX_MAX_PLACED];
   lx_chunk_pass *backwards = backward_order(b, &passes);
   for (int i = 0; i < passes; i++) {
     const lx_chunk *c = &st->chunks[backwards[i].chunk];
     for (int l = lx_chunk_last_layer(c); l >= c->first_layer; l--) {
       int inst = lx_layer_slot(st, l) * m + backwards[i].mb;
-      for (int op = 0, last = -1; op < b->ir->block.n_ops; op++)
-        for (int k = 0; k < lx_window_pieces(&st->decisions[op]); k++) {
-          int w = lx_piece_window(b->pipe, st, inst, op, k);
-          if (w > last && w < st->n_windows) b->window_items[fill[last = w]++] = inst;
-        }
+      for (int k = 0, used = lx_instance_windows(b->pipe, st, inst, windows); k < used; k++)
+        b->window_items[fill[windows[k]]++] = inst;
     }
   }
   free(backwards);

@@ -143,19 +143,15 @@ static void set_prefetch_room(lx_stage_problem *pr) {
   pr->room_below = lx_sorted_sums(pr->room_s, pr->n_instances, false);
 }
 
-static int by_capacity(const void *x, const void *y) {
-  double a = ((const lx_window *)x)->capacity, b = ((const lx_window *)y)->capacity;
-  return (a > b) - (a < b);
-}
-
 /* The capacity of the stage's typical window: the median. */
 static double median_capacity(const lx_stage_problem *pr) {
   if (pr->n_windows == 0) return 0;
-  lx_window *sorted = lx_malloc(sizeof *sorted * (size_t)pr->n_windows);
-  memcpy(sorted, pr->windows, sizeof *sorted * (size_t)pr->n_windows);
-  qsort(sorted, (size_t)pr->n_windows, sizeof *sorted, by_capacity);
-  double median = sorted[pr->n_windows / 2].capacity;
-  free(sorted);
+  double *capacity = lx_malloc(sizeof *capacity * (size_t)pr->n_windows);
+  for (int k = 0; k < pr->n_windows; k++)
+    capacity[k] = pr->windows[k].capacity;
+  qsort(capacity, (size_t)pr->n_windows, sizeof *capacity, by_value);
+  double median = capacity[pr->n_windows / 2];
+  free(capacity);
   return median;
 }
 
@@ -170,7 +166,7 @@ static void pick_pieces(lx_stage_problem *pr) {
     if (!pr->windowable[i] || pr->recompute_s[i] <= typical) continue;
     for (int p = 2; p <= LX_MAX_PIECES; p++)
       if (pr->piece_options_s[i][p] > 0 && pr->piece_options_s[i][p] <= typical &&
-          units + p - 1 <= LX_MAX_UNITS) {
+          units + p - 1 <= LX_MAX_PLACED) {
         pr->pieces[i] = p, pr->recompute_s[i] = p * pr->piece_options_s[i][p], units += p - 1;
         break;
       }
@@ -485,8 +481,8 @@ size_t lx_placement_entries(const lx_stage_problem *pr) {
 /* The window ops' pieces of a matching, in op order: their placement
  * entries in an instance's and their seconds. */
 typedef struct {
-  int n, units, unit[LX_MAX_UNITS];
-  double s[LX_MAX_UNITS], shortest;
+  int n, units, unit[LX_MAX_PLACED];
+  double s[LX_MAX_PLACED], shortest;
 } op_sequence;
 
 static op_sequence sequence_of(const lx_stage_problem *pr, lx_opmask w) {

@@ -325,8 +325,8 @@ static int *placed(const lx_stage_problem *pr, int *window_of, int inst, int uni
  * stretches with nothing released skipped, a heap) must place exactly the
  * same ops. */
 static double reference_assignment(const lx_stage_problem *pr, lx_opmask w, int *window_of) {
-  int units[LX_MAX_UNITS], n, progress[64] = {0};
-  double secs[LX_MAX_UNITS];
+  int units[LX_MAX_PLACED], n, progress[64] = {0};
+  double secs[LX_MAX_PLACED];
   n = window_units(pr, w, units, secs);
   bool taken[64];
   double served = 0;
@@ -525,8 +525,8 @@ static void check_head_pieces(lx_stage_problem *pr, int *window_of) {
   static const double times[] = {4, 1, 1};
   for (int n = 1; n <= 3; n++) {
     lx_opmask ops_w = with_op_times(pr, n, times);
-    int first = __builtin_ctzll(ops_w), units[LX_MAX_UNITS], k;
-    double whole = lx_assign_windows(pr, ops_w, window_of), secs[LX_MAX_UNITS], left[8], check;
+    int first = __builtin_ctzll(ops_w), units[LX_MAX_PLACED], k;
+    double whole = lx_assign_windows(pr, ops_w, window_of), secs[LX_MAX_PLACED], left[8], check;
     pr->pieces[first] = 4;
     int *cut = malloc(sizeof(int) * lx_placement_entries(pr));
     k = window_units(pr, ops_w, units, secs);
@@ -572,8 +572,8 @@ static void check_assignment(void) {
   for (int c = 0; c < 7; c++)
     for (int n = 1; n <= 3; n++) {
       lx_opmask ops_w = with_op_times(&pr, n, shapes[c]);
-      int units[LX_MAX_UNITS], k;
-      double secs[LX_MAX_UNITS], left[8], whole_left[8], s = 0;
+      int units[LX_MAX_PLACED], k;
+      double secs[LX_MAX_PLACED], left[8], whole_left[8], s = 0;
       k = window_units(&pr, ops_w, units, secs);
       for (int j = 0; j < 8; j++)
         left[j] = whole_left[j] = w[j].capacity;
