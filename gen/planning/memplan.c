@@ -28,24 +28,6 @@ static int first_computing_op(const lx_graph *g) {
   return 0;
 }
 
-static int64_t saved_tensor_bytes(const lx_graph *g, int producer, int saver) {
-  const lx_op *op = &g->ops[saver];
-  for (int k = 0; k < op->n_saved; k++) {
-    const lx_saved *sv = &op->saved[k];
-    if ((sv->kind == LX_SAVE_OUTPUT && saver == producer) ||
-        (sv->kind == LX_SAVE_INPUT && op->inputs[sv->input] == producer))
-      return sv->bytes;
-  }
-  return 0;
-}
-
-static int64_t internal_bytes(const lx_op *op) {
-  int64_t bytes = 0;
-  for (int k = 0; k < op->n_saved; k++)
-    if (op->saved[k].kind == LX_SAVE_INTERNAL) bytes += op->saved[k].bytes;
-  return bytes;
-}
-
 /* The op whose backward or W pass is the last to need the tensor op
  * `producer` makes: its last saver, unless a saver defers its weight gradient
  * (every W of a micro-batch follows all its backwards, in the backwards'
@@ -72,9 +54,9 @@ static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_grap
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
     bool windowed = d && d[i].in_window;
-    int64_t internals = internal_bytes(op);
+    int64_t internals = lx_internal_bytes(op);
     if (d && d[i].offload) { /* in the window buffers on the device, and (its rows that are) in host memory */
-      *window += lx_offload_bytes(g, i);
+      *window += lx_saved_bytes(g, i);
       *host += lx_host_copy_bytes(g, &d[i], i);
       continue;
     }
@@ -86,7 +68,7 @@ static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_grap
       gm.alloc_fwd[i] += internals, gm.free_bwd[i] += internals;
     int saver = lx_last_saver(g, i);
     if (saver < 0) continue;
-    int64_t bytes = saved_tensor_bytes(g, i, saver);
+    int64_t bytes = lx_saved_output_bytes(g, i);
     bool by_weight;
     int last = releaser(ir, st, gid, g, i, saver, &by_weight);
     int producer_instr = op->kind == LX_OP_INPUT ? start : i; /* inputs arrive as the graph starts */
@@ -115,8 +97,6 @@ int64_t lx_static_bytes(const lx_stage_memory *m) {
   return m->weights + m->grads + m->optimizer + m->window_buffers;
 }
 
-static bool output_is_item(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
-
 /* The gradients of the output and the inputs, and in mini-sequences the
  * pieces the backward makes again. */
 static int64_t backward_working_set(const lx_graph *g, int i) {
@@ -141,7 +121,7 @@ lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage *st, const lx_st
   const lx_graph *g = lx_graph_of(ir, in->graph);
   const lx_graph_memory *gm = &m->graphs[in->graph];
   const lx_op *op = &g->ops[in->op];
-  bool output_held = output_is_item(g, in->op);
+  bool output_held = lx_output_saved(g, in->op);
   switch (in->kind) {
   case LX_I_FWD:
     d.alloc = gm->alloc_fwd[in->op];

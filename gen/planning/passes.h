@@ -23,12 +23,22 @@ bool lx_never_dropped(const lx_graph *block, int i);
 /* Bytes of one layer's activations kept from forward to backward, per
  * micro-batch and tp rank, under these decisions. */
 int64_t lx_kept_bytes(const lx_graph *block, const lx_op_decision *decisions);
+/* Whether some op of the block saves op i's output for its backward. */
+bool lx_output_saved(const lx_graph *block, int i);
+/* The bytes op i's output is saved as (by its last saver; every saver holds
+ * the one tensor), per micro-batch and tp rank; 0 where no op saves it. */
+int64_t lx_saved_output_bytes(const lx_graph *block, int i);
+/* The bytes of an op's own saved buffers (masks, softmax, lse). */
+int64_t lx_internal_bytes(const lx_op *op);
+/* What op i leaves saved for the backward: the two above. Dropping them
+ * frees this much (lx_kept_bytes sums what is kept); offloading them copies
+ * this much each way. */
+int64_t lx_saved_bytes(const lx_graph *block, int i);
 /* Whether a policy may offload what op i of the block saves (and so not
  * recompute it): it saves something, it is not the layer's input or output
  * (they are where the neighbouring layers put and take them) and does not
- * run in mini-sequences. The bytes one layer instance copies each way. */
+ * run in mini-sequences. */
 bool lx_offloadable(const lx_graph *block, int i);
-int64_t lx_offload_bytes(const lx_graph *block, int i);
 /* Whether a policy may offload some rows of op i's output and recompute the
  * others (lx_token_split): it is offloadable, saves its output alone, each
  * row of it depends on the same row of its inputs alone (a norm, a linear,

@@ -10,7 +10,7 @@
 #include "op_signature.h"
 #include "planning/passes.h"
 
-static bool output_is_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
+bool lx_output_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
 
 static bool has_internals(const lx_op *op) {
   for (int k = 0; k < op->n_saved; k++)
@@ -22,16 +22,31 @@ bool lx_never_dropped(const lx_graph *g, int i) {
   return g->ops[i].kind == LX_OP_INPUT || g->ops[i].chunks > 1;
 }
 
-int64_t lx_offload_bytes(const lx_graph *g, int i) {
-  const lx_op *op = &g->ops[i];
-  int64_t bytes = output_is_saved(g, i) ? op->out_bytes : 0;
+int64_t lx_saved_output_bytes(const lx_graph *g, int i) {
+  int saver = lx_last_saver(g, i);
+  const lx_op *op = saver >= 0 ? &g->ops[saver] : NULL;
+  for (int k = 0; op && k < op->n_saved; k++) {
+    const lx_saved *sv = &op->saved[k];
+    if ((sv->kind == LX_SAVE_OUTPUT && saver == i) ||
+        (sv->kind == LX_SAVE_INPUT && op->inputs[sv->input] == i))
+      return sv->bytes;
+  }
+  return 0;
+}
+
+int64_t lx_internal_bytes(const lx_op *op) {
+  int64_t bytes = 0;
   for (int k = 0; k < op->n_saved; k++)
     if (op->saved[k].kind == LX_SAVE_INTERNAL) bytes += op->saved[k].bytes;
   return bytes;
 }
 
+int64_t lx_saved_bytes(const lx_graph *g, int i) {
+  return lx_saved_output_bytes(g, i) + lx_internal_bytes(&g->ops[i]);
+}
+
 bool lx_offloadable(const lx_graph *g, int i) {
-  return !lx_never_dropped(g, i) && i != g->output && lx_offload_bytes(g, i) > 0;
+  return !lx_never_dropped(g, i) && i != g->output && lx_saved_bytes(g, i) > 0;
 }
 
 static bool row_wise(const lx_op *op) {
@@ -72,7 +87,7 @@ int lx_head_pieces_max(const lx_ir *ir, int i) {
 }
 
 int64_t lx_host_copy_bytes(const lx_graph *g, const lx_op_decision *d, int i) {
-  int64_t bytes = lx_offload_bytes(g, i);
+  int64_t bytes = lx_saved_bytes(g, i);
   return lx_token_split(d) ? lx_token_hosted(d, bytes) : bytes;
 }
 
@@ -97,34 +112,25 @@ void lx_recompute_fixed(const lx_ir *ir, lx_recompute_policy policy, lx_op_decis
 void lx_recompute_closure(const lx_graph *g, lx_op_decision *d) {
   for (int i = 0; i < g->n_ops; i++)
     d[i].recompute =
-        (d[i].drop_output && output_is_saved(g, i)) || (d[i].drop_internals && has_internals(&g->ops[i]));
+        (d[i].drop_output && lx_output_saved(g, i)) || (d[i].drop_internals && has_internals(&g->ops[i]));
   /* inputs precede their users, so one backward sweep closes the chains */
   for (int j = g->n_ops - 1; j >= 0; j--) {
     if (!d[j].recompute) continue;
     const lx_op *op = &g->ops[j];
     for (int k = 0; k < op->n_inputs; k++) {
       int i = op->inputs[k];
-      bool held = g->ops[i].kind == LX_OP_INPUT || (output_is_saved(g, i) && !d[i].drop_output);
+      bool held = g->ops[i].kind == LX_OP_INPUT || (lx_output_saved(g, i) && !d[i].drop_output);
       if (!held) d[i].recompute = d[i].drop_output = true;
     }
   }
 }
 
 int64_t lx_kept_bytes(const lx_graph *g, const lx_op_decision *d) {
-  bool *counted = lx_calloc((size_t)g->n_ops, sizeof *counted);
   int64_t kept = 0;
-  for (int j = 0; j < g->n_ops; j++)
-    for (int k = 0; k < g->ops[j].n_saved; k++) {
-      const lx_saved *sv = &g->ops[j].saved[k];
-      if (sv->kind == LX_SAVE_INTERNAL) {
-        if (!d[j].drop_internals && !d[j].offload) kept += sv->bytes;
-        continue;
-      }
-      int producer = sv->kind == LX_SAVE_INPUT ? g->ops[j].inputs[sv->input] : j;
-      if (counted[producer] || d[producer].drop_output || d[producer].offload) continue;
-      counted[producer] = true;
-      kept += sv->bytes;
-    }
-  free(counted);
+  for (int i = 0; i < g->n_ops; i++) {
+    if (d[i].offload) continue;
+    if (!d[i].drop_output) kept += lx_saved_output_bytes(g, i);
+    if (!d[i].drop_internals) kept += lx_internal_bytes(&g->ops[i]);
+  }
   return kept;
 }

@@ -22,17 +22,6 @@ static bool has_tp_collective(const lx_ir *ir, const lx_op *op) {
   return c.gather_before || c.reduce_after;
 }
 
-bool lx_output_saved(const lx_graph *g, int i) { return lx_last_saver(g, i) >= 0; }
-
-/* What dropping everything op i saves frees, measured with lx_kept_bytes so
- * that a tensor saved by several ops is counted once, as the plan does. */
-static int64_t drop_bytes_of(const lx_graph *g, int i, lx_op_decision *scratch) {
-  memset(scratch, 0, sizeof *scratch * (size_t)g->n_ops);
-  int64_t all = lx_kept_bytes(g, scratch);
-  scratch[i].drop_output = scratch[i].drop_internals = true;
-  return all - lx_kept_bytes(g, scratch);
-}
-
 /* The pieces op i may be cut into: as many as divide its kv heads, each priced by its own calls. */
 static void set_piece_options(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm, int i) {
   int most = lx_head_pieces_max(ir, i);
@@ -70,13 +59,13 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
       pr->layer_fwd_s += lx_cost_op_fwd(cm, ir, g, op);
       pr->layer_bwd_s += lx_cost_op_bwd(cm, ir, g, op);
     }
-    if (lx_offloadable(g, i)) pr->offload_bytes[i] = lx_offload_bytes(g, i);
+    if (lx_offloadable(g, i)) pr->offload_bytes[i] = lx_saved_bytes(g, i);
     pr->splittable[i] = lx_token_splittable(ir, i);
     pr->pieces[i] = 1;
     if (lx_never_dropped(g, i)) continue;
     pr->recompute_s[i] = lx_cost_op_fwd(cm, ir, g, op);
     set_piece_options(pr, ir, cm, i);
-    pr->drop_bytes[i] = drop_bytes_of(g, i, scratch);
+    pr->drop_bytes[i] = lx_saved_bytes(g, i);
     pr->windowable[i] = lx_output_saved(g, i) && !has_tp_collective(ir, op);
   }
   free(scratch);

@@ -28,8 +28,6 @@ typedef struct {
   double min_s; /* the shortest windowable op's recompute; 0: none */
 } lx_matcher;
 
-bool lx_output_saved(const lx_graph *g, int i);
-
 /* Sorts v[0..n) in place and returns its running sums (n + 1 of them, the
  * caller frees them): sum[k] = v[k] + ... + v[n - 1] (from_end) or
  * v[0] + ... + v[k - 1]. */
