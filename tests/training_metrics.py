@@ -70,13 +70,15 @@ def run(cmd, cwd, env=None, timeout=None):
 
 
 def generate(work, name, model_file, *args, target="all", quick=False):
-    """quick: -O1, which halves the build time of these many small programs."""
+    """quick: -O0, which builds these many small programs in a quarter of -O2's
+    time (their runs are a few steps of tiny models); numerics are the same,
+    since neither level contracts or reorders floating-point arithmetic."""
     out = os.path.join(work, name)
     r = run([LYNXGEN, model_file, "-o", out, "--target", "cpu", *args], work)
     if r.returncode != 0:
         print(r.stdout + r.stderr)
         return None
-    flags = ["CFLAGS=-O1 -march=native -fno-math-errno"] if quick else []
+    flags = ["CFLAGS=-O0 -fno-math-errno"] if quick else []
     r = run(["make", "-s", "-j2", "-C", out, target, *flags], work)
     if r.returncode != 0:
         print(r.stdout + r.stderr)
