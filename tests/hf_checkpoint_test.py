@@ -38,6 +38,7 @@ import sys
 import tempfile
 
 from tap import check, exit_status
+from training_metrics import QUICK_CFLAGS
 
 try:
     import numpy as np
@@ -82,7 +83,7 @@ def generate(work, name, text, *args):
     out = os.path.join(work, name)
     r = run([LYNXGEN, model, "-o", out, "--target", "cpu", *args], work)
     if r.returncode == 0:
-        r = run(["make", "-s", "-j2", "-C", out, "CFLAGS=-O1 -march=native -fno-math-errno"], work)
+        r = run(["make", "-s", "-j2", "-C", out, QUICK_CFLAGS], work)
     if not check(r.returncode == 0, "%s generates and builds" % name):
         print(r.stdout[-2000:] + r.stderr[-2000:])
         return None

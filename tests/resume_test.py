@@ -51,7 +51,7 @@ import tempfile
 import time
 
 from tap import check, exit_status
-from training_metrics import losses_by_step as losses
+from training_metrics import TRAINING_CFLAGS, losses_by_step as losses
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
@@ -111,7 +111,7 @@ def generate(work, name, model_file, *args):
     out = os.path.join(work, name)
     r = run([LYNXGEN, model_file, "-o", out, "--target", "cpu", *args], work)
     if r.returncode == 0:
-        r = run(["make", "-s", "-j2", "-C", out, "CFLAGS=-O1 -march=native -fno-math-errno"], work)
+        r = run(["make", "-s", "-j2", "-C", out, TRAINING_CFLAGS], work)
     if r.returncode != 0:
         print(r.stdout[-3000:] + r.stderr[-3000:])
         return None

@@ -28,6 +28,7 @@ import sys
 import tempfile
 
 from tap import check, exit_status
+from training_metrics import QUICK_CFLAGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
@@ -75,7 +76,7 @@ class Program:
             f.write(MODEL)
         for cmd in ([LYNXGEN, "tokenize", FORTUNES, "-o", os.path.join(self.work, "data")],
                     [LYNXGEN, model, "-o", self.dir, "--target", "cpu"],
-                    ["make", "-s", "-j2", "-C", self.dir, "CFLAGS=-O1 -march=native -fno-math-errno"]):
+                    ["make", "-s", "-j2", "-C", self.dir, QUICK_CFLAGS]):
             r = launch(cmd, self.work)
             if r.returncode != 0:
                 print(r.stdout[-2000:] + r.stderr[-2000:])
