@@ -51,14 +51,13 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
   pr->piece_options_s = lx_calloc(n + 1, sizeof *pr->piece_options_s);
   pr->host_bytes_per_s = cm->gpu.host_bytes_per_s;
   pr->host_avail_bytes = (int64_t)(0.75 * cm->gpu.host_memory_bytes); /* the rest: OS, data, pinned limits */
-  lx_op_decision *scratch = lx_calloc(n, sizeof *scratch);
-  pr->kept_all = lx_kept_bytes(g, scratch);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
     if (op->kind != LX_OP_INPUT) {
       pr->layer_fwd_s += lx_cost_op_fwd(cm, ir, g, op);
       pr->layer_bwd_s += lx_cost_op_bwd(cm, ir, g, op);
     }
+    pr->kept_all += lx_saved_bytes(g, i); /* lx_kept_bytes with nothing dropped */
     if (lx_offloadable(g, i)) pr->offload_bytes[i] = lx_saved_bytes(g, i);
     pr->splittable[i] = lx_token_splittable(ir, i);
     pr->pieces[i] = 1;
@@ -68,7 +67,6 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
     pr->drop_bytes[i] = lx_saved_bytes(g, i);
     pr->windowable[i] = lx_output_saved(g, i) && !has_tp_collective(ir, op);
   }
-  free(scratch);
 }
 
 static int by_value(const void *x, const void *y) {
