@@ -37,10 +37,9 @@ static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
     /* dX = dY W: a GEMM that adds (beta 1) or writes (beta 0) */
     [LX_OP_LINEAR] = {ROW("linear", "linear", OPS(OUT, IN(0), W, B), OPS(DIN(0), DW, DB, DOUT, IN(0), W)),
                       DIN_WRITES},
-    [LX_OP_ATTENTION] = {ROW(
-        "attention", "attention",
-        OPS(OUT, SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask"), IN(0)),
-        OPS(DIN(0), DOUT, IN(0), SAVED("softmax"), SAVED("dropout_output"), SAVED("dropout_mask")))},
+    /* the probabilities saved; the backward draws the dropout mask again */
+    [LX_OP_ATTENTION] = {ROW("attention", "attention", OPS(OUT, SAVED("softmax"), IN(0)),
+                             OPS(DIN(0), DOUT, IN(0), SAVED("softmax")))},
     [LX_OP_ROPE] = {ROW("rope", "rope", OPS(OUT, IN(0)), OPS(DIN(0), DOUT))},
     /* GPT-2's tanh approximation: ~10 operations forward, ~20 backward */
     [LX_OP_GELU] = {ROW("gelu", "gelu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(10, 20),

@@ -252,18 +252,18 @@ for what, extra in (("plan search", ()), ("best 2-stage pipeline", ("--pp", "2")
               what, 100 * p["hfu"], 100 * p["mfu"], 100 * hfu, 100 * mfu))
 os.unlink(f.name)
 
-# --partition best (the default): GPT 2.7B on H100 at sequence 4096, where the first stages must
+# --partition best (the default): GPT 2.7B on H100 at sequence 8192, where the first stages must
 # drop the attention core's state, plans lynx-heu on the recompute-aware split, faster than on
 # the even one; --partition uniform forces the even split; plan.txt names the split
 text = open(os.path.join(ROOT, "examples", "gpt-2.7b.model")).read()
-text = re.sub(r"#define SEQ .*", "#define SEQ 4096", text).replace("GPU_A100_80GB", "GPU_H100_80GB")
+text = re.sub(r"#define SEQ .*", "#define SEQ 8192", text).replace("GPU_A100_80GB", "GPU_H100_80GB")
 with tempfile.NamedTemporaryFile("w", suffix=".model", delete=False) as f:
     f.write(text)
 best, even = plan(f.name, "--policy", "lynx-heu"), plan(f.name, "--policy", "lynx-heu", "--partition", "uniform")
 layers = lambda p: [st["layers"] for st in p["stages"]] if p else None
 check(best and even and best["plan"]["split"] == "recompute-aware" and even["plan"]["split"] == "even"
       and best["iteration_s"] < even["iteration_s"] and layers(best) != layers(even),
-      "GPT 2.7B, H100, seq 4096, lynx-heu: the default split is the recompute-aware one (%s layers, %.3f s), "
+      "GPT 2.7B, H100, seq 8192, lynx-heu: the default split is the recompute-aware one (%s layers, %.3f s), "
       "faster than the even split (%s, %.3f s)" % (layers(best), best and best["iteration_s"], layers(even),
                                                     even and even["iteration_s"]))
 r = subprocess.run([LYNXGEN, f.name, "--plan", "--policy", "lynx-heu"], capture_output=True, text=True)

@@ -128,8 +128,8 @@ TP_PROLOGUE = 1
 TP_EPILOGUE = 1
 
 # Ops that run again before each layer's backward, and how many of them are
-# row-parallel linears. selective: the attention core (its softmax and dropout
-# mask are dropped; its input, qkv, is kept). full: every op of the layer but
+# row-parallel linears. selective: the attention core (its softmax probabilities
+# are dropped; its input, qkv, is kept). full: every op of the layer but
 # the last add, whose output is the next layer's input (the checkpoint, kept
 # anyway) and which no op of the layer saves for its backward.
 RECOMPUTED_PER_LAYER = {"none": 0, "selective": 1, "full": BLOCK_OPS - 1}
@@ -722,7 +722,7 @@ CASES = [
          extra=["--gpu-memory", "0.003", "--no-offload"]),
     # ... at tp 2, where an instance's in-window ops spread over several all-reduce windows
     dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
-         extra=["--gpu-memory", "0.003", "--no-offload"], split=True),
+         extra=["--gpu-memory", "0.0025", "--no-offload"], split=True),
     # Lynx with offload: copies to host memory after the forwards, back before the backwards
     dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
          extra=["--gpu-memory", "0.0025"], offload=True),
@@ -730,9 +730,10 @@ CASES = [
     dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="gpipe", policy="lynx-heu",
          extra=["--gpu-memory", "0.002", "--profile",
                 os.path.join(ROOT, "tests", "profiles", "tiny-token-split.profile")], offload=True, token_split=True),
-    # ... and the attention's recompute in pieces of its kv heads, each where a window has room (a what-if)
-    dict(layers=4, pp=2, tp=2, dp=1, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
-         extra=["--gpu-memory", "0.0023", "--no-offload", "--profile",
+    # ... and the attention's recompute in pieces of its kv heads, each where a window has room (a what-if;
+    # two micro-batches a replica, as the profile's comment has it)
+    dict(layers=4, pp=2, tp=2, dp=2, micro_batch=2, global_batch=8, schedule="1f1b", policy="lynx-heu",
+         extra=["--gpu-memory", "0.0021", "--no-offload", "--profile",
                 os.path.join(ROOT, "tests", "profiles", "tiny-head-pieces.profile")], head_pieces=True),
     # zero bubble: W passes s micro-batches late on stage s, drawn apart from the backwards
     dict(layers=4, pp=4, tp=1, dp=1, micro_batch=1, global_batch=7, schedule="zb-h1", policy="none"),

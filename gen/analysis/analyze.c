@@ -234,11 +234,9 @@ static void shape_attention(shape_ctx *c, lx_op *op) {
   int64_t scores = c->b * heads_rank * c->s * c->s; /* one s x s matrix per head */
   save_input(c, op, 0);
   if (op->attention_impl == LX_ATTN_MATERIALIZED) {
+    /* the probabilities only: the backward draws the dropout mask again from
+     * its counters and forms the dropped probabilities a block at a time */
     save(op, LX_SAVE_INTERNAL, 0, "softmax", scores * c->elt);
-    if (c->ir->model.dropout > 0) {
-      save(op, LX_SAVE_INTERNAL, 0, "dropout_mask", scores);
-      save(op, LX_SAVE_INTERNAL, 0, "dropout_output", scores * c->elt);
-    }
   } else {
     save(op, LX_SAVE_OUTPUT, 0, "output", tensor_bytes(c, op->out));
     save(op, LX_SAVE_INTERNAL, 0, "lse", c->b * heads_rank * c->s * 4);

@@ -209,23 +209,26 @@ static int kv_heads_per_rank(const lx_ir *ir, const lx_graph *g, const lx_op *op
 static score_blocks materialized_blocks(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward,
                                         int kv_count) {
   int kv = kv_heads_per_rank(ir, g, op), T = ir->model.seq_len;
-  lx_attn_sizes s = {ir->plan.micro_batch, T, kv_count * (op->heads / op->kv_heads), kv_count, 1};
+  lx_attn_sizes s = {ir->plan.micro_batch, T, kv_count * (op->heads / op->kv_heads), kv_count, 1,
+                     ir->model.dropout > 0};
   int per_block =
-      lx_attn_heads_per_block(s, lx_attn_scratch_floats(T, kv) * 4,
-                              backward ? LX_ATTN_BACKWARD_SCORE_BYTES : LX_ATTN_FORWARD_SCORE_BYTES);
+      lx_attn_heads_per_block(s, lx_attn_scratch_floats(T, kv) * 4, lx_attn_score_bytes(s, backward));
   lx_attn_slices slices = {0, kv_count, per_block};
   score_blocks b = {lx_attn_covered_share(T), (T + 1.0) / (2.0 * T), lx_attn_block_count(s, slices)};
   return b;
 }
 
 /* The s x s traffic of those blocks, per element of the square (elt: the
- * activations' bytes):
+ * activations' bytes; the weights are the probs, or under dropout the
+ * dropped probs, which a block forms in the scratch from the probs and the
+ * mask drawn again):
  *   forward:  fp32 scores written where covered, read where causal; probs
- *             written [with dropout: the dropped probs and the 1-byte mask];
- *             the weights read by the PV product where covered
- *   backward: weights read (dV) and fp32 dP written where covered; dP,
- *             weights [and probs, mask] read where causal; dS written where
- *             covered and read twice (dQ, dK) */
+ *             written; [the weights written where covered;] the weights read
+ *             by the PV product where covered
+ *   backward: [probs read where causal, the weights written where covered;]
+ *             weights read (dV) and fp32 dP written where covered; dP and
+ *             weights [and probs] read where causal; dS written where covered
+ *             and read twice (dQ, dK) */
 static double score_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
   if (!materialized_attention(op)) return 0;
   const lx_op *qkv = input_op(g, op, 0);
@@ -234,10 +237,11 @@ static double score_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op, b
   score_blocks b = materialized_blocks(ir, g, op, backward, kv_heads_per_rank(ir, g, op));
   bool dropout = ir->model.dropout > 0;
   double elt = elt_bytes(ir), per_score;
+  double weights = dropout ? elt : 0; /* the dropped probs' own pass */
   if (backward)
-    per_score = b.covered * (elt + 4 + 3 * elt) + b.causal * (4 + elt + (dropout ? elt + 1 : 0));
+    per_score = b.covered * (weights + elt + 4 + 3 * elt) + b.causal * (weights + 4 + elt + weights);
   else
-    per_score = b.covered * (4 + elt) + b.causal * 4 + elt + (dropout ? elt + 1 : 0);
+    per_score = b.covered * (4 + weights + elt) + b.causal * 4 + elt;
   return scores * per_score;
 }
 
@@ -289,8 +293,9 @@ static double launches(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool
   case LX_OP_CROSS_ENTROPY: return backward ? 1 : 3; /* vocab-parallel: max, sum-exp, target */
   case LX_OP_ATTENTION:
     if (op->attention_impl == LX_ATTN_FLASH) return backward ? 3 : 1; /* FA2: dot(dO,O), main, dq */
-    /* per block: QK^T, softmax, PV; backward dV, dP, softmax, dQ, dK */
-    return materialized_blocks(ir, g, op, backward, kv_heads_per_rank(ir, g, op)).blocks * (backward ? 5 : 3);
+    /* per block: QK^T, softmax, PV; backward [the dropped probs,] dV, dP, softmax, dQ, dK */
+    return materialized_blocks(ir, g, op, backward, kv_heads_per_rank(ir, g, op)).blocks *
+           (backward ? 5 + (ir->model.dropout > 0) : 3);
   default: return 1;
   }
 }

@@ -39,15 +39,12 @@ static int print_rng(const lx_printer *pr, lx_graph_id g, int i, char *buf, size
 }
 
 /* An attention's dropout: its random stream and this rank's heads in the
- * whole model's numbering (the masks are drawn by them). */
-static void attention_tail(const lx_printer *pr, lx_graph_id g, int i, bool random, call_tail *c) {
+ * whole model's numbering (the masks are drawn by them, in the forward and
+ * again in the backward). */
+static void attention_tail(const lx_printer *pr, lx_graph_id g, int i, call_tail *c) {
   const lx_op *op = emit_op_at(pr, g, i);
   char dims[96];
   emit_attention_dims(pr, g, op, dims, sizeof dims);
-  if (!random) {
-    snprintf(c->sizes, sizeof c->sizes, "%s, DROPOUT", dims);
-    return;
-  }
   int n = snprintf(c->sizes, sizeof c->sizes, "%s, DROPOUT, seed, ", dims);
   n += print_rng(pr, g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
   snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", TP_RANK * %d, %d", op->heads / emit_tp(pr),
@@ -117,8 +114,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
     snprintf(c->sizes, sizeof c->sizes, "%s, %d, VP / %d", k->rows, emit_in_width(pr, g, op), emit_tp(pr));
     break;
   case LX_OP_ATTENTION:
-    /* a flash backward draws the forward's dropout mask again */
-    attention_tail(pr, g, i, !backward || op->attention_impl == LX_ATTN_FLASH, c);
+    attention_tail(pr, g, i, c);
     if (pr->head_pieces) heads_tail(pr, g, op, c);
     break;
   case LX_OP_ROPE: {

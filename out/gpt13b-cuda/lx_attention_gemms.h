@@ -19,7 +19,10 @@
  * products stop at column i1; with blocks of 256 rows that skips most of
  * the masked upper triangle. A block's scores live in the stream's scratch,
  * in fp32: (heads, rows, T) with row pitch T; the backward puts the bf16
- * dS of the same shape after the fp32 dP.
+ * dS of the same shape after the fp32 dP. Under dropout the weights, the
+ * dropped probs, are a block's too, bf16 in that second place: the forward
+ * writes them with the probs, the backward forms them again from the probs
+ * and the mask drawn again, before its dV (dS overwrites them later).
  *
  *   product  D (rows x cols)              = op(A)        op(B)    buffers
  *   SCORES   scores (i1-i0 x i1)          = q            k^T      qkv -> scratch, alpha 1/sqrt(D)
@@ -28,7 +31,8 @@
  *   DP       dP (i1-i0 x i1)              = dout         v^T      dout, qkv -> scratch
  *   DQ       dq (i1-i0 x D)              += dS           k        scratch, qkv -> dqkv
  *   DK       dk (i1 x D)                 += dS^T         q        scratch, qkv -> dqkv
- * weights are the dropped probabilities (probs when p == 0). */
+ * weights are the probs when p == 0; under dropout the dropped probs in the
+ * scratch's second place (lx_attn_weights_at), with the pitches of dS. */
 #ifndef LX_ATTENTION_GEMMS_H
 #define LX_ATTENTION_GEMMS_H
 
@@ -40,11 +44,11 @@
 /* The most a stream's attention scratch may take: a block of as many heads
  * as fit, at least one (fp32 dP + bf16 dS: 6 bytes a score). */
 #define LX_ATTN_SCRATCH_CAP_BYTES (96LL << 20)
-#define LX_ATTN_FORWARD_SCORE_BYTES 4  /* fp32 scores                 */
-#define LX_ATTN_BACKWARD_SCORE_BYTES 6 /* fp32 dP, then the bf16 dS   */
+#define LX_ATTN_MOST_SCORE_BYTES 6
 
 typedef struct {
   int B, T, H, KVH, D;
+  int dropout; /* p > 0: the weights are the dropped probs, in the scratch */
 } lx_attn_sizes;
 
 typedef enum { LX_ATTN_SCORES, LX_ATTN_OUT, LX_ATTN_DV, LX_ATTN_DP, LX_ATTN_DQ, LX_ATTN_DK } lx_attn_product;
@@ -71,6 +75,19 @@ typedef struct {
 
 static inline int lx_attn_block_rows(int T) { return T < LX_ATTN_BLOCK_ROWS ? T : LX_ATTN_BLOCK_ROWS; }
 
+/* A score's bytes in the scratch: fp32 scores, and under dropout the bf16
+ * weights after them (forward); fp32 dP, then the bf16 weights and dS
+ * (backward). */
+static inline int lx_attn_score_bytes(lx_attn_sizes s, int backward) {
+  return backward || s.dropout ? LX_ATTN_MOST_SCORE_BYTES : 4;
+}
+
+/* Where the scratch's bf16 place starts, in floats: after the fp32 scores or
+ * dP of a block of per_block heads. */
+static inline long long lx_attn_weights_at(lx_attn_slices v, int T) {
+  return (long long)v.per_block * lx_attn_block_rows(T) * T;
+}
+
 /* kv heads per block for a scratch of `bytes`: 0 if not even one fits. */
 static inline int lx_attn_heads_per_block(lx_attn_sizes s, long long bytes, int score_bytes) {
   long long one = (long long)lx_attn_block_rows(s.T) * s.T * score_bytes, fit = bytes / one;
@@ -81,7 +98,7 @@ static inline int lx_attn_heads_per_block(lx_attn_sizes s, long long bytes, int 
  * heads needs: one backward block of as many heads as the cap allows. */
 static inline long long lx_attn_scratch_floats(int T, int KVH) {
   if (KVH <= 0) return 0;
-  long long one = (long long)lx_attn_block_rows(T) * T * LX_ATTN_BACKWARD_SCORE_BYTES;
+  long long one = (long long)lx_attn_block_rows(T) * T * LX_ATTN_MOST_SCORE_BYTES;
   long long heads = LX_ATTN_SCRATCH_CAP_BYTES / one;
   if (heads < 1) heads = 1;
   if (heads > KVH) heads = KVH;
@@ -166,7 +183,10 @@ static inline lx_attn_gemm lx_attn_gemm_of(lx_attn_product p, lx_attn_sizes s, l
   int h = lx_attn_query_head(s, k), n = k.heads;
   long long q = lx_attn_q(s, k.b, k.i0, h), keys = lx_attn_k(s, k.b, 0, k.g0),
             values = lx_attn_v(s, k.b, 0, k.g0);
-  long long dout = lx_attn_out(s, k.b, k.i0, h), weights = lx_attn_score(s, k.b, h, k.i0);
+  long long dout = lx_attn_out(s, k.b, k.i0, h);
+  /* the probs' rows of the block, or the scratch's weights (from its bf16 place) */
+  long long weights = s.dropout ? 0 : lx_attn_score(s, k.b, h, k.i0),
+            weights_stride = s.dropout ? block : R * TT;
   lx_attn_gemm g;
   g.alpha = 1.0f, g.accumulate = 0;
   switch (p) {
@@ -176,11 +196,11 @@ static inline lx_attn_gemm lx_attn_gemm_of(lx_attn_product p, lx_attn_sizes s, l
     g.alpha = (float)(1.0 / sqrt((double)s.D));
     break;
   case LX_ATTN_OUT:
-    g.shape = lx_attn_shape_of((int)rows, s.D, k.i1, 0, 0, s.T, R * TT, W, s.D, HD, R * s.D, n);
+    g.shape = lx_attn_shape_of((int)rows, s.D, k.i1, 0, 0, s.T, weights_stride, W, s.D, HD, R * s.D, n);
     g.a_at = weights, g.b_at = values, g.d_at = dout;
     break;
   case LX_ATTN_DV:
-    g.shape = lx_attn_shape_of(k.i1, s.D, (int)rows, 1, 0, s.T, R * TT, HD, R * s.D, W, s.D, n);
+    g.shape = lx_attn_shape_of(k.i1, s.D, (int)rows, 1, 0, s.T, weights_stride, HD, R * s.D, W, s.D, n);
     g.a_at = weights, g.b_at = dout, g.d_at = values, g.accumulate = 1;
     break;
   case LX_ATTN_DP:

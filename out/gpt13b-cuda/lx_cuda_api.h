@@ -48,16 +48,17 @@ void lx_lynx_flash_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx
                                       const lx_bf16 *qkv, const lx_bf16 *out, const float *lse, int B, int T,
                                       int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id,
                                       int head_base, int heads_total, lx_grad_mode mode);
-void lx_attention_forward(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *probs, lx_bf16 *dropped, uint8_t *mask,
-                          const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                          uint64_t stream_id, int head_base, int heads_total);
+void lx_attention_forward(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *probs, const lx_bf16 *qkv, int B, int T,
+                          int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id, int head_base,
+                          int heads_total);
 /* the query heads of kv heads [kv_first, kv_end) only: a piece of a recomputation cut by kv heads */
-void lx_attention_forward_heads(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *probs, lx_bf16 *dropped, uint8_t *mask,
-                                const lx_bf16 *qkv, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
-                                uint64_t stream_id, int head_base, int heads_total, int kv_first, int kv_end);
+void lx_attention_forward_heads(const lx_ctx *ctx, lx_bf16 *out, lx_bf16 *probs, const lx_bf16 *qkv, int B,
+                                int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream_id,
+                                int head_base, int heads_total, int kv_first, int kv_end);
+/* the forward's p, seed, stream_id and heads: its dropout is drawn again */
 void lx_attention_backward(const lx_ctx *ctx, lx_bf16 *dqkv, const lx_bf16 *dout, const lx_bf16 *qkv,
-                           const lx_bf16 *probs, const lx_bf16 *dropped, const uint8_t *mask, int B, int T, int H,
-                           int KVH, int D, double p);
+                           const lx_bf16 *probs, int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                           uint64_t stream_id, int head_base, int heads_total);
 void lx_rope_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, int B, int T, int H, int KVH, int D,
                      double base);
 void lx_rope_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, int B, int T, int H, int KVH, int D,

@@ -7,14 +7,15 @@
  * head h / (H / KVH), consecutive query heads sharing one kv head.
  *
  * Two implementations with different saved memory (gen/analysis/analyze.c):
- *   lx_attention_*        saves qkv and the softmax probabilities (B, H, T, T),
- *                         and with dropout p > 0 the 1-byte mask and the
- *                         dropped probabilities; the backward reads them.
+ *   lx_attention_*        saves qkv and the softmax probabilities (B, H, T, T);
+ *                         the backward draws the dropout mask again and
+ *                         forms the dropped probabilities from them.
  *   lx_flash_attention_*  saves qkv, its output and the log-sum-exp (B, H, T);
  *                         the backward recomputes the probabilities.
  * Both draw attention dropout from lx_dropout_keep(seed, stream, index) with
  * index = ((b * H + h) * T + i) * T + j, so they compute the same function and
- * the same gradients. Under tensor parallelism a rank holds heads
+ * the same gradients; the draw is a function of its counter, so a backward
+ * that draws again sees the forward's mask without storing it. Under tensor parallelism a rank holds heads
  * [head_base, head_base + H) of heads_total and draws with the whole model's
  * head numbers, so every tensor-parallel degree drops the same weights. */
 #ifndef LX_ATTENTION_H
@@ -92,23 +93,27 @@ static inline void lx_attention_probs_row(real *prow,      // (T)
     prow[j] = 0;
 }
 
-/* out = (B, T, H * D); with p > 0, dropped and mask must be given. Only the
- * query heads that read kv heads [kv_first, kv_end): their columns of out and
- * their rows of probs, dropped and mask, the values the whole call writes
- * there; every other element is left as it was, so that a recomputation cut
- * by kv heads runs its pieces one at a time. */
+/* Whether dropout keeps score (b, h, i, j): the forward and the backward draw
+ * it alike (p == 0: threshold 0, always). Its weight in out_i is then
+ * P_ij / (1 - p), and 0 where dropped. */
+static inline int lx_attention_keep(lx_attn_dims a, int b, int h, int i, int j, uint64_t seed,
+                                    uint64_t stream, uint32_t threshold) {
+  return lx_dropout_keep(seed, stream, lx_dropout_row(a, b, h, i) + j, threshold);
+}
+
+/* out = (B, T, H * D). Only the query heads that read kv heads [kv_first,
+ * kv_end): their columns of out and their rows of probs, the values the whole
+ * call writes there; every other element is left as it was, so that a
+ * recomputation cut by kv heads runs its pieces one at a time. */
 static inline void lx_attention_forward_heads(const lx_ctx *ctx,
                                               real *out,       // (B, T, H * D)
                                               real *probs,     // (B, H, T, T)
-                                              real *dropped,   // (B, H, T, T), or NULL when p == 0
-                                              uint8_t *mask,   // (B, H, T, T), or NULL when p == 0
                                               const real *qkv, // (B, T, (H + 2*KVH) * D)
                                               int B, int T, int H, int KVH, int D, double p, uint64_t seed,
                                               uint64_t stream, int head_base, int heads_total, int kv_first,
                                               int kv_end) {
   lx_attn_dims a = lx_attn_dims_of_rank(B, T, H, KVH, D, head_base, heads_total);
-  LX_CHECK(p == 0 || (dropped && mask));
-  LX_CHECK(0 <= kv_first && kv_first < kv_end && kv_end <= KVH);
+  LX_CHECK(0 <= kv_first && kv_end <= KVH && kv_first < kv_end);
   uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p));
   int group = H / KVH;
@@ -117,21 +122,14 @@ static inline void lx_attention_forward_heads(const lx_ctx *ctx,
     for (int h = kv_first * group; h < kv_end * group; h++) {
       int g = lx_kv_head(a, h);
       for (int i = 0; i < T; i++) {
-        size_t row = lx_score_row(a, b, h, i);
-        real *prow = probs + row, *weights = prow;
+        real *prow = probs + lx_score_row(a, b, h, i);
         lx_attention_probs_row(prow, qkv, a, b, h, i);
-        if (p > 0) {
-          weights = dropped + row;
-          for (int j = 0; j < T; j++) {
-            int keep = j <= i && lx_dropout_keep(seed, stream, lx_dropout_row(a, b, h, i) + j, threshold);
-            mask[row + j] = (uint8_t)keep;
-            weights[j] = keep ? prow[j] * dscale : 0;
-          }
-        }
         real *o = out + lx_out_at(a, b, i, h);
         memset(o, 0, (size_t)D * sizeof(real));
-        for (int j = 0; j <= i; j++)
-          lx_axpy(o, weights[j], qkv + lx_v_at(a, b, j, g), D);
+        for (int j = 0; j <= i; j++) {
+          int keep = lx_attention_keep(a, b, h, i, j, seed, stream, threshold);
+          lx_axpy(o, keep ? prow[j] * dscale : 0, qkv + lx_v_at(a, b, j, g), D);
+        }
       }
     }
 }
@@ -140,13 +138,11 @@ static inline void lx_attention_forward_heads(const lx_ctx *ctx,
 static inline void lx_attention_forward(const lx_ctx *ctx,
                                         real *out,       // (B, T, H * D)
                                         real *probs,     // (B, H, T, T)
-                                        real *dropped,   // (B, H, T, T), or NULL when p == 0
-                                        uint8_t *mask,   // (B, H, T, T), or NULL when p == 0
                                         const real *qkv, // (B, T, (H + 2*KVH) * D)
                                         int B, int T, int H, int KVH, int D, double p, uint64_t seed,
                                         uint64_t stream, int head_base, int heads_total) {
-  lx_attention_forward_heads(ctx, out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream, head_base,
-                             heads_total, 0, KVH);
+  lx_attention_forward_heads(ctx, out, probs, qkv, B, T, H, KVH, D, p, seed, stream, head_base, heads_total,
+                             0, KVH);
 }
 
 /* The gradient of one (i, j) pair, given the probability P = P_ij, the weight
@@ -169,17 +165,17 @@ static inline void lx_attention_pair_backward(real *dqkv,         // (B, T, (H +
 }
 
 /* Parallel over (batch, kv head): every query head of a group adds into the
- * group's dk and dv, so a group is one task and the sums keep a fixed order. */
+ * group's dk and dv, so a group is one task and the sums keep a fixed order.
+ * The dropout draws are the forward's (same seed, stream and heads). */
 static inline void lx_attention_backward(const lx_ctx *ctx,
-                                         real *dqkv,          // (B, T, (H + 2*KVH) * D)
-                                         const real *dout,    // (B, T, H * D)
-                                         const real *qkv,     // (B, T, (H + 2*KVH) * D)
-                                         const real *probs,   // (B, H, T, T)
-                                         const real *dropped, // (B, H, T, T), or NULL when p == 0
-                                         const uint8_t *mask, // (B, H, T, T), or NULL when p == 0
-                                         int B, int T, int H, int KVH, int D, double p) {
-  lx_attn_dims a = lx_attn_dims_checked(B, T, H, KVH, D);
-  LX_CHECK(p == 0 || (dropped && mask));
+                                         real *dqkv,        // (B, T, (H + 2*KVH) * D)
+                                         const real *dout,  // (B, T, H * D)
+                                         const real *qkv,   // (B, T, (H + 2*KVH) * D)
+                                         const real *probs, // (B, H, T, T)
+                                         int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                         uint64_t stream, int head_base, int heads_total) {
+  lx_attn_dims a = lx_attn_dims_of_rank(B, T, H, KVH, D, head_base, heads_total);
+  uint32_t threshold = lx_dropout_threshold(p);
   real dscale = (real)(1.0 / (1.0 - p));
   int group = H / KVH;
 #pragma omp parallel for collapse(2) num_threads(ctx->threads)
@@ -187,15 +183,17 @@ static inline void lx_attention_backward(const lx_ctx *ctx,
     for (int g = 0; g < KVH; g++)
       for (int h = g * group; h < (g + 1) * group; h++)
         for (int i = 0; i < T; i++) {
-          size_t row = lx_score_row(a, b, h, i);
-          const real *prow = probs + row, *weights = p > 0 ? dropped + row : prow;
+          const real *prow = probs + lx_score_row(a, b, h, i);
           const real *dout_i = dout + lx_out_at(a, b, i, h);
           lx_acc Di = 0;
           for (int j = 0; j <= i; j++)
-            Di += weights[j] * lx_dot(dout_i, qkv + lx_v_at(a, b, j, g), D);
-          for (int j = 0; j <= i; j++)
-            lx_attention_pair_backward(dqkv, qkv, dout_i, a, b, h, i, j, prow[j], weights[j],
-                                       p > 0 ? mask[row + j] : 1, dscale, (real)Di);
+            if (lx_attention_keep(a, b, h, i, j, seed, stream, threshold))
+              Di += prow[j] * dscale * lx_dot(dout_i, qkv + lx_v_at(a, b, j, g), D);
+          for (int j = 0; j <= i; j++) {
+            int keep = lx_attention_keep(a, b, h, i, j, seed, stream, threshold);
+            lx_attention_pair_backward(dqkv, qkv, dout_i, a, b, h, i, j, prow[j], keep ? prow[j] * dscale : 0,
+                                       keep, dscale, (real)Di);
+          }
         }
 }
 

@@ -233,9 +233,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 192);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 4, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 4, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       block_linear_1_bias(layer), BT, 64, 64);
@@ -288,7 +287,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
       block_linear_1_weight(layer), BT, 64, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 4, 4, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 4, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 192, LX_GRAD_WRITE);

@@ -292,9 +292,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
       block_qkv_weight(layer), block_qkv_bias(layer), block_qkv_lora_a(layer), block_qkv_lora_b(layer), BT, 64, 192, 4,
       2, LORA_DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 2), 0, 64);
   /* a = attention(...)  tiny-lora.model:78 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 4, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 4, 4, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 4, 4);
   /* a = linear(...)  tiny-lora.model:79 */
   lx_lora_linear_forward(ctx, block_linear_1(), block_linear_1_lora_down(layer, mb), block_attention_0(layer, mb),
       block_linear_1_weight(layer), block_linear_1_bias(layer), block_linear_1_lora_a(layer),
@@ -358,7 +357,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
       lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 4), 0, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny-lora.model:78 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 4, 4, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 4, 4, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 4, 4);
   /* d linear(...)  tiny-lora.model:77 */
   lx_lora_linear_backward(ctx, block_layernorm_0_grad(), NULL, NULL, GRAD_OF(block_qkv_lora_a(layer)),
       GRAD_OF(block_qkv_lora_b(layer)), block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_lora_down(layer, mb),

@@ -256,9 +256,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -346,9 +345,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -403,9 +401,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -487,9 +484,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -544,9 +540,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -655,7 +650,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -732,7 +728,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -790,9 +787,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -847,9 +843,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -958,7 +953,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1035,7 +1031,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1093,9 +1090,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -1150,9 +1146,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer, mb), block_qkv_weight(layer),
       block_qkv_bias(layer), BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -1261,7 +1256,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1338,7 +1334,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1417,7 +1414,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1494,7 +1492,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer, mb), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);

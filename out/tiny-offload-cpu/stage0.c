@@ -262,9 +262,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -366,9 +365,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -436,9 +434,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -533,9 +530,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -613,9 +609,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -737,7 +732,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -799,7 +795,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -866,9 +863,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -946,9 +942,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -1082,7 +1077,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1144,7 +1140,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1211,9 +1208,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -1291,9 +1287,8 @@ static void run_schedule(int step, int ahead) {
   lx_linear_forward(ctx, block_qkv(layer, mb), block_layernorm_0(layer), block_qkv_weight(layer), block_qkv_bias(layer),
       BT, 64, 96);
   /* a = attention(...)  tiny.model:74 */
-  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), NULL, NULL,
-      block_qkv(layer, mb), B, T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3),
-      TP_RANK * 2, 4);
+  lx_attention_forward(ctx, block_attention_0(layer, mb), block_attention_0_softmax(layer, mb), block_qkv(layer, mb), B,
+      T, 2, 2, 16, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* a = linear(...)  tiny.model:75 */
   lx_linear_forward(ctx, block_linear_1(), block_attention_0(layer, mb), block_linear_1_weight(layer),
       TP_RANK == 0 ? block_linear_1_bias(layer) : NULL, BT, 32, 64);
@@ -1427,7 +1422,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1506,7 +1502,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1587,7 +1584,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);
@@ -1649,7 +1647,8 @@ static void run_schedule(int step, int ahead) {
       block_linear_1_weight(layer), BT, 32, 64, LX_GRAD_WRITE);
   /* d attention(...)  tiny.model:74 */
   lx_attention_backward(ctx, block_qkv_grad(), block_attention_0_grad(), block_qkv(layer, mb),
-      block_attention_0_softmax(layer, mb), NULL, NULL, B, T, 2, 2, 16, DROPOUT);
+      block_attention_0_softmax(layer, mb), B, T, 2, 2, 16, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 3), TP_RANK * 2, 4);
   /* d linear(...)  tiny.model:73 */
   lx_linear_backward(ctx, block_layernorm_0_grad(), GRAD_OF(block_qkv_weight(layer)), GRAD_OF(block_qkv_bias(layer)),
       block_qkv_grad(), block_layernorm_0(layer), block_qkv_weight(layer), BT, 64, 96, LX_GRAD_WRITE);

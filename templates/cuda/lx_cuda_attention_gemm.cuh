@@ -1,6 +1,6 @@
 /* lx_cuda_attention_gemm.cuh — the materialized attention (the model's
- * attention(): it keeps probs, and under dropout the dropped probs and the
- * mask, (B, H, T, T), as the IR charges them) on tensor cores: cuBLASLt
+ * attention(): it keeps the probs, (B, H, T, T), as the IR charges them; the
+ * dropout mask is drawn again by the backward) on tensor cores: cuBLASLt
  * strided-batched products in bf16 with fp32 accumulation, and a fused
  * softmax kernel between them. The products, and the blocks of rows and heads
  * they run on, are lx_attention_gemms.h's (checked on the CPU by
@@ -10,12 +10,17 @@
  *
  * Forward, per block: scores = q k^T / sqrt(D) into the stream's scratch
  * (fp32, so that the softmax sees unrounded logits), the softmax kernel
- * writes probs, dropped and mask, then out = weights v.
- * Backward, per block: dv += weights^T dout; dP = dout v^T (fp32 scratch);
- * the softmax backward kernel writes dS = P (keep dP / (1 - p) - Di) / sqrt(D)
- * (bf16, after dP in the scratch), Di = sum_j weight_ij dP_ij = dO_i . O_i;
- * then dq += dS k and dk += dS^T q. Every sum runs in an order fixed by the
- * shapes (cuBLASLt's algorithm is cached per shape; no atomics). */
+ * writes probs and, under dropout, the block's weights (the dropped probs,
+ * bf16 after the scores in the scratch), then out = weights v.
+ * Backward, per block: [under dropout the weights again, from the probs and
+ * the same draws;] dv += weights^T dout; dP = dout v^T (fp32 scratch); the
+ * softmax backward kernel writes dS = P (keep dP / (1 - p) - Di) / sqrt(D)
+ * (bf16, after dP in the scratch, over the weights), Di = sum_j weight_ij
+ * dP_ij = dO_i . O_i; then dq += dS k and dk += dS^T q. A weight is formed
+ * from the probability as stored (bf16), forward and backward alike, so the
+ * backward's weights are the forward's bit for bit. Every sum runs in an
+ * order fixed by the shapes (cuBLASLt's algorithm is cached per shape; no
+ * atomics). */
 #ifndef LX_CUDA_ATTENTION_GEMM_CUH
 #define LX_CUDA_ATTENTION_GEMM_CUH
 
@@ -36,19 +41,6 @@ template <int W> __device__ inline void lx_load_scores(float v[W], const float *
   }
 }
 
-template <int W> __device__ inline void lx_store_mask(uint8_t *p, const bool keep[W]) {
-  if constexpr (W == LX_VEC) {
-    uint2 raw;
-    uint8_t *bytes = (uint8_t *)&raw;
-    for (int e = 0; e < W; e++)
-      bytes[e] = (uint8_t)keep[e];
-    *(uint2 *)p = raw;
-  } else {
-    for (int e = 0; e < W; e++)
-      p[e] = (uint8_t)keep[e];
-  }
-}
-
 /* The warp's row of a block: kv-head slot x, query row i, query head h, and
  * the start of its (b, h, i, :) row in the (B, H, T, T) tensors. */
 typedef struct {
@@ -66,20 +58,38 @@ __device__ inline bool lx_attn_row_of(lx_attn_block_row *row, const lx_attn_shap
   return true;
 }
 
+/* The offset of the warp's row in a block's (heads, i1 - i0, T) scratch. */
+__device__ inline size_t lx_attn_pitch_at(const lx_attn_shape &a, const lx_attn_block &k,
+                                          const lx_attn_block_row &row) {
+  return ((size_t)row.x * (k.i1 - k.i0) + (row.i - k.i0)) * a.T;
+}
+
+/* The weights of keys [j0, j0 + W) of the row from their probs as stored
+ * (bf16): prob / (1 - p) where the draw keeps the score, 0 where it drops it
+ * or past the diagonal. */
+template <int W>
+__device__ inline void lx_attn_weights_of(float weight[W], const float prob[W], const lx_attn_shape &a,
+                                          const lx_attn_block_row &row, int j0) {
+  for (int e = 0; e < W; e++) {
+    bool keep = j0 + e <= row.i && lx_cuda_dropout_keep(a.key, lx_attn_draw(a, row.at + j0 + e), a.threshold);
+    weight[e] = keep ? __bfloat162float(lx_to_bf16(prob[e])) * a.dscale : 0.0f;
+  }
+}
+
 /* A warp per row (lanes over pieces of W keys): the row's max and sum of
- * exp by the online softmax, merged across the warp; then probs (zero past
- * the diagonal, as the CPU writes them), the dropout decisions and the
- * dropped probs for the whole row. */
+ * exp by the online softmax, merged across the warp; then probs for the
+ * whole row (zero past the diagonal, as the CPU writes them) and, under
+ * dropout, the weights of the block's columns. */
 template <int W>
 __global__ void lx_attention_softmax_kernel(lx_bf16 *probs,      // (B, H, T, T)
-                                            lx_bf16 *dropped,    // (B, H, T, T) or NULL when p == 0
-                                            uint8_t *mask,       // (B, H, T, T) or NULL when p == 0
+                                            lx_bf16 *weights,    // (heads, i1 - i0, T): the block's, or NULL
                                             const float *scores, // (heads, i1 - i0, T): the block's
                                             lx_attn_shape a, lx_attn_block k) {
   lx_attn_block_row row;
   if (!lx_attn_row_of(&row, a, k)) return;
   int lane = threadIdx.x % LX_WARP;
-  const float *s = scores + ((size_t)row.x * (k.i1 - k.i0) + (row.i - k.i0)) * a.T;
+  size_t pitch_at = lx_attn_pitch_at(a, k, row);
+  const float *s = scores + pitch_at;
   float2 acc = make_float2(-INFINITY, 0.0f);
   for (int j0 = lane * W; j0 <= row.i; j0 += LX_WARP * W) {
     float v[W];
@@ -89,43 +99,57 @@ __global__ void lx_attention_softmax_kernel(lx_bf16 *probs,      // (B, H, T, T)
   float max = lx_warp_max(acc.x);
   float inverse = 1.0f / lx_warp_sum(acc.x == -INFINITY ? 0.0f : acc.y * expf(acc.x - max));
   for (int j0 = lane * W; j0 < a.T; j0 += LX_WARP * W) {
-    float v[W], prob[W], weight[W];
-    bool keep[W];
+    float v[W], prob[W];
     if (j0 <= row.i) lx_load_scores<W>(v, s + j0);
-    for (int e = 0; e < W; e++) {
-      bool causal = j0 + e <= row.i;
-      prob[e] = causal ? expf(v[e] - max) * inverse : 0.0f;
-      keep[e] = causal && lx_cuda_dropout_keep(a.key, lx_attn_draw(a, row.at + j0 + e), a.threshold);
-      weight[e] = keep[e] ? prob[e] * a.dscale : 0.0f;
-    }
+    for (int e = 0; e < W; e++)
+      prob[e] = j0 + e <= row.i ? expf(v[e] - max) * inverse : 0.0f;
     lx_store_piece<W>(probs + row.at + j0, prob);
-    if (mask) lx_store_mask<W>(mask + row.at + j0, keep);
-    if (dropped) lx_store_piece<W>(dropped + row.at + j0, weight);
+    if (weights && j0 < k.i1) {
+      float weight[W];
+      lx_attn_weights_of<W>(weight, prob, a, row, j0);
+      lx_store_piece<W>(weights + pitch_at + j0, weight);
+    }
+  }
+}
+
+/* A warp per row: the weights of the block's columns [0, i1) from the saved
+ * probs, as the forward formed them, for the backward's dV. */
+template <int W>
+__global__ void lx_attention_weights_kernel(lx_bf16 *weights,     // (heads, i1 - i0, T): the block's
+                                            const lx_bf16 *probs, // (B, H, T, T)
+                                            lx_attn_shape a, lx_attn_block k) {
+  lx_attn_block_row row;
+  if (!lx_attn_row_of(&row, a, k)) return;
+  size_t pitch_at = lx_attn_pitch_at(a, k, row);
+  for (int j0 = threadIdx.x % LX_WARP * W; j0 < k.i1; j0 += LX_WARP * W) {
+    float prob[W], weight[W];
+    lx_load_piece<W>(prob, probs + row.at + j0);
+    lx_attn_weights_of<W>(weight, prob, a, row, j0);
+    lx_store_piece<W>(weights + pitch_at + j0, weight);
   }
 }
 
 /* A warp per row: Di = sum_j weight_ij dP_ij, then dS_ij = P_ij (keep
  * dP_ij / (1 - p) - Di) / sqrt(D) for j <= i and 0 for i < j < i1 (the dq
- * and dk products read the block's columns up to i1). */
+ * and dk products read the block's columns up to i1). Under dropout the
+ * weights are the block's in the scratch, where dS then goes (each lane
+ * writes the pieces it alone read); else the probs. */
 template <int W>
-__global__ void
-lx_attention_softmax_backward_kernel(lx_bf16 *dscores,       // (heads, i1 - i0, T): the block's
-                                     const float *dprobs,    // (heads, i1 - i0, T)
-                                     const lx_bf16 *probs,   // (B, H, T, T)
-                                     const lx_bf16 *dropped, // (B, H, T, T) or NULL when p == 0
-                                     const uint8_t *mask,    // (B, H, T, T) or NULL when p == 0
-                                     lx_attn_shape a, lx_attn_block k) {
+__global__ void lx_attention_softmax_backward_kernel(lx_bf16 *dscores,     // (heads, i1 - i0, T): the block's
+                                                     const float *dprobs,  // (heads, i1 - i0, T)
+                                                     const lx_bf16 *probs, // (B, H, T, T)
+                                                     bool dropout, lx_attn_shape a, lx_attn_block k) {
   lx_attn_block_row row;
   if (!lx_attn_row_of(&row, a, k)) return;
   int lane = threadIdx.x % LX_WARP;
-  size_t pitch_at = ((size_t)row.x * (k.i1 - k.i0) + (row.i - k.i0)) * a.T;
+  size_t pitch_at = lx_attn_pitch_at(a, k, row);
   const float *dp = dprobs + pitch_at;
-  const lx_bf16 *weights = dropped ? dropped : probs;
+  const lx_bf16 *weights = dropout ? dscores + pitch_at : probs + row.at;
   float sum = 0.0f;
   for (int j0 = lane * W; j0 <= row.i; j0 += LX_WARP * W) {
     float v[W], w[W];
     lx_load_scores<W>(v, dp + j0);
-    lx_load_piece<W>(w, weights + row.at + j0);
+    lx_load_piece<W>(w, weights + j0);
     for (int e = 0; e < W; e++)
       sum += j0 + e <= row.i ? w[e] * v[e] : 0.0f;
   }
@@ -138,8 +162,9 @@ lx_attention_softmax_backward_kernel(lx_bf16 *dscores,       // (heads, i1 - i0,
     }
     for (int e = 0; e < W; e++) {
       bool causal = j0 + e <= row.i;
-      float keep = !causal ? 0.0f : mask ? (float)mask[row.at + j0 + e] * a.dscale : 1.0f;
-      ds[e] = causal ? prob[e] * (keep * v[e] - Di) * a.scale : 0.0f;
+      bool keep =
+          causal && (!dropout || lx_cuda_dropout_keep(a.key, lx_attn_draw(a, row.at + j0 + e), a.threshold));
+      ds[e] = causal ? prob[e] * ((keep ? a.dscale : 0.0f) * v[e] - Di) * a.scale : 0.0f;
     }
     lx_store_piece<W>(dscores + pitch_at + j0, ds);
   }
@@ -178,39 +203,39 @@ inline unsigned lx_attn_softmax_blocks(lx_attn_block k) {
   return lx_ceil_div((size_t)k.heads * (k.i1 - k.i0), LX_SOFTMAX_WARPS);
 }
 
-/* out, and probs, dropped, mask (dropout p, drawn from (seed, stream_id) with
- * the CPU's indices in the whole model's heads), of the query heads that read
- * kv heads [kv_first, kv_end) only: their columns of out and their rows of
- * the (B, H, T, T) tensors, the values the whole call writes there; every
- * other element is left as it was, so that a recomputation cut by kv heads
- * runs its pieces one at a time. */
+/* The scratch's bf16 place: the block's weights under dropout, then dS. */
+inline lx_bf16 *lx_attn_scratch_weights(const lx_ctx *ctx, lx_attn_slices v, int T) {
+  return (lx_bf16 *)(ctx->scratch + lx_attn_weights_at(v, T));
+}
+
+/* out and probs (dropout p, drawn from (seed, stream_id) with the CPU's
+ * indices in the whole model's heads), of the query heads that read kv heads
+ * [kv_first, kv_end) only: their columns of out and their rows of probs, the
+ * values the whole call writes there; every other element is left as it
+ * was, so that a recomputation cut by kv heads runs its pieces one at a
+ * time. */
 LX_CUDA_API void lx_attention_forward_heads(const lx_ctx *ctx,
                                             lx_bf16 *out,       // (B, T, H * D)
                                             lx_bf16 *probs,     // (B, H, T, T)
-                                            lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
-                                            uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
                                             const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
                                             int B, int T, int H, int KVH, int D, double p, uint64_t seed,
                                             uint64_t stream_id, int head_base, int heads_total, int kv_first,
                                             int kv_end) {
-  LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
   lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
   LX_CUDA_REQUIRE(0 <= kv_first && kv_first < kv_end && kv_end <= KVH);
-  lx_attn_sizes s = {B, T, H, KVH, D};
-  lx_attn_slices v = {kv_first, kv_end, lx_attn_heads_in_scratch(ctx, s, LX_ATTN_FORWARD_SCORE_BYTES)};
+  lx_attn_sizes s = {B, T, H, KVH, D, p > 0};
+  lx_attn_slices v = {kv_first, kv_end, lx_attn_heads_in_scratch(ctx, s, lx_attn_score_bytes(s, 0))};
   float *scores = ctx->scratch;
-  if (p == 0) dropped = NULL, mask = NULL;
-  const lx_bf16 *weights = dropped ? dropped : probs;
-  auto softmax = lx_pieces_fit((size_t)T, {probs, dropped, mask, scores})
-                     ? lx_attention_softmax_kernel<LX_VEC>
-                     : lx_attention_softmax_kernel<1>;
+  lx_bf16 *weights = s.dropout ? lx_attn_scratch_weights(ctx, v, T) : NULL;
+  auto softmax = lx_pieces_fit((size_t)T, {probs, weights, scores}) ? lx_attention_softmax_kernel<LX_VEC>
+                                                                    : lx_attention_softmax_kernel<1>;
   lx_attn_block k = lx_attn_first_block(s, v);
   do {
     lx_attn_product_run(ctx, LX_ATTN_SCORES, s, k, scores, qkv, qkv);
-    softmax<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(probs, dropped, mask,
-                                                                                       scores, a, k);
+    softmax<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(probs, weights, scores,
+                                                                                       a, k);
     LX_CUDA_LAUNCHED();
-    lx_attn_product_run(ctx, LX_ATTN_OUT, s, k, out, weights, qkv);
+    lx_attn_product_run(ctx, LX_ATTN_OUT, s, k, out, weights ? weights : probs, qkv);
   } while (lx_attn_next_block(s, v, &k));
 }
 
@@ -218,41 +243,42 @@ LX_CUDA_API void lx_attention_forward_heads(const lx_ctx *ctx,
 LX_CUDA_API void lx_attention_forward(const lx_ctx *ctx,
                                       lx_bf16 *out,       // (B, T, H * D)
                                       lx_bf16 *probs,     // (B, H, T, T)
-                                      lx_bf16 *dropped,   // (B, H, T, T), or NULL when p == 0
-                                      uint8_t *mask,      // (B, H, T, T), or NULL when p == 0
                                       const lx_bf16 *qkv, // (B, T, (H + 2*KVH) * D)
                                       int B, int T, int H, int KVH, int D, double p, uint64_t seed,
                                       uint64_t stream_id, int head_base, int heads_total) {
-  lx_attention_forward_heads(ctx, out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream_id,
-                             head_base, heads_total, 0, KVH);
+  lx_attention_forward_heads(ctx, out, probs, qkv, B, T, H, KVH, D, p, seed, stream_id, head_base,
+                             heads_total, 0, KVH);
 }
 
-/* dqkv += the gradients of the forward above, from its saved tensors. */
+/* dqkv += the gradients of the forward above (the same p, seed, stream_id and
+ * heads: its dropout drawn again), from its saved probs. */
 LX_CUDA_API void lx_attention_backward(const lx_ctx *ctx,
-                                       lx_bf16 *dqkv,          // (B, T, (H + 2*KVH) * D)
-                                       const lx_bf16 *dout,    // (B, T, H * D)
-                                       const lx_bf16 *qkv,     // (B, T, (H + 2*KVH) * D)
-                                       const lx_bf16 *probs,   // (B, H, T, T)
-                                       const lx_bf16 *dropped, // (B, H, T, T), or NULL when p == 0
-                                       const uint8_t *mask,    // (B, H, T, T), or NULL when p == 0
-                                       int B, int T, int H, int KVH, int D, double p) {
-  LX_CUDA_REQUIRE(p == 0 || (dropped && mask));
-  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, 0, 0, 0, H);
-  lx_attn_sizes s = {B, T, H, KVH, D};
-  lx_attn_slices v = {0, KVH, lx_attn_heads_in_scratch(ctx, s, LX_ATTN_BACKWARD_SCORE_BYTES)};
-  float *dprobs = ctx->scratch; /* fp32 dP of a block, then its bf16 dS */
-  lx_bf16 *dscores = (lx_bf16 *)(dprobs + (size_t)v.per_block * lx_attn_block_rows(T) * T);
-  if (p == 0) dropped = NULL, mask = NULL;
-  const lx_bf16 *weights = dropped ? dropped : probs;
-  auto softmax_backward = lx_pieces_fit((size_t)T, {probs, dropped, mask, dprobs, dscores})
-                              ? lx_attention_softmax_backward_kernel<LX_VEC>
-                              : lx_attention_softmax_backward_kernel<1>;
+                                       lx_bf16 *dqkv,        // (B, T, (H + 2*KVH) * D)
+                                       const lx_bf16 *dout,  // (B, T, H * D)
+                                       const lx_bf16 *qkv,   // (B, T, (H + 2*KVH) * D)
+                                       const lx_bf16 *probs, // (B, H, T, T)
+                                       int B, int T, int H, int KVH, int D, double p, uint64_t seed,
+                                       uint64_t stream_id, int head_base, int heads_total) {
+  lx_attn_shape a = lx_attn_shape_checked(B, T, H, KVH, D, p, seed, stream_id, head_base, heads_total);
+  lx_attn_sizes s = {B, T, H, KVH, D, p > 0};
+  lx_attn_slices v = {0, KVH, lx_attn_heads_in_scratch(ctx, s, lx_attn_score_bytes(s, 1))};
+  float *dprobs = ctx->scratch;                          /* fp32 dP of a block */
+  lx_bf16 *dscores = lx_attn_scratch_weights(ctx, v, T); /* its weights, then its bf16 dS */
+  bool vec = lx_pieces_fit((size_t)T, {probs, dprobs, dscores});
+  auto weights_kernel = vec ? lx_attention_weights_kernel<LX_VEC> : lx_attention_weights_kernel<1>;
+  auto softmax_backward =
+      vec ? lx_attention_softmax_backward_kernel<LX_VEC> : lx_attention_softmax_backward_kernel<1>;
   lx_attn_block k = lx_attn_first_block(s, v);
   do {
-    lx_attn_product_run(ctx, LX_ATTN_DV, s, k, dqkv, weights, dout);
+    if (s.dropout) {
+      weights_kernel<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(dscores,
+                                                                                                probs, a, k);
+      LX_CUDA_LAUNCHED();
+    }
+    lx_attn_product_run(ctx, LX_ATTN_DV, s, k, dqkv, s.dropout ? dscores : probs, dout);
     lx_attn_product_run(ctx, LX_ATTN_DP, s, k, dprobs, dout, qkv);
     softmax_backward<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(
-        dscores, dprobs, probs, dropped, mask, a, k);
+        dscores, dprobs, probs, s.dropout, a, k);
     LX_CUDA_LAUNCHED();
     lx_attn_product_run(ctx, LX_ATTN_DQ, s, k, dqkv, dscores, qkv);
     lx_attn_product_run(ctx, LX_ATTN_DK, s, k, dqkv, dscores, qkv);

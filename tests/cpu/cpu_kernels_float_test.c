@@ -36,11 +36,10 @@ static void test_attention_forms_agree(void) {
          scores = (size_t)B * H * T * T;
   real *qkv = random_tensor(nqkv, 1.5), *dout = random_tensor(nout, 1);
   real *out_m = zero_tensor(nout), *out_f = zero_tensor(nout), *probs = zero_tensor(scores);
-  real *dropped = zero_tensor(scores), *lse = zero_tensor((size_t)B * H * T);
+  real *lse = zero_tensor((size_t)B * H * T);
   real *dm = zero_tensor(nqkv), *df = zero_tensor(nqkv);
-  uint8_t *mask = LX_MALLOC(scores);
-  lx_attention_forward(&test_ctx, out_m, probs, dropped, mask, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
-  lx_attention_backward(&test_ctx, dm, dout, qkv, probs, dropped, mask, B, T, H, KVH, D, p);
+  lx_attention_forward(&test_ctx, out_m, probs, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
+  lx_attention_backward(&test_ctx, dm, dout, qkv, probs, B, T, H, KVH, D, p, 3, 4, 0, H);
   lx_flash_attention_forward(&test_ctx, out_f, lse, qkv, B, T, H, KVH, D, p, 3, 4, 0, H);
   lx_flash_attention_backward(&test_ctx, df, dout, qkv, out_f, lse, B, T, H, KVH, D, p, 3, 4, 0, H,
                               LX_GRAD_ADD);
@@ -48,8 +47,7 @@ static void test_attention_forms_agree(void) {
   double grad_err = max_abs_diff(dm, df, nqkv) / max_abs(dm, nqkv);
   CHECK(out_err < 1e-5 && grad_err < 1e-5, "float attention and flash_attention agree (out %.1e, grad %.1e)",
         out_err, grad_err);
-  free(qkv), free(dout), free(out_m), free(out_f), free(probs), free(dropped), free(lse), free(dm), free(df),
-      free(mask);
+  free(qkv), free(dout), free(out_m), free(out_f), free(probs), free(lse), free(dm), free(df);
 }
 
 static void test_cross_entropy_uniform(void) {

@@ -333,8 +333,7 @@ typedef struct {
   int B, T, H, KVH, D, flash;
   double p;
   uint64_t seed, stream;
-  real *qkv, *out, *probs, *dropped, *lse, *w;
-  uint8_t *mask;
+  real *qkv, *out, *probs, *lse, *w;
 } attn_case;
 
 static size_t attn_qkv_size(const attn_case *c) { return (size_t)c->B * c->T * (c->H + 2 * c->KVH) * c->D; }
@@ -346,15 +345,13 @@ static attn_case make_attn_case(int H, int KVH, double p, int flash) {
   c.qkv = random_tensor(attn_qkv_size(&c), 1.5);
   c.out = zero_tensor(attn_out_size(&c));
   c.probs = zero_tensor(scores);
-  c.dropped = zero_tensor(scores);
-  c.mask = LX_CALLOC(scores, 1);
   c.lse = zero_tensor((size_t)c.B * c.H * c.T);
   c.w = random_tensor(attn_out_size(&c), 1);
   return c;
 }
 
 static void free_attn_case(attn_case *c) {
-  free(c->qkv), free(c->out), free(c->probs), free(c->dropped), free(c->mask), free(c->lse), free(c->w);
+  free(c->qkv), free(c->out), free(c->probs), free(c->lse), free(c->w);
 }
 
 static void attn_forward(attn_case *c) {
@@ -362,8 +359,8 @@ static void attn_forward(attn_case *c) {
     lx_flash_attention_forward(&test_ctx, c->out, c->lse, c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p,
                                c->seed, c->stream, 0, c->H);
   else
-    lx_attention_forward(&test_ctx, c->out, c->probs, c->p > 0 ? c->dropped : NULL, c->p > 0 ? c->mask : NULL,
-                         c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed, c->stream, 0, c->H);
+    lx_attention_forward(&test_ctx, c->out, c->probs, c->qkv, c->B, c->T, c->H, c->KVH, c->D, c->p, c->seed,
+                         c->stream, 0, c->H);
 }
 
 /* forward then backward with dout = w, from the current qkv */
@@ -373,8 +370,8 @@ static void attn_backward(attn_case *c, real *dqkv) {
     lx_flash_attention_backward(&test_ctx, dqkv, c->w, c->qkv, c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D,
                                 c->p, c->seed, c->stream, 0, c->H, LX_GRAD_ADD);
   else
-    lx_attention_backward(&test_ctx, dqkv, c->w, c->qkv, c->probs, c->p > 0 ? c->dropped : NULL,
-                          c->p > 0 ? c->mask : NULL, c->B, c->T, c->H, c->KVH, c->D, c->p);
+    lx_attention_backward(&test_ctx, dqkv, c->w, c->qkv, c->probs, c->B, c->T, c->H, c->KVH, c->D, c->p,
+                          c->seed, c->stream, 0, c->H);
 }
 
 static double attention_loss(void *p) {
@@ -421,8 +418,8 @@ static void test_attention_split_over_ranks(int flash) {
       lx_flash_attention_forward(&test_ctx, part.out, part.lse, part.qkv, part.B, part.T, H, KVH, D, part.p,
                                  whole.seed, whole.stream, r * H, whole.H);
     else
-      lx_attention_forward(&test_ctx, part.out, part.probs, part.dropped, part.mask, part.qkv, part.B, part.T,
-                           H, KVH, D, part.p, whole.seed, whole.stream, r * H, whole.H);
+      lx_attention_forward(&test_ctx, part.out, part.probs, part.qkv, part.B, part.T, H, KVH, D, part.p,
+                           whole.seed, whole.stream, r * H, whole.H);
     for (int row = 0; row < whole.B * whole.T; row++)
       for (int c = 0; c < H * D; c++)
         worst = fmax(worst, fabs(part.out[(size_t)row * H * D + c] -
@@ -459,37 +456,26 @@ static void test_attention_heads(int H, int KVH, int pieces) {
   memcpy(cut.qkv, whole.qkv, attn_qkv_size(&whole) * sizeof(real));
   attn_forward(&whole);
   size_t out_n = attn_out_size(&whole), scores = (size_t)whole.B * H * whole.T * whole.T;
-  real *out = nan_tensor(out_n), *probs = nan_tensor(scores), *dropped = nan_tensor(scores);
-  uint8_t *mask = LX_MALLOC(scores);
-  memset(mask, 0xab, scores);
+  real *out = nan_tensor(out_n), *probs = nan_tensor(scores);
   for (int q = 0; q < pieces; q++)
-    lx_attention_forward_heads(&test_ctx, out, probs, dropped, mask, cut.qkv, cut.B, cut.T, H, KVH, cut.D,
-                               cut.p, whole.seed, whole.stream, 0, H, q * KVH / pieces,
-                               (q + 1) * KVH / pieces);
-  CHECK(!memcmp(out, whole.out, out_n * sizeof(real)) && !memcmp(probs, whole.probs, scores * sizeof(real)) &&
-            !memcmp(dropped, whole.dropped, scores * sizeof(real)) && !memcmp(mask, whole.mask, scores),
-        "attention_forward_heads (H %d, KVH %d) in %d pieces of kv heads, one after another: out, probs, "
-        "dropped and mask of the whole attention_forward, bit for bit",
-        H, KVH, pieces);
+    lx_attention_forward_heads(&test_ctx, out, probs, cut.qkv, cut.B, cut.T, H, KVH, cut.D, cut.p, whole.seed,
+                               whole.stream, 0, H, q * KVH / pieces, (q + 1) * KVH / pieces);
+  CHECK(
+      !memcmp(out, whole.out, out_n * sizeof(real)) && !memcmp(probs, whole.probs, scores * sizeof(real)),
+      "attention_forward_heads (H %d, KVH %d) in %d pieces of kv heads, one after another: out and probs of "
+      "the whole attention_forward, bit for bit",
+      H, KVH, pieces);
 
   int first = KVH / pieces, end = 2 * KVH / pieces; /* piece 1 */
-  real *alone_out = nan_tensor(out_n), *alone_probs = nan_tensor(scores), *alone_dropped = nan_tensor(scores);
-  memset(mask, 0xab, scores);
-  lx_attention_forward_heads(&test_ctx, alone_out, alone_probs, alone_dropped, mask, cut.qkv, cut.B, cut.T, H,
-                             KVH, cut.D, cut.p, whole.seed, whole.stream, 0, H, first, end);
-  int mask_ok = 1;
-  for (size_t e = 0; e < scores; e++) {
-    int h = (int)(e / ((size_t)cut.T * cut.T) % (size_t)H) / (H / KVH);
-    mask_ok &= first <= h && h < end ? mask[e] == whole.mask[e] : mask[e] == 0xab;
-  }
+  real *alone_out = nan_tensor(out_n), *alone_probs = nan_tensor(scores);
+  lx_attention_forward_heads(&test_ctx, alone_out, alone_probs, cut.qkv, cut.B, cut.T, H, KVH, cut.D, cut.p,
+                             whole.seed, whole.stream, 0, H, first, end);
   CHECK(attn_piece_written(&cut, alone_out, whole.out, first, end, (size_t)cut.T, (size_t)cut.D) &&
-            attn_piece_written(&cut, alone_probs, whole.probs, first, end, 1, (size_t)cut.T * cut.T) &&
-            attn_piece_written(&cut, alone_dropped, whole.dropped, first, end, 1, (size_t)cut.T * cut.T) &&
-            mask_ok,
+            attn_piece_written(&cut, alone_probs, whole.probs, first, end, 1, (size_t)cut.T * cut.T),
         "attention_forward_heads (H %d, KVH %d) of kv heads [%d, %d) alone writes its query heads' elements "
         "and no other",
         H, KVH, first, end);
-  free(out), free(probs), free(dropped), free(mask), free(alone_out), free(alone_probs), free(alone_dropped);
+  free(out), free(probs), free(alone_out), free(alone_probs);
   free_attn_case(&whole), free_attn_case(&cut);
 }
 
@@ -557,17 +543,23 @@ static void test_attention_causal(int flash) {
   free(before), free_attn_case(&c), free_attn_case(&z);
 }
 
+/* The mask is a function of (seed, stream, index): drawn again, the same
+ * output; another stream, another mask. */
 static void test_attention_dropout_regenerates(void) {
   attn_case c = make_attn_case(4, 2, 0.3, 0);
   size_t scores = (size_t)c.B * c.H * c.T * c.T;
   attn_forward(&c);
-  uint8_t *mask = LX_MALLOC(scores);
-  memcpy(mask, c.mask, scores);
-  real *out = copy_tensor(c.out, attn_out_size(&c));
+  real *probs = copy_tensor(c.probs, scores), *out = copy_tensor(c.out, attn_out_size(&c));
   attn_forward(&c);
-  CHECK(!memcmp(mask, c.mask, scores) && !memcmp(out, c.out, attn_out_size(&c) * sizeof(real)),
-        "attention recomputed with the same (seed, stream) regenerates mask and output bit for bit");
-  free(mask), free(out), free_attn_case(&c);
+  int same =
+      !memcmp(probs, c.probs, scores * sizeof(real)) && !memcmp(out, c.out, attn_out_size(&c) * sizeof(real));
+  c.stream++;
+  attn_forward(&c);
+  int other = memcmp(out, c.out, attn_out_size(&c) * sizeof(real)) != 0;
+  CHECK(same && other,
+        "attention recomputed with the same (seed, stream) regenerates probs and output bit for bit, and "
+        "another stream drops other weights");
+  free(probs), free(out), free_attn_case(&c);
 }
 
 /* ---- rope --------------------------------------------------------------------- */

@@ -6,7 +6,10 @@
  *     semantics (C = alpha op(A) op(B) + beta C, element (i, j) of a
  *     column-major X at X[i + j ld], batch p at X + p stride);
  *   - the softmax between them is this test's own (what the kernels compute),
- *     with the dropout mask taken from the reference;
+ *     the dropout decisions drawn from the counters the kernels draw them
+ *     from (lx_rng.h), and under dropout the weights a block's own, in the
+ *     scratch's second place, formed by the forward and again by the
+ *     backward before its dV;
  *   - the results are compared with templates/cpu/lx_attention.h (the CPU
  *     twins), forward (out, probs) and backward (dqkv), on shapes that make
  *     several row blocks, partial last blocks, kv-head slices and grouped
@@ -24,6 +27,10 @@
 #include "check.h"
 #include "cpu_twins.h"
 #include "lx_attention_gemms.h"
+#include "lx_rng.h"
+
+#define SEED 1234
+#define STREAM 77
 
 /* Column-major op(X)(i, l) of one batch matrix. */
 static double colmajor_at(const float *x, const lx_colmajor_matrix *m, int transpose, long long i,
@@ -67,7 +74,7 @@ static void run_product(lx_attn_product p, lx_attn_sizes s, lx_attn_block k, con
 }
 
 typedef struct {
-  lx_attn_sizes s;
+  lx_attn_sizes s; /* its dropout flag: p > 0 */
   double p;
   int heads; /* kv heads per block */
 } attn_case;
@@ -90,64 +97,89 @@ static float *random_floats(size_t n, float amplitude, uint64_t *state) {
   return x;
 }
 
-/* The forward kernel's softmax over a block's fp32 scores: probs, and the
- * weights the OUT product reads (dropped with the reference's mask). */
-static void block_softmax(lx_attn_sizes s, lx_attn_block k, const float *scores, float *probs, float *weights,
-                          const uint8_t *mask, double p) {
-  int R = s.H / s.KVH, rows = k.i1 - k.i0;
+/* Score (b, h, i, j)'s dropout decision, drawn as the kernels draw it (all
+ * heads on one rank: its counter is its place in (B, H, T, T)). */
+static int kept(long long at, int j, double p) {
+  return lx_dropout_keep(SEED, STREAM, (uint64_t)(at + j), lx_dropout_threshold(p));
+}
+
+/* A block's row x, i: its offset in the scratch's (heads, rows, T) and in
+ * the (B, H, T, T) probs. */
+static long long pitch_of(lx_attn_block k, int x, int i, int T) {
+  return ((long long)x * (k.i1 - k.i0) + i - k.i0) * T;
+}
+static long long score_of(lx_attn_sizes s, lx_attn_block k, int x, int i) {
+  return lx_attn_score(s, k.b, (k.g0 + x) * (s.H / s.KVH) + k.r, i);
+}
+
+/* The weights of a block's columns [0, i1) from its probs, into the
+ * scratch's second place (second): P / (1 - p) where kept, else 0. */
+static void block_weights(lx_attn_sizes s, lx_attn_block k, const float *probs, float *second, double p) {
   for (int x = 0; x < k.heads; x++)
     for (int i = k.i0; i < k.i1; i++) {
-      const float *row = scores + ((long long)x * rows + i - k.i0) * s.T;
-      long long at = lx_attn_score(s, k.b, (k.g0 + x) * R + k.r, i);
+      long long at = score_of(s, k, x, i), row = pitch_of(k, x, i, s.T);
+      for (int j = 0; j < k.i1; j++)
+        second[row + j] = j <= i && kept(at, j, p) ? (float)(probs[at + j] / (1 - p)) : 0.0f;
+    }
+}
+
+/* The forward kernel's softmax over a block's fp32 scores: probs, and under
+ * dropout the block's weights. */
+static void block_softmax(lx_attn_sizes s, lx_attn_block k, const float *scores, float *probs, float *second,
+                          double p) {
+  for (int x = 0; x < k.heads; x++)
+    for (int i = k.i0; i < k.i1; i++) {
+      const float *row = scores + pitch_of(k, x, i, s.T);
+      long long at = score_of(s, k, x, i);
       double max = -INFINITY, sum = 0;
       for (int j = 0; j <= i; j++)
         max = fmax(max, row[j]);
       for (int j = 0; j <= i; j++)
         sum += exp(row[j] - max);
-      for (int j = 0; j < s.T; j++) {
+      for (int j = 0; j < s.T; j++)
         probs[at + j] = j <= i ? (float)(exp(row[j] - max) / sum) : 0.0f;
-        weights[at + j] = p > 0 ? (mask[at + j] ? (float)(probs[at + j] / (1 - p)) : 0.0f) : probs[at + j];
-      }
     }
+  if (s.dropout) block_weights(s, k, probs, second, p);
 }
 
 /* The backward kernel: dS = P (keep dP / (1 - p) - Di) / sqrt(D), Di the row's
- * sum of weights times dP; zero past the diagonal (the products read up to i1). */
-static void block_softmax_backward(lx_attn_sizes s, lx_attn_block k, const float *dprobs, float *dscores,
-                                   const float *probs, const float *weights, const uint8_t *mask, double p) {
-  int R = s.H / s.KVH, rows = k.i1 - k.i0;
+ * sum of weights times dP; zero past the diagonal (the products read up to
+ * i1). Under dropout the weights are the block's in second, which dS then
+ * overwrites; else the probs. */
+static void block_softmax_backward(lx_attn_sizes s, lx_attn_block k, const float *dprobs, float *second,
+                                   const float *probs, double p) {
   for (int x = 0; x < k.heads; x++)
     for (int i = k.i0; i < k.i1; i++) {
-      long long row = ((long long)x * rows + i - k.i0) * s.T;
-      long long at = lx_attn_score(s, k.b, (k.g0 + x) * R + k.r, i);
+      long long row = pitch_of(k, x, i, s.T), at = score_of(s, k, x, i);
+      const float *weights = s.dropout ? second + row : probs + at;
       double Di = 0;
       for (int j = 0; j <= i; j++)
-        Di += (double)weights[at + j] * dprobs[row + j];
+        Di += (double)weights[j] * dprobs[row + j];
       for (int j = 0; j < k.i1; j++) {
-        double keep = p > 0 ? mask[at + j] / (1 - p) : 1;
-        dscores[row + j] = j <= i ? (float)(probs[at + j] * (keep * dprobs[row + j] - Di) / sqrt(s.D)) : 0.0f;
+        double keep = kept(at, j, p) / (1 - p);
+        second[row + j] = j <= i ? (float)(probs[at + j] * (keep * dprobs[row + j] - Di) / sqrt(s.D)) : 0.0f;
       }
     }
 }
 
-/* The forward's blocks over the kv heads of v: out, probs, and the weights
- * the OUT product reads (with the reference's mask); seen counts the blocks
- * that cover each (b, h, i). Returns how many blocks ran. */
-static int run_forward(lx_attn_sizes s, lx_attn_slices v, const float *qkv, const uint8_t *mask, double p,
-                       float *out, float *probs, float *weights, int *seen) {
-  float *scores = calloc((size_t)v.per_block * lx_attn_block_rows(s.T) * s.T, sizeof *scores);
+/* The forward's blocks over the kv heads of v: out and probs; seen counts
+ * the blocks that cover each (b, h, i). Returns how many blocks ran. */
+static int run_forward(lx_attn_sizes s, lx_attn_slices v, const float *qkv, double p, float *out,
+                       float *probs, int *seen) {
+  size_t block_n = (size_t)v.per_block * lx_attn_block_rows(s.T) * s.T;
+  float *scores = calloc(block_n, sizeof *scores), *second = calloc(block_n, sizeof *second);
   int blocks = 0;
   lx_attn_block k = lx_attn_first_block(s, v);
   do {
     run_product(LX_ATTN_SCORES, s, k, qkv, qkv, scores);
-    block_softmax(s, k, scores, probs, weights, mask, p);
-    run_product(LX_ATTN_OUT, s, k, weights, qkv, out);
+    block_softmax(s, k, scores, probs, second, p);
+    run_product(LX_ATTN_OUT, s, k, s.dropout ? second : probs, qkv, out);
     for (int x = 0; x < k.heads; x++)
       for (int i = k.i0; i < k.i1; i++)
         seen[((size_t)k.b * s.H + (k.g0 + x) * (s.H / s.KVH) + k.r) * s.T + i]++;
     blocks++;
   } while (lx_attn_next_block(s, v, &k));
-  free(scores);
+  free(scores), free(second);
   return blocks;
 }
 
@@ -159,28 +191,26 @@ static void check_case(attn_case c) {
   float *qkv = random_floats(qkv_n, 1.5f, &state), *dout = random_floats(out_n, 1, &state);
   float *dqkv0 = random_floats(qkv_n, 0.05f, &state);
   float *out = calloc(out_n, sizeof *out), *probs = calloc(scores_n, sizeof *probs);
-  float *dropped = calloc(scores_n, sizeof *dropped), *dqkv = malloc(qkv_n * sizeof *dqkv);
-  uint8_t *mask = calloc(scores_n, 1);
-  twin_attention_forward(out, probs, c.p > 0 ? dropped : NULL, c.p > 0 ? mask : NULL, qkv, s.B, s.T, s.H,
-                         s.KVH, s.D, c.p, 1234, 77, 0, s.H);
+  float *dqkv = malloc(qkv_n * sizeof *dqkv);
+  twin_attention_forward(out, probs, qkv, s.B, s.T, s.H, s.KVH, s.D, c.p, SEED, STREAM, 0, s.H);
   memcpy(dqkv, dqkv0, qkv_n * sizeof *dqkv);
-  twin_attention_backward(dqkv, dout, qkv, probs, c.p > 0 ? dropped : NULL, c.p > 0 ? mask : NULL, s.B, s.T,
-                          s.H, s.KVH, s.D, c.p);
+  twin_attention_backward(dqkv, dout, qkv, probs, s.B, s.T, s.H, s.KVH, s.D, c.p, SEED, STREAM, 0, s.H);
 
   float *got_out = calloc(out_n, sizeof *got_out), *got_probs = calloc(scores_n, sizeof *got_probs);
-  float *weights = calloc(scores_n, sizeof *weights), *got_dqkv = malloc(qkv_n * sizeof *got_dqkv);
-  float *scratch = calloc(block_n, sizeof *scratch), *dscores = calloc(block_n, sizeof *dscores);
+  float *got_dqkv = malloc(qkv_n * sizeof *got_dqkv);
+  float *scratch = calloc(block_n, sizeof *scratch), *second = calloc(block_n, sizeof *second);
   int *seen = calloc((size_t)s.B * s.H * s.T, sizeof *seen);
   memcpy(got_dqkv, dqkv0, qkv_n * sizeof *got_dqkv);
   lx_attn_slices all = {0, s.KVH, c.heads};
-  run_forward(s, all, qkv, mask, c.p, got_out, got_probs, weights, seen);
+  run_forward(s, all, qkv, c.p, got_out, got_probs, seen);
   lx_attn_block k = lx_attn_first_block(s, all);
   do {
-    run_product(LX_ATTN_DV, s, k, weights, dout, got_dqkv);
+    if (s.dropout) block_weights(s, k, got_probs, second, c.p);
+    run_product(LX_ATTN_DV, s, k, s.dropout ? second : got_probs, dout, got_dqkv);
     run_product(LX_ATTN_DP, s, k, dout, qkv, scratch);
-    block_softmax_backward(s, k, scratch, dscores, got_probs, weights, mask, c.p);
-    run_product(LX_ATTN_DQ, s, k, dscores, qkv, got_dqkv);
-    run_product(LX_ATTN_DK, s, k, dscores, qkv, got_dqkv);
+    block_softmax_backward(s, k, scratch, second, got_probs, c.p);
+    run_product(LX_ATTN_DQ, s, k, second, qkv, got_dqkv);
+    run_product(LX_ATTN_DK, s, k, second, qkv, got_dqkv);
   } while (lx_attn_next_block(s, all, &k));
 
   int once = 1;
@@ -197,15 +227,15 @@ static void check_case(attn_case c) {
         max_rel_diff(got_probs, probs, scores_n));
   CHECK(max_rel_diff(got_dqkv, dqkv, qkv_n) <= tol, "%s: dqkv equals the CPU's (%.1e)", name,
         max_rel_diff(got_dqkv, dqkv, qkv_n));
-  free(qkv), free(dout), free(dqkv0), free(out), free(probs), free(dropped), free(dqkv), free(mask);
-  free(got_out), free(got_probs), free(weights), free(got_dqkv), free(scratch), free(dscores), free(seen);
+  free(qkv), free(dout), free(dqkv0), free(out), free(probs), free(dqkv);
+  free(got_out), free(got_probs), free(got_dqkv), free(scratch), free(second), free(seen);
 }
 
-#define SENTINEL (-1e30f) /* what no block writes: softmaxes and their weights are finite */
+#define SENTINEL (-1e30f) /* what no block writes: softmaxes are finite */
 
-/* out (out_n), probs and weights (scores_n each), all sentinels */
-static void fill_sentinels(float *bufs[3], size_t out_n, size_t scores_n) {
-  for (int b = 0; b < 3; b++)
+/* out (out_n) and probs (scores_n), all sentinels */
+static void fill_sentinels(float *bufs[2], size_t out_n, size_t scores_n) {
+  for (int b = 0; b < 2; b++)
     for (size_t i = 0; i < (b ? scores_n : out_n); i++)
       bufs[b][i] = SENTINEL;
 }
@@ -241,25 +271,19 @@ static void check_pieces(attn_case c, int pieces) {
   size_t scores_n = (size_t)s.B * s.H * s.T * s.T, rows_n = (size_t)s.B * s.H * s.T;
   uint64_t state = 0x243f6a8885a308d3ull ^ (uint64_t)(s.T * 131 + s.H);
   float *qkv = random_floats(qkv_n, 1.5f, &state);
-  /* the reference's dropout mask, which the emulated softmax applies */
-  float *ref_out = malloc(out_n * sizeof *ref_out), *ref_probs = malloc(scores_n * sizeof *ref_probs);
-  float *ref_dropped = malloc(scores_n * sizeof *ref_dropped);
-  uint8_t *mask = calloc(scores_n, 1);
-  twin_attention_forward(ref_out, ref_probs, c.p > 0 ? ref_dropped : NULL, c.p > 0 ? mask : NULL, qkv, s.B,
-                         s.T, s.H, s.KVH, s.D, c.p, 1234, 77, 0, s.H);
-  float *bufs[2][3]; /* [whole, pieces][out, probs, weights] */
+  float *bufs[2][2]; /* [whole, pieces][out, probs] */
   int *seen[2];
   for (int w = 0; w < 2; w++) {
     bufs[w][0] = malloc(out_n * sizeof(float)), bufs[w][1] = malloc(scores_n * sizeof(float));
-    bufs[w][2] = malloc(scores_n * sizeof(float)), seen[w] = calloc(rows_n, sizeof(int));
+    seen[w] = calloc(rows_n, sizeof(int));
     fill_sentinels(bufs[w], out_n, scores_n);
   }
   lx_attn_slices all = {0, s.KVH, c.heads};
-  run_forward(s, all, qkv, mask, c.p, bufs[0][0], bufs[0][1], bufs[0][2], seen[0]);
+  run_forward(s, all, qkv, c.p, bufs[0][0], bufs[0][1], seen[0]);
   int counted = 1;
   for (int q = 0; q < pieces; q++) {
     lx_attn_slices v = piece_of(s, c.heads, q, pieces);
-    int blocks = run_forward(s, v, qkv, mask, c.p, bufs[1][0], bufs[1][1], bufs[1][2], seen[1]);
+    int blocks = run_forward(s, v, qkv, c.p, bufs[1][0], bufs[1][1], seen[1]);
     counted &= blocks == (int)lx_attn_block_count(s, v);
   }
   int once = 1;
@@ -271,49 +295,51 @@ static void check_pieces(attn_case c, int pieces) {
   CHECK(once && counted,
         "%s: the pieces' blocks cover every (b, h, i) once, as many as lx_attn_block_count says", name);
   CHECK(!memcmp(bufs[1][0], bufs[0][0], out_n * sizeof(float)) &&
-            !memcmp(bufs[1][1], bufs[0][1], scores_n * sizeof(float)) &&
-            !memcmp(bufs[1][2], bufs[0][2], scores_n * sizeof(float)),
-        "%s: run one after another, they write out, probs and weights of the whole call, bit for bit", name);
+            !memcmp(bufs[1][1], bufs[0][1], scores_n * sizeof(float)),
+        "%s: run one after another, they write out and probs of the whole call, bit for bit", name);
 
   lx_attn_slices one = piece_of(s, c.heads, 1, pieces);
   fill_sentinels(bufs[1], out_n, scores_n);
-  run_forward(s, one, qkv, mask, c.p, bufs[1][0], bufs[1][1], bufs[1][2], seen[1]);
+  run_forward(s, one, qkv, c.p, bufs[1][0], bufs[1][1], seen[1]);
   CHECK(piece_written(bufs[1][0], bufs[0][0], s, one, (size_t)s.T, (size_t)s.D) &&
-            piece_written(bufs[1][1], bufs[0][1], s, one, 1, (size_t)s.T * s.T) &&
-            piece_written(bufs[1][2], bufs[0][2], s, one, 1, (size_t)s.T * s.T),
+            piece_written(bufs[1][1], bufs[0][1], s, one, 1, (size_t)s.T * s.T),
         "%s: kv heads [%d, %d) alone write their query heads' elements, and no other", name, one.first,
         one.end);
-  free(qkv), free(ref_out), free(ref_probs), free(ref_dropped), free(mask);
+  free(qkv);
   for (int w = 0; w < 2; w++)
-    free(bufs[w][0]), free(bufs[w][1]), free(bufs[w][2]), free(seen[w]);
+    free(bufs[w][0]), free(bufs[w][1]), free(seen[w]);
 }
 
 /* The scratch a program allocates holds a backward block of at least one
- * kv head, all of them while the cap allows, and never much more. */
+ * kv head (fp32 dP and bf16 dS: 6 bytes a score), all of them while the cap
+ * allows, and never much more; a forward block (fp32 scores, and under
+ * dropout the bf16 weights after them) as many or more. */
 static void check_scratch_sizes(void) {
   static const int shapes[][2] = {{67, 2}, {2048, 32}, {2048, 8}, {8192, 32}, {32768, 8}};
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-    lx_attn_sizes s = {1, shapes[i][0], shapes[i][1], shapes[i][1], 64};
-    long long bytes = lx_attn_scratch_floats(s.T, s.KVH) * 4;
-    int backward = lx_attn_heads_per_block(s, bytes, LX_ATTN_BACKWARD_SCORE_BYTES);
-    int forward = lx_attn_heads_per_block(s, bytes, LX_ATTN_FORWARD_SCORE_BYTES);
-    long long one = (long long)lx_attn_block_rows(s.T) * s.T * LX_ATTN_BACKWARD_SCORE_BYTES;
-    int expected = LX_ATTN_SCRATCH_CAP_BYTES / one < 1 ? 1 : (int)(LX_ATTN_SCRATCH_CAP_BYTES / one);
-    if (expected > s.KVH) expected = s.KVH;
-    CHECK(backward == expected && forward >= backward && bytes < (long long)(backward + 1) * one,
-          "T=%d KVH=%d: the scratch (%.1f MiB) holds %d kv heads a backward block, %d a forward one", s.T,
-          s.KVH, bytes / 1048576.0, backward, forward);
-  }
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int dropout = 0; dropout < 2; dropout++) {
+      lx_attn_sizes s = {1, shapes[i][0], shapes[i][1], shapes[i][1], 64, dropout};
+      long long bytes = lx_attn_scratch_floats(s.T, s.KVH) * 4;
+      int backward = lx_attn_heads_per_block(s, bytes, lx_attn_score_bytes(s, 1));
+      int forward = lx_attn_heads_per_block(s, bytes, lx_attn_score_bytes(s, 0));
+      long long one = (long long)lx_attn_block_rows(s.T) * s.T * 6;
+      int expected = LX_ATTN_SCRATCH_CAP_BYTES / one < 1 ? 1 : (int)(LX_ATTN_SCRATCH_CAP_BYTES / one);
+      if (expected > s.KVH) expected = s.KVH;
+      CHECK(backward == expected && (dropout ? forward == backward : forward >= backward) &&
+                bytes < (long long)(backward + 1) * one,
+            "T=%d KVH=%d%s: the scratch (%.1f MiB) holds %d kv heads a backward block, %d a forward one", s.T,
+            s.KVH, dropout ? ", dropout" : "", bytes / 1048576.0, backward, forward);
+    }
 }
 
 int main(void) {
   const attn_case cases[] = {
-      {{2, 67, 4, 2, 16}, 0.0, 2}, /* one row block, all kv heads at once               */
-      {{2, 67, 4, 2, 16}, 0.2, 1}, /* kv heads one at a time, dropout                    */
-      {{1, 600, 2, 2, 8}, 0.1, 1}, /* three row blocks, the last partial                 */
-      {{1, 45, 6, 3, 40}, 0.1, 2}, /* groups of two query heads, a partial head slice    */
-      {{2, 300, 4, 1, 8}, 0.0, 1}, /* one kv head for four query heads, two row blocks   */
-      {{1, 512, 3, 3, 8}, 0.2, 3}, /* rows a multiple of the block                       */
+      {{2, 67, 4, 2, 16, 0}, 0.0, 2}, /* one row block, all kv heads at once               */
+      {{2, 67, 4, 2, 16, 1}, 0.2, 1}, /* kv heads one at a time, dropout                    */
+      {{1, 600, 2, 2, 8, 1}, 0.1, 1}, /* three row blocks, the last partial                 */
+      {{1, 45, 6, 3, 40, 1}, 0.1, 2}, /* groups of two query heads, a partial head slice    */
+      {{2, 300, 4, 1, 8, 0}, 0.0, 1}, /* one kv head for four query heads, two row blocks   */
+      {{1, 512, 3, 3, 8, 1}, 0.2, 3}, /* rows a multiple of the block                       */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     check_case(cases[i]);
@@ -321,11 +347,11 @@ int main(void) {
     attn_case c;
     int pieces;
   } cut[] = {
-      {{{2, 67, 8, 4, 16}, 0.2, 2}, 2}, /* groups of two, pieces of a block's kv heads      */
-      {{{2, 67, 8, 4, 16}, 0.2, 3}, 4}, /* one kv head a piece, blocks of up to three         */
-      {{{1, 300, 4, 4, 8}, 0.1, 3}, 4}, /* groups of one, two row blocks                      */
-      {{{1, 300, 4, 4, 8}, 0.0, 1}, 2}, /* groups of one, a kv head a block                   */
-      {{{1, 45, 6, 3, 40}, 0.1, 2}, 2}, /* pieces of one and two kv heads                     */
+      {{{2, 67, 8, 4, 16, 1}, 0.2, 2}, 2}, /* groups of two, pieces of a block's kv heads      */
+      {{{2, 67, 8, 4, 16, 1}, 0.2, 3}, 4}, /* one kv head a piece, blocks of up to three         */
+      {{{1, 300, 4, 4, 8, 1}, 0.1, 3}, 4}, /* groups of one, two row blocks                      */
+      {{{1, 300, 4, 4, 8, 0}, 0.0, 1}, 2}, /* groups of one, a kv head a block                   */
+      {{{1, 45, 6, 3, 40, 1}, 0.1, 2}, 2}, /* pieces of one and two kv heads                     */
   };
   for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++)
     check_pieces(cut[i].c, cut[i].pieces);

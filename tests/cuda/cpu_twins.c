@@ -51,22 +51,21 @@ void twin_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const
                            const float *weight, int BT, int C) {
   lx_rmsnorm_backward(pool(), dinp, dweight, dout, inp, weight, BT, C);
 }
-void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B,
-                            int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream,
-                            int head_base, int heads_total) {
-  lx_attention_forward(pool(), out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream, head_base,
-                       heads_total);
+void twin_attention_forward(float *out, float *probs, const float *qkv, int B, int T, int H, int KVH, int D,
+                            double p, uint64_t seed, uint64_t stream, int head_base, int heads_total) {
+  lx_attention_forward(pool(), out, probs, qkv, B, T, H, KVH, D, p, seed, stream, head_base, heads_total);
 }
-void twin_attention_forward_heads(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv,
-                                  int B, int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream,
-                                  int head_base, int heads_total, int kv_first, int kv_end) {
-  lx_attention_forward_heads(pool(), out, probs, dropped, mask, qkv, B, T, H, KVH, D, p, seed, stream,
-                             head_base, heads_total, kv_first, kv_end);
+void twin_attention_forward_heads(float *out, float *probs, const float *qkv, int B, int T, int H, int KVH,
+                                  int D, double p, uint64_t seed, uint64_t stream, int head_base,
+                                  int heads_total, int kv_first, int kv_end) {
+  lx_attention_forward_heads(pool(), out, probs, qkv, B, T, H, KVH, D, p, seed, stream, head_base,
+                             heads_total, kv_first, kv_end);
 }
-void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
-                             const float *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D,
-                             double p) {
-  lx_attention_backward(pool(), dqkv, dout, qkv, probs, dropped, mask, B, T, H, KVH, D, p);
+void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs, int B,
+                             int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream,
+                             int head_base, int heads_total) {
+  lx_attention_backward(pool(), dqkv, dout, qkv, probs, B, T, H, KVH, D, p, seed, stream, head_base,
+                        heads_total);
 }
 void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH,
                                   int D, double p, uint64_t seed, uint64_t stream, int head_base,

@@ -32,14 +32,14 @@ void twin_layernorm_backward(float *dinp, float *dweight, float *dbias, const fl
 void twin_rmsnorm_forward(float *out, const float *inp, const float *weight, int BT, int C);
 void twin_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                            int BT, int C);
-void twin_attention_forward(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv, int B,
-                            int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream,
-                            int head_base, int heads_total);
-void twin_attention_forward_heads(float *out, float *probs, float *dropped, uint8_t *mask, const float *qkv,
-                                  int B, int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream,
-                                  int head_base, int heads_total, int kv_first, int kv_end);
-void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
-                             const float *dropped, const uint8_t *mask, int B, int T, int H, int KVH, int D, double p);
+void twin_attention_forward(float *out, float *probs, const float *qkv, int B, int T, int H, int KVH, int D,
+                            double p, uint64_t seed, uint64_t stream, int head_base, int heads_total);
+void twin_attention_forward_heads(float *out, float *probs, const float *qkv, int B, int T, int H, int KVH,
+                                  int D, double p, uint64_t seed, uint64_t stream, int head_base,
+                                  int heads_total, int kv_first, int kv_end);
+void twin_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs, int B,
+                             int T, int H, int KVH, int D, double p, uint64_t seed, uint64_t stream,
+                             int head_base, int heads_total);
 void twin_flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int H, int KVH,
                                   int D, double p, uint64_t seed, uint64_t stream, int head_base,
                                   int heads_total);

@@ -57,9 +57,11 @@ $(BUILD)/tests/cuda/kernel_twins_cudnn: tests/cuda/kernel_twins.cu $(BUILD)/test
 	  $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o $(CUDA_TEST_LIBS) -lcudnn -lnvrtc
 
 $(BUILD)/tests/attention_gemms_test: tests/cuda/attention_gemms_test.c $(BUILD)/tests/cuda/cpu_twins.o \
-    templates/cuda/lx_attention_gemms.h templates/cuda/lx_gemm_layout.h tests/cuda/cpu_twins.h tests/check.h
+    templates/cuda/lx_attention_gemms.h templates/cuda/lx_gemm_layout.h templates/common/lx_rng.h \
+    tests/cuda/cpu_twins.h tests/check.h
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -O2 $(WARNINGS) -Itemplates/cuda -Itests/cuda -Itests -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o \
+	$(CC) -std=c11 -O2 $(WARNINGS) -Itemplates/cuda -Itemplates/common -Itests/cuda -Itests -o $@ $< \
+	  $(BUILD)/tests/cuda/cpu_twins.o \
 	  -fopenmp -lopenblas -lm
 
 test-gpu: $(BUILD)/tests/cuda/kernel_twins $(BUILD)/tests/cuda/kernel_twins_cudnn bin/lynxgen

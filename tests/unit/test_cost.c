@@ -344,7 +344,7 @@ static void test_layer_forward_range(const lx_ir *ir, const lx_cost_model *cm) {
 
 /* gpt13b's attention at sequence T: the products' FLOPs times `covered`,
  * the bytes per score below over HBM, and `blocks` blocks of 3 launches
- * forward and 5 backward. */
+ * forward and 6 backward. */
 static void check_attention_costs(const lx_ir *ir, const lx_cost_model *cm, double T, double covered,
                                   double blocks) {
   const lx_op *attn = op_named(&ir->block, "attention_0");
@@ -354,7 +354,7 @@ static void check_attention_costs(const lx_ir *ir, const lx_cost_model *cm, doub
   double causal = (T + 1) / (2 * T);
   double flops = 4 * B * HEADS * T * T * (H / HEADS), scores = B * HEADS * T * T;
   double rate = cm->attention_efficiency * 312e12, hbm = cm->memory_efficiency * 2039e9;
-  double forward = 6 * covered + 4 * causal + 5, backward = 12 * covered + 9 * causal;
+  double forward = 8 * covered + 4 * causal + 2, backward = 14 * covered + 10 * causal;
   CHECK_CLOSE(
       lx_cost_op_fwd(cm, ir, &ir->block, attn),
       covered * flops / rate + scores * forward / hbm + 3 * blocks * cm->launch_s, 1e-12,
@@ -363,10 +363,10 @@ static void check_attention_costs(const lx_ir *ir, const lx_cost_model *cm, doub
       T, covered, forward, 3 * blocks);
   CHECK_CLOSE(
       lx_cost_op_bwd(cm, ir, &ir->block, attn),
-      2 * covered * flops / rate + scores * backward / hbm + 5 * blocks * cm->launch_s, 1e-12,
+      2 * covered * flops / rate + scores * backward / hbm + 6 * blocks * cm->launch_s, 1e-12,
       "sequence %.0f: attention backward = %.4f of 2 x the forward FLOPs / rate + %.3f bytes per score / "
       "HBM + %.0f launches",
-      T, covered, backward, 5 * blocks);
+      T, covered, backward, 6 * blocks);
 }
 
 /* Materialised attention (gpt13b: dropout 0.1, bf16, s = 2048) as the CUDA
@@ -374,18 +374,21 @@ static void check_attention_costs(const lx_ir *ir, const lx_cost_model *cm, doub
  * key 256 m, so they cover (1 + ... + 8) / 64 = 36 / 64 of the s x s square;
  * the softmax kernels read the causal part, 2049 / 4096 of it. All 16 heads
  * fit one block's scratch, so a micro-batch of 4 runs 32 blocks: 3 launches
- * each forward (QK^T, softmax, PV), 5 backward (dV, dP, softmax, dQ, dK).
- * Bytes per score: forward 6 x 36/64 (fp32 scores written, weights read by
- * PV) + 4 x 2049/4096 (scores read) + 2 + 2 + 1 (probs, dropped, mask);
- * backward 12 x 36/64 (weights read, fp32 dP written, dS written and read
- * twice) + 9 x 2049/4096 (dP, weights, probs and mask read). */
+ * each forward (QK^T, softmax, PV), 6 backward (the dropped probs, dV, dP,
+ * softmax, dQ, dK). Only the probs are saved: the dropped probs (the
+ * weights) are a block's, in bf16 after its fp32 scores, and the mask is
+ * drawn again. Bytes per score: forward 8 x 36/64 (fp32 scores written,
+ * weights written and read by PV) + 4 x 2049/4096 (scores read) + 2 (probs
+ * written); backward 14 x 36/64 (weights written and read by dV, fp32 dP
+ * written, dS written and read twice) + 10 x 2049/4096 (probs read for the
+ * weights, dP, weights and probs read by the softmax backward). */
 static void test_materialized_attention(const lx_ir *ir, const lx_cost_model *cm) {
   check_attention_costs(ir, cm, S, 36.0 / 64, 32);
 }
 
 /* A head-split recompute's pieces at sequence 8192 (lx_cost_op_fwd_heads):
  * a piece of n of the 16 kv heads runs n/16 of the forward's FLOPs and
- * bytes, and blocks of its own heads: up to 12 a block, so a piece of 8 or
+ * bytes, and blocks of its own heads: up to 8 a block, so a piece of 8 or
  * of 4 runs 4 x 1 x 32 = 128 blocks, as many as half the whole call's 256. */
 static void check_head_pieces(const lx_ir *ir, const lx_cost_model *cm) {
   const lx_op *attn = op_named(&ir->block, "attention_0");
@@ -404,8 +407,9 @@ static void check_head_pieces(const lx_ir *ir, const lx_cost_model *cm) {
 /* The same attention at sequence 8192: 32 row blocks, their products
  * covering (1 + ... + 32) / 32^2 = 33/64 of the square. A backward block of
  * one head needs 256 x 8192 x 6 bytes = 12 MiB of the 96 MiB scratch: 8 of
- * the 16 heads a block backward (2 slices), 12 forward at 4 bytes a score (2
- * slices too), so a micro-batch of 4 runs 4 x 2 x 32 = 256 blocks either way. */
+ * the 16 heads a block backward (2 slices), and forward too under dropout (6
+ * bytes a score: fp32 scores, bf16 weights), so a micro-batch of 4 runs 4 x
+ * 2 x 32 = 256 blocks either way. */
 static void test_materialized_attention_sliced(void) {
   lx_ir ir;
   lx_cost_model cm;
