@@ -163,7 +163,7 @@ typedef enum { LX_SAVE_INPUT, LX_SAVE_OUTPUT, LX_SAVE_INTERNAL } lx_save_kind;
 typedef struct {
   lx_save_kind kind;
   int input;        /* LX_SAVE_INPUT: argument index */
-  const char *what; /* "input", "output", "dropout_mask", "softmax", "lse" */
+  const char *what; /* "input", "output", "softmax", "lse" */
   int64_t bytes;    /* per tp rank */
 } lx_saved;
 

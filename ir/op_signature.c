@@ -48,9 +48,8 @@ static const lx_op_signature rows[LX_OP_KIND_COUNT] = {
     [LX_OP_SILU] = {ROW("silu", "silu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), ELEMENTWISE(5, 10),
                     DIN_WRITES},
     [LX_OP_SWIGLU] = {ROW("swiglu", "swiglu", OPS(OUT, IN(0)), OPS(DIN(0), DOUT, IN(0))), DIN_WRITES},
-    [LX_OP_DROPOUT] = {ROW("dropout", "dropout", OPS(OUT, SAVED("dropout_mask"), IN(0)),
-                           OPS(DIN(0), DOUT, SAVED("dropout_mask"))),
-                       DIN_WRITES},
+    /* nothing saved: the backward draws the mask again */
+    [LX_OP_DROPOUT] = {ROW("dropout", "dropout", OPS(OUT, IN(0)), OPS(DIN(0), DOUT)), DIN_WRITES},
     /* a mode for each input's gradient: the residual stream's has other terms, the branch's often not */
     [LX_OP_ADD] = {ROW("add", "add", OPS(OUT, IN(0), IN(1)), OPS(DIN(0), DIN(1), DOUT)), DIN_WRITES},
     /* the LM head is a linear without bias: its bias operands are NULL */

@@ -91,8 +91,8 @@ def tensor_and_data_parallel(work, model, reference):
     if reference is None:
         check(False, "tp/dp: the tp = pp = dp = 1 reference run exists")
         return
-    # 1.52 MiB GPUs: the planned policies recompute, some of it in windows (a what-if: not all fit)
-    squeeze = ("--gpu-memory", "0.00152", "--allow-oom-plan")
+    # 1.5 MiB GPUs: the planned policies recompute, some of it in windows (a what-if: not all fit)
+    squeeze = ("--gpu-memory", "0.0015", "--allow-oom-plan")
     cases = []
     for tp in (1, 2):
         for pp in (1, 2):
@@ -111,11 +111,11 @@ def tensor_and_data_parallel(work, model, reference):
                 "op attention 64 96 32 fp32 0.005 0.01 seq=32 heads=2 impl=materialized\nhost 0.9\n")
     split_plan = ("--schedule", "gpipe", "--gpu-memory", "0.00152", "--allow-oom-plan", "--profile", token_split)
     # a what-if under which lynx-heu cuts the attention's recompute by kv heads: a forward of 100 us
-    # against tensor-parallel all-reduces of about 80 us (40 us a step), on 1.52 MiB GPUs
+    # against tensor-parallel all-reduces of about 80 us (40 us a step), on 1.5 MiB GPUs
     head_split = os.path.join(work, "head-split.profile")
     with open(head_split, "w") as f:
         f.write("op attention 64 96 32 fp32 0.1 0.15 seq=32 heads=2 impl=materialized\nlink nvlink3 235 40\n")
-    heads_plan = ("--gpu-memory", "0.00152", "--allow-oom-plan", "--profile", head_split)
+    heads_plan = ("--gpu-memory", "0.0015", "--allow-oom-plan", "--profile", head_split)
     cases += [(2, 2, 2, "none", "--sequence-parallel"), (2, 2, 1, "lynx-heu", "--sequence-parallel"),
               (2, 2, 2, "lynx-heu", "--no-offload"), (2, 2, 2, "lynx-heu", *split_plan),
               (2, 2, 2, "lynx-heu", *heads_plan)]
@@ -148,11 +148,11 @@ def tensor_and_data_parallel(work, model, reference):
     lynx = ("--tp", "2", "--pp", "2", "--dp", "2", "--policy", "lynx-heu", *squeeze)
     plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *lynx], work).stdout or "{}")
     offloaded = sum(len(st.get("offloaded_ops", [])) for st in plan.get("stages", []))
-    check(offloaded > 0, "tp=2 pp=2 dp=2 lynx-heu with 1.52 MiB GPUs offloads %d ops' tensors" % offloaded)
+    check(offloaded > 0, "tp=2 pp=2 dp=2 lynx-heu with 1.5 MiB GPUs offloads %d ops' tensors" % offloaded)
     plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", *lynx, "--no-offload"],
                           work).stdout or "{}")
     split = sum(st.get("split_instances", 0) for st in plan.get("stages", []))
-    check(split > 0, "tp=2 pp=2 dp=2 lynx-heu --no-offload with 1.52 MiB GPUs splits %d layer instances' in-window "
+    check(split > 0, "tp=2 pp=2 dp=2 lynx-heu --no-offload with 1.5 MiB GPUs splits %d layer instances' in-window "
           "recompute" % split)
     plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", "--tp", "2", "--pp", "2", "--dp",
                            "2", "--policy", "lynx-heu", *split_plan], work).stdout or "{}")
@@ -162,7 +162,7 @@ def tensor_and_data_parallel(work, model, reference):
     plan = json.loads(run([LYNXGEN, model, "--plan", "--json", "--target", "cpu", "--tp", "2", "--pp", "2", "--dp",
                            "2", "--policy", "lynx-heu", *heads_plan], work).stdout or "{}")
     cut = [s["kv_pieces"] for st in plan.get("stages", []) for s in st.get("head_split_ops", [])]
-    check(cut, "tp=2 pp=2 dp=2 lynx-heu on 1.52 MiB GPUs under the profile cuts the attention's recompute into %s "
+    check(cut, "tp=2 pp=2 dp=2 lynx-heu on 1.5 MiB GPUs under the profile cuts the attention's recompute into %s "
           "pieces of its kv heads" % cut)
     for policy in list(POLICIES[1:]) + ["lynx-heu --no-offload", "lynx-heu --token-split", "lynx-heu --head-pieces"]:
         check(policy in at_222 and at_222[policy] == at_222.get("none"),

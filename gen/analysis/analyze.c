@@ -288,11 +288,8 @@ static void shape_swiglu(shape_ctx *c, lx_op *op) {
   save_input(c, op, 0);
 }
 
-static void shape_dropout(shape_ctx *c, lx_op *op) {
-  shape_elementwise(c, op, 2, 1);
-  if (op->out.dtype && c->ir->model.dropout > 0)
-    save(op, LX_SAVE_INTERNAL, 0, "dropout_mask", tensor_bytes(c, op->out) / c->elt);
-}
+/* Nothing saved: the backward draws the forward's mask again from its counters. */
+static void shape_dropout(shape_ctx *c, lx_op *op) { shape_elementwise(c, op, 2, 1); }
 
 static void shape_add(shape_ctx *c, lx_op *op) {
   if (!expect_activation(c, op, 0) || !expect_activation(c, op, 1)) return;

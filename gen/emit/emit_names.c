@@ -128,11 +128,10 @@ static void base_name(const lx_printer *pr, lx_tensor_ref t, char *buf, size_t s
   }
 }
 
-/* Masks are bytes, the log-sum-exp is fp32 on every target, token ids are
- * int; the rest are activations (or weights) of the target's type. */
+/* The log-sum-exp is fp32 on every target, token ids are int; the rest are
+ * activations (or weights) of the target's type. */
 static const char *element_type(const lx_printer *pr, lx_tensor_ref t) {
   const lx_op *op = &lx_graph_of(pr->ir, t.graph)->ops[t.op];
-  if (t.role == LX_T_INTERNAL && !strcmp(op->saved[t.index].what, "dropout_mask")) return "uint8_t";
   if (t.role == LX_T_INTERNAL && !strcmp(op->saved[t.index].what, "lse")) return pr->lse_type;
   if (t.role == LX_T_OUTPUT && op->out.dtype == LX_DTYPE_INT32) return "int";
   return pr->act_type;

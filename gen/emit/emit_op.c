@@ -60,10 +60,9 @@ static void heads_tail(const lx_printer *pr, lx_graph_id g, const lx_op *op, cal
   c->variant = "_heads";
 }
 
-static void dropout_tail(const lx_printer *pr, lx_graph_id g, int i, const lx_kernel_call *k, bool backward,
-                         call_tail *c) {
+/* A dropout's random stream, forward and backward (which draws the mask again). */
+static void dropout_tail(const lx_printer *pr, lx_graph_id g, int i, const lx_kernel_call *k, call_tail *c) {
   int n = snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d, DROPOUT", k->rows, k->width);
-  if (backward) return;
   c->variant = k->sharded ? "_at" : "";
   n += snprintf(c->sizes + n, sizeof c->sizes - (size_t)n, ", seed, ");
   n += print_rng(pr, g, i, c->sizes + n, sizeof c->sizes - (size_t)n);
@@ -124,7 +123,7 @@ static void tail_of(const lx_printer *pr, const lx_kernel_target *t, lx_graph_id
     break;
   }
   case LX_OP_ADD: snprintf(c->sizes, sizeof c->sizes, "(size_t)%s * %d", k->rows, w); break;
-  case LX_OP_DROPOUT: dropout_tail(pr, g, i, k, backward, c); break;
+  case LX_OP_DROPOUT: dropout_tail(pr, g, i, k, c); break;
   case LX_OP_CROSS_ENTROPY: {
     /* a piece's rows of the micro-batch's BT, the loss still the mean over BT */
     bool piece = emit_in_piece(pr, op);

@@ -75,12 +75,15 @@ void lx_swiglu_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, c
 void lx_add_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *a, const lx_bf16 *b, size_t N);
 void lx_add_backward(const lx_ctx *ctx, lx_bf16 *da, lx_bf16 *db, const lx_bf16 *dout, size_t N, lx_grad_mode mode_a,
                      lx_grad_mode mode_b);
-void lx_dropout_forward(const lx_ctx *ctx, lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p,
+void lx_dropout_forward(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, size_t N, double p,
                         uint64_t seed, uint64_t stream_id);
-void lx_dropout_forward_at(const lx_ctx *ctx, lx_bf16 *out, uint8_t *mask, const lx_bf16 *inp, size_t N, double p,
+void lx_dropout_forward_at(const lx_ctx *ctx, lx_bf16 *out, const lx_bf16 *inp, size_t N, double p,
                            uint64_t seed, uint64_t stream_id, uint64_t first);
-void lx_dropout_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, const uint8_t *mask, size_t N,
-                         double p, lx_grad_mode mode);
+/* the forward's p, seed, stream_id (and first): its mask is drawn again */
+void lx_dropout_backward(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, size_t N, double p,
+                         uint64_t seed, uint64_t stream_id, lx_grad_mode mode);
+void lx_dropout_backward_at(const lx_ctx *ctx, lx_bf16 *dinp, const lx_bf16 *dout, size_t N, double p,
+                            uint64_t seed, uint64_t stream_id, uint64_t first, lx_grad_mode mode);
 void lx_embedding_forward(const lx_ctx *ctx, lx_bf16 *out, const int *tokens, const lx_bf16 *wte, int B, int T, int C,
                           int V);
 void lx_embedding_backward(const lx_ctx *ctx, float *dwte, const lx_bf16 *dout, const int *tokens, int B, int T,

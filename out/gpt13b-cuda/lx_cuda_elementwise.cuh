@@ -249,22 +249,19 @@ LX_CUDA_API void lx_add_backward(const lx_ctx *ctx,
 /* ---- dropout (inverted: kept elements scaled by 1 / (1 - p)) --------------- */
 
 /* Element i is kept iff lx_dropout_keep(seed, stream, first + i) on the CPU:
- * the same integer test on the same bits, so both targets draw the same mask
- * (a sequence shard draws the whole tensor's, from counter `first`). */
+ * the same integer test on the same bits, so both targets draw the same mask,
+ * and the backward draws the forward's again (nothing is stored; a sequence
+ * shard draws the whole tensor's, from counter `first`). */
 template <int W>
 __global__ void lx_cuda_dropout_forward_kernel(lx_bf16 *out,       // (N)
-                                               uint8_t *mask,      // (N) or NULL
                                                const lx_bf16 *inp, // (N)
                                                size_t N, uint64_t key, uint32_t threshold, float scale,
                                                uint64_t first) {
   LX_CUDA_FOR_EACH_PIECE(i, N, W) {
     float v[W];
     lx_load_piece<W>(v, inp + i);
-    for (int k = 0; k < W; k++) {
-      bool keep = lx_cuda_dropout_keep(key, first + i + k, threshold);
-      if (mask) mask[i + k] = (uint8_t)keep;
-      v[k] = keep ? v[k] * scale : 0.0f;
-    }
+    for (int k = 0; k < W; k++)
+      v[k] = lx_cuda_dropout_keep(key, first + i + k, threshold) ? v[k] * scale : 0.0f;
     lx_store_piece<W>(out + i, v);
   }
 }
@@ -274,46 +271,53 @@ __global__ void lx_cuda_dropout_forward_kernel(lx_bf16 *out,       // (N)
 template <int W>
 __global__ void lx_cuda_dropout_backward_kernel(lx_bf16 *dinp,       // (N)
                                                 const lx_bf16 *dout, // (N)
-                                                const uint8_t *mask, // (N) or NULL when p == 0
-                                                size_t N, float scale, lx_grad_mode mode) {
+                                                size_t N, uint64_t key, uint32_t threshold, float scale,
+                                                uint64_t first, lx_grad_mode mode) {
   LX_CUDA_FOR_EACH_PIECE(i, N, W) {
     float dy[W], dx[W];
     lx_load_piece<W>(dy, dout + i);
     lx_load_grad_piece<W>(dx, dinp + i, mode);
     for (int k = 0; k < W; k++)
-      if (!mask || mask[i + k]) dx[k] += dy[k] * scale;
+      if (lx_cuda_dropout_keep(key, first + i + k, threshold)) dx[k] += dy[k] * scale;
     lx_store_piece<W>(dinp + i, dx);
   }
 }
 
-/* Sequence parallelism: element i draws counter first + i (lx_dropout_forward_at). */
+/* Sequence parallelism: element i draws counter first + i. */
 LX_CUDA_API void lx_dropout_forward_at(const lx_ctx *ctx,
                                        lx_bf16 *out,       // (N)
-                                       uint8_t *mask,      // (N) or NULL
                                        const lx_bf16 *inp, // (N)
                                        size_t N, double p, uint64_t seed, uint64_t stream_id,
                                        uint64_t first) {
-  uint32_t threshold = lx_cuda_dropout_threshold(p);
-  LX_CUDA_LAUNCH_PIECES(lx_cuda_dropout_forward_kernel, N, lx_pieces_fit(N, {out, inp}), ctx->stream, out, mask, inp,
-                        N, lx_cuda_rng_key(seed, stream_id), threshold, (float)(1.0 / (1.0 - p)), first);
+  LX_CUDA_LAUNCH_PIECES(lx_cuda_dropout_forward_kernel, N, lx_pieces_fit(N, {out, inp}), ctx->stream, out,
+                        inp, N, lx_cuda_rng_key(seed, stream_id), lx_cuda_dropout_threshold(p),
+                        (float)(1.0 / (1.0 - p)), first);
 }
 
 LX_CUDA_API void lx_dropout_forward(const lx_ctx *ctx,
                                     lx_bf16 *out,       // (N)
-                                    uint8_t *mask,      // (N) or NULL
                                     const lx_bf16 *inp, // (N)
                                     size_t N, double p, uint64_t seed, uint64_t stream_id) {
-  lx_dropout_forward_at(ctx, out, mask, inp, N, p, seed, stream_id, 0);
+  lx_dropout_forward_at(ctx, out, inp, N, p, seed, stream_id, 0);
+}
+
+/* The forward's p, seed, stream_id and first: its mask drawn again. */
+LX_CUDA_API void lx_dropout_backward_at(const lx_ctx *ctx,
+                                        lx_bf16 *dinp,       // (N)
+                                        const lx_bf16 *dout, // (N)
+                                        size_t N, double p, uint64_t seed, uint64_t stream_id, uint64_t first,
+                                        lx_grad_mode mode) {
+  LX_CUDA_LAUNCH_PIECES(lx_cuda_dropout_backward_kernel, N, lx_pieces_fit(N, {dinp, dout}), ctx->stream, dinp,
+                        dout, N, lx_cuda_rng_key(seed, stream_id), lx_cuda_dropout_threshold(p),
+                        (float)(1.0 / (1.0 - p)), first, mode);
 }
 
 LX_CUDA_API void lx_dropout_backward(const lx_ctx *ctx,
                                      lx_bf16 *dinp,       // (N)
                                      const lx_bf16 *dout, // (N)
-                                     const uint8_t *mask, // (N), or NULL when p == 0
-                                     size_t N, double p, lx_grad_mode mode) {
-  LX_CUDA_REQUIRE(mask != NULL || p == 0);
-  LX_CUDA_LAUNCH_PIECES(lx_cuda_dropout_backward_kernel, N, lx_pieces_fit(N, {dinp, dout}), ctx->stream, dinp, dout,
-                        mask, N, (float)(1.0 / (1.0 - p)), mode);
+                                     size_t N, double p, uint64_t seed, uint64_t stream_id,
+                                     lx_grad_mode mode) {
+  lx_dropout_backward_at(ctx, dinp, dout, N, p, seed, stream_id, 0, mode);
 }
 
 #endif

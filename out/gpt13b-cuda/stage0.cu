@@ -26,16 +26,16 @@ enum {
 
 /* The arena: the static memory plan (plan.txt), bf16 weights and activations,
  * fp32 master weights, gradients and AdamW moments. */
-#define ARENA_BYTES 34984026112LL
+#define ARENA_BYTES 34111610880LL
 #define REGION_params 0LL /* 818733056 bytes */
 #define REGION_previous 818733056LL /* 0 bytes */
 #define REGION_master 818733056LL /* 1637466112 bytes */
 #define REGION_grads 2456199168LL /* 1637466112 bytes */
 #define REGION_adam_m 4093665280LL /* 1637466112 bytes */
 #define REGION_adam_v 5731131392LL /* 1637466112 bytes */
-#define REGION_stash 7368597504LL /* 26642350080 bytes */
-#define REGION_work 34010947584LL /* 637534208 bytes */
-#define REGION_boundary 34648481792LL /* 335544320 bytes */
+#define REGION_stash 7368597504LL /* 25769934848 bytes */
+#define REGION_work 33138532352LL /* 637534208 bytes */
+#define REGION_boundary 33776066560LL /* 335544320 bytes */
 #define PARAM_ELEMENTS 409366528LL
 #define PARAM_ELT 2 /* bytes of a weight in the params region; fp32 in the others */
 
@@ -55,7 +55,7 @@ enum {
 #define TRAINING_CHECKPOINT_INTERVAL 500
 #define TRAINING_TRAIN_DATA "data/train_*.bin"
 #define TRAINING_VAL_DATA "data/val_*.bin"
-#define PREDICTED_STEP_SECONDS 8.37 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 8.35 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset)))
 /* The host arena: what offloaded ops save, in host memory (plan.txt); 0 bytes: none */
 #define HOST_ARENA_BYTES 0LL
@@ -67,9 +67,9 @@ static char *host_arena;
 
 /* The stage's tensors by name, at their places in the arena (plan.txt). */
 /* micro-batch mb's stash slot: what its forward keeps for its backward */
-static int64_t stash_slot(int mb) { return (mb % SLOTS) * 6660587520LL; }
+static int64_t stash_slot(int mb) { return (mb % SLOTS) * 6442483712LL; }
 /* a layer's part of a stash slot */
-static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 1107296256LL; }
+static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 1073741824LL; }
 /* a layer's parameters (and gradients: GRAD_OF) */
 static int64_t param_layer(int layer) { return (layer - FIRST_LAYER) * 100716544LL; }
 /* micro-batch mb's buffers to and from the neighbouring stages */
@@ -128,55 +128,43 @@ static lx_bf16 *block_linear_3_bias(int layer) {
 /* kept from a micro-batch's forward to its backward: per stash slot and layer */
 /* (B, T): tokens, an argument of prologue()  gpt13b.model:56 */
 static int *prologue_tokens(int mb) { return (int *)AT(REGION_stash + 0LL + stash_slot(mb)); }
-/* 16777216 bytes: the dropout_mask of dropout_0 = dropout(...)  gpt13b.model:59 */
-static uint8_t *prologue_dropout_0_dropout_mask(int mb) {
-  return (uint8_t *)AT(REGION_stash + 32768LL + stash_slot(mb));
-}
 /* (B, T, 2048): x, an argument of block()  gpt13b.model:63 */
 static lx_bf16 *block_input_0(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 16809984LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 32768LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 2048): dropout_0 = dropout(...)  gpt13b.model:59 */
-static lx_bf16 *prologue_dropout_0(int mb) { return (lx_bf16 *)AT(REGION_stash + 16809984LL + stash_slot(mb)); }
+static lx_bf16 *prologue_dropout_0(int mb) { return (lx_bf16 *)AT(REGION_stash + 32768LL + stash_slot(mb)); }
 /* (B, T, 2048): h = layernorm(...)  gpt13b.model:64 */
 static lx_bf16 *block_layernorm_0(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 50364416LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 33587200LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 6144): qkv = linear(...)  gpt13b.model:65 */
 static lx_bf16 *block_qkv(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 83918848LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 67141632LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 2048): a = attention(...)  gpt13b.model:66 */
 static lx_bf16 *block_attention_0(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 184582144LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 167804928LL + stash_slot(mb) + stash_layer(layer));
 }
 /* 536870912 bytes: the softmax of a = attention(...)  gpt13b.model:66 */
 static lx_bf16 *block_attention_0_softmax(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 218136576LL + stash_slot(mb) + stash_layer(layer));
-}
-/* 16777216 bytes: the dropout_mask of a = dropout(...)  gpt13b.model:67 */
-static uint8_t *block_dropout_0_dropout_mask(int layer, int mb) {
-  return (uint8_t *)AT(REGION_stash + 755007488LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 201359360LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 2048): x = add(...)  gpt13b.model:68 */
 static lx_bf16 *block_add_0(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 771784704LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 738230272LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 2048): h = layernorm(...)  gpt13b.model:69 */
 static lx_bf16 *block_layernorm_1(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 805339136LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 771784704LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 8192): linear_2 = linear(...)  gpt13b.model:70 */
 static lx_bf16 *block_linear_2(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 838893568LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 805339136LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 8192): h = gelu(...)  gpt13b.model:70 */
 static lx_bf16 *block_gelu_0(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 973111296LL + stash_slot(mb) + stash_layer(layer));
-}
-/* 16777216 bytes: the dropout_mask of h = dropout(...)  gpt13b.model:71 */
-static uint8_t *block_dropout_1_dropout_mask(int layer, int mb) {
-  return (uint8_t *)AT(REGION_stash + 1107329024LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 939556864LL + stash_slot(mb) + stash_layer(layer));
 }
 
 /* work: alive inside one forward or backward (or from a window to the backward) */
@@ -235,7 +223,7 @@ static lx_bf16 *recv_output_grad(int mb) { return (lx_bf16 *)AT(REGION_boundary 
 /* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  gpt13b.model:63 */
 static lx_bf16 *layer_output(int layer, int mb) {
   if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_boundary + 67108864LL + pipe_slot(mb));
-  return (lx_bf16 *)AT(REGION_stash + 1124106240LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 1073774592LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (BOUNDARY_ELEMENTS): d block()'s output  gpt13b.model:63 */
 static lx_bf16 *layer_output_grad(int layer, int mb) {
@@ -267,8 +255,8 @@ static void forward_prologue(const lx_ctx *ctx, int mb) {
   lx_prof_end(ctx->stream);
   /* FWD dropout_0 = dropout(...)  gpt13b.model:59 */
   lx_prof_begin(4, 0, ctx->stream);
-  lx_dropout_forward(ctx, prologue_dropout_0(mb), prologue_dropout_0_dropout_mask(mb), prologue_add_0(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
+  lx_dropout_forward(ctx, prologue_dropout_0(mb), prologue_add_0(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4));
   lx_prof_end(ctx->stream);
 }
 
@@ -278,8 +266,8 @@ static void backward_prologue(const lx_ctx *ctx, int mb) {
   (void)layer;
   /* BWD dropout_0 = dropout(...)  gpt13b.model:59 */
   lx_prof_begin(4, 1, ctx->stream);
-  lx_dropout_backward(ctx, prologue_add_0_grad(), prologue_dropout_0_grad(), prologue_dropout_0_dropout_mask(mb),
-      (size_t)BT * 2048, DROPOUT, LX_GRAD_WRITE);
+  lx_dropout_backward(ctx, prologue_add_0_grad(), prologue_dropout_0_grad(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), 0, 4), LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD x = add(...)  gpt13b.model:58 */
   lx_prof_begin(3, 1, ctx->stream);
@@ -322,8 +310,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* FWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 0, ctx->stream);
-  lx_dropout_forward(ctx, block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_dropout_forward(ctx, block_dropout_0(), block_linear_1(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   lx_prof_end(ctx->stream);
   /* FWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 0, ctx->stream);
@@ -352,8 +340,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* FWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 0, ctx->stream);
-  lx_dropout_forward(ctx, block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_dropout_forward(ctx, block_dropout_1(), block_linear_3(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   lx_prof_end(ctx->stream);
   /* FWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 0, ctx->stream);
@@ -373,8 +361,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 1, ctx->stream);
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, LX_GRAD_WRITE);
+  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11), LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, ctx->stream);
@@ -407,8 +395,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 1, ctx->stream);
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, LX_GRAD_WRITE);
+  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5), LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 1, ctx->stream);

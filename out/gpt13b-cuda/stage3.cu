@@ -26,16 +26,16 @@ enum {
 
 /* The arena: the static memory plan (plan.txt), bf16 weights and activations,
  * fp32 master weights, gradients and AdamW moments. */
-#define ARENA_BYTES 15786704896LL
+#define ARENA_BYTES 15585378304LL
 #define REGION_params 0LL /* 810352640 bytes */
 #define REGION_previous 810352640LL /* 0 bytes */
 #define REGION_master 810352640LL /* 1620705280 bytes */
 #define REGION_grads 2431057920LL /* 1620705280 bytes */
 #define REGION_adam_m 4051763200LL /* 1620705280 bytes */
 #define REGION_adam_v 5672468480LL /* 1620705280 bytes */
-#define REGION_stash 7293173760LL /* 7535132672 bytes */
-#define REGION_work 14828306432LL /* 857735168 bytes */
-#define REGION_boundary 15686041600LL /* 100663296 bytes */
+#define REGION_stash 7293173760LL /* 7333806080 bytes */
+#define REGION_work 14626979840LL /* 857735168 bytes */
+#define REGION_boundary 15484715008LL /* 100663296 bytes */
 #define PARAM_ELEMENTS 405176320LL
 #define PARAM_ELT 2 /* bytes of a weight in the params region; fp32 in the others */
 
@@ -55,7 +55,7 @@ enum {
 #define TRAINING_CHECKPOINT_INTERVAL 500
 #define TRAINING_TRAIN_DATA "data/train_*.bin"
 #define TRAINING_VAL_DATA "data/val_*.bin"
-#define PREDICTED_STEP_SECONDS 8.37 /* on the modeled GPU (plan.txt): the watchdog's default */
+#define PREDICTED_STEP_SECONDS 8.35 /* on the modeled GPU (plan.txt): the watchdog's default */
 #define AT(offset) ((void *)(arena + (size_t)(offset)))
 /* The host arena: what offloaded ops save, in host memory (plan.txt); 0 bytes: none */
 #define HOST_ARENA_BYTES 0LL
@@ -67,9 +67,9 @@ static char *host_arena;
 
 /* The stage's tensors by name, at their places in the arena (plan.txt). */
 /* micro-batch mb's stash slot: what its forward keeps for its backward */
-static int64_t stash_slot(int mb) { return (mb % SLOTS) * 7535132672LL; }
+static int64_t stash_slot(int mb) { return (mb % SLOTS) * 7333806080LL; }
 /* a layer's part of a stash slot */
-static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 1107296256LL; }
+static int64_t stash_layer(int layer) { return (layer - FIRST_LAYER) * 1073741824LL; }
 /* a layer's parameters (and gradients: GRAD_OF) */
 static int64_t param_layer(int layer) { return (layer - FIRST_LAYER) * 100716544LL; }
 /* micro-batch mb's buffers to and from the neighbouring stages */
@@ -146,41 +146,33 @@ static lx_bf16 *block_attention_0(int layer, int mb) {
 static lx_bf16 *block_attention_0_softmax(int layer, int mb) {
   return (lx_bf16 *)AT(REGION_stash + 201326592LL + stash_slot(mb) + stash_layer(layer));
 }
-/* 16777216 bytes: the dropout_mask of a = dropout(...)  gpt13b.model:67 */
-static uint8_t *block_dropout_0_dropout_mask(int layer, int mb) {
-  return (uint8_t *)AT(REGION_stash + 738197504LL + stash_slot(mb) + stash_layer(layer));
-}
 /* (B, T, 2048): x = add(...)  gpt13b.model:68 */
 static lx_bf16 *block_add_0(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 754974720LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 738197504LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 2048): h = layernorm(...)  gpt13b.model:69 */
 static lx_bf16 *block_layernorm_1(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 788529152LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 771751936LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 8192): linear_2 = linear(...)  gpt13b.model:70 */
 static lx_bf16 *block_linear_2(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 822083584LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 805306368LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 8192): h = gelu(...)  gpt13b.model:70 */
 static lx_bf16 *block_gelu_0(int layer, int mb) {
-  return (lx_bf16 *)AT(REGION_stash + 956301312LL + stash_slot(mb) + stash_layer(layer));
-}
-/* 16777216 bytes: the dropout_mask of h = dropout(...)  gpt13b.model:71 */
-static uint8_t *block_dropout_1_dropout_mask(int layer, int mb) {
-  return (uint8_t *)AT(REGION_stash + 1090519040LL + stash_slot(mb) + stash_layer(layer));
+  return (lx_bf16 *)AT(REGION_stash + 939524096LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (B, T, 2048): x, an argument of epilogue()  gpt13b.model:75 */
-static lx_bf16 *epilogue_x(int mb) { return (lx_bf16 *)AT(REGION_stash + 6643777536LL + stash_slot(mb)); }
+static lx_bf16 *epilogue_x(int mb) { return (lx_bf16 *)AT(REGION_stash + 6442450944LL + stash_slot(mb)); }
 /* (B, T): targets, an argument of epilogue()  gpt13b.model:75 */
-static int *epilogue_targets(int mb) { return (int *)AT(REGION_stash + 6677331968LL + stash_slot(mb)); }
+static int *epilogue_targets(int mb) { return (int *)AT(REGION_stash + 6476005376LL + stash_slot(mb)); }
 /* (B, T, 2048): layernorm_0 = layernorm(...)  gpt13b.model:76 */
-static lx_bf16 *epilogue_layernorm_0(int mb) { return (lx_bf16 *)AT(REGION_stash + 6677364736LL + stash_slot(mb)); }
+static lx_bf16 *epilogue_layernorm_0(int mb) { return (lx_bf16 *)AT(REGION_stash + 6476038144LL + stash_slot(mb)); }
 /* (B, T, 50304): logits = lm_head(...)  gpt13b.model:76 */
-static lx_bf16 *epilogue_logits(int mb) { return (lx_bf16 *)AT(REGION_stash + 6710919168LL + stash_slot(mb)); }
+static lx_bf16 *epilogue_logits(int mb) { return (lx_bf16 *)AT(REGION_stash + 6509592576LL + stash_slot(mb)); }
 /* 32768 bytes: the lse of cross_entropy_0 = cross_entropy(...)  gpt13b.model:77 */
 static float *epilogue_cross_entropy_0_lse(int mb) {
-  return (float *)AT(REGION_stash + 7535099904LL + stash_slot(mb));
+  return (float *)AT(REGION_stash + 7333773312LL + stash_slot(mb));
 }
 
 /* work: alive inside one forward or backward (or from a window to the backward) */
@@ -228,8 +220,8 @@ static lx_bf16 *send_input_grad(int mb) { return (lx_bf16 *)AT(REGION_boundary +
  * pipeline's buffers, between layers they alternate in the boundary region. */
 /* (BOUNDARY_ELEMENTS): block()'s output, the next layer's input or what leaves the stage  gpt13b.model:63 */
 static lx_bf16 *layer_output(int layer, int mb) {
-  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_stash + 6643777536LL + stash_slot(mb));
-  return (lx_bf16 *)AT(REGION_stash + 1107296256LL + stash_slot(mb) + stash_layer(layer));
+  if (layer == FIRST_LAYER + LAYERS - 1) return (lx_bf16 *)AT(REGION_stash + 6442450944LL + stash_slot(mb));
+  return (lx_bf16 *)AT(REGION_stash + 1073741824LL + stash_slot(mb) + stash_layer(layer));
 }
 /* (BOUNDARY_ELEMENTS): d block()'s output  gpt13b.model:63 */
 static lx_bf16 *layer_output_grad(int layer, int mb) {
@@ -266,8 +258,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* FWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 0, ctx->stream);
-  lx_dropout_forward(ctx, block_dropout_0(), block_dropout_0_dropout_mask(layer, mb), block_linear_1(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
+  lx_dropout_forward(ctx, block_dropout_0(), block_linear_1(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5));
   lx_prof_end(ctx->stream);
   /* FWD x = add(...)  gpt13b.model:68 */
   lx_prof_begin(11, 0, ctx->stream);
@@ -296,8 +288,8 @@ static void forward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* FWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 0, ctx->stream);
-  lx_dropout_forward(ctx, block_dropout_1(), block_dropout_1_dropout_mask(layer, mb), block_linear_3(),
-      (size_t)BT * 2048, DROPOUT, seed, lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
+  lx_dropout_forward(ctx, block_dropout_1(), block_linear_3(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11));
   lx_prof_end(ctx->stream);
   /* FWD add_1 = add(...)  gpt13b.model:72 */
   lx_prof_begin(17, 0, ctx->stream);
@@ -317,8 +309,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* BWD h = dropout(...)  gpt13b.model:71 */
   lx_prof_begin(16, 1, ctx->stream);
-  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), block_dropout_1_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, LX_GRAD_WRITE);
+  lx_dropout_backward(ctx, block_linear_3_grad(), block_dropout_1_grad(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 11), LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD linear_3 = linear(...)  gpt13b.model:71 */
   lx_prof_begin(15, 1, ctx->stream);
@@ -351,8 +343,8 @@ static void backward_block(const lx_ctx *ctx, int layer, int mb) {
   lx_prof_end(ctx->stream);
   /* BWD a = dropout(...)  gpt13b.model:67 */
   lx_prof_begin(10, 1, ctx->stream);
-  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), block_dropout_0_dropout_mask(layer, mb),
-      (size_t)BT * 2048, DROPOUT, LX_GRAD_WRITE);
+  lx_dropout_backward(ctx, block_linear_1_grad(), block_dropout_0_grad(), (size_t)BT * 2048, DROPOUT, seed,
+      lx_rng_stream(current_step, GLOBAL_MB(mb), layer + 1, 5), LX_GRAD_WRITE);
   lx_prof_end(ctx->stream);
   /* BWD linear_1 = linear(...)  gpt13b.model:67 */
   lx_prof_begin(9, 1, ctx->stream);

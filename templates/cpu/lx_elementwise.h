@@ -1,7 +1,8 @@
 /* lx_elementwise.h — gelu, swiglu, silu, residual add and dropout.
  *
- * gelu, swiglu and silu save their input; add saves nothing; dropout saves a
- * 1-byte mask (gen/analysis/analyze.c). Every loop is over independent elements. */
+ * gelu, swiglu and silu save their input; add and dropout save nothing
+ * (gen/analysis/analyze.c): dropout's backward draws the forward's mask again.
+ * Every loop is over independent elements. */
 #ifndef LX_ELEMENTWISE_H
 #define LX_ELEMENTWISE_H
 
@@ -125,48 +126,53 @@ static inline void lx_add_backward(const lx_ctx *ctx,
 
 /* ---- dropout (inverted: kept elements scaled by 1 / (1 - p)) -------------- */
 
-/* Element i is kept iff lx_dropout_keep(seed, stream, i): recomputing this
- * forward with the same (seed, stream) regenerates the same mask bit for bit.
- * mask may be NULL when p == 0 (the IR then saves none). */
-/* Element i draws counter first + i: a sequence shard of a tensor (sequence
- * parallelism) draws the whole tensor's mask for its rows. */
+/* Element i is kept iff lx_dropout_keep(seed, stream, first + i): a pure
+ * function of its counter, so that a recomputed forward and the backward
+ * draw the forward's mask again, bit for bit, and nothing is stored. A
+ * sequence shard of a tensor (sequence parallelism) draws the whole tensor's
+ * mask for its rows from counter `first`. */
 static inline void lx_dropout_forward_at(const lx_ctx *ctx,
                                          real *out,       // (N)
-                                         uint8_t *mask,   // (N) or NULL
                                          const real *inp, // (N)
                                          size_t N, double p, uint64_t seed, uint64_t stream, uint64_t first) {
   uint32_t threshold = lx_dropout_threshold(p);
   real scale = (real)(1.0 / (1.0 - p));
 #pragma omp parallel for num_threads(ctx->threads)
-  for (size_t i = 0; i < N; i++) {
-    int keep = lx_dropout_keep(seed, stream, first + i, threshold);
-    if (mask) mask[i] = (uint8_t)keep;
-    out[i] = keep ? inp[i] * scale : 0;
-  }
+  for (size_t i = 0; i < N; i++)
+    out[i] = lx_dropout_keep(seed, stream, first + i, threshold) ? inp[i] * scale : 0;
 }
 
 static inline void lx_dropout_forward(const lx_ctx *ctx,
                                       real *out,       // (N)
-                                      uint8_t *mask,   // (N) or NULL
                                       const real *inp, // (N)
                                       size_t N, double p, uint64_t seed, uint64_t stream) {
-  lx_dropout_forward_at(ctx, out, mask, inp, N, p, seed, stream, 0);
+  lx_dropout_forward_at(ctx, out, inp, N, p, seed, stream, 0);
 }
 
-static inline void lx_dropout_backward(const lx_ctx *ctx,
-                                       real *dinp,          // (N)
-                                       const real *dout,    // (N)
-                                       const uint8_t *mask, // (N), or NULL when p == 0
-                                       size_t N, double p, lx_grad_mode mode) {
-  LX_CHECK(mask || p == 0);
+/* dinp += dout / (1 - p) where the forward's draw (the same seed, stream and
+ * first) kept the element. */
+static inline void lx_dropout_backward_at(const lx_ctx *ctx,
+                                          real *dinp,       // (N)
+                                          const real *dout, // (N)
+                                          size_t N, double p, uint64_t seed, uint64_t stream, uint64_t first,
+                                          lx_grad_mode mode) {
+  uint32_t threshold = lx_dropout_threshold(p);
   real scale = (real)(1.0 / (1.0 - p));
 #pragma omp parallel for num_threads(ctx->threads)
   for (size_t i = 0; i < N; i++) {
-    if (!mask || mask[i])
+    if (lx_dropout_keep(seed, stream, first + i, threshold))
       dinp[i] = lx_grad_into(dinp + i, dout[i] * scale, mode);
     else if (mode == LX_GRAD_WRITE)
       dinp[i] = 0; /* a dropped element's gradient, written */
   }
+}
+
+static inline void lx_dropout_backward(const lx_ctx *ctx,
+                                       real *dinp,       // (N)
+                                       const real *dout, // (N)
+                                       size_t N, double p, uint64_t seed, uint64_t stream,
+                                       lx_grad_mode mode) {
+  lx_dropout_backward_at(ctx, dinp, dout, N, p, seed, stream, 0, mode);
 }
 
 #endif

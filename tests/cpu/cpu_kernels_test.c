@@ -617,7 +617,6 @@ typedef struct {
   int BT, F;
   double p;
   real *a, *b, *out, *w;
-  uint8_t *mask;
 } elementwise_case;
 
 static double swiglu_loss(void *p) {
@@ -634,7 +633,7 @@ static double add_loss(void *p) {
 
 static double dropout_loss(void *p) {
   elementwise_case *c = p;
-  lx_dropout_forward(&test_ctx, c->out, c->mask, c->a, c->n, c->p, 5, 6);
+  lx_dropout_forward(&test_ctx, c->out, c->a, c->n, c->p, 5, 6);
   return weighted_sum(c->out, c->w, c->n);
 }
 
@@ -643,13 +642,10 @@ static elementwise_case make_elementwise_case(size_t n) {
                             .a = random_tensor(n, 3),
                             .b = random_tensor(n, 1),
                             .out = zero_tensor(n),
-                            .w = random_tensor(n, 1),
-                            .mask = LX_CALLOC(n, 1)};
+                            .w = random_tensor(n, 1)};
 }
 
-static void free_elementwise_case(elementwise_case *c) {
-  free(c->a), free(c->b), free(c->out), free(c->w), free(c->mask);
-}
+static void free_elementwise_case(elementwise_case *c) { free(c->a), free(c->b), free(c->out), free(c->w); }
 
 /* An element-wise map y = f(x): its backward against finite differences of
  * its forward, and f(1) against its closed form. */
@@ -727,28 +723,48 @@ static void test_add(void) {
   free_elementwise_case(&c), free(da), free(db);
 }
 
+/* The backward draws the forward's mask again: its gradient is the loss's. */
 static void test_dropout_gradient(void) {
   elementwise_case c = make_elementwise_case(50);
   c.p = 0.25;
   real *da = zero_tensor(c.n);
-  lx_dropout_forward(&test_ctx, c.out, c.mask, c.a, c.n, c.p, 5, 6);
-  lx_dropout_backward(&test_ctx, da, c.w, c.mask, c.n, c.p, LX_GRAD_ADD);
+  lx_dropout_backward(&test_ctx, da, c.w, c.n, c.p, 5, 6, LX_GRAD_ADD);
   check_gradient("dropout (p 0.25)", "input", dropout_loss, &c, c.a, da, c.n);
   real *written = nan_tensor(c.n); /* the dropped elements too: zeros */
-  lx_dropout_backward(&test_ctx, written, c.w, c.mask, c.n, c.p, LX_GRAD_WRITE);
+  lx_dropout_backward(&test_ctx, written, c.w, c.n, c.p, 5, 6, LX_GRAD_WRITE);
   check_written("dropout (p 0.25)", written, da, c.n);
   free_elementwise_case(&c), free(da);
+}
+
+/* A sequence shard (elements [first, first + m) of the tensor) drawn from
+ * counter first: its output and gradient are the whole call's, bit for bit. */
+static void test_dropout_shard(void) {
+  const size_t n = 64, first = 24, m = 16;
+  real *x = random_tensor(n, 1), *dy = random_tensor(n, 1), *y = zero_tensor(n), *dx = zero_tensor(n);
+  real *part_y = zero_tensor(m), *part_dx = zero_tensor(m);
+  lx_dropout_forward(&test_ctx, y, x, n, 0.3, 9, 2);
+  lx_dropout_backward(&test_ctx, dx, dy, n, 0.3, 9, 2, LX_GRAD_ADD);
+  lx_dropout_forward_at(&test_ctx, part_y, x + first, m, 0.3, 9, 2, first);
+  lx_dropout_backward_at(&test_ctx, part_dx, dy + first, m, 0.3, 9, 2, first, LX_GRAD_ADD);
+  CHECK(!memcmp(part_y, y + first, m * sizeof(real)) && !memcmp(part_dx, dx + first, m * sizeof(real)),
+        "dropout of elements [%zu, %zu) from counter %zu: the whole call's output and gradient there", first,
+        first + m, first);
+  free(x), free(dy), free(y), free(dx), free(part_y), free(part_dx);
 }
 
 static void test_dropout_mask(void) {
   const size_t n = (size_t)1 << 20;
   const double p = 0.1;
   real *x = random_tensor(n, 1), *y1 = zero_tensor(n), *y2 = zero_tensor(n);
-  uint8_t *m1 = LX_MALLOC(n), *m2 = LX_MALLOC(n);
-  lx_dropout_forward(&test_ctx, y1, m1, x, n, p, 42, 3);
-  lx_dropout_forward(&test_ctx, y2, m2, x, n, p, 42, 3);
-  CHECK(!memcmp(m1, m2, n) && !memcmp(y1, y2, n * sizeof(real)),
-        "dropout recomputed with the same (seed, stream) regenerates mask and output bit for bit");
+  uint8_t *m1 = LX_MALLOC(n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = 1 + fabs(x[i]); /* nonzero: an element's mask is whether its output is */
+  lx_dropout_forward(&test_ctx, y1, x, n, p, 42, 3);
+  lx_dropout_forward(&test_ctx, y2, x, n, p, 42, 3);
+  for (size_t i = 0; i < n; i++)
+    m1[i] = y1[i] != 0;
+  CHECK(!memcmp(y1, y2, n * sizeof(real)),
+        "dropout recomputed with the same (seed, stream) regenerates its output bit for bit");
   size_t kept = 0;
   for (size_t i = 0; i < n; i++)
     kept += m1[i];
@@ -767,20 +783,20 @@ static void test_dropout_mask(void) {
   CHECK(fabs(pair_rate - 0.81) < 5 * pair_sigma,
         "neighbouring elements are kept independently (%.4f, want 0.81)", pair_rate);
 
-  lx_dropout_forward(&test_ctx, y2, m2, x, n, p, 42, 4);
+  lx_dropout_forward(&test_ctx, y2, x, n, p, 42, 4);
   size_t same = 0;
   for (size_t i = 0; i < n; i++)
-    same += m1[i] == m2[i];
+    same += m1[i] == (y2[i] != 0);
   /* independent masks agree with probability p^2 + (1-p)^2 = 0.82 */
   CHECK(fabs((double)same / n - 0.82) < 0.005,
         "another stream draws an independent mask (agreement %.4f, want 0.82)", (double)same / n);
-  lx_dropout_forward(&test_ctx, y2, m2, x, n, p, 43, 3);
+  lx_dropout_forward(&test_ctx, y2, x, n, p, 43, 3);
   same = 0;
   for (size_t i = 0; i < n; i++)
-    same += m1[i] == m2[i];
+    same += m1[i] == (y2[i] != 0);
   CHECK(fabs((double)same / n - 0.82) < 0.005,
         "another seed draws an independent mask (agreement %.4f, want 0.82)", (double)same / n);
-  lx_dropout_forward(&test_ctx, y2, NULL, x, n, 0, 42, 3);
+  lx_dropout_forward(&test_ctx, y2, x, n, 0, 42, 3);
   CHECK(!memcmp(y2, x, n * sizeof(real)), "dropout with p = 0 is the identity");
 
   /* Golden value shared with the float build (and any twin of the RNG): the
@@ -789,7 +805,7 @@ static void test_dropout_mask(void) {
   for (uint64_t i = 0; i < 4096; i++)
     golden += lx_dropout_keep(1, 2, i, lx_dropout_threshold(0.5));
   CHECK(golden == 2114, "dropout mask golden count (seed 1, stream 2, p 0.5): %zu of 4096 kept", golden);
-  free(x), free(y1), free(y2), free(m1), free(m2);
+  free(x), free(y1), free(y2), free(m1);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------ */
@@ -1105,6 +1121,7 @@ int main(void) {
   test_add();
   test_dropout_gradient();
   test_dropout_mask();
+  test_dropout_shard();
   test_cross_entropy();
   test_cross_entropy_rows();
   test_adamw();

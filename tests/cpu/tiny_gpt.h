@@ -40,7 +40,6 @@ typedef struct {
 typedef struct {
   real *emb, *pos, *x0, *h1, *qkv, *qkv_r, *att, *proj, *proj_d, *x1, *h2, *up, *sw, *ge, *down, *x2, *hf,
       *logits, *lse, *ce_lse;
-  uint8_t *mask;
 } acts;
 
 static inline void params_view(params *p, real *flat) {
@@ -70,8 +69,7 @@ static inline acts acts_alloc(void) {
             .hf = zero_tensor(TG_BT * TG_C),
             .logits = zero_tensor(TG_BT * TG_V),
             .lse = zero_tensor(TG_B * TG_H * TG_T),
-            .ce_lse = zero_tensor(TG_BT),
-            .mask = LX_CALLOC(TG_BT * TG_C, 1)};
+            .ce_lse = zero_tensor(TG_BT)};
   return a;
 }
 
@@ -91,7 +89,6 @@ static inline void acts_free(acts *a) {
                  a->h2,  a->up,  a->sw, a->ge, a->down, a->x2,    a->hf,  a->logits, a->lse,    a->ce_lse};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++)
     free(all[i]);
-  free(a->mask);
 }
 
 static inline real model_forward(acts *a, const params *p, const int *tokens, const int *targets,
@@ -106,7 +103,7 @@ static inline real model_forward(acts *a, const params *p, const int *tokens, co
   lx_flash_attention_forward(&test_ctx, a->att, a->lse, a->qkv_r, TG_B, TG_T, TG_H, TG_KVH, TG_D, TG_DROPOUT,
                              9, stream_attn, 0, TG_H);
   lx_linear_forward(&test_ctx, a->proj, a->att, p->t[WO], p->t[BO], TG_BT, TG_H * TG_D, TG_C);
-  lx_dropout_forward(&test_ctx, a->proj_d, a->mask, a->proj, TG_BT * TG_C, TG_DROPOUT, 9, stream_drop);
+  lx_dropout_forward(&test_ctx, a->proj_d, a->proj, TG_BT * TG_C, TG_DROPOUT, 9, stream_drop);
   lx_add_forward(&test_ctx, a->x1, a->x0, a->proj_d, TG_BT * TG_C);
   lx_rmsnorm_forward(&test_ctx, a->h2, a->x1, p->t[RMSW], TG_BT, TG_C);
   lx_linear_forward(&test_ctx, a->up, a->h2, p->t[WUP], NULL, TG_BT, TG_C, 2 * TG_F);
@@ -122,7 +119,7 @@ static inline real model_forward(acts *a, const params *p, const int *tokens, co
 /* reverse order; g holds activation gradients, dp parameter gradients */
 static inline void model_backward(acts *g, params *dp, const acts *a, const params *p, const int *tokens,
                                   const int *targets, uint64_t step) {
-  uint64_t stream_attn = lx_rng_stream(step, 0, 0, 5);
+  uint64_t stream_attn = lx_rng_stream(step, 0, 0, 5), stream_drop = lx_rng_stream(step, 0, 0, 7);
   lx_cross_entropy_backward(&test_ctx, g->logits, a->logits, a->ce_lse, targets, 1, TG_BT, TG_V, TG_V, LX_GRAD_ADD);
   lx_linear_backward(&test_ctx, g->hf, dp->t[WTE], NULL, g->logits, a->hf, p->t[WTE], TG_BT, TG_C, TG_V, LX_GRAD_ADD);
   lx_layernorm_backward(&test_ctx, g->x2, dp->t[LNFW], dp->t[LNFB], g->hf, a->x2, p->t[LNFW], TG_BT, TG_C);
@@ -134,7 +131,7 @@ static inline void model_backward(acts *g, params *dp, const acts *a, const para
   lx_linear_backward(&test_ctx, g->h2, dp->t[WUP], NULL, g->up, a->h2, p->t[WUP], TG_BT, TG_C, 2 * TG_F, LX_GRAD_ADD);
   lx_rmsnorm_backward(&test_ctx, g->x1, dp->t[RMSW], g->h2, a->x1, p->t[RMSW], TG_BT, TG_C);
   lx_add_backward(&test_ctx, g->x0, g->proj_d, g->x1, TG_BT * TG_C, LX_GRAD_ADD, LX_GRAD_ADD);
-  lx_dropout_backward(&test_ctx, g->proj, g->proj_d, a->mask, TG_BT * TG_C, TG_DROPOUT, LX_GRAD_ADD);
+  lx_dropout_backward(&test_ctx, g->proj, g->proj_d, TG_BT * TG_C, TG_DROPOUT, 9, stream_drop, LX_GRAD_ADD);
   lx_linear_backward(&test_ctx, g->att, dp->t[WO], dp->t[BO], g->proj, a->att, p->t[WO], TG_BT, TG_H * TG_D,
                      TG_C, LX_GRAD_ADD);
   lx_flash_attention_backward(&test_ctx, g->qkv_r, g->att, a->qkv_r, a->att, a->lse, TG_B, TG_T, TG_H, TG_KVH,

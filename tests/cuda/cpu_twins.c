@@ -98,16 +98,16 @@ void twin_swiglu_forward(float *out, const float *inp, int BT, int F) {
 void twin_swiglu_backward(float *dinp, const float *dout, const float *inp, int BT, int F) {
   lx_swiglu_backward(pool(), dinp, dout, inp, BT, F, LX_GRAD_ADD);
 }
-void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
-                          uint64_t stream) {
-  lx_dropout_forward(pool(), out, mask, inp, N, p, seed, stream);
+void twin_dropout_forward(float *out, const float *inp, size_t N, double p, uint64_t seed, uint64_t stream) {
+  lx_dropout_forward(pool(), out, inp, N, p, seed, stream);
 }
-void twin_dropout_forward_at(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
-                             uint64_t stream, uint64_t first) {
-  lx_dropout_forward_at(pool(), out, mask, inp, N, p, seed, stream, first);
+void twin_dropout_forward_at(float *out, const float *inp, size_t N, double p, uint64_t seed, uint64_t stream,
+                             uint64_t first) {
+  lx_dropout_forward_at(pool(), out, inp, N, p, seed, stream, first);
 }
-void twin_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t N, double p) {
-  lx_dropout_backward(pool(), dinp, dout, mask, N, p, LX_GRAD_ADD);
+void twin_dropout_backward(float *dinp, const float *dout, size_t N, double p, uint64_t seed,
+                           uint64_t stream) {
+  lx_dropout_backward(pool(), dinp, dout, N, p, seed, stream, LX_GRAD_ADD);
 }
 void twin_embedding_forward(float *out, const int *tokens, const float *wte, int B, int T, int C, int V) {
   lx_embedding_forward(pool(), out, tokens, wte, B, T, C, V);

@@ -54,11 +54,11 @@ void twin_silu_forward(float *out, const float *inp, size_t N);
 void twin_silu_backward(float *dinp, const float *dout, const float *inp, size_t N);
 void twin_swiglu_forward(float *out, const float *inp, int BT, int F);
 void twin_swiglu_backward(float *dinp, const float *dout, const float *inp, int BT, int F);
-void twin_dropout_forward(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
-                          uint64_t stream);
-void twin_dropout_forward_at(float *out, uint8_t *mask, const float *inp, size_t N, double p, uint64_t seed,
-                             uint64_t stream, uint64_t first);
-void twin_dropout_backward(float *dinp, const float *dout, const uint8_t *mask, size_t N, double p);
+void twin_dropout_forward(float *out, const float *inp, size_t N, double p, uint64_t seed, uint64_t stream);
+void twin_dropout_forward_at(float *out, const float *inp, size_t N, double p, uint64_t seed, uint64_t stream,
+                             uint64_t first);
+void twin_dropout_backward(float *dinp, const float *dout, size_t N, double p, uint64_t seed,
+                           uint64_t stream);
 void twin_embedding_forward(float *out, const int *tokens, const float *wte, int B, int T, int C, int V);
 void twin_embedding_backward(float *dwte, const float *dout, const int *tokens, int B, int T, int C, int V);
 void twin_embedding_forward_shard(float *out, const int *tokens, const float *wte, int B, int T, int C, int V,

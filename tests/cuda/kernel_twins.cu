@@ -516,32 +516,48 @@ static void test_elementwise(int BT, int F, const char *shape) {
   written("swiglu_backward", 2 * N, fresh,
           [&](lx_bf16 *d) { lx_swiglu_backward(&ctx, d, d_dout, d_x, BT, F, LX_GRAD_WRITE); });
 
+  /* dropout: nothing stored; the mask is where the output is zero and the input not, which
+   * must be the CPU's, element for element (the backward draws it again) */
   const double p = 0.3;
-  std::vector<uint8_t> mask(2 * N);
-  twin_dropout_forward(out.data(), mask.data(), x.data(), 2 * N, p, 99, 5);
-  uint8_t *d_mask = to_device_raw(std::vector<uint8_t>(2 * N));
-  lx_dropout_forward(&ctx, d_out, d_mask, d_x, 2 * N, p, 99, 5);
-  compare(named("dropout_forward").c_str(), "out", from_device_bf16(d_out, 2 * N), out, TOL_BF16);
-  expect_true(named("dropout_forward mask equals the CPU's bit for bit").c_str(),
-              memcmp(from_device_raw(d_mask, 2 * N).data(), mask.data(), 2 * N) == 0);
+  auto dropped_where = [](const floats &y, const float *in, size_t n) {
+    std::vector<bool> d(n);
+    for (size_t i = 0; i < n; i++)
+      d[i] = y[i] == 0 && in[i] != 0;
+    return d;
+  };
+  twin_dropout_forward(out.data(), x.data(), 2 * N, p, 99, 5);
+  lx_dropout_forward(&ctx, d_out, d_x, 2 * N, p, 99, 5);
+  floats gpu_dropped = from_device_bf16(d_out, 2 * N);
+  compare(named("dropout_forward").c_str(), "out", gpu_dropped, out, TOL_BF16);
+  expect_true(named("dropout_forward drops the elements the CPU drops").c_str(),
+              dropped_where(gpu_dropped, x.data(), 2 * N) == dropped_where(out, x.data(), 2 * N));
   dinp = dinp0;
   lx_bf16 *d_dinp3 = to_device_bf16(dinp0);
-  twin_dropout_backward(dinp.data(), dout.data(), mask.data(), 2 * N, p);
-  lx_dropout_backward(&ctx, d_dinp3, d_dout, d_mask, 2 * N, p, LX_GRAD_ADD);
+  twin_dropout_backward(dinp.data(), dout.data(), 2 * N, p, 99, 5);
+  lx_dropout_backward(&ctx, d_dinp3, d_dout, 2 * N, p, 99, 5, LX_GRAD_ADD);
   compare(named("dropout_backward").c_str(), "dinp", from_device_bf16(d_dinp3, 2 * N), dinp, TOL_BF16);
   fresh = zeros; /* the dropped elements' gradient: zeros */
-  twin_dropout_backward(fresh.data(), dout.data(), mask.data(), 2 * N, p);
+  twin_dropout_backward(fresh.data(), dout.data(), 2 * N, p, 99, 5);
   written("dropout_backward", 2 * N, fresh,
-          [&](lx_bf16 *d) { lx_dropout_backward(&ctx, d, d_dout, d_mask, 2 * N, p, LX_GRAD_WRITE); });
+          [&](lx_bf16 *d) { lx_dropout_backward(&ctx, d, d_dout, 2 * N, p, 99, 5, LX_GRAD_WRITE); });
   /* sequence parallelism: the second half as a shard draws the whole tensor's mask from counter N */
-  std::vector<uint8_t> shard_mask(N);
   floats shard_out(N);
-  twin_dropout_forward_at(shard_out.data(), shard_mask.data(), x.data() + N, N, p, 99, 5, N);
-  lx_dropout_forward_at(&ctx, d_out, d_mask, d_x + N, N, p, 99, 5, N);
-  compare(named("dropout_forward_at").c_str(), "out", from_device_bf16(d_out, N), shard_out, TOL_BF16);
-  expect_true(named("dropout_forward_at mask equals the CPU's and the whole tensor's second half").c_str(),
-              memcmp(from_device_raw(d_mask, N).data(), shard_mask.data(), N) == 0 &&
-                  memcmp(shard_mask.data(), mask.data() + N, N) == 0);
+  twin_dropout_forward_at(shard_out.data(), x.data() + N, N, p, 99, 5, N);
+  lx_dropout_forward_at(&ctx, d_out, d_x + N, N, p, 99, 5, N);
+  floats gpu_shard = from_device_bf16(d_out, N);
+  compare(named("dropout_forward_at").c_str(), "out", gpu_shard, shard_out, TOL_BF16);
+  expect_true(named("dropout_forward_at drops the CPU's elements, the whole tensor's second half").c_str(),
+              dropped_where(gpu_shard, x.data() + N, N) == dropped_where(shard_out, x.data() + N, N) &&
+                  std::vector<bool>(dropped_where(out, x.data(), 2 * N).begin() + N,
+                                    dropped_where(out, x.data(), 2 * N).end()) ==
+                      dropped_where(shard_out, x.data() + N, N));
+  lx_bf16 *d_shard_dinp = to_device_bf16(floats(N));
+  lx_dropout_backward_at(&ctx, d_shard_dinp, d_dout + N, N, p, 99, 5, N, LX_GRAD_ADD);
+  floats shard_dinp(dinp.begin() + N, dinp.end()), shard_want(N);
+  for (size_t i = 0; i < N; i++)
+    shard_want[i] = shard_dinp[i] - dinp0[N + i]; /* the whole backward's second half, added to zeros */
+  compare(named("dropout_backward_at").c_str(), "dinp", from_device_bf16(d_shard_dinp, N), shard_want,
+          TOL_BF16);
 
   /* residual add: the backward into one buffer twice (add(x, x)) */
   floats sum(2 * N), da = dinp0;

@@ -41,13 +41,13 @@ static const char *model_text =
     "#include <lynx.h>\n"
     "#define H 128\n"
     "static const struct lx_model model = {.vocab = 256, .seq_len = 64, .layers = 8, .hidden = H, .heads = "
-    "8,\n"
+    "4,\n"
     "  .dropout = 0.1};\n"
     "static const struct lx_cluster cluster = {.gpu = GPU_A100_80GB, .nodes = 4, .gpus_per_node = 8};\n"
     "static const struct lx_parallel parallel = {.micro_batch = 2};\n"
     "tensor prologue(tensor t) { return add(embedding(t, 256, H), position_embedding(t, H)); }\n"
     "tensor block(tensor x) {\n"
-    "  tensor a = attention(linear(layernorm(x), 3 * H), 8, 8);\n"
+    "  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);\n"
     "  x = add(x, dropout(linear(a, H)));\n"
     "  return add(x, dropout(linear(gelu(linear(layernorm(x), 4 * H)), H)));\n"
     "}\n"
@@ -1296,11 +1296,11 @@ int main(void) {
   check_partition();
   for (int sched = LX_SCHEDULE_GPIPE; sched <= LX_SCHEDULE_1F1B; sched++)
     for (int pp = 1; pp <= 3; pp++) {
-      static const double squeezes[] = {0.5, 0.25, 0.1};
+      static const double squeezes[] = {0.75, 0.5, 0.25, 0.1};
       const char *name = lx_schedule_name((lx_schedule)sched);
       for (int pol = LX_RECOMPUTE_LYNX_HEU; pol <= LX_RECOMPUTE_LYNX_OPT; pol++) {
         int placed = 0, pieces = 0;
-        for (int k = 0; k < 3; k++) {
+        for (size_t k = 0; k < sizeof squeezes / sizeof *squeezes; k++) {
           pieces += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k],
                                            &split, HEAD_SPLITS);
           placed += check_window_schedules((lx_schedule)sched, pp, 2, (lx_recompute_policy)pol, squeezes[k],
@@ -1326,7 +1326,7 @@ int main(void) {
       token_splits +=
           check_offloads(LX_SCHEDULE_INTERLEAVED, pp, (lx_recompute_policy)pol, 0.3, &split, TOKEN_SPLITS);
       interleaved_pieces += check_window_schedules(LX_SCHEDULE_INTERLEAVED, pp, 2, (lx_recompute_policy)pol,
-                                                   0.1, &split, HEAD_SPLITS);
+                                                   0.05, &split, HEAD_SPLITS);
     }
   CHECK(split > 0 && first_part_plantings > 0,
         "the squeezed pipelines split %d layer instances' in-window recompute; in %d plans one over two "

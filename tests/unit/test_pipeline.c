@@ -192,16 +192,20 @@ static void check_policies(int tp) {
   lx_recompute_fixed(&ir, LX_RECOMPUTE_FULL, d);
   CHECK(lx_kept_bytes(g, d) == (int64_t)(2 * s * b * h), "tp=%d full keeps 2sbh = %.0f (got %lld)", tp,
         2 * s * b * h, (long long)lx_kept_bytes(g, d));
-  /* the layer's output is the next layer's kept input: no need to rerun it */
-  int recomputed = 0;
-  for (int i = 0; i < g->n_ops; i++) recomputed += d[i].recompute;
-  CHECK(recomputed == g->n_ops - 2 && !d[g->output].recompute,
-        "tp=%d full recomputes every op of the layer but the one making its output (%d of %d)", tp, recomputed,
-        g->n_ops - 2);
+  /* the layer's output is the next layer's kept input: no need to rerun it; nor the dropouts, which
+   * keep nothing (their backward draws the mask again) and whose outputs no op keeps */
+  int recomputed = 0, dropouts = 0;
+  for (int i = 0; i < g->n_ops; i++)
+    recomputed += d[i].recompute, dropouts += g->ops[i].kind == LX_OP_DROPOUT;
+  CHECK(
+      dropouts == 2 && recomputed == g->n_ops - 2 - dropouts && !d[g->output].recompute,
+      "tp=%d full recomputes every op of the layer but the one making its output and the %d dropouts (%d of "
+      "%d)",
+      tp, dropouts, recomputed, g->n_ops - 2 - dropouts);
   lx_recompute_fixed(&ir, LX_RECOMPUTE_SELECTIVE, d);
-  double want = s * b * h * (10 + 24.0 / tp);
-  CHECK(lx_kept_bytes(g, d) == (int64_t)want, "tp=%d selective keeps sbh(10 + 24/t) = %.0f (got %lld)", tp, want,
-        (long long)lx_kept_bytes(g, d));
+  double want = s * b * h * (8 + 24.0 / tp); /* Korthikanti's 10 + 24/t less the two s b h dropout masks */
+  CHECK(lx_kept_bytes(g, d) == (int64_t)want, "tp=%d selective keeps sbh(8 + 24/t) = %.0f (got %lld)", tp,
+        want, (long long)lx_kept_bytes(g, d));
   recomputed = 0;
   for (int i = 0; i < g->n_ops; i++) recomputed += d[i].recompute && g->ops[i].kind == LX_OP_ATTENTION;
   CHECK(recomputed == 1, "tp=%d selective recomputes the attention core", tp);
