@@ -65,6 +65,10 @@ __device__ inline size_t lx_attn_draw(const lx_attn_shape &a, size_t at) {
   size_t TT = (size_t)a.T * a.T, b = at / ((size_t)a.H * TT);
   return at + (b * (size_t)(a.heads_total - a.H) + (size_t)a.head_base) * TT;
 }
+/* Whether dropout keeps score `at`: every kernel, forward or backward, draws it so. */
+__device__ inline bool lx_attn_kept(const lx_attn_shape &a, size_t at) {
+  return lx_cuda_dropout_keep(a.key, lx_attn_draw(a, at), a.threshold);
+}
 
 /* Copies rows [first, first + count) of one head (D wide, `stride` apart in
  * global memory) into a float tile with row pitch `pitch`; rows past T are 0. */
@@ -148,9 +152,7 @@ __device__ inline void lx_flash_forward_body(lx_bf16 *out,       // (B, T, H * D
       l[r] = l[r] * shrink + lx_warp_sum(p);
       m[r] = new_max;
       size_t score_row = lx_attn_row_at(a, b, h, i) * a.T;
-      float weight = j <= i && lx_cuda_dropout_keep(a.key, lx_attn_draw(a, score_row + j), a.threshold)
-                         ? p * a.dscale
-                         : 0.0f;
+      float weight = j <= i && lx_attn_kept(a, score_row + j) ? p * a.dscale : 0.0f;
 #pragma unroll
       for (int k = 0; k < DIMS_PER_LANE; k++)
         o[r][k] *= shrink;
@@ -212,7 +214,7 @@ __global__ void lx_attention_delta_kernel(float *delta,        // (B, H, T)
 __device__ inline void lx_attn_pair(float *prob, float *weight, bool *keep, float dot, float row_lse, size_t at,
                                     const lx_attn_shape &a) {
   *prob = expf(a.scale * dot - row_lse);
-  *keep = lx_cuda_dropout_keep(a.key, lx_attn_draw(a, at), a.threshold);
+  *keep = lx_attn_kept(a, at);
   *weight = *keep ? *prob * a.dscale : 0.0f;
 }
 

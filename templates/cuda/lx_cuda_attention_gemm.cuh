@@ -71,7 +71,7 @@ template <int W>
 __device__ inline void lx_attn_weights_of(float weight[W], const float prob[W], const lx_attn_shape &a,
                                           const lx_attn_block_row &row, int j0) {
   for (int e = 0; e < W; e++) {
-    bool keep = j0 + e <= row.i && lx_cuda_dropout_keep(a.key, lx_attn_draw(a, row.at + j0 + e), a.threshold);
+    bool keep = j0 + e <= row.i && lx_attn_kept(a, row.at + j0 + e);
     weight[e] = keep ? __bfloat162float(lx_to_bf16(prob[e])) * a.dscale : 0.0f;
   }
 }
@@ -162,8 +162,7 @@ __global__ void lx_attention_softmax_backward_kernel(lx_bf16 *dscores,     // (h
     }
     for (int e = 0; e < W; e++) {
       bool causal = j0 + e <= row.i;
-      bool keep =
-          causal && (!dropout || lx_cuda_dropout_keep(a.key, lx_attn_draw(a, row.at + j0 + e), a.threshold));
+      bool keep = causal && (!dropout || lx_attn_kept(a, row.at + j0 + e));
       ds[e] = causal ? prob[e] * ((keep ? a.dscale : 0.0f) * v[e] - Di) * a.scale : 0.0f;
     }
     lx_store_piece<W>(dscores + pitch_at + j0, ds);

@@ -546,11 +546,11 @@ static void test_elementwise(int BT, int F, const char *shape) {
   lx_dropout_forward_at(&ctx, d_out, d_x + N, N, p, 99, 5, N);
   floats gpu_shard = from_device_bf16(d_out, N);
   compare(named("dropout_forward_at").c_str(), "out", gpu_shard, shard_out, TOL_BF16);
+  std::vector<bool> whole_dropped = dropped_where(out, x.data(), 2 * N),
+                    shard_dropped = dropped_where(shard_out, x.data() + N, N);
   expect_true(named("dropout_forward_at drops the CPU's elements, the whole tensor's second half").c_str(),
-              dropped_where(gpu_shard, x.data() + N, N) == dropped_where(shard_out, x.data() + N, N) &&
-                  std::vector<bool>(dropped_where(out, x.data(), 2 * N).begin() + N,
-                                    dropped_where(out, x.data(), 2 * N).end()) ==
-                      dropped_where(shard_out, x.data() + N, N));
+              dropped_where(gpu_shard, x.data() + N, N) == shard_dropped &&
+                  std::vector<bool>(whole_dropped.begin() + N, whole_dropped.end()) == shard_dropped);
   lx_bf16 *d_shard_dinp = to_device_bf16(floats(N));
   lx_dropout_backward_at(&ctx, d_shard_dinp, d_dout + N, N, p, 99, 5, N, LX_GRAD_ADD);
   floats shard_dinp(dinp.begin() + N, dinp.end()), shard_want(N);
