@@ -65,6 +65,12 @@ enum { LX_MAX_PIECES = 16 };
  * stream, lx_compute_times), merged per position (the FWD/BWD it follows),
  * with capacity length / interference. Replaces p->stages[s].windows. */
 void lx_find_windows(lx_pipeline *p, int s, const lx_interval *compute_times, double interference);
+/* The same measure on a schedule that now recomputes in those windows: a
+ * window that idles less there (other stages sped up, so the waits that
+ * made it shrank) takes the shorter length. Sets shrunk[k] for each of the
+ * stage's windows and returns how many shrank. */
+int lx_shrink_windows(lx_pipeline *p, int s, const lx_interval *compute_times, double interference,
+                      bool *shrunk);
 
 /* For every layer instance of stage s (index lx_layer_slot(layer) *
  * micro_batches + mb): the window positions it may use, lo <= after < due.

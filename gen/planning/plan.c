@@ -161,6 +161,42 @@ static double measure_windows(planner *pl) {
   return t;
 }
 
+/* Whether stage s places recompute in one of the windows marked. */
+static bool uses_any(const lx_pipeline *p, int s, const bool *marked) {
+  const lx_stage *st = &p->stages[s];
+  size_t n = st->window_of ? lx_placement_size(p, st) : 0;
+  for (size_t e = 0; e < n; e++)
+    if (st->window_of[e] >= 0 && marked[st->window_of[e]]) return true;
+  return false;
+}
+
+/* Windows were measured on the on-demand schedule; once recompute moves
+ * into them, stages speed up and the waits of the stages that wait for them
+ * shrink. Each round simulates the plan, shortens the windows that idle less
+ * now, and solves again each stage that had placed work in one of them, so
+ * that every in-window recompute the plan names starts in its window. */
+static void shrink_windows(planner *pl) {
+  for (int round = 0; round < 3; round++) {
+    lx_simulation sim;
+    lx_simulate_training(pl->pipe, pl->cm, NULL, NULL, NULL, &sim);
+    bool again = false;
+    for (int s = 0; s < pl->pipe->pp; s++) {
+      lx_stage *st = &pl->pipe->stages[s];
+      bool *shrunk = lx_calloc((size_t)st->n_windows + 1, sizeof *shrunk);
+      lx_interval *times = lx_compute_times(&sim, pl->pipe, s);
+      if (lx_shrink_windows(pl->pipe, s, times, pl->cm->interference, shrunk) &&
+          uses_any(pl->pipe, s, shrunk)) {
+        solve_stage(pl, s, pl->policy, true);
+        again = true;
+      }
+      free(times);
+      free(shrunk);
+    }
+    lx_simulation_free(&sim);
+    if (!again) return;
+  }
+}
+
 /* The model's reserve is an estimate: where the plan still overflows, the
  * stage's budget shrinks by the excess and the policy runs again. */
 static void repair(planner *pl) {
@@ -320,9 +356,9 @@ static void plan_policy(planner *pl) {
     for (int s = 0; s < pp; s++)
       solve_stage(pl, s, pl->policy, true);
     repair(pl);
-    /* windows measured on the on-demand schedule can shrink once other
-     * stages speed up: if the plan lost, checkmate's on-demand plan (a
-     * choice within the policy's space) stands */
+    shrink_windows(pl);
+    /* if the plan still lost, checkmate's on-demand plan (a choice within
+     * the policy's space) stands */
     if (simulated_time(pl) > on_demand) {
       for (int s = 0; s < pp; s++)
         solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);

@@ -59,16 +59,20 @@ static int forwards_in(const lx_instr_list *list) {
   return n;
 }
 
-void lx_find_windows(lx_pipeline *p, int s, const lx_interval *times, double interference) {
-  lx_stage *st = &p->stages[s];
+/* A wait on the recompute or copy streams is one the plan made itself (a
+ * recompute or prefetch running late), not idle time it may fill. */
+static bool waits_on_own_work(int stream) {
+  return stream == LX_STREAM_RECOMPUTE || stream == LX_STREAM_OFFLOAD || stream == LX_STREAM_PREFETCH;
+}
+
+/* The windows of stage s in the simulated times, into out (room for one
+ * per compute instruction); returns how many. */
+static int measure(const lx_stage *st, const lx_interval *times, double interference, lx_window *out) {
   const lx_instr_list *compute = &st->streams[LX_STREAM_COMPUTE];
   int *rec_stream = lx_malloc(sizeof(int) * (size_t)(st->n_events + 1)),
       *rec_pos = lx_malloc(sizeof(int) * (size_t)(st->n_events + 1));
   index_records(st, rec_stream, rec_pos);
-  free(st->windows);
-  st->windows = lx_malloc(sizeof *st->windows * (size_t)(compute->count + 1));
-  st->n_windows = 0;
-  int ordinal = -1, forwards_left = forwards_in(compute);
+  int n = 0, ordinal = -1, forwards_left = forwards_in(compute);
   bool backward_seen = false;
   for (int i = 0; i < compute->count; i++) {
     const lx_instr *in = &compute->items[i];
@@ -80,23 +84,51 @@ void lx_find_windows(lx_pipeline *p, int s, const lx_interval *times, double int
     double idle = times[i].end - times[i].start;
     if (in->kind != LX_I_WAIT || idle < MIN_WINDOW_S || ordinal < 0) continue;
     int e = in->event;
-    lx_window_kind kind = e >= 0 && e < st->n_events && rec_stream[e] >= 0
-                              ? classify(st, rec_stream[e], rec_pos[e], backward_seen, forwards_left > 0)
-                              : LX_WINDOW_OTHER;
-    lx_window *last = st->n_windows ? &st->windows[st->n_windows - 1] : NULL;
+    bool recorded = e >= 0 && e < st->n_events && rec_stream[e] >= 0;
+    if (recorded && waits_on_own_work(rec_stream[e])) continue;
+    lx_window_kind kind = recorded ? classify(st, rec_stream[e], rec_pos[e], backward_seen, forwards_left > 0)
+                                   : LX_WINDOW_OTHER;
+    lx_window *last = n ? &out[n - 1] : NULL;
     if (last && last->after == ordinal) { /* one window per position: the idles add up */
       last->length += idle;
       last->capacity = last->length / interference;
       continue;
     }
-    st->windows[st->n_windows++] = (lx_window){.kind = kind,
-                                               .after = ordinal,
-                                               .start = times[i].start,
-                                               .length = idle,
-                                               .capacity = idle / interference};
+    out[n++] = (lx_window){.kind = kind,
+                           .after = ordinal,
+                           .start = times[i].start,
+                           .length = idle,
+                           .capacity = idle / interference};
   }
   free(rec_stream);
   free(rec_pos);
+  return n;
+}
+
+void lx_find_windows(lx_pipeline *p, int s, const lx_interval *times, double interference) {
+  lx_stage *st = &p->stages[s];
+  free(st->windows);
+  st->windows = lx_malloc(sizeof *st->windows * (size_t)(st->streams[LX_STREAM_COMPUTE].count + 1));
+  st->n_windows = measure(st, times, interference, st->windows);
+}
+
+int lx_shrink_windows(lx_pipeline *p, int s, const lx_interval *times, double interference, bool *shrunk) {
+  lx_stage *st = &p->stages[s];
+  lx_window *now = lx_malloc(sizeof *now * (size_t)(st->streams[LX_STREAM_COMPUTE].count + 1));
+  int n_now = measure(st, times, interference, now), count = 0;
+  for (int k = 0, j = 0; k < st->n_windows; k++) {
+    lx_window *w = &st->windows[k];
+    for (; j < n_now && now[j].after < w->after; j++)
+      ;
+    double length = j < n_now && now[j].after == w->after ? now[j].length : 0;
+    shrunk[k] = length < w->length - MIN_WINDOW_S;
+    if (!shrunk[k]) continue;
+    w->length = length;
+    w->capacity = length / interference;
+    count++;
+  }
+  free(now);
+  return count;
 }
 
 void lx_instance_bounds(const lx_pipeline *p, int s, int *lo, int *due) {

@@ -35,6 +35,7 @@
 #include "planning/passes.h"
 #include "planning/plan.h"
 #include "planning/stage_problem.h"
+#include "report/trace_draw.h"
 #include "verify/verify.h"
 
 static const char *model_text =
@@ -1033,6 +1034,29 @@ static bool drop_split_recomputes(lx_pipeline *p) {
  * from full recompute's peak to no recompute's; returns the recomputes it
  * placed in windows (or with offload, the OFFLOAD instructions; with token
  * splits, the split decisions). */
+/* In-window recomputes that the simulation starts after their window has
+ * closed (the compute stream's next FWD/BWD began): the windows the plan
+ * placed them in were longer than the schedule it ended with. */
+static int late_window_starts(const lx_simulation *sim) {
+  const lx_pipeline *p = sim->pipe;
+  int late = 0;
+  for (int s = 0; s < p->pp; s++) {
+    const lx_stage *st = &p->stages[s];
+    lx_window_span *spans = lx_window_spans(sim, s);
+    const lx_instr_list *rs = &st->streams[LX_STREAM_RECOMPUTE];
+    for (int i = 0; spans && i < rs->count; i++) {
+      const lx_instr *in = &rs->items[i];
+      const lx_interval *t = lx_interval_of(sim, s, LX_STREAM_RECOMPUTE, i);
+      if (in->kind != LX_I_RECOMPUTE || !t) continue;
+      int inst = lx_layer_slot(st, in->layer) * p->micro_batches + in->mb;
+      int w = lx_piece_window(p, st, inst, in->op, in->pieces ? in->piece_first : 0);
+      if (w >= 0 && spans[w].reached && t->start > spans[w].end + 1e-12) late++;
+    }
+    free(spans);
+  }
+  return late;
+}
+
 static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recompute_policy policy,
                                   double squeeze, int *split_instances, squeeze_mode mode) {
   bool offload = mode == OFFLOAD || mode == TOKEN_SPLITS;
@@ -1083,6 +1107,10 @@ static int check_window_schedules(lx_schedule schedule, int pp, int tp, lx_recom
   CHECK(ran && agree && fit,
         "%s pp=%d tp=%d %s: simulates without deadlock, peaks agree with the plan and fit", name, pp, tp,
         pol);
+  int late = ran ? late_window_starts(&sim) : -1;
+  CHECK(late == 0,
+        "%s pp=%d tp=%d %s squeezed to %.2f: every in-window recompute starts in its window (%d late)", name,
+        pp, tp, pol, squeeze, late);
   if (ran) lx_simulation_free(&sim);
   for (int s = 0; s < p.pp; s++)
     lx_stage_memory_free(&mem[s]);
