@@ -341,16 +341,18 @@ def main():
                 if policy in runs:
                     check(runs[policy] == runs["none"],
                           "pp=%d: %s recompute gives bitwise the losses of none %s" % (pp, policy, runs["none"]))
-    # Lynx: GPUs of 3 MiB (--gpu-memory) push recomputation into the pipeline's
+    # Lynx: GPUs of 3.2 MiB (--gpu-memory) push recomputation into the pipeline's
     # waiting windows (without offload), or offload what ops save to host memory
-    # and prefetch it back; the program must still compute exactly the same.
+    # and prefetch it back; the program must still compute exactly the same. (At
+    # 3 MiB the windows, measured again once the other stage hides its recompute,
+    # are too short for any op.)
     for policy in ("lynx-heu", "lynx-opt"):
         for offload in (False, True):
-            args = ("--pp", "2", "--policy", policy, "--gpu-memory", "0.003", "--allow-oom-plan")
+            args = ("--pp", "2", "--policy", policy, "--gpu-memory", "0.0032", "--allow-oom-plan")
             args += () if offload else ("--no-offload",)
             plan = run([LYNXGEN, model, "--plan", "--target", "cpu", *args], work).stdout
             what = "offload to host memory" if offload else "in a window"
-            check(what in plan, "pp=2 %s with 3 MiB GPUs: plan.txt has '%s' decisions" % (policy, what))
+            check(what in plan, "pp=2 %s with 3.2 MiB GPUs: plan.txt has '%s' decisions" % (policy, what))
             program = generate(work, "pp2-%s%s" % (policy, "-offload" if offload else ""), model, *args)
             r, metrics = train(program, work, "--steps", "6") if program else (None, None)
             ok = r is not None and r.returncode == 0 and 2 in by_pp

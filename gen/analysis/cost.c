@@ -362,6 +362,19 @@ double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *
   return e ? pieces(op) * e->fwd_s : roofline(cm, ir, g, op, false);
 }
 
+double lx_cost_internals_share(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {
+  if (!materialized_attention(op)) return 1;
+  const lx_op *qkv = input_op(g, op, 0);
+  double head_dim = (double)qkv->out.width / (op->heads + 2 * op->kv_heads);
+  double scores = op->flops_fwd / (4 * head_dim);
+  score_blocks b = materialized_blocks(ir, g, op, false, kv_heads_per_rank(ir, g, op));
+  double qk_flops = op->flops_fwd / 2 * lx_attn_covered_share(ir->model.seq_len);
+  double per_score = b.covered * 4 + b.causal * 4 + elt_bytes(ir);
+  double t = max_d(qk_flops / compute_rate(cm, ir, g, op), memory_time(cm, inputs_bytes(g, op))) +
+             memory_time(cm, scores * per_score) + b.blocks * 2 * cm->launch_s;
+  return t / roofline(cm, ir, g, op, false);
+}
+
 double lx_cost_op_fwd_heads(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op,
                             int kv_count) {
   double whole = lx_cost_op_fwd(cm, ir, g, op);

@@ -91,6 +91,12 @@ double lx_cost_op_bwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *
  * launches; the whole op's time for any other op or all its heads. */
 double lx_cost_op_fwd_heads(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op,
                             int kv_count);
+/* The share of an op's forward that a recompute of its internals alone takes
+ * (lx_recomputes_internals_only): for a materialised attention the QK^T
+ * product and the softmax (its blocks' fp32 scores written and read, the
+ * probabilities written, two launches a block), not the product with V;
+ * 1 for any other op. A profile's measured forward scales by it too. */
+double lx_cost_internals_share(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op);
 /* The part of a linear's backward that is its weight gradient (zero bubble's
  * W): the product dY^T X has the forward's FLOPs, so its share of the
  * backward's time is theirs of its FLOPs. */

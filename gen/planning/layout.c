@@ -163,7 +163,8 @@ static void place_activations(const lx_pipeline *p, int s, lx_graph_id gid, lx_o
     else if (i != g->output && !op->out.scalar)
       pl->output_work_offset = take(&c->forward, op->out_bytes);
     pl->output_recomputed = (saved && dropped) || lx_chunk_local(g, i);
-    pl->scratch_offset = d && d[i].recompute && pl->item_offset >= 0 ? take(regenerated, op->out_bytes) : -1;
+    bool remade = d && d[i].recompute && !lx_recomputes_internals_only(g, d, i);
+    pl->scratch_offset = remade && pl->item_offset >= 0 ? take(regenerated, op->out_bytes) : -1;
     pl->internals_in_work = d && (d[i].drop_internals || pl->offloaded);
     for (int k = 0; k < op->n_saved; k++)
       if (op->saved[k].kind == LX_SAVE_INTERNAL)

@@ -115,6 +115,9 @@ typedef struct {
    * (NULL without bounds: a layer's backward each) */
   double *room_s, *room_below;
   double time_limit_s; /* lynx-opt's solver */
+  /* ops whose recompute makes their internals alone, their outputs kept (lx_stage_problem_keep_outputs):
+   * their recompute_s and drop_bytes are those of the internals */
+  lx_opmask outputs_kept;
 } lx_stage_problem;
 
 /* Per-op numbers of the IR's block on the cost model; windows and bounds
@@ -123,6 +126,12 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
                            int64_t stashed_layers, int micro_batches, int64_t avail_bytes);
 /* Takes the windows and instance bounds of stage s of p (not copied: p must outlive pr). */
 void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, int s);
+/* The same choice where recomputing a materialised attention keeps its
+ * output and makes its probabilities alone (lx_recomputes_internals_only):
+ * cheaper to recompute, and dropping it frees its internals only. Returns
+ * whether any op changed (call before lx_stage_problem_set_windows, which
+ * picks head pieces by the ops' times). */
+bool lx_stage_problem_keep_outputs(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm);
 void lx_stage_problem_free(lx_stage_problem *pr);
 
 /* Entries of a placement (window_of): per layer instance, one per piece of

@@ -46,6 +46,13 @@ bool lx_offloadable(const lx_graph *block, int i);
  * its forward, its rows are the micro-batch's B x T (not a sequence shard)
  * and they cut into LX_TOKEN_PIECES equal pieces. */
 bool lx_token_splittable(const lx_ir *ir, int i);
+/* Whether an op's recompute can make its internals alone where its output
+ * stays kept: a materialised attention runs QK^T and the softmax again for
+ * the probabilities its backward reads, not the product with V
+ * (lx_attention_forward with no output). */
+bool lx_recompute_may_keep_output(const lx_op *op);
+/* Whether op i's recompute under decisions d (NULL: none) does so. */
+bool lx_recomputes_internals_only(const lx_graph *block, const lx_op_decision *d, int i);
 /* How many pieces op i's in-window recompute may be cut into by kv heads
  * (lx_op_decision.window_pieces): a materialised attention's kv heads on one
  * rank (each piece the query heads that read its kv heads, a kernel call of

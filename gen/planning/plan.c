@@ -106,20 +106,76 @@ static bool may_offload(const planner *pl) {
   return !pl->no_offload && (k == LX_SCHEDULE_GPIPE || k == LX_SCHEDULE_1F1B || k == LX_SCHEDULE_INTERLEAVED);
 }
 
-static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool with_windows) {
-  lx_stage *st = &pl->pipe->stages[s];
+/* One policy's answer for a stage. */
+typedef struct {
+  lx_op_decision *decisions;
+  int *window_of;
+  lx_policy_stats stats;
+  bool fits, keeps_outputs;
+} stage_solution;
+
+/* `policy` on stage s, where recomputing an attention drops its output too
+ * or (keep_outputs) keeps it and makes the probabilities alone. NULL
+ * decisions where no op can keep its output (the variant is the other). */
+static stage_solution solve_variant(const planner *pl, int s, lx_recompute_policy policy, bool with_windows,
+                                    bool keep_outputs) {
+  const lx_stage *st = &pl->pipe->stages[s];
+  stage_solution x = {.keeps_outputs = keep_outputs};
   lx_stage_problem pr;
   lx_stage_problem_init(&pr, pl->ir, pl->cm, st->n_layers, lx_stashed_layers(st), pl->pipe->micro_batches,
                         pl->budget[s]);
   pr.time_limit_s = pl->time_limit_s;
   if (!may_offload(pl)) pr.host_bytes_per_s = 0;
-  if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
-  free(st->window_of);
-  st->window_of = with_windows ? lx_calloc(lx_placement_entries(&pr), sizeof(int)) : NULL;
-  double searched = st->stats.search_s; /* the plan's search time is every solve's, repairs included */
-  lx_policy_solve(pl->ir, policy, &pr, st->decisions, st->window_of, &st->stats);
-  st->stats.search_s += searched;
+  if (!keep_outputs || lx_stage_problem_keep_outputs(&pr, pl->ir, pl->cm)) {
+    if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
+    x.decisions = lx_calloc((size_t)pl->ir->block.n_ops, sizeof *x.decisions);
+    x.window_of = with_windows ? lx_calloc(lx_placement_entries(&pr), sizeof(int)) : NULL;
+    x.fits = lx_policy_solve(pl->ir, policy, &pr, x.decisions, x.window_of, &x.stats);
+  }
   lx_stage_problem_free(&pr);
+  return x;
+}
+
+static void free_solution(stage_solution *x) {
+  free(x->decisions);
+  free(x->window_of);
+}
+
+/* Whether a beats b: it fits where b does not, or both fit and a exposes
+ * less recompute. */
+static bool solution_beats(const stage_solution *a, const stage_solution *b) {
+  if (!a->decisions) return false;
+  if (a->fits != b->fits) return a->fits;
+  return a->fits && a->stats.exposed_s < b->stats.exposed_s * (1 - 1e-9);
+}
+
+/* The policy on stage s in both variants of a materialised attention's
+ * recompute (drop its output too, or keep it), the one that exposes less
+ * standing; lynx-opt's MILP runs once, on the variant lynx-heu prefers. The
+ * plan's search time is every solve's, repairs included. */
+static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool with_windows) {
+  lx_stage *st = &pl->pipe->stages[s];
+  lx_recompute_policy judge = policy == LX_RECOMPUTE_LYNX_OPT ? LX_RECOMPUTE_LYNX_HEU : policy;
+  stage_solution best = solve_variant(pl, s, judge, with_windows, false),
+                 kept = solve_variant(pl, s, judge, with_windows, true);
+  double searched = st->stats.search_s + best.stats.search_s + kept.stats.search_s;
+  if (solution_beats(&kept, &best)) {
+    stage_solution t = best;
+    best = kept, kept = t;
+  }
+  free_solution(&kept);
+  if (judge != policy) {
+    bool keep_outputs = best.keeps_outputs;
+    free_solution(&best);
+    best = solve_variant(pl, s, policy, with_windows, keep_outputs);
+    searched += best.stats.search_s;
+  }
+  memcpy(st->decisions, best.decisions, sizeof *st->decisions * (size_t)pl->ir->block.n_ops);
+  free(best.decisions);
+  free(st->window_of);
+  st->window_of = best.window_of;
+  st->stats = best.stats;
+  st->stats.search_s = searched;
   lx_schedule_stage(pl->ir, pl->pipe, s);
 }
 

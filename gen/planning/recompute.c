@@ -34,6 +34,14 @@ int64_t lx_saved_output_bytes(const lx_graph *g, int i) {
   return 0;
 }
 
+bool lx_recompute_may_keep_output(const lx_op *op) {
+  return op->kind == LX_OP_ATTENTION && op->attention_impl == LX_ATTN_MATERIALIZED;
+}
+
+bool lx_recomputes_internals_only(const lx_graph *g, const lx_op_decision *d, int i) {
+  return lx_recompute_may_keep_output(&g->ops[i]) && d && d[i].recompute && !d[i].drop_output;
+}
+
 int64_t lx_internal_bytes(const lx_op *op) {
   int64_t bytes = 0;
   for (int k = 0; k < op->n_saved; k++)

@@ -276,12 +276,16 @@ double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, c
   case LX_I_FWD:
   case LX_I_RECOMPUTE: {
     const lx_graph *g = lx_graph_of(ir, in->graph);
+    const lx_op *op = &g->ops[in->op];
+    bool internals = in->kind == LX_I_RECOMPUTE && in->graph == LX_GRAPH_BLOCK &&
+                     lx_recomputes_internals_only(g, p->stages[stage].decisions, in->op);
+    double share = internals ? lx_cost_internals_share(cm, ir, g, op) : 1;
     if (in->pieces > 0) { /* a head-split op's pieces: their own kernels' blocks */
       int first, end;
       lx_instr_kv_heads(in, lx_head_pieces_max(ir, in->op), &first, &end);
-      return lx_cost_op_fwd_heads(cm, ir, g, &g->ops[in->op], end - first);
+      return share * lx_cost_op_fwd_heads(cm, ir, g, op, end - first);
     }
-    return lx_cost_op_fwd(cm, ir, g, &g->ops[in->op]) * lx_instr_fraction(&p->stages[stage], in);
+    return share * lx_cost_op_fwd(cm, ir, g, op) * lx_instr_fraction(&p->stages[stage], in);
   }
   case LX_I_BWD: {
     const lx_graph *g = lx_graph_of(ir, in->graph);

@@ -174,6 +174,21 @@ void lx_stage_problem_set_windows(lx_stage_problem *pr, const lx_pipeline *p, in
   pick_pieces(pr);
 }
 
+bool lx_stage_problem_keep_outputs(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_model *cm) {
+  const lx_graph *g = pr->block;
+  for (int i = 0; i < g->n_ops; i++) {
+    const lx_op *op = &g->ops[i];
+    if (lx_never_dropped(g, i) || !lx_output_saved(g, i) || !lx_recompute_may_keep_output(op)) continue;
+    double share = lx_cost_internals_share(cm, ir, g, op);
+    pr->recompute_s[i] *= share;
+    for (int p = 0; p <= LX_MAX_PIECES; p++)
+      pr->piece_options_s[i][p] *= share;
+    pr->drop_bytes[i] = lx_internal_bytes(op);
+    pr->outputs_kept |= (lx_opmask)1 << i;
+  }
+  return pr->outputs_kept != 0;
+}
+
 void lx_stage_problem_free(lx_stage_problem *pr) {
   free(pr->recompute_s);
   free(pr->drop_bytes);
@@ -305,7 +320,9 @@ bool lx_host_fits(const lx_stage_problem *pr, lx_offload of) {
 void lx_masks_to_decisions(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w, lx_offload of,
                            lx_op_decision *d) {
   for (int i = 0; i < pr->n_ops; i++)
-    d[i] = (lx_op_decision){.drop_output = has(rc, i), .drop_internals = has(rc, i), .in_window = has(w, i)};
+    d[i] = (lx_op_decision){.drop_output = has(rc, i) && !has(pr->outputs_kept, i),
+                            .drop_internals = has(rc, i),
+                            .in_window = has(w, i)};
   lx_recompute_closure(pr->block, d);
   for (int i = 0; i < pr->n_ops; i++) {
     d[i].in_window &= d[i].recompute;

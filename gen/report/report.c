@@ -34,24 +34,28 @@ const char *lx_count_text(double n, char buf[LX_BYTES_TEXT]) {
 static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 static double ms(double seconds) { return seconds * 1e3; }
 
-static const char *decision_text(const lx_op_decision *d, char buf[96]) {
+enum { DECISION_TEXT = 128 };
+
+static const char *decision_text(const lx_op_decision *d, char buf[DECISION_TEXT]) {
   if (lx_token_split(d)) {
-    snprintf(buf, 96, "token-wise: rows [0, %d/%d) offloaded, the rest recomputed on demand", d->host_pieces,
-             LX_TOKEN_PIECES);
+    snprintf(buf, DECISION_TEXT, "token-wise: rows [0, %d/%d) offloaded, the rest recomputed on demand",
+             d->host_pieces, LX_TOKEN_PIECES);
     return buf;
   }
   if (d->offload) return "offload to host memory after the forward, prefetch before the backward";
   if (!d->recompute) return "keep";
-  if (d->in_window && lx_window_pieces(d) > 1) {
-    snprintf(buf, 96, "recompute in a window on the recompute stream, in %d pieces of its kv heads",
-             d->window_pieces);
-    return buf;
-  }
-  if (d->in_window)
-    return "recompute in a window on the recompute stream (on demand where the instance got none)";
-  if (d->drop_internals && !d->drop_output)
-    return "recompute internals on demand, before the layer's backward";
-  return "recompute on demand, before the layer's backward";
+  const char *kept = d->drop_output ? "" : ", internals alone"; /* lx_recomputes_internals_only */
+  if (d->in_window && lx_window_pieces(d) > 1)
+    snprintf(buf, DECISION_TEXT,
+             "recompute in a window on the recompute stream, in %d pieces of its kv heads%s",
+             d->window_pieces, kept);
+  else if (d->in_window)
+    snprintf(buf, DECISION_TEXT,
+             "recompute in a window on the recompute stream%s (on demand where the instance got none)", kept);
+  else
+    snprintf(buf, DECISION_TEXT, "recompute%s on demand, before the layer's backward",
+             d->drop_output ? "" : " internals");
+  return buf;
 }
 
 /* What the policy pass found (planned policies only): budget, windows used, and where
@@ -176,7 +180,7 @@ static void print_layer_decisions(const lx_ir *ir, const lx_stage *st, FILE *out
   for (int i = 0; i < ir->block.n_ops; i++) {
     const lx_op *op = &ir->block.ops[i];
     if (op->kind == LX_OP_INPUT) continue;
-    char file[LX_TEXT_MAX], saves[LX_BYTES_TEXT], decision[96];
+    char file[LX_TEXT_MAX], saves[LX_BYTES_TEXT], decision[DECISION_TEXT];
     fprintf(out, "    %-22s %-18s %12s  %s   (%s:%d)\n", op->name, lx_op_kind_name(op->kind),
             lx_bytes_text((double)op->saved_bytes, saves), decision_text(&st->decisions[i], decision),
             lx_text(lx_file_name(op->src.file), file, sizeof file), op->src.line);

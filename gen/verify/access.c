@@ -129,8 +129,8 @@ static int saved_index(const lx_op *op, const char *what) {
 }
 
 /* The tensor of operand o, around the op's tensor-parallel collectives. */
-static bool operand_tensor(const lx_pipeline *p, const lx_instr *in, const lx_operand *o, bool backward,
-                           lx_tensor_ref *t) {
+static bool operand_tensor(const lx_pipeline *p, int stage, const lx_instr *in, const lx_operand *o,
+                           bool backward, lx_tensor_ref *t) {
   const lx_graph *g = lx_graph_of(p->ir, in->graph);
   const lx_op *op = &g->ops[in->op];
   lx_tp_collectives c = lx_tp_collectives_of(p->ir, op, backward);
@@ -143,6 +143,9 @@ static bool operand_tensor(const lx_pipeline *p, const lx_instr *in, const lx_op
     return true;
   case LX_OPND_OUT:
     if (op->out.scalar) return false;
+    if (in->kind == LX_I_RECOMPUTE && in->graph == LX_GRAPH_BLOCK &&
+        lx_recomputes_internals_only(g, p->stages[stage].decisions, in->op))
+      return false; /* its output is kept: the recompute makes the probabilities alone */
     *t = backward                     ? ref(in, in->op, LX_T_OUTPUT, 0)
          : scattered                  ? whole(in, 0)
          : in->kind == LX_I_RECOMPUTE ? ref(in, in->op, LX_T_RECOMPUTED, 0)
@@ -181,7 +184,7 @@ bool lx_operand_access(const lx_pipeline *p, int stage, const lx_stage_layout *l
   case LX_OPND_DADAPTER:
     out->target = LX_TARGET_PARAM_GRAD;
     return param_of(p, stage, l, in, lx_operand_param(o), true, &out->tensor);
-  default: return operand_tensor(p, in, o, backward, &out->tensor);
+  default: return operand_tensor(p, stage, in, o, backward, &out->tensor);
   }
 }
 

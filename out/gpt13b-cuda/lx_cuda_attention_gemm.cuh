@@ -212,7 +212,8 @@ inline lx_bf16 *lx_attn_scratch_weights(const lx_ctx *ctx, lx_attn_slices v, int
  * [kv_first, kv_end) only: their columns of out and their rows of probs, the
  * values the whole call writes there; every other element is left as it
  * was, so that a recomputation cut by kv heads runs its pieces one at a
- * time. */
+ * time. With out NULL (a recompute whose output is kept) the probabilities
+ * alone: no weights, no product with V. */
 LX_CUDA_API void lx_attention_forward_heads(const lx_ctx *ctx,
                                             lx_bf16 *out,       // (B, T, H * D)
                                             lx_bf16 *probs,     // (B, H, T, T)
@@ -225,7 +226,7 @@ LX_CUDA_API void lx_attention_forward_heads(const lx_ctx *ctx,
   lx_attn_sizes s = {B, T, H, KVH, D, p > 0};
   lx_attn_slices v = {kv_first, kv_end, lx_attn_heads_in_scratch(ctx, s, lx_attn_score_bytes(s, 0))};
   float *scores = ctx->scratch;
-  lx_bf16 *weights = s.dropout ? lx_attn_scratch_weights(ctx, v, T) : NULL;
+  lx_bf16 *weights = s.dropout && out ? lx_attn_scratch_weights(ctx, v, T) : NULL;
   auto softmax = lx_pieces_fit((size_t)T, {probs, weights, scores}) ? lx_attention_softmax_kernel<LX_VEC>
                                                                     : lx_attention_softmax_kernel<1>;
   lx_attn_block k = lx_attn_first_block(s, v);
@@ -234,7 +235,7 @@ LX_CUDA_API void lx_attention_forward_heads(const lx_ctx *ctx,
     softmax<<<lx_attn_softmax_blocks(k), LX_SOFTMAX_WARPS * LX_WARP, 0, ctx->stream>>>(probs, weights, scores,
                                                                                        a, k);
     LX_CUDA_LAUNCHED();
-    lx_attn_product_run(ctx, LX_ATTN_OUT, s, k, out, weights ? weights : probs, qkv);
+    if (out) lx_attn_product_run(ctx, LX_ATTN_OUT, s, k, out, weights ? weights : probs, qkv);
   } while (lx_attn_next_block(s, v, &k));
 }
 

@@ -104,7 +104,8 @@ static inline int lx_attention_keep(lx_attn_dims a, int b, int h, int i, int j, 
 /* out = (B, T, H * D). Only the query heads that read kv heads [kv_first,
  * kv_end): their columns of out and their rows of probs, the values the whole
  * call writes there; every other element is left as it was, so that a
- * recomputation cut by kv heads runs its pieces one at a time. */
+ * recomputation cut by kv heads runs its pieces one at a time. With out NULL
+ * (a recompute whose output is kept) the probabilities alone. */
 static inline void lx_attention_forward_heads(const lx_ctx *ctx,
                                               real *out,       // (B, T, H * D)
                                               real *probs,     // (B, H, T, T)
@@ -124,6 +125,7 @@ static inline void lx_attention_forward_heads(const lx_ctx *ctx,
       for (int i = 0; i < T; i++) {
         real *prow = probs + lx_score_row(a, b, h, i);
         lx_attention_probs_row(prow, qkv, a, b, h, i);
+        if (!out) continue;
         real *o = out + lx_out_at(a, b, i, h);
         memset(o, 0, (size_t)D * sizeof(real));
         for (int j = 0; j <= i; j++) {

@@ -479,6 +479,29 @@ static void test_attention_heads(int H, int KVH, int pieces) {
   free_attn_case(&whole), free_attn_case(&cut);
 }
 
+/* A recompute that keeps the attention's output: lx_attention_forward with
+ * no output writes the probabilities the whole forward writes, bit for bit
+ * (dropout included), and of a piece of kv heads those of its query heads
+ * alone. */
+static void test_attention_probs_alone(int H, int KVH) {
+  attn_case whole = make_attn_case(H, KVH, 0.3, 0);
+  attn_forward(&whole);
+  size_t scores = (size_t)whole.B * H * whole.T * whole.T;
+  real *probs = nan_tensor(scores), *piece = nan_tensor(scores);
+  lx_attention_forward(&test_ctx, NULL, probs, whole.qkv, whole.B, whole.T, H, KVH, whole.D, whole.p,
+                       whole.seed, whole.stream, 0, H);
+  int first = KVH / 2, end = KVH;
+  lx_attention_forward_heads(&test_ctx, NULL, piece, whole.qkv, whole.B, whole.T, H, KVH, whole.D, whole.p,
+                             whole.seed, whole.stream, 0, H, first, end);
+  CHECK(!memcmp(probs, whole.probs, scores * sizeof(real)) &&
+            attn_piece_written(&whole, piece, whole.probs, first, end, 1, (size_t)whole.T * whole.T),
+        "attention_forward without its output (H %d, KVH %d, p 0.3): the whole forward's probs bit for bit, "
+        "and of kv heads [%d, %d) their query heads' alone",
+        H, KVH, first, end);
+  free(probs), free(piece);
+  free_attn_case(&whole);
+}
+
 /* The two implementations compute one function: same output, same gradients. */
 static void test_attention_forms_agree(int H, int KVH, double p) {
   attn_case m = make_attn_case(H, KVH, p, 0), f = make_attn_case(H, KVH, p, 1);
@@ -1115,6 +1138,8 @@ int main(void) {
   test_attention_heads(4, 2, 2); /* groups of two */
   test_attention_heads(4, 4, 4); /* groups of one, a kv head a piece */
   test_attention_heads(6, 3, 2); /* pieces of one and two kv heads */
+  test_attention_probs_alone(4, 2);
+  test_attention_probs_alone(6, 3);
   test_rope();
   test_maps();
   test_swiglu();

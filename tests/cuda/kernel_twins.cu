@@ -440,6 +440,13 @@ static void test_attention(int B, int T, int H, int KVH, int D, double p, int he
            "attention_forward_heads D=%d p=%.1f kv [%d, %d): the other heads' elements are untouched", D, p, kv_first,
            kv_end);
   expect_true(name, untouched);
+  /* A recompute that keeps the output: no output, the whole call's probs bit for bit */
+  lx_bf16 *d_alone_probs = to_device_bf16(floats(scores, unwritten));
+  lx_attention_forward(&ctx, NULL, d_alone_probs, d_qkv, B, T, H, KVH, D, p, seed, stream_id, head_base,
+                       heads_total);
+  snprintf(name, sizeof name, "attention_forward D=%d p=%.1f without its output: the whole call's probs, bit for bit",
+           D, p);
+  expect_true(name, same_bits(from_device_bf16(d_alone_probs, scores), whole_probs));
 }
 
 static void test_rope(void) {

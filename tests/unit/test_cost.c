@@ -367,6 +367,15 @@ static void check_attention_costs(const lx_ir *ir, const lx_cost_model *cm, doub
       "sequence %.0f: attention backward = %.4f of 2 x the forward FLOPs / rate + %.3f bytes per score / "
       "HBM + %.0f launches",
       T, covered, backward, 6 * blocks);
+  /* a recompute that keeps the output: QK^T (half the products) and the softmax (fp32 scores written
+   * where covered and read where causal, probs written), 2 launches a block */
+  double probs_alone = 4 * covered + 4 * causal + 2;
+  CHECK_CLOSE(
+      lx_cost_internals_share(cm, ir, &ir->block, attn) * lx_cost_op_fwd(cm, ir, &ir->block, attn),
+      covered * flops / 2 / rate + scores * probs_alone / hbm + 2 * blocks * cm->launch_s, 1e-12,
+      "sequence %.0f: the probabilities alone = %.4f of 2 b a s^2 d / rate + %.3f bytes per score / HBM + "
+      "%.0f launches",
+      T, covered, probs_alone, 2 * blocks);
 }
 
 /* Materialised attention (gpt13b: dropout 0.1, bf16, s = 2048) as the CUDA

@@ -379,6 +379,40 @@ static void check_planted_interleaved(const char *name, plant_fn plant, lx_recom
 
 /* The access lists the printers will use: a forward reads its inputs and
  * writes its output; a backward accumulates into its inputs' gradients. */
+/* Megatron's selective plan keeps the attention's output and drops its
+ * probabilities: its RECOMPUTE writes the probabilities and reads q, k, v,
+ * and writes no output (the kernel is passed NULL there); full recompute's
+ * writes the output again. */
+static void check_probs_alone_recompute(void) {
+  for (int policy = LX_RECOMPUTE_FULL; policy <= LX_RECOMPUTE_SELECTIVE; policy++) {
+    built b;
+    if (!build("examples/tiny.model", 2, 1, 1, LX_SCHEDULE_1F1B, (lx_recompute_policy)policy, &b)) {
+      CHECK(false, "tiny builds under %s", lx_recompute_policy_name((lx_recompute_policy)policy));
+      continue;
+    }
+    const lx_graph *g = &b.ir.block;
+    int attention = -1;
+    for (int i = 0; i < g->n_ops; i++)
+      if (g->ops[i].kind == LX_OP_ATTENTION) attention = i;
+    lx_instr rc = {.kind = LX_I_RECOMPUTE, .graph = LX_GRAPH_BLOCK, .layer = 0, .op = attention, .mb = 0};
+    lx_access a[LX_MAX_ACCESSES];
+    int n = lx_instr_access(&b.pipe, 0, &b.layouts[0], &rc, a, LX_MAX_ACCESSES), outputs = 0, probs = 0;
+    for (int i = 0; i < n; i++) {
+      outputs += a[i].mode != LX_ACCESS_READ && a[i].tensor.op == attention &&
+                 (a[i].tensor.role == LX_T_OUTPUT || a[i].tensor.role == LX_T_RECOMPUTED);
+      probs +=
+          a[i].mode == LX_ACCESS_WRITE && a[i].tensor.op == attention && a[i].tensor.role == LX_T_INTERNAL;
+    }
+    bool selective = policy == LX_RECOMPUTE_SELECTIVE;
+    CHECK(probs == 1 && outputs == !selective && lx_verify(&b.pipe, b.layouts) == 0,
+          "%s: the attention's RECOMPUTE writes its probabilities and %s (%d output writes); the plan "
+          "verifies",
+          lx_recompute_policy_name((lx_recompute_policy)policy),
+          selective ? "not its output, which is kept" : "its output again", outputs);
+    release(&b);
+  }
+}
+
 static void check_accesses(void) {
   built b;
   CHECK(build("examples/tiny.model", 2, 1, 1, LX_SCHEDULE_1F1B, LX_RECOMPUTE_NONE, &b), "tiny builds");
@@ -418,6 +452,7 @@ static void check_accesses(void) {
                 w.offset - b.layouts[0].region_offset[LX_REGION_PARAMS],
         "a parameter's gradient sits at the parameter's offset in the grads region");
   release(&b);
+  check_probs_alone_recompute();
 }
 
 /* ---- the printer's fusions against a schedule that splits a pair ------------ */
