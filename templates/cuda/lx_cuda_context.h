@@ -1,7 +1,8 @@
 /* lx_cuda_context.h — what every CUDA op kernel takes first, as its CPU twin
  * takes the thread pool (templates/cpu/lx_common.h): the stream its
  * launches go to, the cuBLASLt handle and workspace of its matmuls, and the
- * stream's scratch. Streams run concurrently, so each has its own scratch;
+ * stream's scratch. Streams run concurrently, so each has its own scratch,
+ * and each stream that runs products its own workspace;
  * the emitted program builds one context per stream at startup
  * (lx_cuda_main.h). Shared by the kernels (lx_cuda_common.cuh) and the host
  * code that calls them (lx_cuda_api.h). */

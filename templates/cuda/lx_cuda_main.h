@@ -229,7 +229,11 @@ static void allocate(void) {
            HOST_ARENA_BYTES / 1073741824.0);
     CUDA_CHECK(cudaMallocHost((void **)&host_arena, HOST_ARENA_BYTES));
   }
-  lx_cuda_matmul_context *matmul = lx_cuda_matmul_create();
+  /* cuBLASLt's workspace holds a product's split-K partial sums while it runs: the compute and
+   * recompute streams' products overlap, so each has its own; the other streams run no product
+   * and name the compute stream's. */
+  lx_cuda_matmul_context *compute_matmul = lx_cuda_matmul_create(),
+                         *recompute_matmul = lx_cuda_matmul_create();
   /* Recomputation in a window must not slow the communication it hides behind, nor the
    * compute stream once the window closes: NCCL's kernels (tp, dp, pipeline streams) get the
    * SMs first, then the compute stream, and the recompute stream what they leave (the planner
@@ -253,7 +257,8 @@ static void allocate(void) {
                               lx_cuda_grad_norm_scratch_floats(), lx_cuda_lora_scratch_floats(BT, LORA_RANK, LORA_DROPOUT > 0 ? LORA_WIDTH : 0)});
     float *scratch = NULL;
     CUDA_CHECK(cudaMalloc((void **)&scratch, floats * sizeof(float)));
-    ctx_of[k] = lx_ctx{streams[k], matmul, scratch, floats};
+    ctx_of[k] =
+        lx_ctx{streams[k], k == STREAM_RECOMPUTE ? recompute_matmul : compute_matmul, scratch, floats};
   }
   events = (cudaEvent_t *)calloc(EVENTS, sizeof(cudaEvent_t));
   for (int e = 0; e < EVENTS; e++) CUDA_CHECK(cudaEventCreateWithFlags(&events[e], cudaEventDisableTiming));
