@@ -182,7 +182,10 @@ typedef struct {
   double layer_window_s;                  /* a layer's TP all-reduce capacity for window recompute */
   int64_t static_per_layer, static_prologue, static_epilogue, capacity, reserve_first, reserve_last,
       reserve_middle;
-  lx_stage_problem layer; /* per-op numbers */
+  /* per-op numbers, the attention's output dropped with what it saves (layers[0]) or kept
+   * (layers[1], lx_stage_problem_keep_outputs; unused where no op can keep it) */
+  lx_stage_problem layers[2];
+  bool outputs_may_stay;
 } lx_partition_model;
 
 void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_cost_model *cm,

@@ -109,18 +109,23 @@ void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_co
   m->reserve_middle = transient + ir->block.activation_bytes;
   m->reserve_first = m->reserve_middle;
   m->reserve_last = m->reserve_middle;
-  lx_stage_problem_init(&m->layer, ir, cm, 1, 1, 1, INT64_MAX);
+  for (int k = 0; k < 2; k++)
+    lx_stage_problem_init(&m->layers[k], ir, cm, 1, 1, 1, INT64_MAX);
+  m->outputs_may_stay = lx_stage_problem_keep_outputs(&m->layers[1], ir, cm);
   if (policy == LX_RECOMPUTE_CHECKMATE) m->layer_window_s = 0; /* on demand only */
 }
 
-void lx_partition_model_free(lx_partition_model *m) { lx_stage_problem_free(&m->layer); }
+void lx_partition_model_free(lx_partition_model *m) {
+  for (int k = 0; k < 2; k++)
+    lx_stage_problem_free(&m->layers[k]);
+}
 
 /* The stage's exposed recompute per micro-batch under its budget: the
- * policy on a one-micro-batch problem of `count` layer instances, each
+ * policy on a one-micro-batch problem `pr` of `count` layer instances, each
  * able to use the layer's own backward all-reduces (what the layer below
  * uses under the schedule's parity rule), pooled into one window. */
-static double stage_exposed(lx_partition_model *m, int stashed, int count, int64_t avail, bool *fits) {
-  lx_stage_problem *pr = &m->layer;
+static double problem_exposed(lx_partition_model *m, lx_stage_problem *pr, int stashed, int count,
+                              int64_t avail, bool *fits) {
   pr->n_layers = count, pr->stashed_layers = (int64_t)stashed * count, pr->micro_batches = 1,
   pr->avail_bytes = avail;
   lx_window w = {.kind = LX_WINDOW_TP_BACKWARD, .after = 0, .capacity = count * m->layer_window_s};
@@ -143,6 +148,17 @@ static double stage_exposed(lx_partition_model *m, int stashed, int count, int64
   free(window_of);
   free(d);
   return stats.exposed_s;
+}
+
+/* ... the less of the two ways to recompute an attention (plan.c's
+ * solve_stage tries both too). */
+static double stage_exposed(lx_partition_model *m, int stashed, int count, int64_t avail, bool *fits) {
+  double exposed = problem_exposed(m, &m->layers[0], stashed, count, avail, fits);
+  bool kept_fits = false;
+  double kept =
+      m->outputs_may_stay ? problem_exposed(m, &m->layers[1], stashed, count, avail, &kept_fits) : 0;
+  if (kept_fits && (!*fits || kept < exposed)) exposed = kept, *fits = true;
+  return exposed;
 }
 
 double lx_partition_stage_cost(void *model, int stage, int first, int count) {

@@ -822,6 +822,8 @@ int main(void) {
   test_attention(1, 33, 2, 1, 128, 0.0, 0, 2); /* the D <= 128 kernels */
   test_attention(1, 20, 2, 2, 256, 0.1, 0, 2); /* the D <= 256 kernels (opt-in shared memory) */
   test_attention(1, 520, 4, 2, 64, 0.1, 0, 4); /* three row blocks of the materialized form, 8-wide pieces */
+  test_attention(1, 520, 4, 2, 64, 0.1, 4,
+                 12); /* ... on the second rank of three: the 8-wide draws at a head base */
   test_rope();
   test_elementwise(33, 160, " (8 a load)");
   test_elementwise(33, 157, " (one a load)"); /* odd: the second half's tensors are not 16-byte aligned */

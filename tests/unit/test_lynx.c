@@ -965,7 +965,7 @@ static void load_split_profile(const lx_ir *ir, lx_cost_model *cm) {
 }
 
 /* A what-if under which the attention's recompute is cut by kv heads: a
- * forward of 120 us (80 us for the probabilities alone, the recompute that
+ * forward of 110 us (73 us for the probabilities alone, the recompute that
  * keeps the output: lx_cost_internals_share is 2/3 here) against
  * tensor-parallel all-reduces of about 80 us (40 us a step): whole it fits
  * none of them, in two pieces it does. */
@@ -975,7 +975,7 @@ static void load_heads_profile(const lx_ir *ir, lx_cost_model *cm) {
     if (ir->block.ops[i].kind == LX_OP_ATTENTION) attention = &ir->block.ops[i];
   char key[96], attrs[96], text[320];
   lx_cost_profile_key(ir, &ir->block, attention, key, sizeof key, attrs, sizeof attrs);
-  snprintf(text, sizeof text, "op %s 0.18 0.27%s\nlink nvlink3 235 40\n", key, attrs);
+  snprintf(text, sizeof text, "op %s 0.11 0.165%s\nlink nvlink3 235 40\n", key, attrs);
   CHECK(lx_cost_load_profile(cm, "heads.profile", text), "the profile under which head pieces pay loads");
 }
 
