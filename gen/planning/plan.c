@@ -149,21 +149,33 @@ static bool solution_beats(const stage_solution *a, const stage_solution *b) {
   return a->fits && a->stats.exposed_s < b->stats.exposed_s * (1 - 1e-9);
 }
 
+/* Whether stage s's decisions keep an attention's output where they recompute it. */
+static bool keeps_outputs(const planner *pl, int s) {
+  for (int i = 0; i < pl->ir->block.n_ops; i++)
+    if (lx_recomputes_internals_only(&pl->ir->block, pl->pipe->stages[s].decisions, i)) return true;
+  return false;
+}
+
 /* The policy on stage s in both variants of a materialised attention's
  * recompute (drop its output too, or keep it), the one that exposes less
- * standing; lynx-opt's MILP runs once, on the variant lynx-heu prefers. The
- * plan's search time is every solve's, repairs included. */
-static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool with_windows) {
+ * standing; lynx-opt's MILP runs once, on the variant lynx-heu prefers.
+ * Without `both` (a solve again under the same budget) the variant of the
+ * stage's decisions alone. The plan's search time is every solve's, repairs
+ * included. */
+static void solve_stage(planner *pl, int s, lx_recompute_policy policy, bool with_windows, bool both) {
   lx_stage *st = &pl->pipe->stages[s];
-  lx_recompute_policy judge = policy == LX_RECOMPUTE_LYNX_OPT ? LX_RECOMPUTE_LYNX_HEU : policy;
-  stage_solution best = solve_variant(pl, s, judge, with_windows, false),
-                 kept = solve_variant(pl, s, judge, with_windows, true);
-  double searched = st->stats.search_s + best.stats.search_s + kept.stats.search_s;
-  if (solution_beats(&kept, &best)) {
-    stage_solution t = best;
-    best = kept, kept = t;
+  lx_recompute_policy judge = policy == LX_RECOMPUTE_LYNX_OPT && both ? LX_RECOMPUTE_LYNX_HEU : policy;
+  stage_solution best = solve_variant(pl, s, judge, with_windows, !both && keeps_outputs(pl, s));
+  double searched = st->stats.search_s + best.stats.search_s;
+  if (both) {
+    stage_solution kept = solve_variant(pl, s, judge, with_windows, true);
+    searched += kept.stats.search_s;
+    if (solution_beats(&kept, &best)) {
+      stage_solution t = best;
+      best = kept, kept = t;
+    }
+    free_solution(&kept);
   }
-  free_solution(&kept);
   if (judge != policy) {
     bool keep_outputs = best.keeps_outputs;
     free_solution(&best);
@@ -242,7 +254,7 @@ static void shrink_windows(planner *pl) {
       lx_interval *times = lx_compute_times(&sim, pl->pipe, s);
       if (lx_shrink_windows(pl->pipe, s, times, pl->cm->interference, shrunk) &&
           uses_any(pl->pipe, s, shrunk)) {
-        solve_stage(pl, s, pl->policy, true);
+        solve_stage(pl, s, pl->policy, true, false); /* the same budget */
         again = true;
       }
       free(times);
@@ -264,7 +276,7 @@ static void repair(planner *pl) {
       int64_t excess = mem[s].peak - (int64_t)pl->cm->gpu.memory_bytes;
       if (excess > 0 && pl->budget[s] > 0) {
         pl->budget[s] -= excess + (1 << 20);
-        solve_stage(pl, s, pl->policy, pl->policy != LX_RECOMPUTE_CHECKMATE);
+        solve_stage(pl, s, pl->policy, pl->policy != LX_RECOMPUTE_CHECKMATE, true);
         again = true;
       }
       lx_stage_memory_free(&mem[s]);
@@ -389,7 +401,7 @@ static void consider_no_offload(planner *pl) {
   plan_snapshot k = take_snapshot(pl);
   pl->no_offload = true;
   for (int s = 0; s < pl->pipe->pp; s++)
-    if (stage_offloads(pl, s)) solve_stage(pl, s, pl->policy, true);
+    if (stage_offloads(pl, s)) solve_stage(pl, s, pl->policy, true, true);
   repair(pl);
   pl->no_offload = false;
   keep_faster(pl, k, planned, "the policy's plan without offload (faster than the one that offloads)");
@@ -402,7 +414,7 @@ static void plan_policy(planner *pl) {
   compute_budgets(pl);
   bool recomputes = false;
   for (int s = 0; s < pp; s++) {
-    solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
+    solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false, true);
     for (int i = 0; i < pl->ir->block.n_ops; i++)
       recomputes |= pl->pipe->stages[s].decisions[i].recompute;
   }
@@ -410,14 +422,14 @@ static void plan_policy(planner *pl) {
       recomputes) { /* with nothing to recompute, windows cannot help */
     double on_demand = measure_windows(pl);
     for (int s = 0; s < pp; s++)
-      solve_stage(pl, s, pl->policy, true);
+      solve_stage(pl, s, pl->policy, true, true);
     repair(pl);
     shrink_windows(pl);
     /* if the plan still lost, checkmate's on-demand plan (a choice within
      * the policy's space) stands */
     if (simulated_time(pl) > on_demand) {
       for (int s = 0; s < pp; s++)
-        solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false);
+        solve_stage(pl, s, LX_RECOMPUTE_CHECKMATE, false, true);
       for (int s = 0; s < pp; s++)
         pl->pipe->stages[s].stats.status = "checkmate's plan (windows did not pay)";
     }
