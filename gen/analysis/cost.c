@@ -229,11 +229,16 @@ static score_blocks materialized_blocks(const lx_ir *ir, const lx_graph *g, cons
  *             weights read (dV) and fp32 dP written where covered; dP and
  *             weights [and probs] read where causal; dS written where covered
  *             and read twice (dQ, dK) */
-static double score_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
-  if (!materialized_attention(op)) return 0;
+/* The s x s scores of a materialised attention on the rank: flops_fwd = 4 x scores x head_dim. */
+static double scores_of(const lx_graph *g, const lx_op *op) {
   const lx_op *qkv = input_op(g, op, 0);
   double head_dim = (double)qkv->out.width / (op->heads + 2 * op->kv_heads);
-  double scores = op->flops_fwd / (4 * head_dim); /* flops_fwd = 4 x scores x head_dim */
+  return op->flops_fwd / (4 * head_dim);
+}
+
+static double score_bytes(const lx_ir *ir, const lx_graph *g, const lx_op *op, bool backward) {
+  if (!materialized_attention(op)) return 0;
+  double scores = scores_of(g, op);
   score_blocks b = materialized_blocks(ir, g, op, backward, kv_heads_per_rank(ir, g, op));
   bool dropout = ir->model.dropout > 0;
   double elt = elt_bytes(ir), per_score;
@@ -364,9 +369,7 @@ double lx_cost_op_fwd(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *
 
 double lx_cost_internals_share(const lx_cost_model *cm, const lx_ir *ir, const lx_graph *g, const lx_op *op) {
   if (!materialized_attention(op)) return 1;
-  const lx_op *qkv = input_op(g, op, 0);
-  double head_dim = (double)qkv->out.width / (op->heads + 2 * op->kv_heads);
-  double scores = op->flops_fwd / (4 * head_dim);
+  double scores = scores_of(g, op);
   score_blocks b = materialized_blocks(ir, g, op, false, kv_heads_per_rank(ir, g, op));
   double qk_flops = op->flops_fwd / 2 * lx_attn_covered_share(ir->model.seq_len);
   double per_score = b.covered * 4 + b.causal * 4 + elt_bytes(ir);
