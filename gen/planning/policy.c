@@ -413,7 +413,10 @@ static void watch_gap(glp_tree *tree, void *info) {
   if (why == GLP_IBINGO || why == GLP_ISELECT) *(double *)info = glp_ios_mip_gap(tree);
 }
 
-/* Solves the MIP in lp; returns its status text and the final gap. */
+/* Solves the MIP in lp; returns its status text and the final gap. GLPK
+ * reports optimal only once the tree is exhausted (gap 0); a search stopped
+ * by the gap tolerance or the time limit leaves a feasible incumbent, whose
+ * gap is the one last seen by watch_gap. */
 static const char *solve_mip(glp_prob *lp, triplets *t, double time_limit_s, double *gap) {
   glp_load_matrix(lp, t->n, t->ia, t->ja, t->ar);
   glp_iocp parm;
@@ -428,7 +431,8 @@ static const char *solve_mip(glp_prob *lp, triplets *t, double time_limit_s, dou
   glp_term_out(GLP_OFF);
   int err = glp_intopt(lp, &parm);
   int status = glp_mip_status(lp);
-  if (status == GLP_OPT) return *gap = *gap > parm.mip_gap ? *gap : 0, "optimal";
+  if (status == GLP_OPT) return *gap = 0, "optimal";
+  if (status == GLP_FEAS && err == GLP_EMIPGAP) return "optimal (within the gap tolerance)";
   if (status == GLP_FEAS) return err == GLP_ETMLIM ? "feasible (time limit)" : "feasible";
   return status == GLP_NOFEAS ? "infeasible" : "no solution";
 }

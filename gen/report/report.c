@@ -62,11 +62,12 @@ static const char *decision_text(const lx_op_decision *d, char buf[DECISION_TEXT
  * `search_times`, the wall-clock time it took. */
 static void print_policy_stats(const lx_stage *st, bool search_times, FILE *out) {
   if (!st->window_of && st->stats.budget_bytes == 0) return;
-  char budget[LX_BYTES_TEXT], used[LX_BYTES_TEXT];
+  char budget[LX_BYTES_TEXT], used[LX_BYTES_TEXT], gap[48] = "";
+  if (st->stats.gap > 0) snprintf(gap, sizeof gap, " (MILP gap %.2g)", st->stats.gap);
   fprintf(out,
-          "  policy     %s (gap %.2g), budget %s for the block's activations (uses %s), exposed "
+          "  policy     %s%s, budget %s for the block's activations (uses %s), exposed "
           "recompute %.2f ms, %.2f ms hidden in windows (%d found)",
-          st->stats.status ? st->stats.status : "", st->stats.gap,
+          st->stats.status ? st->stats.status : "", gap,
           lx_bytes_text((double)st->stats.budget_bytes, budget),
           lx_bytes_text((double)st->stats.used_bytes, used), ms(st->stats.exposed_s), ms(st->stats.window_s),
           st->n_windows);

@@ -259,6 +259,9 @@ static void check_policies(int tp, double host_link, int *optima_split) {
           step);
     CHECK_CLOSE(cm_t, cm_want, 1e-9, "tp=%d%s budget %d/7: checkmate is the brute-force optimum on demand",
                 tp, mode, step);
+    CHECK(!strncmp(stats.status, "optimal", 7) && stats.gap <= 1e-6,
+          "tp=%d%s budget %d/7: checkmate's MILP reports it is optimal with no gap (%s, gap %g)", tp, mode,
+          step, stats.status, stats.gap);
     double heu = solve(&ir, LX_RECOMPUTE_LYNX_HEU, &pr, d, &ok, &stats);
     CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes,
           "tp=%d%s budget %d/7: lynx-heu respects the budget", tp, mode, step);
