@@ -49,7 +49,7 @@ typedef struct {
 static outcome run_policy(const lx_ir *ir, const lx_cost_model *cm, lx_recompute_policy policy) {
   outcome o = {0};
   lx_pipeline p;
-  lx_plan_options opts = {.policy = policy, .partition = LX_PARTITION_BEST, .cm = cm, .opt_time_limit_s = 20};
+  lx_plan_options opts = {.policy = policy, .partition = LX_PARTITION_BEST, .cm = cm};
   double start = now_s();
   if (!lx_plan_pipeline(ir, &opts, &p)) return o;
   o.plan_s = now_s() - start;

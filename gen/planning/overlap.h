@@ -58,6 +58,12 @@ typedef uint64_t lx_opmask; /* a set of block ops; blocks have fewer than 64 */
  * of an op, LX_MAX_PLACED placement entries per layer instance (schedule.h). */
 enum { LX_MAX_PIECES = 16 };
 
+/* The simplex iterations one MILP (checkmate's, lynx-opt's) may take before
+ * its best incumbent stands: a bound on work rather than time, so that a
+ * plan never depends on the machine's speed or load (the largest stage
+ * problems of make bench-lynx run 4,000-12,000 iterations a second here). */
+enum { LX_MIP_WORK_LIMIT = 50000 };
+
 /* ---- windows.c ---------------------------------------------------------- */
 
 /* The windows of stage s: every interval where its compute stream idles in
@@ -114,7 +120,7 @@ typedef struct {
    * strictly between lo and due at an average op's time, sorted, and their sums up to each
    * (NULL without bounds: a layer's backward each) */
   double *room_s, *room_below;
-  double time_limit_s; /* lynx-opt's solver */
+  int work_limit; /* simplex iterations of one MILP (checkmate's, lynx-opt's); 0: LX_MIP_WORK_LIMIT */
   /* ops whose recompute makes their internals alone, their outputs kept (lx_stage_problem_keep_outputs):
    * their recompute_s and drop_bytes are those of the internals */
   lx_opmask outputs_kept;

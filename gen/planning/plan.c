@@ -93,7 +93,7 @@ typedef struct {
   const lx_cost_model *cm;
   lx_pipeline *pipe;
   lx_recompute_policy policy;
-  double time_limit_s;
+  int mip_work_limit;
   bool no_offload;
   int64_t *budget;
 } planner;
@@ -124,7 +124,7 @@ static stage_solution solve_variant(const planner *pl, int s, lx_recompute_polic
   lx_stage_problem pr;
   lx_stage_problem_init(&pr, pl->ir, pl->cm, st->n_layers, lx_stashed_layers(st), pl->pipe->micro_batches,
                         pl->budget[s]);
-  pr.time_limit_s = pl->time_limit_s;
+  pr.work_limit = pl->mip_work_limit;
   if (!may_offload(pl)) pr.host_bytes_per_s = 0;
   if (!keep_outputs || lx_stage_problem_keep_outputs(&pr, pl->ir, pl->cm)) {
     if (with_windows) lx_stage_problem_set_windows(&pr, pl->pipe, s);
@@ -495,7 +495,7 @@ static void plan_split(const lx_ir *ir, const lx_plan_options *o, const int *fir
       lx_schedule_stage(ir, out, s);
   } else {
     planner pl = {
-        ir, cm, out, o->policy, o->opt_time_limit_s, o->no_offload, lx_calloc((size_t)pp, sizeof(int64_t))};
+        ir, cm, out, o->policy, o->mip_work_limit, o->no_offload, lx_calloc((size_t)pp, sizeof(int64_t))};
     plan_policy(&pl);
     free(pl.budget);
   }

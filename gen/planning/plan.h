@@ -16,7 +16,7 @@ typedef struct {
   lx_partition_kind partition;
   bool no_offload;         /* the Lynx policies keep, recompute on demand or in windows only */
   const lx_cost_model *cm; /* NULL: the datasheet model of the IR's cluster */
-  double opt_time_limit_s; /* lynx-opt per stage; 0: 20 s */
+  int mip_work_limit;      /* simplex iterations of one MILP; 0: LX_MIP_WORK_LIMIT (overlap.h) */
 } lx_plan_options;
 
 /* Partition, per-stage policy, schedule with recompute placed where the

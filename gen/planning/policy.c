@@ -408,32 +408,42 @@ static int add_continuous(glp_prob *lp, double cost, double upper) {
   return c;
 }
 
-static void watch_gap(glp_tree *tree, void *info) {
+/* What the search callback tracks: the gap it last saw and the work it may do. */
+typedef struct {
+  double gap;
+  int work_limit; /* simplex iterations */
+} mip_watch;
+
+static void watch_search(glp_tree *tree, void *info) {
+  mip_watch *w = info;
   int why = glp_ios_reason(tree);
-  if (why == GLP_IBINGO || why == GLP_ISELECT) *(double *)info = glp_ios_mip_gap(tree);
+  if (why == GLP_IBINGO || why == GLP_ISELECT) w->gap = glp_ios_mip_gap(tree);
+  if (why == GLP_ISELECT && glp_get_it_cnt(glp_ios_get_prob(tree)) > w->work_limit) glp_ios_terminate(tree);
 }
 
-/* Solves the MIP in lp; returns its status text and the final gap. GLPK
- * reports optimal only once the tree is exhausted (gap 0); a search stopped
- * by the gap tolerance or the time limit leaves a feasible incumbent, whose
- * gap is the one last seen by watch_gap. */
-static const char *solve_mip(glp_prob *lp, triplets *t, double time_limit_s, double *gap) {
+/* Solves the MIP in lp; returns its status text and the final gap. The
+ * search is bounded by simplex iterations, not by the clock, so that the
+ * same input gives the same plan on any machine and under any load. GLPK
+ * reports optimal only once its tree is exhausted (gap 0); a search stopped
+ * by the gap tolerance or the work limit leaves a feasible incumbent, whose
+ * gap is the one watch_search saw last. */
+static const char *solve_mip(glp_prob *lp, triplets *t, int work_limit, double *gap) {
   glp_load_matrix(lp, t->n, t->ia, t->ja, t->ar);
   glp_iocp parm;
-  glp_init_iocp(&parm);
+  glp_init_iocp(&parm); /* no time limit (tm_lim): see above */
   parm.presolve = GLP_ON;
   parm.msg_lev = GLP_MSG_OFF;
-  parm.tm_lim = time_limit_s > 0 ? (int)(time_limit_s * 1e3) : 20000;
   parm.mip_gap = 1e-6;
-  parm.cb_func = watch_gap;
-  parm.cb_info = gap;
-  *gap = 0;
+  mip_watch watch = {0, work_limit > 0 ? work_limit : LX_MIP_WORK_LIMIT};
+  parm.cb_func = watch_search;
+  parm.cb_info = &watch;
   glp_term_out(GLP_OFF);
   int err = glp_intopt(lp, &parm);
   int status = glp_mip_status(lp);
-  if (status == GLP_OPT) return *gap = 0, "optimal";
+  *gap = status == GLP_FEAS ? watch.gap : 0; /* proven, or no incumbent to measure */
+  if (status == GLP_OPT) return "optimal";
   if (status == GLP_FEAS && err == GLP_EMIPGAP) return "optimal (within the gap tolerance)";
-  if (status == GLP_FEAS) return err == GLP_ETMLIM ? "feasible (time limit)" : "feasible";
+  if (status == GLP_FEAS) return err == GLP_ESTOP ? "feasible (work limit)" : "feasible";
   return status == GLP_NOFEAS ? "infeasible" : "no solution";
 }
 
@@ -602,7 +612,7 @@ static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *
   glp_set_obj_dir(lp, GLP_MIN);
   triplets t = {0};
   op_columns c = add_op_model(pr, lp, &t, 1, 0, false, false);
-  const char *status = solve_mip(lp, &t, pr->time_limit_s, &stats->gap);
+  const char *status = solve_mip(lp, &t, pr->work_limit, &stats->gap);
   lx_opmask rc = drop_everything(pr), w = 0;
   lx_offload of = lx_no_offload;
   int ok = glp_mip_status(lp);
@@ -652,7 +662,7 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
   if (!pr->n_windows) /* no windows: every window op runs on demand */
     for (int i = 0; i < pr->n_ops; i++)
       if (c.w[i]) glp_set_col_bnds(lp, c.w[i], GLP_FX, 0, 0);
-  const char *status = solve_mip(lp, &t, pr->time_limit_s, &stats->gap);
+  const char *status = solve_mip(lp, &t, pr->work_limit, &stats->gap);
   int ok = glp_mip_status(lp);
   lx_opmask rc = drop_everything(pr), w = 0;
   lx_offload of = lx_no_offload;

@@ -40,8 +40,7 @@ void lx_stage_problem_init(lx_stage_problem *pr, const lx_ir *ir, const lx_cost_
                            .stashed_layers = stashed_layers,
                            .micro_batches = micro_batches,
                            .avail_bytes = avail_bytes,
-                           .window_buffers = 2,
-                           .time_limit_s = 20};
+                           .window_buffers = 2};
   pr->recompute_s = lx_calloc(n, sizeof(double));
   pr->drop_bytes = lx_calloc(n, sizeof(int64_t));
   pr->windowable = lx_calloc(n, sizeof(bool));

@@ -20,8 +20,8 @@
  * MAX_MICRO_BATCHES micro-batches per step (clamped before analysis: a
  * smaller value of the same field, itself a valid model file), and an input
  * with more than MAX_OPS ops, or with an open plan on more than
- * MAX_SEARCH_GPUS GPUs, only runs the front end. lynx-opt's solver gets
- * OPT_TIME_LIMIT_S per stage instead of 20 s. */
+ * MAX_SEARCH_GPUS GPUs, only runs the front end. The MILPs get
+ * MIP_WORK_LIMIT simplex iterations each instead of LX_MIP_WORK_LIMIT. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +38,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 enum { MAX_LAYERS = 4, MAX_STAGES = 4, MAX_MICRO_BATCHES = 4, MAX_OPS = 40, MAX_SEARCH_GPUS = 8 };
-#define OPT_TIME_LIMIT_S 0.2
+enum { MIP_WORK_LIMIT = 2000 };
 
 static void fail(const char *why) {
   fprintf(stderr, "fuzz_plan: %s\n", why);
@@ -114,7 +114,7 @@ static void plan(const lx_ir *ir, const fuzz_options *o) {
                              .partition = o->partition,
                              .no_offload = o->no_offload,
                              .cm = &cm,
-                             .opt_time_limit_s = OPT_TIME_LIMIT_S};
+                             .mip_work_limit = MIP_WORK_LIMIT};
   lx_pipeline pipe;
   if (lx_plan_pipeline(ir, &options, &pipe)) {
     fuzz_emit_plan(&pipe, &cm, o);

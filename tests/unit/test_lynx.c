@@ -292,6 +292,21 @@ static void check_policies(int tp, double host_link, int *optima_split) {
           "tp=%d%s budget %d/7: lynx-opt %.4g s within 3%% of the brute-force optimum %.4g s", tp, mode, step,
           opt, best);
   }
+  /* The MILPs stop on work, not on the clock: allowed one simplex iteration,
+   * checkmate's search stops wherever it must branch, and its plan still fits. */
+  int stopped = 0;
+  pr.work_limit = 1;
+  for (int step = 0; step <= 6; step++) {
+    pr.avail_bytes = least + (most - least) * step / 7;
+    solve(&ir, LX_RECOMPUTE_CHECKMATE, &pr, d, &ok, &stats);
+    stopped += !strcmp(stats.status, "feasible (work limit)") || !strcmp(stats.status, "no solution");
+    CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes,
+          "tp=%d%s budget %d/7, one simplex iteration: checkmate still fits (%s)", tp, mode, step,
+          stats.status);
+  }
+  pr.work_limit = 0;
+  CHECK(stopped > 0, "tp=%d%s: one simplex iteration stops checkmate's search (%d of 7 budgets)", tp, mode,
+        stopped);
   /* windows of zero length and no offload: lynx-opt is checkmate */
   for (int k = 0; host_link == 0 && k < 8; k++)
     w[k].length = w[k].capacity = 0;
