@@ -132,6 +132,13 @@ static summary merged(const summary *a, const summary *b) {
   return m;
 }
 
+/* One line of a configuration's table: `full` and `ideal` are full recompute's and none's times. */
+static void print_row(const char *label, const outcome *o, double full, double ideal, const char *note) {
+  printf("  %-10s %8.1f ms %9.2f %5s %7.3fx %8.1f%% %11.2f %10.1f%s\n", label, o->time * 1e3,
+         (double)o->peak / (1 << 30), o->fits ? "yes" : "NO", full / o->time, 100 * (o->time / ideal - 1),
+         o->search_s * 1e3, o->plan_s * 1e3, note);
+}
+
 static void print_config(lx_ir *ir, const lx_cost_model *cm, void *ctx) {
   summary *sum = ctx;
   outcome out[LX_RECOMPUTE_POLICY_COUNT];
@@ -143,17 +150,13 @@ static void print_config(lx_ir *ir, const lx_cost_model *cm, void *ctx) {
   double best_baseline = 0;
   for (int pol = 0; pol < LX_RECOMPUTE_POLICY_COUNT; pol++) {
     const outcome *o = &out[pol];
-    printf("  %-10s %8.1f ms %9.2f %5s %7.3fx %8.1f%% %11.2f %10.1f\n", lx_recompute_policy_name((lx_recompute_policy)pol),
-           o->time * 1e3, (double)o->peak / (1 << 30), o->fits ? "yes" : "NO", full / o->time,
-           100 * (o->time / ideal - 1), o->search_s * 1e3, o->plan_s * 1e3);
+    print_row(lx_recompute_policy_name((lx_recompute_policy)pol), o, full, ideal, "");
     if (pol <= LX_RECOMPUTE_CHECKMATE && o->fits && (best_baseline == 0 || o->time < best_baseline))
       best_baseline = o->time;
   }
   /* checkmate never loses to this one (its best split includes the even one): a reference, not a baseline */
   outcome even = run_split(ir, cm, LX_RECOMPUTE_CHECKMATE, LX_PARTITION_UNIFORM);
-  printf("  %-10s %8.1f ms %9.2f %5s %7.3fx %8.1f%%  (checkmate on the even split)\n", "", even.time * 1e3,
-         (double)even.peak / (1 << 30), even.fits ? "yes" : "NO", full / even.time,
-         100 * (even.time / ideal - 1));
+  print_row("", &even, full, ideal, "  (checkmate on the even split)");
   const outcome *heu = &out[LX_RECOMPUTE_LYNX_HEU], *opt = &out[LX_RECOMPUTE_LYNX_OPT];
   if (heu->exposed_s + heu->hidden_s > 0 || heu->offloaded_ops > 0)
     printf(
