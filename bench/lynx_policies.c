@@ -90,6 +90,23 @@ static outcome run_policy(const lx_ir *ir, const lx_cost_model *cm, lx_recompute
   return run_split(ir, cm, policy, LX_PARTITION_BEST);
 }
 
+/* A geometric mean of ratios, kept as the sum of their logarithms. */
+typedef struct {
+  double log_sum;
+  int count;
+} geo_mean;
+
+static void geo_add(geo_mean *g, double ratio) {
+  g->log_sum += log(ratio);
+  g->count++;
+}
+
+static geo_mean geo_merged(geo_mean a, geo_mean b) {
+  return (geo_mean){a.log_sum + b.log_sum, a.count + b.count};
+}
+
+static double geo_value(geo_mean g) { return g.count ? exp(g.log_sum / g.count) : 0; }
+
 /* Totals against the targets, over every configuration. */
 typedef struct {
   int heu_slower_than_baseline, heu_over_opt_3pct;
@@ -100,12 +117,10 @@ typedef struct {
    * speedup over checkmate where both fit */
   int memory_bound;
   int heu_overhead_5pct;
-  double log_heu_vs_checkmate;
-  double log_checkmate_vs_none; /* the same configurations: what lynx-heu would reach at none's time */
-  int heu_vs_checkmate_counted;
+  geo_mean heu_vs_checkmate;
+  geo_mean checkmate_vs_none; /* the same configurations: what lynx-heu would reach at none's time */
   /* lynx-heu over checkmate on Megatron's even split, without lynxgen's recompute-aware partitioner */
-  double log_heu_vs_checkmate_even;
-  int heu_vs_checkmate_even_counted;
+  geo_mean heu_vs_checkmate_even;
 } summary;
 
 /* Two sets' totals as one: counts and sums add, the worst and largest stay. */
@@ -123,11 +138,9 @@ static summary merged(const summary *a, const summary *b) {
       .sum_full_overhead = a->sum_full_overhead + b->sum_full_overhead,
       .memory_bound = a->memory_bound + b->memory_bound,
       .heu_overhead_5pct = a->heu_overhead_5pct + b->heu_overhead_5pct,
-      .log_heu_vs_checkmate = a->log_heu_vs_checkmate + b->log_heu_vs_checkmate,
-      .log_checkmate_vs_none = a->log_checkmate_vs_none + b->log_checkmate_vs_none,
-      .heu_vs_checkmate_counted = a->heu_vs_checkmate_counted + b->heu_vs_checkmate_counted,
-      .log_heu_vs_checkmate_even = a->log_heu_vs_checkmate_even + b->log_heu_vs_checkmate_even,
-      .heu_vs_checkmate_even_counted = a->heu_vs_checkmate_even_counted + b->heu_vs_checkmate_even_counted,
+      .heu_vs_checkmate = geo_merged(a->heu_vs_checkmate, b->heu_vs_checkmate),
+      .checkmate_vs_none = geo_merged(a->checkmate_vs_none, b->checkmate_vs_none),
+      .heu_vs_checkmate_even = geo_merged(a->heu_vs_checkmate_even, b->heu_vs_checkmate_even),
   };
   return m;
 }
@@ -189,14 +202,10 @@ static void print_config(lx_ir *ir, const lx_cost_model *cm, void *ctx) {
     sum->memory_bound++;
     const outcome *checkmate = &out[LX_RECOMPUTE_CHECKMATE];
     if (heu->fits && checkmate->fits) {
-      sum->log_heu_vs_checkmate += log(checkmate->time / heu->time);
-      sum->log_checkmate_vs_none += log(checkmate->time / ideal);
-      sum->heu_vs_checkmate_counted++;
+      geo_add(&sum->heu_vs_checkmate, checkmate->time / heu->time);
+      geo_add(&sum->checkmate_vs_none, checkmate->time / ideal);
     }
-    if (heu->fits && even.fits) {
-      sum->log_heu_vs_checkmate_even += log(even.time / heu->time);
-      sum->heu_vs_checkmate_even_counted++;
-    }
+    if (heu->fits && even.fits) geo_add(&sum->heu_vs_checkmate_even, even.time / heu->time);
   }
 }
 
@@ -275,16 +284,12 @@ static void print_summary(const summary *s) {
       "  memory-bound configurations (none does not fit): %d; lynx-heu overhead <= 5%% in %d (target 90%%);\n"
       "  lynx-heu over checkmate, geometric mean where both fit: %.3fx over %d (target 1.10x);\n"
       "  a lynx-heu without overhead anywhere (at none's time) would be %.3fx over checkmate there\n",
-      s->memory_bound, s->heu_overhead_5pct,
-      s->heu_vs_checkmate_counted ? exp(s->log_heu_vs_checkmate / s->heu_vs_checkmate_counted) : 0,
-      s->heu_vs_checkmate_counted,
-      s->heu_vs_checkmate_counted ? exp(s->log_checkmate_vs_none / s->heu_vs_checkmate_counted) : 0);
+      s->memory_bound, s->heu_overhead_5pct, geo_value(s->heu_vs_checkmate), s->heu_vs_checkmate.count,
+      geo_value(s->checkmate_vs_none));
   printf(
       "  lynx-heu over checkmate on Megatron's even split (no recompute-aware partitioner), geometric mean\n"
       "  where both fit: %.3fx over %d\n",
-      s->heu_vs_checkmate_even_counted ? exp(s->log_heu_vs_checkmate_even / s->heu_vs_checkmate_even_counted)
-                                       : 0,
-      s->heu_vs_checkmate_even_counted);
+      geo_value(s->heu_vs_checkmate_even), s->heu_vs_checkmate_even.count);
   printf(
       "  search time per plan (all stages): lynx-heu at most %.1f ms (target 50 ms), lynx-opt at most %.2f s "
       "(target 60 s)\n",
@@ -305,7 +310,7 @@ int main(int argc, char **argv) {
   printf("\nsummary over both sets:\n");
   print_summary(&both);
   run_flash_configs(argc > 1 ? argv[1] : NULL, &flash);
-  if (flash.memory_bound || flash.heu_vs_checkmate_counted) {
+  if (flash.memory_bound || flash.heu_vs_checkmate.count) {
     printf("\nsummary over the flash-attention configurations (not in the set above):\n");
     print_summary(&flash);
   }
