@@ -39,8 +39,8 @@ $(BUILD)/tests/cuda/cpu_twins.o: tests/cuda/cpu_twins.c tests/cuda/cpu_twins.h $
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -O2 $(WARNINGS) -fopenmp -Itemplates/cpu -Itemplates/common -c -o $@ $<
 
-$(BUILD)/tests/cuda/kernel_twins: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_HEADERS) \
-    tests/cuda/cpu_twins.h
+$(BUILD)/tests/cuda/kernel_twins: tests/cuda/kernel_twins.cu tests/cuda/twin_harness.cuh $(BUILD)/tests/cuda/cpu_twins.o \
+    $(CUDA_HEADERS) tests/cuda/cpu_twins.h
 	@mkdir -p $(@D)
 	$(NVCC) $(CUDA_TEST_NVFLAGS) -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_TEST_LIBS)
 
@@ -51,8 +51,8 @@ $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o: templates/cuda/lx_cuda_cudnn_atte
 	@mkdir -p $(@D)
 	$(NVCC) $(CUDA_TEST_NVFLAGS) -isystem $(CUDNN_FRONTEND) -x c++ -c -o $@ $<
 
-$(BUILD)/tests/cuda/kernel_twins_cudnn: tests/cuda/kernel_twins.cu $(BUILD)/tests/cuda/cpu_twins.o $(CUDA_HEADERS) \
-    tests/cuda/cpu_twins.h $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o
+$(BUILD)/tests/cuda/kernel_twins_cudnn: tests/cuda/kernel_twins.cu tests/cuda/twin_harness.cuh $(BUILD)/tests/cuda/cpu_twins.o \
+    $(CUDA_HEADERS) tests/cuda/cpu_twins.h $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o
 	$(NVCC) $(CUDA_TEST_NVFLAGS) -DLX_CUDNN_ATTENTION -o $@ $< $(BUILD)/tests/cuda/cpu_twins.o \
 	  $(BUILD)/tests/cuda/lx_cuda_cudnn_attention.o $(CUDA_TEST_LIBS) -lcudnn -lnvrtc
 
