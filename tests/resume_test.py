@@ -309,6 +309,30 @@ def save_preflight(work, program):
               "--save %s is refused before step 1 (%s)" % (os.path.relpath(path, work), why))
         if r.returncode != 1 or why not in r.stderr:
             print((r.stdout + r.stderr)[-1500:])
+    # a save renames a new file over PATH and writes PATH.tmp first: a link or a pipe at either is refused
+    # before step 1, and the file a link names is left as it was
+    victim = os.path.join(work, "victim")
+    with open(victim, "w") as f:
+        f.write("another file of the user's\n")
+    os.symlink(victim, os.path.join(work, "linked.bin"))
+    os.symlink(victim, os.path.join(work, "tmp-linked.bin.tmp"))
+    os.mkfifo(os.path.join(work, "pipe.bin"))
+    hf_linked = os.path.join(work, "hf-linked")
+    os.makedirs(hf_linked)
+    os.symlink(victim, os.path.join(hf_linked, "config.json"))
+    for flag, name, culprit, kind in (("--save", "linked.bin", "linked.bin", "a symbolic link"),
+                                      ("--save", "tmp-linked.bin", "tmp-linked.bin.tmp", "a symbolic link"),
+                                      ("--save", "pipe.bin", "pipe.bin", "not a regular file"),
+                                      ("--export-hf", "hf-linked", "hf-linked/config.json", "a symbolic link")):
+        path = os.path.join(work, name)
+        r = run(command(program, work, metrics, flag, path), work)
+        said = "%s is %s" % (os.path.join(work, culprit), kind)
+        check(r.returncode == 1 and said in r.stderr and "step" not in r.stdout,
+              "%s %s is refused before step 1: %s is %s" % (flag, name, culprit, kind))
+        if r.returncode != 1 or said not in r.stderr:
+            print((r.stdout + r.stderr)[-1500:])
+    with open(victim, "rb") as f:
+        check(f.read() == b"another file of the user's\n", "the file the links name is as it was")
     # the check of --save's directory never opens a file of the user's: not PATH.tmp, which the save
     # itself writes later, and nothing of its own is left beside it
     probed = os.path.join(work, "probed")

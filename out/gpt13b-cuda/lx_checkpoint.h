@@ -238,7 +238,7 @@ static inline void lx_checkpoint_write_header(int fd, const char *tmp, const lx_
  * the descriptor and the malloc'd name in *tmp. */
 static inline int lx_checkpoint_create_tmp(const char *path, int64_t bytes, char **tmp) {
   *tmp = lx_checkpoint_tmp_path(path);
-  int fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644); /* never through a link */
   if (fd < 0) lx_die("cannot create checkpoint %s: %s", *tmp, strerror(errno));
   lx_pending_checkpoint(*tmp);
   if (ftruncate(fd, (off_t)bytes) != 0)
@@ -249,7 +249,7 @@ static inline int lx_checkpoint_create_tmp(const char *path, int64_t bytes, char
 /* Every rank, between the barriers: PATH.tmp open for writing its part. */
 static inline int lx_checkpoint_open_tmp(const char *path, char **tmp) {
   *tmp = lx_checkpoint_tmp_path(path);
-  int fd = open(*tmp, O_WRONLY);
+  int fd = open(*tmp, O_WRONLY | O_NOFOLLOW);
   if (fd < 0)
     lx_die("cannot open checkpoint %s: %s (rank 0 creates it before a barrier)", *tmp, strerror(errno));
   return fd;

@@ -352,12 +352,10 @@ static void write_hf_config(const char *dir) {
   cJSON *config = cJSON_Parse(HF_CONFIG);
   if (!config) LX_FATAL("the generated config.json does not parse");
   cJSON_AddNumberToObject(config, HF_NORM_EPS_KEY, LX_TARGET_NORM_EPS);
-  char *text = cJSON_Print(config), *path = lx_hf_join(dir, "config.json"),
-       *tmp = lx_checkpoint_tmp_path(path);
+  char *text = cJSON_Print(config), *path = lx_hf_join(dir, "config.json"), *tmp = NULL;
   cJSON_Delete(config);
-  FILE *f = fopen(tmp, "w");
+  FILE *f = fdopen(lx_checkpoint_create_tmp(path, 0, &tmp), "w");
   if (!f) lx_die("cannot create %s: %s", tmp, strerror(errno));
-  lx_pending_checkpoint(tmp);
   if (fprintf(f, "%s\n", text) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0)
     lx_die("cannot write %s: %s", tmp, strerror(errno));
   lx_checkpoint_commit(path);

@@ -138,6 +138,14 @@ static inline void lx_hf_create(const char *path, const lx_hf_file_plan *plan) {
   free(tmp);
 }
 
+/* dir/name, malloc'd. */
+static inline char *lx_hf_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *path = (char *)LX_MALLOC(n);
+  snprintf(path, n, "%s/%s", dir, name);
+  return path;
+}
+
 /* The directory an export writes into: made if it is missing. Empty why: fine. */
 static inline void lx_hf_probe_dir(const char *dir, char *why, size_t cap) {
   struct stat st;
@@ -150,11 +158,12 @@ static inline void lx_hf_probe_dir(const char *dir, char *why, size_t cap) {
     snprintf(why, cap, "%s is not a directory", dir);
     return;
   }
-  size_t n = strlen(dir) + sizeof "/model.safetensors";
-  char *file = (char *)LX_MALLOC(n);
-  snprintf(file, n, "%s/model.safetensors", dir);
-  lx_probe_save_path(file, why, cap);
-  free(file);
+  static const char *const written[] = {"model.safetensors", "config.json"};
+  for (size_t i = 0; i < sizeof written / sizeof written[0] && !why[0]; i++) {
+    char *file = lx_hf_join(dir, written[i]);
+    lx_probe_save_path(file, why, cap);
+    free(file);
+  }
 }
 
 /* ---- reading ---------------------------------------------------------------------- */
@@ -177,13 +186,6 @@ typedef struct {
   lx_hf_file files[LX_HF_MAX_FILES];
   int n_files;
 } lx_hf_source;
-
-static inline char *lx_hf_join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *path = (char *)LX_MALLOC(n);
-  snprintf(path, n, "%s/%s", dir, name);
-  return path;
-}
 
 static inline cJSON *lx_hf_parse(const char *path, const char *text, size_t size) {
   cJSON *json = cJSON_ParseWithLength(text, size);

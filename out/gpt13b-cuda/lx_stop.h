@@ -10,14 +10,16 @@
  *
  * Preflight: every path a save writes (PATH, and PATH.tmp beside it) is
  * checked before step 1, so that a bad --save fails at once, not at the
- * first checkpoint hours in; a PATH.tmp left by a killed run is removed.
+ * first checkpoint hours in; a PATH.tmp left by a killed run is
+ * overwritten by the next save, a link or device there is refused.
  * Valid C11 and C++17. */
 #ifndef LX_STOP_H
 #define LX_STOP_H
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
-#include "lx_data.h" /* lx_strdup */
+#include "lx_checkpoint.h" /* lx_checkpoint_tmp_path */
+#include "lx_data.h"       /* lx_strdup */
 #include "lx_mpi_errors.h"
 
 #include <signal.h>
@@ -69,27 +71,36 @@ static inline LX_NORETURN LX_PRINTF(1, 2) void lx_fail_all(const char *fmt, ...)
   lx_mpi_exit(LX_EXIT_ERROR);
 }
 
-/* Why a save at path would fail, into why (empty: it would not): the
- * directory must exist and take a new file, PATH must not be a directory.
- * The new file is one of the probe's own (mkstemp's unique name, removed at
- * once): a file of the user's, PATH.tmp too, is never opened. */
-static inline void lx_probe_save_path(const char *path, char *why, size_t cap) {
+/* Why the save could not write `file` (PATH, or PATH.tmp that it writes
+ * first and renames to PATH), into why: where it exists it must be a
+ * regular file. The rename would put a checkpoint in place of a symbolic
+ * link, a device (/dev/null, as root) or a pipe, and writing PATH.tmp
+ * through a link would overwrite the file the link names. */
+static inline void lx_probe_replaced_file(const char *file, char *why, size_t cap) {
+  struct stat st;
+  if (lstat(file, &st) != 0 || S_ISREG(st.st_mode)) return;
+  snprintf(why, cap, "%s is %s; a save writes only regular files (a new one, renamed over the old)", file,
+           S_ISLNK(st.st_mode)   ? "a symbolic link"
+           : S_ISDIR(st.st_mode) ? "a directory"
+                                 : "not a regular file");
+}
+
+/* Why no new file can be made beside path, into why: the directory must
+ * exist and take one. The file is the probe's own (mkstemp's unique name,
+ * removed at once). */
+static inline void lx_probe_new_file(const char *path, char *why, size_t cap) {
   char *dir = lx_strdup(path);
   char *slash = strrchr(dir, '/');
   if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
   const char *where = slash ? dir : ".";
   struct stat st;
-  why[0] = '\0';
   if (stat(where, &st) != 0)
     snprintf(why, cap, "directory %s: %s", where, strerror(errno));
   else if (!S_ISDIR(st.st_mode))
     snprintf(why, cap, "%s is not a directory", where);
-  else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-    snprintf(why, cap, "it is a directory");
   else {
     size_t n = strlen(path) + sizeof ".probe-XXXXXX";
-    char *probe = (char *)malloc(n);
-    if (!probe) lx_die("out of memory");
+    char *probe = (char *)LX_MALLOC(n);
     snprintf(probe, n, "%s.probe-XXXXXX", path);
     int fd = mkstemp(probe);
     if (fd < 0)
@@ -99,6 +110,17 @@ static inline void lx_probe_save_path(const char *path, char *why, size_t cap) {
     free(probe);
   }
   free(dir);
+}
+
+/* Why a save at path would fail, into why (empty: it would not). A file of
+ * the user's, PATH.tmp too, is never opened. */
+static inline void lx_probe_save_path(const char *path, char *why, size_t cap) {
+  why[0] = '\0';
+  char *tmp = lx_checkpoint_tmp_path(path);
+  lx_probe_new_file(path, why, cap);
+  if (!why[0]) lx_probe_replaced_file(path, why, cap);
+  if (!why[0]) lx_probe_replaced_file(tmp, why, cap);
+  free(tmp);
 }
 
 /* How a save destination is tried: why[0] stays '\0' when it will do. */
