@@ -27,9 +27,10 @@ static const char tokenize_usage[] =
     "usage: lynxgen tokenize TEXTFILE -o DIR [--val-fraction F] [--shard-tokens N]\n"
     "\n"
     "Byte-level tokenization (token = byte value, vocabulary 256) into llm.c token\n"
-    "shards: DIR/train_000000.bin, ... and DIR/val_000000.bin, ... Existing shards of\n"
-    "those names in DIR are replaced. Train with --data 'DIR/train_*.bin'\n"
-    "--val-data 'DIR/val_*.bin' and a model whose vocab is 256.\n"
+    "shards: DIR/train_000000.bin, ... and DIR/val_000000.bin, ... A DIR that holds\n"
+    "shards of those names already is refused (they may be another text's, hours of\n"
+    "work; mixed with the new ones, a training glob would read both). Train with\n"
+    "--data 'DIR/train_*.bin' --val-data 'DIR/val_*.bin' and a model whose vocab is 256.\n"
     "\n"
     "  -o, --output DIR      where the shards go (created if missing)\n"
     "  --val-fraction F      the last F of the bytes are validation data, 0 <= F < 1\n"
@@ -137,16 +138,24 @@ static int make_dirs(const char *dir) {
   return 0;
 }
 
-/* Shards of an earlier, longer run would otherwise be picked up by the
- * training program's glob. */
-static void remove_old_shards(const char *dir, const char *split) {
-  char pattern[4200];
-  snprintf(pattern, sizeof pattern, "%s/%s_[0-9][0-9][0-9][0-9][0-9][0-9].bin", dir, split);
-  glob_t found;
-  if (glob(pattern, 0, NULL, &found) != 0) return;
-  for (size_t i = 0; i < found.gl_pathc; i++)
-    remove(found.gl_pathv[i]);
-  globfree(&found);
+/* 0 when DIR holds no shard of ours; otherwise -1, said. An earlier run's
+ * shards are not replaced: they may be another text's, and those beyond the
+ * new run's count would be read by the training glob with the new ones. */
+static int refuse_existing_shards(const char *dir) {
+  static const char *const splits[] = {"train", "val"};
+  for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+    char pattern[4200];
+    snprintf(pattern, sizeof pattern, "%s/%s_[0-9][0-9][0-9][0-9][0-9][0-9].bin", dir, splits[i]);
+    glob_t found;
+    if (glob(pattern, 0, NULL, &found) != 0) continue;
+    fprintf(stderr,
+            "lynxgen tokenize: refusing -o %s: it holds token shards already (%s%s); tokenize into a new "
+            "directory, or move them away first\n",
+            dir, found.gl_pathv[0], found.gl_pathc > 1 ? " and more" : "");
+    globfree(&found);
+    return -1;
+  }
+  return 0;
 }
 
 static int write_shard(const char *path, const unsigned char *bytes, // (count)
@@ -178,7 +187,6 @@ static int write_shard(const char *path, const unsigned char *bytes, // (count)
 /* DIR/SPLIT_000000.bin, ... of at most shard_tokens tokens each. */
 static int write_split(const tokenize_options *o, const char *split, const unsigned char *bytes, // (count)
                        size_t count) {
-  remove_old_shards(o->out_dir, split);
   for (size_t first = 0, shard = 0; first < count; first += (size_t)o->shard_tokens, shard++) {
     size_t n = count - first < (size_t)o->shard_tokens ? count - first : (size_t)o->shard_tokens;
     char path[4200];
@@ -193,12 +201,10 @@ static int write_split(const tokenize_options *o, const char *split, const unsig
  * the rest. */
 static int write_shards(const tokenize_options *o, const unsigned char *text, // (train + val)
                         size_t train, size_t val) {
-  if (make_dirs(o->out_dir) != 0 || write_split(o, "train", text, train) != 0) return -1;
-  if (val == 0) {
-    remove_old_shards(o->out_dir, "val");
-    return 0;
-  }
-  return write_split(o, "val", text + train, val);
+  if (make_dirs(o->out_dir) != 0 || refuse_existing_shards(o->out_dir) != 0 ||
+      write_split(o, "train", text, train) != 0)
+    return -1;
+  return val ? write_split(o, "val", text + train, val) : 0;
 }
 
 int lx_tokenize_main(int argc, char **argv);

@@ -7,7 +7,7 @@
 #   - a failing MPI call prints the call and aborts the job (no hang)
 #   - a bad flag under mpirun exits 2 with one message, not one per rank
 #   - `lynxgen tokenize` writes valid shards of the right sizes, and its
-#     errors exit 1 (usage errors 2)
+#     errors exit 1 (usage errors 2); it never replaces shards already there
 # Prints "ok - ..." / "not ok - ..." lines; exits non-zero on a failure.
 set -u
 cd "$(dirname "$0")/../.."
@@ -98,6 +98,12 @@ assert len(val) == int(len(text) * 0.1) and len(train) + len(val) == len(text), 
 assert train + val == list(text), "tokens are not the file's bytes"
 PY
 expect 0 "windows" "the runtime loader reads the tokenized shards" "$prog" check-shard "$scratch/data/train_*.bin" 4 32
+
+before=$(cksum <"$scratch/data/train_000000.bin")
+printf 'another text, not the first one\n' >"$scratch/other.txt"
+expect 1 "holds token shards already" "tokenizing into a directory that holds shards exits 1" \
+  "$lynxgen" tokenize "$scratch/other.txt" -o "$scratch/data"
+check "  ... and leaves them as they were" test "$(cksum <"$scratch/data/train_000000.bin")" = "$before"
 
 expect 0 "val 0 tokens" "--val-fraction 0 writes no validation shard" \
   "$lynxgen" tokenize "$text" -o "$scratch/noval" --val-fraction 0
