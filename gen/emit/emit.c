@@ -40,7 +40,9 @@ static void cpu_makefile(const lx_program *prog, FILE *out) {
                "stage%%: stage%%.c $(HEADERS)\n\t$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)\n"
                "stage%%-check: stage%%.c $(HEADERS)\n\t$(CC) $(CFLAGS) -DLX_CHECK_MEMORY -o $@ $< $(LDLIBS)\n"
                "stage%%-gradcheck: stage%%.c $(HEADERS)\n\t$(CC) $(CFLAGS) -DLX_DOUBLE -o $@ $< $(LDLIBS)\n\n"
-               "clean:\n\trm -f $(PROGRAMS) *-check *-gradcheck\n.PHONY: all check gradcheck clean\n");
+               "# what make built, by name: a file of the user's here is never removed\n"
+               "clean:\n\trm -f $(PROGRAMS) $(PROGRAMS:=-check) $(PROGRAMS:=-gradcheck)\n"
+               ".PHONY: all check gradcheck clean\n");
 }
 
 /* Ranks per stage: its tensor-parallel ranks of every replica (lx_mpi.h). */
@@ -195,12 +197,15 @@ static void cuda_makefile(const lx_program *prog, FILE *out) {
     fprintf(out, "KERNELS = lx_kernels.o\n"
                  "lx_kernels.o: lx_kernels.cu $(wildcard lx_cuda_*.cuh lx_cuda_*.h)\n\t$(NVCC) $(NVFLAGS) "
                  "$(ARCH) -c -o $@ $<\n");
-  fprintf(out, "# host code only (the lx_*.h headers), compiled as C++ by nvcc's host compiler\n"
-               "# (OpenMP: the initial weights are drawn on all of the host's cores)\n"
-               "stage%%.o: stage%%.cu $(wildcard lx_*.h)\n"
-               "\t$(NVCC) $(NVFLAGS) -Xcompiler -fopenmp -x c++ -c -o $@ $<\n"
-               "stage%%: stage%%.o $(KERNELS)\n\t$(NVCC) $(ARCH) -Xcompiler -fopenmp -o $@ $^ $(LDLIBS)\n\n"
-               "clean:\n\trm -f $(PROGRAMS) *.o\n.PHONY: all clean\n");
+  fprintf(out,
+          "# host code only (the lx_*.h headers), compiled as C++ by nvcc's host compiler\n"
+          "# (OpenMP: the initial weights are drawn on all of the host's cores)\n"
+          "stage%%.o: stage%%.cu $(wildcard lx_*.h)\n"
+          "\t$(NVCC) $(NVFLAGS) -Xcompiler -fopenmp -x c++ -c -o $@ $<\n"
+          "stage%%: stage%%.o $(KERNELS)\n\t$(NVCC) $(ARCH) -Xcompiler -fopenmp -o $@ $^ $(LDLIBS)\n\n"
+          "# what make built, by name: a file of the user's here is never removed\n"
+          "clean:\n\trm -f $(PROGRAMS) $(PROGRAMS:=.o) lx_kernels.o%s\n.PHONY: all clean\n",
+          flash ? " lx_kernels_cudnn.o lx_cuda_cudnn_attention.o" : "");
 }
 
 /* tp x dp ranks per stage, one GPU each; each picks its GPU by its node-local
