@@ -157,11 +157,15 @@ static const char usage_text[] =
     "Exit status: 0 success, 1 an error in the model file (reported as\n"
     "file:line:col: error: ..., at the #include or macro call in the model file when\n"
     "the mistake is in a header or a macro, with a note where it was written), 2 a\n"
-    "usage error (also: -o names a directory lynxgen may not replace).\n"
+    "usage error (also: -o names a directory lynxgen may not replace), 3 a bug in\n"
+    "lynxgen (the IR, the plan's verification or its simulation failed; printed).\n"
+    "\n"
+    "Data: lynxgen tokenize TEXTFILE -o DIR writes token shards the programs train on\n"
+    "(lynxgen tokenize --help).\n"
     "\n"
     "Example:\n"
     "  lynxgen examples/gpt13b.model -o build/\n"
-    "  lynxgen examples/gpt13b.model --tp 2 --dump-ir | python3 -m json.tool\n";
+    "  lynxgen examples/gpt13b.model --tp 2 --dp 1 --dump-ir | python3 -m json.tool\n";
 
 /* lynxgen's own budgets: a run past them stops with an error, not the machine */
 enum { DEFAULT_MAX_MEMORY_GIB = 16, DEFAULT_SEARCH_SECONDS = 300 };

@@ -11,6 +11,8 @@ language's defaults, built once, and run through its run.sh:
 - --grad-clip, --weight-decay, --beta1, --beta2 and --eps change the losses
   after the first step, and the same flags twice give the same losses;
 - a value out of range is a usage error (exit 2) naming the flag and value;
+- --gradcheck runs the double-precision builds (run.sh says how to make them),
+  and a float program refuses it;
 - --steps 0 only validates: the loss it prints is the first step's loss of
   a run on the same batch (the initial weights' forward loss), or after
   --resume the saved run's last validation loss; it writes no file, and
@@ -160,6 +162,19 @@ def bad_values(program):
     check("constant, cosine or linear" in r.stderr, "a bad --lr-schedule lists the accepted names")
 
 
+def gradcheck_builds(program):
+    """--gradcheck needs the double-precision builds of `make gradcheck`: run.sh picks them, and says
+    how to build them where they are missing; a float program refuses the flag (its rounding swamps a
+    central difference)."""
+    r, _ = program.start("--gradcheck")
+    said = r.stderr + r.stdout
+    check(r.returncode == 1 and "stage0-gradcheck is not built: make -C %s gradcheck" % program.dir in said,
+          "run.sh --gradcheck without `make gradcheck` says what to build (%s)" % said.strip()[-200:])
+    r = launch([os.path.join(program.dir, "stage0"), "--preflight", "--gradcheck"], program.work)
+    check(r.returncode == USAGE and "--gradcheck needs the double-precision programs" in r.stderr,
+          "a float program refuses --gradcheck with exit %d (%s)" % (USAGE, r.stderr.strip()[-200:]))
+
+
 def validation_loss(r):
     found = re.search(r"^validation loss (\S+)", r.stdout, re.M)
     return float(found.group(1)) if found else None
@@ -224,6 +239,7 @@ def main():
     schedules(program)
     optimizer_settings(program)
     bad_values(program)
+    gradcheck_builds(program)
     validation_only(program)
     resume(program)
 

@@ -78,9 +78,12 @@ static void print_preflight(const lx_program *prog, FILE *out, const char *varia
   for (int s = 0; s < prog->pipe->pp; s++)
     fprintf(out, " %d", s);
   fprintf(out,
-          "; do\n  report=$(\"$here/stage$stage%s\" --preflight \"$@\") || exit $?\n"
+          "; do\n"
+          "  if [ ! -x \"$here/stage$stage%s\" ]; then\n"
+          "    echo \"run.sh: $here/stage$stage%s is not built: make -C $here%s\" >&2\n    exit 1\n  fi\n"
+          "  report=$(\"$here/stage$stage%s\" --preflight \"$@\") || exit $?\n"
           "  printf '%%s\\n' \"$report\" | grep '^preflight:' || true\n",
-          variant);
+          variant, variant, cpu ? "${variant:+ ${variant#-}}" : "", variant);
   if (cpu)
     fprintf(out,
             "  bytes=$(printf '%%s\\n' \"$report\" | sed -n 's/.* needs \\([0-9]*\\) bytes.*/\\1/p')\n"
@@ -106,8 +109,12 @@ static void cpu_run_script(const lx_program *prog, FILE *out) {
           "#   ./run.sh --help          the run-time options (steps, data, checkpoints, ...)\n"
           "#   ./run.sh --steps 50      every argument goes to every stage\n"
           "#   LX_VARIANT=-check ./run.sh   run the programs built by 'make check'\n"
+          "#   ./run.sh --gradcheck     runs those of 'make gradcheck' (double precision)\n"
           "set -e\nhere=$(dirname \"$0\")\n"
-          "variant=${LX_VARIANT:-}\n",
+          "variant=${LX_VARIANT:-}\n"
+          "for arg in \"$@\"; do\n"
+          "  case $arg in --gradcheck) variant=${LX_VARIANT--gradcheck} ;; esac\n"
+          "done\n",
           prog->pipe->pp, stage_ranks(prog));
   print_preflight(prog, out, "$variant");
   fprintf(out,

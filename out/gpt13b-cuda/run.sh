@@ -6,6 +6,10 @@ set -e
 here=$(dirname "$0")
 # preflight: every stage program checks the options, data and checkpoint paths first
 for stage in 0 1 2 3; do
+  if [ ! -x "$here/stage$stage" ]; then
+    echo "run.sh: $here/stage$stage is not built: make -C $here" >&2
+    exit 1
+  fi
   report=$("$here/stage$stage" --preflight "$@") || exit $?
   printf '%s\n' "$report" | grep '^preflight:' || true
 done

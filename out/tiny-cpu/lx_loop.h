@@ -165,6 +165,10 @@ static lx_run_options parsed_run_options(lx_program program, int argc, char **ar
   if (o.init_checkpoint && o.resume_checkpoint && !FINETUNE)
     lx_usage_error("--init starts a run from llm.c weights, --resume continues one: not both");
   check_validation_only(&o);
+#ifndef LX_DOUBLE /* float's rounding swamps a central difference */
+  if (o.gradcheck)
+    lx_usage_error("--gradcheck needs the double-precision programs: make gradcheck (run.sh then runs them)");
+#endif
   if (o.init_checkpoint) require_init_checkpoint(o.init_checkpoint);
   if (o.export_checkpoint) require_llmc_checkpoints(o.export_checkpoint);
   if (o.export_hf) require_hf_checkpoints(o.export_hf);

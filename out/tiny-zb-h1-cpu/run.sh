@@ -3,12 +3,20 @@
 #   ./run.sh --help          the run-time options (steps, data, checkpoints, ...)
 #   ./run.sh --steps 50      every argument goes to every stage
 #   LX_VARIANT=-check ./run.sh   run the programs built by 'make check'
+#   ./run.sh --gradcheck     runs those of 'make gradcheck' (double precision)
 set -e
 here=$(dirname "$0")
 variant=${LX_VARIANT:-}
+for arg in "$@"; do
+  case $arg in --gradcheck) variant=${LX_VARIANT--gradcheck} ;; esac
+done
 # preflight: every stage program checks the options, data and checkpoint paths first
 need=0
 for stage in 0 1 2 3; do
+  if [ ! -x "$here/stage$stage$variant" ]; then
+    echo "run.sh: $here/stage$stage$variant is not built: make -C $here${variant:+ ${variant#-}}" >&2
+    exit 1
+  fi
   report=$("$here/stage$stage$variant" --preflight "$@") || exit $?
   printf '%s\n' "$report" | grep '^preflight:' || true
   bytes=$(printf '%s\n' "$report" | sed -n 's/.* needs \([0-9]*\) bytes.*/\1/p')
