@@ -23,7 +23,7 @@
 /* ---- efficiencies (docs/cost-model.md says why each) ---------------------- */
 
 /* Large bf16 GEMMs: 8192^3 reaches 0.80-0.81 of peak on H100/H200 (measured,
- * reference/hardware.md); training shapes are smaller and ragged. */
+ * shared/reference/hardware.md, beside the repository); training shapes are smaller and ragged. */
 static const double MATMUL_EFFICIENCY = 0.78;
 /* Batched GEMMs of materialised attention: inner dimension head_dim (64-128),
  * many small matrices. */
