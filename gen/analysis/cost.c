@@ -499,13 +499,22 @@ static bool parse_count(profile_parser *p, const char *text, int col, int64_t *o
   return true;
 }
 
+/* A profile's times, rates and factors lie in [PROFILE_AMOUNT_MIN, PROFILE_AMOUNT_MAX] (or are 0
+ * where that may be): far beyond any real measurement either way, and near enough that a plan's
+ * sums stay finite (an infinite step time would leave nothing to draw or compare). */
+#define PROFILE_AMOUNT_MIN 1e-9
+#define PROFILE_AMOUNT_MAX 1e9
+#define PROFILE_AMOUNT_RANGE "1e-9 to 1e9"
+
 static bool parse_amount(profile_parser *p, const char *text, int col, bool zero_ok, double *out) {
   char *end;
   errno = 0;
   double v = strtod(text, &end);
-  if (errno || *end || end == text || !isfinite(v) || v < 0 || (!zero_ok && v == 0)) {
+  bool in_range = v == 0 ? zero_ok : v >= PROFILE_AMOUNT_MIN && v <= PROFILE_AMOUNT_MAX;
+  if (errno || *end || end == text || !isfinite(v) || !in_range) {
     parse_error(p, col,
-                zero_ok ? "expected a non-negative number, got '%s'" : "expected a positive number, got '%s'",
+                zero_ok ? "expected 0 or a number from " PROFILE_AMOUNT_RANGE ", got '%s'"
+                        : "expected a number from " PROFILE_AMOUNT_RANGE ", got '%s'",
                 text);
     return false;
   }

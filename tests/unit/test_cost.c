@@ -243,8 +243,13 @@ static void test_malformed_profiles(const lx_ir *ir) {
   check_malformed(ir, "op linear 8192 2048 6144 bf16 1\n", "bad.prof:1:1: error: too few fields", "a missing time");
   check_malformed(ir, "\n\n  opp linear\n", "bad.prof:3:3: error: unknown directive 'opp'", "an unknown directive");
   check_malformed(ir, "op convolution 1 1 1 bf16 1 1\n", "bad.prof:1:4: error: unknown op kind", "an unknown kind");
-  check_malformed(ir, "op gelu 1 1 1 bf16 1 -1\n", "bad.prof:1:22: error: expected a non-negative number",
-                  "a negative time");
+  check_malformed(ir, "op gelu 1 1 1 bf16 1 -1\n",
+                  "bad.prof:1:22: error: expected 0 or a number from 1e-9 to 1e9", "a negative time");
+  /* a time this large made the step infinite, and the trace's tick loop never ended */
+  check_malformed(ir, "op gelu 128 256 256 fp32 1e308 1\n", "bad.prof:1:26: error: expected 0 or a number",
+                  "a time beyond 1e9 ms");
+  check_malformed(ir, "link nvlink3 1e-300 1\n", "bad.prof:1:14: error: expected a number from 1e-9 to 1e9",
+                  "a link too slow to finish");
   check_malformed(ir, "op gelu 1 1 1 bf16 1 1 seq=0\n", "bad.prof:1:28: error: expected a positive integer",
                   "a zero attribute");
   check_malformed(ir, "link nvlink9 10 1\n", "bad.prof:1:6: error: unknown link", "an unknown link");
