@@ -7,8 +7,10 @@
  * --val-fraction of the bytes become the validation shards: the split is
  * contiguous so that no validation text also appears in training. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <errno.h>
-#include <glob.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,30 +140,48 @@ static int make_dirs(const char *dir) {
   return 0;
 }
 
+/* Whether name is SPLIT_NNNNNN.bin for a split of ours. */
+static bool is_shard_name(const char *name) {
+  static const char *const splits[] = {"train_", "val_"};
+  for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+    size_t n = strlen(splits[i]);
+    if (strncmp(name, splits[i], n) != 0) continue;
+    const char *digits = name + n;
+    if (strspn(digits, "0123456789") == 6 && !strcmp(digits + 6, ".bin")) return true;
+  }
+  return false;
+}
+
 /* 0 when DIR holds no shard of ours; otherwise -1, said. An earlier run's
  * shards are not replaced: they may be another text's, and those beyond the
- * new run's count would be read by the training glob with the new ones. */
+ * new run's count would be read by the training glob with the new ones.
+ * (DIR is listed, not globbed: its name may hold *, ? or [.) */
 static int refuse_existing_shards(const char *dir) {
-  static const char *const splits[] = {"train", "val"};
-  for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
-    char pattern[4200];
-    snprintf(pattern, sizeof pattern, "%s/%s_[0-9][0-9][0-9][0-9][0-9][0-9].bin", dir, splits[i]);
-    glob_t found;
-    if (glob(pattern, 0, NULL, &found) != 0) continue;
-    fprintf(stderr,
-            "lynxgen tokenize: refusing -o %s: it holds token shards already (%s%s); tokenize into a new "
-            "directory, or move them away first\n",
-            dir, found.gl_pathv[0], found.gl_pathc > 1 ? " and more" : "");
-    globfree(&found);
+  DIR *d = opendir(dir);
+  if (!d) {
+    fprintf(stderr, "lynxgen tokenize: cannot list %s: %s\n", dir, strerror(errno));
     return -1;
   }
-  return 0;
+  int status = 0;
+  for (struct dirent *e; status == 0 && (e = readdir(d));)
+    if (is_shard_name(e->d_name)) {
+      fprintf(stderr,
+              "lynxgen tokenize: refusing -o %s: it holds token shards already (%s); tokenize into a new "
+              "directory, or move them away first\n",
+              dir, e->d_name);
+      status = -1;
+    }
+  closedir(d);
+  return status;
 }
 
 static int write_shard(const char *path, const unsigned char *bytes, // (count)
                        size_t count) {
-  FILE *f = fopen(path, "wb");
+  /* a new file, never one that appeared since the check, nor through a link */
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
   if (!f) {
+    if (fd >= 0) close(fd);
     fprintf(stderr, "lynxgen tokenize: cannot write %s: %s\n", path, strerror(errno));
     return -1;
   }

@@ -104,6 +104,12 @@ printf 'another text, not the first one\n' >"$scratch/other.txt"
 expect 1 "holds token shards already" "tokenizing into a directory that holds shards exits 1" \
   "$lynxgen" tokenize "$scratch/other.txt" -o "$scratch/data"
 check "  ... and leaves them as they were" test "$(cksum <"$scratch/data/train_000000.bin")" = "$before"
+# a directory named like a glob pattern is listed, not globbed; a planted link is a shard name too
+mkdir -p "$scratch/sh[a]rds" && printf 'the user'"'"'s\n' >"$scratch/victim.txt"
+ln -s "$scratch/victim.txt" "$scratch/sh[a]rds/train_000000.bin"
+expect 1 "holds token shards already" "a shard name in a directory named sh[a]rds is found too" \
+  "$lynxgen" tokenize "$scratch/other.txt" -o "$scratch/sh[a]rds"
+check "  ... and the file its link names is as it was" grep -qx "the user's" "$scratch/victim.txt"
 
 expect 0 "val 0 tokens" "--val-fraction 0 writes no validation shard" \
   "$lynxgen" tokenize "$text" -o "$scratch/noval" --val-fraction 0
