@@ -4,6 +4,7 @@
 # - regenerating a directory lynxgen wrote replaces its files and keeps the
 #   files a user added since (notes, build products), and refuses (exit 2)
 #   while a file lynxgen wrote was changed, keeping the change;
+# - a name with a control character is refused (exit 2);
 # - `-o .`, `-o ..`, `-o /`, the home directory and a symbolic link are
 #   refused (exit 2) even when lynxgen wrote them, and nothing in them changes;
 # - a rejected model leaves the previous output untouched;
@@ -38,6 +39,16 @@ no_staging_left() { ! ls -A "$1" | grep -q '\.lynxgen-'; }
 manifest_holds() {
   (cd "$1" && sed -n 's/^output \([0-9a-f]*\)  \(.*\)$/\1  \2/p' manifest.txt | sha256sum --quiet -c -)
 }
+
+# ---- names the launch scripts could not use -----------------------------------
+
+# run.sh finds its programs by $(dirname "$0"), which drops a trailing newline: "$tmp/out\n"/run.sh
+# would start "$tmp/out"'s programs
+run_lynxgen "$MODEL" -o "$tmp/out"$'\n'
+check "-o with a control character in its name: exit 2, nothing written" \
+  test "$status" -eq 2 -a ! -e "$tmp/out"$'\n' -a ! -e "$tmp/out"
+grep -qF "control character (byte 0x0a)" <<<"$err" && pass "the refusal names the byte" ||
+  fail "the refusal names the byte" "$err"
 
 # ---- directories lynxgen did not write ---------------------------------------
 

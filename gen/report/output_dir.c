@@ -59,6 +59,11 @@ static lx_output_status resolve(const char *dir, target *t) {
     fprintf(stderr, "lynxgen: -o needs a directory name of 1 to %d bytes\n", PATH_MAX - 1);
     return LX_OUTPUT_REFUSED;
   }
+  for (const unsigned char *c = (const unsigned char *)dir; *c; c++)
+    if (*c < 0x20 || *c == 0x7f) { /* the shell's $(dirname "$0") in run.sh drops a trailing newline */
+      fprintf(stderr, "lynxgen: refusing -o: its name holds a control character (byte 0x%02x)\n", *c);
+      return LX_OUTPUT_REFUSED;
+    }
   snprintf(given, sizeof given, "%s", dir);
   for (size_t n = strlen(given); n > 1 && given[n - 1] == '/'; n--)
     given[n - 1] = '\0';

@@ -107,9 +107,10 @@ static void profile_write(const char *path, int rank, int ranks) {
   for (int t = 0; t < PROF_SLOTS; t++) {
     const lx_prof_total *p = &prof_totals[t];
     if (!prof_ops[t].key || !p->calls[0] || !p->calls[1]) continue;
+    char what[256];
     length += snprintf(text + length, 512, "op %s %.6f %.6f%s  # %s, stage %d, %lld + %lld launches\n",
                        prof_ops[t].key, p->ms[0] / p->calls[0], p->ms[1] / p->calls[1], prof_ops[t].attrs,
-                       prof_ops[t].what, STAGE, p->calls[0], p->calls[1]);
+                       lx_one_line(prof_ops[t].what, what, sizeof what), STAGE, p->calls[0], p->calls[1]);
   }
   int *lengths = (int *)calloc((size_t)ranks, sizeof(int)), *offsets = (int *)calloc((size_t)ranks, sizeof(int));
   if (!lengths || !offsets) lx_cuda_fail_at(__FILE__, __LINE__, "calloc", "host", "out of memory");
@@ -122,7 +123,9 @@ static void profile_write(const char *path, int rank, int ranks) {
   if (rank == 0) {
     FILE *f = fopen(path, "w");
     if (!f) lx_cuda_fail_at(__FILE__, __LINE__, "fopen", "host", path);
-    fprintf(f, "# measured by the CUDA program of %s (B = %d, T = %d), mean ms per micro-batch\n", MODEL_FILE, B, T);
+    char model[256];
+    fprintf(f, "# measured by the CUDA program of %s (B = %d, T = %d), mean ms per micro-batch\n",
+            lx_one_line(MODEL_FILE, model, sizeof model), B, T);
     fwrite(all, 1, (size_t)total, f);
     if (fclose(f) != 0) lx_cuda_fail_at(__FILE__, __LINE__, "fclose", "host", path);
     printf("profile: %s\n", path);

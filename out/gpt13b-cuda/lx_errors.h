@@ -55,4 +55,16 @@ static inline LX_NORETURN LX_PRINTF(1, 2) void lx_die(const char *fmt, ...) {
   exit(LX_EXIT_ERROR);
 }
 
+/* src as one line of at most cap - 1 bytes, for a line-oriented file the
+ * programs write (a profile, which lynxgen reads back): a control character,
+ * a newline above all, becomes '?', so that a model file's name cannot add
+ * lines of its own. Returns dst. */
+static inline const char *lx_one_line(const char *src, char *dst, size_t cap) {
+  size_t n = 0;
+  for (; cap && src[n] && n + 1 < cap; n++)
+    dst[n] = (unsigned char)src[n] < 0x20 || src[n] == 0x7f ? '?' : src[n];
+  if (cap) dst[n] = '\0';
+  return dst;
+}
+
 #endif

@@ -526,6 +526,16 @@ static void test_options_cuda(void) {
 
 /* ---- metrics ---------------------------------------------------------------------- */
 
+/* A profile the CUDA program writes is read back by lynxgen line by line: a
+ * model file's name in it must not add lines (lx_one_line). */
+static void test_one_line(void) {
+  char line[16], tiny[4];
+  CHECK(!strcmp(lx_one_line("x\nop gelu\r\x7f#", line, sizeof line), "x?op gelu??#"),
+        "lx_one_line: newline, carriage return and DEL become '?'");
+  CHECK(!strcmp(lx_one_line("abcdef", tiny, sizeof tiny), "abc"),
+        "lx_one_line: cut to its buffer, terminated");
+}
+
 static void test_metrics(void) {
   char out[4096], command[1024];
   const char *path = in_scratch("metrics.jsonl");
@@ -714,6 +724,7 @@ int main(int argc, char **argv) {
   test_options_errors();
   test_options_cuda();
   test_options_training_settings();
+  test_one_line();
   test_metrics();
 
   char command[512];
