@@ -9,8 +9,11 @@ static int printable(unsigned char ch) { return ch >= 0x20 && ch < 0x7f; }
 
 /* The length of the well-formed UTF-8 sequence (RFC 3629) at s, or 0. */
 static int utf8_length(const unsigned char *s) {
-  int len = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
-  if (s[0] >= 0xf8) return 0;
+  /* lead bytes: C2-DF two, E0-EF three, F0-F4 four; C0, C1 and F5-FF never */
+  int len = s[0] >= 0xf0 && s[0] <= 0xf4  ? 4
+            : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+            : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+                                          : 0;
   for (int i = 1; i < len; i++)
     if ((s[i] & 0xc0) != 0x80) return 0;
   if (len == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0)))

@@ -59,6 +59,8 @@ static void check_strings(void) {
   check_string("a surrogate", "\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
   check_string("a code point beyond U+10FFFF", "\xf4\x90\x80\x80",
                "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  check_string("lead bytes F5 and F7, never in UTF-8", "\xf5\x80\x80\xf7",
+               "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
 
   cJSON *doc = lx_json_document();
   lx_json_add_string(doc, "s", "\"\\\x01\n");
