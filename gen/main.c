@@ -100,9 +100,9 @@ static const char usage_text[] =
     "      --search-time S    the plan search's time budget in seconds (default 300):\n"
     "                         past it, lynxgen names the best plan found so far and\n"
     "                         exits 1\n"
-    "      --max-memory GIB   lynxgen's own memory budget (default 16): past it, it\n"
-    "                         stops with an out-of-memory error (exit 1), naming the\n"
-    "                         search's best plan so far\n"
+    "      --max-memory GIB   lynxgen's own memory budget (default 16, at least 0.25):\n"
+    "                         past it, it stops with an out-of-memory error (exit 1),\n"
+    "                         naming the search's best plan so far\n"
     "      --allow-oom-plan   a plan whose modeled peak memory exceeds the GPU's is an\n"
     "                         error (exit 1, nothing written); with this, it is printed\n"
     "                         and written anyway, marked DOES NOT FIT (what-if studies)\n"
@@ -169,6 +169,7 @@ static const char usage_text[] =
 
 /* lynxgen's own budgets: a run past them stops with an error, not the machine */
 enum { DEFAULT_MAX_MEMORY_GIB = 16, DEFAULT_SEARCH_SECONDS = 300 };
+#define MIN_MAX_MEMORY_GIB 0.25
 
 typedef struct {
   const char *model_path;
@@ -334,7 +335,13 @@ static options parse_options(int argc, char **argv) {
       break;
     case OPT_JSON: o.json = true; break;
     case OPT_ALLOW_OOM: o.allow_oom_plan = true; break;
-    case OPT_MAX_MEMORY: o.max_memory_bytes = parse_gib("--max-memory", optarg); break;
+    case OPT_MAX_MEMORY:
+      o.max_memory_bytes = parse_gib("--max-memory", optarg);
+      /* below it libclang's libraries cannot even load, and their failure aborts (measured: 0.22 GiB) */
+      if (o.max_memory_bytes < MIN_MAX_MEMORY_GIB * (double)(1 << 30))
+        usage_error("--max-memory needs at least 0.25 GiB, what lynxgen and libclang take to start, got '%s'",
+                    optarg);
+      break;
     case OPT_SEARCH_TIME: o.search_seconds = parse_amount("--search-time", optarg, "seconds"); break;
     case OPT_POLICY:
       o.policy = parse_policy(optarg);

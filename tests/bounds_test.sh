@@ -98,6 +98,10 @@ grep -vE '^ *\.(tp|pp|dp|micro_batch) = ' examples/gpt-23b.model >"$tmp/open.mod
 run_lynxgen "$tmp/open.model" --plan --search-time 0.5
 expect_error "the search past --search-time: stops, names the best plan so far" \
   "error: the plan search's time budget \(--search-time 0.5 s\) ran out after [0-9]+ of 1080 candidates; the best found so far: (tp [0-9]+, pp [0-9]+|none)"
+# below 0.25 GiB libclang cannot load (it aborted): a usage error
+run_lynxgen "$tmp/open.model" --plan --max-memory 0.2
+if [ "$status" -eq 2 ] && grep -qF "needs at least 0.25 GiB" <<<"$err"; then pass "--max-memory 0.2: a usage error, not an abort"
+else fail "--max-memory 0.2: a usage error, not an abort" "exit $status" "$err"; fi
 # 0.28 GiB of address space: enough for libclang and the parse, not for the whole search
 run_lynxgen "$tmp/open.model" --plan --max-memory 0.28
 expect_error "the search past --max-memory: out of memory, the budget named" "error: out of memory .*--max-memory"
