@@ -50,6 +50,11 @@ check "-o with a control character in its name: exit 2, nothing written" \
 grep -qF "control character (byte 0x0a)" <<<"$err" && pass "the refusal names the byte" ||
   fail "the refusal names the byte" "$err"
 
+# the directory's mode is the umask's, as mkdir's would be (not the staging directory's 0700)
+(umask 022 && "$LYNXGEN" --target cpu "$MODEL" -o "$tmp/shared" >/dev/null 2>&1)
+mode=$(stat -c %a "$tmp/shared")
+check "-o DIR under umask 022: mode 755 (got $mode)" test "$mode" = 755
+
 # ---- directories lynxgen did not write ---------------------------------------
 
 mkdir -p "$tmp/mine"

@@ -264,6 +264,9 @@ lx_output_status lx_write_output_dir(const char *dir, lx_output_filler fill, con
   if (!mkdtemp(tmp))
     fprintf(stderr, "lynxgen: cannot create a directory in %s: %s\n", t.parent, strerror(errno));
   else {
+    mode_t mask = umask(0);
+    umask(mask);
+    chmod(tmp, 0777 & ~mask);   /* as mkdir would make DIR: mkdtemp's 0700 hid it from the user's group */
     int lock = lock_parent(&t); /* DIR is read and replaced by one run at a time */
     status = write_locked(&t, dir, tmp, fill, ctx);
     if (lock >= 0) close(lock);
