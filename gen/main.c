@@ -1,6 +1,7 @@
 /* main.c — the lynxgen command line: runs the passes in order and writes the
  * output directory atomically (a failed run leaves nothing behind). */
 #define _XOPEN_SOURCE 700
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -232,6 +233,18 @@ static double parse_amount(const char *option, const char *arg, const char *unit
   return v;
 }
 
+/* The option getopt_long just refused: a short one by its letter (inside a
+ * cluster such as -vq, argv[optind - 1] is still the argument before), a
+ * long one as written. */
+static const char *offending_option(char **argv, int optind_now) {
+  static char letter[3] = "-?";
+  if (optopt > 0 && optopt < 0x7f && isprint(optopt)) {
+    letter[1] = (char)optopt;
+    return letter;
+  }
+  return argv[optind_now - 1];
+}
+
 static double parse_gib(const char *option, const char *arg) {
   return parse_amount(option, arg, "GiB") * 1024 * 1024 * 1024;
 }
@@ -385,8 +398,10 @@ static options parse_options(int argc, char **argv) {
     case OPT_LORA_FA: add_override(&o, LX_F_LORA_FA, "--lora-fa", 1); break;
     case 'h': fputs(usage_text, stdout); exit(0);
     case OPT_VERSION: puts("lynxgen 0.1"); exit(0);
-    case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
-    default: usage_error("unknown option '%s'", argv[optind - 1]);
+    case ':': usage_error("option '%s' needs a value", offending_option(argv, optind));
+    default:
+      usage_error("unknown, ambiguous or misused option '%s' (lynxgen --help lists them)",
+                  offending_option(argv, optind));
     }
   }
   if (optind == argc) usage_error("%s", "no model file given");

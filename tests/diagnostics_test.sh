@@ -126,7 +126,10 @@ check_usage() {
 }
 
 check_usage "no model file" "no model file" -o "$tmp/out"
-check_usage "unknown option" "unknown option '--bogus'" "$EXAMPLE" --bogus -o "$tmp/out"
+check_usage "unknown option" "misused option '--bogus'" "$EXAMPLE" --bogus -o "$tmp/out"
+# in a cluster the letter is named, not the argument before it
+check_usage "unknown letter in -vq" "misused option '-v'" "$EXAMPLE" -vq -o "$tmp/out"
+check_usage "a value for --plan" "misused option '--plan=yes'" "$EXAMPLE" --plan=yes
 check_usage "--tp abc" "--tp needs a positive integer, got 'abc'" "$EXAMPLE" --tp abc -o "$tmp/out"
 check_usage "--tp 0" "--tp needs a positive integer, got '0'" "$EXAMPLE" --tp 0 -o "$tmp/out"
 check_usage "--schedule bogus" "unknown schedule 'bogus'" "$EXAMPLE" --schedule bogus -o "$tmp/out"
