@@ -96,6 +96,13 @@ static unsigned char *read_text(const char *path, size_t *size) {
     fprintf(stderr, "lynxgen tokenize: cannot read %s: %s\n", path, strerror(errno));
     return NULL;
   }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode))) {
+    fprintf(stderr, "lynxgen tokenize: %s is %s, not a text file\n", path,
+            S_ISDIR(st.st_mode) ? "a directory" : "a device"); /* /dev/zero would never end */
+    fclose(f);
+    return NULL;
+  }
   size_t cap = 1 << 16, n = 0, got;
   unsigned char *data = lx_malloc(cap);
   while ((got = fread(data + n, 1, cap - n, f)) > 0) {

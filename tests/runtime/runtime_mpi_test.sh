@@ -131,6 +131,8 @@ expect 1 "cannot read $scratch/missing.txt" "a missing text file exits 1" \
   "$lynxgen" tokenize "$scratch/missing.txt" -o "$scratch/x"
 expect 1 "cannot create directory" "an output directory that cannot be made exits 1" \
   "$lynxgen" tokenize "$text" -o "$scratch/empty.txt/sub"
+expect 1 "/dev/zero is a device, not a text file" "a device is refused, not read forever" \
+  "$lynxgen" tokenize /dev/zero -o "$scratch/x"
 expect 2 "no output directory" "a missing -o is a usage error" "$lynxgen" tokenize "$text"
 expect 2 "--val-fraction wants a number in [0, 1)" "a bad --val-fraction is a usage error" \
   "$lynxgen" tokenize "$text" -o "$scratch/x" --val-fraction 1.5
