@@ -34,6 +34,16 @@
 
 enum { EXIT_USER_ERROR = 1, EXIT_USAGE = 2 };
 
+/* lynxgen's own budgets: a run past them stops with an error, not the machine.
+ * Macros, so that --help prints the numbers the code uses. */
+#define DEFAULT_MAX_MEMORY_GIB 16
+#define DEFAULT_SEARCH_SECONDS 300
+#define MIN_MAX_MEMORY_GIB 0.25 /* libclang's libraries cannot load below it (measured: 0.22 GiB) */
+#define TEXT_OF(macro) TEXT_OF_TOKENS(macro)
+#define TEXT_OF_TOKENS(tokens) #tokens
+
+/* clang-format cannot lay out a literal spliced with TEXT_OF: */
+// clang-format off
 static const char usage_text[] =
     "usage: lynxgen MODEL [options]\n"
     "\n"
@@ -53,7 +63,8 @@ static const char usage_text[] =
     "                         the same DIR take turns.\n"
     "      --plan             print the plan (as plan.txt) on stdout; nothing is written\n"
     "      --json             with --plan: the plan as JSON\n"
-    "      --dump-ir          print the IR as JSON on stdout (schema: docs/ir.md)\n"
+    "      --dump-ir          print the IR as JSON on stdout (schema: docs/ir.md); not\n"
+    "                         with --plan, which prints on stdout too\n"
     "      --target T         with -o, also write a training program per stage, its\n"
     "                         Makefile and run.sh: cuda (the default; cuBLASLt, NCCL,\n"
     "                         MPI; also run-slurm.sh) or cpu (C11, OpenMP, OpenBLAS, MPI)\n"
@@ -98,10 +109,10 @@ static const char usage_text[] =
     "                         more than 0, at most 10^6\n"
     "      --profile FILE     measured op, link and host-copy times that override the\n"
     "                         cost model (format: docs/cost-model.md)\n"
-    "      --search-time S    the plan search's time budget in seconds (default 300):\n"
+    "      --search-time S    the plan search's time budget in seconds (default " TEXT_OF(DEFAULT_SEARCH_SECONDS) "):\n"
     "                         past it, lynxgen names the best plan found so far and\n"
     "                         exits 1\n"
-    "      --max-memory GIB   lynxgen's own memory budget (default 16, at least 0.25):\n"
+    "      --max-memory GIB   lynxgen's own memory budget (default " TEXT_OF(DEFAULT_MAX_MEMORY_GIB) ", at least " TEXT_OF(MIN_MAX_MEMORY_GIB) "):\n"
     "                         past it, it stops with an out-of-memory error (exit 1),\n"
     "                         naming the search's best plan so far\n"
     "      --allow-oom-plan   a plan whose modeled peak memory exceeds the GPU's is an\n"
@@ -167,10 +178,7 @@ static const char usage_text[] =
     "Example:\n"
     "  lynxgen examples/gpt13b.model -o build/\n"
     "  lynxgen examples/gpt13b.model --tp 2 --dp 1 --dump-ir | python3 -m json.tool\n";
-
-/* lynxgen's own budgets: a run past them stops with an error, not the machine */
-enum { DEFAULT_MAX_MEMORY_GIB = 16, DEFAULT_SEARCH_SECONDS = 300 };
-#define MIN_MAX_MEMORY_GIB 0.25
+// clang-format on
 
 typedef struct {
   const char *model_path;
@@ -350,9 +358,8 @@ static options parse_options(int argc, char **argv) {
     case OPT_ALLOW_OOM: o.allow_oom_plan = true; break;
     case OPT_MAX_MEMORY:
       o.max_memory_bytes = parse_gib("--max-memory", optarg);
-      /* below it libclang's libraries cannot even load, and their failure aborts (measured: 0.22 GiB) */
-      if (o.max_memory_bytes < MIN_MAX_MEMORY_GIB * (double)(1 << 30))
-        usage_error("--max-memory needs at least 0.25 GiB, what lynxgen and libclang take to start, got '%s'",
+      if (o.max_memory_bytes < MIN_MAX_MEMORY_GIB * (double)(1 << 30)) /* libclang's failure would abort */
+        usage_error("--max-memory needs at least " TEXT_OF(MIN_MAX_MEMORY_GIB) " GiB to start, got '%s'",
                     optarg);
       break;
     case OPT_SEARCH_TIME: o.search_seconds = parse_amount("--search-time", optarg, "seconds"); break;
@@ -410,6 +417,8 @@ static options parse_options(int argc, char **argv) {
   if (!o.dump_ir && !o.output_dir && !o.plan)
     usage_error("%s", "nothing to do: give -o DIR, --plan or --dump-ir");
   if (o.json && !o.plan) usage_error("%s", "--json goes with --plan");
+  if (o.dump_ir && o.plan) /* stdout would hold the IR's JSON and the plan after it: neither parses */
+    usage_error("%s", "--dump-ir and --plan both print on stdout: give one at a time");
   if (o.cuda_graph && o.target != LX_TARGET_CUDA) usage_error("%s", "--cuda-graph goes with the cuda target");
   if (o.unfused && o.target != LX_TARGET_CUDA)
     usage_error("%s", "--no-epilogue-fusion goes with the cuda target");

@@ -9,6 +9,8 @@
 #   than 64 ops (the recompute planner's op sets are 64-bit masks); one of
 #   64 ops (whose first backward accesses more than the verifier first made
 #   room for) is planned, verified and written;
+# - a micro-batch of more tokens than an int counts is refused, located; a
+#   (B, T, C) past int's range (2^31 elements) makes stage files that compile;
 # - the plan search stops at its time budget (--search-time) and its memory
 #   budget (--max-memory), says so, names the best plan it had found and
 #   exits 1;
@@ -89,6 +91,45 @@ expect_error "1100 repeated x = gelu(x): a located error naming the limit" \
   "gelu1100.model:[0-9]+:[0-9]+: error: block\(\) has more than 1023 statements"
 [ "$(wc -l <<<"$err")" -eq 2 ] && pass "... and no other error (the return it did not read is not missing)" ||
   fail "... and no other error (the return it did not read is not missing)" "$err"
+
+# ---- sizes past int in the emitted programs ---------------------------------------
+
+# a micro-batch of 2^32 tokens: the programs count a micro-batch's tokens in int
+cat >"$tmp/tokens.model" <<'EOF'
+#include <lynx.h>
+static const struct lx_model model = { .vocab = 256, .seq_len = 4194304, .layers = 2, .hidden = 8, .heads = 1 };
+static const struct lx_cluster cluster = { .gpu = GPU_H100_80GB, .gpus_per_node = 8 };
+static const struct lx_parallel parallel = { .tp = 1, .pp = 1, .dp = 1, .micro_batch = 1024,
+  .global_batch = 1024, .schedule = SCHEDULE_1F1B };
+tensor prologue(tensor tokens) { return embedding(tokens, 256, 8); }
+tensor block(tensor x) { return add(x, linear(gelu(linear(layernorm(x), 8)), 8)); }
+tensor epilogue(tensor x, tensor targets) { return cross_entropy(lm_head(layernorm(x), 256), targets); }
+EOF
+run_lynxgen "$tmp/tokens.model" --plan
+expect_error "a micro-batch of 2^32 tokens: a located error naming the int limit" \
+  "tokens.model:4:[0-9]+: error: micro_batch x seq_len = 1024 x 4194304 is 4294967296 tokens per micro-batch"
+# (B, T, C) = 16 x 16384 x 8192 = 2^31 elements cross the stage boundary: an enum constant cannot hold
+# them; the stage files compile (-Werror) all the same
+cat >"$tmp/wide.model" <<'EOF'
+#include <lynx.h>
+static const struct lx_model model = { .vocab = 256, .seq_len = 16384, .layers = 2, .hidden = 8192, .heads = 64 };
+static const struct lx_cluster cluster = { .gpu = GPU_H100_80GB, .gpus_per_node = 8 };
+static const struct lx_parallel parallel = { .tp = 1, .pp = 2, .dp = 1, .micro_batch = 16, .global_batch = 32,
+  .schedule = SCHEDULE_1F1B };
+tensor prologue(tensor tokens) { return add(embedding(tokens, 256, 8192), position_embedding(tokens, 8192)); }
+tensor block(tensor x) {
+  x = add(x, linear(attention(linear(layernorm(x), 24576), 64, 64), 8192));
+  return add(x, linear(gelu(linear(layernorm(x), 32768)), 8192));
+}
+tensor epilogue(tensor x, tensor targets) { return cross_entropy(lm_head(layernorm(x), 256), targets); }
+EOF
+run_lynxgen "$tmp/wide.model" -o "$tmp/wide" --target cpu --allow-oom-plan
+if [ "$status" -eq 0 ] && (cd "$tmp/wide" && mpicc -std=c11 -fopenmp -fsyntax-only -Wall -Wextra -Werror \
+  stage0.c stage1.c) >"$tmp/cc.log" 2>&1; then
+  pass "a (B, T, C) of 2^31 elements: the CPU stage files compile"
+else
+  fail "a (B, T, C) of 2^31 elements: the CPU stage files compile" "exit $status" "$err" "$(head -5 "$tmp/cc.log")"
+fi
 
 # ---- the plan search's budgets ---------------------------------------------------
 

@@ -136,6 +136,8 @@ check_usage "--schedule bogus" "unknown schedule 'bogus'" "$EXAMPLE" --schedule 
 check_usage "-o without a value" "needs a value" "$EXAMPLE" -o
 check_usage "two model files" "more than one model file" "$EXAMPLE" "$EXAMPLE" -o "$tmp/out"
 check_usage "nothing to do" "nothing to do" "$EXAMPLE"
+# both print on stdout, the IR as JSON: together neither would parse
+check_usage "--dump-ir with --plan --json" "--dump-ir and --plan both print on stdout" "$EXAMPLE" --dump-ir --plan --json
 
 # ---- command-line overrides are diagnosed like the model file's values ------
 

@@ -50,6 +50,13 @@ check "-o with a control character in its name: exit 2, nothing written" \
 grep -qF "control character (byte 0x0a)" <<<"$err" && pass "the refusal names the byte" ||
   fail "the refusal names the byte" "$err"
 
+# a last component of 255 bytes, the most a name holds: the staging directory beside it, ".NAME.lynxgen-XXXXXX",
+# cuts NAME to fit (it failed with "File name too long"); written twice, the second time replacing the first
+long_name=$(printf 'o%.0s' $(seq 255))
+run_lynxgen "$MODEL" -o "$tmp/$long_name" && run_lynxgen "$MODEL" -o "$tmp/$long_name"
+check "-o with a 255-byte last component: written, then replaced (exit $status)" \
+  test "$status" -eq 0 -a -s "$tmp/$long_name/plan.txt"
+
 # the directory's mode is the umask's, as mkdir's would be (not the staging directory's 0700)
 (umask 022 && "$LYNXGEN" --target cpu "$MODEL" -o "$tmp/shared" >/dev/null 2>&1)
 mode=$(stat -c %a "$tmp/shared")

@@ -1,6 +1,7 @@
 /* config_values.c — the configs' values: defaults, ranges, relations (see config_values.h). */
 #include "analysis/config_values.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "diag.h"
@@ -235,6 +236,12 @@ static void check_relations(const lx_ir *ir) {
     lx_error(lx_field_loc(ir, LX_F_PP, l->plan), "fewer layers (%d) than pipeline stages (pp = %d)",
              m->layers, p->pp);
   check_virtual_stages(ir);
+  long long tokens = (long long)p->micro_batch * m->seq_len;
+  if (!ir->open_plan.micro_batch && tokens > INT_MAX) /* the search's micro-batches stay far below */
+    lx_error(lx_field_loc(ir, LX_F_MICRO_BATCH, l->plan),
+             "micro_batch x seq_len = %d x %d is %lld tokens per micro-batch; the emitted programs count a "
+             "micro-batch's tokens in int (at most %d)",
+             p->micro_batch, m->seq_len, tokens, INT_MAX);
   long long gpus = (long long)ir->cluster.nodes * ir->cluster.gpus_per_node;
   const lx_open_plan *open = &ir->open_plan; /* the search checks the fields it chooses */
   if (!open->tp && !open->pp && !open->dp && (long long)p->tp * p->pp * p->dp > gpus)

@@ -443,14 +443,18 @@ void emit_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool b
   print(pr->out, coll, &t, arg);
 }
 
+/* BOUNDARY_ELEMENTS is 64-bit: (B, T, C) may pass int's range (16 x 16384 x
+ * 8192 = 2^31), which an enum constant cannot hold. */
 void emit_boundary_sizes(const lx_printer *pr) {
   if (lx_sequence_parallel(pr->ir))
+    fprintf(pr->out,
+            "  SEQ_ROWS = BT / TENSOR_PARALLEL, /* sequence parallelism: this rank's rows of (B, T) */\n};\n"
+            "/* what crosses a stage boundary: a sequence shard */\n"
+            "#define BOUNDARY_ELEMENTS ((int64_t)SEQ_ROWS * C)\n\n");
+  else
     fprintf(
         pr->out,
-        "  SEQ_ROWS = BT / TENSOR_PARALLEL, /* sequence parallelism: this rank's rows of (B, T) */\n"
-        "  BOUNDARY_ELEMENTS = SEQ_ROWS * C, /* what crosses a stage boundary: a sequence shard */\n};\n\n");
-  else
-    fprintf(pr->out, "  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */\n};\n\n");
+        "};\n#define BOUNDARY_ELEMENTS ((int64_t)BT * C) /* what crosses a stage boundary: (B, T, C) */\n\n");
 }
 
 /* The epilogue's input op that holds the targets. */

@@ -152,7 +152,7 @@ typedef void (*lx_tp_call_printer)(FILE *f, lx_tp_collective coll, const lx_tp_o
  * next op, printed by `print`. */
 void emit_blocking_collective(const lx_printer *pr, lx_graph_id g, int i, bool backward, lx_tensor_role role,
                               bool before, lx_tp_call_printer print, const char *arg);
-/* The header's SEQ_ROWS (sequence parallelism) and BOUNDARY_ELEMENTS, closing the enum. */
+/* The header's SEQ_ROWS (sequence parallelism), closing the enum, then BOUNDARY_ELEMENTS. */
 void emit_boundary_sizes(const lx_printer *pr);
 
 /* The tables of the stage's parameter tensors (init, weight decay, checkpoints; emit_params.c). */

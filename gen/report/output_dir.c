@@ -27,8 +27,10 @@ typedef struct {
   const char *base;      /* DIR's last component, inside dir */
 } target;
 
-/* The hidden sibling: PARENT/.BASE.lynxgen-XXXXXX */
-enum { TMP_PATH_MAX = 2 * PATH_MAX + 32 };
+/* The hidden sibling: PARENT/.BASE.lynxgen-XXXXXX, and that with ".old"
+ * after it where the exchange falls back to renames: BASE cut to fit a name's
+ * NAME_MAX bytes (DIR's own name may take them all). */
+enum { TMP_PATH_MAX = 2 * PATH_MAX + 32, STAGING_BASE_MAX = NAME_MAX - sizeof "..lynxgen-XXXXXX.old" + 1 };
 
 typedef enum { DIR_ABSENT, DIR_EMPTY, DIR_OURS } dir_state;
 
@@ -251,7 +253,7 @@ lx_output_status lx_write_output_dir(const char *dir, lx_output_filler fill, con
   if (resolved != LX_OUTPUT_WRITTEN) return resolved;
   if (is_off_limits(&t, dir)) return LX_OUTPUT_REFUSED;
   char tmp[TMP_PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s/.%s.lynxgen-XXXXXX", t.parent, t.base);
+  snprintf(tmp, sizeof tmp, "%s/.%.*s.lynxgen-XXXXXX", t.parent, (int)STAGING_BASE_MAX, t.base);
   /* an interrupt now would leave the hidden directory behind: it waits; a
    * file-size limit (ulimit -f) fails the write instead of killing lynxgen */
   sigset_t interrupts, before;

@@ -211,6 +211,7 @@ static double validation_loss(lx_loader *val, int batches, int step) {
     run_forward(step);
     finish_pass();
     sum += step_loss();
+    lx_watchdog_progress(); /* a validation of many batches may outlast --watchdog */
   }
   if (prof_totals) profile_collect(0); /* the profile times training steps only */
   return sum / batches;
@@ -329,7 +330,7 @@ int main(int argc, char **argv) {
   start_weight_versions(); /* a resumed run reads both versions */
   training_data = open_training_data(&o);
   lx_loader *val = open_validation_data(&o);
-  train(&o, training_data, val);
+  int status = train(&o, training_data, val);
   CUDA_CHECK(cudaDeviceSynchronize());
   if (prof_totals) profile_write(o.profile_path, rank, ranks);
   lx_loader_close(training_data);
@@ -337,7 +338,7 @@ int main(int argc, char **argv) {
   lx_cuda_groups_finish(&pipeline_comm, &dp_comm);
   lx_comm_host_stop();
   LX_MPI_CHECK(MPI_Finalize());
-  return 0;
+  return status;
 }
 
 #endif

@@ -122,6 +122,9 @@ static inline void lx_shard_check(const char *what, lx_shard *s, int B, int T) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) lx_die("%s: cannot open %s: %s", what, path, strerror(errno));
   int32_t header[LX_SHARD_HEADER_INTS];
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
+    lx_die("%s: %s is a directory: give the glob of its shards, such as %s/train_*.bin", what, path, path);
   int64_t size = lx_file_size(fd);
   if (size < LX_SHARD_HEADER_BYTES || lx_pread_full(fd, header, LX_SHARD_HEADER_BYTES, 0) != 0)
     lx_die("%s: %s is too short for a token shard header (%lld bytes, need %lld)", what, path,

@@ -123,6 +123,16 @@ static inline void lx_state_create(const char *path, const lx_state_run *run, co
 
 /* ---- reading --------------------------------------------------------------------- */
 
+/* Whether path begins as a training-state checkpoint does. */
+static inline int lx_state_is_checkpoint(const char *path) {
+  char magic[8];
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return 0;
+  int is_state = lx_pread_full(fd, magic, 8, 0) == 0 && !memcmp(magic, LX_STATE_MAGIC, 8);
+  close(fd);
+  return is_state;
+}
+
 static inline void lx_state_read(int fd, const char *path, void *dst, int64_t bytes, int64_t offset,
                                  const char *what) {
   if (lx_pread_full(fd, dst, bytes, offset) != 0)
@@ -153,8 +163,11 @@ static inline lx_state_run lx_state_read_run(const char *path, const lx_state_ru
                           (int64_t)expect->micro_batches * expect->data_parallel};
   for (int i = 0; i < 3; i++)
     if (found[i] != want[i])
-      lx_die("checkpoint %s was written by a run of another %s: %lld, this program has %lld", path, fields[i],
-             (long long)found[i], (long long)want[i]);
+      lx_die("checkpoint %s was written by a run with another %s: %lld; this program has %lld", path,
+             fields[i], (long long)found[i], (long long)want[i]);
+  if (run.steps < 1 || run.step < 1 || run.step > run.steps)
+    lx_die("checkpoint %s is corrupt: it says step %d of %d; a run saves after a step from 1 to its last",
+           path, run.step, run.steps);
   if (run.data_parallel < 1 || run.tensors < 1 ||
       lx_state_table_offset(&run) + (int64_t)sizeof(lx_state_tensor) * run.tensors > size)
     lx_die("checkpoint %s is corrupt: %d replicas and %lld tensors do not fit its %lld bytes", path,
@@ -169,6 +182,12 @@ static inline int64_t *lx_state_read_positions(const char *path, const lx_state_
   int64_t *positions = (int64_t *)LX_MALLOC(8 * (size_t)run->data_parallel);
   lx_state_read(fd, path, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN, "its data positions");
   close(fd);
+  for (int r = 0; r < run->data_parallel; r++)
+    if (positions[r] < 0 || positions[r] >= run->windows || (positions[r] - r) % run->data_parallel != 0)
+      lx_die(
+          "checkpoint %s is corrupt: replica %d of %d continues at training window %lld of its data's %lld "
+          "(replica r reads windows r, r + %d, ...)",
+          path, r, run->data_parallel, (long long)positions[r], (long long)run->windows, run->data_parallel);
   return positions;
 }
 

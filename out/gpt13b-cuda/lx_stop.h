@@ -27,6 +27,16 @@
 
 static volatile sig_atomic_t lx_stop_signal; /* the first stop signal received; 0: none */
 
+/* Not a signal: the reporting rank could not write the metrics file. The run
+ * stops as on a signal (all ranks save the same step), then exits 1. Above
+ * every signal number, so that the ranks' maximum says it. */
+#define LX_STOP_UNRECORDED 1000
+
+/* This rank asks the run to stop at the end of the step, for `reason`. */
+static inline void lx_request_stop(int reason) {
+  if (!lx_stop_signal || reason == LX_STOP_UNRECORDED) lx_stop_signal = reason;
+}
+
 static void lx_note_stop_signal(int sig) {
   if (!lx_stop_signal) lx_stop_signal = sig;
 }
@@ -53,7 +63,11 @@ static inline int lx_stop_requested(void) {
 }
 
 static inline const char *lx_signal_name(int sig) {
-  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+  return sig == SIGTERM              ? "SIGTERM"
+         : sig == SIGINT             ? "SIGINT"
+         : sig == SIGUSR1            ? "SIGUSR1"
+         : sig == LX_STOP_UNRECORDED ? "the metrics file could not be written"
+                                     : "a signal";
 }
 
 static inline int lx_world_rank(void) {
@@ -85,20 +99,26 @@ static inline void lx_probe_replaced_file(const char *file, char *why, size_t ca
                                  : "not a regular file");
 }
 
+/* Whether dir is a directory this process can add files to; if not, why. */
+static inline int lx_probe_dir(const char *dir, char *why, size_t cap) {
+  struct stat st;
+  if (stat(dir, &st) != 0)
+    snprintf(why, cap, "directory %s: %s", dir, strerror(errno));
+  else if (!S_ISDIR(st.st_mode))
+    snprintf(why, cap, "%s is not a directory", dir);
+  else if (access(dir, W_OK | X_OK) != 0)
+    snprintf(why, cap, "directory %s: %s", dir, strerror(errno));
+  else
+    return 1;
+  return 0;
+}
+
 /* Why no new file can be made beside path, into why: the directory must
  * exist and take one. The file is the probe's own (mkstemp's unique name,
  * removed at once). */
 static inline void lx_probe_new_file(const char *path, char *why, size_t cap) {
-  char *dir = lx_strdup(path);
-  char *slash = strrchr(dir, '/');
-  if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
-  const char *where = slash ? dir : ".";
-  struct stat st;
-  if (stat(where, &st) != 0)
-    snprintf(why, cap, "directory %s: %s", where, strerror(errno));
-  else if (!S_ISDIR(st.st_mode))
-    snprintf(why, cap, "%s is not a directory", where);
-  else {
+  char *dir = lx_parent_dir(path);
+  if (lx_probe_dir(dir, why, cap)) {
     size_t n = strlen(path) + sizeof ".probe-XXXXXX";
     char *probe = (char *)LX_MALLOC(n);
     snprintf(probe, n, "%s.probe-XXXXXX", path);
@@ -126,12 +146,34 @@ static inline void lx_probe_save_path(const char *path, char *why, size_t cap) {
 /* How a save destination is tried: why[0] stays '\0' when it will do. */
 typedef void (*lx_save_probe)(const char *path, char *why, size_t cap);
 
+#define LX_WHY_BYTES 1024 /* a probe's verdict */
+
+/* Collective: every rank takes rank 0's verdict on a save path (why, of
+ * LX_WHY_BYTES; empty: it will do). */
+static inline void lx_share_save_verdict(const char *flag, const char *path, char *why) {
+  LX_MPI_CHECK(MPI_Bcast(why, LX_WHY_BYTES, MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (why[0]) lx_fail_all("%s %s: cannot save there: %s", flag, path, why);
+}
+
 /* Collective: rank 0 tries the path with probe, every rank takes its verdict. */
 static inline void lx_check_save_path(const char *flag, const char *path, lx_save_probe probe) {
-  char why[1024] = "";
+  char why[LX_WHY_BYTES] = "";
   if (lx_world_rank() == 0) probe(path, why, sizeof why);
-  LX_MPI_CHECK(MPI_Bcast(why, (int)sizeof why, MPI_CHAR, 0, MPI_COMM_WORLD));
-  if (why[0]) lx_fail_all("%s %s: cannot save there: %s", flag, path, why);
+  lx_share_save_verdict(flag, path, why);
+}
+
+/* Why the file at path cannot be written (into why; empty: it can), as a
+ * report that is opened, not renamed, is written: the file, or a new one in
+ * its directory. A device such as /dev/null will do. */
+static inline void lx_probe_writable(const char *path, char *why, size_t cap) {
+  why[0] = '\0';
+  if (access(path, F_OK) == 0) {
+    if (access(path, W_OK) != 0) snprintf(why, cap, "%s: %s", path, strerror(errno));
+    return;
+  }
+  char *dir = lx_parent_dir(path);
+  lx_probe_dir(dir, why, cap);
+  free(dir);
 }
 
 #endif

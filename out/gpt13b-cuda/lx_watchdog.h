@@ -3,8 +3,8 @@
  * limit (a lost message, a peer stopped by the kernel, a deadlock).
  *
  * A thread of its own checks, a few times per timeout, when the rank last
- * made progress: the training loop reports each finished step and
- * validation batch (lx_watchdog_progress), and the communication helpers
+ * made progress: the training loop reports each finished step, validation
+ * batch and tensor saved or loaded (lx_watchdog_progress), and the communication helpers
  * name what the rank is about to wait on (lx_watchdog_waiting: a receive
  * from stage 2 of micro-batch 5's activations, an all-reduce over the
  * data-parallel group). After `timeout_s` seconds without progress it prints
@@ -14,13 +14,16 @@
  * -e program offset names each; the thread is asked for it with SIGUSR2),
  * and ends the process with _exit: under mpirun a rank that exits without
  * MPI_Finalize makes Open MPI terminate the whole job, and no checkpoint is
- * written afterwards (the other ranks never reach one).
+ * written afterwards (the other ranks never reach one); a save it was in
+ * leaves no PATH.tmp, and the last committed checkpoint as it was.
  *
  * Shared by both targets: C11 and C++17, POSIX threads. */
 #ifndef LX_WATCHDOG_H
 #define LX_WATCHDOG_H
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
+
+#include "lx_checkpoint.h" /* lx_remove_pending_checkpoint */
 
 #include <execinfo.h>
 #include <math.h>
@@ -77,6 +80,13 @@ static inline LX_PRINTF(1, 2) void lx_watchdog_waiting(const char *fmt, ...) {
   va_end(args);
 }
 
+/* The rank waits on nothing but its own computation again. */
+static inline void lx_watchdog_done_waiting(void) {
+  pthread_mutex_lock(&lx_watchdog.lock);
+  lx_watchdog.waiting_on[0] = '\0';
+  pthread_mutex_unlock(&lx_watchdog.lock);
+}
+
 static inline void *lx_watchdog_run(void *unused) {
   (void)unused;
   double period_s = lx_watchdog.timeout_s / 4 < 1 ? lx_watchdog.timeout_s / 4 : 1;
@@ -94,6 +104,7 @@ static inline void *lx_watchdog_run(void *unused) {
       pthread_kill(lx_watchdog.trainer, SIGUSR2);
       struct timespec printing = {0, 300000000}; /* the handler's few writes */
       nanosleep(&printing, NULL);
+      lx_remove_pending_checkpoint(); /* _exit runs no atexit handler */
       _exit(LX_EXIT_ERROR);
     }
     pthread_mutex_unlock(&lx_watchdog.lock);

@@ -14,8 +14,8 @@ enum {
   B = 4, T = 2048, BT = B * T, C = 2048, V = 50257, VP = 50304,
   FLASH_HEADS = 0, ATTENTION_KV_HEADS = 16, WIDEST = 50304, /* the streams' scratch: a rank's most
    * heads of a flash attention and kv heads of a materialized one, the widest row */
-  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */
 };
+#define BOUNDARY_ELEMENTS ((int64_t)BT * C) /* what crosses a stage boundary: (B, T, C) */
 
 #define MODEL_FILE "gpt13b.model"
 #define DROPOUT 0.10000000000000001

@@ -14,8 +14,8 @@ enum {
   STAGE = 3, STAGES = 4, FIRST_LAYER = 3, LAYERS = 1, MODEL_LAYERS = 4,
   MICRO_BATCHES = 4, SLOTS = 1, TENSOR_PARALLEL = 1, DATA_PARALLEL = 1,
   B = 2, T = 64, BT = B * T, C = 64, V = 256, VP = 256,
-  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */
 };
+#define BOUNDARY_ELEMENTS ((int64_t)BT * C) /* what crosses a stage boundary: (B, T, C) */
 
 #define DROPOUT 0
 #define LOSS_SCALE ((real)1 / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */

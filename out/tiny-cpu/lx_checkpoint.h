@@ -202,6 +202,15 @@ static inline void lx_checkpoint_load(const char *path, const lx_gpt2_header *ex
   close(fd);
 }
 
+/* The directory a file at path is in (malloc'd): "." for a bare name. */
+static inline char *lx_parent_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return lx_strdup(".");
+  char *dir = lx_strdup(path);
+  dir[slash == path ? 1 : slash - path] = '\0'; /* "/name": the root */
+  return dir;
+}
+
 /* PATH.tmp, malloc'd: where a checkpoint is written before it is committed. */
 static inline char *lx_checkpoint_tmp_path(const char *path) {
   size_t n = strlen(path) + sizeof(".tmp");
@@ -210,9 +219,9 @@ static inline char *lx_checkpoint_tmp_path(const char *path) {
   return tmp;
 }
 
-/* The PATH.tmp this rank created and has not committed yet: removed when the
- * rank exits before the commit (an error while saving), so that no
- * half-written file stays behind. */
+/* The PATH.tmp this rank writes and that is not committed yet: removed when
+ * the rank exits before the commit (an error while saving, the watchdog),
+ * so that no half-written file stays behind. */
 static char lx_pending_tmp[4096];
 
 static inline void lx_remove_pending_checkpoint(void) {
@@ -246,12 +255,15 @@ static inline int lx_checkpoint_create_tmp(const char *path, int64_t bytes, char
   return fd;
 }
 
-/* Every rank, between the barriers: PATH.tmp open for writing its part. */
+/* Every rank, between the barriers: PATH.tmp open for writing its part,
+ * removed should this rank exit before the save is done (the others are
+ * then taken down before they commit it). */
 static inline int lx_checkpoint_open_tmp(const char *path, char **tmp) {
   *tmp = lx_checkpoint_tmp_path(path);
   int fd = open(*tmp, O_WRONLY | O_NOFOLLOW);
   if (fd < 0)
     lx_die("cannot open checkpoint %s: %s (rank 0 creates it before a barrier)", *tmp, strerror(errno));
+  lx_pending_checkpoint(*tmp);
   return fd;
 }
 
@@ -310,10 +322,8 @@ static inline void lx_checkpoint_commit(const char *path) {
   if (rename(tmp, path) != 0) lx_die("cannot rename %s to %s: %s", tmp, path, strerror(errno));
   lx_pending_tmp[0] = '\0';
   free(tmp);
-  char *dir = lx_strdup(path);
-  char *slash = strrchr(dir, '/');
-  if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
-  int fd = open(slash ? dir : ".", O_RDONLY);
+  char *dir = lx_parent_dir(path);
+  int fd = open(dir, O_RDONLY);
   if (fd >= 0) {
     (void)fsync(fd); /* best effort: some file systems refuse fsync on a directory */
     close(fd);
@@ -342,6 +352,7 @@ static inline void lx_checkpoint_collective(const char *path, MPI_Comm comm,
   LX_MPI_CHECK(MPI_Barrier(comm)); /* every part is on disk */
   if (rank == 0) lx_checkpoint_commit(path);
   LX_MPI_CHECK(MPI_Barrier(comm)); /* nobody reads PATH before the rename */
+  lx_pending_tmp[0] = '\0';        /* committed: nothing of this save to remove */
 }
 
 /* lx_checkpoint_save_all's slices, for lx_checkpoint_collective. */

@@ -298,6 +298,7 @@ static double validation_loss(lx_loader *val, int batches, int step) {
     loss_sum = 0;
     run_forward(step);
     sum += step_loss();
+    lx_watchdog_progress(); /* a validation of many batches may outlast --watchdog */
   }
   loader = train;
   return sum / batches;
@@ -477,10 +478,9 @@ int main(int argc, char **argv) {
     lx_mpi_finish();
     return status;
   }
-  train(&o, loader, val);
-  int status = 0;
+  int status = train(&o, loader, val);
 #ifdef LX_CHECK_MEMORY
-  status = check_memory_extents() | check_frozen_weights();
+  status |= check_memory_extents() | check_frozen_weights();
 #endif
   lx_loader_close(loader);
   lx_loader_close(val);

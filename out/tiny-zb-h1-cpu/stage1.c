@@ -15,8 +15,8 @@ enum {
   MICRO_BATCHES = 4, SLOTS = 3, TENSOR_PARALLEL = 1, DATA_PARALLEL = 1,
   HELD_SLOTS = 4, WEIGHT_GRAD_SLOTS = 2, /* zero bubble's W passes read these */
   B = 2, T = 64, BT = B * T, C = 64, V = 256, VP = 256,
-  BOUNDARY_ELEMENTS = BT * C, /* what crosses a stage boundary: (B, T, C) */
 };
+#define BOUNDARY_ELEMENTS ((int64_t)BT * C) /* what crosses a stage boundary: (B, T, C) */
 
 #define DROPOUT 0
 #define LOSS_SCALE ((real)1 / (MICRO_BATCHES * DATA_PARALLEL)) /* d loss / d micro-batch loss */

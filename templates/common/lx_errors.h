@@ -38,11 +38,15 @@ enum { LX_EXIT_ERROR = 1, LX_EXIT_USAGE = 2 };
 #define LX_NORETURN
 #endif
 
-/* Prints "lynx: error: <message>". */
+/* Prints "lynx: error: <message>" in one write, so that the same error
+ * from several ranks of a job comes out as whole lines, not interleaved. */
 static inline LX_PRINTF(1, 0) void lx_print_error(const char *fmt, va_list args) {
-  fputs("lynx: error: ", stderr);
-  vfprintf(stderr, fmt, args);
-  fputc('\n', stderr);
+  char line[4096];
+  int n = snprintf(line, sizeof line, "lynx: error: ");
+  n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, args);
+  if (n > (int)sizeof line - 2) n = (int)sizeof line - 2; /* cut: the start of a long message */
+  line[n++] = '\n';
+  fwrite(line, 1, (size_t)n, stderr);
 }
 
 /* Prints "lynx: error: <message>" and exits 1. */

@@ -169,16 +169,49 @@ static lx_run_options parsed_run_options(lx_program program, int argc, char **ar
   if (o.gradcheck)
     lx_usage_error("--gradcheck needs the double-precision programs: make gradcheck (run.sh then runs them)");
 #endif
+  if (o.init_checkpoint && lx_state_is_checkpoint(o.init_checkpoint))
+    lx_usage_error(
+        "--init %s: it is a training state (written by --save), not weights: continue its run with "
+        "--resume %s",
+        o.init_checkpoint, o.init_checkpoint);
   if (o.init_checkpoint) require_init_checkpoint(o.init_checkpoint);
   if (o.export_checkpoint) require_llmc_checkpoints(o.export_checkpoint);
   if (o.export_hf) require_hf_checkpoints(o.export_hf);
   return o;
 }
 
+/* Why this run may not save its training state at o->save_checkpoint (into
+ * why; empty: it may): lx_probe_save_path's reasons, and a file there that
+ * this run does not resume. Its first save would replace that file: a run
+ * started without --resume by mistake would destroy the one it was meant to
+ * continue. */
+static void probe_state_save(const lx_run_options *o, char *why, size_t cap) {
+  const char *path = o->save_checkpoint;
+  struct stat there, resumed;
+  lx_probe_save_path(path, why, cap);
+  if (why[0] || stat(path, &there) != 0) return;
+  if (o->resume_checkpoint && stat(o->resume_checkpoint, &resumed) == 0 && resumed.st_dev == there.st_dev &&
+      resumed.st_ino == there.st_ino)
+    return;
+  snprintf(why, cap,
+           "%s exists and this run %s: its first save would replace it (continue the run that saved it with "
+           "--resume %s, or save elsewhere)",
+           path, o->resume_checkpoint ? "resumes another checkpoint" : "starts afresh", path);
+}
+
 /* The run's settings, with the paths it will save to tried by rank 0. */
 static lx_run_options model_run_options(lx_program program, int argc, char **argv) {
   lx_run_options o = parsed_run_options(program, argc, argv);
-  if (o.save_checkpoint) lx_check_save_path("--save", o.save_checkpoint, lx_probe_save_path);
+  if (o.save_checkpoint) {
+    char why[LX_WHY_BYTES] = "";
+    if (lx_world_rank() == 0) probe_state_save(&o, why, sizeof why);
+    lx_share_save_verdict("--save", o.save_checkpoint, why);
+  }
+  if (o.checkpoint_every > 0 && !o.save_checkpoint && o.train.steps > 0 && lx_world_rank() == 0)
+    fprintf(stderr,
+            "lynx: warning: checkpoints every %d steps go nowhere without --save CKPT: a crash loses "
+            "the whole run\n",
+            o.checkpoint_every);
   if (o.export_checkpoint) lx_check_save_path("--export-llmc", o.export_checkpoint, lx_probe_save_path);
   if (o.export_hf) lx_check_save_path("--export-hf", o.export_hf, lx_hf_probe_dir); /* makes the directory */
   lx_catch_stop_signals();
@@ -202,9 +235,22 @@ static lx_loader *open_validation_data(const lx_run_options *o) {
 /* ---- preflight: what the launch scripts check before they start the job ------------- */
 
 static void preflight_save_path(const char *flag, const char *path, lx_save_probe probe) {
-  char why[1024];
+  char why[LX_WHY_BYTES];
   probe(path, why, sizeof why);
   if (why[0]) lx_die("%s %s: cannot save there: %s", flag, path, why);
+}
+
+static void preflight_state_save(const lx_run_options *o) {
+  char why[LX_WHY_BYTES];
+  probe_state_save(o, why, sizeof why);
+  if (why[0]) lx_die("--save %s: cannot save there: %s", o->save_checkpoint, why);
+}
+
+/* A report written in place (--metrics, --profile). */
+static void preflight_writable(const char *flag, const char *path) {
+  char why[LX_WHY_BYTES];
+  lx_probe_writable(path, why, sizeof why);
+  if (why[0]) lx_die("%s %s: cannot write it: %s", flag, path, why);
 }
 
 static void preflight_readable(const char *flag, const char *path) {
@@ -225,9 +271,11 @@ static int preflight(lx_program program, int argc, char **argv, long long rank_b
   if (val) lx_loader_close(val);
   if (o.init_checkpoint) preflight_readable("--init", o.init_checkpoint);
   if (o.resume_checkpoint) preflight_readable("--resume", o.resume_checkpoint);
-  if (o.save_checkpoint) preflight_save_path("--save", o.save_checkpoint, lx_probe_save_path);
+  if (o.save_checkpoint) preflight_state_save(&o);
   if (o.export_checkpoint) preflight_save_path("--export-llmc", o.export_checkpoint, lx_probe_save_path);
   if (o.export_hf) preflight_save_path("--export-hf", o.export_hf, lx_hf_probe_dir);
+  if (o.metrics_path && o.train.steps > 0) preflight_writable("--metrics", o.metrics_path);
+  if (o.profile_path) preflight_writable("--profile", o.profile_path);
   printf("preflight: stage %d: options, data and checkpoint paths ok; a rank needs %lld bytes of %s memory\n",
          STAGE, rank_bytes, memory);
   return 0;
@@ -573,6 +621,7 @@ static void move_state(int fd, const char *path, int writing, const lx_state_ten
       move_rows(&io, t, 0, arrays[a], firsts[a], lo, hi);
       lx_tensor_io_close(&io);
     }
+    lx_watchdog_progress(); /* a large model's save may outlast --watchdog; one tensor should not */
   }
 }
 
@@ -606,12 +655,14 @@ static void save_state(const lx_run_options *o, const lx_loader *data, int step)
   if (!all_finite)
     lx_fail_all("the weights are not finite after step %d: not saved, %s keeps the last good checkpoint",
                 step, o->save_checkpoint);
+  lx_watchdog_waiting("the save of %s (its writes, or another rank's at a barrier)", o->save_checkpoint);
   lx_state_run run = this_run(o, step);
   run.windows = data->windows;
   int64_t *positions = data_positions(data, run.ranks);
   lx_state_tensor *table = state_table(&run, &s.bytes);
   s.run = &run, s.positions = positions, s.table = table;
   lx_checkpoint_collective(o->save_checkpoint, MPI_COMM_WORLD, create_state_file, write_state_shares, &s);
+  lx_watchdog_done_waiting();
   free(table), free(positions);
 }
 
@@ -652,6 +703,22 @@ static int64_t resumed_window(const char *path, const lx_state_run *saved, const
   return positions[0] + replica;
 }
 
+/* Collective: the checkpoint holds no tensor this model lacks (move_state
+ * finds each of the model's there, with its shape): a deeper model's state
+ * would otherwise load its first layers into this one and continue. */
+static void require_model_tensors(const char *path, lx_state_run expect, const lx_state_tensor *saved,
+                                  int64_t n) {
+  int64_t bytes = 0;
+  lx_state_tensor *model = state_table(&expect, &bytes);
+  for (int64_t i = 0; i < n; i++)
+    if (!lx_state_find(model, expect.tensors, saved[i].name))
+      lx_fail_all("checkpoint %s holds tensor %s (%lld x %lld), which this model does not have: it was saved "
+                  "by a run of another model (%lld tensors; this one has %lld)",
+                  path, saved[i].name, (long long)saved[i].rows, (long long)saved[i].cols, (long long)n,
+                  (long long)expect.tensors);
+  free(model);
+}
+
 /* Every rank reads the parts of the state its plan gives it (the plan that
  * saved it may differ); returns the steps the run had done. */
 static int resume_state(const lx_run_options *o, lx_loader *data) {
@@ -678,6 +745,7 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
   state_arrays(arrays, 0);
   if (versions == 1) arrays[3] = NULL;
   lx_state_tensor *table = lx_state_read_tensors(path, &saved);
+  require_model_tensors(path, expect, table, saved.tensors);
   int fd = open(path, O_RDONLY);
   if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
   move_state(fd, path, 0, table, saved.tensors, arrays);
@@ -717,7 +785,9 @@ static void require_finite(const lx_run_options *o, int step, double loss, doubl
 
 static void announce_stop(const lx_run_options *o, int signal, int step) {
   if (lx_world_rank() != 0) return;
-  printf("lynx: asked to stop (%s): stopped after step %d of %d", lx_signal_name(signal), step, o->train.steps);
+  printf("lynx: %s (%s): stopped after step %d of %d",
+         signal == LX_STOP_UNRECORDED ? "cannot record the run" : "asked to stop", lx_signal_name(signal),
+         step, o->train.steps);
   if (o->save_checkpoint) printf("; saved, continue with --resume %s", o->save_checkpoint);
   printf("\n");
   fflush(stdout);
@@ -741,15 +811,19 @@ static void validate_only(const lx_run_options *o, lx_loader *data, lx_loader *v
  * loss; a resumed run appends to the metrics file); validation every
  * o->val_interval steps when val is open; the state saved every
  * o->checkpoint_every steps, after the last and when a stop signal came,
- * so that a crash loses at most an interval. */
-static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
+ * so that a crash loses at most an interval. Returns the exit status: 1
+ * when the run stopped because its metrics file could not be written. */
+static int train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
   int reports = STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0;
   if (o->train.steps == 0) {
     validate_only(o, data, val, reports);
-    return;
+    return 0;
   }
   const lx_train_settings *t = &o->train;
   int done = o->resume_checkpoint ? resume_state(o, data) : 0, stop = 0;
+  if (done == t->steps && lx_world_rank() == 0)
+    printf("lynx: %s is of a finished run (step %d of %d): nothing is left to train\n", o->resume_checkpoint,
+           done, t->steps);
   if (reports) lx_metrics_open(o->metrics_path, done > 0);
   lx_watchdog_start(o->watchdog_s, lx_world_rank(), STAGE);
   for (int step = done + 1; step <= t->steps && !stop; step++) {
@@ -760,9 +834,9 @@ static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
     double loss = train_step(t, step, lr, &grad_norm, continues);
     double ms = lx_now_ms() - start;
     double val_loss = validates ? validation_loss(val, o->val_batches, step) : NAN;
-    if (reports)
-      lx_metrics_step(step, t->steps, loss, val_loss, lr, grad_norm, ms,
-                      (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3));
+    if (reports && lx_metrics_step(step, t->steps, loss, val_loss, lr, grad_norm, ms,
+                                   (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3)) != 0)
+      lx_request_stop(LX_STOP_UNRECORDED);
     require_finite(o, step, loss, grad_norm);
     lx_watchdog_progress();
     done = step;
@@ -774,6 +848,7 @@ static void train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
   if (o->export_checkpoint || o->export_hf) export_weights(o->export_checkpoint, o->export_hf);
   if (stop) announce_stop(o, stop, done);
   if (reports) lx_metrics_close();
+  return stop == LX_STOP_UNRECORDED ? LX_EXIT_ERROR : 0;
 }
 
 #endif

@@ -27,6 +27,7 @@ static inline double lx_now_ms(void) {
 
 typedef struct {
   FILE *file;      /* NULL: stdout only */
+  char path[4096]; /* the file's, for messages */
   int print_every; /* stdout line every this many steps */
   double ms_sum;   /* over the timed steps, for the ETA */
   int timed_steps; /* steps after the first, which pays for warm-up */
@@ -35,7 +36,7 @@ typedef struct {
 
 /* Header-only: one instance per program (the emitted program is one file). */
 static inline lx_metrics_state *lx_metrics(void) {
-  static lx_metrics_state state = {NULL, 1, 0, 0, 0};
+  static lx_metrics_state state = {NULL, "", 1, 0, 0, 0};
   return &state;
 }
 
@@ -50,6 +51,7 @@ static inline void lx_metrics_open(const char *path, int append) {
   m->print_every = print_every;
   if (path && !(m->file = fopen(path, append ? "a" : "w")))
     lx_die("cannot write metrics file %s: %s", path, strerror(errno));
+  if (path) snprintf(m->path, sizeof m->path, "%s", path);
 }
 
 static inline void lx_metrics_set_print_every(int n) { lx_metrics()->print_every = n > 0 ? n : 1; }
@@ -91,9 +93,11 @@ static inline void lx_json_number(FILE *f, const char *key, double v) {
     fprintf(f, ", \"%s\": null", key);
 }
 
-static inline void lx_metrics_step(int step, int steps, double loss,
-                                   double val_loss /* NAN if not computed */, double lr, double grad_norm,
-                                   double ms, double tokens_per_s) {
+/* Reports a step; returns 0, or -1 when the metrics file could not take
+ * it (a full disk): the error is printed, naming the file, which is closed
+ * and the run should stop and save rather than go on unrecorded. */
+static inline int lx_metrics_step(int step, int steps, double loss, double val_loss /* NAN if not computed */,
+                                  double lr, double grad_norm, double ms, double tokens_per_s) {
   lx_metrics_state *m = lx_metrics();
   char eta[32];
   lx_format_duration(lx_metrics_eta_seconds(m, step, steps, ms), eta, sizeof eta);
@@ -104,7 +108,7 @@ static inline void lx_metrics_step(int step, int steps, double loss,
     printf(" | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | eta %s\n", lr, grad_norm, ms, tokens_per_s, eta);
     fflush(stdout);
   }
-  if (!m->file) return;
+  if (!m->file) return 0;
   fprintf(m->file, "{\"step\": %d", step);
   lx_json_number(m->file, "loss", loss);
   if (has_val) lx_json_number(m->file, "val_loss", val_loss);
@@ -113,7 +117,12 @@ static inline void lx_metrics_step(int step, int steps, double loss,
   lx_json_number(m->file, "ms", ms);
   lx_json_number(m->file, "tokens_per_s", tokens_per_s);
   fputs("}\n", m->file);
-  if (fflush(m->file) != 0) lx_die("cannot write the metrics file: %s", strerror(errno));
+  if (fflush(m->file) == 0 && !ferror(m->file)) return 0;
+  fprintf(stderr, "lynx: error: cannot write step %d to the metrics file %s: %s\n", step, m->path,
+          strerror(errno));
+  fclose(m->file);
+  m->file = NULL;
+  return -1;
 }
 
 #endif

@@ -24,6 +24,7 @@
 
 #include "lx_lr_schedule.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -306,7 +307,7 @@ static inline uint64_t lx_parse_u64_option(const char *flag, const char *value) 
   char *end = NULL;
   errno = 0;
   unsigned long long v = strtoull(value, &end, 10);
-  if (!*value || *value == '-' || *value == '+' || *end || errno == ERANGE)
+  if (!isdigit((unsigned char)*value) || *end || errno == ERANGE) /* strtoull takes " -1" as 2^64 - 1 */
     lx_usage_error("%s wants a non-negative integer, not '%s'", flag, value);
   return (uint64_t)v;
 }
@@ -317,6 +318,11 @@ static inline int lx_parse_schedule_option(const char *flag, const char *value) 
   lx_usage_error("%s wants constant, cosine or linear, not '%s'", flag, value);
 }
 
+/* What a text option names, for its error message: "path", "glob", "name". */
+static inline const char *lx_text_kind(const lx_option *opt) {
+  return !strcmp(opt->arg, "GLOB") ? "glob" : !strcmp(opt->arg, "NAME") ? "name" : "path";
+}
+
 /* Sets opt's field in o from its value on the command line (not a switch). */
 static inline void lx_apply_run_option(const lx_option *opt, lx_run_options *o, const char *value) {
   void *field = (char *)o + opt->offset;
@@ -324,7 +330,10 @@ static inline void lx_apply_run_option(const lx_option *opt, lx_run_options *o, 
   case LX_OPT_INT: *(int *)field = lx_parse_int_option(opt, value); break;
   case LX_OPT_U64: *(uint64_t *)field = lx_parse_u64_option(opt->flag, value); break;
   case LX_OPT_REAL: *(double *)field = lx_parse_real_option(opt, value); break;
-  case LX_OPT_TEXT: *(const char **)field = value; break;
+  case LX_OPT_TEXT:
+    if (!*value) lx_usage_error("%s wants a %s, not an empty one", opt->flag, lx_text_kind(opt));
+    *(const char **)field = value;
+    break;
   case LX_OPT_SCHEDULE: *(int *)field = lx_parse_schedule_option(opt->flag, value); break;
   case LX_OPT_SWITCH: *(int *)field = 1; break;
   }

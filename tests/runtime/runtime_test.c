@@ -445,6 +445,10 @@ static void test_options_errors(void) {
   expect_options_exit("--steps -1", 2, "--steps wants an integer >= 0, not '-1'", "a value out of range");
   expect_options_exit("--steps 99999999999", 2, "--steps wants an integer", "a value that overflows int");
   expect_options_exit("--seed -1", 2, "--seed wants a non-negative integer", "a negative seed");
+  expect_options_exit("--seed ' -1'", 2, "--seed wants a non-negative integer, not ' -1'",
+                      "a negative seed after a space (strtoull would wrap it to 2^64 - 1)");
+  expect_options_exit("--save=", 2, "--save wants a path, not an empty one", "an empty --save=");
+  expect_options_exit("--data ''", 2, "--data wants a glob, not an empty one", "an empty --data");
   expect_options_exit("--data", 2, "--data needs a value", "a flag missing its value");
   expect_options_exit("--eval-interval --steps 3", 2, "--eval-interval needs a value",
                       "a flag followed by another flag");
@@ -569,6 +573,41 @@ static int metrics_mode(const char *path) {
   return 0;
 }
 
+/* ---- a save that cannot finish leaves no PATH.tmp ---------------------------------- */
+
+/* A save's PATH.tmp is removed by the rank that exits before the commit: a
+ * rank that dies on an error (exit: the atexit handler), and one the
+ * watchdog ends (_exit, which runs no handler), whoever created the file. */
+static void test_pending_checkpoint(void) {
+  const char *modes[] = {"die-while-saving", "stuck-while-saving"};
+  const char *says[] = {"cannot write checkpoint", "watchdog: rank 0 (stage 0) made no progress"};
+  for (int i = 0; i < 2; i++) {
+    char out[4096], path[512], tmp[600];
+    snprintf(path, sizeof path, "%s", in_scratch(modes[i]));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    write_synthetic_checkpoint(path, &small_model, 3, 0); /* the last committed checkpoint */
+    FILE *f = LX_FOPEN(tmp, "wb"); /* rank 0 created it; this rank opens it to write its part */
+    fclose(f);
+    int status = run_self(out, sizeof out, "%s '%s'", modes[i], path);
+    CHECK(status == 1 && strstr(out, says[i]) && !file_exists(tmp) && file_exists(path),
+          "%s: exits 1, removes PATH.tmp and leaves PATH (status %d, tmp %s)", modes[i], status,
+          file_exists(tmp) ? "left" : "removed");
+    if (status != 1 || !strstr(out, says[i])) printf("     %s\n", out);
+  }
+}
+
+/* A rank that opened PATH.tmp for its part, then fails or stops making progress. */
+static int pending_checkpoint_mode(const char *mode, const char *path) {
+  char *tmp = NULL;
+  int fd = lx_checkpoint_open_tmp(path, &tmp);
+  if (!strcmp(mode, "die-while-saving")) lx_die("cannot write checkpoint %s: %s", tmp, strerror(ENOSPC));
+  lx_watchdog_start(0.5, 0, 0);
+  for (int s = 0; s < 30; s++) /* stuck in a write (the watchdog's SIGUSR2 ends each sleep) */
+    sleep(1);
+  close(fd);
+  return 0; /* not reached: the watchdog ends the process first */
+}
+
 /* ---- MPI (several ranks: run by runtime_mpi_test.sh) ------------------------------ */
 
 /* Each rank loads its stage's slices of SRC and all save DST together. */
@@ -675,6 +714,8 @@ static int child_mode(int argc, char **argv) {
     return options_mode(argc, argv, LX_PROGRAM_CPU);
   }
   if (!strcmp(mode, "metrics") && argc == 3) return metrics_mode(argv[2]);
+  if ((!strcmp(mode, "die-while-saving") || !strcmp(mode, "stuck-while-saving")) && argc == 3)
+    return pending_checkpoint_mode(mode, argv[2]);
   if (!strcmp(mode, "mpi")) return mpi_mode(argc, argv);
   if (!strcmp(mode, "mpi-start")) {
     int rank;
@@ -726,6 +767,7 @@ int main(int argc, char **argv) {
   test_options_training_settings();
   test_one_line();
   test_metrics();
+  test_pending_checkpoint();
 
   char command[512];
   snprintf(command, sizeof command, "rm -rf '%s'", scratch);

@@ -1,0 +1,212 @@
+"""A training run refuses, before it trains, what would lose or misplace a
+user's work, and stops cleanly when it can no longer record itself; on the
+CPU target, through run.sh.
+
+Two small GPTs (2 and 4 layers) are generated and built once:
+
+- --resume of the 4-layer model's checkpoint into the 2-layer program is
+  refused, naming a tensor this model lacks (it loaded the first layers and
+  trained on before);
+- a checkpoint whose saved step is outside 1..steps (1000, 0, -5), or whose
+  data position is negative, is named corrupt before step 1;
+- a checkpoint of a finished run resumes to a note that nothing is left;
+- --save at an existing file that the run does not resume is refused before
+  step 1 (a run started without --resume by mistake would replace the
+  checkpoint it meant to continue), and the file is left as it was;
+- a metrics file that cannot be written (/dev/full) stops the run after
+  that step with the file named, saves the state and exits 1;
+- a validation longer than --watchdog (many short batches) completes: each
+  batch is progress;
+- --checkpoint-every without --save warns; --metrics in a missing directory,
+  --data naming a directory, and --init given a training state are refused
+  with what to do instead.
+"""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+from tap import check, exit_status
+from training_metrics import fortunes_shards, generate, run
+
+STEPS = 6
+STEP_OFFSET, POSITIONS_OFFSET = 40, 4096  # lx_state_run.step, the replicas' data positions (docs/checkpoints.md)
+
+MODEL = """#include <lynx.h>
+static const struct lx_model model = { .vocab = 256, .seq_len = 16, .layers = 2, .hidden = 32, .heads = 2,
+  .dropout = 0.0, .tied_embeddings = 1 };
+static const struct lx_cluster cluster = { .gpu = GPU_A100_80GB, .gpus_per_node = 8 };
+static const struct lx_parallel parallel = { .tp = 1, .pp = 1, .dp = 1, .micro_batch = 2, .global_batch = 4,
+  .schedule = SCHEDULE_1F1B };
+static const struct lx_training training = { .steps = 6, .lr = 3e-3, .min_lr = 2e-4, .warmup_steps = 2,
+  .seed = 11, .dtype = DTYPE_FP32 };
+tensor prologue(tensor tokens) { return add(embedding(tokens, 256, 32), position_embedding(tokens, 32)); }
+tensor block(tensor x) {
+  x = add(x, linear(attention(linear(layernorm(x), 96), 2, 2), 32));
+  return add(x, linear(gelu(linear(layernorm(x), 128)), 32));
+}
+tensor epilogue(tensor x, tensor targets) { return cross_entropy(lm_head(layernorm(x), 256), targets); }
+"""
+
+
+def launch(cmd, work):
+    return run(cmd, work, timeout=300) or subprocess.CompletedProcess(cmd, -1, "", "timed out after 300 s")
+
+
+def build(work, name, text):
+    model = os.path.join(work, name + ".model")
+    with open(model, "w") as f:
+        f.write(text)
+    return generate(work, name, model, quick=True)
+
+
+def train(work, program, *args):
+    return launch([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), *args], work)
+
+
+def trained(r):
+    """Whether the run reported a training step."""
+    return any(line.startswith("step ") for line in r.stdout.splitlines())
+
+
+def saved_step(path):
+    with open(path, "rb") as f:
+        return struct.unpack_from("<i", f.read(64), STEP_OFFSET)[0]
+
+
+def patched(path, name, offset, fmt, value):
+    """A copy of the checkpoint at path with one field changed."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    struct.pack_into(fmt, data, offset, value)
+    copy = os.path.join(os.path.dirname(path), name)
+    with open(copy, "wb") as f:
+        f.write(data)
+    return copy
+
+
+def another_model(work, program, deeper):
+    ckpt = os.path.join(work, "deeper.bin")
+    r = train(work, deeper, "--save", ckpt, "--metrics", os.path.join(work, "deeper.jsonl"))
+    check(r.returncode == 0 and saved_step(ckpt) == STEPS, "the 4-layer model trains and saves")
+    r = train(work, program, "--resume", ckpt, "--metrics", os.path.join(work, "m.jsonl"))
+    said = "holds tensor block layer 2" in r.stderr and "which this model does not have" in r.stderr
+    check(r.returncode == 1 and said and not trained(r),
+          "--resume of a 4-layer model's checkpoint in a 2-layer program is refused, naming a tensor it lacks")
+    if not said:
+        print(r.stderr[-1500:])
+
+
+def corrupt_checkpoints(work, program, ckpt):
+    for name, offset, fmt, value, says in (
+            ("step-1000.bin", STEP_OFFSET, "<i", 1000, "says step 1000 of %d" % STEPS),
+            ("step-0.bin", STEP_OFFSET, "<i", 0, "says step 0 of %d" % STEPS),
+            ("step-minus-5.bin", STEP_OFFSET, "<i", -5, "says step -5 of %d" % STEPS),
+            ("position.bin", POSITIONS_OFFSET, "<q", -3, "continues at training window -3")):
+        copy = patched(ckpt, name, offset, fmt, value)
+        r = train(work, program, "--resume", copy, "--metrics", os.path.join(work, "m.jsonl"))
+        check(r.returncode == 1 and "is corrupt" in r.stderr and says in r.stderr and not trained(r),
+              "--resume of a checkpoint that %s is refused as corrupt before step 1" % says)
+        if says not in r.stderr:
+            print(r.stderr[-1500:])
+
+
+def finished_run(work, program, ckpt):
+    r = train(work, program, "--resume", ckpt, "--save", ckpt, "--metrics", os.path.join(work, "m.jsonl"))
+    check(r.returncode == 0 and "is of a finished run (step %d of %d): nothing is left to train" % (STEPS, STEPS)
+          in r.stdout and not trained(r), "--resume of a finished run says that nothing is left to train")
+
+
+def existing_save(work, program, ckpt):
+    with open(ckpt, "rb") as f:
+        before = f.read()
+    other = os.path.join(work, "other.bin")
+    shutil.copyfile(ckpt, other)
+    for args, how in ((("--save", ckpt, "--seed", "12"), "starts afresh"),  # another seed: another state
+                      (("--save", ckpt, "--resume", other), "resumes another checkpoint")):
+        r = train(work, program, *args, "--metrics", os.path.join(work, "m.jsonl"))
+        said = "%s exists and this run %s: its first save would replace it" % (ckpt, how)
+        check(r.returncode == 1 and said in r.stderr and "--resume %s" % ckpt in r.stderr and not trained(r),
+              "--save at an existing checkpoint that the run %s is refused before step 1" % how.split(" ")[0])
+        if said not in r.stderr:
+            print(r.stderr[-1500:])
+    with open(ckpt, "rb") as f:
+        check(f.read() == before, "the checkpoint at --save is left as it was")
+
+
+def unwritable_metrics(work, program):
+    ckpt = os.path.join(work, "full.bin")
+    r = train(work, program, "--metrics", "/dev/full", "--save", ckpt)
+    named = "cannot write step 1 to the metrics file /dev/full: No space left on device" in r.stderr
+    stopped = "stopped after step 1 of %d; saved, continue with --resume %s" % (STEPS, ckpt) in r.stdout
+    check(r.returncode == 1 and named and stopped and os.path.exists(ckpt) and saved_step(ckpt) == 1,
+          "a metrics file that cannot be written stops the run after that step, named, with its state saved, "
+          "exit 1 (status %d)" % r.returncode)
+    if not (named and stopped):
+        print((r.stdout + r.stderr)[-2000:])
+
+
+def long_validation(work, program):
+    """Validation batches are short, their sum is not: enough of them to
+    outlast the watchdog's second by far (the count grows until they do);
+    the run must complete."""
+    def run(*args):
+        start = time.time()
+        r = train(work, program, "--metrics", os.path.join(work, "m.jsonl"), "--steps", "1", "--watchdog", "1",
+                  *args)
+        return r, time.time() - start
+    _, bare = run()
+    for batches in (2000, 8000, 32000):
+        r, took = run("--val-data", os.path.join(work, "data/val_*.bin"), "--val-batches", str(batches),
+                      "--eval-interval", "1")
+        if r.returncode != 0 or took - bare > 2:
+            break
+    check(r.returncode == 0 and "| val " in r.stdout and took - bare > 2,
+          "a validation of %d batches, %.1f s, under --watchdog 1 completes (each batch is progress; status %d)" % (
+              batches, took - bare, r.returncode))
+    if r.returncode != 0:
+        print(r.stderr[-1500:])
+
+
+def refused_settings(work, program, ckpt):
+    r = train(work, program, "--checkpoint-every", "2", "--steps", "2", "--metrics", os.path.join(work, "m.jsonl"))
+    check(r.returncode == 0 and "checkpoints every 2 steps go nowhere without --save" in r.stderr,
+          "--checkpoint-every without --save trains with a warning")
+    missing = os.path.join(work, "no-such-dir", "m.jsonl")
+    r = train(work, program, "--metrics", missing)
+    check(r.returncode == 1 and "--metrics %s: cannot write it" % missing in r.stderr and not trained(r),
+          "--metrics in a missing directory is refused before step 1")
+    r = launch([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data"), "--metrics",
+                os.path.join(work, "m.jsonl")], work)
+    check(r.returncode == 1 and "is a directory: give the glob of its shards, such as" in r.stderr,
+          "--data naming a directory says to give its shards' glob (%s)" % r.stderr.strip()[-200:])
+    r = train(work, program, "--init", ckpt, "--metrics", os.path.join(work, "m.jsonl"))
+    check(r.returncode == 2 and "is a training state (written by --save), not weights" in r.stderr and
+          "--resume %s" % ckpt in r.stderr, "--init given a training state says to --resume it")
+
+
+def main():
+    work = fortunes_shards("lynx-guards-")
+    if not work:
+        return
+    program = build(work, "gpt2", MODEL)
+    deeper = build(work, "gpt4", MODEL.replace(".layers = 2", ".layers = 4")) if program else None
+    check(program is not None and deeper is not None, "the two test models generate and build")
+    if not deeper:
+        return
+    ckpt = os.path.join(work, "state.bin")
+    r = train(work, program, "--save", ckpt, "--metrics", os.path.join(work, "first.jsonl"))
+    check(r.returncode == 0 and saved_step(ckpt) == STEPS, "the 2-layer model trains %d steps and saves" % STEPS)
+    another_model(work, program, deeper)
+    corrupt_checkpoints(work, program, ckpt)
+    finished_run(work, program, ckpt)
+    existing_save(work, program, ckpt)
+    unwritable_metrics(work, program)
+    long_validation(work, program)
+    refused_settings(work, program, ckpt)
+
+
+main()
+sys.exit(exit_status())
