@@ -10,6 +10,9 @@ Two small GPTs (2 and 4 layers) are generated and built once:
 - a checkpoint whose saved step is outside 1..steps (1000, 0, -5), or whose
   data position is negative, is named corrupt before step 1;
 - a checkpoint of a finished run resumes to a note that nothing is left;
+- the same shards in another directory resume; shards of as many batches
+  with one token changed are refused (the checkpoint records a fingerprint
+  of the data's content);
 - --save at an existing file that the run does not resume is refused before
   step 1 (a run started without --resume by mistake would replace the
   checkpoint it meant to continue), and the file is left as it was;
@@ -33,6 +36,7 @@ from training_metrics import fortunes_shards, generate, run
 
 STEPS = 6
 STEP_OFFSET, POSITIONS_OFFSET = 40, 4096  # lx_state_run.step, the replicas' data positions (docs/checkpoints.md)
+SHARD_HEADER_BYTES = 1024  # a token shard's header: 256 int32 (templates/common/lx_data.h)
 
 MODEL = """#include <lynx.h>
 static const struct lx_model model = { .vocab = 256, .seq_len = 16, .layers = 2, .hidden = 32, .heads = 2,
@@ -110,6 +114,31 @@ def corrupt_checkpoints(work, program, ckpt):
         check(r.returncode == 1 and "is corrupt" in r.stderr and says in r.stderr and not trained(r),
               "--resume of a checkpoint that %s is refused as corrupt before step 1" % says)
         if says not in r.stderr:
+            print(r.stderr[-1500:])
+
+
+def other_data(work, program, ckpt):
+    """The same shards elsewhere resume (paths may change); the same number
+    of windows with one token changed is refused."""
+    moved, altered = os.path.join(work, "moved"), os.path.join(work, "altered")
+    for name in (moved, altered):
+        shutil.copytree(os.path.join(work, "data"), name)
+    first = sorted(f for f in os.listdir(altered) if f.startswith("train_"))[0]
+    with open(os.path.join(altered, first), "r+b") as f:
+        f.seek(SHARD_HEADER_BYTES + 2 * 10)  # token 10 (uint16)
+        token = struct.unpack("<H", f.read(2))[0]
+        f.seek(SHARD_HEADER_BYTES + 2 * 10)
+        f.write(struct.pack("<H", (token + 1) % 256))
+    for where, ok in ((moved, True), (altered, False)):
+        r = train(work, program, "--resume", ckpt, "--data", os.path.join(where, "train_*.bin"), "--metrics",
+                  os.path.join(work, "m.jsonl"))
+        said = "was trained on other data than %s" % os.path.join(where, "train_*.bin")
+        if ok:
+            check(r.returncode == 0, "--resume with the same shards in another directory continues")
+        else:
+            check(r.returncode == 1 and said in r.stderr and not trained(r),
+                  "--resume with data of as many batches but one token changed is refused before step 1")
+        if r.returncode != (0 if ok else 1):
             print(r.stderr[-1500:])
 
 
@@ -202,6 +231,7 @@ def main():
     another_model(work, program, deeper)
     corrupt_checkpoints(work, program, ckpt)
     finished_run(work, program, ckpt)
+    other_data(work, program, ckpt)
     existing_save(work, program, ckpt)
     unwritable_metrics(work, program)
     long_validation(work, program)

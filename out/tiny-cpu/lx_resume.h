@@ -184,7 +184,7 @@ static void write_state_shares(int fd, const char *tmp, void *ctx) {
 /* Collective: the state after `step` steps into o->save_checkpoint, unless
  * a weight is not finite anywhere: then the run stops and the last
  * checkpoint stays as it was. */
-static void save_state(const lx_run_options *o, const lx_loader *data, int step) {
+static void save_state(const lx_run_options *o, lx_loader *data, int step) {
   state_save s;
   state_arrays(s.arrays, 1);
   int finite = weights_finite(), all_finite = 0;
@@ -195,6 +195,7 @@ static void save_state(const lx_run_options *o, const lx_loader *data, int step)
   lx_watchdog_waiting("the save of %s (its writes, or another rank's at a barrier)", o->save_checkpoint);
   lx_state_run run = this_run(o, step);
   run.windows = data->windows;
+  if (lx_world_rank() == 0) run.data_fingerprint = lx_loader_fingerprint(data); /* the header is rank 0's */
   int64_t *positions = data_positions(data, run.ranks);
   lx_state_tensor *table = state_table(&run, &s.bytes);
   s.run = &run, s.positions = positions, s.table = table;
@@ -206,8 +207,8 @@ static void save_state(const lx_run_options *o, const lx_loader *data, int step)
 /* The settings that decide the losses (every flag of lx_train_settings:
  * --steps, which sets the schedule's length, included) must be the saved
  * run's, or the resumed losses would not be the uninterrupted run's. The
- * others may change: the data paths (the same number of windows, checked
- * in resume_state), validation, checkpoint interval, metrics, printing. */
+ * others may change: the data paths (the same number of windows and the
+ * same content, checked in resume_state), validation, checkpoint interval, metrics, printing. */
 static void require_same_run(const char *path, const lx_state_run *saved, const lx_run_options *o) {
   lx_run_options was = *o;
   was.train = saved_settings(saved, o->program);
@@ -238,6 +239,20 @@ static int64_t resumed_window(const char *path, const lx_state_run *saved, const
           "around the data before the others): resume with dp %d",
           path, saved->data_parallel, saved->data_parallel, saved->data_parallel);
   return positions[0] + replica;
+}
+
+/* Collective: this run's training data are the tokens the checkpoint was
+ * trained on (rank 0 reads them; the others take its verdict). Their number
+ * of windows is checked before: this finds the same count of other tokens,
+ * which would continue the run on data it never saw, silently not exact. */
+static void require_same_data(const char *path, const lx_state_run *saved, const lx_run_options *o,
+                              lx_loader *data) {
+  int differs = lx_world_rank() == 0 && lx_loader_fingerprint(data) != saved->data_fingerprint;
+  LX_MPI_CHECK(MPI_Bcast(&differs, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (differs)
+    lx_fail_all("checkpoint %s was trained on other data than %s: as many batches, but other tokens (their "
+                "shards' lengths or first tokens differ): resume with the same --data",
+                path, o->train_data);
 }
 
 /* Collective: the checkpoint holds no tensor this model lacks (move_state
@@ -271,6 +286,7 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
   if (saved.windows != data->windows)
     lx_die("checkpoint %s was trained on data of %lld batches; %s holds %lld: resume with the same --data",
            path, (long long)saved.windows, o->train_data, (long long)data->windows);
+  if (saved.data_fingerprint) require_same_data(path, &saved, o, data); /* 0: a file of an older program */
   if (lx_world_rank() == 0 && (saved.stages != STAGES || saved.tensor_parallel != TENSOR_PARALLEL ||
                                saved.data_parallel != DATA_PARALLEL))
     printf("lynx: resuming %s, saved by tp %d x pp %d x dp %d, under tp %d x pp %d x dp %d\n", path,

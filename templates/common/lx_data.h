@@ -107,6 +107,7 @@ typedef struct {
   int fd, fd_shard;    /* the open shard (-1: none) */
   uint32_t *window;    /* (B*T+1) */
   unsigned char *raw;  /* the window's bytes as the shard holds them */
+  uint64_t fingerprint; /* of the content (lx_loader_fingerprint); 0: not computed yet */
 } lx_loader;
 
 /* The bytes of a token of a shard whose header starts (magic, version); 0: not a shard. */
@@ -257,6 +258,38 @@ static inline void lx_loader_next(lx_loader *l,
   }
   l->next_window += l->replicas;
   if (l->next_window >= l->windows) lx_loader_reset(l);
+}
+
+#define LX_FINGERPRINT_TOKENS 4096 /* of each shard's first tokens */
+
+static inline uint64_t lx_fnv1a(uint64_t hash, const void *data, // (bytes)
+                                size_t bytes) {
+  const unsigned char *p = (const unsigned char *)data;
+  for (size_t i = 0; i < bytes; i++)
+    hash = (hash ^ p[i]) * 1099511628211ULL;
+  return hash;
+}
+
+/* A fingerprint of the data's content, never 0: each shard's token count
+ * and first LX_FINGERPRINT_TOKENS tokens, in the shards' order. A resumed
+ * run must read the tokens its checkpoint was trained on: the paths may
+ * change, the content not. Computed once, reading 8 or 16 KiB per shard. */
+static inline uint64_t lx_loader_fingerprint(lx_loader *l) {
+  if (l->fingerprint) return l->fingerprint;
+  uint64_t hash = 14695981039346656037ULL; /* FNV-1a's offset basis */
+  unsigned char *first = (unsigned char *)LX_MALLOC(LX_FINGERPRINT_TOKENS * sizeof(uint32_t));
+  for (int i = 0; i < l->num_shards; i++) {
+    const lx_shard *s = &l->shards[i];
+    int64_t bytes = s->token_bytes * (s->tokens < LX_FINGERPRINT_TOKENS ? s->tokens : LX_FINGERPRINT_TOKENS);
+    int fd = open(s->path, O_RDONLY);
+    if (fd < 0 || lx_pread_full(fd, first, bytes, LX_SHARD_HEADER_BYTES) != 0)
+      lx_die("%s: cannot read %s: %s", l->what, s->path, fd < 0 || errno ? strerror(errno) : "it shrank");
+    close(fd);
+    hash = lx_fnv1a(hash, &s->tokens, sizeof s->tokens);
+    hash = lx_fnv1a(hash, first, (size_t)bytes);
+  }
+  free(first);
+  return l->fingerprint = hash | 1;
 }
 
 static inline void lx_loader_close(lx_loader *l) {
