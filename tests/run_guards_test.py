@@ -7,8 +7,9 @@ Two small GPTs (2 and 4 layers) are generated and built once:
 - --resume of the 4-layer model's checkpoint into the 2-layer program is
   refused, naming a tensor this model lacks (it loaded the first layers and
   trained on before);
-- a checkpoint whose saved step is outside 1..steps (1000, 0, -5), or whose
-  data position is negative, is named corrupt before step 1;
+- a checkpoint whose saved step is outside 1..steps (1000, 0, -5), whose
+  data position is negative, or one bit of whose weights is flipped (the
+  header's checksum of the state), is named corrupt before step 1;
 - a checkpoint of a finished run resumes to a note that nothing is left;
 - the same shards in another directory resume; shards of as many batches
   with one token changed are refused (the checkpoint records a fingerprint
@@ -142,6 +143,25 @@ def other_data(work, program, ckpt):
             print(r.stderr[-1500:])
 
 
+def damaged_data(work, program, ckpt):
+    """One bit of one weight flipped, as a damaged disk would: the checksum
+    the header records no longer matches."""
+    with open(ckpt, "rb") as f:
+        data = bytearray(f.read())
+    first_tensor = POSITIONS_OFFSET + 8 * 1  # the tensor table, after dp = 1 data positions
+    offset = struct.unpack_from("<q", data, first_tensor + 64 + 16)[0]  # name[64], rows, cols, offset
+    data[offset + 4 * 3] ^= 0x01  # the lowest mantissa bit of its element 3
+    damaged = os.path.join(work, "damaged.bin")
+    with open(damaged, "wb") as f:
+        f.write(data)
+    r = train(work, program, "--resume", damaged, "--metrics", os.path.join(work, "m.jsonl"))
+    said = "is corrupt: the weights and moments read from it do not match the checksum saved with them"
+    check(r.returncode == 1 and said in r.stderr and not trained(r),
+          "--resume of a checkpoint with one bit of a weight flipped is refused as corrupt before step 1")
+    if said not in r.stderr:
+        print(r.stderr[-1500:])
+
+
 def finished_run(work, program, ckpt):
     r = train(work, program, "--resume", ckpt, "--save", ckpt, "--metrics", os.path.join(work, "m.jsonl"))
     check(r.returncode == 0 and "is of a finished run (step %d of %d): nothing is left to train" % (STEPS, STEPS)
@@ -230,6 +250,7 @@ def main():
     check(r.returncode == 0 and saved_step(ckpt) == STEPS, "the 2-layer model trains %d steps and saves" % STEPS)
     another_model(work, program, deeper)
     corrupt_checkpoints(work, program, ckpt)
+    damaged_data(work, program, ckpt)
     finished_run(work, program, ckpt)
     other_data(work, program, ckpt)
     existing_save(work, program, ckpt)

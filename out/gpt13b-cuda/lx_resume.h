@@ -134,6 +134,17 @@ static int state_range(const lx_param_tensor *t, int array, int writing, long lo
   return *hi > *lo;
 }
 
+/* t's arrays in this rank's state (weights, m, v, previous weights: NULL
+ * without 2BW), element e of t (counted from t->element) of array a at
+ * arrays[a][e - firsts[a]]. */
+static void tensor_arrays(const lx_param_tensor *t, float *const state[4], float *arrays[4],
+                          long long firsts[4]) {
+  long long state_lo, state_hi, moments = moments_of(t, &state_lo, &state_hi);
+  arrays[0] = state[0] + t->element, arrays[1] = state[1] + moments, arrays[2] = state[2] + moments;
+  arrays[3] = state[3] ? state[3] + t->element : NULL;
+  firsts[0] = firsts[3] = 0, firsts[1] = firsts[2] = state_lo - t->element;
+}
+
 /* Between this rank's arrays and the state file's tensors; reading first
  * zeroes what the rank holds (the vocabulary's padding is in no file). */
 static void move_state(int fd, const char *path, int writing, const lx_state_tensor *table, int64_t n,
@@ -145,10 +156,9 @@ static void move_state(int fd, const char *path, int writing, const lx_state_ten
     if (entry->rows != t->rows || entry->cols != t->cols)
       lx_die("checkpoint %s: tensor %s is %lld x %lld there, %lld x %lld in this model", path, t->name,
              (long long)entry->rows, (long long)entry->cols, t->rows, t->cols);
-    long long lo, hi, state_lo, state_hi, moments = moments_of(t, &state_lo, &state_hi);
-    float *arrays[4] = {state[0] + t->element, state[1] + moments, state[2] + moments,
-                        state[3] ? state[3] + t->element : NULL};
-    long long firsts[4] = {0, state_lo - t->element, state_lo - t->element, 0}; /* arrays[a][e - firsts[a]] */
+    long long lo, hi, firsts[4];
+    float *arrays[4];
+    tensor_arrays(t, state, arrays, firsts);
     for (int a = 0; a < 4 && arrays[a]; a++) {
       if (!state_range(t, a, writing, &lo, &hi)) continue;
       if (!writing) memset(arrays[a] + (lo - t->element) - firsts[a], 0, sizeof(float) * (size_t)(hi - lo));
@@ -160,6 +170,53 @@ static void move_state(int fd, const char *path, int writing, const lx_state_ten
     }
     lx_watchdog_progress(); /* a large model's save may outlast --watchdog; one tensor should not */
   }
+}
+
+/* splitmix64's finalizer: every input bit moves every output bit. */
+static uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* The sum of mix64(mix64(salt ^ w) ^ bits) over the elements [lo, hi) of
+ * t (params-region indices) in data (element e of t at data[e - first]):
+ * w the element's place in the whole tensor, bits its fp32 value's. */
+static uint64_t hash_elements(const lx_param_tensor *t, uint64_t salt, const float *data, long long first,
+                              long long lo, long long hi) {
+  uint64_t sum = 0;
+  long long whole_elements = t->rows * t->cols; /* past it: the vocabulary's padding, in no file */
+  for (long long e = lo - t->element; e < hi - t->element;) {
+    long long whole = 0, end = shard_run(t, e, &whole);
+    if (end > hi - t->element) end = hi - t->element;
+    for (long long k = e; k < end && whole + (k - e) < whole_elements; k++) {
+      uint32_t bits;
+      memcpy(&bits, &data[k - first], sizeof bits);
+      sum += mix64(mix64(salt ^ (uint64_t)(whole + (k - e))) ^ bits);
+    }
+    e = end;
+  }
+  return sum;
+}
+
+/* Collective: a checksum of the whole training state, the same under every
+ * plan: every element of every array of every tensor is counted once over
+ * all ranks (the parts they write, state_range), by its tensor, array, place
+ * and value. Never 0: 0 in a file says that none was recorded. */
+static uint64_t state_checksum(float *const state[4]) {
+  uint64_t mine = 0, all = 0;
+  for (int i = 0; i < PARAM_TENSORS; i++) {
+    const lx_param_tensor *t = &param_tensors[i];
+    const char *name = state_name(t);
+    long long lo, hi, firsts[4];
+    float *arrays[4];
+    tensor_arrays(t, state, arrays, firsts);
+    for (int a = 0; a < 4 && arrays[a]; a++)
+      if (state_range(t, a, 1, &lo, &hi))
+        mine += hash_elements(t, lx_fnv1a((uint64_t)a, name, strlen(name)), arrays[a], firsts[a], lo, hi);
+  }
+  LX_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return all ? all : 1;
 }
 
 /* What save_state hands lx_checkpoint_collective. */
@@ -196,6 +253,7 @@ static void save_state(const lx_run_options *o, lx_loader *data, int step) {
   lx_state_run run = this_run(o, step);
   run.windows = data->windows;
   if (lx_world_rank() == 0) run.data_fingerprint = lx_loader_fingerprint(data); /* the header is rank 0's */
+  run.state_checksum = state_checksum(s.arrays);
   int64_t *positions = data_positions(data, run.ranks);
   lx_state_tensor *table = state_table(&run, &s.bytes);
   s.run = &run, s.positions = positions, s.table = table;
@@ -208,7 +266,8 @@ static void save_state(const lx_run_options *o, lx_loader *data, int step) {
  * --steps, which sets the schedule's length, included) must be the saved
  * run's, or the resumed losses would not be the uninterrupted run's. The
  * others may change: the data paths (the same number of windows and the
- * same content, checked in resume_state), validation, checkpoint interval, metrics, printing. */
+ * same content, checked in resume_state), validation, checkpoint interval,
+ * metrics, printing. */
 static void require_same_run(const char *path, const lx_state_run *saved, const lx_run_options *o) {
   lx_run_options was = *o;
   was.train = saved_settings(saved, o->program);
@@ -306,6 +365,13 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
   if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
   move_state(fd, path, 0, table, saved.tensors, arrays);
   close(fd);
+  /* the checksum counts the file's arrays: evaluating a 2BW state without 2BW reads one of them fewer */
+  if (saved.state_checksum && (arrays[3] != NULL) == (saved.delayed_update != 0) &&
+      state_checksum(arrays) != saved.state_checksum)
+    lx_fail_all(
+        "checkpoint %s is corrupt: the weights and moments read from it do not match the checksum saved "
+        "with them (a damaged file or storage)",
+        path);
   state_restored();
   int64_t *positions = lx_state_read_positions(path, &saved);
   lx_loader_seek(data, resumed_window(path, &saved, positions));

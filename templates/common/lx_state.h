@@ -15,8 +15,9 @@
  *                 that differ from the model file's: the learning rate and
  *                 the dropout masks are pure functions of these and the
  *                 step), the number of tensors and of training windows,
- *                 and the training data's fingerprint (0 in the files of
- *                 programs that did not record it)
+ *                 the training data's fingerprint and a checksum of the
+ *                 tensors' arrays (each 0 in the files of programs that did
+ *                 not record it)
  *   offset 4096   int64 next training window of each data-parallel replica
  *   then          lx_state_tensor of every parameter tensor of the model,
  *                 sorted by name: its whole shape and where its data lie
@@ -66,6 +67,7 @@ typedef struct {
   int64_t tensors; /* entries of the tensor table */
   int64_t windows; /* of the training data, which a resumed run must have too */
   uint64_t data_fingerprint; /* of the training data's content (lx_loader_fingerprint); 0: not recorded */
+  uint64_t state_checksum;   /* of every tensor's arrays (lx_resume.h); 0: not recorded */
 } lx_state_run;
 
 /* A parameter tensor of the model: weights, m and v (and the previous
