@@ -21,6 +21,8 @@ Two small GPTs (2 and 4 layers) are generated and built once:
   that step with the file named, saves the state and exits 1;
 - a validation longer than --watchdog (many short batches) completes: each
   batch is progress;
+- two flags naming one file where a write would destroy the other file
+  (--save and --export-llmc, --metrics and --resume) are a usage error;
 - --checkpoint-every without --save warns; --metrics in a missing directory,
   --data naming a directory, and --init given a training state are refused
   with what to do instead.
@@ -219,6 +221,26 @@ def long_validation(work, program):
         print(r.stderr[-1500:])
 
 
+def colliding_files(work, program, ckpt):
+    """Two flags naming one file, however spelled, where one write would
+    destroy the other file: a usage error before anything runs."""
+    fresh = os.path.join(work, "fresh.bin")
+    metrics = ("--metrics", os.path.join(work, "m.jsonl"))
+    for args, said in ((("--save", fresh, "--export-llmc", os.path.join(work, ".", "fresh.bin"), *metrics),
+                        "--save %s and --export-llmc" % fresh),
+                       (("--resume", ckpt, "--metrics", ckpt), "--metrics %s and --resume %s" % (ckpt, ckpt))):
+        with open(ckpt, "rb") as f:
+            before = f.read()
+        r = train(work, program, *args)
+        with open(ckpt, "rb") as f:
+            kept = f.read() == before
+        check(r.returncode == 2 and said in r.stderr and "are one file" in r.stderr and not trained(r) and
+              not os.path.exists(fresh) and kept,
+              "%s and %s naming one file: a usage error, nothing written" % (args[0], args[2]))
+        if "are one file" not in r.stderr:
+            print(r.stderr[-1500:])
+
+
 def refused_settings(work, program, ckpt):
     r = train(work, program, "--checkpoint-every", "2", "--steps", "2", "--metrics", os.path.join(work, "m.jsonl"))
     check(r.returncode == 0 and "checkpoints every 2 steps go nowhere without --save" in r.stderr,
@@ -257,6 +279,7 @@ def main():
     unwritable_metrics(work, program)
     long_validation(work, program)
     refused_settings(work, program, ckpt)
+    colliding_files(work, program, ckpt)
 
 
 main()

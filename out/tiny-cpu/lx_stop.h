@@ -162,6 +162,23 @@ static inline void lx_check_save_path(const char *flag, const char *path, lx_sav
   lx_share_save_verdict(flag, path, why);
 }
 
+/* Whether paths a and b name one regular file, existing (the same inode:
+ * links and other spellings included) or to be made (the same name in the
+ * same directory). Devices do not count: writing /dev/null twice is fine. */
+static inline int lx_same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  int a_exists = stat(a, &sa) == 0, b_exists = stat(b, &sb) == 0;
+  if (a_exists && b_exists) return S_ISREG(sa.st_mode) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (a_exists || b_exists) return 0;
+  const char *name_a = strrchr(a, '/'), *name_b = strrchr(b, '/');
+  name_a = name_a ? name_a + 1 : a, name_b = name_b ? name_b + 1 : b;
+  char *dir_a = lx_parent_dir(a), *dir_b = lx_parent_dir(b);
+  int same = !strcmp(name_a, name_b) && stat(dir_a, &sa) == 0 && stat(dir_b, &sb) == 0 &&
+             sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  free(dir_a), free(dir_b);
+  return same;
+}
+
 /* Why the file at path cannot be written (into why; empty: it can), as a
  * report that is opened, not renamed, is written: the file, or a new one in
  * its directory. A device such as /dev/null will do. */

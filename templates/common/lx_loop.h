@@ -156,6 +156,39 @@ static void check_validation_only(const lx_run_options *o) {
   if (o->save_checkpoint) lx_usage_error("--steps 0 trains nothing: --save would have no new state to write");
 }
 
+/* Two of the files the run writes, or one it writes and one it reads, that
+ * are one file would destroy one of them (--export-llmc over --save's state
+ * at the end; --metrics, written in place, into a checkpoint). Two
+ * exceptions: --save at --resume's file continues that run, and an export
+ * over --init's weights replaces them with the trained ones, as asked. */
+static void check_distinct_files(const lx_run_options *o) {
+  char *hf_weights = o->export_hf ? lx_hf_join(o->export_hf, "model.safetensors") : NULL,
+       *hf_config = o->export_hf ? lx_hf_join(o->export_hf, "config.json") : NULL;
+  const struct {
+    const char *flag, *path;
+    int written;
+  } files[] = {{"--save", o->save_checkpoint, 1},
+               {"--export-llmc", o->export_checkpoint, 1},
+               {"--export-hf", hf_weights, 1},
+               {"--export-hf", hf_config, 1},
+               {"--metrics", o->train.steps > 0 ? o->metrics_path : NULL, 1},
+               {"--profile", o->profile_path, 1},
+               {"--resume", o->resume_checkpoint, 0},
+               {"--init", o->init_checkpoint, 0}};
+  int n = (int)(sizeof files / sizeof files[0]);
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++) {
+      const char *a = files[i].flag, *b = files[j].flag;
+      int continues = !strcmp(a, "--save") && !strcmp(b, "--resume");
+      int replaces_init = !strncmp(a, "--export", 8) && !strcmp(b, "--init");
+      if (!files[i].path || !files[j].path || !files[i].written || continues || replaces_init) continue;
+      if (lx_same_file(files[i].path, files[j].path))
+        lx_usage_error("%s %s and %s %s are one file: one would destroy the other; give each its own path", a,
+                       files[i].path, b, files[j].path);
+    }
+  free(hf_weights), free(hf_config);
+}
+
 /* The model file's training settings, overridden by the command line and
  * checked against each other (no MPI: --preflight runs without it). */
 static lx_run_options parsed_run_options(lx_program program, int argc, char **argv) {
@@ -177,6 +210,7 @@ static lx_run_options parsed_run_options(lx_program program, int argc, char **ar
   if (o.init_checkpoint) require_init_checkpoint(o.init_checkpoint);
   if (o.export_checkpoint) require_llmc_checkpoints(o.export_checkpoint);
   if (o.export_hf) require_hf_checkpoints(o.export_hf);
+  check_distinct_files(&o);
   return o;
 }
 
