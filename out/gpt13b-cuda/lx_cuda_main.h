@@ -80,11 +80,12 @@ static void wait_step(cudaEvent_t stop) {
   lx_watchdog_waiting("the end of the step's kernels and NCCL calls on the GPU");
   for (;;) {
     cudaError_t status = cudaEventQuery(stop);
-    if (status == cudaSuccess) return;
+    if (status == cudaSuccess) break;
     if (status != cudaErrorNotReady) CUDA_CHECK(status);
     lx_comm_check_async(&pipeline_comm, "ncclCommGetAsyncError(pipeline_comm)");
     usleep(100);
   }
+  lx_watchdog_done_waiting();
 }
 
 /* Adds the step's measured launches to their ops' totals (after it synced). */

@@ -80,7 +80,8 @@ static inline LX_PRINTF(1, 2) void lx_watchdog_waiting(const char *fmt, ...) {
   va_end(args);
 }
 
-/* The rank waits on nothing but its own computation again. */
+/* The wait named last is over: the rank waits on nothing but its own
+ * computation again (a watchdog firing now must not blame that peer). */
 static inline void lx_watchdog_done_waiting(void) {
   pthread_mutex_lock(&lx_watchdog.lock);
   lx_watchdog.waiting_on[0] = '\0';

@@ -154,6 +154,7 @@ static inline void lx_wait(MPI_Request *req) {
   lx_posted_request *slot = lx_posted_slot(req);
   lx_watchdog_waiting("%s", slot->req == req ? slot->what : "a request of MPI");
   LX_MPI_CHECK(MPI_Wait(req, MPI_STATUS_IGNORE));
+  lx_watchdog_done_waiting();
   if (slot->req == req) slot->req = NULL;
 }
 
@@ -179,6 +180,7 @@ static inline void lx_allreduce_sum(real *buf, // (n)
   LX_CHECK(n >= 0 && n <= INT_MAX);
   lx_watchdog_waiting("an all-reduce of %lld values over the %s group", (long long)n, lx_comm_name(comm));
   LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, LX_MPI_REAL, MPI_SUM, comm));
+  lx_watchdog_done_waiting();
 }
 
 /* Starts buf = the sum of every rank's buf in comm, in place. */
@@ -239,6 +241,7 @@ static inline void lx_allgather_chunks(real *buf, // (size(comm) * chunk)
   LX_CHECK(chunk >= 0 && chunk <= INT_MAX);
   lx_watchdog_waiting("the ZeRO-1 all-gather of the updated weights");
   LX_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, LX_MPI_REAL, comm));
+  lx_watchdog_done_waiting();
 }
 
 /* The sum of x over comm (squared gradient norms of the stages, losses). */
@@ -246,6 +249,7 @@ static inline double lx_allreduce_sum_double(double x, MPI_Comm comm) {
   double sum = 0;
   lx_watchdog_waiting("a sum over the %s group (losses, squared gradient norms)", lx_comm_name(comm));
   LX_MPI_CHECK(MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm));
+  lx_watchdog_done_waiting();
   return sum;
 }
 

@@ -596,6 +596,28 @@ static void test_pending_checkpoint(void) {
   }
 }
 
+/* A rank stuck computing after a collective that completed: the watchdog
+ * says so, and does not blame the collective's peers. */
+static void test_watchdog_after_a_wait(void) {
+  char out[4096];
+  int status = run_self(out, sizeof out, "stuck-computing");
+  CHECK(status == 1 && strstr(out, "made no progress") && strstr(out, "it waits on its own computation") &&
+            !strstr(out, "a sum over"),
+        "a rank stuck computing after an all-reduce: the watchdog names its own computation (status %d)",
+        status);
+  if (!strstr(out, "its own computation")) printf("     %s\n", out);
+}
+
+static int stuck_computing_mode(int argc, char **argv) {
+  int rank;
+  lx_mpi_start(&argc, &argv, 1, &rank);
+  (void)lx_allreduce_sum_double(1.0, MPI_COMM_WORLD); /* done at once: one rank */
+  lx_watchdog_start(0.5, rank, 0);
+  for (int s = 0; s < 30; s++) /* a computation that never ends (the watchdog's SIGUSR2 ends each sleep) */
+    sleep(1);
+  return 0; /* not reached */
+}
+
 /* A rank that opened PATH.tmp for its part, then fails or stops making progress. */
 static int pending_checkpoint_mode(const char *mode, const char *path) {
   char *tmp = NULL;
@@ -714,6 +736,7 @@ static int child_mode(int argc, char **argv) {
     return options_mode(argc, argv, LX_PROGRAM_CPU);
   }
   if (!strcmp(mode, "metrics") && argc == 3) return metrics_mode(argv[2]);
+  if (!strcmp(mode, "stuck-computing")) return stuck_computing_mode(argc, argv);
   if ((!strcmp(mode, "die-while-saving") || !strcmp(mode, "stuck-while-saving")) && argc == 3)
     return pending_checkpoint_mode(mode, argv[2]);
   if (!strcmp(mode, "mpi")) return mpi_mode(argc, argv);
@@ -768,6 +791,7 @@ int main(int argc, char **argv) {
   test_one_line();
   test_metrics();
   test_pending_checkpoint();
+  test_watchdog_after_a_wait();
 
   char command[512];
   snprintf(command, sizeof command, "rm -rf '%s'", scratch);
