@@ -363,6 +363,7 @@ static inline void lx_comm_all_reduce(const void *send, void *recv, size_t count
   free(host);
   LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, wide, lx_comm_int_count(count), MPI_FLOAT,
                              op == LX_COMM_SUM ? MPI_SUM : MPI_MAX, c->mpi));
+  lx_watchdog_done_waiting();
   lx_comm_to_device(recv, lx_comm_narrow(wide, count, type), count * lx_comm_type_bytes(type), s);
 }
 
@@ -380,6 +381,7 @@ static inline void lx_comm_reduce_scatter(const void *send, void *recv, size_t c
   free(host);
   LX_MPI_CHECK(
       MPI_Reduce_scatter_block(MPI_IN_PLACE, wide, lx_comm_int_count(count), MPI_FLOAT, MPI_SUM, c->mpi));
+  lx_watchdog_done_waiting();
   lx_comm_to_device(recv, lx_comm_narrow(wide, count, type), count * lx_comm_type_bytes(type), s);
 }
 
@@ -396,6 +398,7 @@ static inline void lx_comm_all_gather(const void *send, void *recv, size_t count
   void *all = LX_MALLOC(bytes * (size_t)c->size + 1);
   int n = lx_comm_int_count(bytes);
   LX_MPI_CHECK(MPI_Allgather(mine, n, MPI_BYTE, all, n, MPI_BYTE, c->mpi));
+  lx_watchdog_done_waiting();
   free(mine);
   lx_comm_to_device(recv, all, bytes * (size_t)c->size, s);
 }
@@ -416,6 +419,7 @@ static inline void lx_comm_point_to_point(int receive, void *buf, size_t count, 
   } else {
     lx_comm_host_waiting("send", count, c);
     lx_comm_host_send(buf, bytes, peer, c, s);
+    lx_watchdog_done_waiting();
   }
 }
 
