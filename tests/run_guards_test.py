@@ -23,6 +23,9 @@ Two small GPTs (2 and 4 layers) are generated and built once:
   batch is progress;
 - two flags naming one file where a write would destroy the other file
   (--save and --export-llmc, --metrics and --resume) are a usage error;
+- --auto-resume, one command line run as a requeued job runs it: it starts
+  where --save's checkpoint does not exist, and continues from it where it
+  does, with the uninterrupted run's losses bit for bit;
 - --checkpoint-every without --save warns; --metrics in a missing directory,
   --data naming a directory, and --init given a training state are refused
   with what to do instead.
@@ -35,7 +38,7 @@ import sys
 import time
 
 from tap import check, exit_status
-from training_metrics import fortunes_shards, generate, run
+from training_metrics import fortunes_shards, generate, losses_by_step, run
 
 STEPS = 6
 STEP_OFFSET, POSITIONS_OFFSET = 40, 4096  # lx_state_run.step, the replicas' data positions (docs/checkpoints.md)
@@ -241,6 +244,32 @@ def colliding_files(work, program, ckpt):
             print(r.stderr[-1500:])
 
 
+def auto_resume(work, program, reference):
+    """One command line, run as a requeued job runs it: the first run
+    starts (no checkpoint yet) and stops after step 1, unable to record
+    itself; the same command continues from the saved step with the
+    uninterrupted run's losses, bit for bit; once more, nothing is left."""
+    ckpt = os.path.join(work, "auto.bin")
+    args = ("--save", ckpt, "--auto-resume")
+    first = train(work, program, *args, "--metrics", "/dev/full")
+    check(first.returncode == 1 and os.path.exists(ckpt) and saved_step(ckpt) == 1,
+          "--auto-resume without a checkpoint starts; stopped after step 1, it saved step 1")
+    metrics = os.path.join(work, "auto.jsonl")
+    again = train(work, program, *args, "--metrics", metrics)
+    got = losses_by_step(metrics)
+    check(again.returncode == 0 and "--auto-resume: continuing %s after step 1" % ckpt in again.stdout and
+          got == {s: loss for s, loss in reference.items() if s > 1},
+          "the same command again continues after step 1 with the uninterrupted run's losses bitwise")
+    if again.returncode != 0 or got != {s: loss for s, loss in reference.items() if s > 1}:
+        print((again.stdout + again.stderr)[-1500:], got, reference)
+    done = train(work, program, *args, "--metrics", metrics)
+    check(done.returncode == 0 and "nothing is left to train" in done.stdout and not trained(done),
+          "and once more: the run is finished, nothing is left to train")
+    alone = train(work, program, "--auto-resume", "--metrics", metrics)
+    check(alone.returncode == 2 and "--auto-resume continues from --save's checkpoint" in alone.stderr,
+          "--auto-resume without --save is a usage error")
+
+
 def refused_settings(work, program, ckpt):
     r = train(work, program, "--checkpoint-every", "2", "--steps", "2", "--metrics", os.path.join(work, "m.jsonl"))
     check(r.returncode == 0 and "checkpoints every 2 steps go nowhere without --save" in r.stderr,
@@ -270,6 +299,7 @@ def main():
     ckpt = os.path.join(work, "state.bin")
     r = train(work, program, "--save", ckpt, "--metrics", os.path.join(work, "first.jsonl"))
     check(r.returncode == 0 and saved_step(ckpt) == STEPS, "the 2-layer model trains %d steps and saves" % STEPS)
+    reference = losses_by_step(os.path.join(work, "first.jsonl"))
     another_model(work, program, deeper)
     corrupt_checkpoints(work, program, ckpt)
     damaged_data(work, program, ckpt)
@@ -280,6 +310,7 @@ def main():
     long_validation(work, program)
     refused_settings(work, program, ckpt)
     colliding_files(work, program, ckpt)
+    auto_resume(work, program, reference)
 
 
 main()

@@ -189,12 +189,28 @@ static void check_distinct_files(const lx_run_options *o) {
   free(hf_weights), free(hf_config);
 }
 
+/* --auto-resume: the job's one command line both starts the run and, once
+ * --save's checkpoint exists (a job requeued after preemption), continues
+ * it; resuming, the state holds the weights that --init started from (but
+ * for fine-tuning's frozen base). */
+static void resolve_auto_resume(lx_run_options *o) {
+  if (!o->auto_resume) return;
+  if (!o->save_checkpoint)
+    lx_usage_error("--auto-resume continues from --save's checkpoint: give --save CKPT");
+  if (o->resume_checkpoint)
+    lx_usage_error("--auto-resume resumes from --save's checkpoint where it exists: not with --resume");
+  if (access(o->save_checkpoint, F_OK) != 0) return; /* the job's first run */
+  o->resume_checkpoint = o->save_checkpoint;
+  if (!FINETUNE) o->init_checkpoint = NULL;
+}
+
 /* The model file's training settings, overridden by the command line and
  * checked against each other (no MPI: --preflight runs without it). */
 static lx_run_options parsed_run_options(lx_program program, int argc, char **argv) {
   lx_run_options o = model_defaults(program);
   lx_parse_run_options(argc, argv, &o);
   lx_metrics_set_print_every(o.print_every);
+  resolve_auto_resume(&o);
   if (o.init_checkpoint && o.resume_checkpoint && !FINETUNE)
     lx_usage_error("--init starts a run from llm.c weights, --resume continues one: not both");
   check_validation_only(&o);
@@ -579,6 +595,8 @@ static int train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
   }
   const lx_train_settings *t = &o->train;
   int done = o->resume_checkpoint ? resume_state(o, data) : 0, stop = 0;
+  if (o->auto_resume && done > 0 && lx_world_rank() == 0)
+    printf("lynx: --auto-resume: continuing %s after step %d\n", o->resume_checkpoint, done);
   if (done == t->steps && lx_world_rank() == 0)
     printf("lynx: %s is of a finished run (step %d of %d): nothing is left to train\n", o->resume_checkpoint,
            done, t->steps);

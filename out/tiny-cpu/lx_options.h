@@ -57,6 +57,7 @@ typedef struct {
   const char *init_checkpoint; /* llm.c or Hugging Face weights; NULL: random initialisation */
   const char *save_checkpoint; /* the training state (lx_state.h); NULL: save nothing */
   const char *resume_checkpoint; /* continue the run that saved this state; NULL: start */
+  int auto_resume;               /* resume from save_checkpoint where it exists (a requeued job) */
   const char *export_checkpoint; /* llm.c GPT-2 weights after the last step; NULL: none */
   const char *export_hf;         /* a Hugging Face checkpoint directory, likewise */
   int checkpoint_every;          /* save the state every this many steps too; 0: only at the end */
@@ -129,6 +130,8 @@ static inline const lx_option *lx_run_option_table(int *n) {
        "--save every N steps too, 0 = only at the end"},
       {"--resume", "CKPT", LX_OPT_TEXT, LX_OPT_AT(resume_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
        "continue the run that saved CKPT exactly"},
+      {"--auto-resume", NULL, LX_OPT_SWITCH, LX_OPT_AT(auto_resume), 0, 0, 0, 0, LX_FOR_BOTH,
+       "--resume --save's CKPT where it exists, else start"},
       {"--export-llmc", "CKPT", LX_OPT_TEXT, LX_OPT_AT(export_checkpoint), 0, 0, 0, 0, LX_FOR_BOTH,
        "write llm.c GPT-2 weights at the end (adapters merged)"},
       {"--export-hf", "DIR", LX_OPT_TEXT, LX_OPT_AT(export_hf), 0, 0, 0, 0, LX_FOR_BOTH,
