@@ -612,7 +612,7 @@ static int train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
     double val_loss = validates ? validation_loss(val, o->val_batches, step) : NAN;
     if (reports && lx_metrics_step(step, t->steps, loss, val_loss, lr, grad_norm, ms,
                                    (double)MICRO_BATCHES * BT * DATA_PARALLEL / (ms / 1e3)) != 0)
-      lx_request_stop(LX_STOP_UNRECORDED);
+      lx_stop_unrecorded();
     require_finite(o, step, loss, grad_norm);
     lx_watchdog_progress();
     done = step;

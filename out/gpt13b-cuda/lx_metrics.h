@@ -27,7 +27,7 @@ static inline double lx_now_ms(void) {
 
 typedef struct {
   FILE *file;      /* NULL: stdout only */
-  char path[4096]; /* the file's, for messages */
+  const char *path; /* the file's (the command line's string), for messages */
   int print_every; /* stdout line every this many steps */
   double ms_sum;   /* over the timed steps, for the ETA */
   int timed_steps; /* steps after the first, which pays for warm-up */
@@ -36,7 +36,7 @@ typedef struct {
 
 /* Header-only: one instance per program (the emitted program is one file). */
 static inline lx_metrics_state *lx_metrics(void) {
-  static lx_metrics_state state = {NULL, "", 1, 0, 0, 0};
+  static lx_metrics_state state = {NULL, NULL, 1, 0, 0, 0};
   return &state;
 }
 
@@ -51,7 +51,7 @@ static inline void lx_metrics_open(const char *path, int append) {
   m->print_every = print_every;
   if (path && !(m->file = fopen(path, append ? "a" : "w")))
     lx_die("cannot write metrics file %s: %s", path, strerror(errno));
-  if (path) snprintf(m->path, sizeof m->path, "%s", path);
+  m->path = path;
 }
 
 static inline void lx_metrics_set_print_every(int n) { lx_metrics()->print_every = n > 0 ? n : 1; }

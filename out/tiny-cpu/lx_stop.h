@@ -32,10 +32,9 @@ static volatile sig_atomic_t lx_stop_signal; /* the first stop signal received; 
  * every signal number, so that the ranks' maximum says it. */
 #define LX_STOP_UNRECORDED 1000
 
-/* This rank asks the run to stop at the end of the step, for `reason`. */
-static inline void lx_request_stop(int reason) {
-  if (!lx_stop_signal || reason == LX_STOP_UNRECORDED) lx_stop_signal = reason;
-}
+/* This rank cannot record the run: it stops at the end of the step, the
+ * reason outranking a signal's. */
+static inline void lx_stop_unrecorded(void) { lx_stop_signal = LX_STOP_UNRECORDED; }
 
 static void lx_note_stop_signal(int sig) {
   if (!lx_stop_signal) lx_stop_signal = sig;
