@@ -237,12 +237,9 @@ static lx_run_options parsed_run_options(lx_program program, int argc, char **ar
  * continue. */
 static void probe_state_save(const lx_run_options *o, char *why, size_t cap) {
   const char *path = o->save_checkpoint;
-  struct stat there, resumed;
   lx_probe_save_path(path, why, cap);
-  if (why[0] || stat(path, &there) != 0) return;
-  if (o->resume_checkpoint && stat(o->resume_checkpoint, &resumed) == 0 && resumed.st_dev == there.st_dev &&
-      resumed.st_ino == there.st_ino)
-    return;
+  if (why[0] || access(path, F_OK) != 0) return;
+  if (o->resume_checkpoint && lx_same_file(path, o->resume_checkpoint)) return;
   snprintf(why, cap,
            "%s exists and this run %s: its first save would replace it (continue the run that saved it with "
            "--resume %s, or save elsewhere)",
