@@ -413,9 +413,10 @@ def watchdog(work, program):
     timeout = 2
     hit, status, took, log = signal_stage_1(work, program, "stopped-rank", signal.SIGSTOP, "--watchdog", str(timeout))
     named = [line for line in log.splitlines() if line.startswith("lynx: watchdog: rank 0 (stage 0) made no progress")]
-    # it waits on stage 1's message, in the tied embedding's all-reduce with it, or at a barrier of the
-    # save every step makes (stage 1 never reaches it)
-    waits_on_stage_1 = named and any(what in named[0] for what in ("stage 1", "tied-embedding", "the save of"))
+    # it waits on stage 1's message or loss, in the tied embedding's all-reduce with it, or in a collective of
+    # every rank that stage 1 never reaches: a barrier of the save every step makes, the stop agreement
+    waits_on_stage_1 = named and any(what in named[0] for what in (
+        "stage 1", "tied-embedding", "the save of", "agreement on stop signals"))
     check(hit and status not in (None, 0) and waits_on_stage_1,
           "a stopped stage: rank 0's watchdog names what it waits on and the job ends %.1f s after the stop "
           "(--watchdog %d; status %s): %s" % (took, timeout, status, named[0] if named else log[-1500:]))

@@ -21,6 +21,7 @@
 #include "lx_checkpoint.h" /* lx_checkpoint_tmp_path */
 #include "lx_data.h"       /* lx_strdup */
 #include "lx_mpi_errors.h"
+#include "lx_watchdog.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -57,7 +58,9 @@ static inline void lx_catch_stop_signals(void) {
  * rank), or 0. */
 static inline int lx_stop_requested(void) {
   int mine = lx_stop_signal, any = 0;
+  lx_watchdog_waiting("the end-of-step agreement on stop signals, with every rank");
   LX_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  lx_watchdog_done_waiting();
   return any;
 }
 

@@ -33,7 +33,9 @@ lx_cross_entropy_forward_tp_rows(const lx_ctx *ctx,
     int t = targets[r] - first;
     picked[r] = t >= 0 && t < valid ? x[t] : 0;
   }
+  lx_watchdog_waiting("the vocabulary-parallel logits' row maxima over the %s group", lx_comm_name(comm));
   LX_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, row_max, rows, LX_MPI_REAL, MPI_MAX, comm));
+  lx_watchdog_done_waiting();
 #pragma omp parallel for num_threads(ctx->threads)
   for (int r = 0; r < rows; r++) {
     const real *x = logits + (size_t)r * Vr;

@@ -243,13 +243,13 @@ static void write_state_shares(int fd, const char *tmp, void *ctx) {
  * checkpoint stays as it was. */
 static void save_state(const lx_run_options *o, lx_loader *data, int step) {
   state_save s;
+  lx_watchdog_waiting("the save of %s (its writes, or another rank's at a barrier)", o->save_checkpoint);
   state_arrays(s.arrays, 1);
   int finite = weights_finite(), all_finite = 0;
   LX_MPI_CHECK(MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (!all_finite)
     lx_fail_all("the weights are not finite after step %d: not saved, %s keeps the last good checkpoint",
                 step, o->save_checkpoint);
-  lx_watchdog_waiting("the save of %s (its writes, or another rank's at a barrier)", o->save_checkpoint);
   lx_state_run run = this_run(o, step);
   run.windows = data->windows;
   if (lx_world_rank() == 0) run.data_fingerprint = lx_loader_fingerprint(data); /* the header is rank 0's */

@@ -276,7 +276,9 @@ static void gather_reduced_gradients(void) {
 static double step_loss(void) {
   double loss = STAGE == STAGES - 1 ? loss_sum / MICRO_BATCHES : 0;
   loss = lx_allreduce_sum_double(loss, groups.dp) / DATA_PARALLEL;
+  lx_watchdog_waiting("the step's loss from the last stage, stage %d", STAGES - 1);
   LX_MPI_CHECK(MPI_Bcast(&loss, 1, MPI_DOUBLE, STAGES - 1, groups.pp));
+  lx_watchdog_done_waiting();
   return loss;
 }
 
