@@ -206,7 +206,7 @@ else
   not_ok "tiny-tp2-pp2-dp2-head-pieces: no call of lx_attention_forward_heads"
 fi
 
-# ---- the training loop's command line (lx_loop.h), which runs without a GPU --
+# ---- the training loop's command line (lx_command_line.h), no GPU needed --
 # --help and a bad flag are answered before the program touches CUDA.
 program=$(find "$work" -path '*/tiny-*/stage0' -type f | head -1)
 if [ -n "$program" ]; then

@@ -370,7 +370,7 @@ void emit_micro_batch_macros(const lx_printer *pr) {
  * last update; the next step's, run ahead, the live one. */
 void emit_weight_versions(const lx_printer *pr) {
   if (!steps_overlap(pr)) return;
-  fprintf(pr->out, "#define STEPS_OVERLAP 1 /* PipeDream-2BW: lx_loop.h */\n"
+  fprintf(pr->out, "#define STEPS_OVERLAP 1 /* PipeDream-2BW: lx_stage.h */\n"
                    "static int pipeline_filled; /* the next step's first forwards are done */\n");
   fprintf(pr->out, "\n/* PipeDream-2BW: the weights micro-batch mb computes with, the same in its forward\n"
                    " * and backward: this step's use the version before the last update, the next\n"

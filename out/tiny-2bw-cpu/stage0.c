@@ -83,7 +83,7 @@ static char *host_arena;
 #define GRAD_OF(p) ((real *)((char *)(p) + (REGION_grads - REGION_previous) * REAL_SCALE))
 #define PARAMS ((real *)AT(REGION_params))
 #define GRADS ((real *)AT(REGION_grads))
-#define STEPS_OVERLAP 1 /* PipeDream-2BW: lx_loop.h */
+#define STEPS_OVERLAP 1 /* PipeDream-2BW: lx_stage.h */
 static int pipeline_filled; /* the next step's first forwards are done */
 
 /* PipeDream-2BW: the weights micro-batch mb computes with, the same in its forward

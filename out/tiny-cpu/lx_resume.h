@@ -3,20 +3,23 @@
  * under whatever plan, and the checks that a checkpoint continues this run:
  * the same model, the same settings that decide the losses, the same data.
  *
- * A part of lx_loop.h, included there after the llm.c and Hugging Face
- * checkpoint functions it shares (move_rows, moved_part), and before the
- * loop that calls save_state and resume_state. Valid C11 and C++17. */
+ * A part of lx_loop.h, after the stage file's definitions (lx_stage.h); it
+ * moves a rank's elements as the weights' formats do (lx_weights.h). Valid
+ * C11 and C++17. */
 #ifndef LX_RESUME_H
 #define LX_RESUME_H
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
+#include "lx_command_line.h"
 #include "lx_data.h"
 #include "lx_options.h"
+#include "lx_stage.h"
 #include "lx_state.h"
 #include "lx_stop.h"
 #include "lx_tensor_io.h"
 #include "lx_watchdog.h"
+#include "lx_weights.h"
 
 /* Whether the header records opt's setting in overrides (lx_state_run),
  * and where: at byte *at of lx_train_settings, *bytes long. Steps, seed

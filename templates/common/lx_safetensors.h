@@ -8,7 +8,7 @@
  *
  * The code printer describes the model as that file's tensors (hf_tensors,
  * gen/emit/emit_formats.c) and the stage's parameters as their rows
- * (hf_parts); lx_loop.h walks a rank's elements and moves them through
+ * (hf_parts); lx_weights.h walks a rank's elements and moves them through
  * lx_tensor_io, a run at a time. Writing is collective like lx_checkpoint.h's
  * (PATH.tmp at full size, every rank pwrites its part, rank 0 renames);
  * reading takes F32, F16 and BF16 files, one file or a directory as

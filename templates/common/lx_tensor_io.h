@@ -3,7 +3,7 @@
  * rotary pairs reordered within heads: lx_hf_layout), a block at a time:
  * the Hugging Face checkpoints (lx_safetensors.h) and the training state
  * (lx_state.h) both write every plan's shares into the same places, so
- * that a file moves between plans. lx_loop.h cuts a rank's elements into
+ * that a file moves between plans. lx_weights.h cuts a rank's elements into
  * the runs of whole rows that lx_tensor_segment takes. Valid C11 and C++17. */
 #ifndef LX_TENSOR_IO_H
 #define LX_TENSOR_IO_H

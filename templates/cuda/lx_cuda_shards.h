@@ -2,7 +2,7 @@
  * updates, as on the CPU target (templates/cpu/lx_main.h): the initial values
  * of its tensor-parallel shards, its ZeRO-1 shares of the gradient buckets,
  * the tied embedding's gradient sum, the global gradient norm and the
- * optimizer step, and the checkpoints of lx_loop.h (from and to the fp32
+ * optimizer step, and the checkpoints of lx_weights.h (from and to the fp32
  * masters). Host C++, included by lx_cuda_main.h once the stage has defined
  * its parameter and bucket tables, and lx_loop.h. */
 #ifndef LX_CUDA_SHARDS_H

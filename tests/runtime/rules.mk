@@ -15,9 +15,10 @@ RUNTIME_TEST_CFLAGS := -std=c11 -O2 -g $(WARNINGS) -Itemplates/cpu -Itemplates/c
 # templates/common is host C++ in the CUDA programs (nvcc's host compiler):
 # each header there is standard C++17 too (-pedantic-errors: no C-only
 # compound literals or designated initializers), with every warning an error;
-# all but lx_loop.h and its part lx_resume.h, which need a stage file (the
+# all but lx_stage.h and those that include it, which need a stage file (the
 # CUDA emit test builds one).
-COMMON_CXX_HEADERS := $(filter-out %/lx_loop.h %/lx_resume.h,$(wildcard templates/common/lx_*.h))
+STAGE_HEADERS := $(addprefix templates/common/,lx_stage.h lx_command_line.h lx_weights.h lx_resume.h lx_loop.h)
+COMMON_CXX_HEADERS := $(filter-out $(STAGE_HEADERS),$(wildcard templates/common/lx_*.h))
 MPI_SYSTEM_INCLUDES := $(patsubst -I%,-isystem %,$(shell $(MPICC) --showme:compile 2>/dev/null))
 
 $(BUILD)/tests/runtime_test: tests/runtime/runtime_test.c $(RUNTIME_HEADERS) tests/check.h
