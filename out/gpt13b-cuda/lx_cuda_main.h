@@ -99,19 +99,25 @@ static void profile_collect(int keep) {
   prof_used = 0;
 }
 
+/* The most a profile line can take: a key of under 128 bytes and attributes
+ * of under 96 (print_profile_table's buffers), the op's place cut to 255,
+ * two %.6f of a double (at most 317 bytes each), a stage and two counts. */
+#define PROF_LINE_MAX 2048
+
 /* Every stage's measured ops, gathered on rank 0, which writes the file:
  * one `op` line per op that ran forward and backward, mean times in ms. */
 static void profile_write(const char *path, int rank, int ranks) {
-  char *text = (char *)malloc((size_t)PROF_SLOTS * 512 + 1);
+  char *text = (char *)malloc((size_t)PROF_SLOTS * PROF_LINE_MAX + 1);
   if (!text) lx_cuda_fail_at(__FILE__, __LINE__, "malloc", "host", "out of memory");
   int length = 0;
   for (int t = 0; t < PROF_SLOTS; t++) {
     const lx_prof_total *p = &prof_totals[t];
     if (!prof_ops[t].key || !p->calls[0] || !p->calls[1]) continue;
     char what[256];
-    length += snprintf(text + length, 512, "op %s %.6f %.6f%s  # %s, stage %d, %lld + %lld launches\n",
-                       prof_ops[t].key, p->ms[0] / p->calls[0], p->ms[1] / p->calls[1], prof_ops[t].attrs,
-                       lx_one_line(prof_ops[t].what, what, sizeof what), STAGE, p->calls[0], p->calls[1]);
+    length +=
+        snprintf(text + length, PROF_LINE_MAX, "op %s %.6f %.6f%s  # %s, stage %d, %lld + %lld launches\n",
+                 prof_ops[t].key, p->ms[0] / p->calls[0], p->ms[1] / p->calls[1], prof_ops[t].attrs,
+                 lx_one_line(prof_ops[t].what, what, sizeof what), STAGE, p->calls[0], p->calls[1]);
   }
   int *lengths = (int *)calloc((size_t)ranks, sizeof(int)), *offsets = (int *)calloc((size_t)ranks, sizeof(int));
   if (!lengths || !offsets) lx_cuda_fail_at(__FILE__, __LINE__, "calloc", "host", "out of memory");

@@ -5,14 +5,18 @@
  * that dies still leaves its last step behind.
  *
  * The metrics file is truncated when opened: it describes this run only.
- * JSON keys: step, loss, val_loss (only on steps that validated), lr,
- * grad_norm, ms, tokens_per_s; a non-finite value (a diverged loss) is
- * written as null, since JSON has no NaN. */
+ * A line is one JSON object, printed by cJSON: step, loss, val_loss (only on
+ * steps that validated), lr, grad_norm, ms, tokens_per_s, each number in
+ * the digits that read back as it; a non-finite value (a diverged loss) is
+ * null, since JSON has no NaN. */
 #ifndef LX_METRICS_H
 #define LX_METRICS_H
 
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
+#include "lx_check.h"
+
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,11 +90,36 @@ static inline double lx_metrics_eta_seconds(lx_metrics_state *m, int step, int s
   return (steps - step) * mean_ms / 1000.0;
 }
 
-static inline void lx_json_number(FILE *f, const char *key, double v) {
-  if (isfinite(v))
-    fprintf(f, ", \"%s\": %.9g", key, v);
-  else
-    fprintf(f, ", \"%s\": null", key);
+/* A member of a metrics line: a number as the shortest of 15, 16 or 17
+ * significant digits that reads back as it exactly (as raw JSON: cJSON 1.7
+ * keeps 15 digits that read back only approximately, 2^53 as
+ * 9.00719925474099e+15); a non-finite one as null. */
+static inline void lx_metrics_add(cJSON *line, const char *key, double v) {
+  char text[32] = "null";
+  for (int digits = 15; isfinite(v) && digits <= 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, v);
+    if (strtod(text, NULL) == v) break;
+  }
+  cJSON *item = cJSON_CreateRaw(text);
+  if (!item || !cJSON_AddItemToObject(line, key, item)) LX_FATAL("out of memory");
+}
+
+/* The step's line of the metrics file, malloc'd, without its newline. */
+static inline char *lx_metrics_line(int step, double loss, double val_loss, double lr, double grad_norm,
+                                    double ms, double tokens_per_s) {
+  cJSON *line = cJSON_CreateObject();
+  if (!line) LX_FATAL("out of memory");
+  lx_metrics_add(line, "step", step);
+  lx_metrics_add(line, "loss", loss);
+  if (!isnan(val_loss)) lx_metrics_add(line, "val_loss", val_loss);
+  lx_metrics_add(line, "lr", lr);
+  lx_metrics_add(line, "grad_norm", grad_norm);
+  lx_metrics_add(line, "ms", ms);
+  lx_metrics_add(line, "tokens_per_s", tokens_per_s);
+  char *text = cJSON_PrintUnformatted(line);
+  cJSON_Delete(line);
+  if (!text) LX_FATAL("out of memory");
+  return text;
 }
 
 /* Reports a step; returns 0, or -1 when the metrics file could not take
@@ -109,14 +138,9 @@ static inline int lx_metrics_step(int step, int steps, double loss, double val_l
     fflush(stdout);
   }
   if (!m->file) return 0;
-  fprintf(m->file, "{\"step\": %d", step);
-  lx_json_number(m->file, "loss", loss);
-  if (has_val) lx_json_number(m->file, "val_loss", val_loss);
-  lx_json_number(m->file, "lr", lr);
-  lx_json_number(m->file, "grad_norm", grad_norm);
-  lx_json_number(m->file, "ms", ms);
-  lx_json_number(m->file, "tokens_per_s", tokens_per_s);
-  fputs("}\n", m->file);
+  char *line = lx_metrics_line(step, loss, val_loss, lr, grad_norm, ms, tokens_per_s);
+  fprintf(m->file, "%s\n", line);
+  free(line);
   if (fflush(m->file) == 0 && !ferror(m->file)) return 0;
   fprintf(stderr, "lynx: error: cannot write step %d to the metrics file %s: %s\n", step, m->path,
           strerror(errno));

@@ -62,13 +62,15 @@ static void announce_stop(const lx_run_options *o, int signal, int step) {
 
 /* --steps 0: the weights it starts from (initialised, --init or --resume)
  * evaluated on o->val_batches batches of the validation data, the loss
- * printed by the reporting rank; no optimizer step, no metrics line, no
- * training state saved; --export-llmc and --export-hf still write the weights. */
+ * printed by the reporting rank, in the digits that read back as it (as the
+ * metrics file has it); no optimizer step, no metrics line, no training
+ * state saved; --export-llmc and --export-hf still write the weights. */
 static void validate_only(const lx_run_options *o, lx_loader *data, lx_loader *val, int reports) {
   int done = o->resume_checkpoint ? resume_state(o, data) : 0;
   if (val) {
-    double loss = validation_loss(val, o->val_batches, done);
-    if (reports) printf("validation loss %.9g (%d batches, after step %d)\n", loss, o->val_batches, done);
+    char loss[32];
+    lx_format_real(loss, sizeof loss, validation_loss(val, o->val_batches, done));
+    if (reports) printf("validation loss %s (%d batches, after step %d)\n", loss, o->val_batches, done);
   }
   if (o->export_checkpoint || o->export_hf) export_weights(o->export_checkpoint, o->export_hf);
 }

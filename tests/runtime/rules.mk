@@ -27,7 +27,7 @@ $(BUILD)/tests/runtime_test: tests/runtime/runtime_test.c $(RUNTIME_HEADERS) tes
 	for h in $(COMMON_CXX_HEADERS); do \
 	  $(CXX) -std=c++17 -fsyntax-only -Wall -Wextra -Werror -pedantic-errors $(MPI_SYSTEM_INCLUDES) -x c++ $$h || exit 1; \
 	done
-	$(MPICC) $(RUNTIME_TEST_CFLAGS) -o $@ $< -lm
+	$(MPICC) $(RUNTIME_TEST_CFLAGS) -o $@ $< -lcjson -lm
 
 # The script runs the program above and bin/lynxgen: both must exist first.
 tests/runtime/runtime_mpi_test.sh: $(BUILD)/tests/runtime_test bin/lynxgen

@@ -558,17 +558,18 @@ static void test_metrics(void) {
            "assert rows[1][\"val_loss\"] == 5.25 and rows[0][\"loss\"] == 5.5 and rows[2][\"loss\"] is None, "
            "rows\n"
            "assert rows[0][\"tokens_per_s\"] == 16384 and rows[2][\"step\"] == 3, rows\n"
+           "assert rows[1][\"grad_norm\"] == 1 / 3 and rows[2][\"tokens_per_s\"] == 2 ** 53, rows\n"
            "' '%s'",
            path);
   CHECK(system(command) == 0, "metrics JSON lines parse with python3's json, val_loss only when computed, "
-                              "a NaN loss as null");
+                              "a NaN loss as null, every number exact (a norm of 1/3, 2^53 tokens/s)");
 }
 
 static int metrics_mode(const char *path) {
   lx_metrics_open(path, 0);
   lx_metrics_step(1, 3, 5.5, NAN, 1e-3, 2.0, 125.0, 16384.0);
-  lx_metrics_step(2, 3, 5.375, 5.25, 1e-3, 1.5, 120.0, 17000.0);
-  lx_metrics_step(3, 3, NAN, NAN, 5e-4, 1.25, 118.0, 17300.0);
+  lx_metrics_step(2, 3, 5.375, 5.25, 1e-3, 1.0 / 3, 120.0, 17000.0);
+  lx_metrics_step(3, 3, NAN, NAN, 5e-4, 1.25, 118.0, 0x1p53);
   lx_metrics_close();
   return 0;
 }
