@@ -37,7 +37,9 @@ static const char tokenize_usage[] =
     "  -o, --output DIR      where the shards go (created if missing)\n"
     "  --val-fraction F      the last F of the bytes are validation data, 0 <= F < 1\n"
     "                        (default 0.1; 0 writes no validation shard)\n"
-    "  --shard-tokens N      at most N tokens per shard (default 100000000)\n"
+    "  --shard-tokens N      at most N tokens per shard (default 100000000); a split\n"
+    "                        of more is cut into shards of equal size (within one\n"
+    "                        token), so that none is a short tail the programs refuse\n"
     "  -h, --help            this text\n";
 
 typedef struct {
@@ -64,7 +66,8 @@ static int parse_tokenize_options(int argc, char **argv, tokenize_options *o) {
       fputs(tokenize_usage, stdout);
       return 0;
     } else if (!strcmp(arg, "-o") || !strcmp(arg, "--output")) {
-      if (!(o->out_dir = flag_value(argc, argv, &i))) return usage_error("-o needs a directory", NULL);
+      if (!(o->out_dir = flag_value(argc, argv, &i)) || !*o->out_dir)
+        return usage_error("-o needs a directory", NULL);
     } else if (!strcmp(arg, "--val-fraction")) {
       if (!(value = flag_value(argc, argv, &i))) return usage_error("--val-fraction needs a value", NULL);
       o->val_fraction = strtod(value, &end);
@@ -211,17 +214,40 @@ static int write_shard(const char *path, const unsigned char *bytes, // (count)
   return 0;
 }
 
-/* DIR/SPLIT_000000.bin, ... of at most shard_tokens tokens each. */
+/* DIR/SPLIT_000000.bin, ... of at most shard_tokens tokens each, as few as
+ * that allows, of equal size within one token: cut at every shard_tokens,
+ * the last shard could be a few tokens, fewer than a program's batch. */
 static int write_split(const tokenize_options *o, const char *split, const unsigned char *bytes, // (count)
                        size_t count) {
-  for (size_t first = 0, shard = 0; first < count; first += (size_t)o->shard_tokens, shard++) {
-    size_t n = count - first < (size_t)o->shard_tokens ? count - first : (size_t)o->shard_tokens;
+  size_t shards = (count + (size_t)o->shard_tokens - 1) / (size_t)o->shard_tokens, first = 0;
+  for (size_t shard = 0; shard < shards; shard++) {
+    size_t n = count / shards + (shard < count % shards); /* the first count % shards take one more */
     char path[4200];
     snprintf(path, sizeof path, "%s/%s_%06zu.bin", o->out_dir, split, shard);
     if (write_shard(path, bytes + first, n) != 0) return -1;
     printf("wrote %s (%zu tokens)\n", path, n);
+    first += n;
   }
   return 0;
+}
+
+/* 'DIR/SPLIT_*.bin' for a POSIX shell, matching DIR's shards alone: DIR's
+ * glob characters escaped (run[1]/train_*.bin would read run1's shards),
+ * its quotes closed around, its trailing slashes left out. */
+static void print_shard_glob(const char *dir, const char *split) {
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/')
+    n--;
+  putchar('\'');
+  for (size_t i = 0; i < n; i++) {
+    if (dir[i] == '\'')
+      fputs("'\\''", stdout);
+    else if (strchr("*?[]\\", dir[i]))
+      printf("\\%c", dir[i]);
+    else
+      putchar(dir[i]);
+  }
+  printf("/%s_*.bin'", split);
 }
 
 /* Train shards from the first `train` bytes, validation shards (if any) from
@@ -252,7 +278,14 @@ int lx_tokenize_main(int argc, char **argv) {
             "lynxgen tokenize: %s has %zu bytes, too few to set %g of them aside (try --val-fraction 0)\n",
             o.text_path, size, o.val_fraction);
   else if (write_shards(&o, text, train, val) == 0) {
-    printf("vocab %d (byte-level): train %zu tokens, val %zu tokens\n", TOKENIZE_VOCAB, train, val);
+    printf("vocab %d (byte-level): train %zu tokens, val %zu tokens\ntrain with --data ", TOKENIZE_VOCAB,
+           train, val);
+    print_shard_glob(o.out_dir, "train");
+    if (val) {
+      fputs(" --val-data ", stdout);
+      print_shard_glob(o.out_dir, "val");
+    }
+    putchar('\n');
     status = 0;
   }
   free(text);

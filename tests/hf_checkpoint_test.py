@@ -22,10 +22,12 @@ file's plan and at tp 2 x pp 2 x dp 2 with ZeRO-1 and sequence parallelism:
   files, a base model's names without the "transformer." / "model." prefix,
   a directory of shards named by model.safetensors.index.json, and a GPT-2
   of a longer context;
-- a hostile or broken file (truncated, a header size past the end, a header
-  that is not JSON, a missing tensor, a wrong shape or dtype, offsets past
-  the data, an index naming a file outside the directory) ends the program
-  with one error line that says what is wrong, exit status 1;
+- a hostile or broken file (truncated, a header size past the end or a few
+  bytes short, a header that is not JSON, a missing tensor, a wrong shape or
+  dtype, offsets past the data, two tensors on the same bytes, a tensor
+  named twice, a NaN weight, an index naming a file outside the directory or
+  a named pipe) ends the program with one error line that says what is
+  wrong, exit status 1;
 - before step 1: an export directory that cannot be made, and a model that
   transformers has no class for (an untied GPT-2), are refused.
 """
@@ -92,8 +94,9 @@ def generate(work, name, text, *args):
 
 def program_run(program, work, *args):
     """The program's run.sh on fortunes; returns (result, validation loss or None)."""
-    r = run([os.path.join(program, "run.sh"), "--data", "data/train_*.bin", "--val-data", "data/val_*.bin",
-             "--val-batches", "1", "--metrics", os.path.join(program, "metrics.jsonl"), *args], work)
+    cmd = [os.path.join(program, "run.sh"), "--data", "data/train_*.bin", "--val-data", "data/val_*.bin",
+           "--val-batches", "1", "--metrics", os.path.join(program, "metrics.jsonl"), *args]
+    r = run(cmd, work)
     loss = None
     for line in r.stdout.splitlines():
         if line.startswith("validation loss"):
@@ -542,7 +545,7 @@ def hostile_checks(work, program, trained, other):
     refuses(work, program, "a header that is not JSON", variant("json", struct.pack("<Q", 8) + b"{nonsense" + blob[17:]),
             "not a JSON object")
     missing = dict(header)
-    del missing["transformer.ln_f.bias"]
+    missing["transformer.ln_f.bias-renamed"] = missing.pop("transformer.ln_f.bias")
     refuses(work, program, "a missing tensor", variant("missing", with_header(missing)),
             "holds no tensor transformer.ln_f.bias")
     shape = json.loads(json.dumps(header))
@@ -555,6 +558,35 @@ def hostile_checks(work, program, trained, other):
     offsets = json.loads(json.dumps(header))
     offsets["transformer.ln_f.weight"]["data_offsets"] = [len(blob), len(blob) + 256]
     refuses(work, program, "offsets past the data", variant("offsets", with_header(offsets)), "past the end")
+    # The tensors must cover the data exactly, each name once (the safetensors rule):
+    # else a header size a few bytes short (the header's padding still parses) moves
+    # every tensor, and overlapping or repeated entries load other weights.
+    padded = json.dumps(header).encode()
+    padded += b" " * (8 + -len(padded) % 8)
+    refuses(work, program, "a header size 4 bytes short (its padding still parses)",
+            variant("short", struct.pack("<Q", len(padded) - 4) + padded + blob[8 + n:]),
+            "do not cover its data exactly")
+    overlap = json.loads(json.dumps(header))
+    overlap["transformer.ln_f.weight"]["data_offsets"] = header["transformer.h.0.ln_1.weight"]["data_offsets"]
+    refuses(work, program, "two tensors on the same bytes", variant("overlap", with_header(overlap)),
+            "do not cover its data exactly")
+    text = json.dumps(header)
+    twice = ('{"transformer.ln_f.weight": %s, ' % json.dumps(header["transformer.h.0.ln_1.weight"]) +
+             text[1:]).encode()
+    twice += b" " * (-len(twice) % 8)
+    refuses(work, program, "a tensor named twice", variant("twice", struct.pack("<Q", len(twice)) + twice +
+                                                            blob[8 + n:]), "names tensor transformer.ln_f.weight twice")
+    nan = bytearray(blob)
+    struct.pack_into("<f", nan, 8 + n + header["transformer.ln_f.weight"]["data_offsets"][0] + 4, float("nan"))
+    refuses(work, program, "a NaN weight", variant("nan", bytes(nan)),
+            "tensor transformer.ln_f.weight holds nan at element 1: weights must be finite")
+    fifo = os.path.join(work, "hostile-fifo")
+    os.makedirs(fifo)
+    os.mkfifo(os.path.join(fifo, "pipe.safetensors"))
+    with open(os.path.join(fifo, "model.safetensors.index.json"), "w") as f:
+        json.dump({"weight_map": {name: "pipe.safetensors" for name in header}}, f)
+    refuses(work, program, "an index naming a named pipe (without waiting for a writer)", fifo,
+            "it is a named pipe, not a file")
     outside = os.path.join(work, "hostile-index")
     os.makedirs(outside)
     with open(os.path.join(outside, "model.safetensors.index.json"), "w") as f:

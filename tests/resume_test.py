@@ -247,6 +247,26 @@ def resharded_resume(work, writer_name, writer, reader_name, reader, reference):
         print((r.stdout + r.stderr)[-2000:])
 
 
+def wrapped_resharding(work, writer, reader):
+    """A dp 1 run whose data wrapped around: 5 windows of B*T+1 tokens, 4 a
+    step, so that after 2 steps it stands at window 3 (0-3, then 4, 0-2).
+    Under dp 2 replica 0 reads even windows only: no plan of dp 2 continues
+    there, and the refusal says so rather than blame the data."""
+    data = os.path.join(work, "five-windows.bin")
+    with open(data, "wb") as f:
+        f.write(struct.pack("<256i", *([20240520, 1, 5 * 128 + 1] + [0] * 253)))
+        f.write(struct.pack("<641H", *[(7 * i) % 256 for i in range(641)]))
+    ckpt, metrics = os.path.join(work, "wrapped.bin"), os.path.join(work, "wrapped.jsonl")
+    r = run(command(writer, work, metrics, "--data", data, "--save", ckpt, steps=2), work)
+    if r.returncode != 0:
+        print((r.stdout + r.stderr)[-2000:])
+    r = run([os.path.join(reader, "run.sh"), "--data", data, "--steps", "0", "--resume", ckpt, "--val-data", data,
+             "--val-batches", "1"], work)
+    check(r.returncode == 1 and "only dp 1 continues, since the data wrapped around: resume with dp 1" in r.stderr,
+          "a dp 1 checkpoint at window 3 of 5 (the data wrapped) under dp 2: refused, saying only dp 1 continues (%s)"
+          % r.stderr.strip()[-300:])
+
+
 def uninterrupted(work, program, steps=STEPS):
     metrics = os.path.join(program, "reference-%d.jsonl" % steps)
     r = run(command(program, work, metrics, steps=steps), work)
@@ -488,6 +508,8 @@ def main():
                            ("4 layers pp=2", "4 layers interleaved pp=2"), ("4 layers interleaved pp=2", "4 layers pp=2")):
         if writer in built and reader in built:
             resharded_resume(work, writer, built[writer][0], reader, *built[reader])
+    if "pp=2" in built and "tp=2 pp=2 dp=2 ZeRO-1 lynx-heu" in built:
+        wrapped_resharding(work, built["pp=2"][0], built["tp=2 pp=2 dp=2 ZeRO-1 lynx-heu"][0])
 
 
 if __name__ == "__main__":

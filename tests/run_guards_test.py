@@ -8,8 +8,10 @@ Two small GPTs (2 and 4 layers) are generated and built once:
   refused, naming a tensor this model lacks (it loaded the first layers and
   trained on before);
 - a checkpoint whose saved step is outside 1..steps (1000, 0, -5), whose
-  data position is negative, or one bit of whose weights is flipped (the
-  header's checksum of the state), is named corrupt before step 1;
+  data position is negative, whose tensor count is 2^61 (a product that
+  wrapped to 0 let the table overrun its buffer), or one bit of whose
+  weights is flipped (the header's checksum of the state), is named corrupt
+  before step 1;
 - a checkpoint of a finished run resumes to a note that nothing is left;
 - the same shards in another directory resume; shards of as many batches
   with one token changed are refused (the checkpoint records a fingerprint
@@ -21,6 +23,8 @@ Two small GPTs (2 and 4 layers) are generated and built once:
   that step with the file named, saves the state and exits 1;
 - a validation longer than --watchdog (many short batches) completes: each
   batch is progress;
+- the validation batches are checked before step 1: their tokens, and that
+  there are --val-batches of them; a run that never validates needs none;
 - two flags naming one file where a write would destroy the other file
   (--save and --export-llmc, --metrics and --resume) are a usage error;
 - --auto-resume, one command line run as a requeued job runs it: it starts
@@ -41,7 +45,8 @@ from tap import check, exit_status
 from training_metrics import fortunes_shards, generate, losses_by_step, run
 
 STEPS = 6
-STEP_OFFSET, POSITIONS_OFFSET = 40, 4096  # lx_state_run.step, the replicas' data positions (docs/checkpoints.md)
+# lx_state_run.step and .tensors, the replicas' data positions (docs/checkpoints.md)
+STEP_OFFSET, TENSORS_OFFSET, POSITIONS_OFFSET = 40, 152, 4096
 SHARD_HEADER_BYTES = 1024  # a token shard's header: 256 int32 (templates/common/lx_data.h)
 
 MODEL = """#include <lynx.h>
@@ -114,7 +119,9 @@ def corrupt_checkpoints(work, program, ckpt):
             ("step-1000.bin", STEP_OFFSET, "<i", 1000, "says step 1000 of %d" % STEPS),
             ("step-0.bin", STEP_OFFSET, "<i", 0, "says step 0 of %d" % STEPS),
             ("step-minus-5.bin", STEP_OFFSET, "<i", -5, "says step -5 of %d" % STEPS),
-            ("position.bin", POSITIONS_OFFSET, "<q", -3, "continues at training window -3")):
+            ("position.bin", POSITIONS_OFFSET, "<q", -3, "continues at training window -3"),
+            # 88 bytes an entry times 2^61 wraps to 0: the size check passed and the table overran its buffer
+            ("tensors.bin", TENSORS_OFFSET, "<q", 1 << 61, "%d tensors do not fit" % (1 << 61))):
         copy = patched(ckpt, name, offset, fmt, value)
         r = train(work, program, "--resume", copy, "--metrics", os.path.join(work, "m.jsonl"))
         check(r.returncode == 1 and "is corrupt" in r.stderr and says in r.stderr and not trained(r),
@@ -202,10 +209,20 @@ def unwritable_metrics(work, program):
         print((r.stdout + r.stderr)[-2000:])
 
 
+def shard(path, tokens):
+    """A token shard (uint16, llm.c's format) of the given tokens."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *([20240520, 1, len(tokens)] + [0] * 253)))
+        f.write(struct.pack("<%dH" % len(tokens), *tokens))
+    return path
+
+
 def long_validation(work, program):
     """Validation batches are short, their sum is not: enough of them to
     outlast the watchdog's second by far (the count grows until they do);
-    the run must complete."""
+    the run must complete. Each batch its own: 32000 windows of 33 tokens."""
+    val = shard(os.path.join(work, "long-val.bin"), [(7 * i) % 256 for i in range(32000 * 32 + 1)])
+
     def run(*args):
         start = time.time()
         r = train(work, program, "--metrics", os.path.join(work, "m.jsonl"), "--steps", "1", "--watchdog", "1",
@@ -213,8 +230,7 @@ def long_validation(work, program):
         return r, time.time() - start
     _, bare = run()
     for batches in (2000, 8000, 32000):
-        r, took = run("--val-data", os.path.join(work, "data/val_*.bin"), "--val-batches", str(batches),
-                      "--eval-interval", "1")
+        r, took = run("--val-data", val, "--val-batches", str(batches), "--eval-interval", "1")
         if r.returncode != 0 or took - bare > 2:
             break
     check(r.returncode == 0 and "| val " in r.stdout and took - bare > 2,
@@ -222,6 +238,31 @@ def long_validation(work, program):
               batches, took - bare, r.returncode))
     if r.returncode != 0:
         print(r.stderr[-1500:])
+
+
+def validation_data(work, program):
+    """The validation data a run will read is checked before step 1: a token
+    outside the vocabulary in its first batches (found at the first
+    validation, steps in, before), and fewer batches than --val-batches
+    (which counted some twice); a run that never validates needs none."""
+    tokens = [i % 256 for i in range(4 * 32 + 1)]
+    tokens[50] = 300
+    ckpt = os.path.join(work, "val-guard.bin")
+    r = train(work, program, "--val-data", shard(os.path.join(work, "oov-val.bin"), tokens), "--val-batches", "4",
+              "--eval-interval", "5", "--save", ckpt, "--metrics", os.path.join(work, "m.jsonl"))
+    check(r.returncode == 1 and "token 300 at position 50 is outside the vocabulary" in r.stderr and
+          not trained(r) and not os.path.exists(ckpt),
+          "a token outside the vocabulary in the validation batches is refused before step 1 (%s)" %
+          r.stderr.strip()[-200:])
+    r = train(work, program, "--val-data", shard(os.path.join(work, "one-val.bin"), tokens[:40]), "--val-batches",
+              "2", "--eval-interval", "2", "--metrics", os.path.join(work, "m.jsonl"))
+    check(r.returncode == 1 and "holds 1 batch of B*T+1 = 33 tokens: --val-batches 2 would count some twice" in
+          r.stderr and "--val-batches 1 or fewer" in r.stderr and not trained(r),
+          "fewer validation batches than --val-batches is refused before step 1, saying how many there are")
+    r = train(work, program, "--val-data", os.path.join(work, "nothing_*.bin"), "--eval-interval", str(STEPS + 1),
+              "--metrics", os.path.join(work, "m.jsonl"))
+    check(r.returncode == 0 and trained(r),
+          "a run whose --eval-interval is past its steps trains without the validation data it would not read")
 
 
 def colliding_files(work, program, ckpt):
@@ -308,6 +349,7 @@ def main():
     existing_save(work, program, ckpt)
     unwritable_metrics(work, program)
     long_validation(work, program)
+    validation_data(work, program)
     refused_settings(work, program, ckpt)
     colliding_files(work, program, ckpt)
     auto_resume(work, program, reference)

@@ -190,10 +190,29 @@ static lx_loader *open_training_data(const lx_run_options *o) {
   return lx_loader_open(o->train_data, B, T, V, replica, DATA_PARALLEL, "training data");
 }
 
-/* NULL: no validation (--steps 0 validates whatever the interval). */
+/* Whether the run validates: --steps 0 does whatever the interval, a
+ * training run where a step of it is a multiple of the interval. */
+static int validates(const lx_run_options *o) {
+  return o->train.steps == 0 || (o->val_interval > 0 && o->val_interval <= o->train.steps);
+}
+
+/* NULL: no validation. Each replica validates on --val-batches windows of
+ * its own, all different, whose tokens are checked here. */
 static lx_loader *open_validation_data(const lx_run_options *o) {
-  if (!o->val_data || (o->val_interval <= 0 && o->train.steps > 0)) return NULL;
-  return lx_loader_open(o->val_data, B, T, V, replica, DATA_PARALLEL, "validation data");
+  if (!o->val_data || !validates(o)) return NULL;
+  lx_loader *val = lx_loader_open(o->val_data, B, T, V, replica, DATA_PARALLEL, "validation data");
+  long long per_replica = (long long)(val->windows / DATA_PARALLEL);
+  if (o->val_batches > per_replica) {
+    char each[96] = "";
+    if (DATA_PARALLEL > 1)
+      snprintf(each, sizeof each, ", %lld for each of %d replicas", per_replica, DATA_PARALLEL);
+    lx_die("validation data: '%s' holds %lld batch%s of B*T+1 = %lld tokens%s: --val-batches %d would count "
+           "some twice (give --val-batches %lld or fewer, or more validation data)",
+           o->val_data, (long long)val->windows, val->windows == 1 ? "" : "es", (long long)B * T + 1, each,
+           o->val_batches, per_replica);
+  }
+  lx_loader_check_first(val, o->val_batches);
+  return val;
 }
 
 /* ---- preflight: what the launch scripts check before they start the job ------------- */
@@ -217,10 +236,14 @@ static void preflight_writable(const char *flag, const char *path) {
   if (why[0]) lx_die("%s %s: cannot write it: %s", flag, path, why);
 }
 
-static void preflight_readable(const char *flag, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) lx_die("%s %s: cannot read it: %s", flag, path, strerror(errno));
-  fclose(f);
+/* A file, or where directory_ok a directory (of safetensors: its reader checks them). */
+static void preflight_readable(const char *flag, const char *path, int directory_ok) {
+  struct stat st;
+  if (directory_ok && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return;
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("%s %s: cannot read it: %s", flag, path, why);
+  close(fd);
 }
 
 /* `stageN --preflight ARGS`, without MPI, as run.sh and run-slurm.sh call it
@@ -233,8 +256,8 @@ static int preflight(lx_program program, int argc, char **argv, long long rank_b
   lx_loader_close(open_training_data(&o));
   lx_loader *val = open_validation_data(&o);
   if (val) lx_loader_close(val);
-  if (o.init_checkpoint) preflight_readable("--init", o.init_checkpoint);
-  if (o.resume_checkpoint) preflight_readable("--resume", o.resume_checkpoint);
+  if (o.init_checkpoint) preflight_readable("--init", o.init_checkpoint, 1);
+  if (o.resume_checkpoint) preflight_readable("--resume", o.resume_checkpoint, 0);
   if (o.save_checkpoint) preflight_state_save(&o);
   if (o.export_checkpoint) preflight_save_path("--export-llmc", o.export_checkpoint, lx_probe_save_path);
   if (o.export_hf) preflight_save_path("--export-hf", o.export_hf, lx_hf_probe_dir);

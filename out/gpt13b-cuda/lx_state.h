@@ -130,9 +130,9 @@ static inline void lx_state_create(const char *path, const lx_state_run *run, co
 
 /* Whether path begins as a training-state checkpoint does. */
 static inline int lx_state_is_checkpoint(const char *path) {
-  char magic[8];
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return 0;
+  char magic[8], why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) return 0; /* its reader says why */
   int is_state = lx_pread_full(fd, magic, 8, 0) == 0 && !memcmp(magic, LX_STATE_MAGIC, 8);
   close(fd);
   return is_state;
@@ -150,8 +150,9 @@ static inline void lx_state_read(int fd, const char *path, void *dst, int64_t by
  * and the steps (the micro-batch's sequences and length, the sequences of
  * a step, micro-batches times replicas). */
 static inline lx_state_run lx_state_read_run(const char *path, const lx_state_run *expect) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
   lx_state_run run;
   lx_state_read(fd, path, &run, sizeof run, 0, "its header");
   int64_t size = lx_file_size(fd);
@@ -173,8 +174,8 @@ static inline lx_state_run lx_state_read_run(const char *path, const lx_state_ru
   if (run.steps < 1 || run.step < 1 || run.step > run.steps)
     lx_die("checkpoint %s is corrupt: it says step %d of %d; a run saves after a step from 1 to its last",
            path, run.step, run.steps);
-  if (run.data_parallel < 1 || run.tensors < 1 ||
-      lx_state_table_offset(&run) + (int64_t)sizeof(lx_state_tensor) * run.tensors > size)
+  if (run.data_parallel < 1 || run.tensors < 1 || lx_state_table_offset(&run) > size ||
+      run.tensors > (size - lx_state_table_offset(&run)) / (int64_t)sizeof(lx_state_tensor))
     lx_die("checkpoint %s is corrupt: %d replicas and %lld tensors do not fit its %lld bytes", path,
            run.data_parallel, (long long)run.tensors, (long long)size);
   return run;
@@ -182,8 +183,9 @@ static inline lx_state_run lx_state_read_run(const char *path, const lx_state_ru
 
 /* The next training window of each replica of the run that wrote path (malloc'd). */
 static inline int64_t *lx_state_read_positions(const char *path, const lx_state_run *run) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
   int64_t *positions = (int64_t *)LX_MALLOC(8 * (size_t)run->data_parallel);
   lx_state_read(fd, path, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN, "its data positions");
   close(fd);
@@ -198,8 +200,9 @@ static inline int64_t *lx_state_read_positions(const char *path, const lx_state_
 
 /* The tensor table (malloc'd, sorted by name), each entry checked to lie in the file. */
 static inline lx_state_tensor *lx_state_read_tensors(const char *path, const lx_state_run *run) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
   int64_t size = lx_file_size(fd);
   lx_state_tensor *tensors = (lx_state_tensor *)LX_MALLOC(sizeof(lx_state_tensor) * (size_t)run->tensors);
   lx_state_read(fd, path, tensors, (int64_t)sizeof(lx_state_tensor) * run->tensors,
@@ -208,13 +211,15 @@ static inline lx_state_tensor *lx_state_read_tensors(const char *path, const lx_
   for (int64_t i = 0; i < run->tensors; i++) {
     lx_state_tensor *t = &tensors[i];
     t->name[sizeof t->name - 1] = '\0';
-    if (t->rows < 1 || t->cols < 1 || t->rows > INT32_MAX || t->cols > INT32_MAX || t->offset < 0 ||
-        t->offset + lx_state_arrays(run) * lx_state_tensor_bytes(t) > size ||
-        (i > 0 && lx_state_by_name(&tensors[i - 1], t) >= 0))
-      lx_die("checkpoint %s is corrupt: its tensor %s (%lld x %lld at byte %lld) does not fit its %lld "
-             "bytes, or "
-             "its table is not sorted",
+    /* in this order, so that no product overflows: the arrays' bytes are at most the file's */
+    int arrays = lx_state_arrays(run);
+    if (t->rows < 1 || t->cols < 1 || t->cols > size || t->rows > size / 4 / arrays / t->cols ||
+        t->offset < 0 || t->offset > size - arrays * lx_state_tensor_bytes(t))
+      lx_die("checkpoint %s is corrupt: its tensor %s (%lld x %lld at byte %lld) does not fit its %lld bytes",
              path, t->name, (long long)t->rows, (long long)t->cols, (long long)t->offset, (long long)size);
+    if (i > 0 && lx_state_by_name(&tensors[i - 1], t) >= 0)
+      lx_die("checkpoint %s is corrupt: its tensor table is not sorted by name (%s after %s)", path, t->name,
+             tensors[i - 1].name);
   }
   return tensors;
 }

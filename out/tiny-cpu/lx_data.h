@@ -18,7 +18,8 @@
  * inputs = window[0 .. B*T-1], targets = window[1 .. B*T].
  *
  * Tokens are checked against the vocabulary as they are read: an
- * out-of-range token would otherwise index past the embedding table. */
+ * out-of-range token would otherwise index past the embedding table. (The
+ * validation windows are read once at the start: lx_loader_check_first.) */
 #ifndef LX_DATA_H
 #define LX_DATA_H
 
@@ -72,6 +73,29 @@ static inline int lx_pwrite_full(int fd, const void *src, // (bytes)
   return 0;
 }
 
+/* Opens path to read if it is a regular file. Otherwise -1, with why it
+ * could not (strerror's words, or what the path is instead) in why: a named
+ * pipe is not waited on (a FIFO in a downloaded checkpoint directory would
+ * hang the job before any check), a directory or device is no file of data. */
+static inline int lx_open_data_file(const char *path, char *why, // (cap)
+                                    size_t cap) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    snprintf(why, cap, "%s", strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  if (S_ISREG(st.st_mode)) return fd;
+  snprintf(why, cap, "it is %s, not a file",
+           S_ISDIR(st.st_mode)    ? "a directory"
+           : S_ISFIFO(st.st_mode) ? "a named pipe"
+           : S_ISSOCK(st.st_mode) ? "a socket"
+                                  : "a device");
+  close(fd);
+  return -1;
+}
+
 static inline int64_t lx_file_size(int fd) {
   struct stat st;
   return fstat(fd, &st) == 0 ? (int64_t)st.st_size : -1;
@@ -120,12 +144,19 @@ static inline int lx_shard_token_bytes(int32_t magic, int32_t version) {
 /* Reads and checks a shard's header into s (its token count and size). */
 static inline void lx_shard_check(const char *what, lx_shard *s, int B, int T) {
   const char *path = s->path;
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) lx_die("%s: cannot open %s: %s", what, path, strerror(errno));
   int32_t header[LX_SHARD_HEADER_INTS];
   struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
-    lx_die("%s: %s is a directory: give the glob of its shards, such as %s/train_*.bin", what, path, path);
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+      n--;
+    lx_die("%s: %s is a directory: give the glob of its shards, such as %.*s/train_*.bin (training) or "
+           "%.*s/val_*.bin (validation)",
+           what, path, (int)n, path, (int)n, path);
+  }
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("%s: cannot open %s: %s", what, path, why);
   int64_t size = lx_file_size(fd);
   if (size < LX_SHARD_HEADER_BYTES || lx_pread_full(fd, header, LX_SHARD_HEADER_BYTES, 0) != 0)
     lx_die("%s: %s is too short for a token shard header (%lld bytes, need %lld)", what, path,
@@ -135,9 +166,10 @@ static inline void lx_shard_check(const char *what, lx_shard *s, int B, int T) {
     lx_die("%s: %s is not a token shard (magic %d, expected %d or %d; make one with `lynxgen tokenize`)", what,
            path, header[0], LX_SHARD_MAGIC, LX_SHARD_MAGIC_U32);
   s->token_bytes = lx_shard_token_bytes(header[0], header[1]);
+  int u32 = header[0] == LX_SHARD_MAGIC_U32;
   if (!s->token_bytes)
-    lx_die("%s: %s has shard version %d, expected %d (uint16 tokens, magic %d) or %d (uint32, magic %d)", what,
-           path, header[1], LX_SHARD_VERSION, LX_SHARD_MAGIC, LX_SHARD_VERSION_U32, LX_SHARD_MAGIC_U32);
+    lx_die("%s: %s has magic %d (%s tokens) and shard version %d: that magic's version is %d", what, path,
+           header[0], u32 ? "uint32" : "uint16", header[1], u32 ? LX_SHARD_VERSION_U32 : LX_SHARD_VERSION);
   int64_t tokens = header[2];
   int64_t expected = LX_SHARD_HEADER_BYTES + s->token_bytes * tokens;
   if (tokens < 0 || size != expected)
@@ -155,11 +187,28 @@ static inline char *lx_strdup(const char *s) {
   return strcpy(copy, s);
 }
 
+/* The directory glob could not read (lx_glob_unreadable), and why. */
+static char lx_unreadable_dir[4096];
+static int lx_unreadable_errno;
+
+/* glob's error callback: a directory the pattern reaches that cannot be
+ * read stops the search, where glob would skip it and train on the shards of
+ * the others. One that does not exist is no error: nothing matches there. */
+static inline int lx_glob_unreadable(const char *dir, int error) {
+  if (error == ENOENT || error == ENOTDIR) return 0;
+  snprintf(lx_unreadable_dir, sizeof lx_unreadable_dir, "%s", dir);
+  lx_unreadable_errno = error;
+  return 1;
+}
+
 /* The shard paths matching `pattern`, sorted (glob's default order). */
 static inline void lx_loader_find_shards(lx_loader *l, const char *pattern) {
   if (!pattern || !*pattern) lx_die("%s: no file given", l->what);
   glob_t found;
-  int status = glob(pattern, 0, NULL, &found); /* unreadable directories: no match */
+  int status = glob(pattern, 0, lx_glob_unreadable, &found);
+  if (status == GLOB_ABORTED)
+    lx_die("%s: cannot read directory %s, which '%s' reaches: %s", l->what, lx_unreadable_dir, pattern,
+           strerror(lx_unreadable_errno));
   if (status == GLOB_NOMATCH) lx_die("%s: no file matches '%s'", l->what, pattern);
   if (status != 0) lx_die("%s: cannot search for '%s' (glob error %d)", l->what, pattern, status);
   l->num_shards = (int)found.gl_pathc;
@@ -218,8 +267,9 @@ static inline void lx_loader_seek(lx_loader *l, int64_t next) {
 static inline void lx_loader_open_shard(lx_loader *l) {
   if (l->fd_shard == l->shard) return;
   if (l->fd >= 0) close(l->fd);
-  l->fd = open(l->shards[l->shard].path, O_RDONLY);
-  if (l->fd < 0) lx_die("%s: cannot open %s: %s", l->what, l->shards[l->shard].path, strerror(errno));
+  char why[128];
+  l->fd = lx_open_data_file(l->shards[l->shard].path, why, sizeof why);
+  if (l->fd < 0) lx_die("%s: cannot open %s: %s", l->what, l->shards[l->shard].path, why);
   l->fd_shard = l->shard;
 }
 
@@ -260,6 +310,17 @@ static inline void lx_loader_next(lx_loader *l,
   if (l->next_window >= l->windows) lx_loader_reset(l);
 }
 
+/* Reads the first `per_replica` windows of every replica, global windows 0
+ * to per_replica * replicas - 1 (those a validation pass reads), which
+ * checks their tokens, then starts again: a bad token there is found before
+ * step 1 rather than at the first validation, hours in. */
+static inline void lx_loader_check_first(lx_loader *l, int64_t per_replica) {
+  int64_t end = per_replica * l->replicas < l->windows ? per_replica * l->replicas : l->windows;
+  for (l->next_window = 0; l->next_window < end; l->next_window++)
+    lx_loader_read_window(l);
+  lx_loader_reset(l);
+}
+
 #define LX_FINGERPRINT_TOKENS 4096 /* of each shard's first tokens */
 
 static inline uint64_t lx_fnv1a(uint64_t hash, const void *data, // (bytes)
@@ -281,9 +342,10 @@ static inline uint64_t lx_loader_fingerprint(lx_loader *l) {
   for (int i = 0; i < l->num_shards; i++) {
     const lx_shard *s = &l->shards[i];
     int64_t bytes = s->token_bytes * (s->tokens < LX_FINGERPRINT_TOKENS ? s->tokens : LX_FINGERPRINT_TOKENS);
-    int fd = open(s->path, O_RDONLY);
+    char why[128] = "it shrank";
+    int fd = lx_open_data_file(s->path, why, sizeof why);
     if (fd < 0 || lx_pread_full(fd, first, bytes, LX_SHARD_HEADER_BYTES) != 0)
-      lx_die("%s: cannot read %s: %s", l->what, s->path, fd < 0 || errno ? strerror(errno) : "it shrank");
+      lx_die("%s: cannot read %s: %s", l->what, s->path, fd < 0 || !errno ? why : strerror(errno));
     close(fd);
     hash = lx_fnv1a(hash, &s->tokens, sizeof s->tokens);
     hash = lx_fnv1a(hash, first, (size_t)bytes);

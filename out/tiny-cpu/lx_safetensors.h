@@ -193,6 +193,73 @@ static inline cJSON *lx_hf_parse(const char *path, const char *text, size_t size
   return json;
 }
 
+/* An integer of the header: exact, within [0, max]. */
+static inline int64_t lx_hf_integer(const lx_hf_file *f, const char *name, const cJSON *n, int64_t max) {
+  if (!cJSON_IsNumber(n) || n->valuedouble < 0 || n->valuedouble > (double)max ||
+      n->valuedouble != (double)(int64_t)n->valuedouble)
+    lx_die("checkpoint %s: tensor %s has a bad shape or offset in its header", f->path, name);
+  return (int64_t)n->valuedouble;
+}
+
+/* [begin, end) of a tensor's bytes in the data. */
+typedef struct {
+  int64_t begin, end;
+  const char *name;
+} lx_hf_span;
+
+static int lx_hf_by_begin(const void *a, const void *b) {
+  const lx_hf_span *x = (const lx_hf_span *)a, *y = (const lx_hf_span *)b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end; /* an empty tensor before one that starts there */
+}
+
+static int lx_hf_by_name(const void *a, const void *b) {
+  return strcmp(((const lx_hf_span *)a)->name, ((const lx_hf_span *)b)->name);
+}
+
+/* The safetensors rule that lets a reader trust the header: the tensors
+ * cover the data exactly, each byte in one tensor, each name once. A size
+ * field a few bytes short still parses (the header is padded with spaces)
+ * and would move every tensor; overlapping or repeated entries would load
+ * other weights than transformers does. */
+static inline void lx_hf_check_layout(const lx_hf_file *f) {
+  int n = 0;
+  lx_hf_span *spans =
+      (lx_hf_span *)LX_MALLOC(sizeof(lx_hf_span) * (size_t)(cJSON_GetArraySize(f->header) + 1));
+  for (const cJSON *e = f->header->child; e; e = e->next) {
+    if (!strcmp(e->string, "__metadata__")) continue;
+    const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2)
+      lx_die("checkpoint %s: tensor %s has no data_offsets [begin, end] in its header", f->path, e->string);
+    int64_t begin = lx_hf_integer(f, e->string, cJSON_GetArrayItem(offsets, 0), INT64_MAX / 2);
+    int64_t end = lx_hf_integer(f, e->string, cJSON_GetArrayItem(offsets, 1), INT64_MAX / 2);
+    if (end > f->data_bytes)
+      lx_die("checkpoint %s: tensor %s's data ends %lld bytes past the end of the file (truncated?)", f->path,
+             e->string, (long long)(end - f->data_bytes));
+    if (end < begin)
+      lx_die("checkpoint %s: tensor %s's data_offsets end before they begin", f->path, e->string);
+    spans[n].begin = begin, spans[n].end = end, spans[n++].name = e->string;
+  }
+  qsort(spans, (size_t)n, sizeof *spans, lx_hf_by_name);
+  for (int i = 1; i < n; i++)
+    if (!strcmp(spans[i - 1].name, spans[i].name))
+      lx_die("checkpoint %s is corrupt: its header names tensor %s twice", f->path, spans[i].name);
+  qsort(spans, (size_t)n, sizeof *spans, lx_hf_by_begin);
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    if (spans[i].begin != at)
+      lx_die("checkpoint %s is corrupt: its tensors do not cover its data exactly (%s starts at byte %lld, "
+             "where %lld was expected): a damaged header or header size",
+             f->path, spans[i].name, (long long)spans[i].begin, (long long)at);
+    at = spans[i].end;
+  }
+  if (at != f->data_bytes)
+    lx_die("checkpoint %s is corrupt: its tensors do not cover its data exactly (they end at byte %lld of "
+           "%lld): a damaged header or header size",
+           f->path, (long long)at, (long long)f->data_bytes);
+  free(spans);
+}
+
 static inline lx_hf_file *lx_hf_open_file(lx_hf_source *src, char *path) {
   for (int i = 0; i < src->n_files; i++)
     if (!strcmp(src->files[i].path, path)) {
@@ -203,8 +270,9 @@ static inline lx_hf_file *lx_hf_open_file(lx_hf_source *src, char *path) {
     lx_die("checkpoint %s: more than %d files", src->path, LX_HF_MAX_FILES);
   lx_hf_file *f = &src->files[src->n_files++];
   f->path = path;
-  f->fd = open(path, O_RDONLY);
-  if (f->fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  char why[128];
+  f->fd = lx_open_data_file(path, why, sizeof why);
+  if (f->fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
   unsigned char size[8];
   int64_t file_bytes = lx_file_size(f->fd);
   uint64_t n = 0;
@@ -220,6 +288,7 @@ static inline lx_hf_file *lx_hf_open_file(lx_hf_source *src, char *path) {
   f->header = lx_hf_parse(path, text, (size_t)n);
   free(text);
   f->data_start = 8 + (int64_t)n, f->data_bytes = file_bytes - f->data_start;
+  lx_hf_check_layout(f);
   return f;
 }
 
@@ -230,8 +299,9 @@ static inline lx_hf_source lx_hf_source_open(const char *path) {
   struct stat st;
   if (stat(path, &st) != 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
   if (!S_ISDIR(st.st_mode)) return src;
-  char *index = lx_hf_join(path, "model.safetensors.index.json");
-  FILE *f = fopen(index, "rb");
+  char *index = lx_hf_join(path, "model.safetensors.index.json"), why[128];
+  int fd = lx_open_data_file(index, why, sizeof why);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
   src.dir = lx_strdup(path);
   if (f) {
     int64_t size = lx_file_size(fileno(f));
@@ -241,8 +311,8 @@ static inline lx_hf_source lx_hf_source_open(const char *path) {
     fclose(f);
     src.index = lx_hf_parse(index, text, n);
     free(text);
-  } else if (errno != ENOENT) {
-    lx_die("cannot read %s: %s", index, strerror(errno));
+  } else if (access(index, F_OK) == 0) {
+    lx_die("cannot read %s: %s", index, fd < 0 ? why : strerror(errno));
   }
   free(index);
   return src;
@@ -273,14 +343,6 @@ static inline lx_hf_file *lx_hf_file_of(lx_hf_source *src, const char *name) {
   return lx_hf_open_file(src, lx_hf_join(src->dir, file->valuestring));
 }
 
-/* An integer of the header: exact, within [0, max]. */
-static inline int64_t lx_hf_integer(const lx_hf_file *f, const char *name, const cJSON *n, int64_t max) {
-  if (!cJSON_IsNumber(n) || n->valuedouble < 0 || n->valuedouble > (double)max ||
-      n->valuedouble != (double)(int64_t)n->valuedouble)
-    lx_die("checkpoint %s: tensor %s has a bad shape or offset in its header", f->path, name);
-  return (int64_t)n->valuedouble;
-}
-
 /* Where tensor t of `layer` is, checked against the model: opens io on it. */
 static inline lx_tensor_io lx_hf_find(lx_hf_source *src, const lx_hf_tensor *t, int layer) {
   char name[256];
@@ -304,7 +366,9 @@ static inline lx_tensor_io lx_hf_find(lx_hf_source *src, const lx_hf_tensor *t, 
            dtype ? dtype : "of no dtype");
   const cJSON *shape = cJSON_GetObjectItemCaseSensitive(entry, "shape");
   const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(entry, "data_offsets");
-  if (cJSON_GetArraySize(shape) != t->dims || cJSON_GetArraySize(offsets) != 2)
+  if (!cJSON_IsArray(shape))
+    lx_die("checkpoint %s: tensor %s has no shape (an array) in its header", f->path, name);
+  if (cJSON_GetArraySize(shape) != t->dims)
     lx_die("checkpoint %s: tensor %s has %d dimensions, this model's has %d", f->path, name,
            cJSON_GetArraySize(shape), t->dims);
   int64_t elements = 1;
@@ -315,11 +379,9 @@ static inline lx_tensor_io lx_hf_find(lx_hf_source *src, const lx_hf_tensor *t, 
              (long long)size, i, t->shape[i]);
     elements *= size;
   }
-  int64_t begin = lx_hf_integer(f, name, cJSON_GetArrayItem(offsets, 0), INT64_MAX / 2);
-  int64_t end = lx_hf_integer(f, name, cJSON_GetArrayItem(offsets, 1), INT64_MAX / 2);
-  if (end > f->data_bytes)
-    lx_die("checkpoint %s: tensor %s's data ends %lld bytes past the end of the file (truncated?)", f->path,
-           name, (long long)(end - f->data_bytes));
+  /* checked when the file was opened (lx_hf_check_layout) */
+  int64_t begin = (int64_t)cJSON_GetArrayItem(offsets, 0)->valuedouble;
+  int64_t end = (int64_t)cJSON_GetArrayItem(offsets, 1)->valuedouble;
   if (end - begin != elements * lx_dtype_bytes(d))
     lx_die("checkpoint %s: tensor %s's data is %lld bytes, its shape and dtype make %lld", f->path, name,
            (long long)(end - begin), (long long)(elements * lx_dtype_bytes(d)));
@@ -332,7 +394,8 @@ static inline int lx_hf_is_checkpoint(const char *path) {
   struct stat st;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 1;
   int32_t magic = 0;
-  int fd = open(path, O_RDONLY);
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
   if (fd < 0) return 0; /* llm.c's reader says why */
   int read_magic = lx_pread_full(fd, &magic, 4, 0) == 0;
   close(fd);

@@ -17,6 +17,8 @@
 #include "lx_stage.h"
 #include "lx_tensor_io.h"
 
+#include <math.h>
+
 #if FINETUNE
 /* The adapted weights W + scale B A into weights (fp32 at params-region
  * indices, every tensor of the stage): what --export-llmc and --export-hf
@@ -106,6 +108,17 @@ static lx_ckpt_slice *checkpoint_slices(int writing, int *n) {
   return out;
 }
 
+/* Elements [first, first + n) of weights, read from path for tensor name,
+ * are finite: a NaN there would make every loss NaN from step 1, or where
+ * no step reads it (a padded vocabulary row) fail the save at the end. */
+static void require_finite_weights(const char *path, const char *name, const float *weights, long long first,
+                                   long long n) {
+  for (long long e = first; e < first + n; e++)
+    if (!isfinite(weights[e]))
+      lx_die("checkpoint %s: tensor %s holds %g at element %lld: weights must be finite", path, name,
+             (double)weights[e], e - first);
+}
+
 /* The stage's weights from the checkpoint at path (llm.c's or a Hugging
  * Face checkpoint), as fp32 at their params-region indices. */
 static void read_hf_checkpoint(const char *path, float *weights);
@@ -117,6 +130,8 @@ static void read_checkpoint(const char *path, float *weights /* (ALL_PARAM_ELEME
   int n = 0;
   lx_ckpt_slice *slices = checkpoint_slices(0, &n);
   lx_checkpoint_load(path, &gpt2_header, slices, n, weights);
+  for (int i = 0; i < n; i++)
+    require_finite_weights(path, slices[i].name, weights, slices[i].param_element, slices[i].elements);
   free(slices);
 }
 
@@ -221,6 +236,9 @@ static void read_hf_checkpoint(const char *path, float *weights /* (ALL_PARAM_EL
     lx_tensor_io io = lx_hf_find(&src, &hf_tensors[hf_parts[i].tensor], hf_parts[i].layer);
     move_rows(&io, t, hf_parts[i].first_row, weights + t->element, 0, t->element, t->element + t->elements);
     lx_tensor_io_close(&io);
+    char name[256];
+    lx_hf_name(&hf_tensors[hf_parts[i].tensor], hf_parts[i].layer, name, sizeof name);
+    require_finite_weights(path, name, weights, t->element, t->elements);
   }
   lx_hf_source_close(&src);
 }

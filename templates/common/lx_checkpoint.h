@@ -183,8 +183,9 @@ static inline void lx_checkpoint_load(const char *path, const lx_gpt2_header *ex
                                       int n,
                                       float *params // (stage parameter count)
 ) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
   lx_gpt2_header file = *expect;
   lx_checkpoint_check(path, fd, &file);
   /* The slices are laid out for the model's context: a longer file's wpe

@@ -290,16 +290,22 @@ static void require_same_run(const char *path, const lx_state_run *saved, const 
 }
 
 /* The window this replica continues at: its own under the same dp; under
- * another, the saved replicas' common position (replica r at p + r, as
- * long as none has wrapped around the data alone) moved to this one. */
-static int64_t resumed_window(const char *path, const lx_state_run *saved, const int64_t *positions) {
+ * another, the saved replicas' common position p (replica r at p + r) moved
+ * to this one: p + replica, which must be one of its windows. That holds
+ * until the data wrap around: after a saved replica wrapped alone, or where
+ * p is no multiple of this dp (or p + replica is past the data) once the
+ * saved run wrapped, only the saved dp continues. */
+static int64_t resumed_window(const char *path, const lx_state_run *saved, const int64_t *positions,
+                              int64_t windows) {
   if (saved->data_parallel == DATA_PARALLEL) return positions[replica];
+  int continues = positions[0] % DATA_PARALLEL == 0 && positions[0] + DATA_PARALLEL <= windows;
   for (int r = 0; r < saved->data_parallel; r++)
-    if (positions[r] != positions[0] + r)
-      lx_die(
-          "checkpoint %s: its %d replicas stand at training windows that only dp %d continues (one wrapped "
-          "around the data before the others): resume with dp %d",
-          path, saved->data_parallel, saved->data_parallel, saved->data_parallel);
+    continues = continues && positions[r] == positions[0] + r;
+  if (!continues)
+    lx_die("checkpoint %s: its %d replicas stand at training windows (the first at %lld of %lld) that only "
+           "dp %d continues, since the data wrapped around: resume with dp %d",
+           path, saved->data_parallel, (long long)positions[0], (long long)windows, saved->data_parallel,
+           saved->data_parallel);
   return positions[0] + replica;
 }
 
@@ -364,8 +370,9 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
   if (versions == 1) arrays[3] = NULL;
   lx_state_tensor *table = lx_state_read_tensors(path, &saved);
   require_model_tensors(path, expect, table, saved.tensors);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, strerror(errno));
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
   move_state(fd, path, 0, table, saved.tensors, arrays);
   close(fd);
   /* the checksum counts the file's arrays: evaluating a 2BW state without 2BW reads one of them fewer */
@@ -377,7 +384,7 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
         path);
   state_restored();
   int64_t *positions = lx_state_read_positions(path, &saved);
-  lx_loader_seek(data, resumed_window(path, &saved, positions));
+  lx_loader_seek(data, resumed_window(path, &saved, positions, data->windows));
   free(table), free(positions);
   return saved.step;
 }

@@ -123,7 +123,19 @@ files = sorted(glob.glob(sys.argv[2] + "/*_0*.bin"))
 total = sum((os.path.getsize(f) - 1024) // 2 for f in files)
 assert total == size, (total, size)
 assert all(os.path.getsize(f) <= 1024 + 2 * 5000 for f in files)
+for split in ("train", "val"):  # of equal sizes: no short tail that the programs would refuse
+    sizes = [os.path.getsize(f) for f in files if os.path.basename(f).startswith(split)]
+    assert len(sizes) > 1 and max(sizes) - min(sizes) <= 2, (split, sizes)
 PY
+
+# the --data glob it prints names the new shards alone, however DIR is spelled
+head -c 3000 "$text" >"$scratch/short.txt"
+"$lynxgen" tokenize "$text" -o "$scratch/run1" --val-fraction 0 >/dev/null
+out=$("$lynxgen" tokenize "$scratch/short.txt" -o "$scratch/run[1]/" --val-fraction 0)
+flags=$(sed -n 's/^train with //p' <<<"$out")
+eval "set -- $flags"
+expect 0 "windows 23" "the --data glob tokenize prints for -o 'run[1]/' reads its 3000 bytes, not run1's: $flags" \
+  "$prog" check-shard "${2:-missing}" 4 32
 
 : >"$scratch/empty.txt"
 expect 1 "is empty" "an empty text file exits 1" "$lynxgen" tokenize "$scratch/empty.txt" -o "$scratch/x"
@@ -134,6 +146,7 @@ expect 1 "cannot create directory" "an output directory that cannot be made exit
 expect 1 "/dev/zero is a device, not a text file" "a device is refused, not read forever" \
   "$lynxgen" tokenize /dev/zero -o "$scratch/x"
 expect 2 "no output directory" "a missing -o is a usage error" "$lynxgen" tokenize "$text"
+expect 2 "-o needs a directory" "an empty -o is a usage error" "$lynxgen" tokenize "$text" -o ''
 expect 2 "--val-fraction wants a number in [0, 1)" "a bad --val-fraction is a usage error" \
   "$lynxgen" tokenize "$text" -o "$scratch/x" --val-fraction 1.5
 expect 0 "usage: lynxgen tokenize" "lynxgen tokenize --help" "$lynxgen" tokenize --help

@@ -27,21 +27,30 @@ static const char *in_scratch(const char *name) {
   return p;
 }
 
-/* Runs this program with `args` (a shell word list); returns its exit status
- * and its stdout+stderr in out. */
-static int run_self(char *out, size_t cap, const char *fmt, ...) {
-  char args[2048], command[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  snprintf(command, sizeof command, "'%s' %s 2>&1", self_path, args);
+/* Runs `prefix` (a command that runs another: "timeout 60", ...) on this
+ * program with `args` (a shell word list); returns its exit status and its
+ * stdout+stderr in out. */
+static int run_command(char *out, size_t cap, const char *prefix, const char *args) {
+  char command[8192];
+  snprintf(command, sizeof command, "%s '%s' %s 2>&1", prefix, self_path, args);
   FILE *p = popen(command, "r");
   if (!p) return -1;
   size_t n = fread(out, 1, cap - 1, p);
   out[n] = '\0';
   int status = pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Runs this program with `args` (a shell word list), stopped after 60 s (a
+ * hang is exit status 124); returns its exit status and its stdout+stderr in
+ * out. */
+static int run_self(char *out, size_t cap, const char *fmt, ...) {
+  char args[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  return run_command(out, cap, "timeout 60", args);
 }
 
 /* A shard with an arbitrary header (to build broken ones) and n tokens of
@@ -194,7 +203,9 @@ static void test_loader_errors(void) {
   expect_loader_error(in_scratch("magic.bin"), VOCAB, 1, "is not a token shard (magic 12345",
                       "a shard with a bad magic");
   write_shard(in_scratch("version.bin"), LX_SHARD_MAGIC, 7, 200, tokens, 200);
-  expect_loader_error(in_scratch("version.bin"), VOCAB, 1, "shard version 7", "a shard with a bad version");
+  expect_loader_error(in_scratch("version.bin"), VOCAB, 1,
+                      "magic 20240520 (uint16 tokens) and shard version 7: that magic's version is 1",
+                      "a shard with a bad version");
   write_shard(in_scratch("truncated.bin"), LX_SHARD_MAGIC, 1, 200, tokens, 150);
   expect_loader_error(in_scratch("truncated.bin"), VOCAB, 1, "truncated", "a truncated shard");
   write_shard(in_scratch("short.bin"), LX_SHARD_MAGIC, 1, 16, tokens, 16);
@@ -213,6 +224,39 @@ static void test_loader_errors(void) {
                       "a token outside the vocabulary, with file and position");
   expect_loader_error(in_scratch("tok_*.bin"), VOCAB, 10, "fewer than the 10 data-parallel replicas",
                       "more replicas than windows");
+  CHECK(mkfifo(in_scratch("pipe.bin"), 0644) == 0, "make a named pipe");
+  expect_loader_error(in_scratch("pipe.bin"), VOCAB, 1, "pipe.bin: it is a named pipe, not a file",
+                      "a named pipe among the shards, without waiting for a writer");
+  CHECK(mkdir(in_scratch("dir.bin"), 0755) == 0, "make a directory");
+  char globs[2048];
+  snprintf(globs, sizeof globs, "such as %s/train_*.bin (training) or %s/val_*.bin (validation)",
+           in_scratch("dir.bin"), in_scratch("dir.bin"));
+  expect_loader_error(in_scratch("dir.bin//"), VOCAB, 1, globs,
+                      "a directory: the globs of the shards in it, one slash each");
+}
+
+/* A directory the glob reaches and cannot read stops it: glob would skip it
+ * and the run would train on the shards of the others. Root reads every
+ * directory, so as root the child runs without the capabilities for that. */
+static void test_loader_unreadable_dir(void) {
+  uint16_t tokens[200] = {0};
+  CHECK(mkdir(in_scratch("parts"), 0755) == 0 && mkdir(in_scratch("parts/open"), 0755) == 0 &&
+            mkdir(in_scratch("parts/locked"), 0755) == 0,
+        "make two directories of shards");
+  write_shard(in_scratch("parts/open/s.bin"), LX_SHARD_MAGIC, 1, 200, tokens, 200);
+  write_shard(in_scratch("parts/locked/s.bin"), LX_SHARD_MAGIC, 1, 200, tokens, 200);
+  CHECK(chmod(in_scratch("parts/locked"), 0) == 0, "lock one");
+  char out[4096], args[1024];
+  snprintf(args, sizeof args, "loader-open '%s' %d 1", in_scratch("parts/*/*.bin"), VOCAB);
+  int status = run_command(out, sizeof out,
+                           geteuid() == 0 ? "timeout 60 setpriv --bounding-set=-dac_override,-dac_read_search"
+                                          : "timeout 60",
+                           args);
+  const char *expect = "/parts/locked, which '";
+  CHECK(status == 1 && strstr(out, "cannot read directory") && strstr(out, expect),
+        "a directory the glob cannot read: exit 1, naming it");
+  if (status != 1 || !strstr(out, expect)) printf("     exit %d, output: %s\n", status, out);
+  chmod(in_scratch("parts/locked"), 0755);
 }
 
 /* llm.c's Llama 3 shards: uint32 tokens under magic 20240801, version 7. */
@@ -780,6 +824,7 @@ int main(int argc, char **argv) {
     test_loader_replicas(replicas);
   test_loader_deterministic();
   test_loader_errors();
+  test_loader_unreadable_dir();
   test_loader_uint32();
   test_checkpoint_layout();
   test_checkpoint_load();
