@@ -9,9 +9,9 @@ Two small GPTs (2 and 4 layers) are generated and built once:
   trained on before);
 - a checkpoint whose saved step is outside 1..steps (1000, 0, -5), whose
   data position is negative, whose tensor count is 2^61 (a product that
-  wrapped to 0 let the table overrun its buffer), or one bit of whose
-  weights is flipped (the header's checksum of the state), is named corrupt
-  before step 1;
+  wrapped to 0 let the table overrun its buffer), whose step is 2 where the
+  run saved step 6 (the header's checksum), or one bit of whose weights is
+  flipped (the checksum of the state), is named corrupt before step 1;
 - a checkpoint of a finished run resumes to a note that nothing is left;
 - the same shards in another directory resume; shards of as many batches
   with one token changed are refused (the checkpoint records a fingerprint
@@ -45,8 +45,8 @@ from tap import check, exit_status
 from training_metrics import fortunes_shards, generate, losses_by_step, run
 
 STEPS = 6
-# lx_state_run.step and .tensors, the replicas' data positions (docs/checkpoints.md)
-STEP_OFFSET, TENSORS_OFFSET, POSITIONS_OFFSET = 40, 152, 4096
+# lx_state_run.step, .tensors and .header_checksum, the replicas' data positions (docs/checkpoints.md)
+STEP_OFFSET, TENSORS_OFFSET, HEADER_CHECKSUM_OFFSET, POSITIONS_OFFSET = 40, 152, 184, 4096
 SHARD_HEADER_BYTES = 1024  # a token shard's header: 256 int32 (templates/common/lx_data.h)
 
 MODEL = """#include <lynx.h>
@@ -115,14 +115,19 @@ def another_model(work, program, deeper):
 
 
 def corrupt_checkpoints(work, program, ckpt):
+    """Each field out of range, and (the header's checksum) one in range:
+    step 2 of a run that saved step 6 resumed at step 3 with step 6's weights."""
     for name, offset, fmt, value, says in (
             ("step-1000.bin", STEP_OFFSET, "<i", 1000, "says step 1000 of %d" % STEPS),
             ("step-0.bin", STEP_OFFSET, "<i", 0, "says step 0 of %d" % STEPS),
             ("step-minus-5.bin", STEP_OFFSET, "<i", -5, "says step -5 of %d" % STEPS),
             ("position.bin", POSITIONS_OFFSET, "<q", -3, "continues at training window -3"),
             # 88 bytes an entry times 2^61 wraps to 0: the size check passed and the table overran its buffer
-            ("tensors.bin", TENSORS_OFFSET, "<q", 1 << 61, "%d tensors do not fit" % (1 << 61))):
+            ("tensors.bin", TENSORS_OFFSET, "<q", 1 << 61, "%d tensors do not fit" % (1 << 61)),
+            ("step-2.bin", STEP_OFFSET, "<i", 2, "its header, data positions or tensor table do not match")):
         copy = patched(ckpt, name, offset, fmt, value)
+        if name == "position.bin":  # as an older program wrote it, without the header's checksum
+            copy = patched(copy, name, HEADER_CHECKSUM_OFFSET, "<Q", 0)
         r = train(work, program, "--resume", copy, "--metrics", os.path.join(work, "m.jsonl"))
         check(r.returncode == 1 and "is corrupt" in r.stderr and says in r.stderr and not trained(r),
               "--resume of a checkpoint that %s is refused as corrupt before step 1" % says)

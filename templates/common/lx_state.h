@@ -15,9 +15,10 @@
  *                 that differ from the model file's: the learning rate and
  *                 the dropout masks are pure functions of these and the
  *                 step), the number of tensors and of training windows,
- *                 the training data's fingerprint and a checksum of the
- *                 tensors' arrays (each 0 in the files of programs that did
- *                 not record it)
+ *                 the training data's fingerprint, a checksum of the
+ *                 tensors' arrays and one of the header itself, the data
+ *                 positions and the tensor table (each 0 in the files of
+ *                 programs that did not record it)
  *   offset 4096   int64 next training window of each data-parallel replica
  *   then          lx_state_tensor of every parameter tensor of the model,
  *                 sorted by name: its whole shape and where its data lie
@@ -68,6 +69,7 @@ typedef struct {
   int64_t windows; /* of the training data, which a resumed run must have too */
   uint64_t data_fingerprint; /* of the training data's content (lx_loader_fingerprint); 0: not recorded */
   uint64_t state_checksum;   /* of every tensor's arrays (lx_resume.h); 0: not recorded */
+  uint64_t header_checksum;  /* of the header, positions and table (below); 0: not recorded */
 } lx_state_run;
 
 /* A parameter tensor of the model: weights, m and v (and the previous
@@ -112,13 +114,30 @@ static inline int lx_state_layout(const lx_state_run *run, lx_state_tensor *tens
   return unique;
 }
 
+/* FNV-1a over the header as the file holds it (its header_checksum 0), the
+ * replicas' data positions and the tensor table; never 0, which says "not
+ * recorded". A flipped bit there (the step, a position, a tensor's place)
+ * would otherwise resume in range and wrong, silently. */
+static inline uint64_t lx_state_header_checksum(const lx_state_run *run, const int64_t *positions,
+                                                const lx_state_tensor *tensors) {
+  lx_state_run header;
+  memcpy(&header, run, sizeof header);
+  header.header_checksum = 0;
+  uint64_t hash = lx_fnv1a(14695981039346656037ULL, &header, sizeof header);
+  hash = lx_fnv1a(hash, positions, 8 * (size_t)run->data_parallel);
+  return lx_fnv1a(hash, tensors, sizeof *tensors * (size_t)run->tensors) | 1;
+}
+
 /* Rank 0: PATH.tmp at its full size with the header, the replicas' data
  * positions and the tensor table. */
 static inline void lx_state_create(const char *path, const lx_state_run *run, const int64_t *positions,
                                    const lx_state_tensor *tensors, int64_t total_bytes) {
   char *tmp = NULL;
   int fd = lx_checkpoint_create_tmp(path, total_bytes, &tmp);
-  if (lx_pwrite_full(fd, run, sizeof *run, 0) != 0 ||
+  lx_state_run header;
+  memcpy(&header, run, sizeof header);
+  header.header_checksum = lx_state_header_checksum(run, positions, tensors);
+  if (lx_pwrite_full(fd, &header, sizeof header, 0) != 0 ||
       lx_pwrite_full(fd, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN) != 0 ||
       lx_pwrite_full(fd, tensors, (int64_t)sizeof *tensors * run->tensors, lx_state_table_offset(run)) != 0)
     lx_die("cannot write checkpoint %s: %s", tmp, strerror(errno));
@@ -143,6 +162,25 @@ static inline void lx_state_read(int fd, const char *path, void *dst, int64_t by
   if (lx_pread_full(fd, dst, bytes, offset) != 0)
     lx_die("checkpoint %s: cannot read %s: %s", path, what,
            errno ? strerror(errno) : "the file is truncated");
+}
+
+/* The header's checksum against the header, positions and table that
+ * path holds (their sizes checked to fit the file first). */
+static inline void lx_state_check_header(const char *path, const lx_state_run *run) {
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  int64_t *positions = (int64_t *)LX_MALLOC(8 * (size_t)run->data_parallel);
+  lx_state_tensor *tensors = (lx_state_tensor *)LX_MALLOC(sizeof *tensors * (size_t)run->tensors);
+  lx_state_read(fd, path, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN, "its data positions");
+  lx_state_read(fd, path, tensors, (int64_t)sizeof *tensors * run->tensors, lx_state_table_offset(run),
+                "its tensor table");
+  close(fd);
+  if (lx_state_header_checksum(run, positions, tensors) != run->header_checksum)
+    lx_die("checkpoint %s is corrupt: its header, data positions or tensor table do not match the checksum "
+           "saved with them (a damaged file or storage)",
+           path);
+  free(positions), free(tensors);
 }
 
 /* The run header of the checkpoint at path, checked against this program
@@ -178,6 +216,7 @@ static inline lx_state_run lx_state_read_run(const char *path, const lx_state_ru
       run.tensors > (size - lx_state_table_offset(&run)) / (int64_t)sizeof(lx_state_tensor))
     lx_die("checkpoint %s is corrupt: %d replicas and %lld tensors do not fit its %lld bytes", path,
            run.data_parallel, (long long)run.tensors, (long long)size);
+  if (run.header_checksum) lx_state_check_header(path, &run);
   return run;
 }
 
