@@ -197,8 +197,9 @@ static int validates(const lx_run_options *o) {
 }
 
 /* NULL: no validation. Each replica validates on --val-batches windows of
- * its own, all different, whose tokens are checked here. */
-static lx_loader *open_validation_data(const lx_run_options *o) {
+ * its own, all different, whose tokens are checked here: its own, or with
+ * every_replica (the preflight) every replica's. */
+static lx_loader *open_validation_data(const lx_run_options *o, int every_replica) {
   if (!o->val_data || !validates(o)) return NULL;
   lx_loader *val = lx_loader_open(o->val_data, B, T, V, replica, DATA_PARALLEL, "validation data");
   long long per_replica = (long long)(val->windows / DATA_PARALLEL);
@@ -211,7 +212,7 @@ static lx_loader *open_validation_data(const lx_run_options *o) {
            o->val_data, (long long)val->windows, val->windows == 1 ? "" : "es", (long long)B * T + 1, each,
            o->val_batches, per_replica);
   }
-  lx_loader_check_first(val, o->val_batches);
+  lx_loader_check_first(val, o->val_batches, every_replica);
   return val;
 }
 
@@ -254,7 +255,7 @@ static void preflight_readable(const char *flag, const char *path, int directory
 static int preflight(lx_program program, int argc, char **argv, long long rank_bytes, const char *memory) {
   lx_run_options o = parsed_run_options(program, argc, argv);
   lx_loader_close(open_training_data(&o));
-  lx_loader *val = open_validation_data(&o);
+  lx_loader *val = open_validation_data(&o, 1);
   if (val) lx_loader_close(val);
   if (o.init_checkpoint) preflight_readable("--init", o.init_checkpoint, 1);
   if (o.resume_checkpoint) preflight_readable("--resume", o.resume_checkpoint, 0);

@@ -310,13 +310,15 @@ static inline void lx_loader_next(lx_loader *l,
   if (l->next_window >= l->windows) lx_loader_reset(l);
 }
 
-/* Reads the first `per_replica` windows of every replica, global windows 0
- * to per_replica * replicas - 1 (those a validation pass reads), which
- * checks their tokens, then starts again: a bad token there is found before
- * step 1 rather than at the first validation, hours in. */
-static inline void lx_loader_check_first(lx_loader *l, int64_t per_replica) {
+/* Reads the first `per_replica` windows of this replica, or with
+ * every_replica those of all (global windows 0 to per_replica * replicas -
+ * 1: the preflight, one process, checks for every rank of the job), which
+ * checks their tokens, then starts again: a bad token in what a validation
+ * pass reads is found before step 1 rather than at the first validation. */
+static inline void lx_loader_check_first(lx_loader *l, int64_t per_replica, int every_replica) {
   int64_t end = per_replica * l->replicas < l->windows ? per_replica * l->replicas : l->windows;
-  for (l->next_window = 0; l->next_window < end; l->next_window++)
+  for (l->next_window = every_replica ? 0 : l->replica; l->next_window < end;
+       l->next_window += every_replica ? 1 : l->replicas)
     lx_loader_read_window(l);
   lx_loader_reset(l);
 }

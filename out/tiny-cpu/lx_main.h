@@ -474,7 +474,7 @@ int main(int argc, char **argv) {
   keep_frozen_weights();
 #endif
   loader = open_training_data(&o);
-  lx_loader *val = open_validation_data(&o);
+  lx_loader *val = open_validation_data(&o, 0);
   if (o.gradcheck) {
     int status = gradient_check(o.gradcheck_samples);
     lx_mpi_finish();

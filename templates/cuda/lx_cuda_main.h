@@ -336,7 +336,7 @@ int main(int argc, char **argv) {
   if (o.init_checkpoint) load_checkpoint(o.init_checkpoint);
   start_weight_versions(); /* a resumed run reads both versions */
   training_data = open_training_data(&o);
-  lx_loader *val = open_validation_data(&o);
+  lx_loader *val = open_validation_data(&o, 0);
   int status = train(&o, training_data, val);
   CUDA_CHECK(cudaDeviceSynchronize());
   if (prof_totals) profile_write(o.profile_path, rank, ranks);

@@ -235,6 +235,35 @@ static void test_loader_errors(void) {
                       "a directory: the globs of the shards in it, one slash each");
 }
 
+/* The validation windows are checked before step 1: a replica its own
+ * (the first 2 of windows r, r + 2, ...), the preflight every replica's;
+ * then the loader starts again from the replica's first window. */
+static void test_loader_check_first(void) {
+  uint16_t tokens[5 * BT + 1];
+  for (int i = 0; i < 5 * BT + 1; i++)
+    tokens[i] = (uint16_t)(i % 50);
+  tokens[BT / 2] = 5000; /* in window 0: replica 0's */
+  write_shard(in_scratch("val0.bin"), LX_SHARD_MAGIC, 1, 5 * BT + 1, tokens, 5 * BT + 1);
+  tokens[BT / 2] = 1, tokens[BT + BT / 2] = 5000; /* in window 1: replica 1's */
+  write_shard(in_scratch("val1.bin"), LX_SHARD_MAGIC, 1, 5 * BT + 1, tokens, 5 * BT + 1);
+  const struct {
+    const char *file;
+    int replica, every, status;
+    const char *what;
+  } cases[] = {{"val0.bin", 1, 0, 0, "replica 1 checks its own windows, not replica 0's bad one"},
+               {"val0.bin", 1, 1, 1, "the preflight checks every replica's: replica 0's bad window"},
+               {"val1.bin", 1, 0, 1, "replica 1 finds the bad token in its own window"},
+               {"val1.bin", 0, 0, 0, "replica 0 checks its own windows, not replica 1's bad one"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char out[4096];
+    int status = run_self(out, sizeof out, "check-first '%s' %d %d", in_scratch(cases[i].file),
+                          cases[i].replica, cases[i].every);
+    int said = cases[i].status == 0 || strstr(out, "token 5000 at position");
+    CHECK(status == cases[i].status && said, "lx_loader_check_first: %s (exit %d)", cases[i].what, status);
+    if (status != cases[i].status || !said) printf("     %s\n", out);
+  }
+}
+
 /* A directory the glob reaches and cannot read stops it: glob would skip it
  * and the run would train on the shards of the others. Root reads every
  * directory, so as root the child runs without the capabilities for that. */
@@ -750,6 +779,18 @@ static int loader_open_mode(char **argv) {
   return 0;
 }
 
+/* check-first PATTERN REPLICA EVERY: lx_loader_check_first of 2 batches
+ * for replica REPLICA of 2 (EVERY: of both replicas); exits 0 if fine. */
+static int check_first_mode(char **argv) {
+  lx_loader *l = lx_loader_open(argv[2], B, T, VOCAB, atoi(argv[3]), 2, "validation data");
+  lx_loader_check_first(l, 2, atoi(argv[4]));
+  int inputs[BT], targets[BT];
+  lx_loader_next(l, inputs, targets); /* the replica's first window again: the next is 2 on */
+  int starts_again = l->next_window == l->replica + 2;
+  lx_loader_close(l);
+  return starts_again ? 0 : 3;
+}
+
 static int checkpoint_load_mode(char **argv) {
   lx_gpt2_header h = small_model;
   h.layers = atoi(argv[3]);
@@ -772,6 +813,7 @@ static int options_mode(int argc, char **argv, lx_program program) {
 static int child_mode(int argc, char **argv) {
   const char *mode = argv[1];
   if (!strcmp(mode, "loader-open") && argc == 5) return loader_open_mode(argv);
+  if (!strcmp(mode, "check-first") && argc == 5) return check_first_mode(argv);
   if (!strcmp(mode, "checkpoint-load") && argc == 5) return checkpoint_load_mode(argv);
   if (!strcmp(mode, "options")) return options_mode(argc, argv, LX_PROGRAM_CPU);
   if (!strcmp(mode, "options-cuda")) return options_mode(argc, argv, LX_PROGRAM_CUDA);
@@ -825,6 +867,7 @@ int main(int argc, char **argv) {
   test_loader_deterministic();
   test_loader_errors();
   test_loader_unreadable_dir();
+  test_loader_check_first();
   test_loader_uint32();
   test_checkpoint_layout();
   test_checkpoint_load();
