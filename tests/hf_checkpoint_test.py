@@ -540,8 +540,9 @@ def hostile_checks(work, program, trained, other):
         return struct.pack("<Q", len(text)) + text + blob[8 + n:]
 
     refuses(work, program, "a truncated file", variant("truncated", blob[:len(blob) * 2 // 3]), "past the end")
-    refuses(work, program, "a header size past the end", variant("size", struct.pack("<Q", 1 << 40) + blob[8:]),
-            "is not a safetensors file")
+    refuses(work, program, "a header size past the end (nor an llm.c file: --init reads either)",
+            variant("size", struct.pack("<Q", 1 << 40) + blob[8:]),
+            "the file holds %d; nor is it llm.c's, whose first int32 is 20240326" % len(blob))
     refuses(work, program, "a header that is not JSON", variant("json", struct.pack("<Q", 8) + b"{nonsense" + blob[17:]),
             "not a JSON object")
     missing = dict(header)

@@ -280,9 +280,12 @@ static inline lx_hf_file *lx_hf_open_file(lx_hf_source *src, char *path) {
     lx_die("checkpoint %s is shorter than 8 bytes", path);
   for (int i = 7; i >= 0; i--)
     n = n << 8 | size[i];
-  if (n > (uint64_t)LX_HF_MAX_HEADER || (int64_t)n > file_bytes - 8)
-    lx_die("%s is not a safetensors file: its header would be %llu bytes, the file holds %lld", path,
-           (unsigned long long)n, (long long)file_bytes);
+  if (n > (uint64_t)LX_HF_MAX_HEADER || (int64_t)n > file_bytes - 8) {
+    char llmc[96] = ""; /* --init's file is read as safetensors when it does not start as llm.c's */
+    if (!src->dir) snprintf(llmc, sizeof llmc, "; nor is it llm.c's, whose first int32 is %d", LX_GPT2_MAGIC);
+    lx_die("%s is not a safetensors file: its header would be %llu bytes, the file holds %lld%s", path,
+           (unsigned long long)n, (long long)file_bytes, llmc);
+  }
   char *text = (char *)LX_MALLOC((size_t)n + 1);
   if (lx_pread_full(f->fd, text, (int64_t)n, 8)) lx_die("checkpoint %s: cannot read its header", path);
   f->header = lx_hf_parse(path, text, (size_t)n);
