@@ -201,9 +201,34 @@ static inline int lx_glob_unreadable(const char *dir, int error) {
   return 1;
 }
 
+/* Every directory that a leading part of pattern matches can be searched.
+ * glob reads a directory to match a part with wildcards (its error callback
+ * sees a failure there) but only stats a literal part inside it: in
+ * 'd/<star>/s.bin' a directory d/x that cannot be searched would be skipped
+ * silently, and the run would train on the shards of the others. */
+static inline void lx_require_searchable(const char *what, const char *pattern) {
+  char *prefix = lx_strdup(pattern);
+  for (char *slash = strchr(prefix + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+    *slash = '\0';
+    glob_t dirs;
+    if (glob(prefix, 0, NULL, &dirs) == 0) {
+      for (size_t i = 0; i < dirs.gl_pathc; i++) {
+        const char *dir = dirs.gl_pathv[i];
+        struct stat st;
+        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && faccessat(AT_FDCWD, dir, X_OK, AT_EACCESS) != 0)
+          lx_die("%s: cannot read directory %s, which '%s' reaches: %s", what, dir, pattern, strerror(errno));
+      }
+      globfree(&dirs);
+    }
+    *slash = '/';
+  }
+  free(prefix);
+}
+
 /* The shard paths matching `pattern`, sorted (glob's default order). */
 static inline void lx_loader_find_shards(lx_loader *l, const char *pattern) {
   if (!pattern || !*pattern) lx_die("%s: no file given", l->what);
+  lx_require_searchable(l->what, pattern);
   glob_t found;
   int status = glob(pattern, 0, lx_glob_unreadable, &found);
   if (status == GLOB_ABORTED)
