@@ -167,9 +167,7 @@ static inline void lx_state_read(int fd, const char *path, void *dst, int64_t by
 /* The header's checksum against the header, positions and table that
  * path holds (their sizes checked to fit the file first). */
 static inline void lx_state_check_header(const char *path, const lx_state_run *run) {
-  char why[128];
-  int fd = lx_open_data_file(path, why, sizeof why);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  int fd = lx_open_checkpoint(path);
   int64_t *positions = (int64_t *)LX_MALLOC(8 * (size_t)run->data_parallel);
   lx_state_tensor *tensors = (lx_state_tensor *)LX_MALLOC(sizeof *tensors * (size_t)run->tensors);
   lx_state_read(fd, path, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN, "its data positions");
@@ -188,9 +186,7 @@ static inline void lx_state_check_header(const char *path, const lx_state_run *r
  * and the steps (the micro-batch's sequences and length, the sequences of
  * a step, micro-batches times replicas). */
 static inline lx_state_run lx_state_read_run(const char *path, const lx_state_run *expect) {
-  char why[128];
-  int fd = lx_open_data_file(path, why, sizeof why);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  int fd = lx_open_checkpoint(path);
   lx_state_run run;
   lx_state_read(fd, path, &run, sizeof run, 0, "its header");
   int64_t size = lx_file_size(fd);
@@ -222,9 +218,7 @@ static inline lx_state_run lx_state_read_run(const char *path, const lx_state_ru
 
 /* The next training window of each replica of the run that wrote path (malloc'd). */
 static inline int64_t *lx_state_read_positions(const char *path, const lx_state_run *run) {
-  char why[128];
-  int fd = lx_open_data_file(path, why, sizeof why);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  int fd = lx_open_checkpoint(path);
   int64_t *positions = (int64_t *)LX_MALLOC(8 * (size_t)run->data_parallel);
   lx_state_read(fd, path, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN, "its data positions");
   close(fd);
@@ -239,9 +233,7 @@ static inline int64_t *lx_state_read_positions(const char *path, const lx_state_
 
 /* The tensor table (malloc'd, sorted by name), each entry checked to lie in the file. */
 static inline lx_state_tensor *lx_state_read_tensors(const char *path, const lx_state_run *run) {
-  char why[128];
-  int fd = lx_open_data_file(path, why, sizeof why);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  int fd = lx_open_checkpoint(path);
   int64_t size = lx_file_size(fd);
   lx_state_tensor *tensors = (lx_state_tensor *)LX_MALLOC(sizeof(lx_state_tensor) * (size_t)run->tensors);
   lx_state_read(fd, path, tensors, (int64_t)sizeof(lx_state_tensor) * run->tensors,

@@ -147,6 +147,14 @@ static inline int lx_gpt2_header_mismatches(const char *path, const lx_gpt2_head
   return bad;
 }
 
+/* A checkpoint file opened to read (lx_open_data_file), or exit 1 saying why not. */
+static inline int lx_open_checkpoint(const char *path) {
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  return fd;
+}
+
 /* Checks magic, version, shape and size; dies with a message otherwise.
  * A file of a longer context than the model's (llm.c's GPT-2 releases have
  * max_seq_len 1024) fits too: *expect takes the file's max_seq_len. */
@@ -183,9 +191,7 @@ static inline void lx_checkpoint_load(const char *path, const lx_gpt2_header *ex
                                       int n,
                                       float *params // (stage parameter count)
 ) {
-  char why[128];
-  int fd = lx_open_data_file(path, why, sizeof why);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  int fd = lx_open_checkpoint(path);
   lx_gpt2_header file = *expect;
   lx_checkpoint_check(path, fd, &file);
   /* The slices are laid out for the model's context: a longer file's wpe

@@ -141,6 +141,14 @@ static inline int lx_shard_token_bytes(int32_t magic, int32_t version) {
   return 0;
 }
 
+/* A shard opened to read (lx_open_data_file), or exit 1 saying why not. */
+static inline int lx_open_shard(const char *what, const char *path) {
+  char why[128];
+  int fd = lx_open_data_file(path, why, sizeof why);
+  if (fd < 0) lx_die("%s: cannot open %s: %s", what, path, why);
+  return fd;
+}
+
 /* Reads and checks a shard's header into s (its token count and size). */
 static inline void lx_shard_check(const char *what, lx_shard *s, int B, int T) {
   const char *path = s->path;
@@ -154,9 +162,7 @@ static inline void lx_shard_check(const char *what, lx_shard *s, int B, int T) {
            "%.*s/val_*.bin (validation)",
            what, path, (int)n, path, (int)n, path);
   }
-  char why[128];
-  int fd = lx_open_data_file(path, why, sizeof why);
-  if (fd < 0) lx_die("%s: cannot open %s: %s", what, path, why);
+  int fd = lx_open_shard(what, path);
   int64_t size = lx_file_size(fd);
   if (size < LX_SHARD_HEADER_BYTES || lx_pread_full(fd, header, LX_SHARD_HEADER_BYTES, 0) != 0)
     lx_die("%s: %s is too short for a token shard header (%lld bytes, need %lld)", what, path,
@@ -292,9 +298,7 @@ static inline void lx_loader_seek(lx_loader *l, int64_t next) {
 static inline void lx_loader_open_shard(lx_loader *l) {
   if (l->fd_shard == l->shard) return;
   if (l->fd >= 0) close(l->fd);
-  char why[128];
-  l->fd = lx_open_data_file(l->shards[l->shard].path, why, sizeof why);
-  if (l->fd < 0) lx_die("%s: cannot open %s: %s", l->what, l->shards[l->shard].path, why);
+  l->fd = lx_open_shard(l->what, l->shards[l->shard].path);
   l->fd_shard = l->shard;
 }
 

@@ -370,9 +370,7 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
   if (versions == 1) arrays[3] = NULL;
   lx_state_tensor *table = lx_state_read_tensors(path, &saved);
   require_model_tensors(path, expect, table, saved.tensors);
-  char why[128];
-  int fd = lx_open_data_file(path, why, sizeof why);
-  if (fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  int fd = lx_open_checkpoint(path);
   move_state(fd, path, 0, table, saved.tensors, arrays);
   close(fd);
   /* the checksum counts the file's arrays: evaluating a 2BW state without 2BW reads one of them fewer */

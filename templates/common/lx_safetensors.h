@@ -270,9 +270,7 @@ static inline lx_hf_file *lx_hf_open_file(lx_hf_source *src, char *path) {
     lx_die("checkpoint %s: more than %d files", src->path, LX_HF_MAX_FILES);
   lx_hf_file *f = &src->files[src->n_files++];
   f->path = path;
-  char why[128];
-  f->fd = lx_open_data_file(path, why, sizeof why);
-  if (f->fd < 0) lx_die("cannot open checkpoint %s: %s", path, why);
+  f->fd = lx_open_checkpoint(path);
   unsigned char size[8];
   int64_t file_bytes = lx_file_size(f->fd);
   uint64_t n = 0;
