@@ -294,7 +294,15 @@ static void shape_dropout(shape_ctx *c, lx_op *op) { shape_elementwise(c, op, 2,
 static void shape_add(shape_ctx *c, lx_op *op) {
   if (!expect_activation(c, op, 0) || !expect_activation(c, op, 1)) return;
   const lx_shape *a = input_shape(c, op, 0), *b = input_shape(c, op, 1);
-  if (a->width != b->width || a->split != b->split) {
+  if (a->width == b->width && a->split != b->split) {
+    lx_error(
+        op->src,
+        "shape mismatch: add() of a tensor split over tp and a whole one, both of width %d: the %s comes "
+        "from a column-parallel linear, which another linear of it (row-parallel) makes whole",
+        a->width, a->split ? "first" : "second");
+    return;
+  }
+  if (a->width != b->width) {
     lx_error(op->src, "shape mismatch: add() of width %d%s and width %d%s", a->width,
              a->split ? " (split over tp)" : "", b->width, b->split ? " (split over tp)" : "");
     return;

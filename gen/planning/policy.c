@@ -73,28 +73,52 @@ static int64_t offload_gain(const lx_stage_problem *pr, int i) {
   return pr->stashed_layers * pr->drop_bytes[i] - (int64_t)pr->window_buffers * pr->offload_bytes[i];
 }
 
-/* The offloadable ops that gain memory, largest copy first (*n of them). */
-static int *offload_candidates(const lx_stage_problem *pr, int *n) {
-  int *ops = lx_malloc(sizeof(int) * (size_t)(pr->n_ops + 1));
-  *n = 0;
+/* Whether op a goes before op b: the larger copy first, then the larger gain, so that
+ * interchangeable ops stand side by side. */
+static bool copies_before(const lx_stage_problem *pr, int a, int b) {
+  if (pr->offload_bytes[a] != pr->offload_bytes[b]) return pr->offload_bytes[a] > pr->offload_bytes[b];
+  return offload_gain(pr, a) > offload_gain(pr, b);
+}
+
+/* The ops lynx-heu may offload, largest copy first. Ops of the same copy and gain are
+ * interchangeable: next[k] is the first op after ops[k] and its twins. */
+typedef struct {
+  int *ops, *next, n;
+} offload_ops;
+
+/* The offloadable ops that gain memory. */
+static offload_ops offload_candidates(const lx_stage_problem *pr) {
+  offload_ops off = {lx_malloc(sizeof(int) * (size_t)(pr->n_ops + 1)),
+                     lx_malloc(sizeof(int) * (size_t)(pr->n_ops + 1)), 0};
+  int *ops = off.ops;
   for (int i = 0; pr->host_bytes_per_s > 0 && i < pr->n_ops; i++)
-    if (pr->offload_bytes[i] > 0 && offload_gain(pr, i) > 0) ops[(*n)++] = i;
-  for (int a = 1; a < *n; a++)
-    for (int b = a; b > 0 && pr->offload_bytes[ops[b]] > pr->offload_bytes[ops[b - 1]]; b--) {
+    if (pr->offload_bytes[i] > 0 && offload_gain(pr, i) > 0) ops[off.n++] = i;
+  for (int a = 1; a < off.n; a++)
+    for (int b = a; b > 0 && copies_before(pr, ops[b], ops[b - 1]); b--) {
       int t = ops[b];
       ops[b] = ops[b - 1];
       ops[b - 1] = t;
     }
-  return ops;
+  for (int k = off.n - 1; k >= 0; k--) {
+    bool twin = k + 1 < off.n && !copies_before(pr, ops[k], ops[k + 1]);
+    off.next[k] = twin ? off.next[k + 1] : k + 1;
+  }
+  return off;
 }
 
-/* The least-bytes cover, by branch and bound over ops[k..n) (largest copy first): a set
- * whose gains reach `need`, with fewer bytes than *best_bytes. left[k]: the gain of
- * ops[k..n) that are allowed. */
+static void free_offload_ops(offload_ops *off) {
+  free(off->ops);
+  free(off->next);
+}
+
+/* The least-bytes cover, by branch and bound over off->ops[k..n): a set whose gains
+ * reach `need`, with fewer bytes than *best_bytes. left[k]: the gain of ops[k..n) that
+ * are allowed. A cover that leaves an op out and takes a later twin is no better than
+ * one that takes it, so leaving it out leaves out its twins (off->next). Without that,
+ * a layer of many equal ops had its covers tried in every order. */
 typedef struct {
   const lx_stage_problem *pr;
-  const int *ops;
-  int n;
+  const offload_ops *off;
   lx_opmask allowed;
   int64_t left[65];
   int64_t best_bytes;
@@ -106,12 +130,13 @@ static void search_cover(cover_search *c, int k, int64_t need, int64_t bytes, lx
     if (bytes < c->best_bytes) c->best_bytes = bytes, c->best = chosen;
     return;
   }
-  if (k == c->n || c->left[k] < need || bytes >= c->best_bytes) return;
-  int i = c->ops[k];
-  if ((c->allowed >> i) & 1)
+  if (k == c->off->n || c->left[k] < need || bytes >= c->best_bytes) return;
+  int i = c->off->ops[k];
+  bool allowed = (c->allowed >> i) & 1;
+  if (allowed)
     search_cover(c, k + 1, need - offload_gain(c->pr, i), bytes + c->pr->offload_bytes[i],
                  chosen | (lx_opmask)1 << i);
-  search_cover(c, k + 1, need, bytes, chosen);
+  search_cover(c, allowed ? c->off->next[k] : k + 1, need, bytes, chosen);
 }
 
 /* The offload set, among the ops rc does not recompute and w does not read, that makes (rc, w) fit the
@@ -119,16 +144,17 @@ static void search_cover(cover_search *c, int k, int64_t need, int64_t bytes, lx
  * with their bytes alone, and so does the host memory they take): none where it fits already. An exact
  * knapsack cover, by branch and bound. False where nothing closes the deficit, or its host copies do not fit.
  */
-static bool cover_deficit(const lx_stage_problem *pr, const int *ops, int n, lx_opmask rc, lx_opmask w,
+static bool cover_deficit(const lx_stage_problem *pr, const offload_ops *off, lx_opmask rc, lx_opmask w,
                           int split, lx_opmask *of) {
   *of = 0;
   lx_offload placed = {0, split, split >= 0}; /* the split op's window buffers, whatever its pieces */
   int64_t deficit = lx_memory_of(pr, rc, w, placed) - pr->avail_bytes;
   if (deficit <= 0) return true;
   cover_search c = {
-      .pr = pr, .ops = ops, .n = n, .allowed = ~(rc | lx_window_inputs(pr, w)), .best_bytes = INT64_MAX};
-  c.left[n] = 0;
-  for (int k = n - 1; k >= 0; k--)
+      .pr = pr, .off = off, .allowed = ~(rc | lx_window_inputs(pr, w)), .best_bytes = INT64_MAX};
+  const int *ops = off->ops;
+  c.left[off->n] = 0;
+  for (int k = off->n - 1; k >= 0; k--)
     c.left[k] = c.left[k + 1] + (((c.allowed >> ops[k]) & 1) ? offload_gain(pr, ops[k]) : 0);
   if (c.left[0] < deficit) return false;
   search_cover(&c, 0, deficit, 0, 0);
@@ -201,11 +227,6 @@ static void sets_offer(const lx_stage_problem *pr, window_sets *t, choice c) {
   *t = bigger;
 }
 
-/* The ops lynx-heu may offload, largest first. */
-typedef struct {
-  int *ops, n;
-} offload_ops;
-
 /* The best offload of (rc, w), scored as if the windows served nothing: no
  * split, or the token-wise split (overlap.h) of one on-demand op with each
  * number of pieces, each with the least cover of what the device lacks. False
@@ -214,13 +235,13 @@ static bool best_offload(const lx_stage_problem *pr, const offload_ops *off, lx_
                          choice *best) {
   double n = (double)pr->n_layers * pr->micro_batches, recompute = n * lx_seconds_of(pr, rc);
   lx_opmask whole;
-  bool found = cover_deficit(pr, off->ops, off->n, rc, w, -1, &whole);
+  bool found = cover_deficit(pr, off, rc, w, -1, &whole);
   if (found)
     *best = (choice){rc, w, lx_offload_whole(whole), recompute + lx_offload_cost(pr, lx_offload_whole(whole)),
                      true};
   for (lx_opmask m = pr->host_bytes_per_s > 0 ? rc & ~w : 0; m; m &= m - 1) {
     int i = __builtin_ctzll(m);
-    if (!pr->splittable[i] || !cover_deficit(pr, off->ops, off->n, rc, w, i, &whole)) continue;
+    if (!pr->splittable[i] || !cover_deficit(pr, off, rc, w, i, &whole)) continue;
     for (int k = 1; k < LX_TOKEN_PIECES; k++) {
       lx_offload of = {whole, i, k};
       if (!lx_host_fits(pr, of)) break;
@@ -254,11 +275,11 @@ static void consider_windows(const lx_stage_problem *pr, window_sets *sets, cons
   double split = n * most_split(pr, rc);
   double unwindowable = n * lx_seconds_of(pr, rc & ~cand) - split; /* on demand whatever the windows */
   if (unwindowable > sets->bound + 1e-12 * unwindowable) return;
-  for (lx_opmask w = cand;; w = (w - 1) & cand) {
-    bool enumerable = n_cand <= MAX_ENUM_WINDOW_OPS || w == cand || w == 0;
+  bool enumerable = n_cand <= MAX_ENUM_WINDOW_OPS; /* else all of cand in windows, or none */
+  for (lx_opmask w = cand;; w = enumerable ? (w - 1) & cand : 0) {
     double on_demand = n * lx_seconds_of(pr, rc & ~w) - split;
     choice c;
-    if (enumerable && on_demand <= sets->bound + 1e-12 * on_demand && lx_window_closed(pr, rc, w) &&
+    if (on_demand <= sets->bound + 1e-12 * on_demand && lx_window_closed(pr, rc, w) &&
         best_offload(pr, off, rc, w, &c))
       sets_offer(pr, sets, c);
     if (w == 0) break;
@@ -342,8 +363,7 @@ static int droppable_ops(const lx_stage_problem *pr, int *ops) {
 static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window_of) {
   int *ops = lx_malloc(sizeof(int) * (size_t)pr->n_ops);
   int n = droppable_ops(pr, ops);
-  offload_ops off;
-  off.ops = offload_candidates(pr, &off.n);
+  offload_ops off = offload_candidates(pr);
   lx_matcher m = lx_matcher_init(pr);
   window_sets sets = sets_init(256);
   lx_opmask all = drop_everything(pr);
@@ -356,11 +376,11 @@ static bool solve_heu(const lx_stage_problem *pr, lx_op_decision *d, int *window
     for (int j = 0; j < n; j++)
       if (enumerate ? (k >> j) & 1 : (uint64_t)j < k) rc |= (lx_opmask)1 << ops[j];
     rc = lx_close_recompute(pr, rc);
-    if (cover_deficit(pr, off.ops, off.n, rc, 0, -1, &of)) consider_windows(pr, &sets, &off, rc);
+    if (cover_deficit(pr, &off, rc, 0, -1, &of)) consider_windows(pr, &sets, &off, rc);
   }
   best = match_best_first(pr, &m, &sets, best);
   free(ops);
-  free(off.ops);
+  free_offload_ops(&off);
   realize(&m, best.rc, best.w, best.of, window_of);
   sets_free(&sets);
   lx_matcher_free(&m);
@@ -434,6 +454,7 @@ static const char *solve_mip(glp_prob *lp, triplets *t, int work_limit, double *
   parm.presolve = GLP_ON;
   parm.msg_lev = GLP_MSG_OFF;
   parm.mip_gap = 1e-6;
+  parm.gmi_cuts = parm.mir_cuts = parm.cov_cuts = parm.clq_cuts = GLP_ON;
   mip_watch watch = {0, work_limit > 0 ? work_limit : LX_MIP_WORK_LIMIT};
   parm.cb_func = watch_search;
   parm.cb_info = &watch;

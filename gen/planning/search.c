@@ -56,8 +56,11 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   }
   if (req->gpu_memory_bytes > 0) cm.gpu.memory_bytes = req->gpu_memory_bytes;
   lx_pipeline pipe;
-  lx_plan_options options = {
-      .policy = c->policy, .partition = req->partition, .no_offload = req->no_offload, .cm = &cm};
+  lx_plan_options options = {.policy = c->policy,
+                             .partition = req->partition,
+                             .no_offload = req->no_offload,
+                             .cm = &cm,
+                             .mip_work_limit = req->mip_work_limit};
   if (!lx_plan_pipeline(&ir, &options, &pipe)) {
     snprintf(c->why, sizeof c->why, "cannot be scheduled (fewer micro-batches than stages?)");
   } else {

@@ -16,6 +16,7 @@ typedef struct {
   double gpu_memory_bytes; /* 0: the datasheet's */
   double time_budget_s;    /* stop trying candidates after this long (lynxgen --search-time) */
   int seq_len;             /* 0: the model's; else a what-if sequence length */
+  int mip_work_limit;      /* simplex iterations of one MILP; 0: LX_MIP_WORK_LIMIT (overlap.h) */
 } lx_search_request;
 
 typedef struct {

@@ -236,29 +236,28 @@ lx_opmask lx_window_candidates(const lx_stage_problem *pr, lx_opmask rc) {
   return w;
 }
 
-bool lx_window_closed(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
-  const lx_graph *g = pr->block;
-  for (int i = 0; i < g->n_ops; i++)
-    for (int k = 0; has(w, i) && k < g->ops[i].n_inputs; k++)
-      if (has(rc, g->ops[i].inputs[k]) && !has(w, g->ops[i].inputs[k])) return false;
-  return true;
-}
-
-lx_opmask lx_window_inputs(const lx_stage_problem *pr, lx_opmask w) {
-  const lx_graph *g = pr->block;
-  lx_opmask read = 0;
-  for (int i = 0; i < g->n_ops; i++)
-    for (int k = 0; has(w, i) && k < g->ops[i].n_inputs; k++)
-      read |= (lx_opmask)1 << g->ops[i].inputs[k];
-  return read;
-}
-
 /* The ops of a set in increasing order (the sums below add in op order, so
  * they are the same numbers however often they are taken). */
 static int next_op(lx_opmask *m) {
   int i = __builtin_ctzll(*m);
   *m &= *m - 1;
   return i;
+}
+
+bool lx_window_closed(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w) {
+  return !(lx_window_inputs(pr, w) & rc & ~w);
+}
+
+/* The searches call this for every window set they weigh: it visits w's ops alone. */
+lx_opmask lx_window_inputs(const lx_stage_problem *pr, lx_opmask w) {
+  const lx_graph *g = pr->block;
+  lx_opmask read = 0;
+  for (lx_opmask m = w; m;) {
+    const lx_op *op = &g->ops[next_op(&m)];
+    for (int k = 0; k < op->n_inputs; k++)
+      read |= (lx_opmask)1 << op->inputs[k];
+  }
+  return read;
 }
 
 double lx_seconds_of(const lx_stage_problem *pr, lx_opmask m) {

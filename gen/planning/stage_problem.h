@@ -56,6 +56,7 @@ lx_opmask lx_close_recompute(const lx_stage_problem *pr, lx_opmask rc);
  * producer they read runs in the window before them. */
 lx_opmask lx_window_candidates(const lx_stage_problem *pr, lx_opmask rc);
 
+/* Whether every op of rc that an op of w reads is in w too. */
 bool lx_window_closed(const lx_stage_problem *pr, lx_opmask rc, lx_opmask w);
 
 /* The ops whose outputs the ops of w read: none of them may be offloaded, or

@@ -62,10 +62,12 @@ static void clamp_sizes(lx_ir *ir) {
     p->global_batch = (int)(per_micro_batch * MAX_MICRO_BATCHES + p->global_batch % per_micro_batch);
 }
 
-static bool small_enough(const lx_ir *ir) {
-  return ir->prologue.n_ops + ir->block.n_ops + ir->epilogue.n_ops <= MAX_OPS &&
-         lx_micro_batches(ir) <= MAX_MICRO_BATCHES;
+/* Checked before the plan search, which plans every candidate. */
+static bool few_enough_ops(const lx_ir *ir) {
+  return ir->prologue.n_ops + ir->block.n_ops + ir->epilogue.n_ops <= MAX_OPS;
 }
+
+static bool small_enough(const lx_ir *ir) { return lx_micro_batches(ir) <= MAX_MICRO_BATCHES; }
 
 static bool plan_is_open(const lx_open_plan *p) { return p->tp || p->pp || p->dp || p->micro_batch; }
 
@@ -82,7 +84,8 @@ static bool search_open_plan(const fuzz_options *o, lx_ir *ir) {
   lx_search_request req = {.policy = o->policy,
                            .partition = o->partition,
                            .no_offload = o->no_offload,
-                           .gpu_memory_bytes = o->gpu_memory_bytes};
+                           .gpu_memory_bytes = o->gpu_memory_bytes,
+                           .mip_work_limit = MIP_WORK_LIMIT};
   lx_candidate chosen;
   lx_search_stats stats;
   bool found = lx_search_plan(ir, &req, &chosen, &stats, NULL);
@@ -127,7 +130,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_options o = fuzz_plan_options(data, size);
   const char *path = input_file(data, size);
   lx_ir ir;
-  if (fuzz_front_end(path, data, size, clamp_sizes, &ir) && search_open_plan(&o, &ir) && small_enough(&ir))
+  if (fuzz_front_end(path, data, size, clamp_sizes, &ir) && few_enough_ops(&ir) &&
+      search_open_plan(&o, &ir) && small_enough(&ir))
     plan(&ir, &o);
   if (lx_error_count() > 0 && lx_located_error_count() == 0)
     fail("a plan was rejected without a located error");

@@ -2,9 +2,10 @@
 # A short fuzzing run of both fuzzers, inside `make test` (tests/fuzz/rules.mk
 # builds them and passes them in FUZZ_BIN and FUZZ_PLAN_BIN). First every
 # known input — the crash regressions, the diagnostic cases and the
-# examples — runs once through each; then each fuzzer mutates them, the
-# front end for FUZZ_SMOKE_SECONDS (default 20), the plan pipeline for
-# FUZZ_SMOKE_PLAN_SECONDS (default 25): under a minute in all. Any crash,
+# examples — runs once through each, within the campaigns' 20 s an input;
+# then each fuzzer mutates them, the front end for FUZZ_SMOKE_SECONDS
+# (default 20), the plan pipeline for FUZZ_SMOKE_PLAN_SECONDS (default 25):
+# under a minute in all. Any crash, timeout,
 # leak, sanitizer report, unlocated error or verifier finding fails the
 # test; the input that caused it is left in tests/fuzz/corpus-run/findings/
 # (see tests/fuzz/README.md).
@@ -43,7 +44,7 @@ fuzz() {
   fi
   echo "ok - $name built ($fuzzer)"
   check "$name: every known input (${#known[@]} files: regressions, diagnostics, examples) runs clean" \
-    "$tmp/$name-known.log" "$fuzzer" -artifact_prefix="$findings/" "${known[@]}"
+    "$tmp/$name-known.log" "$fuzzer" -timeout=20 -artifact_prefix="$findings/" "${known[@]}"
   # The run's own corpus is thrown away; the seeds stay as they are.
   mkdir "$tmp/$name"
   check "$name: fuzzing $what for ${seconds} s finds nothing" "$tmp/$name.log" \

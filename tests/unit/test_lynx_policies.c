@@ -49,6 +49,14 @@ static void hand_windows(lx_stage_problem *pr, lx_window *w, int n_windows, doub
   memcpy(pr->lo, lo, sizeof lo), memcpy(pr->due, due, sizeof due);
 }
 
+/* A problem of hand_windows freed, its windows being the caller's. */
+static void free_hand_problem(lx_stage_problem *pr, lx_cost_model *cm, lx_ir *ir) {
+  pr->windows = NULL, pr->n_windows = 0;
+  lx_stage_problem_free(pr);
+  lx_cost_model_free(cm);
+  lx_ir_free(ir);
+}
+
 static double layer_recompute_s(const lx_stage_problem *pr) {
   double t = 0;
   for (int i = 0; i < pr->n_ops; i++)
@@ -695,10 +703,54 @@ static void check_opt_prefetch_rooms(void) {
         optimal, cases, offloading);
   free(d);
   free(all);
-  pr.windows = NULL, pr.n_windows = 0;
-  lx_stage_problem_free(&pr);
-  lx_cost_model_free(&cm);
-  lx_ir_free(&ir);
+  free_hand_problem(&pr, &cm, &ir);
+}
+
+/* Ops that are interchangeable to the offload search: three equal linear + gelu pairs.
+ * Leaving one out of an offload cover, lynx-heu's search leaves out its twins after it
+ * (a cover with a later twin instead is no better); it still finds the brute-force
+ * optimum at every budget and host link, and offloads in some. */
+static void check_twin_offload(void) {
+  lx_ir ir;
+  CHECK(load_text(&ir, twin_model_text, 2, 1, 1, 3, LX_SCHEDULE_1F1B), "the model with twin ops loads");
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  lx_stage_problem pr;
+  lx_stage_problem_init(&pr, &ir, &cm, 2, 2 * 3, 3, INT64_MAX);
+  int64_t largest = 0;
+  int twins = 0;
+  for (int i = 0; i < pr.n_ops; i++) {
+    if (pr.offload_bytes[i] > largest) largest = pr.offload_bytes[i];
+    for (int j = i + 1; j < pr.n_ops; j++)
+      twins += pr.offload_bytes[i] > 0 && pr.offload_bytes[i] == pr.offload_bytes[j] &&
+               pr.drop_bytes[i] == pr.drop_bytes[j];
+  }
+  CHECK(twins >= 3, "the block has ops of equal copy and gain (%d pairs)", twins);
+  lx_window w[8];
+  hand_windows(&pr, w, 8, 0); /* no window time: what is not kept or offloaded runs on demand */
+  lx_op_decision *d = calloc((size_t)pr.n_ops, sizeof *d), *all = calloc((size_t)pr.n_ops, sizeof *all);
+  lx_recompute_fixed(&ir, LX_RECOMPUTE_FULL, all);
+  int64_t least = lx_policy_bytes(&pr, all), most = pr.stashed_layers * pr.kept_all;
+  int offloading = 0;
+  for (int link = 0; link < 2; link++) /* the largest op's copy takes 1/4 or 1 layer's backward */
+    for (int step = 1; step <= 5; step += 2) {
+      pr.host_bytes_per_s = (double)largest / (pr.layer_bwd_s / (link ? 1 : 4));
+      pr.avail_bytes = least + (most - least) * step / 7;
+      lx_policy_stats stats;
+      bool ok;
+      double heu = solve(&ir, LX_RECOMPUTE_LYNX_HEU, &pr, d, &ok, &stats);
+      double best = brute_force(&pr, true, NULL);
+      for (int i = 0; i < pr.n_ops; i++)
+        offloading += d[i].offload;
+      CHECK(ok && lx_policy_bytes(&pr, d) <= pr.avail_bytes,
+            "twin ops, link %d, budget %d/7: lynx-heu respects the budget", link, step);
+      CHECK_CLOSE(heu, best, 1e-9, "twin ops, link %d, budget %d/7: lynx-heu is the brute-force optimum",
+                  link, step);
+    }
+  CHECK(offloading > 0, "twin ops: lynx-heu offloads at some budgets (%d ops over them)", offloading);
+  free(d);
+  free(all);
+  free_hand_problem(&pr, &cm, &ir);
 }
 
 int main(void) {
@@ -714,6 +766,7 @@ int main(void) {
   CHECK(optima_split > 0, "the brute-force optimum splits an op token-wise at %d of the budgets",
         optima_split);
   check_opt_prefetch_rooms();
+  check_twin_offload();
   check_assignment();
   check_partition();
   return check_exit_status();
