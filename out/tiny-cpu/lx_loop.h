@@ -16,6 +16,7 @@
 #include "lx_data.h"
 #include "lx_lr_schedule.h"
 #include "lx_metrics.h"
+#include "lx_real_text.h"
 #include "lx_resume.h"
 #include "lx_stage.h"
 #include "lx_stop.h"

@@ -23,6 +23,7 @@
 #include "lx_mpi_errors.h"
 
 #include "lx_lr_schedule.h"
+#include "lx_real_text.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -221,14 +222,6 @@ static inline LX_NORETURN LX_PRINTF(1, 2) void lx_usage_error(const char *fmt, .
 }
 
 static inline const char *lx_or_none(const char *s) { return s ? s : "none"; }
-
-/* The shortest of %g and %.17g that reads back as v: exact in --resume's
- * messages, short in --help. */
-static inline void lx_format_real(char *out, // (cap)
-                                  size_t cap, double v) {
-  snprintf(out, cap, "%g", v);
-  if (strtod(out, NULL) != v) snprintf(out, cap, "%.17g", v);
-}
 
 /* The value of opt in o as --help and error messages show it. */
 static inline void lx_option_text(const lx_option *opt, const lx_run_options *o,

@@ -15,6 +15,7 @@
 #include "lx_errors.h" /* first: it sets _POSIX_C_SOURCE */
 
 #include "lx_check.h"
+#include "lx_real_text.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -90,16 +91,12 @@ static inline double lx_metrics_eta_seconds(lx_metrics_state *m, int step, int s
   return (steps - step) * mean_ms / 1000.0;
 }
 
-/* A member of a metrics line: a number as the shortest of 15, 16 or 17
- * significant digits that reads back as it exactly (as raw JSON: cJSON 1.7
- * keeps 15 digits that read back only approximately, 2^53 as
- * 9.00719925474099e+15); a non-finite one as null. */
+/* A member of a metrics line: a number as text that reads back as it exactly
+ * (as raw JSON: cJSON 1.7 keeps 15 digits that read back only approximately,
+ * 2^53 as 9.00719925474099e+15); a non-finite one as null. */
 static inline void lx_metrics_add(cJSON *line, const char *key, double v) {
   char text[32] = "null";
-  for (int digits = 15; isfinite(v) && digits <= 17; digits++) {
-    snprintf(text, sizeof text, "%.*g", digits, v);
-    if (strtod(text, NULL) == v) break;
-  }
+  if (isfinite(v)) lx_format_real(text, sizeof text, v);
   cJSON *item = cJSON_CreateRaw(text);
   if (!item || !cJSON_AddItemToObject(line, key, item)) LX_FATAL("out of memory");
 }

@@ -617,6 +617,43 @@ static void test_one_line(void) {
         "lx_one_line: cut to its buffer, terminated");
 }
 
+/* lx_format_real is --help's, the error messages', --steps 0's and the metrics file's
+ * text of a number: chosen values as written by hand (six digits where they read back,
+ * else 15, 16 or 17), and every one of 100,000 random bit patterns reads back exactly. */
+static void test_format_real(void) {
+  static const struct {
+    double v;
+    const char *text;
+  } chosen[] = {{0.1, "0.1"},
+                {2.5, "2.5"},
+                {1.2345678, "1.2345678"},
+                {1.0 / 3, "0.3333333333333333"},
+                {0.1 + 0.2, "0.30000000000000004"},
+                {0x1p53, "9007199254740992"},
+                {5e-324, "4.94066e-324"},
+                {-0.0, "-0"},
+                {1e300, "1e+300"}};
+  char got[40];
+  for (size_t k = 0; k < sizeof chosen / sizeof *chosen; k++) {
+    lx_format_real(got, sizeof got, chosen[k].v);
+    CHECK(!strcmp(got, chosen[k].text), "lx_format_real(%a) is %s (%s)", chosen[k].v, chosen[k].text, got);
+  }
+  int wrong = 0, n = 0;
+  uint64_t bits = 0x9e3779b97f4a7c15ull;
+  for (int k = 0; k < 100000; k++) {
+    bits = bits * 6364136223846793005ull + 1442695040888963407ull;
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    if (!isfinite(v)) continue;
+    lx_format_real(got, sizeof got, v);
+    if (strtod(got, NULL) != v && wrong++ < 3) printf("     %a: %s\n", v, got);
+    n++;
+  }
+  CHECK(wrong == 0, "lx_format_real: %d of %d random doubles read back exactly", n - wrong, n);
+  lx_format_real(got, sizeof got, NAN);
+  CHECK(!strcmp(got, "nan") || !strcmp(got, "-nan"), "lx_format_real: a NaN is nan (%s)", got);
+}
+
 static void test_metrics(void) {
   char out[4096], command[1024];
   const char *path = in_scratch("metrics.jsonl");
@@ -882,6 +919,7 @@ int main(int argc, char **argv) {
   test_options_cuda();
   test_options_training_settings();
   test_one_line();
+  test_format_real();
   test_metrics();
   test_pending_checkpoint();
   test_watchdog_after_a_wait();
