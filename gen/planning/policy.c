@@ -446,15 +446,22 @@ static void watch_search(glp_tree *tree, void *info) {
  * same input gives the same plan on any machine and under any load. GLPK
  * reports optimal only once its tree is exhausted (gap 0); a search stopped
  * by the gap tolerance or the work limit leaves a feasible incumbent, whose
- * gap is the one watch_search saw last. */
-static const char *solve_mip(glp_prob *lp, triplets *t, int work_limit, double *gap) {
+ * gap is the one watch_search saw last. `cuts`: GLPK's Gomory cuts, for
+ * checkmate's MILP: one layer's ops, a knapsack row whose LP bound a layer of
+ * many equal ops left loose (one MILP branched for 10 s without them, a
+ * hundredth of a second with). Not for lynx-opt's, which has rows per instance
+ * and window (tens of thousands), where making cuts at every node cost more
+ * than they saved (a GPT-13B plan: 38 s without, 178 s with). GLPK's other
+ * cuts add nothing here, and its cover cuts abort the process on a problem
+ * with no row they apply to (glp_cov_init: "invalid number of columns"). */
+static const char *solve_mip(glp_prob *lp, triplets *t, int work_limit, bool cuts, double *gap) {
   glp_load_matrix(lp, t->n, t->ia, t->ja, t->ar);
   glp_iocp parm;
   glp_init_iocp(&parm); /* no time limit (tm_lim): see above */
   parm.presolve = GLP_ON;
   parm.msg_lev = GLP_MSG_OFF;
   parm.mip_gap = 1e-6;
-  parm.gmi_cuts = parm.mir_cuts = parm.cov_cuts = parm.clq_cuts = GLP_ON;
+  if (cuts) parm.gmi_cuts = GLP_ON;
   mip_watch watch = {0, work_limit > 0 ? work_limit : LX_MIP_WORK_LIMIT};
   parm.cb_func = watch_search;
   parm.cb_info = &watch;
@@ -633,7 +640,7 @@ static bool solve_checkmate(const lx_stage_problem *pr, lx_op_decision *d, int *
   glp_set_obj_dir(lp, GLP_MIN);
   triplets t = {0};
   op_columns c = add_op_model(pr, lp, &t, 1, 0, false, false);
-  const char *status = solve_mip(lp, &t, pr->work_limit, &stats->gap);
+  const char *status = solve_mip(lp, &t, pr->work_limit, true, &stats->gap);
   lx_opmask rc = drop_everything(pr), w = 0;
   lx_offload of = lx_no_offload;
   int ok = glp_mip_status(lp);
@@ -683,7 +690,7 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
   if (!pr->n_windows) /* no windows: every window op runs on demand */
     for (int i = 0; i < pr->n_ops; i++)
       if (c.w[i]) glp_set_col_bnds(lp, c.w[i], GLP_FX, 0, 0);
-  const char *status = solve_mip(lp, &t, pr->work_limit, &stats->gap);
+  const char *status = solve_mip(lp, &t, pr->work_limit, false, &stats->gap);
   int ok = glp_mip_status(lp);
   lx_opmask rc = drop_everything(pr), w = 0;
   lx_offload of = lx_no_offload;
