@@ -615,12 +615,28 @@ static lx_search_request search_request(const options *opts) {
 /* When the model leaves parallel-plan fields open, the plan search picks them
  * (and the recompute policy, unless --policy gave it); the IR is then
  * analysed again for the chosen plan. */
+/* The open fields of the plan, in prose: "dp and micro_batch". */
+static void name_open_fields(const lx_open_plan *o, char *out, size_t cap) {
+  const char *names[] = {"tp", "pp", "dp", "micro_batch"};
+  bool open[] = {o->tp, o->pp, o->dp, o->micro_batch};
+  int left = open[0] + open[1] + open[2] + open[3];
+  out[0] = '\0';
+  for (int k = 0; k < 4; k++) {
+    if (!open[k]) continue;
+    const char *sep = out[0] == '\0' ? "" : --left == 1 ? " and " : ", ";
+    snprintf(out + strlen(out), cap - strlen(out), "%s%s", sep, names[k]);
+  }
+}
+
 static bool choose_open_plan(const options *opts, lx_ir *ir, lx_recompute_policy *policy) {
   if (!plan_is_open(&ir->open_plan) && !ir->open_plan.schedule) return true;
   if (plan_is_open(&ir->open_plan) && !ir->plan.global_batch) {
+    char open[64];
+    name_open_fields(&ir->open_plan, open, sizeof open);
     lx_error(ir->locs.plan,
-             "the plan search needs global_batch (sequences per step) to choose tp, pp, dp and "
-             "micro_batch");
+             "the plan search needs global_batch (sequences per step) to choose %s: set .global_batch in "
+             "struct lx_parallel or pass --global-batch N",
+             open);
     return false;
   }
   lx_search_request req = search_request(opts);

@@ -7,6 +7,7 @@
 # and in lines that follow it, the notes that must come with it:
 #   // expect-note: LINE:COL: note: TEXT        (a place in the model file)
 #   // expect-note: PATH:LINE:COL: note: TEXT   (elsewhere, e.g. tests/diag/include/)
+#   // expect-errors: N                         (no more errors than that, no echo)
 # For each, lynxgen must exit 1, report FILE:LINE:COL: error: ...TEXT...,
 # locate every error it prints in FILE (also one written in an included
 # header or a macro), print nothing on stdout and leave no output directory
@@ -55,9 +56,10 @@ missing_notes() {
 }
 
 check_diag_file() {
-  local file=$1 name expect loc text
+  local file=$1 name expect errors loc text
   name=$(basename "$file" .model)
   expect=$(sed -n '1s|^// expect: ||p' "$file")
+  errors=$(sed -n 's|^// expect-errors: ||p' "$file")
   loc=${expect%%: error: *}
   text=${expect#*: error: }
   if [ -z "$expect" ] || [ "$loc" = "$expect" ] || ! [[ $loc =~ ^[0-9]+:[0-9]+$ ]]; then
@@ -76,6 +78,8 @@ check_diag_file() {
     fail "$name: every error is located" "$err"
   elif [ -n "$(missing_notes "$file")" ]; then
     fail "$name: notes $(missing_notes "$file" | tr '\n' ' ')" "$err"
+  elif [ -n "$errors" ] && [ "$(grep -c ': error: ' <<<"$err")" != "$errors" ]; then
+    fail "$name: $errors error(s)" "$err"
   elif [ -n "$out" ]; then
     fail "$name: nothing on stdout" "$out"
   elif ! no_output_left "$tmp/out"; then

@@ -279,8 +279,15 @@ static void shape_swiglu(shape_ctx *c, lx_op *op) {
   shape_elementwise(c, op, 6, 12);
   if (!op->out.dtype) return;
   if (op->out.width % 2 || (op->out.split && (op->out.width / 2) % c->t)) {
-    lx_error(op->src, "shape mismatch: swiglu() needs an even width split evenly over tp, got %d",
-             op->out.width);
+    if (op->out.split && c->t > 1)
+      lx_error(
+          op->src,
+          "shape mismatch: swiglu() of a tensor split over tp needs a width that is a multiple of 2 x tp "
+          "= %d (each rank holds w / (2 tp) gate and w / (2 tp) up columns), got %d",
+          2 * (int)c->t, op->out.width);
+    else
+      lx_error(op->src, "shape mismatch: swiglu() needs an even width (its gate and up halves), got %d",
+               op->out.width);
     op->out.dtype = LX_DTYPE_NONE;
     return;
   }

@@ -452,11 +452,17 @@ static void first_token_of(lx_parse_ctx *ctx, CXSourceRange range, char *dst, si
 
 /* clang says "too few arguments to function call, expected 2, have 1" at the
  * closing parenthesis; the user wants to know which operator, so the error
- * names it and points at it (the diagnostic's first range is the callee). */
+ * names it and points at it (the diagnostic's first range is the callee).
+ * An operator of one argument has its own wordings, for none ("single
+ * argument 'x' was not specified") and for more ("expected single argument
+ * 'x', have 2 arguments"). */
 static bool report_argument_count(lx_parse_ctx *ctx, CXDiagnostic d, const char *text) {
   int expected = 0, have = 0;
   bool counted =
-      sscanf(text, "too %*s arguments to function call, expected %d, have %d", &expected, &have) == 2;
+      sscanf(text, "too %*s arguments to function call, expected %d, have %d", &expected, &have) == 2 ||
+      sscanf(text, "too many arguments to function call, expected single argument '%*[^']', have %d",
+             &have) == 1;
+  if (counted && !expected) expected = 1;
   bool single = !counted && strstr(text, "too few arguments to function call, single argument") == text;
   if ((!counted && !single) || clang_getDiagnosticNumRanges(d) == 0) return false;
   if (single) expected = 1, have = 0;
@@ -471,7 +477,8 @@ static bool report_argument_count(lx_parse_ctx *ctx, CXDiagnostic d, const char 
 
 /* clang's own errors (syntax, types, undeclared names), located. An unknown
  * operator is implicitly declared to return int, which clang then reports
- * again as an int passed for a tensor at the same place: that echo is dropped. */
+ * again as an int passed for a tensor on the same line (at the call, or at
+ * the variable it initialises): that echo is dropped. */
 static int report_clang_errors(lx_parse_ctx *ctx) {
   int errors = 0;
   lx_srcloc unknown_operator_at = {NULL, 0, 0, NULL};
@@ -483,7 +490,7 @@ static int report_clang_errors(lx_parse_ctx *ctx) {
       const char *text = clang_getCString(msg);
       lx_srcloc at = lx_srcloc_of_diagnostic(&ctx->locator, d);
       if (at.line == 0) at = lx_file_start(ctx); /* e.g. "too many errors emitted" */
-      bool echo = at.line == unknown_operator_at.line && at.col == unknown_operator_at.col &&
+      bool echo = at.line == unknown_operator_at.line && at.file == unknown_operator_at.file &&
                   strstr(text, "incompatible integer to pointer conversion") == text;
       char name[64];
       if (echo) {
@@ -564,6 +571,7 @@ int lx_parse_model(const char *path, const char *contents, size_t length, lx_ir 
                         "-Werror=literal-conversion",
                         "-Werror=float-conversion",
                         "-Werror=incompatible-pointer-types",
+                        "-fspell-checking", /* libclang's default is off: "did you mean 'GPU_A100_80GB'?" */
                         LX_NUMBER_ERRORS};
   CXIndex index = clang_createIndex(0, 0);
   lx_parse_ctx ctx = {.ir = ir};
