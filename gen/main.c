@@ -215,7 +215,7 @@ static int parse_count(const char *option, const char *arg) {
   long v = strtol(arg, &end, 10);
   if (errno || *end || end == arg || v < 1 || v > INT_MAX) {
     char msg[128];
-    snprintf(msg, sizeof msg, "%s needs a positive integer, got '%%s'", option);
+    snprintf(msg, sizeof msg, "%s needs a positive integer (at most %d), got '%%s'", option, INT_MAX);
     usage_error(msg, arg);
   }
   return (int)v;

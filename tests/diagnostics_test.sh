@@ -134,8 +134,10 @@ check_usage "unknown option" "misused option '--bogus'" "$EXAMPLE" --bogus -o "$
 # in a cluster the letter is named, not the argument before it
 check_usage "unknown letter in -vq" "misused option '-v'" "$EXAMPLE" -vq -o "$tmp/out"
 check_usage "a value for --plan" "misused option '--plan=yes'" "$EXAMPLE" --plan=yes
-check_usage "--tp abc" "--tp needs a positive integer, got 'abc'" "$EXAMPLE" --tp abc -o "$tmp/out"
-check_usage "--tp 0" "--tp needs a positive integer, got '0'" "$EXAMPLE" --tp 0 -o "$tmp/out"
+check_usage "--tp abc" "--tp needs a positive integer (at most 2147483647), got 'abc'" "$EXAMPLE" --tp abc -o "$tmp/out"
+check_usage "--tp 0" "--tp needs a positive integer (at most 2147483647), got '0'" "$EXAMPLE" --tp 0 -o "$tmp/out"
+check_usage "--tp 99999999999" "--tp needs a positive integer (at most 2147483647), got '99999999999'" "$EXAMPLE" \
+  --tp 99999999999 -o "$tmp/out"
 check_usage "--schedule bogus" "unknown schedule 'bogus'" "$EXAMPLE" --schedule bogus -o "$tmp/out"
 check_usage "-o without a value" "needs a value" "$EXAMPLE" -o
 check_usage "two model files" "more than one model file" "$EXAMPLE" "$EXAMPLE" -o "$tmp/out"
