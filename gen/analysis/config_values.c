@@ -196,8 +196,10 @@ static void check_virtual_stages(const lx_ir *ir) {
   lx_srcloc at = lx_field_loc(ir, LX_F_VIRTUAL_STAGES, lx_field_loc(ir, LX_F_SCHEDULE, ir->locs.plan));
   if (p->schedule != LX_SCHEDULE_INTERLEAVED) {
     if (p->virtual_stages > 1)
-      lx_error(at, "virtual_stages (%d) goes with schedule interleaved (the plan's is %s)", p->virtual_stages,
-               lx_schedule_name(p->schedule));
+      lx_error(at,
+               "virtual_stages (%d) goes with schedule interleaved (the plan's is %s): set .schedule = "
+               "SCHEDULE_INTERLEAVED or pass --schedule interleaved",
+               p->virtual_stages, lx_schedule_name(p->schedule));
     return;
   }
   if (p->virtual_stages < 2)
