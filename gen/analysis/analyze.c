@@ -204,6 +204,15 @@ static bool check_qkv(shape_ctx *c, lx_op *op, int *head_dim) {
     lx_error(op->src, "kv_heads (%d) do not divide heads (%d)", op->kv_heads, op->heads);
     return false;
   }
+  const lx_model_config *m = &c->ir->model;
+  if (op->heads != m->heads || op->kv_heads != m->kv_heads) { /* first: it explains a width that follows */
+    lx_error(
+        op->src,
+        "%s() has %d heads and %d kv_heads; the model config says %d and %d (kv_heads defaults to heads): "
+        "the call and .heads, .kv_heads of struct lx_model must agree",
+        lx_op_kind_name(op->kind), op->heads, op->kv_heads, m->heads, m->kv_heads);
+    return false;
+  }
   int groups = op->heads + 2 * op->kv_heads;
   if (in.width % groups) {
     lx_error(op->src,
@@ -214,12 +223,6 @@ static bool check_qkv(shape_ctx *c, lx_op *op, int *head_dim) {
   if (in.split &&
       (!divisible_by_tp(c, op, op->heads, "heads") || !divisible_by_tp(c, op, op->kv_heads, "kv_heads")))
     return false;
-  const lx_model_config *m = &c->ir->model;
-  if (op->heads != m->heads || op->kv_heads != m->kv_heads) {
-    lx_error(op->src, "%s() has %d heads and %d kv_heads; the model config says %d and %d",
-             lx_op_kind_name(op->kind), op->heads, op->kv_heads, m->heads, m->kv_heads);
-    return false;
-  }
   *head_dim = in.width / groups;
   return true;
 }
