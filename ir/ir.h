@@ -216,6 +216,7 @@ typedef struct {
   lx_op *ops;       /* in program order; inputs first */
   int n_ops, cap_ops;
   int output; /* index of the returned op */
+  lx_srcloc returned_at; /* its return statement */
   /* filled by the analysis pass */
   int64_t activation_bytes; /* sum of saved bytes, one micro-batch, per tp rank */
   int64_t params, params_per_rank, frozen_per_rank;

@@ -452,18 +452,20 @@ static void check_all_used(const lx_graph *g) {
   free(used);
 }
 
+/* What a function returns is checked at the call that made it, or, for a
+ * parameter returned as it is, at the return (not at the parameter). */
 static void check_output(const shape_ctx *c) {
   const lx_graph *g = c->g;
   const lx_op *out = &g->ops[g->output];
+  lx_srcloc at = out->kind == LX_OP_INPUT && g->returned_at.line ? g->returned_at : out->src;
   if (!strcmp(g->name, "epilogue")) {
-    if (!out->out.scalar)
-      lx_error(out->src, "epilogue() must return the loss, the result of cross_entropy()");
+    if (!out->out.scalar) lx_error(at, "epilogue() must return the loss, the result of cross_entropy()");
     return;
   }
   int h = c->ir->model.hidden;
   if (out->out.dtype == LX_DTYPE_INT32 || out->out.scalar || out->out.width != h || out->out.split)
     lx_error(
-        out->src,
+        at,
         "%s() must return activations of width hidden (%d), whole on every rank; this is %s of width %d%s",
         g->name, h, out->out.dtype == LX_DTYPE_INT32 ? "token ids" : "a tensor", out->out.width,
         out->out.split ? " split over tp" : "");

@@ -324,6 +324,7 @@ static void parse_statement(function_ctx *fn, CXCursor stmt) {
       break;
     }
     fn->graph->output = eval_tensor(fn, parts.items[0]);
+    fn->graph->returned_at = at;
     break;
   }
   case CXCursor_CallExpr: lx_error(at, "the result of this operator call is not used"); break;
