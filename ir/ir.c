@@ -204,6 +204,12 @@ lx_srcloc lx_field_loc(const lx_ir *ir, lx_field f, lx_srcloc fallback) {
   return ir->locs.field[f].file ? ir->locs.field[f] : fallback;
 }
 
+lx_srcloc lx_relation_loc(const lx_ir *ir, lx_srcloc fallback, const lx_field *fields) {
+  for (const lx_field *f = fields; *f != LX_F_COUNT; f++)
+    if (ir->locs.field[*f].file && ir->locs.field[*f].line == 0) return ir->locs.field[*f];
+  return fallback;
+}
+
 int lx_last_saver(const lx_graph *g, int producer) {
   for (int c = 0; c < g->n_ops; c++)
     if (lx_op_saves(g, c, producer)) return c;

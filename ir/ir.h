@@ -316,6 +316,10 @@ int lx_dtype_bytes(lx_dtype dtype);
 const char *lx_file_name(const char *path);
 /* Where field f was written (in the model file or on the command line), or `fallback`. */
 lx_srcloc lx_field_loc(const lx_ir *ir, lx_field f, lx_srcloc fallback);
+/* Where an error about fields that do not go together belongs: at the first of
+ * them given on the command line (a place with no line), which is what the user
+ * just changed; else `fallback`, in the model file. LX_F_COUNT ends the list. */
+lx_srcloc lx_relation_loc(const lx_ir *ir, lx_srcloc fallback, const lx_field *fields);
 /* Width of a tensor on one tensor-parallel rank (1 for the scalar loss). */
 int64_t lx_rank_width(const lx_ir *ir, lx_shape s);
 /* The op whose backward is the last to need the output of op `producer`

@@ -176,6 +176,13 @@ check_override "--virtual-stages 9" "field '.virtual_stages' = 9" "out of range 
 check_override "--virtual-stages 3 under 1f1b" "virtual_stages (3)" "schedule interleaved" --virtual-stages 3
 check_override "--virtual-stages 1 under interleaved" "schedule interleaved needs virtual_stages of 2 or more" \
   "(it is 1)" --virtual-stages 1 --schedule interleaved
+# A relation broken by an override points at the override, not at the model file's field it
+# no longer fits (the file's global_batch 512, pp 4 and 8 GPUs).
+check_override "--micro-batch 3 against the file's global_batch" "global_batch (512)" "micro_batch x dp (6)" \
+  --micro-batch 3
+check_override "--dp 4 on 8 GPUs" "tp x pp x dp = 1 x 4 x 4" "needs 16 GPUs" --dp 4
+check_override "--schedule interleaved on 5 micro-batches" "groups of pp" "5 micro-batches" --schedule interleaved \
+  --global-batch 40
 
 # Every override given twice (more than there are fields): the last of each wins.
 plan=$(bin/lynxgen "$EXAMPLE" --plan --tp 1 --pp 1 --dp 1 --micro-batch 1 --global-batch 8 --schedule gpipe \

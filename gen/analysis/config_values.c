@@ -193,7 +193,9 @@ enum { MAX_MICRO_BATCHES = 4096 };
  * two stages, each chunk at least one layer. */
 static void check_virtual_stages(const lx_ir *ir) {
   const lx_plan *p = &ir->plan;
-  lx_srcloc at = lx_field_loc(ir, LX_F_VIRTUAL_STAGES, lx_field_loc(ir, LX_F_SCHEDULE, ir->locs.plan));
+  lx_srcloc at = lx_relation_loc(
+      ir, lx_field_loc(ir, LX_F_VIRTUAL_STAGES, lx_field_loc(ir, LX_F_SCHEDULE, ir->locs.plan)),
+      (const lx_field[]){LX_F_VIRTUAL_STAGES, LX_F_SCHEDULE, LX_F_PP, LX_F_COUNT});
   if (p->schedule != LX_SCHEDULE_INTERLEAVED) {
     if (p->virtual_stages > 1)
       lx_error(at,
@@ -205,7 +207,8 @@ static void check_virtual_stages(const lx_ir *ir) {
   if (p->virtual_stages < 2)
     lx_error(at, "schedule interleaved needs virtual_stages of 2 or more (it is %d)", p->virtual_stages);
   else if (!ir->open_plan.pp && p->pp < 2)
-    lx_error(lx_field_loc(ir, LX_F_PP, ir->locs.plan),
+    lx_error(lx_relation_loc(ir, lx_field_loc(ir, LX_F_PP, ir->locs.plan),
+                             (const lx_field[]){LX_F_PP, LX_F_SCHEDULE, LX_F_COUNT}),
              "schedule interleaved needs pp of 2 or more (it is %d)", p->pp);
   else if (!ir->open_plan.pp && (long long)p->pp * p->virtual_stages > ir->model.layers)
     lx_error(at, "fewer layers (%d) than model chunks (pp x virtual_stages = %d x %d)", ir->model.layers,
@@ -235,8 +238,9 @@ static void check_relations(const lx_ir *ir) {
                ir->cluster.gpus_per_node);
   }
   if (p->pp > m->layers)
-    lx_error(lx_field_loc(ir, LX_F_PP, l->plan), "fewer layers (%d) than pipeline stages (pp = %d)",
-             m->layers, p->pp);
+    lx_error(lx_relation_loc(ir, lx_field_loc(ir, LX_F_PP, l->plan),
+                             (const lx_field[]){LX_F_PP, LX_F_LAYERS, LX_F_COUNT}),
+             "fewer layers (%d) than pipeline stages (pp = %d)", m->layers, p->pp);
   check_virtual_stages(ir);
   long long tokens = (long long)p->micro_batch * m->seq_len;
   if (!ir->open_plan.micro_batch && tokens > INT_MAX) /* the search's micro-batches stay far below */
@@ -247,15 +251,19 @@ static void check_relations(const lx_ir *ir) {
   long long gpus = (long long)ir->cluster.nodes * ir->cluster.gpus_per_node;
   const lx_open_plan *open = &ir->open_plan; /* the search checks the fields it chooses */
   if (!open->tp && !open->pp && !open->dp && (long long)p->tp * p->pp * p->dp > gpus)
-    lx_error(l->plan, "tp x pp x dp = %d x %d x %d needs %lld GPUs; the cluster has %lld", p->tp, p->pp,
-             p->dp, (long long)p->tp * p->pp * p->dp, gpus);
+    lx_error(lx_relation_loc(ir, l->plan, (const lx_field[]){LX_F_TP, LX_F_PP, LX_F_DP, LX_F_COUNT}),
+             "tp x pp x dp = %d x %d x %d needs %lld GPUs; the cluster has %lld", p->tp, p->pp, p->dp,
+             (long long)p->tp * p->pp * p->dp, gpus);
   if (p->global_batch && !open->micro_batch) {
     long long per_step = (long long)p->micro_batch * p->dp;
+    lx_srcloc at =
+        lx_relation_loc(ir, lx_field_loc(ir, LX_F_GLOBAL_BATCH, l->plan),
+                        (const lx_field[]){LX_F_GLOBAL_BATCH, LX_F_MICRO_BATCH, LX_F_DP, LX_F_COUNT});
     if (p->global_batch % per_step)
-      lx_error(lx_field_loc(ir, LX_F_GLOBAL_BATCH, l->plan),
-               "global_batch (%d) is not a multiple of micro_batch x dp (%lld)", p->global_batch, per_step);
+      lx_error(at, "global_batch (%d) is not a multiple of micro_batch x dp (%lld)", p->global_batch,
+               per_step);
     else if (p->global_batch / per_step > MAX_MICRO_BATCHES)
-      lx_error(lx_field_loc(ir, LX_F_GLOBAL_BATCH, l->plan),
+      lx_error(at,
                "global_batch / (micro_batch x dp) = %d / %lld is %lld micro-batches per step; lynxgen "
                "schedules at "
                "most %d (a larger micro_batch or dp makes fewer)",

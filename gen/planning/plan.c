@@ -27,17 +27,19 @@ static int64_t stage_params(const lx_ir *ir, const lx_stage *st, bool frozen) {
 }
 
 static bool check_plan(const lx_ir *ir, lx_schedule kind, int pp, int micro_batches) {
+  lx_srcloc at = lx_relation_loc(
+      ir, ir->locs.plan,
+      (const lx_field[]){LX_F_SCHEDULE, LX_F_PP, LX_F_GLOBAL_BATCH, LX_F_MICRO_BATCH, LX_F_DP, LX_F_COUNT});
   if (kind == LX_SCHEDULE_INTERLEAVED && micro_batches % pp) {
     lx_error(
-        ir->locs.plan,
+        at,
         "schedule interleaved runs micro-batches in groups of pp: %d micro-batches per iteration are not a "
         "multiple of the %d pipeline stages",
         micro_batches, pp);
     return false;
   }
   if (micro_batches < pp) {
-    lx_error(ir->locs.plan, "%d micro-batches per iteration are fewer than the %d pipeline stages",
-             micro_batches, pp);
+    lx_error(at, "%d micro-batches per iteration are fewer than the %d pipeline stages", micro_batches, pp);
     return false;
   }
   return true;
