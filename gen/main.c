@@ -686,11 +686,13 @@ static void check_plan_fits(const options *opts, const products *out) {
   for (int s = 0; s < out->pipe.pp && !opts->allow_oom_plan; s++)
     if ((double)out->memory[s].peak > out->report.capacity_bytes) {
       char peak[LX_BYTES_TEXT], capacity[LX_BYTES_TEXT];
-      lx_error(out->ir.locs.plan,
-               "the plan does not fit: stage %d needs %s of the GPU's %s (recompute more with --policy, use "
-               "more stages, or pass --allow-oom-plan to write it anyway)",
-               s, lx_bytes_text((double)out->memory[s].peak, peak),
-               lx_bytes_text(out->report.capacity_bytes, capacity));
+      lx_error(
+          out->ir.locs.plan,
+          "the plan does not fit: stage %d needs %s of the GPU's %s%s (recompute more with --policy, use "
+          "more stages, or pass --allow-oom-plan to write it anyway)",
+          s, lx_bytes_text((double)out->memory[s].peak, peak),
+          lx_bytes_text(out->report.capacity_bytes, capacity),
+          opts->gpu_memory_bytes > 0 ? ", as --gpu-memory sets it" : "");
       return;
     }
 }

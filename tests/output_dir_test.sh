@@ -160,8 +160,9 @@ check "... and no staging directory" no_staging_left "$tmp"
 
 run_lynxgen "$MODEL" -o "$tmp/oom" --gpu-memory 0.0001
 check "a plan that does not fit the GPU: exit 1, nothing written" test "$status" -eq 1 -a ! -e "$tmp/oom"
-grep -qE "does not fit.*--allow-oom-plan" <<<"$err" && pass "the error says so and names --allow-oom-plan" ||
-  fail "the error says so and names --allow-oom-plan" "$err"
+grep -qE "does not fit.*as --gpu-memory sets it.*--allow-oom-plan" <<<"$err" &&
+  pass "the error says so, that --gpu-memory set the GPU's memory, and names --allow-oom-plan" ||
+  fail "the error says so, that --gpu-memory set the GPU's memory, and names --allow-oom-plan" "$err"
 run_lynxgen "$MODEL" --plan --gpu-memory 0.0001
 check "--plan of a plan that does not fit: exit 1" test "$status" -eq 1
 run_lynxgen "$MODEL" -o "$tmp/oom" --gpu-memory 0.0001 --allow-oom-plan
