@@ -28,24 +28,6 @@ static const char *model_text =
     "}\n"
     "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 256), y); }\n";
 
-/* The same GPT whose feed-forward is a chain of three equal linear + gelu pairs: ops
- * that are interchangeable to the offload search (test_lynx_policies.c). */
-static const char *twin_model_text =
-    "#include <lynx.h>\n"
-    "#define H 128\n"
-    "static const struct lx_model model = {.vocab = 256, .seq_len = 64, .layers = 8, .hidden = H, .heads = "
-    "4};\n"
-    "static const struct lx_cluster cluster = {.gpu = GPU_A100_80GB, .nodes = 4, .gpus_per_node = 8};\n"
-    "static const struct lx_parallel parallel = {.micro_batch = 2};\n"
-    "tensor prologue(tensor t) { return add(embedding(t, 256, H), position_embedding(t, H)); }\n"
-    "tensor block(tensor x) {\n"
-    "  tensor h = gelu(linear(layernorm(x), 2 * H));\n"
-    "  h = gelu(linear(h, 2 * H));\n"
-    "  h = gelu(linear(h, 2 * H));\n"
-    "  return add(x, linear(h, H));\n"
-    "}\n"
-    "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 256), y); }\n";
-
 /* `text` parsed and analysed with these layers, degrees, micro-batches and schedule. */
 static inline bool load_text(lx_ir *ir, const char *text, int layers, int pp, int tp, int micro_batches,
                              lx_schedule schedule) {

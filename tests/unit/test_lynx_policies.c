@@ -706,6 +706,23 @@ static void check_opt_prefetch_rooms(void) {
   free_hand_problem(&pr, &cm, &ir);
 }
 
+/* lynx_model.h's GPT whose feed-forward is a chain of three equal linear + gelu pairs. */
+static const char *twin_model_text =
+    "#include <lynx.h>\n"
+    "#define H 128\n"
+    "static const struct lx_model model = {.vocab = 256, .seq_len = 64, .layers = 8, .hidden = H, .heads = "
+    "4};\n"
+    "static const struct lx_cluster cluster = {.gpu = GPU_A100_80GB, .nodes = 4, .gpus_per_node = 8};\n"
+    "static const struct lx_parallel parallel = {.micro_batch = 2};\n"
+    "tensor prologue(tensor t) { return add(embedding(t, 256, H), position_embedding(t, H)); }\n"
+    "tensor block(tensor x) {\n"
+    "  tensor h = gelu(linear(layernorm(x), 2 * H));\n"
+    "  h = gelu(linear(h, 2 * H));\n"
+    "  h = gelu(linear(h, 2 * H));\n"
+    "  return add(x, linear(h, H));\n"
+    "}\n"
+    "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 256), y); }\n";
+
 /* Ops that are interchangeable to the offload search: three equal linear + gelu pairs.
  * Leaving one out of an offload cover, lynx-heu's search leaves out its twins after it
  * (a cover with a later twin instead is no better); it still finds the brute-force
