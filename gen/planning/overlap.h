@@ -165,13 +165,14 @@ bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage
 
 /* ---- partition.c -------------------------------------------------------- */
 
-/* Seconds per micro-batch of stage `stage` holding layers [first, first +
- * count) (with the prologue on stage 0, the epilogue on the last), or a
- * negative number when it cannot fit memory. */
-typedef double (*lx_stage_cost_fn)(void *ctx, int stage, int first, int count);
+/* Seconds per micro-batch of stage `stage` holding `count` layers (with the
+ * prologue on stage 0, the epilogue on the last), or a negative number when
+ * it cannot fit memory. Layers are alike: which layers does not matter. */
+typedef double (*lx_stage_cost_fn)(void *ctx, int stage, int count);
 
 /* The split of `layers` over pp stages (each at least one layer) that
- * minimises the slowest stage's cost: a DP over layer boundaries. Fills
+ * minimises the slowest stage's cost: a DP over layer boundaries, asking
+ * `cost` at most once per (stage, count). Fills
  * first_layer (pp + 1 entries); returns the bottleneck, or -1 if none fits. */
 double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int *first_layer);
 
@@ -197,6 +198,6 @@ typedef struct {
 void lx_partition_model_init(lx_partition_model *m, const lx_ir *ir, const lx_cost_model *cm,
                              lx_recompute_policy policy);
 void lx_partition_model_free(lx_partition_model *m);
-double lx_partition_stage_cost(void *model, int stage, int first, int count);
+double lx_partition_stage_cost(void *model, int stage, int count);
 
 #endif

@@ -3,6 +3,7 @@
  * including the recompute each needs under its own memory budget (stage i
  * of 1F1B stashes min(p - i, m) micro-batches, so early stages have less
  * room per layer and recompute more: they should hold fewer layers). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,11 +20,30 @@ void lx_partition_uniform(int layers, int pp, int *first_layer) {
 
 /* ---- the DP ------------------------------------------------------------------ */
 
-/* best[s][l]: the least bottleneck of layers [0, l) on stages [0, s); the
- * stage costs are tabulated first, each evaluated once. */
+/* Layers are alike, so a stage's cost depends on how many it holds, not
+ * which: each (stage, count) is evaluated once, when the DP first asks
+ * (stage_cost_memo), not once per split point. */
+typedef struct {
+  lx_stage_cost_fn cost;
+  void *ctx;
+  int counts;   /* counts 1 .. counts - 1 are tabulated */
+  double *memo; /* [stage][count]; NAN: not yet asked */
+} stage_costs;
+
+static double stage_cost_memo(stage_costs *t, int stage, int count) {
+  double *c = &t->memo[(size_t)stage * (size_t)t->counts + (size_t)count];
+  if (isnan(*c)) *c = t->cost(t->ctx, stage, count);
+  return *c;
+}
+
+/* best[s][l]: the least bottleneck of layers [0, l) on stages [0, s). */
 double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int *first_layer) {
   if (pp < 1 || layers < pp) return -1;
   int width = layers + 1;
+  stage_costs t = {cost, ctx, layers - pp + 2, NULL};
+  t.memo = lx_malloc(sizeof(double) * (size_t)pp * (size_t)t.counts);
+  for (size_t i = 0; i < (size_t)pp * (size_t)t.counts; i++)
+    t.memo[i] = NAN;
   double *best = lx_malloc(sizeof(double) * (size_t)(pp + 1) * (size_t)width);
   int *from = lx_malloc(sizeof(int) * (size_t)(pp + 1) * (size_t)width);
   for (int i = 0; i < (pp + 1) * width; i++)
@@ -34,7 +54,7 @@ double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int
       for (int k = s - 1; k < l; k++) {
         double before = best[(s - 1) * width + k];
         if (before < 0) continue;
-        double c = cost(ctx, s - 1, k, l - k);
+        double c = stage_cost_memo(&t, s - 1, l - k);
         if (c < 0) continue;
         double b = before > c ? before : c;
         if (best[s * width + l] < 0 || b < best[s * width + l])
@@ -46,6 +66,7 @@ double lx_partition_dp(int layers, int pp, lx_stage_cost_fn cost, void *ctx, int
     for (int s = pp; s > 0; s--)
       first_layer[s - 1] = from[s * width + first_layer[s]];
   }
+  free(t.memo);
   free(best);
   free(from);
   return result;
@@ -161,9 +182,8 @@ static double stage_exposed(lx_partition_model *m, int stashed, int count, int64
   return exposed;
 }
 
-double lx_partition_stage_cost(void *model, int stage, int first, int count) {
+double lx_partition_stage_cost(void *model, int stage, int count) {
   lx_partition_model *m = model;
-  (void)first; /* layers are alike: only how many matters */
   bool is_first = stage == 0, is_last = stage == m->pp - 1;
   lx_schedule kind = m->ir->plan.schedule ? m->ir->plan.schedule : LX_SCHEDULE_1F1B;
   int stashed = lx_stashed_micro_batches(

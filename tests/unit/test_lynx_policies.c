@@ -591,11 +591,14 @@ static void check_assignment(void) {
 /* ---- the partition DP ---------------------------------------------------------------- */
 
 typedef struct {
-  double table[8][16][17]; /* [stage][first][count]; < 0: does not fit */
+  double table[8][17]; /* [stage][count]; < 0: does not fit */
+  int asked[8][17];    /* how often the DP asked for each */
 } cost_table;
 
-static double table_cost(void *ctx, int stage, int first, int count) {
-  return ((cost_table *)ctx)->table[stage][first][count];
+static double table_cost(void *ctx, int stage, int count) {
+  cost_table *t = ctx;
+  t->asked[stage][count]++;
+  return t->table[stage][count];
 }
 
 /* The least bottleneck over every split of [first, layers) into stages [stage, pp). */
@@ -603,7 +606,7 @@ static double exhaustive(lx_stage_cost_fn cost, void *ctx, int layers, int pp, i
   if (stage == pp) return first == layers ? 0 : -1;
   double best = -1;
   for (int count = 1; first + count <= layers - (pp - stage - 1); count++) {
-    double c = cost(ctx, stage, first, count);
+    double c = cost(ctx, stage, count);
     double rest = c < 0 ? -1 : exhaustive(cost, ctx, layers, pp, stage + 1, first + count);
     if (rest < 0) continue;
     double b = c > rest ? c : rest;
@@ -618,15 +621,21 @@ static void check_partition(void) {
   for (int trial = 0; trial < 20; trial++) {
     int layers = 6 + trial % 9, pp = 2 + trial % 5;
     for (int s = 0; s < 8; s++)
-      for (int f = 0; f < 16; f++)
-        for (int c = 0; c < 17; c++)
-          t->table[s][f][c] = rand() % 10 == 0 ? -1 : c * (1 + s % 3) + (rand() % 100) / 37.0;
+      for (int c = 0; c < 17; c++)
+        t->table[s][c] = rand() % 10 == 0 ? -1 : c * (1 + s % 3) + (rand() % 100) / 37.0;
+    memset(t->asked, 0, sizeof t->asked);
     int first[9];
     double dp = lx_partition_dp(layers, pp, table_cost, t, first);
+    int most_asked = 0;
+    for (int s = 0; s < 8; s++)
+      for (int c = 0; c < 17; c++)
+        most_asked = t->asked[s][c] > most_asked ? t->asked[s][c] : most_asked;
+    CHECK(most_asked == 1, "%d layers on %d stages: the DP asks each stage's cost of a count once (most: %d)",
+          layers, pp, most_asked);
     double want = exhaustive(table_cost, t, layers, pp, 0, 0);
     double achieved = 0;
     for (int s = 0; dp >= 0 && s < pp; s++) {
-      double c = table_cost(t, s, first[s], first[s + 1] - first[s]);
+      double c = table_cost(t, s, first[s + 1] - first[s]);
       if (c > achieved) achieved = c;
     }
     CHECK(dp == want && (dp < 0 || (achieved == dp && first[0] == 0 && first[pp] == layers)),
