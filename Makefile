@@ -35,11 +35,11 @@ GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
   bench-step bench-gpu
 all: bin/lynxgen
 
-bin/lynxgen: $(BUILD)/gen/main.o $(GEN_OBJS)
+bin/lynxgen: $(BUILD)/gen/main.o $(BUILD)/gen/usage.o $(GEN_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: %.c $(wildcard ir/*.h gen/*/*.h)
+$(BUILD)/%.o: %.c $(wildcard ir/*.h gen/*.h gen/*/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -70,7 +70,7 @@ $(BUILD)/templates.o: $(BUILD)/templates.c gen/emit/emit.h
 
 # Both compilers must accept the sources with every warning an error.
 check-clang:
-	clang -fsyntax-only -std=c11 $(WARNINGS) -Iir -Igen -Itemplates/cuda -I$(LLVM_DIR)/include $(GEN_SRCS) gen/main.c
+	clang -fsyntax-only -std=c11 $(WARNINGS) -Iir -Igen -Itemplates/cuda -I$(LLVM_DIR)/include $(GEN_SRCS) gen/main.c gen/usage.c
 
 # out/: the committed emitted programs of the examples, so that every change
 # to generated code shows in review; tests/out_test.sh fails when it is stale.
@@ -133,7 +133,7 @@ bench-gpu: bin/lynxgen
 include tests/tests.mk
 
 format:
-	clang-format -i $(GEN_SRCS) gen/main.c gen/*/*.h ir/*.h tests/*.c tests/fuzz/*.c
+	clang-format -i $(GEN_SRCS) gen/main.c gen/usage.c gen/*.h gen/*/*.h ir/*.h tests/*.c tests/fuzz/*.c
 
 clean:
 	rm -rf $(BUILD) bin

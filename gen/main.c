@@ -30,155 +30,10 @@
 #include "report/output_dir.h"
 #include "report/report.h"
 #include "report/trace.h"
+#include "usage.h"
 #include "verify/verify.h"
 
 enum { EXIT_USER_ERROR = 1, EXIT_USAGE = 2 };
-
-/* lynxgen's own budgets: a run past them stops with an error, not the machine.
- * Macros, so that --help prints the numbers the code uses. */
-#define DEFAULT_MAX_MEMORY_GIB 16
-#define DEFAULT_SEARCH_SECONDS 300
-#define MIN_MAX_MEMORY_GIB 0.25 /* libclang's libraries cannot load below it (measured: 0.22 GiB) */
-#define TEXT_OF(macro) TEXT_OF_TOKENS(macro)
-#define TEXT_OF_TOKENS(tokens) #tokens
-
-/* clang-format cannot lay out a literal spliced with TEXT_OF: */
-// clang-format off
-static const char usage_text[] =
-    "usage: lynxgen MODEL [options]\n"
-    "\n"
-    "Reads a model description (a C subset, see docs/model-language.md), checks it,\n"
-    "schedules the pipeline and its recomputation, and predicts time and memory.\n"
-    "\n"
-    "Output:\n"
-    "  -o, --output DIR       write the artifacts into DIR: plan.txt (per stage: layers,\n"
-    "                         what is kept or recomputed, time, memory), trace.json\n"
-    "                         (Perfetto / chrome://tracing), schedule.svg (the timeline),\n"
-    "                         memory.svg (memory per stage), ir.json (the IR).\n"
-    "                         DIR is written whole or not at all. An existing DIR is\n"
-    "                         replaced only if lynxgen wrote it and every file it wrote\n"
-    "                         is unchanged; files you added (notes, build products)\n"
-    "                         are kept. -o never takes /, ., a directory holding the\n"
-    "                         working or home directory, or a symbolic link. Runs on\n"
-    "                         the same DIR take turns.\n"
-    "      --plan             print the plan (as plan.txt) on stdout; nothing is written\n"
-    "      --json             with --plan: the plan as JSON\n"
-    "      --dump-ir          print the IR as JSON on stdout (schema: docs/ir.md); not\n"
-    "                         with --plan, which prints on stdout too\n"
-    "      --target T         with -o, also write a training program per stage, its\n"
-    "                         Makefile and run.sh: cuda (the default; cuBLASLt, NCCL,\n"
-    "                         MPI; also run-slurm.sh) or cpu (C11, OpenMP, OpenBLAS, MPI)\n"
-    "      --cuda-graph       cuda: run.sh issues each step's forwards and backwards (NCCL\n"
-    "                         calls included) as one CUDA graph, captured once and replayed\n"
-    "      --unrolled-step    print every instruction of the step in full; by default a run\n"
-    "                         of lines that repeats with its numbers moving on (1F1B's\n"
-    "                         steady state) is printed as a loop\n"
-    "      --no-epilogue-fusion\n"
-    "                         cuda: every op its own call; by default a linear and its gelu\n"
-    "                         are one cuBLASLt matmul (GELU / DGELU epilogues), and a\n"
-    "                         residual add and the norm after it one kernel\n"
-    "\n"
-    "Scheduling:\n"
-    "      --policy P         recomputation: none | full | selective | checkmate | lynx-heu |\n"
-    "                         lynx-opt (gen/planning/overlap.h); default none, or where\n"
-    "                         the plan search runs (fields left open), the fastest of none,\n"
-    "                         selective, full and lynx-heu that fits. The Lynx policies\n"
-    "                         recompute in the idle windows of the compute stream, op by\n"
-    "                         op, an attention longer than the typical window in pieces\n"
-    "                         of its kv heads (plan.txt says which window runs which)\n"
-    "      --partition P      layers per stage: best (the default: with checkmate,\n"
-    "                         lynx-heu or lynx-opt, the faster of the two below that\n"
-    "                         fits; uniform for the other policies) | uniform\n"
-    "                         (Megatron's even split) | dp (recompute-aware, balances\n"
-    "                         stage times with what each stage must recompute)\n"
-    "      --explain          when tp, pp, dp or micro_batch are left open, print the\n"
-    "                         plan search's best candidates and why the others lost;\n"
-    "                         on the plan, the longest sequence that fits under each\n"
-    "                         recompute policy, whole and in 4 and 16 mini-sequences;\n"
-    "                         under --schedule 2bw also 2BW against 1F1B on the plan,\n"
-    "                         under each recompute policy, and why 2BW wins or loses\n"
-    "      --no-offload       lynx-heu and lynx-opt keep, recompute on demand or in a\n"
-    "                         window only; by default they may also offload what an op\n"
-    "                         saves to pinned host memory and prefetch it before the\n"
-    "                         backward, or for one op recomputed on demand its first\n"
-    "                         rows only, the others recomputed (token-wise) (GPipe,\n"
-    "                         1F1B, interleaved; the host link and memory per GPU are\n"
-    "                         the hardware table's, or --profile's `host` line)\n"
-    "      --gpu-memory GIB   plan for GPUs with this much memory instead of the\n"
-    "                         datasheet's (what-if studies; forcing recomputation);\n"
-    "                         more than 0, at most 10^6\n"
-    "      --profile FILE     measured op, link and host-copy times that override the\n"
-    "                         cost model (format: docs/cost-model.md)\n"
-    "      --search-time S    the plan search's time budget in seconds (default " TEXT_OF(DEFAULT_SEARCH_SECONDS) "):\n"
-    "                         past it, lynxgen names the best plan found so far and\n"
-    "                         exits 1\n"
-    "      --max-memory GIB   lynxgen's own memory budget (default " TEXT_OF(DEFAULT_MAX_MEMORY_GIB) ", at least " TEXT_OF(MIN_MAX_MEMORY_GIB) "):\n"
-    "                         past it, it stops with an out-of-memory error (exit 1),\n"
-    "                         naming the search's best plan so far\n"
-    "      --allow-oom-plan   a plan whose modeled peak memory exceeds the GPU's is an\n"
-    "                         error (exit 1, nothing written); with this, it is printed\n"
-    "                         and written anyway, marked DOES NOT FIT (what-if studies)\n"
-    "\n"
-    "Parallel plan (override the model file's struct lx_parallel; checked against the\n"
-    "same ranges, e.g. tp <= 64, pp <= 4096, micro-batch <= 65536, docs/model-language.md):\n"
-    "      --tp N             tensor-parallel degree (inside a node)\n"
-    "      --pp N             pipeline stages\n"
-    "      --dp N             data-parallel replicas\n"
-    "      --micro-batch N    sequences per micro-batch\n"
-    "      --global-batch N   sequences per optimizer step\n"
-    "      --schedule S       auto | gpipe | 1f1b | zb-h1 | interleaved | 2bw; auto (the default\n"
-    "                         where the model file leaves it open): the plan search picks\n"
-    "                         1f1b, zb-h1 or interleaved (2 chunks per stage).\n"
-    "                         interleaved: Megatron's interleaved 1F1B (Narayanan et al.\n"
-    "                         2021): each stage holds --virtual-stages V chunks of layers\n"
-    "                         (stage s: chunks s, s + pp, ...), which shrinks the bubble\n"
-    "                         V-fold for more, smaller sends; the same training as 1f1b.\n"
-    "                         Needs micro-batches per step a multiple of pp.\n"
-    "                         zb-h1: zero bubble (Qi et al. 2024), 1F1B whose later\n"
-    "                         stages compute their linears' weight gradients in the drain's\n"
-    "                         waits: the same training (bitwise), a smaller bubble (a third\n"
-    "                         of 1F1B's where forward, input and weight gradients take\n"
-    "                         equal time; docs/schedules.md).\n"
-    "                         2bw: PipeDream-2BW (Narayanan et al. 2021), opt-in: 1F1B that\n"
-    "                         never drains between steps (the next step's first forwards\n"
-    "                         run in this one's drain) and keeps two weight versions. NOT\n"
-    "                         synchronous training: step t computes with the weights before\n"
-    "                         the last update, W(t+1) = W(t) - AdamW(gradient at W(t-1)),\n"
-    "                         which a 2026 study found degrades AdamW at scale.\n"
-    "      --virtual-stages V  chunks per stage under --schedule interleaved (2 to 8;\n"
-    "                         default 2); with the schedule left open it asks for\n"
-    "                         interleaved\n"
-    "      --sequence-parallel  Megatron sequence parallelism\n"
-    "      --zero             ZeRO-1: shard AdamW state over the dp replicas\n"
-    "                         (reduce-scatter gradients, update the shard, all-gather)\n"
-    "      --mini-sequences M  MsT (Luo et al. 2024): the LM head with its loss, and each\n"
-    "                         MLP, run over the micro-batch in M pieces of seq_len / M\n"
-    "                         tokens, so the logits, the MLP hidden and their gradients\n"
-    "                         are never whole, for one more forward of what makes them in\n"
-    "                         the backward; M divides seq_len; left open, the plan search\n"
-    "                         weighs 1, 4 and 16 where it runs, else 1 (whole)\n"
-    "\n"
-    "Fine-tuning (a model whose linears carry lora() adapters; docs/fine-tuning.md):\n"
-    "      --lora-fa          LoRA-FA (Zhang et al. 2023): freeze each adapter's A too and\n"
-    "                         train B alone; the backward keeps A x (rank wide) instead\n"
-    "                         of the linear's input; overrides struct lx_training's lora_fa\n"
-    "\n"
-    "  -h, --help             this text\n"
-    "      --version          the version\n"
-    "\n"
-    "Exit status: 0 success, 1 an error in the model file (reported as\n"
-    "file:line:col: error: ..., at the #include or macro call in the model file when\n"
-    "the mistake is in a header or a macro, with a note where it was written), 2 a\n"
-    "usage error (also: -o names a directory lynxgen may not replace), 3 a bug in\n"
-    "lynxgen (the IR, the plan's verification or its simulation failed; printed).\n"
-    "\n"
-    "Data: lynxgen tokenize TEXTFILE -o DIR writes token shards the programs train on\n"
-    "(lynxgen tokenize --help).\n"
-    "\n"
-    "Example:\n"
-    "  lynxgen examples/gpt13b.model -o build/\n"
-    "  lynxgen examples/gpt13b.model --tp 2 --dp 1 --dump-ir | python3 -m json.tool\n";
-// clang-format on
 
 typedef struct {
   const char *model_path;
@@ -194,6 +49,7 @@ typedef struct {
   double gpu_memory_bytes; /* 0: the datasheet's */
   double max_memory_bytes; /* lynxgen's own address space (--max-memory) */
   double search_seconds;   /* the plan search's time budget (--search-time) */
+  int trace_events;        /* trace.json's most instruction events (--trace-events; 0: all) */
   struct {
     lx_field field;
     int value;
@@ -209,17 +65,21 @@ static _Noreturn void usage_error(const char *fmt, const char *arg) {
   exit(EXIT_USAGE);
 }
 
-static int parse_count(const char *option, const char *arg) {
+/* An integer in [least, INT_MAX]: least is 1, or 0 where 0 means "no limit". */
+static int parse_integer(const char *option, const char *arg, int least) {
   char *end;
   errno = 0;
   long v = strtol(arg, &end, 10);
-  if (errno || *end || end == arg || v < 1 || v > INT_MAX) {
+  if (errno || *end || end == arg || v < least || v > INT_MAX) {
     char msg[128];
-    snprintf(msg, sizeof msg, "%s needs a positive integer (at most %d), got '%%s'", option, INT_MAX);
+    snprintf(msg, sizeof msg, "%s needs a %s integer (at most %d), got '%%s'", option,
+             least ? "positive" : "non-negative", INT_MAX);
     usage_error(msg, arg);
   }
   return (int)v;
 }
+
+static int parse_count(const char *option, const char *arg) { return parse_integer(option, arg, 1); }
 
 /* "auto" leaves the schedule open, whatever the model file says: the plan search picks it. */
 static int parse_schedule(const char *arg) {
@@ -298,6 +158,7 @@ static options parse_options(int argc, char **argv) {
     OPT_EXPLAIN,
     OPT_CUDA_GRAPH,
     OPT_UNFUSED,
+    OPT_TRACE_EVENTS,
     OPT_UNROLLED,
     OPT_NO_OFFLOAD,
     OPT_ALLOW_OOM,
@@ -332,13 +193,15 @@ static options parse_options(int argc, char **argv) {
                                            {"allow-oom-plan", no_argument, 0, OPT_ALLOW_OOM},
                                            {"max-memory", required_argument, 0, OPT_MAX_MEMORY},
                                            {"search-time", required_argument, 0, OPT_SEARCH_TIME},
+                                           {"trace-events", required_argument, 0, OPT_TRACE_EVENTS},
                                            {"help", no_argument, 0, 'h'},
                                            {"version", no_argument, 0, OPT_VERSION},
                                            {0, 0, 0, 0}};
   options o = {.target = LX_TARGET_CUDA,
                .partition = LX_PARTITION_BEST,
                .max_memory_bytes = DEFAULT_MAX_MEMORY_GIB * (double)(1 << 30),
-               .search_seconds = DEFAULT_SEARCH_SECONDS};
+               .search_seconds = DEFAULT_SEARCH_SECONDS,
+               .trace_events = DEFAULT_TRACE_EVENTS};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
@@ -363,6 +226,7 @@ static options parse_options(int argc, char **argv) {
                     optarg);
       break;
     case OPT_SEARCH_TIME: o.search_seconds = parse_amount("--search-time", optarg, "seconds"); break;
+    case OPT_TRACE_EVENTS: o.trace_events = parse_integer("--trace-events", optarg, 0); break;
     case OPT_POLICY:
       o.policy = parse_policy(optarg);
       o.policy_given = true;
@@ -403,7 +267,7 @@ static options parse_options(int argc, char **argv) {
       add_override(&o, LX_F_MINI_SEQUENCES, "--mini-sequences", parse_count("--mini-sequences", optarg));
       break;
     case OPT_LORA_FA: add_override(&o, LX_F_LORA_FA, "--lora-fa", 1); break;
-    case 'h': fputs(usage_text, stdout); exit(0);
+    case 'h': fputs(lx_usage_text, stdout); exit(0);
     case OPT_VERSION: puts("lynxgen 0.1"); exit(0);
     case ':': usage_error("option '%s' needs a value", offending_option(argv, optind));
     default:
@@ -458,6 +322,7 @@ typedef struct {
   bool cuda_graph; /* run.sh passes --cuda-graph to the CUDA programs */
   bool unfused;    /* --no-epilogue-fusion */
   bool unrolled;   /* --unrolled-step */
+  int trace_events; /* --trace-events */
   lx_cost_model cost;
   lx_simulation sim;
   lx_report report;
@@ -476,7 +341,9 @@ static bool write_file(const char *dir, const char *name, writer fill, const pro
 
 static void write_ir(const products *out, FILE *f) { lx_ir_print_json(&out->ir, f); }
 static void write_plan(const products *out, FILE *f) { lx_print_plan_text(&out->report, f); }
-static void write_trace(const products *out, FILE *f) { lx_write_trace_json(&out->sim, f); }
+static void write_trace(const products *out, FILE *f) {
+  lx_write_trace_json(&out->sim, out->trace_events, f);
+}
 static void write_schedule(const products *out, FILE *f) { lx_write_schedule_svg(&out->sim, f); }
 static void write_memory(const products *out, FILE *f) {
   lx_write_memory_svg(&out->sim, out->memory, out->report.capacity_bytes, f);
@@ -728,6 +595,7 @@ static int run_passes(const options *opts, products *out) {
     out->cuda_graph = opts->cuda_graph;
     out->unfused = opts->unfused;
     out->unrolled = opts->unrolled;
+    out->trace_events = opts->trace_events;
     out->layouts = lx_calloc((size_t)out->pipe.pp, sizeof *out->layouts);
     for (int s = 0; s < out->pipe.pp; s++)
       lx_layout_stage(&out->pipe, s, lx_target_param_elt(&out->pipe, opts->target),

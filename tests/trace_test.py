@@ -29,6 +29,12 @@ instruction counts derived below from the model and the plan alone:
 - memory.svg is SVG 1.1 with one bar per stage, a legend and a capacity line
 - examples/gpt13b.model: tens of thousands of events in trace.json, a schedule.svg
   under 1 MB with far fewer boxes than instructions
+- --trace-events N on 256 micro-batches: the events written are the uncapped trace's
+  (--trace-events 0) that start before otherData.omitted.from_us or after to_us, at
+  most N, about N / 2 on each side; every one left out starts between the two, and
+  otherData.omitted.events counts them; the optimizer step is kept; a global instant
+  event marks each cut; under the default cap a small plan's trace is the uncapped one,
+  byte for byte; --trace-events -1 is a usage error
 - lynx-heu under memory pressure (--gpu-memory): the recomputed ops are plan.txt's
   decision list (so many RECOMPUTE events per stage); every RECOMPUTE names where it
   runs: on the recompute stream in a window (index and kind), else on demand; the
@@ -805,12 +811,67 @@ def run_large(tmp):
           f"gpt13b: schedule.svg merges them ({rects} boxes, {size} bytes)")
 
 
+def trace_of(out):
+    with open(os.path.join(out, "trace.json")) as f:
+        return json.load(f)
+
+
+def event_key(e):
+    return (e["name"], e["pid"], e["tid"], e["ts"], e["dur"])
+
+
+def run_capped(tmp):
+    """256 micro-batches, written whole and capped at CAP instruction events."""
+    CAP = 1000
+    model = os.path.join(tmp, "capped.model")
+    with open(model, "w") as f:
+        f.write(MODEL.replace("LAYERS", "4"))
+    case = dict(layers=4, pp=2, tp=1, dp=1, micro_batch=1, global_batch=256, schedule="1f1b", policy="none")
+    runs = {}
+    for label, extra in (("whole", ["--trace-events", "0"]), ("capped", ["--trace-events", str(CAP)]),
+                         ("default", [])):
+        runs[label] = os.path.join(tmp, f"capped-{label}")
+        if not check(run_lynxgen(model, runs[label], plan_args(case) + extra), f"capped: lynxgen -o {extra} exits 0"):
+            return
+    whole, capped = trace_of(runs["whole"]), trace_of(runs["capped"])
+    full = [e for e in whole["traceEvents"] if e["ph"] == "X"]
+    kept = [e for e in capped["traceEvents"] if e["ph"] == "X"]
+    omitted = capped["otherData"].get("omitted")
+    check("omitted" not in whole["otherData"] and omitted is not None,
+          f"capped: otherData.omitted only where events were left out ({omitted})")
+    if omitted is None:
+        return
+    lo, hi, eps = omitted["from_us"], omitted["to_us"], 0.002
+    full_keys = {event_key(e) for e in full}
+    check(all(event_key(e) in full_keys for e in kept), "capped: every event written is the uncapped trace's")
+    left_out = [e for e in full if event_key(e) not in {event_key(k) for k in kept}]
+    check(all(e["ts"] < lo + eps or e["ts"] > hi - eps for e in kept) and
+          all(lo - eps <= e["ts"] <= hi + eps for e in left_out),
+          f"capped: those written start before {lo} us or after {hi} us, those left out between")
+    before = sum(e["ts"] < lo for e in kept)
+    check(len(kept) <= CAP and before <= CAP // 2 and len(kept) - before <= CAP // 2 and
+          before > 0.9 * CAP // 2 and len(kept) - before > 0.9 * CAP // 2,
+          f"capped: at most {CAP} events, at most half on each side ({before} before, {len(kept) - before} after)")
+    check(omitted["events"] == len(full) - len(kept) == len(left_out) and len(full) > 10 * CAP,
+          f"capped: otherData says {omitted['events']} left out of {len(full)}")
+    check(any(e["args"]["kind"] == "OPTIMIZER_STEP" for e in kept), "capped: the optimizer step is kept")
+    cuts = sorted(e["ts"] for e in capped["traceEvents"] if e["ph"] == "i" and e.get("s") == "g")
+    check(cuts == [lo, hi], f"capped: a global instant event at each cut ({cuts})")
+    same = open(os.path.join(runs["whole"], "trace.json"), "rb").read() == \
+        open(os.path.join(runs["default"], "trace.json"), "rb").read()
+    check(same, f"capped: {len(full)} events are under the default cap: the default trace is the whole one")
+    r = subprocess.run([LYNXGEN, model, "-o", os.path.join(tmp, "capped-bad"), "--trace-events", "-1"],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "--trace-events" in r.stderr, f"capped: --trace-events -1 is a usage error ({r.stderr.strip()})")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="lynxgen-trace-")
     try:
         for i, case in enumerate(CASES):
             run_case(tmp, i, case)
         run_large(tmp)
+        run_capped(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return exit_status()

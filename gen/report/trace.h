@@ -4,7 +4,8 @@
  * (what they share is trace_draw.h):
  *   trace.json    (trace_json.c) Chrome trace-event format (Perfetto, chrome://tracing): one
  *                 process per stage, one thread per stream, one complete event
- *                 per instruction that takes time. The full detail.
+ *                 per instruction that takes time. The full detail, up to
+ *                 --trace-events of them (the steady state between left out).
  *   schedule.svg  (schedule_svg.c) the timeline at a glance: stages as rows, the compute stream
  *                 as the main lane, thin sub-lanes for recompute and
  *                 communication, bubbles hatched. Neighbouring instructions of
@@ -21,7 +22,9 @@
 #include "planning/memplan.h"
 #include "planning/simulate.h"
 
-void lx_write_trace_json(const lx_simulation *sim, FILE *out);
+/* At most max_events instruction events (0: every one): past it, the first and
+ * last halves of them in time, the steady state between left out. */
+void lx_write_trace_json(const lx_simulation *sim, int64_t max_events, FILE *out);
 void lx_write_schedule_svg(const lx_simulation *sim, FILE *out);
 /* `memory` has one entry per stage; capacity_bytes <= 0 draws no capacity line. */
 void lx_write_memory_svg(const lx_simulation *sim, const lx_stage_memory *memory, double capacity_bytes,

@@ -2,6 +2,13 @@
  * format (trace.h): one process per stage, one thread per stream, one
  * complete event per instruction that takes time, and a "windows" track.
  *
+ * A plan of thousands of micro-batches has millions of instructions, more
+ * than a viewer loads (GPT-7B with 4096 micro-batches: 645 MB). Past
+ * max_events, the file keeps the events that start in the first half of that
+ * many and those in the last half (warm-up, drain, optimizer step): what is
+ * left out is the steady state, which repeats. A global instant event marks
+ * the cut, and otherData says what it left out.
+ *
  * Written with cJSON (json.h) one event per line as the events are made:
  * large plans have hundreds of thousands of them, too many to hold as one
  * document. Times are microseconds rounded to the nanosecond, so that the
@@ -10,6 +17,7 @@
 #include "report/trace.h"
 #include "report/trace_draw.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,15 +170,80 @@ static cJSON *span_event(const char *name, const char *category, int s, int tid,
   return event;
 }
 
-static void put_instr_event(lx_json_stream *trace, const lx_simulation *sim, int s, int k, int i) {
+/* The instruction events kept: those starting before head_end or after tail_after. */
+typedef struct {
+  double head_end, tail_after;
+  int64_t omitted;
+} kept_span;
+
+static bool is_kept(const kept_span *keep, double start) {
+  return start < keep->head_end || start > keep->tail_after;
+}
+
+static const lx_interval *timed_interval(const lx_simulation *sim, int s, int k, int i) {
   const lx_instr *in = &sim->pipe->stages[s].streams[k].items[i];
-  const lx_interval *t = lx_interval_of(sim, s, k, i);
-  lx_paint pt = lx_paint_of(in);
-  if (pt == PAINT_NONE || !t) return; /* events take no time; unreached ones have none */
+  return lx_paint_of(in) == PAINT_NONE ? NULL : lx_interval_of(sim, s, k, i); /* NULL: never reached */
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Which instruction events to write: all of them when they number at most
+ * max_events (or max_events is 0); else the max_events / 2 first to start
+ * and the max_events / 2 last, fewer where start times tie at a cut. */
+static kept_span choose_kept(const lx_simulation *sim, int64_t max_events) {
+  const lx_pipeline *p = sim->pipe;
+  kept_span keep = {INFINITY, INFINITY, 0};
+  size_t n = 0;
+  for (int s = 0; s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      for (int i = 0; i < p->stages[s].streams[k].count; i++)
+        n += timed_interval(sim, s, k, i) != NULL;
+  if (max_events <= 0 || n <= (size_t)max_events) return keep;
+  double *starts = lx_malloc(sizeof *starts * n);
+  size_t at = 0;
+  for (int s = 0; s < p->pp; s++)
+    for (int k = 0; k < LX_STREAM_COUNT; k++)
+      for (int i = 0; i < p->stages[s].streams[k].count; i++) {
+        const lx_interval *t = timed_interval(sim, s, k, i);
+        if (t) starts[at++] = t->start;
+      }
+  qsort(starts, n, sizeof *starts, by_value);
+  size_t half = (size_t)max_events / 2;
+  keep.head_end = starts[half], keep.tail_after = starts[n - 1 - half];
+  for (size_t e = 0; e < n; e++)
+    keep.omitted += !is_kept(&keep, starts[e]);
+  free(starts);
+  return keep;
+}
+
+static void put_instr_event(lx_json_stream *trace, const lx_simulation *sim, const kept_span *keep, int s,
+                            int k, int i) {
+  const lx_instr *in = &sim->pipe->stages[s].streams[k].items[i];
+  const lx_interval *t = timed_interval(sim, s, k, i);
+  if (!t || !is_kept(keep, t->start)) return; /* events take no time; unreached ones have none */
   char name[160];
   lx_describe_shown(sim->pipe, in, name, sizeof name);
-  cJSON *event = span_event(name, category_name(pt), s, k, t->start, t->end);
+  cJSON *event = span_event(name, category_name(lx_paint_of(in)), s, k, t->start, t->end);
   put_instr_args(event, sim->pipe, s, k, in);
+  lx_json_stream_element(trace, event);
+}
+
+/* Where the steady state was left out: a line across every stage at each end. */
+static void put_cut_event(lx_json_stream *trace, const kept_span *keep, int64_t max_events, bool first) {
+  char name[192];
+  snprintf(name, sizeof name, "%lld events left out %s here (trace.json holds at most %lld: --trace-events)",
+           (long long)keep->omitted, first ? "from" : "up to", (long long)max_events);
+  cJSON *event = lx_json_document();
+  lx_json_add_string(event, "name", name);
+  lx_json_add_string(event, "cat", "omitted");
+  lx_json_add_string(event, "ph", "i");
+  lx_json_add_string(event, "s", "g");
+  lx_json_add_int(event, "pid", 0);
+  lx_json_add_int(event, "tid", 0);
+  put_us(event, "ts", first ? keep->head_end : keep->tail_after);
   lx_json_stream_element(trace, event);
 }
 
@@ -184,7 +257,7 @@ static void put_model_name(cJSON *parent, const lx_ir *ir) {
 }
 
 /* What the trace is of (a deadlocked simulation has no finite times: 0). */
-static void put_trace_summary(cJSON *doc, const lx_simulation *sim) {
+static void put_trace_summary(cJSON *doc, const lx_simulation *sim, const kept_span *keep) {
   const lx_pipeline *p = sim->pipe;
   cJSON *w = lx_json_add_object(doc, "otherData");
   lx_json_add_string(w, "generator", "lynxgen");
@@ -204,6 +277,12 @@ static void put_trace_summary(cJSON *doc, const lx_simulation *sim) {
   lx_json_add_number(w, "mfu", lx_is_finite(sim->mfu) ? sim->mfu : 0);
   lx_json_add_number(w, "hfu", lx_is_finite(sim->hfu) ? sim->hfu : 0);
   lx_json_add_bool(w, "deadlocked", sim->deadlocked);
+  if (keep->omitted) { /* the instruction events that start in [from_us, to_us] are not in the file */
+    cJSON *o = lx_json_add_object(w, "omitted");
+    lx_json_add_int(o, "events", keep->omitted);
+    put_us(o, "from_us", keep->head_end);
+    put_us(o, "to_us", keep->tail_after);
+  }
 }
 
 /* A window as a complete event on its stage's "windows" track: where the
@@ -226,11 +305,12 @@ static void put_window_event(lx_json_stream *trace, const lx_stage *st, int s, i
   lx_json_stream_element(trace, event);
 }
 
-void lx_write_trace_json(const lx_simulation *sim, FILE *out) {
+void lx_write_trace_json(const lx_simulation *sim, int64_t max_events, FILE *out) {
   const lx_pipeline *p = sim->pipe;
+  kept_span keep = choose_kept(sim, max_events);
   cJSON *head = lx_json_document();
   lx_json_add_string(head, "displayTimeUnit", "ms");
-  put_trace_summary(head, sim);
+  put_trace_summary(head, sim, &keep);
   lx_json_stream trace;
   lx_json_stream_begin(&trace, head, "traceEvents", out);
   for (int s = 0; s < p->pp; s++)
@@ -238,11 +318,14 @@ void lx_write_trace_json(const lx_simulation *sim, FILE *out) {
   for (int s = 0; s < p->pp; s++) {
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       for (int i = 0; i < p->stages[s].streams[k].count; i++)
-        put_instr_event(&trace, sim, s, k, i);
+        put_instr_event(&trace, sim, &keep, s, k, i);
     lx_window_span *spans = lx_window_spans(sim, s);
     for (int w = 0; spans && w < p->stages[s].n_windows; w++)
-      if (spans[w].reached) put_window_event(&trace, &p->stages[s], s, w, &spans[w]);
+      if (spans[w].reached && is_kept(&keep, spans[w].start))
+        put_window_event(&trace, &p->stages[s], s, w, &spans[w]);
     free(spans);
   }
+  for (int end = 0; keep.omitted && end < 2; end++)
+    put_cut_event(&trace, &keep, max_events, end == 0);
   lx_json_stream_end(&trace);
 }

@@ -46,7 +46,7 @@ static void run_script(const sources *in, FILE *f) { lx_emit_run_script(in->prog
 static void slurm_script(const sources *in, FILE *f) { lx_emit_slurm_script(in->prog, f); }
 static void plan_text(const sources *in, FILE *f) { lx_print_plan_text(in->report, f); }
 static void plan_json(const sources *in, FILE *f) { lx_print_plan_json(in->report, f); }
-static void trace_json(const sources *in, FILE *f) { lx_write_trace_json(in->report->sim, f); }
+static void trace_json(const sources *in, FILE *f) { lx_write_trace_json(in->report->sim, 0, f); }
 static void schedule_svg(const sources *in, FILE *f) { lx_write_schedule_svg(in->report->sim, f); }
 static void memory_svg(const sources *in, FILE *f) {
   lx_write_memory_svg(in->report->sim, in->report->memory, in->report->capacity_bytes, f);
