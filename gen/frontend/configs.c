@@ -86,7 +86,7 @@ static CXType enum_of_constant(CXCursor expr) {
 }
 
 /* `.gpu = LINK_NVLINK3` would silently mean a GPU: an enum field takes the
- * constants of its own enum (or a plain integer, range-checked later). */
+ * constants of its own enum (or a plain integer, expect_enum_value). */
 static bool expect_own_enum(lx_parse_ctx *ctx, CXCursor member, CXCursor value, const char *name) {
   CXType given = enum_of_constant(value);
   CXType wanted = clang_getCanonicalType(clang_getCursorType(clang_getCursorReferenced(member)));
@@ -95,6 +95,44 @@ static bool expect_own_enum(lx_parse_ctx *ctx, CXCursor member, CXCursor value, 
   lx_error(lx_expr_start_loc(ctx, value), "field '%s' takes a constant of '%s', not of '%s'", name,
            clang_getCString(w), clang_getCString(g));
   clang_disposeString(g);
+  clang_disposeString(w);
+  return false;
+}
+
+/* The constants of an enum type, as "NAME (value), ..." into `list`;
+ * `*found` set when one of them has the value `v`. */
+typedef struct {
+  long long v;
+  bool found;
+  char list[512];
+} enum_constants;
+
+static enum CXChildVisitResult collect_constant(CXCursor c, CXCursor parent, CXClientData data) {
+  (void)parent;
+  enum_constants *e = data;
+  if (clang_getCursorKind(c) != CXCursor_EnumConstantDecl) return CXChildVisit_Continue;
+  long long v = clang_getEnumConstantDeclValue(c);
+  e->found |= v == e->v;
+  CXString name = clang_getCursorSpelling(c);
+  size_t used = strlen(e->list);
+  snprintf(e->list + used, sizeof e->list - used, "%s%s (%lld)", used ? ", " : "", clang_getCString(name), v);
+  clang_disposeString(name);
+  return CXChildVisit_Continue;
+}
+
+/* `.gpu = 7` is legal C, but no GPU: an integer given to an enum field must
+ * be one of its constants (the schedule's 0, "open", aside), and the error
+ * lists them, from lynx.h itself. */
+static bool expect_enum_value(lx_srcloc at, const field_desc *f, CXCursor member, long long v) {
+  bool zero_is_open = f->id == LX_F_SCHEDULE; /* lynx.h: 0 (left out) means open */
+  if (v == 0 && zero_is_open) return true;
+  CXType wanted = clang_getCanonicalType(clang_getCursorType(clang_getCursorReferenced(member)));
+  enum_constants e = {.v = v};
+  clang_visitChildren(clang_getTypeDeclaration(wanted), collect_constant, &e);
+  if (e.found) return true;
+  CXString w = clang_getTypeSpelling(wanted);
+  lx_error(at, "field '.%s' = %lld is not a constant of '%s': %s%s", f->name, v, clang_getCString(w), e.list,
+           zero_is_open ? ", or 0 (open)" : "");
   clang_disposeString(w);
   return false;
 }
@@ -139,6 +177,8 @@ static void store_field(lx_parse_ctx *ctx, const field_desc *f, CXCursor member,
     return;
   else if (f->type == FIELD_DOUBLE)
     memcpy(slot, &number.real, sizeof number.real);
+  else if (f->type == FIELD_ENUM && !expect_enum_value(at, f, member, number.integer))
+    return;
   else
     store_integer(at, f, number.integer, slot);
 }

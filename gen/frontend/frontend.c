@@ -476,6 +476,31 @@ static bool report_argument_count(lx_parse_ctx *ctx, CXDiagnostic d, const char 
   return true;
 }
 
+/* Whether the translation unit read the prelude, directly or through another header. */
+static void note_prelude(CXFile included, CXSourceLocation *stack, unsigned depth, CXClientData seen) {
+  (void)stack, (void)depth;
+  CXString name = clang_getFileName(included);
+  const char *s = clang_getCString(name);
+  if (s && !strcmp(s, LX_PRELUDE_PATH)) *(bool *)seen = true;
+  clang_disposeString(name);
+}
+
+static bool has_errors(CXTranslationUnit tu) {
+  bool found = false;
+  for (unsigned i = 0; i < clang_getNumDiagnostics(tu) && !found; i++) {
+    CXDiagnostic d = clang_getDiagnostic(tu, i);
+    found = clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error;
+    clang_disposeDiagnostic(d);
+  }
+  return found;
+}
+
+static bool includes_prelude(lx_parse_ctx *ctx) {
+  bool seen = false;
+  clang_getInclusions(ctx->tu, note_prelude, &seen);
+  return seen;
+}
+
 /* clang's own errors (syntax, types, undeclared names), located. An unknown
  * operator is implicitly declared to return int, which clang then reports
  * again as an int passed for a tensor on the same line (at the call, or at
@@ -484,6 +509,13 @@ static int report_clang_errors(lx_parse_ctx *ctx) {
   int errors = 0;
   lx_srcloc unknown_operator_at = {NULL, 0, 0, NULL};
   unsigned n = clang_getNumDiagnostics(ctx->tu);
+  if (has_errors(ctx->tu) &&
+      !includes_prelude(ctx)) { /* every name of lynx.h is then an error of its own: say why once */
+    lx_error(lx_file_start(ctx),
+             "the model does not include <lynx.h>, which declares its configuration "
+             "structs, 'tensor' and the operators: make '#include <lynx.h>' its first line");
+    return 1;
+  }
   for (unsigned i = 0; i < n; i++) {
     CXDiagnostic d = clang_getDiagnostic(ctx->tu, i);
     if (clang_getDiagnosticSeverity(d) >= CXDiagnostic_Error) {
