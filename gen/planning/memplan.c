@@ -41,6 +41,31 @@ static int releaser(const lx_ir *ir, const lx_stage *st, lx_graph_id gid, const 
   return last;
 }
 
+/* The gradients of the output and the inputs, and in mini-sequences the
+ * pieces the backward makes again. */
+static int64_t backward_working_set(const lx_graph *g, int i) {
+  const lx_op *op = &g->ops[i];
+  int64_t bytes = lx_resident_bytes(g, i);
+  for (int k = 0; k < op->n_inputs; k++)
+    if (g->ops[op->inputs[k]].out.dtype != LX_DTYPE_INT32) bytes += lx_resident_bytes(g, op->inputs[k]);
+  if (op->chunks < 2) return bytes;
+  int *made = lx_malloc(sizeof *made * (size_t)g->n_ops);
+  for (int j = 0, n = lx_made_again(g, i, made); j < n; j++)
+    bytes += lx_resident_bytes(g, made[j]);
+  free(made);
+  return bytes;
+}
+
+/* What lx_instr_memory adds to the items: the working sets, which the decisions do not change. */
+static void working_sets(const lx_ir *ir, const lx_stage *st, lx_graph_id gid, const lx_graph *g,
+                         lx_graph_memory *gm) {
+  for (int i = 0; i < g->n_ops; i++) {
+    gm->transient_fwd[i] = lx_output_saved(g, i) ? 0 : lx_resident_bytes(g, i);
+    gm->transient_bwd[i] = backward_working_set(g, i);
+    gm->alloc_bwd[i] = lx_defers_weight_grad(ir, st, gid, i) ? g->ops[i].out_bytes : 0;
+  }
+}
+
 /* decisions == NULL keeps everything (prologue and epilogue are not recomputed).
  * What an in-window op regenerates lives in the window buffers, which are
  * static (layout.h): it is counted once, in *window, not per instruction. */
@@ -49,7 +74,10 @@ static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_grap
   const lx_graph *g = lx_graph_of(ir, gid);
   size_t n = (size_t)g->n_ops;
   lx_graph_memory gm = {lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t)),
-                        lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t))};
+                        lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t)),
+                        lx_calloc(n, sizeof(int64_t)), lx_calloc(n, sizeof(int64_t)),
+                        lx_calloc(n, sizeof(int64_t))};
+  working_sets(ir, st, gid, g, &gm);
   int start = first_computing_op(g);
   for (int i = 0; i < g->n_ops; i++) {
     const lx_op *op = &g->ops[i];
@@ -89,58 +117,31 @@ static lx_graph_memory graph_memory(const lx_ir *ir, const lx_stage *st, lx_grap
 static void free_graph_memory(lx_graph_memory *gm) {
   free(gm->alloc_fwd);
   free(gm->alloc_recompute);
+  free(gm->alloc_bwd);
   free(gm->free_bwd);
   free(gm->free_weight);
+  free(gm->transient_fwd);
+  free(gm->transient_bwd);
 }
 
 int64_t lx_static_bytes(const lx_stage_memory *m) {
   return m->weights + m->grads + m->optimizer + m->window_buffers;
 }
 
-/* The gradients of the output and the inputs, and in mini-sequences the
- * pieces the backward makes again. */
-static int64_t backward_working_set(const lx_graph *g, int i) {
-  const lx_op *op = &g->ops[i];
-  int64_t bytes = lx_resident_bytes(g, i);
-  for (int k = 0; k < op->n_inputs; k++)
-    if (g->ops[op->inputs[k]].out.dtype != LX_DTYPE_INT32) bytes += lx_resident_bytes(g, op->inputs[k]);
-  if (op->chunks < 2) return bytes;
-  int *made = lx_malloc(sizeof *made * (size_t)g->n_ops);
-  for (int j = 0, n = lx_made_again(g, i, made); j < n; j++)
-    bytes += lx_resident_bytes(g, made[j]);
-  free(made);
-  return bytes;
-}
-
-lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage *st, const lx_stage_memory *m,
-                                const lx_instr *in) {
-  lx_memory_delta d = {0, 0, 0};
-  if (in->kind != LX_I_FWD && in->kind != LX_I_BWD && in->kind != LX_I_RECOMPUTE &&
-      in->kind != LX_I_BWD_WEIGHT)
-    return d;
-  const lx_graph *g = lx_graph_of(ir, in->graph);
+lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const lx_instr *in) {
   const lx_graph_memory *gm = &m->graphs[in->graph];
-  const lx_op *op = &g->ops[in->op];
-  bool output_held = lx_output_saved(g, in->op);
+  int op = in->op;
   switch (in->kind) {
-  case LX_I_FWD:
-    d.alloc = gm->alloc_fwd[in->op];
-    d.transient = output_held ? 0 : lx_resident_bytes(g, in->op);
-    break;
+  case LX_I_FWD: return (lx_memory_delta){.alloc = gm->alloc_fwd[op], .transient = gm->transient_fwd[op]};
   case LX_I_RECOMPUTE:
-    d.alloc = gm->alloc_recompute[in->op];
-    d.transient = output_held ? 0 : lx_resident_bytes(g, in->op);
-    break;
-  case LX_I_BWD_WEIGHT: /* the output's gradient, held since the backward */
-    d.release = gm->free_weight[in->op] + op->out_bytes;
-    break;
-  default:
-    d.alloc = lx_defers_weight_grad(ir, st, in->graph, in->op) ? op->out_bytes : 0;
-    d.release = gm->free_bwd[in->op];
-    d.transient = backward_working_set(g, in->op);
-    break;
+    return (lx_memory_delta){.alloc = gm->alloc_recompute[op], .transient = gm->transient_fwd[op]};
+  case LX_I_BWD_WEIGHT: /* the output's gradient too, held since the backward */
+    return (lx_memory_delta){.release = gm->free_weight[op] + lx_graph_of(ir, in->graph)->ops[op].out_bytes};
+  case LX_I_BWD:
+    return (lx_memory_delta){
+        .alloc = gm->alloc_bwd[op], .transient = gm->transient_bwd[op], .release = gm->free_bwd[op]};
+  default: return (lx_memory_delta){0, 0, 0};
   }
-  return d;
 }
 
 static bool is_backward(lx_instr_kind k) { return k == LX_I_BWD || k == LX_I_BWD_WEIGHT; }
@@ -161,7 +162,7 @@ static void walk_program_order(const lx_pipeline *p, const lx_stage *st, lx_stag
   int in_flight = 0;
   for (int i = 0; i < list->count; i++) {
     const lx_instr *in = &list->items[i];
-    lx_memory_delta d = lx_instr_memory(p->ir, st, m, in);
+    lx_memory_delta d = lx_instr_memory(p->ir, m, in);
     live += d.alloc;
     if (live + d.transient > m->activations_peak + m->transient_peak) {
       m->activations_peak = live;

@@ -12,11 +12,16 @@
 
 #include "schedule.h"
 
+/* Per op of a graph, on one stage: what lx_instr_memory answers for each of
+ * its instructions, tabulated once (a simulation asks it per instruction). */
 typedef struct {
-  int64_t *alloc_fwd;       /* per op: kept bytes its forward produces */
-  int64_t *alloc_recompute; /* per op: dropped bytes its recompute regenerates */
-  int64_t *free_bwd;        /* per op: bytes released when its backward is done */
-  int64_t *free_weight;     /* per op: bytes released when its W pass is done (zero bubble) */
+  int64_t *alloc_fwd;       /* kept bytes its forward produces */
+  int64_t *alloc_recompute; /* dropped bytes its recompute regenerates */
+  int64_t *alloc_bwd;       /* its output's gradient, held from its backward to its W pass (zero bubble) */
+  int64_t *free_bwd;        /* bytes released when its backward is done */
+  int64_t *free_weight;     /* bytes released when its W pass is done (zero bubble) */
+  int64_t *transient_fwd;   /* its output while the forward or recompute runs, where nobody keeps it */
+  int64_t *transient_bwd;   /* the gradients its backward works on */
 } lx_graph_memory;
 
 typedef struct {
@@ -44,7 +49,6 @@ typedef struct {
   int64_t alloc, transient, release;
 } lx_memory_delta;
 
-lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage *st, const lx_stage_memory *m,
-                                const lx_instr *in);
+lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const lx_instr *in);
 
 #endif

@@ -179,7 +179,7 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
     int count = st->streams[k].count;
     for (int i = 0; i < count; i++) {
       const lx_instr *in = &st->streams[k].items[i];
-      lx_memory_delta d = m ? lx_instr_memory(p->ir, st, m, in) : (lx_memory_delta){0, 0, 0};
+      lx_memory_delta d = lx_instr_memory(p->ir, m, in);
       int starts_mb = in->kind == LX_I_FWD && !started[in->mb];
       if (starts_mb) started[in->mb] = true;
       int ends_mb = (in->kind == LX_I_BWD || in->kind == LX_I_BWD_WEIGHT) && last[in->mb] == i;
@@ -198,7 +198,7 @@ static void track_memory(const lx_pipeline *p, int stage, const lx_stage_memory 
     in_flight += ev[i].mb_delta;
     if (in_flight > tl->max_in_flight) tl->max_in_flight = in_flight;
   }
-  tl->peak_bytes = (m ? lx_static_bytes(m) : 0) + peak;
+  tl->peak_bytes = lx_static_bytes(m) + peak;
   free(ev);
   free(started);
 }
@@ -379,8 +379,8 @@ static bool simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       if (s.free_at[k][st] > out->iteration_time) out->iteration_time = s.free_at[k][st];
   if (measured >= 0) out->iteration_time = step_time(p, out, measured);
-  for (int st = 0; st < p->pp; st++)
-    track_memory(p, st, memory ? &memory[st] : NULL, &out->stages[st]);
+  for (int st = 0; memory && st < p->pp; st++)
+    track_memory(p, st, &memory[st], &out->stages[st]);
   summarize(p, timing ? NULL : cm, measured, out);
   for (int k = 0; k < LX_STREAM_COUNT; k++) {
     free(s.next[k]);

@@ -25,8 +25,8 @@ typedef struct {
   double compute_time;                 /* FWD + BWD on the compute stream */
   double recompute_time;               /* RECOMPUTE, on either stream */
   double exposed_comm_time;            /* compute stream idle waiting on a stream of communication */
-  int max_in_flight;                   /* micro-batches with activations alive at once */
-  int64_t peak_bytes;                  /* static + activations + transient, at its most */
+  int max_in_flight;                   /* micro-batches with activations alive at once (with memory) */
+  int64_t peak_bytes;                  /* static + activations + transient, at its most (with memory) */
 } lx_stage_timeline;
 
 typedef struct {
@@ -41,7 +41,8 @@ typedef struct {
 } lx_simulation;
 
 /* Simulates p with the given timing (NULL: the cost model `cm`), applying
- * the memory deltas of `memory` (one per stage; may be NULL). */
+ * the memory deltas of `memory` (one per stage) to find each stage's peak in
+ * time; NULL: times only (what the planner and the plan search need). */
 bool lx_simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
                  const lx_stage_memory *memory, lx_simulation *out);
 /* The same for the steady state of training: p itself, or for a schedule
