@@ -523,8 +523,20 @@ static bool choose_open_plan(const options *opts, lx_ir *ir, lx_recompute_policy
     return false;
   }
   if (!found) {
+    const lx_candidate *c = &stats.closest;
+    char closest[256] = "", peak[LX_BYTES_TEXT], capacity[LX_BYTES_TEXT];
+    if (c->peak_bytes > 0)
+      snprintf(
+          closest, sizeof closest,
+          ": the closest, tp %d x pp %d x dp %d, micro-batch %d, %s, recompute %s, %d mini-sequence%s, needs "
+          "%s of the GPU's %s",
+          c->tp, c->pp, c->dp, c->micro_batch, lx_schedule_name(c->schedule),
+          lx_recompute_policy_name(c->policy), c->mini_sequences, c->mini_sequences == 1 ? "" : "s",
+          lx_bytes_text(c->peak_bytes, peak), lx_bytes_text(stats.memory_bytes, capacity));
     lx_error(ir->locs.plan,
-             "no parallel plan for the open fields fits this cluster's memory (try --explain)");
+             "no parallel plan for the open fields fits this cluster's memory%s (--explain lists the "
+             "candidates and what each needs)",
+             closest);
     return false;
   }
   ir->plan.tp = best.tp, ir->plan.pp = best.pp, ir->plan.dp = best.dp,
@@ -545,8 +557,6 @@ static void explain_plan(const options *opts, const lx_ir *ir) {
   if (ir->plan.schedule == LX_SCHEDULE_2BW) lx_explain_2bw(ir, &req, stdout);
 }
 
-/* Front end and analysis; then, unless only the IR is wanted, the schedule,
- * its memory and its simulation. Returns the exit status. */
 /* A stage whose modeled peak exceeds the GPU's memory would run out of it:
  * an error unless the user asks for the plan anyway. */
 static void check_plan_fits(const options *opts, const products *out) {
@@ -564,6 +574,8 @@ static void check_plan_fits(const options *opts, const products *out) {
     }
 }
 
+/* Front end and analysis; then, unless only the IR is wanted, the schedule,
+ * its memory and its simulation. Returns the exit status. */
 static int run_passes(const options *opts, products *out) {
   lx_ir *ir = &out->ir;
   lx_ir_init(ir);

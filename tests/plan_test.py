@@ -163,6 +163,27 @@ check(chosen and chosen["plan"]["recompute"] != "none" and "none" not in fitting
       "no --policy, 50 MiB GPUs: the search picks %s (%s), the fastest that fits of %s" % (
           chosen and chosen["plan"]["recompute"], layout, {k: "%.3f ms" % (1e3 * v) for k, v in fitting.items()}))
 
+# Where nothing fits, the error names the candidate that comes closest: of
+# every layout and policy the search may take (each planned here directly,
+# with --allow-oom-plan), one of least peak memory, and that peak.
+tight = ("--micro-batch", "4", "--schedule", "1f1b", "--gpu-memory", "0.001")
+r = subprocess.run([LYNXGEN, f.name, "--plan", *tight], capture_output=True, text=True)
+named = re.search(r"the closest, tp 1 x pp (\d+) x dp 1, micro-batch 4, 1f1b, recompute (\S+), 1 mini-sequence, "
+                  r"needs ([\d.]+) (\S+) of the GPU's 1.02 MiB", r.stderr)
+peaks = {}
+for pp in (1, 2, 4):
+    for pol in ("none", "selective", "full", "lynx-heu"):
+        p = plan(f.name, *tight, "--allow-oom-plan", "--pp", str(pp), "--policy", pol)
+        if p:
+            peaks[(pp, pol)] = max(st["peak_bytes"] for st in p["stages"])
+least = min(peaks.values()) if peaks else 0
+unit = named and {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}.get(named.group(4))
+check(r.returncode == 1 and named and len(peaks) == 12 and unit and
+      peaks.get((int(named.group(1)), named.group(2))) == least and
+      abs(float(named.group(3)) * unit - least) <= 0.01 * unit,
+      "nothing fits in 1 MiB: the error names a candidate of least peak (%s; least of %d planned directly: %d bytes)" % (
+          named and named.group(0), len(peaks), least))
+
 # 2BW is opt-in (it is not synchronous training): with the schedule 2bw and
 # the layout open, the search picks the fastest 2BW plan, as planning each
 # directly says, and lists 1F1B beside it for comparison only; --explain then

@@ -38,8 +38,10 @@ static void unmute_diagnostics(FILE *quiet) {
 }
 
 /* Runs one candidate on a working copy of the analysed `ir`; fills time,
- * peak and why it failed, if it did. */
-static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_candidate *c) {
+ * peak and why it failed, if it did, and *memory_bytes with the GPU memory it
+ * was measured against (unless NULL). */
+static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_candidate *c,
+                     double *memory_bytes) {
   lx_ir ir;
   lx_ir_working_copy(&ir, analysed);
   ir.plan.tp = c->tp, ir.plan.pp = c->pp, ir.plan.dp = c->dp, ir.plan.micro_batch = c->micro_batch;
@@ -55,6 +57,7 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
     return;
   }
   if (req->gpu_memory_bytes > 0) cm.gpu.memory_bytes = req->gpu_memory_bytes;
+  if (memory_bytes) *memory_bytes = cm.gpu.memory_bytes;
   lx_pipeline pipe;
   lx_plan_options options = {.policy = c->policy,
                              .partition = req->partition,
@@ -226,9 +229,12 @@ static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_can
       snprintf(c->why, sizeof c->why, "in pieces only slower: whole, it fits without recomputation");
       continue;
     }
-    evaluate(ir, req, c);
+    evaluate(ir, req, c, &stats->memory_bytes);
     if (c->fits && !c->comparison && (!best_so_far || c->time_s < best.time_s))
       best = *c, best_so_far = &best;
+    if (c->peak_bytes > 0 && !c->comparison &&
+        (stats->closest.peak_bytes == 0 || c->peak_bytes < stats->closest.peak_bytes))
+      stats->closest = *c;
   }
   lx_on_out_of_memory(NULL);
   best_so_far = NULL;
@@ -331,8 +337,8 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
     lx_candidate sync = on_plan(ir, LX_SCHEDULE_1F1B, one.policy),
                  bw = on_plan(ir, LX_SCHEDULE_2BW, one.policy);
     FILE *quiet = mute_diagnostics();
-    evaluate(ir, &one, &sync);
-    evaluate(ir, &one, &bw);
+    evaluate(ir, &one, &sync, NULL);
+    evaluate(ir, &one, &bw, NULL);
     unmute_diagnostics(quiet);
     char verdict[224];
     verdict_2bw(&sync, &bw, verdict, sizeof verdict);
@@ -348,7 +354,7 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
 static bool fits_at(const lx_ir *ir, const lx_search_request *req, lx_candidate c, int seq_len) {
   lx_search_request at = *req;
   at.seq_len = seq_len;
-  evaluate(ir, &at, &c);
+  evaluate(ir, &at, &c, NULL);
   return c.fits;
 }
 

@@ -38,6 +38,8 @@ typedef struct {
 typedef struct {
   int tried, feasible; /* candidates evaluated, of those enumerated */
   bool out_of_time;    /* the time budget ran out before all were tried */
+  lx_candidate closest; /* when none fits: the one of least peak memory (peak_bytes 0: none could run) */
+  double memory_bytes;  /* the GPU memory the candidates were measured against */
 } lx_search_stats;
 
 /* Tries every feasible (tp, pp, dp, micro_batch, schedule) the analysed `ir`
