@@ -14,6 +14,7 @@
 
 #include "alloc.h"
 #include "analysis/analyze.h"
+#include "analysis/lint.h"
 #include "diag.h"
 #include "emit/emit.h"
 #include "escape.h"
@@ -581,7 +582,7 @@ static int run_passes(const options *opts, products *out) {
   lx_ir_init(ir);
   if (lx_parse_model(opts->model_path, NULL, 0, ir) == 0) {
     apply_overrides(opts, ir);
-    lx_analyze(ir);
+    if (lx_analyze(ir) == 0) lx_lint(ir);
   }
   if (lx_error_count() == 0 && lx_ir_validate(ir) != 0) return 3; /* a generator bug, already printed */
   bool schedule = lx_error_count() == 0 && (opts->plan || opts->output_dir);

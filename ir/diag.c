@@ -39,6 +39,13 @@ void lx_error(lx_srcloc at, const char *fmt, ...) {
   if (at.file && at.line > 0) located_errors++;
 }
 
+void lx_warning(lx_srcloc at, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  report(at, "warning", fmt, args);
+  va_end(args);
+}
+
 void lx_note(lx_srcloc at, const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);

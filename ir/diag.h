@@ -16,5 +16,7 @@ int lx_located_error_count(void);
 
 __attribute__((format(printf, 2, 3))) void lx_error(lx_srcloc at, const char *fmt, ...);
 __attribute__((format(printf, 2, 3))) void lx_note(lx_srcloc at, const char *fmt, ...);
+/* What is valid but likely not meant: reported, not counted as an error. */
+__attribute__((format(printf, 2, 3))) void lx_warning(lx_srcloc at, const char *fmt, ...);
 
 #endif

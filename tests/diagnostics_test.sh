@@ -12,8 +12,11 @@
 # locate every error it prints in FILE (also one written in an included
 # header or a macro), print nothing on stdout and leave no output directory
 # behind. Then: usage errors exit 2, command-line overrides are
-# checked like the model file's values, and the near misses in
-# tests/diag/valid/ are accepted (the output directory: output_dir_test.sh). Prints one "ok - " or "not ok - " line per check.
+# checked like the model file's values, the near misses in
+# tests/diag/valid/ are accepted, those in tests/diag/warn/ with the one
+# warning they state (// expect-warning: LINE:COL: warning: TEXT) (the
+# output directory: output_dir_test.sh). Prints one "ok - " or "not ok - "
+# line per check.
 set -u
 cd "$(dirname "$0")/.."
 LYNXGEN=bin/lynxgen
@@ -108,6 +111,19 @@ for file in tests/diag/valid/*.model; do
     fail "accepted: $(basename "$file" .model), its IR is JSON" "$(cat "$tmp/json-error")"
   else
     pass "accepted: $(basename "$file" .model), its IR is JSON"
+  fi
+done
+
+# Valid but likely not meant (tests/diag/warn/): accepted (exit 0), with the
+# one warning its first line states, at that place, and nothing else on stderr.
+for file in tests/diag/warn/*.model; do
+  [ -e "$file" ] || continue
+  want=$(sed -n 's|^// expect-warning: ||p' "$file")
+  run_lynxgen "$file" --plan
+  if [ "$status" -ne 0 ] || [ "$(wc -l <"$tmp/stderr")" -ne 1 ] || [[ "$err" != "$file:$want"* ]]; then
+    fail "warned: $(basename "$file" .model)" "exit $status, want $file:$want" "$err"
+  else
+    pass "warned: $(basename "$file" .model): $err"
   fi
 done
 

@@ -7,7 +7,8 @@ language's defaults, built once, and run through its run.sh:
 - --help lists every training flag with the model file's value in brackets;
 - the lr column of metrics.jsonl follows --lr, --min-lr, --warmup and
   --lr-schedule as the closed form of the schedule (computed here, from
-  docs/model-language.md's definition) predicts;
+  docs/model-language.md's definition) predicts; a --warmup longer than
+  --steps is warned about (the lr never reaches --lr), the others are not;
 - --grad-clip, --weight-decay, --beta1, --beta2 and --eps change the losses
   after the first step, and the same flags twice give the same losses;
 - a value out of range is a usage error (exit 2) naming the flag and value;
@@ -130,6 +131,8 @@ def schedules(program):
              (("--lr-schedule", "cosine", "--warmup", "2", "--lr", "0.004", "--min-lr", "0.001"),
               (2, 6, 0.004, 0.001, "cosine")),
              (("--warmup", "1", "--min-lr", "0"), (1, 6, 3e-3, 0.0, "linear"))]
+    # a warm-up longer than the run: the lr climbs all the way, and the program says it never gets to --lr
+    cases.append((("--warmup", "8"), (8, 6, 3e-3, 2e-4, "linear")))
     for args, (warmup, steps, lr, min_lr, schedule) in cases:
         r, rows = program.start("--steps", str(steps), *args)
         want = [expected_lr(s, warmup, steps, lr, min_lr, schedule) for s in range(1, steps + 1)]
@@ -137,6 +140,10 @@ def schedules(program):
         close = len(got) == steps and all(abs(g - w) <= 1e-8 * w for g, w in zip(got, want))
         check(r.returncode == 0 and close, "%s: the lr of every step is the schedule's %s (got %s)" % (
             " ".join(args), ["%.6g" % w for w in want], got))
+        warned = re.findall(r"^lynx: warning: (.*)$", r.stderr, re.M)
+        expect = ["--warmup 8 is more than --steps 6: the learning rate never reaches --lr 0.003; it ends at "
+                  "0.00225"] if warmup > steps else []
+        check(warned == expect, "%s: warnings %s (want %s)" % (" ".join(args), warned, expect))
 
 
 def optimizer_settings(program):

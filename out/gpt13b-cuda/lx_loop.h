@@ -76,6 +76,18 @@ static void validate_only(const lx_run_options *o, lx_loader *data, lx_loader *v
   if (o->export_checkpoint || o->export_hf) export_weights(o->export_checkpoint, o->export_hf);
 }
 
+/* A warm-up that outlasts the run is allowed (a short test of a long run's
+ * settings) but said: the learning rate never reaches --lr. */
+static void warn_unfinished_warmup(const lx_train_settings *t) {
+  if (t->warmup <= t->steps || lx_world_rank() != 0) return;
+  double last = lx_learning_rate(t->steps, t->warmup, t->steps, t->lr, t->min_lr, t->lr_schedule);
+  fprintf(
+      stderr,
+      "lynx: warning: --warmup %d is more than --steps %d: the learning rate never reaches --lr %g; it ends "
+      "at %g\n",
+      t->warmup, t->steps, t->lr, last);
+}
+
 /* Steps 1 (or the one after a resumed checkpoint) to o->train.steps, each reported
  * by one rank (the last stage's tp rank 0 of replica 0, which knows the
  * loss; a resumed run appends to the metrics file); validation every
@@ -90,6 +102,7 @@ static int train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
     return 0;
   }
   const lx_train_settings *t = &o->train;
+  warn_unfinished_warmup(t);
   int done = o->resume_checkpoint ? resume_state(o, data) : 0, stop = 0;
   if (o->auto_resume && done > 0 && lx_world_rank() == 0)
     printf("lynx: --auto-resume: continuing %s after step %d\n", o->resume_checkpoint, done);
