@@ -19,7 +19,7 @@ LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm -
 GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/op_signature.c ir/schedule.c \
   gen/frontend/configs.c gen/frontend/constant.c gen/frontend/cursor.c gen/frontend/frontend.c gen/frontend/locate.c gen/frontend/model_file.c \
   gen/frontend/source_file.c gen/analysis/analyze.c gen/analysis/config_values.c gen/analysis/mini_sequences.c gen/analysis/cost.c gen/analysis/hardware.c gen/analysis/lint.c \
-  gen/planning/input_gradients.c gen/planning/layout.c gen/planning/memplan.c gen/planning/parallel.c gen/planning/partition.c \
+  gen/planning/glpk_errors.c gen/planning/input_gradients.c gen/planning/layout.c gen/planning/memplan.c gen/planning/parallel.c gen/planning/partition.c \
   gen/planning/plan.c gen/planning/policy.c gen/planning/recompute.c gen/planning/schedule.c \
   gen/planning/search.c gen/planning/simulate.c gen/planning/stage_problem.c gen/planning/windows.c gen/planning/window_room.c gen/verify/access.c \
   gen/verify/verify.c gen/verify/verify_comm.c gen/verify/verify_report.c gen/emit/emit.c \

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "planning/glpk_errors.h"
 #include "planning/passes.h"
 #include "planning/stage_problem.h"
 
@@ -725,6 +726,7 @@ static bool solve_opt(const lx_stage_problem *pr, lx_op_decision *d, int *window
 bool lx_policy_solve(const lx_ir *ir, lx_recompute_policy policy, const lx_stage_problem *pr,
                      lx_op_decision *d, int *window_of, lx_policy_stats *stats) {
   double start = now_s();
+  lx_glpk_guard();
   *stats = (lx_policy_stats){.budget_bytes = pr->avail_bytes, .status = "fixed"};
   int *scratch = window_of ? window_of : lx_malloc(sizeof(int) * lx_placement_entries(pr));
   bool ok;
