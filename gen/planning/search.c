@@ -37,10 +37,41 @@ static void unmute_diagnostics(FILE *quiet) {
   lx_diag_reset(); /* a search starts from a model without errors */
 }
 
-/* Runs one candidate on a working copy of the analysed `ir`; fills time,
- * peak and why it failed, if it did, and *memory_bytes with the GPU memory it
- * was measured against (unless NULL). */
-static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_candidate *c,
+/* The candidate's peak (the memory plan's), its 2BW weight copy, and whether it fits. */
+static void record_memory(lx_candidate *c, const lx_pipeline *pipe, const lx_stage_memory *memory,
+                          double capacity) {
+  int elt = lx_dtype_bytes(pipe->ir->training.dtype);
+  c->micro_batches = pipe->micro_batches;
+  for (int s = 0; s < pipe->pp; s++) {
+    if ((double)memory[s].peak > c->peak_bytes) c->peak_bytes = (double)memory[s].peak;
+    double copy = c->schedule == LX_SCHEDULE_2BW ? (double)pipe->stages[s].params_per_rank * elt : 0;
+    if (copy > c->versions_bytes) c->versions_bytes = copy;
+  }
+  c->fits = c->peak_bytes <= capacity;
+  if (!c->fits)
+    snprintf(c->why, sizeof c->why, "does not fit: %.1f GiB > %.1f GiB", c->peak_bytes / (1 << 30),
+             capacity / (1 << 30));
+}
+
+/* The candidate's step time, MFU and most recompute of a stage, from a simulation (false: it deadlocked). */
+static bool record_time(lx_candidate *c, const lx_pipeline *pipe, const lx_cost_model *cm) {
+  lx_simulation sim;
+  bool ok = lx_simulate_training(pipe, cm, NULL, NULL, NULL, &sim); /* the peak is the memory plan's */
+  if (ok) {
+    c->time_s = sim.iteration_time;
+    c->mfu = sim.mfu;
+    for (int s = 0; s < pipe->pp; s++)
+      if (sim.stages[s].recompute_time > c->recompute_s) c->recompute_s = sim.stages[s].recompute_time;
+  }
+  lx_simulation_free(&sim);
+  return ok;
+}
+
+/* Runs one candidate on a working copy of the analysed `ir`: its peak and
+ * whether it fits, and where `timed` its time (the longest-sequence table
+ * asks only whether it fits); why it failed, if it did; *memory_bytes: the
+ * GPU memory it was measured against (unless NULL). */
+static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_candidate *c, bool timed,
                      double *memory_bytes) {
   lx_ir ir;
   lx_ir_working_copy(&ir, analysed);
@@ -69,23 +100,10 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   } else {
     lx_stage_memory *memory = lx_calloc((size_t)pipe.pp, sizeof *memory);
     lx_plan_memory(&pipe, memory);
-    lx_simulation sim;
-    if (lx_simulate_training(&pipe, &cm, NULL, NULL, NULL, &sim)) { /* the peak is the memory plan's */
-      c->time_s = sim.iteration_time;
-      c->mfu = sim.mfu;
-      c->micro_batches = pipe.micro_batches;
-      int elt = lx_dtype_bytes(ir.training.dtype);
-      for (int s = 0; s < pipe.pp; s++) {
-        if ((double)memory[s].peak > c->peak_bytes) c->peak_bytes = (double)memory[s].peak;
-        if (sim.stages[s].recompute_time > c->recompute_s) c->recompute_s = sim.stages[s].recompute_time;
-        double copy = c->schedule == LX_SCHEDULE_2BW ? (double)pipe.stages[s].params_per_rank * elt : 0;
-        if (copy > c->versions_bytes) c->versions_bytes = copy;
-      }
-      c->fits = c->peak_bytes <= cm.gpu.memory_bytes;
-      if (!c->fits)
-        snprintf(c->why, sizeof c->why, "does not fit: %.1f GiB > %.1f GiB", c->peak_bytes / (1 << 30),
-                 cm.gpu.memory_bytes / (1 << 30));
-      lx_simulation_free(&sim);
+    record_memory(c, &pipe, memory, cm.gpu.memory_bytes);
+    if (timed && !record_time(c, &pipe, &cm)) {
+      c->fits = false;
+      snprintf(c->why, sizeof c->why, "its simulation deadlocked (a bug in lynxgen)");
     }
     for (int s = 0; s < pipe.pp; s++)
       lx_stage_memory_free(&memory[s]);
@@ -229,7 +247,7 @@ static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_can
       snprintf(c->why, sizeof c->why, "in pieces only slower: whole, it fits without recomputation");
       continue;
     }
-    evaluate(ir, req, c, &stats->memory_bytes);
+    evaluate(ir, req, c, true, &stats->memory_bytes);
     if (c->fits && !c->comparison && (!best_so_far || c->time_s < best.time_s))
       best = *c, best_so_far = &best;
     if (c->peak_bytes > 0 && !c->comparison &&
@@ -337,8 +355,8 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
     lx_candidate sync = on_plan(ir, LX_SCHEDULE_1F1B, one.policy),
                  bw = on_plan(ir, LX_SCHEDULE_2BW, one.policy);
     FILE *quiet = mute_diagnostics();
-    evaluate(ir, &one, &sync, NULL);
-    evaluate(ir, &one, &bw, NULL);
+    evaluate(ir, &one, &sync, true, NULL);
+    evaluate(ir, &one, &bw, true, NULL);
     unmute_diagnostics(quiet);
     char verdict[224];
     verdict_2bw(&sync, &bw, verdict, sizeof verdict);
@@ -354,7 +372,7 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
 static bool fits_at(const lx_ir *ir, const lx_search_request *req, lx_candidate c, int seq_len) {
   lx_search_request at = *req;
   at.seq_len = seq_len;
-  evaluate(ir, &at, &c, NULL);
+  evaluate(ir, &at, &c, false, NULL);
   return c.fits;
 }
 
