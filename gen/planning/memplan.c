@@ -56,7 +56,8 @@ static int64_t backward_working_set(const lx_graph *g, int i) {
   return bytes;
 }
 
-/* What lx_instr_memory adds to the items: the working sets, which the decisions do not change. */
+/* What lx_instr_memory answers besides the items: the working sets, and the
+ * output gradient a deferred weight gradient holds; no decision changes them. */
 static void working_sets(const lx_ir *ir, const lx_stage *st, lx_graph_id gid, const lx_graph *g,
                          lx_graph_memory *gm) {
   for (int i = 0; i < g->n_ops; i++) {

@@ -196,25 +196,24 @@ static int by_value(const void *a, const void *b) {
 static kept_span choose_kept(const lx_simulation *sim, int64_t max_events) {
   const lx_pipeline *p = sim->pipe;
   kept_span keep = {INFINITY, INFINITY, 0};
-  size_t n = 0;
+  size_t instructions = 0, n = 0;
   for (int s = 0; s < p->pp; s++)
     for (int k = 0; k < LX_STREAM_COUNT; k++)
-      for (int i = 0; i < p->stages[s].streams[k].count; i++)
-        n += timed_interval(sim, s, k, i) != NULL;
-  if (max_events <= 0 || n <= (size_t)max_events) return keep;
-  double *starts = lx_malloc(sizeof *starts * n);
-  size_t at = 0;
+      instructions += (size_t)p->stages[s].streams[k].count;
+  double *starts = lx_malloc(sizeof *starts * (instructions + 1));
   for (int s = 0; s < p->pp; s++)
     for (int k = 0; k < LX_STREAM_COUNT; k++)
       for (int i = 0; i < p->stages[s].streams[k].count; i++) {
         const lx_interval *t = timed_interval(sim, s, k, i);
-        if (t) starts[at++] = t->start;
+        if (t) starts[n++] = t->start;
       }
-  qsort(starts, n, sizeof *starts, by_value);
-  size_t half = (size_t)max_events / 2;
-  keep.head_end = starts[half], keep.tail_after = starts[n - 1 - half];
-  for (size_t e = 0; e < n; e++)
-    keep.omitted += !is_kept(&keep, starts[e]);
+  if (max_events > 0 && n > (size_t)max_events) {
+    qsort(starts, n, sizeof *starts, by_value);
+    size_t half = (size_t)max_events / 2;
+    keep.head_end = starts[half], keep.tail_after = starts[n - 1 - half];
+    for (size_t e = 0; e < n; e++)
+      keep.omitted += !is_kept(&keep, starts[e]);
+  }
   free(starts);
   return keep;
 }
@@ -223,7 +222,7 @@ static void put_instr_event(lx_json_stream *trace, const lx_simulation *sim, con
                             int k, int i) {
   const lx_instr *in = &sim->pipe->stages[s].streams[k].items[i];
   const lx_interval *t = timed_interval(sim, s, k, i);
-  if (!t || !is_kept(keep, t->start)) return; /* events take no time; unreached ones have none */
+  if (!t || !is_kept(keep, t->start)) return; /* takes no time, never reached, or left out */
   char name[160];
   lx_describe_shown(sim->pipe, in, name, sizeof name);
   cJSON *event = span_event(name, category_name(lx_paint_of(in)), s, k, t->start, t->end);
