@@ -23,6 +23,9 @@ Two small GPTs (2 and 4 layers) are generated and built once:
   that step with the file named, saves the state and exits 1;
 - a validation longer than --watchdog (many short batches) completes: each
   batch is progress;
+- a --resume whose checkpoint reads hang (a stuck filesystem, simulated by a
+  preloaded pread) is ended by the watchdog, which now watches the loading too,
+  naming the checkpoint;
 - the validation batches are checked before step 1: their tokens, and that
   there are --val-batches of them; a run that never validates needs none;
 - two flags naming one file where a write would destroy the other file
@@ -35,6 +38,7 @@ Two small GPTs (2 and 4 layers) are generated and built once:
   with what to do instead.
 """
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -245,6 +249,59 @@ def long_validation(work, program):
         print(r.stderr[-1500:])
 
 
+# A filesystem that stops answering: a read of 4 KiB or more from the file
+# LX_STALL names hangs (the checkpoint's tensors; its header and the shards
+# are read in smaller pieces), as on a stuck network mount.
+STALLING_READS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+static void maybe_stall(int fd, size_t n) {
+  const char *name = getenv("LX_STALL");
+  char link[64], path[4096];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t len = readlink(link, path, sizeof path - 1);
+  if (!name || len <= 0 || n < 4096) return;
+  path[len] = 0;
+  if (!strcmp(path, name)) sleep(600);
+}
+ssize_t pread(int fd, void *buf, size_t n, off_t at) {
+  maybe_stall(fd, n);
+  ssize_t (*next)(int, void *, size_t, off_t) = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+  return next(fd, buf, n, at);
+}
+ssize_t pread64(int fd, void *buf, size_t n, off_t at) {
+  maybe_stall(fd, n);
+  ssize_t (*next)(int, void *, size_t, off_t) = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread64");
+  return next(fd, buf, n, at);
+}
+"""
+
+
+def stalled_resume(work, program, ckpt):
+    """--resume from a checkpoint whose reads hang: the watchdog, armed before
+    the checkpoint is read, ends the job in --watchdog seconds, naming it."""
+    source, shim = os.path.join(work, "stall.c"), os.path.join(work, "stall.so")
+    with open(source, "w") as f:
+        f.write(STALLING_READS)
+    built = subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, source, "-ldl"], capture_output=True, text=True)
+    check(built.returncode == 0, "the stalling-read library builds (%s)" % built.stderr.strip()[-300:])
+    start = time.monotonic()
+    r = run([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--resume", ckpt,
+             "--save", os.path.join(work, "stalled.bin"), "--watchdog", "2"], work,
+            env={"LD_PRELOAD": shim, "LX_STALL": os.path.realpath(ckpt)}, timeout=120)
+    seconds = time.monotonic() - start
+    said = r and re.search(r"made no progress for \d+ s \(--watchdog 2\): it waits on the training state " +
+                           re.escape(ckpt), r.stderr)
+    check(r is not None and r.returncode != 0 and said and seconds < 60,
+          "a --resume whose reads hang ends in %.0f s, the watchdog naming the checkpoint (status %s): %s" % (
+              seconds, r and r.returncode, (r.stderr if r else "timed out")[-400:]))
+
+
 def validation_data(work, program):
     """The validation data a run will read is checked before step 1: a token
     outside the vocabulary in its first batches (found at the first
@@ -354,6 +411,7 @@ def main():
     existing_save(work, program, ckpt)
     unwritable_metrics(work, program)
     long_validation(work, program)
+    stalled_resume(work, program, ckpt)
     validation_data(work, program)
     refused_settings(work, program, ckpt)
     colliding_files(work, program, ckpt)

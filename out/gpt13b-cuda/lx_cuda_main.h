@@ -323,6 +323,7 @@ int main(int argc, char **argv) {
           STAGES * TENSOR_PARALLEL * DATA_PARALLEL, TENSOR_PARALLEL, STAGES, DATA_PARALLEL, ranks);
     lx_mpi_exit(LX_EXIT_ERROR);
   }
+  lx_watchdog_start(o.watchdog_s, rank, STAGE); /* loading too: a stalled read or peer ends the job */
   int devices = 0;
   CUDA_CHECK(cudaGetDeviceCount(&devices));
   CUDA_CHECK(cudaSetDevice(devices > 0 ? local_rank() % devices : 0));

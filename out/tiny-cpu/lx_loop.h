@@ -110,7 +110,6 @@ static int train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
     printf("lynx: %s is of a finished run (step %d of %d): nothing is left to train\n", o->resume_checkpoint,
            done, t->steps);
   if (reports) lx_metrics_open(o->metrics_path, done > 0);
-  lx_watchdog_start(o->watchdog_s, lx_world_rank(), STAGE);
   for (int step = done + 1; step <= t->steps && !stop; step++) {
     double lr = lx_learning_rate(step, t->warmup, t->steps, t->lr, t->min_lr, t->lr_schedule);
     double start = lx_now_ms(), grad_norm = 0;

@@ -381,6 +381,7 @@ static int gradient_check(int samples) {
           checked++;
         }
       }
+      lx_watchdog_progress(); /* a large model's check may outlast --watchdog; one tensor should not */
     }
   }
   double all_worst = worst, all_absolute = worst_absolute;
@@ -462,6 +463,7 @@ int main(int argc, char **argv) {
   replica = groups.dp_rank;
   kernel_ctx.threads = omp_get_max_threads();
   lx_run_options o = model_run_options(LX_PROGRAM_CPU, argc, argv);
+  lx_watchdog_start(o.watchdog_s, rank, STAGE); /* loading too: a stalled read or peer ends the job */
   int color = STAGE == 0 || STAGE == STAGES - 1 ? 0 : MPI_UNDEFINED;
   if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(groups.pp, color, STAGE, &tied_comm));
   if (tied_comm != MPI_COMM_NULL) LX_MPI_CHECK(MPI_Comm_set_name(tied_comm, "tied-embedding (first and last stage)"));

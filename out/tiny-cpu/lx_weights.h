@@ -16,6 +16,7 @@
 #include "lx_safetensors.h"
 #include "lx_stage.h"
 #include "lx_tensor_io.h"
+#include "lx_watchdog.h"
 
 #include <math.h>
 
@@ -123,16 +124,19 @@ static void require_finite_weights(const char *path, const char *name, const flo
  * Face checkpoint), as fp32 at their params-region indices. */
 static void read_hf_checkpoint(const char *path, float *weights);
 static void read_checkpoint(const char *path, float *weights /* (ALL_PARAM_ELEMENTS) */) {
+  lx_watchdog_waiting("the weights in %s (reading them)", path);
   if (lx_hf_is_checkpoint(path)) {
     read_hf_checkpoint(path, weights);
-    return;
+  } else {
+    int n = 0;
+    lx_ckpt_slice *slices = checkpoint_slices(0, &n);
+    lx_checkpoint_load(path, &gpt2_header, slices, n, weights);
+    for (int i = 0; i < n; i++)
+      require_finite_weights(path, slices[i].name, weights, slices[i].param_element, slices[i].elements);
+    free(slices);
   }
-  int n = 0;
-  lx_ckpt_slice *slices = checkpoint_slices(0, &n);
-  lx_checkpoint_load(path, &gpt2_header, slices, n, weights);
-  for (int i = 0; i < n; i++)
-    require_finite_weights(path, slices[i].name, weights, slices[i].param_element, slices[i].elements);
-  free(slices);
+  lx_watchdog_done_waiting();
+  lx_watchdog_progress();
 }
 
 /* Collective over every rank: each writes its saved parts of weights. */

@@ -348,6 +348,7 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
             "lynx: warning: %s holds the adapters; the frozen base comes from the seed, not from a file: "
             "resume with the --init the run started from\n",
             path);
+  lx_watchdog_waiting("the training state %s (its reads, or another rank at a collective)", path);
   lx_state_run expect = this_run(o, 0);
   lx_state_run saved = lx_state_read_run(path, &expect);
   if (o->train.steps > 0) require_same_run(path, &saved, o); /* --steps 0 only evaluates the weights */
@@ -384,6 +385,7 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
   int64_t *positions = lx_state_read_positions(path, &saved);
   lx_loader_seek(data, resumed_window(path, &saved, positions, data->windows));
   free(table), free(positions);
+  lx_watchdog_done_waiting();
   return saved.step;
 }
 
