@@ -26,6 +26,9 @@ Two small GPTs (2 and 4 layers) are generated and built once:
 - a --resume whose checkpoint reads hang (a stuck filesystem, simulated by a
   preloaded pread) is ended by the watchdog, which now watches the loading too,
   naming the checkpoint;
+- a --resume whose checkpoint is replaced by another save while it is read
+  (a preloaded pread renames the other state over it) continues the file it
+  opened, with the uninterrupted run's losses;
 - the validation batches are checked before step 1: their tokens, and that
   there are --val-batches of them; a run that never validates needs none;
 - two flags naming one file where a write would destroy the other file
@@ -252,7 +255,8 @@ def long_validation(work, program):
 # A filesystem that stops answering: a read of 4 KiB or more from the file
 # LX_STALL names hangs (the checkpoint's tensors; its header and the shards
 # are read in smaller pieces), as on a stuck network mount.
-STALLING_READS = r"""
+# A library for LD_PRELOAD whose pread first calls on_read(fd, bytes, path of fd).
+PREAD_HOOK = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -260,36 +264,61 @@ STALLING_READS = r"""
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
-static void maybe_stall(int fd, size_t n) {
-  const char *name = getenv("LX_STALL");
+static void on_read(int fd, size_t n, const char *path);
+static void hook(int fd, size_t n) {
   char link[64], path[4096];
   snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
   ssize_t len = readlink(link, path, sizeof path - 1);
-  if (!name || len <= 0 || n < 4096) return;
+  if (len <= 0) return;
   path[len] = 0;
-  if (!strcmp(path, name)) sleep(600);
+  on_read(fd, n, path);
 }
 ssize_t pread(int fd, void *buf, size_t n, off_t at) {
-  maybe_stall(fd, n);
+  hook(fd, n);
   ssize_t (*next)(int, void *, size_t, off_t) = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
   return next(fd, buf, n, at);
 }
 ssize_t pread64(int fd, void *buf, size_t n, off_t at) {
-  maybe_stall(fd, n);
+  hook(fd, n);
   ssize_t (*next)(int, void *, size_t, off_t) = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread64");
   return next(fd, buf, n, at);
 }
 """
+# Reads of LX_STALL of a page or more hang, as on a stuck filesystem.
+STALLING_READS = PREAD_HOOK + r"""
+static void on_read(int fd, size_t n, const char *path) {
+  const char *name = getenv("LX_STALL");
+  (void)fd;
+  if (name && n >= 4096 && !strcmp(path, name)) sleep(600);
+}
+"""
+# The first read of LX_REPLACE renames LX_REPLACE_WITH over it, as a save does.
+REPLACING_READS = PREAD_HOOK + r"""
+static void on_read(int fd, size_t n, const char *path) {
+  static int done;
+  const char *name = getenv("LX_REPLACE"), *with = getenv("LX_REPLACE_WITH");
+  (void)fd, (void)n;
+  if (!done && name && with && !strcmp(path, name)) done = 1, rename(with, name);
+}
+"""
+
+
+def preloaded(work, name, source):
+    """A library of that C source for LD_PRELOAD, or None where it does not build."""
+    path, shim = os.path.join(work, name + ".c"), os.path.join(work, name + ".so")
+    with open(path, "w") as f:
+        f.write(source)
+    built = subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, path, "-ldl"], capture_output=True, text=True)
+    check(built.returncode == 0, "the %s library builds (%s)" % (name, built.stderr.strip()[-300:]))
+    return shim if built.returncode == 0 else None
 
 
 def stalled_resume(work, program, ckpt):
     """--resume from a checkpoint whose reads hang: the watchdog, armed before
     the checkpoint is read, ends the job in --watchdog seconds, naming it."""
-    source, shim = os.path.join(work, "stall.c"), os.path.join(work, "stall.so")
-    with open(source, "w") as f:
-        f.write(STALLING_READS)
-    built = subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, source, "-ldl"], capture_output=True, text=True)
-    check(built.returncode == 0, "the stalling-read library builds (%s)" % built.stderr.strip()[-300:])
+    shim = preloaded(work, "stalling-reads", STALLING_READS)
+    if not shim:
+        return
     start = time.monotonic()
     r = run([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--resume", ckpt,
              "--save", os.path.join(work, "stalled.bin"), "--watchdog", "2"], work,
@@ -300,6 +329,30 @@ def stalled_resume(work, program, ckpt):
     check(r is not None and r.returncode != 0 and said and seconds < 60,
           "a --resume whose reads hang ends in %.0f s, the watchdog naming the checkpoint (status %s): %s" % (
               seconds, r and r.returncode, (r.stderr if r else "timed out")[-400:]))
+
+
+def replaced_while_resuming(work, program, reference):
+    """A save that renames another state into --resume's file while the run
+    reads it (a requeued twin of the job): the run resumes the file it
+    opened, whole, not one file's header with the other's data positions
+    and tensors (which it refused as corrupt before)."""
+    first, second = os.path.join(work, "after-step-1.bin"), os.path.join(work, "after-step-2.bin")
+    made = (train(work, program, "--save", first, "--metrics", "/dev/full"),
+            train(work, program, "--resume", first, "--save", second, "--metrics", "/dev/full"))
+    check(all(r.returncode == 1 for r in made) and saved_step(first) == 1 and saved_step(second) == 2,
+          "two states of one run, after step 1 and after step 2")
+    shim = preloaded(work, "replacing-reads", REPLACING_READS)
+    if not shim or saved_step(second) != 2:
+        return
+    metrics = os.path.join(work, "replaced.jsonl")
+    r = run([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--resume", first,
+             "--metrics", metrics], work, env={"LD_PRELOAD": shim, "LX_REPLACE": os.path.realpath(first),
+                                               "LX_REPLACE_WITH": os.path.realpath(second)}, timeout=300)
+    want = {s: loss for s, loss in reference.items() if s > 1}
+    got = losses_by_step(metrics) if r and r.returncode == 0 else None
+    check(r is not None and r.returncode == 0 and not os.path.exists(second) and saved_step(first) == 2 and
+          got == want, "--resume of a state that a save replaces while it is read continues the state it opened "
+          "after step 1, with the uninterrupted run's losses bitwise: %s" % (r.stderr[-400:] if r else "timed out"))
 
 
 def validation_data(work, program):
@@ -412,6 +465,7 @@ def main():
     unwritable_metrics(work, program)
     long_validation(work, program)
     stalled_resume(work, program, ckpt)
+    replaced_while_resuming(work, program, reference)
     validation_data(work, program)
     refused_settings(work, program, ckpt)
     colliding_files(work, program, ckpt)

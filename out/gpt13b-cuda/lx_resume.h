@@ -350,7 +350,8 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
             path);
   lx_watchdog_waiting("the training state %s (its reads, or another rank at a collective)", path);
   lx_state_run expect = this_run(o, 0);
-  lx_state_run saved = lx_state_read_run(path, &expect);
+  lx_state_file file = lx_state_open(path, &expect);
+  const lx_state_run saved = file.run;
   if (o->train.steps > 0) require_same_run(path, &saved, o); /* --steps 0 only evaluates the weights */
   if (saved.windows != data->windows)
     lx_die("checkpoint %s was trained on data of %lld batches; %s holds %lld: resume with the same --data",
@@ -369,11 +370,8 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
   float *arrays[4];
   state_arrays(arrays, 0);
   if (versions == 1) arrays[3] = NULL;
-  lx_state_tensor *table = lx_state_read_tensors(path, &saved);
-  require_model_tensors(path, expect, table, saved.tensors);
-  int fd = lx_open_checkpoint(path);
-  move_state(fd, path, 0, table, saved.tensors, arrays);
-  close(fd);
+  require_model_tensors(path, expect, file.tensors, saved.tensors);
+  move_state(file.fd, path, 0, file.tensors, saved.tensors, arrays);
   /* the checksum counts the file's arrays: evaluating a 2BW state without 2BW reads one of them fewer */
   if (saved.state_checksum && (arrays[3] != NULL) == (saved.delayed_update != 0) &&
       state_checksum(arrays) != saved.state_checksum)
@@ -382,9 +380,8 @@ static int resume_state(const lx_run_options *o, lx_loader *data) {
         "with them (a damaged file or storage)",
         path);
   state_restored();
-  int64_t *positions = lx_state_read_positions(path, &saved);
-  lx_loader_seek(data, resumed_window(path, &saved, positions, data->windows));
-  free(table), free(positions);
+  lx_loader_seek(data, resumed_window(path, &saved, file.positions, data->windows));
+  lx_state_close(&file);
   lx_watchdog_done_waiting();
   return saved.step;
 }

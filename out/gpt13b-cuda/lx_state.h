@@ -164,86 +164,66 @@ static inline void lx_state_read(int fd, const char *path, void *dst, int64_t by
            errno ? strerror(errno) : "the file is truncated");
 }
 
-/* The header's checksum against the header, positions and table that
- * path holds (their sizes checked to fit the file first). */
-static inline void lx_state_check_header(const char *path, const lx_state_run *run) {
-  int fd = lx_open_checkpoint(path);
-  int64_t *positions = (int64_t *)LX_MALLOC(8 * (size_t)run->data_parallel);
-  lx_state_tensor *tensors = (lx_state_tensor *)LX_MALLOC(sizeof *tensors * (size_t)run->tensors);
-  lx_state_read(fd, path, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN, "its data positions");
-  lx_state_read(fd, path, tensors, (int64_t)sizeof *tensors * run->tensors, lx_state_table_offset(run),
-                "its tensor table");
-  close(fd);
-  if (lx_state_header_checksum(run, positions, tensors) != run->header_checksum)
-    lx_die("checkpoint %s is corrupt: its header, data positions or tensor table do not match the checksum "
-           "saved with them (a damaged file or storage)",
-           path);
-  free(positions), free(tensors);
-}
-
-/* The run header of the checkpoint at path, checked against this program
- * (expect): the plan may differ, but not what makes the training windows
- * and the steps (the micro-batch's sequences and length, the sequences of
- * a step, micro-batches times replicas). */
-static inline lx_state_run lx_state_read_run(const char *path, const lx_state_run *expect) {
-  int fd = lx_open_checkpoint(path);
+/* A training-state checkpoint opened to resume from: its header, data
+ * positions and tensor table, read and checked, and the descriptor its
+ * tensors are read through. Everything comes through that one descriptor:
+ * a save that renames another state into path meanwhile (a requeued twin of
+ * the job) must not give this run one file's header and another's tensors. */
+typedef struct {
+  const char *path;
+  int fd;
   lx_state_run run;
-  lx_state_read(fd, path, &run, sizeof run, 0, "its header");
-  int64_t size = lx_file_size(fd);
-  close(fd);
-  if (memcmp(run.magic, LX_STATE_MAGIC, 8) != 0)
+  int64_t *positions;       /* the next training window of each saved replica */
+  lx_state_tensor *tensors; /* sorted by name, each inside the file */
+} lx_state_file;
+
+/* The run header, checked against this program (expect): the plan may
+ * differ, but not what makes the training windows and the steps (the
+ * micro-batch's sequences and length, the sequences of a step,
+ * micro-batches times replicas). */
+static inline void lx_state_check_run(const char *path, const lx_state_run *run, const lx_state_run *expect,
+                                      int64_t size) {
+  if (memcmp(run->magic, LX_STATE_MAGIC, 8) != 0)
     lx_die("%s is not a training-state checkpoint of lynx (written by --save); weights load with --init",
            path);
-  if (run.version != LX_STATE_VERSION)
-    lx_die("checkpoint %s has version %d; this program reads version %d", path, run.version,
+  if (run->version != LX_STATE_VERSION)
+    lx_die("checkpoint %s has version %d; this program reads version %d", path, run->version,
            LX_STATE_VERSION);
   const char *fields[] = {"micro-batch size", "sequence length", "sequences per step (micro-batches x dp)"};
-  const int64_t found[] = {run.batch, run.seq_len, (int64_t)run.micro_batches * run.data_parallel};
+  const int64_t found[] = {run->batch, run->seq_len, (int64_t)run->micro_batches * run->data_parallel};
   const int64_t want[] = {expect->batch, expect->seq_len,
                           (int64_t)expect->micro_batches * expect->data_parallel};
   for (int i = 0; i < 3; i++)
     if (found[i] != want[i])
       lx_die("checkpoint %s was written by a run with another %s: %lld; this program has %lld", path,
              fields[i], (long long)found[i], (long long)want[i]);
-  if (run.steps < 1 || run.step < 1 || run.step > run.steps)
+  if (run->steps < 1 || run->step < 1 || run->step > run->steps)
     lx_die("checkpoint %s is corrupt: it says step %d of %d; a run saves after a step from 1 to its last",
-           path, run.step, run.steps);
-  if (run.data_parallel < 1 || run.tensors < 1 || lx_state_table_offset(&run) > size ||
-      run.tensors > (size - lx_state_table_offset(&run)) / (int64_t)sizeof(lx_state_tensor))
+           path, run->step, run->steps);
+  if (run->data_parallel < 1 || run->tensors < 1 || lx_state_table_offset(run) > size ||
+      run->tensors > (size - lx_state_table_offset(run)) / (int64_t)sizeof(lx_state_tensor))
     lx_die("checkpoint %s is corrupt: %d replicas and %lld tensors do not fit its %lld bytes", path,
-           run.data_parallel, (long long)run.tensors, (long long)size);
-  if (run.header_checksum) lx_state_check_header(path, &run);
-  return run;
+           run->data_parallel, (long long)run->tensors, (long long)size);
 }
 
-/* The next training window of each replica of the run that wrote path (malloc'd). */
-static inline int64_t *lx_state_read_positions(const char *path, const lx_state_run *run) {
-  int fd = lx_open_checkpoint(path);
-  int64_t *positions = (int64_t *)LX_MALLOC(8 * (size_t)run->data_parallel);
-  lx_state_read(fd, path, positions, 8 * (int64_t)run->data_parallel, LX_STATE_ALIGN, "its data positions");
-  close(fd);
+static inline void lx_state_check_positions(const char *path, const lx_state_run *run,
+                                            const int64_t *positions) {
   for (int r = 0; r < run->data_parallel; r++)
     if (positions[r] < 0 || positions[r] >= run->windows || (positions[r] - r) % run->data_parallel != 0)
       lx_die(
           "checkpoint %s is corrupt: replica %d of %d continues at training window %lld of its data's %lld "
           "(replica r reads windows r, r + %d, ...)",
           path, r, run->data_parallel, (long long)positions[r], (long long)run->windows, run->data_parallel);
-  return positions;
 }
 
-/* The tensor table (malloc'd, sorted by name), each entry checked to lie in the file. */
-static inline lx_state_tensor *lx_state_read_tensors(const char *path, const lx_state_run *run) {
-  int fd = lx_open_checkpoint(path);
-  int64_t size = lx_file_size(fd);
-  lx_state_tensor *tensors = (lx_state_tensor *)LX_MALLOC(sizeof(lx_state_tensor) * (size_t)run->tensors);
-  lx_state_read(fd, path, tensors, (int64_t)sizeof(lx_state_tensor) * run->tensors,
-                lx_state_table_offset(run), "its tensor table");
-  close(fd);
+/* Each table entry lies in the file, and the names are sorted (the table is searched). */
+static inline void lx_state_check_tensors(const char *path, const lx_state_run *run, lx_state_tensor *tensors,
+                                          int64_t size) {
+  int arrays = lx_state_arrays(run);
   for (int64_t i = 0; i < run->tensors; i++) {
     lx_state_tensor *t = &tensors[i];
     t->name[sizeof t->name - 1] = '\0';
     /* in this order, so that no product overflows: the arrays' bytes are at most the file's */
-    int arrays = lx_state_arrays(run);
     if (t->rows < 1 || t->cols < 1 || t->cols > size || t->rows > size / 4 / arrays / t->cols ||
         t->offset < 0 || t->offset > size - arrays * lx_state_tensor_bytes(t))
       lx_die("checkpoint %s is corrupt: its tensor %s (%lld x %lld at byte %lld) does not fit its %lld bytes",
@@ -252,7 +232,37 @@ static inline lx_state_tensor *lx_state_read_tensors(const char *path, const lx_
       lx_die("checkpoint %s is corrupt: its tensor table is not sorted by name (%s after %s)", path, t->name,
              tensors[i - 1].name);
   }
-  return tensors;
+}
+
+/* Opens the checkpoint at path and checks its header against this program
+ * (expect), then its data positions and tensor table against the header's
+ * checksum and the file's size. */
+static inline lx_state_file lx_state_open(const char *path, const lx_state_run *expect) {
+  lx_state_file f;
+  memset(&f, 0, sizeof f);
+  f.path = path, f.fd = lx_open_checkpoint(path);
+  int64_t size = lx_file_size(f.fd);
+  lx_state_read(f.fd, path, &f.run, sizeof f.run, 0, "its header");
+  lx_state_check_run(path, &f.run, expect, size);
+  f.positions = (int64_t *)LX_MALLOC(8 * (size_t)f.run.data_parallel);
+  f.tensors = (lx_state_tensor *)LX_MALLOC(sizeof *f.tensors * (size_t)f.run.tensors);
+  lx_state_read(f.fd, path, f.positions, 8 * (int64_t)f.run.data_parallel, LX_STATE_ALIGN,
+                "its data positions");
+  lx_state_read(f.fd, path, f.tensors, (int64_t)sizeof *f.tensors * f.run.tensors,
+                lx_state_table_offset(&f.run), "its tensor table");
+  if (f.run.header_checksum &&
+      lx_state_header_checksum(&f.run, f.positions, f.tensors) != f.run.header_checksum)
+    lx_die("checkpoint %s is corrupt: its header, data positions or tensor table do not match the checksum "
+           "saved with them (a damaged file or storage)",
+           path);
+  lx_state_check_positions(path, &f.run, f.positions);
+  lx_state_check_tensors(path, &f.run, f.tensors, size);
+  return f;
+}
+
+static inline void lx_state_close(lx_state_file *f) {
+  close(f->fd);
+  free(f->positions), free(f->tensors);
 }
 
 /* The table's entry of `name`, or NULL. */
