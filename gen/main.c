@@ -534,6 +534,13 @@ static bool choose_open_plan(const options *opts, lx_ir *ir, lx_recompute_policy
           c->tp, c->pp, c->dp, c->micro_batch, lx_schedule_name(c->schedule),
           lx_recompute_policy_name(c->policy), c->mini_sequences, c->mini_sequences == 1 ? "" : "s",
           lx_bytes_text(c->peak_bytes, peak), lx_bytes_text(stats.memory_bytes, capacity));
+    else if (c->static_floor_bytes > 0)
+      snprintf(
+          closest, sizeof closest,
+          ": the least demanding, tp %d x pp %d x dp %d, needs more than %s of the GPU's %s for its weights, "
+          "gradients and AdamW state alone",
+          c->tp, c->pp, c->dp, lx_bytes_text(c->static_floor_bytes, peak),
+          lx_bytes_text(stats.memory_bytes, capacity));
     lx_error(ir->locs.plan,
              "no parallel plan for the open fields fits this cluster's memory%s (--explain lists the "
              "candidates and what each needs)",

@@ -166,10 +166,10 @@ check(chosen and chosen["plan"]["recompute"] != "none" and "none" not in fitting
 # Where nothing fits, the error names the candidate that comes closest: of
 # every layout and policy the search may take (each planned here directly,
 # with --allow-oom-plan), one of least peak memory, and that peak.
-tight = ("--micro-batch", "4", "--schedule", "1f1b", "--gpu-memory", "0.001")
+tight = ("--micro-batch", "4", "--schedule", "1f1b", "--gpu-memory", "0.017")
 r = subprocess.run([LYNXGEN, f.name, "--plan", *tight], capture_output=True, text=True)
 named = re.search(r"the closest, tp 1 x pp (\d+) x dp 1, micro-batch 4, 1f1b, recompute (\S+), 1 mini-sequence, "
-                  r"needs ([\d.]+) (\S+) of the GPU's 1.02 MiB", r.stderr)
+                  r"needs ([\d.]+) (\S+) of the GPU's 17.41 MiB", r.stderr)
 peaks = {}
 for pp in (1, 2, 4):
     for pol in ("none", "selective", "full", "lynx-heu"):
@@ -181,8 +181,95 @@ unit = named and {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}.get(named.group(4))
 check(r.returncode == 1 and named and len(peaks) == 12 and unit and
       peaks.get((int(named.group(1)), named.group(2))) == least and
       abs(float(named.group(3)) * unit - least) <= 0.01 * unit,
-      "nothing fits in 1 MiB: the error names a candidate of least peak (%s; least of %d planned directly: %d bytes)" % (
+      "nothing fits in 17 MiB: the error names a candidate of least peak (%s; least of %d planned directly: %d bytes)" % (
           named and named.group(0), len(peaks), least))
+# Where even the weights, gradients and AdamW state of every candidate exceed
+# the GPU (1 MiB), the search plans none of them and the error says what the
+# least demanding needs for those alone: at most its stages' average static
+# bytes (planned directly), which is what that floor is.
+r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", "--micro-batch", "4", "--schedule", "1f1b",
+                    "--gpu-memory", "0.001"], capture_output=True, text=True)
+floor = re.search(r"the least demanding, tp 1 x pp (\d+) x dp 1, needs more than ([\d.]+) MiB of the GPU's 1.02 MiB "
+                  r"for its weights, gradients and AdamW state alone", r.stderr)
+direct = floor and plan(f.name, "--micro-batch", "4", "--schedule", "1f1b", "--gpu-memory", "0.001",
+                        "--allow-oom-plan", "--pp", floor.group(1), "--policy", "none")
+static = direct and [sum(st[k] for k in ("weights_bytes", "grads_bytes", "optimizer_bytes")) for st in direct["stages"]]
+check(r.returncode == 1 and floor and floor.group(1) == "4" and static and
+      abs(float(floor.group(2)) * 2**20 - sum(static) / len(static)) <= 0.01 * 2**20 and
+      "0 planned and simulated; 0 could not be faster (" in r.stdout and "12 could not fit" in r.stdout,
+      "nothing fits in 1 MiB, not even the weights: the error names pp 4, whose stages' average static bytes "
+      "(%s, planned directly) it gives, and nothing was simulated" % (static and sum(static) / len(static)))
+
+# lynx-heu's recompute-aware split can beat keeping everything on the even
+# split: Llama 3 8B at sequence 8192 on 8 A100s, dp 2, interleaved, its
+# 128k-token LM head on the last stage. At tp 1 x pp 4, none (even split)
+# does not fit and lynx-heu runs faster than none would; at tp 2 x pp 2 none
+# fits. A search that took none's time for a bound on lynx-heu's (skipping
+# tp 1 x pp 4) chose tp 2 x pp 2; it must choose the fastest that fits of
+# every layout and policy, planned directly.
+llama = re.sub(r"static const struct lx_parallel parallel = \{.*?\};",
+               "static const struct lx_parallel parallel = { .global_batch = 64 };",
+               open(os.path.join(ROOT, "examples", "llama3-8b.model")).read(), flags=re.S)
+with open(f.name, "w") as g:
+    g.write(llama)
+fixed = ("--dp", "2", "--micro-batch", "1", "--schedule", "interleaved", "--mini-sequences", "1")
+chosen = plan(f.name, *fixed)
+direct = {}
+for tp, pp in ((1, 1), (1, 2), (2, 1), (1, 4), (2, 2), (4, 1)):
+    for policy in ("none", "selective", "full", "lynx-heu"):
+        p = plan(f.name, *fixed, "--tp", str(tp), "--pp", str(pp), "--policy", policy, "--allow-oom-plan")
+        if p:
+            direct[(tp, pp, policy)] = (p["iteration_s"], all(st["fits"] for st in p["stages"]))
+fitting = {k: t for k, (t, fits) in direct.items() if fits}
+best = min(fitting, key=fitting.get) if fitting else None
+beats = [(tp, pp) for (tp, pp, pol) in direct if pol == "lynx-heu" and (tp, pp, "none") in direct and
+         direct[(tp, pp, pol)][0] < direct[(tp, pp, "none")][0]]
+check(chosen and best and beats and abs(chosen["iteration_s"] - fitting[best]) <= 1e-9 * fitting[best],
+      "llama3-8b, 8192 tokens, dp 2, interleaved: the search picks %s (%.1f ms), the fastest of %d that fit, planned "
+      "directly: %s (lynx-heu beats keeping everything at %s)" % (
+          chosen and (chosen["plan"]["tp"], chosen["plan"]["pp"], chosen["plan"]["recompute"]),
+          1e3 * (chosen["iteration_s"] if chosen else 0), len(fitting), best, beats))
+
+# The search skips what cannot win: a candidate on the even split whose
+# plan and schedule, keeping everything whole (policy none), already run
+# slower than a plan found, or fit (on one split recomputation only adds
+# work), and one whose weights, gradients and AdamW state alone exceed the
+# GPU. lynx-heu's recompute-aware split may beat keeping everything evenly
+# split: with a vocabulary of 8192 the last stage's LM head unbalances the
+# even split, and on 100 MiB GPUs some layout runs faster under lynx-heu than
+# under none. With everything open the search still picks the fastest of
+# every layout, schedule and policy that fits, each planned directly.
+with open(f.name, "w") as g:
+    g.write(OPEN.replace(", .schedule = SCHEDULE_1F1B", "").replace("1024", "8192").replace(".layers = 4",
+                                                                                            ".layers = 6"))
+budget = ("--gpu-memory", "0.1")
+r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", *budget], capture_output=True, text=True)
+skipped = re.search(r"(\d+) planned and simulated; (\d+) could not be faster .* (\d+) could not fit", r.stdout)
+chosen = plan(f.name, *budget)
+brute, beats_none = [], []
+for tp, pp in ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1)):
+    dp = 4 // (tp * pp)
+    for mb in (1, 2, 4, 8, 16):
+        if 16 % (mb * dp) or 16 // (mb * dp) < pp:
+            continue
+        for schedule in ("1f1b", "zb-h1", "interleaved") if pp > 1 else ("1f1b",):
+            times = {}
+            for policy in ("none", "selective", "full", "lynx-heu"):
+                p = plan(f.name, *budget, "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--micro-batch", str(mb),
+                         "--schedule", schedule, "--policy", policy, "--allow-oom-plan")
+                if p:
+                    times[policy] = p["iteration_s"]
+                if p and all(st["fits"] for st in p["stages"]):
+                    brute.append((p["iteration_s"], tp, pp, dp, mb, schedule, policy))
+            if "none" in times and times.get("lynx-heu", 1e9) < times["none"]:
+                beats_none.append((tp, pp, dp, mb, schedule))
+best = min(brute) if brute else None
+check(skipped and int(skipped.group(2)) > 0 and beats_none and chosen and best and
+      abs(chosen["iteration_s"] - best[0]) <= 1e-9 * best[0],
+      "everything open, 100 MiB GPUs: the search skips %s of its candidates and picks %.4f ms, the fastest of %d "
+      "that fit, planned directly (%s; lynx-heu beats keeping everything on %d layouts)" % (
+          skipped and skipped.group(2), 1e3 * (chosen["iteration_s"] if chosen else 0), len(brute), best,
+          len(beats_none)))
 
 # 2BW is opt-in (it is not synchronous training): with the schedule 2bw and
 # the layout open, the search picks the fastest 2BW plan, as planning each

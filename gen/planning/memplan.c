@@ -129,6 +129,17 @@ int64_t lx_static_bytes(const lx_stage_memory *m) {
   return m->weights + m->grads + m->optimizer + m->window_buffers;
 }
 
+int64_t lx_static_bytes_floor(const lx_ir *ir, lx_schedule kind) {
+  const lx_graph *graphs[] = {&ir->prologue, &ir->block, &ir->epilogue};
+  const int64_t copies[] = {1, ir->model.layers, 1};
+  int64_t params = 0, frozen = 0;
+  for (int g = 0; g < 3; g++)
+    params += copies[g] * graphs[g]->params_per_rank, frozen += copies[g] * graphs[g]->frozen_per_rank;
+  lx_stage_memory whole = {0};
+  static_bytes(ir, kind, params, frozen, &whole); /* a ZeRO share rounded up once, not per stage: less */
+  return lx_static_bytes(&whole) / ir->plan.pp;
+}
+
 lx_memory_delta lx_instr_memory(const lx_ir *ir, const lx_stage_memory *m, const lx_instr *in) {
   const lx_graph_memory *gm = &m->graphs[in->graph];
   int op = in->op;

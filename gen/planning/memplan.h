@@ -43,6 +43,13 @@ void lx_plan_memory(const lx_pipeline *p, lx_stage_memory *out);
 void lx_stage_memory_free(lx_stage_memory *m);
 int64_t lx_static_bytes(const lx_stage_memory *m);
 
+/* A floor of the static bytes of the stage that holds the most, before the
+ * layers are partitioned (the analysed `ir`'s plan, under schedule `kind`):
+ * the stages' parameters add up to the model's, so the most any holds is at
+ * least their average. No stage of a plan whose floor exceeds the GPU's
+ * memory fits, whatever is recomputed. */
+int64_t lx_static_bytes_floor(const lx_ir *ir, lx_schedule kind);
+
 /* What one instruction does to its stage's memory: `alloc` at its start,
  * `transient` held while it runs, `release` at its end. */
 typedef struct {

@@ -546,6 +546,11 @@ static void plan_best_split(const lx_ir *ir, const lx_plan_options *o, const lx_
     free(splits[k]);
 }
 
+lx_partition_kind lx_partition_for(lx_partition_kind partition, lx_recompute_policy policy, int pp) {
+  return partition == LX_PARTITION_BEST && (fixed_policy(policy) || pp < 2) ? LX_PARTITION_UNIFORM
+                                                                            : partition;
+}
+
 bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out) {
   const lx_plan *plan = &ir->plan;
   lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
@@ -558,8 +563,7 @@ bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *ou
                        .policy = o->policy};
   *out = shape;
   if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
-  lx_partition_kind partition = o->partition;
-  if (partition == LX_PARTITION_BEST && (fixed_policy(o->policy) || pp < 2)) partition = LX_PARTITION_UNIFORM;
+  lx_partition_kind partition = lx_partition_for(o->partition, o->policy, pp);
   lx_cost_model own;
   const lx_cost_model *cm = o->cm;
   bool needs_costs = !fixed_policy(o->policy) || partition != LX_PARTITION_UNIFORM;

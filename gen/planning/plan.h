@@ -19,6 +19,11 @@ typedef struct {
   int mip_work_limit;      /* simplex iterations of one MILP; 0: LX_MIP_WORK_LIMIT (overlap.h) */
 } lx_plan_options;
 
+/* The partition `partition` becomes for `policy` on pp stages: `best`
+ * plans the even split for the fixed policies (none, full, selective) and
+ * for one stage. */
+lx_partition_kind lx_partition_for(lx_partition_kind partition, lx_recompute_policy policy, int pp);
+
 /* Partition, per-stage policy, schedule with recompute placed where the
  * policy put it. Returns false after a diagnostic. */
 bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out);

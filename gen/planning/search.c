@@ -89,6 +89,14 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   }
   if (req->gpu_memory_bytes > 0) cm.gpu.memory_bytes = req->gpu_memory_bytes;
   if (memory_bytes) *memory_bytes = cm.gpu.memory_bytes;
+  double floor = (double)lx_static_bytes_floor(&ir, c->schedule);
+  if (floor > cm.gpu.memory_bytes) { /* no partition, policy or simulation changes that */
+    c->static_floor_bytes = floor;
+    snprintf(c->why, sizeof c->why, "does not fit: weights, gradients and AdamW state alone");
+    lx_cost_model_free(&cm);
+    lx_ir_free_working_copy(&ir);
+    return;
+  }
   lx_pipeline pipe;
   lx_plan_options options = {.policy = c->policy,
                              .partition = req->partition,
@@ -114,11 +122,24 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   lx_ir_free_working_copy(&ir);
 }
 
+/* What is known of a candidate, the most first: simulated, bounded in time
+ * (dominated), bounded in memory (too large), nothing (invalid); and the
+ * figure it is ranked by among its kind. */
+static int known(const lx_candidate *c, double *figure) {
+  if (c->time_s > 0) return *figure = c->time_s, 0;
+  if (c->time_floor_s > 0) return *figure = c->time_floor_s, 1;
+  if (c->static_floor_bytes > 0) return *figure = c->static_floor_bytes, 2;
+  return *figure = 0, 3;
+}
+
 static int by_time(const void *a, const void *b) {
   const lx_candidate *x = a, *y = b;
   if (x->comparison != y->comparison) return x->comparison ? 1 : -1; /* what may be chosen first */
   if (x->fits != y->fits) return x->fits ? -1 : 1;
-  if (x->time_s != y->time_s) return x->time_s < y->time_s ? -1 : 1;
+  double fx, fy;
+  int kx = known(x, &fx), ky = known(y, &fy);
+  if (kx != ky) return kx - ky;
+  if (fx != fy) return fx < fy ? -1 : 1;
   if (x->schedule != y->schedule)
     return (int)x->schedule - (int)y->schedule; /* a tie: the simpler schedule, */
   return (int)x->policy - (int)y->policy;       /* then the simpler policy */
@@ -227,35 +248,141 @@ static double seconds_now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Evaluates candidates in turn until the time budget runs out. */
+/* Whether candidate c, which does not fit, comes closer than `closest`: a
+ * planned peak beats a static floor (a floor is not a peak), the least wins. */
+static bool closer(const lx_candidate *c, const lx_candidate *closest) {
+  if (c->peak_bytes > 0) return closest->peak_bytes == 0 || c->peak_bytes < closest->peak_bytes;
+  return c->static_floor_bytes > 0 && closest->peak_bytes == 0 &&
+         (closest->static_floor_bytes == 0 || c->static_floor_bytes < closest->static_floor_bytes);
+}
+
+/* enumerate() lists each plan and schedule's candidates together (a
+ * block), first the one that keeps everything whole (policy none, the
+ * fewest pieces) where the policies are open. On the same split of the
+ * layers, recomputation and pieces only add work to a step, so no candidate
+ * of the block that splits the layers evenly, as that one does, runs faster
+ * (one whose split balances its recomputation may). */
+static bool same_block(const lx_candidate *a, const lx_candidate *b) {
+  return a->tp == b->tp && a->pp == b->pp && a->dp == b->dp && a->micro_batch == b->micro_batch &&
+         a->schedule == b->schedule;
+}
+
+static int block_first(const lx_candidate *all, int i) {
+  while (i > 0 && same_block(&all[i - 1], &all[i]))
+    i--;
+  return i;
+}
+
+/* The block's first where it keeps everything and was simulated, else NULL. */
+static const lx_candidate *unconstrained(const lx_candidate *all, int i) {
+  const lx_candidate *first = &all[block_first(all, i)];
+  return first->policy == LX_RECOMPUTE_NONE && first->time_s > 0 ? first : NULL;
+}
+
+/* Why all[i] need not be tried (into its why), or false: its pieces would
+ * only add forwards where whole it fits without recomputation, or on the
+ * even split its block keeping everything is already slower than the best,
+ * or fits (so that it could only tie). */
+static bool dominated(const lx_ir *ir, const lx_search_request *req, lx_candidate *all, int i,
+                      const lx_candidate *best) {
+  lx_candidate *c = &all[i];
+  /* enumerate() puts the whole sibling of an open plan's pieces just before them */
+  const lx_candidate *whole = ir->open_plan.mini_sequences && c->mini_sequences > 1 ? c - 1 : NULL;
+  while (whole && whole->mini_sequences > 1)
+    whole--;
+  if (whole && whole->fits && whole->recompute_s == 0) {
+    snprintf(c->why, sizeof c->why, "in pieces only slower: whole, it fits without recomputation");
+    return true;
+  }
+  bool even = lx_partition_for(req->partition, c->policy, c->pp) == LX_PARTITION_UNIFORM;
+  const lx_candidate *keep = c->comparison || !even ? NULL : unconstrained(all, i);
+  if (!keep || keep == c || !(keep->fits || (best && keep->time_s > best->time_s))) return false;
+  c->time_floor_s = keep->time_s;
+  snprintf(c->why, sizeof c->why, "no faster than %.1f ms, keeping everything whole%s", 1e3 * keep->time_s,
+           keep->fits ? ", which fits" : "");
+  return true;
+}
+
+typedef struct {
+  double key; /* the block's unconstrained time; 0: the first of its block, or unknown */
+  int index;
+} lx_search_turn;
+
+static int by_turn(const void *a, const void *b) {
+  const lx_search_turn *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->index - y->index;
+}
+
+/* The order to try candidates in: every block's first, then the others,
+ * blocks whose first was fastest first (where the best will be, and after
+ * it every block that keeps everything slower is dominated), each block in
+ * enumerate()'s order. Called again once the firsts were tried. */
+static void order_turns(const lx_candidate *all, lx_search_turn *turns, int n) {
+  for (int k = 0; k < n; k++) {
+    int i = turns[k].index, first = block_first(all, i);
+    const lx_candidate *keep = unconstrained(all, i);
+    turns[k].key = i == first ? 0 : keep ? keep->time_s : 1e-300;
+  }
+  qsort(turns, (size_t)n, sizeof *turns, by_turn);
+}
+
+/* Moves the candidates tried to the front (in their order); returns their number. */
+static int tried_first(lx_candidate *all, int n, const bool *tried) {
+  lx_candidate *copy = lx_calloc((size_t)n, sizeof *copy);
+  int front = 0, back = n;
+  for (int i = n - 1; i >= 0; i--)
+    if (!tried[i]) copy[--back] = all[i];
+  for (int i = 0; i < n; i++)
+    if (tried[i]) copy[front++] = all[i];
+  memcpy(all, copy, sizeof *all * (size_t)n);
+  free(copy);
+  return front;
+}
+
+/* Evaluates candidates (order_turns') until the time budget runs out. */
 static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_candidate *all,
                            lx_search_stats *stats) {
   double start = seconds_now();
   lx_candidate best = {0};
+  int n = stats->feasible;
+  lx_search_turn *turns = lx_calloc((size_t)n + 1, sizeof *turns);
+  bool *tried = lx_calloc((size_t)n + 1, sizeof *tried);
+  for (int k = 0; k < n; k++)
+    turns[k].index = k;
+  order_turns(all, turns, n);
+  int firsts = 0;
+  while (firsts < n && turns[firsts].key == 0)
+    firsts++;
   lx_on_out_of_memory(note_best_so_far);
-  for (stats->tried = 0; stats->tried < stats->feasible; stats->tried++) {
+  for (int k = 0; k < n; k++) {
+    if (k == firsts) order_turns(all, turns + firsts, n - firsts);
     if (req->time_budget_s > 0 && seconds_now() - start > req->time_budget_s) {
       stats->out_of_time = true;
       break;
     }
-    lx_candidate *c = &all[stats->tried];
-    /* enumerate() puts the whole sibling of an open plan's pieces just before them */
-    const lx_candidate *whole = ir->open_plan.mini_sequences && c->mini_sequences > 1 ? c - 1 : NULL;
-    while (whole && whole->mini_sequences > 1)
-      whole--;
-    if (whole && whole->fits && whole->recompute_s == 0) { /* pieces would only add forwards */
-      snprintf(c->why, sizeof c->why, "in pieces only slower: whole, it fits without recomputation");
+    int i = turns[k].index;
+    lx_candidate *c = &all[i];
+    tried[i] = true;
+    if (dominated(ir, req, all, i, best_so_far)) {
+      stats->dominated++;
       continue;
     }
     evaluate(ir, req, c, true, &stats->memory_bytes);
+    if (c->static_floor_bytes > 0)
+      stats->too_large++;
+    else if (c->peak_bytes > 0)
+      stats->planned++;
+    else
+      stats->invalid++;
     if (c->fits && !c->comparison && (!best_so_far || c->time_s < best.time_s))
       best = *c, best_so_far = &best;
-    if (c->peak_bytes > 0 && !c->comparison &&
-        (stats->closest.peak_bytes == 0 || c->peak_bytes < stats->closest.peak_bytes))
-      stats->closest = *c;
+    if (!c->comparison && closer(c, &stats->closest)) stats->closest = *c;
   }
   lx_on_out_of_memory(NULL);
   best_so_far = NULL;
+  stats->tried = tried_first(all, n, tried);
+  free(turns), free(tried);
 }
 
 static void explain_search(const lx_ir *ir, const lx_search_request *req, const lx_candidate *all,
@@ -265,6 +392,12 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
           req->search_policies ? "none, selective, full or lynx-heu (no --policy given)"
                                : lx_recompute_policy_name(req->policy));
   if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
+  fprintf(
+      explain,
+      "  %d planned and simulated; %d could not be faster (they split the layers evenly, and so keeping "
+      "everything whole their layout and schedule are slower than a plan found, or fit), %d could not fit "
+      "(weights, gradients and AdamW state alone), %d were invalid\n",
+      stats->planned, stats->dominated, stats->too_large, stats->invalid);
   fprintf(explain, "  %-4s %-4s %-4s %-6s %-11s %-9s %-5s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro",
           "schedule", "recompute", "mini", "iteration", "peak GiB", "MFU", "verdict");
   /* the best that may be chosen, then the best of those listed for comparison (sorted after them) */
@@ -281,9 +414,17 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
       snprintf(verdict, sizeof verdict, "%.1f%% slower", 100 * (c->time_s / all[0].time_s - 1));
     else
       snprintf(verdict, sizeof verdict, "%s", c->why);
-    fprintf(explain, "  %-4d %-4d %-4d %-6d %-11s %-9s %-5d %9.1f ms %10.2f %6.1f%%  %s\n", c->tp, c->pp,
-            c->dp, c->micro_batch, lx_schedule_name(c->schedule), lx_recompute_policy_name(c->policy),
-            c->mini_sequences, 1e3 * c->time_s, c->peak_bytes / (1 << 30), 100 * c->mfu, verdict);
+    char iteration[16] = "-", peak[16] = "-", mfu[16] = "-"; /* a bound where that is what is known */
+    if (c->time_s > 0 || c->time_floor_s > 0)
+      snprintf(iteration, sizeof iteration, "%s%.1f",
+               c->time_s > 0 ? "" : ">=", 1e3 * (c->time_s + c->time_floor_s));
+    if (c->peak_bytes > 0 || c->static_floor_bytes > 0)
+      snprintf(peak, sizeof peak, "%s%.2f", c->peak_bytes > 0 ? "" : ">",
+               (c->peak_bytes + c->static_floor_bytes) / (1 << 30));
+    if (c->time_s > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100 * c->mfu);
+    fprintf(explain, "  %-4d %-4d %-4d %-6d %-11s %-9s %-5d %9s ms %10s %7s  %s\n", c->tp, c->pp, c->dp,
+            c->micro_batch, lx_schedule_name(c->schedule), lx_recompute_policy_name(c->policy),
+            c->mini_sequences, iteration, peak, mfu, verdict);
   }
 }
 

@@ -28,6 +28,8 @@ typedef struct {
   lx_recompute_policy policy;
   bool comparison; /* the synchronous 1F1B beside a requested 2BW: listed, never chosen */
   double time_s, mfu, peak_bytes;
+  double time_floor_s;       /* set where not tried: its plan and schedule keeping everything are no faster */
+  double static_floor_bytes; /* set where that floor alone exceeds the GPU's memory: not planned (peak 0) */
   int micro_batches;     /* a step's, per replica */
   double recompute_s;    /* the most recompute a stage runs in a step */
   double versions_bytes; /* 2BW: the second weight version on the stage that holds the most */
@@ -37,8 +39,13 @@ typedef struct {
 
 typedef struct {
   int tried, feasible; /* candidates evaluated, of those enumerated */
+  int planned;         /* of those tried, planned and simulated; the others could not win: */
+  int dominated;       /* no faster than a plan and schedule that keeps everything whole */
+  int too_large;       /* static floor (lx_static_bytes_floor) over the GPU's memory */
+  int invalid;         /* not a plan of this model, or not schedulable */
   bool out_of_time;    /* the time budget ran out before all were tried */
-  lx_candidate closest; /* when none fits: the one of least peak memory (peak_bytes 0: none could run) */
+  lx_candidate closest; /* when none fits: the one of least peak memory, or where none was planned, of least
+                           static floor (both 0: none could run) */
   double memory_bytes;  /* the GPU memory the candidates were measured against */
 } lx_search_stats;
 

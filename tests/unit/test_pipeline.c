@@ -167,6 +167,16 @@ static int64_t check_memory(lx_schedule schedule, int p, int m, lx_recompute_pol
           pol, s, (long long)sim.stages[s].peak_bytes, (long long)mem[s].peak);
   }
   lx_simulation_free(&sim);
+  /* the plan search's floor, taken before any partition: the stages' average static bytes, at most the most
+   */
+  int64_t held = 0, most = 0, floor = lx_static_bytes_floor(&ir, schedule);
+  for (int s = 0; s < p; s++) {
+    held += mem[s].weights + mem[s].grads + mem[s].optimizer;
+    if (lx_static_bytes(&mem[s]) > most) most = lx_static_bytes(&mem[s]);
+  }
+  CHECK(floor == held / p && floor <= most,
+        "%s/%s p=%d: static floor %lld = the stages' average %lld <= most %lld", name, pol, p,
+        (long long)floor, (long long)(held / p), (long long)most);
   int64_t highest = 0;
   for (int s = 0; s < p; s++) {
     if (mem[s].peak > highest) highest = mem[s].peak;
