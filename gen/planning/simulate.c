@@ -269,7 +269,38 @@ static void rank_layout(const lx_pipeline *p, int stage, int *node) {
   *node = stage * tp * dp / ir->cluster.gpus_per_node; /* ranks: tp fastest, then dp, then pp */
 }
 
-double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, const lx_instr *in) {
+/* What the cost model charges each op of the three graphs' forward,
+ * backward and weight gradient: asked once per simulation, since every
+ * micro-batch's instructions repeat the same ops. */
+typedef struct {
+  const lx_cost_model *cm;
+  double *fwd[LX_GRAPH_COUNT], *bwd[LX_GRAPH_COUNT], *weight_grad[LX_GRAPH_COUNT];
+} op_costs;
+
+static op_costs tabulate_op_costs(const lx_cost_model *cm, const lx_ir *ir) {
+  op_costs t = {.cm = cm};
+  for (int gid = 0; gid < LX_GRAPH_COUNT; gid++) {
+    const lx_graph *g = lx_graph_of(ir, (lx_graph_id)gid);
+    size_t n = (size_t)g->n_ops + 1;
+    t.fwd[gid] = lx_malloc(n * sizeof(double));
+    t.bwd[gid] = lx_malloc(n * sizeof(double));
+    t.weight_grad[gid] = lx_malloc(n * sizeof(double));
+    for (int i = 0; i < g->n_ops; i++) {
+      t.fwd[gid][i] = lx_cost_op_fwd(cm, ir, g, &g->ops[i]);
+      t.bwd[gid][i] = lx_cost_op_bwd(cm, ir, g, &g->ops[i]);
+      t.weight_grad[gid][i] = lx_cost_op_weight_grad(cm, ir, g, &g->ops[i]);
+    }
+  }
+  return t;
+}
+
+static void free_op_costs(op_costs *t) {
+  for (int gid = 0; gid < LX_GRAPH_COUNT; gid++)
+    free(t->fwd[gid]), free(t->bwd[gid]), free(t->weight_grad[gid]);
+}
+
+static double instr_cost(const op_costs *costs, const lx_pipeline *p, int stage, const lx_instr *in) {
+  const lx_cost_model *cm = costs->cm;
   const lx_ir *ir = p->ir;
   int tp = ir->plan.tp, dp = ir->plan.dp;
   switch (in->kind) {
@@ -285,18 +316,13 @@ double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, c
       lx_instr_kv_heads(in, lx_head_pieces_max(ir, in->op), &first, &end);
       return share * lx_cost_op_fwd_heads(cm, ir, g, op, end - first);
     }
-    return share * lx_cost_op_fwd(cm, ir, g, op) * lx_instr_fraction(&p->stages[stage], in);
+    return share * costs->fwd[in->graph][in->op] * lx_instr_fraction(&p->stages[stage], in);
   }
   case LX_I_BWD: {
-    const lx_graph *g = lx_graph_of(ir, in->graph);
-    const lx_op *op = &g->ops[in->op];
     bool deferred = lx_defers_weight_grad(ir, &p->stages[stage], in->graph, in->op);
-    return lx_cost_op_bwd(cm, ir, g, op) - (deferred ? lx_cost_op_weight_grad(cm, ir, g, op) : 0);
+    return costs->bwd[in->graph][in->op] - (deferred ? costs->weight_grad[in->graph][in->op] : 0);
   }
-  case LX_I_BWD_WEIGHT: {
-    const lx_graph *g = lx_graph_of(ir, in->graph);
-    return lx_cost_op_weight_grad(cm, ir, g, &g->ops[in->op]);
-  }
+  case LX_I_BWD_WEIGHT: return costs->weight_grad[in->graph][in->op];
   case LX_I_SEND_ACT:
   case LX_I_SEND_GRAD:
   case LX_I_RECV_ACT:
@@ -323,7 +349,7 @@ double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, c
 }
 
 static double cost_model_timing(void *ctx, const lx_pipeline *p, int stage, const lx_instr *in) {
-  return lx_instr_cost(ctx, p, stage, in);
+  return instr_cost(ctx, p, stage, in);
 }
 
 /* The time from the end of the step before `measured` to the end of it:
@@ -347,9 +373,11 @@ static double step_time(const lx_pipeline *p, const lx_simulation *sim, int meas
 static bool simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn timing, void *timing_ctx,
                      const lx_stage_memory *memory, int measured, lx_simulation *out) {
   *out = (lx_simulation){.pipe = p, .stages = lx_calloc((size_t)p->pp, sizeof *out->stages)};
+  op_costs costs = {0};
+  if (!timing) costs = tabulate_op_costs(cm, p->ir);
   sim_state s = {.p = p,
                  .timing = timing ? timing : cost_model_timing,
-                 .timing_ctx = timing ? timing_ctx : (void *)cm,
+                 .timing_ctx = timing ? timing_ctx : (void *)&costs,
                  .interference = cm && !timing ? cm->interference : 1,
                  .measured = measured,
                  .out = out};
@@ -389,6 +417,7 @@ static bool simulate(const lx_pipeline *p, const lx_cost_model *cm, lx_timing_fn
   for (int st = 0; st < p->pp; st++)
     free(s.record_time[st]);
   free(s.record_time);
+  free_op_costs(&costs);
   return !out->deadlocked;
 }
 

@@ -59,7 +59,4 @@ void lx_simulation_free(lx_simulation *sim);
  * waits for it). */
 lx_interval *lx_compute_times(const lx_simulation *sim, const lx_pipeline *p, int s);
 
-/* The cost model's price of one instruction (the default timing). */
-double lx_instr_cost(const lx_cost_model *cm, const lx_pipeline *p, int stage, const lx_instr *in);
-
 #endif
