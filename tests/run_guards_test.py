@@ -26,6 +26,8 @@ Two small GPTs (2 and 4 layers) are generated and built once:
 - a --resume whose checkpoint reads hang (a stuck filesystem, simulated by a
   preloaded pread) is ended by the watchdog, which now watches the loading too,
   naming the checkpoint;
+- a job whose MPI groups never form (a preloaded MPI_Comm_split that hangs)
+  is ended by the watchdog too;
 - a --resume whose checkpoint is replaced by another save while it is read
   (a preloaded pread renames the other state over it) continues the file it
   opened, with the uninterrupted run's losses;
@@ -331,6 +333,36 @@ def stalled_resume(work, program, ckpt):
               seconds, r and r.returncode, (r.stderr if r else "timed out")[-400:]))
 
 
+# MPI_Comm_split, which makes the CPU program's tensor-, data- and pipeline-parallel groups, never returns.
+STALLING_GROUPS = r"""
+#include <mpi.h>
+#include <unistd.h>
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *out) {
+  sleep(600);
+  return PMPI_Comm_split(comm, color, key, out);
+}
+"""
+
+
+def stalled_groups(work, program):
+    """The communicators' set-up hangs (a peer that never arrives): the
+    watchdog, armed once the command line is read, ends the job."""
+    path, shim = os.path.join(work, "stalling-groups.c"), os.path.join(work, "stalling-groups.so")
+    with open(path, "w") as f:
+        f.write(STALLING_GROUPS)
+    built = subprocess.run(["mpicc", "-shared", "-fPIC", "-o", shim, path], capture_output=True, text=True)
+    check(built.returncode == 0, "the stalling-groups library builds (%s)" % built.stderr.strip()[-300:])
+    if built.returncode != 0:
+        return
+    start = time.monotonic()
+    r = run([os.path.join(program, "run.sh"), "--data", os.path.join(work, "data/train_*.bin"), "--watchdog", "2",
+             "--metrics", os.path.join(work, "m.jsonl")], work, env={"LD_PRELOAD": shim}, timeout=120)
+    seconds = time.monotonic() - start
+    check(r is not None and r.returncode != 0 and "made no progress for" in r.stderr and seconds < 60,
+          "a job whose MPI groups never form ends in %.0f s, by the watchdog (status %s): %s" % (
+              seconds, r and r.returncode, (r.stderr if r else "timed out")[-300:]))
+
+
 def replaced_while_resuming(work, program, reference):
     """A save that renames another state into --resume's file while the run
     reads it (a requeued twin of the job): the run resumes the file it
@@ -465,6 +497,7 @@ def main():
     unwritable_metrics(work, program)
     long_validation(work, program)
     stalled_resume(work, program, ckpt)
+    stalled_groups(work, program)
     replaced_while_resuming(work, program, reference)
     validation_data(work, program)
     refused_settings(work, program, ckpt)

@@ -163,9 +163,13 @@ static void probe_state_save(const lx_run_options *o, char *why, size_t cap) {
            path, o->resume_checkpoint ? "resumes another checkpoint" : "starts afresh", path);
 }
 
-/* The run's settings, with the paths it will save to tried by rank 0. */
+/* The run's settings, with the paths it will save to tried by rank 0. The
+ * watchdog starts once --watchdog is read, before the first collective
+ * (the save paths' verdict): from there on a peer that never arrives, or a
+ * stalled read while loading, ends the job instead of holding it. */
 static lx_run_options model_run_options(lx_program program, int argc, char **argv) {
   lx_run_options o = parsed_run_options(program, argc, argv);
+  lx_watchdog_start(o.watchdog_s, lx_world_rank(), STAGE);
   if (o.save_checkpoint) {
     char why[LX_WHY_BYTES] = "";
     if (lx_world_rank() == 0) probe_state_save(&o, why, sizeof why);

@@ -459,11 +459,10 @@ int main(int argc, char **argv) {
                      "host");
   int rank;
   lx_mpi_start(&argc, &argv, STAGES * TENSOR_PARALLEL * DATA_PARALLEL, &rank);
+  kernel_ctx.threads = omp_get_max_threads();
+  lx_run_options o = model_run_options(LX_PROGRAM_CPU, argc, argv); /* starts the watchdog */
   groups = lx_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE);
   replica = groups.dp_rank;
-  kernel_ctx.threads = omp_get_max_threads();
-  lx_run_options o = model_run_options(LX_PROGRAM_CPU, argc, argv);
-  lx_watchdog_start(o.watchdog_s, rank, STAGE); /* loading too: a stalled read or peer ends the job */
   int color = STAGE == 0 || STAGE == STAGES - 1 ? 0 : MPI_UNDEFINED;
   if (STAGES > 1) LX_MPI_CHECK(MPI_Comm_split(groups.pp, color, STAGE, &tied_comm));
   if (tied_comm != MPI_COMM_NULL) LX_MPI_CHECK(MPI_Comm_set_name(tied_comm, "tied-embedding (first and last stage)"));

@@ -304,7 +304,7 @@ int main(int argc, char **argv) {
   int rank = 0, ranks = 1;
   LX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   LX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
-  lx_run_options o = model_run_options(LX_PROGRAM_CUDA, argc, argv);
+  lx_run_options o = model_run_options(LX_PROGRAM_CUDA, argc, argv); /* starts the watchdog */
   if (o.cuda_graph && o.profile_path) lx_usage_error("--profile times ops one by one: not with --cuda-graph");
   if (!lx_comm_choose(o.comm))
     lx_usage_error("--comm %s: the backends are nccl (the default) and host (through host memory, with MPI)",
@@ -323,7 +323,6 @@ int main(int argc, char **argv) {
           STAGES * TENSOR_PARALLEL * DATA_PARALLEL, TENSOR_PARALLEL, STAGES, DATA_PARALLEL, ranks);
     lx_mpi_exit(LX_EXIT_ERROR);
   }
-  lx_watchdog_start(o.watchdog_s, rank, STAGE); /* loading too: a stalled read or peer ends the job */
   int devices = 0;
   CUDA_CHECK(cudaGetDeviceCount(&devices));
   CUDA_CHECK(cudaSetDevice(devices > 0 ? local_rank() % devices : 0));
