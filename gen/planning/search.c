@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "planning/search.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,7 +305,7 @@ static bool dominated(const lx_ir *ir, const lx_search_request *req, lx_candidat
 }
 
 typedef struct {
-  double key; /* the block's unconstrained time; 0: the first of its block, or unknown */
+  double key; /* the block's unconstrained time; 0: the first of its block; DBL_MIN: a block without one */
   int index;
 } lx_search_turn;
 
@@ -322,7 +323,7 @@ static void order_turns(const lx_candidate *all, lx_search_turn *turns, int n) {
   for (int k = 0; k < n; k++) {
     int i = turns[k].index, first = block_first(all, i);
     const lx_candidate *keep = unconstrained(all, i);
-    turns[k].key = i == first ? 0 : keep ? keep->time_s : 1e-300;
+    turns[k].key = i == first ? 0 : keep ? keep->time_s : DBL_MIN;
   }
   qsort(turns, (size_t)n, sizeof *turns, by_turn);
 }

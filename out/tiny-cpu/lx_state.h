@@ -170,7 +170,6 @@ static inline void lx_state_read(int fd, const char *path, void *dst, int64_t by
  * a save that renames another state into path meanwhile (a requeued twin of
  * the job) must not give this run one file's header and another's tensors. */
 typedef struct {
-  const char *path;
   int fd;
   lx_state_run run;
   int64_t *positions;       /* the next training window of each saved replica */
@@ -240,7 +239,7 @@ static inline void lx_state_check_tensors(const char *path, const lx_state_run *
 static inline lx_state_file lx_state_open(const char *path, const lx_state_run *expect) {
   lx_state_file f;
   memset(&f, 0, sizeof f);
-  f.path = path, f.fd = lx_open_checkpoint(path);
+  f.fd = lx_open_checkpoint(path);
   int64_t size = lx_file_size(f.fd);
   lx_state_read(f.fd, path, &f.run, sizeof f.run, 0, "its header");
   lx_state_check_run(path, &f.run, expect, size);
