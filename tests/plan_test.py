@@ -230,21 +230,23 @@ check(chosen and best and beats and abs(chosen["iteration_s"] - fitting[best]) <
           chosen and (chosen["plan"]["tp"], chosen["plan"]["pp"], chosen["plan"]["recompute"]),
           1e3 * (chosen["iteration_s"] if chosen else 0), len(fitting), best, beats))
 
-# The search skips what cannot win: a candidate on the even split whose
-# plan and schedule, keeping everything whole (policy none), already run
-# slower than a plan found, or fit (on one split recomputation only adds
-# work), and one whose weights, gradients and AdamW state alone exceed the
-# GPU. lynx-heu's recompute-aware split may beat keeping everything evenly
-# split: with a vocabulary of 8192 the last stage's LM head unbalances the
-# even split, and on 100 MiB GPUs some layout runs faster under lynx-heu than
-# under none. With everything open the search still picks the fastest of
-# every layout, schedule and policy that fits, each planned directly.
+# The search skips what cannot win: a candidate whose plan and schedule,
+# keeping everything whole (policy none), already run slower than a plan
+# found on each split of the layers it would try, or fit on the even split
+# (on one split recomputation only adds work), and one whose weights,
+# gradients and AdamW state alone exceed the GPU. lynx-heu's recompute-aware
+# split may beat keeping everything evenly split: with a vocabulary of 8192
+# the last stage's LM head unbalances the even split, and on 100 MiB GPUs
+# some layout runs faster under lynx-heu than under none. With everything
+# open the search skips some lynx-heu candidates and still picks the fastest
+# of every layout, schedule and policy that fits, each planned directly.
 with open(f.name, "w") as g:
     g.write(OPEN.replace(", .schedule = SCHEDULE_1F1B", "").replace("1024", "8192").replace(".layers = 4",
                                                                                             ".layers = 6"))
 budget = ("--gpu-memory", "0.1")
 r = subprocess.run([LYNXGEN, f.name, "--plan", "--explain", *budget], capture_output=True, text=True)
 skipped = re.search(r"(\d+) planned and simulated; (\d+) could not be faster .* (\d+) could not fit", r.stdout)
+uneven = re.search(r"(\d+) of them would try a recompute-aware split", r.stdout)
 chosen = plan(f.name, *budget)
 brute, beats_none = [], []
 for tp, pp in ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1)):
@@ -264,12 +266,13 @@ for tp, pp in ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1)):
             if "none" in times and times.get("lynx-heu", 1e9) < times["none"]:
                 beats_none.append((tp, pp, dp, mb, schedule))
 best = min(brute) if brute else None
-check(skipped and int(skipped.group(2)) > 0 and beats_none and chosen and best and
-      abs(chosen["iteration_s"] - best[0]) <= 1e-9 * best[0],
-      "everything open, 100 MiB GPUs: the search skips %s of its candidates and picks %.4f ms, the fastest of %d "
-      "that fit, planned directly (%s; lynx-heu beats keeping everything on %d layouts)" % (
-          skipped and skipped.group(2), 1e3 * (chosen["iteration_s"] if chosen else 0), len(brute), best,
-          len(beats_none)))
+check(skipped and uneven and int(uneven.group(1)) > 0 and int(skipped.group(2)) > int(uneven.group(1)) and
+      beats_none and chosen and best and abs(chosen["iteration_s"] - best[0]) <= 1e-9 * best[0],
+      "everything open, 100 MiB GPUs: the search skips %s of its candidates (%s of lynx-heu's, keeping everything "
+      "slower on each split it would try) and picks %.4f ms, the fastest of %d that fit, planned directly (%s; "
+      "lynx-heu beats keeping everything on %d layouts)" % (
+          skipped and skipped.group(2), uneven and uneven.group(1), 1e3 * (chosen["iteration_s"] if chosen else 0),
+          len(brute), best, len(beats_none)))
 
 # 2BW is opt-in (it is not synchronous training): with the schedule 2bw and
 # the layout open, the search picks the fastest 2BW plan, as planning each

@@ -3,6 +3,7 @@
  * checkmate and Lynx, with budgets from the memory model and windows from a
  * simulation), the instruction lists (schedule.c), and the repair rounds
  * where the plan still overflows. The modules it calls do not call it back. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -511,35 +512,49 @@ static bool beats(const lx_pipeline *a, const lx_pipeline *b, const lx_cost_mode
   return pipeline_time(a, cm) < pipeline_time(b, cm);
 }
 
-/* Under `best`, a planned policy's plan on the even split and on the
- * recompute-aware splits: the one that fits and is faster stands (the even
- * split where they tie). Where the first stages must recompute most (1F1B
- * stashes p - i micro-batches on stage i), fewer layers there often pay.
- * The Lynx policies also try checkmate's split: their stage costs count on
- * windows that the schedule may not offer, and on checkmate's split their
- * decisions can be checkmate's, so they do not lose to it. A split equal to
- * one already planned is not planned again. */
-static void plan_best_split(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm,
-                            const lx_pipeline *shape, lx_pipeline *out) {
-  int pp = shape->pp, v = shape->virtual_stages, n = pp * v + 1;
-  int *splits[3] = {new_split(pp, v), new_split(pp, v), new_split(pp, v)};
+/* The splits a plan tries (pp v + 1 first layers each, all different; returns
+ * how many): under `best` the even split and the recompute-aware splits of
+ * the policy and of checkmate, under `dp` the policy's, else the even one.
+ * Where the first stages must recompute most (1F1B stashes p - i
+ * micro-batches on stage i), fewer layers there often pay. The Lynx
+ * policies also try checkmate's split: their stage costs count on windows
+ * that the schedule may not offer, and on checkmate's split their decisions
+ * can be checkmate's, so they do not lose to it. */
+static int plan_splits(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm, int pp, int v,
+                       int *splits[3]) {
+  lx_partition_kind partition = lx_partition_for(o->partition, o->policy, pp);
+  if (partition == LX_PARTITION_DP) return choose_partition(ir, o->policy, cm, pp, v, splits[0]), 1;
   lx_partition_uniform(ir->model.layers, pp * v, splits[0]);
-  choose_partition(ir, o->policy, cm, pp, v, splits[1]);
-  choose_partition(ir, LX_RECOMPUTE_CHECKMATE, cm, pp, v, splits[2]);
+  if (partition == LX_PARTITION_UNIFORM) return 1;
+  int n = 1;
+  lx_recompute_policy policies[] = {o->policy, LX_RECOMPUTE_CHECKMATE};
+  for (int k = 0; k < 2; k++) {
+    choose_partition(ir, policies[k], cm, pp, v, splits[n]);
+    bool seen = false;
+    for (int j = 0; j < n; j++)
+      seen |= !memcmp(splits[j], splits[n], sizeof(int) * (size_t)(pp * v + 1));
+    n += !seen;
+  }
+  return n;
+}
+
+/* The plan on each of plan_splits' splits: the one that fits and is faster
+ * stands (the earlier split where they tie). */
+static void plan_each_split(const lx_ir *ir, const lx_plan_options *o, const lx_cost_model *cm,
+                            const lx_pipeline *shape, lx_pipeline *out) {
+  int pp = shape->pp, v = shape->virtual_stages;
+  int *splits[3] = {new_split(pp, v), new_split(pp, v), new_split(pp, v)};
+  int n = plan_splits(ir, o, cm, pp, v, splits);
   *out = *shape;
   plan_split(ir, o, splits[0], cm, out);
-  for (int k = 1; k < 3; k++) {
-    bool seen = false;
-    for (int j = 0; j < k; j++)
-      seen |= !memcmp(splits[j], splits[k], sizeof(int) * (size_t)n);
-    if (seen) continue;
-    lx_pipeline balanced = *shape;
-    plan_split(ir, o, splits[k], cm, &balanced);
-    if (beats(&balanced, out, cm)) {
+  for (int k = 1; k < n; k++) {
+    lx_pipeline other = *shape;
+    plan_split(ir, o, splits[k], cm, &other);
+    if (beats(&other, out, cm)) {
       lx_pipeline_free(out);
-      *out = balanced;
+      *out = other;
     } else {
-      lx_pipeline_free(&balanced);
+      lx_pipeline_free(&other);
     }
   }
   for (int k = 0; k < 3; k++)
@@ -551,39 +566,55 @@ lx_partition_kind lx_partition_for(lx_partition_kind partition, lx_recompute_pol
                                                                             : partition;
 }
 
-bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out) {
+/* The pipeline's shape under the IR's plan, before a split or policy. */
+static lx_pipeline pipeline_shape(const lx_ir *ir, lx_recompute_policy policy) {
   const lx_plan *plan = &ir->plan;
-  lx_schedule kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B;
-  int pp = plan->pp;
-  lx_pipeline shape = {.ir = ir,
-                       .pp = pp,
+  return (lx_pipeline){.ir = ir,
+                       .pp = plan->pp,
                        .micro_batches = lx_micro_batches(ir),
                        .virtual_stages = plan->virtual_stages > 1 ? plan->virtual_stages : 1,
-                       .kind = kind,
-                       .policy = o->policy};
+                       .kind = plan->schedule ? plan->schedule : LX_SCHEDULE_1F1B,
+                       .policy = policy};
+}
+
+bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out) {
+  lx_pipeline shape = pipeline_shape(ir, o->policy);
   *out = shape;
-  if (!check_plan(ir, kind, pp, out->micro_batches)) return false;
-  lx_partition_kind partition = lx_partition_for(o->partition, o->policy, pp);
+  if (!check_plan(ir, shape.kind, shape.pp, shape.micro_batches)) return false;
   lx_cost_model own;
   const lx_cost_model *cm = o->cm;
-  bool needs_costs = !fixed_policy(o->policy) || partition != LX_PARTITION_UNIFORM;
+  bool needs_costs =
+      !fixed_policy(o->policy) || lx_partition_for(o->partition, o->policy, shape.pp) != LX_PARTITION_UNIFORM;
   if (!cm && needs_costs) {
     if (!lx_cost_model_init(&own, ir, NULL)) return false;
     cm = &own;
   }
-  if (partition == LX_PARTITION_BEST) {
-    plan_best_split(ir, o, cm, &shape, out);
-  } else {
-    int *first = new_split(pp, shape.virtual_stages);
-    if (partition == LX_PARTITION_DP)
-      choose_partition(ir, o->policy, cm, pp, shape.virtual_stages, first);
-    else
-      lx_partition_uniform(ir->model.layers, pp * shape.virtual_stages, first);
-    plan_split(ir, o, first, cm, out);
-    free(first);
-  }
+  plan_each_split(ir, o, cm, &shape, out);
   if (cm == &own) lx_cost_model_free(&own);
   return true;
+}
+
+double lx_uneven_keep_all_time(const lx_ir *ir, const lx_plan_options *o) {
+  lx_pipeline shape = pipeline_shape(ir, LX_RECOMPUTE_NONE);
+  int pp = shape.pp, v = shape.virtual_stages;
+  if (!check_plan(ir, shape.kind, pp, shape.micro_batches)) return 0;
+  int *splits[3] = {new_split(pp, v), new_split(pp, v), new_split(pp, v)}, *even = new_split(pp, v);
+  int n = plan_splits(ir, o, o->cm, pp, v, splits);
+  lx_partition_uniform(ir->model.layers, pp * v, even);
+  lx_plan_options keep_all = {.policy = LX_RECOMPUTE_NONE};
+  double least = INFINITY;
+  for (int k = 0; k < n; k++) {
+    if (!memcmp(splits[k], even, sizeof(int) * (size_t)(pp * v + 1))) continue;
+    lx_pipeline p = shape;
+    plan_split(ir, &keep_all, splits[k], o->cm, &p);
+    double t = pipeline_time(&p, o->cm);
+    lx_pipeline_free(&p);
+    if (t < least) least = t;
+  }
+  for (int k = 0; k < 3; k++)
+    free(splits[k]);
+  free(even);
+  return least;
 }
 
 bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out) {

@@ -28,6 +28,13 @@ lx_partition_kind lx_partition_for(lx_partition_kind partition, lx_recompute_pol
  * policy put it. Returns false after a diagnostic. */
 bool lx_plan_pipeline(const lx_ir *ir, const lx_plan_options *o, lx_pipeline *out);
 
+/* A floor under the time of o's plan off the even split: the least
+ * simulated time keeping everything (policy none, the IR's pieces) on each
+ * other split the plan tries, since on one split recomputation, windows and
+ * offload only add work to a step. INFINITY where it tries only the even
+ * split; 0 where no plan can be made. Needs o->cm. */
+double lx_uneven_keep_all_time(const lx_ir *ir, const lx_plan_options *o);
+
 /* lx_plan_pipeline with `policy`, uniform stages and the datasheet's costs
  * (the shortcut of tests and tools). */
 bool lx_build_pipeline(const lx_ir *ir, lx_recompute_policy policy, lx_pipeline *out);

@@ -68,12 +68,53 @@ static bool record_time(lx_candidate *c, const lx_pipeline *pipe, const lx_cost_
   return ok;
 }
 
+/* What a candidate must beat to be worth planning: the best plan's time,
+ * and a floor under the candidate's own time on the even split (its block,
+ * keeping everything there), slower than that. Zeros: plan it. */
+typedef struct {
+  double best_s, even_floor_s;
+} lx_bar;
+
+/* Whether keeping everything on every other split the candidate's plan
+ * would try is no faster than the bar's best either: its plan cannot be. */
+static bool below_bar(const lx_ir *ir, const lx_plan_options *options, lx_bar bar, lx_candidate *c) {
+  if (bar.best_s <= 0) return false;
+  double uneven = lx_uneven_keep_all_time(ir, options);
+  double floor = uneven < bar.even_floor_s ? uneven : bar.even_floor_s;
+  if (!(floor > bar.best_s)) return false;
+  c->time_floor_s = floor;
+  snprintf(c->why, sizeof c->why,
+           "no faster than %.1f ms, keeping everything whole on each split it would try", 1e3 * floor);
+  return true;
+}
+
+/* Plans the candidate: its peak, whether it fits, and where `timed` its time. */
+static void plan_candidate(const lx_ir *ir, const lx_plan_options *options, lx_candidate *c, bool timed) {
+  lx_pipeline pipe;
+  if (!lx_plan_pipeline(ir, options, &pipe)) {
+    snprintf(c->why, sizeof c->why, "cannot be scheduled (fewer micro-batches than stages?)");
+    return;
+  }
+  lx_stage_memory *memory = lx_calloc((size_t)pipe.pp, sizeof *memory);
+  lx_plan_memory(&pipe, memory);
+  record_memory(c, &pipe, memory, options->cm->gpu.memory_bytes);
+  if (timed && !record_time(c, &pipe, options->cm)) {
+    c->fits = false;
+    snprintf(c->why, sizeof c->why, "its simulation deadlocked (a bug in lynxgen)");
+  }
+  for (int s = 0; s < pipe.pp; s++)
+    lx_stage_memory_free(&memory[s]);
+  free(memory);
+  lx_pipeline_free(&pipe);
+}
+
 /* Runs one candidate on a working copy of the analysed `ir`: its peak and
  * whether it fits, and where `timed` its time (the longest-sequence table
- * asks only whether it fits); why it failed, if it did; *memory_bytes: the
- * GPU memory it was measured against (unless NULL). */
+ * asks only whether it fits); why it failed, if it did, or why it could not
+ * beat `bar` (then not planned); *memory_bytes: the GPU memory it was
+ * measured against (unless NULL). */
 static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_candidate *c, bool timed,
-                     double *memory_bytes) {
+                     lx_bar bar, double *memory_bytes) {
   lx_ir ir;
   lx_ir_working_copy(&ir, analysed);
   ir.plan.tp = c->tp, ir.plan.pp = c->pp, ir.plan.dp = c->dp, ir.plan.micro_batch = c->micro_batch;
@@ -91,33 +132,16 @@ static void evaluate(const lx_ir *analysed, const lx_search_request *req, lx_can
   if (req->gpu_memory_bytes > 0) cm.gpu.memory_bytes = req->gpu_memory_bytes;
   if (memory_bytes) *memory_bytes = cm.gpu.memory_bytes;
   double floor = (double)lx_static_bytes_floor(&ir, c->schedule);
-  if (floor > cm.gpu.memory_bytes) { /* no partition, policy or simulation changes that */
-    c->static_floor_bytes = floor;
-    snprintf(c->why, sizeof c->why, "does not fit: weights, gradients and AdamW state alone");
-    lx_cost_model_free(&cm);
-    lx_ir_free_working_copy(&ir);
-    return;
-  }
-  lx_pipeline pipe;
   lx_plan_options options = {.policy = c->policy,
                              .partition = req->partition,
                              .no_offload = req->no_offload,
                              .cm = &cm,
                              .mip_work_limit = req->mip_work_limit};
-  if (!lx_plan_pipeline(&ir, &options, &pipe)) {
-    snprintf(c->why, sizeof c->why, "cannot be scheduled (fewer micro-batches than stages?)");
-  } else {
-    lx_stage_memory *memory = lx_calloc((size_t)pipe.pp, sizeof *memory);
-    lx_plan_memory(&pipe, memory);
-    record_memory(c, &pipe, memory, cm.gpu.memory_bytes);
-    if (timed && !record_time(c, &pipe, &cm)) {
-      c->fits = false;
-      snprintf(c->why, sizeof c->why, "its simulation deadlocked (a bug in lynxgen)");
-    }
-    for (int s = 0; s < pipe.pp; s++)
-      lx_stage_memory_free(&memory[s]);
-    free(memory);
-    lx_pipeline_free(&pipe);
+  if (floor > cm.gpu.memory_bytes) { /* no partition, policy or simulation changes that */
+    c->static_floor_bytes = floor;
+    snprintf(c->why, sizeof c->why, "does not fit: weights, gradients and AdamW state alone");
+  } else if (!below_bar(&ir, &options, bar, c)) {
+    plan_candidate(&ir, &options, c, timed);
   }
   lx_cost_model_free(&cm);
   lx_ir_free_working_copy(&ir);
@@ -304,6 +328,16 @@ static bool dominated(const lx_ir *ir, const lx_search_request *req, lx_candidat
   return true;
 }
 
+/* The bar for all[i], which dominated() let through: the best plan so far
+ * where its block keeping everything on the even split is slower (then
+ * all[i] splits the layers unevenly too), else zeros. */
+static lx_bar bar_for(const lx_candidate *all, int i, const lx_candidate *best) {
+  const lx_candidate *keep = unconstrained(all, i);
+  if (!best || all[i].comparison || !keep || keep == &all[i] || !(keep->time_s > best->time_s))
+    return (lx_bar){0};
+  return (lx_bar){best->time_s, keep->time_s};
+}
+
 typedef struct {
   double key; /* the block's unconstrained time; 0: the first of its block; DBL_MIN: a block without one */
   int index;
@@ -369,8 +403,10 @@ static void try_candidates(const lx_ir *ir, const lx_search_request *req, lx_can
       stats->dominated++;
       continue;
     }
-    evaluate(ir, req, c, true, &stats->memory_bytes);
-    if (c->static_floor_bytes > 0)
+    evaluate(ir, req, c, true, bar_for(all, i, best_so_far), &stats->memory_bytes);
+    if (c->time_floor_s > 0)
+      stats->dominated++, stats->dominated_uneven++;
+    else if (c->static_floor_bytes > 0)
       stats->too_large++;
     else if (c->peak_bytes > 0)
       stats->planned++;
@@ -393,12 +429,12 @@ static void explain_search(const lx_ir *ir, const lx_search_request *req, const 
           req->search_policies ? "none, selective, full or lynx-heu (no --policy given)"
                                : lx_recompute_policy_name(req->policy));
   if (stats->out_of_time) fprintf(explain, "  (its time budget ran out after %d of them)\n", stats->tried);
-  fprintf(
-      explain,
-      "  %d planned and simulated; %d could not be faster (they split the layers evenly, and so keeping "
-      "everything whole their layout and schedule are slower than a plan found, or fit), %d could not fit "
-      "(weights, gradients and AdamW state alone), %d were invalid\n",
-      stats->planned, stats->dominated, stats->too_large, stats->invalid);
+  fprintf(explain,
+          "  %d planned and simulated; %d could not be faster (keeping everything whole, their layout and "
+          "schedule are slower than a plan found on every split of the layers they would try, or fit on the "
+          "even split; %d of them would try a recompute-aware split), %d could not fit (weights, gradients "
+          "and AdamW state alone), %d were invalid\n",
+          stats->planned, stats->dominated, stats->dominated_uneven, stats->too_large, stats->invalid);
   fprintf(explain, "  %-4s %-4s %-4s %-6s %-11s %-9s %-5s %12s %10s %7s  %s\n", "tp", "pp", "dp", "micro",
           "schedule", "recompute", "mini", "iteration", "peak GiB", "MFU", "verdict");
   /* the best that may be chosen, then the best of those listed for comparison (sorted after them) */
@@ -497,8 +533,8 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
     lx_candidate sync = on_plan(ir, LX_SCHEDULE_1F1B, one.policy),
                  bw = on_plan(ir, LX_SCHEDULE_2BW, one.policy);
     FILE *quiet = mute_diagnostics();
-    evaluate(ir, &one, &sync, true, NULL);
-    evaluate(ir, &one, &bw, true, NULL);
+    evaluate(ir, &one, &sync, true, (lx_bar){0}, NULL);
+    evaluate(ir, &one, &bw, true, (lx_bar){0}, NULL);
     unmute_diagnostics(quiet);
     char verdict[224];
     verdict_2bw(&sync, &bw, verdict, sizeof verdict);
@@ -514,7 +550,7 @@ void lx_explain_2bw(const lx_ir *ir, const lx_search_request *req, FILE *explain
 static bool fits_at(const lx_ir *ir, const lx_search_request *req, lx_candidate c, int seq_len) {
   lx_search_request at = *req;
   at.seq_len = seq_len;
-  evaluate(ir, &at, &c, false, NULL);
+  evaluate(ir, &at, &c, false, (lx_bar){0}, NULL);
   return c.fits;
 }
 

@@ -28,7 +28,7 @@ typedef struct {
   lx_recompute_policy policy;
   bool comparison; /* the synchronous 1F1B beside a requested 2BW: listed, never chosen */
   double time_s, mfu, peak_bytes;
-  double time_floor_s;       /* set where not tried: its plan and schedule keeping everything are no faster */
+  double time_floor_s;       /* set where not planned: keeping everything, its layout is no faster */
   double static_floor_bytes; /* set where that floor alone exceeds the GPU's memory: not planned (peak 0) */
   int micro_batches;     /* a step's, per replica */
   double recompute_s;    /* the most recompute a stage runs in a step */
@@ -41,6 +41,7 @@ typedef struct {
   int tried, feasible; /* candidates evaluated, of those enumerated */
   int planned;         /* of those tried, planned and simulated; the others could not win: */
   int dominated;       /* no faster than a plan and schedule that keeps everything whole */
+  int dominated_uneven; /* ... of them, on every split they would try (lx_uneven_keep_all_time) */
   int too_large;       /* static floor (lx_static_bytes_floor) over the GPU's memory */
   int invalid;         /* not a plan of this model, or not schedulable */
   bool out_of_time;    /* the time budget ran out before all were tried */

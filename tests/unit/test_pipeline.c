@@ -10,6 +10,8 @@
  * 1F1B's plus a second copy of the stage's weights, and the
  * recompute policies keep the bytes Korthikanti et al. give (full: 2sbh,
  * selective: sbh(10 + 24/t)). */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,18 +27,23 @@
 
 static const char *model_text =
     "#include <lynx.h>\n"
+    "#ifndef V\n" /* check_uneven_floor's model is larger */
+    "#define V 128\n"
     "#define H 64\n"
-    "static const struct lx_model model = {.vocab = 128, .seq_len = 32, .layers = 8, .hidden = H, .heads = 4,\n"
+    "#define S 32\n"
+    "#define L 8\n"
+    "#endif\n"
+    "static const struct lx_model model = {.vocab = V, .seq_len = S, .layers = L, .hidden = H, .heads = 4,\n"
     "  .dropout = 0.1};\n"
     "static const struct lx_cluster cluster = {.gpu = GPU_A100_80GB, .gpus_per_node = 8};\n"
     "static const struct lx_parallel parallel = {.micro_batch = 2};\n"
-    "tensor prologue(tensor t) { return add(embedding(t, 128, H), position_embedding(t, H)); }\n"
+    "tensor prologue(tensor t) { return add(embedding(t, V, H), position_embedding(t, H)); }\n"
     "tensor block(tensor x) {\n"
     "  tensor a = attention(linear(layernorm(x), 3 * H), 4, 4);\n"
     "  x = add(x, dropout(linear(a, H)));\n"
     "  return add(x, dropout(linear(gelu(linear(layernorm(x), 4 * H)), H)));\n"
     "}\n"
-    "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), 128), y); }\n";
+    "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), V), y); }\n";
 
 /* The model above, its attention() a flash_attention() when flash; virtual_stages 0: the default. */
 static bool load_chunked(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int virtual_stages,
@@ -352,7 +359,70 @@ static void check_interleaved(int p, int v, int m, double tf, double tb) {
   lx_ir_free(&ir);
 }
 
+/* The first layer of each stage's chunk (pp + 1 entries, one chunk a stage). */
+static void stage_split(const lx_pipeline *p, int *first) {
+  for (int s = 0; s < p->pp; s++)
+    first[s] = p->stages[s].chunks[0].first_layer;
+  first[p->pp] = p->stages[p->pp - 1].chunks[0].first_layer + p->stages[p->pp - 1].chunks[0].n_layers;
+}
+
+/* The plan search's floor under lynx-heu off the even split: the least time
+ * keeping everything on lynx-heu's and checkmate's recompute-aware splits,
+ * where they are not the even one. Here each is planned on its own
+ * (`--partition dp`), its decisions replaced by none's and its stages
+ * scheduled again, then simulated. Returns how many uneven splits there were. */
+static int check_uneven_floor(int p, double memory_bytes) {
+  lx_ir ir;
+  char text[2048]; /* a vocabulary of 8192: the last stage's LM head weighs as much as a layer or two */
+  snprintf(text, sizeof text, "#define V 8192\n#define H 256\n#define S 256\n#define L 6\n%s", model_text);
+  lx_ir_init(&ir);
+  CHECK(lx_parse_model("pipeline.model", text, strlen(text), &ir) == 0, "the 6-layer model parses");
+  ir.plan.pp = p, ir.plan.global_batch = 16;
+  CHECK(lx_analyze(&ir) == 0, "the 6-layer model of vocabulary 8192 analyses");
+  lx_cost_model cm;
+  lx_cost_model_init(&cm, &ir, NULL);
+  cm.gpu.memory_bytes = memory_bytes;
+  int *even = malloc(sizeof(int) * (size_t)(p + 1)), *first = malloc(sizeof(int) * (size_t)(p + 1));
+  lx_partition_uniform(ir.model.layers, p, even);
+  double least = INFINITY;
+  int uneven = 0;
+  const lx_recompute_policy policies[] = {LX_RECOMPUTE_LYNX_HEU, LX_RECOMPUTE_CHECKMATE};
+  for (int k = 0; k < 2; k++) {
+    lx_plan_options o = {.policy = policies[k], .partition = LX_PARTITION_DP, .cm = &cm};
+    lx_pipeline pipe;
+    lx_plan_pipeline(&ir, &o, &pipe);
+    stage_split(&pipe, first);
+    if (memcmp(first, even, sizeof(int) * (size_t)(p + 1))) {
+      uneven++;
+      for (int s = 0; s < p; s++) {
+        lx_recompute_fixed(&ir, LX_RECOMPUTE_NONE, pipe.stages[s].decisions);
+        free(pipe.stages[s].window_of);
+        pipe.stages[s].window_of = NULL;
+        lx_schedule_stage(&ir, &pipe, s);
+      }
+      lx_simulation sim;
+      lx_simulate_training(&pipe, &cm, NULL, NULL, NULL, &sim);
+      if (sim.iteration_time < least) least = sim.iteration_time;
+      lx_simulation_free(&sim);
+    }
+    lx_pipeline_free(&pipe);
+  }
+  lx_plan_options best = {.policy = LX_RECOMPUTE_LYNX_HEU, .partition = LX_PARTITION_BEST, .cm = &cm};
+  double floor = lx_uneven_keep_all_time(&ir, &best);
+  CHECK(floor == least,
+        "p=%d, %.0f bytes: lynx-heu's floor off the even split %.9g s = keeping everything on its %d uneven "
+        "splits, planned directly, %.9g s",
+        p, memory_bytes, floor, uneven, least);
+  free(even), free(first);
+  lx_cost_model_free(&cm);
+  lx_ir_free(&ir);
+  return uneven;
+}
+
 int main(void) {
+  /* with 128 MiB the recompute-aware splits give the LM head's stage fewer layers; with 8 MiB, none */
+  CHECK(check_uneven_floor(4, 128 << 20) > 0, "p=4, 128 MiB: a recompute-aware split is uneven");
+  CHECK(check_uneven_floor(4, 8 << 20) == 0, "p=4, 8 MiB: the recompute-aware splits are even");
   check_interleaved(2, 2, 4, 1, 2);
   check_interleaved(4, 2, 8, 1, 2);
   check_interleaved(2, 4, 8, 1, 1);
