@@ -32,7 +32,7 @@ GEN_OBJS := $(GEN_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/prelude.o $(BUILD)/templates.o
 
 .DELETE_ON_ERROR:
 .PHONY: all test test-gpu fuzz format clean check-clang out bench-lynx bench-schedules bench-published bench-cuda \
-  bench-step bench-gpu
+  bench-step bench-gpu bench-search
 all: bin/lynxgen
 
 bin/lynxgen: $(BUILD)/gen/main.o $(BUILD)/gen/usage.o $(GEN_OBJS)
@@ -122,6 +122,10 @@ bench-cuda:
 # The step rolled into loops against --unrolled-step: lines and compile time of a large stage.
 bench-step:
 	bench/step_compile_time.sh
+
+# The plan search's time with every parallel field open (bench/plan_search.sh BASELINE compares two builds).
+bench-search:
+	bench/plan_search.sh
 
 # On a GPU node: make test-gpu's checks and the GPU benchmarks against llm.c and PyTorch, into
 # bench/results/gpu.json (bench/README.md; a lent GPU runs the middle step alone, bench/gpu/).
