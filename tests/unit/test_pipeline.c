@@ -45,12 +45,9 @@ static const char *model_text =
     "}\n"
     "tensor epilogue(tensor x, tensor y) { return cross_entropy(lm_head(layernorm(x), V), y); }\n";
 
-/* The model above, its attention() a flash_attention() when flash; virtual_stages 0: the default. */
-static bool load_chunked(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int virtual_stages,
-                         int tp, bool flash) {
-  char text[2048];
-  const char *at = strstr(model_text, "attention(");
-  snprintf(text, sizeof text, "%.*s%s%s", (int)(at - model_text), model_text, flash ? "flash_" : "", at);
+/* Model `text` under that plan, analysed; virtual_stages 0: the default. */
+static bool load_text(lx_ir *ir, const char *text, int pp, int micro_batches, lx_schedule schedule,
+                      int virtual_stages, int tp) {
   lx_ir_init(ir);
   if (lx_parse_model("pipeline.model", text, strlen(text), ir)) return false;
   ir->plan.pp = pp;
@@ -59,6 +56,15 @@ static bool load_chunked(lx_ir *ir, int pp, int micro_batches, lx_schedule sched
   ir->plan.schedule = schedule;
   ir->plan.virtual_stages = virtual_stages;
   return lx_analyze(ir) == 0;
+}
+
+/* The model above, its attention() a flash_attention() when flash; virtual_stages 0: the default. */
+static bool load_chunked(lx_ir *ir, int pp, int micro_batches, lx_schedule schedule, int virtual_stages,
+                         int tp, bool flash) {
+  char text[2048];
+  const char *at = strstr(model_text, "attention(");
+  snprintf(text, sizeof text, "%.*s%s%s", (int)(at - model_text), model_text, flash ? "flash_" : "", at);
+  return load_text(ir, text, pp, micro_batches, schedule, virtual_stages, tp);
 }
 
 /* The model above, its attention() a flash_attention() when flash. */
@@ -375,10 +381,7 @@ static int check_uneven_floor(int p, double memory_bytes) {
   lx_ir ir;
   char text[2048]; /* a vocabulary of 8192: the last stage's LM head weighs as much as a layer or two */
   snprintf(text, sizeof text, "#define V 8192\n#define H 256\n#define S 256\n#define L 6\n%s", model_text);
-  lx_ir_init(&ir);
-  CHECK(lx_parse_model("pipeline.model", text, strlen(text), &ir) == 0, "the 6-layer model parses");
-  ir.plan.pp = p, ir.plan.global_batch = 16;
-  CHECK(lx_analyze(&ir) == 0, "the 6-layer model of vocabulary 8192 analyses");
+  CHECK(load_text(&ir, text, p, 8, LX_SCHEDULE_1F1B, 0, 1), "the 6-layer model of vocabulary 8192 analyses");
   lx_cost_model cm;
   lx_cost_model_init(&cm, &ir, NULL);
   cm.gpu.memory_bytes = memory_bytes;
