@@ -177,6 +177,27 @@ bool lx_transfer_matches(const lx_pipeline *p, int sender, const lx_instr *send,
          recv->chunk == lx_peer_chunk(p, sender, send);
 }
 
+lx_channel lx_transfer_channel(lx_instr_kind kind) {
+  switch (kind) {
+  case LX_I_SEND_ACT: return LX_CHANNEL_ACT_TO_NEXT;
+  case LX_I_RECV_ACT: return LX_CHANNEL_ACT_FROM_PREVIOUS;
+  case LX_I_SEND_GRAD: return LX_CHANNEL_GRAD_TO_PREVIOUS;
+  case LX_I_RECV_GRAD: return LX_CHANNEL_GRAD_FROM_NEXT;
+  default: return LX_CHANNEL_COUNT; /* not a transfer */
+  }
+}
+
+const char *lx_channel_name(lx_channel channel) {
+  static const char *names[] = {"ACT_TO_NEXT", "ACT_FROM_PREVIOUS", "GRAD_TO_PREVIOUS", "GRAD_FROM_NEXT"};
+  _Static_assert(sizeof names / sizeof names[0] == LX_CHANNEL_COUNT, "one name per channel");
+  return NAME_OF(names, channel);
+}
+
+int lx_channel_peer(const lx_pipeline *p, int stage, lx_channel channel) {
+  bool next = channel == LX_CHANNEL_ACT_TO_NEXT || channel == LX_CHANNEL_GRAD_FROM_NEXT;
+  return (stage + (next ? 1 : p->pp - 1)) % p->pp;
+}
+
 void lx_chunk_ranges(const lx_stage *st, char *buf, size_t size) {
   int used = 0;
   buf[0] = '\0';

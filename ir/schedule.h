@@ -226,6 +226,29 @@ int lx_micro_batch_ids(const lx_pipeline *p);
 int lx_peer_chunk(const lx_pipeline *p, int sender, const lx_instr *send);
 /* Whether `recv` on send->peer is the receive of that send: one message. */
 bool lx_transfer_matches(const lx_pipeline *p, int sender, const lx_instr *send, const lx_instr *recv);
+/* The channel a transfer travels on, one NCCL communicator of two ranks in
+ * the CUDA programs (lx_cuda_parallel.h): one per direction of each link
+ * between neighbouring stages (around the ring under interleaved 1F1B) and
+ * per kind of message. NCCL runs the operations of one communicator in the
+ * order the host issued them, whatever their streams: a communicator shared
+ * by two streams would order them as the schedule does not (1F1B posts its
+ * gradient receives before its activation sends, and over one communicator
+ * for the whole pipeline the stages deadlock). The verifier checks that a
+ * stage's transfers over one channel are all on one stream, whose order is
+ * then NCCL's. */
+typedef enum {
+  LX_CHANNEL_ACT_TO_NEXT,
+  LX_CHANNEL_ACT_FROM_PREVIOUS,
+  LX_CHANNEL_GRAD_TO_PREVIOUS,
+  LX_CHANNEL_GRAD_FROM_NEXT,
+  LX_CHANNEL_COUNT
+} lx_channel;
+/* The channel of a SEND_ACT, RECV_ACT, SEND_GRAD or RECV_GRAD; LX_CHANNEL_COUNT for any other kind. */
+lx_channel lx_transfer_channel(lx_instr_kind kind);
+/* Its name in the CUDA programs: "ACT_TO_NEXT", ... */
+const char *lx_channel_name(lx_channel channel);
+/* The stage at the other end of stage `stage`'s `channel`, around the ring. */
+int lx_channel_peer(const lx_pipeline *p, int stage, lx_channel channel);
 /* The instruction lists of `steps` consecutive steps of p, one after the
  * other on every stream, as a pipeline of their own: step k runs its fill
  * where fill[k] and its ahead forwards where ahead[k] (2BW); its

@@ -257,8 +257,9 @@ static void print_p2p(cuda_step *w, lx_stream k, const lx_instr *in) {
           emit_file_name(pr->ir->model_path, name), instr_line(pr, in), in->mb,
           emit_chunk_layer(pr, in->chunk, layer, sizeof layer));
   fprintf(pr->out,
-          "    lx_comm_%s(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, %d, &pipeline_comm, streams[%s]);\n  }\n",
-          send ? "send" : "recv", emit_at(pr, buf, sizeof buf, t), in->peer, stream_var(k));
+          "    lx_channel_%s(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[%s], streams[%s]);\n  }\n",
+          send ? "send" : "recv", emit_at(pr, buf, sizeof buf, t),
+          lx_channel_name(lx_transfer_channel(in->kind)), stream_var(k));
 }
 
 /* A tensor-parallel collective the schedule placed on its stream. */
@@ -401,8 +402,11 @@ static void print_forward_pass(const lx_printer *pr) {
   fprintf(f, "  for (int mb = %s; mb++) {\n", emit_forward_only_range(pr));
   if (loads_tokens(pr)) fputs("    load_micro_batch(mb, ctx->stream);\n", f);
   emit_forward_only_chunks(
-      pr, "lx_comm_recv(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, %s, &pipeline_comm, ctx->stream);",
-      "lx_comm_send(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, %s, &pipeline_comm, ctx->stream);");
+      pr,
+      "lx_channel_recv(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS], "
+      "ctx->stream); /* from stage %s */",
+      "lx_channel_send(%s, BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT], "
+      "ctx->stream); /* to stage %s */");
   fputs("  }\n}\n", f);
 }
 
@@ -489,6 +493,8 @@ static void print_header(const lx_printer *pr) {
   fprintf(f, "#include \"lx_cuda_api.h\"\n#include \"lx_cuda_train.h\"\n#include \"lx_cuda_parallel.h\"\n\n");
   fprintf(f, "enum {\n  STAGE = %d, STAGES = %d, FIRST_LAYER = %d, LAYERS = %d, MODEL_LAYERS = %d,\n", pr->s,
           pr->p->pp, st->chunks[0].first_layer, st->n_layers, ir->model.layers);
+  fprintf(f, "  PIPELINE_RING = %d, /* the last stage sends to the first (interleaved 1F1B's chunks) */\n",
+          st->n_chunks > 1);
   fprintf(f, "  MICRO_BATCHES = %d, SLOTS = %d, TENSOR_PARALLEL = %d, DATA_PARALLEL = %d, EVENTS = %d,\n",
           pr->p->micro_batches, pr->l->slots, emit_tp(pr), ir->plan.dp, st->n_events + 1);
   emit_pool_slots(pr);

@@ -657,6 +657,7 @@ static int verify_pipeline(const lx_pipeline *p, const lx_stage_layout *layouts)
     verify_stage(&r, p, s, &layouts[s]);
   bool well_formed = lx_verify_matching(&r, p);
   if (well_formed && events_in_range(p)) lx_verify_deadlock_free(&r, p);
+  lx_verify_channels(&r, p);
   if (r.printed > MAX_PRINTED)
     fprintf(stderr, "lynxgen: internal error: verify: %d more violations not shown\n",
             r.printed - MAX_PRINTED);

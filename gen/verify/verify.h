@@ -12,7 +12,11 @@
  * and over the whole pipeline:
  *   3. every send has exactly one matching receive on its peer stage, and
  *      the sends from s to s' run in the order s' receives them;
- *   4. the stages' streams cannot deadlock (sends and receives rendezvous).
+ *   4. the stages' streams cannot deadlock (sends and receives rendezvous);
+ *   5. a stage's transfers over one channel (lx_channel: a direction of the
+ *      link between neighbours and a kind of message; one NCCL communicator)
+ *      go to the neighbour it joins and are all on one stream, since NCCL
+ *      runs a communicator's operations in the order they were issued.
  * Each violation is a generator bug; it is printed to stderr as
  *   lynxgen: internal error: verify: <what>: <instruction A> and <instruction B>
  * with the stage and stream of each instruction. */

@@ -1,6 +1,7 @@
-/* verify_comm.c — checks 3 and 4 of the verifier (verify.h): across stages,
- * every send meets its receive, and the schedule cannot deadlock. A send and
- * its receive are a rendezvous here, as in the simulator. */
+/* verify_comm.c — checks 3 to 5 of the verifier (verify.h): across stages,
+ * every send meets its receive, the schedule cannot deadlock, and each
+ * channel (communicator) of a stage is used from one stream. A send and its receive
+ * are a rendezvous here, as in the simulator. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -204,3 +205,27 @@ void lx_verify_deadlock_free(reporter *r, const lx_pipeline *p) {
   free(g.next);
 }
 
+/* ---- check 5: one stream per channel ---------------------------------------------------- */
+
+void lx_verify_channels(reporter *r, const lx_pipeline *p) {
+  for (int s = 0; s < p->pp; s++) {
+    instr_at first[LX_CHANNEL_COUNT];
+    for (int c = 0; c < LX_CHANNEL_COUNT; c++)
+      first[c] = NO_INSTR;
+    for (int k = 0; k < NS; k++)
+      for (int i = 0; i < p->stages[s].streams[k].count; i++) {
+        instr_at at = {s, k, i};
+        lx_channel c = lx_transfer_channel(lx_verify_instr(p, at)->kind);
+        if (c == LX_CHANNEL_COUNT) continue;
+        if (lx_verify_instr(p, at)->peer != lx_channel_peer(p, s, c))
+          lx_verify_report(r, "a transfer to or from a stage its channel does not join", at, NO_INSTR);
+        if (first[c].stage < 0)
+          first[c] = at;
+        else if (first[c].stream != k)
+          lx_verify_report(r,
+                           "one channel's transfers on two streams (NCCL would run them in the order they "
+                           "were issued, across both)",
+                           first[c], at);
+      }
+  }
+}

@@ -32,5 +32,8 @@ void lx_verify_report(reporter *r, const char *what, instr_at a, instr_at b);
 bool lx_verify_matching(reporter *r, const lx_pipeline *p);
 /* ... and the stages, run as a rendezvous game, never get stuck (check 4). */
 void lx_verify_deadlock_free(reporter *r, const lx_pipeline *p);
+/* ... and each channel's transfers of a stage go to the neighbour it joins,
+ * on one stream, so that NCCL's order on its communicator is that stream's (check 5). */
+void lx_verify_channels(reporter *r, const lx_pipeline *p);
 
 #endif

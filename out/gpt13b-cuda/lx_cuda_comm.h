@@ -11,12 +11,14 @@
  *         stream). A receive is enqueued on its stream as ncclRecv is: the
  *         stream, not the host, waits for the message (the stream waits
  *         for a flag in mapped host memory, lx_cuda_wait_flag, then the copy
- *         to the device), so a schedule that posts a receive long before its data
- *         is sent (1F1B posts its gradient receives first) runs as it does
- *         on NCCL. A host function cannot do that wait: CUDA may run other
- *         streams' work after a pending host function, and a host function
- *         may not wait on what the device has still to do. The rank's
- *         progress thread (lx_comm_host_start) completes the receives and
+ *         to the device), so a schedule that posts a receive long before
+ *         its data is sent (1F1B posts its gradient receives first) runs as
+ *         it does on NCCL, where each communicator is used from one stream
+ *         (the pipeline's channels, lx_cuda_parallel.h) and so runs in that
+ *         stream's order. A host function cannot do that wait: CUDA may run
+ *         other streams' work after a pending host function, and a host
+ *         function may not wait on what the device has still to do. The
+ *         rank's progress thread (lx_comm_host_start) completes the receives and
  *         raises their flags, and keeps MPI moving while the host waits on
  *         CUDA. Slow, but the order of every stream's work is the one NCCL
  *         gives; it needs MPI_THREAD_MULTIPLE. It exists because NCCL
@@ -71,16 +73,28 @@ static inline ncclDataType_t lx_comm_nccl_type(lx_comm_type t) {
   return t == LX_COMM_BF16 ? ncclBfloat16 : ncclFloat32;
 }
 
-static inline lx_comm lx_comm_create(MPI_Comm group) {
+/* The group over MPI communicator `group`: its rank and size and, under
+ * NCCL, the id its rank 0 made, into *id; lx_comm_connect makes the NCCL
+ * communicator from it (alone, or several at once inside a group call). */
+static inline lx_comm lx_comm_join(MPI_Comm group, ncclUniqueId *id) {
   lx_comm c;
   c.mpi = group, c.nccl = NULL;
   LX_MPI_CHECK(MPI_Comm_rank(group, &c.rank));
   LX_MPI_CHECK(MPI_Comm_size(group, &c.size));
   if (lx_comm_kind == LX_COMM_HOST) return c;
+  if (c.rank == 0) NCCL_CHECK(ncclGetUniqueId(id));
+  LX_MPI_CHECK(MPI_Bcast(id, sizeof *id, MPI_BYTE, 0, group));
+  return c;
+}
+
+static inline void lx_comm_connect(lx_comm *c, const ncclUniqueId *id) {
+  if (lx_comm_kind == LX_COMM_NCCL) NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, *id, c->rank));
+}
+
+static inline lx_comm lx_comm_create(MPI_Comm group) {
   ncclUniqueId id;
-  if (c.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  LX_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));
-  NCCL_CHECK(ncclCommInitRank(&c.nccl, c.size, id, c.rank));
+  lx_comm c = lx_comm_join(group, &id);
+  lx_comm_connect(&c, &id);
   return c;
 }
 
@@ -423,14 +437,15 @@ static inline void lx_comm_point_to_point(int receive, void *buf, size_t count, 
   }
 }
 
-static inline void lx_comm_send(const void *buf, size_t count, lx_comm_type type, int peer, lx_comm *c,
-                                cudaStream_t s) {
-  lx_comm_point_to_point(0, (void *)buf, count, type, peer, c, s);
+/* A channel of the pipeline (lx_cuda_parallel.h) joins its sender, rank 0, to its receiver, rank 1. */
+static inline void lx_channel_send(const void *buf, size_t count, lx_comm_type type, lx_comm *channel,
+                                   cudaStream_t s) {
+  lx_comm_point_to_point(0, (void *)buf, count, type, 1, channel, s);
 }
 
-static inline void lx_comm_recv(void *buf, size_t count, lx_comm_type type, int peer, lx_comm *c,
-                                cudaStream_t s) {
-  lx_comm_point_to_point(1, buf, count, type, peer, c, s);
+static inline void lx_channel_recv(void *buf, size_t count, lx_comm_type type, lx_comm *channel,
+                                   cudaStream_t s) {
+  lx_comm_point_to_point(1, buf, count, type, 0, channel, s);
 }
 
 #endif

@@ -46,6 +46,12 @@ static int local_rank(void) {
  * starts on the compute stream, which every other stream first waits for, so
  * that all of them are captured; run_schedule joins them back at its end. */
 static cudaGraphExec_t step_graph;
+/* The capture step_graph's nodes were last set from. NCCL ties what a
+ * captured call needs to the captured graph (a CUDA user object), and CUDA
+ * does not say that an update hands it to the executable graph: the capture
+ * lives until the next replaces it, when the step that ran it has finished
+ * (finish_pass). */
+static cudaGraph_t step_capture;
 static void issue_step(int step, int ahead, int as_graph) {
   cudaStream_t s = streams[STREAM_COMPUTE];
   if (!as_graph) {
@@ -67,7 +73,8 @@ static void issue_step(int step, int ahead, int as_graph) {
       step_graph = NULL;
     }
     if (!step_graph) CUDA_CHECK(cudaGraphInstantiate(&step_graph, graph, 0));
-    CUDA_CHECK(cudaGraphDestroy(graph));
+    if (step_capture) CUDA_CHECK(cudaGraphDestroy(step_capture));
+    step_capture = graph;
   }
   CUDA_CHECK(cudaGraphLaunch(step_graph, s));
 }
@@ -82,7 +89,7 @@ static void wait_step(cudaEvent_t stop) {
     cudaError_t status = cudaEventQuery(stop);
     if (status == cudaSuccess) break;
     if (status != cudaErrorNotReady) CUDA_CHECK(status);
-    lx_comm_check_async(&pipeline_comm, "ncclCommGetAsyncError(pipeline_comm)");
+    lx_cuda_check_comms(&pipeline_comm, &dp_comm);
     usleep(100);
   }
   lx_watchdog_done_waiting();
@@ -327,8 +334,8 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaGetDeviceCount(&devices));
   CUDA_CHECK(cudaSetDevice(devices > 0 ? local_rank() % devices : 0));
   lx_comm_host_start(STAGED_RECEIVES, sizeof(lx_bf16) * BOUNDARY_ELEMENTS);
-  lx_cuda_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE, STAGES, &replica, &pipeline_comm,
-                       &dp_comm);
+  lx_cuda_groups_start(rank, TENSOR_PARALLEL, DATA_PARALLEL, STAGE, STAGES, PIPELINE_RING, &replica,
+                       &pipeline_comm, &dp_comm);
   allocate();
   if (o.profile_path) prof_totals = (lx_prof_total *)calloc(PROF_SLOTS, sizeof(lx_prof_total));
   seed = o.train.seed;

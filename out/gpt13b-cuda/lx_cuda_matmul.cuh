@@ -30,8 +30,8 @@ typedef enum {
 
 /* One cached problem: its descriptors and the algorithm the heuristic chose.
  * alignment is the pointers' guaranteed alignment in bytes, which the
- * heuristic must respect; 0 leaves cuBLASLt's default (the linear layers,
- * whose arena pointers are 256-byte aligned). */
+ * heuristic must respect (cuBLASLt assumes 256 unless told: a weight of the
+ * arena may start at 128 bytes past that, lynxgen's layout.c). */
 typedef struct {
   lx_gemm_shape shape;
   int accumulate, alignment;
@@ -180,14 +180,12 @@ LX_CUDA_API lx_cuda_matmul_plan *lx_cuda_matmul_make_plan(lx_cuda_matmul_context
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ctx->workspace_bytes, sizeof(ctx->workspace_bytes)));
-  if (alignment) {
-    uint32_t bytes = (uint32_t)alignment;
-    const cublasLtMatmulPreferenceAttributes_t minimums[] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (cublasLtMatmulPreferenceAttributes_t minimum : minimums)
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, minimum, &bytes, sizeof bytes));
-  }
+  uint32_t bytes = (uint32_t)alignment;
+  const cublasLtMatmulPreferenceAttributes_t minimums[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (cublasLtMatmulPreferenceAttributes_t minimum : minimums)
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, minimum, &bytes, sizeof bytes));
   cublasLtMatmulHeuristicResult_t heuristic;
   int found = 0;
   CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx->handle, plan->operation, plan->a_layout, plan->b_layout,
@@ -223,11 +221,12 @@ inline void lx_cuda_matmul_run(lx_cuda_matmul_context *ctx, const lx_cuda_matmul
                               ctx->workspace_bytes, stream));
 }
 
-/* The largest power of two up to 16 that divides every address the batch's
- * matrices start at: what the algorithm may assume of the pointers. */
-inline int lx_cuda_batch_alignment(const void *d, size_t d_elt, const lx_bf16 *a, const lx_bf16 *b,
-                                   const lx_gemm_shape *shape) {
-  uintptr_t bits = (uintptr_t)d | (uintptr_t)a | (uintptr_t)b | 16;
+/* The largest power of two up to `most` that divides every address the
+ * product's matrices start at (and for a batch, every stride in bytes):
+ * what the algorithm may assume of the pointers. */
+inline int lx_cuda_alignment(const void *d, size_t d_elt, const lx_bf16 *a, const lx_bf16 *b,
+                             const lx_gemm_shape *shape, int most) {
+  uintptr_t bits = (uintptr_t)d | (uintptr_t)a | (uintptr_t)b | (uintptr_t)most;
   if (shape->batch > 1)
     bits |= (uintptr_t)(shape->stride_d * (long long)d_elt) | (uintptr_t)(shape->stride_a * 2) |
             (uintptr_t)(shape->stride_b * 2);
@@ -244,7 +243,7 @@ LX_CUDA_API void lx_cuda_matmul_batched(lx_cuda_matmul_context *ctx, void *d, //
                                           cudaStream_t stream) {
   LX_CUDA_REQUIRE(shape->m > 0 && shape->n > 0 && shape->k > 0 && shape->batch > 0);
   LX_CUDA_REQUIRE(d_type == CUDA_R_16BF || d_type == CUDA_R_32F);
-  int alignment = lx_cuda_batch_alignment(d, d_type == CUDA_R_32F ? 4 : 2, a, b, shape);
+  int alignment = lx_cuda_alignment(d, d_type == CUDA_R_32F ? 4 : 2, a, b, shape, 16);
   lx_cuda_matmul_plan *plan =
       lx_cuda_matmul_plan_of(ctx, shape, accumulate, alignment, LX_EPILOGUE_NONE, d_type);
   lx_cuda_matmul_run(ctx, plan, d, a, b, alpha, stream);
@@ -283,7 +282,8 @@ LX_CUDA_API void lx_cuda_matmul_scaled(lx_cuda_matmul_context *ctx, void *d, // 
   LX_CUDA_REQUIRE(aux == NULL || n % 8 == 0); /* cuBLASLt wants aux_ld % 8 == 0 */
 
   lx_gemm_shape shape = lx_gemm_dense(m, n, k, trans_a, trans_b);
-  lx_cuda_matmul_plan *plan = lx_cuda_matmul_plan_of(ctx, &shape, accumulate, 0, epilogue, d_type);
+  int alignment = lx_cuda_alignment(d, d_type == CUDA_R_32F ? 4 : 2, a, b, &shape, 256);
+  lx_cuda_matmul_plan *plan = lx_cuda_matmul_plan_of(ctx, &shape, accumulate, alignment, epilogue, d_type);
 
   /* pointers change from call to call (micro-batches, layers): set them now */
   if (bias)

@@ -80,6 +80,11 @@ static inline long long owned_part(const lx_param_tensor *t, long long *lo, long
 #define PARAMS ((lx_bf16 *)(arena + REGION_params))
 #define MASTER ((float *)(arena + REGION_master))
 
+/* Waits for the host-to-device copies made so far: cudaMemcpy from pageable
+ * memory may return before its data lands, on the legacy stream, which the
+ * program's non-blocking streams do not wait for. */
+static inline void uploads_landed(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
 /* Weights drawn on the host from the CPU target's streams, copied as bf16
  * (fine-tuning's frozen ones too); the fp32 masters of this replica's shares
  * of the trained ones start from those bf16 values. */
@@ -90,6 +95,7 @@ static inline void init_params(void) {
   for (int t = 0; t < ALL_PARAM_TENSORS; t++)
     init_tensor(host + param_tensors[t].element, &param_tensors[t]);
   CUDA_CHECK(cudaMemcpy(PARAMS, host, bytes, cudaMemcpyHostToDevice));
+  uploads_landed();
   free(host);
   for (int t = 0; t < PARAM_TENSORS; t++) {
     long long lo, hi, state = owned_part(&param_tensors[t], &lo, &hi);
@@ -138,6 +144,7 @@ static inline void load_checkpoint(const char *path) {
   long long first = FINETUNE ? PARAM_ELEMENTS : 0;
   copy_bf16_weights(PARAMS + first, weights + first, ALL_PARAM_ELEMENTS - first, cudaMemcpyHostToDevice);
   if (!FINETUNE) copy_masters(weights, cudaMemcpyHostToDevice);
+  uploads_landed();
   free(weights);
 }
 
@@ -215,6 +222,7 @@ static void state_restored(void) {
   CUDA_CHECK(cudaMemcpy(arena + REGION_adam_v, state_host[2], (size_t)OPTIMIZER_ELEMENTS * 4,
                         cudaMemcpyHostToDevice));
   if (STEPS_OVERLAP) copy_bf16_weights(PREVIOUS_WEIGHTS, state_host[3], PARAM_ELEMENTS, cudaMemcpyHostToDevice);
+  uploads_landed();
 }
 
 /* 2BW: the live weights become the previous version, the one the next step computes with. */

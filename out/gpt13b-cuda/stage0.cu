@@ -9,6 +9,7 @@
 
 enum {
   STAGE = 0, STAGES = 4, FIRST_LAYER = 0, LAYERS = 6, MODEL_LAYERS = 24,
+  PIPELINE_RING = 0, /* the last stage sends to the first (interleaved 1F1B's chunks) */
   MICRO_BATCHES = 64, SLOTS = 4, TENSOR_PARALLEL = 1, DATA_PARALLEL = 2, EVENTS = 266,
   STAGED_RECEIVES = 376, /* in flight at most (--comm host's pinned staging) */
   B = 4, T = 2048, BT = B * T, C = 2048, V = 50257, VP = 50304,
@@ -442,7 +443,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(8 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(8 + 4 * i) */
@@ -463,7 +465,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(1 + 2 * i)], streams[STREAM_SEND])); /* RECORD e(1 + 2 * i) */
@@ -485,7 +488,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (4 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(24 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(24 + 4 * i) */
@@ -506,7 +510,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (4 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(11 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(11 + 4 * i) */
@@ -528,7 +533,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (8 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(40 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(40 + 4 * i) */
@@ -549,7 +555,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (8 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(27 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(27 + 4 * i) */
@@ -571,7 +578,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(250 + 2 * i)], streams[STREAM_RECV])); /* RECORD e(250 + 2 * i) */
@@ -592,7 +600,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(239 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(239 + 4 * i) */
@@ -648,7 +657,8 @@ static void run_forward(int step) {
     load_micro_batch(mb, ctx->stream);
     forward_prologue(ctx, mb);
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE + 1, &pipeline_comm, ctx->stream);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+        ctx->stream); /* to stage STAGE + 1 */
   }
 }
 

@@ -9,6 +9,7 @@
 
 enum {
   STAGE = 1, STAGES = 4, FIRST_LAYER = 6, LAYERS = 6, MODEL_LAYERS = 24,
+  PIPELINE_RING = 0, /* the last stage sends to the first (interleaved 1F1B's chunks) */
   MICRO_BATCHES = 64, SLOTS = 3, TENSOR_PARALLEL = 1, DATA_PARALLEL = 2, EVENTS = 456,
   STAGED_RECEIVES = 756, /* in flight at most (--comm host's pinned staging) */
   B = 4, T = 2048, BT = B * T, C = 2048, V = 50257, VP = 50304,
@@ -365,7 +366,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(0 + 3 * i)], streams[STREAM_RECV])); /* RECORD e(0 + 3 * i) */
@@ -375,7 +377,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[9], streams[STREAM_RECV])); /* RECORD e9 */
@@ -394,7 +397,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(2 + 3 * i)], streams[STREAM_SEND])); /* RECORD e(2 + 3 * i) */
@@ -411,7 +415,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[11], streams[STREAM_SEND])); /* RECORD e11 */
@@ -422,7 +427,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 3, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[13], streams[STREAM_RECV])); /* RECORD e13 */
@@ -431,7 +437,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[16], streams[STREAM_RECV])); /* RECORD e16 */
@@ -448,7 +455,7 @@ static void run_schedule(int step, int ahead) {
     const int mb = 3, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT], streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[15], streams[STREAM_SEND])); /* RECORD e15 */
@@ -464,7 +471,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[18], streams[STREAM_SEND])); /* RECORD e18 */
@@ -475,7 +483,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 4, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[20], streams[STREAM_RECV])); /* RECORD e20 */
@@ -484,7 +493,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 2, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[23], streams[STREAM_RECV])); /* RECORD e23 */
@@ -501,7 +511,7 @@ static void run_schedule(int step, int ahead) {
     const int mb = 4, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT], streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[22], streams[STREAM_SEND])); /* RECORD e22 */
@@ -520,7 +530,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (2 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(25 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(25 + 7 * i) */
@@ -532,7 +543,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (5 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(27 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(27 + 7 * i) */
@@ -543,7 +555,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (3 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(30 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(30 + 7 * i) */
@@ -563,7 +576,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (5 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(29 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(29 + 7 * i) */
@@ -582,7 +596,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 60, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[431], streams[STREAM_SEND])); /* RECORD e431 */
@@ -593,7 +608,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[433], streams[STREAM_RECV])); /* RECORD e433 */
@@ -605,7 +621,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (61 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(436 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(436 + 4 * i) */
@@ -623,7 +640,7 @@ static void run_schedule(int step, int ahead) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT], streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[435], streams[STREAM_SEND])); /* RECORD e435 */
@@ -640,7 +657,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 61, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[438], streams[STREAM_SEND])); /* RECORD e438 */
@@ -658,7 +676,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 62, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[442], streams[STREAM_SEND])); /* RECORD e442 */
@@ -682,7 +701,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 0, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[452], streams[STREAM_SEND])); /* RECORD e452 */
@@ -703,10 +723,12 @@ static void run_forward(int step) {
     {
       const int layer = FIRST_LAYER;
       (void)layer;
-      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE - 1, &pipeline_comm, ctx->stream);
+      lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+          ctx->stream); /* from stage STAGE - 1 */
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE + 1, &pipeline_comm, ctx->stream);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+        ctx->stream); /* to stage STAGE + 1 */
   }
 }
 

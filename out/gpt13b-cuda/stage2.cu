@@ -9,6 +9,7 @@
 
 enum {
   STAGE = 2, STAGES = 4, FIRST_LAYER = 12, LAYERS = 6, MODEL_LAYERS = 24,
+  PIPELINE_RING = 0, /* the last stage sends to the first (interleaved 1F1B's chunks) */
   MICRO_BATCHES = 64, SLOTS = 2, TENSOR_PARALLEL = 1, DATA_PARALLEL = 2, EVENTS = 456,
   STAGED_RECEIVES = 760, /* in flight at most (--comm host's pinned staging) */
   B = 4, T = 2048, BT = B * T, C = 2048, V = 50257, VP = 50304,
@@ -364,7 +365,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[0], streams[STREAM_RECV])); /* RECORD e0 */
@@ -373,7 +375,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[3], streams[STREAM_RECV])); /* RECORD e3 */
@@ -382,7 +385,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[6], streams[STREAM_RECV])); /* RECORD e6 */
@@ -398,7 +402,7 @@ static void run_schedule(int step, int ahead) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT], streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[2], streams[STREAM_SEND])); /* RECORD e2 */
@@ -414,7 +418,7 @@ static void run_schedule(int step, int ahead) {
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT], streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[5], streams[STREAM_SEND])); /* RECORD e5 */
@@ -430,7 +434,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[8], streams[STREAM_SEND])); /* RECORD e8 */
@@ -441,7 +446,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 2, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[10], streams[STREAM_RECV])); /* RECORD e10 */
@@ -450,7 +456,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 1, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[13], streams[STREAM_RECV])); /* RECORD e13 */
@@ -467,7 +474,7 @@ static void run_schedule(int step, int ahead) {
     const int mb = 2, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT], streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[12], streams[STREAM_SEND])); /* RECORD e12 */
@@ -486,7 +493,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (1 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(15 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(15 + 7 * i) */
@@ -498,7 +506,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (3 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(17 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(17 + 7 * i) */
@@ -509,7 +518,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (2 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(20 + 7 * i)], streams[STREAM_RECV])); /* RECORD e(20 + 7 * i) */
@@ -529,7 +539,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (3 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(19 + 7 * i)], streams[STREAM_SEND])); /* RECORD e(19 + 7 * i) */
@@ -548,7 +559,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 61, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[435], streams[STREAM_SEND])); /* RECORD e435 */
@@ -559,7 +571,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[437], streams[STREAM_RECV])); /* RECORD e437 */
@@ -569,7 +582,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 62, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[440], streams[STREAM_RECV])); /* RECORD e440 */
@@ -579,7 +593,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(recv_output_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_FROM_NEXT],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[444], streams[STREAM_RECV])); /* RECORD e444 */
@@ -596,7 +611,7 @@ static void run_schedule(int step, int ahead) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 3, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT], streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[439], streams[STREAM_SEND])); /* RECORD e439 */
@@ -613,7 +628,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 62, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[442], streams[STREAM_SEND])); /* RECORD e442 */
@@ -637,7 +653,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 1, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[452], streams[STREAM_SEND])); /* RECORD e452 */
@@ -658,10 +675,12 @@ static void run_forward(int step) {
     {
       const int layer = FIRST_LAYER;
       (void)layer;
-      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE - 1, &pipeline_comm, ctx->stream);
+      lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+          ctx->stream); /* from stage STAGE - 1 */
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
-    lx_comm_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE + 1, &pipeline_comm, ctx->stream);
+    lx_channel_send(send_activation(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_TO_NEXT],
+        ctx->stream); /* to stage STAGE + 1 */
   }
 }
 

@@ -9,6 +9,7 @@
 
 enum {
   STAGE = 3, STAGES = 4, FIRST_LAYER = 18, LAYERS = 6, MODEL_LAYERS = 24,
+  PIPELINE_RING = 0, /* the last stage sends to the first (interleaved 1F1B's chunks) */
   MICRO_BATCHES = 64, SLOTS = 1, TENSOR_PARALLEL = 1, DATA_PARALLEL = 2, EVENTS = 266,
   STAGED_RECEIVES = 382, /* in flight at most (--comm host's pinned staging) */
   B = 4, T = 2048, BT = B * T, C = 2048, V = 50257, VP = 50304,
@@ -433,7 +434,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 0, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
+    lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+        streams[STREAM_RECV]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[0], streams[STREAM_RECV])); /* RECORD e0 */
@@ -460,7 +462,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (0 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
+      lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+          streams[STREAM_SEND]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(2 + 4 * i)], streams[STREAM_SEND])); /* RECORD e(2 + 4 * i) */
@@ -472,7 +475,8 @@ static void run_schedule(int step, int ahead) {
       const int mb = (1 + i), layer = FIRST_LAYER;
       (void)mb;
       (void)layer;
-      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_RECV]);
+      lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+          streams[STREAM_RECV]);
     }
     lx_comm_group_end();
     CUDA_CHECK(cudaEventRecord(events[(4 + 4 * i)], streams[STREAM_RECV])); /* RECORD e(4 + 4 * i) */
@@ -517,7 +521,8 @@ static void run_schedule(int step, int ahead) {
     const int mb = 63, layer = FIRST_LAYER;
     (void)mb;
     (void)layer;
-    lx_comm_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, 2, &pipeline_comm, streams[STREAM_SEND]);
+    lx_channel_send(send_input_grad(mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[GRAD_TO_PREVIOUS],
+        streams[STREAM_SEND]);
   }
   lx_comm_group_end();
   CUDA_CHECK(cudaEventRecord(events[262], streams[STREAM_SEND])); /* RECORD e262 */
@@ -539,7 +544,8 @@ static void run_forward(int step) {
     {
       const int layer = FIRST_LAYER;
       (void)layer;
-      lx_comm_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, STAGE - 1, &pipeline_comm, ctx->stream);
+      lx_channel_recv(block_input_0(layer, mb), BOUNDARY_ELEMENTS, LX_COMM_BF16, &channels[ACT_FROM_PREVIOUS],
+          ctx->stream); /* from stage STAGE - 1 */
     }
     for (int layer = FIRST_LAYER; layer < FIRST_LAYER + LAYERS; layer++) forward_block(ctx, layer, mb);
     forward_epilogue(ctx, mb);

@@ -9,7 +9,9 @@
  * a pool of one slot too few, and (2BW) the next step's first activation
  * received into a slot still in use, or not received at all, and
  * (interleaved) an activation sent around the ring to the wrong chunk, or
- * two chunks' pipeline buffers laid over each other, are each reported. The CUDA printer fuses a linear and
+ * two chunks' pipeline buffers laid over each other, are each reported, as
+ * are a channel (one NCCL communicator) used from two streams and a
+ * transfer to a stage its channel does not join. The CUDA printer fuses a linear and
  * its gelu into one cuBLASLt call only where every instance runs them back to back: an event recorded between
  * them in one micro-batch keeps them apart in all. Layers and micro-batches are cut down so that the whole
  * run takes about a second. */
@@ -29,6 +31,7 @@
 #include "planning/plan.h"
 #include "verify/access.h"
 #include "verify/verify.h"
+#include "verify/verify_report.h"
 
 typedef struct {
   lx_ir ir;
@@ -106,18 +109,30 @@ static void release(built *b) {
   lx_ir_free(&b->ir);
 }
 
+static int verify_all(const built *b) { return lx_verify(&b->pipe, b->layouts); }
+
+/* Check 5 alone: a transfer moved to another stream or peer upsets the other
+ * checks too, which would hide whether this one saw it. */
+static int verify_channels(const built *b) {
+  reporter r = {&b->pipe, 0, 0};
+  lx_verify_channels(&r, &b->pipe);
+  return r.violations;
+}
+
 /* The planted bugs are reported at length: silenced. */
-static int verify_quietly(const built *b) {
+static int quietly(int (*verify)(const built *), const built *b) {
   fflush(stderr);
   int saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY);
   dup2(null, STDERR_FILENO);
-  int n = lx_verify(&b->pipe, b->layouts);
+  int n = verify(b);
   fflush(stderr);
   dup2(saved, STDERR_FILENO);
   close(null);
   close(saved);
   return n;
 }
+
+static int verify_quietly(const built *b) { return quietly(verify_all, b); }
 
 static const lx_schedule schedules[] = {LX_SCHEDULE_GPIPE, LX_SCHEDULE_1F1B, LX_SCHEDULE_ZB_H1,
                                         LX_SCHEDULE_2BW};
@@ -377,6 +392,42 @@ static void check_planted_interleaved(const char *name, plant_fn plant, lx_recom
   release(&b);
 }
 
+/* Stage 1's first input gradient sent from its receive stream: the
+ * channel GRAD_TO_PREVIOUS, one communicator, used from two streams. */
+static void grad_sent_from_recv_stream(built *b) {
+  lx_instr_list *send = &b->pipe.stages[1].streams[LX_STREAM_SEND];
+  int at = find_kind(send, LX_I_SEND_GRAD, 0);
+  lx_instr_append(&b->pipe.stages[1].streams[LX_STREAM_RECV], send->items[at]);
+  remove_instr(send, at);
+}
+
+/* Stage 1's first gradient received from stage 0, which its channel
+ * GRAD_FROM_NEXT does not join. */
+static void grad_received_from_previous(built *b) {
+  lx_instr_list *recv = &b->pipe.stages[1].streams[LX_STREAM_RECV];
+  recv->items[find_kind(recv, LX_I_RECV_GRAD, 0)].peer = 0;
+}
+
+/* Check 5 finds each plant once, under 1F1B and around interleaved 1F1B's
+ * ring, and nothing before it. */
+static void check_channels(void) {
+  plant_fn plants[] = {grad_sent_from_recv_stream, grad_received_from_previous};
+  const char *names[] = {"an input gradient sent from the receive stream",
+                         "a gradient received from the previous stage"};
+  for (int k = 0; k < 2; k++)
+    for (int interleaved = 0; interleaved <= 1; interleaved++) {
+      built b;
+      bool ok = interleaved ? build_interleaved("examples/tiny.model", 8, 3, 2, 6, LX_RECOMPUTE_NONE, &b)
+                            : build("examples/tiny.model", 4, 3, 7, LX_SCHEDULE_1F1B, LX_RECOMPUTE_NONE, &b);
+      CHECK(ok && verify_channels(&b) == 0, "%s: the channels verify clean before planting", names[k]);
+      plants[k](&b);
+      int violations = quietly(verify_channels, &b);
+      CHECK(violations == 1, "%s (%s) is reported by the channel check once (%d)", names[k],
+            interleaved ? "interleaved" : "1f1b", violations);
+      release(&b);
+    }
+}
+
 /* The access lists the printers will use: a forward reads its inputs and
  * writes its output; a backward accumulates into its inputs' gradients. */
 /* Megatron's selective plan keeps the attention's output and drops its
@@ -524,6 +575,7 @@ int main(void) {
   check_accesses();
   check_examples();
   check_interleaved_examples();
+  check_channels();
   check_planted_interleaved("a dropped WAIT", drop_wait, LX_RECOMPUTE_NONE);
   check_planted_interleaved("two swapped sends", swap_sends, LX_RECOMPUTE_NONE);
   check_planted_interleaved("a shared stash slot", share_stash_slot, LX_RECOMPUTE_FULL);
