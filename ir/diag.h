@@ -19,4 +19,10 @@ __attribute__((format(printf, 2, 3))) void lx_note(lx_srcloc at, const char *fmt
 /* What is valid but likely not meant: reported, not counted as an error. */
 __attribute__((format(printf, 2, 3))) void lx_warning(lx_srcloc at, const char *fmt, ...);
 
+/* Input quoted in a diagnostic: s, or its first LX_EXCERPT_MAX bytes and
+ * "..." in buf, so that one long token does not make a line of kilobytes.
+ * (Every message is escaped as it is printed: the excerpt need not be.) */
+enum { LX_EXCERPT_MAX = 64 };
+const char *lx_excerpt(const char *s, char buf[LX_EXCERPT_MAX + 4]);
+
 #endif

@@ -23,13 +23,19 @@ static int utf8_length(const unsigned char *s) {
   return len;
 }
 
-/* Text for XML, which must be UTF-8: a well-formed sequence is
- * copied; a stray byte becomes U+FFFD. Returns the bytes consumed. */
+/* U+FFFE or U+FFFF (EF BF BE, EF BF BF): well-formed UTF-8, but not
+ * characters XML 1.0 allows (its Char production skips them, as it skips the
+ * surrogates utf8_length already refuses), so a parser rejects the file. */
+static int xml_noncharacter(const unsigned char *s) { return s[0] == 0xef && s[1] == 0xbf && s[2] >= 0xbe; }
+
+/* Text for XML, which must be UTF-8 of characters XML allows: such a
+ * sequence is copied; a stray byte, and a character XML forbids, becomes
+ * U+FFFD. Returns the bytes consumed. */
 static int put_utf8(FILE *out, const unsigned char *s) {
   int len = utf8_length(s);
-  if (len == 0) {
+  if (len == 0 || (len == 3 && xml_noncharacter(s))) {
     fputs("\xef\xbf\xbd", out);
-    return 1;
+    return len ? len : 1;
   }
   fwrite(s, 1, (size_t)len, out);
   return len;
@@ -49,12 +55,14 @@ void lx_put_c_string(FILE *out, const char *s) {
   fputc('"', out);
 }
 
-const char *lx_text(const char *s, char *buf, size_t size) {
+/* s into buf: printable ASCII as is, except the characters of `also`, which
+ * like every other byte become \xNN; lx_text and lx_line_text. */
+static const char *escaped_text(const char *s, const char *also, char *buf, size_t size) {
   size_t n = 0;
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
     char piece[5];
-    if (printable(ch) && !strchr("*?\\", ch))
+    if (printable(ch) && !strchr(also, ch))
       snprintf(piece, sizeof piece, "%c", ch);
     else
       snprintf(piece, sizeof piece, "\\x%02x", ch);
@@ -66,6 +74,10 @@ const char *lx_text(const char *s, char *buf, size_t size) {
   if (size) buf[n] = '\0';
   return buf;
 }
+
+const char *lx_text(const char *s, char *buf, size_t size) { return escaped_text(s, "*?\\", buf, size); }
+
+const char *lx_line_text(const char *s, char *buf, size_t size) { return escaped_text(s, "", buf, size); }
 
 void lx_put_xml_text(FILE *out, const char *s) {
   for (; *s; s++) {

@@ -23,8 +23,15 @@ void lx_put_c_string(FILE *out, const char *s);
 enum { LX_TEXT_MAX = 1024 };
 const char *lx_text(const char *s, char *buf, size_t size);
 
+/* Text for one line of the terminal that is not a file name (a diagnostic's
+ * message, which quotes what lynxgen read): as lx_text, but `*`, `?` and `\`
+ * as they are. No byte that could move the cursor, retitle the window or
+ * break the line reaches the terminal. */
+const char *lx_line_text(const char *s, char *buf, size_t size);
+
 /* SVG/XML character data or an attribute value: & < > " ' as entities, and
- * control characters (not allowed in XML 1.0) as U+FFFD. */
+ * what XML 1.0 does not allow (control characters, U+FFFE, U+FFFF) and each
+ * byte that is not part of well-formed UTF-8 as U+FFFD. */
 void lx_put_xml_text(FILE *out, const char *s);
 
 /* s as well-formed UTF-8, for JSON (json.h; cJSON escapes the rest): each

@@ -217,4 +217,29 @@ else
   fail "a missing model file is reported by name, nothing written" "exit $status" "$err"
 fi
 
+# ---- what a diagnostic quotes of its input ----------------------------------
+
+# The fields of a profile line are quoted in its errors: an escape sequence in
+# one (retitling the window, clearing the screen; ESC, BEL, the 8-bit CSI 0x9b)
+# reaches the terminal as \xNN, never as the bytes, and a field of 5000 bytes
+# is quoted cut short.
+{
+  printf 'op linear 128 64 192 fp32 1 1 \033]0;PWNED\007\033[2J\n'
+  printf 'bogus\2333J 1\n'
+  head -c 5000 /dev/zero | tr '\0' x
+  echo ' 1'
+} >"$tmp/escape.profile"
+run_lynxgen examples/tiny.model --plan --profile "$tmp/escape.profile"
+what="a profile's fields quoted in its errors"
+if [ "$status" -ne 1 ] || LC_ALL=C grep -qP '[\x00-\x09\x0b-\x1f\x7f-\xff]' "$tmp/stderr"; then
+  fail "$what: exit 1, no control byte or byte past ASCII on stderr" "exit $status" "$(cat -v "$tmp/stderr")"
+elif ! grep -qF "unknown attribute '\x1b]0;PWNED\x07\x1b[2J'" <<<"$err" ||
+  ! grep -qF "unknown directive 'bogus\x9b3J'" <<<"$err"; then
+  fail "$what: control bytes as \xNN" "$err"
+elif ! grep -qE "unknown directive 'x{64}\.\.\.' " <<<"$err" || [ "$(wc -L <"$tmp/stderr")" -gt 200 ]; then
+  fail "$what: a field of 5000 bytes cut short" "$(cut -c1-300 "$tmp/stderr")"
+else
+  pass "$what: control bytes as \xNN, a field of 5000 bytes cut short"
+fi
+
 [ "$failures" -eq 0 ]

@@ -8,7 +8,8 @@ The model file is examples/tiny.model, renamed and with hostile data paths:
   would end a C string literal followed by a call of system(), a star that
   could end a comment, a trigraph (`??=`; a file name has no `/`, so no `*/`
   and no `??/`), a newline followed by `#error`, `$(...)` and backquotes for a shell, a
-  backslash, a `&<` for XML and a byte that is not UTF-8;
+  backslash, a `&<` for XML, U+FFFE and U+FFFF (well-formed UTF-8 that XML
+  forbids) and a byte that is not UTF-8;
 - train_data and val_data hold the same C and shell hazards, with a comment
   end and `??/`, which splices lines in C11 (a C string in the model file can
   hold anything through escapes; control characters are refused, below).
@@ -21,11 +22,13 @@ exactly the bytes of the name and the paths; the CPU program runs (--help);
 no file named PWNED appears anywhere; run.sh and run-slurm.sh parse (sh -n) and
 do not hold the name; the Makefile parses (make -n); ir.json, trace.json and the
 --plan --json output parse, with the name as the model file (the non-UTF-8 byte
-as U+FFFD); schedule.svg and memory.svg are well-formed XML; manifest.txt and
-plan.txt keep one entry per line.
+as U+FFFD); schedule.svg and memory.svg are well-formed XML (U+FFFE, U+FFFF
+and the stray byte as U+FFFD); manifest.txt and plan.txt keep one entry per
+line.
 
 A data path with a control character (a newline written as \\n in the model
-file) is refused with a located error: it could never be a file a user means.
+file, or a NUL as \\0, which a C string would end at without a word) is
+refused with a located error: it could never be a file a user means.
 """
 import json
 import os
@@ -39,10 +42,10 @@ import xml.etree.ElementTree as ET
 from tap import check, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LYNXGEN = os.path.join(ROOT, "bin", "lynxgen")
+LYNXGEN = os.environ.get("LYNXGEN", os.path.join(ROOT, "bin", "lynxgen"))
 
 HOSTILE_NAME = (b'x"); system("touch PWNED"); puts("** int pwned; ??= \n'
-                b'#error injected $(touch PWNED) `touch PWNED` \\ &< \xff.model')
+                b'#error injected $(touch PWNED) `touch PWNED` \\ &< \xef\xbf\xbe\xef\xbf\xbf \xff.model')
 # C source text of a string literal in the model file, and the bytes it means
 # (the model file is C11, where `??=` would be a trigraph already: `?\?=` is not).
 HOSTILE_PATH_SOURCE = r'd\"); system(\"touch PWNED\"); /* */ ?\?= ?\?/ $(touch PWNED) `touch PWNED` \\x'
@@ -181,12 +184,14 @@ def check_plan_json(work, model):
 
 
 def check_control_character(work):
-    model = hostile_model(work, b"newline.model", r"data/train\n#error injected")
-    r = run([LYNXGEN, model, "--plan"], work)
-    text = r.stdout.decode(errors="replace")
-    check(r.returncode == 1 and re.search(r"newline\.model:\d+:\d+: error: field '\.train_data' holds control "
-                                          r"character 0x0a", text) is not None,
-          "a data path with a newline is refused, located at its field")
+    for what, source, byte in (("a newline", r"data/train\n#error injected", "0x0a at byte 11"),
+                               ("a NUL", r"data/train\0/../../etc/passwd", "0x00 at byte 11")):
+        model = hostile_model(work, b"control.model", source)
+        r = run([LYNXGEN, model, "--plan"], work)
+        text = r.stdout.decode(errors="replace")
+        check(r.returncode == 1 and re.search(r"control\.model:\d+:\d+: error: field '\.train_data' holds control "
+                                              r"character " + byte, text) is not None,
+              "a data path with %s is refused, located at its field" % what)
 
 
 def main():

@@ -457,8 +457,10 @@ typedef struct {
   double host_bytes_per_s;
 } profile_parser;
 
+/* what, a format of one %s: the text of a field, quoted short (lx_excerpt). */
 static void parse_error(profile_parser *p, int col, const char *what, const char *text) {
-  lx_error((lx_srcloc){p->path, p->line, col, NULL}, what, text);
+  char excerpt[LX_EXCERPT_MAX + 4];
+  lx_error((lx_srcloc){p->path, p->line, col, NULL}, what, lx_excerpt(text, excerpt));
   p->errors++;
 }
 

@@ -137,13 +137,34 @@ static bool expect_enum_value(lx_srcloc at, const field_desc *f, CXCursor member
   return false;
 }
 
-static void store_string(lx_srcloc at, const field_desc *f, CXCursor value, char *slot) {
+/* The bytes of the string literal `value` is, its terminating NUL not
+ * counted, or -1 where that is not known (not a literal of chars). */
+static long long literal_length(CXCursor value) {
+  CXCursor literal = lx_strip_wrappers(value);
+  CXType type = clang_getCursorType(literal);
+  if (clang_getCursorKind(literal) != CXCursor_StringLiteral || type.kind != CXType_ConstantArray ||
+      clang_Type_getSizeOf(clang_getArrayElementType(type)) != 1)
+    return -1;
+  return clang_getArraySize(type) - 1;
+}
+
+/* A path with a NUL in it ("a\0b") would be cut there without a word, as
+ * every C string is: refused like any other control character in a path
+ * (config_values.c), which that check cannot see past the cut. */
+static void store_string(lx_srcloc at, lx_srcloc field_at, const field_desc *f, CXCursor value, char *slot) {
   CXEvalResult r = clang_Cursor_Evaluate(value);
   if (!r || clang_EvalResult_getKind(r) != CXEval_StrLiteral)
     lx_error(at, "field '%s' must be a string literal", f->name);
   else {
-    char *copy = lx_strdup(clang_EvalResult_getAsStr(r));
-    memcpy(slot, &copy, sizeof copy);
+    const char *text = clang_EvalResult_getAsStr(r);
+    size_t length = strlen(text);
+    if (literal_length(value) > (long long)length)
+      lx_error(field_at, "field '.%s' holds control character 0x00 at byte %zu; a path may not", f->name,
+               length + 1);
+    else {
+      char *copy = lx_strdup(text);
+      memcpy(slot, &copy, sizeof copy);
+    }
   }
   if (r) clang_EvalResult_dispose(r);
 }
@@ -172,7 +193,7 @@ static void store_field(lx_parse_ctx *ctx, const field_desc *f, CXCursor member,
   lx_srcloc at = lx_expr_start_loc(ctx, value);
   lx_constant number;
   if (f->type == FIELD_STRING)
-    store_string(at, f, value, slot);
+    store_string(at, ctx->ir->locs.field[f->id], f, value, slot);
   else if (!lx_number_of(ctx, value, what, &number))
     return;
   else if (f->type == FIELD_DOUBLE)
