@@ -8,6 +8,13 @@
 # - `-o .`, `-o ..`, `-o /`, the home directory and a symbolic link are
 #   refused (exit 2) even when lynxgen wrote them, and nothing in them changes;
 # - a rejected model leaves the previous output untouched;
+# - a generated file replaced by a FIFO or a link to a device is a change
+#   (exit 2), never waited on; a lock held on DIR's parent is waited for with
+#   a message, and SIGTERM ends the wait leaving nothing behind;
+# - DIR keeps its permissions (a private 0700, a shared setgid 2770) and its
+#   group; a new DIR has mkdir's mode;
+# - lnk/., lnk/x/.. and the like are the symbolic link lnk, refused; a
+#   refused -o creates no directory;
 # - 8 runs at once on one DIR all succeed and leave one consistent output
 #   (every file the manifest lists, with its hash) and no staging directory;
 # - no run leaves a hidden staging directory next to DIR;
@@ -29,6 +36,16 @@ check() {
 # Runs lynxgen with the given arguments from the current directory; sets $status and $err.
 run_lynxgen() {
   "$LYNXGEN" --target "${TARGET:-cpu}" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+  status=$?
+  err=$(cat "$tmp/stderr")
+}
+
+# run_bounded SECONDS ARGS...: run_lynxgen that cannot hang the test: SIGTERM after SECONDS, SIGKILL 3 s later
+# ($status 124 or 137)
+run_bounded() {
+  local seconds=$1
+  shift
+  timeout -k 3 "$seconds" "$LYNXGEN" --target "${TARGET:-cpu}" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
   status=$?
   err=$(cat "$tmp/stderr")
 }
@@ -61,6 +78,28 @@ check "-o with a 255-byte last component: written, then replaced (exit $status)"
 (umask 022 && "$LYNXGEN" --target cpu "$MODEL" -o "$tmp/shared" >/dev/null 2>&1)
 mode=$(stat -c %a "$tmp/shared")
 check "-o DIR under umask 022: mode 755 (got $mode)" test "$mode" = 755
+
+# an existing directory keeps its permissions and group: a shared setgid 2770 one of another group (as root: daemon's;
+# else one of the user's other groups) on the first write, a private 0700 one on regeneration (once both became 755)
+group=$(id -u | grep -qx 0 && echo 1 || id -G | tr ' ' '\n' | grep -vx "$(id -g)" | head -1)
+mkdir "$tmp/shared-group" && chmod 2770 "$tmp/shared-group" && chgrp "${group:-$(id -g)}" "$tmp/shared-group"
+before=$(stat -c '%a %g' "$tmp/shared-group")
+run_lynxgen "$MODEL" -o "$tmp/shared-group"
+after=$(stat -c '%a %g' "$tmp/shared-group")
+check "-o an empty directory of mode 2770, another group: written, mode and group kept ($before, got $after)" \
+  test "$status" -eq 0 -a "$after" = "$before" -a -s "$tmp/shared-group/plan.txt"
+chmod 700 "$tmp/shared-group" && echo log >"$tmp/shared-group/run.log"
+before=$(stat -c %a "$tmp/shared-group")
+run_lynxgen "$MODEL" -o "$tmp/shared-group" --micro-batch 1
+after=$(stat -c %a "$tmp/shared-group")
+check "a directory lynxgen wrote, then made private: regenerated, still $before (got $after)" \
+  test "$status" -eq 0 -a "$after" = "$before" -a -s "$tmp/shared-group/run.log"
+
+# a new directory in a setgid parent takes the setgid bit, as mkdir's would
+mkdir "$tmp/setgid-parent" && chmod 2775 "$tmp/setgid-parent" && mkdir "$tmp/setgid-parent/by-mkdir"
+(umask 022 && "$LYNXGEN" --target cpu "$MODEL" -o "$tmp/setgid-parent/out" >/dev/null 2>&1)
+mode=$(stat -c %a "$tmp/setgid-parent/out") mkdir_mode=$(stat -c %a "$tmp/setgid-parent/by-mkdir")
+check "a new -o DIR in a setgid parent: mkdir's mode $mkdir_mode (got $mode)" test "$mode" = "$mkdir_mode"
 
 # ---- directories lynxgen did not write ---------------------------------------
 
@@ -118,6 +157,37 @@ check "a write that fails midway (ulimit -f): exit 1, the previous output as it 
 check "... and no staging directory left" no_staging_left "$tmp"
 rm -rf "$tmp/gen.before"
 
+# a generated file replaced by what cannot be read to its end: a FIFO (with a writer that never writes), a link to
+# /dev/zero. Hashing it once hung lynxgen, deaf to SIGTERM; it is a change, refused like an edit.
+run_lynxgen "$MODEL" -o "$tmp/hostile"
+rm "$tmp/hostile/trace.json" && mkfifo "$tmp/hostile/trace.json"
+sleep 30 <>"$tmp/hostile/trace.json" &
+writer=$!
+run_bounded 15 "$MODEL" -o "$tmp/hostile"
+kill "$writer"
+check "a generated file replaced by a FIFO: exit 2 at once (got $status), the FIFO kept" \
+  test "$status" -eq 2 -a -p "$tmp/hostile/trace.json"
+grep -qF "trace.json changed since lynxgen wrote it" <<<"$err" && pass "the refusal names the FIFO" ||
+  fail "the refusal names the FIFO" "$err"
+rm "$tmp/hostile/trace.json" && ln -s /dev/zero "$tmp/hostile/trace.json"
+run_bounded 15 "$MODEL" -o "$tmp/hostile"
+check "a generated file replaced by a link to /dev/zero: exit 2 at once (got $status), the link kept" \
+  test "$status" -eq 2 -a -L "$tmp/hostile/trace.json"
+check "... and no staging directory left" no_staging_left "$tmp"
+
+# another process holding a lock on DIR's parent (any reader can): lynxgen says what it waits for, and SIGTERM ends
+# the wait (timeout's 124, not 137: it once blocked every signal there) without leaving its staging directory
+mkdir "$tmp/locked"
+flock -o "$tmp/locked" sleep 30 &
+holder=$!
+sleep 0.5
+run_bounded 2 "$MODEL" -o "$tmp/locked/out"
+kill "$holder"
+check "a lock held on the parent: SIGTERM ends the wait (got $status), nothing left in the parent" \
+  test "$status" -eq 124 -a -z "$(ls -A "$tmp/locked")"
+grep -qF "waiting for the lock on $tmp/locked" <<<"$err" && pass "the wait names the lock it waits for" ||
+  fail "the wait names the lock it waits for" "$err"
+
 # ---- directories never replaced --------------------------------------------
 
 # `-o .` inside a directory lynxgen once wrote: once, this deleted everything in it
@@ -143,6 +213,25 @@ ln -s gen "$tmp/link"
 run_lynxgen "$MODEL" -o "$tmp/link"
 check "-o a symbolic link: exit 2, neither the link nor its target replaced" \
   test "$status" -eq 2 -a -L "$tmp/link" -a -s "$tmp/gen/notes.txt"
+
+# the link however spelled: lnk/., lnk/ and lnk/x/.. are the directory lnk points to (once replaced)
+cp "$tmp/gen/plan.txt" "$tmp/plan.before"
+for spelling in link/. link/./ link/runs/..; do
+  run_bounded 30 "$MODEL" -o "$tmp/$spelling" --micro-batch 1
+  check "-o $spelling: exit 2 (got $status), neither the link nor its target replaced" \
+    test "$status" -eq 2 -a -L "$tmp/link" -a -s "$tmp/gen/notes.txt" \
+    -a -z "$(cmp "$tmp/gen/plan.txt" "$tmp/plan.before" 2>&1)"
+done
+
+# a refused -o creates no directory (its missing parents were made before the checks); . and .. are read as
+# written, so newA/newB/../../newC is newC, and makes newC alone
+mkdir "$tmp/spelled"
+(cd "$tmp/spelled" && run_bounded 30 "$MODEL" -o newX/.. && echo "$status" >"$tmp/status")
+check "-o newX/.. (the working directory): exit 2, newX not created" \
+  test "$(cat "$tmp/status")" -eq 2 -a ! -e "$tmp/spelled/newX"
+(cd "$tmp/spelled" && run_bounded 30 "$MODEL" -o newA/newB/../../newC && echo "$status" >"$tmp/status")
+check "-o newA/newB/../../newC: newC written, newA not created" \
+  test "$(cat "$tmp/status")" -eq 0 -a -s "$tmp/spelled/newC/plan.txt" -a ! -e "$tmp/spelled/newA"
 
 # ---- concurrent runs ---------------------------------------------------------
 

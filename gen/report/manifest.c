@@ -3,31 +3,52 @@
 #include "report/manifest.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "escape.h"
 
-static bool sha256_file(const char *path, char hex[65]) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return false;
+/* Opens a regular file to hash it, and nothing else: a FIFO, a device or a
+ * link to one put in a generated file's place would block the open or the
+ * read forever (or never end: /dev/zero). It is checked before the open (which
+ * has effects on some devices) and after it (it may have been swapped in
+ * between); the open does not block either way. With `follow` false, a
+ * symbolic link is not followed: a generated file replaced by one is not
+ * the file lynxgen wrote. */
+static int open_regular(const char *path, bool follow) {
+  struct stat named, opened;
+  if ((follow ? stat(path, &named) : lstat(path, &named)) != 0 || !S_ISREG(named.st_mode)) return -1;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+  if (fd >= 0 && (fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode))) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static bool sha256_file(const char *path, bool follow, char hex[65]) {
+  int fd = open_regular(path, follow);
+  if (fd < 0) return false;
   EVP_MD_CTX *ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
   unsigned char buf[65536], digest[EVP_MAX_MD_SIZE];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-    EVP_DigestUpdate(ctx, buf, got);
+  ssize_t got;
+  while ((got = read(fd, buf, sizeof buf)) > 0)
+    EVP_DigestUpdate(ctx, buf, (size_t)got);
   unsigned int length = 0;
   EVP_DigestFinal_ex(ctx, digest, &length);
   EVP_MD_CTX_free(ctx);
-  fclose(f);
+  close(fd);
   for (unsigned int i = 0; i < length; i++)
     snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-  return true;
+  return got == 0;
 }
 
 #define MANIFEST_HEADER "# lynxgen manifest: SHA-256 of the input and of every generated file"
@@ -47,14 +68,14 @@ bool lx_write_manifest(const char *dir, const char *model_path) {
   FILE *out = fopen(path, "w");
   if (!out) return false;
   const char *slash = strrchr(model_path, '/');
-  bool ok = sha256_file(model_path, hex);
+  bool ok = sha256_file(model_path, true, hex); /* the model may be a link */
   fprintf(out, MANIFEST_HEADER "\ninput  %s  %s\n", ok ? hex : "?",
           lx_text(slash ? slash + 1 : model_path, name, sizeof name));
   struct dirent **names = NULL; /* scandir leaves it unset when it fails */
   int n = scandir(dir, &names, regular_file, by_name);
   for (int i = 0; i < n; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
-    ok = ok && sha256_file(path, hex);
+    ok = ok && sha256_file(path, false, hex);
     if (ok) fprintf(out, "output %s  %s\n", hex, names[i]->d_name);
     free(names[i]);
   }
@@ -89,7 +110,7 @@ const lx_manifest_entry *lx_manifest_find(const lx_manifest *m, const char *name
 bool lx_manifest_unchanged(const char *dir, const lx_manifest_entry *e) {
   char path[PATH_MAX + 300], hex[65];
   snprintf(path, sizeof path, "%s/%s", dir, e->name);
-  return sha256_file(path, hex) && !strcmp(hex, e->sha256);
+  return sha256_file(path, false, hex) && !strcmp(hex, e->sha256);
 }
 
 void lx_free_manifest(lx_manifest *m) {

@@ -4,8 +4,12 @@
  * the manifest of DIR says it wrote, and only while they hold what it wrote;
  * files a user added (build products included) move into the new directory.
  * It refuses `/`, the home directory, the working directory or one that holds
- * it, a symbolic link, and a non-empty directory without lynxgen's manifest.
- * Concurrent runs on the same DIR take turns (a lock on DIR's parent). */
+ * it, a symbolic link however spelled (lnk/., lnk/x/..), and a non-empty
+ * directory without lynxgen's manifest; a refused DIR's missing parents are
+ * not created. The new DIR keeps the permissions and group of the one it
+ * replaces. Concurrent runs on the same DIR take turns (a lock on DIR's
+ * parent); SIGINT, SIGTERM and SIGHUP stop a run, its hidden directory
+ * removed, at any time but the exchange itself. */
 #ifndef LX_OUTPUT_DIR_H
 #define LX_OUTPUT_DIR_H
 
