@@ -17,7 +17,7 @@ override CFLAGS += -std=c11 $(WARNINGS) -Iir -Igen -Itemplates/cuda -I$(LLVM_DIR
 LDLIBS := -L$(LLVM_DIR)/lib -lclang-16 -Wl,-rpath,$(LLVM_DIR)/lib -lcrypto -lm -lglpk -lcjson
 
 GEN_SRCS := ir/alloc.c ir/diag.c ir/escape.c ir/ir.c ir/ir_json.c ir/json.c ir/op_signature.c ir/schedule.c \
-  gen/frontend/configs.c gen/frontend/constant.c gen/frontend/cursor.c gen/frontend/frontend.c gen/frontend/locate.c gen/frontend/model_file.c \
+  gen/frontend/configs.c gen/frontend/constant.c gen/frontend/cursor.c gen/frontend/directives.c gen/frontend/frontend.c gen/frontend/locate.c gen/frontend/model_file.c \
   gen/frontend/source_file.c gen/analysis/analyze.c gen/analysis/config_values.c gen/analysis/mini_sequences.c gen/analysis/cost.c gen/analysis/hardware.c gen/analysis/lint.c \
   gen/planning/glpk_errors.c gen/planning/input_gradients.c gen/planning/layout.c gen/planning/memplan.c gen/planning/parallel.c gen/planning/partition.c \
   gen/planning/plan.c gen/planning/policy.c gen/planning/recompute.c gen/planning/schedule.c \

@@ -2,7 +2,10 @@
 # lynxgen's time and memory are bounded whatever it is given (issue 19):
 # - a model file, an included file or a --profile that is a device
 #   (/dev/zero), a FIFO or a directory is refused at once (exit 1), never read
-#   forever; so is one over 1 MiB;
+#   forever; so is one over 1 MiB; so is every other way a directive could
+#   read a file (#include of a macro, #import, #include_next, #embed, an
+#   absolute <path>, __has_include, comments, splices, trigraphs and
+#   digraphs in #include) or crash clang (#pragma clang __debug, _Pragma);
 # - a plan of more micro-batches per step than lynxgen schedules (a
 #   global_batch of 2^20) is refused with the limit named, not planned for
 #   minutes in gigabytes; so is a block of more than 1023 statements or more
@@ -61,6 +64,54 @@ echo '#include "self.h"' >"$tmp/self.h"
 sed 's|^#include <lynx.h>|&\n#include "self.h"|' examples/tiny.model >"$tmp/self.model"
 run_lynxgen "$tmp/self.model" --plan
 expect_error "a header that includes itself: stops at the nesting limit" "error: includes nest more than 16 deep"
+
+# every other way a directive could make clang read a file, or crash it, is refused at the
+# directive before libclang runs: within 10 s (a FIFO read would hang), exit 1, located
+at=$(($(grep -n '^#include <lynx.h>' examples/tiny.model | cut -d: -f1) + 1)) # the first inserted line
+printf '#define REGULAR 1\n' >"$tmp/regular.h"
+mkfifo "$tmp/a\\\" " "$tmp/$(printf '\033')[31mfifo"
+# refused_at_once NAME TEXT PATTERN: TEXT (printf %b) inserted after tiny.model's #include <lynx.h>
+# is refused at once with an error matching FILE:PATTERN
+refused_at_once() {
+  printf '%b\n' "$2" | sed '/^#include <lynx.h>/r /dev/stdin' examples/tiny.model >"$tmp/directive.model"
+  (ulimit -v 4000000 && exec timeout 10 "$LYNXGEN" "$tmp/directive.model" --plan) >/dev/null 2>"$tmp/stderr"
+  status=$?
+  err=$(cat "$tmp/stderr")
+  expect_error "$1: refused at once, located" "^$tmp/directive.model:$3"
+}
+refused_at_once '#include of a macro naming /dev/zero' '#define Z "/dev/zero"\n#include Z' \
+  "$((at + 1)):1: error: #include takes a file name in quotes or <lynx.h>, not a macro"
+refused_at_once '#import' '#import "/dev/zero"' "$at:1: error: #import is not allowed in a model file"
+refused_at_once '#include_next' '#include_next "fifo"' "$at:1: error: #include_next is not allowed in a model file"
+refused_at_once '#embed' '#embed "fifo"' "$at:1: error: #embed is not allowed in a model file"
+refused_at_once '#include <an absolute path>' '#include </dev/zero>' "$at:1: error: #include <...> may name only <lynx.h>"
+for form in '#/**/include "fifo"' '#include \\\n"fifo"' '#inc\\ \nlude "fifo"' '??=include "fifo"' \
+  '%:include "fifo"' ' /* */ %: include\t"fifo" // x'; do
+  refused_at_once "$(printf '%b' "$form" | tr '\n' ' '), of a FIFO" "$form" \
+    "$at:[0-9]+: error: the included file 'fifo' is a FIFO"
+done
+refused_at_once '#include "a\" ", of a FIFO named a\" (clang reads \" as part of the name)' '#include "a\\" "' \
+  "$at:1: error: the included file 'a[\\]x5c\" ' is a FIFO"
+refused_at_once '#include of a FIFO named with an escape sequence' '#include "\033[31mfifo"' \
+  "$at:1: error: the included file '[\\]x1b\[31mfifo' is a FIFO"
+grep -q $'\033' <<<"$err" && fail "... and no control byte reaches the terminal" "$err" ||
+  pass "... and no control byte reaches the terminal"
+for pragma in parser_crash llvm_fatal_error; do
+  refused_at_once "#pragma clang __debug $pragma" "#pragma clang __debug $pragma" "$at:1: error: this #pragma is not allowed"
+done
+refused_at_once '_Pragma("clang __debug parser_crash")' '_Pragma("clang __debug parser_crash")' \
+  "$at:1: error: '_Pragma' is not allowed in a model file"
+refused_at_once '_Pragma formed by token pasting' '#define CAT(a, b) a##b\nCAT(_Pr, agma)("clang __debug parser_crash")' \
+  "$at:20: error: token pasting \(##\) is not allowed in a model file"
+refused_at_once '__has_include of a FIFO' '#if __has_include("fifo")\n#endif' \
+  "$at:5: error: '__has_include' is not allowed in a model file"
+# what only looks like a directive, and the directives that read no file, are left to clang
+printf '%s\n' '/* #include "fifo" */ // #import "fifo"' '#pragma once' '#pragma GCC diagnostic push' \
+  '??=define W /* #include "fifo" */ 1' '#define S "\" #include \"fifo\""' '%:include "regular.h"' '#pragma GCC diagnostic pop' |
+  sed '/^#include <lynx.h>/r /dev/stdin' examples/tiny.model >"$tmp/allowed.model"
+run_lynxgen "$tmp/allowed.model" --plan
+[ "$status" -eq 0 ] && pass "comments, strings, #pragma once and diagnostic, a trigraph and a digraph: planned" ||
+  fail "comments, strings, #pragma once and diagnostic, a trigraph and a digraph: planned" "exit $status" "$err"
 
 run_lynxgen examples/tiny.model --plan --profile /dev/zero
 expect_error "--profile /dev/zero: refused at once" "error: the profile is a device"

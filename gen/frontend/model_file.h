@@ -1,7 +1,7 @@
 /* model_file.h — reading a model file, and every file it #includes, within
  * bounds (source_file.h), includes nested at most LX_MAX_INCLUDE_DEPTH deep.
  * libclang reads the included files itself; they are checked before it sees
- * them. */
+ * them, and so is every directive that could read a file (directives.h). */
 #ifndef LX_MODEL_FILE_H
 #define LX_MODEL_FILE_H
 
