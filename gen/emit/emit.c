@@ -51,19 +51,114 @@ static int stage_ranks(const lx_program *prog) {
   return plan->tp * plan->dp;
 }
 
+/* A stop signal (SIGTERM from a batch system, Ctrl-C's SIGINT, SIGHUP) is
+ * noted from the script's first line: one that comes before the job
+ * starts ends the script, exit 0, starting nothing (at its exit, so that
+ * also where Ctrl-C killed a command of the script's, which set -e would
+ * end it on), and one that comes later is relayed to the ranks
+ * (print_stop_relay; the trap on EXIT that removes $stopdir says the
+ * same until mpirun has started). */
+static void print_stop_noting(FILE *out) {
+  fprintf(out, "stop= job=\n"
+               "trap 'stop=TERM' TERM\ntrap 'stop=INT' INT\ntrap 'stop=HUP' HUP\n"
+               "# a stop asked before the job started: nothing was trained, there is nothing to save\n"
+               "stop_before_job() {\n"
+               "  [ -n \"$stop\" ] || return 0\n"
+               "  echo \"run.sh: asked to stop (SIG$stop) before the job started: nothing trained, nothing "
+               "saved\"\n"
+               "  exit 0\n}\n"
+               "trap stop_before_job EXIT\n");
+}
+
 /* mpirun kills its ranks on SIGTERM and SIGINT; it forwards SIGUSR1, which
  * asks them to finish the step, save and stop (templates/common/lx_stop.h).
  * So the script runs mpirun in the background, in a session of its own (a
  * terminal's Ctrl-C reaches the script, not mpirun), and turns the one into
- * the other, waiting until mpirun has exited to return its status. */
-#define MPIRUN_IN_ITS_SESSION "setsid=$(command -v setsid || true)\n$setsid mpirun $root"
+ * the other, waiting until mpirun has exited to return its status. The
+ * ranks say in $LX_STOP_DIR when they catch the signal; -x passes its name
+ * to ranks on other nodes. */
+#define MPIRUN_IN_ITS_SESSION                                                                                \
+  "stopdir=$(mktemp -d \"${TMPDIR:-/tmp}/lynx-run.XXXXXX\")\n"                                               \
+  "trap 'rm -rf \"$stopdir\"; [ -n \"$job\" ] || stop_before_job' EXIT\n"                                    \
+  "export LX_STOP_DIR=\"$stopdir\"\n"                                                                        \
+  "setsid=$(command -v setsid || true)\n$setsid mpirun $root -x LX_STOP_DIR"
 
+/* The functions the relay uses: how many ranks catch stop signals (each
+ * made rank.PID in $stopdir once it did), whether any of them still runs,
+ * and the end of an mpirun that outlives its ranks. */
+static void print_rank_watch(FILE *out) {
+  fprintf(out,
+          "# the ranks that catch stop signals: each made $stopdir/rank.PID once it did\n"
+          "ranks_catching() {\n"
+          "  set -- \"$stopdir\"/rank.*\n"
+          "  if [ -e \"$1\" ]; then echo \"$#\"; else echo 0; fi\n}\n"
+          "# whether one of them runs: a zombie does not (mpirun, its parent, may be what hangs)\n"
+          "ranks_alive() {\n"
+          "  for rank in \"$stopdir\"/rank.*; do\n"
+          "    pid=${rank##*.}\n"
+          "    [ -e \"$rank\" ] && kill -0 \"$pid\" 2>/dev/null || continue\n"
+          "    if [ -r \"/proc/$pid/stat\" ] && read -r state <\"/proc/$pid/stat\"; then\n"
+          "      state=${state##*) }\n"
+          "      [ \"${state%%%% *}\" != Z ] || continue\n"
+          "    fi\n"
+          "    return 0\n"
+          "  done\n  return 1\n}\n"
+          "# an mpirun that outlives its ranks would hold the job forever: its session ends\n"
+          "end_mpirun() {\n"
+          "  echo \"run.sh: the job's ranks have exited but mpirun has not, 10 s later: ending it\" >&2\n"
+          "  kill -TERM -\"$job\" 2>/dev/null || kill -TERM \"$job\" 2>/dev/null || true\n"
+          "  sleep 2\n"
+          "  kill -KILL -\"$job\" 2>/dev/null || kill -KILL \"$job\" 2>/dev/null || true\n"
+          "  wait \"$job\" 2>/dev/null || true\n"
+          "  exit 1\n}\n");
+}
+
+/* mpirun drops a SIGUSR1 that comes before it has started the ranks, and a
+ * rank that gets one before main() catches it dies of it, taking the job
+ * with it. So the stop goes to mpirun once every rank catches it (of
+ * `ranks`); where some cannot say so (ranks on other nodes, which do not
+ * see $stopdir), 10 s after the launch and every 10 s from then on. The
+ * relay returns once mpirun has exited, with its status. */
+static void print_stop_relay(FILE *out, int ranks) {
+  print_rank_watch(out);
+  fprintf(out,
+          "relay_stop() {\n"
+          "  echo \"$stop\" >\"$stopdir/signal\"\n"
+          "  sent= orphaned_since=\n"
+          "  while kill -0 \"$job\" 2>/dev/null; do\n"
+          "    now=$(date +%%s) || continue\n"
+          "    [ -n \"$launched\" ] || launched=$now\n"
+          "    if [ \"$(ranks_catching)\" -ge %d ]; then\n"
+          "      [ -n \"$sent\" ] || kill -USR1 \"$job\" 2>/dev/null || true\n"
+          "      sent=$now\n"
+          "    elif [ $((now - launched)) -ge 10 ] && [ $((now - ${sent:-0})) -ge 10 ]; then\n"
+          "      kill -USR1 \"$job\" 2>/dev/null || true\n"
+          "      sent=$now\n"
+          "    fi\n"
+          "    if [ -z \"$sent\" ] || [ \"$(ranks_catching)\" = 0 ] || ranks_alive; then\n"
+          "      orphaned_since=\n"
+          "    elif [ $((now - ${orphaned_since:=$now})) -ge 10 ]; then\n"
+          "      end_mpirun\n"
+          "    fi\n"
+          "    sleep 0.1 2>/dev/null || sleep 1\n"
+          "  done\n"
+          "  rc=0\n  wait \"$job\" 2>/dev/null || rc=$?\n"
+          "  [ \"$rc\" = 127 ] || status=$rc # 127: the first wait took the status (bash)\n}\n",
+          ranks);
+}
+
+/* The launch line ends here: mpirun in the background, its status waited
+ * for, a stop signal relayed (print_stop_relay, printed before the launch).
+ * A signal ends the first wait early. */
 static void print_stop_forwarding(FILE *out) {
-  fprintf(out, " &\njob=$!\n"
-               "trap 'kill -USR1 \"$job\" 2>/dev/null || true' TERM INT HUP\n"
-               "status=0\nwait \"$job\" || status=$?\n"
-               "while kill -0 \"$job\" 2>/dev/null; do status=0; wait \"$job\" || status=$?; done\n"
-               "exit \"$status\"\n");
+  fprintf(out,
+          " &\njob=$!\n"
+          "set +e # run.sh now lives as long as mpirun: a command of its that Ctrl-C kills must not end it\n"
+          "launched=$(date +%%s)\n"
+          "status=0\n"
+          "[ -n \"$stop\" ] || wait \"$job\" || status=$?\n"
+          "[ -z \"$stop\" ] || relay_stop\n"
+          "exit \"$status\"\n");
 }
 
 /* Before the job starts, each stage program checks what the run would take
@@ -99,6 +194,7 @@ static void print_preflight(const lx_program *prog, FILE *out, const char *varia
         "available\" >&2\n"
         "  exit 1\nfi\n",
         prog->pipe->pp * stage_ranks(prog));
+  fprintf(out, "[ -z \"$stop\" ] || exit 0 # stop_before_job\n");
 }
 
 static void cpu_run_script(const lx_program *prog, FILE *out) {
@@ -109,14 +205,16 @@ static void cpu_run_script(const lx_program *prog, FILE *out) {
           "#   ./run.sh --help          the run-time options (steps, data, checkpoints, ...)\n"
           "#   ./run.sh --steps 50      every argument goes to every stage\n"
           "#   LX_VARIANT=-check ./run.sh   run the programs built by 'make check'\n"
-          "#   ./run.sh --gradcheck     runs those of 'make gradcheck' (double precision)\n"
-          "set -e\nhere=$(dirname \"$0\")\n"
-          "variant=${LX_VARIANT:-}\n"
-          "for arg in \"$@\"; do\n"
-          "  case $arg in --gradcheck) variant=${LX_VARIANT--gradcheck} ;; esac\n"
-          "done\n",
+          "#   ./run.sh --gradcheck     runs those of 'make gradcheck' (double precision)\n",
           prog->pipe->pp, stage_ranks(prog));
+  print_stop_noting(out);
+  fprintf(out, "set -e\nhere=$(dirname \"$0\")\n"
+               "variant=${LX_VARIANT:-}\n"
+               "for arg in \"$@\"; do\n"
+               "  case $arg in --gradcheck) variant=${LX_VARIANT--gradcheck} ;; esac\n"
+               "done\n");
   print_preflight(prog, out, "$variant");
+  print_stop_relay(out, ranks);
   fprintf(out,
           "root=\n[ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n"
           "cores=$(nproc 2>/dev/null || echo 1)\n"
@@ -224,10 +322,11 @@ static void cuda_run_script(const lx_program *prog, FILE *out, bool slurm) {
           "#!/bin/sh\n"
           "# Generated by lynxgen: starts the %d stage program(s), %d rank(s) each, one rank per GPU%s.\n"
           "#   %s --help          the run-time options (steps, data, checkpoints, ...)\n"
-          "#   %s --steps 50      every argument goes to every stage\n"
-          "set -e\nhere=$(dirname \"$0\")\n",
+          "#   %s --steps 50      every argument goes to every stage\n",
           prog->pipe->pp, per_stage, slurm ? " under Slurm (srun)" : " (mpirun)",
           slurm ? "./run-slurm.sh" : "./run.sh", slurm ? "./run-slurm.sh" : "./run.sh");
+  print_stop_noting(out);
+  fprintf(out, "set -e\nhere=$(dirname \"$0\")\n");
   print_preflight(prog, out, "");
   if (slurm) {
     fprintf(out,
@@ -243,6 +342,7 @@ static void cuda_run_script(const lx_program *prog, FILE *out, bool slurm) {
             ranks, per_stage, graph);
     return;
   }
+  print_stop_relay(out, ranks);
   fprintf(out, "root=\n[ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n" MPIRUN_IN_ITS_SESSION
                " --bind-to none");
   for (int s = 0; s < prog->pipe->pp; s++)

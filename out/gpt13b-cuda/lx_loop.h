@@ -43,12 +43,16 @@ static int next_step_follows(const lx_run_options *o, int step, int validates, i
 }
 
 /* A non-finite loss or gradient norm (known alike on every rank) ends the
- * run before anything is saved. */
+ * run before anything is saved; the message names the checkpoint that
+ * stays only where there is one. */
 static void require_finite(const lx_run_options *o, int step, double loss, double grad_norm) {
   if (isfinite(loss) && isfinite(grad_norm)) return;
-  lx_fail_all("the loss is %g and the gradient norm %g at step %d: stopping without saving%s%s", loss,
-              grad_norm, step, o->save_checkpoint ? "; the last good checkpoint stays in " : "",
-              o->save_checkpoint ? o->save_checkpoint : "");
+  char loss_text[32], norm_text[32], kept[LX_WHY_BYTES] = "";
+  lx_format_real(loss_text, sizeof loss_text, loss);
+  lx_format_real(norm_text, sizeof norm_text, grad_norm);
+  lx_describe_kept_checkpoint(o->save_checkpoint, kept, sizeof kept);
+  lx_fail_all("the loss is %s and the gradient norm %s at step %d: stopping without saving%s", loss_text,
+              norm_text, step, kept);
 }
 
 static void announce_stop(const lx_run_options *o, int signal, int step) {
@@ -59,6 +63,20 @@ static void announce_stop(const lx_run_options *o, int signal, int step) {
   if (o->save_checkpoint) printf("; saved, continue with --resume %s", o->save_checkpoint);
   printf("\n");
   fflush(stdout);
+}
+
+/* A stop asked while the job started, before its first step: nothing was
+ * trained, so nothing is saved, exported or recorded (a checkpoint holds a
+ * step from 1 on; the metrics file stays as it was). The run continues
+ * from where it was: the checkpoint it resumed, or the start. */
+static int stop_before_training(const lx_run_options *o, int signal, int done) {
+  if (lx_world_rank() != 0) return 0;
+  printf("lynx: asked to stop (%s): stopped before step %d of %d, nothing trained", lx_signal_name(signal),
+         done + 1, o->train.steps);
+  if (o->resume_checkpoint) printf("; continue with --resume %s", o->resume_checkpoint);
+  printf("\n");
+  fflush(stdout);
+  return 0;
 }
 
 /* --steps 0: the weights it starts from (initialised, --init or --resume)
@@ -92,8 +110,9 @@ static void warn_unfinished_warmup(const lx_train_settings *t) {
  * by one rank (the last stage's tp rank 0 of replica 0, which knows the
  * loss; a resumed run appends to the metrics file); validation every
  * o->val_interval steps when val is open; the state saved every
- * o->checkpoint_every steps, after the last and when a stop signal came,
- * so that a crash loses at most an interval. Returns the exit status: 1
+ * o->checkpoint_every steps, after the last and when a stop signal came
+ * (one that came before the first step ends the run there, unsaved), so
+ * that a crash loses at most an interval. Returns the exit status: 1
  * when the run stopped because its metrics file could not be written. */
 static int train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
   int reports = STAGE == STAGES - 1 && TP_RANK == 0 && replica == 0;
@@ -109,6 +128,7 @@ static int train(const lx_run_options *o, lx_loader *data, lx_loader *val) {
   if (done == t->steps && lx_world_rank() == 0)
     printf("lynx: %s is of a finished run (step %d of %d): nothing is left to train\n", o->resume_checkpoint,
            done, t->steps);
+  if (done < t->steps && (stop = lx_stop_requested()) != 0) return stop_before_training(o, stop, done);
   if (reports) lx_metrics_open(o->metrics_path, done > 0);
   for (int step = done + 1; step <= t->steps && !stop; step++) {
     double lr = lx_learning_rate(step, t->warmup, t->steps, t->lr, t->min_lr, t->lr_schedule);

@@ -250,9 +250,11 @@ static void save_state(const lx_run_options *o, lx_loader *data, int step) {
   state_arrays(s.arrays, 1);
   int finite = weights_finite(), all_finite = 0;
   LX_MPI_CHECK(MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (!all_finite)
-    lx_fail_all("the weights are not finite after step %d: not saved, %s keeps the last good checkpoint",
-                step, o->save_checkpoint);
+  if (!all_finite) {
+    char kept[LX_WHY_BYTES];
+    lx_describe_kept_checkpoint(o->save_checkpoint, kept, sizeof kept);
+    lx_fail_all("the weights are not finite after step %d: stopping without saving%s", step, kept);
+  }
   lx_state_run run = this_run(o, step);
   run.windows = data->windows;
   if (lx_world_rank() == 0) run.data_fingerprint = lx_loader_fingerprint(data); /* the header is rank 0's */

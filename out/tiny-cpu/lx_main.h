@@ -457,6 +457,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--preflight")) /* run.sh, before it starts the job; both arenas */
     return preflight(LX_PROGRAM_CPU, argc - 1, argv + 1, (long long)((ARENA_BYTES + HOST_ARENA_BYTES) * REAL_SCALE),
                      "host");
+  lx_start_catching_stop_signals(); /* before MPI_Init: a stop asked while the job starts is kept */
   int rank;
   lx_mpi_start(&argc, &argv, STAGES * TENSOR_PARALLEL * DATA_PARALLEL, &rank);
   kernel_ctx.threads = omp_get_max_threads();

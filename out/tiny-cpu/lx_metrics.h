@@ -4,11 +4,13 @@
  * one that knows the loss). Both outputs are flushed every step, so a run
  * that dies still leaves its last step behind.
  *
- * The metrics file is truncated when opened: it describes this run only.
- * A line is one JSON object, printed by cJSON: step, loss, val_loss (only on
- * steps that validated), lr, grad_norm, ms, tokens_per_s, each number in
- * the digits that read back as it; a non-finite value (a diverged loss) is
- * null, since JSON has no NaN. */
+ * The metrics file is truncated when opened: it describes this run only,
+ * or with the run it resumes, whose lines it keeps. A line is one JSON
+ * object, printed by cJSON: step, loss, val_loss (only on steps that
+ * validated), lr, grad_norm, ms, tokens_per_s, each number in the digits
+ * that read back as it; a non-finite value (a diverged loss) is null, since
+ * JSON has no NaN. A line cut short (a full disk, a crash while it was
+ * written) is removed when the write fails or the file is opened again. */
 #ifndef LX_METRICS_H
 #define LX_METRICS_H
 
@@ -18,10 +20,13 @@
 #include "lx_real_text.h"
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Wall-clock milliseconds on a monotonic clock, for step timing. */
 static inline double lx_now_ms(void) {
@@ -45,6 +50,39 @@ static inline lx_metrics_state *lx_metrics(void) {
   return &state;
 }
 
+/* The offset just past the last newline among the first `end` bytes of
+ * fd; 0 where there is none; -1 on a read error. */
+static inline off_t lx_last_line_end(int fd, off_t end) {
+  char buf[4096];
+  while (end > 0) {
+    size_t n = end < (off_t)sizeof buf ? (size_t)end : sizeof buf;
+    if (pread(fd, buf, n, end - (off_t)n) != (ssize_t)n) return -1;
+    for (size_t i = n; i > 0; i--)
+      if (buf[i - 1] == '\n') return end - (off_t)n + (off_t)i;
+    end -= (off_t)n;
+  }
+  return 0;
+}
+
+/* A write that a full disk or a crash cut short leaves a partial line at
+ * the end of the file (one fprintf is not atomic); the lines appended after
+ * it would be glued to it, and the file would no longer read as a JSON
+ * object a line. So the file is cut back to its last complete line. Only a
+ * regular file this process can read: where it cannot, the lines are left
+ * as they are. */
+static inline void lx_metrics_drop_partial_line(const char *path) {
+  int fd = open(path, O_RDWR);
+  if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    off_t keep = lx_last_line_end(fd, st.st_size);
+    if (keep >= 0 && keep < st.st_size && ftruncate(fd, keep) != 0)
+      fprintf(stderr, "lynx: warning: cannot remove the partial last line of the metrics file %s: %s\n", path,
+              strerror(errno));
+  }
+  close(fd);
+}
+
 /* path NULL: report on stdout only. append: after the lines of the run this
  * one resumes (its steps after the checkpoint appear twice, the resumed
  * run's last). */
@@ -54,6 +92,7 @@ static inline void lx_metrics_open(const char *path, int append) {
   int print_every = m->print_every;
   memset(m, 0, sizeof *m);
   m->print_every = print_every;
+  if (path && append) lx_metrics_drop_partial_line(path);
   if (path && !(m->file = fopen(path, append ? "a" : "w")))
     lx_die("cannot write metrics file %s: %s", path, strerror(errno));
   m->path = path;
@@ -119,6 +158,9 @@ static inline char *lx_metrics_line(int step, double loss, double val_loss, doub
   return text;
 }
 
+/* v, a NaN without its sign: printf writes a negative one as "-nan". */
+static inline double lx_unsigned_nan(double v) { return isnan(v) ? fabs(v) : v; }
+
 /* Reports a step; returns 0, or -1 when the metrics file could not take
  * it (a full disk): the error is printed, naming the file, which is closed
  * and the run should stop and save rather than go on unrecorded. */
@@ -129,9 +171,10 @@ static inline int lx_metrics_step(int step, int steps, double loss, double val_l
   lx_format_duration(lx_metrics_eta_seconds(m, step, steps, ms), eta, sizeof eta);
   int has_val = !isnan(val_loss);
   if (step == 1 || step == steps || has_val || step % m->print_every == 0) {
-    printf("step %5d/%d | loss %.6f", step, steps, loss);
+    printf("step %5d/%d | loss %.6f", step, steps, lx_unsigned_nan(loss));
     if (has_val) printf(" | val %.6f", val_loss);
-    printf(" | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | eta %s\n", lr, grad_norm, ms, tokens_per_s, eta);
+    printf(" | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | eta %s\n", lr, lx_unsigned_nan(grad_norm), ms,
+           tokens_per_s, eta);
     fflush(stdout);
   }
   if (!m->file) return 0;
@@ -143,6 +186,7 @@ static inline int lx_metrics_step(int step, int steps, double loss, double val_l
           strerror(errno));
   fclose(m->file);
   m->file = NULL;
+  lx_metrics_drop_partial_line(m->path);
   return -1;
 }
 

@@ -4,6 +4,7 @@
 #ifndef LX_REAL_TEXT_H
 #define LX_REAL_TEXT_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -12,6 +13,10 @@
  * nothing reads back as itself, is "nan"). */
 static inline void lx_format_real(char *out, // (cap)
                                   size_t cap, double v) {
+  if (isnan(v)) { /* printf writes a NaN with its sign bit set as "-nan" */
+    snprintf(out, cap, "nan");
+    return;
+  }
   snprintf(out, cap, "%g", v);
   for (int digits = 15; strtod(out, NULL) != v && digits <= 17; digits++)
     snprintf(out, cap, "%.*g", digits, v);

@@ -4,6 +4,17 @@
 #   ./run.sh --steps 50      every argument goes to every stage
 #   LX_VARIANT=-check ./run.sh   run the programs built by 'make check'
 #   ./run.sh --gradcheck     runs those of 'make gradcheck' (double precision)
+stop= job=
+trap 'stop=TERM' TERM
+trap 'stop=INT' INT
+trap 'stop=HUP' HUP
+# a stop asked before the job started: nothing was trained, there is nothing to save
+stop_before_job() {
+  [ -n "$stop" ] || return 0
+  echo "run.sh: asked to stop (SIG$stop) before the job started: nothing trained, nothing saved"
+  exit 0
+}
+trap stop_before_job EXIT
 set -e
 here=$(dirname "$0")
 variant=${LX_VARIANT:-}
@@ -27,6 +38,58 @@ if [ -n "$avail" ] && [ "$need" -gt "$avail" ]; then
   echo "run.sh: the job's 4 rank(s) need $need bytes of memory; this machine has $avail bytes available" >&2
   exit 1
 fi
+[ -z "$stop" ] || exit 0 # stop_before_job
+# the ranks that catch stop signals: each made $stopdir/rank.PID once it did
+ranks_catching() {
+  set -- "$stopdir"/rank.*
+  if [ -e "$1" ]; then echo "$#"; else echo 0; fi
+}
+# whether one of them runs: a zombie does not (mpirun, its parent, may be what hangs)
+ranks_alive() {
+  for rank in "$stopdir"/rank.*; do
+    pid=${rank##*.}
+    [ -e "$rank" ] && kill -0 "$pid" 2>/dev/null || continue
+    if [ -r "/proc/$pid/stat" ] && read -r state <"/proc/$pid/stat"; then
+      state=${state##*) }
+      [ "${state%% *}" != Z ] || continue
+    fi
+    return 0
+  done
+  return 1
+}
+# an mpirun that outlives its ranks would hold the job forever: its session ends
+end_mpirun() {
+  echo "run.sh: the job's ranks have exited but mpirun has not, 10 s later: ending it" >&2
+  kill -TERM -"$job" 2>/dev/null || kill -TERM "$job" 2>/dev/null || true
+  sleep 2
+  kill -KILL -"$job" 2>/dev/null || kill -KILL "$job" 2>/dev/null || true
+  wait "$job" 2>/dev/null || true
+  exit 1
+}
+relay_stop() {
+  echo "$stop" >"$stopdir/signal"
+  sent= orphaned_since=
+  while kill -0 "$job" 2>/dev/null; do
+    now=$(date +%s) || continue
+    [ -n "$launched" ] || launched=$now
+    if [ "$(ranks_catching)" -ge 4 ]; then
+      [ -n "$sent" ] || kill -USR1 "$job" 2>/dev/null || true
+      sent=$now
+    elif [ $((now - launched)) -ge 10 ] && [ $((now - ${sent:-0})) -ge 10 ]; then
+      kill -USR1 "$job" 2>/dev/null || true
+      sent=$now
+    fi
+    if [ -z "$sent" ] || [ "$(ranks_catching)" = 0 ] || ranks_alive; then
+      orphaned_since=
+    elif [ $((now - ${orphaned_since:=$now})) -ge 10 ]; then
+      end_mpirun
+    fi
+    sleep 0.1 2>/dev/null || sleep 1
+  done
+  rc=0
+  wait "$job" 2>/dev/null || rc=$?
+  [ "$rc" = 127 ] || status=$rc # 127: the first wait took the status (bash)
+}
 root=
 [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 cores=$(nproc 2>/dev/null || echo 1)
@@ -35,15 +98,19 @@ threads=$(( cores / 4 ))
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}
 # OpenMP and OpenBLAS threads take turns on the same cores: idle ones must sleep, not spin
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+stopdir=$(mktemp -d "${TMPDIR:-/tmp}/lynx-run.XXXXXX")
+trap 'rm -rf "$stopdir"; [ -n "$job" ] || stop_before_job' EXIT
+export LX_STOP_DIR="$stopdir"
 setsid=$(command -v setsid || true)
-$setsid mpirun $root --oversubscribe --bind-to none \
+$setsid mpirun $root -x LX_STOP_DIR --oversubscribe --bind-to none \
   --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
   -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY \
   -np 2 "$here/stage0$variant" "$@" \
   : -np 2 "$here/stage1$variant" "$@" &
 job=$!
-trap 'kill -USR1 "$job" 2>/dev/null || true' TERM INT HUP
+set +e # run.sh now lives as long as mpirun: a command of its that Ctrl-C kills must not end it
+launched=$(date +%s)
 status=0
-wait "$job" || status=$?
-while kill -0 "$job" 2>/dev/null; do status=0; wait "$job" || status=$?; done
+[ -n "$stop" ] || wait "$job" || status=$?
+[ -z "$stop" ] || relay_stop
 exit "$status"

@@ -182,7 +182,7 @@ static lx_run_options model_run_options(lx_program program, int argc, char **arg
             o.checkpoint_every);
   if (o.export_checkpoint) lx_check_save_path("--export-llmc", o.export_checkpoint, lx_probe_save_path);
   if (o.export_hf) lx_check_save_path("--export-hf", o.export_hf, lx_hf_probe_dir); /* makes the directory */
-  lx_catch_stop_signals();
+  lx_catch_stop_signals(); /* again: MPI_Init may have installed handlers of its own */
   return o;
 }
 

@@ -1,12 +1,19 @@
 /* lx_stop.h — how a run stops without losing anything.
  *
- * Preemption: SIGTERM, SIGINT or SIGUSR1 asks the run to stop. The signal
- * only sets a flag; every rank finishes the step it is in, and at the step's
- * end the ranks agree (one all-reduce) on whether any of them was asked, so
- * that all save the same step and stop together. mpirun kills its ranks on
- * SIGTERM rather than forwarding it, so run.sh turns a SIGTERM or SIGINT it
- * receives into SIGUSR1, which mpirun forwards to every rank (srun delivers
- * SIGTERM to the ranks themselves).
+ * Preemption: SIGTERM, SIGINT, SIGHUP or SIGUSR1 asks the run to stop. The
+ * signal only sets a flag; every rank finishes the step it is in, and at the
+ * step's end the ranks agree (one all-reduce) on whether any of them was
+ * asked, so that all save the same step and stop together. mpirun kills its
+ * ranks on SIGTERM rather than forwarding it, so run.sh turns a SIGTERM,
+ * SIGINT or SIGHUP it receives into SIGUSR1, which mpirun forwards to every
+ * rank, and names the signal it received in a file of LX_STOP_DIR (srun
+ * delivers SIGTERM to the ranks themselves).
+ *
+ * A rank catches these signals from the first line of main, before
+ * MPI_Init, and then says so to run.sh (a file in LX_STOP_DIR): a SIGUSR1
+ * reaching a rank that does not catch it yet would kill it, and one reaching
+ * mpirun before it has started the ranks is lost, so run.sh relays a stop
+ * only once every rank catches it.
  *
  * Preflight: every path a save writes (PATH, and PATH.tmp beside it) is
  * checked before step 1, so that a bad --save fails at once, not at the
@@ -23,8 +30,10 @@
 #include "lx_mpi_errors.h"
 #include "lx_watchdog.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static volatile sig_atomic_t lx_stop_signal; /* the first stop signal received; 0: none */
 
@@ -41,23 +50,65 @@ static void lx_note_stop_signal(int sig) {
   if (!lx_stop_signal) lx_stop_signal = sig;
 }
 
-/* After MPI_Init, which may install handlers of its own. */
+/* The stop signals set lx_stop_signal. Called first thing in main, and
+ * again after MPI_Init, which may install handlers of its own (a signal
+ * already noted stays noted). */
 static inline void lx_catch_stop_signals(void) {
   struct sigaction action;
   memset(&action, 0, sizeof action);
   action.sa_handler = lx_note_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART; /* a read or write in progress goes on */
-  const int signals[] = {SIGTERM, SIGINT, SIGUSR1};
-  for (int i = 0; i < 3; i++)
+  const int signals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+  for (int i = 0; i < 4; i++)
     if (sigaction(signals[i], &action, NULL) != 0)
       lx_die("cannot catch signal %d: %s", signals[i], strerror(errno));
 }
 
+/* LX_STOP_DIR/name into path (cap bytes); 0 when run.sh gave no directory
+ * (the program was started otherwise: srun, mpirun by hand). */
+static inline int lx_stop_dir_file(const char *name, char *path, size_t cap) {
+  const char *dir = getenv("LX_STOP_DIR");
+  if (!dir || !dir[0]) return 0;
+  return snprintf(path, cap, "%s/%s", dir, name) < (int)cap;
+}
+
+/* First thing in main: catch the stop signals, then tell run.sh that this
+ * process does (LX_STOP_DIR/rank.PID: run.sh counts them, and watches the
+ * processes they name to see when the ranks are gone). No file can be made
+ * (a rank on another node, a full disk): run.sh relays the stop after a
+ * while anyway, so that is no error. */
+static inline void lx_start_catching_stop_signals(void) {
+  lx_catch_stop_signals();
+  char name[64], path[4096];
+  snprintf(name, sizeof name, "rank.%ld", (long)getpid());
+  if (!lx_stop_dir_file(name, path, sizeof path)) return;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0) close(fd);
+}
+
+/* The signal run.sh received, which it relays as SIGUSR1 (the one mpirun
+ * forwards) after writing its name (TERM, INT or HUP) to LX_STOP_DIR/signal;
+ * sig itself where there is no such file (on another node) or sig is
+ * another signal. */
+static inline int lx_relayed_signal(int sig) {
+  char path[4096], name[8] = "";
+  if (sig != SIGUSR1 || !lx_stop_dir_file("signal", path, sizeof path)) return sig;
+  FILE *f = fopen(path, "r");
+  if (!f) return sig;
+  if (!fgets(name, sizeof name, f)) name[0] = '\0';
+  fclose(f);
+  name[strcspn(name, "\n")] = '\0';
+  return !strcmp(name, "TERM")  ? SIGTERM
+         : !strcmp(name, "INT") ? SIGINT
+         : !strcmp(name, "HUP") ? SIGHUP
+                                : sig;
+}
+
 /* Collective: the stop signal some rank received (the same number on every
- * rank), or 0. */
+ * rank; the one run.sh received where it relayed it), or 0. */
 static inline int lx_stop_requested(void) {
-  int mine = lx_stop_signal, any = 0;
+  int mine = lx_relayed_signal(lx_stop_signal), any = 0;
   lx_watchdog_waiting("the end-of-step agreement on stop signals, with every rank");
   LX_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   lx_watchdog_done_waiting();
@@ -67,6 +118,7 @@ static inline int lx_stop_requested(void) {
 static inline const char *lx_signal_name(int sig) {
   return sig == SIGTERM              ? "SIGTERM"
          : sig == SIGINT             ? "SIGINT"
+         : sig == SIGHUP             ? "SIGHUP"
          : sig == SIGUSR1            ? "SIGUSR1"
          : sig == LX_STOP_UNRECORDED ? "the metrics file could not be written"
                                      : "a signal";
@@ -76,6 +128,19 @@ static inline int lx_world_rank(void) {
   int rank = 0;
   LX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   return rank;
+}
+
+/* What a run that stops without saving leaves at its --save path (NULL:
+ * none), for its message: "; the last good checkpoint stays in PATH" where
+ * a checkpoint is there (an earlier save of this run, or the one it
+ * resumes: a save never replaces another file), else that there is none. */
+static inline void lx_describe_kept_checkpoint(const char *path, char *out, size_t cap) {
+  out[0] = '\0';
+  if (!path) return;
+  if (access(path, F_OK) == 0)
+    snprintf(out, cap, "; the last good checkpoint stays in %s", path);
+  else
+    snprintf(out, cap, "; no checkpoint was saved earlier (%s does not exist)", path);
 }
 
 /* An error every rank reaches alike: one line (from rank 0), exit 1. */

@@ -306,6 +306,7 @@ static int preflight_gpu(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--preflight")) return preflight_gpu(argc - 1, argv + 1);
+  lx_start_catching_stop_signals(); /* before MPI_Init: a stop asked while the job starts is kept */
   int threads = MPI_THREAD_SINGLE; /* --comm host waits for messages on CUDA's host-function thread too */
   LX_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &threads));
   int rank = 0, ranks = 1;
