@@ -41,9 +41,11 @@ def environment():
 
 
 def terminal_signals():
-    """SIGINT as a terminal's foreground job has it (a test started in the
-    background inherits it ignored, and then run.sh cannot trap it)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    """The stop signals as a terminal's foreground job has them: a test started
+    in the background inherits SIGINT ignored, one under nohup SIGHUP, and a
+    shell cannot trap a signal ignored when it started."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def start(program, work, name, *args, steps=STEPS):
